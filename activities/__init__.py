@@ -1,0 +1,1 @@
+"""Everything that touches the world: PostgreSQL, the model, the scratch files, tools."""

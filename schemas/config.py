@@ -1,0 +1,88 @@
+"""Keel's settings, read from the environment once per process.
+
+Workflow code never reads these: what a session needs (window, output limit, thresholds)
+travels inside `SessionConfig`, so it is recorded in the workflow's history and replays
+the same on any worker.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+DEFAULT_TASK_QUEUE = "keel-sessions"
+DEFAULT_MODEL = "claude-sonnet-4-5"
+
+
+class ModelSettings(BaseModel):
+    """How to reach the model. No API key means the offline deterministic model."""
+
+    name: str = DEFAULT_MODEL
+    base_url: str | None = None
+    api_key: str | None = None
+    context_window: int = 200_000
+    max_output_tokens: int = 8_192
+    # Where the price per token rises (for example 200,000 on long-context pricing); a
+    # checkpoint starts before the context would cross it. None: no price step.
+    price_step_tokens: int | None = None
+    request_timeout_s: float = 600.0
+
+    @property
+    def offline(self) -> bool:
+        return not self.api_key and not self.base_url
+
+
+class KeelSettings(BaseModel):
+    temporal_address: str | None = None
+    temporal_namespace: str = "default"
+    task_queue: str = DEFAULT_TASK_QUEUE
+    database_url: str | None = None
+    data_dir: Path = Path(".keel")
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    max_message_chars: int = 200_000
+    user_name: str = "user"
+    log_format: str = "console"  # console | json
+    otel_exporter: str | None = None  # None | console | otlp
+
+    @property
+    def workspaces_dir(self) -> Path:
+        return self.data_dir / "workspaces"
+
+    @property
+    def scratch_dir(self) -> Path:
+        return self.data_dir / "scratch"
+
+    @property
+    def skills_dir(self) -> Path:
+        return self.data_dir / "skills"
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> KeelSettings:
+        e = dict(os.environ if env is None else env)
+
+        def opt_int(name: str) -> int | None:
+            value = e.get(name)
+            return int(value) if value else None
+
+        model = ModelSettings(
+            name=e.get("KEEL_MODEL", DEFAULT_MODEL),
+            base_url=e.get("ANTHROPIC_BASE_URL") or None,
+            api_key=e.get("ANTHROPIC_API_KEY") or None,
+            context_window=opt_int("KEEL_CONTEXT_WINDOW") or 200_000,
+            max_output_tokens=opt_int("KEEL_MAX_OUTPUT_TOKENS") or 8_192,
+            price_step_tokens=opt_int("KEEL_PRICE_STEP_TOKENS"),
+        )
+        return cls(
+            temporal_address=e.get("TEMPORAL_ADDRESS") or None,
+            temporal_namespace=e.get("TEMPORAL_NAMESPACE", "default"),
+            task_queue=e.get("KEEL_TASK_QUEUE", DEFAULT_TASK_QUEUE),
+            database_url=e.get("DATABASE_URL") or None,
+            data_dir=Path(e.get("KEEL_DATA_DIR", ".keel")).resolve(),
+            model=model,
+            max_message_chars=opt_int("KEEL_MAX_MESSAGE_CHARS") or 200_000,
+            user_name=e.get("KEEL_USER_NAME", "user"),
+            log_format=e.get("KEEL_LOG_FORMAT", "console"),
+            otel_exporter=e.get("KEEL_OTEL_EXPORTER") or None,
+        )

