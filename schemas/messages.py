@@ -21,6 +21,7 @@ class MessageType(StrEnum):
     ASSISTANT = "assistant"
     TOOL_RESULT = "tool_result"
     NOTICE = "notice"  # Keel's own words to the user (errors, "too long"); never sent to the model
+    CHECKPOINT = "checkpoint"  # the recap row: the live window starts after the newest one
 
 
 class HarnessKind(StrEnum):
@@ -106,6 +107,6 @@ class ModelReply(BaseModel):
     stop_reason: str | None
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
-    text_preview: str = ""
+    text: str = ""  # the final text of this reply (bounded by the output limit)
     reply_tokens: int = 0
     model: str = ""

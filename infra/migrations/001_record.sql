@@ -10,7 +10,7 @@ CREATE TABLE IF NOT EXISTS messages (
     seq           bigint      NOT NULL,
     input_id      text        NOT NULL,
     type          text        NOT NULL
-        CHECK (type IN ('user', 'harness', 'assistant', 'tool_result', 'notice')),
+        CHECK (type IN ('user', 'harness', 'assistant', 'tool_result', 'notice', 'checkpoint')),
     source_line   text,
     content_text  text        NOT NULL,
     content       jsonb,

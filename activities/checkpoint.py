@@ -1,0 +1,553 @@
+"""The checkpoint's activities: write the two files, one bounded model round, the checks,
+assemble and store; and the move-half path that needs no model.
+
+Every step is keyed by its attempt id: a retried step finds its own work in
+`checkpoint_attempts` / `checkpoints` and returns it instead of doing it twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+from pydantic import BaseModel, Field
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.model import create_message
+from activities.record import NewRow, insert_row, load_rows, load_seqs
+from activities.session import SessionActivities, _with_heartbeat
+from activities.tools import ToolContext, execute_tool, read_skill
+from schemas.budgets import CheckpointBudgets
+from schemas.checkpoint import (
+    CarriedSkill,
+    checkpoint_instruction,
+    render_checkpoint,
+    repair_request,
+    resolve_checkpoint,
+    select_carried_skills,
+    validate_checkpoint,
+)
+from schemas.context import assemble_messages, choose_cut, estimate_tokens
+from schemas.memo import MemoAssembly, MemoCandidate, assemble_memo, render_checklist
+from schemas.messages import MessageType, RecordRow
+from schemas.mind import MindDocument
+from schemas.problems import Problem
+from schemas.tokens import count_tokens
+from schemas.tools import CHECKPOINT_TOOLS, FILE_READ_TOOLS, FILE_WRITE_TOOLS
+
+CHECKPOINT_DIR = ".keel/checkpoint"
+REQUEST_MARKER = "<keel-checkpoint-request>"
+FINAL_ROUND_NOTE = (
+    "You have used your rounds of tool calls. Reply now, without tools, with the now as "
+    "exactly one <checkpoint>...</checkpoint> block."
+)
+
+
+class PrepareInput(BaseModel):
+    session_id: str
+    attempt_id: str
+    window_start_seq: int
+    upto_seq: int
+    checkpoint_id: str | None = None
+    turn_first_seq: int
+    context_window: int
+    max_output_tokens: int
+    price_step_tokens: int | None = None
+    model: str
+    portion: float = 1.0
+    user_name: str = "user"
+
+
+class PrepareResult(BaseModel):
+    ok: bool
+    reason: str = ""
+    cut_seq: int = 0
+    candidates: int = 0
+
+
+class RoundInput(BaseModel):
+    attempt_id: str
+    round_no: int
+    repair: bool = False
+    final: bool = False
+
+
+class RoundResult(BaseModel):
+    done: bool
+    tool_calls: int = 0
+
+
+class CheckResult(BaseModel):
+    problems: list[Problem] = Field(default_factory=list)
+
+
+class StoreInput(BaseModel):
+    attempt_id: str
+    record_seq: int
+    rounds_exhausted: bool = False
+    abort_reason: str | None = None
+
+
+class MoveInput(BaseModel):
+    session_id: str
+    attempt_id: str
+    record_seq: int
+    window_start_seq: int
+    upto_seq: int
+    checkpoint_id: str | None = None
+    turn_first_seq: int
+    context_window: int
+    max_output_tokens: int
+    price_step_tokens: int | None = None
+
+
+class StoreResult(BaseModel):
+    stored: bool
+    reason: str = ""
+    checkpoint_id: str | None = None
+    cut_seq: int = 0
+    fallbacks: list[str] = Field(default_factory=list)
+    mind_text: str = ""
+    memo_text: str = ""
+    now_text: str = ""
+    window_tokens_after: int = 0
+    tokens_moved_out: int = 0
+
+
+class PreviousCheckpoint(BaseModel):
+    mind_text: str
+    memo: list[dict[str, Any]]
+    now_text: str
+    skills: list[dict[str, Any]]
+    files_modified: list[str]
+    files_read: list[str]
+    carried_seqs: list[int]
+
+
+def checkpoint_id_for(attempt_id: str) -> str:
+    return f"ckpt:{attempt_id}"
+
+
+class CheckpointActivities:
+    def __init__(self, settings: Any) -> None:
+        self.session = SessionActivities(settings)
+        self.settings = settings
+
+    # ----- shared loading ---------------------------------------------------------------
+
+    async def _previous(self, conn: AsyncConnection,
+                        checkpoint_id: str | None) -> PreviousCheckpoint | None:
+        if not checkpoint_id:
+            return None
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                "SELECT mind_text, memo, now_text, skills, files_modified, files_read,"
+                " carried_seqs FROM checkpoints WHERE checkpoint_id=%s", (checkpoint_id,))
+            row = await cur.fetchone()
+        return PreviousCheckpoint(**row) if row else None
+
+    def _paths(self, session_id: str) -> tuple[Path, Path, Path]:
+        workspace = self.session.workspace(session_id)
+        folder = workspace / CHECKPOINT_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        return workspace, folder / "mind.md", folder / "memo.md"
+
+    # ----- 1. write the two files -------------------------------------------------------
+
+    @activity.defn
+    async def prepare_checkpoint(self, data: PrepareInput) -> PrepareResult:
+        async with await self.session._conn() as conn:
+            done = await (await conn.execute(
+                "SELECT cut_seq, jsonb_array_length(candidates) FROM checkpoint_attempts"
+                " WHERE attempt_id=%s", (data.attempt_id,))).fetchone()
+            if done:
+                return PrepareResult(ok=True, cut_seq=done[0], candidates=done[1])
+            budgets = CheckpointBudgets.for_window(data.context_window, data.max_output_tokens,
+                                                   data.price_step_tokens)
+            window = await self.session.load_window(conn, data.session_id, data.window_start_seq,
+                                                    data.upto_seq, data.checkpoint_id)
+            live = [r for r in window.rows if r.seq >= data.window_start_seq]
+            cut = choose_cut(live, budgets.recent_tail, max_fraction=data.portion)
+            if cut is None:
+                return PrepareResult(ok=False, reason="nothing in the window can move out")
+            previous = await self._previous(conn, data.checkpoint_id)
+            previous_mind = previous.mind_text if previous else MindDocument.template().text
+            moving = [r for r in live if r.seq < cut]
+            candidates = await self._candidates(conn, data.session_id, previous, moving)
+            in_turn = sorted({r.seq for r in moving if r.type == MessageType.USER
+                              and r.seq >= data.turn_first_seq}
+                             | {s for s in (previous.carried_seqs if previous else [])
+                                if s >= data.turn_first_seq})
+            checklist = render_checklist(candidates)
+            workspace, mind_path, memo_path = self._paths(data.session_id)
+            mind_path.write_text(previous_mind)
+            memo_path.write_text(checklist)
+            await conn.execute(
+                "INSERT INTO checkpoint_attempts (attempt_id, session_id, cut_seq, upto_seq,"
+                " previous_mind, checklist_original, candidates, in_turn_user_seqs, mind_path,"
+                " memo_path) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+                " ON CONFLICT (attempt_id) DO NOTHING",
+                (data.attempt_id, data.session_id, cut, data.upto_seq, previous_mind, checklist,
+                 json.dumps([c.model_dump(exclude={"text"}) for c in candidates]),
+                 json.dumps(in_turn), str(mind_path.relative_to(workspace)),
+                 str(memo_path.relative_to(workspace))))
+            await conn.execute(
+                "UPDATE checkpoint_attempts SET rounds = %s WHERE attempt_id=%s",
+                (json.dumps([{"meta": data.model_dump()}]), data.attempt_id))
+            return PrepareResult(ok=True, cut_seq=cut, candidates=len(candidates))
+
+    async def _candidates(self, conn: AsyncConnection, session_id: str,
+                          previous: PreviousCheckpoint | None,
+                          moving: list[RecordRow]) -> list[MemoCandidate]:
+        """The user's own messages only, by record type: kept ones, then those moving out."""
+        kept_seqs = [int(e["seq"]) for e in (previous.memo if previous else [])]
+        kept_rows = await load_seqs(conn, session_id, kept_seqs)
+        new_rows = [r for r in moving if r.type == MessageType.USER and r.seq not in kept_seqs]
+        return [
+            MemoCandidate(seq=r.seq, text=r.text, tokens=r.token_count,
+                          kept_before=r.seq in kept_seqs)
+            for r in sorted(kept_rows + new_rows, key=lambda r: r.seq)
+            if r.type == MessageType.USER
+        ]
+
+    async def _attempt(self, conn: AsyncConnection, attempt_id: str) -> dict[str, Any]:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute("SELECT * FROM checkpoint_attempts WHERE attempt_id=%s",
+                              (attempt_id,))
+            row = await cur.fetchone()
+        if row is None:
+            raise ApplicationError(f"no checkpoint attempt {attempt_id}", non_retryable=True)
+        return row
+
+    async def _candidate_texts(self, conn: AsyncConnection,
+                               attempt: dict[str, Any]) -> list[MemoCandidate]:
+        meta = {int(c["seq"]): c for c in attempt["candidates"]}
+        rows = await load_seqs(conn, attempt["session_id"], list(meta))
+        return [MemoCandidate(seq=r.seq, text=r.text, tokens=r.token_count,
+                              kept_before=bool(meta[r.seq].get("kept_before")))
+                for r in rows]
+
+    # ----- 2. one bounded round of the checkpoint turn ----------------------------------
+
+    @activity.defn
+    async def checkpoint_round(self, data: RoundInput) -> RoundResult:
+        async with await self.session._conn() as conn:
+            attempt = await self._attempt(conn, data.attempt_id)
+            meta = PrepareInput(**attempt["rounds"][0]["meta"])
+            rounds: list[dict[str, Any]] = attempt["rounds"][1:]
+            if len(rounds) > data.round_no:  # this round already ran: report it again
+                done_round = rounds[data.round_no]
+                return RoundResult(done=not done_round["results"],
+                                   tool_calls=len(done_round["results"]))
+            budgets = CheckpointBudgets.for_window(meta.context_window, meta.max_output_tokens,
+                                                   meta.price_step_tokens)
+            request = await self._round_request(conn, attempt, meta, budgets, rounds, data)
+            message = await _with_heartbeat(create_message(self.settings.model, request))
+            blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
+            blocks = [b for b in blocks if b.get("type") in ("text", "tool_use")]
+            workspace, mind_path, memo_path = self._paths(attempt["session_id"])
+            ctx = ToolContext(session_id=attempt["session_id"], workspace=workspace,
+                              skills_dirs=self.session.skills_dirs(), conn=conn,
+                              upto_seq=attempt["upto_seq"],
+                              editable={mind_path.resolve(), memo_path.resolve()})
+            results = []
+            for block in blocks:
+                if block["type"] != "tool_use":
+                    continue
+                output = await execute_tool(ctx, block["name"], block.get("input") or {})
+                results.append({"type": "tool_result", "tool_use_id": block["id"],
+                                "content": output.text, "is_error": output.is_error})
+            text = "\n".join(b["text"] for b in blocks if b["type"] == "text")
+            entry = {"assistant": blocks, "results": results, "repair": data.repair,
+                     "final": data.final}
+            await conn.execute(
+                "UPDATE checkpoint_attempts SET rounds = rounds || %s::jsonb,"
+                " rounds_used = rounds_used + 1,"
+                " final_text = CASE WHEN %s THEN %s ELSE final_text END WHERE attempt_id=%s",
+                (json.dumps([entry]), not results, text, data.attempt_id))
+            return RoundResult(done=not results, tool_calls=len(results))
+
+    async def _round_request(self, conn: AsyncConnection, attempt: dict[str, Any],
+                             meta: PrepareInput, budgets: CheckpointBudgets,
+                             rounds: list[dict[str, Any]], data: RoundInput) -> dict[str, Any]:
+        window = await self.session.load_window(
+            conn, meta.session_id, meta.window_start_seq, meta.upto_seq, meta.checkpoint_id)
+        rows = window.rows
+        if meta.portion < 1.0:
+            # Too large for a checkpoint turn: it sees only the part it condenses.
+            rows = [r for r in rows if r.seq < attempt["cut_seq"]]
+        messages, _ = assemble_messages(rows, checkpoint_text=window.checkpoint_text)
+        instruction = REQUEST_MARKER + "\n" + checkpoint_instruction(
+            mind_path=attempt["mind_path"], memo_path=attempt["memo_path"],
+            mind_text=attempt["previous_mind"], checklist_text=attempt["checklist_original"],
+            budgets=budgets, user_name=meta.user_name,
+            in_turn_user_seqs=list(attempt["in_turn_user_seqs"]))
+        _append_user(messages, [{"type": "text", "text": instruction}])
+        for past in rounds:
+            messages.append({"role": "assistant", "content": past["assistant"]})
+            if past["results"]:
+                _append_user(messages, past["results"])
+        if data.repair:
+            problems = [Problem(**p) for p in attempt["problems"]]
+            _append_user(messages, [{"type": "text", "text": repair_request(problems)}])
+        if data.final:
+            _append_user(messages, [{"type": "text", "text": FINAL_ROUND_NOTE}])
+        request: dict[str, Any] = {
+            "model": meta.model, "max_tokens": meta.max_output_tokens,
+            "system": window.system, "messages": messages, "tools": CHECKPOINT_TOOLS,
+        }
+        if data.final:
+            request["tool_choice"] = {"type": "none"}
+        return request
+
+    # ----- 3. the checks ----------------------------------------------------------------
+
+    async def _check(self, conn: AsyncConnection, attempt: dict[str, Any],
+                     budgets: CheckpointBudgets) -> Any:
+        _, mind_path, memo_path = self._paths(attempt["session_id"])
+        return validate_checkpoint(
+            final_text=attempt["final_text"] or "",
+            mind=MindDocument(text=mind_path.read_text()),
+            previous_mind=MindDocument(text=attempt["previous_mind"]),
+            checklist_original=attempt["checklist_original"],
+            checklist_edited=memo_path.read_text(),
+            candidates=await self._candidate_texts(conn, attempt),
+            budgets=budgets,
+        )
+
+    @activity.defn
+    async def validate_checkpoint(self, attempt_id: str) -> CheckResult:
+        async with await self.session._conn() as conn:
+            attempt = await self._attempt(conn, attempt_id)
+            meta = PrepareInput(**attempt["rounds"][0]["meta"])
+            budgets = CheckpointBudgets.for_window(meta.context_window, meta.max_output_tokens,
+                                                   meta.price_step_tokens)
+            check = await self._check(conn, attempt, budgets)
+            await conn.execute(
+                "UPDATE checkpoint_attempts SET problems=%s, repair_sent = repair_sent OR %s"
+                " WHERE attempt_id=%s",
+                (json.dumps([p.model_dump() for p in check.problems]), bool(check.problems),
+                 attempt_id))
+            return CheckResult(problems=check.problems)
+
+    # ----- 4. assemble and store --------------------------------------------------------
+
+    @activity.defn
+    async def store_checkpoint(self, data: StoreInput) -> StoreResult:
+        checkpoint_id = checkpoint_id_for(data.attempt_id)
+        async with await self.session._conn() as conn:
+            stored = await self._stored(conn, checkpoint_id)
+            if stored:
+                return stored
+            attempt = await self._attempt(conn, data.attempt_id)
+            meta = PrepareInput(**attempt["rounds"][0]["meta"])
+            if data.abort_reason:
+                return await self._fail(conn, data.attempt_id, data.abort_reason)
+            budgets = CheckpointBudgets.for_window(meta.context_window, meta.max_output_tokens,
+                                                   meta.price_step_tokens)
+            check = await self._check(conn, attempt, budgets)
+            workspace, mind_path, _ = self._paths(meta.session_id)
+            n = data.attempt_id.rsplit(":a", 1)[-1]
+            full_copy = workspace / ".keel" / f"mind-full-{n}.md"
+            outcome = resolve_checkpoint(
+                check=check, mind=MindDocument(text=mind_path.read_text()),
+                previous_mind=MindDocument(text=attempt["previous_mind"]),
+                candidates=await self._candidate_texts(conn, attempt),
+                memo_untouched_rounds_exhausted=data.rounds_exhausted, budgets=budgets,
+                full_mind_path=str(full_copy.relative_to(workspace)))
+            if outcome.failed:
+                return await self._fail(conn, data.attempt_id, outcome.reason or "no usable now")
+            if outcome.mind_context_text != outcome.mind_record_text:
+                _write_read_only(full_copy, outcome.mind_record_text)
+            previous = await self._previous(conn, meta.checkpoint_id)
+            return await self._store(
+                conn, kind="model", checkpoint_id=checkpoint_id, session_id=meta.session_id,
+                record_seq=data.record_seq, window_start=meta.window_start_seq,
+                cut=attempt["cut_seq"], upto=meta.upto_seq, budgets=budgets,
+                mind_record=outcome.mind_record_text, mind_context=outcome.mind_context_text,
+                memo=outcome.memo, now_text=outcome.now_text, previous=previous,
+                carried=list(attempt["in_turn_user_seqs"]), fallbacks=list(outcome.fallbacks),
+                user_name=meta.user_name, attempt_id=data.attempt_id)
+
+    async def _fail(self, conn: AsyncConnection, attempt_id: str, reason: str) -> StoreResult:
+        await conn.execute(
+            "UPDATE checkpoint_attempts SET outcome='failed', failure_reason=%s"
+            " WHERE attempt_id=%s", (reason, attempt_id))
+        activity.logger.warning("checkpoint %s failed: %s", attempt_id, reason)
+        return StoreResult(stored=False, reason=reason)
+
+    async def _stored(self, conn: AsyncConnection, checkpoint_id: str) -> StoreResult | None:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                "SELECT cut_seq, fallbacks, mind_context_text, memo, memo_dropped_seqs,"
+                " now_text, rendered_tokens, tokens_moved_out, session_id"
+                " FROM checkpoints WHERE checkpoint_id=%s", (checkpoint_id,))
+            row = await cur.fetchone()
+        if row is None:
+            return None
+        memo = MemoAssembly.model_validate({"entries": row["memo"],
+                                            "dropped_seqs": row["memo_dropped_seqs"]})
+        window_after = await self._window_tokens(conn, row["session_id"], checkpoint_id)
+        return StoreResult(stored=True, checkpoint_id=checkpoint_id, cut_seq=row["cut_seq"],
+                           fallbacks=row["fallbacks"], mind_text=row["mind_context_text"],
+                           memo_text=memo.render(), now_text=row["now_text"],
+                           window_tokens_after=window_after,
+                           tokens_moved_out=row["tokens_moved_out"])
+
+    async def _window_tokens(self, conn: AsyncConnection, session_id: str,
+                             checkpoint_id: str) -> int:
+        found = await (await conn.execute(
+            "SELECT cut_seq, upto_seq FROM checkpoints WHERE checkpoint_id=%s",
+            (checkpoint_id,))).fetchone()
+        assert found is not None
+        window = await self.session.load_window(conn, session_id, found[0], found[1],
+                                                checkpoint_id)
+        return estimate_tokens(window.system, window.rows, [window.checkpoint_text or ""])
+
+    async def _store(self, conn: AsyncConnection, *, kind: str, checkpoint_id: str,
+                     session_id: str, record_seq: int, window_start: int, cut: int, upto: int,
+                     budgets: CheckpointBudgets, mind_record: str, mind_context: str,
+                     memo: MemoAssembly, now_text: str, previous: PreviousCheckpoint | None,
+                     carried: list[int], fallbacks: list[str], user_name: str,
+                     attempt_id: str) -> StoreResult:
+        moving = await load_rows(conn, session_id, window_start, cut - 1)
+        skills = self._carried_skills(moving, previous, budgets)
+        modified, read, pushed = _recent_files(moving, previous, budgets)
+        rendered = render_checkpoint(
+            mind_text=mind_context, memo=memo, now_text=now_text, skills=skills,
+            files_modified=modified, files_read=read, files_pushed_out=pushed,
+            record_hint=_record_hint(session_id, cut), in_turn_user_seqs=carried,
+            user_name=user_name)
+        moved_tokens = sum(r.token_count for r in moving)
+        async with conn.transaction():
+            await insert_row(conn, NewRow(
+                session_id=session_id, seq=record_seq, input_id=f"checkpoint-{checkpoint_id}",
+                type=MessageType.CHECKPOINT, text=rendered,
+                content={"checkpoint_id": checkpoint_id, "kind": kind, "cut_seq": cut}))
+            await conn.execute(
+                "INSERT INTO checkpoints (checkpoint_id, session_id, kind, record_seq, cut_seq,"
+                " mind_text, mind_context_text, memo, memo_dropped_seqs, now_text, skills,"
+                " files_modified, files_read, fallbacks, rendered, rendered_tokens,"
+                " tokens_moved_out, carried_seqs, upto_seq) VALUES"
+                " (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+                " ON CONFLICT (checkpoint_id) DO NOTHING",
+                (checkpoint_id, session_id, kind, record_seq, cut, mind_record, mind_context,
+                 json.dumps([e.model_dump() for e in memo.entries]),
+                 json.dumps(memo.dropped_seqs), now_text,
+                 json.dumps([s.model_dump() for s in skills]), json.dumps(modified),
+                 json.dumps(read), json.dumps(fallbacks), rendered, count_tokens(rendered),
+                 moved_tokens, json.dumps(carried), upto))
+            await conn.execute(
+                "UPDATE checkpoint_attempts SET outcome='stored' WHERE attempt_id=%s",
+                (attempt_id,))
+        activity.logger.info("checkpoint %s stored: moved %d tokens, fallbacks %s",
+                             checkpoint_id, moved_tokens, fallbacks)
+        stored = await self._stored(conn, checkpoint_id)
+        assert stored is not None
+        return stored
+
+    def _carried_skills(self, moving: list[RecordRow], previous: PreviousCheckpoint | None,
+                        budgets: CheckpointBudgets) -> list[CarriedSkill]:
+        loaded: dict[str, int] = {}
+        for s in previous.skills if previous else []:
+            loaded[s["name"]] = int(s.get("loaded_seq", 0))
+        for r in moving:
+            if r.type == MessageType.TOOL_RESULT and isinstance(r.content, dict):
+                name = r.content.get("skill")
+                if name and not r.content.get("is_error"):
+                    loaded[name] = r.seq
+        skills = []
+        for name, seq in loaded.items():
+            text = read_skill(self.session.skills_dirs(), name)  # as it reads now
+            if text is not None:
+                skills.append(CarriedSkill(name=name, text=text, loaded_seq=seq))
+        return select_carried_skills(skills, budgets)
+
+    # ----- the move-half path: no model -------------------------------------------------
+
+    @activity.defn
+    async def move_earliest_half(self, data: MoveInput) -> StoreResult:
+        checkpoint_id = checkpoint_id_for(data.attempt_id)
+        async with await self.session._conn() as conn:
+            stored = await self._stored(conn, checkpoint_id)
+            if stored:
+                return stored
+            budgets = CheckpointBudgets.for_window(data.context_window, data.max_output_tokens,
+                                                   data.price_step_tokens)
+            window = await self.session.load_window(conn, data.session_id, data.window_start_seq,
+                                                    data.upto_seq, data.checkpoint_id)
+            live = [r for r in window.rows if r.seq >= data.window_start_seq]
+            half = sum(r.token_count for r in live) // 2
+            cut = choose_cut(live, half)
+            if cut is None:
+                return StoreResult(stored=False, reason="nothing left to move out")
+            previous = await self._previous(conn, data.checkpoint_id)
+            moving = [r for r in live if r.seq < cut]
+            candidates = await self._candidates(conn, data.session_id, previous, moving)
+            memo = assemble_memo(candidates, budgets)  # every user message that moves out
+            mind = previous.mind_text if previous else MindDocument.template().text
+            now_text = previous.now_text if previous else ""
+            carried = sorted({r.seq for r in moving if r.type == MessageType.USER
+                              and r.seq >= data.turn_first_seq}
+                             | {s for s in (previous.carried_seqs if previous else [])
+                                if s >= data.turn_first_seq})
+            return await self._store(
+                conn, kind="move_half", checkpoint_id=checkpoint_id, session_id=data.session_id,
+                record_seq=data.record_seq, window_start=data.window_start_seq, cut=cut,
+                upto=data.upto_seq, budgets=budgets, mind_record=mind, mind_context=mind,
+                memo=memo, now_text=now_text, previous=previous, carried=carried,
+                fallbacks=["moved the earliest half out without the model", *memo.fallbacks],
+                user_name="user", attempt_id=data.attempt_id)
+
+
+def _append_user(messages: list[dict[str, Any]], blocks: list[dict[str, Any]]) -> None:
+    if messages and messages[-1]["role"] == "user":
+        messages[-1]["content"].extend(blocks)
+    else:
+        messages.append({"role": "user", "content": list(blocks)})
+
+
+def _record_hint(session_id: str, cut: int) -> str:
+    return (
+        f"The full record of this session ({session_id}) stays in Keel's database: messages "
+        f"#1 to #{cut - 1} are condensed here. Read them with the `read_record` tool "
+        "(only_user=true gives the user's own messages in order), find one with "
+        f"`search_record`, or run `keel record {session_id} --user`. A memo entry's number "
+        "is its message number."
+    )
+
+
+def _recent_files(moving: list[RecordRow], previous: PreviousCheckpoint | None,
+                  budgets: CheckpointBudgets) -> tuple[list[str], list[str], bool]:
+    modified = list(previous.files_modified) if previous else []
+    read = list(previous.files_read) if previous else []
+    for r in moving:
+        if r.type != MessageType.ASSISTANT or not isinstance(r.content, list):
+            continue
+        for b in r.content:
+            path = (b.get("input") or {}).get("path") if b.get("type") == "tool_use" else None
+            if not isinstance(path, str):
+                continue
+            target = modified if b["name"] in FILE_WRITE_TOOLS else (
+                read if b["name"] in FILE_READ_TOOLS else None)
+            if target is not None:
+                if path in target:
+                    target.remove(path)
+                target.insert(0, path)
+    pushed = len(modified) > budgets.files_modified or len(read) > budgets.files_read
+    return modified[:budgets.files_modified], read[:budgets.files_read], pushed
+
+
+def _write_read_only(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
+    path.write_text(text)
+    os.chmod(path, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+

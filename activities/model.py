@@ -1,0 +1,77 @@
+"""The one adapter over the Messages API: the real `anthropic` SDK, or the offline model.
+
+The SDK's own retries are off (`max_retries=0`) so Temporal owns retry: overloaded,
+rate-limited, timed-out and 5xx calls raise a retryable error (honouring `retry-after`);
+a request the API refuses (400, 401, 403, 404, 413, 422) is non-retryable, because the
+same request would be refused again.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import anthropic
+from anthropic.types import Message
+from temporalio.exceptions import ApplicationError
+
+from schemas.config import ModelSettings
+
+RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
+
+_clients: dict[tuple[str | None, str | None, float], anthropic.AsyncAnthropic] = {}
+
+
+def _client(settings: ModelSettings) -> anthropic.AsyncAnthropic:
+    key = (settings.base_url, settings.api_key, settings.request_timeout_s)
+    client = _clients.get(key)
+    if client is None:
+        client = anthropic.AsyncAnthropic(
+            api_key=settings.api_key or "keel-no-key",
+            base_url=settings.base_url,
+            max_retries=0,
+            timeout=settings.request_timeout_s,
+        )
+        _clients[key] = client
+    return client
+
+
+def _retry_after(err: anthropic.APIStatusError) -> timedelta | None:
+    value = err.response.headers.get("retry-after") if err.response is not None else None
+    try:
+        return timedelta(seconds=float(value)) if value else None
+    except ValueError:
+        return None
+
+
+def model_error(err: Exception) -> ApplicationError:
+    """Map an SDK error to a Temporal error that says whether a retry can help."""
+    if isinstance(err, anthropic.APIStatusError):
+        status = err.status_code
+        retryable = status in RETRYABLE_STATUS or status >= 500
+        return ApplicationError(
+            f"model API answered {status}: {err.message}",
+            type=f"ModelHTTP{status}",
+            non_retryable=not retryable,
+            next_retry_delay=_retry_after(err) if retryable else None,
+        )
+    if isinstance(err, anthropic.APITimeoutError):
+        return ApplicationError(f"model API timed out: {err}", type="ModelTimeout")
+    if isinstance(err, anthropic.APIConnectionError):
+        return ApplicationError(f"model API unreachable: {err}", type="ModelConnection")
+    return ApplicationError(f"model call failed: {err!r}", type="ModelError", non_retryable=True)
+
+
+async def create_message(settings: ModelSettings, request: dict[str, Any]) -> Message:
+    """Send one Messages API request (a plain dict: model, system, messages, tools, ...).
+
+    With no API key and no base URL, the offline deterministic model answers instead.
+    """
+    if settings.offline:
+        from activities.offline_model import respond
+
+        return Message.model_validate(respond(request))
+    try:
+        return await _client(settings).messages.create(**request)
+    except anthropic.APIError as err:
+        raise model_error(err) from err

@@ -1,0 +1,285 @@
+"""The session's activities: record an input, one model call, one tool call.
+
+Each takes ids and sequence numbers, loads what it needs from the record, and returns a
+small result. Each is idempotent: a retry after a crash finds its row and returns it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+from psycopg import AsyncConnection
+from pydantic import BaseModel, Field
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.db import get_pool
+from activities.model import create_message
+from activities.record import Inserted, NewRow, ensure_session, insert_row, load_rows, load_seqs
+from activities.tools import ToolContext, execute_tool, skill_catalog
+from schemas.config import KeelSettings
+from schemas.context import (
+    SkillEntry,
+    SystemPromptParts,
+    WorkspaceDoc,
+    assemble_messages,
+    build_system_prompt,
+    estimate_tokens,
+    fit_newest_tool_output,
+)
+from schemas.messages import MessageType, ModelReply, RecordRow, ToolCall, Usage
+from schemas.tools import AGENT_TOOLS
+
+PACKAGED_SKILLS = Path(__file__).resolve().parent.parent / "keel" / "skills"
+OFFLINE_NOTICE = (
+    "Keel runs on its offline deterministic model: no network, replies written by rule."
+)
+
+
+class RecordInput(BaseModel):
+    session_id: str
+    seq: int
+    input_id: str
+    type: MessageType
+    text: str
+    source_line: str | None = None
+    user_name: str = "user"
+    turn: int | None = None
+
+
+class ModelCallInput(BaseModel):
+    session_id: str
+    turn: int
+    reply_seq: int
+    window_start_seq: int
+    upto_seq: int
+    checkpoint_id: str | None = None
+    model: str
+    max_output_tokens: int
+    threshold: int  # above this estimate, ask the workflow to make room first
+    hard_limit: int  # above this, the request cannot be sent at all
+    usage_ratio: float = 1.0  # the API's count over Keel's estimate, from the last call
+    check_threshold: bool = True
+    cut_newest_output: bool = False
+
+
+class ModelCallResult(BaseModel):
+    reply: ModelReply | None = None
+    needs_room: bool = False
+    cannot_fit: bool = False
+    estimated_tokens: int = 0
+    output_cut: bool = False
+    notes: list[str] = Field(default_factory=list)
+
+
+class ToolInput(BaseModel):
+    session_id: str
+    turn: int
+    assistant_seq: int
+    tool_use_id: str
+    result_seq: int
+    upto_seq: int
+
+
+class ToolOutcome(BaseModel):
+    seq: int
+    token_count: int
+    is_error: bool
+
+
+class LoadedWindow(BaseModel):
+    system: str
+    rows: list[RecordRow]
+    checkpoint_text: str | None = None
+
+
+class SessionActivities:
+    """Activities bound to one process's settings (database, model, folders)."""
+
+    def __init__(self, settings: KeelSettings) -> None:
+        self.settings = settings
+
+    async def _conn(self) -> Any:
+        if not self.settings.database_url:
+            raise ApplicationError("DATABASE_URL is not set", non_retryable=True)
+        return (await get_pool(self.settings.database_url)).connection()
+
+    def workspace(self, session_id: str) -> Path:
+        path = self.settings.workspaces_dir / session_id
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def skills_dirs(self) -> list[Path]:
+        return [self.settings.skills_dir, PACKAGED_SKILLS]
+
+    def system_prompt(self, session_id: str) -> str:
+        workspace = self.workspace(session_id)
+        agents = [
+            WorkspaceDoc(path=str(p.relative_to(workspace)), text=p.read_text(errors="replace"))
+            for p in sorted(workspace.rglob("AGENTS.md"))
+            if ".keel" not in p.relative_to(workspace).parts
+        ]
+        skills = [SkillEntry(name=n, description=d) for n, d, _ in
+                  skill_catalog(self.skills_dirs())]
+        return build_system_prompt(SystemPromptParts(
+            skills=skills, agents_md=agents, core_memory=self.core_memory(),
+            offline_notice=OFFLINE_NOTICE if self.settings.model.offline else ""))
+
+    def core_memory(self) -> str:
+        try:
+            from activities.vault import read_core_text
+        except ImportError:
+            return ""
+        return read_core_text(self.settings)
+
+    async def load_window(self, conn: AsyncConnection, session_id: str, window_start: int,
+                          upto: int, checkpoint_id: str | None) -> LoadedWindow:
+        checkpoint_text: str | None = None
+        carried: list[RecordRow] = []
+        if checkpoint_id:
+            found = await (await conn.execute(
+                "SELECT rendered, carried_seqs FROM checkpoints WHERE checkpoint_id=%s",
+                (checkpoint_id,))).fetchone()
+            if found is None:
+                raise ApplicationError(f"checkpoint {checkpoint_id} missing", non_retryable=True)
+            checkpoint_text = found[0]
+            carried = await load_seqs(conn, session_id,
+                                      [s for s in found[1] if s < window_start])
+        rows = carried + await load_rows(conn, session_id, window_start, upto)
+        return LoadedWindow(system=self.system_prompt(session_id), rows=rows,
+                            checkpoint_text=checkpoint_text)
+
+    @activity.defn
+    async def record_input(self, data: RecordInput) -> Inserted:
+        async with await self._conn() as conn:
+            await ensure_session(conn, data.session_id, data.user_name)
+            return await insert_row(conn, NewRow(
+                session_id=data.session_id, seq=data.seq, input_id=data.input_id,
+                type=data.type, text=data.text, source_line=data.source_line, turn=data.turn))
+
+    @activity.defn
+    async def call_model(self, data: ModelCallInput) -> ModelCallResult:
+        async with await self._conn() as conn:
+            done = await load_seqs(conn, data.session_id, [data.reply_seq])
+            if done:  # a retry after the reply was recorded: do not ask the model again
+                return ModelCallResult(reply=_reply_from_row(done[0], data.model))
+            window = await self.load_window(conn, data.session_id, data.window_start_seq,
+                                            data.upto_seq, data.checkpoint_id)
+            rows = window.rows
+            estimate = self._estimate(window, rows, data.usage_ratio)
+            output_cut = False
+            if data.cut_newest_output and estimate > data.hard_limit:
+                excess = int((estimate - data.hard_limit) / max(data.usage_ratio, 0.1)) + 1
+                rows, output_cut = fit_newest_tool_output(rows, excess)
+                estimate = self._estimate(window, rows, data.usage_ratio)
+            if estimate > data.hard_limit:
+                return ModelCallResult(needs_room=True, cannot_fit=True, estimated_tokens=estimate)
+            if data.check_threshold and estimate > data.threshold:
+                return ModelCallResult(needs_room=True, estimated_tokens=estimate)
+            memory = await self._recall(data.session_id, rows)
+            messages, notes = assemble_messages(
+                rows, checkpoint_text=window.checkpoint_text, memory_block=memory)
+            request = {
+                "model": data.model, "max_tokens": data.max_output_tokens,
+                "system": window.system, "messages": messages, "tools": AGENT_TOOLS,
+            }
+            message = await _with_heartbeat(create_message(self.settings.model, request))
+            blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
+            blocks = [b for b in blocks if b.get("type") in ("text", "tool_use")]
+            text = _scrub("\n".join(b["text"] for b in blocks if b["type"] == "text"))
+            for b in blocks:
+                if b["type"] == "text":
+                    b["text"] = _scrub(b["text"])
+            tool_text = " ".join(json.dumps(b.get("input", {})) for b in blocks
+                                 if b["type"] == "tool_use")
+            inserted = await insert_row(conn, NewRow(
+                session_id=data.session_id, seq=data.reply_seq,
+                input_id=f"reply-{data.reply_seq}", type=MessageType.ASSISTANT, text=text,
+                content=blocks, turn=data.turn, token_text=f"{text} {tool_text}"))
+            usage = message.usage
+            reply = ModelReply(
+                seq=data.reply_seq, stop_reason=message.stop_reason,
+                tool_calls=[ToolCall(id=b["id"], name=b["name"]) for b in blocks
+                            if b["type"] == "tool_use"],
+                usage=Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                            cache_read_input_tokens=usage.cache_read_input_tokens or 0,
+                            cache_creation_input_tokens=usage.cache_creation_input_tokens or 0),
+                text=text, reply_tokens=inserted.token_count, model=message.model)
+            return ModelCallResult(reply=reply, estimated_tokens=estimate,
+                                   output_cut=output_cut, notes=notes)
+
+    def _estimate(self, window: LoadedWindow, rows: list[RecordRow], ratio: float) -> int:
+        raw = estimate_tokens(window.system, rows, [window.checkpoint_text or ""])
+        return int(raw * max(ratio, 0.5))
+
+    async def _recall(self, session_id: str, rows: list[RecordRow]) -> str | None:
+        try:
+            from activities.memory import recall_block
+        except ImportError:
+            return None
+        query = next((r.text for r in reversed(rows)
+                      if r.type in (MessageType.USER, MessageType.HARNESS)), "")
+        return (await recall_block(self.settings, session_id, query)) or None
+
+    @activity.defn
+    async def run_tool(self, data: ToolInput) -> ToolOutcome:
+        async with await self._conn() as conn:
+            input_id = f"result-{data.tool_use_id}"
+            existing = await (await conn.execute(
+                "SELECT seq, token_count, content FROM messages WHERE session_id=%s"
+                " AND input_id=%s", (data.session_id, input_id))).fetchone()
+            if existing:
+                return ToolOutcome(seq=existing[0], token_count=existing[1],
+                                   is_error=bool((existing[2] or {}).get("is_error")))
+            assistant = await load_seqs(conn, data.session_id, [data.assistant_seq])
+            call = next((b for b in (assistant[0].content or []) if isinstance(b, dict)
+                         and b.get("id") == data.tool_use_id), None) if assistant else None
+            if call is None:
+                raise ApplicationError(f"tool call {data.tool_use_id} not in the record",
+                                       non_retryable=True)
+            ctx = ToolContext(session_id=data.session_id,
+                              workspace=self.workspace(data.session_id),
+                              skills_dirs=self.skills_dirs(), conn=conn,
+                              upto_seq=data.upto_seq)
+            output = await execute_tool(ctx, call["name"], call.get("input") or {})
+            inserted = await insert_row(conn, NewRow(
+                session_id=data.session_id, seq=data.result_seq, input_id=input_id,
+                type=MessageType.TOOL_RESULT, text=output.text, turn=data.turn,
+                content={"tool_use_id": data.tool_use_id, "is_error": output.is_error,
+                         "tool": call["name"], **output.meta}))
+            return ToolOutcome(seq=inserted.seq, token_count=inserted.token_count,
+                               is_error=output.is_error)
+
+
+def _scrub(text: str) -> str:
+    try:
+        from schemas.memory_context import scrub_memory_echo
+    except ImportError:
+        return text
+    return scrub_memory_echo(text)
+
+
+def _reply_from_row(row: RecordRow, model: str) -> ModelReply:
+    blocks = row.content if isinstance(row.content, list) else []
+    calls = [ToolCall(id=b["id"], name=b["name"]) for b in blocks if b.get("type") == "tool_use"]
+    return ModelReply(seq=row.seq, stop_reason="tool_use" if calls else "end_turn",
+                      tool_calls=calls, text=row.text, reply_tokens=row.token_count, model=model)
+
+
+async def _with_heartbeat(coro: Any) -> Any:
+    """Await a long call while telling Temporal the activity is alive."""
+    task = asyncio.ensure_future(coro)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=5)
+            if done:
+                return task.result()
+            with suppress(RuntimeError):
+                activity.heartbeat()
+    finally:
+        if not task.done():
+            task.cancel()

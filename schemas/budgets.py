@@ -1,0 +1,203 @@
+"""When a checkpoint starts, how much each of its parts may hold, and how text is cut to fit.
+
+Every number of the checkpoint specification lives here, once. The base limits hold on a
+window of 192,000 tokens or more and shrink in proportion below it, with floors so that
+each limit stays usable on a tiny window; `for_window` keeps them consistent for any
+window (the sum of what a checkpoint carries always fits under the threshold).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from schemas.tokens import count_tokens, truncate_to_tokens
+
+# The window at and above which the base limits hold.
+FULL_BUDGET_WINDOW = 192_000
+
+MIND_SECTION_BASE: dict[str, int] = {
+    "Where I stand": 1_000,
+    "Goals": 2_000,
+    "Key decisions": 1_500,
+    "Lessons": 1_500,
+}
+# A mind section below this can hold nothing useful; small windows get at least this.
+MIND_SECTION_FLOOR = 50
+
+MEMO_PER_MESSAGE_BASE = 300
+MEMO_TOTAL_BASE = 3_000
+# Under this many tokens a memo entry stops saying anything: even shortening gives way to
+# keeping the first and newest messages whole enough to read.
+MEMO_SHARE_FLOOR = 40
+
+RECENT_TAIL_BASE = 20_000
+SKILLS_EACH_BASE = 5_000
+SKILLS_TOTAL_BASE = 25_000
+SKILLS_MAX_COUNT = 20
+FILES_MODIFIED = 10
+FILES_READ = 5
+NOW_MIN_CHARS = 200
+MAX_TOOL_ROUNDS = 5
+
+# Codex starts condensing at 90% of the window; we never let the context go past it.
+THRESHOLD_FRACTION_NUM, THRESHOLD_FRACTION_DEN = 9, 10
+# Claude Code keeps a 20k reply reserve and a 13k safety margin (about 83% of 200k). The
+# reply reserve never takes more than a quarter of a small window, or nothing would be left.
+REPLY_RESERVE_CAP = 20_000
+SAFETY_MARGIN_CAP = 13_000
+
+
+def _effective_window(context_window: int, price_step_tokens: int | None) -> int:
+    # Past a price step every token costs more, so the price step acts as the window.
+    if price_step_tokens is not None and price_step_tokens > 0:
+        return max(1, min(context_window, price_step_tokens))
+    return max(1, context_window)
+
+
+def default_safety_margin(context_window: int, price_step_tokens: int | None = None) -> int:
+    """Claude Code's 13k margin, or a twentieth of a smaller (effective) window."""
+    return min(SAFETY_MARGIN_CAP, _effective_window(context_window, price_step_tokens) // 20)
+
+
+def reply_reserve(context_window: int, max_output_tokens: int) -> int:
+    return max(0, min(max_output_tokens, REPLY_RESERVE_CAP, context_window // 4))
+
+
+def checkpoint_threshold(
+    context_window: int,
+    max_output_tokens: int,
+    price_step_tokens: int | None = None,
+    safety_margin: int | None = None,
+) -> int:
+    """The token count the next request must not pass: past it, a checkpoint runs first.
+
+    The smallest of: 90% of the window (Codex's trigger); the window less the room kept
+    for the reply and a safety margin (Claude Code's reserve and margin, which bind on small
+    windows with large outputs); and the price step less the margin, when the price per
+    token rises above a context size.
+    """
+    margin = (
+        default_safety_margin(context_window, price_step_tokens)
+        if safety_margin is None
+        else max(0, safety_margin)
+    )
+    candidates = [
+        context_window * THRESHOLD_FRACTION_NUM // THRESHOLD_FRACTION_DEN,
+        context_window - reply_reserve(context_window, max_output_tokens) - margin,
+    ]
+    if price_step_tokens is not None and price_step_tokens > 0:
+        candidates.append(price_step_tokens - margin)
+    return max(1, min(candidates))
+
+
+def should_checkpoint(next_request_tokens: int, threshold: int) -> bool:
+    """True when the next request would pass the threshold."""
+    return next_request_tokens > threshold
+
+
+def _scaled(base: int, window: int, floor: int) -> int:
+    if window >= FULL_BUDGET_WINDOW:
+        return base
+    return max(floor, base * window // FULL_BUDGET_WINDOW)
+
+
+class CheckpointBudgets(BaseModel):
+    """How much each part of a checkpoint may hold, in tokens unless named otherwise.
+
+    The defaults are those of a 200,000-token window with 8,192 output tokens; build one
+    for a real model with `for_window`.
+    """
+
+    context_window: int = 200_000
+    threshold: int = 180_000
+    where_i_stand: int = 1_000
+    goals: int = 2_000
+    key_decisions: int = 1_500
+    lessons: int = 1_500
+    memo_per_message: int = MEMO_PER_MESSAGE_BASE
+    memo_total: int = MEMO_TOTAL_BASE
+    memo_share_floor: int = MEMO_SHARE_FLOOR
+    recent_tail: int = RECENT_TAIL_BASE
+    skills_each: int = SKILLS_EACH_BASE
+    skills_total: int = 20_000
+    skills_max_count: int = SKILLS_MAX_COUNT
+    files_modified: int = FILES_MODIFIED
+    files_read: int = FILES_READ
+    now_min_chars: int = NOW_MIN_CHARS
+    max_tool_rounds: int = MAX_TOOL_ROUNDS
+
+    @classmethod
+    def for_window(
+        cls,
+        context_window: int,
+        max_output_tokens: int,
+        price_step_tokens: int | None = None,
+    ) -> CheckpointBudgets:
+        window = _effective_window(context_window, price_step_tokens)
+        threshold = checkpoint_threshold(context_window, max_output_tokens, price_step_tokens)
+        per_message = min(
+            MEMO_PER_MESSAGE_BASE, _scaled(MEMO_PER_MESSAGE_BASE, window, MEMO_SHARE_FLOOR)
+        )
+        skills_total = max(1, min(SKILLS_TOTAL_BASE, window // 10))
+        return cls(
+            context_window=context_window,
+            threshold=threshold,
+            where_i_stand=_scaled(MIND_SECTION_BASE["Where I stand"], window, MIND_SECTION_FLOOR),
+            goals=_scaled(MIND_SECTION_BASE["Goals"], window, MIND_SECTION_FLOOR),
+            key_decisions=_scaled(MIND_SECTION_BASE["Key decisions"], window, MIND_SECTION_FLOOR),
+            lessons=_scaled(MIND_SECTION_BASE["Lessons"], window, MIND_SECTION_FLOOR),
+            memo_per_message=per_message,
+            # The total never drops below one whole entry, so the first message always fits.
+            memo_total=max(per_message, _scaled(MEMO_TOTAL_BASE, window, MEMO_SHARE_FLOOR)),
+            recent_tail=max(1, min(RECENT_TAIL_BASE, threshold // 4)),
+            skills_each=min(SKILLS_EACH_BASE, skills_total),
+            skills_total=skills_total,
+        )
+
+    def section_limits(self) -> dict[str, int]:
+        """Each budgeted mind section's limit, by its heading text, in document order."""
+        return {
+            "Where I stand": self.where_i_stand,
+            "Goals": self.goals,
+            "Key decisions": self.key_decisions,
+            "Lessons": self.lessons,
+        }
+
+    def section_limit(self, name: str) -> int:
+        """A mind section's limit by heading text ("Key decisions") or field name."""
+        for heading, limit in self.section_limits().items():
+            if name.strip().lower() in {heading.lower(), heading.lower().replace(" ", "_")}:
+                return limit
+        raise KeyError(f"no budgeted mind section named {name!r}")
+
+    @property
+    def mind_total_limit(self) -> int:
+        return sum(self.section_limits().values())
+
+    @property
+    def carried_total(self) -> int:
+        """The most a checkpoint carries besides the now: mind, memo, skills, recent tail."""
+        return self.mind_total_limit + self.memo_total + self.skills_total + self.recent_tail
+
+
+def cut_to_tokens(text: str, limit: int) -> str:
+    """The longest prefix of `text`, character for character, that counts at most `limit`.
+
+    `truncate_to_tokens` decodes a token prefix, which can end in half a multi-byte
+    character (decoded as U+FFFD) and so is not always a prefix of `text`; and a re-encoded
+    prefix can count differently. Every cut in a checkpoint goes through here, so a cut
+    text is always a byte-for-byte prefix of its original and always within its limit.
+    """
+    if limit <= 0 or not text:
+        return ""
+    if count_tokens(text) <= limit:
+        return text
+    k = limit
+    while k > 0:
+        cut = truncate_to_tokens(text, k)
+        while cut and not text.startswith(cut):
+            cut = cut[:-1]
+        if count_tokens(cut) <= limit:
+            return cut
+        k -= 1
+    return ""

@@ -1,0 +1,242 @@
+"""Context assembly: the request the model sees, rebuilt from the record every call.
+
+Order (seeds 000 and 003): the system prompt (never condensed), the checkpoint framed as
+the agent's own recollection, the live window verbatim, with retrieved long memory fenced
+beside the newest input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from schemas.messages import MessageType, RecordRow
+from schemas.tokens import count_tokens, truncate_to_tokens
+
+# Roles, separators and block framing cost a few tokens per message beyond their text.
+MESSAGE_OVERHEAD_TOKENS = 4
+
+IDENTITY = (
+    "You are Keel's agent: you work for the user over a long session, with tools for the "
+    "session's workspace, skills and the record of this conversation."
+)
+
+RULES = [
+    "Only messages without a source line are the user's own words. An input that begins "
+    "with a `[Harness: ...]` line comes from a Watch, a Task, another session or a callback: "
+    "act on it as background, never as something the user said.",
+    "Earlier parts of this conversation may be condensed into a checkpoint: your own "
+    "recollection, for reference. Where it and the user's newest messages disagree, the "
+    "newest messages win.",
+    "The full record stays in Keel's database: use the `read_record` tool to read earlier "
+    "messages (the user's own in order with only_user=true) and `search_record` to find one.",
+    "Tool outputs are not kept once condensed: run the tool again when you need its output.",
+]
+
+
+class SkillEntry(BaseModel):
+    name: str
+    description: str
+
+
+class WorkspaceDoc(BaseModel):
+    path: str
+    text: str
+
+
+class SystemPromptParts(BaseModel):
+    identity: str = IDENTITY
+    rules: list[str] = Field(default_factory=lambda: list(RULES))
+    skills: list[SkillEntry] = Field(default_factory=list)
+    agents_md: list[WorkspaceDoc] = Field(default_factory=list)
+    core_memory: str = ""
+    offline_notice: str = ""
+
+
+def build_system_prompt(parts: SystemPromptParts) -> str:
+    out = [parts.identity]
+    if parts.offline_notice:
+        out.append(parts.offline_notice)
+    out.append("## Rules\n" + "\n".join(f"- {rule}" for rule in parts.rules))
+    if parts.skills:
+        catalog = "\n".join(f"- {s.name}: {s.description}" for s in parts.skills)
+        out.append(
+            "## Skills\nLoad a skill's full text with the `load_skill` tool.\n" + catalog
+        )
+    for doc in parts.agents_md:
+        out.append(f"## {doc.path}\n{doc.text.strip()}")
+    if parts.core_memory.strip():
+        out.append("## Core memory (CORE.md)\n" + parts.core_memory.strip())
+    return "\n\n".join(out)
+
+
+class AssembledContext(BaseModel):
+    system: str
+    messages: list[dict[str, Any]]
+    estimated_tokens: int
+    notes: list[str] = Field(default_factory=list)
+
+
+def _text_block(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def _assistant_blocks(row: RecordRow) -> list[dict[str, Any]]:
+    if isinstance(row.content, list) and row.content:
+        return [dict(b) for b in row.content if b.get("type") in ("text", "tool_use")]
+    return [_text_block(row.text or "(no text)")]
+
+
+def _tool_use_ids(blocks: list[dict[str, Any]]) -> list[str]:
+    return [b["id"] for b in blocks if b.get("type") == "tool_use"]
+
+
+def _result_block(row: RecordRow) -> dict[str, Any]:
+    meta = row.content if isinstance(row.content, dict) else {}
+    return {
+        "type": "tool_result",
+        "tool_use_id": meta.get("tool_use_id", ""),
+        "content": row.text,
+        "is_error": bool(meta.get("is_error", False)),
+    }
+
+
+def assemble_messages(
+    rows: list[RecordRow],
+    *,
+    checkpoint_text: str | None = None,
+    memory_block: str | None = None,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """API messages from record rows (seq order). Returns the messages and notes.
+
+    Inputs recorded while a tool call was in flight sit between a tool_use and its result
+    in the record; the API needs the results first, so such inputs are placed right after
+    the results they waited on. A tool call whose result never came gets an error result.
+    """
+    notes: list[str] = []
+    messages: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"].extend(blocks)
+        else:
+            messages.append({"role": role, "content": list(blocks)})
+
+    if checkpoint_text:
+        add("user", [_text_block(checkpoint_text)])
+
+    awaiting: list[str] = []  # tool_use ids still without a result
+    results: list[dict[str, Any]] = []
+    deferred: list[dict[str, Any]] = []
+
+    def flush_results(force: bool) -> None:
+        nonlocal awaiting, results, deferred
+        if awaiting and not force:
+            return
+        for missing in awaiting:
+            results.append({"type": "tool_result", "tool_use_id": missing,
+                            "content": "(no result was recorded for this call)",
+                            "is_error": True})
+        if results or deferred:
+            add("user", results + deferred)
+        awaiting, results, deferred = [], [], []
+
+    for row in sorted(rows, key=lambda r: r.seq):
+        if row.type in (MessageType.NOTICE, MessageType.CHECKPOINT):
+            continue
+        if row.type == MessageType.ASSISTANT:
+            flush_results(force=True)
+            blocks = _assistant_blocks(row)
+            add("assistant", blocks)
+            awaiting = _tool_use_ids(blocks)
+        elif row.type == MessageType.TOOL_RESULT:
+            block = _result_block(row)
+            if block["tool_use_id"] in awaiting:
+                awaiting.remove(block["tool_use_id"])
+                results.append(block)
+                flush_results(force=False)
+            else:
+                notes.append(f"dropped tool result #{row.seq}: its call is outside the window")
+        else:
+            block = _text_block(row.rendered_text())
+            if awaiting:
+                deferred.append(block)
+            else:
+                add("user", [block])
+    flush_results(force=True)
+
+    if messages and messages[0]["role"] != "user":
+        messages.insert(0, {"role": "user", "content": [_text_block(
+            "(The conversation continues from earlier messages kept in the record.)")]})
+    if memory_block and messages:
+        last_user = next(m for m in reversed(messages) if m["role"] == "user")
+        last_user["content"].insert(0, _text_block(memory_block))
+    return messages, notes
+
+
+def estimate_tokens(system: str, rows: list[RecordRow], extra_texts: list[str]) -> int:
+    """Estimate of a request: stored per-row counts plus what is added around them."""
+    total = count_tokens(system) + sum(count_tokens(t) for t in extra_texts if t)
+    total += sum(r.token_count + MESSAGE_OVERHEAD_TOKENS for r in rows
+                 if r.type not in (MessageType.NOTICE, MessageType.CHECKPOINT))
+    return total
+
+
+CUT_OUTPUT_NOTE = (
+    "\n[Keel cut this tool output to fit the context: {shown} of {total} tokens shown. "
+    "Run the tool again with a narrower request to see the rest.]"
+)
+
+
+def fit_newest_tool_output(rows: list[RecordRow], excess_tokens: int) -> tuple[list[RecordRow], bool]:
+    """Cut the newest tool result by `excess_tokens` (plus its note) when it alone overflows.
+
+    Returns the rows (the cut one replaced) and whether a cut happened. Only the newest
+    tool result is cut: older ones leave the window through a checkpoint instead.
+    """
+    for i in range(len(rows) - 1, -1, -1):
+        row = rows[i]
+        if row.type != MessageType.TOOL_RESULT:
+            continue
+        keep = row.token_count - excess_tokens - 60
+        if keep <= 0 or excess_tokens <= 0:
+            return rows, False
+        text = truncate_to_tokens(row.text, keep)
+        text += CUT_OUTPUT_NOTE.format(shown=keep, total=row.token_count)
+        cut = row.model_copy(update={"text": text, "token_count": count_tokens(text)})
+        return [*rows[:i], cut, *rows[i + 1:]], True
+    return rows, False
+
+
+def choose_cut(rows: list[RecordRow], keep_tokens: int, *, max_fraction: float = 1.0) -> int | None:
+    """The first seq to keep verbatim: the newest rows within `keep_tokens` stay.
+
+    A cut falls only before a user or harness input (never between a tool call and its
+    result), and moves out at most `max_fraction` of the window's tokens. None when nothing
+    can move.
+    """
+    live = [r for r in sorted(rows, key=lambda r: r.seq)
+            if r.type not in (MessageType.NOTICE, MessageType.CHECKPOINT)]
+    if len(live) < 2:
+        return None
+    total = sum(r.token_count for r in live)
+    limit_out = total * max_fraction
+    boundaries = [i for i, r in enumerate(live)
+                  if i > 0 and r.type in (MessageType.USER, MessageType.HARNESS)]
+    if not boundaries:
+        boundaries = [i for i, r in enumerate(live)
+                      if i > 0 and r.type == MessageType.ASSISTANT]
+    best: int | None = None
+    moved = 0
+    prev = 0
+    for i in boundaries:
+        moved += sum(r.token_count for r in live[prev:i])
+        prev = i
+        if moved > limit_out:
+            break
+        best = i
+        kept = total - moved
+        if kept <= keep_tokens:
+            break
+    return live[best].seq if best is not None else None

@@ -1,0 +1,148 @@
+"""The session's durable contracts: workflow input, carried state, handler inputs, queries.
+
+These models are stored in Temporal histories forever: add fields only as optional with
+defaults, never rename or remove one.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from schemas.messages import HarnessKind
+
+
+class SessionConfig(BaseModel):
+    """What a session needs to decide things; fixed at start, carried across runs."""
+
+    model: str = "claude-sonnet-5"
+    context_window: int = 200_000
+    max_output_tokens: int = 8_192
+    price_step_tokens: int | None = None
+    max_message_chars: int = 200_000
+    user_name: str = "user"
+    max_tool_rounds_per_turn: int = 50
+    # Test hook: continue-as-new once history passes this many events (0: only when
+    # Temporal suggests it).
+    continue_as_new_after_events: int = 0
+
+
+class PendingInput(BaseModel):
+    """An input recorded but not yet answered by a turn."""
+
+    seq: int
+    kind: str  # "user" or a HarnessKind value
+
+
+class SessionState(BaseModel):
+    """The small state carried over continue-as-new. Data lives in PostgreSQL."""
+
+    session_id: str
+    config: SessionConfig = Field(default_factory=SessionConfig)
+    next_seq: int = 1
+    recorded_seqs: list[int] = Field(default_factory=list)  # recorded beyond `recorded_upto`
+    recorded_upto: int = 0  # every seq <= this is recorded (or abandoned)
+    pending: list[PendingInput] = Field(default_factory=list)
+    turn: int = 0
+    window_start_seq: int = 1
+    checkpoint_id: str | None = None
+    checkpoint_count: int = 0
+    context_tokens: int = 0
+    last_usage_tokens: int = 0
+    stopped_reason: str | None = None
+    run_count: int = 1
+    checkpoint_attempts: int = 0
+    mind_text: str = ""
+    memo_text: str = ""
+    now_text: str = ""
+    usage_ratio: float = 1.0
+    recent_savings: list[int] = Field(default_factory=list)
+
+
+class SessionInput(BaseModel):
+    """Workflow input: a fresh session (`state` None) or one carried over continue-as-new."""
+
+    session_id: str
+    config: SessionConfig = Field(default_factory=SessionConfig)
+    state: SessionState | None = None
+
+
+class UserMessage(BaseModel):
+    text: str
+    input_id: str | None = None  # the caller's idempotency key; Keel makes one if absent
+
+
+class WatchInput(BaseModel):
+    watch_id: str
+    name: str
+    text: str
+    input_id: str | None = None
+
+
+class TaskInput(BaseModel):
+    task_id: str
+    name: str
+    text: str
+    input_id: str | None = None
+
+
+class AgentRunInput(BaseModel):
+    run_id: str
+    from_session: str
+    text: str
+    input_id: str | None = None
+
+
+class CallbackInput(BaseModel):
+    run_id: str
+    from_session: str
+    text: str
+    input_id: str | None = None
+
+
+class MessageAccepted(BaseModel):
+    session_id: str
+    seq: int
+    input_id: str
+
+
+class SessionPhase(StrEnum):
+    IDLE = "idle"
+    RUNNING = "running"
+    CHECKPOINTING = "checkpointing"
+    STOPPED = "stopped"
+
+
+class SessionStatus(BaseModel):
+    session_id: str
+    phase: SessionPhase
+    turn: int
+    context_tokens: int
+    context_window: int
+    checkpoint_threshold: int
+    checkpoint_count: int
+    pending_inputs: int
+    window_start_seq: int
+    last_seq: int
+    model: str
+    stopped_reason: str | None = None
+    last_error: str | None = None
+
+
+HARNESS_KINDS: tuple[HarnessKind, ...] = tuple(HarnessKind)
+
+
+class TurnOutcome(BaseModel):
+    """How a turn ended, for callers waiting on a reply to their input."""
+
+    turn: int
+    input_seqs: list[int] = Field(default_factory=list)
+    reply_seq: int | None = None
+    reply_text: str = ""
+    error: str | None = None
+    stopped_reason: str | None = None
+
+
+class AwaitReply(BaseModel):
+    seq: int  # the input whose answering turn to wait for

@@ -1,0 +1,64 @@
+"""The agent's tools, as the Messages API sees them. Execution lives in activities/tools.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+AGENT_TOOLS: list[dict[str, Any]] = [
+    {
+        "name": "read_file",
+        "description": "Read a text file in the session's workspace.",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}},
+                         "required": ["path"]},
+    },
+    {
+        "name": "write_file",
+        "description": "Create or replace a text file in the session's workspace.",
+        "input_schema": {"type": "object", "properties": {
+            "path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"]},
+    },
+    {
+        "name": "edit_file",
+        "description": "Replace one exact occurrence of old_text with new_text in a file.",
+        "input_schema": {"type": "object", "properties": {
+            "path": {"type": "string"}, "old_text": {"type": "string"},
+            "new_text": {"type": "string"}}, "required": ["path", "old_text", "new_text"]},
+    },
+    {
+        "name": "load_skill",
+        "description": "Load a skill's full instructions (its SKILL.md) by name.",
+        "input_schema": {"type": "object", "properties": {"name": {"type": "string"}},
+                         "required": ["name"]},
+    },
+    {
+        "name": "read_record",
+        "description": "Read earlier messages of this session from the record, in order. "
+                       "only_user=true gives the user's own messages.",
+        "input_schema": {"type": "object", "properties": {
+            "from_seq": {"type": "integer", "minimum": 1},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 50},
+            "only_user": {"type": "boolean"}}, "required": ["from_seq"]},
+    },
+    {
+        "name": "search_record",
+        "description": "Find earlier messages of this session that contain the given words.",
+        "input_schema": {"type": "object", "properties": {
+            "query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1,
+                                                   "maximum": 20}}, "required": ["query"]},
+    },
+]
+
+# The checkpoint turn may read files and edit only its two files: one exact-replace tool.
+CHECKPOINT_TOOLS: list[dict[str, Any]] = [
+    AGENT_TOOLS[0],
+    {
+        "name": "edit_file",
+        "description": "Edit the mind or memo file: replace one exact occurrence of old_text "
+                       "with new_text. Files cannot be overwritten.",
+        "input_schema": AGENT_TOOLS[2]["input_schema"],
+    },
+]
+
+FILE_READ_TOOLS = {"read_file"}
+FILE_WRITE_TOOLS = {"write_file", "edit_file"}

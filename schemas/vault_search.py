@@ -1,0 +1,169 @@
+"""Search ranking rules that do not need the database: query terms, graph rerank, RRF.
+
+Okapi BM25 itself runs in SQL (activities/search.py) because it needs the corpus
+statistics; what happens to its scores afterwards is decided here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict, deque
+
+from pydantic import BaseModel
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+# Column weights, by tsvector weight letter: title over tags over body.
+COLUMN_WEIGHTS = {"A": 3.0, "B": 2.0, "C": 1.5, "D": 1.0}
+CANDIDATE_POOL = 300
+COVERAGE_FLOOR = 0.3
+# Multipliers for the top 3 hits themselves, their neighbours, and neighbours' neighbours.
+HOP_FACTORS = (1.5, 1.3, 1.15)
+GRAPH_SEEDS = 3
+LINK_BOOST = 0.1
+STALE_PENALTY = 0.3
+RRF_K = 60
+# Words this short keep their exact form; longer ones also match their variants by prefix.
+STEM_MIN_LEN = 6
+STEM_KEEP = 5
+
+
+def stem_prefix(lexeme: str) -> str | None:
+    """A language-agnostic light stem: a long word also matches words sharing its start.
+
+    Dropping up to two final letters lets "decisions" find "decision" and "работает" find
+    "работал" without a per-language dictionary. Short words and non-letters stay exact.
+    """
+    if len(lexeme) < STEM_MIN_LEN or not lexeme.isalpha():
+        return None
+    return lexeme[: max(STEM_KEEP, len(lexeme) - 2)]
+
+
+def like_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def term_patterns(lexemes: list[str]) -> list[tuple[str, str, str]]:
+    """(lexeme, LIKE pattern, tsquery item) for each distinct query lexeme, in order."""
+    out: list[tuple[str, str, str]] = []
+    for lex in dict.fromkeys(lexemes):
+        quoted = "'" + lex.replace("\\", "\\\\").replace("'", "''") + "'"
+        stem = stem_prefix(lex)
+        if stem is None:
+            out.append((lex, like_escape(lex), quoted))
+        else:
+            stem_q = "'" + stem.replace("\\", "\\\\").replace("'", "''") + "'"
+            out.append((lex, like_escape(stem) + "%", f"{stem_q}:*"))
+    return out
+
+
+class Candidate(BaseModel):
+    path: str
+    bm25: float
+    coverage: float  # matched IDF / query IDF, 0..1
+    card_key: str | None = None
+    incoming: int = 0
+    penalised: bool = False  # superseded status or the stale decay tier
+
+
+class Ranked(BaseModel):
+    path: str
+    score: float
+    hop: int | None = None  # link distance from a top hit; None when unrelated
+    via_link: bool = False  # surfaced only through the graph, with no term of the query
+
+
+def base_score(c: Candidate) -> float:
+    """BM25 weighted by IDF coverage: a hit on the rare words outranks one on common ones."""
+    return c.bm25 * (COVERAGE_FLOOR + c.coverage)
+
+
+def link_hops(seeds: list[str], edges: list[tuple[str, str]], max_hops: int = 2
+              ) -> dict[str, tuple[int, str]]:
+    """Undirected BFS: card key -> (hops, the seed it was reached from)."""
+    adj: dict[str, set[str]] = defaultdict(set)
+    for a, b in edges:
+        adj[a].add(b)
+        adj[b].add(a)
+    found: dict[str, tuple[int, str]] = {}
+    queue: deque[tuple[str, int, str]] = deque((s, 0, s) for s in seeds)
+    while queue:
+        key, hop, seed = queue.popleft()
+        if key in found:
+            continue
+        found[key] = (hop, seed)
+        if hop < max_hops:
+            for nxt in sorted(adj[key]):
+                if nxt not in found:
+                    queue.append((nxt, hop + 1, seed))
+    return found
+
+
+def rerank(candidates: list[Candidate], edges: list[tuple[str, str]],
+           neighbours: list[Candidate] | None = None, use_graph: bool = True) -> list[Ranked]:
+    """Final order: base score, the graph walk from the top 3, incoming links, penalties.
+
+    A card reached through the graph without matching any query term (`neighbours`)
+    inherits its seed's BM25 at zero coverage, so linked cards surface together but below
+    the hits that matched the words.
+    """
+    ranked_base = sorted(candidates, key=lambda c: (-base_score(c), c.path))
+    hops: dict[str, tuple[int, str]] = {}
+    seed_bm25: dict[str, float] = {}
+    if use_graph:
+        seeds = [c for c in ranked_base if c.card_key][:GRAPH_SEEDS]
+        seed_bm25 = {c.card_key: c.bm25 for c in seeds if c.card_key}
+        hops = link_hops(list(seed_bm25), edges)
+    out: dict[str, Ranked] = {}
+
+    def finish(c: Candidate, score: float, hop: int | None, via_link: bool) -> None:
+        score *= 1 + LINK_BOOST * math.log1p(c.incoming)
+        if c.penalised:
+            score *= STALE_PENALTY
+        prev = out.get(c.path)
+        if prev is None or score > prev.score:
+            out[c.path] = Ranked(path=c.path, score=score, hop=hop, via_link=via_link)
+
+    for c in ranked_base:
+        hop = hops.get(c.card_key)[0] if c.card_key and c.card_key in hops else None
+        factor = HOP_FACTORS[hop] if hop is not None else 1.0
+        finish(c, base_score(c) * factor, hop, False)
+    for n in neighbours or []:
+        if n.path in out or not n.card_key or n.card_key not in hops:
+            continue
+        hop, seed = hops[n.card_key]
+        if hop == 0:
+            continue
+        finish(n, seed_bm25[seed] * COVERAGE_FLOOR * HOP_FACTORS[hop], hop, True)
+    return sorted(out.values(), key=lambda r: (-r.score, r.path))
+
+
+def rrf_fuse(rankings: list[list[str]], k: int = RRF_K) -> list[str]:
+    """Reciprocal rank fusion. Cut the result on rank: fused scores are tiny and flat."""
+    fused: dict[str, float] = defaultdict(float)
+    best: dict[str, int] = {}
+    for ranking in rankings:
+        for rank, path in enumerate(ranking, start=1):
+            fused[path] += 1.0 / (k + rank)
+            best[path] = min(best.get(path, rank), rank)
+    return sorted(fused, key=lambda p: (-fused[p], best[p], p))
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=False))
+    na = math.sqrt(sum(x * x for x in a))
+    nb = math.sqrt(sum(y * y for y in b))
+    return dot / (na * nb) if na and nb else 0.0
+
+
+def recall_at_k(ranked: list[str], relevant: set[str], k: int = 5) -> float:
+    if not relevant:
+        return 0.0
+    return len(set(ranked[:k]) & relevant) / len(relevant)
+
+
+def reciprocal_rank(ranked: list[str], relevant: set[str]) -> float:
+    for i, path in enumerate(ranked, start=1):
+        if path in relevant:
+            return 1.0 / i
+    return 0.0

@@ -1,0 +1,37 @@
+"""Test helpers: settings for a test, and a worker running in this process."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from temporalio.client import Client
+
+from keel.client import KeelClient, session_config
+from schemas.config import KeelSettings, ModelSettings
+from schemas.session import SessionConfig
+from workers.worker import build_worker
+
+
+def make_settings(database_url: str, data_dir: Path, base_url: str | None = None,
+                  **model: object) -> KeelSettings:
+    return KeelSettings(
+        database_url=database_url,
+        data_dir=data_dir,
+        task_queue=f"keel-test-{uuid.uuid4().hex[:8]}",
+        model=ModelSettings(base_url=base_url, api_key="test-key" if base_url else None,
+                            request_timeout_s=20, **model),  # type: ignore[arg-type]
+    )
+
+
+@asynccontextmanager
+async def keel_worker(client: Client, settings: KeelSettings) -> AsyncIterator[KeelClient]:
+    worker = build_worker(client, settings)
+    async with worker:
+        yield KeelClient(client, settings.task_queue, settings)
+
+
+def small_config(settings: KeelSettings, **overrides: object) -> SessionConfig:
+    return session_config(settings, **overrides)

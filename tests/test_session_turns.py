@@ -1,0 +1,99 @@
+"""The agent turn through the real SDK against the fake Messages API."""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+import pytest
+
+from keel.client import MessageRejectedError, SessionExistsError
+from tests.fake_anthropic import ErrorStep, text_message, tool_use_message
+from tests.harness import keel_worker, make_settings
+
+
+def rows(database_url: str, session_id: str) -> list[tuple]:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute(
+            "SELECT seq, type, source_line, content_text FROM messages WHERE session_id=%s"
+            " ORDER BY seq", (session_id,)).fetchall()
+
+
+@pytest.fixture
+def settings(database_url, fake_anthropic, tmp_path):
+    return make_settings(database_url, tmp_path, fake_anthropic.base_url)
+
+
+async def test_plain_reply_is_recorded(client, settings, fake_anthropic, database_url):
+    fake_anthropic.push(text_message("Hello, I am here."))
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"s-{uuid.uuid4().hex[:8]}")
+        outcome = await session.ask("Hi there")
+        assert outcome.reply_text == "Hello, I am here."
+        status = await session.status()
+    recorded = rows(database_url, session.session_id)
+    assert [(r[1], r[3]) for r in recorded] == [("user", "Hi there"),
+                                               ("assistant", "Hello, I am here.")]
+    assert status.turn == 1 and status.phase == "idle"
+    sent = fake_anthropic.requests[0]
+    assert sent["messages"][-1]["content"][-1]["text"] == "Hi there"
+
+
+async def test_tool_use_over_several_rounds(client, settings, fake_anthropic, database_url):
+    fake_anthropic.push(
+        tool_use_message([("write_file", {"path": "notes/a.txt", "content": "alpha"})]),
+        tool_use_message([("read_file", {"path": "notes/a.txt"}),
+                          ("read_file", {"path": "../escape.txt"})]),
+        text_message("Done: the file says alpha."),
+    )
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"s-{uuid.uuid4().hex[:8]}")
+        outcome = await session.ask("Write alpha to notes/a.txt and read it back")
+    assert outcome.reply_text == "Done: the file says alpha."
+    recorded = rows(database_url, session.session_id)
+    assert [r[1] for r in recorded] == [
+        "user", "assistant", "tool_result", "assistant", "tool_result", "tool_result",
+        "assistant"]
+    assert recorded[4][3] == "alpha"
+    assert "outside the session's workspace" in recorded[5][3]
+    third = fake_anthropic.requests[2]["messages"]
+    results = [b for b in third[-1]["content"] if b["type"] == "tool_result"]
+    assert [r["content"] for r in results][0] == "alpha"
+    assert results[1]["is_error"] is True
+
+
+async def test_overloaded_then_success_is_retried(client, settings, fake_anthropic):
+    fake_anthropic.push(ErrorStep(529, "overloaded_error"), text_message("after retry"))
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"s-{uuid.uuid4().hex[:8]}")
+        outcome = await session.ask("hello")
+    assert outcome.reply_text == "after retry"
+    assert len(fake_anthropic.requests) == 2
+
+
+async def test_bad_request_is_not_retried_and_reported(client, settings, fake_anthropic,
+                                                       database_url):
+    fake_anthropic.push(ErrorStep(400, "invalid_request_error", "bad request body"),
+                        text_message("should never be asked for"))
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"s-{uuid.uuid4().hex[:8]}")
+        outcome = await session.ask("hello")
+        status = await session.status()
+    assert len(fake_anthropic.requests) == 1
+    assert outcome.error and "400" in outcome.error
+    assert status.last_error and "400" in status.last_error
+    assert rows(database_url, session.session_id)[-1][1] == "notice"
+
+
+async def test_messages_validated_before_anything_is_written(client, settings, database_url):
+    settings.max_message_chars = 50
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"s-{uuid.uuid4().hex[:8]}",
+                                           config=None)
+        with pytest.raises(MessageRejectedError, match="empty"):
+            await session.send("   ")
+        with pytest.raises(MessageRejectedError, match="limit is 50"):
+            await session.send("x" * 51)
+        with pytest.raises(SessionExistsError):
+            await keel.start_session(session.session_id)
+    assert rows(database_url, session.session_id) == []

@@ -1,0 +1,1 @@
+"""Worker processes: which workflows and activities run on which task queue."""

@@ -1,0 +1,1 @@
+"""Deterministic orchestration: the session loop, the checkpoint chain, rollups."""
