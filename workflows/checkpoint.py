@@ -58,7 +58,7 @@ class CheckpointChain:
             arg,
             start_to_close_timeout=timedelta(minutes=10 if model else 2),
             schedule_to_close_timeout=timedelta(minutes=30),
-            heartbeat_timeout=timedelta(seconds=60) if model else None,
+            heartbeat_timeout=timedelta(seconds=20) if model else None,
             retry_policy=MODEL_RETRY if model else STEP_RETRY,
         )
 

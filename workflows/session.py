@@ -63,6 +63,8 @@ MODEL_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=60),
 )
 MAX_OUTCOMES = 64
+# The model activity beats every 5 s: four missed beats mean its worker is gone.
+MODEL_HEARTBEAT = timedelta(seconds=20)
 
 
 @workflow.defn
@@ -304,7 +306,7 @@ class SessionWorkflow:
                     ToolInput(session_id=self.s.session_id, turn=self.s.turn,
                               assistant_seq=reply.seq, tool_use_id=call.id, result_seq=seq,
                               upto_seq=self.s.recorded_upto),
-                    start_to_close_timeout=timedelta(minutes=5),
+                    start_to_close_timeout=timedelta(seconds=60),
                     retry_policy=DB_RETRY,
                 )
                 self.s.context_tokens += outcome.token_count
@@ -333,7 +335,7 @@ class SessionWorkflow:
                         cut_newest_output=cut_output),
                     start_to_close_timeout=timedelta(minutes=10),
                     schedule_to_close_timeout=timedelta(minutes=30),
-                    heartbeat_timeout=timedelta(seconds=60),
+                    heartbeat_timeout=MODEL_HEARTBEAT,
                     retry_policy=MODEL_RETRY,
                 )
             except ActivityError as err:

@@ -1,0 +1,32 @@
+"""`python -m workers.main`: one worker process, configured from the environment."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from activities.db import apply_migrations
+from schemas.config import KeelSettings
+from workers.worker import run_worker
+
+
+async def main() -> None:
+    settings = KeelSettings.from_env()
+    if not settings.temporal_address or not settings.database_url:
+        raise SystemExit("a worker needs TEMPORAL_ADDRESS and DATABASE_URL")
+    apply_migrations(settings.database_url)
+    client = await Client.connect(settings.temporal_address,
+                                  namespace=settings.temporal_namespace,
+                                  data_converter=pydantic_data_converter)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await run_worker(client, settings, stop)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
