@@ -123,6 +123,7 @@ class StoreResult(BaseModel):
 class PreviousCheckpoint(BaseModel):
     mind_text: str
     memo: list[dict[str, Any]]
+    memo_dropped_seqs: list[int]
     now_text: str
     skills: list[dict[str, Any]]
     files_modified: list[str]
@@ -147,8 +148,9 @@ class CheckpointActivities:
             return None
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
-                "SELECT mind_text, memo, now_text, skills, files_modified, files_read,"
-                " carried_seqs FROM checkpoints WHERE checkpoint_id=%s", (checkpoint_id,))
+                "SELECT mind_text, memo, memo_dropped_seqs, now_text, skills, files_modified,"
+                " files_read, carried_seqs FROM checkpoints WHERE checkpoint_id=%s",
+                (checkpoint_id,))
             row = await cur.fetchone()
         return PreviousCheckpoint(**row) if row else None
 
@@ -206,7 +208,9 @@ class CheckpointActivities:
                           previous: PreviousCheckpoint | None,
                           moving: list[RecordRow]) -> list[MemoCandidate]:
         """The user's own messages only, by record type: kept ones, then those moving out."""
-        kept_seqs = [int(e["seq"]) for e in (previous.memo if previous else [])]
+        # Kept messages the budget left in the record are still kept: offered ticked again.
+        kept_seqs = sorted({int(e["seq"]) for e in (previous.memo if previous else [])}
+                           | set(previous.memo_dropped_seqs if previous else []))
         kept_rows = await load_seqs(conn, session_id, kept_seqs)
         new_rows = [r for r in moving if r.type == MessageType.USER and r.seq not in kept_seqs]
         return [
@@ -264,8 +268,8 @@ class CheckpointActivities:
                 results.append({"type": "tool_result", "tool_use_id": block["id"],
                                 "content": output.text, "is_error": output.is_error})
             text = "\n".join(b["text"] for b in blocks if b["type"] == "text")
-            entry = {"assistant": blocks, "results": results, "repair": data.repair,
-                     "final": data.final}
+            entry = {"prompt": self._round_prompt(attempt, data), "assistant": blocks,
+                     "results": results}
             await conn.execute(
                 "UPDATE checkpoint_attempts SET rounds = rounds || %s::jsonb,"
                 " rounds_used = rounds_used + 1,"
@@ -290,14 +294,14 @@ class CheckpointActivities:
             in_turn_user_seqs=list(attempt["in_turn_user_seqs"]))
         _append_user(messages, [{"type": "text", "text": instruction}])
         for past in rounds:
+            if past.get("prompt"):
+                _append_user(messages, [{"type": "text", "text": past["prompt"]}])
             messages.append({"role": "assistant", "content": past["assistant"]})
             if past["results"]:
                 _append_user(messages, past["results"])
-        if data.repair:
-            problems = [Problem(**p) for p in attempt["problems"]]
-            _append_user(messages, [{"type": "text", "text": repair_request(problems)}])
-        if data.final:
-            _append_user(messages, [{"type": "text", "text": FINAL_ROUND_NOTE}])
+        prompt = self._round_prompt(attempt, data)
+        if prompt:
+            _append_user(messages, [{"type": "text", "text": prompt}])
         request: dict[str, Any] = {
             "model": meta.model, "max_tokens": meta.max_output_tokens,
             "system": window.system, "messages": messages, "tools": CHECKPOINT_TOOLS,
@@ -305,6 +309,14 @@ class CheckpointActivities:
         if data.final:
             request["tool_choice"] = {"type": "none"}
         return request
+
+    def _round_prompt(self, attempt: dict[str, Any], data: RoundInput) -> str | None:
+        """Keel's words before this round: the repair request, or the last-round note."""
+        if data.repair:
+            problems = [Problem(**p) for p in attempt["problems"]]
+            return repair_request(problems, mind_path=attempt["mind_path"],
+                                  memo_path=attempt["memo_path"])
+        return FINAL_ROUND_NOTE if data.final else None
 
     # ----- 3. the checks ----------------------------------------------------------------
 

@@ -33,4 +33,9 @@ def truncate_to_tokens(text: str, limit: int) -> str:
     tokens = _encoding().encode(text, disallowed_special=())
     if len(tokens) <= limit:
         return text
-    return _encoding().decode(tokens[:limit])
+    cut = _encoding().decode(tokens[:limit])
+    # A token boundary can fall inside a multi-byte character, which decodes as U+FFFD:
+    # trim back so the result is always a prefix of `text`.
+    while cut and not text.startswith(cut):
+        cut = cut[:-1]
+    return cut

@@ -19,7 +19,28 @@ Responder = Callable[[dict[str, Any]], dict[str, Any]]
 _ids = itertools.count(1)
 
 
-def text_message(text: str, *, model: str = "fake-model", input_tokens: int = 10,
+def request_tokens(body: dict[str, Any]) -> int:
+    """What a real API would count for this request, near enough: the same encoding Keel
+    estimates with, over the system prompt, every block's text and every tool input."""
+    from schemas.tokens import count_tokens
+
+    parts = [body.get("system") if isinstance(body.get("system"), str) else ""]
+    for m in body.get("messages", []):
+        content = m.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+            continue
+        for b in content or []:
+            if b.get("type") == "text":
+                parts.append(b["text"])
+            elif b.get("type") == "tool_use":
+                parts.append(json.dumps(b.get("input", {})))
+            elif b.get("type") == "tool_result":
+                parts.append(str(b.get("content", "")))
+    return sum(count_tokens(p) for p in parts if p) + 4 * len(body.get("messages", []))
+
+
+def text_message(text: str, *, model: str = "fake-model", input_tokens: int | None = None,
                  output_tokens: int = 5, stop_reason: str = "end_turn") -> dict[str, Any]:
     return {
         "id": f"msg_fake_{next(_ids)}",
@@ -34,7 +55,8 @@ def text_message(text: str, *, model: str = "fake-model", input_tokens: int = 10
 
 
 def tool_use_message(calls: list[tuple[str, dict[str, Any]]], *, text: str = "",
-                     model: str = "fake-model", input_tokens: int = 10) -> dict[str, Any]:
+                     model: str = "fake-model", input_tokens: int | None = None,
+                     ) -> dict[str, Any]:
     content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     for name, args in calls:
         content.append(
@@ -135,6 +157,9 @@ class FakeAnthropic:
                     self._send(step.status, {"type": "error", "error": {
                         "type": step.error_type, "message": step.message}}, step.headers)
                 else:
+                    if step.get("usage", {}).get("input_tokens") is None:
+                        step = {**step, "usage": {**step["usage"],
+                                                  "input_tokens": request_tokens(body)}}
                     self._send(200, step)
 
         return Handler

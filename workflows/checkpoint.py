@@ -113,9 +113,9 @@ class CheckpointChain:
                     break
                 rounds_used += 1
                 if rnd.done:  # type: ignore[attr-defined]
+                    # Only the last request, for the now alone, ends a turn whose rounds ran out.
+                    rounds_exhausted = n == MAX_TOOL_ROUNDS
                     break
-            else:
-                rounds_exhausted = True
             if abort:
                 break
         record_seq = self.wf.allocate_seq()

@@ -1,0 +1,557 @@
+"""The vault on disk: its own git repository of plain markdown, and every write to it.
+
+All writes go through `Vault`: cards only through `apply_facts` (ADD / SUPERSEDE / NOOP,
+ledgered so a retried rollup never writes a card twice), transcripts only by appending,
+and every written file is re-indexed for search at once. Nothing here deletes a file a
+person may have written; a file that cannot be read is reported and left as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+from pydantic import BaseModel, Field
+from temporalio import activity
+
+import keel
+from activities.db import get_pool
+from activities.search import IndexDoc, delete_documents, index_document, indexed_hashes
+from schemas.config import KeelSettings
+from schemas.vault import (
+    CARDS_DIR,
+    CORE_FILE,
+    DAILY_DIR,
+    GRAPH_DIR,
+    LOCK_FILE,
+    MOC_FILE,
+    SCHEMA_FILE,
+    SUMMARIES_DIR,
+    CardOp,
+    MemorySettings,
+    SchemaProblem,
+    VaultSchema,
+    parse_schema,
+)
+from schemas.vault_card import (
+    Card,
+    CardFact,
+    FrontmatterError,
+    apply_fact,
+    card_filename,
+    link_key,
+    parse_card,
+    wikilinks,
+)
+from schemas.vault_rollup import split_transcript
+
+TEMPLATE_DIR = Path(keel.__file__).resolve().parent / "vault_template"
+GIT_USER = ("Keel", "keel@localhost")
+
+_process_locks: dict[Path, asyncio.Lock] = {}
+
+
+class VaultError(Exception):
+    """A vault problem a person has to look at; the message says what and where."""
+
+
+@dataclass
+class ReadText:
+    text: str
+    invalid_bytes: int = 0  # undecodable bytes replaced on reading; the file is untouched
+
+
+def read_text(path: Path) -> ReadText:
+    raw = path.read_bytes()
+    try:
+        return ReadText(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", errors="replace")
+        return ReadText(text, invalid_bytes=text.count("\ufffd") - raw.decode(
+            "utf-8", errors="ignore").count("\ufffd"))
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write all or nothing: a crash never leaves half a card."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".keel-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class OpOutcome(BaseModel):
+    op_id: str
+    op: CardOp
+    path: str | None = None
+    note: str = ""
+    skipped: bool = False  # a previous attempt had applied it
+
+
+class GitResult(BaseModel):
+    committed: bool = False
+    pushed: bool = False
+    commit: str | None = None
+    problem: str | None = None
+    push_problem: str | None = None
+
+
+@dataclass
+class Vault:
+    root: Path
+    settings: MemorySettings
+    _schema: tuple[VaultSchema | None, list[SchemaProblem]] | None = field(default=None,
+                                                                           repr=False)
+
+    # --- layout -------------------------------------------------------------------------
+
+    def rel(self, path: Path) -> str:
+        return path.resolve().relative_to(self.root.resolve()).as_posix()
+
+    def path(self, rel: str) -> Path:
+        target = (self.root / rel).resolve()
+        if not target.is_relative_to(self.root.resolve()):
+            raise VaultError(f"{rel!r} is outside the vault")
+        return target
+
+    def ensure(self) -> list[str]:
+        """Create the vault from the template when its folder is missing or empty.
+
+        An existing folder is never overwritten; a missing template file is added.
+        """
+        notes: list[str] = []
+        fresh = not self.root.exists() or not any(self.root.iterdir())
+        self.root.mkdir(parents=True, exist_ok=True)
+        for src in sorted(TEMPLATE_DIR.rglob("*")):
+            dst = self.root / src.relative_to(TEMPLATE_DIR)
+            if src.is_dir():
+                dst.mkdir(parents=True, exist_ok=True)
+            elif not dst.exists():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+                if not fresh:
+                    notes.append(f"added missing {dst.relative_to(self.root).as_posix()}")
+        if fresh:
+            self._git_sync("init", "-q", "-b", "main")
+            self._git_sync("config", "user.name", GIT_USER[0])
+            self._git_sync("config", "user.email", GIT_USER[1])
+            self._git_sync("add", "-A")
+            self._git_sync("commit", "-q", "-m", "vault: initialised from the Keel template")
+            notes.append(f"vault created at {self.root}")
+        return notes
+
+    def schema(self, reload: bool = False) -> tuple[VaultSchema | None, list[SchemaProblem]]:
+        if self._schema is None or reload:
+            path = self.root / SCHEMA_FILE
+            if not path.exists():
+                self._schema = (None, [SchemaProblem(where=SCHEMA_FILE, problem="missing")])
+            else:
+                self._schema = parse_schema(read_text(path).text)
+        return self._schema
+
+    def require_schema(self) -> VaultSchema:
+        schema, problems = self.schema()
+        if schema is None:
+            listed = "; ".join(f"{p.where}: {p.problem}" for p in problems)
+            raise VaultError(f"{self.root / SCHEMA_FILE} is not usable: {listed}")
+        return schema
+
+    def tz(self) -> ZoneInfo:
+        return ZoneInfo(self.settings.timezone)
+
+    def local_date(self, when: datetime) -> str:
+        return when.astimezone(self.tz()).date().isoformat()
+
+    # --- locking ------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def lock(self) -> AsyncIterator[None]:
+        """One writer at a time, across activities of this process and other workers."""
+        key = self.root.resolve()
+        local = _process_locks.setdefault(key, asyncio.Lock())
+        async with local:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.root / LOCK_FILE, os.O_CREAT | os.O_RDWR, 0o644)
+            try:
+                await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+
+    # --- files --------------------------------------------------------------------------
+
+    def markdown_files(self) -> list[str]:
+        out = []
+        for p in sorted(self.root.rglob("*.md")):
+            rel = self.rel(p)
+            if rel.startswith((".git/", GRAPH_DIR + "/", ".obsidian/", ".trash/")):
+                continue
+            out.append(rel)
+        return out
+
+    def card_files(self) -> list[str]:
+        return [r for r in self.markdown_files() if r.startswith(CARDS_DIR + "/")]
+
+    def find_card(self, title: str) -> str | None:
+        key = link_key(card_filename(title))
+        for rel in self.card_files():
+            if link_key(rel) == key:
+                return rel
+        return None
+
+    def write(self, rel: str, text: str) -> bool:
+        """Write a whole file when its text changes; False when it was already so."""
+        target = self.path(rel)
+        if target.exists() and target.read_bytes() == text.encode("utf-8"):
+            return False
+        atomic_write(target, text)
+        return True
+
+    # --- git ----------------------------------------------------------------------------
+
+    def _git_sync(self, *args: str) -> str:
+        import subprocess
+
+        done = subprocess.run(["git", "-C", str(self.root), *args], capture_output=True,
+                              text=True, timeout=120)
+        if done.returncode != 0:
+            raise VaultError(f"git {' '.join(args)}: {done.stderr.strip() or done.stdout}")
+        return done.stdout
+
+    async def git(self, *args: str, timeout: float = 120) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            "git", "-C", str(self.root), *args, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+        except TimeoutError:
+            proc.kill()
+            return 124, f"git {args[0]} timed out after {timeout:.0f}s"
+        return proc.returncode or 0, out.decode("utf-8", "replace").strip()
+
+    async def git_problem(self) -> str | None:
+        """Why the vault cannot be committed, or None. Never fixes it by itself: a folder
+        that is not its own repository may belong to something else."""
+        if not (self.root / ".git").exists():
+            return (f"{self.root} is not a git repository; nothing was committed. Run "
+                    f"`git init` there (or move the folder away so Keel creates a fresh "
+                    f"vault from its template).")
+        rc, top = await self.git("rev-parse", "--show-toplevel")
+        if rc != 0:
+            return f"{self.root}: git cannot read the repository: {top}"
+        if Path(top).resolve() != self.root.resolve():
+            return f"{self.root} is inside the repository {top}, not its own"
+        return None
+
+    async def commit(self, message: str, push: bool) -> GitResult:
+        problem = await self.git_problem()
+        if problem:
+            return GitResult(problem=problem)
+        rc, out = await self.git("add", "-A")
+        if rc != 0:
+            return GitResult(problem=f"git add failed: {out}")
+        rc, status = await self.git("status", "--porcelain")
+        result = GitResult()
+        if status.strip():
+            rc, out = await self.git("-c", f"user.name={GIT_USER[0]}",
+                                     "-c", f"user.email={GIT_USER[1]}",
+                                     "commit", "-q", "-m", message)
+            if rc != 0:
+                return GitResult(problem=f"git commit failed: {out}")
+            result.committed = True
+        _, head = await self.git("rev-parse", "--short", "HEAD")
+        result.commit = head or None
+        if push:
+            _, remotes = await self.git("remote")
+            if remotes.strip():
+                rc, out = await self.git("push", "-q", timeout=300)
+                if rc != 0:
+                    result.push_problem = f"git push failed: {out}"
+                else:
+                    result.pushed = True
+        return result
+
+    # --- indexing -----------------------------------------------------------------------
+
+    def documents_for(self, rel: str, text: str) -> list[IndexDoc]:
+        """What search indexes for one vault file (a daily file: one document per entry)."""
+        if rel == MOC_FILE or not rel.endswith(".md"):
+            return []
+        stem = rel.rsplit("/", 1)[-1][:-3]
+        links = sorted({link_key(t) for t in wikilinks(text)})
+        if rel.startswith(DAILY_DIR + "/"):
+            return [daily_doc(rel, sid, seq, entry) for sid, seq, entry in split_transcript(text)]
+        if rel.startswith(CARDS_DIR + "/"):
+            schema, _ = self.schema()
+            try:
+                card = parse_card(text)
+            except FrontmatterError:
+                # Still searchable as text; the doctor reports the frontmatter.
+                return [IndexDoc(path=rel, kind="card", title=stem, body=text,
+                                 card_key=link_key(stem), links=links)]
+            meta = card.meta
+            status = meta.get("status") if isinstance(meta.get("status"), str) else None
+            tier = meta.get("tier")
+            penalised = bool(schema and (status in schema.superseded_statuses
+                                         or tier == schema.decay.stale_tier))
+            tags = meta.get("tags")
+            tag_text = " ".join(str(t) for t in tags) if isinstance(tags, list) else str(
+                tags or "")
+            desc = meta.get("description") or ""
+            body = (f"{desc}\n" if desc else "") + card.body_text()
+            return [IndexDoc(path=rel, kind="card", title=card.title or stem, tags=tag_text,
+                             body=body, card_key=link_key(stem),
+                             card_type=str(meta.get("type") or "") or None, status=status,
+                             penalised=penalised, links=links)]
+        if rel.startswith(SUMMARIES_DIR + "/"):
+            kind_dir = rel.split("/")[1] if rel.count("/") >= 2 else ""
+            return [IndexDoc(path=rel, kind="summary", title=f"{kind_dir} summary {stem}",
+                             body=_strip_frontmatter(text), links=links)]
+        if rel == CORE_FILE:
+            return [IndexDoc(path=rel, kind="core", title="Core", body=text, links=links)]
+        return [IndexDoc(path=rel, kind="note", title=stem, body=_strip_frontmatter(text),
+                         links=links)]
+
+    async def index_file(self, conn: AsyncConnection, rel: str) -> int:
+        """Bring the index in line with one file; returns how many documents changed."""
+        target = self.path(rel)
+        if not target.exists():
+            old = await indexed_hashes(conn, rel)
+            stale = [p for p in old if p == rel or p.startswith(rel + "#")]
+            return await delete_documents(conn, stale)
+        docs = self.documents_for(rel, read_text(target).text)
+        old = await indexed_hashes(conn, rel)
+        changed = 0
+        for doc in docs:
+            if old.get(doc.path) != doc.content_hash():
+                changed += await index_document(conn, doc)
+        keep = {d.path for d in docs}
+        stale = [p for p in old if p not in keep and (p == rel or p.startswith(rel + "#"))]
+        return changed + await delete_documents(conn, stale)
+
+    async def reindex(self, conn: AsyncConnection) -> tuple[int, int]:
+        """Scan the vault: re-index files whose content changed, drop vanished ones.
+        Returns (documents changed, documents removed)."""
+        present: set[str] = set()
+        changed = 0
+        old = await indexed_hashes(conn)
+        for rel in self.markdown_files():
+            docs = self.documents_for(rel, read_text(self.path(rel)).text)
+            for doc in docs:
+                present.add(doc.path)
+                if old.get(doc.path) != doc.content_hash():
+                    changed += await index_document(conn, doc)
+        removed = await delete_documents(conn, [p for p in old if p not in present])
+        return changed, removed
+
+    # --- cards --------------------------------------------------------------------------
+
+    async def apply_facts(self, pool: AsyncConnectionPool, facts: list[tuple[str, CardFact]],
+                          today: str) -> list[OpOutcome]:
+        """Apply facts in order, each under its op id, at most once.
+
+        The op is recorded `pending` before the card is touched and `applied` after; a
+        retry skips applied ops, and re-applying a pending one is harmless because
+        `apply_fact` leaves a card that already holds the fact unchanged.
+        """
+        schema = self.require_schema()
+        outcomes: list[OpOutcome] = []
+        async with self.lock(), pool.connection() as conn:
+            for op_id, fact in facts:
+                cur = await conn.execute(
+                    "SELECT state, outcome, path, note FROM vault_ops WHERE op_id = %s",
+                    (op_id,))
+                row = await cur.fetchone()
+                if row and row[0] == "applied":
+                    outcomes.append(OpOutcome(op_id=op_id, op=CardOp(row[1]), path=row[2],
+                                              note=row[3] or "", skipped=True))
+                    continue
+                await conn.execute(
+                    "INSERT INTO vault_ops (op_id, state) VALUES (%s, 'pending')"
+                    " ON CONFLICT (op_id) DO NOTHING", (op_id,))
+                outcome = self._apply_one(op_id, fact, schema, today)
+                if outcome.path and outcome.op != CardOp.NOOP:
+                    await self.index_file(conn, outcome.path)
+                await conn.execute(
+                    "UPDATE vault_ops SET state = 'applied', outcome = %s, path = %s,"
+                    " note = %s, updated_at = now() WHERE op_id = %s",
+                    (outcome.op.value, outcome.path, outcome.note, op_id))
+                outcomes.append(outcome)
+        return outcomes
+
+    def _apply_one(self, op_id: str, fact: CardFact, schema: VaultSchema,
+                   today: str) -> OpOutcome:
+        card_type = schema.resolve_type(fact.type)
+        if card_type is None:
+            return OpOutcome(op_id=op_id, op=CardOp.NOOP,
+                             note=f"rejected: unknown card type {fact.type!r}")
+        rel = self.find_card(fact.title)
+        card: Card | None = None
+        if rel is not None:
+            try:
+                card = parse_card(read_text(self.path(rel)).text)
+            except FrontmatterError as err:
+                return OpOutcome(op_id=op_id, op=CardOp.NOOP, path=rel,
+                                 note=f"rejected: {rel} has broken frontmatter ({err}); "
+                                      "the card was left as it is")
+        else:
+            rel = f"{schema.folder_of(card_type)}/{card_filename(fact.title)}"
+        applied = apply_fact(card, fact, schema, today)
+        if applied.text is not None:
+            self.write(rel, applied.text)
+        return OpOutcome(op_id=op_id, op=applied.op, path=rel, note=applied.note)
+
+
+def daily_doc(rel: str, session_id: str, seq: int, entry: str) -> IndexDoc:
+    """One transcript entry as a search document (found again by session and seq)."""
+    stem = rel.rsplit("/", 1)[-1][:-3]
+    return IndexDoc(path=f"{rel}#{session_id}:{seq}", kind="daily",
+                    title=f"{stem} {session_id}", body=entry, session_id=session_id, seq=seq)
+
+
+def _strip_frontmatter(text: str) -> str:
+    if text.startswith("---\n"):
+        end = text.find("\n---", 4)
+        if end != -1:
+            return text[end + 4:].lstrip("\n")
+    return text
+
+
+# --- the activities' shared context --------------------------------------------------------
+
+
+@dataclass
+class MemoryContext:
+    """What every memory activity needs: settings, the vault, and the database."""
+
+    settings: KeelSettings
+    memory: MemorySettings
+    database_url: str
+    vault: Vault = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.vault = Vault(self.memory.vault_dir, self.memory)
+
+    async def pool(self) -> AsyncConnectionPool:
+        return await get_pool(self.database_url)
+
+
+def memory_settings(settings: KeelSettings) -> MemorySettings:
+    return MemorySettings.from_env(settings.data_dir)
+
+
+def read_core_text(settings: KeelSettings, memory: MemorySettings | None = None) -> str:
+    """CORE.md as it goes in the system prompt ("" when the vault has none yet)."""
+    memory = memory or memory_settings(settings)
+    path = memory.vault_dir / CORE_FILE
+    if not path.exists():
+        return ""
+    return read_text(path).text.strip()
+
+
+class InitVaultResult(BaseModel):
+    vault_dir: str
+    notes: list[str] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)
+    indexed: int = 0
+
+
+class ReindexInput(BaseModel):
+    reason: str = ""
+
+
+class ReindexResult(BaseModel):
+    changed: int
+    removed: int
+
+
+class WriteCardInput(BaseModel):
+    """The write_card tool as an activity: one fact, under the caller's op id."""
+
+    op_id: str
+    fact: CardFact
+    today: str | None = None  # YYYY-MM-DD; None: today in the vault's time zone
+
+
+class WriteCardResult(BaseModel):
+    op: CardOp
+    path: str | None = None
+    note: str = ""
+
+
+class VaultActivities:
+    def __init__(self, ctx: MemoryContext) -> None:
+        self.ctx = ctx
+
+    @activity.defn(name="init_vault")
+    async def init_vault(self, _: ReindexInput) -> InitVaultResult:
+        vault = self.ctx.vault
+        notes = await asyncio.to_thread(vault.ensure)
+        _, problems = vault.schema(reload=True)
+        git = await vault.git_problem()
+        pool = await self.ctx.pool()
+        async with pool.connection() as conn:
+            changed, _ = await vault.reindex(conn)
+        return InitVaultResult(
+            vault_dir=str(vault.root), notes=notes, indexed=changed,
+            problems=[f"{p.where}: {p.problem}" for p in problems] + ([git] if git else []))
+
+    @activity.defn(name="reindex_vault")
+    async def reindex_vault(self, _: ReindexInput) -> ReindexResult:
+        pool = await self.ctx.pool()
+        async with pool.connection() as conn:
+            changed, removed = await self.ctx.vault.reindex(conn)
+        return ReindexResult(changed=changed, removed=removed)
+
+    @activity.defn(name="write_card")
+    async def write_card(self, inp: WriteCardInput) -> WriteCardResult:
+        vault = self.ctx.vault
+        await asyncio.to_thread(vault.ensure)
+        today = inp.today or vault.local_date(datetime.now(vault.tz()))
+        (out,) = await vault.apply_facts(await self.ctx.pool(), [(inp.op_id, inp.fact)], today)
+        return WriteCardResult(op=out.op, path=out.path, note=out.note)
+
+
+def memory_activities(settings: KeelSettings, *, database_url: str | None = None,
+                      memory: MemorySettings | None = None) -> list[Callable[..., Any]]:
+    """Every long-memory activity, bound to these settings, for one worker registration.
+
+    `database_url` overrides `settings.database_url` (the embedded stack knows it only once
+    it has started); `memory` overrides the settings read from the environment.
+    """
+    from activities.memory import MemoryActivities
+    from activities.vault_doctor import DoctorActivities
+    from activities.vault_rollup import RollupActivities
+
+    url = database_url or settings.database_url
+    if not url:
+        raise ValueError("memory activities need a database URL")
+    ctx = MemoryContext(settings=settings, memory=memory or memory_settings(settings),
+                        database_url=url)
+    out: list[Callable[..., Any]] = []
+    for holder in (VaultActivities(ctx), MemoryActivities(ctx), RollupActivities(ctx),
+                   DoctorActivities(ctx)):
+        for name in dir(holder):
+            fn = getattr(holder, name)
+            if callable(fn) and hasattr(fn, "__temporal_activity_definition"):
+                out.append(fn)
+    return out

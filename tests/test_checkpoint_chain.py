@@ -1,0 +1,321 @@
+"""The checkpoint chain against the real SDK, Temporal and PostgreSQL, the model scripted:
+each check, the one repair request, each fallback row, and the paths when nothing fits."""
+
+from __future__ import annotations
+
+import os
+import stat
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+from keel.client import session_config
+from tests.checkpoint_model import (
+    MEMO,
+    MIND,
+    CheckpointModel,
+    CheckpointTurn,
+    add_mission,
+    edit,
+    good_checkpoint,
+    now_block,
+    tick,
+    tick_all,
+)
+from tests.fake_anthropic import text_message, tool_use_message
+from tests.harness import keel_worker, make_settings
+
+WINDOW, OUTPUT = 12_000, 512
+FILLER = " ".join(f"w{i % 97}" for i in range(1_000))  # about 1,900 tokens
+SHORT_FILLER = " ".join(f"w{i % 97}" for i in range(500))  # about 950 tokens
+
+
+@pytest.fixture
+def settings(database_url, fake_anthropic, tmp_path):
+    return make_settings(database_url, tmp_path, fake_anthropic.base_url)
+
+
+def db(database_url: str, sql: str, *args: Any) -> list[tuple]:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+async def long_session(client, settings, fake, behaviour, *, turns: int = 8,
+                       first: str = "Never touch the billing module. " + FILLER,
+                       ordinary=None, filler: str = FILLER, **config: Any):
+    """Send `turns` large user messages; return the session handle, status and model."""
+    model = CheckpointModel(behaviour, **({"ordinary": ordinary} if ordinary else {}))
+    fake.responder = model
+    cfg = session_config(settings, context_window=WINDOW, max_output_tokens=OUTPUT, **config)
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"c-{uuid.uuid4().hex[:8]}", config=cfg)
+        outcomes = [await session.ask(first)]
+        for i in range(turns - 1):
+            outcomes.append(await session.ask(f"Part {i}: {filler}"))
+        status = await session.status()
+        mind, memo, now = await session.mind(), await session.memo(), await session.now()
+    return session, status, model, outcomes, (mind, memo, now)
+
+
+async def test_valid_checkpoint_is_stored_and_replaces_the_early_conversation(
+        client, settings, fake_anthropic, database_url):
+    session, status, model, outcomes, (mind, memo, now) = await long_session(
+        client, settings, fake_anthropic, good_checkpoint)
+    assert status.checkpoint_count == 1
+    assert all(o.error is None for o in outcomes)
+    assert "- Finish the user's long job" in mind
+    assert memo.startswith("#1:\nNever touch the billing module.")  # copied, not retyped
+    assert "Current step: keep going" in now
+    request = model.checkpoint_requests[0]
+    instruction = request["messages"][-1]["content"][-1]["text"]
+    assert "This request comes from Keel" in instruction and "not from user" in instruction
+    assert request["tools"][1]["name"] == "edit_file"
+    # The request is never recorded as the user's words.
+    assert db(database_url, "SELECT count(*) FROM messages WHERE content_text LIKE %s",
+              "%checkpoint request%") == [(0,)]
+    # After it, each request starts with the checkpoint, framed as recollection.
+    after = fake_anthropic.requests[-1]["messages"][0]["content"][0]["text"]
+    assert after.startswith("<recollection>") and "#1:\nNever touch the billing module" in after
+    rows = db(database_url, "SELECT kind, fallbacks, cut_seq FROM checkpoints")
+    assert rows == [("model", [], status.window_start_seq)]
+
+
+async def test_one_repair_request_names_every_problem(client, settings, fake_anthropic,
+                                                      database_url):
+    def behaviour(turn: CheckpointTurn) -> dict:
+        if not turn.repaired:
+            if turn.round == 0:  # a changed preview and a lost Mission-less heading
+                line = next(ln for ln in turn.checklist.splitlines() if ln.startswith("- [ ]"))
+                return tool_use_message([
+                    edit(MEMO, line, line + " (edited)"),
+                    edit(MIND, "## Lessons", "## Lesson"),
+                ])
+            return text_message("done, no block")  # no now
+        if turn.repair:
+            line = next(ln for ln in turn.checklist.splitlines() if ln.startswith("- [ ]"))
+            return tool_use_message([edit(MEMO, line + " (edited)", line),
+                                     edit(MIND, "## Lesson\n", "## Lessons\n")])
+        return text_message(now_block())
+
+    _, status, model, _, _ = await long_session(client, settings, fake_anthropic, behaviour)
+    repair = [t for req in model.checkpoint_requests for t in
+              [b.get("text", "") for b in req["messages"][-1]["content"]]
+              if "[Keel: checkpoint repair]" in t]
+    assert len({r for r in repair}) == 1  # one repair request
+    text = repair[0]
+    assert "3 problem(s)" in text
+    assert "[now]" in text and "[mind]" in text and "[memo]" in text
+    assert "'## Lessons' was changed to '## Lesson'" in text
+    assert "changed beyond its checkbox" in text and "no <checkpoint>" in text
+    assert status.checkpoint_count == 1
+    assert db(database_url, "SELECT fallbacks FROM checkpoints") == [([],)]
+    assert db(database_url, "SELECT repair_sent, outcome FROM checkpoint_attempts") == [
+        (True, "stored")]
+
+
+async def test_no_usable_now_fails_and_changes_nothing(client, settings, fake_anthropic,
+                                                       database_url):
+    fake_anthropic.responder = CheckpointModel(lambda turn: text_message("no now from me"))
+    step = " ".join(f"w{i % 97}" for i in range(300))  # about 600 tokens: lands under the
+    cfg = session_config(settings, context_window=WINDOW, max_output_tokens=OUTPUT)  # limit
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"c-{uuid.uuid4().hex[:8]}", config=cfg)
+        await session.ask("Never touch billing.")
+        for i in range(40):
+            outcome = await session.ask(f"Part {i}: {step}")
+            if db(database_url, "SELECT count(*) FROM checkpoint_attempts")[0][0]:
+                break
+        status = await session.status()
+        mind, memo, now = await session.mind(), await session.memo(), await session.now()
+    assert outcome.error is None and outcome.reply_text == "noted"  # still sent as it was
+    assert status.checkpoint_count == 0 and status.window_start_seq == 1
+    assert (mind, memo, now) == ("", "", "")
+    attempts = db(database_url, "SELECT outcome, failure_reason FROM checkpoint_attempts")
+    assert attempts == [("failed", attempts[0][1])] and "now" in attempts[0][1]
+    assert db(database_url, "SELECT count(*) FROM checkpoints") == [(0,)]
+
+
+async def test_two_failed_checkpoints_stop_checkpoints_for_the_turn(
+        client, settings, fake_anthropic, database_url):
+    def ordinary(body: dict) -> dict:
+        done = sum(1 for m in body["messages"] for b in m["content"]
+                   if isinstance(b, dict) and b.get("type") == "tool_result")
+        last = body["messages"][-1]["content"]
+        if any(isinstance(b, dict) and b.get("type") == "text" and "tools please" in b["text"]
+               for b in last) or (done and done < 4):
+            return tool_use_message([("write_file", {"path": f"n{done}.txt",
+                                                     "content": FILLER[:400]})])
+        return text_message("ok")
+
+    def behaviour(turn: CheckpointTurn) -> dict:
+        return text_message("no now here")
+
+    session, status, model, outcomes, _ = await long_session(
+        client, settings, fake_anthropic, behaviour, ordinary=ordinary, turns=6,
+        first="tools please " + FILLER)
+    attempts = db(database_url, "SELECT attempt_id FROM checkpoint_attempts")
+    # Over the threshold on every call of the last turns, but at most two attempts a turn.
+    turns_over = {r[0] for r in db(database_url, "SELECT turn FROM messages WHERE type="
+                                   "'assistant' AND session_id=%s", session.session_id)}
+    assert 1 <= len(attempts) <= 2 * len(turns_over)
+    assert all(o.error is None for o in outcomes)
+
+
+def _fallback_behaviour(mind_change, memo_change=None, final: str | None = None):
+    """First turn already broken; the repair changes nothing; so the fallback decides."""
+    def behaviour(turn: CheckpointTurn) -> dict:
+        if turn.round == 0:
+            calls = [mind_change(turn)] if mind_change else []
+            calls += memo_change(turn) if memo_change else []
+            return tool_use_message(calls) if calls else text_message(final or now_block())
+        return text_message(final or now_block())
+    return behaviour
+
+
+async def test_mind_lost_structure_keeps_previous_mind(client, settings, fake_anthropic,
+                                                       database_url):
+    behaviour = _fallback_behaviour(lambda t: edit(MIND, "## Key decisions", "## Decisions"))
+    _, status, _, _, (mind, _, _) = await long_session(client, settings, fake_anthropic,
+                                                       behaviour)
+    assert status.checkpoint_count == 1
+    assert "## Key decisions" in mind and "## Decisions" not in mind
+    fallbacks = db(database_url, "SELECT fallbacks FROM checkpoints")[0][0]
+    assert any("previous mind" in f for f in fallbacks)
+
+
+async def test_section_over_limit_is_cut_with_a_read_only_copy(
+        client, settings, fake_anthropic, database_url, tmp_path):
+    long_lesson = "- " + " ".join(f"lesson{i}" for i in range(60))  # over 93, under 186
+
+    def mind_change(turn: CheckpointTurn) -> tuple:
+        guide = turn.mind.split("## Lessons\n", 1)[1].split("\n", 1)[0]
+        return edit(MIND, f"## Lessons\n{guide}", f"## Lessons\n{guide}\n{long_lesson}")
+
+    session, status, _, _, (mind, _, _) = await long_session(
+        client, settings, fake_anthropic, _fallback_behaviour(mind_change))
+    assert status.checkpoint_count == 1
+    record_mind, context_mind = db(database_url,
+                                   "SELECT mind_text, mind_context_text FROM checkpoints")[0]
+    assert long_lesson in record_mind  # the whole mind stays in the record
+    assert long_lesson not in context_mind and ".keel/mind-full-" in context_mind
+    copy = next((tmp_path / "workspaces" / session.session_id / ".keel").glob("mind-full-*"))
+    assert long_lesson in copy.read_text()
+    assert not os.stat(copy).st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+
+
+async def test_memo_changed_beyond_checkboxes_keeps_every_candidate(
+        client, settings, fake_anthropic, database_url):
+    def memo_change(turn: CheckpointTurn) -> list:
+        line = next(ln for ln in turn.checklist.splitlines() if ln.startswith("- [ ] #1 "))
+        return [edit(MEMO, line, "- [x] #1 the user said to touch billing")]
+
+    behaviour = _fallback_behaviour(lambda t: add_mission(t.mind, "Do the job"), memo_change)
+    _, status, _, _, (_, memo, _) = await long_session(client, settings, fake_anthropic,
+                                                       behaviour)
+    assert status.checkpoint_count == 1
+    entries, dropped = db(database_url, "SELECT memo, memo_dropped_seqs FROM checkpoints")[0]
+    kept = {e["seq"] for e in entries} | set(dropped)
+    user_seqs = {r[0] for r in db(database_url, "SELECT seq FROM messages WHERE type='user'"
+                                  " AND seq < (SELECT cut_seq FROM checkpoints)")}
+    assert kept == user_seqs  # more of the user's words, never fewer
+    assert "touch billing" not in memo and memo.startswith("#1:\nNever touch the billing")
+
+
+async def test_rounds_exhausted_keep_every_candidate(client, settings, fake_anthropic,
+                                                     database_url):
+    def behaviour(turn: CheckpointTurn) -> dict:
+        if turn.final_only:
+            return text_message(now_block())
+        return tool_use_message([("read_file", {"path": MIND})])
+
+    _, status, model, _, _ = await long_session(client, settings, fake_anthropic, behaviour)
+    assert status.checkpoint_count == 1
+    first_attempt = [r for r in model.checkpoint_requests][:6]
+    assert [r.get("tool_choice") for r in first_attempt][-1] == {"type": "none"}
+    assert all(r.get("tool_choice") is None for r in first_attempt[:5])
+    entries, dropped = db(database_url, "SELECT memo, memo_dropped_seqs FROM checkpoints")[0]
+    user_seqs = {r[0] for r in db(database_url, "SELECT seq FROM messages WHERE type='user'"
+                                  " AND seq < (SELECT cut_seq FROM checkpoints)")}
+    assert {e["seq"] for e in entries} | set(dropped) == user_seqs
+
+
+async def test_kept_messages_over_budget_are_shortened_evenly(
+        client, settings, fake_anthropic, database_url):
+    def behaviour(turn: CheckpointTurn) -> dict:
+        if turn.round == 0:
+            return tool_use_message(tick_all(turn.checklist))
+        return text_message(now_block())
+
+    _, status, _, _, (_, memo, _) = await long_session(client, settings, fake_anthropic,
+                                                       behaviour)
+    assert status.checkpoint_count == 1
+    entries = db(database_url, "SELECT memo FROM checkpoints")[0][0]
+    assert len(entries) >= 2 and all(e["cut"] for e in entries)
+    originals = dict(db(database_url, "SELECT seq, content_text FROM messages"
+                        " WHERE type='user'"))
+    for e in entries:
+        assert originals[e["seq"]].startswith(e["text"])  # a prefix, byte for byte
+        assert f"message #{e['seq']}" in memo
+
+
+async def test_too_large_for_a_checkpoint_turn_takes_the_earlier_half(
+        client, settings, fake_anthropic, database_url):
+    from tests.fake_anthropic import ErrorStep  # noqa: F401  (documents the API's answer)
+
+    calls = {"n": 0}
+
+    def behaviour(turn: CheckpointTurn) -> dict:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise TooLong
+        return good_checkpoint(turn)
+
+    class TooLong(Exception):
+        pass
+
+    model_holder: dict = {}
+
+    def responder(body: dict) -> dict:
+        try:
+            return model_holder["m"](body)
+        except TooLong:
+            return {"__error__": 400}
+
+    # The fake server turns the marker dict into a 400 "prompt is too long".
+    import tests.fake_anthropic as fa
+
+    original = fa.FakeAnthropic._next
+
+    def _next(self, body):
+        step = original(self, body)
+        if isinstance(step, dict) and step.get("__error__"):
+            return fa.ErrorStep(400, "invalid_request_error", "prompt is too long")
+        return step
+
+    fa.FakeAnthropic._next = _next
+    try:
+        model = CheckpointModel(behaviour)
+        model_holder["m"] = model
+        fake_anthropic.responder = responder
+        cfg = session_config(settings, context_window=WINDOW, max_output_tokens=OUTPUT)
+        async with keel_worker(client, settings) as keel:
+            session = await keel.start_session(f"c-{uuid.uuid4().hex[:8]}", config=cfg)
+            await session.ask("Never touch the billing module. " + FILLER)
+            for i in range(7):
+                await session.ask(f"Part {i}: {FILLER}")
+            status = await session.status()
+    finally:
+        fa.FakeAnthropic._next = original
+    assert status.checkpoint_count >= 1
+    attempts = db(database_url, "SELECT outcome FROM checkpoint_attempts ORDER BY created_at")
+    assert attempts[0] == ("failed",) and attempts[1] == ("stored",)
+    # The second try saw only the part it condenses.
+    cut = db(database_url, "SELECT cut_seq FROM checkpoints ORDER BY created_at")[0][0]
+    last = model.checkpoint_requests[1]
+    seen = " ".join(b.get("text", "") for m in last["messages"] for b in m["content"]
+                    if isinstance(b, dict))
+    later = db(database_url, "SELECT content_text FROM messages WHERE type='user' AND seq>=%s",
+               cut)
+    assert later and all(t[0][:20] not in seen for t in later)

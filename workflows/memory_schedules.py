@@ -1,0 +1,81 @@
+"""The five Temporal Schedules of long memory: four rollups and the doctor.
+
+Cron specs run in the configured time zone (server-local by default). A run missed while
+the worker was down starts when it returns, within the catch-up window; a run still going
+when the next is due makes that one skip, never overlap.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
+)
+
+from schemas.config import KeelSettings
+from schemas.vault import MemorySettings
+from schemas.vault_rollup import RollupInput, RollupKind
+from workflows.doctor import DoctorInput, DoctorWorkflow
+from workflows.rollup import ROLLUP_WORKFLOWS
+
+SCHEDULE_PREFIX = "keel-memory-"
+
+
+def _cron(memory: MemorySettings, name: str) -> str:
+    return str(getattr(memory, f"{name}_cron"))
+
+
+def memory_schedules(settings: KeelSettings, memory: MemorySettings) -> dict[str, Schedule]:
+    """Schedule id -> schedule, for the four rollups and the doctor."""
+    policy = SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP,
+                            catchup_window=memory.catchup_window)
+    out: dict[str, Schedule] = {}
+    for kind, wf in ROLLUP_WORKFLOWS.items():
+        out[f"{SCHEDULE_PREFIX}{kind.value}"] = Schedule(
+            action=ScheduleActionStartWorkflow(
+                wf.run, RollupInput(kind=kind), id=f"keel-rollup-{kind.value}",
+                task_queue=settings.task_queue),
+            spec=ScheduleSpec(cron_expressions=[_cron(memory, kind.value)],
+                              time_zone_name=memory.timezone),
+            policy=policy)
+    out[f"{SCHEDULE_PREFIX}doctor"] = Schedule(
+        action=ScheduleActionStartWorkflow(
+            DoctorWorkflow.run, DoctorInput(), id="keel-doctor", task_queue=settings.task_queue),
+        spec=ScheduleSpec(cron_expressions=[memory.doctor_cron], time_zone_name=memory.timezone),
+        policy=policy)
+    return out
+
+
+class EnsuredSchedule(BaseModel):
+    schedule_id: str
+    created: bool  # False: it existed and was updated to the current settings
+
+
+async def ensure_memory_schedules(client: Client, settings: KeelSettings,
+                                  memory: MemorySettings | None = None
+                                  ) -> list[EnsuredSchedule]:
+    """Create the five schedules, or bring existing ones in line with the settings."""
+    memory = memory or MemorySettings.from_env(settings.data_dir)
+    out: list[EnsuredSchedule] = []
+    for schedule_id, schedule in memory_schedules(settings, memory).items():
+        try:
+            await client.create_schedule(schedule_id, schedule)
+            out.append(EnsuredSchedule(schedule_id=schedule_id, created=True))
+        except ScheduleAlreadyRunningError:
+            def replace(_: ScheduleUpdateInput, new: Schedule = schedule) -> ScheduleUpdate:
+                return ScheduleUpdate(schedule=new)
+
+            await client.get_schedule_handle(schedule_id).update(replace)
+            out.append(EnsuredSchedule(schedule_id=schedule_id, created=False))
+    return out
+
+
+__all__ = ["RollupKind", "ensure_memory_schedules", "memory_schedules"]
