@@ -34,7 +34,13 @@ from schemas.checkpoint import (
     validate_checkpoint,
 )
 from schemas.context import assemble_messages, choose_cut, estimate_tokens
-from schemas.memo import MemoAssembly, MemoCandidate, assemble_memo, render_checklist
+from schemas.memo import (
+    MemoAssembly,
+    MemoCandidate,
+    assemble_memo,
+    memo_candidates,
+    render_checklist,
+)
 from schemas.messages import MessageType, RecordRow
 from schemas.mind import MindDocument
 from schemas.problems import Problem
@@ -207,18 +213,10 @@ class CheckpointActivities:
     async def _candidates(self, conn: AsyncConnection, session_id: str,
                           previous: PreviousCheckpoint | None,
                           moving: list[RecordRow]) -> list[MemoCandidate]:
-        """The user's own messages only, by record type: kept ones, then those moving out."""
         # Kept messages the budget left in the record are still kept: offered ticked again.
         kept_seqs = sorted({int(e["seq"]) for e in (previous.memo if previous else [])}
                            | set(previous.memo_dropped_seqs if previous else []))
-        kept_rows = await load_seqs(conn, session_id, kept_seqs)
-        new_rows = [r for r in moving if r.type == MessageType.USER and r.seq not in kept_seqs]
-        return [
-            MemoCandidate(seq=r.seq, text=r.text, tokens=r.token_count,
-                          kept_before=r.seq in kept_seqs)
-            for r in sorted(kept_rows + new_rows, key=lambda r: r.seq)
-            if r.type == MessageType.USER
-        ]
+        return memo_candidates(await load_seqs(conn, session_id, kept_seqs), moving)
 
     async def _attempt(self, conn: AsyncConnection, attempt_id: str) -> dict[str, Any]:
         async with conn.cursor(row_factory=dict_row) as cur:
@@ -256,6 +254,11 @@ class CheckpointActivities:
             blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
             blocks = [b for b in blocks if b.get("type") in ("text", "tool_use")]
             workspace, mind_path, memo_path = self._paths(attempt["session_id"])
+            # The files as the previous round left them, from the database: a retried round
+            # starts from the same text (edits are never applied twice), on any worker.
+            mind_text, memo_text = _files_state(attempt)
+            mind_path.write_text(mind_text)
+            memo_path.write_text(memo_text)
             ctx = ToolContext(session_id=attempt["session_id"], workspace=workspace,
                               skills_dirs=self.session.skills_dirs(), conn=conn,
                               upto_seq=attempt["upto_seq"],
@@ -269,7 +272,8 @@ class CheckpointActivities:
                                 "content": output.text, "is_error": output.is_error})
             text = "\n".join(b["text"] for b in blocks if b["type"] == "text")
             entry = {"prompt": self._round_prompt(attempt, data), "assistant": blocks,
-                     "results": results}
+                     "results": results,
+                     "files": {"mind": mind_path.read_text(), "memo": memo_path.read_text()}}
             await conn.execute(
                 "UPDATE checkpoint_attempts SET rounds = rounds || %s::jsonb,"
                 " rounds_used = rounds_used + 1,"
@@ -322,13 +326,13 @@ class CheckpointActivities:
 
     async def _check(self, conn: AsyncConnection, attempt: dict[str, Any],
                      budgets: CheckpointBudgets) -> Any:
-        _, mind_path, memo_path = self._paths(attempt["session_id"])
+        mind_text, memo_text = _files_state(attempt)
         return validate_checkpoint(
             final_text=attempt["final_text"] or "",
-            mind=MindDocument(text=mind_path.read_text()),
+            mind=MindDocument(text=mind_text),
             previous_mind=MindDocument(text=attempt["previous_mind"]),
             checklist_original=attempt["checklist_original"],
-            checklist_edited=memo_path.read_text(),
+            checklist_edited=memo_text,
             candidates=await self._candidate_texts(conn, attempt),
             budgets=budgets,
         )
@@ -364,11 +368,11 @@ class CheckpointActivities:
             budgets = CheckpointBudgets.for_window(meta.context_window, meta.max_output_tokens,
                                                    meta.price_step_tokens)
             check = await self._check(conn, attempt, budgets)
-            workspace, mind_path, _ = self._paths(meta.session_id)
+            workspace, _, _ = self._paths(meta.session_id)
             n = data.attempt_id.rsplit(":a", 1)[-1]
             full_copy = workspace / ".keel" / f"mind-full-{n}.md"
             outcome = resolve_checkpoint(
-                check=check, mind=MindDocument(text=mind_path.read_text()),
+                check=check, mind=MindDocument(text=_files_state(attempt)[0]),
                 previous_mind=MindDocument(text=attempt["previous_mind"]),
                 candidates=await self._candidate_texts(conn, attempt),
                 memo_untouched_rounds_exhausted=data.rounds_exhausted, budgets=budgets,
@@ -516,6 +520,14 @@ class CheckpointActivities:
                 memo=memo, now_text=now_text, previous=previous, carried=carried,
                 fallbacks=["moved the earliest half out without the model", *memo.fallbacks],
                 user_name="user", attempt_id=data.attempt_id)
+
+
+def _files_state(attempt: dict[str, Any]) -> tuple[str, str]:
+    """(mind, memo) as the newest round left them; the originals before any round."""
+    for past in reversed(attempt["rounds"][1:]):
+        if past.get("files"):
+            return past["files"]["mind"], past["files"]["memo"]
+    return attempt["previous_mind"], attempt["checklist_original"]
 
 
 def _append_user(messages: list[dict[str, Any]], blocks: list[dict[str, Any]]) -> None:

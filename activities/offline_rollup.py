@@ -9,11 +9,13 @@ says what it is; it recognises only requests whose system prompt carries
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Iterator
 from typing import Any
 
 from schemas.tokens import count_tokens
+from schemas.vault_graph import similarity
 from schemas.vault_rollup import (
     CORE_BLOCK_RE,
     ENTRY_RE,
@@ -26,13 +28,16 @@ from schemas.vault_rollup import (
 NAME = "keel-offline-rollup"
 _ids = itertools.count(1)
 
-# Per-source caps of the extractive summaries: what makes a week cost a fraction of its days.
-DAILY_BULLETS = 8
+# Caps of the extractive summaries: what makes a week cost a fraction of its days.
+DAILY_BULLETS = 6
 BULLET_CHARS = 160
-FOLD_BULLETS = {RollupKind.WEEKLY: 3, RollupKind.MONTHLY: 4, RollupKind.YEARLY: 4}
+FOLD_BULLETS = {RollupKind.WEEKLY: 8, RollupKind.MONTHLY: 10, RollupKind.YEARLY: 12}
+# Sentences this alike (trigram Jaccard) say the same thing: only the first is kept.
+NEAR_DUPLICATE = 0.5
 
 _NAME = r"[A-ZА-ЯЁ][\w'-]+(?: [A-ZА-ЯЁ][\w'-]+)?"
-_ORG = r"[A-ZА-ЯЁ0-9][\w&.'-]*(?: [A-ZА-ЯЁ0-9][\w&.'-]*){0,3}"
+_WORD = r"[A-ZА-ЯЁ0-9][\w&'-]*(?:\.[\w&'-]+)*"
+_ORG = rf"{_WORD}(?: {_WORD}){{0,3}}"
 
 # (pattern, card type, field, confidence, op): group "title" names the card, "value" the fact.
 _CARD_RULES: list[tuple[re.Pattern[str], str, str | None, str, str]] = [
@@ -44,9 +49,9 @@ _CARD_RULES: list[tuple[re.Pattern[str], str, str | None, str, str]] = [
                 rf"(?P<value>{_ORG})"), "contact", "employer", "EXTRACTED", "SUPERSEDE"),
     (re.compile(rf"(?P<title>{_NAME}) работает в (?P<value>{_ORG})"),
      "contact", "employer", "EXTRACTED", "ADD"),
-    (re.compile(rf"(?:met|call with|meeting with) (?P<title>{_NAME}) from (?P<value>{_ORG})"),
+    (re.compile(rf"(?:[Mm]et|[Cc]all with|[Mm]eeting with) (?P<title>{_NAME}) from (?P<value>{_ORG})"),
      "contact", "employer", "INFERRED", "ADD"),
-    (re.compile(rf"(?:встреч\w* с|созвон\w* с) (?P<title>{_NAME}) из (?P<value>{_ORG})"),
+    (re.compile(rf"(?:[Вв]стреч\w* с|[Сс]озвон\w* с) (?P<title>{_NAME}) из (?P<value>{_ORG})"),
      "contact", "employer", "INFERRED", "ADD"),
     (re.compile(rf"[Pp]roject (?P<title>{_ORG}) (?:is due|deadline is|has a deadline of|"
                 r"ships) (?:on |by )?(?P<value>[^.;\n]+)"),
@@ -160,14 +165,47 @@ def _core_update(material: str, day: str) -> dict[str, Any]:
     return update
 
 
+def select_sentences(sentences: list[str], cap: int, boost: set[str] | None = None
+                     ) -> list[str]:
+    """The most distinctive sentences, near-duplicates dropped, in their original order.
+
+    A sentence scores the mean rarity (log N/df) of its words across the material, so
+    repeated routine lines sink in any language; `boost` marks sentences that carried a
+    fact. Deterministic: ties keep the earlier sentence.
+    """
+    words = [set(re.findall(r"\w+", s.casefold())) for s in sentences]
+    df: dict[str, int] = {}
+    for ws in words:
+        for w in ws:
+            df[w] = df.get(w, 0) + 1
+    n = max(1, len(sentences))
+    scored = []
+    for i, (s, ws) in enumerate(zip(sentences, words, strict=True)):
+        rarity = sum(math.log(n / df[w]) + 0.1 for w in ws) / max(1, len(ws))
+        scored.append((rarity + (1.0 if boost and s in boost else 0.0), -i, s))
+    picked: list[tuple[int, str]] = []
+    for _, neg_i, s in sorted(scored, reverse=True):
+        if len(picked) >= cap:
+            break
+        if all(similarity(s, p) < NEAR_DUPLICATE for _, p in picked):
+            picked.append((-neg_i, s))
+    return [s for _, s in sorted(picked)]
+
+
 def daily_summary(material: str, calls: list[dict[str, Any]]) -> str:
-    bullets = []
+    sentences: list[str] = []
+    carried: set[str] = set()
+    values = [c["value"].casefold() for c in calls]
     for role, text in _user_entries(material):
-        if role == "user" and len(bullets) < DAILY_BULLETS:
-            sentence = _sentence(text)
-            if sentence and sentence not in bullets:
-                bullets.append(sentence)
-    lines = [f"- {b}" for b in bullets]
+        if role != "user":
+            continue
+        for sentence in re.split(r"(?<=[.!?])\s+", " ".join(text.split())):
+            sentence = _sentence(sentence)
+            if sentence and sentence not in sentences:
+                sentences.append(sentence)
+                if any(v and v in sentence.casefold() for v in values):
+                    carried.add(sentence)
+    lines = [f"- {b}" for b in select_sentences(sentences, DAILY_BULLETS, carried)]
     decisions = [c["value"] for c in calls if c["type"] == "decision"]
     if decisions:
         lines.append("- Decided: " + "; ".join(decisions[:3]))
@@ -178,15 +216,26 @@ def daily_summary(material: str, calls: list[dict[str, Any]]) -> str:
 
 
 def fold_summaries(kind: RollupKind, material: str) -> str:
-    """Weekly / monthly / yearly: the first bullets of each source, dated."""
-    per_source = FOLD_BULLETS.get(kind, 3)
-    lines = []
+    """Weekly / monthly / yearly: the most distinctive bullets of the sources, dated, and
+    the cards they linked."""
+    dated: list[str] = []
+    when: dict[str, str] = {}
+    links: list[str] = []
     for m in SOURCE_RE.finditer(material):
         period, body = m.group(1), m.group(2)
-        bullets = [ln.strip()[2:] for ln in body.splitlines() if ln.strip().startswith("- ")
-                   and not ln.strip().startswith("- Cards:")]
-        for b in bullets[:per_source]:
-            lines.append(f"- {period}: {b}")
+        for ln in body.splitlines():
+            item = ln.strip()
+            if item.startswith("- Cards:"):
+                links += re.findall(r"\[\[[^\]]+\]\]", item)
+            elif item.startswith("- "):
+                item = re.sub(r"^- \d{4}-\d{2}(?:-\d{2})?: ", "- ", item)[2:]
+                if item not in when:
+                    when[item] = period
+                    dated.append(item)
+    picked = select_sentences(dated, FOLD_BULLETS.get(kind, 8))
+    lines = [f"- {when[b]}: {b}" for b in picked]
+    if links:
+        lines.append("- Cards: " + ", ".join(dict.fromkeys(links)))
     return "\n".join(lines) or "- Nothing was summarised in this period."
 
 

@@ -130,29 +130,28 @@ class DoctorActivities:
                 summary="schema.json is not usable, so no card was changed",
                 details=[f"{p.where}: {p.problem}" for p in problems])
         today = vault.local_date(inp.as_of)
-        fixed, details, alert = 0, [], False
+        fixed = 0
+        problems: list[str] = []  # for a person: files the doctor may not repair
+        fix_notes: list[str] = []
         pool = await self.ctx.pool()
         async with vault.lock(), pool.connection() as conn:
             for rel in vault.card_files():
                 read = read_text(vault.path(rel))
                 if read.invalid_bytes:
-                    details.append(f"{rel}: not valid UTF-8 ({read.invalid_bytes} bad "
-                                   "sequences); left as it is")
-                    alert = True
+                    problems.append(f"{rel}: not valid UTF-8 ({read.invalid_bytes} bad "
+                                    "sequences); left as it is")
                     continue
                 try:
                     meta, body = split_frontmatter(read.text)
                 except FrontmatterError as err:
-                    details.append(f"{rel}: {err}; left as it is")
-                    alert = True
+                    problems.append(f"{rel}: {err}; left as it is")
                     continue
                 stem = rel.rsplit("/", 1)[-1][:-3]
                 new_meta, fixes, problem = canonical_meta(
                     meta or {}, schema, stem=stem, today=today,
                     folder_type=_folder_type(schema, rel))
                 if problem:
-                    details.append(f"{rel}: {problem}; left as it is")
-                    alert = True
+                    problems.append(f"{rel}: {problem}; left as it is")
                     continue
                 if meta is None and not body.lstrip().startswith("# "):
                     body = f"# {new_meta['title']}\n\n{body.lstrip()}"
@@ -160,12 +159,14 @@ class DoctorActivities:
                                                        else body.lstrip("\n"))
                 if vault.write(rel, text):
                     fixed += 1
-                    details.extend(f"{rel}: {f.field} {f.before!r} → {f.after!r} ({f.why})"
-                                   for f in fixes)
+                    fix_notes.extend(f"{rel}: {f.field} {f.before!r} → {f.after!r} ({f.why})"
+                                     for f in fixes)
                     await vault.index_file(conn, rel)
-        return StepResult(step="enforce", ok=True, alert=alert,
-                          summary=f"{fixed} card(s) re-canonicalised",
-                          details=details, data={"fixed": fixed})
+        summary = f"{fixed} card(s) re-canonicalised"
+        if problems:
+            summary += f"; {len(problems)} card(s) need a person"
+        return StepResult(step="enforce", ok=True, alert=bool(problems), summary=summary,
+                          details=problems, data={"fixed": fixed, "fixes": fix_notes})
 
     @activity.defn(name="doctor_graph")
     async def doctor_graph(self, inp: DoctorStepInput) -> StepResult:

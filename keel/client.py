@@ -46,6 +46,10 @@ class MessageRejectedError(Exception):
     """The session refused the message (empty, too long, stopped); nothing was recorded."""
 
 
+class SessionStoppedError(MessageRejectedError):
+    """The session has ended (for example grown too long); start a new one."""
+
+
 def session_config(settings: KeelSettings, **overrides: object) -> SessionConfig:
     model = settings.model
     base = SessionConfig(
@@ -69,6 +73,13 @@ class SessionHandle:
                 SessionWorkflow.send_message, UserMessage(text=text, input_id=input_id))
         except WorkflowUpdateFailedError as err:
             raise MessageRejectedError(str(err.cause or err)) from err
+        except RPCError as err:
+            if "already completed" not in str(err):
+                raise
+            final = await self.handle.result()
+            raise SessionStoppedError(
+                f"session {self.session_id} has stopped: {final.stopped_reason or 'ended'}"
+            ) from err
 
     async def wait_reply(self, seq: int) -> TurnOutcome:
         return await self.handle.execute_update(SessionWorkflow.await_reply, AwaitReply(seq=seq))

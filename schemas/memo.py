@@ -13,6 +13,7 @@ import re
 from pydantic import BaseModel, Field
 
 from schemas.budgets import CheckpointBudgets, cut_to_tokens
+from schemas.messages import MessageType, RecordRow
 from schemas.problems import Problem, ProblemKind
 from schemas.tokens import count_tokens
 
@@ -89,8 +90,15 @@ def _quote(line: str) -> str:
     return repr(line if len(line) <= 70 else line[:69] + "…")
 
 
-def _changed(message: str, line: int) -> Problem:
-    return Problem(kind=ProblemKind.CHECKLIST_CHANGED, part="memo", message=message, line=line)
+def _changed(message: str, line: int, source: str | None = None) -> Problem:
+    m = _LINE_RE.match(source or "")
+    return Problem(
+        kind=ProblemKind.CHECKLIST_CHANGED,
+        part="memo",
+        message=message,
+        line=line,
+        seq=int(m.group(2)) if m else None,
+    )
 
 
 def parse_checklist(original: str, edited: str) -> ChecklistResult:
@@ -128,11 +136,13 @@ def parse_checklist(original: str, edited: str) -> ChecklistResult:
             arrived.remove(match)
             problems.append(
                 _changed(
-                    f"line {n} {_quote(line)} was moved to line {match[0]}; keep the order.", n
+                    f"line {n} {_quote(line)} was moved to line {match[0]}; keep the order.",
+                    n,
+                    line,
                 )
             )
         else:
-            problems.append(_changed(f"line {n} {_quote(line)} was removed; put it back.", n))
+            problems.append(_changed(f"line {n} {_quote(line)} was removed; put it back.", n, line))
     for n, line in arrived:
         problems.append(
             _changed(f"line {n} {_quote(line)} was added; remove it (only tick boxes).", n)
@@ -148,6 +158,7 @@ def _replaced(old: str, new: str, n: int) -> Problem:
                 f"line {n}: the box holds {new[_BOX_AT]!r}; a box holds only ' ' (released) "
                 "or 'x' (kept).",
                 n,
+                old,
             )
     col = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), None)
     col = min(len(old), len(new)) if col is None else col
@@ -155,6 +166,7 @@ def _replaced(old: str, new: str, n: int) -> Problem:
         f"line {n} was changed beyond its checkbox (first difference at character {col + 1}): "
         f"it was {_quote(old)}, now {_quote(new)}; restore it and change only the box.",
         n,
+        old,
     )
 
 
@@ -281,4 +293,20 @@ def memo_problems(kept: list[MemoCandidate], budgets: CheckpointBudgets) -> list
                 "superseded or done, or whose meaning the mind now holds completely."
             ),
         )
+    ]
+
+
+def memo_candidates(kept: list[RecordRow], moving: list[RecordRow]) -> list[MemoCandidate]:
+    """The memo's candidates: messages kept before, then the user's own messages moving out.
+
+    Only the record's type says who wrote a message: a Watch's, a Task's, a callback's or
+    another session's input is never a candidate, whatever its text claims.
+    """
+    kept_seqs = {r.seq for r in kept}
+    rows = [r for r in kept if r.type == MessageType.USER] + [
+        r for r in moving if r.type == MessageType.USER and r.seq not in kept_seqs
+    ]
+    return [
+        MemoCandidate(seq=r.seq, text=r.text, tokens=r.token_count, kept_before=r.seq in kept_seqs)
+        for r in sorted(rows, key=lambda r: r.seq)
     ]

@@ -87,6 +87,8 @@ Step = dict[str, Any] | ErrorStep
 
 class FakeAnthropic:
     def __init__(self, responder: Responder | None = None) -> None:
+        # Like the real API: a request whose input and output cannot fit is refused (400).
+        self.context_window: int | None = None
         self.script: list[Step] = []
         self.responder = responder
         self.requests: list[dict[str, Any]] = []
@@ -118,6 +120,13 @@ class FakeAnthropic:
             self.responder = responder
 
     def _next(self, body: dict[str, Any]) -> Step:
+        if self.context_window is not None:
+            size = request_tokens(body) + int(body.get("max_tokens", 0))
+            if size > self.context_window:
+                with self._lock:
+                    self.requests.append(body)
+                return ErrorStep(400, "invalid_request_error",
+                                 f"prompt is too long: {size} tokens > {self.context_window}")
         with self._lock:
             self.requests.append(body)
             if self.script:

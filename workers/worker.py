@@ -13,6 +13,7 @@ from temporalio.worker import Interceptor, Worker
 from activities.checkpoint import CheckpointActivities
 from activities.session import SessionActivities
 from schemas.config import KeelSettings
+from schemas.tokens import count_tokens
 from workflows.session import SessionWorkflow
 
 
@@ -39,6 +40,7 @@ def session_activities(settings: KeelSettings) -> list[Callable[..., Any]]:
 def build_worker(client: Client, settings: KeelSettings,
                  interceptors: Sequence[Interceptor] = (),
                  activity_executor: concurrent.futures.Executor | None = None) -> Worker:
+    count_tokens("warm")  # load the tokenizer file now, not inside a workflow task
     memory_workflows, memory_activities = _memory_parts(settings)
     return Worker(
         client,

@@ -20,8 +20,10 @@ with workflow.unsafe.imports_passed_through():
     from activities.vault_rollup import CommitInput, NotifyInput, RollupActivities
 
 SCHEDULED_START = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
+# A vault problem (VaultError) needs a person, not another try.
 STEP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1),
-                         maximum_interval=timedelta(seconds=10), maximum_attempts=3)
+                         maximum_interval=timedelta(seconds=10), maximum_attempts=3,
+                         non_retryable_error_types=["VaultError"])
 
 
 class DoctorInput(BaseModel):

@@ -33,10 +33,14 @@ with workflow.unsafe.imports_passed_through():
 from workflows.doctor import DoctorWorkflow
 
 SCHEDULED_START = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
+# A vault problem (VaultError: unusable schema.json, a path outside the vault) needs a
+# person, not another try.
 FILE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1),
-                         maximum_interval=timedelta(seconds=30), maximum_attempts=10)
+                         maximum_interval=timedelta(seconds=30), maximum_attempts=10,
+                         non_retryable_error_types=["VaultError"])
 MODEL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=5),
-                          maximum_interval=timedelta(minutes=2), maximum_attempts=8)
+                          maximum_interval=timedelta(minutes=2), maximum_attempts=8,
+                          non_retryable_error_types=["VaultError"])
 NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=3)
 
 

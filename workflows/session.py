@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         ToolInput,
     )
     from schemas.budgets import checkpoint_threshold
+    from schemas.tokens import count_tokens
     from schemas.messages import (
         HarnessKind,
         MessageType,
@@ -153,6 +154,15 @@ class SessionWorkflow:
             raise ValueError(
                 f"the message has {len(message.text)} characters; the limit is {limit}. "
                 "Put long material in a file in the workspace and refer to it."
+            )
+        # A message must leave room for the rest of the context and the reply, or no
+        # checkpoint could ever make it fit. Counting is pure and deterministic.
+        token_limit = self.hard_limit // 2
+        tokens = count_tokens(message.text)
+        if tokens > token_limit:
+            raise ValueError(
+                f"the message has {tokens} tokens; on this model a message may have at most "
+                f"{token_limit}. Put long material in a file in the workspace and refer to it."
             )
 
     async def _background(self, kind: HarnessKind, source_line: str, text: str,
