@@ -61,6 +61,7 @@ def checkpoint_instruction(
     budgets: CheckpointBudgets,
     user_name: str,
     in_turn_user_seqs: list[int],
+    edit_tool: str = "edit_file",
 ) -> str:
     """The checkpoint request, sent as Keel's input in the checkpoint turn."""
     limits = budgets.section_limits()
@@ -86,9 +87,9 @@ checkpoint replaces the earlier conversation; the record keeps every message. Do
 continue the task in this turn.
 
 Rules for this turn: at most {budgets.max_tool_rounds} rounds of tool calls. You may read
-files. You may change only the two files below, and only with the edit tool: an exact
-replace of one passage (quote it exactly as it is, so it matches once). Never overwrite,
-recreate or empty a file.
+files. You may change only the two files below, and only with the edit tool ({edit_tool}):
+each edit is an exact replace of one passage, quoted exactly as it is so it matches once.
+Never overwrite, recreate or empty a file.
 
 1. YOUR MIND: {mind_path}
 Your understanding of the work, revised edit by edit: change only what changed and leave
@@ -388,8 +389,7 @@ def render_checkpoint(
     ]
     if memo.entries or memo.dropped_seqs:
         out += [
-            f"Copied word for word from the record; #N is the message's number there. Only "
-            f"these are {user_name}'s words.",
+            "Copied word for word from the record; #N is the message's number there.",
             "<memo>",
             memo.render(),
             "</memo>",

@@ -177,8 +177,9 @@ def mission_entry_core(entry: str) -> str:
     return core or text
 
 
+# Only status marks, never any bracket: "- Ship [not] v2" must not pass for "- Ship v2".
 _INNER_MARKERS = (
-    re.compile(r"\[[^\]\n]{0,40}\]"),
+    re.compile(rf"\[(?:[ xX]|{_STATUS}\b[^\]\n]{{0,40}})\]", re.IGNORECASE),
     re.compile(rf"\({_STATUS}\b[^)\n]{{0,60}}\)", re.IGNORECASE),
 )
 
@@ -520,8 +521,7 @@ def cut_sections(mind: MindDocument, budgets: CheckpointBudgets, full_copy_path:
 
     names = ", ".join(over)
     note = (
-        f"{CUT_NOTE_PREFIX} ({names}). The whole mind is in the "
-        f"read-only file {full_copy_path}.]"
+        f"{CUT_NOTE_PREFIX} ({names}). The whole mind is in the read-only file {full_copy_path}.]"
     )
     return "\n".join(lines).rstrip("\n") + "\n\n" + note + "\n"
 
