@@ -181,19 +181,34 @@ class CheckpointActivities:
             window = await self.session.load_window(conn, data.session_id, data.window_start_seq,
                                                     data.upto_seq, data.checkpoint_id)
             live = [r for r in window.rows if r.seq >= data.window_start_seq]
-            cut = choose_cut(live, budgets.recent_tail, max_fraction=data.portion)
-            if cut is None:
-                return PrepareResult(ok=False, reason="nothing in the window can move out")
             previous = await self._previous(conn, data.checkpoint_id)
             previous_mind = previous.mind_text if previous else MindDocument.template().text
-            moving = [r for r in live if r.seq < cut]
-            candidates = await self._candidates(conn, data.session_id, previous, moving)
-            in_turn = sorted({r.seq for r in moving if r.type == MessageType.USER
-                              and r.seq >= data.turn_first_seq}
-                             | {s for s in (previous.carried_seqs if previous else [])
-                                if s >= data.turn_first_seq})
-            checklist = render_checklist(candidates)
             workspace, mind_path, memo_path = self._paths(data.session_id)
+            for _ in range(2):
+                cut = choose_cut(live, budgets.recent_tail, max_fraction=data.portion)
+                if cut is None:
+                    return PrepareResult(ok=False, reason="nothing in the window can move out")
+                moving = [r for r in live if r.seq < cut]
+                candidates = await self._candidates(conn, data.session_id, previous, moving)
+                in_turn = sorted({r.seq for r in moving if r.type == MessageType.USER
+                                  and r.seq >= data.turn_first_seq}
+                                 | {s for s in (previous.carried_seqs if previous else [])
+                                    if s >= data.turn_first_seq})
+                checklist = render_checklist(candidates)
+                instruction = checkpoint_instruction(
+                    mind_path=str(mind_path.relative_to(workspace)),
+                    memo_path=str(memo_path.relative_to(workspace)), mind_text=previous_mind,
+                    checklist_text=checklist, budgets=budgets, user_name=data.user_name,
+                    in_turn_user_seqs=in_turn)
+                shown = window.rows if data.portion >= 1.0 else [
+                    r for r in window.rows if r.seq < cut]
+                turn_size = estimate_tokens(window.system, shown, [
+                    window.checkpoint_text or "", instruction]) + data.max_output_tokens
+                if turn_size <= data.context_window or data.portion <= 0.5:
+                    break
+                # Too large for a checkpoint turn: condense the earlier part, up to about
+                # half, and show the turn only that part.
+                data = data.model_copy(update={"portion": 0.5})
             mind_path.write_text(previous_mind)
             memo_path.write_text(checklist)
             await conn.execute(

@@ -11,7 +11,13 @@ from datetime import datetime
 
 from temporalio import activity
 
-from activities.search import index_document, load_embedder, search, touch_documents
+from activities.search import (
+    embed_pending,
+    index_document,
+    load_embedder,
+    search,
+    touch_documents,
+)
 from activities.vault import MemoryContext, atomic_write, daily_doc, read_text
 from activities.vault_rollup import apply_facts_of, ask_model, store_plan, stored_plan
 from schemas.memory_context import (
@@ -38,6 +44,7 @@ RECALL_KINDS = ["card", "summary", "daily", "note"]
 # What the daily transcript keeps: the conversation, not tool output or Keel's own notices.
 TRANSCRIBED = {"user": "user", "harness": "harness", "assistant": "assistant"}
 MAX_RECALL_K = 20
+RECALL_EMBED_LIMIT = 64
 
 
 class MemoryActivities:
@@ -55,7 +62,13 @@ class MemoryActivities:
         if not inp.query.strip():
             return RecallResult(block="", hits=0)
         pool = await self.ctx.pool()
+        vault = self.ctx.vault
         async with pool.connection() as conn:
+            if vault.root.exists():
+                await vault.refresh(conn)
+            if self._embedder is not None:
+                # New documents join the dense side as they come; the doctor catches up.
+                await embed_pending(conn, self._embedder, limit=RECALL_EMBED_LIMIT)
             hits = await search(conn, inp.query, k=max(1, min(inp.k, MAX_RECALL_K)),
                                 kinds=RECALL_KINDS, exclude_session=inp.session_id,
                                 embedder=self._embedder)

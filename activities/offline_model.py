@@ -25,6 +25,8 @@ _NEEDS_DECISION = re.compile(r"PR #(\d+) needs your decision")
 _KEEP_WORDS = re.compile(
     r"\b(only|never|always|don't|do not|must|prefer|interrupt|allowed|may not|approve|"
     r"approved|reject|instead|stop|priority|deadline|permission|oldest|queue)\b", re.I)
+_DECISION_ON = re.compile(r"decision on PR #(\d+)")
+_APPROVAL = re.compile(r"\b(approved?|go ahead)\b", re.I)
 _MOVE_ALONG = re.compile(r"^\s*(continue|go on|next|ok|okay|yes|thanks?)[.!]?\s*$", re.I)
 
 
@@ -118,6 +120,15 @@ def _queue_start(text: str) -> int | None:
     return min(int(n) for n in found) if found else None
 
 
+def awaiting_decision(text: str) -> int | None:
+    """The PR put to the user for a decision and not reviewed since, if any."""
+    asked = [int(n) for n in _NEEDS_DECISION.findall(text) + _DECISION_ON.findall(text)]
+    done = reviewed_through(text)
+    if asked and (done is None or max(asked) > done):
+        return max(asked)
+    return None
+
+
 def _agent_turn(request: dict[str, Any]) -> dict[str, Any]:
     messages = request.get("messages", [])
     last = messages[-1] if messages else {"content": []}
@@ -133,6 +144,14 @@ def _agent_turn(request: dict[str, Any]) -> dict[str, Any]:
             f"I am Keel's offline deterministic model (no network, no API key). I received: "
             f"\"{preview}\". I can work through the pull-request queue in queue.md; set "
             "ANTHROPIC_API_KEY for a real model.", request)
+    pending = awaiting_decision(everything)
+    if pending is not None and _APPROVAL.search(latest):
+        said = " ".join(latest.split())[:200]
+        return _tools([("write_file", {
+            "path": f"reviews/{pending}.md",
+            "content": f"# Review of PR #{pending}\n\nVerdict: approved by the user "
+                       f"(their decision: \"{said}\").\n"})], request,
+            f"You approved PR #{pending}; recording your decision.")
     if re.search(r"\b(stop|pause|hold)\b", latest, re.I) and "queue" not in latest.lower():
         return _text("Paused, as you asked. Say \"continue\" to resume the queue.", request)
     if "queue.md" not in " ".join(str(a) for _, a, _, _ in _tool_results_by_name(messages)) \
@@ -169,6 +188,8 @@ def _after_tools(messages: list[dict[str, Any]], everything: str,
     match = re.match(r"reviews/(\d+)\.md$", path)
     if name == "write_file" and match:
         pr = int(match.group(1))
+        if "approved by the user" in str(args.get("content", "")):
+            return _text(f"Reviewed PR #{pr}: approved by you. Next: PR #{pr + 1}.", request)
         review = _tool_results_by_name(messages)
         pr_text = next((t for n, a, t, _ in reversed(review)
                         if a.get("path") == f"prs/{pr}.md"), "")

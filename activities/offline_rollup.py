@@ -49,7 +49,8 @@ _CARD_RULES: list[tuple[re.Pattern[str], str, str | None, str, str]] = [
                 rf"(?P<value>{_ORG})"), "contact", "employer", "EXTRACTED", "SUPERSEDE"),
     (re.compile(rf"(?P<title>{_NAME}) работает в (?P<value>{_ORG})"),
      "contact", "employer", "EXTRACTED", "ADD"),
-    (re.compile(rf"(?:[Mm]et|[Cc]all with|[Mm]eeting with) (?P<title>{_NAME}) from (?P<value>{_ORG})"),
+    (re.compile(rf"(?:[Mm]et|[Cc]all with|[Mm]eeting with) (?P<title>{_NAME}) from "
+                rf"(?P<value>{_ORG})"),
      "contact", "employer", "INFERRED", "ADD"),
     (re.compile(rf"(?:[Вв]стреч\w* с|[Сс]озвон\w* с) (?P<title>{_NAME}) из (?P<value>{_ORG})"),
      "contact", "employer", "INFERRED", "ADD"),

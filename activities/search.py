@@ -36,6 +36,9 @@ from schemas.vault_search import (
 )
 
 MAX_QUERY_TERMS = 32
+# A term in more than this share of all documents does not choose candidates (it still
+# scores them).
+COMMON_TERM_SHARE = 0.05
 # A tsvector holds at most 1 MB; bodies past this are indexed by their beginning only.
 MAX_INDEXED_CHARS = 100_000
 
@@ -125,6 +128,23 @@ async def delete_documents(conn: AsyncConnection, paths: Sequence[str]) -> int:
     return len(gone)
 
 
+async def rebuild_statistics(conn: AsyncConnection) -> None:
+    """Recount document frequencies and corpus size from the documents themselves.
+
+    The triggers keep them exact on every write; this is for bulk loads that bypass the
+    triggers (and for repairing a database restored from parts).
+    """
+    async with conn.transaction():
+        await conn.execute("DELETE FROM memory_terms")
+        await conn.execute(
+            "INSERT INTO memory_terms (term, df) SELECT u.lexeme, count(*)"
+            " FROM memory_docs d, unnest(d.tsv) u GROUP BY u.lexeme")
+        await conn.execute(
+            "UPDATE memory_stats SET n_docs = s.n, total_len = s.len FROM"
+            " (SELECT count(*) AS n, coalesce(sum(doc_len), 0) AS len FROM memory_docs) s"
+            " WHERE id = 1")
+
+
 async def indexed_hashes(conn: AsyncConnection, prefix: str = "") -> dict[str, str]:
     cur = await conn.execute(
         "SELECT path, content_hash FROM memory_docs WHERE path LIKE %s",
@@ -138,8 +158,8 @@ _WEIGHT_SQL = " ".join(f"WHEN '{w}' THEN {v}" for w, v in COLUMN_WEIGHTS.items()
 
 _BM25 = f"""
 WITH qt AS (
-    SELECT t.i, t.pattern
-    FROM unnest(%(patterns)s::text[]) WITH ORDINALITY AS t(pattern, i)
+    SELECT t.i, t.pattern, t.tsq
+    FROM unnest(%(patterns)s::text[], %(tsqs)s::text[]) WITH ORDINALITY AS t(pattern, tsq, i)
 ),
 stats AS (
     SELECT greatest(n_docs, 1)::float8 AS n,
@@ -147,20 +167,33 @@ stats AS (
     FROM memory_stats WHERE id = 1
 ),
 qidf AS (
-    SELECT qt.i, ln(1 + (s.n - d.df + 0.5) / (d.df + 0.5)) AS idf
+    SELECT qt.i, qt.tsq, d.df, ln(1 + (s.n - d.df + 0.5) / (d.df + 0.5)) AS idf
     FROM qt, stats s,
          LATERAL (SELECT least(coalesce(sum(m.df), 0), s.n) AS df
                   FROM memory_terms m WHERE m.term LIKE qt.pattern) d
 ),
+-- Candidates come from the informative terms: a word in most documents would fill the
+-- pool with documents that only share it (ts_rank knows no IDF). Common words still
+-- count in the score below.
+informative AS (
+    SELECT q.* FROM qidf q, stats s
+    WHERE q.df <= greatest(%(pool)s, s.n * {COMMON_TERM_SHARE})
+       OR NOT EXISTS (SELECT 1 FROM qidf q2
+                      WHERE q2.df <= greatest(%(pool)s, s.n * {COMMON_TERM_SHARE}))
+),
 cand AS (
-    SELECT d.path, d.tsv, d.doc_len
-    FROM memory_docs d
-    WHERE d.tsv @@ to_tsquery('simple', %(tsq)s)
-      AND (%(kinds)s::text[] IS NULL OR d.kind = ANY(%(kinds)s::text[]))
-      AND (%(exclude_session)s::text IS NULL
-           OR d.session_id IS DISTINCT FROM %(exclude_session)s::text)
-    ORDER BY ts_rank(d.tsv, to_tsquery('simple', %(tsq)s)) DESC, d.path
-    LIMIT %(pool)s
+    SELECT DISTINCT c.path, c.tsv, c.doc_len
+    FROM informative q
+    CROSS JOIN LATERAL (
+        SELECT d.path, d.tsv, d.doc_len
+        FROM memory_docs d
+        WHERE d.tsv @@ to_tsquery('simple', q.tsq)
+          AND (%(kinds)s::text[] IS NULL OR d.kind = ANY(%(kinds)s::text[]))
+          AND (%(exclude_session)s::text IS NULL
+               OR d.session_id IS DISTINCT FROM %(exclude_session)s::text)
+        ORDER BY ts_rank(d.tsv, to_tsquery('simple', q.tsq)) DESC, d.path
+        LIMIT %(pool)s
+    ) c
 ),
 tf AS (
     SELECT c.path, qt.i,
@@ -201,7 +234,7 @@ async def bm25_candidates(conn: AsyncConnection, query: str, *, kinds: list[str]
         return []
     cur = await conn.execute(_BM25, {
         "patterns": [p for _, p, _ in terms],
-        "tsq": " | ".join(q for _, _, q in terms),
+        "tsqs": [q for _, _, q in terms],
         "kinds": kinds, "exclude_session": exclude_session, "pool": pool,
     })
     return [Candidate(path=path, card_key=key, penalised=pen, bm25=float(bm25),
@@ -356,10 +389,11 @@ def load_embedder(spec: str | None) -> Embedder | None:
     return factory()  # type: ignore[no-any-return]
 
 
-async def embed_pending(conn: AsyncConnection, embedder: Embedder, batch: int = 64) -> int:
-    """Embed every document whose vector is missing or stale; returns how many."""
+async def embed_pending(conn: AsyncConnection, embedder: Embedder, batch: int = 64,
+                        limit: int | None = None) -> int:
+    """Embed documents whose vector is missing or stale (at most `limit`); returns how many."""
     done = 0
-    while True:
+    while limit is None or done < limit:
         cur = await conn.execute(
             "SELECT d.path, d.content_hash, d.title || E'\\n' || left(d.body, 4000)"
             " FROM memory_docs d LEFT JOIN memory_embeddings e"
@@ -368,7 +402,7 @@ async def embed_pending(conn: AsyncConnection, embedder: Embedder, batch: int = 
             (embedder.name, batch))
         rows = await cur.fetchall()
         if not rows:
-            return done
+            break
         vectors = embedder.embed([r[2] for r in rows])
         async with conn.transaction():
             for (path, digest, _), vec in zip(rows, vectors, strict=True):
@@ -378,6 +412,7 @@ async def embed_pending(conn: AsyncConnection, embedder: Embedder, batch: int = 
                     " model = EXCLUDED.model, content_hash = EXCLUDED.content_hash,"
                     " vector = EXCLUDED.vector", (path, embedder.name, digest, vec))
         done += len(rows)
+    return done
 
 
 async def dense_ranking(conn: AsyncConnection, embedder: Embedder, query: str, *,

@@ -21,6 +21,7 @@ from activities.db import get_pool
 from activities.model import create_message
 from activities.record import Inserted, NewRow, ensure_session, insert_row, load_rows, load_seqs
 from activities.tools import ToolContext, execute_tool, skill_catalog
+from activities.vault import read_core_text
 from schemas.config import KeelSettings
 from schemas.context import (
     SkillEntry,
@@ -31,7 +32,9 @@ from schemas.context import (
     estimate_tokens,
     fit_newest_tool_output,
 )
+from schemas.memory_context import scrub_memory_echo
 from schemas.messages import MessageType, ModelReply, RecordRow, ToolCall, Usage
+from schemas.prepass import prepass
 from schemas.tools import AGENT_TOOLS
 
 PACKAGED_SKILLS = Path(__file__).resolve().parent.parent / "keel" / "skills"
@@ -65,6 +68,8 @@ class ModelCallInput(BaseModel):
     usage_ratio: float = 1.0  # the API's count over Keel's estimate, from the last call
     check_threshold: bool = True
     cut_newest_output: bool = False
+    memory_block: str = ""  # this turn's fenced long-memory recall
+    keep_recent_seq: int = 0  # the pre-pass leaves rows from here on as they are
 
 
 class ModelCallResult(BaseModel):
@@ -130,10 +135,6 @@ class SessionActivities:
             offline_notice=OFFLINE_NOTICE if self.settings.model.offline else ""))
 
     def core_memory(self) -> str:
-        try:
-            from activities.vault import read_core_text
-        except ImportError:
-            return ""
         return read_core_text(self.settings)
 
     async def load_window(self, conn: AsyncConnection, session_id: str, window_start: int,
@@ -170,19 +171,29 @@ class SessionActivities:
             window = await self.load_window(conn, data.session_id, data.window_start_seq,
                                             data.upto_seq, data.checkpoint_id)
             rows = window.rows
-            estimate = self._estimate(window, rows, data.usage_ratio)
+            estimate = self._estimate(window, rows, data.usage_ratio, data.memory_block)
+            notes: list[str] = []
+            if estimate > data.threshold:
+                # The cheap pre-pass first: old tool outputs shrunk, duplicates pointed at,
+                # stale images dropped. When that is room enough, no checkpoint is needed.
+                shrunk = prepass(rows, keep_recent_seq=data.keep_recent_seq)
+                if shrunk.tokens_saved:
+                    rows = shrunk.rows
+                    estimate = self._estimate(window, rows, data.usage_ratio, data.memory_block)
+                    notes.append(f"pre-pass saved {shrunk.tokens_saved} tokens")
             output_cut = False
             if data.cut_newest_output and estimate > data.hard_limit:
                 excess = int((estimate - data.hard_limit) / max(data.usage_ratio, 0.1)) + 1
                 rows, output_cut = fit_newest_tool_output(rows, excess)
-                estimate = self._estimate(window, rows, data.usage_ratio)
+                estimate = self._estimate(window, rows, data.usage_ratio, data.memory_block)
             if estimate > data.hard_limit:
                 return ModelCallResult(needs_room=True, cannot_fit=True, estimated_tokens=estimate)
             if data.check_threshold and estimate > data.threshold:
                 return ModelCallResult(needs_room=True, estimated_tokens=estimate)
-            memory = await self._recall(data.session_id, rows)
-            messages, notes = assemble_messages(
-                rows, checkpoint_text=window.checkpoint_text, memory_block=memory)
+            messages, assembly_notes = assemble_messages(
+                rows, checkpoint_text=window.checkpoint_text,
+                memory_block=data.memory_block or None)
+            notes += assembly_notes
             request = {
                 "model": data.model, "max_tokens": data.max_output_tokens,
                 "system": window.system, "messages": messages, "tools": AGENT_TOOLS,
@@ -212,18 +223,10 @@ class SessionActivities:
             return ModelCallResult(reply=reply, estimated_tokens=estimate,
                                    output_cut=output_cut, notes=notes)
 
-    def _estimate(self, window: LoadedWindow, rows: list[RecordRow], ratio: float) -> int:
-        raw = estimate_tokens(window.system, rows, [window.checkpoint_text or ""])
+    def _estimate(self, window: LoadedWindow, rows: list[RecordRow], ratio: float,
+                  memory_block: str = "") -> int:
+        raw = estimate_tokens(window.system, rows, [window.checkpoint_text or "", memory_block])
         return int(raw * max(ratio, 0.5))
-
-    async def _recall(self, session_id: str, rows: list[RecordRow]) -> str | None:
-        try:
-            from activities.memory import recall_block
-        except ImportError:
-            return None
-        query = next((r.text for r in reversed(rows)
-                      if r.type in (MessageType.USER, MessageType.HARNESS)), "")
-        return (await recall_block(self.settings, session_id, query)) or None
 
     @activity.defn
     async def run_tool(self, data: ToolInput) -> ToolOutcome:
@@ -256,10 +259,6 @@ class SessionActivities:
 
 
 def _scrub(text: str) -> str:
-    try:
-        from schemas.memory_context import scrub_memory_echo
-    except ImportError:
-        return text
     return scrub_memory_echo(text)
 
 

@@ -14,6 +14,7 @@ import fcntl
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,10 +24,9 @@ from zoneinfo import ZoneInfo
 
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 from temporalio import activity
 
-import keel
 from activities.db import get_pool
 from activities.search import IndexDoc, delete_documents, index_document, indexed_hashes
 from schemas.config import KeelSettings
@@ -40,7 +40,11 @@ from schemas.vault import (
     SCHEMA_FILE,
     SUMMARIES_DIR,
     CardOp,
+    GitResult,
+    InitVaultResult,
     MemorySettings,
+    ReindexInput,
+    ReindexResult,
     SchemaProblem,
     VaultSchema,
     parse_schema,
@@ -49,6 +53,8 @@ from schemas.vault_card import (
     Card,
     CardFact,
     FrontmatterError,
+    WriteCardInput,
+    WriteCardResult,
     apply_fact,
     card_filename,
     link_key,
@@ -57,10 +63,14 @@ from schemas.vault_card import (
 )
 from schemas.vault_rollup import split_transcript
 
-TEMPLATE_DIR = Path(keel.__file__).resolve().parent / "vault_template"
+TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "keel" / "vault_template"
+# Made even when an installed template lacks them (packagers drop empty folders).
+REQUIRED_DIRS = (DAILY_DIR, "attachments", GRAPH_DIR,
+                 *(f"{SUMMARIES_DIR}/{k}" for k in ("daily", "weekly", "monthly", "yearly")))
 GIT_USER = ("Keel", "keel@localhost")
 
 _process_locks: dict[Path, asyncio.Lock] = {}
+_ensure_lock = threading.Lock()
 
 
 class VaultError(Exception):
@@ -70,7 +80,9 @@ class VaultError(Exception):
 @dataclass
 class ReadText:
     text: str
-    invalid_bytes: int = 0  # undecodable bytes replaced on reading; the file is untouched
+    # Invalid UTF-8 sequences read as U+FFFD. The file itself is never rewritten from such
+    # a reading: that would turn the bad bytes into replacement characters for good.
+    bad_sequences: int = 0
 
 
 def read_text(path: Path) -> ReadText:
@@ -79,8 +91,8 @@ def read_text(path: Path) -> ReadText:
         return ReadText(raw.decode("utf-8"))
     except UnicodeDecodeError:
         text = raw.decode("utf-8", errors="replace")
-        return ReadText(text, invalid_bytes=text.count("\ufffd") - raw.decode(
-            "utf-8", errors="ignore").count("\ufffd"))
+        already = raw.decode("utf-8", errors="ignore").count("\ufffd")
+        return ReadText(text, bad_sequences=text.count("\ufffd") - already)
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -105,20 +117,16 @@ class OpOutcome(BaseModel):
     skipped: bool = False  # a previous attempt had applied it
 
 
-class GitResult(BaseModel):
-    committed: bool = False
-    pushed: bool = False
-    commit: str | None = None
-    problem: str | None = None
-    push_problem: str | None = None
-
-
 @dataclass
 class Vault:
     root: Path
     settings: MemorySettings
     _schema: tuple[VaultSchema | None, list[SchemaProblem]] | None = field(default=None,
                                                                            repr=False)
+    _schema_stamp: tuple[int, int] | None = field(default=None, repr=False)
+    _ensured: bool = field(default=False, repr=False)
+    # (mtime_ns, size) of each markdown file when this process last indexed it.
+    _seen: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)
 
     # --- layout -------------------------------------------------------------------------
 
@@ -136,6 +144,14 @@ class Vault:
 
         An existing folder is never overwritten; a missing template file is added.
         """
+        with _ensure_lock:
+            if self._ensured and (self.root / SCHEMA_FILE).exists():
+                return []
+            notes = self._ensure()
+            self._ensured = True
+            return notes
+
+    def _ensure(self) -> list[str]:
         notes: list[str] = []
         fresh = not self.root.exists() or not any(self.root.iterdir())
         self.root.mkdir(parents=True, exist_ok=True)
@@ -148,6 +164,8 @@ class Vault:
                 shutil.copyfile(src, dst)
                 if not fresh:
                     notes.append(f"added missing {dst.relative_to(self.root).as_posix()}")
+        for rel in REQUIRED_DIRS:
+            (self.root / rel).mkdir(parents=True, exist_ok=True)
         if fresh:
             self._git_sync("init", "-q", "-b", "main")
             self._git_sync("config", "user.name", GIT_USER[0])
@@ -158,9 +176,16 @@ class Vault:
         return notes
 
     def schema(self, reload: bool = False) -> tuple[VaultSchema | None, list[SchemaProblem]]:
-        if self._schema is None or reload:
-            path = self.root / SCHEMA_FILE
-            if not path.exists():
+        """schema.json, read again whenever the file changed (a person may edit it)."""
+        path = self.root / SCHEMA_FILE
+        try:
+            st = path.stat()
+            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            stamp = None
+        if self._schema is None or reload or stamp != self._schema_stamp:
+            self._schema_stamp = stamp
+            if stamp is None:
                 self._schema = (None, [SchemaProblem(where=SCHEMA_FILE, problem="missing")])
             else:
                 self._schema = parse_schema(read_text(path).text)
@@ -348,6 +373,24 @@ class Vault:
         stale = [p for p in old if p not in keep and (p == rel or p.startswith(rel + "#"))]
         return changed + await delete_documents(conn, stale)
 
+    def _stat_files(self) -> dict[str, tuple[int, int]]:
+        out = {}
+        for rel in self.markdown_files():
+            st = (self.root / rel).stat()
+            out[rel] = (st.st_mtime_ns, st.st_size)
+        return out
+
+    async def refresh(self, conn: AsyncConnection) -> int:
+        """Re-index the files that changed on disk since this process last looked (hand
+        edits in Obsidian included); cheap enough to run before every recall."""
+        current = await asyncio.to_thread(self._stat_files)
+        changed = 0
+        for rel in sorted(set(current) | set(self._seen)):
+            if current.get(rel) != self._seen.get(rel):
+                changed += await self.index_file(conn, rel)
+        self._seen = current
+        return changed
+
     async def reindex(self, conn: AsyncConnection) -> tuple[int, int]:
         """Scan the vault: re-index files whose content changed, drop vanished ones.
         Returns (documents changed, documents removed)."""
@@ -407,8 +450,13 @@ class Vault:
         rel = self.find_card(fact.title)
         card: Card | None = None
         if rel is not None:
+            read = read_text(self.path(rel))
+            if read.bad_sequences:
+                return OpOutcome(op_id=op_id, op=CardOp.NOOP, path=rel,
+                                 note=f"rejected: {rel} is not valid UTF-8; the card was left "
+                                      "as it is")
             try:
-                card = parse_card(read_text(self.path(rel)).text)
+                card = parse_card(read.text)
             except FrontmatterError as err:
                 return OpOutcome(op_id=op_id, op=CardOp.NOOP, path=rel,
                                  note=f"rejected: {rel} has broken frontmatter ({err}); "
@@ -466,36 +514,6 @@ def read_core_text(settings: KeelSettings, memory: MemorySettings | None = None)
     if not path.exists():
         return ""
     return read_text(path).text.strip()
-
-
-class InitVaultResult(BaseModel):
-    vault_dir: str
-    notes: list[str] = Field(default_factory=list)
-    problems: list[str] = Field(default_factory=list)
-    indexed: int = 0
-
-
-class ReindexInput(BaseModel):
-    reason: str = ""
-
-
-class ReindexResult(BaseModel):
-    changed: int
-    removed: int
-
-
-class WriteCardInput(BaseModel):
-    """The write_card tool as an activity: one fact, under the caller's op id."""
-
-    op_id: str
-    fact: CardFact
-    today: str | None = None  # YYYY-MM-DD; None: today in the vault's time zone
-
-
-class WriteCardResult(BaseModel):
-    op: CardOp
-    path: str | None = None
-    note: str = ""
 
 
 class VaultActivities:

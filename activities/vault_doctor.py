@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import date, datetime
+from datetime import date
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 from temporalio import activity
 
 from activities.search import embed_pending, load_embedder
@@ -28,6 +28,7 @@ from schemas.vault_card import (
     split_frontmatter,
     wikilinks,
 )
+from schemas.vault_doctor import DoctorStepInput, StepResult
 from schemas.vault_graph import (
     Finding,
     GraphNode,
@@ -46,19 +47,6 @@ HEALTH_FILE = f"{GRAPH_DIR}/health-history.jsonl"
 SCAN_FILES = {"supersede": f"{GRAPH_DIR}/supersede-candidates.json",
               "dedup": f"{GRAPH_DIR}/dedup-candidates.json",
               "link_cleanup": f"{GRAPH_DIR}/link-cleanup.json"}
-
-
-class DoctorStepInput(BaseModel):
-    as_of: datetime
-
-
-class StepResult(BaseModel):
-    step: str
-    ok: bool = True
-    summary: str = ""
-    details: list[str] = Field(default_factory=list)
-    alert: bool = False  # a person is needed
-    data: dict[str, Any] = Field(default_factory=dict)
 
 
 class _Scan(BaseModel):
@@ -137,8 +125,8 @@ class DoctorActivities:
         async with vault.lock(), pool.connection() as conn:
             for rel in vault.card_files():
                 read = read_text(vault.path(rel))
-                if read.invalid_bytes:
-                    problems.append(f"{rel}: not valid UTF-8 ({read.invalid_bytes} bad "
+                if read.bad_sequences:
+                    problems.append(f"{rel}: not valid UTF-8 ({read.bad_sequences} bad "
                                     "sequences); left as it is")
                     continue
                 try:
@@ -213,7 +201,7 @@ class DoctorActivities:
         async with vault.lock(), pool.connection() as conn:
             for rel in vault.card_files():
                 read = read_text(vault.path(rel))
-                if read.invalid_bytes:
+                if read.bad_sequences:
                     continue
                 try:
                     meta, body = split_frontmatter(read.text)

@@ -12,19 +12,28 @@ import asyncio
 import json
 import logging
 import urllib.request
-from datetime import date, datetime
+from datetime import date
 from typing import Any
 
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
-from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.model import create_message
-from activities.vault import GitResult, MemoryContext, Vault, read_text
+from activities.vault import MemoryContext, Vault, read_text
 from schemas.tokens import count_tokens
-from schemas.vault import CORE_FILE, DAILY_DIR, GRAPH_DIR, SUMMARIES_DIR, CardOp
+from schemas.vault import (
+    CORE_FILE,
+    DAILY_DIR,
+    GRAPH_DIR,
+    SUMMARIES_DIR,
+    CardOp,
+    CommitInput,
+    GitResult,
+    NotifyInput,
+    NotifyResult,
+)
 from schemas.vault_card import CardFact
 from schemas.vault_rollup import (
     UPDATE_CORE_TOOL,
@@ -34,6 +43,7 @@ from schemas.vault_rollup import (
     Period,
     PlanResult,
     RollupKind,
+    RollupPeriodsInput,
     RollupPlan,
     RollupPlanList,
     RollupStepInput,
@@ -82,27 +92,6 @@ _INSTRUCTIONS = {
     RollupKind.YEARLY: ("Fold these monthly summaries into one yearly summary: markdown "
                         "bullets. Keep [[wikilinks]]. Reply with the summary only."),
 }
-
-
-class RollupPeriodsInput(BaseModel):
-    kind: RollupKind
-    as_of: datetime
-
-
-class NotifyInput(BaseModel):
-    title: str
-    text: str
-    level: str = "info"  # info | warning | error
-
-
-class NotifyResult(BaseModel):
-    channel: str  # webhook | log
-    delivered: bool
-    problem: str | None = None
-
-
-class CommitInput(BaseModel):
-    message: str
 
 
 # --- plans in the database ---------------------------------------------------------------
@@ -311,8 +300,8 @@ class RollupActivities:
             items: list[str] = []
             for rel in paths:
                 read = read_text(vault.path(rel))
-                if read.invalid_bytes:
-                    notes.append(f"{rel}: {read.invalid_bytes} invalid UTF-8 sequences "
+                if read.bad_sequences:
+                    notes.append(f"{rel}: {read.bad_sequences} invalid UTF-8 sequences "
                                  "read as U+FFFD; the file was left as it is")
                 entries = split_transcript(read.text)
                 parsed = ([parse_entry(e) for _, _, e in entries] if entries
@@ -364,9 +353,13 @@ class RollupActivities:
             await vault.index_file(conn, rel)
             result.summary_path = rel
             result.summary_tokens = count_tokens(summary)
-            if inp.kind == RollupKind.DAILY and plan.core is not None:
-                core_path = vault.root / CORE_FILE
-                current = parse_core(read_text(core_path).text if core_path.exists() else "")
+            core_path = vault.root / CORE_FILE
+            core_read = read_text(core_path) if core_path.exists() else None
+            wants_core = inp.kind == RollupKind.DAILY and plan.core is not None
+            if wants_core and core_read is not None and core_read.bad_sequences:
+                result.notes.append("CORE.md is not valid UTF-8: not updated; fix it by hand")
+            elif wants_core and plan.core is not None:
+                current = parse_core(core_read.text if core_read else "")
                 doc, dropped = merge_core(current, plan.core, today,
                                           cap=self.ctx.memory.core_max_chars)
                 text = render_core(doc)

@@ -173,7 +173,8 @@ class KeelClient:
         )
         try:
             accepted = await self.client.execute_update_with_start_workflow(
-                SessionWorkflow.send_message, UserMessage(text=text), start_workflow_operation=start)
+                SessionWorkflow.send_message, UserMessage(text=text),
+                start_workflow_operation=start)
         except WorkflowUpdateFailedError as err:
             raise MessageRejectedError(str(err.cause or err)) from err
         return SessionHandle(await start.workflow_handle()), accepted

@@ -189,7 +189,9 @@ CUT_OUTPUT_NOTE = (
 )
 
 
-def fit_newest_tool_output(rows: list[RecordRow], excess_tokens: int) -> tuple[list[RecordRow], bool]:
+def fit_newest_tool_output(
+    rows: list[RecordRow], excess_tokens: int
+) -> tuple[list[RecordRow], bool]:
     """Cut the newest tool result by `excess_tokens` (plus its note) when it alone overflows.
 
     Returns the rows (the cut one replaced) and whether a cut happened. Only the newest

@@ -33,6 +33,7 @@ class PendingInput(BaseModel):
 
     seq: int
     kind: str  # "user" or a HarnessKind value
+    query: str = ""  # the input's opening words, for this turn's long-memory recall
 
 
 class SessionState(BaseModel):

@@ -12,7 +12,7 @@ import os
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -222,4 +222,45 @@ def parse_schema(text: str) -> tuple[VaultSchema | None, list[SchemaProblem]]:
     return (None if problems else schema), problems
 
 
-Severity = Literal["info", "warning", "error"]
+
+# --- activity payloads (durable contracts: add fields only as optional) ---------------
+
+
+class GitResult(BaseModel):
+    committed: bool = False
+    pushed: bool = False
+    commit: str | None = None
+    problem: str | None = None
+    push_problem: str | None = None
+
+
+class InitVaultResult(BaseModel):
+    vault_dir: str
+    notes: list[str] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)
+    indexed: int = 0
+
+
+class ReindexInput(BaseModel):
+    reason: str = ""
+
+
+class ReindexResult(BaseModel):
+    changed: int
+    removed: int
+
+
+class NotifyInput(BaseModel):
+    title: str
+    text: str
+    level: str = "info"  # info | warning | error
+
+
+class NotifyResult(BaseModel):
+    channel: str  # webhook | log
+    delivered: bool
+    problem: str | None = None
+
+
+class CommitInput(BaseModel):
+    message: str

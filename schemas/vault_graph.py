@@ -6,6 +6,7 @@ All pure: the doctor activity reads the files, these functions decide, the activ
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from itertools import combinations
 
@@ -42,14 +43,18 @@ class VaultGraph(BaseModel):
 def build_graph(nodes: list[GraphNode]) -> VaultGraph:
     """Resolve wikilinks the way Obsidian does: by file name, case-insensitively."""
     by_key: dict[str, str] = {}
-    for node in sorted(nodes, key=lambda n: n.path):
+    by_path: dict[str, str] = {}
+    # Cards first, so a bare [[name]] shared by a card and a dated file means the card.
+    for node in sorted(nodes, key=lambda n: (not n.is_card, n.path)):
         by_key.setdefault(node.key, node.path)
-        by_key.setdefault(link_key(node.path), node.path)
+        by_path[node.path.removesuffix(".md").casefold()] = node.path
     edges: set[tuple[str, str]] = set()
     broken: list[tuple[str, str]] = []
     for node in nodes:
         for target in node.links:
-            dst = by_key.get(link_key(target))
+            wanted = target.strip().removesuffix(".md").casefold()
+            dst = by_path.get(wanted) if "/" in wanted else None
+            dst = dst or by_key.get(link_key(target))
             if dst is None:
                 broken.append((node.path, target))
             elif dst != node.path:
@@ -136,7 +141,7 @@ def render_moc(graph: VaultGraph, type_order: list[str]) -> str:
 def trigrams(text: str) -> set[str]:
     """Character trigrams as pg_trgm makes them (words padded), so any script works."""
     grams: set[str] = set()
-    for word in normalise_value(text).split():
+    for word in re.findall(r"\w+", normalise_value(text)):
         padded = f"  {word} "
         grams.update(padded[i:i + 3] for i in range(len(padded) - 2))
     return grams
@@ -157,7 +162,7 @@ class Finding(BaseModel):
 
 
 def dedup_scan(graph: VaultGraph, card_bodies: dict[str, str],
-               threshold: float = 0.7) -> list[Finding]:
+               threshold: float = 0.6) -> list[Finding]:
     """Cards of one type whose titles nearly match, or whose facts are identical."""
     cards = sorted((n for n in graph.nodes.values() if n.is_card), key=lambda n: n.path)
     found: list[Finding] = []

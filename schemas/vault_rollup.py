@@ -34,6 +34,11 @@ CATCHUP_PERIODS = {RollupKind.DAILY: 14, RollupKind.WEEKLY: 5, RollupKind.MONTHL
 NOTIFYING_KINDS = (RollupKind.DAILY, RollupKind.WEEKLY)
 
 
+def rollup_notifies(kind: RollupKind, explicit: bool | None) -> bool:
+    """Daily and weekly rollups report; monthly and yearly run silent unless asked."""
+    return explicit if explicit is not None else kind in NOTIFYING_KINDS
+
+
 def marker(kind: RollupKind, period: str = "") -> str:
     return f'<keel:rollup kind="{kind.value}" period="{period}">'
 
@@ -138,6 +143,7 @@ class RollupPlan(BaseModel):
     summary: str = ""
     core: CoreUpdate | None = None
     rejected: list[str] = Field(default_factory=list)  # tool calls that could not be read
+    notes: list[str] = Field(default_factory=list)  # problems with the material itself
     input_tokens: int = 0  # the source material's size (for the cost report)
     model_calls: int = 0
 
@@ -149,6 +155,11 @@ class RollupInput(BaseModel):
     kind: RollupKind
     as_of: datetime | None = None
     notify: bool | None = None  # None: daily and weekly notify, monthly and yearly are silent
+
+
+class RollupPeriodsInput(BaseModel):
+    kind: RollupKind
+    as_of: datetime
 
 
 class RollupStepInput(BaseModel):
@@ -185,13 +196,16 @@ class RollupReport(BaseModel):
     kind: RollupKind
     periods: list[str] = Field(default_factory=list)
     results: dict[str, ApplyResult] = Field(default_factory=dict)
+    failures: dict[str, str] = Field(default_factory=dict)
+    skipped: list[str] = Field(default_factory=list)
+    commit_problem: str | None = None
     notified: bool = False
     committed: bool = False
 
     def text(self) -> str:
-        if not self.periods:
+        if not self.periods and not self.failures:
             return f"{self.kind.value} rollup: nothing to roll up."
-        lines = [f"{self.kind.value} rollup: {', '.join(self.periods)}"]
+        lines = [f"{self.kind.value} rollup: {', '.join(self.periods) or 'no period done'}"]
         for period, r in self.results.items():
             bits = [f"{r.added} added", f"{r.superseded} superseded", f"{r.noop} unchanged"]
             if r.rejected:
@@ -203,6 +217,9 @@ class RollupReport(BaseModel):
                 line += f"; CORE.md {r.core_chars} chars"
             lines.append(line)
             lines.extend(f"  - {n}" for n in r.notes[:5])
+        lines.extend(f"- {p}: FAILED: {why}" for p, why in self.failures.items())
+        if self.commit_problem:
+            lines.append(f"- vault not committed: {self.commit_problem}")
         return "\n".join(lines)
 
 
@@ -414,3 +431,67 @@ def split_transcript(text: str) -> list[tuple[str, int, str]]:
 def _at_heading(text: str, pos: int) -> bool:
     line_start = text.rfind("\n", 0, pos) + 1
     return text.startswith("#### ", line_start)
+
+
+_HEADING_RE = re.compile(r"^#### (\d{2}:\d{2}:\d{2}) · (\w+) · ")
+
+
+def parse_entry(entry: str) -> tuple[str, str, str]:
+    """(role, time, body) of one transcript entry as `split_transcript` returns it."""
+    first, _, rest = entry.partition("\n")
+    m = _HEADING_RE.match(first)
+    if not m:
+        return "user", "", entry.strip()
+    return m.group(2), m.group(1), rest.strip()
+
+
+# --- what a rollup request carries ------------------------------------------------------
+
+
+def _fence_safe(text: str, tag: str) -> str:
+    # Material must not close the element it sits in.
+    return text.replace(f"</{tag}>", f"</ {tag}>")
+
+
+def render_entries(entries: list[tuple[str, str, str]]) -> list[str]:
+    """(role, time, body) -> one <entry> element each."""
+    return [f'<entry role="{role}" time="{time}">\n{_fence_safe(body, "entry")}\n</entry>'
+            for role, time, body in entries]
+
+
+ENTRY_RE = re.compile(r'<entry role="(\w+)" time="([^"]*)">\n(.*?)\n</entry>', re.S)
+SOURCE_RE = re.compile(r'<summary period="([^"]*)">\n(.*?)\n</summary>', re.S)
+CORE_BLOCK_RE = re.compile(r"<core>\n(.*?)\n</core>", re.S)
+
+
+def chunk_texts(items: list[str], budget: int, count: Any) -> list[list[str]]:
+    """Greedy packing of items into chunks of at most `budget` tokens (as `count` counts);
+    an item bigger than the budget is cut at the budget rather than dropped."""
+    from schemas.tokens import truncate_to_tokens
+
+    chunks: list[list[str]] = []
+    current: list[str] = []
+    used = 0
+    for item in items:
+        n = count(item)
+        if n > budget:
+            item, n = truncate_to_tokens(item, budget) + "\n[… cut: over the chunk budget]", budget
+        if current and used + n > budget:
+            chunks.append(current)
+            current, used = [], 0
+        current.append(item)
+        used += n
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def render_summary(period: Period, summary: str, sources: list[str]) -> str:
+    """A summary file: frontmatter, the summary, and links to what it was made from."""
+    title = {RollupKind.DAILY: "Day", RollupKind.WEEKLY: "Week",
+             RollupKind.MONTHLY: "Month", RollupKind.YEARLY: "Year"}.get(period.kind, "")
+    links = ", ".join(f"[[{s}]]" for s in sources)
+    return (f"---\ntype: summary\nkind: {period.kind.value}\nperiod: \"{period.key}\"\n"
+            f"start: {period.start.isoformat()}\nend: {period.end.isoformat()}\n---\n"
+            f"# {title} {period.key}\n\n{summary.strip()}\n\n"
+            + (f"Sources: {links}\n" if sources else ""))

@@ -134,7 +134,10 @@ class FakeAnthropic:
             responder = self.responder
         if responder is None:
             return ErrorStep(500, message="fake server: script exhausted and no responder")
-        return responder(body)
+        try:
+            return responder(body)
+        except Exception as err:  # a broken test responder shows as a non-retryable error
+            return ErrorStep(400, "invalid_request_error", f"fake responder failed: {err!r}")
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self

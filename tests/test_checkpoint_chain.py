@@ -21,7 +21,6 @@ from tests.checkpoint_model import (
     edit,
     good_checkpoint,
     now_block,
-    tick,
     tick_all,
 )
 from tests.fake_anthropic import text_message, tool_use_message
@@ -61,9 +60,9 @@ async def long_session(client, settings, fake, behaviour, *, turns: int = 8,
 
 async def test_valid_checkpoint_is_stored_and_replaces_the_early_conversation(
         client, settings, fake_anthropic, database_url):
-    session, status, model, outcomes, (mind, memo, now) = await long_session(
+    _session, status, model, outcomes, (mind, memo, now) = await long_session(
         client, settings, fake_anthropic, good_checkpoint)
-    assert status.checkpoint_count == 1
+    assert status.checkpoint_count >= 1
     assert all(o.error is None for o in outcomes)
     assert "- Finish the user's long job" in mind
     assert memo.startswith("#1:\nNever touch the billing module.")  # copied, not retyped
@@ -78,8 +77,10 @@ async def test_valid_checkpoint_is_stored_and_replaces_the_early_conversation(
     # After it, each request starts with the checkpoint, framed as recollection.
     after = fake_anthropic.requests[-1]["messages"][0]["content"][0]["text"]
     assert after.startswith("<recollection>") and "#1:\nNever touch the billing module" in after
-    rows = db(database_url, "SELECT kind, fallbacks, cut_seq FROM checkpoints")
-    assert rows == [("model", [], status.window_start_seq)]
+    rows = db(database_url, "SELECT kind, fallbacks, cut_seq FROM checkpoints"
+              " ORDER BY created_at")
+    assert [(k, f) for k, f, _ in rows] == [("model", [])] * status.checkpoint_count
+    assert rows[-1][2] == status.window_start_seq
 
 
 async def test_one_repair_request_names_every_problem(client, settings, fake_anthropic,
@@ -103,16 +104,17 @@ async def test_one_repair_request_names_every_problem(client, settings, fake_ant
     repair = [t for req in model.checkpoint_requests for t in
               [b.get("text", "") for b in req["messages"][-1]["content"]]
               if "[Keel: checkpoint repair]" in t]
-    assert len({r for r in repair}) == 1  # one repair request
     text = repair[0]
     assert "3 problem(s)" in text
     assert "[now]" in text and "[mind]" in text and "[memo]" in text
     assert "'## Lessons' was changed to '## Lesson'" in text
     assert "changed beyond its checkbox" in text and "no <checkpoint>" in text
-    assert status.checkpoint_count == 1
-    assert db(database_url, "SELECT fallbacks FROM checkpoints") == [([],)]
-    assert db(database_url, "SELECT repair_sent, outcome FROM checkpoint_attempts") == [
-        (True, "stored")]
+    assert status.checkpoint_count >= 1
+    assert db(database_url, "SELECT fallbacks FROM checkpoints ORDER BY created_at LIMIT 1") == [([],)]
+    attempts = db(database_url, "SELECT repair_sent, outcome FROM checkpoint_attempts"
+                  " ORDER BY created_at")
+    assert attempts[0] == (True, "stored")
+    assert len(set(repair)) == len(attempts)  # one repair request per attempt
 
 
 async def test_no_usable_now_fails_and_changes_nothing(client, settings, fake_anthropic,
@@ -138,29 +140,39 @@ async def test_no_usable_now_fails_and_changes_nothing(client, settings, fake_an
 
 
 async def test_two_failed_checkpoints_stop_checkpoints_for_the_turn(
-        client, settings, fake_anthropic, database_url):
+        client, settings, fake_anthropic, database_url, tmp_path):
+    """One long turn: every call past the threshold, every checkpoint failing. Two are
+    tried, then only the move-half path makes room, and the turn still ends."""
     def ordinary(body: dict) -> dict:
         done = sum(1 for m in body["messages"] for b in m["content"]
                    if isinstance(b, dict) and b.get("type") == "tool_result")
-        last = body["messages"][-1]["content"]
-        if any(isinstance(b, dict) and b.get("type") == "text" and "tools please" in b["text"]
-               for b in last) or (done and done < 4):
-            return tool_use_message([("write_file", {"path": f"n{done}.txt",
-                                                     "content": FILLER[:400]})])
-        return text_message("ok")
+        moved = "<recollection>" in str(body["messages"][0]["content"])
+        if done < 14 and not (moved and done >= 2):
+            return tool_use_message([("read_file", {"path": "chunk.txt"})])
+        return text_message("finished reading")
 
-    def behaviour(turn: CheckpointTurn) -> dict:
-        return text_message("no now here")
-
-    session, status, model, outcomes, _ = await long_session(
-        client, settings, fake_anthropic, behaviour, ordinary=ordinary, turns=6,
-        first="tools please " + FILLER)
-    attempts = db(database_url, "SELECT attempt_id FROM checkpoint_attempts")
-    # Over the threshold on every call of the last turns, but at most two attempts a turn.
-    turns_over = {r[0] for r in db(database_url, "SELECT turn FROM messages WHERE type="
-                                   "'assistant' AND session_id=%s", session.session_id)}
-    assert 1 <= len(attempts) <= 2 * len(turns_over)
-    assert all(o.error is None for o in outcomes)
+    fake_anthropic.context_window = WINDOW
+    model = CheckpointModel(lambda turn: text_message("no now here"), ordinary=ordinary)
+    fake_anthropic.responder = model
+    session_id = f"c-{uuid.uuid4().hex[:8]}"
+    workspace = settings.workspaces_dir / session_id
+    workspace.mkdir(parents=True)
+    (workspace / "chunk.txt").write_text(" ".join(f"c{i % 89}" for i in range(450)))
+    cfg = session_config(settings, context_window=WINDOW, max_output_tokens=OUTPUT)
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(session_id, config=cfg)
+        outcome = await session.ask("Read chunk.txt again and again. " + FILLER)
+        status = await session.status()
+    assert outcome.error is None and outcome.reply_text == "finished reading"
+    assert status.turn == 1
+    attempts = db(database_url, "SELECT outcome FROM checkpoint_attempts")
+    assert attempts == [("failed",), ("failed",)]  # two, then no more in this turn
+    # Too large for a full checkpoint turn, each was sized down to the earlier half first:
+    # no request was refused for its size.
+    assert not any("too long" in r for r in db(database_url, "SELECT failure_reason FROM"
+                                               " checkpoint_attempts")[0])
+    kinds = [k for (k,) in db(database_url, "SELECT kind FROM checkpoints ORDER BY created_at LIMIT 1")]
+    assert kinds and set(kinds) == {"move_half"}
 
 
 def _fallback_behaviour(mind_change, memo_change=None, final: str | None = None):
@@ -179,9 +191,9 @@ async def test_mind_lost_structure_keeps_previous_mind(client, settings, fake_an
     behaviour = _fallback_behaviour(lambda t: edit(MIND, "## Key decisions", "## Decisions"))
     _, status, _, _, (mind, _, _) = await long_session(client, settings, fake_anthropic,
                                                        behaviour)
-    assert status.checkpoint_count == 1
+    assert status.checkpoint_count >= 1
     assert "## Key decisions" in mind and "## Decisions" not in mind
-    fallbacks = db(database_url, "SELECT fallbacks FROM checkpoints")[0][0]
+    fallbacks = db(database_url, "SELECT fallbacks FROM checkpoints ORDER BY created_at LIMIT 1")[0][0]
     assert any("previous mind" in f for f in fallbacks)
 
 
@@ -193,11 +205,11 @@ async def test_section_over_limit_is_cut_with_a_read_only_copy(
         guide = turn.mind.split("## Lessons\n", 1)[1].split("\n", 1)[0]
         return edit(MIND, f"## Lessons\n{guide}", f"## Lessons\n{guide}\n{long_lesson}")
 
-    session, status, _, _, (mind, _, _) = await long_session(
+    session, status, _, _, (_mind, _, _) = await long_session(
         client, settings, fake_anthropic, _fallback_behaviour(mind_change))
-    assert status.checkpoint_count == 1
+    assert status.checkpoint_count >= 1
     record_mind, context_mind = db(database_url,
-                                   "SELECT mind_text, mind_context_text FROM checkpoints")[0]
+                                   "SELECT mind_text, mind_context_text FROM checkpoints ORDER BY created_at LIMIT 1")[0]
     assert long_lesson in record_mind  # the whole mind stays in the record
     assert long_lesson not in context_mind and ".keel/mind-full-" in context_mind
     copy = next((tmp_path / "workspaces" / session.session_id / ".keel").glob("mind-full-*"))
@@ -208,17 +220,18 @@ async def test_section_over_limit_is_cut_with_a_read_only_copy(
 async def test_memo_changed_beyond_checkboxes_keeps_every_candidate(
         client, settings, fake_anthropic, database_url):
     def memo_change(turn: CheckpointTurn) -> list:
-        line = next(ln for ln in turn.checklist.splitlines() if ln.startswith("- [ ] #1 "))
-        return [edit(MEMO, line, "- [x] #1 the user said to touch billing")]
+        line = next((ln for ln in turn.checklist.splitlines() if ln.startswith("- [ ] #1 ")),
+                    None)
+        return [edit(MEMO, line, "- [x] #1 the user said to touch billing")] if line else []
 
     behaviour = _fallback_behaviour(lambda t: add_mission(t.mind, "Do the job"), memo_change)
     _, status, _, _, (_, memo, _) = await long_session(client, settings, fake_anthropic,
                                                        behaviour)
-    assert status.checkpoint_count == 1
-    entries, dropped = db(database_url, "SELECT memo, memo_dropped_seqs FROM checkpoints")[0]
+    assert status.checkpoint_count >= 1
+    entries, dropped = db(database_url, "SELECT memo, memo_dropped_seqs FROM checkpoints ORDER BY created_at LIMIT 1")[0]
     kept = {e["seq"] for e in entries} | set(dropped)
     user_seqs = {r[0] for r in db(database_url, "SELECT seq FROM messages WHERE type='user'"
-                                  " AND seq < (SELECT cut_seq FROM checkpoints)")}
+                                  " AND seq < (SELECT cut_seq FROM checkpoints ORDER BY created_at LIMIT 1)")}
     assert kept == user_seqs  # more of the user's words, never fewer
     assert "touch billing" not in memo and memo.startswith("#1:\nNever touch the billing")
 
@@ -231,13 +244,13 @@ async def test_rounds_exhausted_keep_every_candidate(client, settings, fake_anth
         return tool_use_message([("read_file", {"path": MIND})])
 
     _, status, model, _, _ = await long_session(client, settings, fake_anthropic, behaviour)
-    assert status.checkpoint_count == 1
+    assert status.checkpoint_count >= 1
     first_attempt = [r for r in model.checkpoint_requests][:6]
     assert [r.get("tool_choice") for r in first_attempt][-1] == {"type": "none"}
     assert all(r.get("tool_choice") is None for r in first_attempt[:5])
-    entries, dropped = db(database_url, "SELECT memo, memo_dropped_seqs FROM checkpoints")[0]
+    entries, dropped = db(database_url, "SELECT memo, memo_dropped_seqs FROM checkpoints ORDER BY created_at LIMIT 1")[0]
     user_seqs = {r[0] for r in db(database_url, "SELECT seq FROM messages WHERE type='user'"
-                                  " AND seq < (SELECT cut_seq FROM checkpoints)")}
+                                  " AND seq < (SELECT cut_seq FROM checkpoints ORDER BY created_at LIMIT 1)")}
     assert {e["seq"] for e in entries} | set(dropped) == user_seqs
 
 
@@ -250,8 +263,8 @@ async def test_kept_messages_over_budget_are_shortened_evenly(
 
     _, status, _, _, (_, memo, _) = await long_session(client, settings, fake_anthropic,
                                                        behaviour)
-    assert status.checkpoint_count == 1
-    entries = db(database_url, "SELECT memo FROM checkpoints")[0][0]
+    assert status.checkpoint_count >= 1
+    entries = db(database_url, "SELECT memo FROM checkpoints ORDER BY created_at LIMIT 1")[0][0]
     assert len(entries) >= 2 and all(e["cut"] for e in entries)
     originals = dict(db(database_url, "SELECT seq, content_text FROM messages"
                         " WHERE type='user'"))

@@ -34,7 +34,7 @@ async def test_offline_session_takes_checkpoints_and_keeps_the_queue(
     # skipped, none reviewed twice.
     reviewed = [int(re.search(r"Reviewed PR #(\d+)", r).group(1)) for r in replies]
     assert reviewed == list(range(101, 131))
-    assert status.checkpoint_count >= 3, status
+    assert status.checkpoint_count >= 2, status
     assert FIRST_REQUEST in memo  # word for word, copied from the record
     assert "continue" not in memo.split("#1:", 1)[1].split("\n\n", 1)[1:]  # not kept
     assert "Please work through the pull-request queue" in mind

@@ -58,7 +58,7 @@ async def test_tool_use_over_several_rounds(client, settings, fake_anthropic, da
     assert "outside the session's workspace" in recorded[5][3]
     third = fake_anthropic.requests[2]["messages"]
     results = [b for b in third[-1]["content"] if b["type"] == "tool_result"]
-    assert [r["content"] for r in results][0] == "alpha"
+    assert next(r["content"] for r in results) == "alpha"
     assert results[1]["is_error"] is True
 
 

@@ -10,11 +10,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.db import apply_migrations
 from schemas.config import KeelSettings
-from workers.worker import run_worker
+from workers.observability import configure_logging, shutdown_tracing, worker_interceptors
+from workers.worker import build_worker
+from workflows.memory_schedules import ensure_memory_schedules
 
 
 async def main() -> None:
     settings = KeelSettings.from_env()
+    configure_logging(settings)
     if not settings.temporal_address or not settings.database_url:
         raise SystemExit("a worker needs TEMPORAL_ADDRESS and DATABASE_URL")
     apply_migrations(settings.database_url)
@@ -25,7 +28,10 @@ async def main() -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await run_worker(client, settings, stop)
+    async with build_worker(client, settings, interceptors=worker_interceptors(settings)):
+        await ensure_memory_schedules(client, settings)
+        await stop.wait()
+    shutdown_tracing()
 
 
 if __name__ == "__main__":

@@ -23,7 +23,10 @@ with workflow.unsafe.imports_passed_through():
         StoreInput,
         StoreResult,
     )
+    from activities.memory import MemoryActivities
     from schemas.budgets import MAX_TOOL_ROUNDS
+    from schemas.memory_context import FlushInput
+    from schemas.prepass import should_skip_condensation
 
 if TYPE_CHECKING:
     from workflows.session import SessionWorkflow
@@ -32,10 +35,9 @@ STEP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1),
                          maximum_interval=timedelta(seconds=30), maximum_attempts=10)
 MODEL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2),
                           maximum_interval=timedelta(seconds=60), maximum_attempts=8)
-# Anti-thrash: when the last checkpoints each freed under this share of the window, wait
-# for the move-half path rather than run another model turn that will not help.
-LOW_SAVING_FRACTION = 0.05
-LOW_SAVING_STREAK = 3
+# How many recent savings to remember for the anti-thrash rule (schemas.prepass).
+SAVINGS_KEPT = 3
+MEMORY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
 
 
 class CheckpointChain:
@@ -43,10 +45,9 @@ class CheckpointChain:
         self.wf = wf
 
     def skip_for_thrash(self) -> bool:
-        window = self.wf.s.config.context_window
-        recent = self.wf.s.recent_savings[-LOW_SAVING_STREAK:]
-        return len(recent) == LOW_SAVING_STREAK and all(
-            saved < window * LOW_SAVING_FRACTION for saved in recent)
+        """Skip a model checkpoint when the recent ones saved little: only the move helps."""
+        return should_skip_condensation(self.wf.s.recent_savings,
+                                        self.wf.s.config.context_window)
 
     def _attempt_id(self) -> str:
         self.wf.s.checkpoint_attempts += 1
@@ -89,6 +90,8 @@ class CheckpointChain:
         if not prepared.ok:  # type: ignore[attr-defined]
             workflow.logger.info("checkpoint skipped: %s", prepared.reason)  # type: ignore[attr-defined]
             return None, False
+        if workflow.patched("long-memory-v1"):
+            await self._flush(s.window_start_seq, prepared.cut_seq - 1)  # type: ignore[attr-defined]
         rounds_used = 0
         rounds_exhausted = False
         abort: str | None = None
@@ -128,6 +131,17 @@ class CheckpointChain:
             return None, too_large and portion == 1.0
         return stored, False
 
+    async def _flush(self, from_seq: int, to_seq: int) -> None:
+        """Durable facts of the part moving out go to cards first, so condensing never
+        loses them silently. Best effort: a failed flush is logged, not fatal."""
+        try:
+            await workflow.execute_activity_method(
+                MemoryActivities.flush_memory,
+                FlushInput(session_id=self.wf.s.session_id, from_seq=from_seq, to_seq=to_seq),
+                start_to_close_timeout=timedelta(minutes=5), retry_policy=MEMORY_RETRY)
+        except ActivityError as err:
+            workflow.logger.warning("memory flush skipped: %s", err.cause or err)
+
     async def move_half(self, upto: int, turn_first_seq: int) -> bool:
         """Move about the earliest half out without the model. False when nothing can."""
         s = self.wf.s
@@ -154,6 +168,6 @@ class CheckpointChain:
         s.checkpoint_count += 1
         s.mind_text, s.memo_text, s.now_text = stored.mind_text, stored.memo_text, stored.now_text
         s.context_tokens = stored.window_tokens_after
-        s.recent_savings = [*s.recent_savings[-(LOW_SAVING_STREAK - 1):],
+        s.recent_savings = [*s.recent_savings[-(SAVINGS_KEPT - 1):],
                             max(0, before - stored.window_tokens_after)]
         return stored.window_tokens_after <= self.wf.threshold

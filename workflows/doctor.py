@@ -7,44 +7,23 @@ needed: a failed step, a health drop, CORE.md over its cap, a failed commit or p
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from pydantic import BaseModel, Field
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.vault import GitResult
-    from activities.vault_doctor import DoctorActivities, DoctorStepInput, StepResult
-    from activities.vault_rollup import CommitInput, NotifyInput, RollupActivities
+    from activities.vault_doctor import DoctorActivities
+    from activities.vault_rollup import RollupActivities
+    from schemas.vault import CommitInput, GitResult, NotifyInput
+    from schemas.vault_doctor import DoctorInput, DoctorReport, DoctorStepInput, StepResult
 
 SCHEDULED_START = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
 # A vault problem (VaultError) needs a person, not another try.
 STEP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1),
                          maximum_interval=timedelta(seconds=10), maximum_attempts=3,
                          non_retryable_error_types=["VaultError"])
-
-
-class DoctorInput(BaseModel):
-    as_of: datetime | None = None  # None: the schedule's time, else now
-
-
-class DoctorReport(BaseModel):
-    steps: list[StepResult] = Field(default_factory=list)
-    commit: GitResult | None = None
-    alerts: list[str] = Field(default_factory=list)
-    notified: bool = False
-
-    def text(self) -> str:
-        lines = ["Keel doctor: a person is needed" if self.alerts else "Keel doctor: all well"]
-        lines += [f"- {a}" for a in self.alerts]
-        lines.append("Steps:")
-        for s in self.steps:
-            lines.append(f"- {s.step}: {'ok' if s.ok else 'FAILED'}: {s.summary}")
-            if s.alert:
-                lines.extend(f"  - {d}" for d in s.details[:10])
-        return "\n".join(lines)
 
 
 STEPS = [

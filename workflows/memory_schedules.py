@@ -22,8 +22,9 @@ from temporalio.client import (
 
 from schemas.config import KeelSettings
 from schemas.vault import MemorySettings
+from schemas.vault_doctor import DoctorInput
 from schemas.vault_rollup import RollupInput, RollupKind
-from workflows.doctor import DoctorInput, DoctorWorkflow
+from workflows.doctor import DoctorWorkflow
 from workflows.rollup import ROLLUP_WORKFLOWS
 
 SCHEDULE_PREFIX = "keel-memory-"

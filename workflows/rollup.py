@@ -15,16 +15,12 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.vault import GitResult
-    from activities.vault_rollup import (
-        CommitInput,
-        NotifyInput,
-        RollupActivities,
-        RollupPeriodsInput,
-    )
+    from activities.vault_rollup import RollupActivities
+    from schemas.vault import CommitInput, GitResult, NotifyInput
     from schemas.vault_rollup import (
         RollupInput,
         RollupKind,
+        RollupPeriodsInput,
         RollupReport,
         RollupStepInput,
         rollup_notifies,

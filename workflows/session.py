@@ -15,6 +15,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.memory import MemoryActivities
     from activities.session import (
         ModelCallInput,
         ModelCallResult,
@@ -23,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
         ToolInput,
     )
     from schemas.budgets import checkpoint_threshold
-    from schemas.tokens import count_tokens
+    from schemas.memory_context import RecallInput, TranscriptInput
     from schemas.messages import (
         HarnessKind,
         MessageType,
@@ -49,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         UserMessage,
         WatchInput,
     )
+    from schemas.tokens import count_tokens
     from workflows.checkpoint import CheckpointChain
 
 TOO_LONG_MESSAGE = (
@@ -57,13 +59,19 @@ TOO_LONG_MESSAGE = (
 )
 
 RECORD_TIMEOUT = timedelta(seconds=30)
-DB_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+DB_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
+)
 MODEL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=2),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=60),
 )
 MAX_OUTCOMES = 64
+RECALL_QUERY_CHARS = 500
+# Long memory helps a turn but must never hold one up: a few tries, then go on without it.
+MEMORY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
+MEMORY_PATCH = "long-memory-v1"
 # The model activity beats every 5 s: four missed beats mean its worker is gone.
 MODEL_HEARTBEAT = timedelta(seconds=20)
 
@@ -86,6 +94,7 @@ class SessionWorkflow:
         self.turn_first_seq = self.s.next_seq
         self.checkpoint_failures_this_turn = 0
         self.chain = CheckpointChain(self)
+        self.memory_block = ""
 
     # ----- sequence numbers -------------------------------------------------------------
 
@@ -133,7 +142,8 @@ class SessionWorkflow:
             ) from err
         self.settle_seq(seq)
         if not inserted.duplicate:
-            self.s.pending.append(PendingInput(seq=inserted.seq, kind=kind))
+            self.s.pending.append(PendingInput(seq=inserted.seq, kind=kind,
+                                               query=text[:RECALL_QUERY_CHARS]))
             self.s.context_tokens += inserted.token_count
         return MessageAccepted(session_id=self.s.session_id, seq=inserted.seq, input_id=input_id)
 
@@ -285,13 +295,19 @@ class SessionWorkflow:
         reply: ModelReply | None = None
         error: str | None = None
         rounds = 0
+        memory = workflow.patched(MEMORY_PATCH)
+        self.memory_block = await self._recall() if memory else ""
+        transcribe: list[int] = []
         while True:
             reply, error, upto = await self._call_model(self.s.recorded_upto)
             taking = [p.seq for p in self.s.pending if p.seq <= upto]
             self.s.pending = [p for p in self.s.pending if p.seq not in taking]
             answered.extend(taking)
+            transcribe.extend(taking)
             if reply is None:
                 break
+            if reply.text.strip():
+                transcribe.append(reply.seq)
             if reply.tool_calls and rounds < self.s.config.max_tool_rounds_per_turn:
                 rounds += 1
                 await self._run_tools(reply)
@@ -301,11 +317,41 @@ class SessionWorkflow:
             turn=self.s.turn, input_seqs=answered,
             reply_seq=reply.seq if reply else None, reply_text=reply.text if reply else "",
             error=error, stopped_reason=self.s.stopped_reason)
+        if memory:
+            await self._transcribe(transcribe)
         for seq in answered:
             self.outcomes[seq] = outcome
         for old in sorted(self.outcomes)[:-MAX_OUTCOMES]:
             del self.outcomes[old]
         self.phase = SessionPhase.STOPPED if self.s.stopped_reason else SessionPhase.IDLE
+
+    async def _recall(self) -> str:
+        """Long memory for this turn, fenced: searched once, with the newest input's words."""
+        ready = [p for p in self.s.pending if p.seq <= self.s.recorded_upto]
+        query = ready[-1].query if ready else ""
+        if not query.strip():
+            return ""
+        try:
+            found = await workflow.execute_activity_method(
+                MemoryActivities.recall_memory,
+                RecallInput(session_id=self.s.session_id, query=query),
+                start_to_close_timeout=timedelta(seconds=30), retry_policy=MEMORY_RETRY)
+        except ActivityError as err:
+            workflow.logger.warning("recall skipped: %s", err.cause or err)
+            return ""
+        return found.block
+
+    async def _transcribe(self, seqs: list[int]) -> None:
+        """Append this turn's inputs and replies to the vault's daily transcript."""
+        for seq in seqs:
+            try:
+                await workflow.execute_activity_method(
+                    MemoryActivities.append_transcript,
+                    TranscriptInput(session_id=self.s.session_id, seq=seq),
+                    start_to_close_timeout=timedelta(seconds=30), retry_policy=MEMORY_RETRY)
+            except ActivityError as err:
+                # The record keeps the message; the nightly rollup reads the record too.
+                workflow.logger.warning("transcript of #%d skipped: %s", seq, err.cause or err)
 
     async def _run_tools(self, reply: ModelReply) -> None:
         for call in reply.tool_calls:
@@ -342,7 +388,8 @@ class SessionWorkflow:
                         max_output_tokens=self.s.config.max_output_tokens,
                         threshold=self.threshold, hard_limit=self.hard_limit,
                         usage_ratio=self.s.usage_ratio, check_threshold=check_threshold,
-                        cut_newest_output=cut_output),
+                        cut_newest_output=cut_output, memory_block=self.memory_block,
+                        keep_recent_seq=self.turn_first_seq),
                     start_to_close_timeout=timedelta(minutes=10),
                     schedule_to_close_timeout=timedelta(minutes=30),
                     heartbeat_timeout=MODEL_HEARTBEAT,

