@@ -9,19 +9,21 @@ from __future__ import annotations
 import asyncio
 import json
 from contextlib import suppress
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from psycopg import AsyncConnection
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.db import get_pool
 from activities.model import create_message
 from activities.record import Inserted, NewRow, ensure_session, insert_row, load_rows, load_seqs
-from activities.tools import ToolContext, execute_tool, skill_catalog
-from activities.vault import read_core_text
+from activities.search import search, touch_documents
+from activities.tools import ToolContext, ToolOutput, execute_tool, skill_catalog
+from activities.vault import MemoryContext, VaultError, memory_settings, read_core_text
 from schemas.config import KeelSettings
 from schemas.context import (
     SkillEntry,
@@ -32,10 +34,12 @@ from schemas.context import (
     estimate_tokens,
     fit_newest_tool_output,
 )
-from schemas.memory_context import scrub_memory_echo
+from schemas.memory_context import fence_memory, scrub_memory_echo
 from schemas.messages import MessageType, ModelReply, RecordRow, ToolCall, Usage
 from schemas.prepass import prepass
-from schemas.tools import AGENT_TOOLS
+from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL, MEMORY_TOOLS
+from schemas.vault_card import CardFact
+from schemas.vault_rollup import write_card_tool
 
 PACKAGED_SKILLS = Path(__file__).resolve().parent.parent / "keel" / "skills"
 OFFLINE_NOTICE = (
@@ -107,6 +111,24 @@ class SessionActivities:
 
     def __init__(self, settings: KeelSettings) -> None:
         self.settings = settings
+        self._memory: MemoryContext | None = None
+        self._vault_ready = False
+
+    def memory(self) -> MemoryContext:
+        if self._memory is None:
+            assert self.settings.database_url
+            self._memory = MemoryContext(settings=self.settings,
+                                         memory=memory_settings(self.settings),
+                                         database_url=self.settings.database_url)
+        return self._memory
+
+    def tools(self) -> list[dict[str, Any]]:
+        """The agent's tools; write_card's enums come from the vault's schema.json."""
+        tools = [*AGENT_TOOLS, MEMORY_SEARCH_TOOL]
+        schema, _ = self.memory().vault.schema()
+        if schema is not None:
+            tools.append(write_card_tool(schema))
+        return tools
 
     async def _conn(self) -> Any:
         if not self.settings.database_url:
@@ -190,13 +212,16 @@ class SessionActivities:
                 return ModelCallResult(needs_room=True, cannot_fit=True, estimated_tokens=estimate)
             if data.check_threshold and estimate > data.threshold:
                 return ModelCallResult(needs_room=True, estimated_tokens=estimate)
+            if not self._vault_ready:  # once per process: the vault from its template
+                await asyncio.to_thread(self.memory().vault.ensure)
+                self._vault_ready = True
             messages, assembly_notes = assemble_messages(
                 rows, checkpoint_text=window.checkpoint_text,
                 memory_block=data.memory_block or None)
             notes += assembly_notes
             request = {
                 "model": data.model, "max_tokens": data.max_output_tokens,
-                "system": window.system, "messages": messages, "tools": AGENT_TOOLS,
+                "system": window.system, "messages": messages, "tools": self.tools(),
             }
             message = await _with_heartbeat(create_message(self.settings.model, request))
             blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
@@ -248,7 +273,11 @@ class SessionActivities:
                               workspace=self.workspace(data.session_id),
                               skills_dirs=self.skills_dirs(), conn=conn,
                               upto_seq=data.upto_seq)
-            output = await execute_tool(ctx, call["name"], call.get("input") or {})
+            if call["name"] in MEMORY_TOOLS:
+                output = await self._memory_tool(conn, data, call["name"],
+                                                 call.get("input") or {})
+            else:
+                output = await execute_tool(ctx, call["name"], call.get("input") or {})
             inserted = await insert_row(conn, NewRow(
                 session_id=data.session_id, seq=data.result_seq, input_id=input_id,
                 type=MessageType.TOOL_RESULT, text=output.text, turn=data.turn,
@@ -256,6 +285,34 @@ class SessionActivities:
                          "tool": call["name"], **output.meta}))
             return ToolOutcome(seq=inserted.seq, token_count=inserted.token_count,
                                is_error=output.is_error)
+
+
+    async def _memory_tool(self, conn: AsyncConnection, data: ToolInput, name: str,
+                           args: dict[str, Any]) -> ToolOutput:
+        memory = self.memory()
+        if name == "memory_search":
+            query = str(args.get("query", "")).strip()
+            if not query:
+                return ToolOutput("query is empty", is_error=True)
+            hits = await search(conn, query, k=max(1, min(int(args.get("limit", 5)), 10)),
+                                exclude_session=data.session_id)
+            await touch_documents(conn, [h.path for h in hits])
+            return ToolOutput(fence_memory(hits) or f"nothing in long memory for {query!r}")
+        try:
+            fact = CardFact.model_validate(args)
+        except ValidationError as err:
+            return ToolOutput(f"write_card refused: {err}", is_error=True)
+        vault = memory.vault
+        try:
+            await asyncio.to_thread(vault.ensure)
+            today = vault.local_date(datetime.now(vault.tz()))
+            # The op id is the call's own id: a retried activity writes the card once.
+            (out,) = await vault.apply_facts(await memory.pool(),
+                                             [(f"tool:{data.tool_use_id}", fact)], today)
+        except (VaultError, ValueError, OSError) as err:
+            return ToolOutput(f"write_card failed: {err}", is_error=True)
+        return ToolOutput(f"{out.op.value} {out.path or ''} {out.note}".strip(),
+                          meta={"card": out.path})
 
 
 def _scrub(text: str) -> str:

@@ -169,10 +169,24 @@ def assemble_messages(
     if messages and messages[0]["role"] != "user":
         messages.insert(0, {"role": "user", "content": [_text_block(
             "(The conversation continues from earlier messages kept in the record.)")]})
-    if memory_block and messages:
-        last_user = next(m for m in reversed(messages) if m["role"] == "user")
-        last_user["content"].insert(0, _text_block(memory_block))
+    if memory_block:
+        _place_memory(messages, memory_block)
     return messages, notes
+
+
+def _place_memory(messages: list[dict[str, Any]], memory_block: str) -> None:
+    """Put the recall just before the newest input's text (seed 003's order), never before
+    tool results, which must open their message."""
+    for message in reversed(messages):
+        if message["role"] != "user":
+            continue
+        blocks = message["content"]
+        for i in range(len(blocks) - 1, -1, -1):
+            if blocks[i].get("type") == "text":
+                blocks.insert(i, _text_block(memory_block))
+                return
+    if messages and messages[-1]["role"] == "user":
+        messages[-1]["content"].append(_text_block(memory_block))
 
 
 def estimate_tokens(system: str, rows: list[RecordRow], extra_texts: list[str]) -> int:

@@ -28,6 +28,7 @@ from tests.harness import keel_worker, make_settings
 
 WINDOW, OUTPUT = 12_000, 512
 FILLER = " ".join(f"w{i % 97}" for i in range(1_000))  # about 1,900 tokens
+FIRST = "ORDER BY created_at LIMIT 1"  # the session's first checkpoint
 SHORT_FILLER = " ".join(f"w{i % 97}" for i in range(500))  # about 950 tokens
 
 
@@ -110,7 +111,7 @@ async def test_one_repair_request_names_every_problem(client, settings, fake_ant
     assert "'## Lessons' was changed to '## Lesson'" in text
     assert "changed beyond its checkbox" in text and "no <checkpoint>" in text
     assert status.checkpoint_count >= 1
-    assert db(database_url, "SELECT fallbacks FROM checkpoints ORDER BY created_at LIMIT 1") == [([],)]
+    assert db(database_url, "SELECT fallbacks FROM checkpoints " + FIRST) == [([],)]
     attempts = db(database_url, "SELECT repair_sent, outcome FROM checkpoint_attempts"
                   " ORDER BY created_at")
     assert attempts[0] == (True, "stored")
@@ -171,7 +172,7 @@ async def test_two_failed_checkpoints_stop_checkpoints_for_the_turn(
     # no request was refused for its size.
     assert not any("too long" in r for r in db(database_url, "SELECT failure_reason FROM"
                                                " checkpoint_attempts")[0])
-    kinds = [k for (k,) in db(database_url, "SELECT kind FROM checkpoints ORDER BY created_at LIMIT 1")]
+    kinds = [k for (k,) in db(database_url, "SELECT kind FROM checkpoints")]
     assert kinds and set(kinds) == {"move_half"}
 
 
@@ -193,7 +194,7 @@ async def test_mind_lost_structure_keeps_previous_mind(client, settings, fake_an
                                                        behaviour)
     assert status.checkpoint_count >= 1
     assert "## Key decisions" in mind and "## Decisions" not in mind
-    fallbacks = db(database_url, "SELECT fallbacks FROM checkpoints ORDER BY created_at LIMIT 1")[0][0]
+    fallbacks = db(database_url, "SELECT fallbacks FROM checkpoints " + FIRST)[0][0]
     assert any("previous mind" in f for f in fallbacks)
 
 
@@ -209,7 +210,8 @@ async def test_section_over_limit_is_cut_with_a_read_only_copy(
         client, settings, fake_anthropic, _fallback_behaviour(mind_change))
     assert status.checkpoint_count >= 1
     record_mind, context_mind = db(database_url,
-                                   "SELECT mind_text, mind_context_text FROM checkpoints ORDER BY created_at LIMIT 1")[0]
+                                   "SELECT mind_text, mind_context_text FROM checkpoints "
+                                   + FIRST)[0]
     assert long_lesson in record_mind  # the whole mind stays in the record
     assert long_lesson not in context_mind and ".keel/mind-full-" in context_mind
     copy = next((tmp_path / "workspaces" / session.session_id / ".keel").glob("mind-full-*"))
@@ -228,10 +230,11 @@ async def test_memo_changed_beyond_checkboxes_keeps_every_candidate(
     _, status, _, _, (_, memo, _) = await long_session(client, settings, fake_anthropic,
                                                        behaviour)
     assert status.checkpoint_count >= 1
-    entries, dropped = db(database_url, "SELECT memo, memo_dropped_seqs FROM checkpoints ORDER BY created_at LIMIT 1")[0]
+    entries, dropped = db(database_url,
+                          "SELECT memo, memo_dropped_seqs FROM checkpoints " + FIRST)[0]
     kept = {e["seq"] for e in entries} | set(dropped)
     user_seqs = {r[0] for r in db(database_url, "SELECT seq FROM messages WHERE type='user'"
-                                  " AND seq < (SELECT cut_seq FROM checkpoints ORDER BY created_at LIMIT 1)")}
+                                  " AND seq < (SELECT cut_seq FROM checkpoints " + FIRST + ")")}
     assert kept == user_seqs  # more of the user's words, never fewer
     assert "touch billing" not in memo and memo.startswith("#1:\nNever touch the billing")
 
@@ -248,9 +251,10 @@ async def test_rounds_exhausted_keep_every_candidate(client, settings, fake_anth
     first_attempt = [r for r in model.checkpoint_requests][:6]
     assert [r.get("tool_choice") for r in first_attempt][-1] == {"type": "none"}
     assert all(r.get("tool_choice") is None for r in first_attempt[:5])
-    entries, dropped = db(database_url, "SELECT memo, memo_dropped_seqs FROM checkpoints ORDER BY created_at LIMIT 1")[0]
+    entries, dropped = db(database_url,
+                          "SELECT memo, memo_dropped_seqs FROM checkpoints " + FIRST)[0]
     user_seqs = {r[0] for r in db(database_url, "SELECT seq FROM messages WHERE type='user'"
-                                  " AND seq < (SELECT cut_seq FROM checkpoints ORDER BY created_at LIMIT 1)")}
+                                  " AND seq < (SELECT cut_seq FROM checkpoints " + FIRST + ")")}
     assert {e["seq"] for e in entries} | set(dropped) == user_seqs
 
 
@@ -264,7 +268,7 @@ async def test_kept_messages_over_budget_are_shortened_evenly(
     _, status, _, _, (_, memo, _) = await long_session(client, settings, fake_anthropic,
                                                        behaviour)
     assert status.checkpoint_count >= 1
-    entries = db(database_url, "SELECT memo FROM checkpoints ORDER BY created_at LIMIT 1")[0][0]
+    entries = db(database_url, "SELECT memo FROM checkpoints " + FIRST)[0][0]
     assert len(entries) >= 2 and all(e["cut"] for e in entries)
     originals = dict(db(database_url, "SELECT seq, content_text FROM messages"
                         " WHERE type='user'"))
