@@ -43,6 +43,7 @@ from schemas.memo import (
 )
 from schemas.messages import MessageType, RecordRow
 from schemas.mind import MindDocument
+from schemas.prepass import prepass
 from schemas.problems import Problem
 from schemas.tokens import count_tokens
 from schemas.tools import CHECKPOINT_TOOLS, FILE_READ_TOOLS, FILE_WRITE_TOOLS
@@ -123,6 +124,7 @@ class StoreResult(BaseModel):
     memo_text: str = ""
     now_text: str = ""
     window_tokens_after: int = 0
+    tokens_saved: int = 0
     tokens_moved_out: int = 0
 
 
@@ -403,6 +405,7 @@ class CheckpointActivities:
                 cut=attempt["cut_seq"], upto=meta.upto_seq, budgets=budgets,
                 mind_record=outcome.mind_record_text, mind_context=outcome.mind_context_text,
                 memo=outcome.memo, now_text=outcome.now_text, previous=previous,
+                previous_id=meta.checkpoint_id, keep_recent_seq=meta.turn_first_seq,
                 carried=list(attempt["in_turn_user_seqs"]), fallbacks=list(outcome.fallbacks),
                 user_name=meta.user_name, attempt_id=data.attempt_id)
 
@@ -417,36 +420,38 @@ class CheckpointActivities:
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
                 "SELECT cut_seq, fallbacks, mind_context_text, memo, memo_dropped_seqs,"
-                " now_text, rendered_tokens, tokens_moved_out, session_id"
+                " now_text, tokens_moved_out, window_tokens_before, window_tokens_after"
                 " FROM checkpoints WHERE checkpoint_id=%s", (checkpoint_id,))
             row = await cur.fetchone()
         if row is None:
             return None
         memo = MemoAssembly.model_validate({"entries": row["memo"],
                                             "dropped_seqs": row["memo_dropped_seqs"]})
-        window_after = await self._window_tokens(conn, row["session_id"], checkpoint_id)
         return StoreResult(stored=True, checkpoint_id=checkpoint_id, cut_seq=row["cut_seq"],
                            fallbacks=row["fallbacks"], mind_text=row["mind_context_text"],
                            memo_text=memo.render(), now_text=row["now_text"],
-                           window_tokens_after=window_after,
+                           window_tokens_after=row["window_tokens_after"],
+                           tokens_saved=max(0, row["window_tokens_before"]
+                                            - row["window_tokens_after"]),
                            tokens_moved_out=row["tokens_moved_out"])
 
-    async def _window_tokens(self, conn: AsyncConnection, session_id: str,
-                             checkpoint_id: str) -> int:
-        found = await (await conn.execute(
-            "SELECT cut_seq, upto_seq FROM checkpoints WHERE checkpoint_id=%s",
-            (checkpoint_id,))).fetchone()
-        assert found is not None
-        window = await self.session.load_window(conn, session_id, found[0], found[1],
-                                                checkpoint_id)
-        return estimate_tokens(window.system, window.rows, [window.checkpoint_text or ""])
+    async def _context_tokens(self, conn: AsyncConnection, session_id: str, start: int,
+                              upto: int, checkpoint_id: str | None,
+                              checkpoint_text: str | None, keep_recent_seq: int) -> int:
+        """The next request's size, measured as call_model measures it (the pre-pass
+        applied), so before and after compare like with like."""
+        window = await self.session.load_window(conn, session_id, start, upto, checkpoint_id)
+        text = checkpoint_text if checkpoint_text is not None else window.checkpoint_text
+        rows = prepass(window.rows, keep_recent_seq=keep_recent_seq).rows
+        return estimate_tokens(window.system, rows, [text or ""])
 
     async def _store(self, conn: AsyncConnection, *, kind: str, checkpoint_id: str,
                      session_id: str, record_seq: int, window_start: int, cut: int, upto: int,
                      budgets: CheckpointBudgets, mind_record: str, mind_context: str,
                      memo: MemoAssembly, now_text: str, previous: PreviousCheckpoint | None,
+                     previous_id: str | None,
                      carried: list[int], fallbacks: list[str], user_name: str,
-                     attempt_id: str) -> StoreResult:
+                     attempt_id: str, keep_recent_seq: int) -> StoreResult:
         moving = await load_rows(conn, session_id, window_start, cut - 1)
         skills = self._carried_skills(moving, previous, budgets)
         modified, read, pushed = _recent_files(moving, previous, budgets)
@@ -456,6 +461,12 @@ class CheckpointActivities:
             record_hint=_record_hint(session_id, cut), in_turn_user_seqs=carried,
             user_name=user_name)
         moved_tokens = sum(r.token_count for r in moving)
+        before = await self._context_tokens(conn, session_id, window_start, upto,
+                                            previous_id, None, keep_recent_seq)
+        carried_rows = await load_seqs(conn, session_id, [s for s in carried if s < cut])
+        after_rows = prepass(carried_rows + await load_rows(conn, session_id, cut, upto),
+                             keep_recent_seq=keep_recent_seq).rows
+        after = estimate_tokens(self.session.system_prompt(session_id), after_rows, [rendered])
         async with conn.transaction():
             await insert_row(conn, NewRow(
                 session_id=session_id, seq=record_seq, input_id=f"checkpoint-{checkpoint_id}",
@@ -465,15 +476,16 @@ class CheckpointActivities:
                 "INSERT INTO checkpoints (checkpoint_id, session_id, kind, record_seq, cut_seq,"
                 " mind_text, mind_context_text, memo, memo_dropped_seqs, now_text, skills,"
                 " files_modified, files_read, fallbacks, rendered, rendered_tokens,"
-                " tokens_moved_out, carried_seqs, upto_seq) VALUES"
-                " (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+                " tokens_moved_out, carried_seqs, upto_seq, window_tokens_before,"
+                " window_tokens_after) VALUES"
+                " (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
                 " ON CONFLICT (checkpoint_id) DO NOTHING",
                 (checkpoint_id, session_id, kind, record_seq, cut, mind_record, mind_context,
                  json.dumps([e.model_dump() for e in memo.entries]),
                  json.dumps(memo.dropped_seqs), now_text,
                  json.dumps([s.model_dump() for s in skills]), json.dumps(modified),
                  json.dumps(read), json.dumps(fallbacks), rendered, count_tokens(rendered),
-                 moved_tokens, json.dumps(carried), upto))
+                 moved_tokens, json.dumps(carried), upto, before, after))
             await conn.execute(
                 "UPDATE checkpoint_attempts SET outcome='stored' WHERE attempt_id=%s",
                 (attempt_id,))
@@ -533,6 +545,7 @@ class CheckpointActivities:
                 record_seq=data.record_seq, window_start=data.window_start_seq, cut=cut,
                 upto=data.upto_seq, budgets=budgets, mind_record=mind, mind_context=mind,
                 memo=memo, now_text=now_text, previous=previous, carried=carried,
+                previous_id=data.checkpoint_id, keep_recent_seq=data.turn_first_seq,
                 fallbacks=["moved the earliest half out without the model", *memo.fallbacks],
                 user_name="user", attempt_id=data.attempt_id)
 

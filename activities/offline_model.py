@@ -197,10 +197,23 @@ def _after_tools(messages: list[dict[str, Any]], everything: str,
             return _text(f"PR #{pr} needs your decision: it changes a public contract. "
                          f"Reviewed PR #{pr - 1} and earlier; I stop here until you decide.",
                          request)
-        return _text(f"Reviewed PR #{pr}: approve. Next: PR #{pr + 1}.", request)
+        return _text(f"Reviewed PR #{pr}: approve. {_review_notes(pr_text)}"
+                     f"Next: PR #{pr + 1}.", request)
     if is_error:
         return _text(f"The tool {name} failed: {text}", request)
     return _text(f"Done ({name} {path}).", request)
+
+
+def _review_notes(pr_text: str) -> str:
+    """What a reviewer would say back: the change in a sentence, the files it touches."""
+    summary = pr_text.split("## Summary", 1)[1] if "## Summary" in pr_text else ""
+    sentences = " ".join(summary.split("##", 1)[0].split()).split(". ")
+    gist = ". ".join(s for s in sentences[:2] if s).strip().rstrip(".")
+    files = list(dict.fromkeys(re.findall(r"^diff --git a/(\S+)", pr_text, re.M)))[:4]
+    parts = [f"{gist}." if gist else ""]
+    if files:
+        parts.append("Files: " + ", ".join(files) + ".")
+    return " ".join(p for p in parts if p) + (" " if any(parts) else "")
 
 
 # ----- the checkpoint turn --------------------------------------------------------------

@@ -3,6 +3,7 @@
     .venv/bin/python bench/memory_benchmark.py                 # 3 sessions, ~3-4 min on 2 cores
     .venv/bin/python bench/memory_benchmark.py --turns 60      # a quicker look
     .venv/bin/python bench/memory_benchmark.py --only plain-queue
+    .venv/bin/python bench/memory_benchmark.py --isolate        # no shared long memory
 
 Scripted sessions of a pull-request review queue run on the offline deterministic model (no
 API key) with a small window (8,000 tokens, 512 output), so the context is condensed every
@@ -31,6 +32,8 @@ After every checkpoint (status().checkpoint_count is polled after every turn) it
   harness     no memo entry comes from a Watch / Task / agent-run input, and no background
               text appears in the memo;
   tokens      tokens moved out of the context vs the checkpoint that replaces them.
+The sessions run one after another on one stack, as in one deployment: a later session's
+long-memory recall can surface an earlier session's transcript (--isolate gives each its own).
 Reported beside them, not counted as survival (the live window still holds the truth): whether
 the now and the mind's workstream line state the true queue position.
 Figures go to stdout and bench/results/memory.json.
@@ -501,6 +504,7 @@ async def check_session(conn: AsyncConnection, sc: Scenario, d: Drive) -> dict[s
         "reviews_range": [reviews[0], reviews[-1]] if reviews else [],
         "queue_errors": [f"#{e.pr} at seq {e.seq}: {e.verdict}" for e in events
                          if e.verdict not in ("ok", RE_ASKED)],
+        "replies_next_pr": f"{sum(e.verdict in ('ok', RE_ASKED) for e in events)}/{len(events)}",
         "re_asked": [e.pr for e in events if e.verdict == RE_ASKED],
         "background_inputs": len(harness_rows),
         "background_condensed": sum(1 for m in harness_rows if m["seq"] < last_cut),
@@ -567,6 +571,7 @@ def summarize(sc: Scenario, d: Drive, checked: dict[str, Any]) -> dict[str, Any]
         "final_checkpoint_tokens": reports[-1].rendered_tokens if reports else 0,
         "reviews_written": checked["reviews_written"], "reviews_range": checked["reviews_range"],
         "queue_errors": checked["queue_errors"],
+        "replies_next_pr": checked["replies_next_pr"],
         "decisions_asked": d.approvals, "approvals_honoured": d.approvals_honoured,
         "re_asked_after_approval": checked["re_asked"], "resolutions_sent": d.resolutions,
         "fallbacks_seen": fallbacks,
@@ -610,6 +615,7 @@ SUMMARY_ROWS = [
     ("record tokens before the last cut", "final_record_tokens_condensed"),
     ("last checkpoint tokens", "final_checkpoint_tokens"),
     ("review files written", "reviews_written"),
+    ("every reply, whole session: reviews the next PR", "replies_next_pr"),
     ("queue errors (skip / repeat)", "queue_errors"),
     ("decisions asked / approvals honoured", "decisions_asked"),
     ("PRs re-asked after approval", "re_asked_after_approval"),
@@ -623,7 +629,8 @@ def report(out: dict[str, Any], all_reports: list[tuple[str, list[CheckpointRepo
     rows = [row for name, reports in all_reports for row in checkpoint_rows(name, reports)]
     say(table(
         f"Per checkpoint (window {out['window']:,}, output {out['max_output_tokens']}; "
-        "offline model)",
+        "offline model; sessions "
+        f"{'isolated' if out['isolated'] else 'share one stack and its long memory'})",
         ["session", "#", "turn", "kind", "cut", "moved out", "kept", "moved/kept",
          "record/kept", "mission", "memo exact", "user's words", "queue (next reply)",
          "now/mind/true pos", "harness in memo", "fallbacks"], rows))
@@ -641,9 +648,11 @@ def report(out: dict[str, Any], all_reports: list[tuple[str, list[CheckpointRepo
                 v = f"{s['decisions_asked']} / {s['approvals_honoured']}"
             elif isinstance(v, list):
                 v = "; ".join(str(x) for x in v) if v else "none"
-            vals.append(v)
+            text = str(v)
+            vals.append(text if len(text) <= 60 else text[:57] + "...")
         summary_rows.append([label, *vals])
-    say(table("Summary", ["", *[s["scenario"] for s in sums]], summary_rows))
+    say(table("Summary (long cells cut; the JSON has them whole)",
+              ["", *[s["scenario"] for s in sums]], summary_rows))
     say()
     fails = [(name, r, why) for name, reports in all_reports for r, why in failures(reports)]
     notes = [(name, r, r.observations()) for name, reports in all_reports for r in reports
@@ -672,16 +681,10 @@ def report(out: dict[str, Any], all_reports: list[tuple[str, list[CheckpointRepo
         say("----- end -----")
 
 
-async def main(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "benchmark": "memory",
-        "machine": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                    "cpus": os.cpu_count(), "python": platform.python_version()},
-        "window": args.window, "max_output_tokens": args.max_output, "sessions": [],
-    }
-    started = time.perf_counter()
-    all_reports: list[tuple[str, list[CheckpointReport]]] = []
-    chosen = [s for s in scenarios(args.turns) if not args.only or s.name in args.only]
+async def run_sessions(chosen: list[Scenario], args: argparse.Namespace,
+                       out: dict[str, Any],
+                       all_reports: list[tuple[str, list[CheckpointReport]]]) -> None:
+    """Drive and check `chosen`, one after another, on one embedded stack."""
     async with bench_stack() as (client, settings, _tmp):
         async with build_worker(client, settings):
             keel = KeelClient(client, settings.task_queue, settings)
@@ -706,6 +709,24 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                         "failing_checkpoint_texts": {
                             str(r.n): r.rendered for r, _ in failures(checked["reports"])[:5]},
                     })
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "benchmark": "memory",
+        "machine": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                    "cpus": os.cpu_count(), "python": platform.python_version()},
+        "window": args.window, "max_output_tokens": args.max_output,
+        "isolated": args.isolate, "sessions": [],
+    }
+    started = time.perf_counter()
+    all_reports: list[tuple[str, list[CheckpointReport]]] = []
+    chosen = [s for s in scenarios(args.turns) if not args.only or s.name in args.only]
+    if args.isolate:  # a fresh stack (database, vault) per session: no shared long memory
+        for sc in chosen:
+            await run_sessions([sc], args, out, all_reports)
+    else:  # one deployment: later sessions can recall earlier ones from long memory
+        await run_sessions(chosen, args, out, all_reports)
     out["total_seconds"] = round(time.perf_counter() - started, 1)
     report(out, all_reports, args.show_failures)
     return out
@@ -718,6 +739,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--only", nargs="*", default=[],
                    choices=["plain-queue", "constraint-and-background", "many-decisions"],
                    help="run only these sessions")
+    p.add_argument("--isolate", action="store_true",
+                   help="a fresh stack per session, so no session recalls another's "
+                        "transcript from long memory")
     p.add_argument("--window", type=int, default=8000)
     p.add_argument("--max-output", type=int, default=512)
     p.add_argument("--show-failures", type=int, default=3,
@@ -729,6 +753,6 @@ if __name__ == "__main__":
     arguments = parse_args()
     result = asyncio.run(main(arguments))
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / "memory.json"
+    path = RESULTS_DIR / ("memory-isolated.json" if arguments.isolate else "memory.json")
     path.write_text(json.dumps(result, indent=2, default=str) + "\n")
     say(f"\ntotal {result['total_seconds']} s; figures written to {path.relative_to(ROOT)}")

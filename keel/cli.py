@@ -434,47 +434,62 @@ def _replay_workflows() -> list[type]:
 @app.command()
 def replay(
     session: str,
-    history_file: Annotated[Path | None, typer.Option(
+    history_file: Annotated[list[Path] | None, typer.Option(
         "--history-file", exists=True, dir_okay=False,
-        help="Replay a saved JSON history instead of fetching it.")] = None,
+        help="Replay a saved JSON history instead of fetching (repeatable).")] = None,
     save: Annotated[Path | None, typer.Option(
-        "--save", dir_okay=False, help="Save the fetched history as JSON.")] = None,
+        "--save", file_okay=False,
+        help="Save each fetched run's history as JSON into this folder.")] = None,
     run_id: Annotated[str | None, typer.Option(
-        "--run-id", help="A run of the session (default: the latest).")] = None,
+        "--run-id", help="Only this run of the session (default: every run).")] = None,
 ) -> None:
-    """Replay a session's history against this code: exit 0 when it replays
-    deterministically, 1 with the nondeterminism error otherwise."""
+    """Replay a session's history against this code, every run of it (a session continues
+    as new to keep each history bounded): exit 0 when all replay deterministically, 1 with
+    the nondeterminism error otherwise."""
     async def main() -> bool:
-        if history_file is not None:
-            history = WorkflowHistory.from_json(session, history_file.read_text())
+        if history_file:
+            histories = [WorkflowHistory.from_json(session, f.read_text()) for f in history_file]
         else:
             keel = await _connect(_settings())
             with working("Fetching the history…"):
-                history = await keel.client.get_workflow_handle(
-                    session, run_id=run_id).fetch_history()
+                if run_id:
+                    runs = [run_id]
+                else:
+                    found = [e async for e in keel.client.list_workflows(
+                        f"WorkflowId = '{session}'")]
+                    runs = [e.run_id for e in sorted(found, key=lambda e: e.start_time)]
+                if not runs:
+                    raise CliError(f"not found: no session {session}")
+                histories = [await keel.client.get_workflow_handle(
+                    session, run_id=r).fetch_history() for r in runs]
             if save is not None:
-                save.parent.mkdir(parents=True, exist_ok=True)
-                save.write_text(history.to_json())
-                console.print(f"saved the history to {save}")
-        if not history.events:
-            raise CliError(f"the history of {session} is empty")
-        events = len(history.events)
-        cont = sum(1 for e in history.events
-                   if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW)
+                save.mkdir(parents=True, exist_ok=True)
+                for n, history in enumerate(histories, 1):
+                    path = save / f"{session}-run{n}.json"
+                    path.write_text(history.to_json())
+                    console.print(f"saved run {n} to {path}")
         replayer = Replayer(workflows=_replay_workflows(),
                             data_converter=pydantic_data_converter)
-        with working(f"Replaying {events} events…"):
-            result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-        run = history.run_id
-        if result.replay_failure is None:
-            console.print(f"[bold green]✓ {session} (run {run}) replays deterministically[/] "
-                          f"({events} events{', ended in continue-as-new' if cont else ''})")
-            return True
-        console.print(f"[bold red]✗ {session} (run {run}) does not replay "
-                      f"deterministically[/]")
-        console.print(escape(f"{type(result.replay_failure).__name__}: "
-                             f"{result.replay_failure}"))
-        return False
+        ok = True
+        for history in histories:
+            if not history.events:
+                raise CliError(f"the history of {session} is empty")
+            events = len(history.events)
+            cont = any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+                       for e in history.events)
+            with working(f"Replaying {events} events…"):
+                result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+            run = history.run_id
+            if result.replay_failure is None:
+                console.print(f"[bold green]✓ {session} (run {run}) replays deterministically[/]"
+                              f" ({events} events{', ended in continue-as-new' if cont else ''})")
+                continue
+            ok = False
+            console.print(f"[bold red]✗ {session} (run {run}) does not replay "
+                          f"deterministically[/]")
+            console.print(escape(f"{type(result.replay_failure).__name__}: "
+                                 f"{result.replay_failure}"))
+        return ok
     if not _run(main()):
         raise typer.Exit(1)
 

@@ -46,7 +46,7 @@ PR_COUNT = 60
 DECISION_PRS = (114, 129, 143, 156)
 # A window this small fills after about a dozen PRs, so a full run takes a checkpoint
 # every eight or so: at least five over the queue.
-DEMO_CONTEXT_WINDOW = 16_000
+DEMO_CONTEXT_WINDOW = 10_000
 DEMO_MAX_OUTPUT_TOKENS = 1_024
 DEFAULT_TURNS = 75  # the whole queue, the four decisions and the background turns
 WATCH_AT_TURN = 9

@@ -106,15 +106,17 @@ async def test_session_commands_end_to_end(client, settings, cli_env, database_u
         for query in ("mind", "memo", "now"):
             assert "no " + query in await keel(cli_env, query, sid)  # no checkpoint yet
 
-        saved = tmp_path / "history.json"
+        saved = tmp_path / "histories"
         out = await keel(cli_env, "replay", sid, "--save", str(saved))
-        assert "replays deterministically" in out and saved.exists()
-        out = await keel(cli_env, "replay", sid, "--history-file", str(saved))
-        assert "replays deterministically" in out
+        runs = sorted(saved.glob(f"{sid}-run*.json"))
+        assert runs and out.count("replays deterministically") == len(runs)
+        args = [a for run in runs for a in ("--history-file", str(run))]
+        out = await keel(cli_env, "replay", sid, *args)
+        assert out.count("replays deterministically") == len(runs)
 
         # A history the code would not produce: the nondeterminism error, exit code 1.
         tampered = tmp_path / "tampered.json"
-        tampered.write_text(saved.read_text().replace('"record_input"', '"record_inputs"', 1))
+        tampered.write_text(runs[0].read_text().replace('"record_input"', '"record_inputs"', 1))
         out = await keel(cli_env, "replay", sid, "--history-file", str(tampered), code=1)
         assert "does not replay deterministically" in out
         assert "record_inputs" in out

@@ -93,7 +93,7 @@ async def test_demo_run_through_a_checkpoint_keeps_what_matters(client, database
     settings = make_settings(database_url, tmp_path)
     buffer = io.StringIO()
     async with keel_worker(client, settings) as keel:
-        result = await drive_session(keel, settings, turns=14,
+        result = await drive_session(keel, settings, turns=24,
                                      session_id=f"demo-{uuid.uuid4().hex[:8]}",
                                      out=Console(file=buffer, width=200))
     text = buffer.getvalue()

@@ -17,7 +17,7 @@ from schemas.vault_doctor import DoctorInput, DoctorReport, DoctorStepInput
 from tests.test_rollup import Webhook
 from tests.test_vault_support import make_ctx, run_activity
 from workflows.doctor import DoctorWorkflow
-from workflows.memory_schedules import ensure_memory_schedules
+from workflows.memory_schedules import ensure_memory_schedules, schedule_id
 from workflows.rollup import MEMORY_WORKFLOWS
 
 AS_OF = datetime(2026, 6, 10, 5, tzinfo=UTC)
@@ -193,13 +193,13 @@ async def test_schedules_are_created_updated_and_run(client, tmp_path, database_
         def first(spec, field):
             return next(r.start for r in getattr(spec.calendars[0], field))
 
-        assert first(crons["keel-memory-daily"], "hour") == 4
-        assert first(crons["keel-memory-weekly"], "minute") == 15
-        assert first(crons["keel-memory-weekly"], "day_of_week") == 0
-        assert first(crons["keel-memory-monthly"], "day_of_month") == 1
-        assert first(crons["keel-memory-yearly"], "month") == 1
-        assert first(crons["keel-memory-doctor"], "hour") == 5
-        doctor = client.get_schedule_handle("keel-memory-doctor")
+        assert first(crons[schedule_id(settings, "daily")], "hour") == 4
+        assert first(crons[schedule_id(settings, "weekly")], "minute") == 15
+        assert first(crons[schedule_id(settings, "weekly")], "day_of_week") == 0
+        assert first(crons[schedule_id(settings, "monthly")], "day_of_month") == 1
+        assert first(crons[schedule_id(settings, "yearly")], "month") == 1
+        assert first(crons[schedule_id(settings, "doctor")], "hour") == 5
+        doctor = client.get_schedule_handle(schedule_id(settings, "doctor"))
         async with Worker(client, task_queue=settings.task_queue, workflows=MEMORY_WORKFLOWS,
                           activities=memory_activities(settings, database_url=database_url,
                                                        memory=ctx.memory)):

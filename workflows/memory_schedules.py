@@ -30,6 +30,11 @@ from workflows.rollup import ROLLUP_WORKFLOWS
 SCHEDULE_PREFIX = "keel-memory-"
 
 
+def schedule_id(settings: KeelSettings, name: str) -> str:
+    """One install's schedule: installs sharing a namespace differ by their task queue."""
+    return f"{SCHEDULE_PREFIX}{settings.task_queue}-{name}"
+
+
 def _cron(memory: MemorySettings, name: str) -> str:
     return str(getattr(memory, f"{name}_cron"))
 
@@ -40,14 +45,14 @@ def memory_schedules(settings: KeelSettings, memory: MemorySettings) -> dict[str
                             catchup_window=memory.catchup_window)
     out: dict[str, Schedule] = {}
     for kind, wf in ROLLUP_WORKFLOWS.items():
-        out[f"{SCHEDULE_PREFIX}{kind.value}"] = Schedule(
+        out[schedule_id(settings, kind.value)] = Schedule(
             action=ScheduleActionStartWorkflow(
                 wf.run, RollupInput(kind=kind), id=f"keel-rollup-{kind.value}",
                 task_queue=settings.task_queue),
             spec=ScheduleSpec(cron_expressions=[_cron(memory, kind.value)],
                               time_zone_name=memory.timezone),
             policy=policy)
-    out[f"{SCHEDULE_PREFIX}doctor"] = Schedule(
+    out[schedule_id(settings, "doctor")] = Schedule(
         action=ScheduleActionStartWorkflow(
             DoctorWorkflow.run, DoctorInput(), id="keel-doctor", task_queue=settings.task_queue),
         spec=ScheduleSpec(cron_expressions=[memory.doctor_cron], time_zone_name=memory.timezone),
@@ -66,16 +71,16 @@ async def ensure_memory_schedules(client: Client, settings: KeelSettings,
     """Create the five schedules, or bring existing ones in line with the settings."""
     memory = memory or MemorySettings.from_env(settings.data_dir)
     out: list[EnsuredSchedule] = []
-    for schedule_id, schedule in memory_schedules(settings, memory).items():
+    for sid, schedule in memory_schedules(settings, memory).items():
         try:
-            await client.create_schedule(schedule_id, schedule)
-            out.append(EnsuredSchedule(schedule_id=schedule_id, created=True))
+            await client.create_schedule(sid, schedule)
+            out.append(EnsuredSchedule(schedule_id=sid, created=True))
         except ScheduleAlreadyRunningError:
             def replace(_: ScheduleUpdateInput, new: Schedule = schedule) -> ScheduleUpdate:
                 return ScheduleUpdate(schedule=new)
 
-            await client.get_schedule_handle(schedule_id).update(replace)
-            out.append(EnsuredSchedule(schedule_id=schedule_id, created=False))
+            await client.get_schedule_handle(sid).update(replace)
+            out.append(EnsuredSchedule(schedule_id=sid, created=False))
     return out
 
 

@@ -429,7 +429,11 @@ class SessionWorkflow:
 
     async def _make_room(self, result: ModelCallResult, upto: int) -> bool:
         """Make room for the next request. False when nothing more can move out."""
-        if self.checkpoint_failures_this_turn < 2 and not self.chain.skip_for_thrash():
+        thrash = self.chain.skip_for_thrash()
+        if thrash:
+            workflow.logger.info("checkpoint skipped: the last ones saved little (%s tokens)",
+                                 self.s.recent_savings)
+        if self.checkpoint_failures_this_turn < 2 and not thrash:
             self.phase = SessionPhase.CHECKPOINTING
             made = await self.chain.checkpoint(upto, self.turn_first_seq)
             self.phase = SessionPhase.RUNNING

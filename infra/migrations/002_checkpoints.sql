@@ -39,6 +39,8 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     rendered            text NOT NULL,
     rendered_tokens     integer NOT NULL,
     tokens_moved_out    integer NOT NULL DEFAULT 0,
+    window_tokens_before integer NOT NULL DEFAULT 0,  -- the context it was taken from
+    window_tokens_after integer NOT NULL DEFAULT 0,   -- the context it leaves
     carried_seqs        jsonb NOT NULL DEFAULT '[]',  -- this turn's user messages, kept verbatim
     created_at          timestamptz NOT NULL DEFAULT now()
 );
