@@ -124,7 +124,9 @@ class StoreResult(BaseModel):
     memo_text: str = ""
     now_text: str = ""
     window_tokens_after: int = 0
-    tokens_saved: int = 0
+    # None in results recorded before Keel measured it: the workflow then falls back to
+    # its own before/after figures, so those histories replay as they ran.
+    tokens_saved: int | None = None
     tokens_moved_out: int = 0
 
 

@@ -1,4 +1,4 @@
-"""Record workflow histories for the replay tests: `python scripts/record_histories.py`.
+"""Record workflow histories for the replay tests: `python scripts/record_histories.py [NAME]`.
 
 Runs real sessions on a throwaway embedded stack with the offline model (turns with tool
 calls, background inputs, checkpoints on a small window) and saves each history as JSON
@@ -32,7 +32,7 @@ async def main() -> None:
             settings = settings.model_copy(update={"database_url": stack.database_url})
             async with build_worker(stack.client, settings):
                 keel = KeelClient(stack.client, settings.task_queue, settings)
-                session_id = "history-queue-checkpoints"
+                session_id = sys.argv[1] if len(sys.argv) > 1 else "history-queue-checkpoints"
                 seed_queue(settings.workspaces_dir / session_id, count=30)
                 session = await keel.start_session(session_id, config=session_config(
                     settings, context_window=8000, max_output_tokens=512))

@@ -162,11 +162,14 @@ class CheckpointChain:
     def _adopt(self, stored: StoreResult) -> bool:
         """Point the session at the new checkpoint; True when it made enough room."""
         s = self.wf.s
+        saved = stored.tokens_saved
+        if saved is None:
+            saved = max(0, s.context_tokens - stored.window_tokens_after)
         s.checkpoint_id = stored.checkpoint_id
         s.window_start_seq = stored.cut_seq
         s.checkpoint_count += 1
         s.mind_text, s.memo_text, s.now_text = stored.mind_text, stored.memo_text, stored.now_text
         s.context_tokens = stored.window_tokens_after
         s.recent_savings = [*s.recent_savings[-(SAVINGS_KEPT - 1):],
-                            stored.tokens_saved]
+                            saved]
         return stored.window_tokens_after <= self.wf.threshold
