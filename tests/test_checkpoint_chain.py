@@ -336,3 +336,41 @@ async def test_too_large_for_a_checkpoint_turn_takes_the_earlier_half(
     later = db(database_url, "SELECT content_text FROM messages WHERE type='user' AND seq>=%s",
                cut)
     assert later and all(t[0][:20] not in seen for t in later)
+
+
+async def test_checkpoint_carries_skills_as_they_read_now_and_recent_files(
+        client, settings, fake_anthropic, database_url):
+    skill_dir = settings.skills_dir / "house-style"
+    skill_dir.mkdir(parents=True)
+    (skill_dir / "SKILL.md").write_text("---\nname: house-style\ndescription: how we write\n"
+                                        "---\nWrite short sentences. Version one.\n")
+    turns = {"n": 0}
+
+    def ordinary(body: dict) -> dict:
+        last = body["messages"][-1]["content"]
+        if any(isinstance(b, dict) and b.get("type") == "tool_result" for b in last):
+            return text_message("done")
+        turns["n"] += 1
+        if turns["n"] == 1:
+            return tool_use_message([("load_skill", {"name": "house-style"}),
+                                     ("write_file", {"path": "a.txt", "content": "a"}),
+                                     ("read_file", {"path": "a.txt"})])
+        return text_message("noted")
+
+    def behaviour(turn: CheckpointTurn) -> dict:
+        # The skill changed since it was loaded: the checkpoint carries it as it reads now.
+        (skill_dir / "SKILL.md").write_text(
+            "---\nname: house-style\ndescription: how we write\n---\n"
+            "Write short sentences. Version two.\n")
+        return good_checkpoint(turn)
+
+    await long_session(client, settings, fake_anthropic, behaviour, ordinary=ordinary)
+    rendered = db(database_url, "SELECT rendered FROM checkpoints " + FIRST)[0][0]
+    assert "Version two." in rendered and "Version one." not in rendered
+    assert "house-style" in rendered
+    files = rendered.split("Modified:", 1)[1]
+    assert "a.txt" in files.split("\n", 1)[0] and "a.txt" in files.split("Read:", 1)[1]
+    # A carried skill is not a new load: the record holds a single load_skill result.
+    loads = db(database_url, "SELECT count(*) FROM messages WHERE type='tool_result'"
+               " AND content->>'skill' = 'house-style'")
+    assert loads == [(1,)]

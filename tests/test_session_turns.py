@@ -97,3 +97,17 @@ async def test_messages_validated_before_anything_is_written(client, settings, d
         with pytest.raises(SessionExistsError):
             await keel.start_session(session.session_id)
     assert rows(database_url, session.session_id) == []
+
+
+async def test_update_with_start_acknowledges_the_first_message_once(
+        client, settings, fake_anthropic, database_url):
+    fake_anthropic.responder = lambda body: text_message("hi")
+    async with keel_worker(client, settings) as keel:
+        sid = f"s-{uuid.uuid4().hex[:8]}"
+        session, accepted = await keel.start_with_message(sid, "first words")
+        again, second = await keel.start_with_message(sid, "second words")
+        await session.wait_reply(second.seq)
+    assert accepted.seq == 1 and second.seq > accepted.seq
+    assert again.session_id == session.session_id
+    texts = [r[3] for r in rows(database_url, sid) if r[1] == "user"]
+    assert texts == ["first words", "second words"]  # one session, both recorded once
