@@ -56,7 +56,9 @@ FINAL_ROUND_NOTE = (
 )
 
 
-class PrepareInput(BaseModel):
+class WindowRef(BaseModel):
+    """The live window a checkpoint (or the move) is taken over, and the model's sizes."""
+
     session_id: str
     attempt_id: str
     window_start_seq: int
@@ -66,9 +68,12 @@ class PrepareInput(BaseModel):
     context_window: int
     max_output_tokens: int
     price_step_tokens: int | None = None
+    user_name: str = "user"
+
+
+class PrepareInput(WindowRef):
     model: str
     portion: float = 1.0
-    user_name: str = "user"
 
 
 class PrepareResult(BaseModel):
@@ -101,17 +106,8 @@ class StoreInput(BaseModel):
     abort_reason: str | None = None
 
 
-class MoveInput(BaseModel):
-    session_id: str
-    attempt_id: str
+class MoveInput(WindowRef):
     record_seq: int
-    window_start_seq: int
-    upto_seq: int
-    checkpoint_id: str | None = None
-    turn_first_seq: int
-    context_window: int
-    max_output_tokens: int
-    price_step_tokens: int | None = None
 
 
 class StoreResult(BaseModel):
@@ -549,7 +545,7 @@ class CheckpointActivities:
                 memo=memo, now_text=now_text, previous=previous, carried=carried,
                 previous_id=data.checkpoint_id, keep_recent_seq=data.turn_first_seq,
                 fallbacks=["moved the earliest half out without the model", *memo.fallbacks],
-                user_name="user", attempt_id=data.attempt_id)
+                user_name=data.user_name, attempt_id=data.attempt_id)
 
 
 def _files_state(attempt: dict[str, Any]) -> tuple[str, str]:

@@ -47,15 +47,8 @@ OFFLINE_NOTICE = (
 )
 
 
-class RecordInput(BaseModel):
-    session_id: str
-    seq: int
-    input_id: str
-    type: MessageType
-    text: str
-    source_line: str | None = None
-    user_name: str = "user"
-    turn: int | None = None
+class RecordInput(NewRow):
+    user_name: str = "user"  # for the session row, written with the first input
 
 
 class ModelCallInput(BaseModel):
@@ -180,9 +173,7 @@ class SessionActivities:
     async def record_input(self, data: RecordInput) -> Inserted:
         async with await self._conn() as conn:
             await ensure_session(conn, data.session_id, data.user_name)
-            return await insert_row(conn, NewRow(
-                session_id=data.session_id, seq=data.seq, input_id=data.input_id,
-                type=data.type, text=data.text, source_line=data.source_line, turn=data.turn))
+            return await insert_row(conn, data)
 
     @activity.defn
     async def call_model(self, data: ModelCallInput) -> ModelCallResult:

@@ -151,7 +151,8 @@ class CheckpointChain:
             window_start_seq=s.window_start_seq, upto_seq=upto, checkpoint_id=s.checkpoint_id,
             turn_first_seq=turn_first_seq, context_window=s.config.context_window,
             max_output_tokens=s.config.max_output_tokens,
-            price_step_tokens=s.config.price_step_tokens))  # type: ignore[assignment]
+            price_step_tokens=s.config.price_step_tokens,
+            user_name=s.config.user_name))  # type: ignore[assignment]
         self.wf.settle_seq(record_seq)
         if not stored.stored:
             workflow.logger.warning("move-half impossible: %s", stored.reason)
