@@ -72,6 +72,32 @@ async def create_message(settings: ModelSettings, request: dict[str, Any]) -> Me
 
         return Message.model_validate(respond(request))
     try:
-        return await _client(settings).messages.create(**request)
+        message = await _client(settings).messages.create(**request)
     except anthropic.APIError as err:
         raise model_error(err) from err
+    return checked_reply(message)
+
+
+def checked_reply(message: Message) -> Message:
+    """A reply Keel can use, or a non-retryable error saying what is wrong with it.
+
+    The SDK builds a Message without validating the server's JSON; a malformed reply would
+    otherwise fail later as a bare TypeError, which Temporal retries for as long as it may.
+    """
+    problems = []
+    if not isinstance(message.content, list):
+        problems.append("no content list")
+    else:
+        for block in message.content:
+            kind = getattr(block, "type", None)
+            if kind == "tool_use" and not (getattr(block, "id", None)
+                                           and getattr(block, "name", None)):
+                problems.append("a tool_use block without id or name")
+            if kind == "text" and not isinstance(getattr(block, "text", None), str):
+                problems.append("a text block without text")
+    if getattr(message, "usage", None) is None:
+        problems.append("no usage")
+    if problems:
+        raise ApplicationError(f"malformed model reply: {'; '.join(problems)}",
+                               type="ModelMalformedReply", non_retryable=True)
+    return message

@@ -23,6 +23,9 @@ class SessionConfig(BaseModel):
     max_message_chars: int = 200_000
     user_name: str = "user"
     max_tool_rounds_per_turn: int = 50
+    # How long a user's message may wait for the record (a database that went away)
+    # before the caller is told it was not recorded.
+    record_timeout_s: int = 60
     # Test hook: continue-as-new once history passes this many events (0: only when
     # Temporal suggests it).
     continue_as_new_after_events: int = 0

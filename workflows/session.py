@@ -131,7 +131,8 @@ class SessionWorkflow:
                 start_to_close_timeout=RECORD_TIMEOUT,
                 # A caller waits on a user's message, so give up in time and say so; a
                 # background input has nobody waiting and must not be lost.
-                schedule_to_close_timeout=None if patient else timedelta(seconds=60),
+                schedule_to_close_timeout=None if patient else timedelta(
+                    seconds=self.s.config.record_timeout_s),
                 retry_policy=DB_RETRY,
             )
         except ActivityError as err:
