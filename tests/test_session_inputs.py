@@ -82,6 +82,12 @@ async def test_continue_as_new_while_inputs_keep_arriving(
             if status.pending_inputs == 0 and status.phase == "idle":
                 break
             await asyncio.sleep(0.05)
+        for _ in range(100):  # the run list is eventually consistent
+            runs = [e async for e in client.list_workflows(
+                f"WorkflowId = '{session.session_id}'")]
+            if len(runs) >= 2:
+                break
+            await asyncio.sleep(0.1)
         desc = await session.handle.describe()
         first_run = await client.get_workflow_handle(session.session_id).describe()
     rows = recorded(database_url, session.session_id)
@@ -90,6 +96,5 @@ async def test_continue_as_new_while_inputs_keep_arriving(
     assert inputs == expected  # each recorded once, in the order sent
     assert [a.seq for a in sent] == sorted(a.seq for a in sent)
     assert status.pending_inputs == 0
-    runs = [e async for e in client.list_workflows(f"WorkflowId = '{session.session_id}'")]
     assert len(runs) >= 2, "continue-as-new never happened"
     assert desc.status is not None and first_run.run_id == desc.run_id

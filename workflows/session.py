@@ -72,6 +72,7 @@ RECALL_QUERY_CHARS = 500
 # Long memory helps a turn but must never hold one up: a few tries, then go on without it.
 MEMORY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
 MEMORY_PATCH = "long-memory-v1"
+REPLY_FIRST_PATCH = "reply-before-transcript"
 # The model activity beats every 5 s: four missed beats mean its worker is gone.
 MODEL_HEARTBEAT = timedelta(seconds=20)
 
@@ -318,13 +319,18 @@ class SessionWorkflow:
             turn=self.s.turn, input_seqs=answered,
             reply_seq=reply.seq if reply else None, reply_text=reply.text if reply else "",
             error=error, stopped_reason=self.s.stopped_reason)
-        if memory:
+        # The caller gets its reply before the transcript is written (histories recorded
+        # before this change wrote the transcript first).
+        reply_first = workflow.patched(REPLY_FIRST_PATCH)
+        if memory and not reply_first:
             await self._transcribe(transcribe)
         for seq in answered:
             self.outcomes[seq] = outcome
         for old in sorted(self.outcomes)[:-MAX_OUTCOMES]:
             del self.outcomes[old]
         self.phase = SessionPhase.STOPPED if self.s.stopped_reason else SessionPhase.IDLE
+        if memory and reply_first:
+            await self._transcribe(transcribe)
 
     async def _recall(self) -> str:
         """Long memory for this turn, fenced: searched once, with the newest input's words."""
