@@ -73,6 +73,7 @@ RECALL_QUERY_CHARS = 500
 MEMORY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
 MEMORY_PATCH = "long-memory-v1"
 REPLY_FIRST_PATCH = "reply-before-transcript"
+CAN_FIRST_PATCH = "continue-as-new-before-next-turn"
 # The model activity beats every 5 s: four missed beats mean its worker is gone.
 MODEL_HEARTBEAT = timedelta(seconds=20)
 
@@ -273,13 +274,19 @@ class SessionWorkflow:
             await workflow.wait_condition(
                 lambda: self._ready() or self._should_continue_as_new()
                 or self.s.stopped_reason is not None)
-            if self._ready():
-                await self._run_turn()
-                continue
-            if self.s.stopped_reason is not None:
-                break
+            # Under a steady stream of inputs there is always a next turn: continue-as-new
+            # comes first, carrying the queue, or the history would grow without bound.
+            # (Histories from before this rule answered every waiting input first.)
+            can_first = self._should_continue_as_new() and self.s.stopped_reason is None and (
+                not self._ready() or workflow.patched(CAN_FIRST_PATCH))
+            if not can_first:
+                if self._ready():
+                    await self._run_turn()
+                    continue
+                if self.s.stopped_reason is not None:
+                    break
             await workflow.wait_condition(workflow.all_handlers_finished)
-            if self._ready():
+            if self._ready() and not workflow.patched(CAN_FIRST_PATCH):
                 continue  # an input arrived while handlers finished: answer it first
             self.s.run_count += 1
             workflow.continue_as_new(SessionInput(
