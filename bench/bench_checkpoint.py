@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -70,6 +71,16 @@ def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) 
 
     rule = "  ".join("-" * w for w in widths)
     return "\n".join([title, line(cells[0]), rule, *(line(r) for r in cells[1:])])
+
+
+def source_commit() -> str:
+    """The checked-out commit (read only), so a figure can be traced to its code."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
 
 
 def timed(fn: Callable[[], object], runs: int, warmup: int = 3) -> dict[str, float]:
@@ -394,7 +405,8 @@ def main() -> None:
     out: dict[str, Any] = {
         "benchmark": "checkpoint",
         "machine": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                    "cpus": os.cpu_count(), "python": platform.python_version()},
+                    "cpus": os.cpu_count(), "python": platform.python_version(),
+                    "commit": source_commit()},
         **run(args.runs, args.candidates),
     }
     out["total_seconds"] = round(time.perf_counter() - started, 1)
@@ -402,7 +414,8 @@ def main() -> None:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / "checkpoint.json"
     path.write_text(json.dumps(out, indent=2, default=str) + "\n")
-    print(f"total {out['total_seconds']} s; figures written to {path.relative_to(ROOT)}")
+    print(f"total {out['total_seconds']} s at commit {out['machine']['commit']}; figures "
+          f"written to {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -87,7 +88,17 @@ def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) 
 def machine() -> dict[str, Any]:
     return {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "cpus": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform()}
+            "commit": source_commit(), "platform": platform.platform()}
+
+
+def source_commit() -> str:
+    """The checked-out commit (read only), so a figure can be traced to its code."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
 
 
 def write_json(name: str, data: dict[str, Any]) -> Path:
@@ -538,4 +549,5 @@ if __name__ == "__main__":
     result = asyncio.run(main(arguments))
     report(result)
     path = write_json("runtime", result)
-    say(f"\ntotal {result['total_seconds']} s; figures written to {path.relative_to(ROOT)}")
+    say(f"\ntotal {result['total_seconds']} s at commit {result['machine']['commit']}; "
+        f"figures written to {path.relative_to(ROOT)}")

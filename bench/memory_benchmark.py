@@ -48,6 +48,7 @@ import os
 import platform
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -144,6 +145,16 @@ def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) 
 
     rule = "  ".join("-" * w for w in widths)
     return "\n".join([title, line(cells[0]), rule, *(line(r) for r in cells[1:])])
+
+
+def source_commit() -> str:
+    """The checked-out commit (read only), so a figure can be traced to its code."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
 
 
 def say(text: str = "") -> None:
@@ -715,7 +726,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
         "benchmark": "memory",
         "machine": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                    "cpus": os.cpu_count(), "python": platform.python_version()},
+                    "cpus": os.cpu_count(), "python": platform.python_version(),
+                    "commit": source_commit()},
         "window": args.window, "max_output_tokens": args.max_output,
         "isolated": args.isolate, "sessions": [],
     }
@@ -755,4 +767,5 @@ if __name__ == "__main__":
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / ("memory-isolated.json" if arguments.isolate else "memory.json")
     path.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    say(f"\ntotal {result['total_seconds']} s; figures written to {path.relative_to(ROOT)}")
+    say(f"\ntotal {result['total_seconds']} s at commit {result['machine']['commit']}; "
+        f"figures written to {path.relative_to(ROOT)}")

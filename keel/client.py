@@ -82,7 +82,11 @@ class SessionHandle:
             ) from err
 
     async def wait_reply(self, seq: int) -> TurnOutcome:
-        return await self.handle.execute_update(SessionWorkflow.await_reply, AwaitReply(seq=seq))
+        while True:
+            outcome = await self.handle.execute_update(SessionWorkflow.await_reply,
+                                                       AwaitReply(seq=seq))
+            if not outcome.retry:  # a retry means the session continued as new: ask it
+                return outcome
 
     async def ask(self, text: str) -> TurnOutcome:
         accepted = await self.send(text)

@@ -62,6 +62,9 @@ class SessionState(BaseModel):
     now_text: str = ""
     usage_ratio: float = 1.0
     recent_savings: list[int] = Field(default_factory=list)
+    # The last turns' outcomes, so a caller waiting across continue-as-new still gets its
+    # reply. Typed loosely here because TurnOutcome is defined below.
+    recent_outcomes: list[dict[str, object]] = Field(default_factory=list)
 
 
 class SessionInput(BaseModel):
@@ -146,6 +149,9 @@ class TurnOutcome(BaseModel):
     reply_text: str = ""
     error: str | None = None
     stopped_reason: str | None = None
+    # The session is continuing as new: ask again (the client helper does) and the new run
+    # answers.
+    retry: bool = False
 
 
 class AwaitReply(BaseModel):

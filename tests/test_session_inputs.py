@@ -98,3 +98,21 @@ async def test_continue_as_new_while_inputs_keep_arriving(
     assert status.pending_inputs == 0
     assert len(runs) >= 2, "continue-as-new never happened"
     assert desc.status is not None and first_run.run_id == desc.run_id
+
+
+async def test_callers_waiting_on_replies_do_not_block_continue_as_new(
+        client, settings, fake_anthropic, database_url):
+    """Tried: many callers waiting on their replies while the session continues as new
+    under a steady stream of inputs. Every caller gets its reply; no run deadlocks."""
+    fake_anthropic.responder = lambda body: text_message("ok")
+    config = session_config(settings, continue_as_new_after_events=30)
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"w-{uuid.uuid4().hex[:8]}", config=config)
+        waiters = []
+        for i in range(12):
+            accepted = await session.send(f"question {i}")
+            waiters.append(asyncio.create_task(session.wait_reply(accepted.seq)))
+        outcomes = await asyncio.wait_for(asyncio.gather(*waiters), 60)
+        runs = [e async for e in client.list_workflows(f"WorkflowId = '{session.session_id}'")]
+    assert all(o.reply_text == "ok" and not o.retry for o in outcomes)
+    assert len(runs) >= 2

@@ -68,6 +68,7 @@ MODEL_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=60),
 )
 MAX_OUTCOMES = 64
+KEPT_OUTCOMES = 16  # carried over continue-as-new
 RECALL_QUERY_CHARS = 500
 # Long memory helps a turn but must never hold one up: a few tries, then go on without it.
 MEMORY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
@@ -93,6 +94,11 @@ class SessionWorkflow:
         self.phase = SessionPhase.STOPPED if self.s.stopped_reason else SessionPhase.IDLE
         self.last_error: str | None = None
         self.outcomes: dict[int, TurnOutcome] = {}
+        for kept in self.s.recent_outcomes:
+            outcome = TurnOutcome.model_validate(kept)
+            for seq in outcome.input_seqs:
+                self.outcomes[seq] = outcome
+        self.continuing = False
         self.turn_first_seq = self.s.next_seq
         self.checkpoint_failures_this_turn = 0
         self.chain = CheckpointChain(self)
@@ -218,10 +224,14 @@ class SessionWorkflow:
         """Wait until the turn that answers input `seq` has ended."""
         await workflow.wait_condition(
             lambda: data.seq in self.outcomes or self.s.stopped_reason is not None
+            or self.continuing
             or (data.seq <= self.s.recorded_upto
                 and all(p.seq != data.seq for p in self.s.pending)
                 and self.phase == SessionPhase.IDLE)
         )
+        if data.seq not in self.outcomes and self.continuing:
+            # Continue-as-new waits for every handler: this one must not hold it up.
+            return TurnOutcome(turn=self.s.turn, input_seqs=[data.seq], retry=True)
         return self.outcomes.get(data.seq) or TurnOutcome(
             turn=self.s.turn, input_seqs=[data.seq], stopped_reason=self.s.stopped_reason,
             error=None if self.s.stopped_reason else "that input was answered earlier")
@@ -285,10 +295,15 @@ class SessionWorkflow:
                     continue
                 if self.s.stopped_reason is not None:
                     break
+            self.continuing = True
             await workflow.wait_condition(workflow.all_handlers_finished)
+            self.continuing = False
             if self._ready() and not workflow.patched(CAN_FIRST_PATCH):
                 continue  # an input arrived while handlers finished: answer it first
             self.s.run_count += 1
+            distinct = {id(o): o for o in self.outcomes.values()}.values()
+            kept = sorted(distinct, key=lambda o: o.turn)[-KEPT_OUTCOMES:]
+            self.s.recent_outcomes = [o.model_dump() for o in kept]
             workflow.continue_as_new(SessionInput(
                 session_id=self.s.session_id, config=self.s.config, state=self.s))
         await workflow.wait_condition(workflow.all_handlers_finished)
