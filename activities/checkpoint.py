@@ -402,7 +402,9 @@ class CheckpointActivities:
                 record_seq=data.record_seq, window_start=meta.window_start_seq,
                 cut=attempt["cut_seq"], upto=meta.upto_seq, budgets=budgets,
                 mind_record=outcome.mind_record_text, mind_context=outcome.mind_context_text,
-                memo=outcome.memo, now_text=outcome.now_text, previous=previous,
+                memo=outcome.memo, now_text=_as_of(outcome.now_text or "", meta,
+                                                   attempt["cut_seq"]),
+                previous=previous,
                 previous_id=meta.checkpoint_id, keep_recent_seq=meta.turn_first_seq,
                 carried=list(attempt["in_turn_user_seqs"]), fallbacks=list(outcome.fallbacks),
                 user_name=meta.user_name, attempt_id=data.attempt_id)
@@ -546,6 +548,15 @@ class CheckpointActivities:
                 previous_id=data.checkpoint_id, keep_recent_seq=data.turn_first_seq,
                 fallbacks=["moved the earliest half out without the model", *memo.fallbacks],
                 user_name=data.user_name, attempt_id=data.attempt_id)
+
+
+def _as_of(now_text: str, meta: PrepareInput, cut_seq: int) -> str:
+    """A checkpoint over the earlier half saw only that half: its now is dated, so the
+    newer messages that follow it verbatim win where the two differ."""
+    if meta.portion >= 1.0:
+        return now_text
+    return (f"(Written over messages up to #{cut_seq - 1} only; the messages after it, "
+            f"kept word for word below, are newer and win where they differ.)\n{now_text}")
 
 
 def _files_state(attempt: dict[str, Any]) -> tuple[str, str]:

@@ -336,6 +336,9 @@ async def test_too_large_for_a_checkpoint_turn_takes_the_earlier_half(
     later = db(database_url, "SELECT content_text FROM messages WHERE type='user' AND seq>=%s",
                cut)
     assert later and all(t[0][:20] not in seen for t in later)
+    # Its now saw only the earlier part: it is dated, and the newer messages win.
+    now = db(database_url, "SELECT now_text FROM checkpoints " + FIRST)[0][0]
+    assert now.startswith(f"(Written over messages up to #{cut - 1} only;")
 
 
 async def test_checkpoint_carries_skills_as_they_read_now_and_recent_files(
