@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -544,7 +545,12 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # so a `timeout` or `kill` still stops the stack and cleans up
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _interrupt)
     arguments = parse_args()
     result = asyncio.run(main(arguments))
     report(result)

@@ -48,6 +48,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -761,7 +762,12 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # so a `timeout` or `kill` still stops the stack and cleans up
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _interrupt)
     arguments = parse_args()
     result = asyncio.run(main(arguments))
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
