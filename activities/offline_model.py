@@ -18,6 +18,7 @@ TAG = "[offline model]"
 CHECKPOINT_MARKER = "<keel-checkpoint-request>"
 MIND_FILE = ".keel/checkpoint/mind.md"
 MEMO_FILE = ".keel/checkpoint/memo.md"
+MEMORY_FENCE = "<memory-context"
 
 _ids = itertools.count(1)
 _REVIEWED = re.compile(r"(?:[Rr]eviewed(?: through)? PR #|reviewed PRs #\d+ to #)(\d+)")
@@ -40,6 +41,8 @@ def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _texts(message: dict[str, Any]) -> list[str]:
+    """The message's texts, without recalled long memory: a <memory-context> block is
+    reference from other sessions, never this session's own progress."""
     out = []
     for b in _blocks(message):
         if b.get("type") == "text":
@@ -48,7 +51,7 @@ def _texts(message: dict[str, Any]) -> list[str]:
             c = b.get("content")
             out.append(c if isinstance(c, str) else " ".join(
                 str(x.get("text", "")) for x in c or [] if isinstance(x, dict)))
-    return out
+    return [t for t in out if not t.lstrip().startswith(MEMORY_FENCE)]
 
 
 def _all_text(messages: list[dict[str, Any]]) -> str:
@@ -276,25 +279,39 @@ def _mind_edits(mind: str, messages: list[dict[str, Any]], everything: str) -> l
         if found:
             edits.append({"path": MIND_FILE, "old_text": found[0], "new_text": found[1]})
     decisions = re.findall(r"PR #(\d+) needs your decision", everything)
-    key = mind.split("## Key decisions", 1)[-1].split("## Lessons", 1)[0]
-    for pr in dict.fromkeys(decisions):
-        line = f"- PR #{pr} went to the user for a decision: it changes a public contract."
-        if line not in key:
+    if decisions:
+        # Recurring decisions fold into one principle with the latest case, so the section
+        # stays the same size however many PRs go to the user.
+        line = (f"- A PR that changes a public contract goes to the user for a decision "
+                f"(latest: PR #{decisions[-1]}).")
+        current = re.search(r"^- A PR that changes a public contract goes to the user.*$",
+                            mind, re.M)
+        if current is None:
             found = _insert_after_heading(mind, "## Key decisions", line)
             if found:
                 edits.append({"path": MIND_FILE, "old_text": found[0], "new_text": found[1]})
-                break  # one insertion per round keeps each old_text exact
+        elif current.group(0) != line:
+            edits.append({"path": MIND_FILE, "old_text": current.group(0), "new_text": line})
     return edits
 
 
 def _memo_edits(checklist: str) -> list[dict[str, Any]]:
+    """Tick what guides the work; skip, and release, what only moved it along and the
+    approval of one PR (done once that PR is reviewed)."""
     edits = []
     for line in checklist.splitlines():
-        match = re.match(r"^- \[ \] #(\d+) (.*)$", line)
-        if match and _KEEP_WORDS.search(match.group(2)) and not _MOVE_ALONG.match(
-                match.group(2)):
+        match = re.match(r"^- \[([ x])\] #(\d+) (.*)$", line)
+        if not match:
+            continue
+        text = match.group(3)
+        keep = bool(_KEEP_WORDS.search(text)) and not _MOVE_ALONG.match(text) \
+            and not _APPROVAL.match(text)
+        if match.group(1) == " " and keep:
             edits.append({"path": MEMO_FILE, "old_text": line,
                           "new_text": line.replace("- [ ]", "- [x]", 1)})
+        elif match.group(1) == "x" and not keep:
+            edits.append({"path": MEMO_FILE, "old_text": line,
+                          "new_text": line.replace("- [x]", "- [ ]", 1)})
     return edits
 
 
@@ -303,7 +320,8 @@ def _now_block(messages: list[dict[str, Any]], everything: str) -> str:
     explicit = [u for u in users if not _MOVE_ALONG.match(u)]
     latest = " ".join((explicit[-1] if explicit else (users[-1] if users else "")).split())
     done = reviewed_through(everything)
-    waiting = re.findall(r"PR #(\d+) needs your decision", everything)
+    pending = awaiting_decision(everything)
+    waiting = [str(pending)] if pending is not None else []
     errors = [t for _, _, t, e in _tool_results_by_name(messages) if e][-1:]
     if done is not None:
         step = f"Review PR #{done + 1} (workstream: PR review queue, oldest first)."

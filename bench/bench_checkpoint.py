@@ -412,7 +412,8 @@ def main() -> None:
     out["total_seconds"] = round(time.perf_counter() - started, 1)
     report(out)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / "checkpoint.json"
+    name = "checkpoint" if (args.runs, args.candidates) == (50, 60) else "checkpoint-custom"
+    path = RESULTS_DIR / f"{name}.json"
     path.write_text(json.dumps(out, indent=2, default=str) + "\n")
     print(f"total {out['total_seconds']} s at commit {out['machine']['commit']}; figures "
           f"written to {path.relative_to(ROOT)}")

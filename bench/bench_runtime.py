@@ -160,6 +160,9 @@ async def ask_resilient(session: SessionHandle, text: str, errors: list[str]) ->
             accepted = await session.send(text, input_id=input_id)
             return await session.wait_reply(accepted.seq)
         except Exception as err:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the run is being stopped, not a failed turn
             errors.append(f"{type(err).__name__}: {err}")
             await asyncio.sleep(0.2)
     raise RuntimeError(f"ask failed three times: {errors[-3:]}")
@@ -449,6 +452,7 @@ def say(text: str) -> None:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
+    cancel_on_sigterm()
     fake = FakeAnthropic(lambda body: text_message("ok")).start()
     model = ModelSettings(name="fake-model", base_url=fake.base_url, api_key="x",
                           request_timeout_s=30)
@@ -537,23 +541,28 @@ def parse_args() -> argparse.Namespace:
                    help="continue_as_new_after_events of the second history run")
     p.add_argument("--with-limit", action="store_true",
                    help="run the second history run even when the first continued-as-new")
-    p.add_argument("--quick", action="store_true", help="a smoke run: 20 turns, 1k rows...")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run (20 turns, 1k rows...), written to runtime-quick.json")
     args = p.parse_args()
+    args.name = "runtime"
     if args.quick:
         args.turns, args.warmup, args.sizes = 20, 2, [100, 1_000]
         args.rebuild_runs, args.history_turns = 5, 100
+        args.name = "runtime-quick"  # never overwrites the full run's figures
     return args
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # so a `timeout` or `kill` still stops the stack and cleans up
+def cancel_on_sigterm() -> None:
+    """A `timeout` or `kill` cancels the run, so the stack still stops and is removed."""
+    task = asyncio.current_task()
+    if task is not None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _interrupt)
     arguments = parse_args()
     result = asyncio.run(main(arguments))
     report(result)
-    path = write_json("runtime", result)
+    path = write_json(arguments.name, result)
     say(f"\ntotal {result['total_seconds']} s at commit {result['machine']['commit']}; "
         f"figures written to {path.relative_to(ROOT)}")

@@ -724,6 +724,7 @@ async def run_sessions(chosen: list[Scenario], args: argparse.Namespace,
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
+    cancel_on_sigterm()
     out: dict[str, Any] = {
         "benchmark": "memory",
         "machine": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -762,16 +763,21 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # so a `timeout` or `kill` still stops the stack and cleans up
+def cancel_on_sigterm() -> None:
+    """A `timeout` or `kill` cancels the run, so the stack still stops and is removed."""
+    task = asyncio.current_task()
+    if task is not None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _interrupt)
     arguments = parse_args()
     result = asyncio.run(main(arguments))
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / ("memory-isolated.json" if arguments.isolate else "memory.json")
+    custom = (arguments.turns, arguments.window, arguments.max_output) != (220, 8000, 512) \
+        or bool(arguments.only)
+    name = "memory" + ("-isolated" if arguments.isolate else "") + ("-custom" if custom else "")
+    path = RESULTS_DIR / f"{name}.json"  # a quicker or partial run never overwrites the full one
     path.write_text(json.dumps(result, indent=2, default=str) + "\n")
     say(f"\ntotal {result['total_seconds']} s at commit {result['machine']['commit']}; "
         f"figures written to {path.relative_to(ROOT)}")

@@ -249,7 +249,8 @@ def assemble_memo(kept: list[MemoCandidate], budgets: CheckpointBudgets) -> Memo
     cap = budgets.memo_per_message
     if sum(sizes.values()) > budgets.memo_total:
         cap = _fair_share(list(sizes.values()), budgets.memo_total)
-        while cap < budgets.memo_share_floor and len(chosen) > 1:
+        while (cap < budgets.memo_share_floor and len(chosen) > 1
+               and sum(sizes[c.seq] for c in chosen) > budgets.memo_total):
             chosen = [chosen[0], *chosen[2:]]
             cap = _fair_share([sizes[c.seq] for c in chosen], budgets.memo_total)
         cap = min(cap, budgets.memo_per_message)

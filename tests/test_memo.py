@@ -208,3 +208,26 @@ def test_memo_problems_over_budget(window: int) -> None:
     (problem,) = memo_problems(over, b)
     assert problem.kind == ProblemKind.MEMO_OVER_BUDGET and problem.part == "memo"
     assert str(b.memo_total) in problem.message and "29 kept" in problem.message
+
+
+def _text_of(tokens: int, word: str) -> str:
+    from schemas.tokens import count_tokens
+
+    words = [word]
+    while count_tokens(" ".join(words)) < tokens:
+        words.append(word)
+    return " ".join(words)
+
+
+def test_short_messages_that_fit_are_not_dropped_by_the_floor_rule():
+    """Found by the memory benchmark: on an 8k window (memo 125 tokens) eight short kept
+    messages all went to the record but the first, though the first and newest fit."""
+    from schemas.budgets import CheckpointBudgets
+    from schemas.memo import MemoCandidate, assemble_memo
+
+    sizes = [38, 15, 11, 20, 11, 20, 11, 20]
+    kept = [MemoCandidate(seq=1 + 10 * i, text=_text_of(n, f"k{i}")) for i, n in
+            enumerate(sizes)]
+    memo = assemble_memo(kept, CheckpointBudgets.for_window(8_000, 512))
+    assert [e.seq for e in memo.entries] == [1, 31, 41, 51, 61, 71]
+    assert memo.dropped_seqs == [11, 21]
