@@ -20,10 +20,9 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.common import percentile, source_commit, table  # noqa: E402
 from schemas.budgets import CheckpointBudgets  # noqa: E402
 from schemas.checkpoint import (  # noqa: E402
     CarriedSkill,
@@ -54,33 +54,10 @@ FILL = 0.92  # how full the previous mind's sections are, of their limits
 
 # ----- small helpers -------------------------------------------------------------------------
 
-def percentile(values: Sequence[float], p: float) -> float:
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * p / 100.0
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
-def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-
-    def line(r: list[str]) -> str:
-        return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
-                         enumerate(zip(r, widths, strict=True)))
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([title, line(cells[0]), rule, *(line(r) for r in cells[1:])])
 
 
-def source_commit() -> str:
-    """The checked-out commit (read only), so a figure can be traced to its code."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip() or "unknown"
 
 
 def timed(fn: Callable[[], object], runs: int, warmup: int = 3) -> dict[str, float]:

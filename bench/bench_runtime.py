@@ -24,7 +24,6 @@ import platform
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +44,7 @@ from temporalio.client import Client  # noqa: E402
 
 from activities.db import close_pools, get_pool  # noqa: E402
 from activities.session import SessionActivities  # noqa: E402
+from bench.common import percentile, source_commit, table  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from keel.devstack import running_stack  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
@@ -64,26 +64,8 @@ def ms(seconds: float) -> float:
     return round(seconds * 1000.0, 2)
 
 
-def percentile(values: Sequence[float], p: float) -> float:
-    """The p-th percentile (0-100), linear between the closest ranks."""
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    k = (len(ordered) - 1) * p / 100.0
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
-def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-
-    def line(r: list[str]) -> str:
-        return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
-                         enumerate(zip(r, widths, strict=True)))
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([title, line(cells[0]), rule, *(line(r) for r in cells[1:])])
 
 
 def machine() -> dict[str, Any]:
@@ -92,14 +74,6 @@ def machine() -> dict[str, Any]:
             "commit": source_commit(), "platform": platform.platform()}
 
 
-def source_commit() -> str:
-    """The checked-out commit (read only), so a figure can be traced to its code."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip() or "unknown"
 
 
 def write_json(name: str, data: dict[str, Any]) -> Path:

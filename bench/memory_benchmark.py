@@ -49,12 +49,11 @@ import platform
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -70,6 +69,7 @@ from psycopg.rows import dict_row  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
 from activities.db import close_pools  # noqa: E402
+from bench.common import source_commit, table  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from keel.devstack import running_stack  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
@@ -136,26 +136,8 @@ def scenarios(turns: int) -> list[Scenario]:
 
 # ----- small helpers -------------------------------------------------------------------------
 
-def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-
-    def line(r: list[str]) -> str:
-        return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
-                         enumerate(zip(r, widths, strict=True)))
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([title, line(cells[0]), rule, *(line(r) for r in cells[1:])])
 
 
-def source_commit() -> str:
-    """The checked-out commit (read only), so a figure can be traced to its code."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip() or "unknown"
 
 
 def say(text: str = "") -> None:
