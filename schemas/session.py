@@ -12,6 +12,34 @@ from pydantic import BaseModel, Field
 
 from schemas.messages import HarnessKind
 
+# The session workflow's type and handler names: the durable API other clients (any SDK,
+# plain Temporal JSON) call. `keel.client` calls them by these names, so it imports no
+# workflow or activity code.
+SESSION_WORKFLOW = "SessionWorkflow"
+
+
+class Handler(StrEnum):
+    SEND_MESSAGE = "send_message"
+    AWAIT_REPLY = "await_reply"
+    WATCH = "watch"
+    TASK = "task"
+    AGENT_RUN = "agent_run"
+    CALLBACK = "callback"
+    STATUS = "status"
+    MIND = "mind"
+    MEMO = "memo"
+    NOW = "now"
+
+
+class Rejection(StrEnum):
+    """The `ApplicationError.type` of each refusal a session's handlers raise. Callers
+    branch on these, never on message text; `keel.client` maps each to an exception."""
+
+    MESSAGE_REJECTED = "MessageRejected"  # empty, too long: nothing was recorded
+    SESSION_STOPPED = "SessionStopped"  # the session takes no more input
+    RECORD_FAILED = "RecordFailed"  # the record could not take it in time: nothing kept
+    NO_SUCH_INPUT = "NoSuchInput"  # await_reply for a seq the session never gave out
+
 
 class SessionConfig(BaseModel):
     """What a session needs to decide things; fixed at start, carried across runs."""

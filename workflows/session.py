@@ -36,11 +36,13 @@ with workflow.unsafe.imports_passed_through():
         watch_source_line,
     )
     from schemas.session import (
+        SESSION_WORKFLOW,
         AgentRunInput,
         AwaitReply,
         CallbackInput,
         MessageAccepted,
         PendingInput,
+        Rejection,
         SessionInput,
         SessionPhase,
         SessionState,
@@ -79,7 +81,11 @@ CAN_FIRST_PATCH = "continue-as-new-before-next-turn"
 MODEL_HEARTBEAT = timedelta(seconds=20)
 
 
-@workflow.defn
+def _rejected(reason: str) -> ApplicationError:
+    return ApplicationError(reason, type=Rejection.MESSAGE_REJECTED, non_retryable=True)
+
+
+@workflow.defn(name=SESSION_WORKFLOW)
 class SessionWorkflow:
     @workflow.init
     def __init__(self, input: SessionInput) -> None:
@@ -147,7 +153,7 @@ class SessionWorkflow:
             self.settle_seq(seq)
             raise ApplicationError(
                 f"the message could not be recorded ({err.cause or err}); nothing was kept, "
-                "send it again", type="RecordFailed",
+                "send it again", type=Rejection.RECORD_FAILED,
             ) from err
         self.settle_seq(seq)
         if not inserted.duplicate:
@@ -165,12 +171,13 @@ class SessionWorkflow:
     @send_message.validator
     def validate_message(self, message: UserMessage) -> None:
         if self.s.stopped_reason:
-            raise ValueError(f"this session has stopped: {self.s.stopped_reason}")
+            raise ApplicationError(f"this session has stopped: {self.s.stopped_reason}",
+                                   type=Rejection.SESSION_STOPPED, non_retryable=True)
         if not message.text.strip():
-            raise ValueError("the message is empty")
+            raise _rejected("the message is empty")
         limit = self.s.config.max_message_chars
         if len(message.text) > limit:
-            raise ValueError(
+            raise _rejected(
                 f"the message has {len(message.text)} characters; the limit is {limit}. "
                 "Put long material in a file in the workspace and refer to it."
             )
@@ -179,7 +186,7 @@ class SessionWorkflow:
         token_limit = self.hard_limit // 2
         tokens = count_tokens(message.text)
         if tokens > token_limit:
-            raise ValueError(
+            raise _rejected(
                 f"the message has {tokens} tokens; on this model a message may have at most "
                 f"{token_limit}. Put long material in a file in the workspace and refer to it."
             )
@@ -239,7 +246,8 @@ class SessionWorkflow:
     @await_reply.validator
     def validate_await(self, data: AwaitReply) -> None:
         if data.seq < 1 or data.seq >= self.s.next_seq:
-            raise ValueError(f"no input #{data.seq} in this session")
+            raise ApplicationError(f"no input #{data.seq} in this session",
+                                   type=Rejection.NO_SUCH_INPUT, non_retryable=True)
 
     # ----- queries ----------------------------------------------------------------------
 
