@@ -19,41 +19,43 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.model import create_message
+from activities.model import create_message, with_heartbeat
 from activities.record import NewRow, insert_row, load_rows, load_seqs
-from activities.session import SessionActivities, _with_heartbeat
+from activities.session import SessionActivities
 from activities.tools import ToolContext, execute_tool, read_skill
-from schemas.budgets import CheckpointBudgets
-from schemas.checkpoint import (
-    CarriedSkill,
-    checkpoint_instruction,
-    render_checkpoint,
-    repair_request,
-    resolve_checkpoint,
-    select_carried_skills,
-    validate_checkpoint,
-)
-from schemas.context import assemble_messages, choose_cut, estimate_tokens
-from schemas.memo import (
+from schemas.checkpoint.budgets import CheckpointBudgets
+from schemas.checkpoint.checks import CheckpointCheck, resolve_checkpoint, validate_checkpoint
+from schemas.checkpoint.memo import (
     MemoAssembly,
     MemoCandidate,
     assemble_memo,
     memo_candidates,
     render_checklist,
 )
-from schemas.messages import MessageType, RecordRow
-from schemas.mind import MindDocument
-from schemas.prepass import prepass
-from schemas.problems import Problem
-from schemas.tokens import count_tokens
-from schemas.tools import CHECKPOINT_TOOLS, FILE_READ_TOOLS, FILE_WRITE_TOOLS
-
-CHECKPOINT_DIR = ".keel/checkpoint"
-REQUEST_MARKER = "<keel-checkpoint-request>"
-FINAL_ROUND_NOTE = (
-    "You have used your rounds of tool calls. Reply now, without tools, with the now as "
-    "exactly one <checkpoint>...</checkpoint> block."
+from schemas.checkpoint.mind import MindDocument
+from schemas.checkpoint.policy import ModelWindow, checkpoint_portion
+from schemas.checkpoint.prepass import prepass
+from schemas.checkpoint.problems import Problem
+from schemas.checkpoint.render import (
+    CarriedSkill,
+    recent_files,
+    record_hint,
+    render_checkpoint,
+    select_carried_skills,
 )
+from schemas.checkpoint.request import (
+    FINAL_ROUND_NOTE,
+    MEMO_FILE,
+    MIND_FILE,
+    REQUEST_MARKER,
+    checkpoint_instruction,
+    full_mind_file,
+    repair_request,
+)
+from schemas.context import assemble_messages, choose_cut, estimate_tokens
+from schemas.messages import MessageType, RecordRow
+from schemas.tokens import count_tokens
+from schemas.tools import CHECKPOINT_TOOLS
 
 
 class WindowRef(BaseModel):
@@ -65,10 +67,11 @@ class WindowRef(BaseModel):
     upto_seq: int
     checkpoint_id: str | None = None
     turn_first_seq: int
-    context_window: int
-    max_output_tokens: int
-    price_step_tokens: int | None = None
+    window: ModelWindow
     user_name: str = "user"
+
+    def budgets(self) -> CheckpointBudgets:
+        return CheckpointBudgets.for_model(self.window)
 
 
 class PrepareInput(WindowRef):
@@ -120,9 +123,7 @@ class StoreResult(BaseModel):
     memo_text: str = ""
     now_text: str = ""
     window_tokens_after: int = 0
-    # None in results recorded before Keel measured it: the workflow then falls back to
-    # its own before/after figures, so those histories replay as they ran.
-    tokens_saved: int | None = None
+    tokens_saved: int = 0  # the next request's size before less after, as call_model measures
     tokens_moved_out: int = 0
 
 
@@ -162,9 +163,9 @@ class CheckpointActivities:
 
     def _paths(self, session_id: str) -> tuple[Path, Path, Path]:
         workspace = self.session.workspace(session_id)
-        folder = workspace / CHECKPOINT_DIR
-        folder.mkdir(parents=True, exist_ok=True)
-        return workspace, folder / "mind.md", folder / "memo.md"
+        mind, memo = workspace / MIND_FILE, workspace / MEMO_FILE
+        mind.parent.mkdir(parents=True, exist_ok=True)
+        return workspace, mind, memo
 
     # ----- 1. write the two files -------------------------------------------------------
 
@@ -176,15 +177,14 @@ class CheckpointActivities:
                 " WHERE attempt_id=%s", (data.attempt_id,))).fetchone()
             if done:
                 return PrepareResult(ok=True, cut_seq=done[0], candidates=done[1])
-            budgets = CheckpointBudgets.for_window(data.context_window, data.max_output_tokens,
-                                                   data.price_step_tokens)
+            budgets = data.budgets()
             window = await self.session.load_window(conn, data.session_id, data.window_start_seq,
                                                     data.upto_seq, data.checkpoint_id)
             live = [r for r in window.rows if r.seq >= data.window_start_seq]
             previous = await self._previous(conn, data.checkpoint_id)
             previous_mind = previous.mind_text if previous else MindDocument.template().text
             workspace, mind_path, memo_path = self._paths(data.session_id)
-            for _ in range(2):
+            while True:
                 cut = choose_cut(live, budgets.recent_tail, max_fraction=data.portion)
                 if cut is None:
                     return PrepareResult(ok=False, reason="nothing in the window can move out")
@@ -203,12 +203,13 @@ class CheckpointActivities:
                 shown = window.rows if data.portion >= 1.0 else [
                     r for r in window.rows if r.seq < cut]
                 turn_size = estimate_tokens(window.system, shown, [
-                    window.checkpoint_text or "", instruction]) + data.max_output_tokens
-                if turn_size <= data.context_window or data.portion <= 0.5:
+                    window.checkpoint_text or "", instruction]) + data.window.max_output_tokens
+                portion = checkpoint_portion(turn_size, data.window.context_window, data.portion)
+                if portion == data.portion:
                     break
-                # Too large for a checkpoint turn: condense the earlier part, up to about
-                # half, and show the turn only that part.
-                data = data.model_copy(update={"portion": 0.5})
+                # Too large for a checkpoint turn: condense the earlier part only, and show
+                # the turn only that part.
+                data = data.model_copy(update={"portion": portion})
             mind_path.write_text(previous_mind)
             memo_path.write_text(checklist)
             await conn.execute(
@@ -256,16 +257,15 @@ class CheckpointActivities:
     async def checkpoint_round(self, data: RoundInput) -> RoundResult:
         async with await self.session._conn() as conn:
             attempt = await self._attempt(conn, data.attempt_id)
-            meta = PrepareInput(**attempt["rounds"][0]["meta"])
+            meta = _meta(attempt)
             rounds: list[dict[str, Any]] = attempt["rounds"][1:]
             if len(rounds) > data.round_no:  # this round already ran: report it again
                 done_round = rounds[data.round_no]
                 return RoundResult(done=not done_round["results"],
                                    tool_calls=len(done_round["results"]))
-            budgets = CheckpointBudgets.for_window(meta.context_window, meta.max_output_tokens,
-                                                   meta.price_step_tokens)
-            request = await self._round_request(conn, attempt, meta, budgets, rounds, data)
-            message = await _with_heartbeat(create_message(self.settings.model, request))
+            request = await self._round_request(conn, attempt, meta, meta.budgets(), rounds,
+                                                data)
+            message = await with_heartbeat(create_message(self.settings.model, request))
             blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
             blocks = [b for b in blocks if b.get("type") in ("text", "tool_use")]
             workspace, mind_path, memo_path = self._paths(attempt["session_id"])
@@ -322,7 +322,7 @@ class CheckpointActivities:
         if prompt:
             _append_user(messages, [{"type": "text", "text": prompt}])
         request: dict[str, Any] = {
-            "model": meta.model, "max_tokens": meta.max_output_tokens,
+            "model": meta.model, "max_tokens": meta.window.max_output_tokens,
             "system": window.system, "messages": messages, "tools": CHECKPOINT_TOOLS,
         }
         if data.final:
@@ -340,7 +340,7 @@ class CheckpointActivities:
     # ----- 3. the checks ----------------------------------------------------------------
 
     async def _check(self, conn: AsyncConnection, attempt: dict[str, Any],
-                     budgets: CheckpointBudgets) -> Any:
+                     budgets: CheckpointBudgets) -> CheckpointCheck:
         mind_text, memo_text = _files_state(attempt)
         return validate_checkpoint(
             final_text=attempt["final_text"] or "",
@@ -356,10 +356,7 @@ class CheckpointActivities:
     async def validate_checkpoint(self, attempt_id: str) -> CheckResult:
         async with await self.session._conn() as conn:
             attempt = await self._attempt(conn, attempt_id)
-            meta = PrepareInput(**attempt["rounds"][0]["meta"])
-            budgets = CheckpointBudgets.for_window(meta.context_window, meta.max_output_tokens,
-                                                   meta.price_step_tokens)
-            check = await self._check(conn, attempt, budgets)
+            check = await self._check(conn, attempt, _meta(attempt).budgets())
             await conn.execute(
                 "UPDATE checkpoint_attempts SET problems=%s, repair_sent = repair_sent OR %s"
                 " WHERE attempt_id=%s",
@@ -377,15 +374,13 @@ class CheckpointActivities:
             if stored:
                 return stored
             attempt = await self._attempt(conn, data.attempt_id)
-            meta = PrepareInput(**attempt["rounds"][0]["meta"])
+            meta = _meta(attempt)
             if data.abort_reason:
                 return await self._fail(conn, data.attempt_id, data.abort_reason)
-            budgets = CheckpointBudgets.for_window(meta.context_window, meta.max_output_tokens,
-                                                   meta.price_step_tokens)
+            budgets = meta.budgets()
             check = await self._check(conn, attempt, budgets)
             workspace, _, _ = self._paths(meta.session_id)
-            n = data.attempt_id.rsplit(":a", 1)[-1]
-            full_copy = workspace / ".keel" / f"mind-full-{n}.md"
+            full_copy = workspace / full_mind_file(data.attempt_id.rsplit(":a", 1)[-1])
             outcome = resolve_checkpoint(
                 check=check, mind=MindDocument(text=_files_state(attempt)[0]),
                 previous_mind=MindDocument(text=attempt["previous_mind"]),
@@ -454,12 +449,15 @@ class CheckpointActivities:
                      attempt_id: str, keep_recent_seq: int) -> StoreResult:
         moving = await load_rows(conn, session_id, window_start, cut - 1)
         skills = self._carried_skills(moving, previous, budgets)
-        modified, read, pushed = _recent_files(moving, previous, budgets)
+        files = recent_files(moving,
+                             modified_before=previous.files_modified if previous else [],
+                             read_before=previous.files_read if previous else [],
+                             budgets=budgets)
         rendered = render_checkpoint(
             mind_text=mind_context, memo=memo, now_text=now_text, skills=skills,
-            files_modified=modified, files_read=read, files_pushed_out=pushed,
-            record_hint=_record_hint(session_id, cut), in_turn_user_seqs=carried,
-            user_name=user_name)
+            files_modified=files.modified, files_read=files.read,
+            files_pushed_out=files.pushed_out, record_hint=record_hint(session_id, cut),
+            in_turn_user_seqs=carried, user_name=user_name)
         moved_tokens = sum(r.token_count for r in moving)
         before = await self._context_tokens(conn, session_id, window_start, upto,
                                             previous_id, None, keep_recent_seq)
@@ -483,8 +481,8 @@ class CheckpointActivities:
                 (checkpoint_id, session_id, kind, record_seq, cut, mind_record, mind_context,
                  json.dumps([e.model_dump() for e in memo.entries]),
                  json.dumps(memo.dropped_seqs), now_text,
-                 json.dumps([s.model_dump() for s in skills]), json.dumps(modified),
-                 json.dumps(read), json.dumps(fallbacks), rendered, count_tokens(rendered),
+                 json.dumps([s.model_dump() for s in skills]), json.dumps(files.modified),
+                 json.dumps(files.read), json.dumps(fallbacks), rendered, count_tokens(rendered),
                  moved_tokens, json.dumps(carried), upto, before, after))
             await conn.execute(
                 "UPDATE checkpoint_attempts SET outcome='stored' WHERE attempt_id=%s",
@@ -521,8 +519,7 @@ class CheckpointActivities:
             stored = await self._stored(conn, checkpoint_id)
             if stored:
                 return stored
-            budgets = CheckpointBudgets.for_window(data.context_window, data.max_output_tokens,
-                                                   data.price_step_tokens)
+            budgets = data.budgets()
             window = await self.session.load_window(conn, data.session_id, data.window_start_seq,
                                                     data.upto_seq, data.checkpoint_id)
             live = [r for r in window.rows if r.seq >= data.window_start_seq]
@@ -559,6 +556,11 @@ def _as_of(now_text: str, meta: PrepareInput, cut_seq: int) -> str:
             f"kept word for word below, are newer and win where they differ.)\n{now_text}")
 
 
+def _meta(attempt: dict[str, Any]) -> PrepareInput:
+    """The attempt's own input, stored by prepare as the first entry of its rounds."""
+    return PrepareInput.model_validate(attempt["rounds"][0]["meta"])
+
+
 def _files_state(attempt: dict[str, Any]) -> tuple[str, str]:
     """(mind, memo) as the newest round left them; the originals before any round."""
     for past in reversed(attempt["rounds"][1:]):
@@ -572,37 +574,6 @@ def _append_user(messages: list[dict[str, Any]], blocks: list[dict[str, Any]]) -
         messages[-1]["content"].extend(blocks)
     else:
         messages.append({"role": "user", "content": list(blocks)})
-
-
-def _record_hint(session_id: str, cut: int) -> str:
-    return (
-        f"The full record of this session ({session_id}) stays in Keel's database: messages "
-        f"#1 to #{cut - 1} are condensed here. Read them with the `read_record` tool "
-        "(only_user=true gives the user's own messages in order), find one with "
-        f"`search_record`, or run `keel record {session_id} --user`. A memo entry's number "
-        "is its message number."
-    )
-
-
-def _recent_files(moving: list[RecordRow], previous: PreviousCheckpoint | None,
-                  budgets: CheckpointBudgets) -> tuple[list[str], list[str], bool]:
-    modified = list(previous.files_modified) if previous else []
-    read = list(previous.files_read) if previous else []
-    for r in moving:
-        if r.type != MessageType.ASSISTANT or not isinstance(r.content, list):
-            continue
-        for b in r.content:
-            path = (b.get("input") or {}).get("path") if b.get("type") == "tool_use" else None
-            if not isinstance(path, str):
-                continue
-            target = modified if b["name"] in FILE_WRITE_TOOLS else (
-                read if b["name"] in FILE_READ_TOOLS else None)
-            if target is not None:
-                if path in target:
-                    target.remove(path)
-                target.insert(0, path)
-    pushed = len(modified) > budgets.files_modified or len(read) > budgets.files_read
-    return modified[:budgets.files_modified], read[:budgets.files_read], pushed
 
 
 def _write_read_only(path: Path, text: str) -> None:

@@ -8,14 +8,30 @@ same request would be refused again.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
+from contextlib import suppress
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import anthropic
 from anthropic.types import Message
+from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from schemas.config import ModelSettings
+from schemas.model import (
+    MODEL_CONNECTION,
+    MODEL_ERROR,
+    MODEL_MALFORMED_REPLY,
+    MODEL_TIMEOUT,
+    http_error_type,
+)
+
+T = TypeVar("T")
+# Beats per heartbeat timeout: a worker must miss several before Temporal gives up on it.
+BEATS_PER_TIMEOUT = 4
+DEFAULT_BEAT_S = 5.0
 
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
 
@@ -51,15 +67,16 @@ def model_error(err: Exception) -> ApplicationError:
         retryable = status in RETRYABLE_STATUS or status >= 500
         return ApplicationError(
             f"model API answered {status}: {err.message}",
-            type=f"ModelHTTP{status}",
+            type=http_error_type(status),
             non_retryable=not retryable,
             next_retry_delay=_retry_after(err) if retryable else None,
         )
     if isinstance(err, anthropic.APITimeoutError):
-        return ApplicationError(f"model API timed out: {err}", type="ModelTimeout")
+        return ApplicationError(f"model API timed out: {err}", type=MODEL_TIMEOUT)
     if isinstance(err, anthropic.APIConnectionError):
-        return ApplicationError(f"model API unreachable: {err}", type="ModelConnection")
-    return ApplicationError(f"model call failed: {err!r}", type="ModelError", non_retryable=True)
+        return ApplicationError(f"model API unreachable: {err}", type=MODEL_CONNECTION)
+    return ApplicationError(f"model call failed: {err!r}", type=MODEL_ERROR,
+                            non_retryable=True)
 
 
 async def create_message(settings: ModelSettings, request: dict[str, Any]) -> Message:
@@ -99,5 +116,29 @@ def checked_reply(message: Message) -> Message:
         problems.append("no usage")
     if problems:
         raise ApplicationError(f"malformed model reply: {'; '.join(problems)}",
-                               type="ModelMalformedReply", non_retryable=True)
+                               type=MODEL_MALFORMED_REPLY, non_retryable=True)
     return message
+
+
+def beat_interval() -> float:
+    """A quarter of this activity's heartbeat timeout (as the SDK's openai_agents does)."""
+    timeout = activity.info().heartbeat_timeout
+    if not timeout:
+        return DEFAULT_BEAT_S
+    return max(0.1, timeout.total_seconds() / BEATS_PER_TIMEOUT)
+
+
+async def with_heartbeat(awaitable: Awaitable[T]) -> T:
+    """Await a long call while telling Temporal the activity is alive."""
+    task = asyncio.ensure_future(awaitable)
+    interval = beat_interval()
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=interval)
+            if done:
+                return task.result()
+            with suppress(RuntimeError):
+                activity.heartbeat()
+    finally:
+        if not task.done():
+            task.cancel()

@@ -13,11 +13,11 @@ import itertools
 import re
 from typing import Any
 
+from schemas.checkpoint.request import MEMO_FILE, MIND_FILE
+from schemas.checkpoint.request import REQUEST_MARKER as CHECKPOINT_MARKER
+
 NAME = "keel-offline-model"
 TAG = "[offline model]"
-CHECKPOINT_MARKER = "<keel-checkpoint-request>"
-MIND_FILE = ".keel/checkpoint/mind.md"
-MEMO_FILE = ".keel/checkpoint/memo.md"
 MEMORY_FENCE = "<memory-context"
 
 _ids = itertools.count(1)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from contextlib import suppress
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,11 +18,13 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.db import get_pool
-from activities.model import create_message
+from activities.model import create_message, with_heartbeat
 from activities.record import Inserted, NewRow, ensure_session, insert_row, load_rows, load_seqs
 from activities.search import search, touch_documents
 from activities.tools import ToolContext, ToolOutput, execute_tool, skill_catalog
 from activities.vault import MemoryContext, VaultError, memory_settings, read_core_text
+from schemas.checkpoint.policy import Fit, ModelWindow, fit, sendable
+from schemas.checkpoint.prepass import prepass
 from schemas.config import KeelSettings
 from schemas.context import (
     SkillEntry,
@@ -36,7 +37,6 @@ from schemas.context import (
 )
 from schemas.memory_context import fence_memory, scrub_memory_echo
 from schemas.messages import MessageType, ModelReply, RecordRow, ToolCall, Usage
-from schemas.prepass import prepass
 from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL, MEMORY_TOOLS
 from schemas.vault_card import CardFact
 from schemas.vault_rollup import write_card_tool
@@ -59,20 +59,19 @@ class ModelCallInput(BaseModel):
     upto_seq: int
     checkpoint_id: str | None = None
     model: str
-    max_output_tokens: int
-    threshold: int  # above this estimate, ask the workflow to make room first
-    hard_limit: int  # above this, the request cannot be sent at all
+    window: ModelWindow  # the threshold and the hard limit come from here
     usage_ratio: float = 1.0  # the API's count over Keel's estimate, from the last call
-    check_threshold: bool = True
+    # The session has walked the room-making ladder for this request already: past the
+    # threshold (but under the hard limit) it is sent as it is (schemas.checkpoint.policy).
+    room_asked: bool = False
     cut_newest_output: bool = False
     memory_block: str = ""  # this turn's fenced long-memory recall
     keep_recent_seq: int = 0  # the pre-pass leaves rows from here on as they are
 
 
 class ModelCallResult(BaseModel):
-    reply: ModelReply | None = None
-    needs_room: bool = False
-    cannot_fit: bool = False
+    reply: ModelReply | None = None  # None: not sent, the session must make room first
+    fit: Fit = Fit.FITS
     estimated_tokens: int = 0
     output_cut: bool = False
     notes: list[str] = Field(default_factory=list)
@@ -186,23 +185,23 @@ class SessionActivities:
             rows = window.rows
             estimate = self._estimate(window, rows, data.usage_ratio, data.memory_block)
             notes: list[str] = []
-            if estimate > data.threshold:
-                # The cheap pre-pass first: old tool outputs shrunk, duplicates pointed at,
-                # stale images dropped. When that is room enough, no checkpoint is needed.
+            if fit(estimate, data.window) is not Fit.FITS:
+                # The ladder's first step, the cheap pre-pass: old tool outputs shrunk,
+                # duplicates pointed at, stale images dropped. Often room enough on its own.
                 shrunk = prepass(rows, keep_recent_seq=data.keep_recent_seq)
                 if shrunk.tokens_saved:
                     rows = shrunk.rows
                     estimate = self._estimate(window, rows, data.usage_ratio, data.memory_block)
                     notes.append(f"pre-pass saved {shrunk.tokens_saved} tokens")
             output_cut = False
-            if data.cut_newest_output and estimate > data.hard_limit:
-                excess = int((estimate - data.hard_limit) / max(data.usage_ratio, 0.1)) + 1
+            if data.cut_newest_output and fit(estimate, data.window) is Fit.OVER_LIMIT:
+                excess = estimate - data.window.hard_limit
+                excess = int(excess / max(data.usage_ratio, 0.1)) + 1
                 rows, output_cut = fit_newest_tool_output(rows, excess)
                 estimate = self._estimate(window, rows, data.usage_ratio, data.memory_block)
-            if estimate > data.hard_limit:
-                return ModelCallResult(needs_room=True, cannot_fit=True, estimated_tokens=estimate)
-            if data.check_threshold and estimate > data.threshold:
-                return ModelCallResult(needs_room=True, estimated_tokens=estimate)
+            size = fit(estimate, data.window)
+            if not sendable(size, room_asked=data.room_asked):
+                return ModelCallResult(fit=size, estimated_tokens=estimate)
             if not self._vault_ready:  # once per process: the vault from its template
                 await asyncio.to_thread(self.memory().vault.ensure)
                 self._vault_ready = True
@@ -211,10 +210,10 @@ class SessionActivities:
                 memory_block=data.memory_block or None)
             notes += assembly_notes
             request = {
-                "model": data.model, "max_tokens": data.max_output_tokens,
+                "model": data.model, "max_tokens": data.window.max_output_tokens,
                 "system": window.system, "messages": messages, "tools": self.tools(),
             }
-            message = await _with_heartbeat(create_message(self.settings.model, request))
+            message = await with_heartbeat(create_message(self.settings.model, request))
             blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
             blocks = [b for b in blocks if b.get("type") in ("text", "tool_use")]
             text = _scrub("\n".join(b["text"] for b in blocks if b["type"] == "text"))
@@ -236,7 +235,7 @@ class SessionActivities:
                             cache_read_input_tokens=usage.cache_read_input_tokens or 0,
                             cache_creation_input_tokens=usage.cache_creation_input_tokens or 0),
                 text=text, reply_tokens=inserted.token_count, model=message.model)
-            return ModelCallResult(reply=reply, estimated_tokens=estimate,
+            return ModelCallResult(reply=reply, fit=size, estimated_tokens=estimate,
                                    output_cut=output_cut, notes=notes)
 
     def _estimate(self, window: LoadedWindow, rows: list[RecordRow], ratio: float,
@@ -315,18 +314,3 @@ def _reply_from_row(row: RecordRow, model: str) -> ModelReply:
     calls = [ToolCall(id=b["id"], name=b["name"]) for b in blocks if b.get("type") == "tool_use"]
     return ModelReply(seq=row.seq, stop_reason="tool_use" if calls else "end_turn",
                       tool_calls=calls, text=row.text, reply_tokens=row.token_count, model=model)
-
-
-async def _with_heartbeat(coro: Any) -> Any:
-    """Await a long call while telling Temporal the activity is alive."""
-    task = asyncio.ensure_future(coro)
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=5)
-            if done:
-                return task.result()
-            with suppress(RuntimeError):
-                activity.heartbeat()
-    finally:
-        if not task.done():
-            task.cancel()

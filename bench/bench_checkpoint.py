@@ -32,7 +32,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.common import percentile, source_commit, table  # noqa: E402
-from schemas.budgets import CheckpointBudgets  # noqa: E402
 from schemas.checkpoint import (  # noqa: E402
     CarriedSkill,
     checkpoint_instruction,
@@ -42,9 +41,10 @@ from schemas.checkpoint import (  # noqa: E402
     select_carried_skills,
     validate_checkpoint,
 )
-from schemas.memo import MemoCandidate, memo_candidates, render_checklist  # noqa: E402
+from schemas.checkpoint.budgets import CheckpointBudgets  # noqa: E402
+from schemas.checkpoint.memo import MemoCandidate, memo_candidates, render_checklist  # noqa: E402
+from schemas.checkpoint.mind import MindDocument  # noqa: E402
 from schemas.messages import MessageType, RecordRow  # noqa: E402
-from schemas.mind import MindDocument  # noqa: E402
 from schemas.tokens import count_tokens  # noqa: E402
 
 RESULTS_DIR = ROOT / "bench" / "results"

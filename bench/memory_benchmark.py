@@ -72,8 +72,8 @@ from activities.db import close_pools  # noqa: E402
 from bench.common import source_commit, table  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from keel.devstack import running_stack  # noqa: E402
+from schemas.checkpoint.mind import MindDocument, entry_survives  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
-from schemas.mind import MindDocument, entry_survives  # noqa: E402
 from tests.queue_fixture import FIRST_REQUEST, seed_queue  # noqa: E402
 from workers.worker import build_worker  # noqa: E402
 

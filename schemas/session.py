@@ -7,10 +7,14 @@ defaults, never rename or remove one.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from schemas.messages import HarnessKind
+
+if TYPE_CHECKING:  # the checkpoint rules load the tokenizer; a client needs neither
+    from schemas.checkpoint.policy import ModelWindow
 
 # The session workflow's type and handler names: the durable API other clients (any SDK,
 # plain Temporal JSON) call. `keel.client` calls them by these names, so it imports no
@@ -58,6 +62,13 @@ class SessionConfig(BaseModel):
     # Temporal suggests it).
     continue_as_new_after_events: int = 0
 
+    def window(self) -> ModelWindow:
+        from schemas.checkpoint.policy import ModelWindow
+
+        return ModelWindow(context_window=self.context_window,
+                           max_output_tokens=self.max_output_tokens,
+                           price_step_tokens=self.price_step_tokens)
+
 
 class PendingInput(BaseModel):
     """An input recorded but not yet answered by a turn."""
@@ -65,6 +76,20 @@ class PendingInput(BaseModel):
     seq: int
     kind: str  # "user" or a HarnessKind value
     query: str = ""  # the input's opening words, for this turn's long-memory recall
+
+
+class TurnOutcome(BaseModel):
+    """How a turn ended, for callers waiting on a reply to their input."""
+
+    turn: int
+    input_seqs: list[int] = Field(default_factory=list)
+    reply_seq: int | None = None
+    reply_text: str = ""
+    error: str | None = None
+    stopped_reason: str | None = None
+    # The session is continuing as new: ask again (the client helper does) and the new run
+    # answers.
+    retry: bool = False
 
 
 class SessionState(BaseModel):
@@ -91,8 +116,26 @@ class SessionState(BaseModel):
     usage_ratio: float = 1.0
     recent_savings: list[int] = Field(default_factory=list)
     # The last turns' outcomes, so a caller waiting across continue-as-new still gets its
-    # reply. Typed loosely here because TurnOutcome is defined below.
-    recent_outcomes: list[dict[str, object]] = Field(default_factory=list)
+    # reply.
+    recent_outcomes: list[TurnOutcome] = Field(default_factory=list)
+
+    # ----- sequence numbers: every input, reply, result and notice gets the next one -----
+
+    def allocate_seq(self) -> int:
+        seq = self.next_seq
+        self.next_seq += 1
+        return seq
+
+    def settle_seq(self, seq: int) -> None:
+        """Mark a seq recorded (or abandoned): the window may read up to the settled prefix."""
+        if seq <= self.recorded_upto:
+            return
+        pending = set(self.recorded_seqs)
+        pending.add(seq)
+        while self.recorded_upto + 1 in pending:
+            self.recorded_upto += 1
+            pending.discard(self.recorded_upto)
+        self.recorded_seqs = sorted(pending)
 
 
 class SessionInput(BaseModel):
@@ -166,20 +209,6 @@ class SessionStatus(BaseModel):
 
 
 HARNESS_KINDS: tuple[HarnessKind, ...] = tuple(HarnessKind)
-
-
-class TurnOutcome(BaseModel):
-    """How a turn ended, for callers waiting on a reply to their input."""
-
-    turn: int
-    input_seqs: list[int] = Field(default_factory=list)
-    reply_seq: int | None = None
-    reply_text: str = ""
-    error: str | None = None
-    stopped_reason: str | None = None
-    # The session is continuing as new: ask again (the client helper does) and the new run
-    # answers.
-    retry: bool = False
 
 
 class AwaitReply(BaseModel):

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from schemas.checkpoint.request import MEMO_FILE as MEMO
+from schemas.checkpoint.request import MIND_FILE as MIND
+from schemas.checkpoint.request import REQUEST_MARKER as MARKER
 from tests.fake_anthropic import text_message, tool_use_message
 
-MARKER = "<keel-checkpoint-request>"
 REPAIR = "[Keel: checkpoint repair]"
-MIND = ".keel/checkpoint/mind.md"
-MEMO = ".keel/checkpoint/memo.md"
 
 
 def texts(message: dict[str, Any]) -> list[str]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from schemas.budgets import CheckpointBudgets
-from schemas.now import NOW_GUIDE, extract_now, now_problems
-from schemas.problems import ProblemKind
+from schemas.checkpoint.budgets import CheckpointBudgets
+from schemas.checkpoint.now import NOW_GUIDE, extract_now, now_problems
+from schemas.checkpoint.problems import ProblemKind
 
 BUDGETS = CheckpointBudgets()
 NOW = (

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from schemas.budgets import CheckpointBudgets, cut_to_tokens
-from schemas.problems import Problem, ProblemKind
+from schemas.checkpoint.budgets import CheckpointBudgets, cut_to_tokens
+from schemas.checkpoint.problems import Problem, ProblemKind
 from schemas.tokens import count_tokens
 
 

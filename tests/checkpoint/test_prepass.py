@@ -1,5 +1,6 @@
+from schemas.checkpoint.policy import thrashing
+from schemas.checkpoint.prepass import IMAGE_TOKENS, prepass
 from schemas.messages import MessageType, RecordRow
-from schemas.prepass import IMAGE_TOKENS, prepass, should_skip_condensation
 from schemas.tokens import count_tokens
 
 
@@ -51,8 +52,8 @@ def test_stale_images_are_dropped_and_counted():
 
 def test_anti_thrash_skips_only_after_recent_small_savings():
     window = 200_000
-    assert not should_skip_condensation([], window)
-    assert not should_skip_condensation([1_000], window)
-    assert should_skip_condensation([50_000, 2_000, 3_000], window)
-    assert not should_skip_condensation([2_000, 30_000], window)
-    assert not should_skip_condensation([1, 1], 0)
+    assert not thrashing([], window)
+    assert not thrashing([1_000], window)
+    assert thrashing([50_000, 2_000, 3_000], window)
+    assert not thrashing([2_000, 30_000], window)
+    assert not thrashing([1, 1], 0)

@@ -13,19 +13,15 @@ from __future__ import annotations
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from schemas.budgets import (
-    MIND_SECTION_BASE,
-    CheckpointBudgets,
-    checkpoint_threshold,
-    should_checkpoint,
-)
 from schemas.checkpoint import CheckpointCheck, resolve_checkpoint
+from schemas.checkpoint.budgets import MIND_SECTION_BASE, CheckpointBudgets
+from schemas.checkpoint.memo import MemoCandidate, assemble_memo, parse_checklist, render_checklist
+from schemas.checkpoint.mind import MindDocument, entry_survives
+from schemas.checkpoint.policy import Fit, ModelWindow, checkpoint_threshold, fit
+from schemas.checkpoint.problems import MIND_STRUCTURE_KINDS
 from schemas.edits import EditError, apply_exact_edit
-from schemas.memo import MemoCandidate, assemble_memo, parse_checklist, render_checklist
-from schemas.mind import MindDocument, entry_survives
-from schemas.problems import MIND_STRUCTURE_KINDS
 from schemas.tokens import count_tokens
-from tests.test_now import NOW
+from tests.checkpoint.test_now import NOW
 
 SETTINGS = settings(
     max_examples=120,
@@ -289,8 +285,12 @@ def test_budgets_positive_and_consistent(
     assert threshold <= window * 9 // 10
     if price_step is not None:
         assert threshold < price_step
-    assert not should_checkpoint(threshold, threshold)
-    assert should_checkpoint(threshold + 1, threshold)
+    model = ModelWindow(context_window=window, max_output_tokens=max_output,
+                        price_step_tokens=price_step)
+    # At the threshold a request needs no room, unless a reply larger than a quarter of
+    # a tiny window leaves the hard limit below the threshold.
+    assert fit(min(threshold, model.hard_limit), model) is Fit.FITS
+    assert fit(threshold + 1, model) is not Fit.FITS
 
     assert b.recent_tail < threshold and b.recent_tail <= 20_000
     for name, limit in b.section_limits().items():

@@ -1,15 +1,17 @@
-"""When a checkpoint starts, how much each of its parts may hold, and how text is cut to fit.
+"""How much each part of a checkpoint may hold, and how text is cut to fit.
 
-Every number of the checkpoint specification lives here, once. The base limits hold on a
-window of 192,000 tokens or more and shrink in proportion below it, with floors so that
-each limit stays usable on a tiny window; `for_window` keeps them consistent for any
-window (the sum of what a checkpoint carries always fits under the threshold).
+Every budget of the checkpoint specification lives here, once; when a checkpoint starts is
+`schemas.checkpoint.policy`. The base limits hold on a window of 192,000 tokens or more
+and shrink in proportion below it, with floors so that each limit stays usable on a tiny
+window; `for_window` keeps them consistent for any window (the sum of what a checkpoint
+carries always fits under the threshold).
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel
 
+from schemas.checkpoint.policy import ModelWindow, checkpoint_threshold, effective_window
 from schemas.tokens import count_tokens, truncate_to_tokens
 
 # The window at and above which the base limits hold.
@@ -38,62 +40,6 @@ FILES_MODIFIED = 10
 FILES_READ = 5
 NOW_MIN_CHARS = 200
 MAX_TOOL_ROUNDS = 5
-
-# Codex starts condensing at 90% of the window; we never let the context go past it.
-THRESHOLD_FRACTION_NUM, THRESHOLD_FRACTION_DEN = 9, 10
-# Claude Code keeps a 20k reply reserve and a 13k safety margin (about 83% of 200k). The
-# reply reserve never takes more than a quarter of a small window, or nothing would be left.
-REPLY_RESERVE_CAP = 20_000
-SAFETY_MARGIN_CAP = 13_000
-
-
-def _effective_window(context_window: int, price_step_tokens: int | None) -> int:
-    # Past a price step every token costs more, so the price step acts as the window.
-    if price_step_tokens is not None and price_step_tokens > 0:
-        return max(1, min(context_window, price_step_tokens))
-    return max(1, context_window)
-
-
-def default_safety_margin(context_window: int, price_step_tokens: int | None = None) -> int:
-    """Claude Code's 13k margin, or a twentieth of a smaller (effective) window."""
-    return min(SAFETY_MARGIN_CAP, _effective_window(context_window, price_step_tokens) // 20)
-
-
-def reply_reserve(context_window: int, max_output_tokens: int) -> int:
-    return max(0, min(max_output_tokens, REPLY_RESERVE_CAP, context_window // 4))
-
-
-def checkpoint_threshold(
-    context_window: int,
-    max_output_tokens: int,
-    price_step_tokens: int | None = None,
-    safety_margin: int | None = None,
-) -> int:
-    """The token count the next request must not pass: past it, a checkpoint runs first.
-
-    The smallest of: 90% of the window (Codex's trigger); the window less the room kept
-    for the reply and a safety margin (Claude Code's reserve and margin, which bind on small
-    windows with large outputs); and the price step less the margin, when the price per
-    token rises above a context size.
-    """
-    margin = (
-        default_safety_margin(context_window, price_step_tokens)
-        if safety_margin is None
-        else max(0, safety_margin)
-    )
-    candidates = [
-        context_window * THRESHOLD_FRACTION_NUM // THRESHOLD_FRACTION_DEN,
-        context_window - reply_reserve(context_window, max_output_tokens) - margin,
-    ]
-    if price_step_tokens is not None and price_step_tokens > 0:
-        candidates.append(price_step_tokens - margin)
-    return max(1, min(candidates))
-
-
-def should_checkpoint(next_request_tokens: int, threshold: int) -> bool:
-    """True when the next request would pass the threshold."""
-    return next_request_tokens > threshold
-
 
 def _scaled(base: int, window: int, floor: int) -> int:
     if window >= FULL_BUDGET_WINDOW:
@@ -133,7 +79,7 @@ class CheckpointBudgets(BaseModel):
         max_output_tokens: int,
         price_step_tokens: int | None = None,
     ) -> CheckpointBudgets:
-        window = _effective_window(context_window, price_step_tokens)
+        window = effective_window(context_window, price_step_tokens)
         threshold = checkpoint_threshold(context_window, max_output_tokens, price_step_tokens)
         per_message = min(
             MEMO_PER_MESSAGE_BASE, _scaled(MEMO_PER_MESSAGE_BASE, window, MEMO_SHARE_FLOOR)
@@ -153,6 +99,11 @@ class CheckpointBudgets(BaseModel):
             skills_each=min(SKILLS_EACH_BASE, skills_total),
             skills_total=skills_total,
         )
+
+    @classmethod
+    def for_model(cls, window: ModelWindow) -> CheckpointBudgets:
+        return cls.for_window(window.context_window, window.max_output_tokens,
+                              window.price_step_tokens)
 
     def section_limits(self) -> dict[str, int]:
         """Each budgeted mind section's limit, by its heading text, in document order."""

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
-from schemas.budgets import CheckpointBudgets
-from schemas.problems import Problem, ProblemKind
+from schemas.checkpoint.budgets import CheckpointBudgets
+from schemas.checkpoint.problems import Problem, ProblemKind
 
 OPEN_TAG = "<checkpoint>"
 CLOSE_TAG = "</checkpoint>"

@@ -20,9 +20,6 @@ SUMMARY_PREVIEW_CHARS = 120
 # What one image is assumed to cost in context when it is dropped (about 1,000×1,000 px);
 # the record counts text only, so this is an estimate.
 IMAGE_TOKENS = 1_600
-# Anti-thrash: recent condensations that each freed less than this share of the window.
-THRASH_MIN_FRACTION = 0.05
-THRASH_LOOKBACK = 2
 
 
 class PrepassResult(BaseModel):
@@ -108,13 +105,3 @@ def prepass(rows: list[RecordRow], keep_recent_seq: int,
         out.append(new)
     return PrepassResult(rows=out, tokens_saved=saved, shrunk=shrunk, deduped=deduped,
                          images_dropped=images)
-
-
-def should_skip_condensation(recent_savings: list[int], window: int,
-                             min_fraction: float = THRASH_MIN_FRACTION,
-                             lookback: int = THRASH_LOOKBACK) -> bool:
-    """Skip condensing when each of the last `lookback` condensations freed under ~5% of the
-    window: another one would only loop (a peer's session condensed 211 times)."""
-    if window <= 0 or len(recent_savings) < lookback:
-        return False
-    return all(s < min_fraction * window for s in recent_savings[-lookback:])

@@ -12,9 +12,9 @@ import re
 
 from pydantic import BaseModel, Field
 
-from schemas.budgets import CheckpointBudgets, cut_to_tokens
+from schemas.checkpoint.budgets import CheckpointBudgets, cut_to_tokens
+from schemas.checkpoint.problems import Problem, ProblemKind
 from schemas.messages import MessageType, RecordRow
-from schemas.problems import Problem, ProblemKind
 from schemas.tokens import count_tokens
 
 PREVIEW_CHARS = 80

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.budgets import CheckpointBudgets
-from schemas.memo import (
+from schemas.checkpoint.budgets import CheckpointBudgets
+from schemas.checkpoint.memo import (
     CHECKLIST_HEADER,
     MemoCandidate,
     assemble_memo,
@@ -15,7 +15,7 @@ from schemas.memo import (
     preview,
     render_checklist,
 )
-from schemas.problems import ProblemKind
+from schemas.checkpoint.problems import ProblemKind
 from schemas.tokens import count_tokens
 
 BUDGETS = CheckpointBudgets()
@@ -222,8 +222,8 @@ def _text_of(tokens: int, word: str) -> str:
 def test_short_messages_that_fit_are_not_dropped_by_the_floor_rule():
     """Found by the memory benchmark: on an 8k window (memo 125 tokens) eight short kept
     messages all went to the record but the first, though the first and newest fit."""
-    from schemas.budgets import CheckpointBudgets
-    from schemas.memo import MemoCandidate, assemble_memo
+    from schemas.checkpoint.budgets import CheckpointBudgets
+    from schemas.checkpoint.memo import MemoCandidate, assemble_memo
 
     sizes = [38, 15, 11, 20, 11, 20, 11, 20]
     kept = [MemoCandidate(seq=1 + 10 * i, text=_text_of(n, f"k{i}")) for i, n in

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.budgets import (
-    CheckpointBudgets,
+from schemas.checkpoint.budgets import CheckpointBudgets, cut_to_tokens
+from schemas.checkpoint.policy import (
+    Fit,
+    ModelWindow,
     checkpoint_threshold,
-    cut_to_tokens,
     default_safety_margin,
-    should_checkpoint,
+    fit,
 )
 from schemas.tokens import count_tokens
 
@@ -87,10 +88,13 @@ def test_explicit_safety_margin() -> None:
     assert default_safety_margin(100_000) == 5_000
 
 
-def test_should_checkpoint_only_past_threshold() -> None:
-    assert not should_checkpoint(180_000, 180_000)
-    assert should_checkpoint(180_001, 180_000)
-    assert not should_checkpoint(0, 180_000)
+def test_room_is_needed_only_past_threshold() -> None:
+    model = ModelWindow(context_window=200_000, max_output_tokens=8_192)
+    assert model.threshold == 180_000
+    assert fit(180_000, model) is Fit.FITS
+    assert fit(180_001, model) is Fit.OVER_THRESHOLD
+    assert fit(0, model) is Fit.FITS
+    assert fit(200_000 - 8_192 + 1, model) is Fit.OVER_LIMIT
 
 
 def test_section_limit_by_heading_or_field_name() -> None:

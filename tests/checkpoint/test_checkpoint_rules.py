@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-from schemas.budgets import CheckpointBudgets
 from schemas.checkpoint import (
     CarriedSkill,
     CheckpointCheck,
@@ -16,13 +15,15 @@ from schemas.checkpoint import (
     select_carried_skills,
     validate_checkpoint,
 )
-from schemas.memo import MemoAssembly, MemoCandidate, MemoEntry, render_checklist
-from schemas.mind import MindDocument
-from schemas.now import NOW_GUIDE
-from schemas.problems import Problem, ProblemKind
+from schemas.checkpoint.budgets import CheckpointBudgets
+from schemas.checkpoint.memo import MemoAssembly, MemoCandidate, MemoEntry, render_checklist
+from schemas.checkpoint.mind import MindDocument
+from schemas.checkpoint.now import NOW_GUIDE
+from schemas.checkpoint.problems import Problem, ProblemKind
+from schemas.messages import MessageType, RecordRow
 from schemas.tokens import count_tokens
-from tests.test_mind import FILLED
-from tests.test_now import NOW
+from tests.checkpoint.test_mind import FILLED
+from tests.checkpoint.test_now import NOW
 
 BUDGETS = CheckpointBudgets()
 SMALL = CheckpointBudgets.for_window(20_000, 4_000)
@@ -335,10 +336,27 @@ def test_skills_total_and_count_limits() -> None:
     assert few[-1].name == "t20"
 
 
+def _file_calls(seq: int, *calls: tuple[str, str]) -> RecordRow:
+    return RecordRow(seq=seq, type=MessageType.ASSISTANT, text="", content=[
+        {"type": "tool_use", "id": f"t{seq}-{i}", "name": name, "input": {"path": path}}
+        for i, (name, path) in enumerate(calls)])
+
+
 def test_recent_files() -> None:
-    paths = ["a.py", "b.py", "a.py", "c.py"]
-    assert recent_files(paths, 10) == (["a.py", "b.py", "c.py"], False)
-    assert recent_files(paths, 2) == (["a.py", "b.py"], True)
+    moving = [
+        _file_calls(1, ("read_file", "c.py"), ("write_file", "out.md")),
+        _file_calls(2, ("read_file", "a.py"), ("load_skill", "x")),
+        _file_calls(3, ("read_file", "b.py"), ("edit_file", "old.md")),
+        _file_calls(4, ("read_file", "a.py")),
+    ]
+    found = recent_files(moving, modified_before=["old.md", "first.md"], read_before=[],
+                         budgets=CheckpointBudgets())
+    assert found.read == ["a.py", "b.py", "c.py"]
+    assert found.modified == ["old.md", "out.md", "first.md"]
+    assert not found.pushed_out
+    few = recent_files(moving, modified_before=[], read_before=[],
+                       budgets=CheckpointBudgets(files_read=2))
+    assert (few.read, few.pushed_out) == (["a.py", "b.py"], True)
 
 
 # --- rendering -----------------------------------------------------------------------------

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.budgets import CheckpointBudgets
-from schemas.edits import EditError, apply_exact_edit
-from schemas.mind import (
+from schemas.checkpoint.budgets import CheckpointBudgets
+from schemas.checkpoint.mind import (
     BUDGETED_SECTIONS,
     CUT_MARKER_PREFIX,
     CUT_NOTE_PREFIX,
@@ -16,7 +15,8 @@ from schemas.mind import (
     entry_survives,
     mission_entry_core,
 )
-from schemas.problems import ProblemKind
+from schemas.checkpoint.problems import ProblemKind
+from schemas.edits import EditError, apply_exact_edit
 
 BUDGETS = CheckpointBudgets()
 
