@@ -23,9 +23,8 @@ with workflow.unsafe.imports_passed_through():
         StoreInput,
         StoreResult,
     )
-    from activities.memory import MemoryActivities
+    from activities.vault.turn import FlushInput, MemoryActivities
     from schemas.budgets import MAX_TOOL_ROUNDS
-    from schemas.memory_context import FlushInput
     from schemas.prepass import should_skip_condensation
 
 if TYPE_CHECKING:

@@ -15,7 +15,6 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.memory import MemoryActivities
     from activities.session import (
         ModelCallInput,
         ModelCallResult,
@@ -23,8 +22,8 @@ with workflow.unsafe.imports_passed_through():
         SessionActivities,
         ToolInput,
     )
+    from activities.vault.turn import MemoryActivities, RecallInput, TranscriptInput
     from schemas.budgets import checkpoint_threshold
-    from schemas.memory_context import RecallInput, TranscriptInput
     from schemas.messages import (
         HarnessKind,
         MessageType,

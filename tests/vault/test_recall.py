@@ -1,4 +1,4 @@
-from schemas.memory_context import (
+from schemas.vault.recall import (
     FENCE_CLOSE,
     FENCE_NOTE,
     FENCE_OPEN,
