@@ -1,3 +1,5 @@
+"""Pure rules of schemas.vault.recall: the <memory-context> fence and the echo scrub."""
+
 from schemas.vault.recall import (
     FENCE_CLOSE,
     FENCE_NOTE,
