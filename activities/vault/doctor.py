@@ -42,17 +42,18 @@ from schemas.vault.graph import (
 )
 from schemas.vault.schema import CARDS_DIR, CORE_FILE, GRAPH_DIR, MOC_FILE, SearchMode, VaultSchema
 
-GRAPH_FILE = f"{GRAPH_DIR}/vault-graph.json"
-HEALTH_FILE = f"{GRAPH_DIR}/health-history.jsonl"
-SCAN_FILES = {"supersede": f"{GRAPH_DIR}/supersede-candidates.json",
-              "dedup": f"{GRAPH_DIR}/dedup-candidates.json",
-              "link_cleanup": f"{GRAPH_DIR}/link-cleanup.json"}
-
 
 class DoctorStepInput(BaseModel):
     """Every step's input (it travels in Temporal histories: add fields only as optional)."""
 
     as_of: datetime
+
+
+GRAPH_FILE = f"{GRAPH_DIR}/vault-graph.json"
+HEALTH_FILE = f"{GRAPH_DIR}/health-history.jsonl"
+SCAN_FILES = {"supersede": f"{GRAPH_DIR}/supersede-candidates.json",
+              "dedup": f"{GRAPH_DIR}/dedup-candidates.json",
+              "link_cleanup": f"{GRAPH_DIR}/link-cleanup.json"}
 
 
 class _Scan(BaseModel):
