@@ -376,7 +376,7 @@ def _checkpoint_turn(request: dict[str, Any]) -> dict[str, Any]:
 def respond(request: dict[str, Any]) -> dict[str, Any]:
     """Answer one Messages API request (as a plain dict) with a response dict."""
     try:
-        from activities.offline_rollup import respond as rollup
+        from activities.vault.offline_rollup import respond as rollup
     except ImportError:
         rollup = None
     if rollup is not None:

@@ -20,9 +20,9 @@ from temporalio.exceptions import ApplicationError
 from activities.db import get_pool
 from activities.model import create_message, with_heartbeat
 from activities.record import Inserted, NewRow, ensure_session, insert_row, load_rows, load_seqs
-from activities.search import search, touch_documents
 from activities.tools import ToolContext, ToolOutput, execute_tool, skill_catalog
-from activities.vault import MemoryContext, VaultError, memory_settings, read_core_text
+from activities.vault.search import search, touch_documents
+from activities.vault.store import MemoryContext, VaultError, read_core_text
 from schemas.checkpoint.policy import Fit, ModelWindow, fit, sendable
 from schemas.checkpoint.prepass import prepass
 from schemas.config import KeelSettings
@@ -35,11 +35,11 @@ from schemas.context import (
     estimate_tokens,
     fit_newest_tool_output,
 )
-from schemas.memory_context import fence_memory, scrub_memory_echo
 from schemas.messages import MessageType, ModelReply, RecordRow, ToolCall, Usage
 from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL, MEMORY_TOOLS
-from schemas.vault_card import CardFact
-from schemas.vault_rollup import write_card_tool
+from schemas.vault.card import CardFact
+from schemas.vault.recall import fence_memory, scrub_memory_echo
+from schemas.vault.rollup import write_card_tool
 
 PACKAGED_SKILLS = Path(__file__).resolve().parent.parent / "keel" / "skills"
 OFFLINE_NOTICE = (
@@ -110,7 +110,6 @@ class SessionActivities:
         if self._memory is None:
             assert self.settings.database_url
             self._memory = MemoryContext(settings=self.settings,
-                                         memory=memory_settings(self.settings),
                                          database_url=self.settings.database_url)
         return self._memory
 

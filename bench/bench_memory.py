@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_memory.py [--sizes 10000,100000] [--repeat 3]
 
-1. Search quality on the built-in corpus (tests/fixtures/search_corpus: English and Russian
+1. Search quality on the built-in corpus (tests/vault/fixtures/search_corpus: English and Russian
    queries with known answers): recall@5 and MRR, BM25 alone and with the graph rerank,
    on the corpus alone and buried among synthetic filler documents.
 2. Search latency (p50 / p95 of a recall query) with 10,000 and 100,000 documents indexed.
@@ -32,17 +32,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psycopg
 
-from activities import offline_rollup
 from activities.db import apply_migrations, close_pools
-from activities.search import _UPSERT, MAX_INDEXED_CHARS, IndexDoc, rebuild_statistics, search
-from activities.vault_rollup import RollupActivities
+from activities.vault import offline_rollup
+from activities.vault.rollup import RollupActivities, RollupStepInput
+from activities.vault.search import _UPSERT, MAX_INDEXED_CHARS, IndexDoc, rebuild_statistics, search
 from keel.devstack import start_embedded_postgres
 from schemas.config import ModelSettings
 from schemas.tokens import count_tokens
-from schemas.vault_rollup import RollupKind, RollupStepInput, transcript_entry
-from schemas.vault_search import recall_at_k, reciprocal_rank
+from schemas.vault.rollup import RollupKind, transcript_entry
+from schemas.vault.search import recall_at_k, reciprocal_rank
 from tests.fake_anthropic import FakeAnthropic
-from tests.test_vault_support import CORPUS, load_corpus, make_ctx
+from tests.vault.support import CORPUS, load_corpus, make_ctx
 
 EN_SYL = ["ka", "ro", "mi", "ten", "lo", "var", "es", "di", "pra", "ul", "son", "che", "ba",
           "nor", "fi", "gal", "tru", "ve", "op", "lin"]

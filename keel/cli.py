@@ -160,8 +160,8 @@ async def _serve(settings: KeelSettings, *, ui: bool, require_configured: bool) 
     from keel.demo import running_dev_stack
     from keel.devstack import running_stack
     from workers.observability import shutdown_tracing, worker_interceptors
+    from workers.schedules import ensure_memory_schedules
     from workers.worker import build_worker
-    from workflows.memory_schedules import ensure_memory_schedules
 
     stop = asyncio.Event()
     _install_stop_signals(stop)
@@ -425,7 +425,7 @@ def _replay_workflows() -> list[type]:
     from workflows.session import SessionWorkflow
 
     try:  # the long-memory workflows, where that part is installed
-        from workflows.rollup import MEMORY_WORKFLOWS
+        from workers.worker import MEMORY_WORKFLOWS
     except ImportError:
         return [SessionWorkflow]
     return [SessionWorkflow, *MEMORY_WORKFLOWS]

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field
+
+from schemas.vault.schema import SearchMode
+from schemas.vault.settings import MemorySettings
 
 DEFAULT_TASK_QUEUE = "keel-sessions"
 DEFAULT_MODEL = "claude-sonnet-5"
@@ -45,6 +49,8 @@ class KeelSettings(BaseModel):
     user_name: str = "user"
     log_format: str = "console"  # console | json
     otel_exporter: str | None = None  # None | console | otlp
+    # Long memory; by default the vault is data_dir/vault on the server's time zone.
+    memory: MemorySettings = Field(default_factory=lambda data: default_memory(data["data_dir"]))
 
     @property
     def workspaces_dir(self) -> Path:
@@ -74,15 +80,45 @@ class KeelSettings(BaseModel):
             max_output_tokens=opt_int("KEEL_MAX_OUTPUT_TOKENS") or 8_192,
             price_step_tokens=opt_int("KEEL_PRICE_STEP_TOKENS"),
         )
+        data_dir = Path(e.get("KEEL_DATA_DIR", ".keel")).resolve()
         return cls(
             temporal_address=e.get("TEMPORAL_ADDRESS") or None,
             temporal_namespace=e.get("TEMPORAL_NAMESPACE", "default"),
             task_queue=e.get("KEEL_TASK_QUEUE", DEFAULT_TASK_QUEUE),
             database_url=e.get("DATABASE_URL") or None,
-            data_dir=Path(e.get("KEEL_DATA_DIR", ".keel")).resolve(),
+            data_dir=data_dir,
             model=model,
             max_message_chars=opt_int("KEEL_MAX_MESSAGE_CHARS") or 200_000,
             user_name=e.get("KEEL_USER_NAME", "user"),
             log_format=e.get("KEEL_LOG_FORMAT", "console"),
             otel_exporter=e.get("KEEL_OTEL_EXPORTER") or None,
+            memory=memory_from_env(data_dir, e),
         )
+
+
+def default_memory(data_dir: Path) -> MemorySettings:
+    """Long memory's settings when none are given: the vault under data_dir, server-local."""
+    return MemorySettings(vault_dir=data_dir / "vault", timezone=None)
+
+
+def memory_from_env(data_dir: Path, e: dict[str, str]) -> MemorySettings:
+    """Long memory's settings from the environment; the vault defaults to data_dir/vault."""
+    vault = e.get("KEEL_VAULT_DIR")
+    values: dict[str, Any] = {
+        "vault_dir": Path(vault).resolve() if vault else (data_dir / "vault"),
+        "timezone": e.get("KEEL_MEMORY_TZ") or None,  # None: the server's zone
+        "notify_webhook_url": e.get("KEEL_NOTIFY_WEBHOOK") or None,
+        "search_mode": e.get("KEEL_MEMORY_SEARCH_MODE", SearchMode.BM25.value),
+        "embedder": e.get("KEEL_EMBEDDER") or None,
+        "git_push": e.get("KEEL_VAULT_PUSH", "1") not in ("0", "false", "no"),
+    }
+    for key, name in (
+        ("daily_cron", "KEEL_ROLLUP_DAILY_CRON"),
+        ("weekly_cron", "KEEL_ROLLUP_WEEKLY_CRON"),
+        ("monthly_cron", "KEEL_ROLLUP_MONTHLY_CRON"),
+        ("yearly_cron", "KEEL_ROLLUP_YEARLY_CRON"),
+        ("doctor_cron", "KEEL_DOCTOR_CRON"),
+    ):
+        if e.get(name):
+            values[key] = e[name]
+    return MemorySettings(**values)

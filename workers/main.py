@@ -11,8 +11,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from activities.db import apply_migrations
 from schemas.config import KeelSettings
 from workers.observability import configure_logging, shutdown_tracing, worker_interceptors
+from workers.schedules import ensure_memory_schedules
 from workers.worker import build_worker
-from workflows.memory_schedules import ensure_memory_schedules
 
 
 async def main() -> None:

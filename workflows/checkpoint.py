@@ -20,10 +20,9 @@ with workflow.unsafe.imports_passed_through():
         StoreInput,
         StoreResult,
     )
-    from activities.memory import MemoryActivities
+    from activities.vault.turn import FlushInput, MemoryActivities
     from schemas.checkpoint.budgets import MAX_TOOL_ROUNDS
     from schemas.checkpoint.policy import portion_after_refusal
-    from schemas.memory_context import FlushInput
     from schemas.model import REFUSED_AS_TOO_LARGE
     from schemas.session import SessionState
     from workflows.options import (

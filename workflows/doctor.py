@@ -7,24 +7,17 @@ needed: a failed step, a health drop, CORE.md over its cap, a failed commit or p
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.vault_doctor import DoctorActivities
-    from activities.vault_rollup import RollupActivities
-    from schemas.vault import CommitInput, GitResult, NotifyInput
-    from schemas.vault_doctor import DoctorInput, DoctorReport, DoctorStepInput, StepResult
+    from activities.vault.doctor import DoctorActivities, DoctorStepInput
+    from activities.vault.rollup import CommitInput, NotifyInput, RollupActivities
+    from schemas.vault.doctor import DoctorInput, DoctorReport, StepResult
+    from schemas.vault.schema import GitResult
 
-SCHEDULED_START = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
-# A vault problem (VaultError) needs a person, not another try.
-STEP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1),
-                         maximum_interval=timedelta(seconds=10), maximum_attempts=3,
-                         non_retryable_error_types=["VaultError"])
-
+from workflows.options import DOCTOR_COMMIT, DOCTOR_STEP, NOTIFY
+from workflows.scheduled import scheduled_time
 
 STEPS = [
     DoctorActivities.doctor_enforce,
@@ -41,16 +34,14 @@ STEPS = [
 class DoctorWorkflow:
     @workflow.run
     async def run(self, inp: DoctorInput) -> DoctorReport:
-        as_of = inp.as_of or workflow.info().typed_search_attributes.get(
-            SCHEDULED_START) or workflow.now()
+        as_of = scheduled_time(inp.as_of)
         report = DoctorReport()
         step_input = DoctorStepInput(as_of=as_of)
         for method in STEPS:
             name = method.__name__.removeprefix("doctor_")
             try:
                 result: StepResult = await workflow.execute_activity_method(
-                    method, step_input, start_to_close_timeout=timedelta(minutes=10),
-                    retry_policy=STEP_RETRY)
+                    method, step_input, **DOCTOR_STEP)
             except ActivityError as err:
                 cause = err.cause
                 why = getattr(cause, "message", None) or str(err)
@@ -60,7 +51,7 @@ class DoctorWorkflow:
                 report.alerts.append(f"{result.step}: {result.summary}")
         commit: GitResult = await workflow.execute_activity_method(
             RollupActivities.commit_vault, CommitInput(message="doctor: nightly maintenance"),
-            start_to_close_timeout=timedelta(minutes=6), retry_policy=STEP_RETRY)
+            **DOCTOR_COMMIT)
         report.commit = commit
         if commit.problem:
             report.alerts.append(f"commit: {commit.problem}")
@@ -71,8 +62,7 @@ class DoctorWorkflow:
                 await workflow.execute_activity_method(
                     RollupActivities.notify,
                     NotifyInput(title="Keel doctor", text=report.text(), level="warning"),
-                    start_to_close_timeout=timedelta(minutes=1),
-                    retry_policy=RetryPolicy(maximum_attempts=3))
+                    **NOTIFY)
                 report.notified = True
             except ActivityError:
                 report.notified = False

@@ -8,48 +8,22 @@ or a second card write. Daily and weekly runs report through the notification ho
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.vault_rollup import RollupActivities
-    from schemas.vault import CommitInput, GitResult, NotifyInput
-    from schemas.vault_rollup import (
-        RollupInput,
-        RollupKind,
+    from activities.vault.rollup import (
+        CommitInput,
+        NotifyInput,
+        RollupActivities,
         RollupPeriodsInput,
-        RollupReport,
         RollupStepInput,
-        rollup_notifies,
     )
+    from schemas.vault.rollup import RollupInput, RollupKind, RollupReport, rollup_notifies
+    from schemas.vault.schema import GitResult
 
-from workflows.doctor import DoctorWorkflow
-
-SCHEDULED_START = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
-# A vault problem (VaultError: unusable schema.json, a path outside the vault) needs a
-# person, not another try.
-FILE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1),
-                         maximum_interval=timedelta(seconds=30), maximum_attempts=10,
-                         non_retryable_error_types=["VaultError"])
-MODEL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=5),
-                          maximum_interval=timedelta(minutes=2), maximum_attempts=8,
-                          non_retryable_error_types=["VaultError"])
-NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=3)
-
-
-def scheduled_time(as_of: datetime | None) -> datetime:
-    """When this run was meant to happen: the input's time, else the schedule's, else now.
-
-    A run that a schedule starts late (catch-up after the worker was down) still closes the
-    period of its scheduled time.
-    """
-    if as_of is not None:
-        return as_of
-    value = workflow.info().typed_search_attributes.get(SCHEDULED_START)
-    return value or workflow.now()
+from workflows.options import NOTIFY, ROLLUP_APPLY, ROLLUP_PERIODS, ROLLUP_PLAN, VAULT_COMMIT
+from workflows.scheduled import scheduled_time
 
 
 def _failure(err: ActivityError) -> str:
@@ -61,18 +35,15 @@ async def run_rollup(kind: RollupKind, inp: RollupInput) -> RollupReport:
     as_of = scheduled_time(inp.as_of)
     due = await workflow.execute_activity_method(
         RollupActivities.plan_rollup_periods, RollupPeriodsInput(kind=kind, as_of=as_of),
-        start_to_close_timeout=timedelta(minutes=2), retry_policy=FILE_RETRY)
+        **ROLLUP_PERIODS)
     report = RollupReport(kind=kind, skipped=due.skipped)
     for period in due.periods:
         step = RollupStepInput(kind=kind, period=period)
         try:
             await workflow.execute_activity_method(
-                RollupActivities.plan_rollup, step,
-                start_to_close_timeout=timedelta(minutes=20),
-                schedule_to_close_timeout=timedelta(hours=2), retry_policy=MODEL_RETRY)
+                RollupActivities.plan_rollup, step, **ROLLUP_PLAN)
             result = await workflow.execute_activity_method(
-                RollupActivities.apply_rollup, step,
-                start_to_close_timeout=timedelta(minutes=10), retry_policy=FILE_RETRY)
+                RollupActivities.apply_rollup, step, **ROLLUP_APPLY)
         except ActivityError as err:
             report.failures[period] = _failure(err)
             continue
@@ -82,7 +53,7 @@ async def run_rollup(kind: RollupKind, inp: RollupInput) -> RollupReport:
         commit: GitResult = await workflow.execute_activity_method(
             RollupActivities.commit_vault,
             CommitInput(message=f"rollup {kind.value}: {', '.join(report.periods)}"),
-            start_to_close_timeout=timedelta(minutes=6), retry_policy=FILE_RETRY)
+            **VAULT_COMMIT)
         report.committed = commit.committed
         report.commit_problem = commit.problem or commit.push_problem
     wants = rollup_notifies(kind, inp.notify)
@@ -92,7 +63,7 @@ async def run_rollup(kind: RollupKind, inp: RollupInput) -> RollupReport:
                 RollupActivities.notify,
                 NotifyInput(title=f"Keel {kind.value} rollup", text=report.text(),
                             level="error" if report.failures else "info"),
-                start_to_close_timeout=timedelta(minutes=1), retry_policy=NOTIFY_RETRY)
+                **NOTIFY)
             report.notified = True
         except ActivityError:
             report.notified = False
@@ -133,6 +104,3 @@ ROLLUP_WORKFLOWS: dict[RollupKind, type] = {
     RollupKind.MONTHLY: MonthlyRollupWorkflow,
     RollupKind.YEARLY: YearlyRollupWorkflow,
 }
-
-# Everything long memory runs, for one worker registration.
-MEMORY_WORKFLOWS: list[type] = [*ROLLUP_WORKFLOWS.values(), DoctorWorkflow]

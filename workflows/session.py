@@ -16,7 +16,6 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.checkpoint import StoreResult
-    from activities.memory import MemoryActivities
     from activities.session import (
         ModelCallInput,
         ModelCallResult,
@@ -24,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         SessionActivities,
         ToolInput,
     )
+    from activities.vault.turn import MemoryActivities, RecallInput, TranscriptInput
     from schemas.checkpoint.policy import (
         RoomStep,
         RoomTried,
@@ -32,7 +32,6 @@ with workflow.unsafe.imports_passed_through():
         next_step,
         remember_saving,
     )
-    from schemas.memory_context import RecallInput, TranscriptInput
     from schemas.messages import (
         HarnessKind,
         MessageType,

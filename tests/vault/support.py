@@ -11,20 +11,21 @@ from pathlib import Path
 import psycopg
 from temporalio.testing import ActivityEnvironment
 
-from activities.vault import MemoryContext, VaultActivities
+from activities.vault.cards import VaultActivities
+from activities.vault.store import MemoryContext
 from schemas.config import KeelSettings, ModelSettings
-from schemas.vault import MemorySettings
+from schemas.vault.settings import MemorySettings
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "search_corpus"
 
 
 def make_ctx(tmp_path: Path, database_url: str, model: ModelSettings | None = None,
              **memory: object) -> MemoryContext:
-    settings = KeelSettings(data_dir=tmp_path, database_url=database_url,
-                            model=model or ModelSettings())
     values: dict[str, object] = {"timezone": "UTC", "git_push": False, **memory}
     mem = MemorySettings(vault_dir=tmp_path / "vault", **values)  # type: ignore[arg-type]
-    return MemoryContext(settings=settings, memory=mem, database_url=database_url)
+    settings = KeelSettings(data_dir=tmp_path, database_url=database_url,
+                            model=model or ModelSettings(), memory=mem)
+    return MemoryContext(settings=settings, database_url=database_url)
 
 
 def vault_ctx(tmp_path: Path, database_url: str) -> MemoryContext:

@@ -1,6 +1,6 @@
 """Search ranking rules that do not need the database: query terms, graph rerank, RRF.
 
-Okapi BM25 itself runs in SQL (activities/search.py) because it needs the corpus
+Okapi BM25 itself runs in SQL (activities/vault/search.py) because it needs the corpus
 statistics; what happens to its scores afterwards is decided here.
 """
 

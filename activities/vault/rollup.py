@@ -12,41 +12,27 @@ import asyncio
 import json
 import logging
 import urllib.request
-from datetime import date
+from datetime import date, datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
+from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.model import create_message
-from activities.vault import MemoryContext, Vault, read_text
+from activities.vault.store import MemoryContext, Vault, read_text
 from schemas.tokens import count_tokens
-from schemas.vault import (
-    CORE_FILE,
-    DAILY_DIR,
-    GRAPH_DIR,
-    SUMMARIES_DIR,
-    CardOp,
-    CommitInput,
-    GitResult,
-    NotifyInput,
-    NotifyResult,
-)
-from schemas.vault_card import CardFact
-from schemas.vault_rollup import (
+from schemas.vault.card import CardFact
+from schemas.vault.rollup import (
     UPDATE_CORE_TOOL,
     WRITE_SUMMARY_TOOL,
     ApplyResult,
     CoreUpdate,
     Period,
-    PlanResult,
     RollupKind,
-    RollupPeriodsInput,
     RollupPlan,
-    RollupPlanList,
-    RollupStepInput,
     chunk_texts,
     due_periods,
     marker,
@@ -62,8 +48,58 @@ from schemas.vault_rollup import (
     week_month,
     write_card_tool,
 )
+from schemas.vault.schema import (
+    CORE_FILE,
+    DAILY_DIR,
+    GRAPH_DIR,
+    SUMMARIES_DIR,
+    CardOp,
+    GitResult,
+)
 
 log = logging.getLogger("keel.memory")
+
+# --- the activities' contracts (they travel in Temporal histories: add fields only as
+# optional with defaults) ------------------------------------------------------------------
+
+
+class RollupPeriodsInput(BaseModel):
+    kind: RollupKind
+    as_of: datetime
+
+
+class RollupStepInput(BaseModel):
+    kind: RollupKind
+    period: str
+
+
+class RollupPlanList(BaseModel):
+    periods: list[str]
+    skipped: list[str] = Field(default_factory=list)  # with nothing to roll up
+
+
+class PlanResult(BaseModel):
+    plan_id: str
+    facts: int
+    reused: bool  # the plan was already stored: no model call this time
+    input_tokens: int = 0
+
+
+class CommitInput(BaseModel):
+    message: str
+
+
+class NotifyInput(BaseModel):
+    title: str
+    text: str
+    level: str = "info"  # info | warning | error
+
+
+class NotifyResult(BaseModel):
+    channel: str  # webhook | log
+    delivered: bool
+    problem: str | None = None
+
 
 KNOWN_CARDS_MAX = 200
 SUMMARY_SOURCE_MAX_TOKENS = 4_000

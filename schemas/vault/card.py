@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from schemas.vault import CardOp, Confidence, VaultSchema
+from schemas.vault.schema import CardOp, Confidence, VaultSchema
 
 Meta = dict[str, Any]
 
@@ -564,17 +564,3 @@ def apply_fact(card: Card | None, fact: CardFact, schema: VaultSchema, today: st
         card.sections = [(h, s) for h, s in card.sections if s or h != FACTS_HEADING]
     card.meta["updated"] = today
     return Applied(op=done, text=card.render(), note=note, old_value=old_value)
-
-
-class WriteCardInput(BaseModel):
-    """The write_card tool as an activity: one fact, under the caller's op id."""
-
-    op_id: str
-    fact: CardFact
-    today: str | None = None  # YYYY-MM-DD; None: today in the vault's time zone
-
-
-class WriteCardResult(BaseModel):
-    op: CardOp
-    path: str | None = None
-    note: str = ""

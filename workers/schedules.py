@@ -1,6 +1,7 @@
 """The five Temporal Schedules of long memory: four rollups and the doctor.
 
-Cron specs run in the configured time zone (server-local by default). A run missed while
+Client code, run by the worker process at start-up. Cron specs run in the configured time
+zone (server-local by default). A run missed while
 the worker was down starts when it returns, within the catch-up window; a run still going
 when the next is due makes that one skip, never overlap.
 """
@@ -20,10 +21,11 @@ from temporalio.client import (
     ScheduleUpdateInput,
 )
 
+from activities.vault.clock import local_timezone_name
 from schemas.config import KeelSettings
-from schemas.vault import MemorySettings
-from schemas.vault_doctor import DoctorInput
-from schemas.vault_rollup import RollupInput, RollupKind
+from schemas.vault.doctor import DoctorInput
+from schemas.vault.rollup import RollupInput, RollupKind
+from schemas.vault.settings import MemorySettings
 from workflows.doctor import DoctorWorkflow
 from workflows.rollup import ROLLUP_WORKFLOWS
 
@@ -39,10 +41,12 @@ def _cron(memory: MemorySettings, name: str) -> str:
     return str(getattr(memory, f"{name}_cron"))
 
 
-def memory_schedules(settings: KeelSettings, memory: MemorySettings) -> dict[str, Schedule]:
-    """Schedule id -> schedule, for the four rollups and the doctor."""
+def memory_schedules(settings: KeelSettings) -> dict[str, Schedule]:
+    """Schedule id -> schedule, for the four rollups and the doctor (`settings.memory`)."""
+    memory = settings.memory
     policy = SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP,
                             catchup_window=memory.catchup_window)
+    zone = memory.timezone or local_timezone_name()
     out: dict[str, Schedule] = {}
     for kind, wf in ROLLUP_WORKFLOWS.items():
         out[schedule_id(settings, kind.value)] = Schedule(
@@ -50,12 +54,12 @@ def memory_schedules(settings: KeelSettings, memory: MemorySettings) -> dict[str
                 wf.run, RollupInput(kind=kind), id=f"keel-rollup-{kind.value}",
                 task_queue=settings.task_queue),
             spec=ScheduleSpec(cron_expressions=[_cron(memory, kind.value)],
-                              time_zone_name=memory.timezone),
+                              time_zone_name=zone),
             policy=policy)
     out[schedule_id(settings, "doctor")] = Schedule(
         action=ScheduleActionStartWorkflow(
             DoctorWorkflow.run, DoctorInput(), id="keel-doctor", task_queue=settings.task_queue),
-        spec=ScheduleSpec(cron_expressions=[memory.doctor_cron], time_zone_name=memory.timezone),
+        spec=ScheduleSpec(cron_expressions=[memory.doctor_cron], time_zone_name=zone),
         policy=policy)
     return out
 
@@ -65,13 +69,11 @@ class EnsuredSchedule(BaseModel):
     created: bool  # False: it existed and was updated to the current settings
 
 
-async def ensure_memory_schedules(client: Client, settings: KeelSettings,
-                                  memory: MemorySettings | None = None
+async def ensure_memory_schedules(client: Client, settings: KeelSettings
                                   ) -> list[EnsuredSchedule]:
     """Create the five schedules, or bring existing ones in line with the settings."""
-    memory = memory or MemorySettings.from_env(settings.data_dir)
     out: list[EnsuredSchedule] = []
-    for sid, schedule in memory_schedules(settings, memory).items():
+    for sid, schedule in memory_schedules(settings).items():
         try:
             await client.create_schedule(sid, schedule)
             out.append(EnsuredSchedule(schedule_id=sid, created=True))

@@ -6,16 +6,16 @@ from datetime import UTC, datetime
 
 import pytest
 
-from activities.memory import MemoryActivities
-from activities.search import search
-from activities.vault import VaultActivities, read_core_text
-from activities.vault_rollup import RollupActivities
+from activities.vault.cards import VaultActivities, WriteCardInput
+from activities.vault.rollup import CommitInput, RollupActivities
+from activities.vault.search import search
+from activities.vault.store import read_core_text
+from activities.vault.turn import FlushInput, MemoryActivities, RecallInput, TranscriptInput
 from schemas.config import ModelSettings
-from schemas.memory_context import FlushInput, RecallInput, TranscriptInput
-from schemas.vault import CardOp, CommitInput
-from schemas.vault_card import CardFact, WriteCardInput, parse_card
+from schemas.vault.card import CardFact, parse_card
+from schemas.vault.schema import CardOp
 from tests.fake_anthropic import tool_use_message
-from tests.test_vault_support import (
+from tests.vault.support import (
     insert_messages,
     load_corpus,
     make_ctx,
@@ -53,7 +53,7 @@ def test_vault_is_created_from_the_template_as_its_own_repository(ctx):
     notes = ctx.vault.ensure()
     assert (root / "CORE.md").read_text() == "# Core\n\nmine\n"  # never overwritten
     assert notes == ["added missing schema.json"]
-    assert read_core_text(ctx.settings, ctx.memory) == "# Core\n\nmine"
+    assert read_core_text(ctx.settings) == "# Core\n\nmine"
 
 
 async def test_write_card_adds_supersedes_and_is_searchable(ctx):

@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from schemas.vault import CORE_MAX_CHARS, CORE_MAX_GOALS, CardOp, Confidence, VaultSchema
-from schemas.vault_card import CardFact
+from schemas.vault.card import CardFact
+from schemas.vault.schema import CORE_MAX_CHARS, CORE_MAX_GOALS, CardOp, Confidence, VaultSchema
 
 
 class RollupKind(StrEnum):
@@ -155,28 +155,6 @@ class RollupInput(BaseModel):
     kind: RollupKind
     as_of: datetime | None = None
     notify: bool | None = None  # None: daily and weekly notify, monthly and yearly are silent
-
-
-class RollupPeriodsInput(BaseModel):
-    kind: RollupKind
-    as_of: datetime
-
-
-class RollupStepInput(BaseModel):
-    kind: RollupKind
-    period: str
-
-
-class RollupPlanList(BaseModel):
-    periods: list[str]
-    skipped: list[str] = Field(default_factory=list)  # with nothing to roll up
-
-
-class PlanResult(BaseModel):
-    plan_id: str
-    facts: int
-    reused: bool  # the plan was already stored: no model call this time
-    input_tokens: int = 0
 
 
 class ApplyResult(BaseModel):

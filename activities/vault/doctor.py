@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import date
+from datetime import date, datetime
 from typing import Any
 
 from pydantic import BaseModel
 from temporalio import activity
 
-from activities.search import embed_pending, load_embedder
-from activities.vault import MemoryContext, Vault, read_text
-from schemas.vault import CARDS_DIR, CORE_FILE, GRAPH_DIR, MOC_FILE, SearchMode, VaultSchema
-from schemas.vault_card import (
+from activities.vault.search import embed_pending, load_embedder
+from activities.vault.store import MemoryContext, Vault, read_text
+from schemas.vault.card import (
     FrontmatterError,
     canonical_meta,
     link_key,
@@ -28,8 +27,8 @@ from schemas.vault_card import (
     split_frontmatter,
     wikilinks,
 )
-from schemas.vault_doctor import DoctorStepInput, StepResult
-from schemas.vault_graph import (
+from schemas.vault.doctor import StepResult
+from schemas.vault.graph import (
     Finding,
     GraphNode,
     VaultGraph,
@@ -41,6 +40,14 @@ from schemas.vault_graph import (
     render_moc,
     supersede_scan,
 )
+from schemas.vault.schema import CARDS_DIR, CORE_FILE, GRAPH_DIR, MOC_FILE, SearchMode, VaultSchema
+
+
+class DoctorStepInput(BaseModel):
+    """Every step's input (it travels in Temporal histories: add fields only as optional)."""
+
+    as_of: datetime
+
 
 GRAPH_FILE = f"{GRAPH_DIR}/vault-graph.json"
 HEALTH_FILE = f"{GRAPH_DIR}/health-history.jsonl"

@@ -1,4 +1,4 @@
-"""The doctor's contracts: step inputs and results, the run's input and report.
+"""The doctor's results: each step's, the run's input and its report.
 
 These travel in Temporal histories: add fields only as optional with defaults.
 """
@@ -10,11 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from schemas.vault import GitResult
-
-
-class DoctorStepInput(BaseModel):
-    as_of: datetime
+from schemas.vault.schema import GitResult
 
 
 class StepResult(BaseModel):

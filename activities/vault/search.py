@@ -2,7 +2,7 @@
 
 Candidates come from the GIN index (`simple` configuration, so any language indexes alike),
 BM25 scores them with the document-frequency table the triggers keep current, and the
-ranking rules of `schemas.vault_search` finish the order. Hybrid mode fuses a dense ranking
+ranking rules of `schemas.vault.search` finish the order. Hybrid mode fuses a dense ranking
 from a pluggable embedder by reciprocal rank fusion; it is off by default, and nothing here
 downloads a model.
 """
@@ -20,8 +20,8 @@ from typing import Any, Protocol
 from psycopg import AsyncConnection
 from pydantic import BaseModel, Field
 
-from schemas.memory_context import SNIPPET_MAX_CHARS, MemoryHit
-from schemas.vault_search import (
+from schemas.vault.recall import SNIPPET_MAX_CHARS, MemoryHit
+from schemas.vault.search import (
     BM25_B,
     BM25_K1,
     CANDIDATE_POOL,

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from schemas.tokens import count_tokens
-from schemas.vault_graph import similarity
-from schemas.vault_rollup import (
+from schemas.vault.graph import similarity
+from schemas.vault.rollup import (
     CORE_BLOCK_RE,
     ENTRY_RE,
     SOURCE_RE,

@@ -10,24 +10,23 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from temporalio.worker import Worker
 
-from activities import offline_rollup
-from activities.vault import memory_activities
-from activities.vault_rollup import RollupActivities
+from activities.vault import offline_rollup
+from activities.vault.rollup import RollupActivities, RollupPeriodsInput
 from schemas.config import ModelSettings
 from schemas.tokens import count_tokens
-from schemas.vault_card import parse_card
-from schemas.vault_rollup import (
+from schemas.vault.card import parse_card
+from schemas.vault.rollup import (
     RollupInput,
     RollupKind,
-    RollupPeriodsInput,
     marker,
     parse_core,
     render_entries,
     transcript_entry,
 )
-from tests.test_rollup_clock import ClockInput, MemoryClockWorkflow
-from tests.test_vault_support import make_ctx, run_activity
-from workflows.rollup import MEMORY_WORKFLOWS, YearlyRollupWorkflow
+from tests.vault.support import make_ctx, run_activity
+from tests.vault.test_rollup_clock import ClockInput, MemoryClockWorkflow
+from workers.worker import MEMORY_WORKFLOWS, memory_activities
+from workflows.rollup import YearlyRollupWorkflow
 
 START = date(2026, 5, 31)
 
@@ -105,7 +104,7 @@ async def test_a_month_of_nightly_rollups_in_seconds(time_skipping_env, tmp_path
     raw = write_month(ctx.vault)
     queue = f"memory-{uuid.uuid4()}"
     client = time_skipping_env.client
-    acts = memory_activities(ctx.settings, database_url=database_url, memory=ctx.memory)
+    acts = memory_activities(ctx.settings, database_url=database_url)
     async with Worker(client, task_queue=queue, workflows=[*MEMORY_WORKFLOWS,
                                                              MemoryClockWorkflow],
                       activities=acts):
@@ -178,7 +177,7 @@ async def test_catch_up_runs_every_missed_day_once(tmp_path, database_url, fake_
         kind=RollupKind.DAILY, as_of=datetime(2026, 6, 5, 9, tzinfo=UTC)))
     assert due.periods == ["2026-06-01", "2026-06-02", "2026-06-04"]
     assert "2026-06-03" in due.skipped
-    from schemas.vault_rollup import RollupStepInput
+    from activities.vault.rollup import RollupStepInput
     results = {}
     for period in due.periods:
         step = RollupStepInput(kind=RollupKind.DAILY, period=period)

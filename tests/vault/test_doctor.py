@@ -10,15 +10,14 @@ from datetime import UTC, datetime, timedelta
 from temporalio.client import ScheduleOverlapPolicy
 from temporalio.worker import Worker
 
-from activities.vault import memory_activities
-from activities.vault_doctor import DoctorActivities
-from schemas.vault_card import split_frontmatter
-from schemas.vault_doctor import DoctorInput, DoctorReport, DoctorStepInput
-from tests.test_rollup import Webhook
-from tests.test_vault_support import make_ctx, run_activity
+from activities.vault.doctor import DoctorActivities, DoctorStepInput
+from schemas.vault.card import split_frontmatter
+from schemas.vault.doctor import DoctorInput, DoctorReport
+from tests.vault.support import make_ctx, run_activity
+from tests.vault.test_rollup_runs import Webhook
+from workers.schedules import ensure_memory_schedules, schedule_id
+from workers.worker import MEMORY_WORKFLOWS, memory_activities
 from workflows.doctor import DoctorWorkflow
-from workflows.memory_schedules import ensure_memory_schedules, schedule_id
-from workflows.rollup import MEMORY_WORKFLOWS
 
 AS_OF = datetime(2026, 6, 10, 5, tzinfo=UTC)
 
@@ -65,8 +64,7 @@ async def test_doctor_repairs_what_it_may_and_reports_the_rest(client, tmp_path,
     queue = f"doctor-{uuid.uuid4()}"
     try:
         async with Worker(client, task_queue=queue, workflows=MEMORY_WORKFLOWS,
-                          activities=memory_activities(ctx.settings, database_url=database_url,
-                                                       memory=ctx.memory)):
+                          activities=memory_activities(ctx.settings, database_url=database_url)):
             report = await client.execute_workflow(
                 DoctorWorkflow.run, DoctorInput(as_of=AS_OF), id=f"doctor-{uuid.uuid4()}",
                 task_queue=queue)
@@ -177,10 +175,10 @@ async def test_schedules_are_created_updated_and_run(client, tmp_path, database_
     ctx = make_ctx(tmp_path, database_url, timezone="Europe/Berlin")
     ctx.vault.ensure()
     settings = ctx.settings.model_copy(update={"task_queue": f"sched-{uuid.uuid4()}"})
-    created = await ensure_memory_schedules(client, settings, ctx.memory)
+    created = await ensure_memory_schedules(client, settings)
     try:
         assert [s.created for s in created] == [True] * 5
-        updated = await ensure_memory_schedules(client, settings, ctx.memory)
+        updated = await ensure_memory_schedules(client, settings)
         assert [s.created for s in updated] == [False] * 5
         crons = {}
         for s in created:
@@ -201,8 +199,7 @@ async def test_schedules_are_created_updated_and_run(client, tmp_path, database_
         assert first(crons[schedule_id(settings, "doctor")], "hour") == 5
         doctor = client.get_schedule_handle(schedule_id(settings, "doctor"))
         async with Worker(client, task_queue=settings.task_queue, workflows=MEMORY_WORKFLOWS,
-                          activities=memory_activities(settings, database_url=database_url,
-                                                       memory=ctx.memory)):
+                          activities=memory_activities(settings, database_url=database_url)):
             await doctor.trigger()
             for _ in range(100):
                 desc = await doctor.describe()

@@ -1,7 +1,8 @@
 """The activities a session calls each turn: recall, the memory flush, the transcript.
 
 Each takes references (a session id, sequence numbers), loads what it needs from the
-record, and returns a small result.
+record, and returns a small result. The contracts travel in Temporal histories: add
+fields only as optional with defaults.
 """
 
 from __future__ import annotations
@@ -9,35 +10,64 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
+from pydantic import BaseModel
 from temporalio import activity
 
-from activities.search import (
+from activities.vault.rollup import apply_facts_of, ask_model, store_plan, stored_plan
+from activities.vault.search import (
     embed_pending,
     index_document,
     load_embedder,
     search,
     touch_documents,
 )
-from activities.vault import MemoryContext, atomic_write, daily_doc, read_text
-from activities.vault_rollup import apply_facts_of, ask_model, store_plan, stored_plan
-from schemas.memory_context import (
-    FlushInput,
-    FlushResult,
-    RecallInput,
-    RecallResult,
-    TranscriptInput,
-    TranscriptResult,
-    fence_memory,
-)
+from activities.vault.store import MemoryContext, atomic_write, daily_doc, read_text
 from schemas.tokens import count_tokens
-from schemas.vault import DAILY_DIR, SearchMode
-from schemas.vault_rollup import (
+from schemas.vault.recall import fence_memory
+from schemas.vault.rollup import (
     RollupKind,
     chunk_texts,
     render_entries,
     split_transcript,
     transcript_entry,
 )
+from schemas.vault.schema import DAILY_DIR, SearchMode
+
+
+class RecallInput(BaseModel):
+    session_id: str
+    query: str
+    k: int = 5
+
+
+class RecallResult(BaseModel):
+    block: str  # the fenced text; "" when nothing was found
+    hits: int
+
+
+class FlushInput(BaseModel):
+    session_id: str
+    from_seq: int
+    to_seq: int
+
+
+class FlushResult(BaseModel):
+    added: int = 0
+    superseded: int = 0
+    noop: int = 0
+    rejected: int = 0
+
+
+class TranscriptInput(BaseModel):
+    session_id: str
+    seq: int
+
+
+class TranscriptResult(BaseModel):
+    path: str  # vault-relative daily file; "" when the message is not transcribed
+    appended: bool  # False on a retry that found the entry already there
+
+
 
 # Recall never surfaces CORE.md (it is in the system prompt already) or MOC.md.
 RECALL_KINDS = ["card", "summary", "daily", "note"]

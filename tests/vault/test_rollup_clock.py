@@ -13,9 +13,9 @@ from pydantic import BaseModel
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from schemas.vault_rollup import RollupInput, RollupKind, RollupReport
+    from schemas.vault.rollup import RollupInput, RollupKind, RollupReport
 
-from schemas.vault_doctor import DoctorInput
+from schemas.vault.doctor import DoctorInput
 from workflows.doctor import DoctorWorkflow
 from workflows.rollup import (
     DailyRollupWorkflow,

@@ -3,14 +3,14 @@ known answers, the graph rerank, IDF, penalties, the index kept current, hybrid 
 
 import pytest
 
-from activities.search import (
+from activities.vault.search import (
     HashingEmbedder,
     bm25_candidates,
     embed_pending,
     load_embedder,
     search,
 )
-from schemas.vault_search import (
+from schemas.vault.search import (
     Candidate,
     recall_at_k,
     reciprocal_rank,
@@ -19,7 +19,7 @@ from schemas.vault_search import (
     stem_prefix,
     term_patterns,
 )
-from tests.test_vault_support import load_corpus, vault_ctx
+from tests.vault.support import load_corpus, vault_ctx
 
 
 @pytest.fixture

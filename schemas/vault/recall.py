@@ -1,10 +1,10 @@
-"""Long memory in the turn: the activity contracts the session calls, and the fence.
+"""Long memory in the turn: the recalled hit, and the fence around recalled hits.
 
 Retrieved hits enter the context inside <memory-context>, marked reference-only (a peer's
 model resumed stale tasks from an unmarked recap). Whatever of that fence the model echoes
 back is scrubbed from its output before anyone sees it.
 
-These models travel in Temporal histories: add fields only as optional with defaults.
+MemoryHit travels in Temporal histories: add fields only as optional with defaults.
 """
 
 from __future__ import annotations
@@ -30,40 +30,6 @@ class MemoryHit(BaseModel):
     snippet: str = ""
     score: float = 0.0
     via_link: bool = False
-
-
-class RecallInput(BaseModel):
-    session_id: str
-    query: str
-    k: int = 5
-
-
-class RecallResult(BaseModel):
-    block: str  # the fenced text; "" when nothing was found
-    hits: int
-
-
-class FlushInput(BaseModel):
-    session_id: str
-    from_seq: int
-    to_seq: int
-
-
-class FlushResult(BaseModel):
-    added: int = 0
-    superseded: int = 0
-    noop: int = 0
-    rejected: int = 0
-
-
-class TranscriptInput(BaseModel):
-    session_id: str
-    seq: int
-
-
-class TranscriptResult(BaseModel):
-    path: str  # vault-relative daily file; "" when the message is not transcribed
-    appended: bool  # False on a retry that found the entry already there
 
 
 def _neutralise(text: str) -> str:

@@ -12,8 +12,8 @@ from itertools import combinations
 
 from pydantic import BaseModel, Field
 
-from schemas.vault import DecaySpec
-from schemas.vault_card import link_key, normalise_value
+from schemas.vault.card import link_key, normalise_value
+from schemas.vault.schema import DecaySpec
 
 
 class GraphNode(BaseModel):

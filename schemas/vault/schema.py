@@ -1,4 +1,4 @@
-"""The vault's settings and its schema.json: types, statuses, domains, decay.
+"""The vault's layout and its schema.json: types, statuses, domains, decay.
 
 The schema is data, read from the vault itself, so a person can add a card type without a
 code change. Everything that decides whether a type or status is valid goes through
@@ -8,11 +8,7 @@ code change. Everything that decides whether a type or status is valid goes thro
 from __future__ import annotations
 
 import json
-import os
-from datetime import timedelta
 from enum import StrEnum
-from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -44,76 +40,6 @@ class Confidence(StrEnum):
 class SearchMode(StrEnum):
     BM25 = "bm25"
     HYBRID = "hybrid"
-
-
-def local_timezone_name(env: dict[str, str] | None = None) -> str:
-    """The server's IANA zone name: rollups run on server-local time unless configured."""
-    e = os.environ if env is None else env
-    if e.get("TZ", "").strip(":"):
-        return e["TZ"].strip(":")
-    try:
-        target = os.readlink("/etc/localtime")
-        marker = "zoneinfo/"
-        if marker in target:
-            return target.split(marker, 1)[1]
-    except OSError:
-        pass
-    try:
-        name = Path("/etc/timezone").read_text().strip()
-        if name:
-            return name
-    except OSError:
-        pass
-    return "UTC"
-
-
-class MemorySettings(BaseModel):
-    """Long memory's settings (the vault, rollup times, search). Read once per process."""
-
-    vault_dir: Path
-    timezone: str = "UTC"
-    daily_cron: str = "0 4 * * *"
-    weekly_cron: str = "15 4 * * 0"
-    monthly_cron: str = "20 4 1 * *"
-    yearly_cron: str = "25 4 1 1 *"
-    doctor_cron: str = "0 5 * * *"
-    # A run missed while the worker was down still runs when it returns, within this window.
-    catchup_window: timedelta = timedelta(days=3)
-    notify_webhook_url: str | None = None
-    search_mode: SearchMode = SearchMode.BM25
-    # "module:factory" returning an `activities.search.Embedder`; "hashing" is the built-in
-    # dependency-free one (a baseline, not a semantic model).
-    embedder: str | None = None
-    core_max_chars: int = CORE_MAX_CHARS
-    # The biggest slice of transcript one rollup request carries; longer days are chunked.
-    rollup_chunk_tokens: int = 60_000
-    rollup_max_output_tokens: int = 4_096
-    git_push: bool = True
-    # A health score this many points under the previous one asks for a person.
-    health_drop_alert: float = 5.0
-
-    @classmethod
-    def from_env(cls, data_dir: Path, env: dict[str, str] | None = None) -> MemorySettings:
-        e = dict(os.environ if env is None else env)
-        vault = e.get("KEEL_VAULT_DIR")
-        values: dict[str, Any] = {
-            "vault_dir": Path(vault).resolve() if vault else (data_dir / "vault"),
-            "timezone": e.get("KEEL_MEMORY_TZ") or local_timezone_name(e),
-            "notify_webhook_url": e.get("KEEL_NOTIFY_WEBHOOK") or None,
-            "search_mode": e.get("KEEL_MEMORY_SEARCH_MODE", SearchMode.BM25.value),
-            "embedder": e.get("KEEL_EMBEDDER") or None,
-            "git_push": e.get("KEEL_VAULT_PUSH", "1") not in ("0", "false", "no"),
-        }
-        for key, name in (
-            ("daily_cron", "KEEL_ROLLUP_DAILY_CRON"),
-            ("weekly_cron", "KEEL_ROLLUP_WEEKLY_CRON"),
-            ("monthly_cron", "KEEL_ROLLUP_MONTHLY_CRON"),
-            ("yearly_cron", "KEEL_ROLLUP_YEARLY_CRON"),
-            ("doctor_cron", "KEEL_DOCTOR_CRON"),
-        ):
-            if e.get(name):
-                values[key] = e[name]
-        return cls(**values)
 
 
 class TypeSpec(BaseModel):
@@ -223,7 +149,7 @@ def parse_schema(text: str) -> tuple[VaultSchema | None, list[SchemaProblem]]:
 
 
 
-# --- activity payloads (durable contracts: add fields only as optional) ---------------
+# --- the commit's result (part of the doctor's report, so it stays with the rules) ------
 
 
 class GitResult(BaseModel):
@@ -232,35 +158,3 @@ class GitResult(BaseModel):
     commit: str | None = None
     problem: str | None = None
     push_problem: str | None = None
-
-
-class InitVaultResult(BaseModel):
-    vault_dir: str
-    notes: list[str] = Field(default_factory=list)
-    problems: list[str] = Field(default_factory=list)
-    indexed: int = 0
-
-
-class ReindexInput(BaseModel):
-    reason: str = ""
-
-
-class ReindexResult(BaseModel):
-    changed: int
-    removed: int
-
-
-class NotifyInput(BaseModel):
-    title: str
-    text: str
-    level: str = "info"  # info | warning | error
-
-
-class NotifyResult(BaseModel):
-    channel: str  # webhook | log
-    delivered: bool
-    problem: str | None = None
-
-
-class CommitInput(BaseModel):
-    message: str

@@ -15,22 +15,32 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 from zoneinfo import ZoneInfo
 
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel
-from temporalio import activity
 
 from activities.db import get_pool
-from activities.search import IndexDoc, delete_documents, index_document, indexed_hashes
+from activities.vault.clock import local_timezone_name
+from activities.vault.search import IndexDoc, delete_documents, index_document, indexed_hashes
 from schemas.config import KeelSettings
-from schemas.vault import (
+from schemas.vault.card import (
+    Card,
+    CardFact,
+    FrontmatterError,
+    apply_fact,
+    card_filename,
+    link_key,
+    parse_card,
+    wikilinks,
+)
+from schemas.vault.rollup import split_transcript
+from schemas.vault.schema import (
     CARDS_DIR,
     CORE_FILE,
     DAILY_DIR,
@@ -41,29 +51,13 @@ from schemas.vault import (
     SUMMARIES_DIR,
     CardOp,
     GitResult,
-    InitVaultResult,
-    MemorySettings,
-    ReindexInput,
-    ReindexResult,
     SchemaProblem,
     VaultSchema,
     parse_schema,
 )
-from schemas.vault_card import (
-    Card,
-    CardFact,
-    FrontmatterError,
-    WriteCardInput,
-    WriteCardResult,
-    apply_fact,
-    card_filename,
-    link_key,
-    parse_card,
-    wikilinks,
-)
-from schemas.vault_rollup import split_transcript
+from schemas.vault.settings import MemorySettings
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "keel" / "vault_template"
+TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "keel" / "vault_template"
 # Made even when an installed template lacks them (packagers drop empty folders).
 REQUIRED_DIRS = (DAILY_DIR, "attachments", GRAPH_DIR,
                  *(f"{SUMMARIES_DIR}/{k}" for k in ("daily", "weekly", "monthly", "yearly")))
@@ -199,7 +193,7 @@ class Vault:
         return schema
 
     def tz(self) -> ZoneInfo:
-        return ZoneInfo(self.settings.timezone)
+        return ZoneInfo(self.settings.timezone or local_timezone_name())
 
     def local_date(self, when: datetime) -> str:
         return when.astimezone(self.tz()).date().isoformat()
@@ -492,84 +486,23 @@ class MemoryContext:
     """What every memory activity needs: settings, the vault, and the database."""
 
     settings: KeelSettings
-    memory: MemorySettings
     database_url: str
     vault: Vault = field(init=False)
 
     def __post_init__(self) -> None:
         self.vault = Vault(self.memory.vault_dir, self.memory)
 
+    @property
+    def memory(self) -> MemorySettings:
+        return self.settings.memory
+
     async def pool(self) -> AsyncConnectionPool:
         return await get_pool(self.database_url)
 
 
-def memory_settings(settings: KeelSettings) -> MemorySettings:
-    return MemorySettings.from_env(settings.data_dir)
-
-
-def read_core_text(settings: KeelSettings, memory: MemorySettings | None = None) -> str:
+def read_core_text(settings: KeelSettings) -> str:
     """CORE.md as it goes in the system prompt ("" when the vault has none yet)."""
-    memory = memory or memory_settings(settings)
-    path = memory.vault_dir / CORE_FILE
+    path = settings.memory.vault_dir / CORE_FILE
     if not path.exists():
         return ""
     return read_text(path).text.strip()
-
-
-class VaultActivities:
-    def __init__(self, ctx: MemoryContext) -> None:
-        self.ctx = ctx
-
-    @activity.defn(name="init_vault")
-    async def init_vault(self, _: ReindexInput) -> InitVaultResult:
-        vault = self.ctx.vault
-        notes = await asyncio.to_thread(vault.ensure)
-        _, problems = vault.schema(reload=True)
-        git = await vault.git_problem()
-        pool = await self.ctx.pool()
-        async with pool.connection() as conn:
-            changed, _ = await vault.reindex(conn)
-        return InitVaultResult(
-            vault_dir=str(vault.root), notes=notes, indexed=changed,
-            problems=[f"{p.where}: {p.problem}" for p in problems] + ([git] if git else []))
-
-    @activity.defn(name="reindex_vault")
-    async def reindex_vault(self, _: ReindexInput) -> ReindexResult:
-        pool = await self.ctx.pool()
-        async with pool.connection() as conn:
-            changed, removed = await self.ctx.vault.reindex(conn)
-        return ReindexResult(changed=changed, removed=removed)
-
-    @activity.defn(name="write_card")
-    async def write_card(self, inp: WriteCardInput) -> WriteCardResult:
-        vault = self.ctx.vault
-        await asyncio.to_thread(vault.ensure)
-        today = inp.today or vault.local_date(datetime.now(vault.tz()))
-        (out,) = await vault.apply_facts(await self.ctx.pool(), [(inp.op_id, inp.fact)], today)
-        return WriteCardResult(op=out.op, path=out.path, note=out.note)
-
-
-def memory_activities(settings: KeelSettings, *, database_url: str | None = None,
-                      memory: MemorySettings | None = None) -> list[Callable[..., Any]]:
-    """Every long-memory activity, bound to these settings, for one worker registration.
-
-    `database_url` overrides `settings.database_url` (the embedded stack knows it only once
-    it has started); `memory` overrides the settings read from the environment.
-    """
-    from activities.memory import MemoryActivities
-    from activities.vault_doctor import DoctorActivities
-    from activities.vault_rollup import RollupActivities
-
-    url = database_url or settings.database_url
-    if not url:
-        raise ValueError("memory activities need a database URL")
-    ctx = MemoryContext(settings=settings, memory=memory or memory_settings(settings),
-                        database_url=url)
-    out: list[Callable[..., Any]] = []
-    for holder in (VaultActivities(ctx), MemoryActivities(ctx), RollupActivities(ctx),
-                   DoctorActivities(ctx)):
-        for name in dir(holder):
-            fn = getattr(holder, name)
-            if callable(fn) and hasattr(fn, "__temporal_activity_definition"):
-                out.append(fn)
-    return out

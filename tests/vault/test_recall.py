@@ -1,4 +1,6 @@
-from schemas.memory_context import (
+"""Pure rules of schemas.vault.recall: the <memory-context> fence and the echo scrub."""
+
+from schemas.vault.recall import (
     FENCE_CLOSE,
     FENCE_NOTE,
     FENCE_OPEN,

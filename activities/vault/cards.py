@@ -1,0 +1,82 @@
+"""The vault's own activities: create it from the template, re-index it, write one card.
+
+A card is written only through `Vault.apply_facts`, under the caller's op id, so a retried
+write_card never writes twice.
+
+These models travel in Temporal histories: add fields only as optional with defaults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+from temporalio import activity
+
+from activities.vault.store import MemoryContext
+from schemas.vault.card import CardFact
+from schemas.vault.schema import CardOp
+
+
+class InitVaultResult(BaseModel):
+    vault_dir: str
+    notes: list[str] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)
+    indexed: int = 0
+
+
+class ReindexInput(BaseModel):
+    reason: str = ""
+
+
+class ReindexResult(BaseModel):
+    changed: int
+    removed: int
+
+
+class WriteCardInput(BaseModel):
+    """The write_card tool as an activity: one fact, under the caller's op id."""
+
+    op_id: str
+    fact: CardFact
+    today: str | None = None  # YYYY-MM-DD; None: today in the vault's time zone
+
+
+class WriteCardResult(BaseModel):
+    op: CardOp
+    path: str | None = None
+    note: str = ""
+
+
+class VaultActivities:
+    def __init__(self, ctx: MemoryContext) -> None:
+        self.ctx = ctx
+
+    @activity.defn(name="init_vault")
+    async def init_vault(self, _: ReindexInput) -> InitVaultResult:
+        vault = self.ctx.vault
+        notes = await asyncio.to_thread(vault.ensure)
+        _, problems = vault.schema(reload=True)
+        git = await vault.git_problem()
+        pool = await self.ctx.pool()
+        async with pool.connection() as conn:
+            changed, _ = await vault.reindex(conn)
+        return InitVaultResult(
+            vault_dir=str(vault.root), notes=notes, indexed=changed,
+            problems=[f"{p.where}: {p.problem}" for p in problems] + ([git] if git else []))
+
+    @activity.defn(name="reindex_vault")
+    async def reindex_vault(self, _: ReindexInput) -> ReindexResult:
+        pool = await self.ctx.pool()
+        async with pool.connection() as conn:
+            changed, removed = await self.ctx.vault.reindex(conn)
+        return ReindexResult(changed=changed, removed=removed)
+
+    @activity.defn(name="write_card")
+    async def write_card(self, inp: WriteCardInput) -> WriteCardResult:
+        vault = self.ctx.vault
+        await asyncio.to_thread(vault.ensure)
+        today = inp.today or vault.local_date(datetime.now(vault.tz()))
+        (out,) = await vault.apply_facts(await self.ctx.pool(), [(inp.op_id, inp.fact)], today)
+        return WriteCardResult(op=out.op, path=out.path, note=out.note)

@@ -1,0 +1,65 @@
+"""Pure rules of schemas.vault.rollup: CORE.md, transcript entries, due periods."""
+
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from schemas.vault.rollup import (
+    CoreDoc,
+    CoreUpdate,
+    RollupKind,
+    due_periods,
+    merge_core,
+    parse_core,
+    render_core,
+    request_kind,
+    split_transcript,
+    transcript_entry,
+)
+from schemas.vault.schema import Confidence, parse_schema
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "keel" / "vault_template"
+
+
+@pytest.fixture(scope="module")
+def schema():
+    s, problems = parse_schema((TEMPLATE / "schema.json").read_text())
+    assert problems == []
+    return s
+
+
+def test_core_merge_caps_goals_dates_lessons_and_fits():
+    doc = parse_core(render_core(CoreDoc(facts=["f1"], goals=["g1"], lessons=[
+        "2026-01-01: old lesson"])))
+    assert doc.facts == ["f1"] and doc.lessons == ["2026-01-01: old lesson"]
+    new, dropped = merge_core(doc, CoreUpdate(goals=["a", "b", "c", "d"],
+                                              lessons=["check the date"]), "2026-06-01")
+    assert new.goals == ["a", "b", "c"] and "goal: d" in dropped
+    assert new.lessons[-1] == "2026-06-01: check the date"
+    again, _ = merge_core(new, CoreUpdate(lessons=["check the date"]), "2026-06-02")
+    assert again.lessons == new.lessons
+    big, dropped = merge_core(doc, CoreUpdate(facts=["x" * 300] * 5, lessons=["l" * 100]),
+                              "2026-06-01", cap=1200)
+    assert len(render_core(big)) <= 1200 and dropped
+
+
+def test_transcript_entries_are_found_by_marker_only_at_headings():
+    from datetime import datetime
+    text = "# 2026-06-01\n" + transcript_entry("s1", 1, datetime(2026, 6, 1, 9), "user",
+                                               "quote: <!-- keel:s1:7 --> inside")
+    text += transcript_entry("s1", 2, datetime(2026, 6, 1, 9, 1), "assistant", "ok")
+    assert [(s, q) for s, q, _ in split_transcript(text)] == [("s1", 1), ("s1", 2)]
+
+
+def test_due_periods_and_request_marker():
+    sunday = date(2026, 6, 7)
+    assert due_periods(RollupKind.DAILY, sunday)[0].key == "2026-06-06"
+    week = due_periods(RollupKind.WEEKLY, sunday)[0]
+    assert (week.start, week.end) == (date(2026, 5, 31), date(2026, 6, 6))
+    assert due_periods(RollupKind.MONTHLY, date(2026, 1, 1))[0].key == "2025-12"
+    assert due_periods(RollupKind.YEARLY, date(2026, 1, 1))[0].key == "2025"
+    req = {"system": [{"type": "text", "text": '<keel:rollup kind="weekly" period="x">'}]}
+    assert request_kind(req) == (RollupKind.WEEKLY, "x")
+    assert request_kind({"system": "hello"}) is None
+    assert Confidence("INFERRED")

@@ -1,0 +1,41 @@
+"""Long memory's settings as part of KeelSettings: read once by from_env, derived from the
+data dir when not given."""
+
+from pathlib import Path
+
+from activities.vault.clock import local_timezone_name
+from activities.vault.store import Vault
+from schemas.config import KeelSettings
+from schemas.vault.schema import SearchMode
+
+
+def test_from_env_fills_memory_once_with_the_data_dir_defaults(tmp_path):
+    settings = KeelSettings.from_env({"KEEL_DATA_DIR": str(tmp_path)})
+    assert settings.memory.vault_dir == tmp_path.resolve() / "vault"
+    assert settings.memory.timezone is None  # the server's zone, resolved where used
+    assert settings.memory.search_mode == SearchMode.BM25
+    assert settings.memory.git_push is True
+
+
+def test_from_env_reads_the_memory_variables(tmp_path):
+    settings = KeelSettings.from_env({
+        "KEEL_DATA_DIR": str(tmp_path), "KEEL_VAULT_DIR": str(tmp_path / "elsewhere"),
+        "KEEL_MEMORY_TZ": "Europe/Berlin", "KEEL_VAULT_PUSH": "no",
+        "KEEL_ROLLUP_DAILY_CRON": "0 3 * * *", "KEEL_MEMORY_SEARCH_MODE": "hybrid"})
+    memory = settings.memory
+    assert memory.vault_dir == (tmp_path / "elsewhere").resolve()
+    assert memory.timezone == "Europe/Berlin"
+    assert memory.git_push is False
+    assert memory.daily_cron == "0 3 * * *"
+    assert memory.search_mode == SearchMode.HYBRID
+
+
+def test_settings_built_directly_put_the_vault_under_their_data_dir():
+    settings = KeelSettings(data_dir=Path("/srv/keel"))
+    assert settings.memory.vault_dir == Path("/srv/keel/vault")
+    vault = Vault(settings.memory.vault_dir, settings.memory)
+    assert vault.tz().key == local_timezone_name()
+
+
+def test_local_timezone_name_prefers_tz():
+    assert local_timezone_name({"TZ": ":Asia/Tokyo"}) == "Asia/Tokyo"
