@@ -18,11 +18,13 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 import keel.client
+from keel._errors import from_update_failure
 from keel.client import (
     KeelClient,
     MessageRejectedError,
     NoSuchInputError,
     NoTemporalAddressError,
+    RecordFailedError,
     SessionExistsError,
     SessionNotFoundError,
     SessionOverrides,
@@ -30,7 +32,10 @@ from keel.client import (
     session_config,
 )
 from schemas.session import Rejection, SessionConfig
+from tests.checkpoint_model import CheckpointModel
+from tests.fake_anthropic import text_message
 from tests.harness import keel_worker, make_settings
+from workflows.session import TOO_LONG_MESSAGE
 
 
 @pytest.fixture
@@ -70,6 +75,19 @@ def test_session_config_takes_typed_overrides(settings):
     assert session_config(stepped, price_step_tokens=None).price_step_tokens is None
     with pytest.raises(TypeError, match="context_windw"):
         session_config(settings, context_windw=8000)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(("rejection", "raised"), [
+    (Rejection.MESSAGE_REJECTED, MessageRejectedError),
+    (Rejection.SESSION_STOPPED, SessionStoppedError),
+    (Rejection.RECORD_FAILED, RecordFailedError),
+    (Rejection.NO_SUCH_INPUT, NoSuchInputError),
+    ("SomethingNew", MessageRejectedError),  # a type this client does not know yet
+])
+def test_each_rejection_type_has_its_exception(rejection, raised):
+    failure = WorkflowUpdateFailedError(ApplicationError("no\n  good", type=rejection))
+    mapped = from_update_failure(failure)
+    assert type(mapped) is raised and str(mapped) == "no good"
 
 
 async def test_connect_needs_an_address(client, settings):
@@ -132,6 +150,26 @@ async def test_refusals_of_an_ended_session(client, settings):
         assert (await session.status()).turn == 1  # an ended session still answers queries
 
 
+async def test_a_session_that_stopped_itself_says_why(client, database_url, fake_anthropic,
+                                                      tmp_path):
+    """Grown too long (one background input larger than the window, checkpoints that
+    fail): the run completes with its stopped reason, which the refusal carries."""
+    fake_anthropic.context_window = 12_000
+    fake_anthropic.responder = CheckpointModel(lambda turn: text_message("no now"))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    config = session_config(settings, context_window=12_000, max_output_tokens=512)
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"cl-{uuid.uuid4().hex[:8]}", config=config)
+        await session.watch("w-1", "log tail", " ".join(f"x{i % 83}" for i in range(7_000)))
+        final = await session.handle.result()
+        assert final.stopped_reason == TOO_LONG_MESSAGE
+        with pytest.raises(SessionStoppedError, match="grown too long") as stopped:
+            await session.send("are you there?")
+    assert str(stopped.value) == f"session {session.session_id!r} has stopped: {TOO_LONG_MESSAGE}"
+    cause = stopped.value.__cause__
+    assert isinstance(cause, RPCError) and cause.status == RPCStatusCode.NOT_FOUND
+
+
 async def test_an_unknown_session_is_not_found(client, settings):
     keel = KeelClient(client, settings.task_queue, settings)
     session = keel.session(f"nope-{uuid.uuid4().hex[:8]}")
@@ -143,3 +181,15 @@ async def test_an_unknown_session_is_not_found(client, settings):
         await session.send("hello")
     with pytest.raises(SessionNotFoundError):
         await session.task("t-1", "build", "done")
+
+
+async def test_a_message_the_record_cannot_take_is_record_failed(client, database_url,
+                                                                 tmp_path):
+    broken = make_settings(database_url.replace("keel_test_", "gone_"), tmp_path)
+    async with keel_worker(client, broken) as keel:
+        session = await keel.start_session(f"cl-{uuid.uuid4().hex[:8]}",
+                                           config=session_config(broken, record_timeout_s=2))
+        with pytest.raises(RecordFailedError, match="could not be recorded") as failed:
+            await session.send("keep this")
+    assert isinstance(failed.value, MessageRejectedError)  # callers of old still catch it
+    assert "\n" not in str(failed.value)
