@@ -5,6 +5,7 @@ Temporal's answers by exception class and `RPCStatusCode`; never by message text
 What Temporal itself answers (checked against the dev server in tests/test_client.py):
 
     start an id that exists (running or ended)  WorkflowAlreadyStartedError  SessionExistsError
+    start-with-message on an ended session      WorkflowAlreadyStartedError  SessionStoppedError
     update / signal a session that has ended    RPCError NOT_FOUND           SessionStoppedError
     update / signal / query an unknown id       RPCError NOT_FOUND           SessionNotFoundError
 
@@ -87,7 +88,7 @@ def already_started(session_id: str) -> SessionExistsError:
     return SessionExistsError(f"session {session_id!r} exists already")
 
 
-async def from_not_found(handle: WorkflowHandle[Any, SessionStatus]) -> KeelError | None:
+async def ended_or_unknown(handle: WorkflowHandle[Any, SessionStatus]) -> KeelError | None:
     """Temporal answered NOT_FOUND: an ended session or an unknown id. None: it is running
     after all (started meanwhile), so the original error stands."""
     try:
@@ -101,6 +102,13 @@ async def from_not_found(handle: WorkflowHandle[Any, SessionStatus]) -> KeelErro
         return None
     return SessionStoppedError(f"session {handle.id!r} has stopped: "
                                f"{await _why_ended(handle, described.status)}")
+
+
+async def start_with_message_refused(handle: WorkflowHandle[Any, SessionStatus]
+                                     ) -> KeelError:
+    """Update-with-start reuses a running session, so only an ended one refuses the start
+    (the id is never reused): that session has stopped."""
+    return await ended_or_unknown(handle) or already_started(handle.id)
 
 
 async def _why_ended(handle: WorkflowHandle[Any, SessionStatus],
@@ -122,7 +130,7 @@ async def refusals(handle: WorkflowHandle[Any, SessionStatus]) -> AsyncIterator[
     except WorkflowUpdateFailedError as err:
         raise from_update_failure(err) from err
     except RPCError as err:
-        mapped = await from_not_found(handle) if err.status == RPCStatusCode.NOT_FOUND else None
+        mapped = await ended_or_unknown(handle) if err.status == RPCStatusCode.NOT_FOUND else None
         if mapped is None:
             raise
         raise mapped from err

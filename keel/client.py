@@ -32,8 +32,8 @@ from keel._errors import (
     SessionNotFoundError,
     SessionStoppedError,
     already_started,
-    from_not_found,
     refusals,
+    start_with_message_refused,
 )
 from schemas.config import KeelSettings
 from schemas.session import (
@@ -234,8 +234,7 @@ class KeelClient:
                     Handler.SEND_MESSAGE, UserMessage(text=text),
                     start_workflow_operation=start, result_type=MessageAccepted)
         except WorkflowAlreadyStartedError as err:
-            # With USE_EXISTING only an ended session refuses the start.
             with suppress(WorkflowAlreadyStartedError):
                 await start.workflow_handle()  # the same error, retrieved: no warning
-            raise (await from_not_found(handle) or already_started(session_id)) from err
+            raise await start_with_message_refused(handle) from err
         return SessionHandle(await start.workflow_handle()), accepted
