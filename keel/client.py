@@ -221,7 +221,7 @@ class KeelClient:
         """Update-with-start: the first message acknowledged in the same call. Reuses a
         running session of that id rather than starting a second, and never starts a new
         run under the id of one that has ended (`SessionStoppedError`)."""
-        start = WithStartWorkflowOperation(
+        start: WithStartWorkflowOperation[Any, SessionStatus] = WithStartWorkflowOperation(
             SESSION_WORKFLOW, self._input(session_id, config),
             id=session_id, task_queue=self.task_queue, result_type=SessionStatus,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
