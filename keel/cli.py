@@ -30,7 +30,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 
-from keel.client import KeelClient, MessageRejectedError, SessionExistsError, SessionHandle
+from keel.client import (
+    KeelClient,
+    KeelError,
+    MessageRejectedError,
+    SessionExistsError,
+    SessionHandle,
+)
 from keel.console import console, error, key_values, one_line, redact_url, working
 from keel.demo import DEFAULT_TURNS
 from schemas.config import KeelSettings
@@ -91,7 +97,7 @@ def _run(main: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(main)
     except CliError as err:
         error(str(err))
-    except (SessionExistsError, MessageRejectedError) as err:
+    except KeelError as err:  # a refusal by type (keel._errors): its one line
         error(str(err))
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
@@ -101,7 +107,7 @@ def _run(main: Coroutine[Any, Any, T]) -> T:
         else:
             error(f"Temporal answered {err.status.name if err.status else 'an error'}: "
                   f"{err.message}")
-    except RuntimeError as err:  # e.g. no TEMPORAL_ADDRESS and no `keel dev` running
+    except RuntimeError as err:  # e.g. the client could not connect to the address
         error(f"{err}: {err.__cause__}" if err.__cause__ else str(err))
     raise typer.Exit(1)
 
@@ -110,9 +116,22 @@ def _settings() -> KeelSettings:
     return KeelSettings.from_env()
 
 
+def _temporal_address(settings: KeelSettings) -> str:
+    """TEMPORAL_ADDRESS, else the dev stack `keel dev` runs under KEEL_DATA_DIR."""
+    if settings.temporal_address:
+        return settings.temporal_address
+    from keel.devstack import read_stack_file
+
+    stack = read_stack_file(settings.data_dir)
+    if stack and stack.get("temporal_address"):
+        return stack["temporal_address"]
+    raise CliError("no Temporal to talk to: set TEMPORAL_ADDRESS, or run `keel dev` first")
+
+
 async def _connect(settings: KeelSettings) -> KeelClient:
+    address = _temporal_address(settings)
     with working("Connecting to Temporal…"):
-        return await KeelClient.connect(settings)
+        return await KeelClient.connect(settings, address)
 
 
 async def _session(session_id: str) -> SessionHandle:

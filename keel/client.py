@@ -1,31 +1,47 @@
-"""A small client for other services: start a session, send, signal, query.
+"""A small typed client for other services; it needs only temporalio and pydantic.
 
-    keel = await KeelClient.connect(KeelSettings.from_env())
+It calls the session workflow by name (`schemas.session.SESSION_WORKFLOW`, `Handler`), so
+importing it loads no workflow, activity, database or model code; and every refusal
+arrives as one of the exceptions below, mapped by type in `keel._errors`.
+
+    keel = await KeelClient.connect(KeelSettings.from_env(), address="localhost:7233")
     session = await keel.start_session("support-42")
     accepted = await session.send("Review the queue, oldest first.")
     outcome = await session.wait_reply(accepted.seq)
+    print(outcome.reply_text)
 """
 
 from __future__ import annotations
 
 import uuid
+from contextlib import suppress
+from typing import Any, TypedDict, Unpack
 
-from temporalio.client import (
-    Client,
-    WithStartWorkflowOperation,
-    WorkflowHandle,
-    WorkflowUpdateFailedError,
-)
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
 
+from keel._errors import (
+    KeelError,
+    MessageRejectedError,
+    NoSuchInputError,
+    NoTemporalAddressError,
+    RecordFailedError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionStoppedError,
+    already_started,
+    refusals,
+    start_with_message_refused,
+)
 from schemas.config import KeelSettings
 from schemas.session import (
+    SESSION_WORKFLOW,
     AgentRunInput,
     AwaitReply,
     CallbackInput,
+    Handler,
     MessageAccepted,
     SessionConfig,
     SessionInput,
@@ -35,32 +51,57 @@ from schemas.session import (
     UserMessage,
     WatchInput,
 )
-from workflows.session import SessionWorkflow
+
+__all__ = [
+    "KeelClient",
+    "KeelError",
+    "MessageRejectedError",
+    "NoSuchInputError",
+    "NoTemporalAddressError",
+    "RecordFailedError",
+    "SessionExistsError",
+    "SessionHandle",
+    "SessionNotFoundError",
+    "SessionOverrides",
+    "SessionStoppedError",
+    "session_config",
+]
 
 
-class SessionExistsError(Exception):
-    """A session with this id exists already; Keel never starts a second one."""
+class SessionOverrides(TypedDict, total=False):
+    """What a caller may set on a session's `SessionConfig`, by name and type."""
+
+    model: str
+    context_window: int
+    max_output_tokens: int
+    price_step_tokens: int | None
+    max_message_chars: int
+    user_name: str
+    max_tool_rounds_per_turn: int
+    record_timeout_s: int
+    continue_as_new_after_events: int
 
 
-class MessageRejectedError(Exception):
-    """The session refused the message (empty, too long, stopped); nothing was recorded."""
-
-
-class SessionStoppedError(MessageRejectedError):
-    """The session has ended (for example grown too long); start a new one."""
-
-
-def session_config(settings: KeelSettings, **overrides: object) -> SessionConfig:
+def session_config(settings: KeelSettings, **overrides: Unpack[SessionOverrides]
+                   ) -> SessionConfig:
+    """The session's config from the settings' model and limits, with `overrides` on top."""
+    unknown = set(overrides) - SessionOverrides.__optional_keys__
+    if unknown:
+        raise TypeError(f"session_config got unknown overrides: {', '.join(sorted(unknown))}")
     model = settings.model
-    base = SessionConfig(
-        model=model.name, context_window=model.context_window,
-        max_output_tokens=model.max_output_tokens, price_step_tokens=model.price_step_tokens,
-        max_message_chars=settings.max_message_chars, user_name=settings.user_name)
-    return base.model_copy(update=overrides)
+    return SessionConfig.model_validate({
+        "model": model.name, "context_window": model.context_window,
+        "max_output_tokens": model.max_output_tokens,
+        "price_step_tokens": model.price_step_tokens,
+        "max_message_chars": settings.max_message_chars, "user_name": settings.user_name,
+        **overrides,
+    })
 
 
 class SessionHandle:
-    def __init__(self, handle: WorkflowHandle[SessionWorkflow, SessionStatus]) -> None:
+    """One session: send it the user's messages and background inputs, read its state."""
+
+    def __init__(self, handle: WorkflowHandle[Any, SessionStatus]) -> None:
         self.handle = handle
 
     @property
@@ -68,23 +109,20 @@ class SessionHandle:
         return self.handle.id
 
     async def send(self, text: str, input_id: str | None = None) -> MessageAccepted:
-        try:
-            return await self.handle.execute_update(
-                SessionWorkflow.send_message, UserMessage(text=text, input_id=input_id))
-        except WorkflowUpdateFailedError as err:
-            raise MessageRejectedError(str(err.cause or err)) from err
-        except RPCError as err:
-            if "already completed" not in str(err):
-                raise
-            final = await self.handle.result()
-            raise SessionStoppedError(
-                f"session {self.session_id} has stopped: {final.stopped_reason or 'ended'}"
-            ) from err
+        """Record the user's message; raises `MessageRejectedError` (or a subclass) when
+        the session refused it, in which case nothing was recorded."""
+        async with refusals(self.handle):
+            accepted: MessageAccepted = await self.handle.execute_update(
+                Handler.SEND_MESSAGE, UserMessage(text=text, input_id=input_id),
+                result_type=MessageAccepted)
+        return accepted
 
     async def wait_reply(self, seq: int) -> TurnOutcome:
+        """Wait for the turn that answers input `seq`, across continue-as-new."""
         while True:
-            outcome = await self.handle.execute_update(SessionWorkflow.await_reply,
-                                                       AwaitReply(seq=seq))
+            async with refusals(self.handle):
+                outcome: TurnOutcome = await self.handle.execute_update(
+                    Handler.AWAIT_REPLY, AwaitReply(seq=seq), result_type=TurnOutcome)
             if not outcome.retry:  # a retry means the session continued as new: ask it
                 return outcome
 
@@ -92,36 +130,48 @@ class SessionHandle:
         accepted = await self.send(text)
         return await self.wait_reply(accepted.seq)
 
+    async def _signal(self, handler: Handler, arg: object) -> None:
+        async with refusals(self.handle):
+            await self.handle.signal(handler, arg)
+
     async def watch(self, watch_id: str, name: str, text: str) -> None:
-        await self.handle.signal(SessionWorkflow.watch,
-                                 WatchInput(watch_id=watch_id, name=name, text=text))
+        await self._signal(Handler.WATCH, WatchInput(watch_id=watch_id, name=name, text=text))
 
     async def task(self, task_id: str, name: str, text: str) -> None:
-        await self.handle.signal(SessionWorkflow.task,
-                                 TaskInput(task_id=task_id, name=name, text=text))
+        await self._signal(Handler.TASK, TaskInput(task_id=task_id, name=name, text=text))
 
     async def agent_run(self, run_id: str, from_session: str, text: str) -> None:
-        await self.handle.signal(SessionWorkflow.agent_run, AgentRunInput(
+        await self._signal(Handler.AGENT_RUN, AgentRunInput(
             run_id=run_id, from_session=from_session, text=text))
 
     async def callback(self, run_id: str, from_session: str, text: str) -> None:
-        await self.handle.signal(SessionWorkflow.callback, CallbackInput(
+        await self._signal(Handler.CALLBACK, CallbackInput(
             run_id=run_id, from_session=from_session, text=text))
 
     async def status(self) -> SessionStatus:
-        return await self.handle.query(SessionWorkflow.status)
+        async with refusals(self.handle):
+            status: SessionStatus = await self.handle.query(Handler.STATUS,
+                                                            result_type=SessionStatus)
+        return status
+
+    async def _text(self, handler: Handler) -> str:
+        async with refusals(self.handle):
+            text: str = await self.handle.query(handler, result_type=str)
+        return text
 
     async def mind(self) -> str:
-        return await self.handle.query(SessionWorkflow.mind)
+        return await self._text(Handler.MIND)
 
     async def memo(self) -> str:
-        return await self.handle.query(SessionWorkflow.memo)
+        return await self._text(Handler.MEMO)
 
     async def now(self) -> str:
-        return await self.handle.query(SessionWorkflow.now)
+        return await self._text(Handler.NOW)
 
 
 class KeelClient:
+    """Sessions on one Temporal namespace and task queue."""
+
     def __init__(self, client: Client, task_queue: str, settings: KeelSettings) -> None:
         self.client = client
         self.task_queue = task_queue
@@ -129,56 +179,62 @@ class KeelClient:
 
     @classmethod
     async def connect(cls, settings: KeelSettings, address: str | None = None) -> KeelClient:
+        """Connect to `address`, else `settings.temporal_address`; finding a local dev
+        stack is the caller's job (the CLI reads `keel dev`'s stack file)."""
         target = address or settings.temporal_address
         if not target:
-            from keel.devstack import read_stack_file
-
-            stack = read_stack_file(settings.data_dir)
-            if not stack:
-                raise RuntimeError(
-                    "no Temporal to talk to: set TEMPORAL_ADDRESS, or run `keel dev` first")
-            target = stack["temporal_address"]
+            raise NoTemporalAddressError(
+                "no Temporal address: pass one, or set TEMPORAL_ADDRESS")
         client = await Client.connect(target, namespace=settings.temporal_namespace,
                                       data_converter=pydantic_data_converter)
         return cls(client, settings.task_queue, settings)
 
+    def _handle(self, session_id: str) -> WorkflowHandle[Any, SessionStatus]:
+        return self.client.get_workflow_handle(session_id, result_type=SessionStatus)
+
     def session(self, session_id: str) -> SessionHandle:
-        return SessionHandle(self.client.get_workflow_handle_for(
-            SessionWorkflow.run, session_id))  # type: ignore[arg-type]
+        """A handle on an existing session; no call is made until it is used."""
+        return SessionHandle(self._handle(session_id))
+
+    def _input(self, session_id: str, config: SessionConfig | None) -> SessionInput:
+        return SessionInput(session_id=session_id,
+                            config=config or session_config(self.settings))
 
     async def start_session(self, session_id: str | None = None,
                             config: SessionConfig | None = None) -> SessionHandle:
+        """Start a new session; `SessionExistsError` if the id was ever used."""
         session_id = session_id or f"session-{uuid.uuid4().hex[:12]}"
         try:
-            handle = await self.client.start_workflow(
-                SessionWorkflow.run,
-                SessionInput(session_id=session_id,
-                             config=config or session_config(self.settings)),
-                id=session_id, task_queue=self.task_queue,
+            handle: WorkflowHandle[Any, SessionStatus] = await self.client.start_workflow(
+                SESSION_WORKFLOW, self._input(session_id, config),
+                id=session_id, task_queue=self.task_queue, result_type=SessionStatus,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             )
-        except (WorkflowAlreadyStartedError, RPCError) as err:
-            if isinstance(err, RPCError) and "already" not in str(err).lower():
-                raise
-            raise SessionExistsError(f"session {session_id!r} exists already") from err
+        except WorkflowAlreadyStartedError as err:
+            raise already_started(session_id) from err
         return SessionHandle(handle)
 
     async def start_with_message(self, session_id: str, text: str,
                                  config: SessionConfig | None = None,
                                  ) -> tuple[SessionHandle, MessageAccepted]:
-        """Update-with-start: the first message acknowledged in the same call; reuses a
-        running session of that id rather than starting a second."""
-        start = WithStartWorkflowOperation(
-            SessionWorkflow.run,
-            SessionInput(session_id=session_id, config=config or session_config(self.settings)),
-            id=session_id, task_queue=self.task_queue,
+        """Update-with-start: the first message acknowledged in the same call. Reuses a
+        running session of that id rather than starting a second, and never starts a new
+        run under the id of one that has ended (`SessionStoppedError`)."""
+        start: WithStartWorkflowOperation[Any, SessionStatus] = WithStartWorkflowOperation(
+            SESSION_WORKFLOW, self._input(session_id, config),
+            id=session_id, task_queue=self.task_queue, result_type=SessionStatus,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         )
+        handle = self._handle(session_id)
         try:
-            accepted = await self.client.execute_update_with_start_workflow(
-                SessionWorkflow.send_message, UserMessage(text=text),
-                start_workflow_operation=start)
-        except WorkflowUpdateFailedError as err:
-            raise MessageRejectedError(str(err.cause or err)) from err
+            async with refusals(handle):
+                accepted: MessageAccepted = await self.client.execute_update_with_start_workflow(
+                    Handler.SEND_MESSAGE, UserMessage(text=text),
+                    start_workflow_operation=start, result_type=MessageAccepted)
+        except WorkflowAlreadyStartedError as err:
+            with suppress(WorkflowAlreadyStartedError):
+                await start.workflow_handle()  # the same error, retrieved: no warning
+            raise await start_with_message_refused(handle) from err
         return SessionHandle(await start.workflow_handle()), accepted

@@ -6,10 +6,11 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Unpack
 
 from temporalio.client import Client
 
-from keel.client import KeelClient, session_config
+from keel.client import KeelClient, SessionOverrides, session_config
 from schemas.config import KeelSettings, ModelSettings
 from schemas.session import SessionConfig
 from workers.worker import build_worker
@@ -33,5 +34,5 @@ async def keel_worker(client: Client, settings: KeelSettings) -> AsyncIterator[K
         yield KeelClient(client, settings.task_queue, settings)
 
 
-def small_config(settings: KeelSettings, **overrides: object) -> SessionConfig:
+def small_config(settings: KeelSettings, **overrides: Unpack[SessionOverrides]) -> SessionConfig:
     return session_config(settings, **overrides)

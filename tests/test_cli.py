@@ -146,6 +146,18 @@ async def test_clear_errors(cli_env):
     assert "not found" in out
 
 
+async def test_commands_find_the_dev_stack_from_its_stack_file(cli_env, tmp_path):
+    """Without TEMPORAL_ADDRESS / DATABASE_URL the commands read what `keel dev` wrote."""
+    (tmp_path / "stack.json").write_text(json.dumps({
+        "temporal_address": cli_env["TEMPORAL_ADDRESS"],
+        "database_url": cli_env["DATABASE_URL"]}))
+    from_file = dict(cli_env, TEMPORAL_ADDRESS="", DATABASE_URL="")
+    sid = f"nope-{uuid.uuid4().hex[:6]}"
+    out = await keel(from_file, "status", sid, code=1)
+    assert "not found" in out  # Temporal reached and asked
+    assert f"no messages for {sid}" in await keel(from_file, "record", sid)
+
+
 async def test_worker_process_serves_and_stops_on_sigterm(cli_env):
     env = {**os.environ, **cli_env}
     proc = subprocess.Popen([str(Path(sys.executable).parent / "keel"), "worker"], env=env,

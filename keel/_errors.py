@@ -1,0 +1,136 @@
+"""Every refusal a `keel.client` caller sees is decided here, and only here, by type:
+a session's own refusals by their `ApplicationError.type` (`schemas.session.Rejection`),
+Temporal's answers by exception class and `RPCStatusCode`; never by message text.
+
+What Temporal itself answers (checked against the dev server in tests/test_client.py):
+
+    start an id that exists (running or ended)  WorkflowAlreadyStartedError  SessionExistsError
+    start-with-message on an ended session      WorkflowAlreadyStartedError  SessionStoppedError
+    update / signal a session that has ended    RPCError NOT_FOUND           SessionStoppedError
+    update / signal / query an unknown id       RPCError NOT_FOUND           SessionNotFoundError
+
+Both NOT_FOUND cases carry the same status, so one `describe` tells them apart. Every
+message is one readable line: the refusal's own message, without an "ErrorType: " prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+from temporalio.client import (
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from schemas.session import Rejection, SessionStatus
+
+
+class KeelError(Exception):
+    """A refusal or misconfiguration worth one readable line to whoever called Keel."""
+
+
+class NoTemporalAddressError(KeelError):
+    """`KeelClient.connect` got no address and the settings have none."""
+
+
+class SessionExistsError(KeelError):
+    """A session with this id exists already; Keel never starts a second one."""
+
+
+class SessionNotFoundError(KeelError):
+    """No session has this id."""
+
+
+class MessageRejectedError(KeelError):
+    """The session refused the message (empty, too long, stopped); nothing was recorded."""
+
+
+class SessionStoppedError(MessageRejectedError):
+    """The session has ended (for example grown too long); start a new one."""
+
+
+class RecordFailedError(MessageRejectedError):
+    """The record could not take the message in time; nothing was kept, send it again."""
+
+
+class NoSuchInputError(KeelError):
+    """`wait_reply` for a seq the session never gave out."""
+
+
+REJECTIONS: dict[str, type[KeelError]] = {
+    Rejection.MESSAGE_REJECTED: MessageRejectedError,
+    Rejection.SESSION_STOPPED: SessionStoppedError,
+    Rejection.RECORD_FAILED: RecordFailedError,
+    Rejection.NO_SUCH_INPUT: NoSuchInputError,
+}
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def from_update_failure(err: WorkflowUpdateFailedError) -> KeelError:
+    """The session's validator or handler refused: its `Rejection` type names the error."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        kind = REJECTIONS.get(cause.type or "", MessageRejectedError)
+        return kind(one_line(cause.message))
+    return MessageRejectedError(one_line(str(cause or err)))
+
+
+def already_started(session_id: str) -> SessionExistsError:
+    return SessionExistsError(f"session {session_id!r} exists already")
+
+
+async def ended_or_unknown(handle: WorkflowHandle[Any, SessionStatus]) -> KeelError | None:
+    """Temporal answered NOT_FOUND: an ended session or an unknown id. None: it is running
+    after all (started meanwhile), so the original error stands."""
+    try:
+        described = await handle.describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return SessionNotFoundError(
+                f"session {handle.id!r} not found: is the session id right?")
+        raise
+    if described.status == WorkflowExecutionStatus.RUNNING:
+        return None
+    return SessionStoppedError(f"session {handle.id!r} has stopped: "
+                               f"{await _why_ended(handle, described.status)}")
+
+
+async def start_with_message_refused(handle: WorkflowHandle[Any, SessionStatus]
+                                     ) -> KeelError:
+    """Update-with-start reuses a running session, so only an ended one refuses the start
+    (the id is never reused): that session has stopped."""
+    return await ended_or_unknown(handle) or already_started(handle.id)
+
+
+async def _why_ended(handle: WorkflowHandle[Any, SessionStatus],
+                     status: WorkflowExecutionStatus | None) -> str:
+    if status == WorkflowExecutionStatus.COMPLETED:
+        with suppress(WorkflowFailureError, RPCError):
+            final = await handle.result(follow_runs=False)
+            if final.stopped_reason:
+                return one_line(final.stopped_reason)
+    return status.name.lower().replace("_", " ") if status else "ended"
+
+
+@asynccontextmanager
+async def refusals(handle: WorkflowHandle[Any, SessionStatus]) -> AsyncIterator[None]:
+    """Turn what a call on the session's handle raises into Keel's exceptions; anything
+    else (Temporal unreachable, a timeout) passes through unchanged."""
+    try:
+        yield
+    except WorkflowUpdateFailedError as err:
+        raise from_update_failure(err) from err
+    except RPCError as err:
+        mapped = await ended_or_unknown(handle) if err.status == RPCStatusCode.NOT_FOUND else None
+        if mapped is None:
+            raise
+        raise mapped from err
