@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -116,6 +117,11 @@ class FakeAnthropic:
     def _refuse(self, body: Any, message: str) -> ErrorStep:
         with self._lock:
             self.rejections.append(Rejection(400, message, body))
+        log = os.environ.get("FAKE_ANTHROPIC_REJECTIONS")
+        if log:  # where a run of the suite lists every refusal, for review
+            test = os.environ.get("PYTEST_CURRENT_TEST", "?")
+            with open(log, "a") as out:
+                out.write(json.dumps({"test": test, "message": message}) + "\n")
         return ErrorStep(400, "invalid_request_error", message)
 
     def _check(self, body: Any, *, count_tokens_endpoint: bool = False) -> str | None:
@@ -159,6 +165,8 @@ class FakeAnthropic:
             given = {**usage.as_usage(), **{k: v for k, v in given.items()
                                             if k not in usage.as_usage() and v is not None}}
         else:
+            given.setdefault("cache_creation_input_tokens", 0)
+            given.setdefault("cache_read_input_tokens", 0)
             usage = CacheUsage(int(given.get("cache_read_input_tokens") or 0),
                                int(given.get("cache_creation_input_tokens") or 0),
                                int(given["input_tokens"]), output)
