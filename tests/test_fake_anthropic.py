@@ -465,6 +465,13 @@ def test_push_reset_and_the_responder_still_work(client, fake):
         ask(client)  # no script, no responder
 
 
+def test_tool_definitions_can_be_left_uncounted(client, fake):
+    tools = [tool("read_file", "Read a file.")]
+    counted = ask(client, tools=tools).usage.input_tokens
+    fake.count_tool_definitions = False
+    assert ask(client, tools=tools).usage.input_tokens == whole_prompt() < counted
+
+
 def test_count_tokens_counts_the_whole_prompt(client):
     tools = [tool("read_file")]
     counted = client.messages.count_tokens(model=MODEL, messages=[user("hi")], tools=tools,

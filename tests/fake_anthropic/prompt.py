@@ -83,8 +83,9 @@ def message_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [b for b in content or [] if isinstance(b, dict)]
 
 
-def prompt_blocks(body: dict[str, Any]) -> list[Block]:
-    """Every block of the prompt in prefix order, with its tokens and prefix hash."""
+def prompt_blocks(body: dict[str, Any], *, count_tools: bool = True) -> list[Block]:
+    """Every block of the prompt in prefix order, with its tokens and prefix hash.
+    `count_tools=False`: tool definitions weigh nothing (they still key the cache)."""
     digest = hashlib.sha256(json.dumps(str(body.get("model", ""))).encode())
     blocks: list[Block] = []
 
@@ -97,7 +98,8 @@ def prompt_blocks(body: dict[str, Any]) -> list[Block]:
 
     for i, tool in enumerate(body.get("tools") or []):
         if isinstance(tool, dict):
-            add(f"tools.{i}", "tool:" + _content_key(tool), tool_tokens(tool), tool)
+            add(f"tools.{i}", "tool:" + _content_key(tool),
+                tool_tokens(tool) if count_tools else 0, tool)
     for i, item in enumerate(system_blocks(body)):
         add(f"system.{i}", "system:" + _content_key(item), block_tokens(item), item)
     for m, message in enumerate(body.get("messages") or []):
@@ -114,10 +116,11 @@ def prompt_blocks(body: dict[str, Any]) -> list[Block]:
     return blocks
 
 
-def request_tokens(body: dict[str, Any]) -> int:
+def request_tokens(body: dict[str, Any], *, count_tools: bool = True) -> int:
     """What the fake API counts for this request's whole prompt: tool definitions, system
     blocks and every message block, with Keel's tokenizer, plus a small per-message
     overhead."""
     empty = sum(1 for m in body.get("messages") or []
                 if isinstance(m, dict) and not message_blocks(m))
-    return sum(b.tokens for b in prompt_blocks(body)) + MESSAGE_OVERHEAD * empty
+    blocks = prompt_blocks(body, count_tools=count_tools)
+    return sum(b.tokens for b in blocks) + MESSAGE_OVERHEAD * empty

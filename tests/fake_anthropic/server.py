@@ -61,14 +61,17 @@ class FakeAnthropic:
     def __init__(self, responder: Responder | None = None, *, strict: bool = True,
                  context_window: int | None = None, max_output_tokens: int | None = None,
                  min_cacheable_tokens: int | None = None,
+                 count_tool_definitions: bool = True,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """`strict`: refuse, as the API does, requests that break its rules. The three
         limits default to the requested model's (see `models.py`); `context_window` may
-        also be set later as an attribute. `clock` drives cache TTLs (seconds)."""
+        also be set later as an attribute. `count_tool_definitions`: the tools' JSON counts
+        toward the prompt, as the API counts it. `clock` drives cache TTLs (seconds)."""
         self.strict = strict
         self.context_window = context_window
         self.max_output_tokens = max_output_tokens
         self.min_cacheable_tokens = min_cacheable_tokens
+        self.count_tool_definitions = count_tool_definitions
         self.script: list[Step] = []
         self.responder = responder
         self.requests: list[dict[str, Any]] = []
@@ -114,6 +117,10 @@ class FakeAnthropic:
             min_cacheable_tokens=(self.min_cacheable_tokens if self.min_cacheable_tokens
                                   is not None else base.min_cacheable_tokens))
 
+    def tokens(self, body: dict[str, Any]) -> int:
+        """The whole prompt of `body`, as this fake counts it."""
+        return request_tokens(body, count_tools=self.count_tool_definitions)
+
     def _refuse(self, body: Any, message: str) -> ErrorStep:
         with self._lock:
             self.rejections.append(Rejection(400, message, body))
@@ -126,10 +133,10 @@ class FakeAnthropic:
 
     def _check(self, body: Any, *, count_tokens_endpoint: bool = False) -> str | None:
         if self.strict:
-            return check_request(body, self.limits, request_tokens,
+            return check_request(body, self.limits, self.tokens,
                                  count_tokens_endpoint=count_tokens_endpoint)
         if self.context_window is not None and isinstance(body, dict):  # set by the test
-            return check_size(body, request_tokens(body), self.limits(body),
+            return check_size(body, self.tokens(body), self.limits(body),
                               count_tokens_endpoint=count_tokens_endpoint, output_limit=False)
         return None
 
@@ -153,8 +160,8 @@ class FakeAnthropic:
     def _with_usage(self, body: dict[str, Any], step: dict[str, Any]) -> dict[str, Any]:
         """The reply with its usage as the API would report it; the cache is read and
         written either way."""
-        blocks = prompt_blocks(body)
-        extra = request_tokens(body) - sum(b.tokens for b in blocks)
+        blocks = prompt_blocks(body, count_tools=self.count_tool_definitions)
+        extra = self.tokens(body) - sum(b.tokens for b in blocks)
         counted = self.cache.account(body, blocks, self.limits(body).min_cacheable_tokens,
                                      extra_tokens=extra)
         given = dict(step.get("usage") or {})
@@ -179,7 +186,7 @@ class FakeAnthropic:
         if problem:
             self._refuse(body, problem)
             return 400, ErrorStep(400, "invalid_request_error", problem).body("")
-        return 200, {"input_tokens": request_tokens(body)}
+        return 200, {"input_tokens": self.tokens(body)}
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
@@ -256,7 +263,7 @@ class FakeAnthropic:
                 started = {"id": f"msg_fake_{request_id}", "type": "message",
                            "role": "assistant", "model": body.get("model", "fake-model"),
                            "content": [], "stop_reason": None, "stop_sequence": None,
-                           "usage": {"input_tokens": request_tokens(body),
+                           "usage": {"input_tokens": fake.tokens(body),
                                      "output_tokens": 1}}
                 self._stream([message_start(started), sse("ping", {"type": "ping"}),
                               error_event(step.body(request_id))], request_id)
