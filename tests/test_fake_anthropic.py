@@ -360,6 +360,9 @@ def test_missing_fields(fake, body, message):
      "messages.2: Did not find 1 `tool_result` block(s) at the beginning of this message."
      " Messages following `tool_use` blocks must begin with a matching number of"
      " `tool_result` blocks."),
+    ({"messages": [user("hi"), {"role": "assistant", "content": [TOOL_USE, TOOL_USE]},
+                   {"role": "user", "content": [RESULT]}]},
+     "messages.1.content.1: `tool_use` ids must be unique"),
     ({"tools": [tool("read_file"), tool("read_file")]}, "tools: Tool names must be unique."),
     ({"tools": [tool("read.file")]},
      "tools.0.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'"),
@@ -456,8 +459,10 @@ def test_scripted_errors_are_shaped_as_the_apis(client, fake, step, status, kind
 
 
 def test_push_reset_and_the_responder_still_work(client, fake):
-    fake.push(text_message("one"), text_message("two"))
-    assert [ask(client).content[0].text for _ in range(3)] == ["one", "two", "ok"]
+    fake.push(text_message("one"), text_message("two", model="claude-opus-4-8"))
+    replies = [ask(client) for _ in range(3)]
+    assert [r.content[0].text for r in replies] == ["one", "two", "ok"]
+    assert [r.model for r in replies] == [MODEL, "claude-opus-4-8", MODEL]
     assert len(fake.requests) == 3 and fake.requests[0]["model"] == MODEL
     fake.reset()
     assert fake.requests == [] and fake.usages == []

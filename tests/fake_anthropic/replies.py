@@ -7,13 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _ids = itertools.count(1)
+DEFAULT_MODEL = "fake-model"  # a reply naming it is answered with the requested model
 
 
 def next_id(prefix: str) -> str:
     return f"{prefix}_fake_{next(_ids)}"
 
 
-def text_message(text: str, *, model: str = "fake-model", input_tokens: int | None = None,
+def text_message(text: str, *, model: str = DEFAULT_MODEL, input_tokens: int | None = None,
                  output_tokens: int = 5, stop_reason: str = "end_turn") -> dict[str, Any]:
     """A reply with one text block. Left as None, `input_tokens` (and the cache fields) are
     filled in from the request, as the API would count it."""
@@ -30,7 +31,7 @@ def text_message(text: str, *, model: str = "fake-model", input_tokens: int | No
 
 
 def tool_use_message(calls: list[tuple[str, dict[str, Any]]], *, text: str = "",
-                     model: str = "fake-model", input_tokens: int | None = None,
+                     model: str = DEFAULT_MODEL, input_tokens: int | None = None,
                      ) -> dict[str, Any]:
     content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     for name, args in calls:

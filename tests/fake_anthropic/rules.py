@@ -67,8 +67,14 @@ def _ids(blocks: list[dict[str, Any]], kind: str, field: str) -> list[str]:
 
 
 def _check_tool_pairing(messages: list[dict[str, Any]]) -> str | None:
+    seen: set[str] = set()
     for i, m in enumerate(messages):
         blocks = message_blocks(m)
+        for j, b in enumerate(blocks):
+            if b.get("type") == "tool_use":
+                if str(b.get("id")) in seen:
+                    return f"messages.{i}.content.{j}: `tool_use` ids must be unique"
+                seen.add(str(b.get("id")))
         # A tool_result answers a tool_use of the message just before it.
         if m["role"] == "user":
             before = messages[i - 1] if i > 0 else None

@@ -27,7 +27,7 @@ from typing import Any
 from tests.fake_anthropic.cache import CacheUsage, PromptCache
 from tests.fake_anthropic.models import ModelLimits, limits_for
 from tests.fake_anthropic.prompt import prompt_blocks, request_tokens
-from tests.fake_anthropic.replies import ErrorStep
+from tests.fake_anthropic.replies import DEFAULT_MODEL, ErrorStep
 from tests.fake_anthropic.rules import check_request, check_size
 from tests.fake_anthropic.stream import error_event, message_start, sse, stream_events
 
@@ -179,7 +179,10 @@ class FakeAnthropic:
                                int(given["input_tokens"]), output)
         with self._lock:
             self.usages.append(usage)
-        return {**step, "usage": given}
+        reply = {**step, "usage": given}
+        if reply.get("model") == DEFAULT_MODEL and isinstance(body.get("model"), str):
+            reply["model"] = body["model"]  # the API names the model that was asked for
+        return reply
 
     def count_tokens(self, body: Any) -> tuple[int, dict[str, Any]]:
         problem = self._check(body, count_tokens_endpoint=True)
