@@ -334,6 +334,8 @@ def post(fake, body: dict) -> Raw:
     ({"model": MODEL, "max_tokens": 5}, "messages: Field required"),
     ({"model": MODEL, "max_tokens": 5, "messages": []},
      "messages: at least one message is required"),
+    ({"model": MODEL, "max_tokens": 5, "messages": [{"role": "user"}]},
+     "messages.0.content: Field required"),
 ])
 def test_missing_fields(fake, body, message):
     response = post(fake, body)

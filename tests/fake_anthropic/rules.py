@@ -45,6 +45,8 @@ def check_messages(body: dict[str, Any]) -> str | None:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
             return f"messages.{i}.role: Input should be 'user' or 'assistant'"
+        if "content" not in m:
+            return f"messages.{i}.content: Field required"
         content = m.get("content")
         last_assistant = i == len(messages) - 1 and m["role"] == "assistant"
         if content in ("", []) and not last_assistant:
