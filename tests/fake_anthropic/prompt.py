@@ -1,0 +1,126 @@
+"""A request as the cache sees it: the prompt's blocks in prefix order, each with its tokens.
+
+The prefix order is tools, then system, then messages (as the API renders a prompt). Each
+block is counted with Keel's own tokenizer (`schemas.tokens.count_tokens`), block by block,
+so a prefix always measures the same whatever follows it. Each block carries the hash of
+the whole prefix up to and including it: two requests share a cached prefix exactly when
+those hashes agree. `cache_control` itself is not part of the content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+MESSAGE_OVERHEAD = 4  # tokens per message (role and separators), on its first block
+IMAGE_TOKENS = 1_000  # a fixed figure for an image or document block
+
+
+@dataclass(frozen=True)
+class Block:
+    where: str  # "tools.0", "system.1", "messages.2.content.0": the API's own paths
+    kind: str  # "tool", or the block's type
+    tokens: int
+    cache_control: dict[str, Any] | None
+    prefix_hash: str
+
+
+def _count(text: str) -> int:
+    from schemas.tokens import count_tokens
+
+    return count_tokens(text) if text else 0
+
+
+def _tool_result_text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(b.get("text", "") for b in content
+                       if isinstance(b, dict) and b.get("type") == "text")
+    return str(content or "")
+
+
+def block_tokens(block: dict[str, Any]) -> int:
+    kind = block.get("type")
+    if kind == "text":
+        return _count(block.get("text", ""))
+    if kind == "tool_use":
+        return _count(json.dumps(block.get("input", {})))
+    if kind == "tool_result":
+        extra = 0
+        if isinstance(block.get("content"), list):
+            extra = sum(IMAGE_TOKENS for b in block["content"]
+                        if isinstance(b, dict) and b.get("type") in ("image", "document"))
+        return _count(_tool_result_text(block.get("content"))) + extra
+    if kind in ("image", "document"):
+        return IMAGE_TOKENS
+    if kind == "thinking":
+        return _count(block.get("thinking", ""))
+    return _count(json.dumps(block, sort_keys=True))
+
+
+def tool_tokens(tool: dict[str, Any]) -> int:
+    shown = {k: tool[k] for k in ("name", "description", "input_schema") if k in tool}
+    return _count(json.dumps(shown, sort_keys=True))
+
+
+def _content_key(item: dict[str, Any]) -> str:
+    return json.dumps({k: v for k, v in item.items() if k != "cache_control"},
+                      sort_keys=True, default=str)
+
+
+def system_blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    system = body.get("system")
+    if isinstance(system, str):
+        return [{"type": "text", "text": system}] if system else []
+    return [b for b in system or [] if isinstance(b, dict)]
+
+
+def message_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [b for b in content or [] if isinstance(b, dict)]
+
+
+def prompt_blocks(body: dict[str, Any], *, count_tools: bool = True) -> list[Block]:
+    """Every block of the prompt in prefix order, with its tokens and prefix hash.
+    `count_tools=False`: tool definitions weigh nothing (they still key the cache)."""
+    digest = hashlib.sha256(json.dumps(str(body.get("model", ""))).encode())
+    blocks: list[Block] = []
+
+    def add(where: str, key: str, tokens: int, item: dict[str, Any]) -> None:
+        digest.update(key.encode() + b"\x00")
+        control = item.get("cache_control")
+        kind = "tool" if where.startswith("tools.") else str(item.get("type"))
+        blocks.append(Block(where, kind, tokens, control if isinstance(control, dict) else None,
+                            digest.copy().hexdigest()))
+
+    for i, tool in enumerate(body.get("tools") or []):
+        if isinstance(tool, dict):
+            add(f"tools.{i}", "tool:" + _content_key(tool),
+                tool_tokens(tool) if count_tools else 0, tool)
+    for i, item in enumerate(system_blocks(body)):
+        add(f"system.{i}", "system:" + _content_key(item), block_tokens(item), item)
+    for m, message in enumerate(body.get("messages") or []):
+        if not isinstance(message, dict):
+            continue
+        items = message_blocks(message)
+        if not items:  # an empty message still costs its overhead
+            digest.update(f"msg:{message.get('role')}:empty".encode())
+            continue
+        for j, item in enumerate(items):
+            head = f"msg:{message.get('role')}:" if j == 0 else "+"
+            tokens = block_tokens(item) + (MESSAGE_OVERHEAD if j == 0 else 0)
+            add(f"messages.{m}.content.{j}", head + _content_key(item), tokens, item)
+    return blocks
+
+
+def request_tokens(body: dict[str, Any], *, count_tools: bool = True) -> int:
+    """What the fake API counts for this request's whole prompt: tool definitions, system
+    blocks and every message block, with Keel's tokenizer, plus a small per-message
+    overhead."""
+    empty = sum(1 for m in body.get("messages") or []
+                if isinstance(m, dict) and not message_blocks(m))
+    blocks = prompt_blocks(body, count_tools=count_tools)
+    return sum(b.tokens for b in blocks) + MESSAGE_OVERHEAD * empty

@@ -1,0 +1,274 @@
+"""A fake Anthropic Messages API on loopback, scripted per test.
+
+The real `anthropic` SDK talks to it over HTTP, so retries, error mapping, tool use and
+streaming go through the real client. Each request is first checked against the rules
+the real API enforces (`strict`, on by default: a refused request is a 400 with the API's
+wording); then it pops the next scripted step; when the script is empty, the `responder`
+(if any) answers. Every request body is kept in `requests`; every answered request's
+usage in `usages`; every refusal's message in `rejections`.
+
+Usage is computed as the API does, prompt caching included (see `cache.py`): a step
+whose `usage.input_tokens` is None gets input, cache-read and cache-write tokens from the
+request; a step that sets `input_tokens` keeps the usage it gives.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from tests.fake_anthropic.cache import CacheUsage, PromptCache
+from tests.fake_anthropic.models import ModelLimits, limits_for
+from tests.fake_anthropic.prompt import prompt_blocks, request_tokens
+from tests.fake_anthropic.replies import DEFAULT_MODEL, ErrorStep
+from tests.fake_anthropic.rules import check_request, check_size
+from tests.fake_anthropic.stream import error_event, message_start, sse, stream_events
+
+Responder = Callable[[dict[str, Any]], dict[str, Any]]
+Step = dict[str, Any] | ErrorStep
+_request_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    status: int
+    message: str
+    body: Any
+
+
+class ManualClock:
+    """A clock a test moves by hand: `FakeAnthropic(clock=clock)`, then `clock.advance(301)`
+    to let a 5-minute cache entry expire."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class FakeAnthropic:
+    def __init__(self, responder: Responder | None = None, *, strict: bool = True,
+                 context_window: int | None = None, max_output_tokens: int | None = None,
+                 min_cacheable_tokens: int | None = None,
+                 count_tool_definitions: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """`strict`: refuse, as the API does, requests that break its rules. The three
+        limits default to the requested model's (see `models.py`); `context_window` may
+        also be set later as an attribute. `count_tool_definitions`: the tools' JSON counts
+        toward the prompt, as the API counts it. `clock` drives cache TTLs (seconds)."""
+        self.strict = strict
+        self.context_window = context_window
+        self.max_output_tokens = max_output_tokens
+        self.min_cacheable_tokens = min_cacheable_tokens
+        self.count_tool_definitions = count_tool_definitions
+        self.script: list[Step] = []
+        self.responder = responder
+        self.requests: list[dict[str, Any]] = []
+        self.usages: list[CacheUsage] = []
+        self.rejections: list[Rejection] = []
+        self.cache = PromptCache(clock)
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> FakeAnthropic:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def push(self, *steps: Step) -> None:
+        with self._lock:
+            self.script.extend(steps)
+
+    def reset(self, responder: Responder | None = None) -> None:
+        """Forget the script, the requests, the usages and the cache."""
+        with self._lock:
+            self.script.clear()
+            self.requests.clear()
+            self.usages.clear()
+            self.rejections.clear()
+            self.responder = responder
+        self.cache.clear()
+
+    def limits(self, body: dict[str, Any]) -> ModelLimits:
+        base = limits_for(str(body.get("model", "")))
+        return ModelLimits(
+            context_window=self.context_window or base.context_window,
+            max_output_tokens=self.max_output_tokens or base.max_output_tokens,
+            min_cacheable_tokens=(self.min_cacheable_tokens if self.min_cacheable_tokens
+                                  is not None else base.min_cacheable_tokens))
+
+    def tokens(self, body: dict[str, Any]) -> int:
+        """The whole prompt of `body`, as this fake counts it."""
+        return request_tokens(body, count_tools=self.count_tool_definitions)
+
+    def _refuse(self, body: Any, message: str) -> ErrorStep:
+        with self._lock:
+            self.rejections.append(Rejection(400, message, body))
+        log = os.environ.get("FAKE_ANTHROPIC_REJECTIONS")
+        if log:  # where a run of the suite lists every refusal, for review
+            test = os.environ.get("PYTEST_CURRENT_TEST", "?")
+            with open(log, "a") as out:
+                out.write(json.dumps({"test": test, "message": message}) + "\n")
+        return ErrorStep(400, "invalid_request_error", message)
+
+    def _check(self, body: Any, *, count_tokens_endpoint: bool = False) -> str | None:
+        if self.strict:
+            return check_request(body, self.limits, self.tokens,
+                                 count_tokens_endpoint=count_tokens_endpoint)
+        if self.context_window is not None and isinstance(body, dict):  # set by the test
+            return check_size(body, self.tokens(body), self.limits(body),
+                              count_tokens_endpoint=count_tokens_endpoint, output_limit=False)
+        return None
+
+    def _next(self, body: dict[str, Any]) -> Step:
+        with self._lock:
+            self.requests.append(body)
+        problem = self._check(body)
+        if problem:
+            return self._refuse(body, problem)
+        with self._lock:
+            if self.script:
+                return self.script.pop(0)
+            responder = self.responder
+        if responder is None:
+            return ErrorStep(500, message="fake server: script exhausted and no responder")
+        try:
+            return responder(body)
+        except Exception as err:  # a broken test responder shows as a non-retryable error
+            return ErrorStep(400, "invalid_request_error", f"fake responder failed: {err!r}")
+
+    def _with_usage(self, body: dict[str, Any], step: dict[str, Any]) -> dict[str, Any]:
+        """The reply with its usage as the API would report it; the cache is read and
+        written either way."""
+        blocks = prompt_blocks(body, count_tools=self.count_tool_definitions)
+        extra = self.tokens(body) - sum(b.tokens for b in blocks)
+        counted = self.cache.account(body, blocks, self.limits(body).min_cacheable_tokens,
+                                     extra_tokens=extra)
+        given = dict(step.get("usage") or {})
+        output = int(given.get("output_tokens") or 0)
+        if given.get("input_tokens") is None:
+            usage = CacheUsage(counted.cache_read, counted.cache_creation, counted.input,
+                               output, counted.creation_5m, counted.creation_1h)
+            given = {**usage.as_usage(), **{k: v for k, v in given.items()
+                                            if k not in usage.as_usage() and v is not None}}
+        else:
+            given.setdefault("cache_creation_input_tokens", 0)
+            given.setdefault("cache_read_input_tokens", 0)
+            usage = CacheUsage(int(given.get("cache_read_input_tokens") or 0),
+                               int(given.get("cache_creation_input_tokens") or 0),
+                               int(given["input_tokens"]), output)
+        with self._lock:
+            self.usages.append(usage)
+        reply = {**step, "usage": given}
+        if reply.get("model") == DEFAULT_MODEL and isinstance(body.get("model"), str):
+            reply["model"] = body["model"]  # the API names the model that was asked for
+        return reply
+
+    def count_tokens(self, body: Any) -> tuple[int, dict[str, Any]]:
+        problem = self._check(body, count_tokens_endpoint=True)
+        if problem:
+            self._refuse(body, problem)
+            return 400, ErrorStep(400, "invalid_request_error", problem).body("")
+        return 200, {"input_tokens": self.tokens(body)}
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, status: int, payload: dict[str, Any], request_id: str,
+                      headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.send_header("request-id", request_id)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _error(self, step: ErrorStep, request_id: str) -> None:
+                self._send(step.status, step.body(request_id), request_id, step.headers)
+
+            def _stream(self, parts: Any, request_id: str) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream; charset=utf-8")
+                self.send_header("cache-control", "no-cache")
+                self.send_header("request-id", request_id)
+                self.send_header("connection", "close")
+                self.end_headers()
+                for part in parts:
+                    self.wfile.write(part)
+                    self.wfile.flush()
+                self.close_connection = True
+
+            def do_POST(self) -> None:
+                request_id = f"req_fake_{next(_request_ids):06d}"
+                length = int(self.headers.get("content-length", "0"))
+                raw = self.rfile.read(length) or b"{}"
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    self._error(ErrorStep(400, "invalid_request_error",
+                                          "There was an error parsing the body of your"
+                                          " request."), request_id)
+                    return
+                path = self.path.split("?", 1)[0].rstrip("/")
+                if path == "/v1/messages/count_tokens":
+                    status, payload = fake.count_tokens(body)
+                    if status != 200:
+                        payload["request_id"] = request_id
+                    self._send(status, payload, request_id)
+                    return
+                if path != "/v1/messages":
+                    self._error(ErrorStep(404, "not_found_error", f"Not found: {self.path}"),
+                                request_id)
+                    return
+                step = fake._next(body)
+                streaming = isinstance(body, dict) and body.get("stream") is True
+                if isinstance(step, ErrorStep):
+                    if streaming and step.mid_stream:
+                        self._stream_error(body, step, request_id)
+                    else:
+                        self._error(step, request_id)
+                    return
+                step = fake._with_usage(body, step)
+                if streaming:
+                    self._stream(stream_events(step), request_id)
+                else:
+                    self._send(200, step, request_id)
+
+            def _stream_error(self, body: dict[str, Any], step: ErrorStep,
+                              request_id: str) -> None:
+                started = {"id": f"msg_fake_{request_id}", "type": "message",
+                           "role": "assistant", "model": body.get("model", "fake-model"),
+                           "content": [], "stop_reason": None, "stop_sequence": None,
+                           "usage": {"input_tokens": fake.tokens(body),
+                                     "output_tokens": 1}}
+                self._stream([message_start(started), sse("ping", {"type": "ping"}),
+                              error_event(step.body(request_id))], request_id)
+
+        return Handler
