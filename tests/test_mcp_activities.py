@@ -1,0 +1,268 @@
+"""MCP activities against real MCP servers (tests/mcp_servers/), over stdio and streamable
+HTTP on loopback, in temporalio's ActivityEnvironment: no Temporal server needed."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.mcp import (
+    MAX_RESULT_CHARS,
+    MCP_UNAVAILABLE,
+    CallMcpToolInput,
+    ListMcpToolsInput,
+    McpActivities,
+    McpCallResult,
+    McpFailure,
+)
+from schemas.mcp import McpServerSpec
+
+SERVERS = Path(__file__).parent / "mcp_servers"
+DOCS = str(SERVERS / "docs_server.py")
+BAD = str(SERVERS / "bad_server.py")
+HTTP_KEY = "docs-key-7f3a9c1e55"  # what the HTTP server demands in X-Docs-Key
+
+acts = McpActivities()
+
+
+def stdio_spec(script: str = DOCS, *, name: str = "docs", args: tuple[str, ...] = (),
+               env_names: tuple[str, ...] = (), **timeouts: float) -> McpServerSpec:
+    return McpServerSpec(name=name, stdio={"command": sys.executable,
+                                           "args": [script, *args],
+                                           "env_names": list(env_names)},
+                         **{"connect_s": 10, "list_s": 5, "call_s": 5, **timeouts})
+
+
+def http_spec(url: str, header_env: dict[str, str] | None = None, **timeouts: float):
+    return McpServerSpec(name="web", http={"url": url, "header_env": header_env or {}},
+                         **{"connect_s": 5, "list_s": 5, "call_s": 5, **timeouts})
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def docs_http_url() -> Iterator[str]:
+    """docs_server.py over streamable HTTP on a free loopback port, demanding HTTP_KEY."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, DOCS, "--http", str(port)],
+                            env={**os.environ, "DOCS_REQUIRED_KEY": HTTP_KEY},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"docs server exited: {proc.stderr.read().decode()}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("docs server did not listen within 20 s") from None
+            time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}/mcp"
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture
+def key_env(monkeypatch):
+    monkeypatch.setenv("KEEL_TEST_DOCS_KEY", HTTP_KEY)
+
+
+def env_with(heartbeat_s: float | None = None) -> tuple[ActivityEnvironment, list]:
+    env = ActivityEnvironment()
+    beats: list = []
+    env.on_heartbeat = lambda *details: beats.append(time.monotonic())
+    if heartbeat_s is not None:
+        env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=heartbeat_s))
+    return env, beats
+
+
+async def call(spec: McpServerSpec, tool: str, env: ActivityEnvironment | None = None,
+               **arguments) -> McpCallResult:
+    return await (env or ActivityEnvironment()).run(
+        acts.call_mcp_tool, CallMcpToolInput(server=spec, tool=tool, arguments=arguments))
+
+
+# --- listing -------------------------------------------------------------------------------
+
+
+async def test_list_over_stdio():
+    result = await ActivityEnvironment().run(acts.list_mcp_tools,
+                                             ListMcpToolsInput(server=stdio_spec()))
+    by_name = {tool.name: tool for tool in result.tools}
+    assert "mcp__docs__search_docs" in by_name and "mcp__docs__broken_lookup" in by_name
+    search = by_name["mcp__docs__search_docs"]
+    assert search.server == "docs" and search.original_name == "search_docs"
+    assert search.input_schema["properties"]["query"]["type"] == "string"
+    assert search.input_schema["required"] == ["query"]
+    assert "documentation" in search.description
+    assert search.to_anthropic()["name"] == "mcp__docs__search_docs"
+    assert result.problems == []
+
+
+async def test_list_over_http_with_header_from_named_env(docs_http_url, key_env):
+    spec = http_spec(docs_http_url, {"X-Docs-Key": "KEEL_TEST_DOCS_KEY"})
+    result = await ActivityEnvironment().run(acts.list_mcp_tools, ListMcpToolsInput(server=spec))
+    names = {tool.name for tool in result.tools}
+    assert {"mcp__web__search_docs", "mcp__web__env_probe"} <= names
+    # the secret is in neither the declaration nor the result
+    assert HTTP_KEY not in spec.model_dump_json() and HTTP_KEY not in result.model_dump_json()
+
+
+async def test_http_without_the_header_is_refused(docs_http_url):
+    with pytest.raises(ApplicationError) as info:
+        await ActivityEnvironment().run(acts.list_mcp_tools,
+                                        ListMcpToolsInput(server=http_spec(docs_http_url)))
+    assert info.value.type == MCP_UNAVAILABLE and info.value.non_retryable
+    assert "web" in str(info.value)
+
+
+async def test_list_server_down_raises_typed_error():
+    spec = http_spec(f"http://127.0.0.1:{free_port()}/mcp", connect_s=3)
+    started = time.monotonic()
+    with pytest.raises(ApplicationError) as info:
+        await ActivityEnvironment().run(acts.list_mcp_tools, ListMcpToolsInput(server=spec))
+    assert time.monotonic() - started < 4
+    assert info.value.type == MCP_UNAVAILABLE and info.value.non_retryable
+    assert info.value.details[0] in (McpFailure.UNREACHABLE, McpFailure.TIMEOUT)
+    assert "MCP server web" in str(info.value)
+
+
+async def test_list_never_initialized_times_out():
+    env, beats = env_with(heartbeat_s=0.6)
+    started = time.monotonic()
+    with pytest.raises(ApplicationError) as info:
+        await env.run(acts.list_mcp_tools,
+                      ListMcpToolsInput(server=stdio_spec(BAD, name="bad", args=("--no-init",),
+                                                          connect_s=1.5)))
+    assert time.monotonic() - started < 1.5 + 7  # plus the SDK's bounded process shutdown
+    assert info.value.type == MCP_UNAVAILABLE
+    assert info.value.details[0] == McpFailure.TIMEOUT
+    assert "did not answer connect and initialize within 1.5 s" in str(info.value)
+    assert len(beats) >= 3  # heartbeats while it waited
+
+
+# --- calls ---------------------------------------------------------------------------------
+
+
+async def test_call_over_stdio():
+    result = await call(stdio_spec(), "search_docs", query="refund")
+    assert not result.is_error and result.failure is None
+    assert "within 30 days" in result.text and "Shipping" not in result.text
+
+
+async def test_call_over_http(docs_http_url, key_env):
+    spec = http_spec(docs_http_url, {"X-Docs-Key": "KEEL_TEST_DOCS_KEY"})
+    result = await call(spec, "search_docs", query="support hours")
+    assert not result.is_error and "9:00 to 17:00" in result.text
+
+
+async def test_structured_content_as_json_text():
+    result = await call(stdio_spec(), "structured_count", query="refund")
+    assert not result.is_error
+    assert result.structured_json is not None and '"matches": 2' in result.structured_json
+
+
+async def test_tool_error_is_an_error_result():
+    result = await call(stdio_spec(), "broken_lookup", topic="billing")
+    assert result.is_error and result.failure == McpFailure.TOOL_ERROR
+    assert "being rebuilt" in result.text
+
+
+async def test_unknown_tool_is_an_error_result():
+    result = await call(stdio_spec(), "no_such_tool")
+    assert result.is_error and "no_such_tool" in result.text
+
+
+async def test_crash_mid_call_is_a_clear_error_within_the_timeout():
+    started = time.monotonic()
+    result = await call(stdio_spec(BAD, name="bad", call_s=5), "crash")
+    assert time.monotonic() - started < 5 + 3
+    assert result.is_error and result.failure == McpFailure.CRASHED, result
+    assert "MCP server bad closed the connection during tools/call crash" in result.text
+    assert "session goes on" in result.text
+
+
+async def test_hang_is_an_error_result_within_the_timeout():
+    env, beats = env_with(heartbeat_s=0.6)
+    started = time.monotonic()
+    result = await call(stdio_spec(BAD, name="bad", call_s=1.5), "hang", env)
+    assert time.monotonic() - started < 1.5 + 7
+    assert result.is_error and result.failure == McpFailure.TIMEOUT
+    assert result.text.startswith("MCP server bad did not answer tools/call hang within 1.5 s")
+    assert len(beats) >= 3
+
+
+async def test_stdio_command_missing_is_a_clear_error():
+    spec = McpServerSpec(name="ghost", stdio={"command": "/nonexistent/mcp-server"})
+    result = await call(spec, "anything")
+    assert result.is_error and result.failure == McpFailure.UNREACHABLE
+    assert "MCP server ghost could not be started" in result.text
+
+
+async def test_server_down_is_a_clear_error():
+    spec = http_spec(f"http://127.0.0.1:{free_port()}/mcp", connect_s=3)
+    started = time.monotonic()
+    result = await call(spec, "search_docs", query="x")
+    assert time.monotonic() - started < 4
+    assert result.is_error and result.failure in (McpFailure.UNREACHABLE, McpFailure.TIMEOUT)
+    assert result.text.startswith("MCP server web")
+
+
+# --- environment by name -------------------------------------------------------------------
+
+
+async def test_env_var_passed_by_name_and_blanked_out(monkeypatch):
+    secret = "s3cret-value-from-worker"
+    monkeypatch.setenv("KEEL_TEST_DOCS_TOKEN", secret)
+    monkeypatch.setenv("KEEL_TEST_NOT_PASSED", "not-for-the-server")
+    spec = stdio_spec(env_names=("KEEL_TEST_DOCS_TOKEN",))
+    result = await call(spec, "env_probe", name="KEEL_TEST_DOCS_TOKEN")
+    assert not result.is_error
+    # the server saw the value (its hash proves it), the result does not carry it
+    assert hashlib.sha256(secret.encode()).hexdigest() in result.text
+    assert secret not in result.model_dump_json()
+    assert "[$KEEL_TEST_DOCS_TOKEN]" in result.text
+    # a variable the spec does not name is not passed on
+    other = await call(spec, "env_probe", name="KEEL_TEST_NOT_PASSED")
+    assert "KEEL_TEST_NOT_PASSED is not set" in other.text
+
+
+async def test_missing_env_var_is_named_not_valued(monkeypatch):
+    monkeypatch.delenv("KEEL_TEST_ABSENT", raising=False)
+    spec = stdio_spec(env_names=("KEEL_TEST_ABSENT",))
+    result = await call(spec, "search_docs", query="x")
+    assert result.is_error and result.failure == McpFailure.MISSING_ENV
+    assert "KEEL_TEST_ABSENT" in result.text
+    with pytest.raises(ApplicationError) as info:
+        await ActivityEnvironment().run(acts.list_mcp_tools, ListMcpToolsInput(server=spec))
+    assert info.value.details[0] == McpFailure.MISSING_ENV and "KEEL_TEST_ABSENT" in str(
+        info.value)
+
+
+async def test_big_result_is_cut_with_a_note():
+    result = await call(stdio_spec(), "big_output", chars=MAX_RESULT_CHARS + 5000)
+    assert result.truncated and not result.is_error
+    assert len(result.text) < MAX_RESULT_CHARS + 200
+    assert f"[result cut at {MAX_RESULT_CHARS} of {MAX_RESULT_CHARS + 5000} characters]" in (
+        result.text)
