@@ -127,35 +127,51 @@ def scrub(text: str, secrets: dict[str, str]) -> str:
 
 def _transport(spec: McpServerSpec, env: dict[str, str]) -> Any:
     if spec.stdio is not None:
+        # The process gets the SDK's safe default environment (PATH, HOME, …) plus exactly
+        # the variables the spec names.
         params = StdioServerParameters(command=spec.stdio.command, args=spec.stdio.args,
                                        env={name: env[name] for name in spec.stdio.env_names})
         return stdio_client(params)
     assert spec.http is not None
-    headers = {header: env[env_name] for header, env_name in spec.http.header_env.items()}
-    http = httpx2.AsyncClient(
-        headers=headers,
-        timeout=httpx2.Timeout(spec.connect_s, read=max(spec.list_s, spec.call_s)))
-    return _HttpTransport(spec.http.url, http)
+    return _HttpTransport(spec, env)
 
 
 class _HttpTransport:
-    """streamable_http_client over our own httpx client, which it closes on exit."""
+    """streamable_http_client over our own httpx client: headers from the resolved env,
+    timeouts from the spec, and the last HTTP error status kept (the SDK turns a 401 or 500
+    into a bare JSON-RPC error), which it closes on exit."""
 
-    def __init__(self, url: str, http: httpx2.AsyncClient) -> None:
+    def __init__(self, spec: McpServerSpec, env: dict[str, str]) -> None:
+        assert spec.http is not None
+        self.url = spec.http.url
+        self.error_status: int | None = None
+        headers = {header: env[name] for header, name in spec.http.header_env.items()}
+        self._http = httpx2.AsyncClient(
+            headers=headers,
+            timeout=httpx2.Timeout(spec.connect_s, read=max(spec.list_s, spec.call_s)),
+            event_hooks={"response": [self._note_status]})
         self._stack = AsyncExitStack()
-        self._url, self._http = url, http
+
+    async def _note_status(self, response: httpx2.Response) -> None:
+        if response.status_code >= 400:
+            self.error_status = response.status_code
 
     async def __aenter__(self) -> Any:
         await self._stack.enter_async_context(self._http)
         try:
             return await self._stack.enter_async_context(
-                streamable_http_client(self._url, http_client=self._http))
+                streamable_http_client(self.url, http_client=self._http))
         except BaseException:
             await self._stack.aclose()
             raise
 
     async def __aexit__(self, *exc: object) -> bool | None:
         return await self._stack.__aexit__(*exc)
+
+
+_HTTP_HINT = {401: "not authorized: check the header variables this worker sends",
+              403: "forbidden: check the header variables this worker sends",
+              404: "no MCP endpoint at that URL"}
 
 
 def _leaf(err: BaseException) -> BaseException:
@@ -165,13 +181,19 @@ def _leaf(err: BaseException) -> BaseException:
     return err
 
 
-def _describe(spec: McpServerSpec, step: str, err: BaseException) -> _Fault:
+def _describe(spec: McpServerSpec, step: str, err: BaseException,
+              http_status: int | None = None) -> _Fault:
     """Put a failure during `step` into words."""
     err = _leaf(err)
     where = f"MCP server {spec.name}"
     tail = "; the session goes on without it"
     if isinstance(err, _Fault):
         return err
+    if isinstance(err, MCPError) and http_status is not None:
+        return _Fault(McpFailure.UNREACHABLE if http_status in (401, 403, 404)
+                      else McpFailure.PROTOCOL,
+                      f"{where} refused {step} with HTTP {http_status} "
+                      f"({_HTTP_HINT.get(http_status, err.message)}){tail}")
     if isinstance(err, MCPError):
         if err.code == mcp_types.CONNECTION_CLOSED:
             return _Fault(McpFailure.CRASHED,
@@ -209,19 +231,20 @@ def _heartbeat_interval() -> float:
     return DEFAULT_HEARTBEAT_S
 
 
-async def with_server(spec: McpServerSpec, step: str, step_timeout: float,
-                      work: Callable[[Client], Awaitable[_T]]) -> _T:
+async def with_server(spec: McpServerSpec, secrets: dict[str, str], step: str,
+                      step_timeout: float, work: Callable[[Client], Awaitable[_T]]) -> _T:
     """Open a session to the server, run `work` on it within `step_timeout`, close it.
 
-    Every failure comes out as a `_Fault` whose text holds no resolved secret.
+    `secrets` is `resolve_env(spec)`. Every failure comes out as a `_Fault` whose text holds
+    no resolved secret.
     """
-    secrets: dict[str, str] = {}
     heart = asyncio.create_task(_heartbeat_forever(_heartbeat_interval()))
     stack = AsyncExitStack()
     phase, limit = "connect and initialize", spec.connect_s
+    transport: Any = None
     try:
-        secrets = resolve_env(spec)
-        client = Client(_transport(spec, secrets), cache=None,
+        transport = _transport(spec, secrets)
+        client = Client(transport, cache=None,
                         client_info=mcp_types.Implementation(name="keel", version="0.1"))
         async with asyncio.timeout(limit):
             await stack.enter_async_context(client)
@@ -233,7 +256,8 @@ async def with_server(spec: McpServerSpec, step: str, step_timeout: float,
                      f"MCP server {spec.name} did not answer {phase} within "
                      f"{_seconds(limit)}; the session goes on without it") from None
     except Exception as err:
-        raise _scrubbed(_describe(spec, phase, err), secrets) from None
+        status = transport.error_status if isinstance(transport, _HttpTransport) else None
+        raise _scrubbed(_describe(spec, phase, err, status), secrets) from None
     finally:
         try:
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
@@ -330,7 +354,7 @@ class McpActivities:
             return out
 
         try:
-            return await with_server(spec, "tools/list", spec.list_s, work)
+            return await with_server(spec, resolve_env(spec), "tools/list", spec.list_s, work)
         except _Fault as fault:
             raise ApplicationError(fault.text, fault.kind.value, type=MCP_UNAVAILABLE,
                                    non_retryable=True) from None
@@ -346,6 +370,7 @@ class McpActivities:
 
         try:
             secrets.update(resolve_env(spec))
-            return await with_server(spec, f"tools/call {data.tool}", spec.call_s, work)
+            return await with_server(spec, secrets, f"tools/call {data.tool}", spec.call_s,
+                                     work)
         except _Fault as fault:
             return McpCallResult(text=fault.text, is_error=True, failure=fault.kind)

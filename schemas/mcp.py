@@ -7,7 +7,8 @@ Invariants:
 - A spec has exactly one transport, `stdio` or `http`.
 - A namespaced tool name is `mcp__<server>__<tool>`; it parses back to exactly the pair it was
   made from, so two servers can never clash. A tool whose namespaced name would break the
-  Messages API's rule for tool names is reported by `namespace_problem`, never renamed.
+  Messages API's rule for tool names (or whose schema the API would refuse, or that is too
+  big for workflow state) is reported with its reason, never renamed.
 
 These models travel in activity inputs and workflow state (Temporal histories): add fields
 only as optional with defaults, never rename or remove one.
@@ -15,6 +16,7 @@ only as optional with defaults, never rename or remove one.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Self
 
@@ -25,6 +27,11 @@ SERVER_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,32}$")
 API_TOOL_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token
+
+# What one tool may bring into workflow state (histories): a longer description is cut,
+# a larger input schema is reported and the tool left out.
+MAX_DESCRIPTION_CHARS = 4_000
+MAX_SCHEMA_CHARS = 50_000
 
 NAMESPACE_PREFIX = "mcp__"
 NAMESPACE_SEP = "__"
@@ -63,6 +70,10 @@ class McpHttp(BaseModel):
     def _http_url(cls, url: str) -> str:
         if not url.startswith(("http://", "https://")):
             raise ValueError("an MCP server's url must start with http:// or https://")
+        authority = url.split("//", 1)[1].split("/", 1)[0]
+        if "@" in authority:
+            raise ValueError("an MCP server's url may not carry credentials; name them in "
+                             "header_env instead")
         return url
 
     @field_validator("header_env")
@@ -175,13 +186,23 @@ class McpTool(BaseModel):
 
 def make_tool(server: str, tool: str, description: str | None,
               input_schema: dict[str, Any] | None) -> McpTool | str:
-    """An `McpTool`, or the reason (text) the tool cannot be offered."""
+    """An `McpTool`, or the reason (text) the tool cannot be offered to the model."""
     problem = namespace_problem(server, tool)
     if problem is not None:
         return problem
+    schema = input_schema or {"type": "object"}
+    if schema.get("type", "object") != "object":
+        return (f"tool {tool!r} of server {server!r}: its input schema's root is "
+                f"{schema.get('type')!r}, and the model API takes only an object")
+    size = len(json.dumps(schema, default=str))
+    if size > MAX_SCHEMA_CHARS:
+        return (f"tool {tool!r} of server {server!r}: its input schema is {size} characters, "
+                f"over {MAX_SCHEMA_CHARS}")
+    text = description or ""
+    if len(text) > MAX_DESCRIPTION_CHARS:
+        text = text[:MAX_DESCRIPTION_CHARS] + " [description cut]"
     return McpTool(name=namespaced_name(server, tool), server=server, original_name=tool,
-                   description=description or "",
-                   input_schema=input_schema or {"type": "object"})
+                   description=text, input_schema=schema)
 
 
 def anthropic_tools(tools: list[McpTool]) -> list[dict[str, Any]]:

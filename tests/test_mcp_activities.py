@@ -3,6 +3,7 @@ HTTP on loopback, in temporalio's ActivityEnvironment: no Temporal server needed
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import os
@@ -88,6 +89,18 @@ def key_env(monkeypatch):
     monkeypatch.setenv("KEEL_TEST_DOCS_KEY", HTTP_KEY)
 
 
+def bad_server_pids() -> list[int]:
+    """Live processes running this worktree's bad_server.py."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and BAD.encode() in (proc / "cmdline").read_bytes():
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
 def env_with(heartbeat_s: float | None = None) -> tuple[ActivityEnvironment, list]:
     env = ActivityEnvironment()
     beats: list = []
@@ -134,7 +147,17 @@ async def test_http_without_the_header_is_refused(docs_http_url):
         await ActivityEnvironment().run(acts.list_mcp_tools,
                                         ListMcpToolsInput(server=http_spec(docs_http_url)))
     assert info.value.type == MCP_UNAVAILABLE and info.value.non_retryable
-    assert "web" in str(info.value)
+    assert info.value.details[0] == McpFailure.UNREACHABLE
+    assert "MCP server web refused connect and initialize with HTTP 401" in str(info.value)
+
+
+async def test_http_wrong_header_value_is_refused_without_echoing_it(docs_http_url,
+                                                                    monkeypatch):
+    monkeypatch.setenv("KEEL_TEST_DOCS_KEY", "wrong-key-value-123")
+    spec = http_spec(docs_http_url, {"X-Docs-Key": "KEEL_TEST_DOCS_KEY"})
+    result = await call(spec, "search_docs", query="refund")
+    assert result.is_error and "HTTP 401" in result.text
+    assert "wrong-key-value-123" not in result.model_dump_json()
 
 
 async def test_list_server_down_raises_typed_error():
@@ -201,6 +224,7 @@ async def test_crash_mid_call_is_a_clear_error_within_the_timeout():
     assert result.is_error and result.failure == McpFailure.CRASHED, result
     assert "MCP server bad closed the connection during tools/call crash" in result.text
     assert "session goes on" in result.text
+    assert bad_server_pids() == []
 
 
 async def test_hang_is_an_error_result_within_the_timeout():
@@ -211,6 +235,20 @@ async def test_hang_is_an_error_result_within_the_timeout():
     assert result.is_error and result.failure == McpFailure.TIMEOUT
     assert result.text.startswith("MCP server bad did not answer tools/call hang within 1.5 s")
     assert len(beats) >= 3
+    assert bad_server_pids() == []  # the SDK's shutdown killed the hung server
+
+
+async def test_activity_cancel_propagates_and_stops_the_server():
+    env = ActivityEnvironment()
+    task = asyncio.create_task(call(stdio_spec(BAD, name="bad", call_s=30), "hang", env))
+    deadline = time.monotonic() + 10
+    while not bad_server_pids() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(1.0)  # inside the call by now
+    env.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 10)
+    assert bad_server_pids() == []
 
 
 async def test_stdio_command_missing_is_a_clear_error():

@@ -129,3 +129,23 @@ def test_accepted_names_fit_the_api_and_parse_back(server, tool):
         name = namespaced_name(server, tool)
         assert API_TOOL_NAME_RE.match(name)
         assert parse_namespaced(name) == (server, tool)
+
+
+def test_url_credentials_refused():
+    with pytest.raises(ValidationError, match="credentials"):
+        McpServerSpec(name="s", http={"url": "https://user:pw@example.test/mcp"})
+
+
+def test_non_object_schema_reported():
+    problem = make_tool("docs", "t", "d", {"type": "string"})
+    assert isinstance(problem, str) and "object" in problem
+
+
+def test_oversized_schema_reported_and_long_description_cut():
+    from schemas.mcp import MAX_DESCRIPTION_CHARS, MAX_SCHEMA_CHARS
+    big = {"type": "object", "description": "x" * MAX_SCHEMA_CHARS}
+    assert isinstance(make_tool("docs", "t", "", big), str)
+    tool = make_tool("docs", "t", "y" * (MAX_DESCRIPTION_CHARS + 10), None)
+    assert isinstance(tool, McpTool)
+    assert tool.description.endswith("[description cut]")
+    assert len(tool.description) < MAX_DESCRIPTION_CHARS + 30
