@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from schemas.mcp import McpServerSpec, McpTool, make_tool
+from schemas.mcp import CLOSE_TIMEOUT_S, McpServerSpec, McpTool, make_tool
 
 # --- contracts -----------------------------------------------------------------------------
 
@@ -83,8 +83,8 @@ class McpCallResult(BaseModel):
 MAX_RESULT_CHARS = 100_000
 MAX_LIST_PAGES = 50
 MAX_TOOLS = 500
+MAX_PROBLEMS = 50
 MIN_SECRET_CHARS = 4  # shorter values are not blanked out (they would blank ordinary text)
-CLOSE_TIMEOUT_S = 10.0  # the SDK bounds its own shutdown (~6.5 s for stdio); a backstop
 DEFAULT_HEARTBEAT_S = 5.0
 
 _T = TypeVar("_T")
@@ -325,36 +325,44 @@ class McpActivities:
     async def list_mcp_tools(self, data: ListMcpToolsInput) -> ListMcpToolsResult:
         spec = data.server
 
+        secrets: dict[str, str] = {}
+
         async def work(client: Client) -> ListMcpToolsResult:
             out = ListMcpToolsResult(server=spec.name,
                                      server_version=getattr(client.server_info, "version", "")
                                      or "")
+            problems: list[str] = []
             seen: set[str] = set()
             cursor: str | None = None
             for _ in range(MAX_LIST_PAGES):
                 page = await client.list_tools(cursor=cursor)
                 for tool in page.tools:
+                    shown = repr(tool.name[:80])
                     made = make_tool(spec.name, tool.name, tool.description, tool.input_schema)
                     if isinstance(made, str):
-                        out.problems.append(made)
+                        problems.append(made)
                     elif made.name in seen:
-                        out.problems.append(f"tool {tool.name!r} of server {spec.name!r} is "
-                                            "listed twice; the first is kept")
+                        problems.append(f"tool {shown} of server {spec.name!r} is listed "
+                                        "twice; the first is kept")
                     elif len(out.tools) >= MAX_TOOLS:
-                        out.problems.append(f"tool {tool.name!r} left out: over {MAX_TOOLS} "
-                                            "tools")
+                        problems.append(f"tool {shown} left out: over {MAX_TOOLS} tools")
                     else:
                         seen.add(made.name)
+                        made.description = scrub(made.description, secrets)
                         out.tools.append(made)
                 cursor = page.next_cursor
                 if cursor is None:
                     break
             else:
-                out.problems.append(f"listing stopped after {MAX_LIST_PAGES} pages")
+                problems.append(f"listing stopped after {MAX_LIST_PAGES} pages")
+            if len(problems) > MAX_PROBLEMS:
+                problems[MAX_PROBLEMS:] = [f"… and {len(problems) - MAX_PROBLEMS} more"]
+            out.problems = [scrub(problem, secrets) for problem in problems]
             return out
 
         try:
-            return await with_server(spec, resolve_env(spec), "tools/list", spec.list_s, work)
+            secrets.update(resolve_env(spec))
+            return await with_server(spec, secrets, "tools/list", spec.list_s, work)
         except _Fault as fault:
             raise ApplicationError(fault.text, fault.kind.value, type=MCP_UNAVAILABLE,
                                    non_retryable=True) from None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -32,6 +32,10 @@ HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token
 # a larger input schema is reported and the tool left out.
 MAX_DESCRIPTION_CHARS = 4_000
 MAX_SCHEMA_CHARS = 50_000
+
+# Closing a session is bounded too: the SDK stops a stdio server in at most ~6.5 s (close
+# stdin, 2 s, SIGTERM, 2 s, SIGKILL); the activity gives it this long at most.
+CLOSE_TIMEOUT_S = 10.0
 
 NAMESPACE_PREFIX = "mcp__"
 NAMESPACE_SEP = "__"
@@ -115,6 +119,12 @@ class McpServerSpec(BaseModel):
         if (self.stdio is None) == (self.http is None):
             raise ValueError(f"MCP server {self.name!r} needs exactly one of stdio or http")
         return self
+
+    def activity_timeout_s(self, step: Literal["list", "call"]) -> float:
+        """A start-to-close timeout for one activity on this server: the spec's own bounds
+        plus closing, plus a margin, so the activity's own error result always wins."""
+        return self.connect_s + (self.list_s if step == "list" else self.call_s) \
+            + CLOSE_TIMEOUT_S + 5.0
 
     def env_names(self) -> list[str]:
         """Every environment variable this server's declaration names, in order."""

@@ -130,7 +130,10 @@ async def test_list_over_stdio():
     assert search.input_schema["required"] == ["query"]
     assert "documentation" in search.description
     assert search.to_anthropic()["name"] == "mcp__docs__search_docs"
-    assert result.problems == []
+    # a name the model API would refuse is reported, not renamed
+    assert not any("search.v2" in tool.name or "search_v2" in tool.name
+                   for tool in result.tools)
+    assert len(result.problems) == 1 and "'search.v2'" in result.problems[0]
 
 
 async def test_list_over_http_with_header_from_named_env(docs_http_url, key_env):

@@ -149,3 +149,9 @@ def test_oversized_schema_reported_and_long_description_cut():
     assert isinstance(tool, McpTool)
     assert tool.description.endswith("[description cut]")
     assert len(tool.description) < MAX_DESCRIPTION_CHARS + 30
+
+
+def test_activity_timeout_covers_every_bound():
+    spec = McpServerSpec(name="s", stdio={"command": "x"}, connect_s=3, list_s=4, call_s=20)
+    assert spec.activity_timeout_s("list") > 3 + 4
+    assert spec.activity_timeout_s("call") > 3 + 20

@@ -63,6 +63,12 @@ def structured_count(query: str) -> dict[str, Any]:
     return {"query": query, "matches": len(hits)}
 
 
+@server.tool(name="search.v2")
+def search_v2(query: str) -> str:
+    """A name with a dot: valid in MCP, refused by the model API once namespaced."""
+    return search_docs(query)
+
+
 class _RequireKey:
     """ASGI wrapper: 401 unless the `X-Docs-Key` header equals `key`."""
 
