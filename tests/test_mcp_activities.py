@@ -203,8 +203,12 @@ async def test_call_over_http(docs_http_url, key_env):
     assert not result.is_error and "9:00 to 17:00" in result.text
 
 
-async def test_structured_content_as_json_text():
-    result = await call(stdio_spec(), "structured_count", query="refund")
+def keyed_http(url: str) -> McpServerSpec:
+    return http_spec(url, {"X-Docs-Key": "KEEL_TEST_DOCS_KEY"})
+
+
+async def test_structured_content_as_json_text(docs_http_url, key_env):
+    result = await call(keyed_http(docs_http_url), "structured_count", query="refund")
     assert not result.is_error
     assert result.structured_json is not None and '"matches": 2' in result.structured_json
 
@@ -215,8 +219,8 @@ async def test_tool_error_is_an_error_result():
     assert "being rebuilt" in result.text
 
 
-async def test_unknown_tool_is_an_error_result():
-    result = await call(stdio_spec(), "no_such_tool")
+async def test_unknown_tool_is_an_error_result(docs_http_url, key_env):
+    result = await call(keyed_http(docs_http_url), "no_such_tool")
     assert result.is_error and "no_such_tool" in result.text
 
 
@@ -270,6 +274,18 @@ async def test_server_down_is_a_clear_error():
     assert result.text.startswith("MCP server web")
 
 
+async def test_http_server_that_never_answers_times_out():
+    with socket.socket() as listener:  # accepts connections (the kernel does), never replies
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        spec = http_spec(f"http://127.0.0.1:{listener.getsockname()[1]}/mcp", connect_s=1)
+        started = time.monotonic()
+        result = await call(spec, "search_docs", query="x")
+    assert time.monotonic() - started < 1 + 3
+    assert result.is_error and result.failure == McpFailure.TIMEOUT
+    assert "did not answer connect and initialize within 1 s" in result.text
+
+
 # --- environment by name -------------------------------------------------------------------
 
 
@@ -301,9 +317,27 @@ async def test_missing_env_var_is_named_not_valued(monkeypatch):
         info.value)
 
 
-async def test_big_result_is_cut_with_a_note():
-    result = await call(stdio_spec(), "big_output", chars=MAX_RESULT_CHARS + 5000)
+async def test_big_result_is_cut_with_a_note(docs_http_url, key_env):
+    result = await call(keyed_http(docs_http_url), "big_output", chars=MAX_RESULT_CHARS + 5000)
     assert result.truncated and not result.is_error
     assert len(result.text) < MAX_RESULT_CHARS + 200
     assert f"[result cut at {MAX_RESULT_CHARS} of {MAX_RESULT_CHARS + 5000} characters]" in (
         result.text)
+
+
+# --- payloads ------------------------------------------------------------------------------
+
+
+def test_contracts_round_trip_through_the_data_converter(monkeypatch):
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    monkeypatch.setenv("KEEL_TEST_DOCS_KEY", HTTP_KEY)
+    converter = pydantic_data_converter.payload_converter
+    spec = http_spec("http://127.0.0.1:1/mcp", {"X-Docs-Key": "KEEL_TEST_DOCS_KEY"})
+    values = [CallMcpToolInput(server=spec, tool="search_docs", arguments={"query": "q"}),
+              ListMcpToolsInput(server=spec),
+              McpCallResult(text="t", is_error=True, failure=McpFailure.TIMEOUT)]
+    payloads = converter.to_payloads(values)
+    assert all(HTTP_KEY.encode() not in p.data for p in payloads)
+    back = converter.from_payloads(payloads, [type(v) for v in values])
+    assert back == values
