@@ -58,16 +58,19 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def docs_http_url() -> Iterator[str]:
+def docs_http_url(tmp_path_factory) -> Iterator[str]:
     """docs_server.py over streamable HTTP on a free loopback port, demanding HTTP_KEY."""
     port = free_port()
+    log_path = tmp_path_factory.mktemp("docs-http") / "stderr.log"
+    log = log_path.open("wb")  # a file, not a pipe: the server's logs can never block it
     proc = subprocess.Popen([sys.executable, DOCS, "--http", str(port)],
                             env={**os.environ, "DOCS_REQUIRED_KEY": HTTP_KEY},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=log)
     deadline = time.monotonic() + 20
     while True:
         if proc.poll() is not None:
-            raise RuntimeError(f"docs server exited: {proc.stderr.read().decode()}")
+            log.close()
+            raise RuntimeError(f"docs server exited: {log_path.read_text()}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 break
@@ -82,6 +85,8 @@ def docs_http_url() -> Iterator[str]:
         proc.wait(5)
     except subprocess.TimeoutExpired:
         proc.kill()
+        proc.wait(5)
+    log.close()
 
 
 @pytest.fixture
