@@ -265,9 +265,10 @@ async def with_server(spec: McpServerSpec, secrets: dict[str, str], step: str,
         except Exception as err:  # closing a broken connection: nothing left to tell
             activity.logger.debug("closing MCP server %s: %s", spec.name,
                                   scrub(repr(_leaf(err)), secrets))
-        heart.cancel()
-        with suppress(asyncio.CancelledError):
-            await heart
+        finally:
+            heart.cancel()
+            with suppress(asyncio.CancelledError):
+                await heart
 
 
 def _scrubbed(fault: _Fault, secrets: dict[str, str]) -> _Fault:
