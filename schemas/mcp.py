@@ -1,0 +1,219 @@
+"""MCP servers a session may use: their declaration, the namespacing of their tools, and
+how a tool is shown to the model. Pure: nothing here reads the environment or the network.
+
+Invariants:
+- A declaration never holds a secret: a stdio server's environment and an HTTP server's
+  header values are named by environment variable and resolved by the worker at call time.
+- A spec has exactly one transport, `stdio` or `http`.
+- A namespaced tool name is `mcp__<server>__<tool>`; it parses back to exactly the pair it was
+  made from, so two servers can never clash. A tool whose namespaced name would break the
+  Messages API's rule for tool names (or whose schema the API would refuse, or that is too
+  big for workflow state) is reported with its reason, never renamed.
+
+These models travel in activity inputs and workflow state (Temporal histories): add fields
+only as optional with defaults, never rename or remove one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+SERVER_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,32}$")
+# The Messages API's rule for a tool's name.
+API_TOOL_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token
+
+# What one tool may bring into workflow state (histories): a longer description is cut,
+# a larger input schema is reported and the tool left out.
+MAX_DESCRIPTION_CHARS = 4_000
+MAX_SCHEMA_CHARS = 50_000
+
+# Closing a session is bounded too: the SDK stops a stdio server in at most ~6.5 s (close
+# stdin, 2 s, SIGTERM, 2 s, SIGKILL); the activity gives it this long at most.
+CLOSE_TIMEOUT_S = 10.0
+
+NAMESPACE_PREFIX = "mcp__"
+NAMESPACE_SEP = "__"
+
+
+class McpStdio(BaseModel):
+    """Start `command args…` as a subprocess and speak MCP over its stdin/stdout.
+
+    `env_names` are environment variables the worker passes on, by name, with its own values.
+    """
+
+    command: str = Field(min_length=1)
+    args: list[str] = Field(default_factory=list)
+    env_names: list[str] = Field(default_factory=list)
+
+    @field_validator("env_names")
+    @classmethod
+    def _names_only(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not ENV_NAME_RE.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return names
+
+
+class McpHttp(BaseModel):
+    """Speak MCP's streamable HTTP transport to `url`.
+
+    `header_env` maps a header name to the environment variable whose value the worker sends.
+    """
+
+    url: str = Field(min_length=1)
+    header_env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError("an MCP server's url must start with http:// or https://")
+        authority = url.split("//", 1)[1].split("/", 1)[0]
+        if "@" in authority:
+            raise ValueError("an MCP server's url may not carry credentials; name them in "
+                             "header_env instead")
+        return url
+
+    @field_validator("header_env")
+    @classmethod
+    def _names_only(cls, header_env: dict[str, str]) -> dict[str, str]:
+        for header, env_name in header_env.items():
+            if not HEADER_NAME_RE.match(header):
+                raise ValueError(f"{header!r} is not an HTTP header name")
+            if not ENV_NAME_RE.match(env_name):
+                raise ValueError(f"{env_name!r} (for header {header!r}) is not an "
+                                 "environment variable name")
+        return header_env
+
+
+class McpServerSpec(BaseModel):
+    """One MCP server a session declares. Timeouts are seconds: `connect_s` bounds starting
+    or reaching the server and the initialize handshake, `list_s` the tool listing, `call_s`
+    one tool call."""
+
+    name: str
+    stdio: McpStdio | None = None
+    http: McpHttp | None = None
+    connect_s: float = Field(default=15.0, gt=0, le=300)
+    list_s: float = Field(default=15.0, gt=0, le=300)
+    call_s: float = Field(default=120.0, gt=0, le=3600)
+
+    @field_validator("name")
+    @classmethod
+    def _server_name(cls, name: str) -> str:
+        if not SERVER_NAME_RE.match(name):
+            raise ValueError(f"MCP server name {name!r} must match {SERVER_NAME_RE.pattern}")
+        if not _server_name_parses(name):
+            raise ValueError(f"MCP server name {name!r} may not hold '__' or end in '_': "
+                             "its tools' namespaced names would not parse back")
+        return name
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> Self:
+        if (self.stdio is None) == (self.http is None):
+            raise ValueError(f"MCP server {self.name!r} needs exactly one of stdio or http")
+        return self
+
+    def activity_timeout_s(self, step: Literal["list", "call"]) -> float:
+        """A start-to-close timeout for one activity on this server: the spec's own bounds
+        plus closing, plus a margin, so the activity's own error result always wins."""
+        return self.connect_s + (self.list_s if step == "list" else self.call_s) \
+            + CLOSE_TIMEOUT_S + 5.0
+
+    def env_names(self) -> list[str]:
+        """Every environment variable this server's declaration names, in order."""
+        if self.stdio is not None:
+            return list(self.stdio.env_names)
+        assert self.http is not None
+        return list(self.http.header_env.values())
+
+
+def _server_name_parses(server: str) -> bool:
+    return NAMESPACE_SEP not in server and not server.endswith("_")
+
+
+def namespaced_name(server: str, tool: str) -> str:
+    """The name the model sees for `tool` of `server`. It may break the API's rule: check
+    it with `namespace_problem` first."""
+    return f"{NAMESPACE_PREFIX}{server}{NAMESPACE_SEP}{tool}"
+
+
+def parse_namespaced(name: str) -> tuple[str, str] | None:
+    """(server, tool) of a namespaced name; None when `name` is no MCP tool's name.
+
+    The split is at the first `__` after the prefix. A server name holds no `__` and does
+    not end in `_` (the spec refuses such names), so every pair `namespace_problem` accepts
+    parses back to itself; the tool's own name may hold `__`.
+    """
+    if not name.startswith(NAMESPACE_PREFIX):
+        return None
+    rest = name[len(NAMESPACE_PREFIX):]
+    server, sep, tool = rest.partition(NAMESPACE_SEP)
+    if not sep or not server or not tool or not SERVER_NAME_RE.match(server):
+        return None
+    return server, tool
+
+
+def namespace_problem(server: str, tool: str) -> str | None:
+    """Why `tool` of `server` cannot be offered to the model, or None when it can."""
+    if not SERVER_NAME_RE.match(server) or not _server_name_parses(server):
+        return f"server name {server!r} is not a valid MCP server name"
+    if not tool:
+        return "the server offered a tool with an empty name"
+    name = namespaced_name(server, tool)
+    if not API_TOOL_NAME_RE.match(name):
+        if len(name) > 128:
+            return (f"tool {tool!r} of server {server!r}: its namespaced name {name[:60]!r}… "
+                    f"is {len(name)} characters, over the model API's 128")
+        return (f"tool {tool!r} of server {server!r}: its namespaced name holds characters "
+                "the model API refuses (only letters, digits, '_' and '-')")
+    if parse_namespaced(name) != (server, tool):
+        return f"tool {tool!r} of server {server!r}: its namespaced name would not parse back"
+    return None
+
+
+class McpTool(BaseModel):
+    """One tool an MCP server offers, as the session keeps it."""
+
+    name: str  # namespaced: what the model calls
+    server: str
+    original_name: str  # what the server calls it
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+
+    def to_anthropic(self) -> dict[str, Any]:
+        """The Messages API's tool definition."""
+        schema = dict(self.input_schema) if self.input_schema else {}
+        schema.setdefault("type", "object")
+        return {"name": self.name, "description": self.description, "input_schema": schema}
+
+
+def make_tool(server: str, tool: str, description: str | None,
+              input_schema: dict[str, Any] | None) -> McpTool | str:
+    """An `McpTool`, or the reason (text) the tool cannot be offered to the model."""
+    problem = namespace_problem(server, tool)
+    if problem is not None:
+        return problem
+    schema = input_schema or {"type": "object"}
+    if schema.get("type", "object") != "object":
+        return (f"tool {tool!r} of server {server!r}: its input schema's root is "
+                f"{schema.get('type')!r}, and the model API takes only an object")
+    size = len(json.dumps(schema, default=str))
+    if size > MAX_SCHEMA_CHARS:
+        return (f"tool {tool!r} of server {server!r}: its input schema is {size} characters, "
+                f"over {MAX_SCHEMA_CHARS}")
+    text = description or ""
+    if len(text) > MAX_DESCRIPTION_CHARS:
+        text = text[:MAX_DESCRIPTION_CHARS] + " [description cut]"
+    return McpTool(name=namespaced_name(server, tool), server=server, original_name=tool,
+                   description=text, input_schema=schema)
+
+
+def anthropic_tools(tools: list[McpTool]) -> list[dict[str, Any]]:
+    return [tool.to_anthropic() for tool in tools]
