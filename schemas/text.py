@@ -49,7 +49,7 @@ def storable_problem(text: str) -> str | None:
     if first is None:
         return None
     count = sum(1 for _ in _UNSTORABLE.finditer(text))
-    more = f" ({count} such code points in all)" if count > 1 else ""
+    more = f" ({count} unstorable code points in all)" if count > 1 else ""
     name, why = _what(first.group())
     return f"the text has {name} at offset {first.start()}{more}; {why}"
 
