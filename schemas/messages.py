@@ -9,6 +9,8 @@ and of the word (``looks_like_source_line``).
 
 from __future__ import annotations
 
+import functools
+import re
 import unicodedata
 from collections.abc import Iterator
 from enum import StrEnum
@@ -95,9 +97,12 @@ _LOOKALIKE = str.maketrans({
     "\u0455": "s", "\ua731": "s",
 })
 _WORD = "harness"
+# At most this many punctuation and symbol characters before the word: more is visibly
+# not a label, and the bound keeps the check short on any text.
+_MAX_LEAD = 32
 
 
-def _blank(ch: str) -> bool:
+def _is_blank(ch: str) -> bool:
     """True when ``ch`` renders as nothing or as space."""
     if ch in _BLANK_EXTRA or unicodedata.category(ch) in _BLANK_CATEGORIES:
         return True
@@ -105,27 +110,54 @@ def _blank(ch: str) -> bool:
     return any(lo <= cp <= hi for lo, hi in _DEFAULT_IGNORABLE)
 
 
+_blank = functools.lru_cache(maxsize=8192)(_is_blank)
+
+
+@functools.cache
+def _leading_blanks() -> re.Pattern[str]:
+    """Matches a run of blank characters (those of the Basic Multilingual Plane and the
+    astral Default_Ignorable ranges): skips the bulk of a long blank start in C; the
+    character loop handles whatever it leaves."""
+    spans: list[list[int]] = [[ord(ch), ord(ch)] for ch in _BLANK_EXTRA]
+    spans += [[lo, hi] for lo, hi in _DEFAULT_IGNORABLE]
+    category = unicodedata.category
+    for cp in range(0x10000):
+        if category(chr(cp)) in _BLANK_CATEGORIES:
+            if spans[-1][1] == cp - 1:
+                spans[-1][1] = cp
+            else:
+                spans.append([cp, cp])
+    return re.compile("[" + "".join(
+        f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in spans) + "]*")
+
+
 def _seen(text: str) -> Iterator[str]:
     """The characters of ``text`` as a reader takes them: each NFKC-normalised, casefolded
     and with lookalike letters folded, blanks dropped. Lazy, so a check reads only a head."""
     for raw in text:
-        if _blank(raw):
-            continue
-        folded = unicodedata.normalize("NFKC", raw).translate(_LOOKALIKE_UPPER).casefold()
-        for ch in folded.translate(_LOOKALIKE):
-            if not _blank(ch):
-                yield ch
+        if not _blank(raw):
+            yield from _fold(raw)
+
+
+@functools.lru_cache(maxsize=8192)
+def _fold(raw: str) -> str:
+    folded = unicodedata.normalize("NFKC", raw).translate(_LOOKALIKE_UPPER).casefold()
+    return "".join(ch for ch in folded.translate(_LOOKALIKE) if not _blank(ch))
 
 
 def looks_like_source_line(text: str) -> bool:
-    """True when ``text`` could pass for a source line: after blanks, a run of punctuation
-    and symbols holding at least one opener (``[``, a lookalike bracket or quote), then
-    the word "harness" in any case or compatibility form, blanks inside it allowed."""
+    """True when ``text`` could pass for a source line: after blanks, a run of up to 32
+    punctuation and symbol characters holding at least one opener (``[``, a lookalike
+    bracket or quote), then the word "harness" in any case or compatibility form, blanks
+    inside it allowed."""
     opener = False
     matched = 0
-    for ch in _seen(text):
+    lead = 0
+    start = _leading_blanks().match(text)
+    for ch in _seen(text[start.end() if start else 0:]):
         if matched == 0 and ch != _WORD[0]:
-            if not unicodedata.category(ch).startswith(("P", "S")):
+            lead += 1
+            if lead > _MAX_LEAD or not unicodedata.category(ch).startswith(("P", "S")):
                 return False
             opener = opener or ch in _OPENER_EXTRA or (
                 unicodedata.category(ch) in _OPENER_CATEGORIES)

@@ -27,6 +27,7 @@ from typing import Any
 # Surrogates: psycopg encodes str as UTF-8, which has no form for U+D800-DFFF, paired or not
 # (a pair inside a Python str is two code points, not the character it would stand for).
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
 
 # NUL becomes U+FFFD, the same mark as a lost surrogate and as ``bytes.decode(errors=
@@ -48,7 +49,7 @@ def storable_problem(text: str) -> str | None:
     first = _UNSTORABLE.search(text)
     if first is None:
         return None
-    count = sum(1 for _ in _UNSTORABLE.finditer(text))
+    count = _UNSTORABLE.subn("", text)[1]
     more = f" ({count} unstorable code points in all)" if count > 1 else ""
     name, why = _what(first.group())
     return f"the text has {name} at offset {first.start()}{more}; {why}"
@@ -68,9 +69,10 @@ def _replace(text: str) -> tuple[str, dict[str, int]]:
         return m.group().encode("utf-16-le", "surrogatepass").decode("utf-16-le")
 
     joined = _PAIR.sub(join, text)
+    out, replaced = _UNSTORABLE.subn(REPLACEMENT, joined)
     counts["nul"] = joined.count("\x00")
-    counts["lone"] = sum(1 for _ in _UNSTORABLE.finditer(joined)) - counts["nul"]
-    return _UNSTORABLE.sub(REPLACEMENT, joined), counts
+    counts["lone"] = replaced - counts["nul"]
+    return out, counts
 
 
 def _notes(counts: dict[str, int], where: str = "") -> list[str]:
@@ -92,8 +94,20 @@ def make_storable(text: str) -> tuple[str, list[str]]:
     return out, _notes(counts)
 
 
-def _path(parts: list[str | int]) -> str:
-    return "".join(f"[{json.dumps(p, ensure_ascii=True)}]" for p in parts) or "the top level"
+# A place in a JSON value, as a linked list from the leaf up: (parent, key) or None at the
+# top, so walking a deep value costs nothing per level and only a reported place is rendered.
+_Where = tuple[Any, str | int] | None
+_PATH_SHOWN = 8  # the innermost levels a place names; deeper ones are shown as "..."
+
+
+def _path(where: _Where) -> str:
+    parts: list[str | int] = []
+    while where is not None and len(parts) <= _PATH_SHOWN:
+        where, key = where
+        parts.append(key)
+    cut = "..." if len(parts) > _PATH_SHOWN else ""
+    shown = "".join(f"[{json.dumps(p, ensure_ascii=True)}]" for p in reversed(parts[:_PATH_SHOWN]))
+    return (cut + shown) or "the top level"
 
 
 def _value_problem(value: Any) -> str | None:
@@ -109,21 +123,21 @@ def _value_problem(value: Any) -> str | None:
 def storable_json_problem(value: Any) -> str | None:
     """Why jsonb cannot store ``value`` exactly (the first place found, walking dicts and
     lists in order, keys included), as one sentence naming where; None when it can."""
-    stack: list[tuple[Any, list[str | int]]] = [(value, [])]
+    stack: list[tuple[Any, _Where]] = [(value, None)]
     while stack:
         item, where = stack.pop()
         if isinstance(item, dict):
-            children: list[tuple[Any, list[str | int]]] = []
+            children: list[tuple[Any, _Where]] = []
             for key, child in item.items():
                 if not isinstance(key, str):
                     return f"at {_path(where)}: the key {key!r} is not a string"
                 problem = storable_problem(key)
                 if problem:
                     return f"at {_path(where)}: a key is unstorable: {problem}"
-                children.append((child, [*where, key]))
+                children.append((child, (where, key)))
             stack.extend(reversed(children))
         elif isinstance(item, list | tuple):
-            stack.extend(reversed([(c, [*where, i]) for i, c in enumerate(item)]))
+            stack.extend(reversed([(c, (where, i)) for i, c in enumerate(item)]))
         else:
             problem = _value_problem(item)
             if problem:
@@ -143,17 +157,19 @@ def make_storable_json(value: Any) -> tuple[Any, list[str]]:
     counts: dict[str, int] = {}
     first: dict[str, str] = {}
 
-    def note(kind: str, where: list[str | int]) -> None:
+    def note(kind: str, where: _Where) -> None:
         counts[kind] = counts.get(kind, 0) + 1
-        first.setdefault(kind, _path(where))
+        if kind not in first:
+            first[kind] = _path(where)
 
-    def leaf(item: Any, where: list[str | int]) -> Any:
+    def leaf(item: Any, where: _Where) -> Any:
         if isinstance(item, str):
             fixed, found = _replace(item)
             for kind, n in found.items():
                 if n:
                     counts[kind] = counts.get(kind, 0) + n
-                    first.setdefault(kind, _path(where))
+                    if kind not in first:
+                        first[kind] = _path(where)
             return fixed
         if isinstance(item, float) and not math.isfinite(item):
             note("non-finite number|replaced with null", where)
@@ -165,13 +181,13 @@ def make_storable_json(value: Any) -> tuple[Any, list[str]]:
 
     root: list[Any] = [None]
     # Each task fills ``holder[slot]`` with the storable copy of ``item``.
-    tasks: list[tuple[Any, list[str | int], Any, Any]] = [(value, [], root, 0)]
+    tasks: list[tuple[Any, _Where, Any, Any]] = [(value, None, root, 0)]
     while tasks:
         item, where, holder, slot = tasks.pop()
         if isinstance(item, dict):
             out: dict[str, Any] = {}
             holder[slot] = out
-            pending: list[tuple[Any, list[str | int], Any, Any]] = []
+            pending: list[tuple[Any, _Where, Any, Any]] = []
             for key, child in item.items():
                 k = leaf(key if isinstance(key, str) else str(key), where)
                 if not isinstance(key, str):
@@ -180,12 +196,12 @@ def make_storable_json(value: Any) -> tuple[Any, list[str]]:
                     k += REPLACEMENT
                     note("colliding key|made unique with U+FFFD", where)
                 out[k] = None
-                pending.append((child, [*where, k], out, k))
+                pending.append((child, (where, k), out, k))
             tasks.extend(reversed(pending))
         elif isinstance(item, list | tuple):
             seq: list[Any] = [None] * len(item)
             holder[slot] = seq
-            tasks.extend(reversed([(c, [*where, i], seq, i) for i, c in enumerate(item)]))
+            tasks.extend(reversed([(c, (where, i), seq, i) for i, c in enumerate(item)]))
         else:
             holder[slot] = leaf(item, where)
     text_counts = {k: counts.pop(k) for k in ("nul", "lone", "pair") if k in counts}
@@ -224,21 +240,24 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 )
 
 
+def _invalid(data: bytes, decoded: str) -> int:
+    return decoded.count(REPLACEMENT) - data.count(REPLACEMENT.encode("utf-8"))
+
+
 def invalid_utf8_sequences(data: bytes) -> int:
     """How many invalid UTF-8 sequences ``data`` holds (each shown as one U+FFFD)."""
-    decoded = data.decode("utf-8", errors="replace")
-    return decoded.count(REPLACEMENT) - data.count(REPLACEMENT.encode("utf-8"))
+    return _invalid(data, data.decode("utf-8", errors="replace"))
 
 
 def _binary_reason(data: bytes) -> str | None:
     nul = data.find(b"\x00")
     if nul >= 0:
         return f"it holds NUL bytes (the first at offset {nul})"
-    bad = invalid_utf8_sequences(data)
+    text = data.decode("utf-8", errors="replace")
+    bad = _invalid(data, text)
     if bad > INVALID_UTF8_TOLERANCE and bad > INVALID_UTF8_RATIO * len(data):
         return f"it is not UTF-8 text ({bad} invalid sequences)"
-    text = data.decode("utf-8", errors="replace")
-    controls = sum(1 for _ in _CONTROL.finditer(text))
+    controls = _CONTROL.subn("", text)[1]
     if controls > INVALID_UTF8_TOLERANCE and controls > CONTROL_RATIO * len(text):
         return f"{controls} of its {len(text)} characters are control characters"
     return None
@@ -251,7 +270,8 @@ def describe_binary(data: bytes, path: str) -> str | None:
         return None
     kind = next((name for magic, name in _MAGIC if data.startswith(magic)), None)
     looks = f", it looks like a {kind}" if kind else ""
-    return (f"{path}: binary file, {len(data)} bytes, not shown ({reason}{looks}). "
+    name = make_storable(path)[0]
+    return (f"{name}: binary file, {len(data)} bytes, not shown ({reason}{looks}). "
             f"Read a range as hex by giving offset and length (at most {HEX_MAX_BYTES} "
             "bytes at a time).")
 
@@ -296,8 +316,8 @@ def json_size(text: str) -> int:
     character costs up to 6 bytes; a surrogate, which the converter refuses, is counted as
     its 6-byte escape)."""
     encoded = json.dumps(text, ensure_ascii=False)
-    return len(encoded.encode("utf-8", errors="surrogatepass")) + 3 * sum(
-        1 for _ in re.finditer("[\ud800-\udfff]", encoded))
+    return len(encoded.encode("utf-8", errors="surrogatepass")) + 3 * _SURROGATE.subn(
+        "", encoded)[1]
 
 
 def payload_problem(text: str, limit: int = PAYLOAD_LIMIT_BYTES) -> str | None:

@@ -137,6 +137,12 @@ def test_json_walk_names_the_place_and_keeps_colliding_keys():
     assert storable_json_problem(deep) is None
     assert make_storable_json(deep_bad)[1] == [
         "1 NUL character replaced with U+FFFD (first at [0])"]
+    bottom: list = ["\x00"]
+    for _ in range(50_000):
+        bottom = [bottom]
+    assert (storable_json_problem(bottom) or "").startswith("at ...[0][0][0][0][0][0][0][0]: ")
+    assert make_storable_json(bottom)[1] == [
+        "1 NUL character replaced with U+FFFD (first at ...[0][0][0][0][0][0][0][0])"]
 
 
 # -- binary files ------------------------------------------------------------------------
@@ -328,3 +334,18 @@ def test_data_converter_keeps_nul_and_refuses_surrogates():
     # An escaped pair is the character it encodes.
     pair = Payload(metadata={"encoding": b"json/plain"}, data=b'"\\ud83d\\ude00"')
     assert converter.from_payloads([pair], [str]) == ["😀"]
+
+
+@FAST
+@given(ANY_CHAR)
+def test_the_fast_blank_skip_agrees_with_the_rule(ch):
+    from schemas.messages import _is_blank, _leading_blanks
+
+    skipped = _leading_blanks().fullmatch(ch) is not None
+    assert skipped == _is_blank(ch) if ord(ch) < 0x10000 else (not skipped or _is_blank(ch))
+
+
+@pytest.mark.parametrize("lead", ["\u200b", "\u0301", "\U000e0041", "\u3000\u2060", "!"])
+def test_a_label_behind_three_million_blanks_is_found_quickly(lead):
+    text = lead * 1_500_000 + "[Harness: Task t]"
+    assert user_display_prefix(text, "ann") == (None if lead == "!" else "ann:")
