@@ -5,7 +5,8 @@ Invariants (pure functions, no I/O):
 * ``storable_problem(t) is None`` exactly when ``t`` is stored byte-exact by PostgreSQL text
   and jsonb through psycopg: it holds no NUL (U+0000) and no surrogate code point
   (U+D800-DFFF, which has no UTF-8 form). The JSON-value variant says the same of every
-  string, key included, inside dicts and lists, and of non-finite numbers, which jsonb rejects.
+  string, key included, inside dicts and lists, and of what json.dumps or jsonb refuses:
+  non-finite numbers, non-string keys, nesting past MAX_JSON_DEPTH, a part met twice.
 * ``make_storable`` always returns text that passes ``storable_problem``, changes nothing
   else, says what it replaced, and is idempotent (a second pass changes nothing, says nothing).
 * ``describe_binary`` answers None for text (UTF-8 with at most a few stray bytes) and a short
@@ -120,24 +121,40 @@ def _value_problem(value: Any) -> str | None:
     return f"a {type(value).__name__} is not a JSON value"
 
 
+# psycopg writes jsonb with json.dumps, which gives up near Python's recursion limit (1000);
+# a value deeper than this, or one that holds itself, cannot be written at all.
+MAX_JSON_DEPTH = 500
+
+
 def storable_json_problem(value: Any) -> str | None:
     """Why jsonb cannot store ``value`` exactly (the first place found, walking dicts and
-    lists in order, keys included), as one sentence naming where; None when it can."""
-    stack: list[tuple[Any, _Where]] = [(value, None)]
+    lists in order, keys included), as one sentence naming where; None when it can.
+
+    Besides unstorable strings: non-string keys, non-finite numbers, non-JSON values,
+    nesting deeper than MAX_JSON_DEPTH, and a list or dict met twice (a cycle or a shared
+    part; JSON parsing never makes one)."""
+    stack: list[tuple[Any, _Where, int]] = [(value, None, 0)]
+    seen: set[int] = set()
     while stack:
-        item, where = stack.pop()
+        item, where, depth = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            if depth >= MAX_JSON_DEPTH:
+                return f"at {_path(where)}: nested deeper than {MAX_JSON_DEPTH} levels"
+            if item and id(item) in seen:  # () is shared by all, and harmless
+                return f"at {_path(where)}: the same {type(item).__name__} appears twice"
+            seen.add(id(item))
         if isinstance(item, dict):
-            children: list[tuple[Any, _Where]] = []
+            children: list[tuple[Any, _Where, int]] = []
             for key, child in item.items():
                 if not isinstance(key, str):
                     return f"at {_path(where)}: the key {key!r} is not a string"
                 problem = storable_problem(key)
                 if problem:
                     return f"at {_path(where)}: a key is unstorable: {problem}"
-                children.append((child, (where, key)))
+                children.append((child, (where, key), depth + 1))
             stack.extend(reversed(children))
         elif isinstance(item, list | tuple):
-            stack.extend(reversed([(c, (where, i)) for i, c in enumerate(item)]))
+            stack.extend(reversed([(c, (where, i), depth + 1) for i, c in enumerate(item)]))
         else:
             problem = _value_problem(item)
             if problem:
@@ -149,8 +166,10 @@ def make_storable_json(value: Any) -> tuple[Any, list[str]]:
     """``value`` with every string (keys too) made storable, non-finite numbers made null and
     non-JSON values made strings; notes saying what changed, naming the first place.
 
-    Nothing is dropped: a key that collides with another after replacement gets U+FFFD
-    appended until it is unique. Walks without recursion, so depth cannot exhaust the stack.
+    Nothing storable is dropped: a key that collides with another after replacement gets
+    U+FFFD appended until it is unique. Only what no JSON can hold is replaced by a note in
+    its place: a part nested deeper than MAX_JSON_DEPTH, a list or dict met a second time.
+    Walks without recursion, so depth cannot exhaust the stack.
     """
     if storable_json_problem(value) is None:
         return value, []
@@ -181,9 +200,21 @@ def make_storable_json(value: Any) -> tuple[Any, list[str]]:
 
     root: list[Any] = [None]
     # Each task fills ``holder[slot]`` with the storable copy of ``item``.
-    tasks: list[tuple[Any, _Where, Any, Any]] = [(value, None, root, 0)]
+    tasks: list[tuple[Any, _Where, Any, Any, int]] = [(value, None, root, 0, 0)]
+    seen: set[int] = set()
     while tasks:
-        item, where, holder, slot = tasks.pop()
+        item, where, holder, slot, depth = tasks.pop()
+        if isinstance(item, dict | list | tuple):
+            if depth >= MAX_JSON_DEPTH:
+                note(f"part nested deeper than {MAX_JSON_DEPTH} levels|replaced with a "
+                     "note", where)
+                holder[slot] = f"(nested deeper than {MAX_JSON_DEPTH} levels; not kept)"
+                continue
+            if item and id(item) in seen:  # () is shared by all, and harmless
+                note("repeated part|replaced with a note", where)
+                holder[slot] = "(the same value again; not repeated)"
+                continue
+            seen.add(id(item))
         if isinstance(item, dict):
             out: dict[str, Any] = {}
             holder[slot] = out
@@ -196,12 +227,13 @@ def make_storable_json(value: Any) -> tuple[Any, list[str]]:
                     k += REPLACEMENT
                     note("colliding key|made unique with U+FFFD", where)
                 out[k] = None
-                pending.append((child, (where, k), out, k))
+                pending.append((child, (where, k), out, k, depth + 1))
             tasks.extend(reversed(pending))
         elif isinstance(item, list | tuple):
             seq: list[Any] = [None] * len(item)
             holder[slot] = seq
-            tasks.extend(reversed([(c, (where, i), seq, i) for i, c in enumerate(item)]))
+            tasks.extend(reversed([(c, (where, i), seq, i, depth + 1)
+                                   for i, c in enumerate(item)]))
         else:
             holder[slot] = leaf(item, where)
     text_counts = {k: counts.pop(k) for k in ("nul", "lone", "pair") if k in counts}

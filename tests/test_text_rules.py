@@ -133,16 +133,24 @@ def test_json_walk_names_the_place_and_keeps_colliding_keys():
     deep: list = []
     for _ in range(50_000):  # deeper than any recursion limit
         deep = [deep]
-    deep_bad = ["\x00", deep]
-    assert storable_json_problem(deep) is None
-    assert make_storable_json(deep_bad)[1] == [
-        "1 NUL character replaced with U+FFFD (first at [0])"]
-    bottom: list = ["\x00"]
-    for _ in range(50_000):
-        bottom = [bottom]
-    assert (storable_json_problem(bottom) or "").startswith("at ...[0][0][0][0][0][0][0][0]: ")
-    assert make_storable_json(bottom)[1] == [
+    problem = storable_json_problem(deep) or ""
+    assert problem.startswith("at ...[0][0][0][0][0][0][0][0]: nested deeper than 500")
+    out, notes = make_storable_json(["\x00", deep])
+    assert notes == ["1 NUL character replaced with U+FFFD (first at [0])",
+                     "1 part nested deeper than 500 levels replaced with a note "
+                     "(first at ...[0][0][0][0][0][0][0][0])"]
+    json.dumps(out)  # writable now
+    fine: list = ["\x00"]
+    for _ in range(400):
+        fine = [fine]
+    assert make_storable_json(fine)[1] == [
         "1 NUL character replaced with U+FFFD (first at ...[0][0][0][0][0][0][0][0])"]
+    cycle: list = [1]
+    cycle.append(cycle)
+    cycle.append(cycle)
+    assert storable_json_problem(cycle) == "at [1]: the same list appears twice"
+    out, notes = make_storable_json(cycle)
+    assert out[1] == "(the same value again; not repeated)" and json.dumps(out)
 
 
 # -- binary files ------------------------------------------------------------------------
