@@ -1,0 +1,211 @@
+"""The session event stream on a real Temporal dev server with a real worker: order and
+content, late subscribers from an offset, continue-as-new, a worker restart, retention, and
+the delta latency (printed, not asserted)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import statistics
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
+
+from keel.events import EventsMissed, session_events
+from schemas.events import (
+    EventType,
+    InputRecorded,
+    SessionEnded,
+    TextDelta,
+    TurnEnded,
+    event_json,
+)
+from tests.event_stream_workflow import EventStreamWorkflow, Say, StreamInput, generate
+
+TIMEOUT = 60
+
+
+@asynccontextmanager
+async def stream_worker(client: Client, queue: str) -> AsyncIterator[Worker]:
+    worker = Worker(client, task_queue=queue, workflows=[EventStreamWorkflow],
+                    activities=[generate])
+    async with worker:
+        yield worker
+
+
+class Collector:
+    """A subscriber running in the background, keeping every (offset, event) it gets."""
+
+    def __init__(self, client: Client, session_id: str, after: int = 0) -> None:
+        self.items: list[tuple[int, object]] = []
+        self.received_at: list[datetime] = []
+        self.changed = asyncio.Event()
+        self.task = asyncio.create_task(self._run(client, session_id, after))
+
+    async def _run(self, client: Client, session_id: str, after: int) -> None:
+        async for offset, event in session_events(client, session_id, after=after):
+            self.items.append((offset, event))
+            self.received_at.append(datetime.now(UTC))
+            self.changed.set()
+
+    async def wait_for(self, pred, timeout: float = TIMEOUT) -> None:
+        async def loop() -> None:
+            while not pred(self.items):
+                self.changed.clear()
+                await self.changed.wait()
+        await asyncio.wait_for(loop(), timeout)
+
+    async def done(self) -> list[tuple[int, object]]:
+        await asyncio.wait_for(self.task, TIMEOUT)
+        return self.items
+
+
+def turn_ended(n: int):
+    return lambda items: any(isinstance(e, TurnEnded) and e.turn == n for _, e in items)
+
+
+def chunks(turn: int, n: int = 3, size: int = 250) -> list[str]:
+    return [f"[t{turn}c{i}]".ljust(size, "x") for i in range(n)]
+
+
+async def start(client: Client, queue: str, **kw) -> WorkflowHandle:
+    session_id = f"events-{uuid.uuid4().hex[:8]}"
+    return await client.start_workflow(
+        EventStreamWorkflow.run, StreamInput(session_id=session_id, **kw),
+        id=session_id, task_queue=queue)
+
+
+async def run_turn(handle: WorkflowHandle, live: Collector, turn: int, **kw) -> None:
+    await handle.execute_update(EventStreamWorkflow.say, Say(chunks=chunks(turn, **kw)))
+    await live.wait_for(turn_ended(turn))
+
+
+def dumps(items: list[tuple[int, object]]) -> list[tuple[int, bytes]]:
+    return [(o, event_json(e)) for o, e in items]  # type: ignore[arg-type]
+
+
+def check_turns(items: list[tuple[int, object]], turns: int) -> None:
+    """Offsets 0.. with no gap or repeat; each turn's events in order, its deltas spelling
+    out exactly its reply."""
+    assert [o for o, _ in items] == list(range(len(items)))
+    events = [e for _, e in items]
+    assert not any(isinstance(e, EventsMissed) for e in events)
+    for turn in range(1, turns + 1):
+        mine = [e for e in events if getattr(e, "turn", None) == turn
+                and e.type not in (EventType.SESSION_STOPPED, EventType.SESSION_ENDED)]
+        kinds = [e.type for e in mine]  # type: ignore[attr-defined]
+        deltas = [e for e in mine if isinstance(e, TextDelta)]
+        assert kinds == [EventType.INPUT_RECORDED, EventType.TURN_STARTED,
+                         *[EventType.TEXT_DELTA] * len(deltas), EventType.TOOL_CALLED,
+                         EventType.TOOL_RESULT, EventType.TURN_ENDED], kinds
+        ended = mine[-1]
+        assert isinstance(ended, TurnEnded)
+        reply = "".join(chunks(turn))
+        assert "".join(d.text for d in deltas) == reply
+        assert [d.index for d in deltas] == list(range(len(deltas)))
+        assert [d.start for d in deltas] == [sum(len(x.text) for x in deltas[:i])
+                                             for i in range(len(deltas))]
+        assert all(d.reply_seq == ended.reply_seq for d in deltas)
+        assert ended.reply_chars == len(reply)
+        assert ended.reply_preview.startswith(f"[t{turn}c0]")
+    assert isinstance(events[-1], SessionEnded)
+
+
+async def test_order_late_subscribers_and_continue_as_new(client: Client) -> None:
+    queue = f"events-{uuid.uuid4().hex[:8]}"
+    async with stream_worker(client, queue):
+        handle = await start(client, queue, can_every=10)
+        live = Collector(client, handle.id)
+        for turn in (1, 2):
+            await run_turn(handle, live, turn)
+        # A subscriber that connects late, mid-session, from an offset.
+        late = Collector(client, handle.id, after=5)
+        for turn in (3, 4, 5):
+            await run_turn(handle, live, turn)
+        runs = await handle.query(EventStreamWorkflow.run_number)
+        await handle.signal(EventStreamWorkflow.stop, "done")
+        items = await live.done()
+        late_items = await late.done()
+        total = await handle.result()
+        # One more, after the session has ended: it reads the closed run's retained events.
+        after_end = await Collector(client, handle.id, after=17).done()
+    print(f"\n{len(items)} events over {runs} runs")
+    assert runs >= 3  # the stream went through continue-as-new more than once
+    assert total == len(items)
+    check_turns(items, 5)
+    assert dumps(late_items) == dumps(items[5:])
+    assert dumps(after_end) == dumps(items[17:])
+
+
+async def test_events_survive_a_worker_restart(client: Client) -> None:
+    queue = f"events-{uuid.uuid4().hex[:8]}"
+    async with stream_worker(client, queue):
+        handle = await start(client, queue, can_every=12)
+        live = Collector(client, handle.id)
+        for turn in (1, 2):
+            await run_turn(handle, live, turn)
+    before = len(live.items)
+    # No worker: the subscriber waits; a new worker (an empty cache: it replays) takes over.
+    await asyncio.sleep(1)
+    async with stream_worker(client, queue):
+        late = Collector(client, handle.id, after=3)
+        for turn in (3, 4):
+            await run_turn(handle, live, turn)
+        await handle.signal(EventStreamWorkflow.stop, "done")
+        items = await live.done()
+        late_items = await late.done()
+        runs = await handle.query(EventStreamWorkflow.run_number)
+    print(f"\n{before} events before the restart, {len(items)} in all, {runs} runs")
+    check_turns(items, 4)
+    assert dumps(late_items) == dumps(items[3:])
+
+
+async def test_retention_says_what_a_late_subscriber_missed(client: Client) -> None:
+    queue = f"events-{uuid.uuid4().hex[:8]}"
+    async with stream_worker(client, queue):
+        handle = await start(client, queue, can_every=8, retain_events=6)
+        live = Collector(client, handle.id)
+        for turn in (1, 2, 3):
+            await run_turn(handle, live, turn)
+        await handle.signal(EventStreamWorkflow.stop, "done")
+        items = await live.done()
+        late = await Collector(client, handle.id, after=2).done()
+    # So small a window can drop events before even a live subscriber polls again: it is
+    # told so, never silently.
+    for (a, _), (b, e) in itertools.pairwise(items):
+        assert b == a + 1 or (isinstance(e, EventsMissed) and e.missed_from == a + 1
+                              and e.missed_to == b + 1), (a, b, e)
+    first, notice = late[0]
+    assert isinstance(notice, EventsMissed)
+    assert notice.missed_from == 2 and notice.missed_to == first + 1 > 2
+    tail = late[1:]
+    assert [o for o, _ in tail] == list(range(first + 1, first + 1 + len(tail)))
+    assert isinstance(tail[-1][1], SessionEnded)
+    assert len(tail) <= 6 + 8 + 2  # what the last carry kept, the last run's, the end
+    live_tail = [(o, e) for o, e in items if o > first]
+    assert dumps(tail) == dumps(live_tail)
+
+
+async def test_delta_latency(client: Client) -> None:
+    queue = f"events-{uuid.uuid4().hex[:8]}"
+    async with stream_worker(client, queue):
+        handle = await start(client, queue)
+        live = Collector(client, handle.id)
+        await handle.execute_update(EventStreamWorkflow.say, Say(
+            chunks=[f"<{i}>".ljust(200, ".") for i in range(50)], gap_ms=200))
+        await live.wait_for(turn_ended(1))
+        await handle.signal(EventStreamWorkflow.stop, "done")
+        await live.done()
+    lags = [(got - e.at).total_seconds() * 1000
+            for (_, e), got in zip(live.items, live.received_at, strict=True)
+            if isinstance(e, TextDelta)]
+    lags.sort()
+    assert len(lags) == 50
+    assert not any(isinstance(e, InputRecorded) and e.seq != 1 for _, e in live.items)
+    print(f"\ndelta latency, activity publish -> subscriber, n={len(lags)}: "
+          f"median {statistics.median(lags):.0f} ms, p90 {lags[int(len(lags) * 0.9)]:.0f} ms, "
+          f"max {lags[-1]:.0f} ms")
