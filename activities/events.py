@@ -33,6 +33,7 @@ INTERVAL = timedelta(milliseconds=100)
 MAX_CHARS = 200
 SEND_TIMEOUT = timedelta(seconds=5)  # one signal; on timeout the batch is retried next tick
 CLOSE_TIMEOUT = timedelta(seconds=5)  # what the activity's end waits for unsent deltas
+LOG_EVERY = 50  # failed sends between two log lines
 MAX_RETRY = timedelta(minutes=2)  # one batch is dropped after this; < workflows.events TTL
 
 
@@ -120,8 +121,9 @@ class DeltaPublisher:
             raise
         except Exception as err:
             self.failures += 1
-            log.warning("text deltas for reply #%s not sent (will retry): %r",
-                        self.reply_seq, err)
+            if self.failures % LOG_EVERY == 1:  # every tick would flood the log
+                log.warning("text deltas for reply #%s not sent (%d failures; will retry): %r",
+                            self.reply_seq, self.failures, err)
 
     async def _run(self) -> None:
         # Stopped by `_closing`, not by cancellation: on Python 3.11 `asyncio.wait_for` can

@@ -4,7 +4,9 @@ Invariant: events come in offset order, each once, from `after` on, following th
 across continue-as-new; the iterator ends after the session's `session_ended` event (or when
 its workflow has closed and the rest is read). If the events from `after` were already
 dropped by the stream's retention, one `EventsMissed` notice comes first, then the oldest
-retained event: nothing is skipped silently.
+retained event: nothing is skipped silently. Two transports read the same stream: the
+Update long-poll of workflow_streams (fast, but each reader holds one of the run's few
+in-flight Updates) and its Query, polled (for observers beyond a few per session).
 
     async for offset, event in session_events(client, "support-42", after=last + 1):
         ...
@@ -12,18 +14,26 @@ retained event: nothing is skipped silently.
 
 from __future__ import annotations
 
+import asyncio
+import base64
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from enum import StrEnum
 
 from pydantic import BaseModel
-from temporalio.client import Client
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import RawValue
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStreamClient
+from temporalio.service import RPCError
 
 from schemas.events import SessionEnded, SessionEvent, parse_event
 from workflows.events import TOPIC
 
 POLL_COOLDOWN = timedelta(milliseconds=100)
+POLL_QUERY = "__temporal_workflow_stream_poll"  # workflow_streams' query (and update) name
+QUERY_RETRIES = 100  # consecutive failed queries (each a cooldown apart) before giving up
+CLOSED_CHECK_EVERY = 10  # idle query polls between looks at whether the workflow closed
 
 
 class EventsMissed(BaseModel):
@@ -37,9 +47,21 @@ class EventsMissed(BaseModel):
     reason: str = "dropped by the stream's retention; the record keeps what is durable"
 
 
+class Transport(StrEnum):
+    # workflow_streams' own subscription: a long-poll Update per read. Lowest latency, but
+    # each waiting subscriber holds one of the run's in-flight Updates (the server allows 10
+    # by default, `history.maxInFlightUpdates`, shared with send_message / await_reply: ten
+    # subscribers stall the session's input) and each read adds events to its history.
+    UPDATE = "update"
+    # The stream's poll Query, every `poll_cooldown`: no Update slot, no history; latency
+    # up to one cooldown. For observers beyond a few per session.
+    QUERY = "query"
+
+
 async def session_events(
     client: Client, session_id: str, after: int = 0, *,
     poll_cooldown: timedelta = POLL_COOLDOWN, stop_at_end: bool = True,
+    transport: Transport = Transport.UPDATE,
 ) -> AsyncIterator[tuple[int, SessionEvent | EventsMissed]]:
     """The session's events from offset `after` (the first wanted; pass the last offset
     seen + 1 to resume), as `(offset, event)`.
@@ -48,25 +70,71 @@ async def session_events(
     `stop_at_end` False the iterator also reads past `session_ended`, until the workflow
     has closed and its retained events are drained.
     """
-    stream = WorkflowStreamClient.create(client, session_id)
+    items = (_by_update(client, session_id, after, poll_cooldown)
+             if transport == Transport.UPDATE
+             else _by_query(client, session_id, after, poll_cooldown))
     expected = after
-    async for item in stream.subscribe([TOPIC], from_offset=after, result_type=RawValue,
-                                       poll_cooldown=poll_cooldown):
-        if item.offset < expected:
+    async for offset, data in items:
+        if offset < expected:
             continue  # never twice (a retried poll after truncation restarts at the base)
-        if item.offset > expected:
+        if offset > expected:
             # At the offset just before the first retained one: resuming at "last + 1"
             # lands on it.
-            yield item.offset - 1, EventsMissed(session_id=session_id, missed_from=expected,
-                                                missed_to=item.offset)
-        expected = item.offset + 1
+            yield offset - 1, EventsMissed(session_id=session_id, missed_from=expected,
+                                           missed_to=offset)
+        expected = offset + 1
         try:
-            event = parse_event(item.data.payload.data)
+            event = parse_event(data)
         except ValueError as err:  # pydantic.ValidationError and bad JSON alike
-            yield item.offset, EventsMissed(session_id=session_id, missed_from=item.offset,
-                                            missed_to=item.offset + 1,
-                                            reason=f"unreadable event: {err}"[:500])
+            yield offset, EventsMissed(session_id=session_id, missed_from=offset,
+                                       missed_to=offset + 1,
+                                       reason=f"unreadable event: {err}"[:500])
             continue
-        yield item.offset, event
+        yield offset, event
         if stop_at_end and isinstance(event, SessionEnded):
             return
+
+
+async def _by_update(client: Client, session_id: str, after: int,
+                     cooldown: timedelta) -> AsyncIterator[tuple[int, bytes]]:
+    stream = WorkflowStreamClient.create(client, session_id)
+    async for item in stream.subscribe([TOPIC], from_offset=after, result_type=RawValue,
+                                       poll_cooldown=cooldown):
+        yield item.offset, item.data.payload.data
+
+
+async def _by_query(client: Client, session_id: str, after: int,
+                    cooldown: timedelta) -> AsyncIterator[tuple[int, bytes]]:
+    # A handle without a run id: every query goes to the newest run, so continue-as-new
+    # is followed for free, and a closed run still answers (a worker replays it).
+    handle = client.get_workflow_handle(session_id)
+    offset = after
+    failures = 0
+    idle = 0
+    while True:
+        try:
+            result: PollResult = await handle.query(
+                POLL_QUERY, PollInput(topics=[TOPIC], from_offset=offset),
+                result_type=PollResult)
+            failures = 0
+        except RPCError:
+            # A new run whose first workflow task has not run yet, a worker restarting.
+            failures += 1
+            if failures > QUERY_RETRIES:
+                raise
+            await asyncio.sleep(cooldown.total_seconds())
+            continue
+        for wire in result.items:
+            yield wire.offset, Payload.FromString(base64.b64decode(wire.data)).data
+        offset = result.next_offset
+        if result.more_ready:
+            continue
+        if result.items:
+            idle = 0
+        else:
+            idle += 1
+            if idle % CLOSED_CHECK_EVERY == 0:
+                status = (await handle.describe()).status
+                if status not in (None, WorkflowExecutionStatus.RUNNING):
+                    return  # closed, and nothing more to read
+        await asyncio.sleep(cooldown.total_seconds())

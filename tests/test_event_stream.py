@@ -15,7 +15,8 @@ from datetime import UTC, datetime
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from keel.events import EventsMissed, session_events
+from activities.events import DeltaPublisher
+from keel.events import EventsMissed, Transport, session_events
 from schemas.events import (
     EventType,
     InputRecorded,
@@ -40,14 +41,17 @@ async def stream_worker(client: Client, queue: str) -> AsyncIterator[Worker]:
 class Collector:
     """A subscriber running in the background, keeping every (offset, event) it gets."""
 
-    def __init__(self, client: Client, session_id: str, after: int = 0) -> None:
+    def __init__(self, client: Client, session_id: str, after: int = 0,
+                 transport: Transport = Transport.UPDATE) -> None:
+        self.transport = transport
         self.items: list[tuple[int, object]] = []
         self.received_at: list[datetime] = []
         self.changed = asyncio.Event()
         self.task = asyncio.create_task(self._run(client, session_id, after))
 
     async def _run(self, client: Client, session_id: str, after: int) -> None:
-        async for offset, event in session_events(client, session_id, after=after):
+        async for offset, event in session_events(client, session_id, after=after,
+                                                  transport=self.transport):
             self.items.append((offset, event))
             self.received_at.append(datetime.now(UTC))
             self.changed.set()
@@ -200,6 +204,7 @@ async def test_delta_latency(client: Client) -> None:
         await live.wait_for(turn_ended(1))
         await handle.signal(EventStreamWorkflow.stop, "done")
         await live.done()
+    history = (await handle.describe()).raw_description.workflow_execution_info.history_length
     lags = [(got - e.at).total_seconds() * 1000
             for (_, e), got in zip(live.items, live.received_at, strict=True)
             if isinstance(e, TextDelta)]
@@ -208,4 +213,35 @@ async def test_delta_latency(client: Client) -> None:
     assert not any(isinstance(e, InputRecorded) and e.seq != 1 for _, e in live.items)
     print(f"\ndelta latency, activity publish -> subscriber, n={len(lags)}: "
           f"median {statistics.median(lags):.0f} ms, p90 {lags[int(len(lags) * 0.9)]:.0f} ms, "
-          f"max {lags[-1]:.0f} ms")
+          f"max {lags[-1]:.0f} ms; history {history} events for 50 deltas and one subscriber")
+
+
+async def test_many_observers_by_query_leave_the_session_its_updates(client: Client) -> None:
+    """Twelve observers polling by query (more than the run's ten in-flight Updates) and
+    two by update: the session still takes input, and every one reads the same stream
+    across continue-as-new."""
+    queue = f"events-{uuid.uuid4().hex[:8]}"
+    async with stream_worker(client, queue):
+        handle = await start(client, queue, can_every=10)
+        live = Collector(client, handle.id)
+        others = [Collector(client, handle.id) ] + [
+            Collector(client, handle.id, transport=Transport.QUERY) for _ in range(12)]
+        for turn in (1, 2, 3):
+            await asyncio.wait_for(run_turn(handle, live, turn), 20)
+        await handle.signal(EventStreamWorkflow.stop, "done")
+        items = await live.done()
+        seen = [await o.done() for o in others]
+        late = await Collector(client, handle.id, after=7, transport=Transport.QUERY).done()
+    check_turns(items, 3)
+    for other in seen:
+        assert dumps(other) == dumps(items)
+    assert dumps(late) == dumps(items[7:])
+
+
+async def test_a_publisher_that_cannot_publish_never_fails_its_caller(client: Client) -> None:
+    deltas = DeltaPublisher(client, f"no-such-{uuid.uuid4().hex[:8]}", "s", 1, 2)
+    async with deltas:
+        for _ in range(5):
+            deltas.add("x" * 150)
+            await asyncio.sleep(0.05)
+    assert deltas.published >= 4 and deltas.failures >= 1  # logged, not raised
