@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 
 from activities.events import DeltaPublisher
 from keel.events import EventsMissed, Transport, session_events
@@ -245,3 +245,54 @@ async def test_a_publisher_that_cannot_publish_never_fails_its_caller(client: Cl
             deltas.add("x" * 150)
             await asyncio.sleep(0.05)
     assert deltas.published >= 4 and deltas.failures >= 1  # logged, not raised
+
+
+async def test_a_worker_stopped_mid_reply_restarts_the_deltas_as_a_new_attempt(
+        client: Client) -> None:
+    """The worker goes away while the model activity streams: the retried activity streams
+    again as attempt 2 from character 0; the record-side reply is what turn_ended says."""
+    queue = f"events-{uuid.uuid4().hex[:8]}"
+    reply = [f"<{i}>".ljust(200, "-") for i in range(20)]
+    async with stream_worker(client, queue):
+        handle = await start(client, queue)
+        live = Collector(client, handle.id)
+        await handle.execute_update(EventStreamWorkflow.say, Say(chunks=reply, gap_ms=100))
+        await live.wait_for(lambda items: sum(isinstance(e, TextDelta) for _, e in items) >= 5)
+    async with stream_worker(client, queue):
+        await live.wait_for(turn_ended(1))
+        await handle.signal(EventStreamWorkflow.stop, "done")
+        items = await live.done()
+    assert [o for o, _ in items] == list(range(len(items)))
+    deltas = [e for _, e in items if isinstance(e, TextDelta)]
+    first = [d for d in deltas if d.attempt == 1]
+    last = [d for d in deltas if d.attempt == max(x.attempt for x in deltas)]
+    assert len(first) >= 5 and last[0].attempt > 1 and last[0].start == 0
+    assert "".join(d.text for d in last) == "".join(reply)
+    assert "".join(reply).startswith("".join(d.text for d in first))
+    ended = next(e for _, e in items if isinstance(e, TurnEnded))
+    assert ended.reply_chars == len("".join(reply))
+
+
+async def test_the_stream_replays_deterministically(client: Client) -> None:
+    queue = f"events-{uuid.uuid4().hex[:8]}"
+    async with stream_worker(client, queue):
+        handle = await start(client, queue, can_every=10)
+        live = Collector(client, handle.id)
+        for turn in (1, 2):
+            await run_turn(handle, live, turn)
+        await handle.signal(EventStreamWorkflow.stop, "done")
+        await live.done()
+        runs = await handle.query(EventStreamWorkflow.run_number)
+    replayer = Replayer(workflows=[EventStreamWorkflow], data_converter=client.data_converter)
+    await replayer.replay_workflow(await handle.fetch_history())  # the last run, carried in
+    replayed = 0
+    for _ in range(50):  # visibility lags a little behind
+        histories = client.list_workflows(f"WorkflowId = '{handle.id}'").map_histories()
+        replayed = 0
+        async for history in histories:
+            await replayer.replay_workflow(history)
+            replayed += 1
+        if replayed == runs:
+            break
+        await asyncio.sleep(0.1)
+    assert runs >= 2 and replayed == runs
