@@ -42,6 +42,7 @@ class StreamInput(BaseModel):
     events: WorkflowStreamState | None = None  # the stream across continue-as-new
     can_every: int = 0  # continue-as-new once a run has published this many (0: never)
     retain_events: int = 1_000
+    retain_bytes: int = 256_000
     next_seq: int = 1
     turn: int = 0
     run: int = 1
@@ -74,7 +75,8 @@ class EventStreamWorkflow:
     def __init__(self, input: StreamInput) -> None:
         self.input = input
         self.events = SessionEvents(input.session_id, input.events,
-                                    retain_events=input.retain_events)
+                                    retain_events=input.retain_events,
+                                    retain_bytes=input.retain_bytes)
         self.start_offset = self.events.offset()
         self.queue: list[Say] = list(input.queue)
         self.next_seq = input.next_seq
@@ -118,6 +120,7 @@ class EventStreamWorkflow:
                 workflow.continue_as_new(StreamInput(
                     session_id=input.session_id, events=self.events.carry(),
                     can_every=input.can_every, retain_events=input.retain_events,
+                    retain_bytes=input.retain_bytes,
                     next_seq=self.next_seq, turn=self.turn, run=input.run + 1,
                     queue=self.queue))
             if self.queue:

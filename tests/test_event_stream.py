@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
+import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Replayer, Worker
 
@@ -168,10 +169,11 @@ async def test_events_survive_a_worker_restart(client: Client) -> None:
     assert dumps(late_items) == dumps(items[3:])
 
 
-async def test_retention_says_what_a_late_subscriber_missed(client: Client) -> None:
+@pytest.mark.parametrize("retain", [{"retain_events": 6}, {"retain_bytes": 3_000}])
+async def test_retention_says_what_a_late_subscriber_missed(client: Client, retain) -> None:
     queue = f"events-{uuid.uuid4().hex[:8]}"
     async with stream_worker(client, queue):
-        handle = await start(client, queue, can_every=8, retain_events=6)
+        handle = await start(client, queue, can_every=8, **retain)
         live = Collector(client, handle.id)
         for turn in (1, 2, 3):
             await run_turn(handle, live, turn)
@@ -189,7 +191,8 @@ async def test_retention_says_what_a_late_subscriber_missed(client: Client) -> N
     tail = late[1:]
     assert [o for o, _ in tail] == list(range(first + 1, first + 1 + len(tail)))
     assert isinstance(tail[-1][1], SessionEnded)
-    assert len(tail) <= 6 + 8 + 2  # what the last carry kept, the last run's, the end
+    # What the last carry kept, at most the last run's (a turn of 11 events), the end.
+    assert len(tail) <= 6 + 11 + 2
     live_tail = [(o, e) for o, e in items if o > first]
     assert dumps(tail) == dumps(live_tail)
 
