@@ -4,9 +4,10 @@ Invariant: events come in offset order, each once, from `after` on, following th
 across continue-as-new; the iterator ends after the session's `session_ended` event (or when
 its workflow has closed and the rest is read). If the events from `after` were already
 dropped by the stream's retention, one `EventsMissed` notice comes first, then the oldest
-retained event: nothing is skipped silently. Two transports read the same stream: the
-Update long-poll of workflow_streams (fast, but each reader holds one of the run's few
-in-flight Updates) and its Query, polled (for observers beyond a few per session).
+retained event: nothing is skipped silently. Two transports read the same stream (see `Transport`):
+workflow_streams' long-poll Update (the default: committed events only, exactly once, but
+each read spends one of the run's Updates) and its poll Query (free for the session, but
+it can read a workflow task that a crashing worker never committed).
 
     async for offset, event in session_events(client, "support-42", after=last + 1):
         ...
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from enum import StrEnum
@@ -25,10 +27,12 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStreamClient
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from schemas.events import SessionEnded, SessionEvent, parse_event
 from workflows.events import TOPIC
+
+log = logging.getLogger(__name__)
 
 POLL_COOLDOWN = timedelta(milliseconds=100)
 POLL_QUERY = "__temporal_workflow_stream_poll"  # workflow_streams' query (and update) name
@@ -48,13 +52,24 @@ class EventsMissed(BaseModel):
 
 
 class Transport(StrEnum):
-    # workflow_streams' own subscription: a long-poll Update per read. Lowest latency, but
-    # each waiting subscriber holds one of the run's in-flight Updates (the server allows 10
-    # by default, `history.maxInFlightUpdates`, shared with send_message / await_reply: ten
-    # subscribers stall the session's input) and each read adds events to its history.
+    # workflow_streams' own subscription: a long-poll Update per read. It returns only what a
+    # completed workflow task committed, so a reader sees each event once, as stored, even
+    # across a worker crash. The cost: every read is an Update of the session's run. A
+    # waiting reader holds one of the run's in-flight Updates (server default 10,
+    # `history.maxInFlightUpdates`, shared with send_message and await_reply: ten readers
+    # stall the session's input) and each read counts toward the run's total (default
+    # 2000, `history.maxTotalUpdates`; past it the server refuses every Update, the
+    # session's input too, until continue-as-new) and adds history. For a few primary
+    # readers per session; past the total it goes on by QUERY rather than fail.
     UPDATE = "update"
-    # The stream's poll Query, every `poll_cooldown`: no Update slot, no history; latency
-    # up to one cooldown. For observers beyond a few per session.
+    # The stream's poll Query, every `poll_cooldown`: no Update, no history, no cost to
+    # the session. But a query reads the worker's in-memory state, which may include a
+    # workflow task not yet committed: if that worker dies before committing, the task is
+    # run again and the same offsets may then hold other events (seen with a worker stopped
+    # right after a turn: the reader got the turn's end twice and the next input's event
+    # not at all, offsets still whole). For
+    # observers that can take that (dashboards, extra tabs), not for a reader that must
+    # see every event exactly once.
     QUERY = "query"
 
 
@@ -98,9 +113,20 @@ async def session_events(
 async def _by_update(client: Client, session_id: str, after: int,
                      cooldown: timedelta) -> AsyncIterator[tuple[int, bytes]]:
     stream = WorkflowStreamClient.create(client, session_id)
-    async for item in stream.subscribe([TOPIC], from_offset=after, result_type=RawValue,
-                                       poll_cooldown=cooldown):
-        yield item.offset, item.data.payload.data
+    offset = after
+    try:
+        async for item in stream.subscribe([TOPIC], from_offset=after, result_type=RawValue,
+                                           poll_cooldown=cooldown):
+            offset = item.offset + 1
+            yield item.offset, item.data.payload.data
+        return
+    except RPCError as err:
+        if err.status != RPCStatusCode.RESOURCE_EXHAUSTED and "limit" not in str(err):
+            raise
+        log.warning("session %s refuses stream updates (%s): reading by query", session_id,
+                    err)
+    async for pair in _by_query(client, session_id, offset, cooldown):
+        yield pair
 
 
 async def _by_query(client: Client, session_id: str, after: int,

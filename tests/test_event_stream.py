@@ -14,9 +14,12 @@ from datetime import UTC, datetime
 
 import pytest
 from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
 from activities.events import DeltaPublisher
+from keel.devstack import temporal_cli_path
 from keel.events import EventsMissed, Transport, session_events
 from schemas.events import (
     EventType,
@@ -120,15 +123,19 @@ def check_turns(items: list[tuple[int, object]], turns: int) -> None:
     assert isinstance(events[-1], SessionEnded)
 
 
-async def test_order_late_subscribers_and_continue_as_new(client: Client) -> None:
+BOTH = pytest.mark.parametrize("transport", [Transport.UPDATE, Transport.QUERY])
+
+
+@BOTH
+async def test_order_late_subscribers_and_continue_as_new(client: Client, transport) -> None:
     queue = f"events-{uuid.uuid4().hex[:8]}"
     async with stream_worker(client, queue):
         handle = await start(client, queue, can_every=10)
-        live = Collector(client, handle.id)
+        live = Collector(client, handle.id, transport=transport)
         for turn in (1, 2):
             await run_turn(handle, live, turn)
         # A subscriber that connects late, mid-session, from an offset.
-        late = Collector(client, handle.id, after=5)
+        late = Collector(client, handle.id, after=5, transport=transport)
         for turn in (3, 4, 5):
             await run_turn(handle, live, turn)
         runs = await handle.query(EventStreamWorkflow.run_number)
@@ -137,7 +144,7 @@ async def test_order_late_subscribers_and_continue_as_new(client: Client) -> Non
         late_items = await late.done()
         total = await handle.result()
         # One more, after the session has ended: it reads the closed run's retained events.
-        after_end = await Collector(client, handle.id, after=17).done()
+        after_end = await Collector(client, handle.id, after=17, transport=transport).done()
     print(f"\n{len(items)} events over {runs} runs")
     assert runs >= 3  # the stream went through continue-as-new more than once
     assert total == len(items)
@@ -146,18 +153,19 @@ async def test_order_late_subscribers_and_continue_as_new(client: Client) -> Non
     assert dumps(after_end) == dumps(items[17:])
 
 
-async def test_events_survive_a_worker_restart(client: Client) -> None:
+@pytest.mark.parametrize("transport", [Transport.UPDATE])
+async def test_events_survive_a_worker_restart(client: Client, transport) -> None:
     queue = f"events-{uuid.uuid4().hex[:8]}"
     async with stream_worker(client, queue):
         handle = await start(client, queue, can_every=12)
-        live = Collector(client, handle.id)
+        live = Collector(client, handle.id, transport=transport)
         for turn in (1, 2):
             await run_turn(handle, live, turn)
     before = len(live.items)
     # No worker: the subscriber waits; a new worker (an empty cache: it replays) takes over.
     await asyncio.sleep(1)
     async with stream_worker(client, queue):
-        late = Collector(client, handle.id, after=3)
+        late = Collector(client, handle.id, after=3, transport=transport)
         for turn in (3, 4):
             await run_turn(handle, live, turn)
         await handle.signal(EventStreamWorkflow.stop, "done")
@@ -197,11 +205,12 @@ async def test_retention_says_what_a_late_subscriber_missed(client: Client, reta
     assert dumps(tail) == dumps(live_tail)
 
 
-async def test_delta_latency(client: Client) -> None:
+@BOTH
+async def test_delta_latency(client: Client, transport) -> None:
     queue = f"events-{uuid.uuid4().hex[:8]}"
     async with stream_worker(client, queue):
         handle = await start(client, queue)
-        live = Collector(client, handle.id)
+        live = Collector(client, handle.id, transport=transport)
         await handle.execute_update(EventStreamWorkflow.say, Say(
             chunks=[f"<{i}>".ljust(200, ".") for i in range(50)], gap_ms=200))
         await live.wait_for(turn_ended(1))
@@ -214,7 +223,7 @@ async def test_delta_latency(client: Client) -> None:
     lags.sort()
     assert len(lags) == 50
     assert not any(isinstance(e, InputRecorded) and e.seq != 1 for _, e in live.items)
-    print(f"\ndelta latency, activity publish -> subscriber, n={len(lags)}: "
+    print(f"\ndelta latency by {transport}, activity publish -> subscriber, n={len(lags)}: "
           f"median {statistics.median(lags):.0f} ms, p90 {lags[int(len(lags) * 0.9)]:.0f} ms, "
           f"max {lags[-1]:.0f} ms; history {history} events for 50 deltas and one subscriber")
 
@@ -299,3 +308,60 @@ async def test_the_stream_replays_deterministically(client: Client) -> None:
             break
         await asyncio.sleep(0.1)
     assert runs >= 2 and replayed == runs
+
+
+@pytest.fixture
+async def few_updates_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A dev server whose runs take only 30 Updates in all (the default is 2000)."""
+    env = await WorkflowEnvironment.start_local(
+        data_converter=pydantic_data_converter, dev_server_existing_path=temporal_cli_path(),
+        dev_server_log_level="error",
+        dev_server_extra_args=["--dynamic-config-value", "history.maxTotalUpdates=30"])
+    yield env
+    await env.shutdown()
+
+
+async def test_an_update_reader_past_the_runs_update_limit_goes_on_by_query(
+        few_updates_env) -> None:
+    client = few_updates_env.client
+    queue = f"events-{uuid.uuid4().hex[:8]}"
+    async with stream_worker(client, queue):
+        handle = await start(client, queue)
+        live = Collector(client, handle.id, transport=Transport.UPDATE)
+        await handle.execute_update(EventStreamWorkflow.say, Say(
+            chunks=[f"[t1c{i}]".ljust(200, "x") for i in range(40)], gap_ms=120))
+        await live.wait_for(turn_ended(1), 30)
+        await handle.signal(EventStreamWorkflow.stop, "done")
+        items = await live.done()
+    assert [o for o, _ in items] == list(range(len(items)))
+    deltas = [e for _, e in items if isinstance(e, TextDelta)]
+    assert len(deltas) == 40 and isinstance(items[-1][1], SessionEnded)
+
+
+async def test_a_query_reader_across_a_worker_restart_may_read_uncommitted_events(
+        client: Client) -> None:
+    """The QUERY transport's known limit, measured: its offsets stay whole and it ends at
+    session_ended, but it may have read a turn's last events from a workflow task the
+    stopped worker never committed; re-run, that task can put other events at those
+    offsets (seen: the turn's end twice, the next input's event never). The UPDATE reader
+    beside it reads only what was committed."""
+    queue = f"events-{uuid.uuid4().hex[:8]}"
+    async with stream_worker(client, queue):
+        handle = await start(client, queue, can_every=12)
+        live = Collector(client, handle.id, transport=Transport.QUERY)
+        exact = Collector(client, handle.id, transport=Transport.UPDATE)
+        for turn in (1, 2):
+            await run_turn(handle, live, turn)
+    async with stream_worker(client, queue):
+        for turn in (3, 4):
+            await run_turn(handle, live, turn)
+        await handle.signal(EventStreamWorkflow.stop, "done")
+        items = await live.done()
+        committed = await exact.done()
+    check_turns(committed, 4)
+    assert [o for o, _ in items] == list(range(len(items)))
+    assert isinstance(items[-1][1], SessionEnded)
+    ended = [e.turn for _, e in items if isinstance(e, TurnEnded)]
+    print(f"\nquery reader: {len(items)} events, committed {len(committed)}; "
+          f"turn_ended seen for turns {ended}"
+          + ("" if dumps(items) == dumps(committed) else " (read uncommitted events)"))
