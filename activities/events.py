@@ -1,0 +1,166 @@
+"""Text deltas from inside the model activity onto the running session's event stream.
+
+Invariant: publishing never fails, slows or blocks the activity. Text is batched (one
+`TextDelta` per `interval` or per `max_chars` characters, whichever comes first) and sent by
+a background task as the stream's publish signal; a send that fails is logged and retried
+with the same sequence on the next tick (the workflow drops a batch it has already taken),
+and whatever is still unsent when the activity ends is given `close_timeout` and then
+dropped. Deltas are a live view, not the record: the reply is durable in PostgreSQL.
+
+    async with DeltaPublisher.for_activity(session_id, turn, reply_seq) as deltas:
+        async for text in stream.text_stream:
+            deltas.add(text)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
+
+from schemas.events import DELTA_CHARS, TextDelta
+from workflows.events import TOPIC, event_payload
+
+log = logging.getLogger(__name__)
+
+INTERVAL = timedelta(milliseconds=100)
+MAX_CHARS = 200
+SEND_TIMEOUT = timedelta(seconds=5)  # one signal; on timeout the batch is retried next tick
+CLOSE_TIMEOUT = timedelta(seconds=5)  # what the activity's end waits for unsent deltas
+LOG_EVERY = 50  # failed sends between two log lines
+MAX_RETRY = timedelta(minutes=2)  # one batch is dropped after this; < workflows.events TTL
+
+
+class DeltaPublisher:
+    """Batches a reply's text and publishes it as `TextDelta` events."""
+
+    def __init__(self, client: Client, workflow_id: str, session_id: str, turn: int | None,
+                 reply_seq: int, *, attempt: int = 1, interval: timedelta = INTERVAL,
+                 max_chars: int = MAX_CHARS) -> None:
+        self.session_id = session_id
+        self.turn = turn
+        self.reply_seq = reply_seq
+        self.attempt = attempt
+        self.interval = interval.total_seconds()
+        self.max_chars = min(max_chars, DELTA_CHARS)
+        self.stream = WorkflowStreamClient.create(client, workflow_id,
+                                                  batch_interval=interval,
+                                                  max_retry_duration=MAX_RETRY)
+        self.topic = self.stream.topic(TOPIC)
+        self._parts: list[str] = []
+        self._chars = 0
+        self._first_at = 0.0
+        self._index = 0
+        self._start = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self.failures = 0  # sends that failed (each logged)
+        self.published = 0  # deltas handed to the stream client
+
+    @classmethod
+    def for_activity(cls, session_id: str, turn: int | None, reply_seq: int, *,
+                     interval: timedelta = INTERVAL, max_chars: int = MAX_CHARS,
+                     ) -> DeltaPublisher:
+        """A publisher onto the stream of the workflow that scheduled this activity."""
+        info = activity.info()
+        if info.workflow_id is None:
+            raise RuntimeError("DeltaPublisher.for_activity needs a workflow's activity")
+        return cls(activity.client(), info.workflow_id, session_id, turn, reply_seq,
+                   attempt=info.attempt, interval=interval, max_chars=max_chars)
+
+    # ----- the producer's side --------------------------------------------------------------
+
+    def add(self, text: str) -> None:
+        """Buffer generated text. Never raises, never waits."""
+        if not text:
+            return
+        if not self._parts:
+            self._first_at = time.monotonic()
+        self._parts.append(text)
+        self._chars += len(text)
+        if self._chars >= self.max_chars:
+            self._cut()
+            self._wake.set()
+
+    @property
+    def text_so_far(self) -> int:
+        return self._start + self._chars
+
+    def _cut(self) -> None:
+        """Turn the buffered text into deltas of at most `max_chars` and queue them."""
+        text = "".join(self._parts)
+        self._parts, self._chars = [], 0
+        now = datetime.now(UTC)
+        for i in range(0, len(text), self.max_chars):
+            piece = text[i:i + self.max_chars]
+            try:
+                self.topic.publish(event_payload(TextDelta(
+                    session_id=self.session_id, at=now, turn=self.turn,
+                    reply_seq=self.reply_seq, attempt=self.attempt, index=self._index,
+                    start=self._start, text=piece)))
+                self.published += 1
+            except Exception as err:  # a converter problem: never the activity's
+                self.failures += 1
+                log.warning("text delta not published: %r", err)
+            self._index += 1
+            self._start += len(piece)
+
+    # ----- the sender -----------------------------------------------------------------------
+
+    async def _send(self) -> None:
+        try:
+            await asyncio.wait_for(self.stream.flush(), SEND_TIMEOUT.total_seconds())
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            self.failures += 1
+            if self.failures % LOG_EVERY == 1:  # every tick would flood the log
+                log.warning("text deltas for reply #%s not sent (%d failures; will retry): %r",
+                            self.reply_seq, self.failures, err)
+
+    async def _run(self) -> None:
+        # Stopped by `_closing`, not by cancellation: on Python 3.11 `asyncio.wait_for` can
+        # swallow a cancel that lands as its inner wait completes, and the loop would spin on.
+        while not self._closing:
+            waiter = asyncio.ensure_future(self._wake.wait())
+            await asyncio.wait({waiter}, timeout=self.interval)
+            waiter.cancel()
+            self._wake.clear()
+            if self._closing:
+                return
+            if self._parts and time.monotonic() - self._first_at >= self.interval:
+                self._cut()
+            await self._send()
+
+    async def __aenter__(self) -> DeltaPublisher:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Send what is left, waiting at most `close_timeout`. Never raises."""
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            task, self._task = self._task, None
+            await asyncio.wait({task}, timeout=CLOSE_TIMEOUT.total_seconds())
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task})
+        if self._parts:
+            self._cut()
+        try:
+            await asyncio.wait_for(self.stream.flush(), CLOSE_TIMEOUT.total_seconds())
+        except Exception as err:
+            self.failures += 1
+            log.warning("last text deltas for reply #%s dropped: %r", self.reply_seq, err)

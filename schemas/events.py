@@ -1,0 +1,236 @@
+"""A session's event stream: the typed events, their size bounds, and how to read one back.
+
+Invariant: every event is small and self-describing. It names its `type` (the union's
+discriminator), its `session_id` and the time `at` it happened, supplied by the caller
+(workflow code passes `workflow.now()`, never the wall clock). Every text field is cut to a
+fixed number of characters on construction, and every list to a fixed length, so no event can
+grow the stream past a known size. Events are stored in Temporal histories and in
+continue-as-new inputs forever: add fields only as optional with defaults, never rename or
+remove one; a reader meeting a `type` it does not know gets an `UnknownEvent`, not an error.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, ValidationError
+
+# --- bounds ----------------------------------------------------------------------------------
+
+SHORT_INPUT_CHARS = 200  # a tool call's input, an input's source line
+SHORT_OUTPUT_CHARS = 300  # a tool result
+REASON_CHARS = 500  # errors, failure reasons, stop reasons
+PREVIEW_CHARS = 500  # a reply's opening words in turn_ended (the record holds all of it)
+DELTA_CHARS = 4_000  # one text delta; the activity batches far smaller ones
+NAME_CHARS = 100
+LIST_ITEMS = 10  # sources of a recall, fallbacks of a checkpoint, seqs of a turn
+ITEM_CHARS = 200
+CUT_MARK = "…"
+
+
+def cut(text: str, limit: int) -> str:
+    """`text` if it fits in `limit` characters, else its start and a cut mark."""
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - len(CUT_MARK), 0)] + CUT_MARK
+
+
+def _cutter(limit: int) -> AfterValidator:
+    return AfterValidator(lambda text: cut(text, limit))
+
+
+def _list_cutter(items: int, chars: int) -> AfterValidator:
+    return AfterValidator(lambda values: [cut(v, chars) for v in values[:items]])
+
+
+ShortInput = Annotated[str, _cutter(SHORT_INPUT_CHARS)]
+ShortOutput = Annotated[str, _cutter(SHORT_OUTPUT_CHARS)]
+Reason = Annotated[str, _cutter(REASON_CHARS)]
+Preview = Annotated[str, _cutter(PREVIEW_CHARS)]
+DeltaText = Annotated[str, _cutter(DELTA_CHARS)]
+Name = Annotated[str, _cutter(NAME_CHARS)]
+ShortList = Annotated[list[str], _list_cutter(LIST_ITEMS, ITEM_CHARS)]
+SeqList = Annotated[list[int], AfterValidator(lambda v: v[:LIST_ITEMS])]
+
+
+class EventType(StrEnum):
+    INPUT_RECORDED = "input_recorded"
+    TURN_STARTED = "turn_started"
+    TURN_ENDED = "turn_ended"
+    TEXT_DELTA = "text_delta"
+    TOOL_CALLED = "tool_called"
+    TOOL_RESULT = "tool_result"
+    APPROVAL_NEEDED = "approval_needed"
+    APPROVAL_DECIDED = "approval_decided"
+    CHECKPOINT_STARTED = "checkpoint_started"
+    CHECKPOINT_STORED = "checkpoint_stored"
+    CHECKPOINT_FAILED = "checkpoint_failed"
+    RECALL_FOUND = "recall_found"
+    ERROR = "error"
+    SESSION_STOPPED = "session_stopped"
+    SESSION_ENDED = "session_ended"
+
+
+class CheckpointKind(StrEnum):
+    FULL = "full"  # the whole conversation before the turn condensed
+    EARLIER_PART = "earlier_part"  # a retry over the earlier half only
+    MOVED = "moved_without_model"  # the earliest half moved out by rule, no model call
+
+
+class _Event(BaseModel):
+    session_id: str
+    at: datetime  # supplied by the caller: `workflow.now()` in workflow code
+    turn: int | None = None
+
+
+class InputRecorded(_Event):
+    type: Literal[EventType.INPUT_RECORDED] = EventType.INPUT_RECORDED
+    kind: Name = ""  # "user" or a HarnessKind value
+    seq: int = 0
+    source_line: ShortInput | None = None  # written by Keel from the handler, never the text
+
+
+class TurnStarted(_Event):
+    type: Literal[EventType.TURN_STARTED] = EventType.TURN_STARTED
+    input_seqs: SeqList = Field(default_factory=list)
+
+
+class TurnEnded(_Event):
+    type: Literal[EventType.TURN_ENDED] = EventType.TURN_ENDED
+    reply_seq: int | None = None  # the reply's row in the record: the durable text
+    reply_chars: int = 0
+    reply_preview: Preview = ""
+    error: Reason | None = None
+
+
+class TextDelta(_Event):
+    """Model text as it is generated. Not durable one by one: a subscriber that misses some,
+    or sees a retried call start over (`attempt` grows, `start` is 0 again), reads the reply
+    from the record by `reply_seq` once `turn_ended` says so."""
+
+    type: Literal[EventType.TEXT_DELTA] = EventType.TEXT_DELTA
+    reply_seq: int = 0
+    attempt: int = 1  # the model activity's attempt
+    index: int = 0  # this delta's number within the attempt, from 0
+    start: int = 0  # the character offset of `text` within the reply
+    text: DeltaText = ""
+
+
+class ToolCalled(_Event):
+    type: Literal[EventType.TOOL_CALLED] = EventType.TOOL_CALLED
+    tool_use_id: Name = ""
+    name: Name = ""
+    input: ShortInput = ""  # the call's input as compact JSON, cut
+
+
+class ToolResult(_Event):
+    type: Literal[EventType.TOOL_RESULT] = EventType.TOOL_RESULT
+    tool_use_id: Name = ""
+    name: Name = ""
+    output: ShortOutput = ""
+    is_error: bool = False
+
+
+class ApprovalNeeded(_Event):
+    type: Literal[EventType.APPROVAL_NEEDED] = EventType.APPROVAL_NEEDED
+    approval_id: Name = ""
+    tool: Name = ""
+    summary: ShortInput = ""
+
+
+class ApprovalDecided(_Event):
+    type: Literal[EventType.APPROVAL_DECIDED] = EventType.APPROVAL_DECIDED
+    approval_id: Name = ""
+    approved: bool = False
+    by: Name = ""
+    note: ShortInput = ""
+
+
+class CheckpointStarted(_Event):
+    type: Literal[EventType.CHECKPOINT_STARTED] = EventType.CHECKPOINT_STARTED
+    tokens_before: int = 0
+    threshold: int = 0
+
+
+class CheckpointStored(_Event):
+    type: Literal[EventType.CHECKPOINT_STORED] = EventType.CHECKPOINT_STORED
+    kind: CheckpointKind = CheckpointKind.FULL
+    checkpoint_id: Name | None = None
+    tokens_before: int = 0
+    tokens_after: int = 0
+    fallbacks: ShortList = Field(default_factory=list)
+
+
+class CheckpointFailed(_Event):
+    type: Literal[EventType.CHECKPOINT_FAILED] = EventType.CHECKPOINT_FAILED
+    reason: Reason = ""
+
+
+class RecallFound(_Event):
+    type: Literal[EventType.RECALL_FOUND] = EventType.RECALL_FOUND
+    hits: int = 0
+    sources: ShortList = Field(default_factory=list)
+
+
+class ErrorEvent(_Event):
+    type: Literal[EventType.ERROR] = EventType.ERROR
+    message: Reason = ""
+    where: Name = ""  # "model", "tool", "record", "checkpoint", ...
+
+
+class SessionStopped(_Event):
+    type: Literal[EventType.SESSION_STOPPED] = EventType.SESSION_STOPPED
+    reason: Reason = ""
+
+
+class SessionEnded(_Event):
+    """The last event of a session's stream: a subscriber stops reading here."""
+
+    type: Literal[EventType.SESSION_ENDED] = EventType.SESSION_ENDED
+    reason: Reason | None = None
+
+
+class UnknownEvent(BaseModel):
+    """An event of a type this reader does not know (written by newer code): kept raw."""
+
+    type: str
+    session_id: str = ""
+    raw: dict[str, Any] = Field(default_factory=dict)
+
+
+KnownEvent = Annotated[
+    InputRecorded | TurnStarted | TurnEnded | TextDelta | ToolCalled | ToolResult
+    | ApprovalNeeded | ApprovalDecided | CheckpointStarted | CheckpointStored
+    | CheckpointFailed | RecallFound | ErrorEvent | SessionStopped | SessionEnded,
+    Field(discriminator="type"),
+]
+SessionEvent = KnownEvent | UnknownEvent
+
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(KnownEvent)
+_KNOWN_TYPES = frozenset(t.value for t in EventType)
+
+
+def event_json(event: SessionEvent) -> bytes:
+    """The event's stored form: compact JSON, the same bytes on every replay."""
+    if isinstance(event, UnknownEvent):
+        return json.dumps(event.raw, separators=(",", ":"), sort_keys=True).encode()
+    return event.model_dump_json().encode()
+
+
+def parse_event(data: bytes | str | dict[str, Any]) -> SessionEvent:
+    """Read an event payload (its JSON bytes, or the decoded dict) back into its type.
+
+    An unknown `type` gives an `UnknownEvent`; a known type with malformed fields raises
+    `pydantic.ValidationError`, as does a payload with no `type` at all.
+    """
+    raw: Any = json.loads(data) if isinstance(data, bytes | str) else data
+    if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+        raise ValidationError.from_exception_data(
+            "SessionEvent", [{"type": "missing", "loc": ("type",), "input": raw}])
+    if raw["type"] not in _KNOWN_TYPES:
+        return UnknownEvent(type=raw["type"], session_id=str(raw.get("session_id", "")),
+                            raw=raw)
+    return _ADAPTER.validate_python(raw)

@@ -1,0 +1,123 @@
+"""SessionEvents: the session workflow's side of its event stream (workflow_streams).
+
+Invariant: a session has one stream, one topic (`events`), and offsets that only grow, across
+continue-as-new and worker restarts. The stream's log is workflow state: publishes from
+workflow code are deterministic appends (replay rebuilds them), publishes from activities
+arrive as the stream's signal and are de-duplicated by publisher and sequence. Before a run
+ends (continue-as-new or for good) its waiting subscribers are released, and the log's newest
+part (at most `retain_events` events and `retain_bytes` bytes) is carried into the next run;
+older events are gone from the stream (a subscriber asking for them starts at the oldest kept
+one and is told what it missed) but everything durable is in the record.
+
+The recipe in SessionWorkflow:
+
+    # input: a field `events: WorkflowStreamState | None = None` on SessionInput (typed so,
+    # never Any, or the converter hands back a dict)
+    @workflow.init
+    def __init__(self, input: SessionInput) -> None:
+        self.events = SessionEvents(input.session_id, input.events)   # in __init__ only
+
+    self.events.emit(TurnStarted, turn=self.s.turn, input_seqs=first)  # anywhere
+
+    # continue-as-new: release subscribers *before* waiting for handlers
+    self.events.detach()
+    await workflow.wait_condition(workflow.all_handlers_finished)
+    workflow.continue_as_new(SessionInput(..., events=self.events.carry()))
+
+    # the session's end: the last event, then release subscribers, then return
+    self.events.emit(SessionEnded, reason=...)
+    self.events.detach()
+    await workflow.wait_condition(workflow.all_handlers_finished)
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.api.common.v1 import Payload
+
+with workflow.unsafe.imports_passed_through():
+    from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
+
+    from schemas.events import SessionEvent, event_json
+
+TOPIC = "events"
+RETAIN_EVENTS = 1_000
+RETAIN_BYTES = 256_000  # of stored payload bytes carried in the continue-as-new input
+# Dedup state of an activity publisher idle this long is dropped at continue-as-new. It must
+# exceed the longest a publisher retries one batch (activities.events.MAX_RETRY).
+PUBLISHER_TTL = timedelta(minutes=15)
+JSON_ENCODING = b"json/plain"
+
+
+def event_payload(event: SessionEvent) -> Payload:
+    """The event as a plain JSON payload: the same bytes whatever data converter runs."""
+    return Payload(metadata={"encoding": JSON_ENCODING}, data=event_json(event))
+
+
+class SessionEvents:
+    """Held by the session workflow; constructed once, from its `@workflow.init`."""
+
+    def __init__(self, session_id: str, prior: WorkflowStreamState | None = None, *,
+                 retain_events: int = RETAIN_EVENTS, retain_bytes: int = RETAIN_BYTES) -> None:
+        self.session_id = session_id
+        self.retain_events = retain_events
+        self.retain_bytes = retain_bytes
+        # WorkflowStream registers its signal, update and queries on the running workflow and
+        # insists on being built from a method named __init__: this one, called from the
+        # workflow's own __init__.
+        self.stream = WorkflowStream(prior)
+        self.topic = self.stream.topic(TOPIC)
+
+    # ----- publishing -----------------------------------------------------------------------
+
+    def publish(self, event: SessionEvent) -> int:
+        """Append `event`; returns its offset. Deterministic: no command, no history event."""
+        self.topic.publish(event_payload(event))
+        return self.offset() - 1
+
+    def emit(self, cls: type[Any], **fields: Any) -> int:
+        """Build and publish an event of type `cls`, stamped with this session and
+        `workflow.now()`; returns its offset."""
+        fields.setdefault("session_id", self.session_id)
+        fields.setdefault("at", workflow.now())
+        return self.publish(cls(**fields))
+
+    def offset(self) -> int:
+        """The next offset: how many events the stream has ever had."""
+        return self.stream._on_offset()
+
+    # ----- a run's end ----------------------------------------------------------------------
+
+    def detach(self) -> None:
+        """Release waiting subscribers (they get what is there and follow to the next run)
+        and refuse new polls on this run. Call before waiting for `all_handlers_finished`:
+        a subscriber's poll is an update handler that would otherwise never finish."""
+        self.stream.detach_pollers()
+
+    def reattach(self) -> None:
+        """Take polls again after `detach` when the run goes on after all (old histories)."""
+        self.stream._detaching = False
+
+    def carry(self) -> WorkflowStreamState:
+        """The stream state for the continue-as-new input: the retained newest events, the
+        base offset, and the activity publishers' dedup state. Call after handlers finished,
+        right before `workflow.continue_as_new`."""
+        self.trim()
+        return self.stream.get_state(publisher_ttl=PUBLISHER_TTL)
+
+    def trim(self) -> None:
+        """Drop the oldest events beyond `retain_events` / `retain_bytes`."""
+        state = self.stream.get_state(publisher_ttl=PUBLISHER_TTL)
+        end = state.base_offset + len(state.log)
+        keep = 0
+        size = 0
+        for item in reversed(state.log):
+            size += len(item.data) + len(item.topic)
+            if keep >= self.retain_events or size > self.retain_bytes:
+                break
+            keep += 1
+        if end - keep > state.base_offset:
+            self.stream.truncate(end - keep)
