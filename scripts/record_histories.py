@@ -2,7 +2,7 @@
 
 Runs real sessions on a throwaway embedded stack with the offline model (turns with tool
 calls, background inputs, checkpoints on a small window) and saves each history as JSON
-under tests/histories/. Re-record only on purpose: a change that breaks replay of the
+under tests/session/histories/. Re-record only on purpose: a change that breaks replay of the
 committed histories would break every running session.
 """
 
@@ -22,7 +22,7 @@ from schemas.config import KeelSettings  # noqa: E402
 from tests.queue_fixture import FIRST_REQUEST, seed_queue  # noqa: E402
 from workers.worker import build_worker  # noqa: E402
 
-OUT = ROOT / "tests" / "histories"
+OUT = ROOT / "tests" / "session" / "histories"
 
 
 async def main() -> None:

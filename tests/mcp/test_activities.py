@@ -1,4 +1,4 @@
-"""MCP activities against real MCP servers (tests/mcp_servers/), over stdio and streamable
+"""MCP activities against real MCP servers (tests/mcp/servers/), over stdio and streamable
 HTTP on loopback, in temporalio's ActivityEnvironment: no Temporal server needed."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from activities.mcp import (
 )
 from schemas.mcp import McpServerSpec
 
-SERVERS = Path(__file__).parent / "mcp_servers"
+SERVERS = Path(__file__).parent / "servers"
 DOCS = str(SERVERS / "docs_server.py")
 BAD = str(SERVERS / "bad_server.py")
 HTTP_KEY = "docs-key-7f3a9c1e55"  # what the HTTP server demands in X-Docs-Key

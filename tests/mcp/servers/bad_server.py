@@ -1,6 +1,6 @@
 """MCP servers that misbehave, for tests, built on the mcp package's MCPServer (stdio).
 
-`python tests/mcp_servers/bad_server.py`: tools `crash` (the process exits mid-call),
+`python tests/mcp/servers/bad_server.py`: tools `crash` (the process exits mid-call),
 `hang` (never answers), `ok` (answers). With `--no-init` the server never completes the
 initialize handshake: its lifespan never finishes starting.
 """

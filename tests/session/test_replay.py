@@ -19,7 +19,7 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
 
 def test_histories_are_committed():
-    assert HISTORIES, "no recorded histories under tests/histories"
+    assert HISTORIES, "no recorded histories under tests/session/histories"
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
