@@ -8,6 +8,8 @@ what was stored, and the session adopts it (`SessionState.adopt_checkpoint`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
@@ -30,6 +32,13 @@ with workflow.unsafe.imports_passed_through():
         CHECKPOINT_STEP,
         MEMORY_FLUSH,
     )
+
+
+@dataclass
+class _TurnOutcome:
+    rounds_exhausted: bool = False
+    abort: str | None = None  # why the turn could not finish; the store step records it
+    refused_as_too_large: bool = False
 
 
 class CheckpointChain:
@@ -71,19 +80,30 @@ class CheckpointChain:
             workflow.logger.info("checkpoint skipped: %s", prepared.reason)
             return None, False
         await self._flush(state.window_start_seq, prepared.cut_seq - 1)
+        turn = await self._turn(attempt_id)
+        record_seq = state.allocate_seq()
+        stored = await workflow.execute_activity_method(
+            CheckpointActivities.store_checkpoint,
+            StoreInput(attempt_id=attempt_id, record_seq=record_seq,
+                       rounds_exhausted=turn.rounds_exhausted, abort_reason=turn.abort),
+            **CHECKPOINT_STEP)
+        state.settle_seq(record_seq)
+        if not stored.stored:
+            workflow.logger.warning("checkpoint %s failed: %s", attempt_id, stored.reason)
+            return None, turn.refused_as_too_large
+        return stored, False
+
+    async def _turn(self, attempt_id: str) -> _TurnOutcome:
+        """The checkpoint turn: at most five rounds of tool calls and one more request for
+        the now alone; then the checks, and at most one repair turn like it."""
+        out = _TurnOutcome()
         rounds_used = 0
-        rounds_exhausted = False
-        abort: str | None = None
-        refused_as_too_large = False
-        repair = False
-        for phase in ("turn", "repair"):
-            if phase == "repair":
+        for repair in (False, True):
+            if repair:
                 check = await workflow.execute_activity_method(
                     CheckpointActivities.validate_checkpoint, attempt_id, **CHECKPOINT_STEP)
                 if not check.problems:
-                    break
-                repair = True
-            # At most five rounds of tool calls; one more request asks for the now alone.
+                    return out
             for n in range(MAX_TOOL_ROUNDS + 1):
                 try:
                     rnd = await workflow.execute_activity_method(
@@ -92,28 +112,16 @@ class CheckpointChain:
                                    repair=repair and n == 0, final=n == MAX_TOOL_ROUNDS),
                         **CHECKPOINT_ROUND)
                 except ActivityError as err:
-                    abort = f"checkpoint turn failed: {err.cause or err}"
-                    refused_as_too_large = isinstance(err.cause, ApplicationError) and (
+                    out.abort = f"checkpoint turn failed: {err.cause or err}"
+                    out.refused_as_too_large = isinstance(err.cause, ApplicationError) and (
                         err.cause.type in REFUSED_AS_TOO_LARGE)
-                    break
+                    return out
                 rounds_used += 1
                 if rnd.done:
                     # Only the last request, for the now alone, ends a turn whose rounds ran out.
-                    rounds_exhausted = n == MAX_TOOL_ROUNDS
+                    out.rounds_exhausted = n == MAX_TOOL_ROUNDS
                     break
-            if abort:
-                break
-        record_seq = state.allocate_seq()
-        stored = await workflow.execute_activity_method(
-            CheckpointActivities.store_checkpoint,
-            StoreInput(attempt_id=attempt_id, record_seq=record_seq,
-                       rounds_exhausted=rounds_exhausted, abort_reason=abort),
-            **CHECKPOINT_STEP)
-        state.settle_seq(record_seq)
-        if not stored.stored:
-            workflow.logger.warning("checkpoint %s failed: %s", attempt_id, stored.reason)
-            return None, refused_as_too_large
-        return stored, False
+        return out
 
     async def _flush(self, from_seq: int, to_seq: int) -> None:
         """Durable facts of the part moving out go to cards first, so condensing never

@@ -409,26 +409,33 @@ class SessionWorkflow:
                 self._account(result)
                 return result.reply, None, upto
             state.context_tokens = result.estimated_tokens
-            step = next_step(result.fit, tried, checkpoint_allowed=checkpoint_allowed(
-                self.checkpoint_failures_this_turn, state.recent_savings,
-                state.config.context_window))
-            if step is RoomStep.CHECKPOINT:
-                tried.checkpoint = True
-                await self._checkpoint(upto)
-            elif step is RoomStep.MOVE_EARLIEST_HALF:
-                moved = await self.chain.move_half(upto, self.turn_first_seq)
-                if moved is None:
-                    tried.move_failed = True
-                else:
-                    self._adopt(moved)
-            elif step is RoomStep.CUT_NEWEST_OUTPUT:
-                tried.output_cut = True
-            elif step is RoomStep.STOP:
+            if not await self._make_room(result, tried, upto):
                 await self._stop_too_long()
                 return None, TOO_LONG_MESSAGE, upto
-            else:  # SEND: past the threshold, nothing more to try, and it still fits
-                tried.send_as_is = True
             upto = state.recorded_upto
+
+    async def _make_room(self, result: ModelCallResult, tried: RoomTried, upto: int) -> bool:
+        """Take the ladder's next rung for a request that was not sent. False: stop."""
+        state = self.state
+        step = next_step(result.fit, tried, checkpoint_allowed=checkpoint_allowed(
+            self.checkpoint_failures_this_turn, state.recent_savings,
+            state.config.context_window))
+        if step is RoomStep.CHECKPOINT:
+            tried.checkpoint = True
+            await self._checkpoint(upto)
+        elif step is RoomStep.MOVE_EARLIEST_HALF:
+            moved = await self.chain.move_half(upto, self.turn_first_seq)
+            if moved is None:
+                tried.move_failed = True
+            else:
+                self._adopt(moved)
+        elif step is RoomStep.CUT_NEWEST_OUTPUT:
+            tried.output_cut = True
+        elif step is RoomStep.STOP:
+            return False
+        else:  # SEND: past the threshold, nothing more to try, and it still fits
+            tried.send_as_is = True
+        return True
 
     async def _checkpoint(self, upto: int) -> None:
         """One model checkpoint; a failed or too small one counts against this turn."""
