@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.vault.rollup import CommitInput, NotifyInput, RollupActivities
     from schemas.vault.doctor import DoctorInput, DoctorReport, StepResult
     from schemas.vault.schema import GitResult
+    from schemas.vault.scope import scope_note
 
 from workflows.options import DOCTOR_COMMIT, DOCTOR_STEP, NOTIFY
 from workflows.scheduled import scheduled_time
@@ -65,7 +66,7 @@ class DoctorWorkflow:
             try:
                 await workflow.execute_activity_method(
                     RollupActivities.notify,
-                    NotifyInput(title=f"Keel doctor ({inp.scope})", text=report.text(),
+                    NotifyInput(title=f"Keel doctor{scope_note(inp.scope)}", text=report.text(),
                                 level="warning"),
                     **NOTIFY)
                 report.notified = True

@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.vault.rollup import RollupInput, RollupKind, RollupReport, rollup_notifies
     from schemas.vault.schema import GitResult
+    from schemas.vault.scope import scope_note
 
 from workflows.options import NOTIFY, ROLLUP_APPLY, ROLLUP_PERIODS, ROLLUP_PLAN, VAULT_COMMIT
 from workflows.scheduled import scheduled_time
@@ -66,7 +67,8 @@ async def run_rollup(kind: RollupKind, inp: RollupInput) -> RollupReport:
         try:
             await workflow.execute_activity_method(
                 RollupActivities.notify,
-                NotifyInput(title=f"Keel {kind.value} rollup ({inp.scope})", text=report.text(),
+                NotifyInput(title=f"Keel {kind.value} rollup{scope_note(inp.scope)}",
+                            text=report.text(),
                             level="error" if report.failures else "info"),
                 **NOTIFY)
             report.notified = True

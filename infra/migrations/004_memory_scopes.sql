@@ -70,3 +70,8 @@ ALTER TABLE vault_ops ADD PRIMARY KEY (scope, op_id);
 ALTER TABLE rollup_runs ADD COLUMN IF NOT EXISTS scope text NOT NULL DEFAULT 'default';
 ALTER TABLE rollup_runs DROP CONSTRAINT rollup_runs_pkey;
 ALTER TABLE rollup_runs ADD PRIMARY KEY (scope, kind, period);
+
+-- The session's scope, mirrored from its workflow config by the model call: the system
+-- prompt of any step (the checkpoint turn's too) takes its core memory from it. NULL: the
+-- session has no long memory. Sessions that existed before scopes are the default's.
+ALTER TABLE sessions ADD COLUMN IF NOT EXISTS memory_scope text DEFAULT 'default';

@@ -34,6 +34,11 @@ def is_scope(name: str) -> bool:
     return bool(SCOPE_ID.fullmatch(name))
 
 
+def scope_note(scope: str) -> str:
+    """How a notification title names a scope: the default scope's titles stay as they were."""
+    return "" if scope == DEFAULT_SCOPE else f" ({scope})"
+
+
 def scope_changed(carried: str | None, given: str | None) -> str | None:
     """Why a run's input may not replace the scope the session already has, or None.
 
