@@ -667,8 +667,11 @@ def vault_search(query: str, scope: ScopeOption = "default",
 
     async def main() -> None:
         url = _database_url(settings)
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-            hits = await search(conn, query, scope=_check_scope(scope), k=max(1, limit))
+        try:
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                hits = await search(conn, query, scope=_check_scope(scope), k=max(1, limit))
+        except psycopg.Error as err:
+            raise CliError(f"PostgreSQL: {err}") from None
         if not hits:
             console.print(f"[dim]nothing in {scope}'s memory for {query!r}[/]")
         for hit in hits:
