@@ -73,5 +73,7 @@ ALTER TABLE rollup_runs ADD PRIMARY KEY (scope, kind, period);
 
 -- The session's scope, mirrored from its workflow config by the model call: the system
 -- prompt of any step (the checkpoint turn's too) takes its core memory from it. NULL: the
--- session has no long memory. Sessions that existed before scopes are the default's.
+-- session has no long memory. Sessions that existed before scopes are the default's; a
+-- new row has none until its first model call says which (fail closed: no core memory).
 ALTER TABLE sessions ADD COLUMN IF NOT EXISTS memory_scope text DEFAULT 'default';
+ALTER TABLE sessions ALTER COLUMN memory_scope DROP DEFAULT;

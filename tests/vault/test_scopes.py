@@ -178,3 +178,50 @@ async def test_a_run_asking_for_another_scope_is_refused(client, settings):
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "MemoryScopeFixed"
     assert "'alice'" in cause.message
+
+
+async def test_flush_and_every_system_prompt_take_the_sessions_scope(
+        settings, fake_anthropic, database_url, tmp_path):
+    """The memory flush writes to the session's scope; the system prompt of any step (the
+    checkpoint turn loads its window the same way) carries that scope's core memory only."""
+    from datetime import UTC, datetime
+
+    from activities.session import SessionActivities
+    from activities.vault import offline_rollup
+    from activities.vault.turn import FlushInput, MemoryActivities
+    from tests.vault.support import insert_messages, run_activity
+
+    alice_root = await seed(settings, database_url, "alice")
+    bob_root = await seed(settings, database_url, "bob")
+    alice_before = vault_text(alice_root)
+    fake_anthropic.responder = offline_rollup.respond
+    at = datetime(2026, 6, 2, 9, tzinfo=UTC)
+    insert_messages(database_url, "bob-s", [
+        (1, "user", "Dana Whitfield works at Northwind Traders. BOB-FLUSH", at),
+        (2, "assistant", "Noted.", at)])
+    ctx = MemoryContext(settings=settings, database_url=database_url)
+    flushed = await run_activity(MemoryActivities(ctx).flush_memory,
+                                 FlushInput(session_id="bob-s", from_seq=1, to_seq=2,
+                                            scope="bob"))
+    assert flushed.added >= 1
+    assert "Northwind" in vault_text(bob_root)
+    assert vault_text(alice_root) == alice_before  # not a byte of Alice's vault changed
+    assert not (tmp_path / "vault").exists()
+    assert all("A-1001" not in json.dumps(r) for r in fake_anthropic.requests)
+
+    session = SessionActivities(settings)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO sessions (session_id, memory_scope) VALUES"
+                     " ('alice-s', 'alice'), ('none-s', NULL)")
+        # A new row knows no scope (no core memory) until the model call mirrors it.
+        assert conn.execute("SELECT memory_scope FROM sessions WHERE session_id = 'bob-s'"
+                            ).fetchone() == (None,)
+        conn.execute("UPDATE sessions SET memory_scope = 'bob' WHERE session_id = 'bob-s'")
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        bob_window = await session.load_window(conn, "bob-s", 1, 2, None)
+        alice_window = await session.load_window(conn, "alice-s", 1, 0, None)
+        none_window = await session.load_window(conn, "none-s", 1, 0, None)
+    assert "B-2002" in bob_window.system and "A-1001" not in bob_window.system
+    assert "A-1001" in alice_window.system and "B-2002" not in alice_window.system
+    assert "A-1001" not in none_window.system and "B-2002" not in none_window.system
+    assert "A-1001" not in session.system_prompt("bob-s")  # as the checkpoint estimates it
