@@ -14,7 +14,7 @@ order, at most `PARALLEL_SCOPES` at a time.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from datetime import datetime
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ChildWorkflowError
@@ -23,7 +23,13 @@ with workflow.unsafe.imports_passed_through():
     from activities.vault.cards import ListScopesInput, VaultActivities
     from activities.vault.rollup import NotifyInput, RollupActivities
     from schemas.vault.doctor import DoctorInput, DoctorReport
-    from schemas.vault.nightly import NightlyInput, NightlyJob, NightlyReport, ScopeOutcome
+    from schemas.vault.nightly import (
+        NightlyInput,
+        NightlyJob,
+        NightlyReport,
+        ScopeList,
+        ScopeOutcome,
+    )
     from schemas.vault.rollup import RollupInput, RollupKind, RollupReport
 
 from workflows.doctor import DoctorWorkflow
@@ -47,7 +53,7 @@ class MemoryNightlyWorkflow:
     async def run(self, inp: NightlyInput) -> NightlyReport:
         as_of = scheduled_time(inp.as_of)
         if inp.scopes is None:
-            listed: Any = await workflow.execute_activity_method(
+            listed: ScopeList = await workflow.execute_activity_method(
                 VaultActivities.list_memory_scopes, ListScopesInput(), **ROLLUP_PERIODS)
             scopes = list(listed.scopes)
         else:
@@ -68,7 +74,7 @@ class MemoryNightlyWorkflow:
                 report.notified = False
         return report
 
-    async def _one(self, inp: NightlyInput, scope: str, as_of: Any) -> ScopeOutcome:
+    async def _one(self, inp: NightlyInput, scope: str, as_of: datetime) -> ScopeOutcome:
         child_id = f"{workflow.info().workflow_id}-{scope}"
         try:
             if inp.job == NightlyJob.DOCTOR:

@@ -507,20 +507,21 @@ class MemoryContext:
     def __post_init__(self) -> None:
         check_scope(self.scope)
         self.vault = Vault(self.memory.vault_dir_for(self.scope), self.memory, self.scope)
+        self._scopes.setdefault(self.scope, self)
 
     def scoped(self, scope: str) -> MemoryContext:
         """The context of `scope` (ScopeError, a ValueError, for an id that is not one)."""
         if scope == self.scope:
             return self
+        if scope in self._scopes:
+            return self._scopes[scope]
         try:
             check_scope(scope)
         except ScopeError as err:
             raise ApplicationError(str(err), type="InvalidScope", non_retryable=True) from err
-        found = self._scopes.get(scope)
-        if found is None:
-            found = MemoryContext(self.settings, self.database_url, scope)
-            found._scopes = self._scopes
-            self._scopes[scope] = found
+        found = MemoryContext(self.settings, self.database_url, scope)
+        found._scopes = self._scopes
+        self._scopes[scope] = found
         return found
 
     @property
