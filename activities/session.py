@@ -2,6 +2,11 @@
 
 Each takes ids and sequence numbers, loads what it needs from the record, and returns a
 small result. Each is idempotent: a retry after a crash finds its row and returns it.
+
+Long memory is the session's scope's only: the workflow passes `memory_scope` (from the
+session's config) to the model and tool calls; the model call mirrors it on the session's
+row, from which every system prompt (the checkpoint turn's too) takes its core memory. The
+memory tools take no scope or path from the model: a tool input naming one is refused.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL, MEMORY_TOOLS
 from schemas.vault.card import CardFact
 from schemas.vault.recall import fence_memory, scrub_memory_echo
 from schemas.vault.rollup import write_card_tool
+from schemas.vault.scope import DEFAULT_SCOPE, tool_scope_problem
 
 PACKAGED_SKILLS = Path(__file__).resolve().parent.parent / "keel" / "skills"
 OFFLINE_NOTICE = (
@@ -67,6 +73,7 @@ class ModelCallInput(BaseModel):
     cut_newest_output: bool = False
     memory_block: str = ""  # this turn's fenced long-memory recall
     keep_recent_seq: int = 0  # the pre-pass leaves rows from here on as they are
+    memory_scope: str | None = DEFAULT_SCOPE  # the session's; None: no long memory
 
 
 class ModelCallResult(BaseModel):
@@ -84,6 +91,7 @@ class ToolInput(BaseModel):
     tool_use_id: str
     result_seq: int
     upto_seq: int
+    memory_scope: str | None = DEFAULT_SCOPE  # the session's; None: no long memory
 
 
 class ToolOutcome(BaseModel):
@@ -104,7 +112,9 @@ class SessionActivities:
     def __init__(self, settings: KeelSettings) -> None:
         self.settings = settings
         self._memory: MemoryContext | None = None
-        self._vault_ready = False
+        self._vault_ready: set[str] = set()
+        # session id -> scope, as last read from its row (for prompts built without a conn)
+        self._scopes: dict[str, str | None] = {}
 
     def memory(self) -> MemoryContext:
         if self._memory is None:
@@ -113,10 +123,13 @@ class SessionActivities:
                                          database_url=self.settings.database_url)
         return self._memory
 
-    def tools(self) -> list[dict[str, Any]]:
-        """The agent's tools; write_card's enums come from the vault's schema.json."""
+    def tools(self, scope: str | None = DEFAULT_SCOPE) -> list[dict[str, Any]]:
+        """The agent's tools; write_card's enums come from the scope's schema.json. A
+        session without long memory gets no memory tools."""
+        if scope is None:
+            return list(AGENT_TOOLS)
         tools = [*AGENT_TOOLS, MEMORY_SEARCH_TOOL]
-        schema, _ = self.memory().vault.schema()
+        schema, _ = self.memory().scoped(scope).vault.schema()
         if schema is not None:
             tools.append(write_card_tool(schema))
         return tools
@@ -135,6 +148,8 @@ class SessionActivities:
         return [self.settings.skills_dir, PACKAGED_SKILLS]
 
     def system_prompt(self, session_id: str) -> str:
+        """The system prompt, with the core memory of the session's scope (as last read
+        from its row by load_window; none when not known)."""
         workspace = self.workspace(session_id)
         agents = [
             WorkspaceDoc(path=str(p.relative_to(workspace)), text=p.read_text(errors="replace"))
@@ -144,14 +159,24 @@ class SessionActivities:
         skills = [SkillEntry(name=n, description=d) for n, d, _ in
                   skill_catalog(self.skills_dirs())]
         return build_system_prompt(SystemPromptParts(
-            skills=skills, agents_md=agents, core_memory=self.core_memory(),
+            skills=skills, agents_md=agents,
+            core_memory=self.core_memory(self._scopes.get(session_id)),
             offline_notice=OFFLINE_NOTICE if self.settings.model.offline else ""))
 
-    def core_memory(self) -> str:
-        return read_core_text(self.settings)
+    def core_memory(self, scope: str | None = DEFAULT_SCOPE) -> str:
+        return read_core_text(self.settings, scope) if scope is not None else ""
+
+    async def session_scope(self, conn: AsyncConnection, session_id: str) -> str | None:
+        row = await (await conn.execute(
+            "SELECT memory_scope FROM sessions WHERE session_id = %s", (session_id,))
+        ).fetchone()
+        scope = row[0] if row else None
+        self._scopes[session_id] = scope
+        return scope
 
     async def load_window(self, conn: AsyncConnection, session_id: str, window_start: int,
                           upto: int, checkpoint_id: str | None) -> LoadedWindow:
+        await self.session_scope(conn, session_id)
         checkpoint_text: str | None = None
         carried: list[RecordRow] = []
         if checkpoint_id:
@@ -179,6 +204,10 @@ class SessionActivities:
             done = await load_seqs(conn, data.session_id, [data.reply_seq])
             if done:  # a retry after the reply was recorded: do not ask the model again
                 return ModelCallResult(reply=_reply_from_row(done[0], data.model))
+            await conn.execute(  # the row mirrors the scope the workflow holds fixed
+                "UPDATE sessions SET memory_scope = %s WHERE session_id = %s"
+                " AND memory_scope IS DISTINCT FROM %s",
+                (data.memory_scope, data.session_id, data.memory_scope))
             window = await self.load_window(conn, data.session_id, data.window_start_seq,
                                             data.upto_seq, data.checkpoint_id)
             rows = window.rows
@@ -201,16 +230,19 @@ class SessionActivities:
             size = fit(estimate, data.window)
             if not sendable(size, room_asked=data.room_asked):
                 return ModelCallResult(fit=size, estimated_tokens=estimate)
-            if not self._vault_ready:  # once per process: the vault from its template
-                await asyncio.to_thread(self.memory().vault.ensure)
-                self._vault_ready = True
+            scope = data.memory_scope
+            if scope is not None and scope not in self._vault_ready:
+                # once per process and scope: the vault from its template
+                await asyncio.to_thread(self.memory().scoped(scope).vault.ensure)
+                self._vault_ready.add(scope)
             messages, assembly_notes = assemble_messages(
                 rows, checkpoint_text=window.checkpoint_text,
                 memory_block=data.memory_block or None)
             notes += assembly_notes
             request = {
                 "model": data.model, "max_tokens": data.window.max_output_tokens,
-                "system": window.system, "messages": messages, "tools": self.tools(),
+                "system": window.system, "messages": messages,
+                "tools": self.tools(scope),
             }
             message = await with_heartbeat(create_message(self.settings.model, request))
             blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
@@ -278,14 +310,22 @@ class SessionActivities:
 
     async def _memory_tool(self, conn: AsyncConnection, data: ToolInput, name: str,
                            args: dict[str, Any]) -> ToolOutput:
-        memory = self.memory()
+        if data.memory_scope is None:
+            return ToolOutput(f"{name} failed: this session has no long memory", is_error=True)
+        allowed = ({"query", "limit"} if name == "memory_search"
+                   else set(CardFact.model_fields))
+        problem = tool_scope_problem(name, args, allowed)
+        if problem:
+            return ToolOutput(problem, is_error=True)
+        memory = self.memory().scoped(data.memory_scope)
         if name == "memory_search":
             query = str(args.get("query", "")).strip()
             if not query:
                 return ToolOutput("query is empty", is_error=True)
-            hits = await search(conn, query, k=max(1, min(int(args.get("limit", 5)), 10)),
+            hits = await search(conn, query, scope=memory.scope,
+                                k=max(1, min(int(args.get("limit", 5)), 10)),
                                 exclude_session=data.session_id)
-            await touch_documents(conn, [h.path for h in hits])
+            await touch_documents(conn, [h.path for h in hits], scope=memory.scope)
             return ToolOutput(fence_memory(hits) or f"nothing in long memory for {query!r}")
         try:
             fact = CardFact.model_validate(args)

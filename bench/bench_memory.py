@@ -91,7 +91,7 @@ def filler_docs(n: int, seed: int = 7) -> list[IndexDoc]:
     return docs
 
 
-async def bulk_index(url: str, docs: list[IndexDoc]) -> None:
+async def bulk_index(url: str, docs: list[IndexDoc], scope: str = "default") -> None:
     """Index without the per-row statistics triggers, then recount once (a bulk load)."""
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         await conn.execute("SET session_replication_role = replica")
@@ -103,10 +103,11 @@ async def bulk_index(url: str, docs: list[IndexDoc]) -> None:
                     p = d.model_dump(exclude={"links"})
                     p["hash"] = d.content_hash()
                     p["max_chars"] = MAX_INDEXED_CHARS
+                    p["scope"] = scope
                     params.append(p)
                 await cur.executemany(_UPSERT, params)
         await conn.execute("SET session_replication_role = origin")
-        await rebuild_statistics(conn)
+        await rebuild_statistics(conn, scope=scope)
         await conn.execute("ANALYZE memory_docs")
 
 
@@ -115,7 +116,8 @@ async def quality(ctx, queries: list[dict], use_graph: bool) -> tuple[float, flo
     r5 = mrr = 0.0
     async with pool.connection() as conn:
         for q in queries:
-            paths = [h.path for h in await search(conn, q["query"], k=10, use_graph=use_graph)]
+            paths = [h.path for h in await search(conn, q["query"], scope="default", k=10,
+                                                  use_graph=use_graph)]
             r5 += recall_at_k(paths, set(q["relevant"]))
             mrr += reciprocal_rank(paths, set(q["relevant"]))
     return r5 / len(queries), mrr / len(queries)
@@ -128,7 +130,7 @@ async def latency(ctx, queries: list[dict], use_graph: bool, repeat: int) -> tup
         for _ in range(repeat):
             for q in queries:
                 t0 = time.perf_counter()
-                await search(conn, q["query"], k=5, use_graph=use_graph)
+                await search(conn, q["query"], scope="default", k=5, use_graph=use_graph)
                 times.append((time.perf_counter() - t0) * 1000)
     times.sort()
     return statistics.median(times), times[int(len(times) * 0.95) - 1]
@@ -153,7 +155,8 @@ async def search_figures(admin_url: str, sizes: list[int], repeat: int) -> None:
             await bulk_index(url, filler_docs(size))
             load_s = time.perf_counter() - t0
         async with await psycopg.AsyncConnection.connect(url) as conn:
-            n = (await (await conn.execute("SELECT n_docs FROM memory_stats")).fetchone())[0]
+            n = (await (await conn.execute(
+                "SELECT n_docs FROM memory_stats WHERE scope = 'default'")).fetchone())[0]
         for use_graph, label in ((False, "BM25 alone"), (True, "BM25 + graph rerank")):
             r5, mrr = await quality(ctx, queries, use_graph)
             p50, p95 = await latency(ctx, queries, use_graph, repeat)

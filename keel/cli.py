@@ -569,6 +569,118 @@ def chat(id: Annotated[str | None, typer.Option("--id", help="Session to join or
     _run(main())
 
 
+# ----- vault: long memory per scope ------------------------------------------------------
+
+vault_app = typer.Typer(name="vault", no_args_is_help=True,
+                        help="Long memory: list scopes; doctor, rollup and search one scope.")
+app.add_typer(vault_app, name="vault")
+
+ScopeOption = Annotated[str, typer.Option("--scope", help="Whose memory (a scope id).")]
+
+
+def _check_scope(scope: str) -> str:
+    from schemas.vault.scope import ScopeError, check_scope
+
+    try:
+        return check_scope(scope)
+    except ScopeError as err:
+        raise CliError(str(err)) from None
+
+
+@vault_app.command("list")
+def vault_list() -> None:
+    """Every memory scope that has a vault: its folder, CORE.md size, git state."""
+    from activities.vault.store import scope_vaults
+
+    settings = _settings()
+    scopes = scope_vaults(settings.memory)
+    if not scopes:
+        console.print("[dim]no vault yet: a session's first message creates its scope's[/]")
+        return
+    table = Table("scope", "vault", "CORE.md chars", "git")
+    for scope, path in scopes.items():
+        core = path / "CORE.md"
+        table.add_row(scope, str(path), str(len(core.read_text()) if core.exists() else 0),
+                      "yes" if (path / ".git").exists() else "[red]not a repository[/]")
+    console.print(table)
+
+
+async def _run_memory_workflow(settings: KeelSettings, run: Any, arg: Any, wid: str) -> Any:
+    import uuid
+
+    keel = await _connect(settings)
+    with working(f"running {wid}…"):
+        return await keel.client.execute_workflow(
+            run, arg, id=f"{wid}-{uuid.uuid4().hex[:8]}", task_queue=settings.task_queue)
+
+
+@vault_app.command("doctor")
+def vault_doctor(scope: ScopeOption = "default") -> None:
+    """Run the doctor now for one scope (a worker must be running)."""
+    from schemas.vault.doctor import DoctorInput
+    from workflows.doctor import DoctorWorkflow
+
+    settings = _settings()
+
+    async def main() -> None:
+        report = await _run_memory_workflow(
+            settings, DoctorWorkflow.run, DoctorInput(scope=_check_scope(scope)),
+            f"keel-doctor-now-{scope}")
+        console.print(escape(report.text()))
+
+    _run(main())
+
+
+class _Kind(StrEnum):
+    daily = "daily"
+    weekly = "weekly"
+    monthly = "monthly"
+    yearly = "yearly"
+
+
+@vault_app.command("rollup")
+def vault_rollup(kind: Annotated[_Kind, typer.Argument(help="Which rollup.")] = _Kind.daily,
+                 scope: ScopeOption = "default") -> None:
+    """Run a rollup now for one scope: its due periods, missed ones included."""
+    from schemas.vault.rollup import RollupInput, RollupKind
+    from workflows.rollup import ROLLUP_WORKFLOWS
+
+    settings = _settings()
+    rk = RollupKind(kind.value)
+
+    async def main() -> None:
+        report = await _run_memory_workflow(
+            settings, ROLLUP_WORKFLOWS[rk].run,
+            RollupInput(kind=rk, scope=_check_scope(scope)), f"keel-rollup-now-{rk.value}-{scope}")
+        console.print(escape(report.text()))
+
+    _run(main())
+
+
+@vault_app.command("search")
+def vault_search(query: str, scope: ScopeOption = "default",
+                 limit: Annotated[int, typer.Option(help="Most hits.")] = 5) -> None:
+    """Search one scope's long memory (BM25 + graph rerank), read from PostgreSQL."""
+    from activities.vault.search import search
+
+    settings = _settings()
+
+    async def main() -> None:
+        url = _database_url(settings)
+        try:
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                hits = await search(conn, query, scope=_check_scope(scope), k=max(1, limit))
+        except psycopg.Error as err:
+            raise CliError(f"PostgreSQL: {err}") from None
+        if not hits:
+            console.print(f"[dim]nothing in {scope}'s memory for {query!r}[/]")
+        for hit in hits:
+            console.print(f"[cyan]{escape(hit.path)}[/] [dim]{hit.score:.3f}[/]  "
+                          f"{escape(one_line(hit.snippet, 160))}")
+
+    _run(main())
+
+
 def main() -> None:  # `python -m keel.cli`
     app()
 

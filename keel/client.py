@@ -80,6 +80,7 @@ class SessionOverrides(TypedDict, total=False):
     max_tool_rounds_per_turn: int
     record_timeout_s: int
     continue_as_new_after_events: int
+    memory_scope: str | None  # whose long memory (schemas.vault.scope); None: none
 
 
 def session_config(settings: KeelSettings, **overrides: Unpack[SessionOverrides]

@@ -106,6 +106,7 @@ def memory_from_env(data_dir: Path, e: dict[str, str]) -> MemorySettings:
     vault = e.get("KEEL_VAULT_DIR")
     values: dict[str, Any] = {
         "vault_dir": Path(vault).resolve() if vault else (data_dir / "vault"),
+        "vaults_dir": Path(e["KEEL_VAULTS_DIR"]).resolve() if e.get("KEEL_VAULTS_DIR") else None,
         "timezone": e.get("KEEL_MEMORY_TZ") or None,  # None: the server's zone
         "notify_webhook_url": e.get("KEEL_NOTIFY_WEBHOOK") or None,
         "search_mode": e.get("KEEL_MEMORY_SEARCH_MODE", SearchMode.BM25.value),

@@ -9,9 +9,10 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from schemas.messages import HarnessKind
+from schemas.vault.scope import DEFAULT_SCOPE, check_scope
 
 if TYPE_CHECKING:  # the checkpoint rules load the tokenizer; a client needs neither
     from schemas.checkpoint.policy import ModelWindow
@@ -43,6 +44,7 @@ class Rejection(StrEnum):
     SESSION_STOPPED = "SessionStopped"  # the session takes no more input
     RECORD_FAILED = "RecordFailed"  # the record could not take it in time: nothing kept
     NO_SUCH_INPUT = "NoSuchInput"  # await_reply for a seq the session never gave out
+    MEMORY_SCOPE_FIXED = "MemoryScopeFixed"  # a run asked for another memory scope
 
 
 class SessionConfig(BaseModel):
@@ -61,6 +63,15 @@ class SessionConfig(BaseModel):
     # Test hook: continue-as-new once history passes this many events (0: only when
     # Temporal suggests it).
     continue_as_new_after_events: int = 0
+    # Whose long memory this session reads and writes (a person, a team, a tenant: the
+    # starting service's id; schemas.vault.scope). None: no long memory at all. Fixed for
+    # the session's life: a run carrying state with another scope is refused.
+    memory_scope: str | None = DEFAULT_SCOPE
+
+    @field_validator("memory_scope")
+    @classmethod
+    def _valid_scope(cls, value: str | None) -> str | None:
+        return None if value is None else check_scope(value)
 
     def window(self) -> ModelWindow:
         from schemas.checkpoint.policy import ModelWindow

@@ -1,5 +1,11 @@
 """The five Temporal Schedules of long memory: four rollups and the doctor.
 
+Each schedule runs its job for every memory scope that has a vault
+(`workflows.nightly.MemoryNightlyWorkflow`, one child workflow per scope): one schedule
+per job, not per scope, so a scope made by a new person's first session is covered the
+next night without anything creating or deleting schedules, and a scope's failure stays
+inside its own child run.
+
 Client code, run by the worker process at start-up. Cron specs run in the configured time
 zone (server-local by default). A run missed while
 the worker was down starts when it returns, within the catch-up window; a run still going
@@ -23,11 +29,10 @@ from temporalio.client import (
 
 from activities.vault.clock import local_timezone_name
 from schemas.config import KeelSettings
-from schemas.vault.doctor import DoctorInput
-from schemas.vault.rollup import RollupInput, RollupKind
+from schemas.vault.nightly import NightlyInput, NightlyJob
+from schemas.vault.rollup import RollupKind
 from schemas.vault.settings import MemorySettings
-from workflows.doctor import DoctorWorkflow
-from workflows.rollup import ROLLUP_WORKFLOWS
+from workflows.nightly import MemoryNightlyWorkflow
 
 SCHEDULE_PREFIX = "keel-memory-"
 
@@ -42,25 +47,21 @@ def _cron(memory: MemorySettings, name: str) -> str:
 
 
 def memory_schedules(settings: KeelSettings) -> dict[str, Schedule]:
-    """Schedule id -> schedule, for the four rollups and the doctor (`settings.memory`)."""
+    """Schedule id -> schedule, for the four rollups and the doctor (`settings.memory`);
+    each runs its job for every scope that has a vault."""
     memory = settings.memory
     policy = SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP,
                             catchup_window=memory.catchup_window)
     zone = memory.timezone or local_timezone_name()
     out: dict[str, Schedule] = {}
-    for kind, wf in ROLLUP_WORKFLOWS.items():
-        out[schedule_id(settings, kind.value)] = Schedule(
+    for job in NightlyJob:
+        out[schedule_id(settings, job.value)] = Schedule(
             action=ScheduleActionStartWorkflow(
-                wf.run, RollupInput(kind=kind), id=f"keel-rollup-{kind.value}",
+                MemoryNightlyWorkflow.run, NightlyInput(job=job), id=f"keel-memory-{job.value}",
                 task_queue=settings.task_queue),
-            spec=ScheduleSpec(cron_expressions=[_cron(memory, kind.value)],
+            spec=ScheduleSpec(cron_expressions=[_cron(memory, job.value)],
                               time_zone_name=zone),
             policy=policy)
-    out[schedule_id(settings, "doctor")] = Schedule(
-        action=ScheduleActionStartWorkflow(
-            DoctorWorkflow.run, DoctorInput(), id="keel-doctor", task_queue=settings.task_queue),
-        spec=ScheduleSpec(cron_expressions=[memory.doctor_cron], time_zone_name=zone),
-        policy=policy)
     return out
 
 

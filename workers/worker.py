@@ -23,11 +23,13 @@ from activities.vault.turn import MemoryActivities
 from schemas.config import KeelSettings
 from schemas.tokens import count_tokens
 from workflows.doctor import DoctorWorkflow
+from workflows.nightly import MemoryNightlyWorkflow
 from workflows.rollup import ROLLUP_WORKFLOWS
 from workflows.session import SessionWorkflow
 
 # Everything long memory runs, for one worker registration.
-MEMORY_WORKFLOWS: list[type] = [*ROLLUP_WORKFLOWS.values(), DoctorWorkflow]
+MEMORY_WORKFLOWS: list[type] = [*ROLLUP_WORKFLOWS.values(), DoctorWorkflow,
+                                 MemoryNightlyWorkflow]
 
 
 def session_activities(settings: KeelSettings) -> list[Callable[..., Any]]:
@@ -57,7 +59,7 @@ def memory_activities(settings: KeelSettings, *,
     rollup = RollupActivities(ctx)
     doctor = DoctorActivities(ctx)
     return [
-        vault.init_vault, vault.reindex_vault, vault.write_card,
+        vault.init_vault, vault.reindex_vault, vault.write_card, vault.list_memory_scopes,
         turn.recall_memory, turn.flush_memory, turn.append_transcript,
         rollup.plan_rollup_periods, rollup.plan_rollup, rollup.apply_rollup, rollup.notify,
         rollup.commit_vault,

@@ -126,10 +126,14 @@ class CheckpointChain:
     async def _flush(self, from_seq: int, to_seq: int) -> None:
         """Durable facts of the part moving out go to cards first, so condensing never
         loses them silently. Best effort: a failed flush is logged, not fatal."""
+        scope = self.state.config.memory_scope
+        if scope is None:  # a session without long memory flushes nothing
+            return
         try:
             await workflow.execute_activity_method(
                 MemoryActivities.flush_memory,
-                FlushInput(session_id=self.state.session_id, from_seq=from_seq, to_seq=to_seq),
+                FlushInput(session_id=self.state.session_id, from_seq=from_seq, to_seq=to_seq,
+                           scope=scope),
                 **MEMORY_FLUSH)
         except ActivityError as err:
             workflow.logger.warning("memory flush skipped: %s", err.cause or err)

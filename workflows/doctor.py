@@ -3,6 +3,9 @@
 enforce → decay → graph + health → MOC → dry-run scans → CORE.md size → re-index → commit.
 A failing step is reported and the others still run. It notifies only when a person is
 needed: a failed step, a health drop, CORE.md over its cap, a failed commit or push.
+
+One run is one memory scope's (`DoctorInput.scope`), every step carrying it; the nightly
+schedule starts `workflows.nightly`, which runs one of these per scope.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.vault.rollup import CommitInput, NotifyInput, RollupActivities
     from schemas.vault.doctor import DoctorInput, DoctorReport, StepResult
     from schemas.vault.schema import GitResult
+    from schemas.vault.scope import scope_note
 
 from workflows.options import DOCTOR_COMMIT, DOCTOR_STEP, NOTIFY
 from workflows.scheduled import scheduled_time
@@ -35,8 +39,8 @@ class DoctorWorkflow:
     @workflow.run
     async def run(self, inp: DoctorInput) -> DoctorReport:
         as_of = scheduled_time(inp.as_of)
-        report = DoctorReport()
-        step_input = DoctorStepInput(as_of=as_of)
+        report = DoctorReport(scope=inp.scope)
+        step_input = DoctorStepInput(as_of=as_of, scope=inp.scope)
         for method in STEPS:
             name = method.__name__.removeprefix("doctor_")
             try:
@@ -50,7 +54,8 @@ class DoctorWorkflow:
             if result.alert:
                 report.alerts.append(f"{result.step}: {result.summary}")
         commit: GitResult = await workflow.execute_activity_method(
-            RollupActivities.commit_vault, CommitInput(message="doctor: nightly maintenance"),
+            RollupActivities.commit_vault,
+            CommitInput(message="doctor: nightly maintenance", scope=inp.scope),
             **DOCTOR_COMMIT)
         report.commit = commit
         if commit.problem:
@@ -61,7 +66,8 @@ class DoctorWorkflow:
             try:
                 await workflow.execute_activity_method(
                     RollupActivities.notify,
-                    NotifyInput(title="Keel doctor", text=report.text(), level="warning"),
+                    NotifyInput(title=f"Keel doctor{scope_note(inp.scope)}", text=report.text(),
+                                level="warning"),
                     **NOTIFY)
                 report.notified = True
             except ActivityError:

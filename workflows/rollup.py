@@ -4,6 +4,10 @@ Each run works out which periods are due (the one its schedule closes, plus any 
 worker missed), then for each: plan (the model call, stored) and apply (ledgered card
 writes, the summary, CORE.md). A crash at any point resumes without a second model call
 or a second card write. Daily and weekly runs report through the notification hook.
+
+One run is one memory scope's (`RollupInput.scope`): every activity it calls carries that
+scope, so it reads, summarises and writes that scope's vault only. The nightly schedules
+start `workflows.nightly`, which runs one of these per scope.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.vault.rollup import RollupInput, RollupKind, RollupReport, rollup_notifies
     from schemas.vault.schema import GitResult
+    from schemas.vault.scope import scope_note
 
 from workflows.options import NOTIFY, ROLLUP_APPLY, ROLLUP_PERIODS, ROLLUP_PLAN, VAULT_COMMIT
 from workflows.scheduled import scheduled_time
@@ -34,11 +39,11 @@ def _failure(err: ActivityError) -> str:
 async def run_rollup(kind: RollupKind, inp: RollupInput) -> RollupReport:
     as_of = scheduled_time(inp.as_of)
     due = await workflow.execute_activity_method(
-        RollupActivities.plan_rollup_periods, RollupPeriodsInput(kind=kind, as_of=as_of),
-        **ROLLUP_PERIODS)
-    report = RollupReport(kind=kind, skipped=due.skipped)
+        RollupActivities.plan_rollup_periods,
+        RollupPeriodsInput(kind=kind, as_of=as_of, scope=inp.scope), **ROLLUP_PERIODS)
+    report = RollupReport(kind=kind, skipped=due.skipped, scope=inp.scope)
     for period in due.periods:
-        step = RollupStepInput(kind=kind, period=period)
+        step = RollupStepInput(kind=kind, period=period, scope=inp.scope)
         try:
             await workflow.execute_activity_method(
                 RollupActivities.plan_rollup, step, **ROLLUP_PLAN)
@@ -52,7 +57,8 @@ async def run_rollup(kind: RollupKind, inp: RollupInput) -> RollupReport:
     if report.periods:
         commit: GitResult = await workflow.execute_activity_method(
             RollupActivities.commit_vault,
-            CommitInput(message=f"rollup {kind.value}: {', '.join(report.periods)}"),
+            CommitInput(message=f"rollup {kind.value}: {', '.join(report.periods)}",
+                        scope=inp.scope),
             **VAULT_COMMIT)
         report.committed = commit.committed
         report.commit_problem = commit.problem or commit.push_problem
@@ -61,7 +67,8 @@ async def run_rollup(kind: RollupKind, inp: RollupInput) -> RollupReport:
         try:
             await workflow.execute_activity_method(
                 RollupActivities.notify,
-                NotifyInput(title=f"Keel {kind.value} rollup", text=report.text(),
+                NotifyInput(title=f"Keel {kind.value} rollup{scope_note(inp.scope)}",
+                            text=report.text(),
                             level="error" if report.failures else "info"),
                 **NOTIFY)
             report.notified = True

@@ -61,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
         WatchInput,
     )
     from schemas.tokens import count_tokens
+    from schemas.vault.scope import scope_changed
     from workflows.checkpoint import CheckpointChain
     from workflows.options import (
         MEMORY_TURN,
@@ -271,6 +272,10 @@ class SessionWorkflow:
     @workflow.run
     async def run(self, input: SessionInput) -> SessionStatus:
         state = self.state
+        if input.state is not None and (changed := scope_changed(
+                input.state.config.memory_scope, input.config.memory_scope)):
+            raise ApplicationError(changed, type=Rejection.MEMORY_SCOPE_FIXED,
+                                   non_retryable=True)
         while state.stopped_reason is None:
             await workflow.wait_condition(
                 lambda: self._ready() or self._should_continue_as_new()
@@ -340,12 +345,13 @@ class SessionWorkflow:
         state = self.state
         ready = [p for p in state.pending if p.seq <= state.recorded_upto]
         query = ready[-1].query if ready else ""
-        if not query.strip():
+        if not query.strip() or state.config.memory_scope is None:
             return ""
         try:
             found = await workflow.execute_activity_method(
                 MemoryActivities.recall_memory,
-                RecallInput(session_id=state.session_id, query=query), **MEMORY_TURN)
+                RecallInput(session_id=state.session_id, query=query,
+                            scope=state.config.memory_scope), **MEMORY_TURN)
         except ActivityError as err:
             workflow.logger.warning("recall skipped: %s", err.cause or err)
             return ""
@@ -353,11 +359,13 @@ class SessionWorkflow:
 
     async def _transcribe(self, seqs: list[int]) -> None:
         """Append this turn's inputs and replies to the vault's daily transcript."""
-        for seq in seqs:
+        scope = self.state.config.memory_scope
+        for seq in seqs if scope is not None else []:
             try:
                 await workflow.execute_activity_method(
                     MemoryActivities.append_transcript,
-                    TranscriptInput(session_id=self.state.session_id, seq=seq), **MEMORY_TURN)
+                    TranscriptInput(session_id=self.state.session_id, seq=seq, scope=scope),
+                    **MEMORY_TURN)
             except ActivityError as err:
                 # The record keeps the message; the nightly rollup reads the record too.
                 workflow.logger.warning("transcript of #%d skipped: %s", seq, err.cause or err)
@@ -371,7 +379,8 @@ class SessionWorkflow:
                     SessionActivities.run_tool,
                     ToolInput(session_id=state.session_id, turn=state.turn,
                               assistant_seq=reply.seq, tool_use_id=call.id, result_seq=seq,
-                              upto_seq=state.recorded_upto),
+                              upto_seq=state.recorded_upto,
+                              memory_scope=state.config.memory_scope),
                     **TOOL_CALL)
                 state.context_tokens += outcome.token_count
             except ActivityError as err:
@@ -396,7 +405,8 @@ class SessionWorkflow:
                         checkpoint_id=state.checkpoint_id, model=state.config.model,
                         window=self.window, usage_ratio=state.usage_ratio,
                         room_asked=tried.asked, cut_newest_output=tried.output_cut,
-                        memory_block=self.memory_block, keep_recent_seq=self.turn_first_seq),
+                        memory_block=self.memory_block, keep_recent_seq=self.turn_first_seq,
+                        memory_scope=state.config.memory_scope),
                     **MODEL_CALL)
             except ActivityError as err:
                 state.settle_seq(seq)

@@ -14,9 +14,11 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from activities.vault.store import MemoryContext
+from activities.vault.store import MemoryContext, scope_vaults
 from schemas.vault.card import CardFact
+from schemas.vault.nightly import ScopeList
 from schemas.vault.schema import CardOp
+from schemas.vault.scope import DEFAULT_SCOPE
 
 
 class InitVaultResult(BaseModel):
@@ -28,6 +30,11 @@ class InitVaultResult(BaseModel):
 
 class ReindexInput(BaseModel):
     reason: str = ""
+    scope: str = DEFAULT_SCOPE
+
+
+class ListScopesInput(BaseModel):
+    pass
 
 
 class ReindexResult(BaseModel):
@@ -41,6 +48,7 @@ class WriteCardInput(BaseModel):
     op_id: str
     fact: CardFact
     today: str | None = None  # YYYY-MM-DD; None: today in the vault's time zone
+    scope: str = DEFAULT_SCOPE
 
 
 class WriteCardResult(BaseModel):
@@ -54,12 +62,13 @@ class VaultActivities:
         self.ctx = ctx
 
     @activity.defn(name="init_vault")
-    async def init_vault(self, _: ReindexInput) -> InitVaultResult:
-        vault = self.ctx.vault
+    async def init_vault(self, inp: ReindexInput) -> InitVaultResult:
+        ctx = self.ctx.scoped(inp.scope)
+        vault = ctx.vault
         notes = await asyncio.to_thread(vault.ensure)
         _, problems = vault.schema(reload=True)
         git = await vault.git_problem()
-        pool = await self.ctx.pool()
+        pool = await ctx.pool()
         async with pool.connection() as conn:
             changed, _ = await vault.reindex(conn)
         return InitVaultResult(
@@ -67,16 +76,23 @@ class VaultActivities:
             problems=[f"{p.where}: {p.problem}" for p in problems] + ([git] if git else []))
 
     @activity.defn(name="reindex_vault")
-    async def reindex_vault(self, _: ReindexInput) -> ReindexResult:
-        pool = await self.ctx.pool()
+    async def reindex_vault(self, inp: ReindexInput) -> ReindexResult:
+        ctx = self.ctx.scoped(inp.scope)
+        pool = await ctx.pool()
         async with pool.connection() as conn:
-            changed, removed = await self.ctx.vault.reindex(conn)
+            changed, removed = await ctx.vault.reindex(conn)
         return ReindexResult(changed=changed, removed=removed)
 
     @activity.defn(name="write_card")
     async def write_card(self, inp: WriteCardInput) -> WriteCardResult:
-        vault = self.ctx.vault
+        ctx = self.ctx.scoped(inp.scope)
+        vault = ctx.vault
         await asyncio.to_thread(vault.ensure)
         today = inp.today or vault.local_date(datetime.now(vault.tz()))
-        (out,) = await vault.apply_facts(await self.ctx.pool(), [(inp.op_id, inp.fact)], today)
+        (out,) = await vault.apply_facts(await ctx.pool(), [(inp.op_id, inp.fact)], today)
         return WriteCardResult(op=out.op, path=out.path, note=out.note)
+
+    @activity.defn(name="list_memory_scopes")
+    async def list_memory_scopes(self, _: ListScopesInput) -> ScopeList:
+        """Every scope that has a vault folder (the nightly fan-out runs each)."""
+        return ScopeList(scopes=list(scope_vaults(self.ctx.memory)))

@@ -41,12 +41,14 @@ from schemas.vault.graph import (
     supersede_scan,
 )
 from schemas.vault.schema import CARDS_DIR, CORE_FILE, GRAPH_DIR, MOC_FILE, SearchMode, VaultSchema
+from schemas.vault.scope import DEFAULT_SCOPE
 
 
 class DoctorStepInput(BaseModel):
     """Every step's input (it travels in Temporal histories: add fields only as optional)."""
 
     as_of: datetime
+    scope: str = DEFAULT_SCOPE  # whose vault: given by the schedule, one scope per run
 
 
 GRAPH_FILE = f"{GRAPH_DIR}/vault-graph.json"
@@ -116,7 +118,8 @@ class DoctorActivities:
     async def doctor_enforce(self, inp: DoctorStepInput) -> StepResult:
         """Schema backstop: type aliases coerced, invalid statuses fixed, system fields
         backfilled, keys in canonical order. Only the frontmatter is rewritten."""
-        vault = self.ctx.vault
+        ctx = self.ctx.scoped(inp.scope)
+        vault = ctx.vault
         await asyncio.to_thread(vault.ensure)
         schema, problems = vault.schema(reload=True)
         if schema is None:
@@ -128,7 +131,7 @@ class DoctorActivities:
         fixed = 0
         problems: list[str] = []  # for a person: files the doctor may not repair
         fix_notes: list[str] = []
-        pool = await self.ctx.pool()
+        pool = await ctx.pool()
         async with vault.lock(), pool.connection() as conn:
             for rel in vault.card_files():
                 read = read_text(vault.path(rel))
@@ -166,7 +169,8 @@ class DoctorActivities:
     @activity.defn(name="doctor_graph")
     async def doctor_graph(self, inp: DoctorStepInput) -> StepResult:
         """Rebuild the link graph, append today's health score to its history."""
-        vault = self.ctx.vault
+        ctx = self.ctx.scoped(inp.scope)
+        vault = ctx.vault
         scan = _scan(vault)
         graph = build_graph(scan.nodes)
         h = health(graph)
@@ -183,7 +187,7 @@ class DoctorActivities:
             vault.write(HEALTH_FILE, "".join(json.dumps(e, sort_keys=True) + "\n"
                                              for e in [*earlier, entry]))
         drop = (previous - h.score) if previous is not None else 0.0
-        alert = drop >= self.ctx.memory.health_drop_alert
+        alert = drop >= ctx.memory.health_drop_alert
         summary = f"health {h.score:.1f}" + (f" (was {previous:.1f})" if previous is not None
                                              else "")
         details = [f"{len(graph.broken)} broken link(s), {h.orphans} orphan card(s)"]
@@ -195,12 +199,14 @@ class DoctorActivities:
     @activity.defn(name="doctor_decay")
     async def doctor_decay(self, inp: DoctorStepInput) -> StepResult:
         """Update each card's relevance tier from its age and how often it was recalled."""
-        vault = self.ctx.vault
+        ctx = self.ctx.scoped(inp.scope)
+        vault = ctx.vault
         schema = vault.require_schema()
-        pool = await self.ctx.pool()
+        pool = await ctx.pool()
         async with pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT path, access_count, last_access FROM memory_docs WHERE kind = 'card'")
+                "SELECT path, access_count, last_access FROM memory_docs"
+                " WHERE scope = %s AND kind = 'card'", (vault.scope,))
             access = {p: (n, last) for p, n, last in await cur.fetchall()}
         as_of = inp.as_of.astimezone(vault.tz()).date()
         changed = 0
@@ -237,8 +243,9 @@ class DoctorActivities:
                           data={"tiers": tiers, "changed": changed})
 
     @activity.defn(name="doctor_moc")
-    async def doctor_moc(self, _: DoctorStepInput) -> StepResult:
-        vault = self.ctx.vault
+    async def doctor_moc(self, inp: DoctorStepInput) -> StepResult:
+        ctx = self.ctx.scoped(inp.scope)
+        vault = ctx.vault
         schema = vault.require_schema()
         graph = build_graph(_scan(vault).nodes)
         async with vault.lock():
@@ -248,10 +255,11 @@ class DoctorActivities:
                           + (" (rewritten)" if written else " (unchanged)"))
 
     @activity.defn(name="doctor_scans")
-    async def doctor_scans(self, _: DoctorStepInput) -> StepResult:
+    async def doctor_scans(self, inp: DoctorStepInput) -> StepResult:
         """Dry runs: supersede, dedup and link-cleanup candidates queued for the next
         rollup, never applied here."""
-        vault = self.ctx.vault
+        ctx = self.ctx.scoped(inp.scope)
+        vault = ctx.vault
         scan = _scan(vault)
         graph = build_graph(scan.nodes)
         found: dict[str, list[Finding]] = {
@@ -269,11 +277,12 @@ class DoctorActivities:
                           data=counts)
 
     @activity.defn(name="doctor_core_check")
-    async def doctor_core_check(self, _: DoctorStepInput) -> StepResult:
-        vault = self.ctx.vault
+    async def doctor_core_check(self, inp: DoctorStepInput) -> StepResult:
+        ctx = self.ctx.scoped(inp.scope)
+        vault = ctx.vault
         path = vault.root / CORE_FILE
         size = len(read_text(path).text) if path.exists() else 0
-        cap = self.ctx.memory.core_max_chars
+        cap = ctx.memory.core_max_chars
         over = size > cap
         return StepResult(
             step="core", alert=over, data={"chars": size, "cap": cap},
@@ -282,16 +291,18 @@ class DoctorActivities:
             else f"CORE.md {size}/{cap} characters")
 
     @activity.defn(name="doctor_reindex")
-    async def doctor_reindex(self, _: DoctorStepInput) -> StepResult:
-        pool = await self.ctx.pool()
+    async def doctor_reindex(self, inp: DoctorStepInput) -> StepResult:
+        ctx = self.ctx.scoped(inp.scope)
+        pool = await ctx.pool()
         async with pool.connection() as conn:
-            changed, removed = await self.ctx.vault.reindex(conn)
-            await conn.execute("DELETE FROM memory_terms WHERE df <= 0")
+            changed, removed = await ctx.vault.reindex(conn)
+            await conn.execute("DELETE FROM memory_terms WHERE scope = %s AND df <= 0",
+                               (ctx.scope,))
             embedded = 0
-            if self.ctx.memory.search_mode == SearchMode.HYBRID:
-                embedder = load_embedder(self.ctx.memory.embedder or "hashing")
+            if ctx.memory.search_mode == SearchMode.HYBRID:
+                embedder = load_embedder(ctx.memory.embedder or "hashing")
                 if embedder is not None:
-                    embedded = await embed_pending(conn, embedder)
+                    embedded = await embed_pending(conn, embedder, scope=ctx.scope)
         return StepResult(step="reindex",
                           summary=f"{changed} document(s) re-indexed, {removed} removed"
                           + (f", {embedded} embedded" if embedded else ""),

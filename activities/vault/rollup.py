@@ -56,6 +56,7 @@ from schemas.vault.schema import (
     CardOp,
     GitResult,
 )
+from schemas.vault.scope import DEFAULT_SCOPE
 
 log = logging.getLogger("keel.memory")
 
@@ -66,11 +67,13 @@ log = logging.getLogger("keel.memory")
 class RollupPeriodsInput(BaseModel):
     kind: RollupKind
     as_of: datetime
+    scope: str = DEFAULT_SCOPE
 
 
 class RollupStepInput(BaseModel):
     kind: RollupKind
     period: str
+    scope: str = DEFAULT_SCOPE
 
 
 class RollupPlanList(BaseModel):
@@ -87,6 +90,7 @@ class PlanResult(BaseModel):
 
 class CommitInput(BaseModel):
     message: str
+    scope: str = DEFAULT_SCOPE
 
 
 class NotifyInput(BaseModel):
@@ -133,21 +137,25 @@ _INSTRUCTIONS = {
 # --- plans in the database ---------------------------------------------------------------
 
 
-async def stored_plan(pool: AsyncConnectionPool, plan_id: str) -> RollupPlan | None:
+async def stored_plan(pool: AsyncConnectionPool, plan_id: str, *, scope: str
+                      ) -> RollupPlan | None:
     async with pool.connection() as conn:
         row = await (await conn.execute(
-            "SELECT plan FROM rollup_plans WHERE plan_id = %s", (plan_id,))).fetchone()
+            "SELECT plan FROM rollup_plans WHERE scope = %s AND plan_id = %s",
+            (scope, plan_id))).fetchone()
     return RollupPlan.model_validate(row[0]) if row else None
 
 
-async def store_plan(pool: AsyncConnectionPool, plan_id: str, plan: RollupPlan) -> RollupPlan:
+async def store_plan(pool: AsyncConnectionPool, plan_id: str, plan: RollupPlan, *,
+                     scope: str) -> RollupPlan:
     """Store once; two racing attempts both get the first one's plan."""
     async with pool.connection() as conn:
         await conn.execute(
-            "INSERT INTO rollup_plans (plan_id, kind, period, plan) VALUES (%s, %s, %s, %s)"
-            " ON CONFLICT (plan_id) DO NOTHING",
-            (plan_id, plan.kind.value, plan.period, Jsonb(plan.model_dump(mode="json"))))
-    stored = await stored_plan(pool, plan_id)
+            "INSERT INTO rollup_plans (scope, plan_id, kind, period, plan)"
+            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (scope, plan_id) DO NOTHING",
+            (scope, plan_id, plan.kind.value, plan.period,
+             Jsonb(plan.model_dump(mode="json"))))
+    stored = await stored_plan(pool, plan_id, scope=scope)
     assert stored is not None
     return stored
 
@@ -302,13 +310,15 @@ class RollupActivities:
     @activity.defn(name="plan_rollup_periods")
     async def plan_rollup_periods(self, inp: RollupPeriodsInput) -> RollupPlanList:
         """The due period and any earlier ones a stopped worker missed, oldest first."""
-        vault = self.ctx.vault
+        ctx = self.ctx.scoped(inp.scope)
+        vault = ctx.vault
         await asyncio.to_thread(vault.ensure)
         local_today = inp.as_of.astimezone(vault.tz()).date()
-        pool = await self.ctx.pool()
+        pool = await ctx.pool()
         async with pool.connection() as conn:
-            cur = await conn.execute("SELECT period FROM rollup_runs WHERE kind = %s",
-                                     (inp.kind.value,))
+            cur = await conn.execute(
+                "SELECT period FROM rollup_runs WHERE scope = %s AND kind = %s",
+                (vault.scope, inp.kind.value))
             done = {r[0] for r in await cur.fetchall()}
         due, skipped = [], []
         for period in reversed(due_periods(inp.kind, local_today)):
@@ -322,13 +332,14 @@ class RollupActivities:
 
     @activity.defn(name="plan_rollup")
     async def plan_rollup(self, inp: RollupStepInput) -> PlanResult:
+        ctx = self.ctx.scoped(inp.scope)
         plan_id = f"{inp.kind.value}:{inp.period}"
-        pool = await self.ctx.pool()
-        existing = await stored_plan(pool, plan_id)
+        pool = await ctx.pool()
+        existing = await stored_plan(pool, plan_id, scope=ctx.scope)
         if existing is not None:
             return PlanResult(plan_id=plan_id, facts=len(existing.facts), reused=True,
                               input_tokens=existing.input_tokens)
-        vault = self.ctx.vault
+        vault = ctx.vault
         period = parse_period(inp.kind, inp.period)
         _, paths = _sources(vault, period)
         notes: list[str] = []
@@ -344,7 +355,7 @@ class RollupActivities:
                           else [("user", "", read.text)])
                 items.extend(render_entries(parsed))
             chunks = [f'<transcript date="{period.key}">\n' + "\n".join(c) + "\n</transcript>"
-                      for c in chunk_texts(items, self.ctx.memory.rollup_chunk_tokens,
+                      for c in chunk_texts(items, ctx.memory.rollup_chunk_tokens,
                                            count_tokens)]
             context = "\n".join(x for x in (_core_block(vault), _known_cards(vault),
                                              _findings(vault)) if x)
@@ -355,29 +366,30 @@ class RollupActivities:
                 text = read_text(vault.path(rel)).text
                 body = text.split("\n---\n", 1)[-1] if text.startswith("---") else text
                 items.append(f'<summary period="{stem}">\n{body.strip()}\n</summary>')
-            budget = self.ctx.memory.rollup_chunk_tokens
+            budget = ctx.memory.rollup_chunk_tokens
             chunks = ["\n".join(c) for c in chunk_texts(items, budget, count_tokens)][:1]
             context = f"<{inp.kind.value}-period>{period.key} ({period.start} to {period.end})" \
                       f"</{inp.kind.value}-period>"
-        plan = await ask_model(self.ctx, inp.kind, inp.period, chunks, context)
+        plan = await ask_model(ctx, inp.kind, inp.period, chunks, context)
         plan.notes.extend(notes)
-        plan = await store_plan(pool, plan_id, plan)
+        plan = await store_plan(pool, plan_id, plan, scope=ctx.scope)
         return PlanResult(plan_id=plan_id, facts=len(plan.facts), reused=False,
                           input_tokens=plan.input_tokens)
 
     @activity.defn(name="apply_rollup")
     async def apply_rollup(self, inp: RollupStepInput) -> ApplyResult:
+        ctx = self.ctx.scoped(inp.scope)
         plan_id = f"{inp.kind.value}:{inp.period}"
-        pool = await self.ctx.pool()
-        plan = await stored_plan(pool, plan_id)
+        pool = await ctx.pool()
+        plan = await stored_plan(pool, plan_id, scope=ctx.scope)
         if plan is None:
             raise ApplicationError(f"no stored plan {plan_id}: plan_rollup runs first",
                                    non_retryable=True)
-        vault = self.ctx.vault
+        vault = ctx.vault
         period = parse_period(inp.kind, inp.period)
         # Facts are dated by the day they were said, not the night they were filed.
         today = period.end.isoformat()
-        result = await apply_facts_of(self.ctx, plan_id, plan.facts, today)
+        result = await apply_facts_of(ctx, plan_id, plan.facts, today)
         result.notes.extend(plan.notes + plan.rejected)
         result.rejected += len(plan.rejected)
         _, paths = _sources(vault, period)
@@ -397,17 +409,18 @@ class RollupActivities:
             elif wants_core and plan.core is not None:
                 current = parse_core(core_read.text if core_read else "")
                 doc, dropped = merge_core(current, plan.core, today,
-                                          cap=self.ctx.memory.core_max_chars)
+                                          cap=ctx.memory.core_max_chars)
                 text = render_core(doc)
                 vault.write(CORE_FILE, text)
                 await vault.index_file(conn, CORE_FILE)
                 result.core_chars = len(text)
                 result.core_dropped = dropped
             await conn.execute(
-                "INSERT INTO rollup_runs (kind, period, result) VALUES (%s, %s, %s)"
-                " ON CONFLICT (kind, period) DO UPDATE SET result = EXCLUDED.result,"
+                "INSERT INTO rollup_runs (scope, kind, period, result) VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (scope, kind, period) DO UPDATE SET result = EXCLUDED.result,"
                 " finished_at = now()",
-                (inp.kind.value, inp.period, Jsonb(result.model_dump(mode="json"))))
+                (vault.scope, inp.kind.value, inp.period,
+                 Jsonb(result.model_dump(mode="json"))))
         return result
 
     @activity.defn(name="memory_notify")
@@ -439,6 +452,7 @@ class RollupActivities:
 
     @activity.defn(name="commit_vault")
     async def commit_vault(self, inp: CommitInput) -> GitResult:
-        vault = self.ctx.vault
+        ctx = self.ctx.scoped(inp.scope)
+        vault = ctx.vault
         async with vault.lock():
-            return await vault.commit(inp.message, push=self.ctx.memory.git_push)
+            return await vault.commit(inp.message, push=ctx.memory.git_push)

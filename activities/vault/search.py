@@ -5,6 +5,10 @@ BM25 scores them with the document-frequency table the triggers keep current, an
 ranking rules of `schemas.vault.search` finish the order. Hybrid mode fuses a dense ranking
 from a pluggable embedder by reciprocal rank fusion; it is off by default, and nothing here
 downloads a model.
+
+Scopes: every function takes the memory scope it works in, as a required keyword, and
+every statement filters by it (documents, term statistics, corpus size, links,
+embeddings): nothing of one scope is read, ranked by or written into another.
 """
 
 from __future__ import annotations
@@ -68,15 +72,15 @@ class IndexDoc(BaseModel):
 
 
 _UPSERT = """
-INSERT INTO memory_docs (path, kind, title, tags, body, card_key, card_type, status,
+INSERT INTO memory_docs (scope, path, kind, title, tags, body, card_key, card_type, status,
                          penalised, session_id, seq, content_hash, tsv, doc_len)
-SELECT %(path)s, %(kind)s, %(title)s, %(tags)s, %(body)s, %(card_key)s, %(card_type)s,
+SELECT %(scope)s, %(path)s, %(kind)s, %(title)s, %(tags)s, %(body)s, %(card_key)s, %(card_type)s,
        %(status)s, %(penalised)s, %(session_id)s, %(seq)s, %(hash)s, v.tsv,
        (SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(v.tsv) u)
 FROM (SELECT setweight(to_tsvector('simple', %(title)s), 'A')
           || setweight(to_tsvector('simple', %(tags)s), 'B')
           || setweight(to_tsvector('simple', left(%(body)s, %(max_chars)s)), 'D') AS tsv) v
-ON CONFLICT (path) DO UPDATE SET
+ON CONFLICT (scope, path) DO UPDATE SET
     kind = EXCLUDED.kind, title = EXCLUDED.title, tags = EXCLUDED.tags, body = EXCLUDED.body,
     card_key = EXCLUDED.card_key, card_type = EXCLUDED.card_type, status = EXCLUDED.status,
     penalised = EXCLUDED.penalised, session_id = EXCLUDED.session_id, seq = EXCLUDED.seq,
@@ -93,62 +97,69 @@ def _clean(text: str) -> str:
     return text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
 
 
-async def index_document(conn: AsyncConnection, doc: IndexDoc) -> bool:
+async def index_document(conn: AsyncConnection, doc: IndexDoc, *, scope: str) -> bool:
     """Index one document; True when it was new or changed (same hash: nothing is done)."""
     params: dict[str, Any] = doc.model_dump(exclude={"links"})
     for key in ("title", "tags", "body"):
         params[key] = _clean(params[key])
     params["hash"] = doc.content_hash()
     params["max_chars"] = MAX_INDEXED_CHARS
+    params["scope"] = scope
     async with conn.transaction():
         cur = await conn.execute(_UPSERT, params)
         changed = await cur.fetchone() is not None
         if changed:
             src = doc.card_key or doc.path
-            await conn.execute("DELETE FROM memory_links WHERE src = %s", (src,))
+            await conn.execute("DELETE FROM memory_links WHERE scope = %s AND src = %s",
+                               (scope, src))
             if doc.links:
                 await conn.execute(
-                    "INSERT INTO memory_links (src, dst) SELECT %s, d FROM unnest(%s::text[]) d"
+                    "INSERT INTO memory_links (scope, src, dst)"
+                    " SELECT %s, %s, d FROM unnest(%s::text[]) d"
                     " WHERE d <> %s ON CONFLICT DO NOTHING",
-                    (src, sorted(set(doc.links)), src))
+                    (scope, src, sorted(set(doc.links)), src))
     return changed
 
 
-async def delete_documents(conn: AsyncConnection, paths: Sequence[str]) -> int:
+async def delete_documents(conn: AsyncConnection, paths: Sequence[str], *, scope: str) -> int:
     if not paths:
         return 0
     async with conn.transaction():
         cur = await conn.execute(
-            "DELETE FROM memory_docs WHERE path = ANY(%s) RETURNING card_key, path",
-            (list(paths),))
+            "DELETE FROM memory_docs WHERE scope = %s AND path = ANY(%s)"
+            " RETURNING card_key, path", (scope, list(paths)))
         gone = await cur.fetchall()
         srcs = [key or path for key, path in gone]
         if srcs:
-            await conn.execute("DELETE FROM memory_links WHERE src = ANY(%s)", (srcs,))
+            await conn.execute("DELETE FROM memory_links WHERE scope = %s AND src = ANY(%s)",
+                               (scope, srcs))
     return len(gone)
 
 
-async def rebuild_statistics(conn: AsyncConnection) -> None:
+async def rebuild_statistics(conn: AsyncConnection, *, scope: str) -> None:
     """Recount document frequencies and corpus size from the documents themselves.
 
     The triggers keep them exact on every write; this is for bulk loads that bypass the
     triggers (and for repairing a database restored from parts).
     """
     async with conn.transaction():
-        await conn.execute("DELETE FROM memory_terms")
+        await conn.execute("DELETE FROM memory_terms WHERE scope = %s", (scope,))
         await conn.execute(
-            "INSERT INTO memory_terms (term, df) SELECT u.lexeme, count(*)"
-            " FROM memory_docs d, unnest(d.tsv) u GROUP BY u.lexeme")
+            "INSERT INTO memory_terms (scope, term, df) SELECT %s, u.lexeme, count(*)"
+            " FROM memory_docs d, unnest(d.tsv) u WHERE d.scope = %s GROUP BY u.lexeme",
+            (scope, scope))
         await conn.execute(
-            "UPDATE memory_stats SET n_docs = s.n, total_len = s.len FROM"
-            " (SELECT count(*) AS n, coalesce(sum(doc_len), 0) AS len FROM memory_docs) s"
-            " WHERE id = 1")
+            "INSERT INTO memory_stats AS m (scope, n_docs, total_len)"
+            " SELECT %s, count(*), coalesce(sum(doc_len), 0) FROM memory_docs WHERE scope = %s"
+            " ON CONFLICT (scope) DO UPDATE SET n_docs = EXCLUDED.n_docs,"
+            " total_len = EXCLUDED.total_len", (scope, scope))
 
 
-async def indexed_hashes(conn: AsyncConnection, prefix: str = "") -> dict[str, str]:
+async def indexed_hashes(conn: AsyncConnection, prefix: str = "", *, scope: str
+                         ) -> dict[str, str]:
     cur = await conn.execute(
-        "SELECT path, content_hash FROM memory_docs WHERE path LIKE %s",
-        (prefix.replace("%", "\\%").replace("_", "\\_") + "%",))
+        "SELECT path, content_hash FROM memory_docs WHERE scope = %s AND path LIKE %s",
+        (scope, prefix.replace("%", "\\%").replace("_", "\\_") + "%"))
     return {p: h for p, h in await cur.fetchall()}
 
 
@@ -164,13 +175,17 @@ WITH qt AS (
 stats AS (
     SELECT greatest(n_docs, 1)::float8 AS n,
            greatest(total_len::float8 / greatest(n_docs, 1), 1) AS avgdl
-    FROM memory_stats WHERE id = 1
+    FROM (SELECT coalesce((SELECT n_docs FROM memory_stats WHERE scope = %(scope)s), 0)
+                 AS n_docs,
+                 coalesce((SELECT total_len FROM memory_stats WHERE scope = %(scope)s), 0)
+                 AS total_len) ms
 ),
 qidf AS (
     SELECT qt.i, qt.tsq, d.df, ln(1 + (s.n - d.df + 0.5) / (d.df + 0.5)) AS idf
     FROM qt, stats s,
          LATERAL (SELECT least(coalesce(sum(m.df), 0), s.n) AS df
-                  FROM memory_terms m WHERE m.term LIKE qt.pattern) d
+                  FROM memory_terms m
+                  WHERE m.scope = %(scope)s AND m.term LIKE qt.pattern) d
 ),
 -- Candidates come from the informative terms: a word in most documents would fill the
 -- pool with documents that only share it (ts_rank knows no IDF). Common words still
@@ -187,7 +202,7 @@ cand AS (
     CROSS JOIN LATERAL (
         SELECT d.path, d.tsv, d.doc_len
         FROM memory_docs d
-        WHERE d.tsv @@ to_tsquery('simple', q.tsq)
+        WHERE d.scope = %(scope)s AND d.tsv @@ to_tsquery('simple', q.tsq)
           AND (%(kinds)s::text[] IS NULL OR d.kind = ANY(%(kinds)s::text[]))
           AND (%(exclude_session)s::text IS NULL
                OR d.session_id IS DISTINCT FROM %(exclude_session)s::text)
@@ -214,8 +229,9 @@ scored AS (
 )
 SELECT d.path, d.card_key, d.penalised, sc.bm25,
        sc.matched_idf / nullif((SELECT sum(idf) FROM qidf), 0) AS coverage,
-       (SELECT count(*) FROM memory_links l WHERE l.dst = d.card_key) AS incoming
-FROM scored sc JOIN memory_docs d USING (path)
+       (SELECT count(*) FROM memory_links l
+        WHERE l.scope = %(scope)s AND l.dst = d.card_key) AS incoming
+FROM scored sc JOIN memory_docs d ON d.scope = %(scope)s AND d.path = sc.path
 ORDER BY sc.bm25 DESC, d.path
 """
 
@@ -226,7 +242,8 @@ async def query_lexemes(conn: AsyncConnection, query: str) -> list[str]:
     return [r[0] for r in await cur.fetchall()][:MAX_QUERY_TERMS]
 
 
-async def bm25_candidates(conn: AsyncConnection, query: str, *, kinds: list[str] | None = None,
+async def bm25_candidates(conn: AsyncConnection, query: str, *, scope: str,
+                          kinds: list[str] | None = None,
                           exclude_session: str | None = None, pool: int = CANDIDATE_POOL,
                           ) -> list[Candidate]:
     terms = term_patterns(await query_lexemes(conn, query))
@@ -235,14 +252,15 @@ async def bm25_candidates(conn: AsyncConnection, query: str, *, kinds: list[str]
     cur = await conn.execute(_BM25, {
         "patterns": [p for _, p, _ in terms],
         "tsqs": [q for _, _, q in terms],
-        "kinds": kinds, "exclude_session": exclude_session, "pool": pool,
+        "kinds": kinds, "exclude_session": exclude_session, "pool": pool, "scope": scope,
     })
     return [Candidate(path=path, card_key=key, penalised=pen, bm25=float(bm25),
                       coverage=float(cov or 0.0), incoming=int(inc))
             for path, key, pen, bm25, cov, inc in await cur.fetchall()]
 
 
-async def _graph_around(conn: AsyncConnection, seeds: list[str]) -> list[tuple[str, str]]:
+async def _graph_around(conn: AsyncConnection, seeds: list[str], scope: str
+                        ) -> list[tuple[str, str]]:
     """Every link edge within two hops of the seed cards."""
     edges: set[tuple[str, str]] = set()
     frontier = set(seeds)
@@ -251,8 +269,8 @@ async def _graph_around(conn: AsyncConnection, seeds: list[str]) -> list[tuple[s
         if not frontier:
             break
         cur = await conn.execute(
-            "SELECT src, dst FROM memory_links WHERE src = ANY(%(k)s) OR dst = ANY(%(k)s)",
-            {"k": sorted(frontier)})
+            "SELECT src, dst FROM memory_links WHERE scope = %(s)s"
+            " AND (src = ANY(%(k)s) OR dst = ANY(%(k)s))", {"k": sorted(frontier), "s": scope})
         rows = await cur.fetchall()
         edges.update((s, d) for s, d in rows)
         nxt = {x for s, d in rows for x in (s, d)} - seen
@@ -261,20 +279,21 @@ async def _graph_around(conn: AsyncConnection, seeds: list[str]) -> list[tuple[s
     return sorted(edges)
 
 
-async def _neighbour_docs(conn: AsyncConnection, keys: list[str], exclude: set[str]
-                          ) -> list[Candidate]:
+async def _neighbour_docs(conn: AsyncConnection, keys: list[str], exclude: set[str],
+                          scope: str) -> list[Candidate]:
     if not keys:
         return []
     cur = await conn.execute(
         "SELECT d.path, d.card_key, d.penalised,"
-        " (SELECT count(*) FROM memory_links l WHERE l.dst = d.card_key)"
-        " FROM memory_docs d WHERE d.card_key = ANY(%s) AND d.kind = 'card'", (keys,))
+        " (SELECT count(*) FROM memory_links l WHERE l.scope = d.scope"
+        " AND l.dst = d.card_key) FROM memory_docs d"
+        " WHERE d.scope = %s AND d.card_key = ANY(%s) AND d.kind = 'card'", (scope, keys))
     return [Candidate(path=p, card_key=k, penalised=pen, bm25=0.0, coverage=0.0, incoming=inc)
             for p, k, pen, inc in await cur.fetchall() if p not in exclude]
 
 
-async def _hits(conn: AsyncConnection, query: str, ranked: list[tuple[str, float, bool]]
-                ) -> list[MemoryHit]:
+async def _hits(conn: AsyncConnection, query: str, ranked: list[tuple[str, float, bool]],
+                scope: str) -> list[MemoryHit]:
     if not ranked:
         return []
     terms = term_patterns(await query_lexemes(conn, query))
@@ -284,8 +303,9 @@ async def _hits(conn: AsyncConnection, query: str, ranked: list[tuple[str, float
         " THEN left(body, %(max)s) ELSE ts_headline('simple', left(body, 50000),"
         " to_tsquery('simple', %(tsq)s), 'StartSel=\"\", StopSel=\"\", MaxWords=60,"
         " MinWords=20, MaxFragments=3, FragmentDelimiter=\" … \"') END"
-        " FROM memory_docs WHERE path = ANY(%(paths)s)",
-        {"paths": [p for p, _, _ in ranked], "tsq": tsq, "max": SNIPPET_MAX_CHARS})
+        " FROM memory_docs WHERE scope = %(scope)s AND path = ANY(%(paths)s)",
+        {"paths": [p for p, _, _ in ranked], "tsq": tsq, "max": SNIPPET_MAX_CHARS,
+         "scope": scope})
     info = {r[0]: r for r in await cur.fetchall()}
     out = []
     for path, score, via in ranked:
@@ -296,11 +316,11 @@ async def _hits(conn: AsyncConnection, query: str, ranked: list[tuple[str, float
     return out
 
 
-async def search(conn: AsyncConnection, query: str, *, k: int = 5,
+async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
                  kinds: list[str] | None = None, exclude_session: str | None = None,
                  use_graph: bool = True, embedder: Embedder | None = None) -> list[MemoryHit]:
     """The k best documents for `query`: BM25, graph rerank, and (with an embedder) RRF."""
-    candidates = await bm25_candidates(conn, query, kinds=kinds,
+    candidates = await bm25_candidates(conn, query, scope=scope, kinds=kinds,
                                        exclude_session=exclude_session)
     edges: list[tuple[str, str]] = []
     neighbours: list[Candidate] = []
@@ -308,27 +328,29 @@ async def search(conn: AsyncConnection, query: str, *, k: int = 5,
         ordered = sorted(candidates, key=lambda c: (-base_score(c), c.path))
         seeds = [c.card_key for c in ordered if c.card_key][:GRAPH_SEEDS]
         if seeds:
-            edges = await _graph_around(conn, seeds)
+            edges = await _graph_around(conn, seeds, scope)
             reached = sorted({x for e in edges for x in e} - set(seeds))
-            neighbours = await _neighbour_docs(conn, reached, {c.path for c in candidates})
+            neighbours = await _neighbour_docs(conn, reached, {c.path for c in candidates},
+                                               scope)
     ranked = rerank(candidates, edges, neighbours, use_graph=use_graph)
     if embedder is None:
         top = [(r.path, r.score, r.via_link) for r in ranked[:k]]
-        return await _hits(conn, query, top)
-    dense = await dense_ranking(conn, embedder, query, kinds=kinds,
+        return await _hits(conn, query, top, scope)
+    dense = await dense_ranking(conn, embedder, query, scope=scope, kinds=kinds,
                                 exclude_session=exclude_session, limit=max(50, k * 10))
     scores = {r.path: (r.score, r.via_link) for r in ranked}
     fused = rrf_fuse([[r.path for r in ranked[:CANDIDATE_POOL]], dense])[:k]
     return await _hits(conn, query, [(p, scores.get(p, (0.0, False))[0],
-                                      scores.get(p, (0.0, False))[1]) for p in fused])
+                                      scores.get(p, (0.0, False))[1]) for p in fused],
+                       scope)
 
 
-async def touch_documents(conn: AsyncConnection, paths: list[str]) -> None:
+async def touch_documents(conn: AsyncConnection, paths: list[str], *, scope: str) -> None:
     """Count a recall: decay keeps recalled cards relevant."""
     if paths:
         await conn.execute(
             "UPDATE memory_docs SET access_count = access_count + 1, last_access = now()"
-            " WHERE path = ANY(%s)", (paths,))
+            " WHERE scope = %s AND path = ANY(%s)", (scope, paths))
 
 
 # --- hybrid: a pluggable embedder ----------------------------------------------------------
@@ -390,16 +412,16 @@ def load_embedder(spec: str | None) -> Embedder | None:
 
 
 async def embed_pending(conn: AsyncConnection, embedder: Embedder, batch: int = 64,
-                        limit: int | None = None) -> int:
+                        limit: int | None = None, *, scope: str) -> int:
     """Embed documents whose vector is missing or stale (at most `limit`); returns how many."""
     done = 0
     while limit is None or done < limit:
         cur = await conn.execute(
             "SELECT d.path, d.content_hash, d.title || E'\\n' || left(d.body, 4000)"
             " FROM memory_docs d LEFT JOIN memory_embeddings e"
-            " ON e.path = d.path AND e.model = %s"
-            " WHERE e.path IS NULL OR e.content_hash <> d.content_hash LIMIT %s",
-            (embedder.name, batch))
+            " ON e.scope = d.scope AND e.path = d.path AND e.model = %s"
+            " WHERE d.scope = %s AND (e.path IS NULL OR e.content_hash <> d.content_hash)"
+            " LIMIT %s", (embedder.name, scope, batch))
         rows = await cur.fetchall()
         if not rows:
             break
@@ -407,25 +429,26 @@ async def embed_pending(conn: AsyncConnection, embedder: Embedder, batch: int = 
         async with conn.transaction():
             for (path, digest, _), vec in zip(rows, vectors, strict=True):
                 await conn.execute(
-                    "INSERT INTO memory_embeddings (path, model, content_hash, vector)"
-                    " VALUES (%s, %s, %s, %s) ON CONFLICT (path) DO UPDATE SET"
+                    "INSERT INTO memory_embeddings (scope, path, model, content_hash, vector)"
+                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (scope, path) DO UPDATE SET"
                     " model = EXCLUDED.model, content_hash = EXCLUDED.content_hash,"
-                    " vector = EXCLUDED.vector", (path, embedder.name, digest, vec))
+                    " vector = EXCLUDED.vector", (scope, path, embedder.name, digest, vec))
         done += len(rows)
     return done
 
 
-async def dense_ranking(conn: AsyncConnection, embedder: Embedder, query: str, *,
+async def dense_ranking(conn: AsyncConnection, embedder: Embedder, query: str, *, scope: str,
                         kinds: list[str] | None = None, exclude_session: str | None = None,
                         limit: int = 50) -> list[str]:
     """Paths by cosine similarity to the query. Brute force over plain arrays: fine for a
     personal vault; pgvector would be the step for millions of documents."""
     qvec = embedder.embed([query])[0]
     cur = await conn.execute(
-        "SELECT e.path, e.vector FROM memory_embeddings e JOIN memory_docs d USING (path)"
-        " WHERE e.model = %s AND (%s::text[] IS NULL OR d.kind = ANY(%s::text[]))"
+        "SELECT e.path, e.vector FROM memory_embeddings e JOIN memory_docs d"
+        " ON d.scope = e.scope AND d.path = e.path"
+        " WHERE e.scope = %s AND e.model = %s AND (%s::text[] IS NULL OR d.kind = ANY(%s::text[]))"
         " AND (%s::text IS NULL OR d.session_id IS DISTINCT FROM %s::text)",
-        (embedder.name, kinds, kinds, exclude_session, exclude_session))
+        (scope, embedder.name, kinds, kinds, exclude_session, exclude_session))
     scored = [(cosine(qvec, list(vec)), path) for path, vec in await cur.fetchall()]
     scored.sort(key=lambda t: (-t[0], t[1]))
     return [p for s, p in scored[:limit] if s > 0]

@@ -4,6 +4,11 @@ All writes go through `Vault`: cards only through `apply_facts` (ADD / SUPERSEDE
 ledgered so a retried rollup never writes a card twice), transcripts only by appending,
 and every written file is re-indexed for search at once. Nothing here deletes a file a
 person may have written; a file that cannot be read is reported and left as it is.
+
+Scopes: a `Vault` is one scope's (its own folder and git repository) and every statement it
+runs carries that scope. `MemoryContext.scoped(scope)` is the only way activities reach a
+vault; the scope comes from the activity's input, which the workflow takes from the
+session's config or the schedule, never from the model.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from zoneinfo import ZoneInfo
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel
+from temporalio.exceptions import ApplicationError
 
 from activities.db import get_pool
 from activities.vault.clock import local_timezone_name
@@ -55,6 +61,7 @@ from schemas.vault.schema import (
     VaultSchema,
     parse_schema,
 )
+from schemas.vault.scope import DEFAULT_SCOPE, ScopeError, check_scope, is_scope
 from schemas.vault.settings import MemorySettings
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "keel" / "vault_template"
@@ -115,6 +122,7 @@ class OpOutcome(BaseModel):
 class Vault:
     root: Path
     settings: MemorySettings
+    scope: str = DEFAULT_SCOPE
     _schema: tuple[VaultSchema | None, list[SchemaProblem]] | None = field(default=None,
                                                                            repr=False)
     _schema_stamp: tuple[int, int] | None = field(default=None, repr=False)
@@ -354,18 +362,18 @@ class Vault:
         """Bring the index in line with one file; returns how many documents changed."""
         target = self.path(rel)
         if not target.exists():
-            old = await indexed_hashes(conn, rel)
+            old = await indexed_hashes(conn, rel, scope=self.scope)
             stale = [p for p in old if p == rel or p.startswith(rel + "#")]
-            return await delete_documents(conn, stale)
+            return await delete_documents(conn, stale, scope=self.scope)
         docs = self.documents_for(rel, read_text(target).text)
-        old = await indexed_hashes(conn, rel)
+        old = await indexed_hashes(conn, rel, scope=self.scope)
         changed = 0
         for doc in docs:
             if old.get(doc.path) != doc.content_hash():
-                changed += await index_document(conn, doc)
+                changed += await index_document(conn, doc, scope=self.scope)
         keep = {d.path for d in docs}
         stale = [p for p in old if p not in keep and (p == rel or p.startswith(rel + "#"))]
-        return changed + await delete_documents(conn, stale)
+        return changed + await delete_documents(conn, stale, scope=self.scope)
 
     def _stat_files(self) -> dict[str, tuple[int, int]]:
         out = {}
@@ -390,14 +398,15 @@ class Vault:
         Returns (documents changed, documents removed)."""
         present: set[str] = set()
         changed = 0
-        old = await indexed_hashes(conn)
+        old = await indexed_hashes(conn, scope=self.scope)
         for rel in self.markdown_files():
             docs = self.documents_for(rel, read_text(self.path(rel)).text)
             for doc in docs:
                 present.add(doc.path)
                 if old.get(doc.path) != doc.content_hash():
-                    changed += await index_document(conn, doc)
-        removed = await delete_documents(conn, [p for p in old if p not in present])
+                    changed += await index_document(conn, doc, scope=self.scope)
+        removed = await delete_documents(conn, [p for p in old if p not in present],
+                                         scope=self.scope)
         return changed, removed
 
     # --- cards --------------------------------------------------------------------------
@@ -415,23 +424,23 @@ class Vault:
         async with self.lock(), pool.connection() as conn:
             for op_id, fact in facts:
                 cur = await conn.execute(
-                    "SELECT state, outcome, path, note FROM vault_ops WHERE op_id = %s",
-                    (op_id,))
+                    "SELECT state, outcome, path, note FROM vault_ops"
+                    " WHERE scope = %s AND op_id = %s", (self.scope, op_id))
                 row = await cur.fetchone()
                 if row and row[0] == "applied":
                     outcomes.append(OpOutcome(op_id=op_id, op=CardOp(row[1]), path=row[2],
                                               note=row[3] or "", skipped=True))
                     continue
                 await conn.execute(
-                    "INSERT INTO vault_ops (op_id, state) VALUES (%s, 'pending')"
-                    " ON CONFLICT (op_id) DO NOTHING", (op_id,))
+                    "INSERT INTO vault_ops (scope, op_id, state) VALUES (%s, %s, 'pending')"
+                    " ON CONFLICT (scope, op_id) DO NOTHING", (self.scope, op_id))
                 outcome = self._apply_one(op_id, fact, schema, today)
                 if outcome.path and outcome.op != CardOp.NOOP:
                     await self.index_file(conn, outcome.path)
                 await conn.execute(
                     "UPDATE vault_ops SET state = 'applied', outcome = %s, path = %s,"
-                    " note = %s, updated_at = now() WHERE op_id = %s",
-                    (outcome.op.value, outcome.path, outcome.note, op_id))
+                    " note = %s, updated_at = now() WHERE scope = %s AND op_id = %s",
+                    (outcome.op.value, outcome.path, outcome.note, self.scope, op_id))
                 outcomes.append(outcome)
         return outcomes
 
@@ -483,14 +492,37 @@ def _strip_frontmatter(text: str) -> str:
 
 @dataclass
 class MemoryContext:
-    """What every memory activity needs: settings, the vault, and the database."""
+    """What every memory activity needs: settings, one scope's vault, and the database.
+
+    The worker builds one for the default scope; `scoped(scope)` gives (and keeps) the
+    context of any other, so each scope's vault object, with its change cache, is made once.
+    """
 
     settings: KeelSettings
     database_url: str
+    scope: str = DEFAULT_SCOPE
     vault: Vault = field(init=False)
+    _scopes: dict[str, MemoryContext] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        self.vault = Vault(self.memory.vault_dir, self.memory)
+        check_scope(self.scope)
+        self.vault = Vault(self.memory.vault_dir_for(self.scope), self.memory, self.scope)
+        self._scopes.setdefault(self.scope, self)
+
+    def scoped(self, scope: str) -> MemoryContext:
+        """The context of `scope` (ScopeError, a ValueError, for an id that is not one)."""
+        if scope == self.scope:
+            return self
+        if scope in self._scopes:
+            return self._scopes[scope]
+        try:
+            check_scope(scope)
+        except ScopeError as err:
+            raise ApplicationError(str(err), type="InvalidScope", non_retryable=True) from err
+        found = MemoryContext(self.settings, self.database_url, scope)
+        found._scopes = self._scopes
+        self._scopes[scope] = found
+        return found
 
     @property
     def memory(self) -> MemorySettings:
@@ -500,9 +532,23 @@ class MemoryContext:
         return await get_pool(self.database_url)
 
 
-def read_core_text(settings: KeelSettings) -> str:
-    """CORE.md as it goes in the system prompt ("" when the vault has none yet)."""
-    path = settings.memory.vault_dir / CORE_FILE
+def scope_vaults(memory: MemorySettings) -> dict[str, Path]:
+    """Every scope that has a vault folder, by id: the default scope's when its folder
+    exists, and each folder under the vaults root whose name is a scope id."""
+    out: dict[str, Path] = {}
+    if memory.vault_dir.is_dir():
+        out[DEFAULT_SCOPE] = memory.vault_dir
+    root = memory.vaults_root()
+    if root.is_dir():
+        for child in sorted(root.iterdir()):
+            if child.is_dir() and is_scope(child.name) and child.name != DEFAULT_SCOPE:
+                out[child.name] = child
+    return dict(sorted(out.items()))
+
+
+def read_core_text(settings: KeelSettings, scope: str = DEFAULT_SCOPE) -> str:
+    """One scope's CORE.md as it goes in the system prompt ("" when it has none yet)."""
+    path = settings.memory.vault_dir_for(scope) / CORE_FILE
     if not path.exists():
         return ""
     return read_text(path).text.strip()

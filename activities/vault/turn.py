@@ -3,6 +3,9 @@
 Each takes references (a session id, sequence numbers), loads what it needs from the
 record, and returns a small result. The contracts travel in Temporal histories: add
 fields only as optional with defaults.
+
+Each input names the session's memory scope (from its config, never from the model); the
+activity works in that scope's vault and index only.
 """
 
 from __future__ import annotations
@@ -32,12 +35,14 @@ from schemas.vault.rollup import (
     transcript_entry,
 )
 from schemas.vault.schema import DAILY_DIR, SearchMode
+from schemas.vault.scope import DEFAULT_SCOPE
 
 
 class RecallInput(BaseModel):
     session_id: str
     query: str
     k: int = 5
+    scope: str = DEFAULT_SCOPE  # the session's memory scope
 
 
 class RecallResult(BaseModel):
@@ -49,6 +54,7 @@ class FlushInput(BaseModel):
     session_id: str
     from_seq: int
     to_seq: int
+    scope: str = DEFAULT_SCOPE  # the session's memory scope
 
 
 class FlushResult(BaseModel):
@@ -61,6 +67,7 @@ class FlushResult(BaseModel):
 class TranscriptInput(BaseModel):
     session_id: str
     seq: int
+    scope: str = DEFAULT_SCOPE  # the session's memory scope
 
 
 class TranscriptResult(BaseModel):
@@ -91,18 +98,21 @@ class MemoryActivities:
         """
         if not inp.query.strip():
             return RecallResult(block="", hits=0)
-        pool = await self.ctx.pool()
-        vault = self.ctx.vault
+        ctx = self.ctx.scoped(inp.scope)
+        pool = await ctx.pool()
+        vault = ctx.vault
         async with pool.connection() as conn:
             if vault.root.exists():
                 await vault.refresh(conn)
             if self._embedder is not None:
                 # New documents join the dense side as they come; the doctor catches up.
-                await embed_pending(conn, self._embedder, limit=RECALL_EMBED_LIMIT)
-            hits = await search(conn, inp.query, k=max(1, min(inp.k, MAX_RECALL_K)),
+                await embed_pending(conn, self._embedder, limit=RECALL_EMBED_LIMIT,
+                                    scope=vault.scope)
+            hits = await search(conn, inp.query, scope=vault.scope,
+                                k=max(1, min(inp.k, MAX_RECALL_K)),
                                 kinds=RECALL_KINDS, exclude_session=inp.session_id,
                                 embedder=self._embedder)
-            await touch_documents(conn, [h.path for h in hits])
+            await touch_documents(conn, [h.path for h in hits], scope=vault.scope)
         return RecallResult(block=fence_memory(hits), hits=len(hits))
 
     @activity.defn(name="flush_memory")
@@ -110,10 +120,11 @@ class MemoryActivities:
         """Write the durable facts of seqs from_seq..to_seq to cards before they leave the
         window. A retry reuses the stored plan and skips applied ops."""
         plan_id = f"flush:{inp.session_id}:{inp.from_seq}-{inp.to_seq}"
-        pool = await self.ctx.pool()
-        vault = self.ctx.vault
+        ctx = self.ctx.scoped(inp.scope)
+        pool = await ctx.pool()
+        vault = ctx.vault
         await asyncio.to_thread(vault.ensure)
-        plan = await stored_plan(pool, plan_id)
+        plan = await stored_plan(pool, plan_id, scope=vault.scope)
         last_at: datetime | None = None
         if plan is None:
             async with pool.connection() as conn:
@@ -130,11 +141,11 @@ class MemoryActivities:
             last_at = rows[-1][2]
             chunks = ["<messages>\n" + "\n".join(c) + "\n</messages>"
                       for c in chunk_texts(render_entries(entries),
-                                           self.ctx.memory.rollup_chunk_tokens, count_tokens)]
+                                           ctx.memory.rollup_chunk_tokens, count_tokens)]
             period = vault.local_date(last_at)
-            made = await ask_model(self.ctx, RollupKind.FLUSH, period, chunks, "")
-            plan = await store_plan(pool, plan_id, made)
-        result = await apply_facts_of(self.ctx, plan_id, plan.facts, plan.period)
+            made = await ask_model(ctx, RollupKind.FLUSH, period, chunks, "")
+            plan = await store_plan(pool, plan_id, made, scope=vault.scope)
+        result = await apply_facts_of(ctx, plan_id, plan.facts, plan.period)
         return FlushResult(added=result.added, superseded=result.superseded,
                            noop=result.noop, rejected=result.rejected + len(plan.rejected))
 
@@ -159,7 +170,7 @@ class MemoryActivities:
             return TranscriptResult(path="", appended=False)
         if source_line and not text.startswith(source_line):
             text = f"{source_line}\n{text}" if kind == "harness" else f"{source_line} {text}"
-        vault = self.ctx.vault
+        vault = self.ctx.scoped(inp.scope).vault
         await asyncio.to_thread(vault.ensure)
         local = created_at.astimezone(vault.tz())
         rel = f"{DAILY_DIR}/{local.date().isoformat()}.md"
@@ -176,5 +187,5 @@ class MemoryActivities:
                 atomic_write(path, f"# {local.date().isoformat()}\n{entry}")
             async with pool.connection() as conn:
                 await index_document(conn, daily_doc(rel, inp.session_id, inp.seq,
-                                                     entry.strip()))
+                                                     entry.strip()), scope=vault.scope)
         return TranscriptResult(path=rel, appended=True)

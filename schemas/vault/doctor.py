@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from schemas.vault.schema import GitResult
+from schemas.vault.scope import DEFAULT_SCOPE
 
 
 class StepResult(BaseModel):
@@ -24,9 +25,11 @@ class StepResult(BaseModel):
 
 class DoctorInput(BaseModel):
     as_of: datetime | None = None  # None: the schedule's time, else now
+    scope: str = DEFAULT_SCOPE  # whose vault (the nightly fan-out gives one scope per run)
 
 
 class DoctorReport(BaseModel):
+    scope: str = DEFAULT_SCOPE
     steps: list[StepResult] = Field(default_factory=list)
     commit: GitResult | None = None
     alerts: list[str] = Field(default_factory=list)

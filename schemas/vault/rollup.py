@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from schemas.vault.card import CardFact
 from schemas.vault.schema import CORE_MAX_CHARS, CORE_MAX_GOALS, CardOp, Confidence, VaultSchema
+from schemas.vault.scope import DEFAULT_SCOPE
 
 
 class RollupKind(StrEnum):
@@ -155,6 +156,7 @@ class RollupInput(BaseModel):
     kind: RollupKind
     as_of: datetime | None = None
     notify: bool | None = None  # None: daily and weekly notify, monthly and yearly are silent
+    scope: str = DEFAULT_SCOPE  # whose vault (the nightly fan-out gives one scope per run)
 
 
 class ApplyResult(BaseModel):
@@ -172,6 +174,7 @@ class ApplyResult(BaseModel):
 
 class RollupReport(BaseModel):
     kind: RollupKind
+    scope: str = DEFAULT_SCOPE
     periods: list[str] = Field(default_factory=list)
     results: dict[str, ApplyResult] = Field(default_factory=dict)
     failures: dict[str, str] = Field(default_factory=dict)

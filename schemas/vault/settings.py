@@ -2,6 +2,9 @@
 
 Plain data: reading them from the environment is `KeelSettings.from_env`'s job, and
 resolving a missing time zone to the server's is the activities' (activities.vault.clock).
+
+Scopes: the default scope's vault is `vault_dir` (so a deployment's existing single vault
+is the default scope's, nothing moved); every other scope's is `<vaults_dir>/<scope>/`.
 """
 
 from __future__ import annotations
@@ -12,12 +15,15 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from schemas.vault.schema import CORE_MAX_CHARS, SearchMode
+from schemas.vault.scope import DEFAULT_SCOPE, check_scope
 
 
 class MemorySettings(BaseModel):
     """Long memory's settings (the vault, rollup times, search): `KeelSettings.memory`."""
 
-    vault_dir: Path
+    vault_dir: Path  # the default scope's vault
+    # Where every other scope's vault lives; None: `vaults` beside vault_dir.
+    vaults_dir: Path | None = None
     # None: the server's zone, resolved where it is used (activities.vault.clock).
     timezone: str | None = "UTC"
     daily_cron: str = "0 4 * * *"
@@ -39,3 +45,13 @@ class MemorySettings(BaseModel):
     git_push: bool = True
     # A health score this many points under the previous one asks for a person.
     health_drop_alert: float = 5.0
+
+    def vaults_root(self) -> Path:
+        return self.vaults_dir or (self.vault_dir.parent / "vaults")
+
+    def vault_dir_for(self, scope: str) -> Path:
+        """The vault folder of one scope (the id checked first: it becomes a path)."""
+        check_scope(scope)
+        if scope == DEFAULT_SCOPE:
+            return self.vault_dir
+        return self.vaults_root() / scope

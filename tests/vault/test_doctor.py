@@ -13,6 +13,7 @@ from temporalio.worker import Worker
 from activities.vault.doctor import DoctorActivities, DoctorStepInput
 from schemas.vault.card import split_frontmatter
 from schemas.vault.doctor import DoctorInput, DoctorReport
+from schemas.vault.nightly import NightlyReport
 from tests.vault.support import make_ctx, run_activity
 from tests.vault.test_rollup_runs import Webhook
 from workers.schedules import ensure_memory_schedules, schedule_id
@@ -207,8 +208,13 @@ async def test_schedules_are_created_updated_and_run(client, tmp_path, database_
                     break
                 await asyncio.sleep(0.1)
             started = desc.info.recent_actions[-1].action
-            report = await client.get_workflow_handle(started.workflow_id,
+            nightly = await client.get_workflow_handle(started.workflow_id,
+                                                       result_type=NightlyReport).result()
+            # The schedule runs every scope with a vault, each as its own child run.
+            report = await client.get_workflow_handle(f"{started.workflow_id}-default",
                                                       result_type=DoctorReport).result()
+        assert [o.scope for o in nightly.outcomes] == ["default"]
+        assert nightly.outcomes[0].ok and not nightly.failed
         assert report.steps and all(s.ok for s in report.steps)
     finally:
         for s in created:

@@ -35,7 +35,7 @@ async def _quality(ctx, queries, use_graph):
             qs = [q for q in queries if q["lang"] == lang]
             r5 = mrr = 0.0
             for q in qs:
-                paths = [h.path for h in await search(conn, q["query"], k=10,
+                paths = [h.path for h in await search(conn, q["query"], scope="default", k=10,
                                                       use_graph=use_graph)]
                 r5 += recall_at_k(paths, set(q["relevant"]))
                 mrr += reciprocal_rank(paths, set(q["relevant"]))
@@ -58,8 +58,8 @@ async def test_graph_rerank_surfaces_linked_cards(ctx):
     await load_corpus(ctx)
     pool = await ctx.pool()
     async with pool.connection() as conn:
-        hits = await search(conn, "billing migration team", k=5)
-        plain = await search(conn, "billing migration team", k=5, use_graph=False)
+        hits = await search(conn, "billing migration team", scope="default", k=5)
+        plain = await search(conn, "billing migration team", scope="default", k=5, use_graph=False)
     paths = [h.path for h in hits]
     assert paths[0] == "cards/projects/Project Atlas.md"
     anna = next(h for h in hits if h.path == "cards/contacts/Anna Petrova.md")
@@ -71,13 +71,13 @@ async def test_rare_words_outrank_common_ones_and_russian_word_forms_match(ctx):
     await load_corpus(ctx)
     pool = await ctx.pool()
     async with pool.connection() as conn:
-        cands = await bm25_candidates(conn, "the penicillin")
+        cands = await bm25_candidates(conn, "the penicillin", scope="default")
         assert cands[0].path == "cards/notes/Allergy.md"
         # "the" is in many documents: matching it alone covers little of the query.
         assert cands[0].coverage > 0.7
         assert all(c.coverage < 0.3 for c in cands[1:]) and len(cands) > 5
         # "бухгалтеру" (dative) finds "бухгалтер" through the light stem.
-        hits = await search(conn, "бухгалтеру", k=3)
+        hits = await search(conn, "бухгалтеру", scope="default", k=3)
     assert hits and hits[0].path in ("cards/contacts/Борис Иванов.md", "cards/notes/Ромашка.md")
 
 
@@ -91,7 +91,7 @@ async def test_superseded_and_stale_cards_sink(ctx):
     pool = await ctx.pool()
     async with pool.connection() as conn:
         await vault.reindex(conn)
-        hits = await search(conn, "quarterly tax report", k=2)
+        hits = await search(conn, "quarterly tax report", scope="default", k=2)
     assert [h.path for h in hits] == ["cards/notes/Tax new.md", "cards/notes/Tax old.md"]
     assert hits[1].score == pytest.approx(hits[0].score * 0.3, rel=0.01)
 
@@ -108,8 +108,8 @@ async def test_index_follows_file_changes_and_statistics_stay_exact(ctx):
         changed, removed = await vault.reindex(conn)
         assert (changed, removed) == (1, 1)
         assert await vault.reindex(conn) == (0, 0)  # nothing changed: nothing re-indexed
-        assert not await search(conn, "penicillin")
-        assert (await search(conn, "amoxicillin"))[0].path == path
+        assert not await search(conn, "penicillin", scope="default")
+        assert (await search(conn, "amoxicillin", scope="default"))[0].path == path
         # The document-frequency table and corpus statistics match a recount.
         cur = await conn.execute(
             "SELECT count(*) FROM (SELECT lexeme, count(*) AS n FROM memory_docs,"
@@ -118,7 +118,8 @@ async def test_index_follows_file_changes_and_statistics_stay_exact(ctx):
         assert (await cur.fetchone())[0] == 0
         cur = await conn.execute(
             "SELECT s.n_docs = (SELECT count(*) FROM memory_docs) AND s.total_len ="
-            " (SELECT sum(doc_len) FROM memory_docs) FROM memory_stats s")
+            " (SELECT sum(doc_len) FROM memory_docs) FROM memory_stats s"
+            " WHERE s.scope = 'default'")
         assert (await cur.fetchone())[0] is True
 
 
@@ -129,10 +130,10 @@ async def test_hybrid_fuses_dense_results_without_any_download(ctx):
     pool = await ctx.pool()
     async with pool.connection() as conn:
         docs = (await (await conn.execute("SELECT count(*) FROM memory_docs")).fetchone())[0]
-        assert await embed_pending(conn, embedder) == docs
-        assert await embed_pending(conn, embedder) == 0
-        hits = await search(conn, "Petrova", k=5, embedder=embedder)
-        bm25 = await search(conn, "Petrova", k=5)
+        assert await embed_pending(conn, embedder, scope="default") == docs
+        assert await embed_pending(conn, embedder, scope="default") == 0
+        hits = await search(conn, "Petrova", scope="default", k=5, embedder=embedder)
+        bm25 = await search(conn, "Petrova", scope="default", k=5)
     assert hits[0].path == bm25[0].path == "cards/contacts/Anna Petrova.md"
     assert len(hits) == 5
 

@@ -72,7 +72,7 @@ async def test_write_card_adds_supersedes_and_is_searchable(ctx):
         "- 2026-03-01→2026-06-02: employer: Acme Corp (EXTRACTED)"]
     pool = await ctx.pool()
     async with pool.connection() as conn:
-        assert (await search(conn, "TDI Group"))[0].path == first.path
+        assert (await search(conn, "TDI Group", scope="default"))[0].path == first.path
 
 
 async def test_a_rollup_that_crashed_half_way_writes_no_card_twice(ctx):

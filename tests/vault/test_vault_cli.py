@@ -1,0 +1,54 @@
+"""`keel vault ...`: scopes listed, and doctor and search run on the scope named by
+--scope only (a real worker, the dev server, PostgreSQL)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from typer.testing import CliRunner
+
+from keel.cli import app
+from tests.harness import keel_worker, make_settings
+from tests.vault.test_scopes import seed
+
+
+@pytest.fixture
+def settings(database_url, tmp_path):
+    return make_settings(database_url, tmp_path)
+
+
+@pytest.fixture
+def env(client, settings, database_url, tmp_path):
+    return {"TEMPORAL_ADDRESS": client.service_client.config.target_host,
+            "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": settings.task_queue,
+            "KEEL_DATA_DIR": str(tmp_path), "ANTHROPIC_API_KEY": "",
+            "ANTHROPIC_BASE_URL": "", "COLUMNS": "200"}
+
+
+async def keel(env, *args):
+    return await asyncio.to_thread(CliRunner().invoke, app, list(args), env=env)
+
+
+async def test_vault_commands_take_the_scope(client, settings, env, database_url, tmp_path):
+    await seed(settings, database_url, "alice")
+    await seed(settings, database_url, "bob")
+    listed = await keel(env, "vault", "list")
+    assert listed.exit_code == 0, listed.output
+    assert "alice" in listed.output and "bob" in listed.output
+    assert "default" not in listed.output  # no default vault was ever made here
+
+    found = await keel(env, "vault", "search", "kettle order", "--scope", "bob")
+    assert found.exit_code == 0, found.output
+    assert "B-2002" in found.output and "A-1001" not in found.output
+    bad = await keel(env, "vault", "search", "kettle", "--scope", "../alice")
+    assert bad.exit_code == 1 and "not a valid scope id" in bad.output
+
+    async with keel_worker(client, settings):
+        doctor = await keel(env, "vault", "doctor", "--scope", "bob")
+    assert doctor.exit_code == 0, doctor.output
+    assert "Keel doctor" in doctor.output
+    # The doctor ran on bob's vault only: its health history, its MOC.
+    assert (tmp_path / "vaults" / "bob" / ".graph" / "health-history.jsonl").exists()
+    assert "Kettle order" in (tmp_path / "vaults" / "bob" / "MOC.md").read_text()
+    assert not (tmp_path / "vaults" / "alice" / ".graph" / "health-history.jsonl").exists()
