@@ -20,9 +20,10 @@ from temporalio.exceptions import ApplicationError
 from activities.db import get_pool
 from activities.model import create_message, with_heartbeat
 from activities.record import Inserted, NewRow, ensure_session, insert_row, load_rows, load_seqs
-from activities.tools import ToolContext, ToolOutput, execute_tool, skill_catalog
+from activities.tools import Skill, ToolContext, ToolOutput, execute_tool, load_skills
 from activities.vault.search import search, touch_documents
 from activities.vault.store import MemoryContext, VaultError, read_core_text
+from activities.workspace import WorkspaceStore, open_store
 from schemas.checkpoint.policy import Fit, ModelWindow, fit, sendable
 from schemas.checkpoint.prepass import prepass
 from schemas.config import KeelSettings
@@ -105,6 +106,7 @@ class SessionActivities:
         self.settings = settings
         self._memory: MemoryContext | None = None
         self._vault_ready = False
+        self._store: WorkspaceStore | None = None
 
     def memory(self) -> MemoryContext:
         if self._memory is None:
@@ -126,23 +128,27 @@ class SessionActivities:
             raise ApplicationError("DATABASE_URL is not set", non_retryable=True)
         return (await get_pool(self.settings.database_url)).connection()
 
-    def workspace(self, session_id: str) -> Path:
-        path = self.settings.workspaces_dir / session_id
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+    @property
+    def store(self) -> WorkspaceStore:
+        """The sessions' files (activities.workspace), the same on every worker."""
+        if self._store is None:
+            self._store = open_store(self.settings)
+        return self._store
 
-    def skills_dirs(self) -> list[Path]:
-        return [self.settings.skills_dir, PACKAGED_SKILLS]
+    async def skills(self) -> list[Skill]:
+        return await load_skills(self.store, PACKAGED_SKILLS)
 
-    def system_prompt(self, session_id: str) -> str:
-        workspace = self.workspace(session_id)
-        agents = [
-            WorkspaceDoc(path=str(p.relative_to(workspace)), text=p.read_text(errors="replace"))
-            for p in sorted(workspace.rglob("AGENTS.md"))
-            if ".keel" not in p.relative_to(workspace).parts
-        ]
-        skills = [SkillEntry(name=n, description=d) for n, d, _ in
-                  skill_catalog(self.skills_dirs())]
+    async def system_prompt(self, session_id: str) -> str:
+        agents = []
+        for info in await self.store.list(session_id):
+            parts = info.path.split("/")
+            if parts[-1] == "AGENTS.md" and ".keel" not in parts:
+                stored = await self.store.read(session_id, info.path)
+                if stored is not None:
+                    agents.append(WorkspaceDoc(
+                        path=info.path, text=stored.data.decode("utf-8", errors="replace")))
+        skills = [SkillEntry(name=s.name, description=s.description)
+                  for s in await self.skills()]
         return build_system_prompt(SystemPromptParts(
             skills=skills, agents_md=agents, core_memory=self.core_memory(),
             offline_notice=OFFLINE_NOTICE if self.settings.model.offline else ""))
@@ -164,7 +170,7 @@ class SessionActivities:
             carried = await load_seqs(conn, session_id,
                                       [s for s in found[1] if s < window_start])
         rows = carried + await load_rows(conn, session_id, window_start, upto)
-        return LoadedWindow(system=self.system_prompt(session_id), rows=rows,
+        return LoadedWindow(system=await self.system_prompt(session_id), rows=rows,
                             checkpoint_text=checkpoint_text)
 
     @activity.defn
@@ -258,10 +264,9 @@ class SessionActivities:
             if call is None:
                 raise ApplicationError(f"tool call {data.tool_use_id} not in the record",
                                        non_retryable=True)
-            ctx = ToolContext(session_id=data.session_id,
-                              workspace=self.workspace(data.session_id),
-                              skills_dirs=self.skills_dirs(), conn=conn,
-                              upto_seq=data.upto_seq)
+            ctx = ToolContext(session_id=data.session_id, store=self.store,
+                              skills=await self.skills(), conn=conn, upto_seq=data.upto_seq,
+                              op_id=f"tool:{data.tool_use_id}")
             if call["name"] in MEMORY_TOOLS:
                 output = await self._memory_tool(conn, data, call["name"],
                                                  call.get("input") or {})

@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import signal
 
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-
 from activities.db import apply_migrations
+from keel.connect import connect
 from schemas.config import KeelSettings
 from workers.observability import configure_logging, shutdown_tracing, worker_interceptors
 from workers.schedules import ensure_memory_schedules
@@ -21,9 +19,7 @@ async def main() -> None:
     if not settings.temporal_address or not settings.database_url:
         raise SystemExit("a worker needs TEMPORAL_ADDRESS and DATABASE_URL")
     apply_migrations(settings.database_url)
-    client = await Client.connect(settings.temporal_address,
-                                  namespace=settings.temporal_namespace,
-                                  data_converter=pydantic_data_converter)
+    client = await connect(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
