@@ -22,7 +22,8 @@ from activities.model import create_message, with_heartbeat
 from activities.record import Inserted, NewRow, ensure_session, insert_row, load_rows, load_seqs
 from activities.tools import Skill, ToolContext, ToolOutput, execute_tool, load_skills
 from activities.vault.search import search, touch_documents
-from activities.vault.store import MemoryContext, VaultError, read_core_text
+from activities.vault.store import MemoryContext, VaultError
+from activities.vault_share import shared_vault_text
 from activities.workspace import WorkspaceStore, open_store
 from schemas.checkpoint.policy import Fit, ModelWindow, fit, sendable
 from schemas.checkpoint.prepass import prepass
@@ -41,6 +42,7 @@ from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL, MEMORY_TOOLS
 from schemas.vault.card import CardFact
 from schemas.vault.recall import fence_memory, scrub_memory_echo
 from schemas.vault.rollup import write_card_tool
+from schemas.vault.schema import CORE_FILE, SCHEMA_FILE, parse_schema
 
 PACKAGED_SKILLS = Path(__file__).resolve().parent.parent / "keel" / "skills"
 OFFLINE_NOTICE = (
@@ -105,7 +107,6 @@ class SessionActivities:
     def __init__(self, settings: KeelSettings) -> None:
         self.settings = settings
         self._memory: MemoryContext | None = None
-        self._vault_ready = False
         self._store: WorkspaceStore | None = None
 
     def memory(self) -> MemoryContext:
@@ -115,10 +116,12 @@ class SessionActivities:
                                          database_url=self.settings.database_url)
         return self._memory
 
-    def tools(self) -> list[dict[str, Any]]:
-        """The agent's tools; write_card's enums come from the vault's schema.json."""
+    async def tools(self) -> list[dict[str, Any]]:
+        """The agent's tools; write_card's enums come from the vault's schema.json, as the
+        vault worker published it (activities.vault_share): the same on every worker."""
         tools = [*AGENT_TOOLS, MEMORY_SEARCH_TOOL]
-        schema, _ = self.memory().vault.schema()
+        text = await shared_vault_text(self.store, SCHEMA_FILE)
+        schema = parse_schema(text)[0] if text is not None else None
         if schema is not None:
             tools.append(write_card_tool(schema))
         return tools
@@ -150,11 +153,12 @@ class SessionActivities:
         skills = [SkillEntry(name=s.name, description=s.description)
                   for s in await self.skills()]
         return build_system_prompt(SystemPromptParts(
-            skills=skills, agents_md=agents, core_memory=self.core_memory(),
+            skills=skills, agents_md=agents, core_memory=await self.core_memory(),
             offline_notice=OFFLINE_NOTICE if self.settings.model.offline else ""))
 
-    def core_memory(self) -> str:
-        return read_core_text(self.settings)
+    async def core_memory(self) -> str:
+        """CORE.md as the vault worker published it ("" before it has)."""
+        return (await shared_vault_text(self.store, CORE_FILE) or "").strip()
 
     async def load_window(self, conn: AsyncConnection, session_id: str, window_start: int,
                           upto: int, checkpoint_id: str | None) -> LoadedWindow:
@@ -207,16 +211,13 @@ class SessionActivities:
             size = fit(estimate, data.window)
             if not sendable(size, room_asked=data.room_asked):
                 return ModelCallResult(fit=size, estimated_tokens=estimate)
-            if not self._vault_ready:  # once per process: the vault from its template
-                await asyncio.to_thread(self.memory().vault.ensure)
-                self._vault_ready = True
             messages, assembly_notes = assemble_messages(
                 rows, checkpoint_text=window.checkpoint_text,
                 memory_block=data.memory_block or None)
             notes += assembly_notes
             request = {
                 "model": data.model, "max_tokens": data.window.max_output_tokens,
-                "system": window.system, "messages": messages, "tools": self.tools(),
+                "system": window.system, "messages": messages, "tools": await self.tools(),
             }
             message = await with_heartbeat(create_message(self.settings.model, request))
             blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]

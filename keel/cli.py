@@ -174,13 +174,14 @@ def _install_stop_signals(stop: asyncio.Event) -> None:
 
 # ----- running ------------------------------------------------------------------------
 
-async def _serve(settings: KeelSettings, *, ui: bool, require_configured: bool) -> None:
+async def _serve(settings: KeelSettings, *, ui: bool, require_configured: bool,
+                 role: str = "both") -> None:
     from activities.db import close_pools
     from keel.demo import running_dev_stack
     from keel.devstack import running_stack
     from workers.observability import shutdown_tracing, worker_interceptors
     from workers.schedules import ensure_memory_schedules
-    from workers.worker import build_worker
+    from workers.worker import Role, build_worker
 
     stop = asyncio.Event()
     _install_stop_signals(stop)
@@ -205,14 +206,21 @@ async def _serve(settings: KeelSettings, *, ui: bool, require_configured: bool) 
                 if stack.embedded else "")),
             *([("Temporal UI", ui_address)] if ui_address else []),
             ("PostgreSQL", redact_url(stack.database_url)),
-            ("task queue", settings.task_queue),
+            ("task queue", {"both": f"{settings.task_queue} and {settings.vault_task_queue}",
+                            "vault": settings.vault_task_queue}.get(role, settings.task_queue)),
+            ("workspaces", "PostgreSQL" if settings.workspace_store == "postgres"
+             else str(settings.workspaces_dir)),
             ("namespace", settings.temporal_namespace),
             ("model", "offline deterministic model (no API key)" if settings.model.offline
              else settings.model.name),
             ("data dir", settings.data_dir),
-        ], title="keel " + ("worker" if require_configured else "dev")))
+        ], title="keel " + ("worker" if require_configured else "dev")
+                   + (" (vault)" if role == "vault" else "")))
         worker = build_worker(stack.client, settings,
-                              interceptors=worker_interceptors(settings))
+                              interceptors=worker_interceptors(settings), role=Role(role))
+        if role != "sessions":
+            console.print(f"[dim]taking the vault lock for {settings.vault_task_queue} "
+                          "(a second vault worker stands by here)…[/]")
         async with worker:
             # The nightly rollups and the doctor, as Temporal Schedules (created or updated).
             await ensure_memory_schedules(stack.client, settings)
@@ -245,8 +253,12 @@ def dev(ui: Annotated[bool, typer.Option(help="Start the Temporal Web UI too.")]
 
 
 @app.command()
-def worker() -> None:
-    """Run a worker against a configured cluster (TEMPORAL_ADDRESS and DATABASE_URL)."""
+def worker(vault: Annotated[bool, typer.Option(
+        "--vault", help="Serve the vault's own queue (<queue>-vault): run exactly one, on "
+                        "the host that holds the vault folder; a second one stands by.")]
+           = False) -> None:
+    """Run a worker against a configured cluster (TEMPORAL_ADDRESS and DATABASE_URL): the
+    session queue, or with --vault the vault's queue."""
     from workers.observability import configure_logging
 
     settings = _settings()
@@ -257,7 +269,8 @@ def worker() -> None:
               "cluster. For everything on this machine use `keel dev`.")
         raise typer.Exit(2)
     configure_logging(settings)
-    _run(_serve(settings, ui=False, require_configured=True))
+    _run(_serve(settings, ui=False, require_configured=True,
+                role="vault" if vault else "sessions"))
 
 
 @app.command()

@@ -451,7 +451,8 @@ async def run_demo(settings: KeelSettings, *, turns: int = DEFAULT_TURNS,
         ]))
         # The embedded PostgreSQL's URL is known only now; the activities need it.
         settings = settings.model_copy(update={"database_url": stack.database_url})
-        worker = build_worker(stack.client, settings,
+        # Beside a cluster's own vault worker the demo serves the session queue only.
+        worker = build_worker(stack.client, settings, wait_for_vault=False,
                               interceptors=worker_interceptors(settings))
         async with worker:
             keel = KeelClient(stack.client, settings.task_queue, settings)

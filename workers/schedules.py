@@ -52,13 +52,14 @@ def memory_schedules(settings: KeelSettings) -> dict[str, Schedule]:
         out[schedule_id(settings, kind.value)] = Schedule(
             action=ScheduleActionStartWorkflow(
                 wf.run, RollupInput(kind=kind), id=f"keel-rollup-{kind.value}",
-                task_queue=settings.task_queue),
+                task_queue=settings.vault_task_queue),
             spec=ScheduleSpec(cron_expressions=[_cron(memory, kind.value)],
                               time_zone_name=zone),
             policy=policy)
     out[schedule_id(settings, "doctor")] = Schedule(
         action=ScheduleActionStartWorkflow(
-            DoctorWorkflow.run, DoctorInput(), id="keel-doctor", task_queue=settings.task_queue),
+            DoctorWorkflow.run, DoctorInput(), id="keel-doctor",
+            task_queue=settings.vault_task_queue),
         spec=ScheduleSpec(cron_expressions=[memory.doctor_cron], time_zone_name=zone),
         policy=policy)
     return out

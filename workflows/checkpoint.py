@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         CHECKPOINT_ROUND,
         CHECKPOINT_STEP,
         MEMORY_FLUSH,
+        on_vault_queue,
     )
 
 
@@ -122,7 +123,7 @@ class CheckpointChain:
             await workflow.execute_activity_method(
                 MemoryActivities.flush_memory,
                 FlushInput(session_id=self.state.session_id, from_seq=from_seq, to_seq=to_seq),
-                **MEMORY_FLUSH)
+                **on_vault_queue(MEMORY_FLUSH))
         except ActivityError as err:
             workflow.logger.warning("memory flush skipped: %s", err.cause or err)
 

@@ -67,8 +67,9 @@ with workflow.unsafe.imports_passed_through():
         MODEL_CALL,
         RECORD_BACKGROUND,
         RECORD_NOTICE,
-        TOOL_CALL,
+        on_vault_queue,
         record_user_input,
+        tool_call,
     )
 
 TOO_LONG_MESSAGE = (
@@ -345,7 +346,8 @@ class SessionWorkflow:
         try:
             found = await workflow.execute_activity_method(
                 MemoryActivities.recall_memory,
-                RecallInput(session_id=state.session_id, query=query), **MEMORY_TURN)
+                RecallInput(session_id=state.session_id, query=query),
+                **on_vault_queue(MEMORY_TURN))
         except ActivityError as err:
             workflow.logger.warning("recall skipped: %s", err.cause or err)
             return ""
@@ -357,7 +359,8 @@ class SessionWorkflow:
             try:
                 await workflow.execute_activity_method(
                     MemoryActivities.append_transcript,
-                    TranscriptInput(session_id=self.state.session_id, seq=seq), **MEMORY_TURN)
+                    TranscriptInput(session_id=self.state.session_id, seq=seq),
+                    **on_vault_queue(MEMORY_TURN))
             except ActivityError as err:
                 # The record keeps the message; the nightly rollup reads the record too.
                 workflow.logger.warning("transcript of #%d skipped: %s", seq, err.cause or err)
@@ -372,7 +375,7 @@ class SessionWorkflow:
                     ToolInput(session_id=state.session_id, turn=state.turn,
                               assistant_seq=reply.seq, tool_use_id=call.id, result_seq=seq,
                               upto_seq=state.recorded_upto),
-                    **TOOL_CALL)
+                    **tool_call(call.name))
                 state.context_tokens += outcome.token_count
             except ActivityError as err:
                 # The model gets an error result for this call from context assembly.

@@ -26,7 +26,7 @@ def _slow_three_writes(body: dict) -> dict:
 
 
 def start_worker(env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "workers.main"], env=env,
+    return subprocess.Popen([sys.executable, "-m", "workers.main", "both"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
