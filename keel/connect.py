@@ -50,13 +50,14 @@ def tls_config(tls: TemporalTLS) -> TLSConfig | bool:
     )
 
 
-async def connect(settings: KeelSettings, address: str | None = None) -> Client:
+async def connect(settings: KeelSettings, address: str | None = None, *,
+                  lazy: bool = False) -> Client:
     """A client on `address` (else `settings.temporal_address`) and the settings' namespace,
-    with their TLS and API key."""
+    with their TLS and API key; `lazy` connects at the first call instead of now."""
     target = address or settings.temporal_address
     if not target:
         raise ValueError("no Temporal address")
     tls = settings.temporal_tls
     return await Client.connect(target, namespace=settings.temporal_namespace,
                                 data_converter=pydantic_data_converter,
-                                tls=tls_config(tls), api_key=tls.api_key)
+                                tls=tls_config(tls), api_key=tls.api_key, lazy=lazy)
