@@ -26,13 +26,15 @@ Invariants, the same for both:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import posixpath
 import tempfile
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from schemas.config import KeelSettings, WorkspaceStoreKind
 
@@ -203,18 +205,29 @@ class PostgresStore(_Limits):
     """The `workspace_files` / `workspace_writes` tables (infra/migrations/004)."""
 
     def __init__(self, database_url: str, max_file_bytes: int,
-                 max_workspace_bytes: int) -> None:
-        self.database_url = database_url
+                 max_workspace_bytes: int, *, pooled: bool = True) -> None:
+        self.database_url, self.pooled = database_url, pooled
         self.max_file_bytes, self.max_workspace_bytes = max_file_bytes, max_workspace_bytes
 
-    async def _pool(self):  # noqa: ANN202 - psycopg_pool's type, imported lazily
-        from activities.db import get_pool
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Any]:
+        """The worker's pool (activities.db); a connection of its own for a one-off caller
+        such as the CLI (`pooled=False`)."""
+        if self.pooled:
+            from activities.db import get_pool
 
-        return await get_pool(self.database_url)
+            async with (await get_pool(self.database_url)).connection() as conn:
+                yield conn
+            return
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(self.database_url,
+                                                         autocommit=True) as conn:
+            yield conn
 
     async def applied(self, scope: str, op_id: str) -> int | None:
         _check_scope(scope)
-        async with (await self._pool()).connection() as conn:
+        async with self._connection() as conn:
             row = await (await conn.execute(
                 "SELECT version FROM workspace_writes WHERE scope=%s AND op_id=%s",
                 (scope, op_id))).fetchone()
@@ -223,7 +236,7 @@ class PostgresStore(_Limits):
     async def read(self, scope: str, path: str) -> StoredFile | None:
         _check_scope(scope)
         rel = clean_path(path)
-        async with (await self._pool()).connection() as conn:
+        async with self._connection() as conn:
             row = await (await conn.execute(
                 "SELECT data, version FROM workspace_files WHERE scope=%s AND path=%s",
                 (scope, rel))).fetchone()
@@ -233,7 +246,7 @@ class PostgresStore(_Limits):
                     op_id: str | None = None) -> int:
         _check_scope(scope)
         rel = clean_path(path)
-        async with (await self._pool()).connection() as conn, conn.transaction():
+        async with self._connection() as conn, conn.transaction():
             # One writer per scope at a time: the size check and the op log stay true.
             await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7246))",
                                (scope,))
@@ -263,20 +276,22 @@ class PostgresStore(_Limits):
 
     async def list(self, scope: str, prefix: str = "") -> list[FileInfo]:
         _check_scope(scope)
-        async with (await self._pool()).connection() as conn:
+        async with self._connection() as conn:
             rows = await (await conn.execute(
                 "SELECT path, size, version FROM workspace_files WHERE scope=%s"
                 " AND starts_with(path, %s) ORDER BY path", (scope, prefix))).fetchall()
         return [FileInfo(p, int(s), int(v)) for p, s, v in rows]
 
 
-def open_store(settings: KeelSettings, database_url: str | None = None) -> WorkspaceStore:
+def open_store(settings: KeelSettings, database_url: str | None = None, *,
+               pooled: bool = True) -> WorkspaceStore:
     """The store the settings choose; `database_url` overrides theirs (the embedded stack
-    knows its URL only once started)."""
-    if settings.workspace_store is WorkspaceStoreKind.POSTGRES:
+    knows its URL only once started); `pooled=False` for a one-off caller (the CLI)."""
+    if settings.workspace_store == WorkspaceStoreKind.POSTGRES:
         url = database_url or settings.database_url
         if not url:
             raise StoreError("KEEL_WORKSPACE_STORE=postgres needs DATABASE_URL")
-        return PostgresStore(url, settings.max_file_bytes, settings.max_workspace_bytes)
+        return PostgresStore(url, settings.max_file_bytes, settings.max_workspace_bytes,
+                             pooled=pooled)
     return LocalStore(settings.workspaces_dir, settings.data_dir, settings.max_file_bytes,
                       settings.max_workspace_bytes)

@@ -451,6 +451,72 @@ def record(
                       f"{escape(body)}", soft_wrap=not full)
 
 
+# ----- workspace files ----------------------------------------------------------------
+# Like `keel record`, these read and write the workspace store directly (PostgreSQL, or
+# the local folder of the embedded default): the client helper `keel.client` stays free of
+# database code, and a session's files need no running workflow to be read.
+
+async def _with_store(settings: KeelSettings, use: Callable[[Any], Awaitable[T]]) -> T:
+    from activities.workspace import StoreError, open_store
+
+    url = _database_url(settings) if settings.workspace_store == "postgres" else None
+    try:
+        return await use(open_store(settings, database_url=url, pooled=False))
+    except StoreError as err:
+        raise CliError(str(err)) from None
+    except psycopg.Error as err:
+        raise CliError(f"PostgreSQL: {err}") from None
+
+
+@app.command()
+def files(
+    session: str,
+    path: Annotated[str | None, typer.Argument(help="A file to print (default: list).")]
+    = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", dir_okay=False,
+                                             help="Save the file's bytes here.")] = None,
+) -> None:
+    """A session's workspace: its files (path, size, version), or one file's text."""
+    async def main(store: Any) -> None:
+        if path is None:
+            found = await store.list(session)
+            if not found:
+                console.print(f"[dim]no files in the workspace of {session}[/]")
+            for f in found:
+                console.print(f"{f.size:>10,}  v{f.version:<4} {escape(f.path)}")
+            return
+        stored = await store.read(session, path)
+        if stored is None:
+            raise CliError(f"no file {path!r} in the workspace of {session}")
+        if out is not None:
+            out.write_bytes(stored.data)
+            console.print(f"saved {path} (v{stored.version}, {len(stored.data):,} bytes) "
+                          f"to {out}")
+            return
+        try:
+            text = stored.data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise CliError(f"{path} is a binary file, {len(stored.data):,} bytes: "
+                           "save it with --out") from None
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    _run(_with_store(_settings(), main))
+
+
+@app.command()
+def put(
+    session: str,
+    path: Annotated[str, typer.Argument(help="Where in the workspace.")],
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False,
+                                         help="The local file to copy in.")],
+) -> None:
+    """Copy a local file into a session's workspace (`_shared skills/NAME/SKILL.md` adds a
+    skill every session sees)."""
+    async def main(store: Any) -> None:
+        version = await store.write(session, path, file.read_bytes())
+        console.print(f"put {path} into {session} (v{version})")
+    _run(_with_store(_settings(), main))
+
+
 # ----- replay -------------------------------------------------------------------------
 
 def _replay_workflows() -> list[type]:
