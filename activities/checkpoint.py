@@ -8,9 +8,6 @@ Every step is keyed by its attempt id: a retried step finds its own work in
 from __future__ import annotations
 
 import json
-import os
-import stat
-from pathlib import Path
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -22,7 +19,7 @@ from temporalio.exceptions import ApplicationError
 from activities.model import create_message, with_heartbeat
 from activities.record import NewRow, insert_row, load_rows, load_seqs
 from activities.session import SessionActivities
-from activities.tools import ToolContext, execute_tool, read_skill
+from activities.tools import Skill, ToolContext, execute_tool, read_skill
 from schemas.checkpoint.budgets import CheckpointBudgets
 from schemas.checkpoint.checks import CheckpointCheck, resolve_checkpoint, validate_checkpoint
 from schemas.checkpoint.memo import (
@@ -161,11 +158,16 @@ class CheckpointActivities:
             row = await cur.fetchone()
         return PreviousCheckpoint(**row) if row else None
 
-    def _paths(self, session_id: str) -> tuple[Path, Path, Path]:
-        workspace = self.session.workspace(session_id)
-        mind, memo = workspace / MIND_FILE, workspace / MEMO_FILE
-        mind.parent.mkdir(parents=True, exist_ok=True)
-        return workspace, mind, memo
+    async def _write_files(self, session_id: str, mind: str, memo: str) -> None:
+        """The two scratch files into the workspace store, applied every time (no op id):
+        each round restores them from the database first, on whichever worker runs it."""
+        store = self.session.store
+        await store.write(session_id, MIND_FILE, mind.encode())
+        await store.write(session_id, MEMO_FILE, memo.encode())
+
+    async def _read_file(self, session_id: str, rel: str) -> str:
+        stored = await self.session.store.read(session_id, rel)
+        return stored.data.decode("utf-8", errors="replace") if stored else ""
 
     # ----- 1. write the two files -------------------------------------------------------
 
@@ -183,7 +185,6 @@ class CheckpointActivities:
             live = [r for r in window.rows if r.seq >= data.window_start_seq]
             previous = await self._previous(conn, data.checkpoint_id)
             previous_mind = previous.mind_text if previous else MindDocument.template().text
-            workspace, mind_path, memo_path = self._paths(data.session_id)
             while True:
                 cut = choose_cut(live, budgets.recent_tail, max_fraction=data.portion)
                 if cut is None:
@@ -196,8 +197,7 @@ class CheckpointActivities:
                                     if s >= data.turn_first_seq})
                 checklist = render_checklist(candidates)
                 instruction = checkpoint_instruction(
-                    mind_path=str(mind_path.relative_to(workspace)),
-                    memo_path=str(memo_path.relative_to(workspace)), mind_text=previous_mind,
+                    mind_path=MIND_FILE, memo_path=MEMO_FILE, mind_text=previous_mind,
                     checklist_text=checklist, budgets=budgets, user_name=data.user_name,
                     in_turn_user_seqs=in_turn)
                 shown = window.rows if data.portion >= 1.0 else [
@@ -210,8 +210,7 @@ class CheckpointActivities:
                 # Too large for a checkpoint turn: condense the earlier part only, and show
                 # the turn only that part.
                 data = data.model_copy(update={"portion": portion})
-            mind_path.write_text(previous_mind)
-            memo_path.write_text(checklist)
+            await self._write_files(data.session_id, previous_mind, checklist)
             await conn.execute(
                 "INSERT INTO checkpoint_attempts (attempt_id, session_id, cut_seq, upto_seq,"
                 " previous_mind, checklist_original, candidates, in_turn_user_seqs, mind_path,"
@@ -219,8 +218,7 @@ class CheckpointActivities:
                 " ON CONFLICT (attempt_id) DO NOTHING",
                 (data.attempt_id, data.session_id, cut, data.upto_seq, previous_mind, checklist,
                  json.dumps([c.model_dump(exclude={"text"}) for c in candidates]),
-                 json.dumps(in_turn), str(mind_path.relative_to(workspace)),
-                 str(memo_path.relative_to(workspace))))
+                 json.dumps(in_turn), MIND_FILE, MEMO_FILE))
             await conn.execute(
                 "UPDATE checkpoint_attempts SET rounds = %s WHERE attempt_id=%s",
                 (json.dumps([{"meta": data.model_dump()}]), data.attempt_id))
@@ -268,16 +266,14 @@ class CheckpointActivities:
             message = await with_heartbeat(create_message(self.settings.model, request))
             blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
             blocks = [b for b in blocks if b.get("type") in ("text", "tool_use")]
-            workspace, mind_path, memo_path = self._paths(attempt["session_id"])
+            session_id = attempt["session_id"]
             # The files as the previous round left them, from the database: a retried round
             # starts from the same text (edits are never applied twice), on any worker.
             mind_text, memo_text = _files_state(attempt)
-            mind_path.write_text(mind_text)
-            memo_path.write_text(memo_text)
-            ctx = ToolContext(session_id=attempt["session_id"], workspace=workspace,
-                              skills_dirs=self.session.skills_dirs(), conn=conn,
-                              upto_seq=attempt["upto_seq"],
-                              editable={mind_path.resolve(), memo_path.resolve()})
+            await self._write_files(session_id, mind_text, memo_text)
+            ctx = ToolContext(session_id=session_id, store=self.session.store,
+                              skills=await self.session.skills(), conn=conn,
+                              upto_seq=attempt["upto_seq"], editable={MIND_FILE, MEMO_FILE})
             results = []
             for block in blocks:
                 if block["type"] != "tool_use":
@@ -288,7 +284,8 @@ class CheckpointActivities:
             text = "\n".join(b["text"] for b in blocks if b["type"] == "text")
             entry = {"prompt": self._round_prompt(attempt, data), "assistant": blocks,
                      "results": results,
-                     "files": {"mind": mind_path.read_text(), "memo": memo_path.read_text()}}
+                     "files": {"mind": await self._read_file(session_id, MIND_FILE),
+                               "memo": await self._read_file(session_id, MEMO_FILE)}}
             await conn.execute(
                 "UPDATE checkpoint_attempts SET rounds = rounds || %s::jsonb,"
                 " rounds_used = rounds_used + 1,"
@@ -379,18 +376,20 @@ class CheckpointActivities:
                 return await self._fail(conn, data.attempt_id, data.abort_reason)
             budgets = meta.budgets()
             check = await self._check(conn, attempt, budgets)
-            workspace, _, _ = self._paths(meta.session_id)
-            full_copy = workspace / full_mind_file(data.attempt_id.rsplit(":a", 1)[-1])
+            full_copy = full_mind_file(data.attempt_id.rsplit(":a", 1)[-1])
             outcome = resolve_checkpoint(
                 check=check, mind=MindDocument(text=_files_state(attempt)[0]),
                 previous_mind=MindDocument(text=attempt["previous_mind"]),
                 candidates=await self._candidate_texts(conn, attempt),
                 memo_untouched_rounds_exhausted=data.rounds_exhausted, budgets=budgets,
-                full_mind_path=str(full_copy.relative_to(workspace)))
+                full_mind_path=full_copy)
             if outcome.failed:
                 return await self._fail(conn, data.attempt_id, outcome.reason or "no usable now")
             if outcome.mind_context_text != outcome.mind_record_text:
-                _write_read_only(full_copy, outcome.mind_record_text)
+                # Read-only to the agent: it lies in Keel's own folder (activities.tools).
+                await self.session.store.write(meta.session_id, full_copy,
+                                               outcome.mind_record_text.encode(),
+                                               op_id=f"full-mind:{data.attempt_id}")
             previous = await self._previous(conn, meta.checkpoint_id)
             return await self._store(
                 conn, kind="model", checkpoint_id=checkpoint_id, session_id=meta.session_id,
@@ -448,7 +447,7 @@ class CheckpointActivities:
                      carried: list[int], fallbacks: list[str], user_name: str,
                      attempt_id: str, keep_recent_seq: int) -> StoreResult:
         moving = await load_rows(conn, session_id, window_start, cut - 1)
-        skills = self._carried_skills(moving, previous, budgets)
+        skills = self._carried_skills(moving, previous, budgets, await self.session.skills())
         files = recent_files(moving,
                              modified_before=previous.files_modified if previous else [],
                              read_before=previous.files_read if previous else [],
@@ -464,7 +463,8 @@ class CheckpointActivities:
         carried_rows = await load_seqs(conn, session_id, [s for s in carried if s < cut])
         after_rows = prepass(carried_rows + await load_rows(conn, session_id, cut, upto),
                              keep_recent_seq=keep_recent_seq).rows
-        after = estimate_tokens(self.session.system_prompt(session_id), after_rows, [rendered])
+        after = estimate_tokens(await self.session.system_prompt(session_id), after_rows,
+                                [rendered])
         async with conn.transaction():
             await insert_row(conn, NewRow(
                 session_id=session_id, seq=record_seq, input_id=f"checkpoint-{checkpoint_id}",
@@ -494,7 +494,7 @@ class CheckpointActivities:
         return stored
 
     def _carried_skills(self, moving: list[RecordRow], previous: PreviousCheckpoint | None,
-                        budgets: CheckpointBudgets) -> list[CarriedSkill]:
+                        budgets: CheckpointBudgets, known: list[Skill]) -> list[CarriedSkill]:
         loaded: dict[str, int] = {}
         for s in previous.skills if previous else []:
             loaded[s["name"]] = int(s.get("loaded_seq", 0))
@@ -505,7 +505,7 @@ class CheckpointActivities:
                     loaded[name] = r.seq
         skills = []
         for name, seq in loaded.items():
-            text = read_skill(self.session.skills_dirs(), name)  # as it reads now
+            text = read_skill(known, name)  # as it reads now
             if text is not None:
                 skills.append(CarriedSkill(name=name, text=text, loaded_seq=seq))
         return select_carried_skills(skills, budgets)
@@ -574,12 +574,3 @@ def _append_user(messages: list[dict[str, Any]], blocks: list[dict[str, Any]]) -
         messages[-1]["content"].extend(blocks)
     else:
         messages.append({"role": "user", "content": list(blocks)})
-
-
-def _write_read_only(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists():
-        os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
-    path.write_text(text)
-    os.chmod(path, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
-

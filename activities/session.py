@@ -25,9 +25,11 @@ from temporalio.exceptions import ApplicationError
 from activities.db import get_pool
 from activities.model import create_message, with_heartbeat
 from activities.record import Inserted, NewRow, ensure_session, insert_row, load_rows, load_seqs
-from activities.tools import ToolContext, ToolOutput, execute_tool, skill_catalog
+from activities.tools import Skill, ToolContext, ToolOutput, execute_tool, load_skills
 from activities.vault.search import search, touch_documents
-from activities.vault.store import MemoryContext, VaultError, read_core_text
+from activities.vault.store import MemoryContext, VaultError
+from activities.vault_share import shared_vault_text
+from activities.workspace import WorkspaceStore, open_store
 from schemas.checkpoint.policy import Fit, ModelWindow, fit, sendable
 from schemas.checkpoint.prepass import prepass
 from schemas.config import KeelSettings
@@ -45,6 +47,7 @@ from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL, MEMORY_TOOLS
 from schemas.vault.card import CardFact
 from schemas.vault.recall import fence_memory, scrub_memory_echo
 from schemas.vault.rollup import write_card_tool
+from schemas.vault.schema import CORE_FILE, SCHEMA_FILE, parse_schema
 from schemas.vault.scope import DEFAULT_SCOPE, tool_scope_problem
 
 PACKAGED_SKILLS = Path(__file__).resolve().parent.parent / "keel" / "skills"
@@ -112,9 +115,9 @@ class SessionActivities:
     def __init__(self, settings: KeelSettings) -> None:
         self.settings = settings
         self._memory: MemoryContext | None = None
-        self._vault_ready: set[str] = set()
         # session id -> scope, as last read from its row (for prompts built without a conn)
         self._scopes: dict[str, str | None] = {}
+        self._store: WorkspaceStore | None = None
 
     def memory(self) -> MemoryContext:
         if self._memory is None:
@@ -123,13 +126,15 @@ class SessionActivities:
                                          database_url=self.settings.database_url)
         return self._memory
 
-    def tools(self, scope: str | None = DEFAULT_SCOPE) -> list[dict[str, Any]]:
-        """The agent's tools; write_card's enums come from the scope's schema.json. A
+    async def tools(self, scope: str | None = DEFAULT_SCOPE) -> list[dict[str, Any]]:
+        """The agent's tools; write_card's enums come from the scope's schema.json, as the
+        vault worker published it (activities.vault_share): the same on every worker. A
         session without long memory gets no memory tools."""
         if scope is None:
             return list(AGENT_TOOLS)
         tools = [*AGENT_TOOLS, MEMORY_SEARCH_TOOL]
-        schema, _ = self.memory().scoped(scope).vault.schema()
+        text = await shared_vault_text(self.store, scope, SCHEMA_FILE)
+        schema = parse_schema(text)[0] if text is not None else None
         if schema is not None:
             tools.append(write_card_tool(schema))
         return tools
@@ -139,32 +144,40 @@ class SessionActivities:
             raise ApplicationError("DATABASE_URL is not set", non_retryable=True)
         return (await get_pool(self.settings.database_url)).connection()
 
-    def workspace(self, session_id: str) -> Path:
-        path = self.settings.workspaces_dir / session_id
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+    @property
+    def store(self) -> WorkspaceStore:
+        """The sessions' files (activities.workspace), the same on every worker."""
+        if self._store is None:
+            self._store = open_store(self.settings)
+        return self._store
 
-    def skills_dirs(self) -> list[Path]:
-        return [self.settings.skills_dir, PACKAGED_SKILLS]
+    async def skills(self) -> list[Skill]:
+        return await load_skills(self.store, PACKAGED_SKILLS)
 
-    def system_prompt(self, session_id: str) -> str:
+    async def system_prompt(self, session_id: str) -> str:
         """The system prompt, with the core memory of the session's scope (as last read
         from its row by load_window; none when not known)."""
-        workspace = self.workspace(session_id)
-        agents = [
-            WorkspaceDoc(path=str(p.relative_to(workspace)), text=p.read_text(errors="replace"))
-            for p in sorted(workspace.rglob("AGENTS.md"))
-            if ".keel" not in p.relative_to(workspace).parts
-        ]
-        skills = [SkillEntry(name=n, description=d) for n, d, _ in
-                  skill_catalog(self.skills_dirs())]
+        agents = []
+        for info in await self.store.list(session_id):
+            parts = info.path.split("/")
+            if parts[-1] == "AGENTS.md" and ".keel" not in parts:
+                stored = await self.store.read(session_id, info.path)
+                if stored is not None:
+                    agents.append(WorkspaceDoc(
+                        path=info.path, text=stored.data.decode("utf-8", errors="replace")))
+        skills = [SkillEntry(name=s.name, description=s.description)
+                  for s in await self.skills()]
         return build_system_prompt(SystemPromptParts(
             skills=skills, agents_md=agents,
-            core_memory=self.core_memory(self._scopes.get(session_id)),
+            core_memory=await self.core_memory(self._scopes.get(session_id)),
             offline_notice=OFFLINE_NOTICE if self.settings.model.offline else ""))
 
-    def core_memory(self, scope: str | None = DEFAULT_SCOPE) -> str:
-        return read_core_text(self.settings, scope) if scope is not None else ""
+    async def core_memory(self, scope: str | None = DEFAULT_SCOPE) -> str:
+        """The scope's CORE.md as the vault worker published it ("" before it has, and for
+        a session without long memory)."""
+        if scope is None:
+            return ""
+        return (await shared_vault_text(self.store, scope, CORE_FILE) or "").strip()
 
     async def session_scope(self, conn: AsyncConnection, session_id: str) -> str | None:
         row = await (await conn.execute(
@@ -189,7 +202,7 @@ class SessionActivities:
             carried = await load_seqs(conn, session_id,
                                       [s for s in found[1] if s < window_start])
         rows = carried + await load_rows(conn, session_id, window_start, upto)
-        return LoadedWindow(system=self.system_prompt(session_id), rows=rows,
+        return LoadedWindow(system=await self.system_prompt(session_id), rows=rows,
                             checkpoint_text=checkpoint_text)
 
     @activity.defn
@@ -231,10 +244,6 @@ class SessionActivities:
             if not sendable(size, room_asked=data.room_asked):
                 return ModelCallResult(fit=size, estimated_tokens=estimate)
             scope = data.memory_scope
-            if scope is not None and scope not in self._vault_ready:
-                # once per process and scope: the vault from its template
-                await asyncio.to_thread(self.memory().scoped(scope).vault.ensure)
-                self._vault_ready.add(scope)
             messages, assembly_notes = assemble_messages(
                 rows, checkpoint_text=window.checkpoint_text,
                 memory_block=data.memory_block or None)
@@ -242,7 +251,7 @@ class SessionActivities:
             request = {
                 "model": data.model, "max_tokens": data.window.max_output_tokens,
                 "system": window.system, "messages": messages,
-                "tools": self.tools(scope),
+                "tools": await self.tools(scope),
             }
             message = await with_heartbeat(create_message(self.settings.model, request))
             blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
@@ -290,10 +299,9 @@ class SessionActivities:
             if call is None:
                 raise ApplicationError(f"tool call {data.tool_use_id} not in the record",
                                        non_retryable=True)
-            ctx = ToolContext(session_id=data.session_id,
-                              workspace=self.workspace(data.session_id),
-                              skills_dirs=self.skills_dirs(), conn=conn,
-                              upto_seq=data.upto_seq)
+            ctx = ToolContext(session_id=data.session_id, store=self.store,
+                              skills=await self.skills(), conn=conn, upto_seq=data.upto_seq,
+                              op_id=f"tool:{data.tool_use_id}")
             if call["name"] in MEMORY_TOOLS:
                 output = await self._memory_tool(conn, data, call["name"],
                                                  call.get("input") or {})

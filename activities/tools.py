@@ -1,4 +1,9 @@
-"""Tool execution: files confined to the session's workspace, skills, the record."""
+"""Tool execution: files confined to the session's workspace, skills, the record.
+
+Files go through the workspace store (`activities.workspace`): it holds bytes and versions;
+the text rules (decoding, cutting) live here in `_read_text`. A write carries the tool
+call's op id, so a retried call writes once; the result's meta names the version seen.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from activities.record import load_rows
+from activities.workspace import SHARED_SCOPE, StoreError, WorkspaceStore, clean_path
 from schemas.edits import EditError, apply_exact_edit
 from schemas.messages import MessageType
 
@@ -28,25 +34,20 @@ class ToolOutput:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def workspace_path(workspace: Path, rel: str, *, for_write: bool = False) -> Path:
-    """Resolve `rel` inside `workspace`; symlinks are followed before the check."""
-    if not rel or "\x00" in rel:
-        raise ToolError("a path is required")
-    root = workspace.resolve()
-    target = (root / rel).resolve()
-    if target != root and root not in target.parents:
-        raise ToolError(f"{rel!r} is outside the session's workspace; refused")
-    if for_write:
-        rel_parts = target.relative_to(root).parts
-        if rel_parts and rel_parts[0] == SCRATCH_DIR:
-            raise ToolError(f"{rel!r} is Keel's own folder and read-only")
-    return target
+def workspace_path(rel: str, *, for_write: bool = False) -> str:
+    """`rel` normalised inside the workspace (the store refuses what leaves it)."""
+    try:
+        clean = clean_path(rel)
+    except StoreError as err:
+        raise ToolError(str(err)) from None
+    if for_write and clean.split("/", 1)[0] == SCRATCH_DIR:
+        raise ToolError(f"{rel!r} is Keel's own folder and read-only")
+    return clean
 
 
-def _read_text(path: Path, rel: str) -> str:
-    if not path.is_file():
+def _read_text(data: bytes | None, rel: str) -> str:
+    if data is None:
         raise ToolError(f"no file at {rel!r}")
-    data = path.read_bytes()
     text = data.decode("utf-8", errors="replace")
     if len(text) > MAX_READ_CHARS:
         text = text[:MAX_READ_CHARS] + f"\n[file cut at {MAX_READ_CHARS} characters]"
@@ -56,48 +57,68 @@ def _read_text(path: Path, rel: str) -> str:
 _FRONTMATTER = re.compile(r"^---\n(.*?)\n---\n", re.S)
 
 
-def skill_catalog(skills_dirs: list[Path]) -> list[tuple[str, str, Path]]:
-    """(name, description, path) of every SKILL.md; the first folder wins on a name clash."""
-    seen: dict[str, tuple[str, str, Path]] = {}
-    for base in skills_dirs:
-        if not base.is_dir():
-            continue
-        for skill_md in sorted(base.glob("*/SKILL.md")):
-            name, description = skill_md.parent.name, ""
-            match = _FRONTMATTER.match(skill_md.read_text(errors="replace"))
-            if match:
-                for line in match.group(1).splitlines():
-                    key, _, value = line.partition(":")
-                    if key.strip() == "name" and value.strip():
-                        name = value.strip()
-                    elif key.strip() == "description":
-                        description = value.strip()
-            seen.setdefault(name, (name, description, skill_md))
+@dataclass(frozen=True)
+class Skill:
+    name: str
+    description: str
+    text: str
+
+
+def _skill(folder: str, text: str) -> Skill:
+    name, description = folder, ""
+    match = _FRONTMATTER.match(text)
+    if match:
+        for line in match.group(1).splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "name" and value.strip():
+                name = value.strip()
+            elif key.strip() == "description":
+                description = value.strip()
+    return Skill(name, description, text)
+
+
+async def load_skills(store: WorkspaceStore, packaged: Path) -> list[Skill]:
+    """Every skill: the shared ones in the store (`skills/<name>/SKILL.md` of the shared
+    scope), then the packaged ones; the first wins on a name clash. Every worker reads the
+    same store, so every worker offers the same skills."""
+    found: list[Skill] = []
+    for info in await store.list(SHARED_SCOPE, "skills/"):
+        parts = info.path.split("/")
+        if len(parts) == 3 and parts[2] == "SKILL.md":
+            stored = await store.read(SHARED_SCOPE, info.path)
+            if stored is not None:
+                found.append(_skill(parts[1], stored.data.decode("utf-8", errors="replace")))
+    if packaged.is_dir():
+        found += [_skill(p.parent.name, p.read_text(errors="replace"))
+                  for p in sorted(packaged.glob("*/SKILL.md"))]
+    seen: dict[str, Skill] = {}
+    for skill in found:
+        seen.setdefault(skill.name, skill)
     return list(seen.values())
 
 
-def read_skill(skills_dirs: list[Path], name: str) -> str | None:
-    for skill_name, _, path in skill_catalog(skills_dirs):
-        if skill_name == name:
-            return path.read_text(errors="replace")
-    return None
+def read_skill(skills: list[Skill], name: str) -> str | None:
+    return next((s.text for s in skills if s.name == name), None)
 
 
 @dataclass
 class ToolContext:
     session_id: str
-    workspace: Path
-    skills_dirs: list[Path]
+    store: WorkspaceStore
+    skills: list[Skill]
     conn: AsyncConnection
     upto_seq: int
-    # In a checkpoint turn only these files may change.
-    editable: set[Path] | None = None
+    # In a checkpoint turn only these files (workspace paths) may change.
+    editable: set[str] | None = None
+    # The tool call's own id: a write under it applies once. None: every time (the
+    # checkpoint's files, restored from the database before each round).
+    op_id: str | None = None
 
 
 async def execute_tool(ctx: ToolContext, name: str, args: dict[str, Any]) -> ToolOutput:
     try:
         return await _execute(ctx, name, args)
-    except ToolError as err:
+    except (ToolError, StoreError) as err:
         return ToolOutput(str(err), is_error=True)
     except EditError as err:
         return ToolOutput(f"edit refused: {err}", is_error=True)
@@ -115,32 +136,35 @@ def _str_arg(args: dict[str, Any], key: str) -> str:
 async def _execute(ctx: ToolContext, name: str, args: dict[str, Any]) -> ToolOutput:
     if name == "read_file":
         rel = _str_arg(args, "path")
-        return ToolOutput(_read_text(workspace_path(ctx.workspace, rel), rel),
-                          meta={"read": rel})
+        stored = await ctx.store.read(ctx.session_id, workspace_path(rel))
+        return ToolOutput(_read_text(stored.data if stored else None, rel),
+                          meta={"read": rel, "version": stored.version if stored else None})
     if name in ("write_file", "edit_file"):
         rel = _str_arg(args, "path")
         editable = ctx.editable
-        if editable is not None:
-            path = workspace_path(ctx.workspace, rel)
-            if path not in editable:
-                raise ToolError(f"only the mind and memo files may change now, not {rel!r}")
-        else:
-            path = workspace_path(ctx.workspace, rel, for_write=True)
+        path = workspace_path(rel, for_write=editable is None)
+        if editable is not None and path not in editable:
+            raise ToolError(f"only the mind and memo files may change now, not {rel!r}")
+        verb = "wrote" if name == "write_file" else "edited"
+        if name == "write_file" and editable is not None:
+            raise ToolError("these files can be edited, never overwritten")
+        done = await ctx.store.applied(ctx.session_id, ctx.op_id) if ctx.op_id else None
+        if done is not None:  # a retried call: its write is in, do not edit again
+            return ToolOutput(f"{verb} {rel}", meta={"modified": rel, "version": done})
         if name == "write_file":
-            if editable is not None:
-                raise ToolError("these files can be edited, never overwritten")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(_str_arg(args, "content"))
-            return ToolOutput(f"wrote {rel}", meta={"modified": rel})
-        text = _read_text(path, rel)
-        path.write_text(apply_exact_edit(text, _str_arg(args, "old_text"),
-                                         _str_arg(args, "new_text")))
-        return ToolOutput(f"edited {rel}", meta={"modified": rel})
+            data = _str_arg(args, "content").encode()
+        else:
+            stored = await ctx.store.read(ctx.session_id, path)
+            data = apply_exact_edit(_read_text(stored.data if stored else None, rel),
+                                    _str_arg(args, "old_text"),
+                                    _str_arg(args, "new_text")).encode()
+        version = await ctx.store.write(ctx.session_id, path, data, op_id=ctx.op_id)
+        return ToolOutput(f"{verb} {rel}", meta={"modified": rel, "version": version})
     if name == "load_skill":
         skill = _str_arg(args, "name")
-        text = read_skill(ctx.skills_dirs, skill)
+        text = read_skill(ctx.skills, skill)
         if text is None:
-            known = ", ".join(n for n, _, _ in skill_catalog(ctx.skills_dirs)) or "none"
+            known = ", ".join(s.name for s in ctx.skills) or "none"
             raise ToolError(f"no skill named {skill!r} (known: {known})")
         return ToolOutput(text, meta={"skill": skill})
     if name == "read_record":

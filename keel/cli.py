@@ -174,13 +174,14 @@ def _install_stop_signals(stop: asyncio.Event) -> None:
 
 # ----- running ------------------------------------------------------------------------
 
-async def _serve(settings: KeelSettings, *, ui: bool, require_configured: bool) -> None:
+async def _serve(settings: KeelSettings, *, ui: bool, require_configured: bool,
+                 role: str = "both") -> None:
     from activities.db import close_pools
     from keel.demo import running_dev_stack
     from keel.devstack import running_stack
     from workers.observability import shutdown_tracing, worker_interceptors
     from workers.schedules import ensure_memory_schedules
-    from workers.worker import build_worker
+    from workers.worker import Role, build_worker
 
     stop = asyncio.Event()
     _install_stop_signals(stop)
@@ -205,14 +206,21 @@ async def _serve(settings: KeelSettings, *, ui: bool, require_configured: bool) 
                 if stack.embedded else "")),
             *([("Temporal UI", ui_address)] if ui_address else []),
             ("PostgreSQL", redact_url(stack.database_url)),
-            ("task queue", settings.task_queue),
+            ("task queue", {"both": f"{settings.task_queue} and {settings.vault_task_queue}",
+                            "vault": settings.vault_task_queue}.get(role, settings.task_queue)),
+            ("workspaces", "PostgreSQL" if settings.workspace_store == "postgres"
+             else str(settings.workspaces_dir)),
             ("namespace", settings.temporal_namespace),
             ("model", "offline deterministic model (no API key)" if settings.model.offline
              else settings.model.name),
             ("data dir", settings.data_dir),
-        ], title="keel " + ("worker" if require_configured else "dev")))
+        ], title="keel " + ("worker" if require_configured else "dev")
+                   + (" (vault)" if role == "vault" else "")))
         worker = build_worker(stack.client, settings,
-                              interceptors=worker_interceptors(settings))
+                              interceptors=worker_interceptors(settings), role=Role(role))
+        if role != "sessions":
+            console.print(f"[dim]taking the vault lock for {settings.vault_task_queue} "
+                          "(a second vault worker stands by here)…[/]")
         async with worker:
             # The nightly rollups and the doctor, as Temporal Schedules (created or updated).
             await ensure_memory_schedules(stack.client, settings)
@@ -245,8 +253,12 @@ def dev(ui: Annotated[bool, typer.Option(help="Start the Temporal Web UI too.")]
 
 
 @app.command()
-def worker() -> None:
-    """Run a worker against a configured cluster (TEMPORAL_ADDRESS and DATABASE_URL)."""
+def worker(vault: Annotated[bool, typer.Option(
+        "--vault", help="Serve the vault's own queue (<queue>-vault): run exactly one, on "
+                        "the host that holds the vault folder; a second one stands by.")]
+           = False) -> None:
+    """Run a worker against a configured cluster (TEMPORAL_ADDRESS and DATABASE_URL): the
+    session queue, or with --vault the vault's queue."""
     from workers.observability import configure_logging
 
     settings = _settings()
@@ -257,7 +269,8 @@ def worker() -> None:
               "cluster. For everything on this machine use `keel dev`.")
         raise typer.Exit(2)
     configure_logging(settings)
-    _run(_serve(settings, ui=False, require_configured=True))
+    _run(_serve(settings, ui=False, require_configured=True,
+                role="vault" if vault else "sessions"))
 
 
 @app.command()
@@ -436,6 +449,72 @@ def record(
         source = f"[yellow]{escape(source_line)}[/] " if source_line else ""
         console.print(f"{seq:>5}  [cyan]{type_:<11}[/] [dim]{tokens:>6}[/]  {source}"
                       f"{escape(body)}", soft_wrap=not full)
+
+
+# ----- workspace files ----------------------------------------------------------------
+# Like `keel record`, these read and write the workspace store directly (PostgreSQL, or
+# the local folder of the embedded default): the client helper `keel.client` stays free of
+# database code, and a session's files need no running workflow to be read.
+
+async def _with_store(settings: KeelSettings, use: Callable[[Any], Awaitable[T]]) -> T:
+    from activities.workspace import StoreError, open_store
+
+    url = _database_url(settings) if settings.workspace_store == "postgres" else None
+    try:
+        return await use(open_store(settings, database_url=url, pooled=False))
+    except StoreError as err:
+        raise CliError(str(err)) from None
+    except psycopg.Error as err:
+        raise CliError(f"PostgreSQL: {err}") from None
+
+
+@app.command()
+def files(
+    session: str,
+    path: Annotated[str | None, typer.Argument(help="A file to print (default: list).")]
+    = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", dir_okay=False,
+                                             help="Save the file's bytes here.")] = None,
+) -> None:
+    """A session's workspace: its files (path, size, version), or one file's text."""
+    async def main(store: Any) -> None:
+        if path is None:
+            found = await store.list(session)
+            if not found:
+                console.print(f"[dim]no files in the workspace of {session}[/]")
+            for f in found:
+                console.print(f"{f.size:>10,}  v{f.version:<4} {escape(f.path)}")
+            return
+        stored = await store.read(session, path)
+        if stored is None:
+            raise CliError(f"no file {path!r} in the workspace of {session}")
+        if out is not None:
+            out.write_bytes(stored.data)
+            console.print(f"saved {path} (v{stored.version}, {len(stored.data):,} bytes) "
+                          f"to {out}")
+            return
+        try:
+            text = stored.data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise CliError(f"{path} is a binary file, {len(stored.data):,} bytes: "
+                           "save it with --out") from None
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    _run(_with_store(_settings(), main))
+
+
+@app.command()
+def put(
+    session: str,
+    path: Annotated[str, typer.Argument(help="Where in the workspace.")],
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False,
+                                         help="The local file to copy in.")],
+) -> None:
+    """Copy a local file into a session's workspace (`_shared skills/NAME/SKILL.md` adds a
+    skill every session sees)."""
+    async def main(store: Any) -> None:
+        version = await store.write(session, path, file.read_bytes())
+        console.print(f"put {path} into {session} (v{version})")
+    _run(_with_store(_settings(), main))
 
 
 # ----- replay -------------------------------------------------------------------------

@@ -19,7 +19,6 @@ from typing import Any, TypedDict, Unpack
 
 from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from keel._errors import (
@@ -35,6 +34,7 @@ from keel._errors import (
     refusals,
     start_with_message_refused,
 )
+from keel.connect import connect
 from schemas.config import KeelSettings
 from schemas.session import (
     SESSION_WORKFLOW,
@@ -180,15 +180,14 @@ class KeelClient:
 
     @classmethod
     async def connect(cls, settings: KeelSettings, address: str | None = None) -> KeelClient:
-        """Connect to `address`, else `settings.temporal_address`; finding a local dev
-        stack is the caller's job (the CLI reads `keel dev`'s stack file)."""
+        """Connect to `address`, else `settings.temporal_address`, with the settings' TLS
+        and API key (`keel.connect`); finding a local dev stack is the caller's job (the
+        CLI reads `keel dev`'s stack file)."""
         target = address or settings.temporal_address
         if not target:
             raise NoTemporalAddressError(
                 "no Temporal address: pass one, or set TEMPORAL_ADDRESS")
-        client = await Client.connect(target, namespace=settings.temporal_namespace,
-                                      data_converter=pydantic_data_converter)
-        return cls(client, settings.task_queue, settings)
+        return cls(await connect(settings, target), settings.task_queue, settings)
 
     def _handle(self, session_id: str) -> WorkflowHandle[Any, SessionStatus]:
         return self.client.get_workflow_handle(session_id, result_type=SessionStatus)

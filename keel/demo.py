@@ -23,6 +23,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from activities.workspace import WorkspaceStore, open_store
 from keel.client import KeelClient, MessageRejectedError, SessionHandle, session_config
 from keel.console import console as default_console
 from keel.console import key_values, one_line, redact_url, working
@@ -149,17 +150,25 @@ def pr_text(n: int, *, needs_decision: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def seed_workspace(workspace: Path, *, first: int = FIRST_PR, count: int = PR_COUNT,
-                   decisions: tuple[int, ...] = DECISION_PRS) -> None:
-    """Write queue.md, prs/<n>.md and AGENTS.md into a session workspace."""
-    (workspace / "prs").mkdir(parents=True, exist_ok=True)
-    (workspace / "reviews").mkdir(exist_ok=True)
+def workspace_files(*, first: int = FIRST_PR, count: int = PR_COUNT,
+                    decisions: tuple[int, ...] = DECISION_PRS) -> dict[str, str]:
+    """queue.md, prs/<n>.md and AGENTS.md of the demo's workspace, by path."""
+    files: dict[str, str] = {}
     queue = ["# Pull-request queue (oldest first)", ""]
     for n in range(first, first + count):
         queue.append(f"- PR #{n}: {_pr_title(n)} (prs/{n}.md)")
-        (workspace / "prs" / f"{n}.md").write_text(pr_text(n, needs_decision=n in decisions))
-    (workspace / "queue.md").write_text("\n".join(queue) + "\n")
-    (workspace / "AGENTS.md").write_text(AGENTS_MD)
+        files[f"prs/{n}.md"] = pr_text(n, needs_decision=n in decisions)
+    files["queue.md"] = "\n".join(queue) + "\n"
+    files["AGENTS.md"] = AGENTS_MD
+    return files
+
+
+def seed_workspace(workspace: Path, *, first: int = FIRST_PR, count: int = PR_COUNT,
+                   decisions: tuple[int, ...] = DECISION_PRS) -> None:
+    """Write the demo's files into a local folder (tests; the demo itself uses the store)."""
+    for rel, text in workspace_files(first=first, count=count, decisions=decisions).items():
+        (workspace / rel).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / rel).write_text(text)
 
 
 # ----- reading the session's memory back ---------------------------------------------------
@@ -199,6 +208,11 @@ def queue_position(*texts: str) -> int | None:
 
 def reviews_written(workspace: Path) -> list[int]:
     return sorted(int(p.stem) for p in (workspace / "reviews").glob("*.md") if p.stem.isdigit())
+
+
+async def reviews_in_store(store: WorkspaceStore, session_id: str) -> list[int]:
+    names = [f.path.rsplit("/", 1)[-1] for f in await store.list(session_id, "reviews/")]
+    return sorted(int(n[:-3]) for n in names if n.endswith(".md") and n[:-3].isdigit())
 
 
 _DECISION = re.compile(r"needs your decision|your decision|need(?:s)? a decision", re.I)
@@ -265,10 +279,16 @@ async def drive_session(keel: KeelClient, settings: KeelSettings, *,
     out = out or default_console
     printer = _Printer(out)
     session_id = session_id or f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
-    workspace = settings.workspaces_dir / session_id
+    # Through the workspace store, where every worker of the queue reads it (a folder of
+    # this process would be seen by no other worker).
+    store = open_store(settings)
+    for rel, text in workspace_files().items():
+        await store.write(session_id, rel, text.encode(), op_id=f"demo-seed:{rel}")
+    workspace = (f"{settings.workspaces_dir / session_id}"
+                 if settings.workspace_store == "local" else
+                 f"PostgreSQL (`keel files {session_id}` lists it)")
     result = DemoResult(session_id=session_id)
     started = time.monotonic()
-    seed_workspace(workspace)
     config = session_config(settings, context_window=DEMO_CONTEXT_WINDOW,
                             max_output_tokens=DEMO_MAX_OUTPUT_TOKENS)
     out.print(key_values([
@@ -315,7 +335,8 @@ async def drive_session(keel: KeelClient, settings: KeelSettings, *,
         if status.stopped_reason:
             result.stopped_reason = status.stopped_reason
             break
-        if _QUEUE_DONE.search(outcome.reply_text) or len(reviews_written(workspace)) >= PR_COUNT:
+        done = len(await reviews_in_store(store, session_id)) >= PR_COUNT
+        if _QUEUE_DONE.search(outcome.reply_text) or done:
             break
         asked = _DECISION_PR.search(outcome.reply_text)
         if message == APPROVAL and asked and int(asked[1]) == approved:
@@ -332,7 +353,7 @@ async def drive_session(keel: KeelClient, settings: KeelSettings, *,
     result.memo_entry = next((ln for ln in memo.splitlines() if "never merge" in ln), "")
     result.background_in_memo = WATCH_CLAIM in memo
     result.position = queue_position(now, mind)
-    result.reviews = reviews_written(workspace)
+    result.reviews = await reviews_in_store(store, session_id)
     result.seconds = time.monotonic() - started
     _summary(out, result)
     return result
@@ -430,7 +451,8 @@ async def run_demo(settings: KeelSettings, *, turns: int = DEFAULT_TURNS,
         ]))
         # The embedded PostgreSQL's URL is known only now; the activities need it.
         settings = settings.model_copy(update={"database_url": stack.database_url})
-        worker = build_worker(stack.client, settings,
+        # Beside a cluster's own vault worker the demo serves the session queue only.
+        worker = build_worker(stack.client, settings, wait_for_vault=False,
                               interceptors=worker_interceptors(settings))
         async with worker:
             keel = KeelClient(stack.client, settings.task_queue, settings)

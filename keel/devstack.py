@@ -22,6 +22,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.db import apply_migrations
+from keel.connect import connect
 from schemas.config import KeelSettings
 
 
@@ -83,11 +84,7 @@ async def running_stack(settings: KeelSettings, *, ui: bool = False) -> AsyncIte
     database_url = settings.database_url or start_embedded_postgres(data_dir)
     apply_migrations(database_url)
     if settings.temporal_address:
-        client = await Client.connect(
-            settings.temporal_address,
-            namespace=settings.temporal_namespace,
-            data_converter=pydantic_data_converter,
-        )
+        client = await connect(settings)
         yield Stack(client, database_url, settings.temporal_address, embedded=False)
         return
     env = await WorkflowEnvironment.start_local(

@@ -8,6 +8,7 @@ the same on any worker.
 from __future__ import annotations
 
 import os
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,13 @@ from schemas.vault.settings import MemorySettings
 
 DEFAULT_TASK_QUEUE = "keel-sessions"
 DEFAULT_MODEL = "claude-sonnet-5"
+VAULT_QUEUE_SUFFIX = "-vault"
+
+
+def vault_queue(task_queue: str) -> str:
+    """The vault's own task queue beside a session queue: the one rule, used by workers,
+    schedules and (through `workflows.options`) the session workflow."""
+    return f"{task_queue}{VAULT_QUEUE_SUFFIX}"
 
 
 class ModelSettings(BaseModel):
@@ -38,11 +46,40 @@ class ModelSettings(BaseModel):
         return not self.api_key and not self.base_url
 
 
+class TemporalTLS(BaseModel):
+    """How to reach a TLS Temporal cluster (Temporal Cloud, or your own with mTLS).
+
+    Paths, never key material, so settings can be printed; the files are read when the
+    client connects (`keel.connect`). Nothing set and no API key: plain TCP (the dev server).
+    """
+
+    api_key: str | None = None  # Temporal Cloud API key; implies TLS
+    enabled: bool = False  # TLS on with the system's roots (set by any field below)
+    client_cert_path: Path | None = None  # mTLS: client certificate (PEM)
+    client_key_path: Path | None = None  # mTLS: its private key (PEM)
+    server_root_ca_path: Path | None = None  # a private CA (PEM); None: the system's roots
+    server_name: str | None = None  # the name the server's certificate is checked against
+
+    @property
+    def uses_tls(self) -> bool:
+        return bool(self.enabled or self.api_key or self.client_cert_path
+                    or self.server_root_ca_path or self.server_name)
+
+
+class WorkspaceStoreKind(StrEnum):
+    LOCAL = "local"  # a folder under data_dir: one worker (the embedded default)
+    POSTGRES = "postgres"  # the workspace_files table: any worker on any host
+
+
 class KeelSettings(BaseModel):
     temporal_address: str | None = None
     temporal_namespace: str = "default"
+    temporal_tls: TemporalTLS = Field(default_factory=TemporalTLS)
     task_queue: str = DEFAULT_TASK_QUEUE
     database_url: str | None = None
+    workspace_store: WorkspaceStoreKind = WorkspaceStoreKind.LOCAL
+    max_file_bytes: int = 10_000_000  # one workspace file
+    max_workspace_bytes: int = 200_000_000  # all of one session's files together
     data_dir: Path = Path(".keel")
     model: ModelSettings = Field(default_factory=ModelSettings)
     max_message_chars: int = 200_000
@@ -64,6 +101,11 @@ class KeelSettings(BaseModel):
     def skills_dir(self) -> Path:
         return self.data_dir / "skills"
 
+    @property
+    def vault_task_queue(self) -> str:
+        """Where the vault's activities and workflows run: one worker serves it."""
+        return vault_queue(self.task_queue)
+
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> KeelSettings:
         e = dict(os.environ if env is None else env)
@@ -81,11 +123,32 @@ class KeelSettings(BaseModel):
             price_step_tokens=opt_int("KEEL_PRICE_STEP_TOKENS"),
         )
         data_dir = Path(e.get("KEEL_DATA_DIR", ".keel")).resolve()
+        database_url = e.get("DATABASE_URL") or None
+
+        def opt_path(name: str) -> Path | None:
+            value = e.get(name)
+            return Path(value).expanduser() if value else None
+
+        tls = TemporalTLS(
+            api_key=e.get("TEMPORAL_API_KEY") or None,
+            enabled=e.get("TEMPORAL_TLS", "").lower() in ("1", "true", "yes"),
+            client_cert_path=opt_path("TEMPORAL_TLS_CERT"),
+            client_key_path=opt_path("TEMPORAL_TLS_KEY"),
+            server_root_ca_path=opt_path("TEMPORAL_TLS_CA"),
+            server_name=e.get("TEMPORAL_TLS_SERVER_NAME") or None,
+        )
+        # A database server is shared by every worker, so the workspace follows it there.
+        store = e.get("KEEL_WORKSPACE_STORE") or (
+            WorkspaceStoreKind.POSTGRES if database_url else WorkspaceStoreKind.LOCAL)
         return cls(
             temporal_address=e.get("TEMPORAL_ADDRESS") or None,
             temporal_namespace=e.get("TEMPORAL_NAMESPACE", "default"),
+            temporal_tls=tls,
             task_queue=e.get("KEEL_TASK_QUEUE", DEFAULT_TASK_QUEUE),
-            database_url=e.get("DATABASE_URL") or None,
+            database_url=database_url,
+            workspace_store=WorkspaceStoreKind(store),
+            max_file_bytes=opt_int("KEEL_MAX_FILE_BYTES") or 10_000_000,
+            max_workspace_bytes=opt_int("KEEL_MAX_WORKSPACE_BYTES") or 200_000_000,
             data_dir=data_dir,
             model=model,
             max_message_chars=opt_int("KEEL_MAX_MESSAGE_CHARS") or 200_000,

@@ -7,6 +7,7 @@ import io
 import logging
 import uuid
 
+import psycopg
 import pytest
 from rich.console import Console
 from typer.testing import CliRunner
@@ -86,7 +87,12 @@ async def test_keel_demo_command_with_configured_services(client, database_url, 
     assert "[offline model]" in result.output
     assert "offline deterministic model (no API key)" in result.output
     assert "What survived" in result.output
-    assert (tmp_path / "workspaces").is_dir()
+    # DATABASE_URL set: the queue is seeded into PostgreSQL, where every worker reads it,
+    # not into a folder of this process.
+    assert not (tmp_path / "workspaces").exists()
+    with psycopg.connect(database_url) as conn:
+        paths = {p for (p,) in conn.execute("SELECT path FROM workspace_files")}
+    assert {"queue.md", "AGENTS.md", "prs/101.md", "reviews/101.md"} <= paths
 
 
 async def test_demo_run_through_a_checkpoint_keeps_what_matters(client, database_url, tmp_path):

@@ -1,38 +1,51 @@
-"""`python -m workers.main`: one worker process, configured from the environment."""
+"""`python -m workers.main [sessions|vault|both]`: one worker process, configured from the
+environment (the same as `keel worker [--vault]`, without the console).
+
+`sessions` (the default) serves the session queue; `vault` the vault's own queue (one such
+process owns the vault; a second stands by); `both` serves the two, as `keel dev` does.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import signal
-
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
+import sys
 
 from activities.db import apply_migrations
+from keel.connect import connect
 from schemas.config import KeelSettings
 from workers.observability import configure_logging, shutdown_tracing, worker_interceptors
 from workers.schedules import ensure_memory_schedules
-from workers.worker import build_worker
+from workers.worker import Role, build_worker
 
 
-async def main() -> None:
+async def main(role: Role = Role.SESSIONS) -> None:
     settings = KeelSettings.from_env()
     configure_logging(settings)
     if not settings.temporal_address or not settings.database_url:
         raise SystemExit("a worker needs TEMPORAL_ADDRESS and DATABASE_URL")
     apply_migrations(settings.database_url)
-    client = await Client.connect(settings.temporal_address,
-                                  namespace=settings.temporal_namespace,
-                                  data_converter=pydantic_data_converter)
+    client = await connect(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with build_worker(client, settings, interceptors=worker_interceptors(settings)):
+    workers = build_worker(client, settings, interceptors=worker_interceptors(settings),
+                           role=role)
+    entering = asyncio.create_task(workers.__aenter__())  # a stand-by vault worker waits here
+    await asyncio.wait([entering, asyncio.create_task(stop.wait())],
+                       return_when=asyncio.FIRST_COMPLETED)
+    if not entering.done():
+        entering.cancel()
+        shutdown_tracing()
+        return
+    try:
         await ensure_memory_schedules(client, settings)
         await stop.wait()
+    finally:
+        await workers.__aexit__(None, None, None)
     shutdown_tracing()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(Role(sys.argv[1]) if len(sys.argv) > 1 else Role.SESSIONS))

@@ -58,7 +58,7 @@ def memory_schedules(settings: KeelSettings) -> dict[str, Schedule]:
         out[schedule_id(settings, job.value)] = Schedule(
             action=ScheduleActionStartWorkflow(
                 MemoryNightlyWorkflow.run, NightlyInput(job=job), id=f"keel-memory-{job.value}",
-                task_queue=settings.task_queue),
+                task_queue=settings.vault_task_queue),
             spec=ScheduleSpec(cron_expressions=[_cron(memory, job.value)],
                               time_zone_name=zone),
             policy=policy)

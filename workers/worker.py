@@ -1,13 +1,29 @@
-"""Build and run a Keel worker: the session workflow, the checkpoint chain, long memory.
+"""Build and run Keel's workers: the session queue and the vault's own queue.
 
 Every workflow and activity a worker runs is listed here by name, so a reader sees all of
 them in one place and nothing is registered by scanning a class.
+
+Invariants:
+- The session queue (`settings.task_queue`) runs the session workflow and the activities
+  that touch only PostgreSQL, the model and the workspace store: any number of workers on
+  any hosts serve it.
+- The vault queue (`settings.vault_task_queue`) runs everything that reads or writes the
+  vault's git repository: the memory activities, the rollup and doctor workflows, and the
+  tool calls that write a card (`workflows.options.VAULT_TOOLS`). One worker process serves
+  it: it holds a PostgreSQL advisory lock for as long as it polls, so a second vault worker
+  stands by until the first is gone, and git never sees two writers.
+- The vault worker publishes CORE.md and schema.json to the workspace store
+  (`activities.vault_share`), so session workers build their prompt without the vault.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
-from collections.abc import Callable, Sequence
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from enum import StrEnum
 from typing import Any
 
 from temporalio.client import Client
@@ -20,6 +36,8 @@ from activities.vault.doctor import DoctorActivities
 from activities.vault.rollup import RollupActivities
 from activities.vault.store import MemoryContext
 from activities.vault.turn import MemoryActivities
+from activities.vault_share import publish_vault_files
+from activities.workspace import open_store
 from schemas.config import KeelSettings
 from schemas.tokens import count_tokens
 from workflows.doctor import DoctorWorkflow
@@ -27,9 +45,21 @@ from workflows.nightly import MemoryNightlyWorkflow
 from workflows.rollup import ROLLUP_WORKFLOWS
 from workflows.session import SessionWorkflow
 
+log = logging.getLogger("keel.worker")
+
 # Everything long memory runs, for one worker registration.
 MEMORY_WORKFLOWS: list[type] = [*ROLLUP_WORKFLOWS.values(), DoctorWorkflow,
                                  MemoryNightlyWorkflow]
+# How often the vault worker checks its lock connection and republishes changed files.
+VAULT_BEAT_S = 5.0
+# One advisory lock key space for vault ownership (the key is the vault queue's hash).
+_VAULT_LOCK_CLASS = 7_246_002
+
+
+class Role(StrEnum):
+    SESSIONS = "sessions"  # `keel worker`: the session queue only
+    VAULT = "vault"  # `keel worker --vault`: the vault queue only
+    BOTH = "both"  # `keel dev`, the demo, tests: one process serves both
 
 
 def session_activities(settings: KeelSettings) -> list[Callable[..., Any]]:
@@ -68,16 +98,125 @@ def memory_activities(settings: KeelSettings, *,
     ]
 
 
+def vault_activities(settings: KeelSettings) -> list[Callable[..., Any]]:
+    """The vault queue's activities: long memory, and run_tool for the card-writing tools."""
+    return [*memory_activities(settings), SessionActivities(settings).run_tool]
+
+
+class KeelWorkers:
+    """The Temporal workers of one process for its role, started and stopped together.
+
+    `async with build_worker(...)`: on entry the session worker polls at once; then the
+    vault worker takes the vault lock (waiting, as a stand-by, while another process holds
+    it), so entry returns only when the vault queue is served too.
+    """
+
+    def __init__(self, client: Client, settings: KeelSettings, role: Role,
+                 interceptors: Sequence[Interceptor],
+                 activity_executor: concurrent.futures.Executor | None,
+                 wait_for_vault: bool = True) -> None:
+        self.client, self.settings, self.role = client, settings, role
+        self.wait_for_vault = wait_for_vault
+        self.serves_vault = False
+        self.workers: list[Worker] = []
+        common: dict[str, Any] = {"interceptors": list(interceptors),
+                                  "activity_executor": activity_executor}
+        if role in (Role.SESSIONS, Role.BOTH):
+            self.workers.append(Worker(
+                client, task_queue=settings.task_queue, workflows=[SessionWorkflow],
+                activities=session_activities(settings), max_concurrent_activities=50,
+                **common))
+        if role in (Role.VAULT, Role.BOTH):
+            self.workers.append(Worker(
+                client, task_queue=settings.vault_task_queue, workflows=MEMORY_WORKFLOWS,
+                activities=vault_activities(settings), max_concurrent_activities=50,
+                **common))
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> KeelWorkers:
+        try:
+            vault_queue = self.settings.vault_task_queue
+            for worker in self.workers:  # the session queue first: it needs no lock
+                if worker.task_queue != vault_queue:
+                    await self._stack.enter_async_context(worker)
+            for worker in self.workers:
+                if worker.task_queue == vault_queue:
+                    self.serves_vault = await self._stack.enter_async_context(
+                        self._vault_owner())
+                    if self.serves_vault:
+                        await self._stack.enter_async_context(worker)
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    @contextlib.asynccontextmanager
+    async def _vault_owner(self) -> AsyncIterator[bool]:
+        """Hold the vault lock while the vault worker runs; publish the shared files.
+        Yields False (and holds nothing) when the lock is taken and we may not wait."""
+        import psycopg
+
+        settings = self.settings
+        assert settings.database_url, "the vault worker needs DATABASE_URL"
+        conn = await psycopg.AsyncConnection.connect(settings.database_url, autocommit=True)
+        key = (_VAULT_LOCK_CLASS, settings.vault_task_queue)
+        try:
+            waited = False
+            while not (await (await conn.execute(
+                    "SELECT pg_try_advisory_lock(%s, hashtext(%s))", key)).fetchone() or
+                       [False])[0]:
+                if not self.wait_for_vault:
+                    log.warning("another vault worker holds %s: not serving it here",
+                                settings.vault_task_queue)
+                    yield False
+                    return
+                if not waited:
+                    log.warning("another vault worker holds %s: standing by",
+                                settings.vault_task_queue)
+                    waited = True
+                await asyncio.sleep(VAULT_BEAT_S)
+            if waited:
+                log.warning("vault lock taken: this worker now serves %s",
+                            settings.vault_task_queue)
+            # Each scope's vault is made from the template on its first use, by the vault
+            # activities; what exists now is published for the session workers.
+            store = open_store(settings)
+            await publish_vault_files(settings, store)
+            beat = asyncio.create_task(self._beat(conn, store))
+            try:
+                yield True
+            finally:
+                beat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await beat
+        finally:
+            await conn.close()  # the lock goes with the connection
+
+    async def _beat(self, conn: Any, store: Any) -> None:
+        while True:
+            await asyncio.sleep(VAULT_BEAT_S)
+            try:
+                await conn.execute("SELECT 1")
+                await publish_vault_files(self.settings, store)
+            except Exception as err:
+                # The lock may be gone with the connection: stop writing the vault now,
+                # before a stand-by that took the lock starts writing it too.
+                log.error("vault lock connection lost (%s): stopping the vault worker", err)
+                for worker in self.workers:
+                    if worker.task_queue == self.settings.vault_task_queue:
+                        await worker.shutdown()
+                return
+
+
 def build_worker(client: Client, settings: KeelSettings,
                  interceptors: Sequence[Interceptor] = (),
-                 activity_executor: concurrent.futures.Executor | None = None) -> Worker:
+                 activity_executor: concurrent.futures.Executor | None = None,
+                 role: Role = Role.BOTH, wait_for_vault: bool = True) -> KeelWorkers:
+    """The workers of `role`; with `wait_for_vault=False` the vault queue is served only
+    when no other process owns it (the demo beside a running cluster)."""
     count_tokens("warm")  # load the tokenizer file now, not inside a workflow task
-    return Worker(
-        client,
-        task_queue=settings.task_queue,
-        workflows=[SessionWorkflow, *MEMORY_WORKFLOWS],
-        activities=[*session_activities(settings), *memory_activities(settings)],
-        interceptors=list(interceptors),
-        activity_executor=activity_executor,
-        max_concurrent_activities=50,
-    )
+    return KeelWorkers(client, settings, role, interceptors, activity_executor,
+                       wait_for_vault)

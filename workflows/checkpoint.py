@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         CHECKPOINT_ROUND,
         CHECKPOINT_STEP,
         MEMORY_FLUSH,
+        on_vault_queue,
     )
 
 
@@ -134,7 +135,7 @@ class CheckpointChain:
                 MemoryActivities.flush_memory,
                 FlushInput(session_id=self.state.session_id, from_seq=from_seq, to_seq=to_seq,
                            scope=scope),
-                **MEMORY_FLUSH)
+                **on_vault_queue(MEMORY_FLUSH))
         except ActivityError as err:
             workflow.logger.warning("memory flush skipped: %s", err.cause or err)
 

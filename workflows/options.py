@@ -12,6 +12,8 @@ Why the numbers:
 - Long memory helps a turn but must never hold one up: three tries, then go on without.
 - A vault problem (`VaultError`: an unusable schema.json, a path outside the vault) needs a
   person, not another try.
+- The vault has one writer: whatever touches it runs on the vault's own queue beside the
+  workflow's (`on_vault_queue`, `tool_call`), which one worker serves (workers.worker).
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TypedDict
 
+from temporalio import workflow
 from temporalio.common import RetryPolicy
+
+from schemas.config import vault_queue
 
 
 class ActivityOptions(TypedDict, total=False):
@@ -29,6 +34,7 @@ class ActivityOptions(TypedDict, total=False):
     schedule_to_close_timeout: timedelta | None
     heartbeat_timeout: timedelta | None
     retry_policy: RetryPolicy
+    task_queue: str
 
 
 # A worker that misses four beats is gone; the activity beats at a quarter of this
@@ -83,9 +89,12 @@ CHECKPOINT_ROUND = ActivityOptions(start_to_close_timeout=timedelta(minutes=10),
                                    schedule_to_close_timeout=timedelta(minutes=30),
                                    heartbeat_timeout=HEARTBEAT,
                                    retry_policy=CHECKPOINT_MODEL_RETRY)
+# With the vault worker down, a turn goes on without memory after two minutes.
 MEMORY_TURN = ActivityOptions(start_to_close_timeout=timedelta(seconds=30),
+                              schedule_to_close_timeout=timedelta(minutes=2),
                               retry_policy=BEST_EFFORT_RETRY)
 MEMORY_FLUSH = ActivityOptions(start_to_close_timeout=timedelta(minutes=5),
+                               schedule_to_close_timeout=timedelta(minutes=15),
                                retry_policy=BEST_EFFORT_RETRY)
 
 ROLLUP_PERIODS = ActivityOptions(start_to_close_timeout=timedelta(minutes=2),
@@ -102,3 +111,17 @@ DOCTOR_STEP = ActivityOptions(start_to_close_timeout=timedelta(minutes=10),
 DOCTOR_COMMIT = ActivityOptions(start_to_close_timeout=timedelta(minutes=6),
                                 retry_policy=DOCTOR_RETRY)
 NOTIFY = ActivityOptions(start_to_close_timeout=timedelta(minutes=1), retry_policy=NOTIFY_RETRY)
+
+
+# Tools whose call writes the vault: their run_tool runs on the vault queue.
+VAULT_TOOLS = frozenset({"write_card"})
+
+
+def on_vault_queue(options: ActivityOptions) -> ActivityOptions:
+    """`options` on the vault's queue beside this workflow's (schemas.config.vault_queue)."""
+    return ActivityOptions(**options, task_queue=vault_queue(workflow.info().task_queue))
+
+
+def tool_call(tool: str) -> ActivityOptions:
+    """One tool call: on the session queue, or on the vault queue when it writes the vault."""
+    return on_vault_queue(TOOL_CALL) if tool in VAULT_TOOLS else TOOL_CALL

@@ -68,8 +68,9 @@ with workflow.unsafe.imports_passed_through():
         MODEL_CALL,
         RECORD_BACKGROUND,
         RECORD_NOTICE,
-        TOOL_CALL,
+        on_vault_queue,
         record_user_input,
+        tool_call,
     )
 
 TOO_LONG_MESSAGE = (
@@ -351,7 +352,8 @@ class SessionWorkflow:
             found = await workflow.execute_activity_method(
                 MemoryActivities.recall_memory,
                 RecallInput(session_id=state.session_id, query=query,
-                            scope=state.config.memory_scope), **MEMORY_TURN)
+                            scope=state.config.memory_scope),
+                **on_vault_queue(MEMORY_TURN))
         except ActivityError as err:
             workflow.logger.warning("recall skipped: %s", err.cause or err)
             return ""
@@ -365,7 +367,7 @@ class SessionWorkflow:
                 await workflow.execute_activity_method(
                     MemoryActivities.append_transcript,
                     TranscriptInput(session_id=self.state.session_id, seq=seq, scope=scope),
-                    **MEMORY_TURN)
+                    **on_vault_queue(MEMORY_TURN))
             except ActivityError as err:
                 # The record keeps the message; the nightly rollup reads the record too.
                 workflow.logger.warning("transcript of #%d skipped: %s", seq, err.cause or err)
@@ -381,7 +383,7 @@ class SessionWorkflow:
                               assistant_seq=reply.seq, tool_use_id=call.id, result_seq=seq,
                               upto_seq=state.recorded_upto,
                               memory_scope=state.config.memory_scope),
-                    **TOOL_CALL)
+                    **tool_call(call.name))
                 state.context_tokens += outcome.token_count
             except ActivityError as err:
                 # The model gets an error result for this call from context assembly.

@@ -3,14 +3,13 @@ each check, the one repair request, each fallback row, and the paths when nothin
 
 from __future__ import annotations
 
-import os
-import stat
 import uuid
 from typing import Any
 
 import psycopg
 import pytest
 
+from activities.tools import ToolError, workspace_path
 from keel.client import session_config
 from tests.checkpoint_model import (
     MEMO,
@@ -219,7 +218,9 @@ async def test_section_over_limit_is_cut_with_a_read_only_copy(
     assert long_lesson not in context_mind and ".keel/mind-full-" in context_mind
     copy = next((tmp_path / "workspaces" / session.session_id / ".keel").glob("mind-full-*"))
     assert long_lesson in copy.read_text()
-    assert not os.stat(copy).st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+    # Read-only to the agent: it lies in Keel's own folder, which no tool may write.
+    with pytest.raises(ToolError, match="read-only"):
+        workspace_path(f".keel/{copy.name}", for_write=True)
 
 
 async def test_memo_changed_beyond_checkboxes_keeps_every_candidate(

@@ -26,7 +26,7 @@ def _slow_three_writes(body: dict) -> dict:
 
 
 def start_worker(env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "workers.main"], env=env,
+    return subprocess.Popen([sys.executable, "-m", "workers.main", "both"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -69,5 +69,9 @@ async def test_sigkill_mid_turn_loses_and_duplicates_nothing(
     assert [t for t, _ in rows] == ["user"] + ["assistant", "tool_result"] * 3 + ["assistant"]
     assert [t for _, t in rows if _ == "tool_result"] == ["wrote f0.txt", "wrote f1.txt",
                                                           "wrote f2.txt"]
-    for i in range(3):
-        assert (tmp_path / "workspaces" / session_id / f"f{i}.txt").read_text() == str(i)
+    # DATABASE_URL set: the files are in the PostgreSQL store, each written exactly once.
+    with psycopg.connect(database_url) as conn:
+        files = conn.execute("SELECT path, data, version FROM workspace_files WHERE scope=%s"
+                             " ORDER BY path", (session_id,)).fetchall()
+    assert [(p, bytes(d), v) for p, d, v in files] == [
+        (f"f{i}.txt", str(i).encode(), 1) for i in range(3)]

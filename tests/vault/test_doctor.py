@@ -199,7 +199,9 @@ async def test_schedules_are_created_updated_and_run(client, tmp_path, database_
         assert first(crons[schedule_id(settings, "yearly")], "month") == 1
         assert first(crons[schedule_id(settings, "doctor")], "hour") == 5
         doctor = client.get_schedule_handle(schedule_id(settings, "doctor"))
-        async with Worker(client, task_queue=settings.task_queue, workflows=MEMORY_WORKFLOWS,
+        # The schedules start the vault's workflows on the vault's own queue.
+        async with Worker(client, task_queue=settings.vault_task_queue,
+                          workflows=MEMORY_WORKFLOWS,
                           activities=memory_activities(settings, database_url=database_url)):
             await doctor.trigger()
             for _ in range(100):

@@ -18,6 +18,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from activities.vault.store import MemoryContext, scope_vaults
+from activities.vault_share import publish_vault_files
 from keel.client import session_config
 from schemas.session import SessionConfig, SessionInput, SessionState
 from schemas.vault.card import CardFact
@@ -210,6 +211,9 @@ async def test_flush_and_every_system_prompt_take_the_sessions_scope(
     assert all("A-1001" not in json.dumps(r) for r in fake_anthropic.requests)
 
     session = SessionActivities(settings)
+    # Session workers read each scope's CORE.md as the vault worker publishes it.
+    published = await publish_vault_files(settings, session.store)
+    assert {"alice/CORE.md", "bob/CORE.md"} <= set(published)
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("INSERT INTO sessions (session_id, memory_scope) VALUES"
                      " ('alice-s', 'alice'), ('none-s', NULL)")
@@ -224,4 +228,4 @@ async def test_flush_and_every_system_prompt_take_the_sessions_scope(
     assert "B-2002" in bob_window.system and "A-1001" not in bob_window.system
     assert "A-1001" in alice_window.system and "B-2002" not in alice_window.system
     assert "A-1001" not in none_window.system and "B-2002" not in none_window.system
-    assert "A-1001" not in session.system_prompt("bob-s")  # as the checkpoint estimates it
+    assert "A-1001" not in await session.system_prompt("bob-s")  # as the checkpoint estimates

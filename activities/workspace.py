@@ -1,0 +1,297 @@
+"""The workspace store: a session's files, behind one narrow interface, so the next tool
+call may run on another worker.
+
+Two implementations, chosen by `KeelSettings.workspace_store`:
+- `LocalStore`: a folder per session under `data_dir/workspaces` (the embedded default; one
+  worker, or workers sharing that folder).
+- `PostgresStore`: the `workspace_files` table (any worker on any host).
+
+Invariants, the same for both:
+- Bytes in, bytes out: decoding, cutting and showing a file is the tools' business
+  (`activities.tools._read_text`), never the store's.
+- Paths are relative, normalised POSIX paths inside the scope (`clean_path`); nothing
+  resolves outside it.
+- Every write returns the file's new version (1, 2, ...); every read returns the version it
+  saw, so the record can say which version a tool call read.
+- A write with an `op_id` (the tool call that made it) is applied at most once: a retry
+  finds the op and returns the version it made. A write without one (the checkpoint's two
+  scratch files, restored from the database every round) is applied every time.
+- Reads see the newest write of the scope (PostgreSQL: one row per file, updated in place
+  under the row lock; local: the file replaced atomically).
+- Size limits per file and per scope refuse a write with a `StoreLimitError` naming both
+  figures; nothing is written then.
+- The scope `SHARED_SCOPE` holds what every session reads (shared skills under `skills/`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import posixpath
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from schemas.config import KeelSettings, WorkspaceStoreKind
+
+SHARED_SCOPE = "_shared"
+_OPS_FILE = ".keel/store-ops.json"  # LocalStore's versions and applied ops, per scope
+
+
+class StoreError(Exception):
+    """A path or scope the store refuses."""
+
+
+class StoreLimitError(StoreError):
+    """A write over the per-file or per-workspace size limit."""
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    path: str
+    data: bytes
+    version: int
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str
+    size: int
+    version: int
+
+
+def clean_path(rel: str) -> str:
+    """`rel` normalised inside its scope, or `StoreError`."""
+    if not rel or "\x00" in rel:
+        raise StoreError("a path is required")
+    norm = posixpath.normpath(rel.replace("\\", "/"))
+    if norm.startswith("/") or norm == ".." or norm.startswith("../") or norm == ".":
+        raise StoreError(f"{rel!r} is outside the session's workspace; refused")
+    return norm
+
+
+def _check_scope(scope: str) -> None:
+    if not scope or "/" in scope or scope in (".", "..") or "\x00" in scope:
+        raise StoreError(f"bad workspace id {scope!r}")
+
+
+class WorkspaceStore(Protocol):
+    max_file_bytes: int
+    max_workspace_bytes: int
+
+    async def read(self, scope: str, path: str) -> StoredFile | None: ...
+
+    async def applied(self, scope: str, op_id: str) -> int | None:
+        """The version the write `op_id` made, None when it has not been applied."""
+        ...
+
+    async def write(self, scope: str, path: str, data: bytes,
+                    op_id: str | None = None) -> int: ...
+
+    async def list(self, scope: str, prefix: str = "") -> list[FileInfo]: ...
+
+
+def _limit_error(what: str, size: int, limit: int) -> StoreLimitError:
+    return StoreLimitError(f"{what} would be {size:,} bytes; the limit is {limit:,} bytes")
+
+
+class _Limits:
+    max_file_bytes: int
+    max_workspace_bytes: int
+
+    def _check(self, path: str, size: int, others: int) -> None:
+        if size > self.max_file_bytes:
+            raise _limit_error(f"{path!r}", size, self.max_file_bytes)
+        if others + size > self.max_workspace_bytes:
+            raise _limit_error("the workspace", others + size, self.max_workspace_bytes)
+
+
+class LocalStore(_Limits):
+    """A folder per scope; the shared scope is `shared_root` (the data folder)."""
+
+    def __init__(self, root: Path, shared_root: Path, max_file_bytes: int,
+                 max_workspace_bytes: int) -> None:
+        self.root, self.shared_root = root, shared_root
+        self.max_file_bytes, self.max_workspace_bytes = max_file_bytes, max_workspace_bytes
+        self._lock = asyncio.Lock()
+
+    def folder(self, scope: str) -> Path:
+        _check_scope(scope)
+        return self.shared_root if scope == SHARED_SCOPE else self.root / scope
+
+    def _file(self, scope: str, path: str) -> tuple[Path, str]:
+        rel = clean_path(path)
+        base = self.folder(scope).resolve()
+        target = (base / rel).resolve()  # symlinks followed before the check
+        if target != base and base not in target.parents:
+            raise StoreError(f"{path!r} is outside the session's workspace; refused")
+        return target, rel
+
+    def _ops(self, scope: str) -> dict[str, dict[str, object]]:
+        path = self.folder(scope) / _OPS_FILE
+        try:
+            found: dict[str, dict[str, object]] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            found = {}
+        found.setdefault("versions", {})
+        found.setdefault("ops", {})
+        return found
+
+    def _save_ops(self, scope: str, ops: dict[str, dict[str, object]]) -> None:
+        _atomic(self.folder(scope) / _OPS_FILE, json.dumps(ops).encode())
+
+    async def applied(self, scope: str, op_id: str) -> int | None:
+        found = self._ops(scope)["ops"].get(op_id)
+        return None if found is None else int(found)  # type: ignore[call-overload]
+
+    async def read(self, scope: str, path: str) -> StoredFile | None:
+        target, rel = self._file(scope, path)
+        if not target.is_file():
+            return None
+        data = await asyncio.to_thread(target.read_bytes)
+        version = int(self._ops(scope)["versions"].get(rel, 1))  # type: ignore[call-overload]
+        return StoredFile(rel, data, version)
+
+    async def write(self, scope: str, path: str, data: bytes,
+                    op_id: str | None = None) -> int:
+        target, rel = self._file(scope, path)
+        async with self._lock:  # one worker: this process is the only writer
+            ops = self._ops(scope)
+            if op_id is not None and op_id in ops["ops"]:
+                return int(ops["ops"][op_id])  # type: ignore[call-overload]
+            others = sum(f.size for f in await self.list(scope) if f.path != rel)
+            self._check(rel, len(data), others)
+            await asyncio.to_thread(_atomic, target, data)
+            version = int(ops["versions"].get(rel, 0)) + 1  # type: ignore[call-overload]
+            ops["versions"][rel] = version
+            if op_id is not None:
+                ops["ops"][op_id] = version
+            self._save_ops(scope, ops)
+            return version
+
+    async def list(self, scope: str, prefix: str = "") -> list[FileInfo]:
+        base = self.folder(scope)
+        # Walk only the prefix's folder: the shared scope is the whole data folder.
+        start = base / prefix.rsplit("/", 1)[0] if "/" in prefix else base
+        if not start.is_dir():
+            return []
+        versions = self._ops(scope)["versions"]
+        found = []
+        for p in sorted(start.rglob("*")):
+            rel = p.relative_to(base).as_posix()
+            if p.is_file() and rel != _OPS_FILE and rel.startswith(prefix):
+                found.append(FileInfo(rel, p.stat().st_size,
+                                      int(versions.get(rel, 1))))  # type: ignore[call-overload]
+        return found
+
+
+def _atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class PostgresStore(_Limits):
+    """The `workspace_files` / `workspace_writes` tables (infra/migrations/004)."""
+
+    def __init__(self, database_url: str, max_file_bytes: int,
+                 max_workspace_bytes: int, *, pooled: bool = True) -> None:
+        self.database_url, self.pooled = database_url, pooled
+        self.max_file_bytes, self.max_workspace_bytes = max_file_bytes, max_workspace_bytes
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Any]:
+        """The worker's pool (activities.db); a connection of its own for a one-off caller
+        such as the CLI (`pooled=False`)."""
+        if self.pooled:
+            from activities.db import get_pool
+
+            async with (await get_pool(self.database_url)).connection() as conn:
+                yield conn
+            return
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(self.database_url,
+                                                         autocommit=True) as conn:
+            yield conn
+
+    async def applied(self, scope: str, op_id: str) -> int | None:
+        _check_scope(scope)
+        async with self._connection() as conn:
+            row = await (await conn.execute(
+                "SELECT version FROM workspace_writes WHERE scope=%s AND op_id=%s",
+                (scope, op_id))).fetchone()
+        return int(row[0]) if row else None
+
+    async def read(self, scope: str, path: str) -> StoredFile | None:
+        _check_scope(scope)
+        rel = clean_path(path)
+        async with self._connection() as conn:
+            row = await (await conn.execute(
+                "SELECT data, version FROM workspace_files WHERE scope=%s AND path=%s",
+                (scope, rel))).fetchone()
+        return StoredFile(rel, bytes(row[0]), int(row[1])) if row else None
+
+    async def write(self, scope: str, path: str, data: bytes,
+                    op_id: str | None = None) -> int:
+        _check_scope(scope)
+        rel = clean_path(path)
+        async with self._connection() as conn, conn.transaction():
+            # One writer per scope at a time: the size check and the op log stay true.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7246))",
+                               (scope,))
+            if op_id is not None:
+                done = await (await conn.execute(
+                    "SELECT version FROM workspace_writes WHERE scope=%s AND op_id=%s",
+                    (scope, op_id))).fetchone()
+                if done:
+                    return int(done[0])
+            others = await (await conn.execute(
+                "SELECT coalesce(sum(size), 0) FROM workspace_files"
+                " WHERE scope=%s AND path <> %s", (scope, rel))).fetchone()
+            self._check(rel, len(data), int(others[0]) if others else 0)
+            row = await (await conn.execute(
+                "INSERT INTO workspace_files (scope, path, version, data, size)"
+                " VALUES (%s, %s, 1, %s, %s) ON CONFLICT (scope, path) DO UPDATE SET"
+                " version = workspace_files.version + 1, data = excluded.data,"
+                " size = excluded.size, updated_at = now() RETURNING version",
+                (scope, rel, data, len(data)))).fetchone()
+            assert row is not None
+            version = int(row[0])
+            if op_id is not None:
+                await conn.execute(
+                    "INSERT INTO workspace_writes (scope, op_id, path, version)"
+                    " VALUES (%s, %s, %s, %s)", (scope, op_id, rel, version))
+            return version
+
+    async def list(self, scope: str, prefix: str = "") -> list[FileInfo]:
+        _check_scope(scope)
+        async with self._connection() as conn:
+            rows = await (await conn.execute(
+                "SELECT path, size, version FROM workspace_files WHERE scope=%s"
+                " AND starts_with(path, %s) ORDER BY path", (scope, prefix))).fetchall()
+        return [FileInfo(p, int(s), int(v)) for p, s, v in rows]
+
+
+def open_store(settings: KeelSettings, database_url: str | None = None, *,
+               pooled: bool = True) -> WorkspaceStore:
+    """The store the settings choose; `database_url` overrides theirs (the embedded stack
+    knows its URL only once started); `pooled=False` for a one-off caller (the CLI)."""
+    if settings.workspace_store == WorkspaceStoreKind.POSTGRES:
+        url = database_url or settings.database_url
+        if not url:
+            raise StoreError("KEEL_WORKSPACE_STORE=postgres needs DATABASE_URL")
+        return PostgresStore(url, settings.max_file_bytes, settings.max_workspace_bytes,
+                             pooled=pooled)
+    return LocalStore(settings.workspaces_dir, settings.data_dir, settings.max_file_bytes,
+                      settings.max_workspace_bytes)

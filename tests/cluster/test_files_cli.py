@@ -1,0 +1,58 @@
+"""`keel put` / `keel files` against the PostgreSQL workspace store: a user seeds a file,
+the agent (a worker with the same store) reads it and writes another, the user reads that
+back; no workflow call and no local folder involved."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from typer.testing import CliRunner
+
+from keel.cli import app
+from schemas.config import WorkspaceStoreKind
+from tests.fake_anthropic import text_message, tool_use_message
+from tests.harness import keel_worker, make_settings
+
+
+def _copy_upper(body: dict) -> dict:
+    results = [b for m in body["messages"] if isinstance(m["content"], list)
+               for b in m["content"] if b.get("type") == "tool_result"]
+    if not results:
+        return tool_use_message([("read_file", {"path": "in/notes.md"})])
+    if len(results) == 1:
+        text = results[0]["content"]
+        text = text if isinstance(text, str) else text[0]["text"]
+        return tool_use_message([("write_file", {"path": "out.md", "content": text.upper()})])
+    return text_message("copied")
+
+
+async def test_put_then_the_agent_then_files(client, database_url, fake_anthropic, tmp_path):
+    fake_anthropic.responder = _copy_upper
+    settings = make_settings(database_url, tmp_path / "worker", fake_anthropic.base_url)
+    settings = settings.model_copy(update={"workspace_store": WorkspaceStoreKind.POSTGRES})
+    env = {"TEMPORAL_ADDRESS": client.service_client.config.target_host,
+           "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": settings.task_queue,
+           "KEEL_DATA_DIR": str(tmp_path / "cli"), "COLUMNS": "200"}
+    sid = f"files-{uuid.uuid4().hex[:8]}"
+    local = tmp_path / "notes.md"
+    local.write_text("hello from the user\n")
+
+    def keel(*args: str, code: int = 0) -> str:
+        result = CliRunner().invoke(app, list(args), env=env)
+        assert result.exit_code == code, (args, result.output, result.exception)
+        return result.output
+
+    assert f"put in/notes.md into {sid} (v1)" in await asyncio.to_thread(
+        keel, "put", sid, "in/notes.md", str(local))
+    async with keel_worker(client, settings) as kc:
+        session = await kc.start_session(sid)
+        assert (await session.ask("copy it")).reply_text == "copied"
+    listing = await asyncio.to_thread(keel, "files", sid)
+    assert "v1    in/notes.md" in listing and "v1    out.md" in listing
+    assert await asyncio.to_thread(keel, "files", sid, "out.md") == "HELLO FROM THE USER\n"
+    missing = await asyncio.to_thread(keel, "files", sid, "nope.md", code=1)
+    assert "no file 'nope.md'" in missing
+    assert not (tmp_path / "cli" / "workspaces").exists()  # nothing went to a local folder
+    refused = await asyncio.to_thread(keel, "put", sid, "../escape.md", str(local), code=1)
+    assert "outside the session's workspace" in refused
