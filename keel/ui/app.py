@@ -335,7 +335,7 @@ def create_app(ctx: UiContext) -> ASGIApp:
         from keel.ui.vault import vault_view
 
         query = (request.query_params.get("q") or "").strip()
-        view = await vault_view(ctx.settings, await pool(), query)
+        view = await vault_view(ctx.settings, await pool() if query else None, query)
         return page(request, "vault.html", title="Vault", view=view, query=query)
 
     async def home(request: Request) -> Response:
