@@ -48,6 +48,7 @@ from keel.record import (
 from keel.ui import approvals
 from keel.ui.security import CSRF_COOKIE, Guard, csrf_ok
 from keel.ui.views import Gauge, attr, conversation, mind_diff
+from schemas.checkpoint.mind import MindDocument
 from schemas.config import KeelSettings
 from schemas.session import SessionPhase, SessionStatus
 
@@ -201,6 +202,7 @@ def create_app(ctx: UiContext) -> ASGIApp:
         waiting = await approvals.pending(handle)
         return page(request, "session.html", title=session_id, session_id=session_id,
                     status=status, gauge=gauge, record=record, checkpoints=checkpoints,
+                    recaps={c.record_seq: c.number for c in checkpoints},
                     pending=waiting, approvals_available=approvals.available(handle),
                     temporal=ctx.workflow_url(session_id))
 
@@ -253,9 +255,13 @@ def create_app(ctx: UiContext) -> ASGIApp:
                                 f"checkpoint {number}.")
         current = found[number - 1]
         previous = found[number - 2] if number > 1 else None
-        diff = mind_diff(previous.mind_text if previous else "", current.mind_text)
+        diff = mind_diff(previous.mind_text if previous else MindDocument.template().text,
+                         current.mind_text)
+        counts = {op: sum(1 for d in diff if d.op == op) for op in ("added", "removed",
+                                                                   "status")}
         return page(request, "checkpoint.html", title=f"{session_id}: checkpoint {number}",
                     session_id=session_id, cp=current, previous=previous, diff=diff,
+                    counts=counts,
                     total=len(found), page_size=ctx.page_size)
 
     # ----- live --------------------------------------------------------------------------

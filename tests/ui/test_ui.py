@@ -44,9 +44,9 @@ async def browser():
         await b.close()
 
 
-async def shot(page, name: str) -> None:
+async def shot(page, name: str, full_page: bool = True) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    await page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=full_page)
 
 
 async def test_demo_session_in_the_browser(client, database_url, tmp_path, browser):
@@ -106,7 +106,7 @@ async def test_demo_session_in_the_browser(client, database_url, tmp_path, brows
             assert "user" in await message.locator(".type").inner_text()
             memo_words = entry.split(" ", 1)[1][:40]
             assert memo_words in await message.locator(".text").inner_text()
-            await shot(page, "4-memo-link-in-record")
+            await shot(page, "4-memo-link-in-record", full_page=False)
 
             # A live turn appears without reloading.
             await page.goto(f"{base}/sessions/{session_id}")
@@ -121,12 +121,20 @@ async def test_demo_session_in_the_browser(client, database_url, tmp_path, brows
             await page.locator(f"#m{accepted.seq} ~ .msg-assistant").first.wait_for(
                 timeout=10_000)
             assert await page.locator("#record .msg").count() > shown_before
-            await shot(page, "5-session-live")
+            await shot(page, "5a-session-top", full_page=False)
+            await live.scroll_into_view_if_needed()
+            await shot(page, "5b-session-live-turn", full_page=False)
 
             # The user's own words only.
             await page.click("#filter-user")
             types = set(await page.locator("#record .msg .type").all_inner_texts())
             assert types == {"user"}
+
+            # The vault: CORE.md, cards, today's transcript, and a search over it.
+            response = await page.goto(f"{base}/vault?q=queue")
+            assert response.status == 200
+            assert "Results for" in await page.inner_text("main")
+            await shot(page, "9-vault")
             await page.close()
 
 
@@ -195,7 +203,7 @@ async def test_bad_input(client, database_url, tmp_path, browser):
         await page.click("text=← earlier")
         assert await page.locator("#m29800").count() == 1
         assert await page.locator("#m30000").count() == 0
-        await shot(page, "8-huge-record-paged")
+        await shot(page, "8-huge-record-paged", full_page=False)
 
         # A POST from elsewhere is refused: no CSRF token, or a foreign Origin.
         api = page.context.request
