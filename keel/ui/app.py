@@ -338,11 +338,12 @@ def create_app(ctx: UiContext) -> ASGIApp:
     # ----- the vault ---------------------------------------------------------------------
 
     async def vault_page(request: Request) -> HTMLResponse:
-        from keel.ui.vault import vault_view
+        from keel.ui.vault import hit_link, vault_view
 
         query = (request.query_params.get("q") or "").strip()
         view = await vault_view(ctx.settings, await pool() if query else None, query)
-        return page(request, "vault.html", title="Vault", view=view, query=query)
+        return page(request, "vault.html", title="Vault", view=view, query=query,
+                    hit_link=hit_link)
 
     async def home(request: Request) -> Response:
         return RedirectResponse("/sessions", status_code=307)

@@ -8,6 +8,7 @@ import asyncio
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from activities.vault.search import search
 from activities.vault.store import Vault, read_text
@@ -50,7 +51,8 @@ def _read(vault: Vault) -> VaultView:
         card = parse_card(read_text(vault.path(rel)).text)
         kind = str(card.meta.get("type")
                    or (rel.split("/")[1] if rel.count("/") >= 2 else "card"))
-        history = [ln for ln in (card.section(HISTORY_HEADING) or []) if ln.strip()]
+        history = [ln.strip().removeprefix("- ") for ln in (card.section(HISTORY_HEADING) or [])
+                   if ln.strip()]
         body = "\n".join(ln for h, lines in card.sections if h != HISTORY_HEADING
                          for ln in [h, *lines])
         view.cards.setdefault(kind, []).append(CardShown(
@@ -60,6 +62,15 @@ def _read(vault: Vault) -> VaultView:
     daily = root / DAILY_DIR / f"{view.today}.md"
     view.transcript = read_text(daily).text if daily.exists() else ""
     return view
+
+
+def hit_link(path: str) -> str | None:
+    """A daily-transcript hit (`daily/<day>.md#<session>:<seq>`) links to its message."""
+    _, sep, anchor = path.partition("#")
+    session_id, colon, seq = anchor.rpartition(":")
+    if not (sep and colon and session_id and seq.isdigit()):
+        return None
+    return f"/sessions/{quote(session_id, safe='')}?from={seq}#m{seq}"
 
 
 async def vault_view(settings: KeelSettings, pool: Any, query: str = "") -> VaultView:

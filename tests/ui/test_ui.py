@@ -217,6 +217,23 @@ async def test_bad_input(client, database_url, tmp_path, browser):
         # A Host that is not the loopback one it was bound to (DNS rebinding).
         rebound = await api.get(f"{base}/sessions", headers={"Host": "evil.example:80"})
         assert rebound.status == 421
+
+        # The vault: a card by its type, with its History; markup in it stays text.
+        from activities.vault.store import Vault
+
+        vault = Vault(settings.memory.vault_dir, settings.memory)
+        vault.ensure()
+        card = vault.root / "cards" / "projects" / "billing-api.md"
+        card.parent.mkdir(parents=True, exist_ok=True)
+        card.write_text("---\ntype: project\nstatus: active\n---\n# Billing API\n\n"
+                        "## Facts\n- owner: <i>mara.k</i>\n\n## History\n"
+                        "- 2026-11-30: owner was j.okafor\n")
+        await page.goto(f"{base}/vault")
+        shown = page.locator("details.card", has_text="Billing API")
+        await shown.locator("summary").click()
+        assert "owner was j.okafor" in await shown.locator(".history").inner_text()
+        assert "<i>mara.k</i>" in await shown.inner_text()
+        await shot(page, "10-vault-card-history")
         await page.close()
 
 
