@@ -50,6 +50,7 @@ from keel.ui.security import CSRF_COOKIE, Guard, csrf_ok
 from keel.ui.views import Gauge, attr, conversation, mind_diff
 from schemas.checkpoint.mind import MindDocument
 from schemas.config import KeelSettings
+from schemas.events import TextDelta
 from schemas.session import SessionPhase, SessionStatus
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ STATUS_TIMEOUT_S = 3.0
 LIVE_RECORD_POLL_S = 0.5
 LIVE_STATUS_EVERY_S = 2.0
 LIVE_PING_S = 15.0
+CATCH_UP_S = 5.0  # text deltas older than this when the page connects are not relayed
 
 
 @dataclass
@@ -306,10 +308,17 @@ def create_app(ctx: UiContext) -> ASGIApp:
         async def events() -> None:
             from keel.events import Transport, session_events
 
+            # Read by query: an observer that costs the session nothing (keel.events).
+            # Catching up on an old stream, old text deltas are skipped: the record has
+            # those replies whole.
+            connected = datetime.now(UTC)
             try:
                 async for offset, event in session_events(
                         ctx.keel.client, session_id, after_event, stop_at_end=False,
                         transport=Transport.QUERY):
+                    if (isinstance(event, TextDelta)
+                            and (connected - event.at).total_seconds() > CATCH_UP_S):
+                        continue
                     await out.put(("event", {"offset": offset,
                                              **event.model_dump(mode="json")}))
             except Exception as err:  # a session without the stream: the record still flows

@@ -6,10 +6,16 @@ Screenshots of every page go to a temporary folder whose path the run prints.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
+import re
+import signal
+import subprocess
+import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -235,6 +241,40 @@ async def test_bad_input(client, database_url, tmp_path, browser):
         assert "<i>mara.k</i>" in await shown.inner_text()
         await shot(page, "10-vault-card-history")
         await page.close()
+
+
+async def test_keel_dev_and_keel_ui_print_a_url_that_answers(client, database_url, tmp_path):
+    """`keel dev` (here on the configured test stack) serves the UI beside the worker and
+    prints its URL; `keel ui` does the same on its own; both stop on SIGTERM."""
+    env = {**os.environ, "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+           "DATABASE_URL": database_url, "KEEL_DATA_DIR": str(tmp_path),
+           "KEEL_TASK_QUEUE": f"ui-{uuid.uuid4().hex[:6]}", "ANTHROPIC_API_KEY": "",
+           "ANTHROPIC_BASE_URL": "", "COLUMNS": "200"}
+    keel_bin = str(Path(sys.executable).parent / "keel")
+    for args, ready in ((["dev", "--ui-port", "0"], "worker running"),
+                        (["ui", "--port", "0"], "Keel UI")):
+        proc = subprocess.Popen([keel_bin, *args], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        try:
+            seen = ""
+            deadline = time.monotonic() + 40
+            assert proc.stdout is not None
+            while ready not in seen and time.monotonic() < deadline:
+                line = await asyncio.to_thread(proc.stdout.readline)
+                if not line:
+                    break
+                seen += line
+            found = re.search(r"http://127\.0\.0\.1:\d+/sessions", seen)
+            assert found and "Keel UI" in seen, seen
+            with urllib.request.urlopen(found[0], timeout=10) as response:
+                assert response.status == 200
+                assert "Sessions" in response.read().decode()
+            proc.send_signal(signal.SIGTERM)
+            rest, _ = await asyncio.to_thread(proc.communicate, timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, seen + rest
 
 
 def test_binding_off_loopback_needs_a_token(database_url, tmp_path):
