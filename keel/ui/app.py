@@ -37,7 +37,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from activities.db import get_pool
-from keel.client import KeelClient, SessionHandle
+from keel.client import KeelClient, KeelError, SessionHandle
 from keel.record import (
     CheckpointEntry,
     known_sessions,
@@ -90,6 +90,8 @@ def _env() -> Environment:
     env.filters["when"] = lambda v: (v.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
                                      if isinstance(v, datetime) else "—")
     env.globals["attr"] = attr
+    env.filters["pretty"] = lambda v: (json.dumps(v, indent=1, ensure_ascii=False)
+                                       if isinstance(v, dict | list) else str(v))
     return env
 
 
@@ -226,9 +228,13 @@ def create_app(ctx: UiContext) -> ASGIApp:
             return HTMLResponse("decision must be approve or deny", status_code=400)
         try:
             await approvals.decide(ctx.keel.session(session_id), call_id,
-                                   decision == "approve", str(form.get("note", "")))
+                                   decision == "approve", str(form.get("note", "")),
+                                   str(form.get("input_digest", "")) or None)
         except approvals.ApprovalsUnavailableError as err:
             return HTMLResponse(str(err), status_code=501)
+        except KeelError as err:  # not pending any more, the session stopped, ...
+            return page(request, "error.html", status_code=409, title="Not decided",
+                        message=str(err))
         return RedirectResponse(f"/sessions/{session_id}", status_code=303)
 
     # ----- checkpoints -------------------------------------------------------------------

@@ -11,6 +11,8 @@ from typing import Any
 
 from keel.client import SessionHandle
 
+DECIDED_BY = "keel ui"
+
 
 class ApprovalsUnavailableError(RuntimeError):
     """This client has no approval methods yet."""
@@ -27,10 +29,16 @@ async def pending(handle: SessionHandle) -> list[Any]:
     return list(await handle.pending())  # type: ignore[attr-defined]
 
 
-async def decide(handle: SessionHandle, call_id: str, approved: bool, note: str = "") -> None:
+async def decide(handle: SessionHandle, call_id: str, approved: bool, note: str = "",
+                 input_digest: str | None = None) -> None:
+    """Approve or deny one pending call; `input_digest` (from the page the person read) ties
+    the decision to exactly the input they reviewed."""
     if not available(handle):
         raise ApprovalsUnavailableError("this Keel client has no approvals")
+    extra: dict[str, Any] = {"by": DECIDED_BY}
+    if input_digest:
+        extra["input_digest"] = input_digest
     if approved:
-        await handle.approve(call_id)  # type: ignore[attr-defined]
+        await handle.approve(call_id, **extra)  # type: ignore[attr-defined]
     else:
-        await handle.deny(call_id, note)  # type: ignore[attr-defined]
+        await handle.deny(call_id, note, **extra)  # type: ignore[attr-defined]

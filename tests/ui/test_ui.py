@@ -23,6 +23,7 @@ import psycopg
 import pytest
 from rich.console import Console
 
+from keel.client import SessionHandle
 from keel.demo import drive_session
 from keel.ui.app import UiContext, create_app
 from keel.ui.security import UnsafeBindError, check_bind
@@ -144,13 +145,41 @@ async def test_demo_session_in_the_browser(client, database_url, tmp_path, brows
             await page.close()
 
 
-async def test_an_approval_clicked_in_the_page_resumes_the_session():
-    from keel.client import SessionHandle
+@pytest.mark.skipif(
+    not all(hasattr(SessionHandle, m) for m in ("pending", "approve", "deny")),
+    reason="approvals (issue 8) are not in keel.client yet: no pending()/approve()/deny() on "
+           "SessionHandle, so the page shows no buttons to click")
+async def test_an_approval_clicked_in_the_page_resumes_the_session(client, database_url,
+                                                                     tmp_path, browser):
+    from schemas.agent import AgentSpec, ApprovalPolicy, ApprovalRules
 
-    if not all(hasattr(SessionHandle, m) for m in ("pending", "approve", "deny")):
-        pytest.skip("approvals (issue 8) are not in keel.client yet: no pending()/approve()/"
-                    "deny() on SessionHandle, so the page shows no buttons to click")
-    pytest.fail("approvals exist now: write this test against them")  # pragma: no cover
+    from keel.demo import FIRST_REQUEST, seed_workspace
+
+    settings = make_settings(database_url, tmp_path)
+    session_id = f"ui-ok-{uuid.uuid4().hex[:6]}"
+    seed_workspace(settings.workspaces_dir / session_id)
+    spec = AgentSpec(approvals=ApprovalRules(tools={"write_file": ApprovalPolicy.ASK}))
+    async with keel_worker(client, settings) as keel:
+        handle = await keel.start_session(session_id, agent=spec)
+        accepted = await handle.send(FIRST_REQUEST)  # the offline model writes a review
+        for _ in range(300):
+            if await handle.pending():
+                break
+            await asyncio.sleep(0.1)
+        waiting = await handle.pending()
+        assert waiting, "no call waits for approval"
+        async with ui_server(keel, settings, database_url, port=0) as url:
+            page = await browser.new_page(viewport={"width": 1400, "height": 900})
+            await page.goto(f"{url.removesuffix('/sessions')}/sessions/{session_id}")
+            box = page.locator(f".approval[data-call='{waiting[0].call_id}']")
+            await box.wait_for()
+            await shot(page, "11-approval-pending", full_page=False)
+            await box.locator("button.approve").click()
+            await page.wait_for_url(f"**/sessions/{session_id}")
+            outcome = await asyncio.wait_for(handle.wait_reply(accepted.seq), 30)
+            assert not outcome.error and outcome.reply_text
+            assert not await handle.pending()
+            await page.close()
 
 
 def _insert_session(conn, session_id: str, messages: int, markup: bool = False) -> None:
