@@ -35,6 +35,9 @@
     var empty = record.querySelector(".empty");
     if (empty) { empty.remove(); }
     if (data.html.indexOf("msg-assistant") >= 0) { streaming.hidden = true; }
+    // A new row may be an approval's wait or decision line: the buttons follow the record
+    // even when the session has no event stream.
+    if (data.html.indexOf("msg-harness") >= 0) { refreshApprovals(); }
   }
   function onStatus(s) {
     var set = function (id, v) { var el = document.getElementById(id); if (el) { el.textContent = v; } };
