@@ -304,22 +304,24 @@ def ui_command(
     = None,
 ) -> None:
     """Serve Keel's web UI (sessions, record, checkpoints, vault) and print its URL."""
-    from keel.ui.security import UnsafeBindError
+    from keel.ui.security import UnsafeBindError, check_bind
     from keel.ui.server import ui_server
+
+    try:
+        check_bind(host, token)
+    except UnsafeBindError as err:
+        error(str(err))
+        raise typer.Exit(1) from None
 
     async def main() -> None:
         settings = _settings()
         keel = await _connect(settings)
         stop = asyncio.Event()
         _install_stop_signals(stop)
-        try:
-            server = ui_server(keel, settings, _database_url(settings), host=host, port=port,
-                               token=token, temporal_ui=temporal_ui)
-            async with server as url:
-                console.print(f"Keel UI: [bold]{url}[/] — Ctrl-C to stop")
-                await stop.wait()
-        except UnsafeBindError as err:
-            raise CliError(str(err)) from err
+        async with ui_server(keel, settings, _database_url(settings), host=host, port=port,
+                             token=token, temporal_ui=temporal_ui) as url:
+            console.print(f"Keel UI: [bold]{url}[/] — Ctrl-C to stop")
+            await stop.wait()
     _run(main())
 
 

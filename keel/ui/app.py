@@ -47,7 +47,7 @@ from keel.record import (
 )
 from keel.ui import approvals
 from keel.ui.security import CSRF_COOKIE, Guard, csrf_ok
-from keel.ui.views import Gauge, attr, conversation, mind_diff
+from keel.ui.views import Gauge, SessionRow, attr, conversation, mind_diff
 from schemas.checkpoint.mind import MindDocument
 from schemas.config import KeelSettings
 from schemas.events import TextDelta
@@ -143,30 +143,28 @@ def create_app(ctx: UiContext) -> ASGIApp:
     async def sessions(request: Request) -> HTMLResponse:
         phase = request.query_params.get("phase") or ""
         async with (await pool()).connection() as conn:
-            rows = await known_sessions(conn)
-        ids = [r[0] for r in rows]
+            recorded = {r[0]: r for r in await known_sessions(conn)}
+        listed: dict[str, Any] = {}
         lister = getattr(ctx.keel, "list_sessions", None)
-        if callable(lister):  # issue 8's listing, where the client has it
+        if callable(lister):  # issue 8's listing from Temporal visibility, where it exists
             try:
-                for listed in await lister():
-                    sid = str(attr(listed, "session_id", "id", default=listed))
-                    if sid not in ids:
-                        ids.append(sid)
-                        rows.append((sid, None, None, 0))  # type: ignore[arg-type]
-            except Exception as err:
-                log.debug("list_sessions: %s", err)
-        statuses = await asyncio.gather(*(_status(ctx.keel.session(s)) for s in ids))
-        items = []
-        for (sid, created, last_at, checkpoints), status in zip(rows, statuses, strict=True):
-            shown_phase = status.phase.value if status else "unknown"
-            if phase and shown_phase != phase:
-                continue
-            items.append({"id": sid, "created": created, "last_at": last_at,
-                          "checkpoints": status.checkpoint_count if status else checkpoints,
-                          "status": status, "phase": shown_phase,
-                          "temporal": ctx.workflow_url(sid)})
-        phases = [p.value for p in SessionPhase] + ["unknown"]
-        return page(request, "sessions.html", title="Sessions", items=items, phase=phase,
+                listed = {str(attr(x, "session_id")): x for x in await lister()}
+            except Exception as err:  # visibility unavailable: status queries for all
+                log.warning("list_sessions failed, asking each session: %s", err)
+        # Sessions visibility does not list are asked for their status, one query each.
+        asked = [sid for sid in recorded if sid not in listed]
+        statuses = dict(zip(asked, await asyncio.gather(
+            *(_status(ctx.keel.session(sid)) for sid in asked)), strict=True))
+        items: list[SessionRow] = []
+        for sid, summary in listed.items():
+            items.append(SessionRow.from_summary(summary, ctx.workflow_url(sid)))
+        for sid, (_, created, last_at, checkpoints) in recorded.items():
+            if sid not in listed:
+                items.append(SessionRow.from_status(sid, statuses[sid], last_at or created,
+                                                    checkpoints, ctx.workflow_url(sid)))
+        phases = sorted({p.value for p in SessionPhase} | {i.phase for i in items})
+        shown = [i for i in items if not phase or i.phase == phase]
+        return page(request, "sessions.html", title="Sessions", items=shown, phase=phase,
                     phases=phases)
 
     # ----- one session -------------------------------------------------------------------

@@ -11,10 +11,12 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from keel.record import RecordEntry
 from schemas.checkpoint.mind import mission_entry_core
+from schemas.session import SessionStatus
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,41 @@ def mind_diff(previous: str, current: str) -> list[DiffLine]:
             else:
                 out.append(DiffLine("added", new[j], mission=j in new_mission))
     return out
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    """One line of the sessions list, from a status query or from `list_sessions()`."""
+
+    id: str
+    phase: str
+    turn: int | None
+    context: str  # "5,567 / 10,000" or "" when unknown
+    context_pct: float | None
+    checkpoints: int
+    last_activity: str
+    temporal: str | None
+
+    @classmethod
+    def from_status(cls, session_id: str, status: SessionStatus | None,
+                    last_at: datetime | None, checkpoints: int, temporal: str | None
+                    ) -> SessionRow:
+        when = last_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if last_at else ""
+        if status is None:
+            return cls(session_id, "unknown", None, "", None, checkpoints, when, temporal)
+        return cls(session_id, status.phase.value, status.turn,
+                   f"{status.context_tokens:,} / {status.context_window:,}",
+                   100 * status.context_tokens / max(1, status.context_window),
+                   status.checkpoint_count, when, temporal)
+
+    @classmethod
+    def from_summary(cls, summary: Any, temporal: str | None) -> SessionRow:
+        pct = attr(summary, "context_percent", default=None)
+        return cls(str(attr(summary, "session_id")), str(attr(summary, "phase") or "unknown"),
+                   attr(summary, "turn", default=None), "",
+                   float(pct) if pct is not None else None,
+                   int(attr(summary, "checkpoints", default=0) or 0),
+                   str(attr(summary, "last_activity", default="")), temporal)
 
 
 @dataclass(frozen=True)

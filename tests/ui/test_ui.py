@@ -118,6 +118,14 @@ async def test_demo_session_in_the_browser(client, database_url, tmp_path, brows
             # A live turn appears without reloading.
             await page.goto(f"{base}/sessions/{session_id}")
             await page.locator("#live-state", has_text="live").wait_for()
+            # The record reads as a conversation: a harness input under its source line,
+            # tool calls folded under the message that made them; the gauge shows the window.
+            watch = page.locator(".msg-harness .source", has_text='Watch ci-main "CI status"')
+            assert await watch.count() == 1
+            assert await page.locator("details.tool", has_text="read_file").count() >= 1
+            status = await keel.session(session_id).status()
+            assert (await page.inner_text("#gauge-threshold")
+                    == f"{status.checkpoint_threshold:,}")
             shown_before = await page.locator("#record .msg").count()
             handle = keel.session(session_id)
             accepted = await handle.send("Live check: what is next <b>in the queue</b>?")
@@ -272,16 +280,16 @@ async def test_bad_input(client, database_url, tmp_path, browser):
         await page.close()
 
 
-async def test_keel_dev_and_keel_ui_print_a_url_that_answers(client, database_url, tmp_path):
+async def test_keel_dev_prints_a_ui_url_that_answers(client, database_url, tmp_path):
     """`keel dev` (here on the configured test stack) serves the UI beside the worker and
-    prints its URL; `keel ui` does the same on its own; both stop on SIGTERM."""
+    prints its URL beside the Temporal UI's; it stops on SIGTERM. (`keel ui` starts the
+    same `ui_server`; below, it refuses a non-loopback address without a token.)"""
     env = {**os.environ, "TEMPORAL_ADDRESS": client.service_client.config.target_host,
            "DATABASE_URL": database_url, "KEEL_DATA_DIR": str(tmp_path),
            "KEEL_TASK_QUEUE": f"ui-{uuid.uuid4().hex[:6]}", "ANTHROPIC_API_KEY": "",
            "ANTHROPIC_BASE_URL": "", "COLUMNS": "200"}
     keel_bin = str(Path(sys.executable).parent / "keel")
-    for args, ready in ((["dev", "--ui-port", "0"], "worker running"),
-                        (["ui", "--port", "0"], "Keel UI")):
+    for args, ready in ((["dev", "--ui-port", "0"], "worker running"),):
         proc = subprocess.Popen([keel_bin, *args], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         try:
@@ -304,6 +312,21 @@ async def test_keel_dev_and_keel_ui_print_a_url_that_answers(client, database_ur
             if proc.poll() is None:
                 proc.kill()
         assert proc.returncode == 0, seen + rest
+
+
+async def test_keel_ui_refuses_another_address_without_a_token(client, database_url,
+                                                                tmp_path):
+    from typer.testing import CliRunner
+
+    from keel.cli import app
+
+    env = {"TEMPORAL_ADDRESS": client.service_client.config.target_host,
+           "DATABASE_URL": database_url, "KEEL_DATA_DIR": str(tmp_path), "KEEL_UI_TOKEN": "",
+           "COLUMNS": "200"}
+    result = await asyncio.to_thread(CliRunner().invoke, app, ["ui", "--host", "0.0.0.0"],
+                                     env=env)
+    assert result.exit_code == 1, result.output
+    assert "not loopback" in result.output and "KEEL_UI_TOKEN" in result.output
 
 
 def test_binding_off_loopback_needs_a_token(database_url, tmp_path):
