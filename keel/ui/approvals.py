@@ -7,9 +7,16 @@ no buttons; nothing here decides anything itself.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
-from keel.client import SessionHandle
+from temporalio.service import RPCError
+
+from keel.client import KeelError, SessionHandle
+
+log = logging.getLogger(__name__)
+PENDING_TIMEOUT_S = 3.0
 
 DECIDED_BY = "keel ui"
 
@@ -23,10 +30,16 @@ def available(handle: SessionHandle) -> bool:
 
 
 async def pending(handle: SessionHandle) -> list[Any]:
-    """The session's tool calls waiting for a person ([] when approvals are not there)."""
+    """The session's tool calls waiting for a person ([] when approvals are not there, or
+    the session does not answer: the record is still shown)."""
     if not available(handle):
         return []
-    return list(await handle.pending())  # type: ignore[attr-defined]
+    try:
+        return list(await asyncio.wait_for(handle.pending(),  # type: ignore[attr-defined]
+                                           PENDING_TIMEOUT_S))
+    except (KeelError, RPCError, TimeoutError) as err:  # no such workflow, no worker
+        log.debug("pending approvals of %s: %s", handle.session_id, err)
+        return []
 
 
 async def decide(handle: SessionHandle, call_id: str, approved: bool, note: str = "",
