@@ -2,9 +2,10 @@
 vault's schema.json), shared through the workspace store.
 
 Invariants:
-- Only the vault worker reads the vault folder and publishes (`publish_vault_files`);
-  session workers read the copies from the store's shared area (`vault-copies/<scope>/...`), so every
-  worker on every host builds the same system prompt and tools, and none touches the vault.
+- Only the vault worker reads the vault folders and publishes (`publish_vault_files`);
+  session workers read the copies from the store's shared area
+  (`vault-copies/<scope>/...`), so every worker on every host builds the same system
+  prompt and tools, and none touches a vault.
 - Publishing writes only what changed, and never into the vault itself.
 """
 

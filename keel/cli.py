@@ -39,6 +39,7 @@ from keel.client import (
 )
 from keel.console import console, error, key_values, one_line, redact_url, working
 from keel.demo import DEFAULT_TURNS
+from keel.record import read_record
 from schemas.config import KeelSettings
 from schemas.session import SessionStatus, TurnOutcome
 
@@ -175,7 +176,7 @@ def _install_stop_signals(stop: asyncio.Event) -> None:
 # ----- running ------------------------------------------------------------------------
 
 async def _serve(settings: KeelSettings, *, ui: bool, require_configured: bool,
-                 role: str = "both") -> None:
+                 role: str = "both", keel_ui_port: int | None = None) -> None:
     from activities.db import close_pools
     from keel.demo import running_dev_stack
     from keel.devstack import running_stack
@@ -200,11 +201,19 @@ async def _serve(settings: KeelSettings, *, ui: bool, require_configured: bool,
         # The embedded PostgreSQL's URL is known only now; the activities need it.
         settings = settings.model_copy(update={"database_url": stack.database_url})
         ui_address = getattr(stack, "ui_address", None) or _dev_ui_address(stack, ui)
+        keel_ui = None
+        if keel_ui_port is not None:
+            from keel.ui.server import ui_server
+
+            keel_ui = await stack_exit.enter_async_context(ui_server(
+                KeelClient(stack.client, settings.task_queue, settings), settings,
+                stack.database_url, port=keel_ui_port, temporal_ui=ui_address))
         console.print(key_values([
             ("Temporal", stack.temporal_address
              + (" (embedded dev server, SQLite file under the data dir)"
                 if stack.embedded else "")),
             *([("Temporal UI", ui_address)] if ui_address else []),
+            *([("Keel UI", keel_ui)] if keel_ui else []),
             ("PostgreSQL", redact_url(stack.database_url)),
             ("task queue", {"both": f"{settings.task_queue} and {settings.vault_task_queue}",
                             "vault": settings.vault_task_queue}.get(role, settings.task_queue)),
@@ -243,13 +252,18 @@ def _dev_ui_address(stack: Any, ui: bool) -> str | None:
 
 @app.command()
 def dev(ui: Annotated[bool, typer.Option(help="Start the Temporal Web UI too.")] = True,
+        keel_ui: Annotated[bool, typer.Option(help="Serve Keel's own UI (`keel ui`) too.")]
+        = True,
+        ui_port: Annotated[int, typer.Option(help="Port of Keel's UI (on 127.0.0.1).")]
+        = 8765,
         ) -> None:
     """Start the embedded stack (or use TEMPORAL_ADDRESS / DATABASE_URL) and a worker."""
     from workers.observability import configure_logging
 
     settings = _settings()
     configure_logging(settings)
-    _run(_serve(settings, ui=ui, require_configured=False))
+    _run(_serve(settings, ui=ui, require_configured=False,
+                keel_ui_port=ui_port if keel_ui else None))
 
 
 @app.command()
@@ -288,6 +302,39 @@ def demo(
     result = _run(run_demo(settings, turns=turns, session_id=session))
     if not result.ok:
         raise typer.Exit(1)
+
+
+@app.command(name="ui")
+def ui_command(
+    host: Annotated[str, typer.Option(help="Address to bind; anything but loopback needs "
+                                           "a token.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0: any free one).")] = 8765,
+    token: Annotated[str | None, typer.Option(
+        envvar="KEEL_UI_TOKEN", help="Access token, required off loopback.")] = None,
+    temporal_ui: Annotated[str | None, typer.Option(
+        envvar="KEEL_TEMPORAL_UI", help="The Temporal Web UI's URL, for workflow links.")]
+    = None,
+) -> None:
+    """Serve Keel's web UI (sessions, record, checkpoints, vault) and print its URL."""
+    from keel.ui.security import UnsafeBindError, check_bind
+    from keel.ui.server import ui_server
+
+    try:
+        check_bind(host, token)
+    except UnsafeBindError as err:
+        error(str(err))
+        raise typer.Exit(1) from None
+
+    async def main() -> None:
+        settings = _settings()
+        keel = await _connect(settings)
+        stop = asyncio.Event()
+        _install_stop_signals(stop)
+        async with ui_server(keel, settings, _database_url(settings), host=host, port=port,
+                             token=token, temporal_ui=temporal_ui) as url:
+            console.print(f"Keel UI: [bold]{url}[/] — Ctrl-C to stop")
+            await stop.wait()
+    _run(main())
 
 
 # ----- sessions -----------------------------------------------------------------------
@@ -420,7 +467,7 @@ def record(
     session: str,
     user: Annotated[bool, typer.Option("--user", help="Only the user's own messages.")] = False,
     from_seq: Annotated[int, typer.Option("--from", help="First seq.")] = 1,
-    limit: Annotated[int, typer.Option(help="Most rows.")] = 200,
+    limit: Annotated[int, typer.Option(help="Most rows (at most 1,000).")] = 200,
     full: Annotated[bool, typer.Option("--full", help="Whole texts, not one line.")] = False,
 ) -> None:
     """The conversation of record, read from PostgreSQL: seq, type, source line, text."""
@@ -428,10 +475,7 @@ def record(
     try:
         url = _database_url(settings)
         with psycopg.connect(url) as conn:
-            rows = conn.execute(
-                "SELECT seq, type, source_line, content_text, token_count FROM messages"
-                " WHERE session_id = %s AND seq >= %s AND (NOT %s OR type = 'user')"
-                " ORDER BY seq LIMIT %s", (session, from_seq, user, limit)).fetchall()
+            rows = read_record(conn, session, from_seq=from_seq, user_only=user, limit=limit)
     except CliError as err:
         error(str(err))
         raise typer.Exit(1) from None
@@ -444,11 +488,11 @@ def record(
     # Plain aligned lines rather than a table: a table squeezes the text column to
     # nothing on a narrow terminal or a pipe, and these rows are mostly text.
     console.print(f"[dim]{'seq':>5}  {'type':<11} {'tokens':>6}  source line / text[/]")
-    for seq, type_, source_line, text, tokens in rows:
-        body = text if full else one_line(text, 160)
-        source = f"[yellow]{escape(source_line)}[/] " if source_line else ""
-        console.print(f"{seq:>5}  [cyan]{type_:<11}[/] [dim]{tokens:>6}[/]  {source}"
-                      f"{escape(body)}", soft_wrap=not full)
+    for row in rows:
+        body = row.text if full else one_line(row.text, 160)
+        source = f"[yellow]{escape(row.source_line)}[/] " if row.source_line else ""
+        console.print(f"{row.seq:>5}  [cyan]{row.type:<11}[/] [dim]{row.token_count:>6}[/]  "
+                      f"{source}{escape(body)}", soft_wrap=not full)
 
 
 # ----- workspace files ----------------------------------------------------------------

@@ -1,0 +1,174 @@
+"""Reading the conversation of record and its checkpoints, for people: the CLI and the UI.
+
+One query for each view, used by both readers: `keel record` (sync psycopg) and the web UI
+(async psycopg) call the same SQL built here, so the two can never show different rows.
+
+Invariants: every read is bounded (a page of at most `MAX_PAGE` rows, chosen by seq on the
+(session_id, seq) key, so its cost follows the page, not the record); nothing here writes.
+Texts are returned as stored; escaping is the renderer's job (rich markup, HTML).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+MAX_PAGE = 1_000
+
+
+@dataclass(frozen=True)
+class RecordEntry:
+    """One row of the record as a person reads it."""
+
+    seq: int
+    type: str
+    source_line: str | None
+    text: str
+    token_count: int
+    turn: int | None = None
+    content: Any = None
+    created_at: datetime | None = None
+
+
+_RECORD_SQL = (
+    "SELECT seq, type, source_line, content_text AS text, token_count, turn, content,"
+    " created_at FROM messages"
+    " WHERE session_id = %(session)s AND seq >= %(from_seq)s"
+    " AND (NOT %(user)s OR type = 'user')"
+    " ORDER BY seq LIMIT %(limit)s")
+
+
+def _record_params(session_id: str, from_seq: int, user_only: bool, limit: int
+                   ) -> dict[str, Any]:
+    return {"session": session_id, "from_seq": from_seq, "user": user_only,
+            "limit": max(1, min(limit, MAX_PAGE))}
+
+
+def read_record(conn: psycopg.Connection[Any], session_id: str, *, from_seq: int = 1,
+                user_only: bool = False, limit: int = 200) -> list[RecordEntry]:
+    """A page of the record from `from_seq` on (the user's own messages only, if asked)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(_RECORD_SQL, _record_params(session_id, from_seq, user_only,
+                                                       limit)).fetchall()
+    return [RecordEntry(**r) for r in rows]
+
+
+async def read_record_async(conn: psycopg.AsyncConnection[Any], session_id: str, *,
+                            from_seq: int = 1, user_only: bool = False, limit: int = 200,
+                            ) -> list[RecordEntry]:
+    """`read_record` over an async connection: the same query."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(_RECORD_SQL, _record_params(session_id, from_seq, user_only, limit))
+        rows = await cur.fetchall()
+    return [RecordEntry(**r) for r in rows]
+
+
+async def record_extent(conn: psycopg.AsyncConnection[Any], session_id: str
+                        ) -> tuple[int, int]:
+    """(messages, last seq) of a session's record: an index-only count."""
+    cur = await conn.execute(
+        "SELECT count(*), coalesce(max(seq), 0) FROM messages WHERE session_id = %s",
+        (session_id,))
+    row = await cur.fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+# ----- checkpoints ------------------------------------------------------------------------
+
+class CheckpointKindShown(StrEnum):
+    FULL = "full"
+    EARLIER_PART = "earlier part"
+    MOVED = "moved without the model"
+
+
+@dataclass(frozen=True)
+class MemoEntry:
+    seq: int
+    text: str
+    cut: bool = False
+
+
+@dataclass(frozen=True)
+class CheckpointEntry:
+    """One stored checkpoint, with what its attempt needed (repair, problems)."""
+
+    number: int  # 1 for the session's first checkpoint
+    checkpoint_id: str
+    kind: CheckpointKindShown
+    created_at: datetime
+    record_seq: int
+    cut_seq: int
+    upto_seq: int
+    tokens_before: int
+    tokens_after: int
+    tokens_moved_out: int
+    fallbacks: list[str]
+    repair_sent: bool
+    problems: list[Any]
+    mind_text: str = ""
+    now_text: str = ""
+    memo: list[MemoEntry] = field(default_factory=list)
+    memo_dropped_seqs: list[int] = field(default_factory=list)
+
+
+# The attempt that made a checkpoint: its id is "ckpt:" + the attempt id
+# (activities.checkpoint.checkpoint_id_for); its first round holds the attempt's input,
+# whose `portion` below 1 means only the earlier part was condensed.
+_CHECKPOINTS_SQL = (
+    "SELECT c.checkpoint_id, c.kind, c.created_at, c.record_seq, c.cut_seq, c.upto_seq,"
+    " c.window_tokens_before, c.window_tokens_after, c.tokens_moved_out, c.fallbacks,"
+    " c.memo_dropped_seqs, {texts}"
+    " coalesce(a.repair_sent, false) AS repair_sent, coalesce(a.problems, '[]') AS problems,"
+    " (a.rounds -> 0 -> 'meta' ->> 'portion')::float AS portion"
+    " FROM checkpoints c LEFT JOIN checkpoint_attempts a"
+    " ON c.checkpoint_id = 'ckpt:' || a.attempt_id"
+    " WHERE c.session_id = %s ORDER BY c.created_at, c.record_seq")
+
+
+def _kind(kind: str, portion: float | None) -> CheckpointKindShown:
+    if kind == "move_half":
+        return CheckpointKindShown.MOVED
+    if portion is not None and portion < 1.0:
+        return CheckpointKindShown.EARLIER_PART
+    return CheckpointKindShown.FULL
+
+
+async def read_checkpoints(conn: psycopg.AsyncConnection[Any], session_id: str, *,
+                           texts: bool = True) -> list[CheckpointEntry]:
+    """Every stored checkpoint of a session, oldest first (each bounded by its budgets)."""
+    columns = "c.mind_text, c.now_text, c.memo," if texts else ""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(_CHECKPOINTS_SQL.format(texts=columns), (session_id,))
+        rows = await cur.fetchall()
+    out = []
+    for n, r in enumerate(rows, 1):
+        out.append(CheckpointEntry(
+            number=n, checkpoint_id=r["checkpoint_id"], kind=_kind(r["kind"], r["portion"]),
+            created_at=r["created_at"], record_seq=r["record_seq"], cut_seq=r["cut_seq"],
+            upto_seq=r["upto_seq"], tokens_before=r["window_tokens_before"],
+            tokens_after=r["window_tokens_after"], tokens_moved_out=r["tokens_moved_out"],
+            fallbacks=list(r["fallbacks"] or []), repair_sent=bool(r["repair_sent"]),
+            problems=list(r["problems"] or []),
+            mind_text=r.get("mind_text") or "", now_text=r.get("now_text") or "",
+            memo=[MemoEntry(seq=int(m["seq"]), text=str(m.get("text", "")),
+                            cut=bool(m.get("cut", False))) for m in (r.get("memo") or [])],
+            memo_dropped_seqs=list(r["memo_dropped_seqs"] or [])))
+    return out
+
+
+async def known_sessions(conn: psycopg.AsyncConnection[Any], limit: int = 500
+                         ) -> list[tuple[str, datetime, datetime | None, int]]:
+    """(session id, created, last message at, checkpoints) of the sessions in the record,
+    newest first."""
+    cur = await conn.execute(
+        "SELECT s.session_id, s.created_at,"
+        " (SELECT max(m.created_at) FROM messages m WHERE m.session_id = s.session_id"
+        "   AND m.seq = (SELECT max(seq) FROM messages WHERE session_id = s.session_id)),"
+        " (SELECT count(*) FROM checkpoints c WHERE c.session_id = s.session_id)"
+        " FROM sessions s ORDER BY s.created_at DESC LIMIT %s", (limit,))
+    return [(r[0], r[1], r[2], int(r[3])) for r in await cur.fetchall()]
