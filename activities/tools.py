@@ -1,4 +1,9 @@
-"""Tool execution: files confined to the session's workspace, skills, the record."""
+"""Tool execution: files confined to the session's workspace, skills, the record.
+
+A file read answers storable text or says why not: a binary file is described ("binary
+file, N bytes, not shown") and can be read as hex by range; text keeps every character
+except the NULs and lone surrogates PostgreSQL cannot hold, which are replaced and named.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from psycopg import AsyncConnection
 from activities.record import load_rows
 from schemas.edits import EditError, apply_exact_edit
 from schemas.messages import MessageType
+from schemas.text import HEX_MAX_BYTES, describe_binary, hex_range, make_storable
 
 MAX_READ_CHARS = 400_000
 SCRATCH_DIR = ".keel"  # Keel's own files inside a workspace: readable, never writable by tools
@@ -30,12 +36,16 @@ class ToolOutput:
 
 def workspace_path(workspace: Path, rel: str, *, for_write: bool = False) -> Path:
     """Resolve `rel` inside `workspace`; symlinks are followed before the check."""
-    if not rel or "\x00" in rel:
+    if not rel:
         raise ToolError("a path is required")
+    if "\x00" in rel:
+        raise ToolError(f"{make_storable(rel)[0]!r} holds a NUL (shown as U+FFFD), which no "
+                        "file name can hold; no such file")
     root = workspace.resolve()
     target = (root / rel).resolve()
     if target != root and root not in target.parents:
-        raise ToolError(f"{rel!r} is outside the session's workspace; refused")
+        raise ToolError(f"{make_storable(rel)[0]!r} is outside the session's workspace; "
+                        "refused")
     if for_write:
         rel_parts = target.relative_to(root).parts
         if rel_parts and rel_parts[0] == SCRATCH_DIR:
@@ -43,14 +53,50 @@ def workspace_path(workspace: Path, rel: str, *, for_write: bool = False) -> Pat
     return target
 
 
-def _read_text(path: Path, rel: str) -> str:
+def _read_bytes(path: Path, rel: str) -> bytes:
     if not path.is_file():
-        raise ToolError(f"no file at {rel!r}")
-    data = path.read_bytes()
+        raise ToolError(f"no file at {make_storable(rel)[0]!r}")
+    return path.read_bytes()
+
+
+def _read_text(path: Path, rel: str) -> str:
+    """The file as text for editing: refused when it is binary (an edit would corrupt it)."""
+    data = _read_bytes(path, rel)
+    binary = describe_binary(data, rel)
+    if binary is not None:
+        raise ToolError(binary)
+    return data.decode("utf-8", errors="replace")
+
+
+def read_file(path: Path, rel: str, offset: int | None = None,
+              length: int | None = None) -> str:
+    """What read_file answers: the text (cut at MAX_READ_CHARS), a binary file's
+    description, or with `offset`/`length` a hex view of that range of bytes."""
+    data = _read_bytes(path, rel)
+    if offset is not None or length is not None:
+        try:
+            return hex_range(data, offset or 0, length or HEX_MAX_BYTES)
+        except ValueError as err:
+            raise ToolError(str(err)) from err
+    binary = describe_binary(data, rel)
+    if binary is not None:
+        return binary
     text = data.decode("utf-8", errors="replace")
     if len(text) > MAX_READ_CHARS:
         text = text[:MAX_READ_CHARS] + f"\n[file cut at {MAX_READ_CHARS} characters]"
+    text, replaced = make_storable(text)
+    if replaced:
+        text += f"\n[Keel: {'; '.join(replaced)}]"
     return text
+
+
+def _int_arg(args: dict[str, Any], key: str) -> int | None:
+    value = args.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ToolError(f"argument {key!r} must be an integer")
+    return value
 
 
 _FRONTMATTER = re.compile(r"^---\n(.*?)\n---\n", re.S)
@@ -115,8 +161,9 @@ def _str_arg(args: dict[str, Any], key: str) -> str:
 async def _execute(ctx: ToolContext, name: str, args: dict[str, Any]) -> ToolOutput:
     if name == "read_file":
         rel = _str_arg(args, "path")
-        return ToolOutput(_read_text(workspace_path(ctx.workspace, rel), rel),
-                          meta={"read": rel})
+        return ToolOutput(read_file(workspace_path(ctx.workspace, rel), rel,
+                                    _int_arg(args, "offset"), _int_arg(args, "length")),
+                          meta={"read": make_storable(rel)[0]})
     if name in ("write_file", "edit_file"):
         rel = _str_arg(args, "path")
         editable = ctx.editable
