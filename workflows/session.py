@@ -108,6 +108,9 @@ def _reason(err: BaseException) -> str:
     """An error as one storable line of bounded length, for a notice or `last_error`."""
     cause = err.cause if isinstance(err, ActivityError) and err.cause else err
     text = " ".join(str(cause).split()) or type(cause).__name__
+    last = getattr(cause, "cause", None)  # a timeout's cause: the last attempt's failure
+    if last is not None and str(last) and str(last) not in text:
+        text += f" (last attempt: {' '.join(str(last).split())})"
     if len(text) > NOTICE_REASON_CHARS:
         text = text[:NOTICE_REASON_CHARS] + "..."
     return make_storable(text)[0]
