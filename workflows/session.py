@@ -19,6 +19,7 @@ its workflow id: a run whose input names another session writes nothing and fail
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, NoReturn
 
 from pydantic import BaseModel, ValidationError
@@ -283,7 +284,13 @@ class SessionWorkflow:
             if not isinstance(raw, RawValue):
                 raise ValueError("expected one argument" if raw is None
                                  else "more than one argument")
-            data: Any = workflow.payload_converter().from_payload(raw.payload, model)
+            encoding = raw.payload.metadata.get("encoding", b"").decode(errors="replace")
+            if encoding != "json/plain":
+                raise ValueError(f"the payload's encoding is {encoding or 'missing'}, "
+                                 "not json/plain")
+            # Plain JSON, validated here: a lone surrogate escape decodes (and is replaced
+            # below), a missing field is named.
+            data: Any = model.model_validate(json.loads(raw.payload.data))
         except Exception as err:  # any undecodable payload is reported
             problem = _decode_problem(err)
             self.last_error = f"a malformed {kind.value} signal was dropped: {problem}"
