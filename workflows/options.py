@@ -95,9 +95,13 @@ RECORD_BACKGROUND = ActivityOptions(start_to_close_timeout=RECORD_ATTEMPT,
                                     retry_policy=DB_RETRY)
 # The fence over a seq the session gave up on (a tombstone notice the late insert collides
 # with): the seq stays unsettled until it is written, so no window reads past it.
+# Inputs wait for it, so it is tried often.
 RECORD_FENCE = ActivityOptions(start_to_close_timeout=RECORD_ATTEMPT,
                                schedule_to_close_timeout=timedelta(hours=1),
-                               retry_policy=DB_RETRY)
+                               retry_policy=RetryPolicy(
+                                   initial_interval=timedelta(seconds=1),
+                                   maximum_interval=timedelta(seconds=5),
+                                   non_retryable_error_types=NEVER_RETRY))
 RECORD_NOTICE = ActivityOptions(start_to_close_timeout=RECORD_ATTEMPT,
                                 schedule_to_close_timeout=timedelta(minutes=5),
                                 retry_policy=DB_RETRY)

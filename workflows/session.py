@@ -173,7 +173,8 @@ class SessionWorkflow:
             except TimeoutError:
                 raise ApplicationError(
                     "the record is not answering (an earlier input is still not settled); "
-                    "nothing was kept, send it again", type=Rejection.RECORD_FAILED) from None
+                    "nothing was kept, send it again", type=Rejection.RECORD_FAILED,
+                    non_retryable=True) from None
         seq = state.allocate_seq()
         input_id = input_id or f"{kind}-{workflow.uuid4()}"
         try:
@@ -199,7 +200,7 @@ class SessionWorkflow:
                 task.add_done_callback(self.fence_tasks.discard)
             raise ApplicationError(
                 f"the message could not be recorded ({reason}); nothing was kept, "
-                "send it again", type=Rejection.RECORD_FAILED,
+                "send it again", type=Rejection.RECORD_FAILED, non_retryable=True,
             ) from err
         state.settle_seq(seq)
         if not inserted.duplicate:
