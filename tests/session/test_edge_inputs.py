@@ -237,3 +237,33 @@ async def test_lone_surrogate_from_a_json_client_is_recorded_replaced(
     rows = rows_of(database_url, session.session_id)
     harness = [r[3] for r in rows if r[1] == "harness"]
     assert harness == ["half \ufffd here\n[Keel: 1 lone surrogate replaced with U+FFFD]"]
+
+
+async def test_a_failed_model_call_is_a_notice_at_its_seq_and_the_session_goes_on(
+        client, settings, fake_anthropic, database_url):
+    """Tried: the API answers 400 (not retryable). The turn ends with the error, the reply's
+    seq holds a notice saying so (no late reply can fill it), status shows last_error, and
+    the next message is answered."""
+    from tests.fake_anthropic import ErrorStep
+    fake_anthropic.push(ErrorStep(400, message="bad request body"))
+    fake_anthropic.responder = lambda body: text_message("recovered")
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"mf-{uuid.uuid4().hex[:8]}")
+        failed = await session.ask("first")
+        status = await session.status()
+        outcome = await session.ask("second")
+    assert failed.error and "model call failed" in failed.error
+    assert status.last_error and "model call failed" in status.last_error
+    rows = rows_of(database_url, session.session_id)
+    assert [r[1] for r in rows] == ["user", "notice", "user", "assistant"]
+    assert rows[1][3].startswith("The model call failed")
+    assert outcome.reply_text == "recovered"
+
+
+def test_cli_shows_a_refusal_in_one_line_without_failure_metadata():
+    from keel.cli import _refusal_line
+    from keel.client import RecordFailedError
+    err = RecordFailedError("the message could not be recorded\n(db gone); send it again "
+                            "(type: RecordFailed, retryable: true)")
+    assert _refusal_line(err) == ("the message could not be recorded (db gone); "
+                                  "send it again")
