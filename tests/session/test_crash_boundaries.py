@@ -58,7 +58,14 @@ async def test_sigkill_at_a_boundary_loses_and_duplicates_nothing(
     sid = f"cb-{uuid.uuid4().hex[:8]}"
     crashing = subprocess.Popen([sys.executable, "-m", "tests.crash_worker"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    worker = None
+    worker: list[subprocess.Popen] = []
+
+    async def take_over() -> None:  # the moment the worker dies, another one starts
+        while crashing.poll() is None:
+            await asyncio.sleep(0.05)
+        worker.append(start_worker(env))
+
+    taking_over = asyncio.create_task(take_over())
     try:
         config = (session_config(settings, context_window=12_000, max_output_tokens=512)
                   if checkpointing else None)
@@ -69,19 +76,15 @@ async def test_sigkill_at_a_boundary_loses_and_duplicates_nothing(
         for text in texts:
             seqs.append((await session.send(text)).seq)
             if checkpointing and not mark.exists():
-                await asyncio.wait_for(session.wait_reply(seqs[-1]), 60)
+                await asyncio.wait_for(session.wait_reply(seqs[-1]), 150)
             if mark.exists():
                 break
-        for _ in range(600):
-            if crashing.poll() is not None:
-                break
-            await asyncio.sleep(0.05)
-        assert mark.exists() and crashing.poll() is not None, "the worker never crashed"
-        worker = start_worker(env)
         outcomes = [await asyncio.wait_for(session.wait_reply(s), 150) for s in seqs]
+        assert mark.exists() and worker, "the worker never crashed"
     finally:
-        for proc in (crashing, worker):
-            if proc is not None and proc.poll() is None:
+        taking_over.cancel()
+        for proc in (crashing, *worker):
+            if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
     assert all(o.error is None for o in outcomes)
