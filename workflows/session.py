@@ -203,7 +203,10 @@ class SessionWorkflow:
                 "send it again", type=Rejection.RECORD_FAILED, non_retryable=True,
             ) from err
         state.settle_seq(seq)
-        if not inserted.duplicate:
+        # A duplicate at this very seq is this activity's own retry (its first attempt wrote
+        # the row and its answer was lost): a new input. At another seq it is a caller's
+        # retry of an input recorded before.
+        if not inserted.duplicate or inserted.seq == seq:
             state.pending.append(PendingInput(seq=inserted.seq, kind=kind,
                                               query=text[:RECALL_QUERY_CHARS]))
             state.context_tokens += inserted.token_count
