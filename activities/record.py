@@ -1,4 +1,11 @@
-"""The conversation of record in PostgreSQL: idempotent inserts and window loads."""
+"""The conversation of record in PostgreSQL: idempotent inserts, fences and window loads.
+
+Invariants: a row is inserted once (a retry with the same input id gets the row already
+there); nothing PostgreSQL would change or refuse reaches an insert (`UnstorableData`, never
+retried: the callers make text storable at the edge); and a seq the session gave up on is
+fenced by a tombstone notice that overwrites whatever a late attempt wrote there and that
+every later attempt collides with (`SeqAbandoned`), so "not recorded" stays true.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +15,13 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from pydantic import BaseModel
+from temporalio.exceptions import ApplicationError
 
 from schemas.messages import MessageType, RecordRow
+from schemas.text import storable_json_problem, storable_problem
 from schemas.tokens import count_tokens
+
+FENCE_PREFIX = "fence-"  # the input id of a tombstone: never one a caller or Keel gives
 
 
 class NewRow(BaseModel):
@@ -39,8 +50,34 @@ async def ensure_session(conn: AsyncConnection, session_id: str, user_name: str)
     )
 
 
+class FenceInput(BaseModel):
+    session_id: str
+    seq: int
+    text: str  # what the record says in place of what was lost
+    turn: int | None = None
+    user_name: str = "user"
+
+
+def unstorable(row: NewRow) -> str | None:
+    """Why PostgreSQL cannot hold `row` exactly; None when it can."""
+    for name, value in (("text", row.text), ("source line", row.source_line or ""),
+                        ("input id", row.input_id), ("token text", row.token_text or "")):
+        problem = storable_problem(value)
+        if problem:
+            return f"the {name}: {problem}"
+    if row.content is not None:
+        problem = storable_json_problem(row.content)
+        if problem:
+            return f"the content: {problem}"
+    return None
+
+
 async def insert_row(conn: AsyncConnection, row: NewRow) -> Inserted:
     """Insert once: a retry with the same input id returns the row already there."""
+    problem = unstorable(row)
+    if problem:
+        raise ApplicationError(f"seq {row.seq} cannot be stored: {problem}",
+                               type="UnstorableData", non_retryable=True)
     prefix = f"{row.source_line} " if row.source_line else ""
     tokens = count_tokens(prefix + (row.token_text if row.token_text is not None else row.text))
     cur = await conn.execute(
@@ -57,10 +94,33 @@ async def insert_row(conn: AsyncConnection, row: NewRow) -> Inserted:
         (row.session_id, row.input_id),
     )).fetchone()
     if existing is None:
-        # The seq is taken by a different input: the workflow never reuses a seq, so this
-        # is a corrupted record, not something a retry can fix.
-        raise RuntimeError(f"seq {row.seq} of {row.session_id} holds another input")
+        # The seq is taken by a different input: the session gave up on it and fenced it
+        # (a late attempt), or the record is corrupted. Neither is fixed by a retry.
+        fenced = await (await conn.execute(
+            "SELECT 1 FROM messages WHERE session_id=%s AND seq=%s AND input_id=%s",
+            (row.session_id, row.seq, f"{FENCE_PREFIX}{row.seq}"))).fetchone()
+        if fenced:
+            raise ApplicationError(f"seq {row.seq} was given up on; this late attempt is "
+                                   "refused", type="SeqAbandoned", non_retryable=True)
+        raise ApplicationError(f"seq {row.seq} of {row.session_id} holds another input",
+                               type="SeqAbandoned", non_retryable=True)
     return Inserted(seq=existing[0], token_count=existing[1], duplicate=True)
+
+
+async def fence_seq(conn: AsyncConnection, fence: FenceInput) -> Inserted:
+    """Write the tombstone notice at `fence.seq`, over anything a late attempt put there;
+    the late attempt's own insert, if it comes after, collides with it."""
+    await ensure_session(conn, fence.session_id, fence.user_name)
+    tokens = count_tokens(fence.text)
+    await conn.execute(
+        "INSERT INTO messages (session_id, seq, input_id, type, source_line, content_text,"
+        " content, token_count, turn) VALUES (%s,%s,%s,'notice',NULL,%s,NULL,%s,%s)"
+        " ON CONFLICT (session_id, seq) DO UPDATE SET input_id=EXCLUDED.input_id,"
+        " type='notice', source_line=NULL, content_text=EXCLUDED.content_text, content=NULL,"
+        " token_count=EXCLUDED.token_count, turn=EXCLUDED.turn",
+        (fence.session_id, fence.seq, f"{FENCE_PREFIX}{fence.seq}", fence.text, tokens,
+         fence.turn))
+    return Inserted(seq=fence.seq, token_count=tokens)
 
 
 _ROW_COLUMNS = "seq, type, content_text AS text, source_line, content, token_count, turn"

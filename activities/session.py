@@ -7,6 +7,10 @@ Long memory is the session's scope's only: the workflow passes `memory_scope` (f
 session's config) to the model and tool calls; the model call mirrors it on the session's
 row, from which every system prompt (the checkpoint turn's too) takes its core memory. The
 memory tools take no scope or path from the model: a tool input naming one is refused.
+
+What they insert is storable by construction: model output, tool input and tool output
+have their NULs and lone surrogates replaced (`schemas.text.make_storable`) and the row
+says so in its notes, so bad data never turns into a retry loop.
 """
 
 from __future__ import annotations
@@ -24,7 +28,16 @@ from temporalio.exceptions import ApplicationError
 
 from activities.db import get_pool
 from activities.model import create_message, with_heartbeat
-from activities.record import Inserted, NewRow, ensure_session, insert_row, load_rows, load_seqs
+from activities.record import (
+    FenceInput,
+    Inserted,
+    NewRow,
+    ensure_session,
+    fence_seq,
+    insert_row,
+    load_rows,
+    load_seqs,
+)
 from activities.tools import Skill, ToolContext, ToolOutput, execute_tool, load_skills
 from activities.vault.search import search, touch_documents
 from activities.vault.store import MemoryContext, VaultError
@@ -43,6 +56,7 @@ from schemas.context import (
     fit_newest_tool_output,
 )
 from schemas.messages import MessageType, ModelReply, RecordRow, ToolCall, Usage
+from schemas.text import make_storable, make_storable_json
 from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL, MEMORY_TOOLS
 from schemas.vault.card import CardFact
 from schemas.vault.recall import fence_memory, scrub_memory_echo
@@ -85,6 +99,9 @@ class ModelCallResult(BaseModel):
     estimated_tokens: int = 0
     output_cut: bool = False
     notes: list[str] = Field(default_factory=list)
+    # What of the model's output PostgreSQL could not hold and was replaced (the session
+    # records a notice saying so).
+    replaced: list[str] = Field(default_factory=list)
 
 
 class ToolInput(BaseModel):
@@ -212,6 +229,12 @@ class SessionActivities:
             return await insert_row(conn, data)
 
     @activity.defn
+    async def fence_seq(self, data: FenceInput) -> Inserted:
+        """The tombstone over a seq the session gave up on (see activities.record)."""
+        async with await self._conn() as conn:
+            return await fence_seq(conn, data)
+
+    @activity.defn
     async def call_model(self, data: ModelCallInput) -> ModelCallResult:
         async with await self._conn() as conn:
             done = await load_seqs(conn, data.session_id, [data.reply_seq])
@@ -256,16 +279,20 @@ class SessionActivities:
             message = await with_heartbeat(create_message(self.settings.model, request))
             blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
             blocks = [b for b in blocks if b.get("type") in ("text", "tool_use")]
-            text = _scrub("\n".join(b["text"] for b in blocks if b["type"] == "text"))
             for b in blocks:
                 if b["type"] == "text":
                     b["text"] = _scrub(b["text"])
+            # Model output and tool input PostgreSQL cannot hold (a NUL, a lone surrogate):
+            # replaced, and the row says so, so the model sees what happened next time.
+            blocks, replaced = make_storable_json(blocks)
+            text = "\n".join(b["text"] for b in blocks if b["type"] == "text")
             tool_text = " ".join(json.dumps(b.get("input", {})) for b in blocks
                                  if b["type"] == "tool_use")
             inserted = await insert_row(conn, NewRow(
                 session_id=data.session_id, seq=data.reply_seq,
                 input_id=f"reply-{data.reply_seq}", type=MessageType.ASSISTANT, text=text,
-                content=blocks, turn=data.turn, token_text=f"{text} {tool_text}"))
+                content=blocks, turn=data.turn,
+                token_text=make_storable(f"{text} {tool_text}")[0]))
             usage = message.usage
             reply = ModelReply(
                 seq=data.reply_seq, stop_reason=message.stop_reason,
@@ -276,7 +303,7 @@ class SessionActivities:
                             cache_creation_input_tokens=usage.cache_creation_input_tokens or 0),
                 text=text, reply_tokens=inserted.token_count, model=message.model)
             return ModelCallResult(reply=reply, fit=size, estimated_tokens=estimate,
-                                   output_cut=output_cut, notes=notes)
+                                   output_cut=output_cut, notes=notes, replaced=replaced)
 
     def _estimate(self, window: LoadedWindow, rows: list[RecordRow], ratio: float,
                   memory_block: str = "") -> int:
@@ -307,11 +334,17 @@ class SessionActivities:
                                                  call.get("input") or {})
             else:
                 output = await execute_tool(ctx, call["name"], call.get("input") or {})
+            text, replaced = make_storable(output.text)
+            if replaced:
+                text += f"\n[Keel: {'; '.join(replaced)}]"
+            content, meta_replaced = make_storable_json(
+                {"tool_use_id": data.tool_use_id, "is_error": output.is_error,
+                 "tool": call["name"], **output.meta})
+            if replaced or meta_replaced:
+                content["notes"] = replaced + meta_replaced
             inserted = await insert_row(conn, NewRow(
                 session_id=data.session_id, seq=data.result_seq, input_id=input_id,
-                type=MessageType.TOOL_RESULT, text=output.text, turn=data.turn,
-                content={"tool_use_id": data.tool_use_id, "is_error": output.is_error,
-                         "tool": call["name"], **output.meta}))
+                type=MessageType.TOOL_RESULT, text=text, turn=data.turn, content=content))
             return ToolOutcome(seq=inserted.seq, token_count=inserted.token_count,
                                is_error=output.is_error)
 

@@ -3,6 +3,9 @@
 Files go through the workspace store (`activities.workspace`): it holds bytes and versions;
 the text rules (decoding, cutting) live here in `_read_text`. A write carries the tool
 call's op id, so a retried call writes once; the result's meta names the version seen.
+A file read answers storable text or says why not: a binary file is described ("binary
+file, N bytes, not shown") and can be read as hex by range; text keeps every character
+except the NULs and lone surrogates PostgreSQL cannot hold, which are replaced and named.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from activities.record import load_rows
 from activities.workspace import SHARED_SCOPE, StoreError, WorkspaceStore, clean_path
 from schemas.edits import EditError, apply_exact_edit
 from schemas.messages import MessageType
+from schemas.text import HEX_MAX_BYTES, describe_binary, hex_range, make_storable
 
 MAX_READ_CHARS = 400_000
 SCRATCH_DIR = ".keel"  # Keel's own files inside a workspace: readable, never writable by tools
@@ -36,22 +40,62 @@ class ToolOutput:
 
 def workspace_path(rel: str, *, for_write: bool = False) -> str:
     """`rel` normalised inside the workspace (the store refuses what leaves it)."""
+    if rel and "\x00" in rel:
+        raise ToolError(f"{make_storable(rel)[0]!r} holds a NUL (shown as U+FFFD), which no "
+                        "file name can hold; no such file")
     try:
         clean = clean_path(rel)
     except StoreError as err:
-        raise ToolError(str(err)) from None
+        raise ToolError(make_storable(str(err))[0]) from None
     if for_write and clean.split("/", 1)[0] == SCRATCH_DIR:
         raise ToolError(f"{rel!r} is Keel's own folder and read-only")
     return clean
 
 
-def _read_text(data: bytes | None, rel: str) -> str:
+def _read_bytes(data: bytes | None, rel: str) -> bytes:
     if data is None:
-        raise ToolError(f"no file at {rel!r}")
+        raise ToolError(f"no file at {make_storable(rel)[0]!r}")
+    return data
+
+
+def _read_text(data: bytes | None, rel: str) -> str:
+    """The file as text for editing: refused when it is binary (an edit would corrupt it)."""
+    raw = _read_bytes(data, rel)
+    binary = describe_binary(raw, rel)
+    if binary is not None:
+        raise ToolError(binary)
+    return raw.decode("utf-8", errors="replace")
+
+
+def read_file(stored: bytes | None, rel: str, offset: int | None = None,
+              length: int | None = None) -> str:
+    """What read_file answers: the text (cut at MAX_READ_CHARS), a binary file's
+    description, or with `offset`/`length` a hex view of that range of bytes."""
+    data = _read_bytes(stored, rel)
+    if offset is not None or length is not None:
+        try:
+            return hex_range(data, offset or 0, length or HEX_MAX_BYTES)
+        except ValueError as err:
+            raise ToolError(str(err)) from err
+    binary = describe_binary(data, rel)
+    if binary is not None:
+        return binary
     text = data.decode("utf-8", errors="replace")
     if len(text) > MAX_READ_CHARS:
         text = text[:MAX_READ_CHARS] + f"\n[file cut at {MAX_READ_CHARS} characters]"
+    text, replaced = make_storable(text)
+    if replaced:
+        text += f"\n[Keel: {'; '.join(replaced)}]"
     return text
+
+
+def _int_arg(args: dict[str, Any], key: str) -> int | None:
+    value = args.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ToolError(f"argument {key!r} must be an integer")
+    return value
 
 
 _FRONTMATTER = re.compile(r"^---\n(.*?)\n---\n", re.S)
@@ -137,8 +181,10 @@ async def _execute(ctx: ToolContext, name: str, args: dict[str, Any]) -> ToolOut
     if name == "read_file":
         rel = _str_arg(args, "path")
         stored = await ctx.store.read(ctx.session_id, workspace_path(rel))
-        return ToolOutput(_read_text(stored.data if stored else None, rel),
-                          meta={"read": rel, "version": stored.version if stored else None})
+        return ToolOutput(read_file(stored.data if stored else None, rel,
+                                    _int_arg(args, "offset"), _int_arg(args, "length")),
+                          meta={"read": make_storable(rel)[0],
+                                "version": stored.version if stored else None})
     if name in ("write_file", "edit_file"):
         rel = _str_arg(args, "path")
         editable = ctx.editable

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import re
 import signal
 import sys
 import traceback
@@ -92,22 +93,33 @@ class CliError(Exception):
     """A failure to report in one line (no traceback) with exit code 1."""
 
 
+# How Temporal's server and SDK render a failure's metadata inside a message: noise to a
+# person, and "retryable: true" on a refusal would say the opposite of what it means.
+_FAILURE_METADATA = re.compile(r"\s*\((?:type: [^()]*, )?retryable: (?:true|false)\)")
+
+
+def _refusal_line(err: BaseException) -> str:
+    """A refusal as one readable line, without the failure's type / retryable metadata."""
+    return one_line(_FAILURE_METADATA.sub("", str(err)), width=10_000)
+
+
 def _run(main: Coroutine[Any, Any, T]) -> T:
     """Run a command's coroutine; known failures become one readable line and exit 1."""
     try:
         return asyncio.run(main)
     except CliError as err:
-        error(str(err))
+        error(_refusal_line(err))
     except KeelError as err:  # a refusal by type (keel._errors): its one line
-        error(str(err))
+        error(_refusal_line(err))
     except RPCError as err:
+        message = _refusal_line(RuntimeError(err.message))
         if err.status == RPCStatusCode.NOT_FOUND:
-            error(f"not found: {err.message} (is the session id right?)")
+            error(f"not found: {message} (is the session id right?)")
         elif err.status == RPCStatusCode.UNAVAILABLE:
-            error(f"Temporal is unreachable: {err.message}")
+            error(f"Temporal is unreachable: {message}")
         else:
             error(f"Temporal answered {err.status.name if err.status else 'an error'}: "
-                  f"{err.message}")
+                  f"{message}")
     except RuntimeError as err:  # e.g. the client could not connect to the address
         error(f"{err}: {err.__cause__}" if err.__cause__ else str(err))
     raise typer.Exit(1)
@@ -683,7 +695,7 @@ def chat(id: Annotated[str | None, typer.Option("--id", help="Session to join or
                 try:
                     accepted = await handle.send(text)
                 except MessageRejectedError as err:
-                    error(str(err))
+                    error(_refusal_line(err))
                     continue
                 with working("thinking…"):
                     outcome = await handle.wait_reply(accepted.seq)

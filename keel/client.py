@@ -51,6 +51,7 @@ from schemas.session import (
     UserMessage,
     WatchInput,
 )
+from schemas.text import payload_problem, storable_problem
 
 __all__ = [
     "KeelClient",
@@ -112,6 +113,7 @@ class SessionHandle:
     async def send(self, text: str, input_id: str | None = None) -> MessageAccepted:
         """Record the user's message; raises `MessageRejectedError` (or a subclass) when
         the session refused it, in which case nothing was recorded."""
+        refuse_before_sending(text)
         async with refusals(self.handle):
             accepted: MessageAccepted = await self.handle.execute_update(
                 Handler.SEND_MESSAGE, UserMessage(text=text, input_id=input_id),
@@ -168,6 +170,16 @@ class SessionHandle:
 
     async def now(self) -> str:
         return await self._text(Handler.NOW)
+
+
+def refuse_before_sending(text: str) -> None:
+    """What Temporal could not carry (over the payload limit) or the converter could not
+    encode (a surrogate) is refused here, with the session's own wording, before any call.
+    The session's validator applies the same rules (`schemas.text`) to other clients."""
+    problem = payload_problem(text) or (
+        storable_problem(text) if any("\ud800" <= c <= "\udfff" for c in text) else None)
+    if problem:
+        raise MessageRejectedError(problem)
 
 
 class KeelClient:
@@ -227,6 +239,7 @@ class KeelClient:
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         )
+        refuse_before_sending(text)
         handle = self._handle(session_id)
         try:
             async with refusals(handle):

@@ -7,9 +7,14 @@ from typing import Any
 AGENT_TOOLS: list[dict[str, Any]] = [
     {
         "name": "read_file",
-        "description": "Read a text file in the session's workspace.",
-        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}},
-                         "required": ["path"]},
+        "description": "Read a text file in the session's workspace. A binary file is "
+                       "described, not shown: give offset and length (bytes, at most 1024) "
+                       "to read a range of any file as hex.",
+        "input_schema": {"type": "object", "properties": {
+            "path": {"type": "string"},
+            "offset": {"type": "integer", "minimum": 0},
+            "length": {"type": "integer", "minimum": 1, "maximum": 1024}},
+            "required": ["path"]},
     },
     {
         "name": "write_file",

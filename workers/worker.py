@@ -66,7 +66,7 @@ def session_activities(settings: KeelSettings) -> list[Callable[..., Any]]:
     session = SessionActivities(settings)
     checkpoint = CheckpointActivities(settings)
     return [
-        session.record_input, session.call_model, session.run_tool,
+        session.record_input, session.fence_seq, session.call_model, session.run_tool,
         checkpoint.prepare_checkpoint, checkpoint.checkpoint_round,
         checkpoint.validate_checkpoint, checkpoint.store_checkpoint,
         checkpoint.move_earliest_half,

@@ -83,12 +83,14 @@ class CheckpointChain:
         await self._flush(state.window_start_seq, prepared.cut_seq - 1)
         turn = await self._turn(attempt_id)
         record_seq = state.allocate_seq()
-        stored = await workflow.execute_activity_method(
-            CheckpointActivities.store_checkpoint,
-            StoreInput(attempt_id=attempt_id, record_seq=record_seq,
-                       rounds_exhausted=turn.rounds_exhausted, abort_reason=turn.abort),
-            **CHECKPOINT_STEP)
-        state.settle_seq(record_seq)
+        try:
+            stored = await workflow.execute_activity_method(
+                CheckpointActivities.store_checkpoint,
+                StoreInput(attempt_id=attempt_id, record_seq=record_seq,
+                           rounds_exhausted=turn.rounds_exhausted, abort_reason=turn.abort),
+                **CHECKPOINT_STEP)
+        finally:  # a step that gave up must not hold the window back
+            state.settle_seq(record_seq)
         if not stored.stored:
             workflow.logger.warning("checkpoint %s failed: %s", attempt_id, stored.reason)
             return None, turn.refused_as_too_large
@@ -143,14 +145,17 @@ class CheckpointChain:
         """Move about the earliest half out without the model. None when nothing can."""
         state = self.state
         record_seq = state.allocate_seq()
-        stored = await workflow.execute_activity_method(
-            CheckpointActivities.move_earliest_half, MoveInput(
-                session_id=state.session_id, attempt_id=self._attempt_id(),
-                record_seq=record_seq, window_start_seq=state.window_start_seq, upto_seq=upto,
-                checkpoint_id=state.checkpoint_id, turn_first_seq=turn_first_seq,
-                window=state.config.window(), user_name=state.config.user_name),
-            **CHECKPOINT_STEP)
-        state.settle_seq(record_seq)
+        try:
+            stored = await workflow.execute_activity_method(
+                CheckpointActivities.move_earliest_half, MoveInput(
+                    session_id=state.session_id, attempt_id=self._attempt_id(),
+                    record_seq=record_seq, window_start_seq=state.window_start_seq,
+                    upto_seq=upto, checkpoint_id=state.checkpoint_id,
+                    turn_first_seq=turn_first_seq, window=state.config.window(),
+                    user_name=state.config.user_name),
+                **CHECKPOINT_STEP)
+        finally:
+            state.settle_seq(record_seq)
         if not stored.stored:
             workflow.logger.warning("move-half impossible: %s", stored.reason)
             return None

