@@ -102,6 +102,7 @@ async def main() -> None:
     os.chmod(pg_dir, 0o755)
     admin = start_embedded_postgres(pg_dir)
     started = time.perf_counter()
+    commit = source_commit()  # the code measured, not whatever is checked out at the end
     total = args.per_scope * args.scopes
     layouts = [
         await layout(admin, "one-scope", ["default"], total, args.repeat),
@@ -113,7 +114,7 @@ async def main() -> None:
         "benchmark": "scopes",
         "machine": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
                     "cpus": os.cpu_count(), "python": platform.python_version(),
-                    "commit": source_commit()},
+                    "commit": commit},
         "per_scope": args.per_scope, "scopes": args.scopes, "repeat": args.repeat,
         "layouts": layouts, "total_seconds": round(time.perf_counter() - started, 1),
     }
