@@ -34,6 +34,7 @@ from schemas.context import (
     build_system_prompt,
     estimate_tokens,
     fit_newest_tool_output,
+    with_cache_breakpoints,
 )
 from schemas.messages import MessageType, ModelReply, RecordRow, ToolCall, Usage
 from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL, MEMORY_TOOLS
@@ -208,9 +209,12 @@ class SessionActivities:
                 rows, checkpoint_text=window.checkpoint_text,
                 memory_block=data.memory_block or None)
             notes += assembly_notes
+            system, messages = with_cache_breakpoints(
+                window.system, messages, checkpoint_text=window.checkpoint_text,
+                volatile_text=data.memory_block or None)
             request = {
                 "model": data.model, "max_tokens": data.window.max_output_tokens,
-                "system": window.system, "messages": messages, "tools": self.tools(),
+                "system": system, "messages": messages, "tools": self.tools(),
             }
             message = await with_heartbeat(create_message(self.settings.model, request))
             blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
@@ -239,7 +243,8 @@ class SessionActivities:
 
     def _estimate(self, window: LoadedWindow, rows: list[RecordRow], ratio: float,
                   memory_block: str = "") -> int:
-        raw = estimate_tokens(window.system, rows, [window.checkpoint_text or "", memory_block])
+        raw = estimate_tokens(window.system, rows, [window.checkpoint_text or "", memory_block],
+                              tools=self.tools())
         return int(raw * max(ratio, 0.5))
 
     @activity.defn
