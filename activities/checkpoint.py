@@ -92,6 +92,7 @@ class PrepareInput(WindowRef):
     portion: float = 1.0  # the most it condenses; after prepare, the share it was shown
     view: str = "full"  # schemas.checkpoint.policy.CheckpointView, chosen by prepare
     omit_seq: int | None = None  # the newest tool output left out of the turn's view
+    usage_ratio: float = 1.0  # the API's count over Keel's estimate, as call_model uses it
 
 
 class PrepareResult(BaseModel):
@@ -202,6 +203,9 @@ class CheckpointActivities:
             window = await self.session.load_window(conn, data.session_id, data.window_start_seq,
                                                     data.upto_seq, data.checkpoint_id)
             live = [r for r in window.rows if r.seq >= data.window_start_seq]
+            # The turn is shown what the request it interrupts showed: old tool outputs
+            # shrunk by the pre-pass (and so the same, cached, prefix).
+            shown_rows = prepass(window.rows, keep_recent_seq=data.turn_first_seq).rows
             previous = await self._previous(conn, data.checkpoint_id)
             previous_mind = previous.mind_text if previous else MindDocument.template().text
             workspace, mind_path, memo_path = self._paths(data.session_id)
@@ -229,24 +233,26 @@ class CheckpointActivities:
                 return candidates, instruction, in_turn
 
             def size(shown: list[RecordRow], instruction: str) -> int:
-                return estimate_tokens(window.system, shown, [
-                    window.checkpoint_text or "", REQUEST_MARKER, instruction],
-                    tools=tools) + reply_room
+                raw = estimate_tokens(window.system, shown, [
+                    window.checkpoint_text or "", REQUEST_MARKER, instruction], tools=tools)
+                return int(raw * max(data.usage_ratio, 0.5)) + reply_room
 
             candidates, instruction, in_turn = turn(cut)
             view, omit_seq = CheckpointView.EARLIER, None
             if data.portion >= 1.0:
                 newest = newest_tool_output(live)
                 room = data.window.context_window
-                full = size(window.rows, instruction)
-                without = size(leave_out_output(window.rows, newest.seq), instruction) \
+                full = size(shown_rows, instruction)
+                without = size(leave_out_output(shown_rows, newest.seq), instruction) \
                     if newest is not None and full > room else None
                 earlier: list[tuple[int, int]] = []
                 if full > room and (without is None or without > room):
                     for at in (b for b in cut_boundaries(live) if b <= cut):
-                        earlier.append((at, size([r for r in window.rows if r.seq < at],
+                        earlier.append((at, size([r for r in shown_rows if r.seq < at],
                                                  turn(at)[1])))
                 view, earlier_cut = checkpoint_view(full, without, earlier, room)
+                activity.logger.info("checkpoint view %s: full turn %d, without the newest "
+                                     "output %s, window %d", view.value, full, without, room)
                 if view is CheckpointView.NONE:
                     return PrepareResult(ok=False,
                                          reason="no earlier part fits a checkpoint turn")
@@ -361,7 +367,7 @@ class CheckpointActivities:
                              rounds: list[dict[str, Any]], data: RoundInput) -> dict[str, Any]:
         window = await self.session.load_window(
             conn, meta.session_id, meta.window_start_seq, meta.upto_seq, meta.checkpoint_id)
-        rows = window.rows
+        rows = prepass(window.rows, keep_recent_seq=meta.turn_first_seq).rows
         if meta.portion < 1.0:
             # Too large for a checkpoint turn: it sees only the part it condenses.
             rows = [r for r in rows if r.seq < attempt["cut_seq"]]
