@@ -9,8 +9,8 @@ Scripted sessions of a pull-request review queue run on the offline deterministi
 API key). The window is a parameter (`--windows`, default 16k, 32k, 128k and 200k, each with
 its own output size and turn count, WINDOW_PLAN); the PR files (the tool outputs) grow with
 the window, to about 10k tokens at 200k, and each carries a summary the review reply repeats
-(a fortieth of the window), so the context is condensed every thirty turns or so at every
-window. Each PR file also carries one line per mind section ("mind Lessons:
+(about a fiftieth of the window), so the context is condensed every twenty turns or so at
+every window. Each PR file also carries one line per mind section ("mind Lessons:
 ..."), which the offline model adds to its mind while the section stays under 85% of its
 limit: the mind grows to near its limits, as a mature session's does, and the checkpoint
 instruction with it. The script plays the user: the first request, then "continue"; it answers
@@ -91,8 +91,8 @@ RESULTS_DIR = ROOT / "bench" / "results"
 FIRST_PR = 101
 # window -> (max output tokens, turns per session)
 WINDOW_PLAN: dict[int, tuple[int, int]] = {
-    8_000: (512, 100), 16_000: (1_024, 110), 32_000: (2_048, 110),
-    128_000: (8_192, 110), 200_000: (8_192, 110),
+    8_000: (512, 100), 16_000: (1_024, 80), 32_000: (2_048, 80),
+    128_000: (8_192, 80), 200_000: (8_192, 80),
 }
 DEFAULT_WINDOWS = [16_000, 32_000, 128_000, 200_000]
 CONTINUE = "continue"
@@ -240,19 +240,22 @@ def pr_lines(window: int) -> int:
 
 def enrich_prs(workspace: Path, window: int, max_output: int) -> None:
     """Make the PR files as a mature session sees them. A summary the review reply repeats
-    (about a fortieth of the window: the conversation grows by that each turn, while old
-    tool outputs are shrunk by the pre-pass), and one line per mind section, about a tenth
-    of its limit long, which the offline model adds to its mind until the section is near
-    its limit."""
+    (about a fiftieth of the window: the conversation grows by that each turn, while old
+    tool outputs are shrunk by the pre-pass), and one line per mind section, about four
+    fifths of its limit long, which the offline model adds to its mind while the section
+    stays under 85% of its limit."""
     limits = CheckpointBudgets.for_window(window, max_output).section_limits()
     for path in sorted((workspace / "prs").glob("*.md")):
         n = int(path.stem)
-        gist = " ".join(f"s{n}x{i}" for i in range(window // 180))  # ~4.6 tokens a word
+        # ~4 tokens a pair, about as the offline model's usage (characters / 4) counts them
+        gist = " ".join(f"handler{i % 7} case{n}x{i}" for i in range(window // 200))
         lines = [f"## Summary\nPR #{n} adjusts {gist}. It keeps the tests green.", ""]
         for section, limit in limits.items():
-            body = " ".join(f"n{n}w{i}" for i in range(max(2, limit // 40)))
+            body = " ".join(f"note{n} item{i}" for i in range(max(2, limit // 6)))
             lines.append(f"mind {section}: PR #{n} ({section.lower()}): {body}")
-        path.write_text(path.read_text() + "\n".join(lines) + "\n")
+        title, _, rest = path.read_text().partition("\n")
+        # Right after the title: a long read may be cut short, never its top.
+        path.write_text(title + "\n" + "\n".join(lines) + "\n" + rest)
 
 
 async def drive(keel: KeelClient, settings: KeelSettings, sc: Scenario,
