@@ -61,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
         WatchInput,
     )
     from schemas.tokens import count_tokens
+    from schemas.vault.recall_rules import wants_recall
     from workflows.checkpoint import CheckpointChain
     from workflows.options import (
         MEMORY_TURN,
@@ -341,6 +342,9 @@ class SessionWorkflow:
         ready = [p for p in state.pending if p.seq <= state.recorded_upto]
         query = ready[-1].query if ready else ""
         if not query.strip():
+            return ""
+        # "continue", "ok": no activity, nothing recalled (patched: older histories did ask).
+        if workflow.patched("recall-content-words") and not wants_recall(query):
             return ""
         try:
             found = await workflow.execute_activity_method(

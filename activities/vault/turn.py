@@ -24,6 +24,7 @@ from activities.vault.search import (
 from activities.vault.store import MemoryContext, atomic_write, daily_doc, read_text
 from schemas.tokens import count_tokens
 from schemas.vault.recall import fence_memory
+from schemas.vault.recall_rules import distinct_snippets, wants_recall
 from schemas.vault.rollup import (
     RollupKind,
     chunk_texts,
@@ -88,8 +89,9 @@ class MemoryActivities:
         """The `<memory-context>` block for this turn's query ("" when nothing matches).
 
         The session's own messages are left out: its live window and checkpoint carry them.
+        An input without content words recalls nothing; a snippet is shown once.
         """
-        if not inp.query.strip():
+        if not wants_recall(inp.query):
             return RecallResult(block="", hits=0)
         pool = await self.ctx.pool()
         vault = self.ctx.vault
@@ -99,9 +101,10 @@ class MemoryActivities:
             if self._embedder is not None:
                 # New documents join the dense side as they come; the doctor catches up.
                 await embed_pending(conn, self._embedder, limit=RECALL_EMBED_LIMIT)
-            hits = await search(conn, inp.query, k=max(1, min(inp.k, MAX_RECALL_K)),
-                                kinds=RECALL_KINDS, exclude_session=inp.session_id,
-                                embedder=self._embedder)
+            k = max(1, min(inp.k, MAX_RECALL_K))
+            hits = await search(conn, inp.query, k=2 * k, kinds=RECALL_KINDS,
+                                exclude_session=inp.session_id, embedder=self._embedder)
+            hits = distinct_snippets(hits, k)
             await touch_documents(conn, [h.path for h in hits])
         return RecallResult(block=fence_memory(hits), hits=len(hits))
 
