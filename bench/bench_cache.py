@@ -75,6 +75,7 @@ def billed(read: int, write: int, plain: int) -> float:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    commit = source_commit()  # the code measured: read before the run, not after it
     fake = FakeAnthropic(responder, context_window=args.window).start()
     tmp = Path(tempfile.mkdtemp(prefix="keel-cache-bench-"))
     settings = KeelSettings(
@@ -114,15 +115,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         return {"billed_with_cache": round(cached), "billed_without_cache": round(uncached),
                 "ratio": round(cached / max(1.0, uncached), 3)}
 
+    session_only = {f: sum(v[f] for kind, v in per.items() if kind != "other")
+                    for f in ("read", "write", "input")}
     out = {
         "benchmark": "cache",
         "machine": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
                     "cpus": os.cpu_count(), "python": platform.python_version(),
-                    "commit": source_commit()},
+                    "commit": commit},
         "model": MODEL, "window": args.window, "max_output_tokens": args.max_output,
         "turns": d.asks, "checkpoints": checkpoints, "errors": d.errors,
         "seconds": round(seconds, 1), "by_kind": per, "total": total,
         "cache_read_share": round(total["read"] / max(1, all_input), 4),
+        # The session's own requests (turns and checkpoints), without the memory flush's.
+        "cache_read_share_session_requests": round(
+            session_only["read"] / max(1, sum(session_only.values())), 4),
         "per_turn": costs(per.get("turn", {"read": 0, "write": 0, "input": 0}), turns),
         "per_checkpoint": costs(per.get("checkpoint", {"read": 0, "write": 0, "input": 0}),
                                 checkpoints or 1),
@@ -143,7 +149,9 @@ def main() -> None:
     for kind, k in out["by_kind"].items():
         say(f"  {kind:<10} {k['requests']:>4} requests  read {k['read']:>11,}  "
             f"write {k['write']:>10,}  uncached {k['input']:>10,}")
-    say(f"input tokens read from the cache: {out['cache_read_share']:.1%}")
+    say(f"input tokens read from the cache: {out['cache_read_share']:.1%} of all requests, "
+        f"{out['cache_read_share_session_requests']:.1%} of the session's own (turns and "
+        "checkpoints; 'other' is the memory flush before each checkpoint)")
     for label in ("per_turn", "per_checkpoint", "whole_session"):
         c = out[label]
         say(f"  billed input tokens {label.replace('_', ' ')}: {c['billed_with_cache']:,} with "
