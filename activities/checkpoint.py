@@ -3,6 +3,14 @@ assemble and store; and the move-half path that needs no model.
 
 Every step is keyed by its attempt id: a retried step finds its own work in
 `checkpoint_attempts` / `checkpoints` and returns it instead of doing it twice.
+
+The checkpoint turn's requests carry the same tools, system prompt and (pre-passed)
+conversation prefix as the request they interrupt, with cache breakpoints, so they read
+that prefix from the prompt cache; its limits (read files, edit only the mind and memo
+files) are enforced on the calls it makes, never by changing the tools list. Its view
+(`schemas.checkpoint.policy.checkpoint_view`) is the whole conversation when the turn fits
+the window, else all of it but the newest tool output's text, else the largest earlier
+part that fits.
 """
 
 from __future__ import annotations
