@@ -3,6 +3,14 @@ assemble and store; and the move-half path that needs no model.
 
 Every step is keyed by its attempt id: a retried step finds its own work in
 `checkpoint_attempts` / `checkpoints` and returns it instead of doing it twice.
+
+The checkpoint turn's requests carry the same tools, system prompt and (pre-passed)
+conversation prefix as the request they interrupt, with cache breakpoints, so they read
+that prefix from the prompt cache; its limits (read files, edit only the mind and memo
+files) are enforced on the calls it makes, never by changing the tools list. Its view
+(`schemas.checkpoint.policy.checkpoint_view`) is the whole conversation when the turn fits
+the window, else all of it but the newest tool output's text, else the largest earlier
+part that fits.
 """
 
 from __future__ import annotations
@@ -30,7 +38,12 @@ from schemas.checkpoint.memo import (
     render_checklist,
 )
 from schemas.checkpoint.mind import MindDocument
-from schemas.checkpoint.policy import ModelWindow, checkpoint_portion
+from schemas.checkpoint.policy import (
+    CheckpointView,
+    ModelWindow,
+    checkpoint_reply_room,
+    checkpoint_view,
+)
 from schemas.checkpoint.prepass import prepass
 from schemas.checkpoint.problems import Problem
 from schemas.checkpoint.render import (
@@ -49,10 +62,18 @@ from schemas.checkpoint.request import (
     full_mind_file,
     repair_request,
 )
-from schemas.context import assemble_messages, choose_cut, estimate_tokens
+from schemas.context import (
+    assemble_messages,
+    choose_cut,
+    cut_boundaries,
+    estimate_tokens,
+    leave_out_output,
+    newest_tool_output,
+    with_cache_breakpoints,
+)
 from schemas.messages import MessageType, RecordRow
 from schemas.tokens import count_tokens
-from schemas.tools import CHECKPOINT_TOOLS
+from schemas.tools import CHECKPOINT_TOOL_NAMES
 
 
 class WindowRef(BaseModel):
@@ -73,7 +94,10 @@ class WindowRef(BaseModel):
 
 class PrepareInput(WindowRef):
     model: str
-    portion: float = 1.0
+    portion: float = 1.0  # the most it condenses; after prepare, the share it was shown
+    view: str = "full"  # schemas.checkpoint.policy.CheckpointView, chosen by prepare
+    omit_seq: int | None = None  # the newest tool output left out of the turn's view
+    usage_ratio: float = 1.0  # the API's count over Keel's estimate, as call_model uses it
 
 
 class PrepareResult(BaseModel):
@@ -135,6 +159,12 @@ class PreviousCheckpoint(BaseModel):
     carried_seqs: list[int]
 
 
+CHECKPOINT_REFUSAL = (
+    "{name} refused: during a checkpoint you may only read files (read_file) and edit the "
+    "mind and memo files (edit_file)."
+)
+
+
 def checkpoint_id_for(attempt_id: str) -> str:
     return f"ckpt:{attempt_id}"
 
@@ -183,14 +213,22 @@ class CheckpointActivities:
             window = await self.session.load_window(conn, data.session_id, data.window_start_seq,
                                                     data.upto_seq, data.checkpoint_id)
             live = [r for r in window.rows if r.seq >= data.window_start_seq]
+            # The turn is shown what the request it interrupts showed: old tool outputs
+            # shrunk by the pre-pass (and so the same, cached, prefix).
+            shown_rows = prepass(window.rows, keep_recent_seq=data.turn_first_seq).rows
             previous = await self._previous(conn, data.checkpoint_id)
             previous_mind = previous.mind_text if previous else MindDocument.template().text
-            while True:
-                cut = choose_cut(live, budgets.recent_tail, max_fraction=data.portion)
-                if cut is None:
-                    return PrepareResult(ok=False, reason="nothing in the window can move out")
-                moving = [r for r in live if r.seq < cut]
-                candidates = await self._candidates(conn, data.session_id, previous, moving)
+            cut = choose_cut(live, budgets.recent_tail, max_fraction=data.portion)
+            if cut is None:
+                return PrepareResult(ok=False, reason="nothing in the window can move out")
+            kept_rows = await self._kept_rows(conn, data.session_id, previous)
+            tools = await self.session.session_tools(data.session_id)
+            reply_room = checkpoint_reply_room(data.window.context_window,
+                                               data.window.max_output_tokens)
+
+            def turn(at: int) -> tuple[list[MemoCandidate], str, list[int]]:
+                moving = [r for r in live if r.seq < at]
+                candidates = memo_candidates(kept_rows, moving)
                 in_turn = sorted({r.seq for r in moving if r.type == MessageType.USER
                                   and r.seq >= data.turn_first_seq}
                                  | {s for s in (previous.carried_seqs if previous else [])
@@ -200,16 +238,44 @@ class CheckpointActivities:
                     mind_path=MIND_FILE, memo_path=MEMO_FILE, mind_text=previous_mind,
                     checklist_text=checklist, budgets=budgets, user_name=data.user_name,
                     in_turn_user_seqs=in_turn)
-                shown = window.rows if data.portion >= 1.0 else [
-                    r for r in window.rows if r.seq < cut]
-                turn_size = estimate_tokens(window.system, shown, [
-                    window.checkpoint_text or "", instruction]) + data.window.max_output_tokens
-                portion = checkpoint_portion(turn_size, data.window.context_window, data.portion)
-                if portion == data.portion:
-                    break
-                # Too large for a checkpoint turn: condense the earlier part only, and show
-                # the turn only that part.
-                data = data.model_copy(update={"portion": portion})
+                return candidates, instruction, in_turn
+
+            def size(shown: list[RecordRow], instruction: str) -> int:
+                raw = estimate_tokens(window.system, shown, [
+                    window.checkpoint_text or "", REQUEST_MARKER, instruction], tools=tools)
+                return int(raw * max(data.usage_ratio, 0.5)) + reply_room
+
+            candidates, instruction, in_turn = turn(cut)
+            view, omit_seq = CheckpointView.EARLIER, None
+            if data.portion >= 1.0:
+                newest = newest_tool_output(live)
+                room = data.window.context_window
+                full = size(shown_rows, instruction)
+                without = size(leave_out_output(shown_rows, newest.seq), instruction) \
+                    if newest is not None and full > room else None
+                earlier: list[tuple[int, int]] = []
+                if full > room and (without is None or without > room):
+                    for at in (b for b in cut_boundaries(live) if b <= cut):
+                        earlier.append((at, size([r for r in shown_rows if r.seq < at],
+                                                 turn(at)[1])))
+                view, earlier_cut = checkpoint_view(full, without, earlier, room)
+                activity.logger.info("checkpoint view %s: full turn %d, without the newest "
+                                     "output %s, window %d", view.value, full, without, room)
+                if view is CheckpointView.NONE:
+                    return PrepareResult(ok=False,
+                                         reason="no earlier part fits a checkpoint turn")
+                if view is CheckpointView.WITHOUT_NEWEST_OUTPUT:
+                    assert newest is not None
+                    omit_seq = newest.seq
+                if view is CheckpointView.EARLIER:
+                    assert earlier_cut is not None
+                    cut = earlier_cut
+                    candidates, instruction, in_turn = turn(cut)
+                    total = max(1, sum(r.token_count for r in live))
+                    shown_share = sum(r.token_count for r in live if r.seq < cut) / total
+                    data = data.model_copy(update={"portion": min(0.99, round(shown_share, 2))})
+            data = data.model_copy(update={"view": view.value, "omit_seq": omit_seq})
+            checklist = render_checklist(candidates)
             await self._write_files(data.session_id, previous_mind, checklist)
             await conn.execute(
                 "INSERT INTO checkpoint_attempts (attempt_id, session_id, cut_seq, upto_seq,"
@@ -224,13 +290,17 @@ class CheckpointActivities:
                 (json.dumps([{"meta": data.model_dump()}]), data.attempt_id))
             return PrepareResult(ok=True, cut_seq=cut, candidates=len(candidates))
 
-    async def _candidates(self, conn: AsyncConnection, session_id: str,
-                          previous: PreviousCheckpoint | None,
-                          moving: list[RecordRow]) -> list[MemoCandidate]:
+    async def _kept_rows(self, conn: AsyncConnection, session_id: str,
+                         previous: PreviousCheckpoint | None) -> list[RecordRow]:
         # Kept messages the budget left in the record are still kept: offered ticked again.
         kept_seqs = sorted({int(e["seq"]) for e in (previous.memo if previous else [])}
                            | set(previous.memo_dropped_seqs if previous else []))
-        return memo_candidates(await load_seqs(conn, session_id, kept_seqs), moving)
+        return await load_seqs(conn, session_id, kept_seqs)
+
+    async def _candidates(self, conn: AsyncConnection, session_id: str,
+                          previous: PreviousCheckpoint | None,
+                          moving: list[RecordRow]) -> list[MemoCandidate]:
+        return memo_candidates(await self._kept_rows(conn, session_id, previous), moving)
 
     async def _attempt(self, conn: AsyncConnection, attempt_id: str) -> dict[str, Any]:
         async with conn.cursor(row_factory=dict_row) as cur:
@@ -278,9 +348,13 @@ class CheckpointActivities:
             for block in blocks:
                 if block["type"] != "tool_use":
                     continue
-                output = await execute_tool(ctx, block["name"], block.get("input") or {})
+                if block["name"] in CHECKPOINT_TOOL_NAMES:
+                    output = await execute_tool(ctx, block["name"], block.get("input") or {})
+                    content, is_error = output.text, output.is_error
+                else:
+                    content, is_error = CHECKPOINT_REFUSAL.format(name=block["name"]), True
                 results.append({"type": "tool_result", "tool_use_id": block["id"],
-                                "content": output.text, "is_error": output.is_error})
+                                "content": content, "is_error": is_error})
             text = "\n".join(b["text"] for b in blocks if b["type"] == "text")
             entry = {"prompt": self._round_prompt(attempt, data), "assistant": blocks,
                      "results": results,
@@ -298,11 +372,14 @@ class CheckpointActivities:
                              rounds: list[dict[str, Any]], data: RoundInput) -> dict[str, Any]:
         window = await self.session.load_window(
             conn, meta.session_id, meta.window_start_seq, meta.upto_seq, meta.checkpoint_id)
-        rows = window.rows
+        rows = prepass(window.rows, keep_recent_seq=meta.turn_first_seq).rows
         if meta.portion < 1.0:
             # Too large for a checkpoint turn: it sees only the part it condenses.
             rows = [r for r in rows if r.seq < attempt["cut_seq"]]
+        elif meta.omit_seq is not None:
+            rows = leave_out_output(rows, meta.omit_seq)
         messages, _ = assemble_messages(rows, checkpoint_text=window.checkpoint_text)
+        conversation_end = len(messages)
         instruction = REQUEST_MARKER + "\n" + checkpoint_instruction(
             mind_path=attempt["mind_path"], memo_path=attempt["memo_path"],
             mind_text=attempt["previous_mind"], checklist_text=attempt["checklist_original"],
@@ -318,9 +395,17 @@ class CheckpointActivities:
         prompt = self._round_prompt(attempt, data)
         if prompt:
             _append_user(messages, [{"type": "text", "text": prompt}])
+        # The same tools, system prompt and conversation prefix as the request it follows,
+        # so the turn reads them from the cache; its limits are enforced on the calls.
+        system, messages = with_cache_breakpoints(
+            window.system, messages, checkpoint_text=window.checkpoint_text,
+            stable_end=conversation_end)
         request: dict[str, Any] = {
-            "model": meta.model, "max_tokens": meta.window.max_output_tokens,
-            "system": window.system, "messages": messages, "tools": CHECKPOINT_TOOLS,
+            "model": meta.model,
+            "max_tokens": checkpoint_reply_room(meta.window.context_window,
+                                                meta.window.max_output_tokens),
+            "system": system, "messages": messages,
+            "tools": await self.session.session_tools(meta.session_id),
         }
         if data.final:
             request["tool_choice"] = {"type": "none"}

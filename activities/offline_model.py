@@ -13,8 +13,10 @@ import itertools
 import re
 from typing import Any
 
+from schemas.checkpoint.mind import MindDocument
 from schemas.checkpoint.request import MEMO_FILE, MIND_FILE
 from schemas.checkpoint.request import REQUEST_MARKER as CHECKPOINT_MARKER
+from schemas.tokens import count_tokens
 
 NAME = "keel-offline-model"
 TAG = "[offline model]"
@@ -295,6 +297,37 @@ def _mind_edits(mind: str, messages: list[dict[str, Any]], everything: str) -> l
     return edits
 
 
+_MIND_NOTE = re.compile(r"^mind (Where I stand|Goals|Key decisions|Lessons): (.+)$", re.M)
+_HEADING_FOR = {"Where I stand": "## Where I stand", "Goals": "### Workstreams",
+                "Key decisions": "## Key decisions", "Lessons": "## Lessons"}
+
+
+def _note_edits(mind: str, everything: str) -> list[dict[str, Any]]:
+    """A mind that grows: lines `mind <Section>: <text>` in what the work read (the memory
+    benchmark's mature-mind fixture) are added to that section while it stays within 85%
+    of the limit the instruction states, newest first."""
+    tokens = MindDocument(text=mind).section_tokens()
+    edits: list[dict[str, Any]] = []
+    for section, heading in _HEADING_FOR.items():
+        limit = re.search(rf"- {section} \(at most (\d+) tokens", everything)
+        if limit is None:
+            continue
+        room = int(limit.group(1)) * 85 // 100 - tokens.get(section, 0)
+        new: list[str] = []
+        for text in reversed(list(dict.fromkeys(
+                t for sec, t in _MIND_NOTE.findall(everything) if sec == section))):
+            entry = f"- {text.strip()}"
+            cost = count_tokens(entry) + 1
+            if entry in mind or cost > room:
+                continue
+            new.append(entry)
+            room -= cost
+        found = _insert_after_heading(mind, heading, "\n".join(new)) if new else None
+        if found:
+            edits.append({"path": MIND_FILE, "old_text": found[0], "new_text": found[1]})
+    return edits
+
+
 def _memo_edits(checklist: str) -> list[dict[str, Any]]:
     """Tick what guides the work; skip, and release, what only moved it along and the
     approval of one PR (done once that PR is reviewed)."""
@@ -366,6 +399,7 @@ def _checkpoint_turn(request: dict[str, Any]) -> dict[str, Any]:
                       request, "Reading the mind and the memo checklist.")
     if not edited:
         edits = _mind_edits(reads[MIND_FILE], messages, everything)
+        edits += _note_edits(reads[MIND_FILE], everything)
         edits += _memo_edits(reads[MEMO_FILE])
         if edits:
             return _tools([("edit_file", e) for e in edits], request,

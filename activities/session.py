@@ -54,6 +54,7 @@ from schemas.context import (
     build_system_prompt,
     estimate_tokens,
     fit_newest_tool_output,
+    with_cache_breakpoints,
 )
 from schemas.messages import MessageType, ModelReply, RecordRow, ToolCall, Usage
 from schemas.text import make_storable, make_storable_json
@@ -196,6 +197,10 @@ class SessionActivities:
             return ""
         return (await shared_vault_text(self.store, scope, CORE_FILE) or "").strip()
 
+    async def session_tools(self, session_id: str) -> list[dict[str, Any]]:
+        """The tools of a session whose window was loaded (its scope known from its row)."""
+        return await self.tools(self._scopes.get(session_id))
+
     async def session_scope(self, conn: AsyncConnection, session_id: str) -> str | None:
         row = await (await conn.execute(
             "SELECT memory_scope FROM sessions WHERE session_id = %s", (session_id,))
@@ -247,7 +252,8 @@ class SessionActivities:
             window = await self.load_window(conn, data.session_id, data.window_start_seq,
                                             data.upto_seq, data.checkpoint_id)
             rows = window.rows
-            estimate = self._estimate(window, rows, data.usage_ratio, data.memory_block)
+            tools = await self.tools(data.memory_scope)
+            estimate = self._estimate(window, rows, data.usage_ratio, data.memory_block, tools)
             notes: list[str] = []
             if fit(estimate, data.window) is not Fit.FITS:
                 # The ladder's first step, the cheap pre-pass: old tool outputs shrunk,
@@ -255,26 +261,29 @@ class SessionActivities:
                 shrunk = prepass(rows, keep_recent_seq=data.keep_recent_seq)
                 if shrunk.tokens_saved:
                     rows = shrunk.rows
-                    estimate = self._estimate(window, rows, data.usage_ratio, data.memory_block)
+                    estimate = self._estimate(window, rows, data.usage_ratio,
+                                              data.memory_block, tools)
                     notes.append(f"pre-pass saved {shrunk.tokens_saved} tokens")
             output_cut = False
             if data.cut_newest_output and fit(estimate, data.window) is Fit.OVER_LIMIT:
                 excess = estimate - data.window.hard_limit
                 excess = int(excess / max(data.usage_ratio, 0.1)) + 1
                 rows, output_cut = fit_newest_tool_output(rows, excess)
-                estimate = self._estimate(window, rows, data.usage_ratio, data.memory_block)
+                estimate = self._estimate(window, rows, data.usage_ratio, data.memory_block,
+                                          tools)
             size = fit(estimate, data.window)
             if not sendable(size, room_asked=data.room_asked):
                 return ModelCallResult(fit=size, estimated_tokens=estimate)
-            scope = data.memory_scope
             messages, assembly_notes = assemble_messages(
                 rows, checkpoint_text=window.checkpoint_text,
                 memory_block=data.memory_block or None)
             notes += assembly_notes
+            system, messages = with_cache_breakpoints(
+                window.system, messages, checkpoint_text=window.checkpoint_text,
+                volatile_text=data.memory_block or None)
             request = {
                 "model": data.model, "max_tokens": data.window.max_output_tokens,
-                "system": window.system, "messages": messages,
-                "tools": await self.tools(scope),
+                "system": system, "messages": messages, "tools": tools,
             }
             message = await with_heartbeat(create_message(self.settings.model, request))
             blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
@@ -306,8 +315,9 @@ class SessionActivities:
                                    output_cut=output_cut, notes=notes, replaced=replaced)
 
     def _estimate(self, window: LoadedWindow, rows: list[RecordRow], ratio: float,
-                  memory_block: str = "") -> int:
-        raw = estimate_tokens(window.system, rows, [window.checkpoint_text or "", memory_block])
+                  memory_block: str, tools: list[dict[str, Any]]) -> int:
+        raw = estimate_tokens(window.system, rows, [window.checkpoint_text or "", memory_block],
+                              tools=tools)
         return int(raw * max(ratio, 0.5))
 
     @activity.defn

@@ -1,13 +1,19 @@
 """The memory benchmark: what survives checkpoint after checkpoint, on the offline model.
 
-    .venv/bin/python bench/memory_benchmark.py                 # 3 sessions, ~3-4 min on 2 cores
-    .venv/bin/python bench/memory_benchmark.py --turns 60      # a quicker look
+    .venv/bin/python bench/memory_benchmark.py                 # 16k, 32k, 128k, 200k windows
+    .venv/bin/python bench/memory_benchmark.py --windows 8000 --turns 60   # one quick window
     .venv/bin/python bench/memory_benchmark.py --only plain-queue
     .venv/bin/python bench/memory_benchmark.py --isolate        # no shared long memory
 
 Scripted sessions of a pull-request review queue run on the offline deterministic model (no
-API key) with a small window (8,000 tokens, 512 output), so the context is condensed every
-ten turns or so. The script plays the user: the first request, then "continue"; it answers
+API key). The window is a parameter (`--windows`, default 16k, 32k, 128k and 200k, each with
+its own output size and turn count, WINDOW_PLAN); the PR files (the tool outputs) grow with
+the window, to about 10k tokens at 200k, and each carries a summary the review reply repeats
+(about a fiftieth of the window), so the context is condensed every twenty turns or so at
+every window. Each PR file also carries one line per mind section ("mind Lessons:
+..."), which the offline model adds to its mind while the section stays under 85% of its
+limit: the mind grows to near its limits, as a mature session's does, and the checkpoint
+instruction with it. The script plays the user: the first request, then "continue"; it answers
 "Approved: go ahead, then continue with the queue." when a reply says a PR needs a decision.
 
   plain-queue                 the queue and nothing else.
@@ -32,6 +38,9 @@ After every checkpoint (status().checkpoint_count is polled after every turn) it
   harness     no memo entry comes from a Watch / Task / agent-run input, and no background
               text appears in the memo;
   tokens      tokens moved out of the context vs the checkpoint that replaces them.
+  view        what the checkpoint turn was shown: the whole conversation up to the newest
+              step ("full"), all of it but the newest tool output's text (it stays verbatim
+              in the tail), or only an earlier part.
 The sessions run one after another on one stack, as in one deployment: a later session's
 long-memory recall can surface an earlier session's transcript (--isolate gives each its own).
 Reported beside them, not counted as survival (the live window still holds the truth): whether
@@ -72,6 +81,7 @@ from activities.db import close_pools  # noqa: E402
 from bench.common import source_commit, table  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from keel.devstack import running_stack  # noqa: E402
+from schemas.checkpoint.budgets import CheckpointBudgets  # noqa: E402
 from schemas.checkpoint.mind import MindDocument, entry_survives  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
 from tests.queue_fixture import FIRST_REQUEST, seed_queue  # noqa: E402
@@ -79,6 +89,12 @@ from workers.worker import build_worker  # noqa: E402
 
 RESULTS_DIR = ROOT / "bench" / "results"
 FIRST_PR = 101
+# window -> (max output tokens, turns per session)
+WINDOW_PLAN: dict[int, tuple[int, int]] = {
+    8_000: (512, 100), 16_000: (1_024, 80), 32_000: (2_048, 80),
+    128_000: (8_192, 80), 200_000: (8_192, 80),
+}
+DEFAULT_WINDOWS = [16_000, 32_000, 128_000, 200_000]
 CONTINUE = "continue"
 APPROVAL = "Approved: go ahead, then continue with the queue."
 CONSTRAINT = "From now on, never approve a PR that touches billing without asking me."
@@ -217,11 +233,38 @@ async def wait_idle(session: SessionHandle) -> None:
         await asyncio.sleep(0.05)
 
 
+def pr_lines(window: int) -> int:
+    """Lines per PR file (about 14 tokens each): ~window/21 tokens, at most ~10k."""
+    return max(10, min(700, window // 300))
+
+
+def enrich_prs(workspace: Path, window: int, max_output: int) -> None:
+    """Make the PR files as a mature session sees them. A summary the review reply repeats
+    (about a fiftieth of the window: the conversation grows by that each turn, while old
+    tool outputs are shrunk by the pre-pass), and one line per mind section, about four
+    fifths of its limit long, which the offline model adds to its mind while the section
+    stays under 85% of its limit."""
+    limits = CheckpointBudgets.for_window(window, max_output).section_limits()
+    for path in sorted((workspace / "prs").glob("*.md")):
+        n = int(path.stem)
+        # ~4 tokens a pair, about as the offline model's usage (characters / 4) counts them
+        gist = " ".join(f"handler{i % 7} case{n}x{i}" for i in range(window // 200))
+        lines = [f"## Summary\nPR #{n} adjusts {gist}. It keeps the tests green.", ""]
+        for section, limit in limits.items():
+            body = " ".join(f"note{n} item{i}" for i in range(max(2, limit // 6)))
+            lines.append(f"mind {section}: PR #{n} ({section.lower()}): {body}")
+        title, _, rest = path.read_text().partition("\n")
+        # Right after the title: a long read may be cut short, never its top.
+        path.write_text(title + "\n" + "\n".join(lines) + "\n" + rest)
+
+
 async def drive(keel: KeelClient, settings: KeelSettings, sc: Scenario,
                 window: int, max_output: int) -> Drive:
     session_id = f"mem-{sc.name}-{uuid.uuid4().hex[:6]}"
-    seed_queue(settings.workspaces_dir / session_id, first=FIRST_PR,
-               count=sc.turns + 40, lines=10, decisions=sc.decisions)
+    workspace = settings.workspaces_dir / session_id
+    seed_queue(workspace, first=FIRST_PR, count=sc.turns + 40, lines=pr_lines(window),
+               decisions=sc.decisions)
+    enrich_prs(workspace, window, max_output)
     session = await keel.start_session(session_id, config=session_config(
         settings, context_window=window, max_output_tokens=max_output))
     result = Drive(session_id, settings.workspaces_dir / session_id)
@@ -356,6 +399,18 @@ class CheckpointReport:
     harness_in_memo: list[str]
     fallbacks: list[str]
     rendered: str
+    view: str | None = None
+    mind_tokens: int = 0
+
+    @property
+    def saw_newest_step(self) -> bool:
+        """A model checkpoint shown the conversation up to the newest step (at most the
+        newest tool output's text left out, as it stays in the verbatim tail)."""
+        if self.kind != "model":
+            return False
+        if self.view is None:  # before views were recorded: the portion says it
+            return self.portion in (None, 1.0)
+        return self.view in ("full", "without_newest_output")
 
     @property
     def mission_ok(self) -> bool:
@@ -399,7 +454,8 @@ async def check_session(conn: AsyncConnection, sc: Scenario, d: Drive) -> dict[s
             "SELECT c.checkpoint_id, c.kind, c.record_seq, c.cut_seq, c.upto_seq, c.mind_text,"
             " c.mind_context_text, c.memo, c.memo_dropped_seqs, c.now_text, c.rendered,"
             " c.rendered_tokens, c.tokens_moved_out, c.carried_seqs, c.fallbacks,"
-            " (a.rounds -> 0 -> 'meta' ->> 'portion')::float AS portion"
+            " (a.rounds -> 0 -> 'meta' ->> 'portion')::float AS portion,"
+            " a.rounds -> 0 -> 'meta' ->> 'view' AS view"
             " FROM checkpoints c LEFT JOIN checkpoint_attempts a"
             " ON c.checkpoint_id = 'ckpt:' || a.attempt_id"
             " WHERE c.session_id=%s ORDER BY c.record_seq", (d.session_id,))
@@ -488,7 +544,8 @@ async def check_session(conn: AsyncConnection, sc: Scenario, d: Drive) -> dict[s
             now_position=max(now_pos) if now_pos else None,
             mind_position=max(mind_pos) if mind_pos else None, true_position=truth,
             harness_in_memo=harness_hits, fallbacks=list(ck["fallbacks"]),
-            rendered=ck["rendered"]))
+            rendered=ck["rendered"], view=ck["view"],
+            mind_tokens=MindDocument(text=ck["mind_text"]).total_tokens()))
     reviews = sorted(int(p.stem) for p in d.workspace.glob("reviews/*.md"))
     last_cut = checkpoints[-1]["cut_seq"] if checkpoints else 0
     harness_rows = [m for m in messages if m["type"] == "harness"]
@@ -519,7 +576,8 @@ def checkpoint_rows(name: str, reports: list[CheckpointReport]) -> list[list[obj
         queue = {"ok": "ok", RE_ASKED: "ok (re-ask)"}.get(r.queue_verdict, r.queue_verdict)
         rows.append([
             name, r.n, r.turn if r.turn is not None else "?",
-            r.kind if r.portion in (None, 1.0) else f"{r.kind} {r.portion:g}",
+            (r.kind if r.portion in (None, 1.0) else f"{r.kind} {r.portion:g}")
+            + ("" if r.view in (None, "full") else f" ({r.view})"),
             r.cut_seq, r.moved_out, r.rendered_tokens,
             f"{r.moved_out / max(1, r.rendered_tokens):.2f}",
             f"{r.record_tokens_before_cut / max(1, r.rendered_tokens):.1f}",
@@ -547,6 +605,11 @@ def summarize(sc: Scenario, d: Drive, checked: dict[str, Any]) -> dict[str, Any]
         "scenario": sc.name, "session_id": d.session_id, "asks": d.asks,
         "seconds": round(d.seconds, 1), "checkpoints": n,
         "half_checkpoints": sum(1 for r in reports if r.portion is not None and r.portion < 1),
+        "model_checkpoints_saw_newest_step": rate([r.saw_newest_step for r in reports
+                                                   if r.kind == "model"]),
+        "views": {v: sum(1 for r in reports if (r.view or "-") == v)
+                  for v in sorted({r.view or "-" for r in reports})},
+        "mind_tokens_last": reports[-1].mind_tokens if reports else 0,
         "kinds": sorted({r.kind for r in reports}),
         "mission_survived": rate([r.mission_ok for r in reports]),
         "memo_entries_exact": f"{sum(r.memo_exact for r in reports)}/"
@@ -595,6 +658,8 @@ def failures(reports: list[CheckpointReport]) -> list[tuple[CheckpointReport, li
 SUMMARY_ROWS = [
     ("turns asked", "asks"), ("seconds", "seconds"), ("checkpoints", "checkpoints"),
     ("  of which over the earlier half only", "half_checkpoints"), ("kinds", "kinds"),
+    ("model checkpoints that saw up to the newest step", "model_checkpoints_saw_newest_step"),
+    ("checkpoint views", "views"), ("mind tokens at the last checkpoint", "mind_tokens_last"),
     ("Mission survived", "mission_survived"),
     ("memo entries byte-exact (entries, all checkpoints)", "memo_entries_exact"),
     ("first request / constraint in full", "words_in_full"),
@@ -705,6 +770,29 @@ async def run_sessions(chosen: list[Scenario], args: argparse.Namespace,
                     })
 
 
+async def run_window(args: argparse.Namespace, window: int) -> dict[str, Any]:
+    """Every chosen session on one window; the figures of that window."""
+    max_output, turns = WINDOW_PLAN.get(window, (512, 120))
+    max_output = args.max_output or max_output
+    turns = args.turns or turns
+    wargs = argparse.Namespace(**{**vars(args), "window": window, "max_output": max_output})
+    out: dict[str, Any] = {
+        "window": window, "max_output_tokens": max_output, "turns": turns,
+        "pr_lines": pr_lines(window), "isolated": args.isolate, "sessions": [],
+    }
+    started = time.perf_counter()
+    all_reports: list[tuple[str, list[CheckpointReport]]] = []
+    chosen = [s for s in scenarios(turns) if s.name in args.only]
+    if args.isolate:  # a fresh stack (database, vault) per session: no shared long memory
+        for sc in chosen:
+            await run_sessions([sc], wargs, out, all_reports)
+    else:  # one deployment: later sessions can recall earlier ones from long memory
+        await run_sessions(chosen, wargs, out, all_reports)
+    out["seconds"] = round(time.perf_counter() - started, 1)
+    report(out, all_reports, args.show_failures)
+    return out
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     cancel_on_sigterm()
     out: dict[str, Any] = {
@@ -712,35 +800,42 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "machine": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
                     "cpus": os.cpu_count(), "python": platform.python_version(),
                     "commit": source_commit()},
-        "window": args.window, "max_output_tokens": args.max_output,
-        "isolated": args.isolate, "sessions": [],
+        "windows": [],
     }
     started = time.perf_counter()
-    all_reports: list[tuple[str, list[CheckpointReport]]] = []
-    chosen = [s for s in scenarios(args.turns) if not args.only or s.name in args.only]
-    if args.isolate:  # a fresh stack (database, vault) per session: no shared long memory
-        for sc in chosen:
-            await run_sessions([sc], args, out, all_reports)
-    else:  # one deployment: later sessions can recall earlier ones from long memory
-        await run_sessions(chosen, args, out, all_reports)
+    for window in args.windows:
+        out["windows"].append(await run_window(args, window))
     out["total_seconds"] = round(time.perf_counter() - started, 1)
-    report(out, all_reports, args.show_failures)
+    say("\nAcross windows (model checkpoints that saw up to the newest step / now states "
+        "the true position):")
+    for w in out["windows"]:
+        for sess in w["sessions"]:
+            sm = sess["summary"]
+            say(f"  {w['window']:>7,}  {sm['scenario']:<26} checkpoints {sm['checkpoints']:>2}"
+                f"  saw newest {sm['model_checkpoints_saw_newest_step']:>6}"
+                f"  now true {sm['now_position_true']:>6}  mission {sm['mission_survived']}"
+                f"  memo exact {sm['memo_entries_exact']}  harness {sm['harness_in_memo']}"
+                f"  mind tokens {sm['mind_tokens_last']}")
     return out
+
+
+SCENARIO_NAMES = ["plain-queue", "constraint-and-background", "many-decisions"]
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--turns", type=int, default=220,
-                   help="turns per session (user asks); many-decisions runs 6/11 of it")
-    p.add_argument("--only", nargs="*", default=[],
-                   choices=["plain-queue", "constraint-and-background", "many-decisions"],
-                   help="run only these sessions")
+    p.add_argument("--turns", type=int, default=0,
+                   help="turns per session (user asks; default: the window's plan); "
+                        "many-decisions runs 6/11 of it")
+    p.add_argument("--only", nargs="*", default=SCENARIO_NAMES[:2], choices=SCENARIO_NAMES,
+                   help="run only these sessions (default: the first two)")
     p.add_argument("--isolate", action="store_true",
                    help="a fresh stack per session, so no session recalls another's "
                         "transcript from long memory")
-    p.add_argument("--window", type=int, default=8000)
-    p.add_argument("--max-output", type=int, default=512)
-    p.add_argument("--show-failures", type=int, default=3,
+    p.add_argument("--windows", type=int, nargs="+", default=DEFAULT_WINDOWS)
+    p.add_argument("--max-output", type=int, default=0,
+                   help="max output tokens (default: the window's plan)")
+    p.add_argument("--show-failures", type=int, default=1,
                    help="print the rendered text of this many failing / stale checkpoints")
     return p.parse_args()
 
@@ -756,8 +851,8 @@ if __name__ == "__main__":
     arguments = parse_args()
     result = asyncio.run(main(arguments))
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    custom = (arguments.turns, arguments.window, arguments.max_output) != (220, 8000, 512) \
-        or bool(arguments.only)
+    custom = (arguments.turns, arguments.windows, arguments.max_output) != (
+        0, DEFAULT_WINDOWS, 0) or arguments.only != SCENARIO_NAMES[:2]
     name = "memory" + ("-isolated" if arguments.isolate else "") + ("-custom" if custom else "")
     path = RESULTS_DIR / f"{name}.json"  # a quicker or partial run never overwrites the full one
     path.write_text(json.dumps(result, indent=2, default=str) + "\n")

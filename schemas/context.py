@@ -3,10 +3,18 @@
 Order (seeds 000 and 003): the system prompt (never condensed), the checkpoint framed as
 the agent's own recollection, the live window verbatim, with retrieved long memory fenced
 beside the newest input.
+
+Prompt caching (`with_cache_breakpoints`): every request carries breakpoints on the system
+prompt (tools and system are one cached prefix), on the recollection, on the last block
+before the recalled memory (the conversation up to this turn) and on the last block. What
+changes every turn (the recall) sits after the stable breakpoint, so turn after turn the
+tools, the system prompt and the conversation are read from the cache. The estimate counts
+the tool definitions (`estimate_tokens(..., tools=...)`): the API counts them as input.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -189,9 +197,17 @@ def _place_memory(messages: list[dict[str, Any]], memory_block: str) -> None:
         messages[-1]["content"].append(_text_block(memory_block))
 
 
-def estimate_tokens(system: str, rows: list[RecordRow], extra_texts: list[str]) -> int:
-    """Estimate of a request: stored per-row counts plus what is added around them."""
+def tools_tokens(tools: list[dict[str, Any]] | None) -> int:
+    """The tool definitions' share of a request: the API counts them as input tokens."""
+    return count_tokens(json.dumps(tools, separators=(",", ":"))) if tools else 0
+
+
+def estimate_tokens(system: str, rows: list[RecordRow], extra_texts: list[str],
+                    tools: list[dict[str, Any]] | None = None) -> int:
+    """Estimate of a request: stored per-row counts plus what is added around them,
+    the tool definitions included."""
     total = count_tokens(system) + sum(count_tokens(t) for t in extra_texts if t)
+    total += tools_tokens(tools)
     total += sum(r.token_count + MESSAGE_OVERHEAD_TOKENS for r in rows
                  if r.type not in (MessageType.NOTICE, MessageType.CHECKPOINT))
     return total
@@ -238,11 +254,8 @@ def choose_cut(rows: list[RecordRow], keep_tokens: int, *, max_fraction: float =
         return None
     total = sum(r.token_count for r in live)
     limit_out = total * max_fraction
-    boundaries = [i for i, r in enumerate(live)
-                  if i > 0 and r.type in (MessageType.USER, MessageType.HARNESS)]
-    if not boundaries:
-        boundaries = [i for i, r in enumerate(live)
-                      if i > 0 and r.type == MessageType.ASSISTANT]
+    at = {r.seq: i for i, r in enumerate(live)}
+    boundaries = [at[seq] for seq in cut_boundaries(live)]
     best: int | None = None
     moved = 0
     prev = 0
@@ -256,3 +269,74 @@ def choose_cut(rows: list[RecordRow], keep_tokens: int, *, max_fraction: float =
         if kept <= keep_tokens:
             break
     return live[best].seq if best is not None else None
+
+
+CACHE_CONTROL = {"type": "ephemeral"}
+MAX_BREAKPOINTS = 4
+
+
+def with_cache_breakpoints(
+    system: str, messages: list[dict[str, Any]], *, checkpoint_text: str | None = None,
+    volatile_text: str | None = None, stable_end: int | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The request's system blocks and messages with cache breakpoints (a copy).
+
+    Breakpoints, at most four: the system prompt; the recollection (the first block, when
+    there is a checkpoint); the stable end, the last block before `volatile_text` (this
+    turn's recall), or before message index `stable_end` (the checkpoint turn's
+    instruction); and the last block. The stable end of one request is a prefix of the
+    next turn's request, so the next turn reads it from the cache."""
+    system_blocks = [{"type": "text", "text": system, "cache_control": dict(CACHE_CONTROL)}]
+    out = [{"role": m["role"], "content": [dict(b) for b in m["content"]]} for m in messages]
+    flat = [(i, j) for i, m in enumerate(out) for j in range(len(m["content"]))]
+    if not flat:
+        return system_blocks, out
+    marks: list[tuple[int, int]] = []
+    if checkpoint_text and out[0]["content"][0].get("text") == checkpoint_text:
+        marks.append((0, 0))
+    stable: tuple[int, int] | None = None
+    if volatile_text:
+        at = next((k for k, (i, j) in enumerate(flat)
+                   if out[i]["content"][j].get("text") == volatile_text), None)
+        if at is not None and at > 0:
+            stable = flat[at - 1]
+    elif stable_end is not None:
+        before = [k for k, (i, _) in enumerate(flat) if i < stable_end]
+        if before:
+            stable = flat[before[-1]]
+    if stable is not None:
+        marks.append(stable)
+    marks.append(flat[-1])
+    for i, j in dict.fromkeys(marks[-(MAX_BREAKPOINTS - 1):]):
+        out[i]["content"][j]["cache_control"] = dict(CACHE_CONTROL)
+    return system_blocks, out
+
+
+LEFT_OUT_NOTE = (
+    "[Keel left this tool output out of the checkpoint turn to fit the window; it stays "
+    "word for word in the context after the checkpoint.]"
+)
+
+
+def leave_out_output(rows: list[RecordRow], seq: int) -> list[RecordRow]:
+    """The rows with tool result `seq`'s text replaced by a short note (its call and its
+    pairing kept, so the request stays well-formed)."""
+    return [r.model_copy(update={"text": LEFT_OUT_NOTE, "token_count": count_tokens(
+        LEFT_OUT_NOTE)}) if r.seq == seq else r for r in rows]
+
+
+def newest_tool_output(rows: list[RecordRow]) -> RecordRow | None:
+    """The newest tool result among the rows, if any."""
+    return next((r for r in sorted(rows, key=lambda r: r.seq, reverse=True)
+                 if r.type == MessageType.TOOL_RESULT), None)
+
+
+def cut_boundaries(rows: list[RecordRow]) -> list[int]:
+    """The seqs a cut may fall before (choose_cut's rule): user or harness inputs, never
+    the first row; assistant replies when there is no input to cut before."""
+    live = [r for r in sorted(rows, key=lambda r: r.seq)
+            if r.type not in (MessageType.NOTICE, MessageType.CHECKPOINT)]
+    seqs = [r.seq for i, r in enumerate(live)
+            if i > 0 and r.type in (MessageType.USER, MessageType.HARNESS)]
+    return seqs or [r.seq for i, r in enumerate(live)
+                    if i > 0 and r.type == MessageType.ASSISTANT]

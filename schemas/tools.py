@@ -64,16 +64,10 @@ MEMORY_SEARCH_TOOL: dict[str, Any] = {
 }
 MEMORY_TOOLS = {"memory_search", "write_card"}
 
-# The checkpoint turn may read files and edit only its two files: one exact-replace tool.
-CHECKPOINT_TOOLS: list[dict[str, Any]] = [
-    AGENT_TOOLS[0],
-    {
-        "name": "edit_file",
-        "description": "Edit the mind or memo file: replace one exact occurrence of old_text "
-                       "with new_text. Files cannot be overwritten.",
-        "input_schema": AGENT_TOOLS[2]["input_schema"],
-    },
-]
+# The checkpoint turn sends the agent's own tools (so its request reads the cached prefix)
+# and may call only these: read files, and edit its two files (activities/tools.py refuses
+# an edit elsewhere; activities/checkpoint.py refuses every other tool).
+CHECKPOINT_TOOL_NAMES = frozenset({"read_file", "edit_file"})
 
 FILE_READ_TOOLS = {"read_file"}
 FILE_WRITE_TOOLS = {"write_file", "edit_file"}

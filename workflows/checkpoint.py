@@ -75,7 +75,7 @@ class CheckpointChain:
                 window_start_seq=state.window_start_seq, upto_seq=upto,
                 checkpoint_id=state.checkpoint_id, turn_first_seq=turn_first_seq,
                 window=config.window(), model=config.model, portion=portion,
-                user_name=config.user_name),
+                user_name=config.user_name, usage_ratio=state.usage_ratio),
             **CHECKPOINT_STEP)
         if not prepared.ok:
             workflow.logger.info("checkpoint skipped: %s", prepared.reason)

@@ -76,6 +76,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.text import make_storable, payload_problem, storable_problem
     from schemas.tokens import count_tokens
+    from schemas.vault.recall_rules import wants_recall
     from schemas.vault.scope import scope_changed
     from workflows.checkpoint import CheckpointChain
     from workflows.options import (
@@ -493,6 +494,9 @@ class SessionWorkflow:
         ready = [p for p in state.pending if p.seq <= state.recorded_upto]
         query = ready[-1].query if ready else ""
         if not query.strip() or state.config.memory_scope is None:
+            return ""
+        # "continue", "ok": no activity, nothing recalled.
+        if not wants_recall(query):
             return ""
         try:
             found = await workflow.execute_activity_method(

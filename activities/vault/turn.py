@@ -11,7 +11,9 @@ activity works in that scope's vault and index only.
 from __future__ import annotations
 
 import asyncio
+import os
 from datetime import datetime
+from pathlib import Path
 
 from pydantic import BaseModel
 from temporalio import activity
@@ -24,14 +26,15 @@ from activities.vault.search import (
     search,
     touch_documents,
 )
-from activities.vault.store import MemoryContext, atomic_write, daily_doc, read_text
+from activities.vault.store import MemoryContext, atomic_write, daily_doc
 from schemas.tokens import count_tokens
 from schemas.vault.recall import fence_memory
+from schemas.vault.recall_rules import distinct_snippets, wants_recall
 from schemas.vault.rollup import (
     RollupKind,
     chunk_texts,
+    entry_marker,
     render_entries,
-    split_transcript,
     transcript_entry,
 )
 from schemas.vault.schema import DAILY_DIR, SearchMode
@@ -95,8 +98,9 @@ class MemoryActivities:
         """The `<memory-context>` block for this turn's query ("" when nothing matches).
 
         The session's own messages are left out: its live window and checkpoint carry them.
+        An input without content words recalls nothing; a snippet is shown once.
         """
-        if not inp.query.strip():
+        if not wants_recall(inp.query):
             return RecallResult(block="", hits=0)
         ctx = self.ctx.scoped(inp.scope)
         pool = await ctx.pool()
@@ -108,10 +112,10 @@ class MemoryActivities:
                 # New documents join the dense side as they come; the doctor catches up.
                 await embed_pending(conn, self._embedder, limit=RECALL_EMBED_LIMIT,
                                     scope=vault.scope)
-            hits = await search(conn, inp.query, scope=vault.scope,
-                                k=max(1, min(inp.k, MAX_RECALL_K)),
-                                kinds=RECALL_KINDS, exclude_session=inp.session_id,
-                                embedder=self._embedder)
+            k = max(1, min(inp.k, MAX_RECALL_K))
+            hits = await search(conn, inp.query, scope=vault.scope, k=2 * k, kinds=RECALL_KINDS,
+                                exclude_session=inp.session_id, embedder=self._embedder)
+            hits = distinct_snippets(hits, k)
             await touch_documents(conn, [h.path for h in hits], scope=vault.scope)
         return RecallResult(block=fence_memory(hits), hits=len(hits))
 
@@ -155,7 +159,9 @@ class MemoryActivities:
 
         Idempotent: the entry carries a marker, and a retry that finds it appends nothing.
         The file is only ever appended to, so a person's edits and even bytes that are not
-        valid UTF-8 stay exactly as they are.
+        valid UTF-8 stay exactly as they are. The check costs the same however long the day
+        is: the entry's index row (written right after the append), else the file's last
+        TRANSCRIPT_TAIL_BYTES, where an append that crashed before its index row lies.
         """
         pool = await self.ctx.pool()
         async with pool.connection() as conn:
@@ -176,16 +182,33 @@ class MemoryActivities:
         rel = f"{DAILY_DIR}/{local.date().isoformat()}.md"
         path = vault.path(rel)
         entry = transcript_entry(inp.session_id, inp.seq, local, role, text)
+        doc = daily_doc(rel, inp.session_id, inp.seq, entry.strip())
         async with vault.lock():
             if path.exists():
-                present = {(sid, seq) for sid, seq, _ in split_transcript(read_text(path).text)}
-                if (inp.session_id, inp.seq) in present:
+                async with pool.connection() as conn:
+                    indexed = await (await conn.execute(
+                        "SELECT 1 FROM memory_docs WHERE path = %s", (doc.path,))).fetchone()
+                if indexed or _in_tail(path, entry_marker(inp.session_id, inp.seq)):
+                    if not indexed:
+                        async with pool.connection() as conn:
+                            await index_document(conn, doc)
                     return TranscriptResult(path=rel, appended=False)
                 with path.open("ab") as f:
                     f.write(entry.encode("utf-8"))
             else:
                 atomic_write(path, f"# {local.date().isoformat()}\n{entry}")
             async with pool.connection() as conn:
-                await index_document(conn, daily_doc(rel, inp.session_id, inp.seq,
-                                                     entry.strip()), scope=vault.scope)
+                await index_document(conn, doc, scope=vault.scope)
         return TranscriptResult(path=rel, appended=True)
+
+
+TRANSCRIPT_TAIL_BYTES = 1 << 20
+
+
+def _in_tail(path: Path, marker: str) -> bool:
+    """Whether `marker` is in the file's last TRANSCRIPT_TAIL_BYTES (a bounded read)."""
+    with path.open("rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - TRANSCRIPT_TAIL_BYTES))
+        return marker.encode("utf-8") in f.read()

@@ -12,25 +12,17 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from schemas.checkpoint.policy import ModelWindow, checkpoint_threshold, effective_window
+from schemas.checkpoint.scale import (  # noqa: F401  (re-exported: the budgets' base figures)
+    FULL_BUDGET_WINDOW,
+    MEMO_PER_MESSAGE_BASE,
+    MEMO_SHARE_FLOOR,
+    MEMO_TOTAL_BASE,
+    MIND_SECTION_BASE,
+    MIND_SECTION_FLOOR,
+    memo_limits,
+    mind_section_limits,
+)
 from schemas.tokens import count_tokens, truncate_to_tokens
-
-# The window at and above which the base limits hold.
-FULL_BUDGET_WINDOW = 192_000
-
-MIND_SECTION_BASE: dict[str, int] = {
-    "Where I stand": 1_000,
-    "Goals": 2_000,
-    "Key decisions": 1_500,
-    "Lessons": 1_500,
-}
-# A mind section below this can hold nothing useful; small windows get at least this.
-MIND_SECTION_FLOOR = 50
-
-MEMO_PER_MESSAGE_BASE = 300
-MEMO_TOTAL_BASE = 3_000
-# Under this many tokens a memo entry stops saying anything: even shortening gives way to
-# keeping the first and newest messages whole enough to read.
-MEMO_SHARE_FLOOR = 40
 
 RECENT_TAIL_BASE = 20_000
 SKILLS_EACH_BASE = 5_000
@@ -41,11 +33,6 @@ FILES_READ = 5
 NOW_MIN_CHARS = 200
 MAX_TOOL_ROUNDS = 5
 
-def _scaled(base: int, window: int, floor: int) -> int:
-    if window >= FULL_BUDGET_WINDOW:
-        return base
-    return max(floor, base * window // FULL_BUDGET_WINDOW)
-
 
 class CheckpointBudgets(BaseModel):
     """How much each part of a checkpoint may hold, in tokens unless named otherwise.
@@ -55,7 +42,7 @@ class CheckpointBudgets(BaseModel):
     """
 
     context_window: int = 200_000
-    threshold: int = 180_000
+    threshold: int = 175_904  # checkpoint_threshold(200_000, 8_192)
     where_i_stand: int = 1_000
     goals: int = 2_000
     key_decisions: int = 1_500
@@ -81,20 +68,18 @@ class CheckpointBudgets(BaseModel):
     ) -> CheckpointBudgets:
         window = effective_window(context_window, price_step_tokens)
         threshold = checkpoint_threshold(context_window, max_output_tokens, price_step_tokens)
-        per_message = min(
-            MEMO_PER_MESSAGE_BASE, _scaled(MEMO_PER_MESSAGE_BASE, window, MEMO_SHARE_FLOOR)
-        )
+        per_message, memo_total = memo_limits(window)
+        mind = mind_section_limits(window)
         skills_total = max(1, min(SKILLS_TOTAL_BASE, window // 10))
         return cls(
             context_window=context_window,
             threshold=threshold,
-            where_i_stand=_scaled(MIND_SECTION_BASE["Where I stand"], window, MIND_SECTION_FLOOR),
-            goals=_scaled(MIND_SECTION_BASE["Goals"], window, MIND_SECTION_FLOOR),
-            key_decisions=_scaled(MIND_SECTION_BASE["Key decisions"], window, MIND_SECTION_FLOOR),
-            lessons=_scaled(MIND_SECTION_BASE["Lessons"], window, MIND_SECTION_FLOOR),
+            where_i_stand=mind["Where I stand"],
+            goals=mind["Goals"],
+            key_decisions=mind["Key decisions"],
+            lessons=mind["Lessons"],
             memo_per_message=per_message,
-            # The total never drops below one whole entry, so the first message always fits.
-            memo_total=max(per_message, _scaled(MEMO_TOTAL_BASE, window, MEMO_SHARE_FLOOR)),
+            memo_total=memo_total,
             recent_tail=max(1, min(RECENT_TAIL_BASE, threshold // 4)),
             skills_each=min(SKILLS_EACH_BASE, skills_total),
             skills_total=skills_total,

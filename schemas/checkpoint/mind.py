@@ -421,33 +421,27 @@ class MindDocument(BaseModel):
         return problems
 
     def size_problems(self, budgets: CheckpointBudgets) -> list[Problem]:
+        """Sections over their own limits (SECTION_OVER_LIMIT, however far over: the whole
+        mind is kept in the record and the section shown cut), and the whole mind past
+        twice its total limit (MIND_GREW_PAST_TWICE: the previous mind is kept)."""
         problems: list[Problem] = []
         limits = budgets.section_limits()
-        past_twice = False
         for name, tokens in self.section_tokens().items():
             limit = limits[name]
-            if tokens > 2 * limit:
-                past_twice = True
-                problems.append(
-                    _mind(
-                        ProblemKind.MIND_GREW_PAST_TWICE,
-                        f"section '{name}' has {tokens} tokens, more than twice its limit of "
-                        f"{limit}; condense it to at most {limit}.",
-                        name,
-                    )
-                )
-            elif tokens > limit:
+            if tokens > limit:
+                far = " (more than twice)" if tokens > 2 * limit else ""
                 problems.append(
                     _mind(
                         ProblemKind.SECTION_OVER_LIMIT,
-                        f"section '{name}' has {tokens} tokens; its limit is {limit}. Condense "
-                        "it: fold finished work into one line, merge recurring lessons into a "
-                        "principle, fold overturned decisions into their replacements.",
+                        f"section '{name}' has {tokens} tokens; its limit is {limit}{far}. "
+                        "Condense it: fold finished work into one line, merge recurring "
+                        "lessons into a principle, fold overturned decisions into their "
+                        "replacements.",
                         name,
                     )
                 )
         total, total_limit = self.total_tokens(), budgets.mind_total_limit
-        if not past_twice and total > 2 * total_limit:
+        if total > 2 * total_limit:
             problems.append(
                 _mind(
                     ProblemKind.MIND_GREW_PAST_TWICE,

@@ -6,8 +6,9 @@ time, until the request fits (the workflow walks it; the model-call activity mea
     step                  what it does                               when
     PREPASS               shrink old tool outputs, no model           past the threshold
     CHECKPOINT            a checkpoint over the conversation          still past it, and allowed
-    CHECKPOINT_EARLIER    a checkpoint over the earlier part only     the checkpoint turn itself
-                                                                      would not fit the window
+    CHECKPOINT_EARLIER    a checkpoint over the largest earlier part  the checkpoint turn itself
+                          that fits (the newest tool output alone     would not fit the window
+                          left out first)
     SEND                  send the request as it is                   it fits under the hard limit
                                                                       (a failed checkpoint
                                                                       changes nothing)
@@ -20,6 +21,12 @@ A checkpoint is allowed while this agent turn has had fewer than two failed (or 
 small) checkpoints, and while the recent ones did not each free under 5% of the window.
 Every number of the trigger lives here; the budgets of what a checkpoint carries live in
 `schemas.checkpoint.budgets`.
+
+Invariant: the threshold keeps room for the checkpoint turn itself (its instruction, the
+mind and memo files at their limits, its short reply), so a checkpoint started at the
+threshold sees the conversation up to the newest step; seeing only an earlier part is the
+exception (one tool output larger than the safety margin), and then the part is the
+largest that fits, not a fixed half.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from __future__ import annotations
 from enum import StrEnum
 
 from pydantic import BaseModel
+
+from schemas.checkpoint.scale import memo_limits, mind_section_limits
 
 # Codex starts condensing at 90% of the window; we never let the context go past it.
 THRESHOLD_FRACTION_NUM, THRESHOLD_FRACTION_DEN = 9, 10
@@ -45,8 +54,16 @@ THRASH_MIN_FRACTION = 0.05
 THRASH_LOOKBACK = 2
 # How many recent savings the session remembers for the anti-thrash rule.
 SAVINGS_KEPT = 3
-# A checkpoint over the earlier part condenses up to about this share of the live window.
+# After the API refused a checkpoint turn as too large: condense at most this share.
 EARLIER_PART_PORTION = 0.5
+# The checkpoint instruction's own words (measured ~870 tokens) with the headings around
+# the two files; the files themselves are counted at their limits (mind, memo checklist).
+CHECKPOINT_INSTRUCTION_ROOM = 1_000
+# A checkpoint round writes edits and the now, not a full reply: it asks for at most this.
+CHECKPOINT_REPLY_CAP = 4_096
+# On a tiny window the instruction alone is a large share: the trigger keeps at most this
+# share of the window for the turn, and the earlier-part path does the rest.
+CHECKPOINT_TURN_MAX_SHARE_NUM, CHECKPOINT_TURN_MAX_SHARE_DEN = 3, 10
 
 
 class RoomStep(StrEnum):
@@ -88,6 +105,25 @@ def reply_reserve(context_window: int, max_output_tokens: int) -> int:
     return max(0, min(max_output_tokens, REPLY_RESERVE_CAP, context_window // 4))
 
 
+def checkpoint_reply_room(context_window: int, max_output_tokens: int) -> int:
+    """The reply room (max_tokens) of a checkpoint round: its edits and the now, never more
+    than an eighth of the window."""
+    return max(1, min(max_output_tokens, CHECKPOINT_REPLY_CAP, context_window // 8))
+
+
+def checkpoint_turn_room(context_window: int, max_output_tokens: int,
+                         price_step_tokens: int | None = None) -> int:
+    """What a checkpoint turn adds to the conversation: the instruction, the previous mind
+    at its limits, a memo checklist as large as the memo budget, and its reply room."""
+    window = _effective_window(context_window, price_step_tokens)
+    mind = sum(mind_section_limits(window).values())
+    _, memo_total = memo_limits(window)
+    room = (CHECKPOINT_INSTRUCTION_ROOM + mind + memo_total
+            + checkpoint_reply_room(context_window, max_output_tokens))
+    return min(room, context_window * CHECKPOINT_TURN_MAX_SHARE_NUM
+               // CHECKPOINT_TURN_MAX_SHARE_DEN)
+
+
 def checkpoint_threshold(
     context_window: int,
     max_output_tokens: int,
@@ -98,8 +134,9 @@ def checkpoint_threshold(
 
     The smallest of: 90% of the window (Codex's trigger); the window less the room kept
     for the reply and a safety margin (Claude Code's reserve and margin, which bind on small
-    windows with large outputs); and the price step less the margin, when the price per
-    token rises above a context size.
+    windows with large outputs); the window less the checkpoint turn's own room and the
+    margin (so the checkpoint taken here sees everything); and the price step less the
+    margin, when the price per token rises above a context size.
     """
     margin = (
         default_safety_margin(context_window, price_step_tokens)
@@ -109,6 +146,8 @@ def checkpoint_threshold(
     candidates = [
         context_window * THRESHOLD_FRACTION_NUM // THRESHOLD_FRACTION_DEN,
         context_window - reply_reserve(context_window, max_output_tokens) - margin,
+        context_window - checkpoint_turn_room(context_window, max_output_tokens,
+                                              price_step_tokens) - margin,
     ]
     if price_step_tokens is not None and price_step_tokens > 0:
         candidates.append(price_step_tokens - margin)
@@ -202,12 +241,30 @@ def next_step(size: Fit, tried: RoomTried, *, checkpoint_allowed: bool) -> RoomS
     return RoomStep.STOP
 
 
-def checkpoint_portion(turn_tokens: int, context_window: int, portion: float) -> float:
-    """The share of the live window a checkpoint turn condenses: all of it when the turn
-    (conversation, instruction, files, reply room) fits the window, else the earlier part."""
-    if portion > EARLIER_PART_PORTION and turn_tokens > context_window:
-        return EARLIER_PART_PORTION
-    return portion
+class CheckpointView(StrEnum):
+    """What the checkpoint turn is shown of the live window."""
+
+    FULL = "full"  # everything, up to the newest step
+    WITHOUT_NEWEST_OUTPUT = "without_newest_output"  # all but the newest tool output's text
+    EARLIER = "earlier"  # only the part it condenses, the largest that fits
+    NONE = "none"  # not even the smallest earlier part fits
+
+
+def checkpoint_view(full_tokens: int, without_newest_output_tokens: int | None,
+                    earlier: list[tuple[int, int]], room: int) -> tuple[CheckpointView, int | None]:
+    """Choose the checkpoint turn's view: the whole conversation when the turn fits `room`
+    (the window); else the same without the newest tool output's text (it stays verbatim in
+    the tail); else the largest earlier part that fits. `earlier` holds (cut seq, turn
+    tokens when only rows before that cut are shown). Returns the view and, for EARLIER,
+    its cut seq."""
+    if full_tokens <= room:
+        return CheckpointView.FULL, None
+    if without_newest_output_tokens is not None and without_newest_output_tokens <= room:
+        return CheckpointView.WITHOUT_NEWEST_OUTPUT, None
+    fitting = [cut for cut, tokens in earlier if tokens <= room]
+    if fitting:
+        return CheckpointView.EARLIER, max(fitting)
+    return CheckpointView.NONE, None
 
 
 def portion_after_refusal(portion: float) -> float | None:

@@ -6,9 +6,13 @@ import pytest
 
 from schemas.checkpoint.budgets import CheckpointBudgets, cut_to_tokens
 from schemas.checkpoint.policy import (
+    CheckpointView,
     Fit,
     ModelWindow,
+    checkpoint_reply_room,
     checkpoint_threshold,
+    checkpoint_turn_room,
+    checkpoint_view,
     default_safety_margin,
     fit,
 )
@@ -64,15 +68,47 @@ def test_skills_total_is_smaller_of_25k_and_a_tenth_of_window() -> None:
 
 
 def test_threshold_is_90_percent_of_a_large_window() -> None:
-    assert checkpoint_threshold(200_000, 8_192) == 180_000
     assert checkpoint_threshold(1_000_000, 8_192) == 900_000
+
+
+def test_threshold_keeps_room_for_the_checkpoint_turn() -> None:
+    """Issue 10: at 200k the 90% trigger left no room for the checkpoint turn (instruction,
+    mind and memo at their limits, its reply); the trigger now keeps it beside the margin."""
+    room = checkpoint_turn_room(200_000, 8_192)
+    assert room == 1_000 + 6_000 + 3_000 + 4_096
+    assert checkpoint_threshold(200_000, 8_192) == 200_000 - room - 10_000
+    for window, output in [(8_000, 512), (16_000, 512), (32_000, 1_024), (128_000, 8_192),
+                           (200_000, 8_192), (1_000_000, 32_000)]:
+        threshold = checkpoint_threshold(window, output)
+        margin = default_safety_margin(window)
+        # A context at the threshold plus the whole checkpoint turn still fits the window,
+        # with the margin left for the estimate's error and one more tool output.
+        assert threshold + checkpoint_turn_room(window, output) + margin <= window
+
+
+def test_checkpoint_reply_room_is_short() -> None:
+    assert checkpoint_reply_room(200_000, 64_000) == 4_096
+    assert checkpoint_reply_room(200_000, 512) == 512
+    assert checkpoint_reply_room(8_000, 8_192) == 1_000
+
+
+def test_checkpoint_view_takes_the_most_that_fits() -> None:
+    assert checkpoint_view(900, 500, [], 1_000) == (CheckpointView.FULL, None)
+    assert checkpoint_view(1_200, 900, [], 1_000) == (CheckpointView.WITHOUT_NEWEST_OUTPUT,
+                                                      None)
+    earlier = [(10, 300), (20, 700), (30, 990), (40, 1_100)]
+    # The largest earlier part that fits, not a fixed half.
+    assert checkpoint_view(1_500, 1_400, earlier, 1_000) == (CheckpointView.EARLIER, 30)
+    assert checkpoint_view(1_500, None, [(10, 1_100)], 1_000) == (CheckpointView.NONE, None)
 
 
 def test_threshold_keeps_reply_room_and_margin() -> None:
     # 64k output: the reply reserve is capped at 20k, the margin is a twentieth (10k).
     assert checkpoint_threshold(200_000, 64_000) == 200_000 - 20_000 - 10_000
-    # A small window with a large output: the reserve takes at most a quarter of it.
-    assert checkpoint_threshold(8_000, 8_192) == 8_000 - 2_000 - 400
+    # A small window with a large output: the reserve takes at most a quarter of it, and
+    # the checkpoint turn's reply room at most an eighth.
+    assert checkpoint_threshold(8_000, 8_192) == 8_000 - checkpoint_turn_room(8_000, 8_192) - 400
+    assert checkpoint_turn_room(8_000, 8_192) < 2_000 + 400 + 1_000 + 100
 
 
 def test_threshold_respects_price_step() -> None:
@@ -83,16 +119,17 @@ def test_threshold_respects_price_step() -> None:
 
 
 def test_explicit_safety_margin() -> None:
-    assert checkpoint_threshold(200_000, 8_192, safety_margin=30_000) == 200_000 - 8_192 - 30_000
+    assert checkpoint_threshold(200_000, 8_192, safety_margin=30_000) == (
+        200_000 - checkpoint_turn_room(200_000, 8_192) - 30_000)
     assert default_safety_margin(1_000_000) == 13_000
     assert default_safety_margin(100_000) == 5_000
 
 
 def test_room_is_needed_only_past_threshold() -> None:
     model = ModelWindow(context_window=200_000, max_output_tokens=8_192)
-    assert model.threshold == 180_000
-    assert fit(180_000, model) is Fit.FITS
-    assert fit(180_001, model) is Fit.OVER_THRESHOLD
+    assert model.threshold == 175_904
+    assert fit(175_904, model) is Fit.FITS
+    assert fit(175_905, model) is Fit.OVER_THRESHOLD
     assert fit(0, model) is Fit.FITS
     assert fit(200_000 - 8_192 + 1, model) is Fit.OVER_LIMIT
 

@@ -70,7 +70,14 @@ async def test_valid_checkpoint_is_stored_and_replaces_the_early_conversation(
     request = model.checkpoint_requests[0]
     instruction = request["messages"][-1]["content"][-1]["text"]
     assert "This request comes from Keel" in instruction and "not from user" in instruction
-    assert request["tools"][1]["name"] == "edit_file"
+    # The checkpoint turn sends the tools, the system prompt and the conversation prefix of
+    # the request it interrupts, so it reads them from the prompt cache.
+    i = next(i for i, r in enumerate(fake_anthropic.requests) if r is request)
+    interrupted = next(r for r in reversed(fake_anthropic.requests[:i])
+                       if any(t["name"] == "read_record" for t in r.get("tools", [])))
+    assert request["tools"] == interrupted["tools"]
+    assert request["system"] == interrupted["system"]
+    assert fake_anthropic.usages[i].cache_read > 0
     # The request is never recorded as the user's words.
     assert db(database_url, "SELECT count(*) FROM messages WHERE content_text LIKE %s",
               "%checkpoint request%") == [(0,)]
@@ -152,9 +159,6 @@ async def test_two_failed_checkpoints_stop_checkpoints_for_the_turn(
         return text_message("finished reading")
 
     fake_anthropic.context_window = WINDOW
-    # FAKE-LENIENT: the real API counts the ~510 tokens of tool definitions in input_tokens;
-    # Keel's estimate leaves them out, and with them counted only one checkpoint is tried.
-    fake_anthropic.count_tool_definitions = False
     model = CheckpointModel(lambda turn: text_message("no now here"), ordinary=ordinary)
     fake_anthropic.responder = model
     session_id = f"c-{uuid.uuid4().hex[:8]}"
@@ -269,16 +273,16 @@ async def test_kept_messages_over_budget_are_shortened_evenly(
             return tool_use_message(tick_all(turn.checklist))
         return text_message(now_block())
 
-    _, status, _, _, (_, memo, _) = await long_session(client, settings, fake_anthropic,
+    _, status, _, _, (_, _memo, _) = await long_session(client, settings, fake_anthropic,
                                                        behaviour)
     assert status.checkpoint_count >= 1
-    entries = db(database_url, "SELECT memo FROM checkpoints " + FIRST)[0][0]
+    entries, rendered = db(database_url, "SELECT memo, rendered FROM checkpoints " + FIRST)[0]
     assert len(entries) >= 2 and all(e["cut"] for e in entries)
     originals = dict(db(database_url, "SELECT seq, content_text FROM messages"
                         " WHERE type='user'"))
     for e in entries:
         assert originals[e["seq"]].startswith(e["text"])  # a prefix, byte for byte
-        assert f"message #{e['seq']}" in memo
+        assert f"message #{e['seq']}" in rendered  # the first checkpoint's own memo
 
 
 async def test_too_large_for_a_checkpoint_turn_takes_the_earlier_half(

@@ -233,11 +233,27 @@ def test_deleted_mission_entry_keeps_previous_mind() -> None:
 
 
 def test_mind_past_twice_its_limits_keeps_previous_mind() -> None:
-    grown = FILLED + "- lesson words and more words\n" * 100
+    grown = FILLED + "- lesson words and more words\n" * 300
+    assert MindDocument(text=grown).total_tokens() > 2 * SMALL.mind_total_limit
     c = check(mind=grown, budgets=SMALL)
     out = resolve(c, mind=grown, budgets=SMALL)
     assert out.mind_kept_previous and out.mind_record_text == FILLED
     assert any("grew past twice" in f for f in out.fallbacks)
+
+
+def test_section_at_three_times_its_limit_keeps_whole_mind_shown_cut() -> None:
+    """More rather than less: one section at 3x its limit, the whole within twice the
+    total, keeps every new edit in the record and shows that section cut."""
+    grown = FILLED + "- lesson words and more words\n" * 80
+    doc = MindDocument(text=grown)
+    assert doc.section_tokens()["Lessons"] > 3 * SMALL.lessons
+    assert doc.total_tokens() <= 2 * SMALL.mind_total_limit
+    c = check(mind=grown, budgets=SMALL)
+    out = resolve(c, mind=grown, budgets=SMALL)
+    assert not out.mind_kept_previous and out.mind_cut
+    assert out.mind_record_text == grown
+    assert FULL_PATH in (out.mind_context_text or "")
+    assert any("over its limits" in f for f in out.fallbacks)
 
 
 def test_section_over_limit_keeps_whole_mind_and_shows_it_cut() -> None:

@@ -289,11 +289,15 @@ def test_section_over_limit_names_section_tokens_and_limit() -> None:
     assert f"{tokens} tokens" in over[0].message and f"limit is {small.lessons}" in over[0].message
 
 
-def test_section_past_twice_its_limit() -> None:
+def test_section_past_twice_its_limit_is_a_section_over_its_limit() -> None:
+    """One section far over its own limit, the whole within twice the total: the section
+    is over its limit (shown cut), not a mind that grew past twice (kept previous)."""
     small = CheckpointBudgets.for_window(20_000, 4_000)
     m = MindDocument(text=FILLED + "- lesson words and more words\n" * 100)
+    assert m.section_tokens()["Lessons"] > 2 * small.lessons
+    assert m.total_tokens() <= 2 * small.mind_total_limit
     problems = m.validate(filled(), small)
-    assert kinds(problems) == [ProblemKind.MIND_GREW_PAST_TWICE]
+    assert kinds(problems) == [ProblemKind.SECTION_OVER_LIMIT]
     assert problems[0].section == "Lessons" and "twice" in problems[0].message
 
 

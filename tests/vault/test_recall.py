@@ -44,3 +44,25 @@ def test_scrub_leaves_clean_text_untouched():
     text = "No fence here.\n\n\n  Spacing kept.  "
     assert scrub_memory_echo(text) == text
     assert scrub_memory_echo("") == ""
+
+
+# --- when to recall, and what one block holds (schemas.vault.recall_rules) ----------------
+
+def test_inputs_without_content_words_recall_nothing() -> None:
+    from schemas.vault.recall_rules import wants_recall
+
+    for filler in ("continue", "ok", "yes", "Yes, go ahead.", "OK, continue please", "k"):
+        assert not wants_recall(filler), filler
+    for query in ("continue with the billing migration", "what did we decide on PR #104?"):
+        assert wants_recall(query), query
+
+
+def test_identical_snippets_are_shown_once() -> None:
+    from schemas.vault.recall import MemoryHit
+    from schemas.vault.recall_rules import distinct_snippets
+
+    hits = [MemoryHit(path=f"daily/{i}.md", snippet=s) for i, s in
+            enumerate(["continue", "Continue ", "the billing rule", "continue", "other"])]
+    kept = distinct_snippets(hits, 5)
+    assert [h.snippet for h in kept] == ["continue", "the billing rule", "other"]
+    assert len(distinct_snippets(hits, 2)) == 2

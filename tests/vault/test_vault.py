@@ -219,3 +219,24 @@ async def test_a_failed_push_is_reported_and_the_commit_kept(tmp_path, database_
     assert result.committed and not result.pushed
     assert result.push_problem and "git push failed" in result.push_problem
     assert "m" in git(c.vault.root, "log", "--oneline", "-1")
+
+
+async def test_transcript_retry_after_a_crash_before_indexing_appends_nothing(ctx, database_url):
+    """The append landed, the index row did not: the retry finds the entry in the file's
+    tail (a bounded read, whatever the day's length) and only indexes it."""
+    from schemas.vault.rollup import entry_marker
+
+    insert_messages(database_url, "s9", [(1, "user", "Keep the release notes short.", T0)])
+    acts = MemoryActivities(ctx)
+    first = await run_activity(acts.append_transcript, TranscriptInput(session_id="s9", seq=1))
+    daily = ctx.vault.path(first.path)
+    pool = await ctx.pool()
+    async with pool.connection() as conn:
+        await conn.execute("DELETE FROM memory_docs WHERE session_id = 's9'")
+    again = await run_activity(acts.append_transcript, TranscriptInput(session_id="s9", seq=1))
+    assert again.appended is False
+    assert daily.read_text().count(entry_marker("s9", 1)) == 1
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(
+            "SELECT count(*) FROM memory_docs WHERE session_id = 's9'")).fetchone()
+    assert rows == (1,)

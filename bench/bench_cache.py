@@ -1,0 +1,167 @@
+"""Prompt-cache benchmark: how much of a long session's input is read from the cache.
+
+    .venv/bin/python bench/bench_cache.py                  # 200 turns on a 200k window
+    .venv/bin/python bench/bench_cache.py --turns 60       # a quicker look
+
+The memory benchmark's PR-queue session (window-sized tool outputs, a mind near its
+limits) runs against the fake Messages API (tests/fake_anthropic), which implements
+Anthropic's prompt-caching accounting: breakpoints, at most 4, the minimum cacheable
+length, the 20-block lookback, TTLs. The offline deterministic model writes the replies;
+the fake counts every request's `usage` (input, cache write, cache read) as the API would.
+
+Figures: the share of input tokens read from the cache; billed input tokens per plain
+turn and per checkpoint (a checkpoint: every request of its turn and repair), with caching
+(input x1, cache write x1.25, cache read x0.1) against the same requests without caching
+(every input token x1). Written to stdout and bench/results/cache.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from activities.db import close_pools  # noqa: E402
+from activities.offline_model import respond  # noqa: E402
+from bench.common import source_commit  # noqa: E402
+from bench.memory_benchmark import (  # noqa: E402
+    Scenario,
+    drive,
+    say,
+    stop_embedded_postgres,
+)
+from keel.client import KeelClient  # noqa: E402
+from keel.devstack import running_stack  # noqa: E402
+from schemas.checkpoint.request import REQUEST_MARKER  # noqa: E402
+from schemas.config import KeelSettings, ModelSettings  # noqa: E402
+from tests.fake_anthropic import FakeAnthropic  # noqa: E402
+from workers.worker import build_worker  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "cache.json"
+MODEL = "claude-sonnet-4-5"  # the fake's Sonnet limits: 1,024-token minimum cacheable prefix
+WRITE_PRICE, READ_PRICE = 1.25, 0.1
+
+
+def responder(body: dict[str, Any]) -> dict[str, Any]:
+    """The offline model's answer, its usage left to the fake's cache accounting."""
+    reply = respond(body)
+    return {**reply, "usage": {"output_tokens": reply["usage"]["output_tokens"]}}
+
+
+def kind_of(body: dict[str, Any]) -> str:
+    text = json.dumps(body.get("messages", []))
+    if REQUEST_MARKER in text:
+        return "checkpoint"
+    names = {t.get("name") for t in body.get("tools", [])}
+    return "turn" if "read_record" in names else "other"
+
+
+def billed(read: int, write: int, plain: int) -> float:
+    return plain + WRITE_PRICE * write + READ_PRICE * read
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    commit = source_commit()  # the code measured: read before the run, not after it
+    fake = FakeAnthropic(responder, context_window=args.window).start()
+    tmp = Path(tempfile.mkdtemp(prefix="keel-cache-bench-"))
+    settings = KeelSettings(
+        data_dir=tmp, task_queue=f"bench-{uuid.uuid4().hex[:8]}",
+        model=ModelSettings(name=MODEL, base_url=fake.base_url, api_key="bench-key",
+                            context_window=args.window, max_output_tokens=args.max_output,
+                            request_timeout_s=60))
+    started = time.perf_counter()
+    try:
+        async with running_stack(settings) as stack:
+            settings = settings.model_copy(update={"database_url": stack.database_url})
+            async with build_worker(stack.client, settings):
+                keel = KeelClient(stack.client, settings.task_queue, settings)
+                d = await drive(keel, settings, Scenario("plain-queue", args.turns), args.window,
+                                args.max_output)
+    finally:
+        await close_pools()
+        stop_embedded_postgres(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+        fake.stop()
+    seconds = time.perf_counter() - started
+    per: dict[str, dict[str, int]] = {}
+    for body, usage in zip(fake.requests, fake.usages, strict=False):
+        k = per.setdefault(kind_of(body), {"requests": 0, "read": 0, "write": 0, "input": 0})
+        k["requests"] += 1
+        k["read"] += usage.cache_read
+        k["write"] += usage.cache_creation
+        k["input"] += usage.input
+    total = {f: sum(v[f] for v in per.values()) for f in ("requests", "read", "write", "input")}
+    all_input = total["read"] + total["write"] + total["input"]
+    checkpoints = len(d.snapshots) and d.snapshots[-1].checkpoint_count
+    turns = max(1, d.asks)
+
+    def costs(k: dict[str, int], n: int) -> dict[str, float]:
+        cached = billed(k["read"], k["write"], k["input"]) / max(1, n)
+        uncached = (k["read"] + k["write"] + k["input"]) / max(1, n)
+        return {"billed_with_cache": round(cached), "billed_without_cache": round(uncached),
+                "ratio": round(cached / max(1.0, uncached), 3)}
+
+    session_only = {f: sum(v[f] for kind, v in per.items() if kind != "other")
+                    for f in ("read", "write", "input")}
+    out = {
+        "benchmark": "cache",
+        "machine": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                    "cpus": os.cpu_count(), "python": platform.python_version(),
+                    "commit": commit},
+        "model": MODEL, "window": args.window, "max_output_tokens": args.max_output,
+        "turns": d.asks, "checkpoints": checkpoints, "errors": d.errors,
+        "seconds": round(seconds, 1), "by_kind": per, "total": total,
+        "cache_read_share": round(total["read"] / max(1, all_input), 4),
+        # The session's own requests (turns and checkpoints), without the memory flush's.
+        "cache_read_share_session_requests": round(
+            session_only["read"] / max(1, sum(session_only.values())), 4),
+        "per_turn": costs(per.get("turn", {"read": 0, "write": 0, "input": 0}), turns),
+        "per_checkpoint": costs(per.get("checkpoint", {"read": 0, "write": 0, "input": 0}),
+                                checkpoints or 1),
+        "whole_session": costs(total, 1),
+    }
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--turns", type=int, default=200)
+    p.add_argument("--window", type=int, default=200_000)
+    p.add_argument("--max-output", type=int, default=8_192)
+    args = p.parse_args()
+    out = asyncio.run(run(args))
+    say(f"{out['turns']} turns, {out['checkpoints']} checkpoints on a {out['window']:,} window "
+        f"({out['seconds']} s); errors: {out['errors'] or 'none'}")
+    for kind, k in out["by_kind"].items():
+        say(f"  {kind:<10} {k['requests']:>4} requests  read {k['read']:>11,}  "
+            f"write {k['write']:>10,}  uncached {k['input']:>10,}")
+    say(f"input tokens read from the cache: {out['cache_read_share']:.1%} of all requests, "
+        f"{out['cache_read_share_session_requests']:.1%} of the session's own (turns and "
+        "checkpoints; 'other' is the memory flush before each checkpoint)")
+    for label in ("per_turn", "per_checkpoint", "whole_session"):
+        c = out[label]
+        say(f"  billed input tokens {label.replace('_', ' ')}: {c['billed_with_cache']:,} with "
+            f"caching vs {c['billed_without_cache']:,} without (x{c['ratio']})")
+    custom = (args.turns, args.window, args.max_output) != (200, 200_000, 8_192)
+    path = RESULTS.with_name("cache-custom.json") if custom else RESULTS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    say(f"figures written to {path.relative_to(ROOT)} at commit {out['machine']['commit']}")
+
+
+if __name__ == "__main__":
+    main()
