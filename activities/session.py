@@ -12,13 +12,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from anthropic.types import Message
 from psycopg import AsyncConnection
 from pydantic import BaseModel, Field, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.db import get_pool
+from activities.events import DeltaPublisher
 from activities.model import create_message, with_heartbeat
+from activities.model_stream import stream_message
 from activities.record import Inserted, NewRow, ensure_session, insert_row, load_rows, load_seqs
 from activities.tools import ToolContext, ToolOutput, execute_tool, skill_catalog
 from activities.vault.search import search, touch_documents
@@ -35,6 +38,7 @@ from schemas.context import (
     estimate_tokens,
     fit_newest_tool_output,
 )
+from schemas.events import SHORT_INPUT_CHARS, SHORT_OUTPUT_CHARS, cut
 from schemas.messages import MessageType, ModelReply, RecordRow, ToolCall, Usage
 from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL, MEMORY_TOOLS
 from schemas.vault.card import CardFact
@@ -90,6 +94,7 @@ class ToolOutcome(BaseModel):
     seq: int
     token_count: int
     is_error: bool
+    preview: str = ""  # the result's start, for the event stream (schemas.events cuts it)
 
 
 class LoadedWindow(BaseModel):
@@ -212,7 +217,7 @@ class SessionActivities:
                 "model": data.model, "max_tokens": data.window.max_output_tokens,
                 "system": window.system, "messages": messages, "tools": self.tools(),
             }
-            message = await with_heartbeat(create_message(self.settings.model, request))
+            message = await self._ask_model(data, request)
             blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
             blocks = [b for b in blocks if b.get("type") in ("text", "tool_use")]
             text = _scrub("\n".join(b["text"] for b in blocks if b["type"] == "text"))
@@ -228,14 +233,24 @@ class SessionActivities:
             usage = message.usage
             reply = ModelReply(
                 seq=data.reply_seq, stop_reason=message.stop_reason,
-                tool_calls=[ToolCall(id=b["id"], name=b["name"]) for b in blocks
-                            if b["type"] == "tool_use"],
+                tool_calls=[ToolCall(id=b["id"], name=b["name"],
+                                     input_preview=_preview(b.get("input")))
+                            for b in blocks if b["type"] == "tool_use"],
                 usage=Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
                             cache_read_input_tokens=usage.cache_read_input_tokens or 0,
                             cache_creation_input_tokens=usage.cache_creation_input_tokens or 0),
                 text=text, reply_tokens=inserted.token_count, model=message.model)
             return ModelCallResult(reply=reply, fit=size, estimated_tokens=estimate,
                                    output_cut=output_cut, notes=notes)
+
+    async def _ask_model(self, data: ModelCallInput, request: dict[str, Any]) -> Message:
+        """The model's reply; its text streamed onto the session's events as it comes."""
+        if not self.settings.model.stream:
+            return await with_heartbeat(create_message(self.settings.model, request))
+        async with DeltaPublisher.for_activity(data.session_id, data.turn,
+                                               data.reply_seq) as deltas:
+            return await with_heartbeat(stream_message(self.settings.model, request,
+                                                       deltas.add))
 
     def _estimate(self, window: LoadedWindow, rows: list[RecordRow], ratio: float,
                   memory_block: str = "") -> int:
@@ -247,11 +262,13 @@ class SessionActivities:
         async with await self._conn() as conn:
             input_id = f"result-{data.tool_use_id}"
             existing = await (await conn.execute(
-                "SELECT seq, token_count, content FROM messages WHERE session_id=%s"
+                "SELECT seq, token_count, content, content_text FROM messages"
+                " WHERE session_id=%s"
                 " AND input_id=%s", (data.session_id, input_id))).fetchone()
             if existing:
                 return ToolOutcome(seq=existing[0], token_count=existing[1],
-                                   is_error=bool((existing[2] or {}).get("is_error")))
+                                   is_error=bool((existing[2] or {}).get("is_error")),
+                                   preview=cut(existing[3] or "", SHORT_OUTPUT_CHARS))
             assistant = await load_seqs(conn, data.session_id, [data.assistant_seq])
             call = next((b for b in (assistant[0].content or []) if isinstance(b, dict)
                          and b.get("id") == data.tool_use_id), None) if assistant else None
@@ -273,7 +290,8 @@ class SessionActivities:
                 content={"tool_use_id": data.tool_use_id, "is_error": output.is_error,
                          "tool": call["name"], **output.meta}))
             return ToolOutcome(seq=inserted.seq, token_count=inserted.token_count,
-                               is_error=output.is_error)
+                               is_error=output.is_error,
+                               preview=cut(output.text, SHORT_OUTPUT_CHARS))
 
 
     async def _memory_tool(self, conn: AsyncConnection, data: ToolInput, name: str,
@@ -302,6 +320,12 @@ class SessionActivities:
             return ToolOutput(f"write_card failed: {err}", is_error=True)
         return ToolOutput(f"{out.op.value} {out.path or ''} {out.note}".strip(),
                           meta={"card": out.path})
+
+
+def _preview(value: Any) -> str:
+    """A tool call's input as compact JSON, cut for an event."""
+    return cut(json.dumps(value or {}, separators=(",", ":"), ensure_ascii=False,
+                          default=str), SHORT_INPUT_CHARS)
 
 
 def _scrub(text: str) -> str:

@@ -38,6 +38,11 @@ class CheckpointChain:
 
     def __init__(self, state: SessionState) -> None:
         self.state = state
+        # What the last checkpoint did, for its event and log line (workflows.observe).
+        self.last_portion = 1.0
+        self.last_reason = ""
+        self.last_rounds = 0
+        self.last_repair = False
 
     def _attempt_id(self) -> str:
         self.state.checkpoint_attempts += 1
@@ -48,6 +53,7 @@ class CheckpointChain:
         too large. The stored result, or None when the checkpoint failed."""
         portion: float | None = 1.0
         while portion is not None:
+            self.last_portion = portion
             stored, refused_as_too_large = await self._attempt(upto, turn_first_seq, portion)
             if stored is not None:
                 return stored
@@ -67,7 +73,9 @@ class CheckpointChain:
                 window=config.window(), model=config.model, portion=portion,
                 user_name=config.user_name),
             **CHECKPOINT_STEP)
+        self.last_rounds, self.last_repair, self.last_reason = 0, False, ""
         if not prepared.ok:
+            self.last_reason = prepared.reason
             workflow.logger.info("checkpoint skipped: %s", prepared.reason)
             return None, False
         await self._flush(state.window_start_seq, prepared.cut_seq - 1)
@@ -110,7 +118,9 @@ class CheckpointChain:
                        rounds_exhausted=rounds_exhausted, abort_reason=abort),
             **CHECKPOINT_STEP)
         state.settle_seq(record_seq)
+        self.last_rounds, self.last_repair = rounds_used, repair
         if not stored.stored:
+            self.last_reason = stored.reason
             workflow.logger.warning("checkpoint %s failed: %s", attempt_id, stored.reason)
             return None, refused_as_too_large
         return stored, False
