@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import json
 import os
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack, suppress
@@ -24,7 +26,9 @@ import typer
 from rich.markup import escape
 from rich.prompt import Prompt
 from rich.table import Table
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
@@ -39,6 +43,7 @@ from keel.client import (
 )
 from keel.console import console, error, key_values, one_line, redact_url, working
 from keel.demo import DEFAULT_TURNS
+from keel.live import LiveView, event_dict
 from schemas.config import KeelSettings
 from schemas.session import SessionStatus, TurnOutcome
 
@@ -92,24 +97,52 @@ class CliError(Exception):
 
 
 def _run(main: Coroutine[Any, Any, T]) -> T:
-    """Run a command's coroutine; known failures become one readable line and exit 1."""
+    """Run a command's coroutine. Every ordinary failure ends here as one line saying what
+    to do (`failure_line`) and exit 1; Ctrl-C as one line and exit 130. Never a traceback:
+    set KEEL_TRACEBACK=1 to see one."""
     try:
         return asyncio.run(main)
-    except CliError as err:
-        error(str(err))
-    except KeelError as err:  # a refusal by type (keel._errors): its one line
-        error(str(err))
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            error(f"not found: {err.message} (is the session id right?)")
-        elif err.status == RPCStatusCode.UNAVAILABLE:
-            error(f"Temporal is unreachable: {err.message}")
-        else:
-            error(f"Temporal answered {err.status.name if err.status else 'an error'}: "
-                  f"{err.message}")
-    except RuntimeError as err:  # e.g. the client could not connect to the address
-        error(f"{err}: {err.__cause__}" if err.__cause__ else str(err))
+    except KeyboardInterrupt:
+        error("interrupted (Ctrl-C); sessions keep running in Temporal")
+        raise typer.Exit(130) from None
+    except typer.Exit:
+        raise
+    except Exception as err:
+        line = failure_line(err)
+        if line is None or os.environ.get("KEEL_TRACEBACK"):
+            raise
+        error(line)
     raise typer.Exit(1)
+
+
+def failure_line(err: BaseException) -> str | None:
+    """The one line for an ordinary failure, by its type; None for a bug (a traceback)."""
+    if isinstance(err, CliError | KeelError):  # KeelError: a refusal by type (keel._errors)
+        return str(err)
+    if isinstance(err, RPCError):
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return f"not found: {err.message} (is the session id right?)"
+        if err.status == RPCStatusCode.UNAVAILABLE:
+            return (f"Temporal is unreachable ({err.message}): check TEMPORAL_ADDRESS, or "
+                    "start the stack with `keel dev`")
+        return (f"Temporal answered {err.status.name if err.status else 'an error'}: "
+                f"{err.message}")
+    if isinstance(err, psycopg.OperationalError):
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return (f"PostgreSQL is unreachable ({first}): check DATABASE_URL, or start the "
+                "stack with `keel dev`")
+    if isinstance(err, psycopg.Error):
+        return f"PostgreSQL: {one_line(str(err), 300)}"
+    if isinstance(err, RuntimeError) and "connect" in str(err).lower():
+        # Client.connect: "Failed client connect: ..." with the transport error as cause.
+        cause = f" ({one_line(str(err.__cause__), 200)})" if err.__cause__ else ""
+        return (f"Temporal is unreachable: {err}{cause}: check TEMPORAL_ADDRESS, or start "
+                "the stack with `keel dev`")
+    if isinstance(err, OSError) and err.errno is not None:
+        return f"{err.strerror or err}: {err.filename or ''}".rstrip(": ")
+    if isinstance(err, asyncio.CancelledError):
+        return "cancelled"
+    return None
 
 
 def _settings() -> KeelSettings:
@@ -154,15 +187,6 @@ def _status_table(status: SessionStatus) -> Table:
         *([("stopped", status.stopped_reason)] if status.stopped_reason else []),
         *([("last error", status.last_error)] if status.last_error else []),
     ])
-
-
-def _print_outcome(outcome: TurnOutcome) -> None:
-    if outcome.error:
-        console.print(f"[red]{escape(outcome.error)}[/]")
-    if outcome.reply_text:
-        console.print(f"[bold green]keel[/]: {escape(outcome.reply_text)}")
-    if outcome.stopped_reason and outcome.stopped_reason != outcome.error:
-        console.print(f"[yellow]{escape(outcome.stopped_reason)}[/]")
 
 
 def _install_stop_signals(stop: asyncio.Event) -> None:
@@ -307,16 +331,102 @@ def send(
     text: str,
     wait: Annotated[bool, typer.Option("--wait", "-w", help="Wait for the reply.")] = False,
 ) -> None:
-    """Send the user's message; prints its seq (and the reply with --wait)."""
+    """Send the user's message; prints its seq (and, with --wait, the reply as it streams,
+    its tool calls and results, checkpoints, and a footer of context use)."""
     async def main() -> None:
-        handle = await _session(session)
-        accepted = await handle.send(text)
-        console.print(f"seq {accepted.seq}")
-        if wait:
-            with working("Waiting for the reply…"):
-                outcome = await handle.wait_reply(accepted.seq)
-            _print_outcome(outcome)
+        keel = await _connect(_settings())
+        handle = keel.session(session)
+        if not wait:
+            accepted = await _needs_worker(keel, handle, handle.send(text))
+            console.print(f"seq {accepted.seq}")
+            return
+        await _needs_worker(keel, handle, _say(handle, text, LiveView(console,
+                                                                    whole_turns=True)))
     _run(main())
+
+
+# A command that waits on a session says, after this long, when no worker polls its queue.
+NO_WORKER_AFTER_S = float(os.environ.get("KEEL_NO_WORKER_AFTER_S", "10"))
+POLLER_FRESH_S = 120  # a poller seen longer ago than this has gone (pollers long-poll 60 s)
+CATCH_UP_S = 3.0  # how long a finished turn's events may trail its outcome
+
+
+async def _needs_worker(keel: KeelClient, handle: SessionHandle,
+                        call: Coroutine[Any, Any, T]) -> T:
+    """Run `call` (which a worker must serve); if it is still waiting after
+    NO_WORKER_AFTER_S and no worker polls the session's task queue, stop and say so."""
+    task = asyncio.ensure_future(call)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=NO_WORKER_AFTER_S)
+            if done:
+                return task.result()
+            queue = await _queue_without_worker(keel, handle.session_id)
+            if queue is not None:
+                raise CliError(
+                    f"no worker polls the task queue {queue!r}: start one with `keel dev` "
+                    "(everything on this machine) or `keel worker` (TEMPORAL_ADDRESS and "
+                    "DATABASE_URL set); what was sent may still be taken when one starts "
+                    f"(see `keel record {handle.session_id}`)")
+    finally:
+        if not task.done():
+            task.cancel()
+            with suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+async def _queue_without_worker(keel: KeelClient, session_id: str) -> str | None:
+    """The session's task queue when no worker has polled it lately (DescribeTaskQueue's
+    pollers), else None."""
+    try:
+        queue = (await keel.client.get_workflow_handle(session_id).describe()).task_queue
+    except RPCError:
+        return None  # the call itself will say what is wrong
+    described = await keel.client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(namespace=keel.client.namespace,
+                                 task_queue=TaskQueue(name=queue),
+                                 task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
+    now = time.time()
+    fresh = [p for p in described.pollers
+             if not p.HasField("last_access_time")
+             or now - p.last_access_time.ToSeconds() < POLLER_FRESH_S]
+    return None if fresh else queue
+
+
+async def _follow(handle: SessionHandle, after: int, view: LiveView) -> None:
+    async for offset, event in handle.events(after=after):
+        view.show(offset, event)
+
+
+async def _say(handle: SessionHandle, text: str, view: LiveView,
+               reader: asyncio.Task[None] | None = None) -> TurnOutcome | None:
+    """Send `text` and show the turn that answers it as it happens, through `reader` (the
+    chat's one subscriber) or a reader of its own from the stream's current offset. None
+    when the session refused the message (already said)."""
+    own = reader is None
+    if own:
+        after = await handle.event_offset()
+        reader = asyncio.create_task(_follow(handle, after, view))
+    try:
+        view.pause()  # the seq first, then what the session does with it
+        try:
+            accepted = await handle.send(text)
+            if own:
+                console.print(f"seq {accepted.seq}")
+        finally:
+            view.resume()
+        outcome = await handle.wait_reply(accepted.seq)
+        with suppress(TimeoutError):
+            async with asyncio.timeout(CATCH_UP_S):
+                while not view.outcome_shown(outcome) and not reader.done():
+                    await asyncio.sleep(0.02)
+        view.show_outcome(outcome)
+        return outcome
+    finally:
+        if own:
+            reader.cancel()
+            with suppress(asyncio.CancelledError, Exception):
+                await reader
 
 
 class SignalKind(StrEnum):
@@ -365,8 +475,8 @@ def status(session: str,
     """Phase, turn, context use and checkpoints of a session."""
     async def main() -> None:
         result = await (await _session(session)).status()
-        if as_json:
-            console.print_json(result.model_dump_json())
+        if as_json:  # plain stdout: no colour codes, no wrapping, for scripts
+            sys.stdout.write(result.model_dump_json() + "\n")
         else:
             console.print(_status_table(result))
     _run(main())
@@ -409,29 +519,36 @@ def record(
     from_seq: Annotated[int, typer.Option("--from", help="First seq.")] = 1,
     limit: Annotated[int, typer.Option(help="Most rows.")] = 200,
     full: Annotated[bool, typer.Option("--full", help="Whole texts, not one line.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object a row.")] = False,
 ) -> None:
     """The conversation of record, read from PostgreSQL: seq, type, source line, text."""
-    settings = _settings()
-    try:
-        url = _database_url(settings)
-        with psycopg.connect(url) as conn:
-            rows = conn.execute(
-                "SELECT seq, type, source_line, content_text, token_count FROM messages"
+    async def read() -> tuple[bool, list[tuple[Any, ...]]]:
+        url = _database_url(_settings())
+        async with await psycopg.AsyncConnection.connect(url) as conn:
+            known = await (await conn.execute(
+                "SELECT 1 FROM sessions WHERE session_id = %s", (session,))).fetchone()
+            rows = await (await conn.execute(
+                "SELECT seq, type, source_line, content_text, token_count, turn FROM messages"
                 " WHERE session_id = %s AND seq >= %s AND (NOT %s OR type = 'user')"
-                " ORDER BY seq LIMIT %s", (session, from_seq, user, limit)).fetchall()
-    except CliError as err:
-        error(str(err))
-        raise typer.Exit(1) from None
-    except psycopg.Error as err:
-        error(f"PostgreSQL: {err}")
-        raise typer.Exit(1) from None
+                " ORDER BY seq LIMIT %s", (session, from_seq, user, limit))).fetchall()
+        return known is not None, rows
+
+    known, rows = _run(read())
+    if not known:
+        error(f"no session {session!r} in the record: is the session id right?")
+        raise typer.Exit(1)
+    if as_json:
+        for seq, type_, source_line, text, tokens, turn in rows:
+            sys.stdout.write(json.dumps({"seq": seq, "type": type_, "source_line": source_line,
+                                         "text": text, "tokens": tokens, "turn": turn}) + "\n")
+        return
     if not rows:
         console.print(f"[dim]no messages for {session} from seq {from_seq}[/]")
         return
     # Plain aligned lines rather than a table: a table squeezes the text column to
     # nothing on a narrow terminal or a pipe, and these rows are mostly text.
     console.print(f"[dim]{'seq':>5}  {'type':<11} {'tokens':>6}  source line / text[/]")
-    for seq, type_, source_line, text, tokens in rows:
+    for seq, type_, source_line, text, tokens, _turn in rows:
         body = text if full else one_line(text, 160)
         source = f"[yellow]{escape(source_line)}[/] " if source_line else ""
         console.print(f"{seq:>5}  [cyan]{type_:<11}[/] [dim]{tokens:>6}[/]  {source}"
@@ -537,35 +654,89 @@ def chat(id: Annotated[str | None, typer.Option("--id", help="Session to join or
         keel = await _connect(_settings())
         handle = await open_session(keel, id)
         console.print(f"[dim]{CHAT_HELP}[/]")
-        while True:
-            try:
-                line = await asyncio.to_thread(Prompt.ask, "[bold]you[/]", console=console)
-            except (EOFError, KeyboardInterrupt):
-                break
-            text = line.strip()
-            if not text:
-                continue
-            if text in ("/quit", "/exit"):
-                break
-            if text == "/new":
-                handle = await open_session(keel, None)
-            elif text == "/status":
-                console.print(_status_table(await handle.status()))
-            elif text in ("/mind", "/memo", "/now"):
-                shown: str = await getattr(handle, text[1:])()
-                console.print(escape(shown) if shown else f"[dim](no {text[1:]} yet)[/]")
-            elif text.startswith("/") and not text.startswith("//"):
-                console.print(f"[dim]unknown command; {CHAT_HELP}[/]")
-            else:
+        view = ChatView(console, whole_turns=True)
+        # One subscriber per session for the whole chat: it shows background inputs and
+        # the replies to them whenever they come, the person's own turns too.
+        reader = await _chat_reader(keel, handle, view)
+        try:
+            while True:
                 try:
-                    accepted = await handle.send(text)
-                except MessageRejectedError as err:
-                    error(str(err))
+                    view.prompting = True
+                    line = await asyncio.to_thread(Prompt.ask, "[bold]you[/]",
+                                                   console=console)
+                except (EOFError, KeyboardInterrupt):
+                    break
+                finally:
+                    view.prompting = False
+                text = line.strip()
+                if not text:
                     continue
-                with working("thinking…"):
-                    outcome = await handle.wait_reply(accepted.seq)
-                _print_outcome(outcome)
+                if text in ("/quit", "/exit"):
+                    break
+                if text == "/new":
+                    reader.cancel()
+                    handle = await open_session(keel, None)
+                    reader = await _chat_reader(keel, handle, view)
+                elif text == "/status":
+                    console.print(_status_table(await handle.status()))
+                elif text in ("/mind", "/memo", "/now"):
+                    shown: str = await getattr(handle, text[1:])()
+                    console.print(escape(shown) if shown else f"[dim](no {text[1:]} yet)[/]")
+                elif text.startswith("/") and not text.startswith("//"):
+                    console.print(f"[dim]unknown command; {CHAT_HELP}[/]")
+                else:
+                    try:
+                        await _needs_worker(keel, handle, _say(handle, text, view, reader))
+                    except MessageRejectedError as err:
+                        error(str(err))
+        finally:
+            reader.cancel()
         console.print(f"[dim]left {handle.session_id}; it keeps running.[/]")
+    _run(main())
+
+
+class ChatView(LiveView):
+    """The chat's view: an event that arrives while the person is at the prompt is printed
+    above it, and the prompt is shown again."""
+
+    prompting = False
+
+    def _line(self, markup: str) -> None:
+        if self.prompting and not self.mid_line:
+            self.console.print()
+            super()._line(markup)
+            self.console.print("[bold]you[/]: ", end="")
+            return
+        super()._line(markup)
+
+
+async def _chat_reader(keel: KeelClient, handle: SessionHandle, view: LiveView
+                       ) -> asyncio.Task[None]:
+    after = await _needs_worker(keel, handle, handle.event_offset())
+    return asyncio.create_task(_follow(handle, after, view))
+
+
+@app.command()
+def tail(
+    session: str,
+    from_: Annotated[int | None, typer.Option(
+        "--from", help="First offset to show (default: only what happens from now).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object a line.")] = False,
+) -> None:
+    """Follow a session's events: inputs, streamed replies, tool calls, checkpoints, errors.
+    Ends when the session ends; Ctrl-C leaves."""
+    async def main() -> None:
+        keel = await _connect(_settings())
+        handle = keel.session(session)
+        after = from_ if from_ is not None else await _needs_worker(
+            keel, handle, handle.event_offset())
+        view = LiveView(console)
+        async for offset, event in handle.events(after=after):
+            if as_json:
+                sys.stdout.write(json.dumps(event_dict(offset, event)) + "\n")
+                sys.stdout.flush()
+            else:
+                view.show(offset, event)
     _run(main())
 
 

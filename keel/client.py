@@ -38,7 +38,7 @@ from keel._errors import (
     refusals,
     start_with_message_refused,
 )
-from keel.events import EventsMissed, Transport, session_events
+from keel.events import EventsMissed, Transport, session_events, stream_offset
 from schemas.config import KeelSettings
 from schemas.events import SessionEvent
 from schemas.session import (
@@ -175,6 +175,12 @@ class SessionHandle:
 
     async def now(self) -> str:
         return await self._text(Handler.NOW)
+
+    async def event_offset(self) -> int:
+        """The offset the session's next event will have (`events(after=...)` from it
+        shows only what happens from now on)."""
+        async with refusals(self.handle):
+            return await stream_offset(self.client, self.session_id)
 
     def events(self, after: int = 0, *, transport: Transport = Transport.UPDATE,
                stop_at_end: bool = True,

@@ -110,6 +110,11 @@ async def session_events(
             return
 
 
+async def stream_offset(client: Client, session_id: str) -> int:
+    """The session's next offset: where a reader starts to see only what happens next."""
+    return await WorkflowStreamClient.create(client, session_id).get_offset()
+
+
 async def _by_update(client: Client, session_id: str, after: int,
                      cooldown: timedelta) -> AsyncIterator[tuple[int, bytes]]:
     stream = WorkflowStreamClient.create(client, session_id)

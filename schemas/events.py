@@ -104,6 +104,11 @@ class TurnEnded(_Event):
     reply_chars: int = 0
     reply_preview: Preview = ""
     error: Reason | None = None
+    model: Name | None = None  # the model that answered (schemas.model.OFFLINE_MODEL_NAME)
+    # The context after the turn, for a footer: tokens used, of the window, checkpoint at.
+    context_tokens: int | None = None
+    context_window: int | None = None
+    checkpoint_threshold: int | None = None
 
 
 class TextDelta(_Event):

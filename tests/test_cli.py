@@ -155,7 +155,7 @@ async def test_commands_find_the_dev_stack_from_its_stack_file(cli_env, tmp_path
     sid = f"nope-{uuid.uuid4().hex[:6]}"
     out = await keel(from_file, "status", sid, code=1)
     assert "not found" in out  # Temporal reached and asked
-    assert f"no messages for {sid}" in await keel(from_file, "record", sid)
+    assert f"no session {sid!r} in the record" in await keel(from_file, "record", sid, code=1)
 
 
 async def test_worker_process_serves_and_stops_on_sigterm(cli_env):

@@ -358,7 +358,10 @@ class SessionWorkflow:
             error=error, stopped_reason=state.stopped_reason)
         self.events.emit(TurnEnded, turn=state.turn, reply_seq=outcome.reply_seq,
                          reply_chars=len(outcome.reply_text),
-                         reply_preview=outcome.reply_text, error=error)
+                         reply_preview=outcome.reply_text, error=error,
+                         model=self.observer.model, context_tokens=state.context_tokens,
+                         context_window=state.config.context_window,
+                         checkpoint_threshold=self.window.threshold)
         self.observer.turn_ended(error=error)
         for seq in answered:
             self.outcomes[seq] = outcome
