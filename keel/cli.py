@@ -11,6 +11,7 @@ import asyncio
 import atexit
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -134,10 +135,12 @@ def failure_line(err: BaseException) -> str | None:
     if isinstance(err, psycopg.Error):
         return f"PostgreSQL: {one_line(str(err), 300)}"
     if isinstance(err, RuntimeError) and "connect" in str(err).lower():
-        # Client.connect: "Failed client connect: ..." with the transport error as cause.
-        cause = f" ({one_line(str(err.__cause__), 200)})" if err.__cause__ else ""
-        return (f"Temporal is unreachable: {err}{cause}: check TEMPORAL_ADDRESS, or start "
-                "the stack with `keel dev`")
+        # Client.connect: "Failed client connect: Server connection error: tonic::...
+        # message: \"Connection refused\" ...": the OS's message is the useful part.
+        text = f"{err} {err.__cause__ or ''}"
+        why = re.search(r'message: "([^"]+)"', text)
+        return (f"Temporal is unreachable ({why.group(1).lower() if why else one_line(text, 160)})"
+                ": check TEMPORAL_ADDRESS, or start the stack with `keel dev`")
     if isinstance(err, OSError) and err.errno is not None:
         return f"{err.strerror or err}: {err.filename or ''}".rstrip(": ")
     if isinstance(err, asyncio.CancelledError):

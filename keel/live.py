@@ -125,6 +125,8 @@ class LiveView:
     def _on_InputRecorded(self, e: InputRecorded) -> None:
         if e.source_line and e.kind != "user":
             self._line(f"[yellow]{escape(e.source_line)}[/] [dim]#{e.seq}[/]")
+        elif not self.whole_turns:  # a chat shows the person's words already; tail does not
+            self._line(f"[dim]{escape(e.kind)} input #{e.seq}[/]")
 
     def _on_TurnStarted(self, e: TurnStarted) -> None:
         if e.turn is not None:
