@@ -30,7 +30,7 @@ from rich.table import Table
 from temporalio.api.enums.v1 import EventType, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import WorkflowHistory
+from temporalio.client import WorkflowHistory, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
@@ -104,16 +104,25 @@ def _run(main: Coroutine[Any, Any, T]) -> T:
     try:
         return asyncio.run(main)
     except KeyboardInterrupt:
-        error("interrupted (Ctrl-C); sessions keep running in Temporal")
+        error(INTERRUPTED)
         raise typer.Exit(130) from None
     except typer.Exit:
         raise
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        # What Ctrl-C becomes inside a waiting update call: asyncio cancels the command,
+        # the SDK turns the cancel into this error, and asyncio.run raises that instead.
+        error(INTERRUPTED)
+        raise typer.Exit(130) from None
     except Exception as err:
         line = failure_line(err)
         if line is None or os.environ.get("KEEL_TRACEBACK"):
             raise
         error(line)
     raise typer.Exit(1)
+
+
+INTERRUPTED = ("interrupted (Ctrl-C); sessions keep running in Temporal: "
+               "`keel status SESSION` shows one")
 
 
 def failure_line(err: BaseException) -> str | None:
