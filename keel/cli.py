@@ -359,7 +359,7 @@ def send(
 
 # A command that waits on a session says, after this long, when no worker polls its queue.
 NO_WORKER_AFTER_S = float(os.environ.get("KEEL_NO_WORKER_AFTER_S", "10"))
-POLLER_FRESH_S = 120  # a poller seen longer ago than this has gone (pollers long-poll 60 s)
+POLLER_FRESH_S = 90  # a poller seen longer ago than this has gone (pollers long-poll 60 s)
 CATCH_UP_S = 3.0  # how long a finished turn's events may trail its outcome
 
 
@@ -372,19 +372,34 @@ async def _needs_worker(keel: KeelClient, handle: SessionHandle,
         while True:
             done, _ = await asyncio.wait({task}, timeout=NO_WORKER_AFTER_S)
             if done:
-                return task.result()
+                try:
+                    return task.result()
+                except RPCError as err:
+                    # A query fails at once when the server has seen no poller lately, or
+                    # times out when the one it saw has gone.
+                    if err.status not in (RPCStatusCode.FAILED_PRECONDITION,
+                                          RPCStatusCode.CANCELLED,
+                                          RPCStatusCode.DEADLINE_EXCEEDED):
+                        raise
+                    queue = await _queue_without_worker(keel, handle.session_id)
+                    if queue is None:
+                        raise
+                    raise _no_worker(queue, handle.session_id) from err
             queue = await _queue_without_worker(keel, handle.session_id)
             if queue is not None:
-                raise CliError(
-                    f"no worker polls the task queue {queue!r}: start one with `keel dev` "
-                    "(everything on this machine) or `keel worker` (TEMPORAL_ADDRESS and "
-                    "DATABASE_URL set); what was sent may still be taken when one starts "
-                    f"(see `keel record {handle.session_id}`)")
+                raise _no_worker(queue, handle.session_id)
     finally:
         if not task.done():
             task.cancel()
             with suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+def _no_worker(queue: str, session_id: str) -> CliError:
+    return CliError(
+        f"no worker polls the task queue {queue!r}: start one with `keel dev` (everything on "
+        "this machine) or `keel worker` (TEMPORAL_ADDRESS and DATABASE_URL set); what was "
+        f"sent may still be taken when one starts (see `keel record {session_id}`)")
 
 
 async def _queue_without_worker(keel: KeelClient, session_id: str) -> str | None:

@@ -22,6 +22,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from keel.cli import app
+from keel.client import KeelClient
 from tests.harness import keel_worker, make_settings
 
 
@@ -183,3 +184,66 @@ async def test_worker_process_serves_and_stops_on_sigterm(cli_env):
             proc.kill()
     assert proc.returncode == 0, seen + rest
     assert "stopped" in rest
+
+
+async def test_send_wait_streams_the_turn_and_says_when_no_worker_polls(client, settings,
+                                                                         cli_env):
+    sid = f"sw-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings):
+        await keel(cli_env, "start", "--id", sid)
+        out = await keel(cli_env, "send", sid, "Work through the queue", "--wait")
+        lines = out.splitlines()
+        assert lines[0].startswith("seq ")
+        # The offline model reads the queue with a tool: one line per call and result.
+        assert any(line.startswith("→ read_file") for line in lines), out
+        assert any(line.startswith("← read_file") for line in lines), out
+        assert "context 0%" in lines[-1] and "offline deterministic model" in lines[-1]
+    # A session on a queue no worker polls: the wait ends with what to do, not a hang.
+    lonely = KeelClient(client, f"nobody-{uuid.uuid4().hex[:6]}", settings)
+    await lonely.start_session(sid + "-alone")
+    quick = dict(cli_env, KEEL_NO_WORKER_AFTER_S="1")
+    out = await keel(quick, "send", sid + "-alone", "anyone there?", "--wait", code=1)
+    assert "no worker polls the task queue" in out and "keel dev" in out
+    assert "Traceback" not in out
+
+
+async def test_tail_json_from_an_offset(client, settings, cli_env):
+    sid = f"tj-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as k:
+        session = await k.start_session(sid)
+        await session.ask("hello")
+        await session.ask("again")
+        events = [e async for _, e in _take(session.events(after=0), 8)]
+        ended_at = next(i for i, e in enumerate(events) if e.type == "turn_ended")
+        proc = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).parent / "keel"), "tail", sid, "--from",
+            str(ended_at + 1), "--json", env={**os.environ, **cli_env},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        assert proc.stdout is not None
+        lines = [json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+                 for _ in range(3)]
+        proc.terminate()
+        await proc.wait()
+    assert [line["offset"] for line in lines] == [ended_at + 1, ended_at + 2, ended_at + 3]
+    assert lines[0]["type"] == "input_recorded" and lines[0]["seq"] == 3
+    assert lines[1]["type"] == "turn_started" and lines[1]["turn"] == 2
+
+
+async def _take(items, n):
+    async for item in items:
+        yield item
+        n -= 1
+        if n == 0:
+            return
+
+
+async def test_unreachable_postgres_is_one_line(cli_env):
+    env = {**os.environ, **cli_env, "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "keel"), "worker", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    text = out.decode()
+    assert proc.returncode == 1, text
+    assert "PostgreSQL is unreachable" in text and "DATABASE_URL" in text
+    assert "Traceback" not in text and len(text.strip().splitlines()) <= 2, text
