@@ -247,3 +247,74 @@ async def test_unreachable_postgres_is_one_line(cli_env):
     assert proc.returncode == 1, text
     assert "PostgreSQL is unreachable" in text and "DATABASE_URL" in text
     assert "Traceback" not in text and len(text.strip().splitlines()) <= 2, text
+
+
+class Pty:
+    """A command on a pseudo-terminal, read as a person would see it."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        import pty
+
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: the command
+            os.execve(argv[0], argv, env)
+        self.seen = ""
+
+    async def expect(self, text: str, timeout: float = 60, since: int = 0) -> str:
+        """The screen once `text` shows on it after position `since`."""
+        import re as _re
+
+        deadline = time.monotonic() + timeout
+        while True:
+            plain = _re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\r", "", self.seen)
+            if text in plain[since:]:
+                return plain
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} not seen; the screen:\n{plain}")
+            try:
+                chunk = await asyncio.to_thread(_read_some, self.fd)
+            except OSError:
+                chunk = b""
+            self.seen += chunk.decode(errors="replace")
+
+    def send(self, text: str) -> None:
+        os.write(self.fd, text.encode())
+
+    def close(self) -> None:
+        with __import__("contextlib").suppress(ProcessLookupError, ChildProcessError):
+            os.kill(self.pid, signal.SIGTERM)
+            os.waitpid(self.pid, 0)
+        os.close(self.fd)
+
+
+def _read_some(fd: int) -> bytes:
+    import select
+
+    ready, _, _ = select.select([fd], [], [], 0.5)
+    return os.read(fd, 4096) if ready else b""
+
+
+async def test_chat_shows_a_watch_and_its_reply_while_the_person_is_idle(client, settings,
+                                                                         cli_env):
+    sid = f"pty-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as k:
+        chat = Pty([str(Path(sys.executable).parent / "keel"), "chat", "--id", sid],
+                   {**os.environ, **cli_env, "TERM": "xterm"})
+        try:
+            await chat.expect("you")
+            chat.send("Hello from the terminal\r")
+            screen = await chat.expect("offline deterministic model")  # the footer
+            assert "keel: [offline model]" in screen
+            before = len(screen)
+            # The person is idle at the prompt; a Watch fires and the session answers it.
+            await k.session(sid).watch("ci-7", "CI status", "The main build is green.")
+            screen = await chat.expect('[Harness: Watch ci-7 "CI status"]', since=before)
+            screen = await chat.expect("context ", since=screen.index("ci-7", before))
+            later = screen[before:]
+            assert '[Harness: Watch ci-7 "CI status"]' in later
+            assert later.count("offline deterministic model") >= 1, later
+            assert "keel: [offline model]" in later
+            chat.send("/quit\r")
+            await chat.expect(f"left {sid}")
+        finally:
+            chat.close()
