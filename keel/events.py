@@ -29,8 +29,7 @@ from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStreamClient
 from temporalio.service import RPCError, RPCStatusCode
 
-from schemas.events import SessionEnded, SessionEvent, parse_event
-from workflows.events import TOPIC
+from schemas.events import TOPIC, SessionEnded, SessionEvent, parse_event
 
 log = logging.getLogger(__name__)
 

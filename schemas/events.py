@@ -18,6 +18,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, ValidationError
 
+# The stream's one topic: the workflow publishes on it, readers subscribe to it.
+TOPIC = "events"
+
 # --- bounds ----------------------------------------------------------------------------------
 
 SHORT_INPUT_CHARS = 200  # a tool call's input, an input's source line

@@ -204,3 +204,49 @@ async def test_one_log_line_per_turn_with_its_figures(client, database_url, tmp_
     assert turn["input_tokens"] > 0 and turn["output_tokens"] > 0
     assert "cached_tokens" in turn and turn["checkpoint"] is False
     assert turn["duration_s"] >= 0
+
+
+async def test_a_checkpoint_logs_one_line_and_traces_its_steps(client, database_url, tmp_path,
+                                                               fake_anthropic, log_stream):
+    from keel.client import session_config
+    from tests.checkpoint_model import CheckpointModel, good_checkpoint
+
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    settings.log_format = "json"
+    configure_logging(settings, level="INFO", stream=log_stream)
+    fake_anthropic.responder = CheckpointModel(good_checkpoint)
+    filler = " ".join(f"w{i % 97}" for i in range(1_000))
+    exporter = InMemorySpanExporter()
+    session_id = f"cp-{uuid.uuid4().hex[:8]}"
+    try:
+        interceptors = [ActivityContextInterceptor(),
+                        *tracing_interceptors(settings, exporter=exporter)]
+        async with build_worker(client, settings, interceptors=interceptors):
+            keel = KeelClient(client, settings.task_queue, settings)
+            session = await keel.start_session(session_id, config=session_config(
+                settings, context_window=12_000, max_output_tokens=512))
+            for i in range(7):
+                await session.ask(f"Part {i}: {filler}")
+            assert (await session.status()).checkpoint_count >= 1
+        flush_tracing()
+        spans = exporter.get_finished_spans()
+    finally:
+        shutdown_tracing()
+    lines = [json.loads(line) for line in log_stream.getvalue().splitlines()
+             if line.startswith("{")]
+    stored = [line for line in lines if line["event"] == "checkpoint stored"]
+    assert stored, [line["event"] for line in lines]
+    line = stored[0]
+    assert line["session_id"] == session_id and line["kind"] == "full"
+    assert line["tokens_after"] < line["tokens_before"]
+    assert line["rounds"] >= 1 and line["repair"] is False and line["fallbacks"] == []
+    turns = [t for t in lines if t["event"] == "turn ended"]
+    assert len(turns) == 7 and any(t["checkpoint"] for t in turns)
+    checkpoint = next(s for s in spans if s.name == "Checkpoint"
+                      and s.attributes["keel.session_id"] == session_id)
+    assert checkpoint.attributes["keel.checkpoint_kind"] == "full"
+    assert checkpoint.attributes["keel.checkpoint_id"] == line["checkpoint_id"]
+    steps = {s.name for s in spans if s.context.trace_id == checkpoint.context.trace_id}
+    assert {"RunActivity:prepare_checkpoint", "RunActivity:checkpoint_round",
+            "RunActivity:store_checkpoint"} <= steps, steps
+    assert "RunActivity:call_model" not in steps  # the turn's own calls are in its trace
