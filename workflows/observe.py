@@ -101,7 +101,7 @@ class TurnObserver:
         self.tool_calls = 0
         self.checkpoints = 0
         self.model = state.config.model
-        self._checkpoint_attrs: dict[str, Any] = {}
+        self._pending: _Span | None = None  # the checkpoint span, until its outcome
 
     def _ids(self) -> dict[str, Any]:
         info = workflow.info()
@@ -160,11 +160,14 @@ class TurnObserver:
         span = _open(f"{state.session_id}/checkpoint/{n}", "Checkpoint", {
             "keel.session_id": state.session_id, "keel.turn": state.turn,
             "keel.model": state.config.model})
-        self._checkpoint_attrs = {}
         try:
             yield
         finally:
-            _close(span, self._checkpoint_attrs)
+            # Closed by checkpoint_stored / checkpoint_failed, which know how it went.
+            if span.token is not None:
+                otel_context.detach(span.token)  # type: ignore[arg-type]
+                span.token = None
+            self._pending = span
             if outer is not None and outer.carrier:
                 outer.token = otel_context.attach(extract(outer.carrier,
                                                           context=otel_context.get_current()))
@@ -178,7 +181,7 @@ class TurnObserver:
                   "tokens_before": before, "tokens_after": stored.window_tokens_after,
                   "fallbacks": list(stored.fallbacks), "rounds": rounds, "repair": repair}
         workflow.logger.info("checkpoint stored", extra={"keel": fields})
-        self._checkpoint_attrs = {
+        attrs = {
             "keel.checkpoint_id": stored.checkpoint_id or "", "keel.checkpoint_kind": kind.value,
             "keel.tokens_before": before, "keel.tokens_after": stored.window_tokens_after,
             "keel.fallbacks": list(stored.fallbacks), "keel.rounds": rounds,
@@ -187,11 +190,16 @@ class TurnObserver:
             span = _open(f"{self.state.session_id}/move/{self.state.checkpoint_count}",
                          "Checkpoint", {"keel.session_id": self.state.session_id,
                                         "keel.turn": self.state.turn})
-            _close(span, self._checkpoint_attrs)  # detaching it restores the turn's
+            _close(span, attrs)  # detaching it restores the turn's
+        elif self._pending is not None:
+            _close(self._pending, attrs)
+            self._pending = None
 
     def checkpoint_failed(self, chain: CheckpointChain, before: int) -> None:
         fields = {**self._ids(), "reason": chain.last_reason, "tokens_before": before,
                   "rounds": chain.last_rounds, "repair": chain.last_repair}
         workflow.logger.warning("checkpoint failed", extra={"keel": fields})
-        self._checkpoint_attrs = {"keel.checkpoint_failed": chain.last_reason,
-                                  "keel.tokens_before": before}
+        if self._pending is not None:
+            _close(self._pending, {"keel.checkpoint_failed": chain.last_reason,
+                                   "keel.tokens_before": before})
+            self._pending = None
