@@ -105,6 +105,7 @@ class PrepareResult(BaseModel):
     reason: str = ""
     cut_seq: int = 0
     candidates: int = 0
+    view: str = "full"  # what the checkpoint turn is shown (schemas.checkpoint.policy)
 
 
 class RoundInput(BaseModel):
@@ -288,7 +289,8 @@ class CheckpointActivities:
             await conn.execute(
                 "UPDATE checkpoint_attempts SET rounds = %s WHERE attempt_id=%s",
                 (json.dumps([{"meta": data.model_dump()}]), data.attempt_id))
-            return PrepareResult(ok=True, cut_seq=cut, candidates=len(candidates))
+            return PrepareResult(ok=True, cut_seq=cut, candidates=len(candidates),
+                                 view=view.value)
 
     async def _kept_rows(self, conn: AsyncConnection, session_id: str,
                          previous: PreviousCheckpoint | None) -> list[RecordRow]:

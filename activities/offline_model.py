@@ -16,9 +16,10 @@ from typing import Any
 from schemas.checkpoint.mind import MindDocument
 from schemas.checkpoint.request import MEMO_FILE, MIND_FILE
 from schemas.checkpoint.request import REQUEST_MARKER as CHECKPOINT_MARKER
+from schemas.model import OFFLINE_MODEL_NAME
 from schemas.tokens import count_tokens
 
-NAME = "keel-offline-model"
+NAME = OFFLINE_MODEL_NAME
 TAG = "[offline model]"
 MEMORY_FENCE = "<memory-context"
 

@@ -21,13 +21,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from anthropic.types import Message
 from psycopg import AsyncConnection
 from pydantic import BaseModel, Field, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.db import get_pool
+from activities.events import DeltaPublisher
 from activities.model import create_message, with_heartbeat
+from activities.model_stream import stream_message
 from activities.record import (
     FenceInput,
     Inserted,
@@ -56,6 +59,7 @@ from schemas.context import (
     fit_newest_tool_output,
     with_cache_breakpoints,
 )
+from schemas.events import SHORT_INPUT_CHARS, SHORT_OUTPUT_CHARS, cut
 from schemas.messages import MessageType, ModelReply, RecordRow, ToolCall, Usage
 from schemas.text import make_storable, make_storable_json
 from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL, MEMORY_TOOLS
@@ -119,6 +123,7 @@ class ToolOutcome(BaseModel):
     seq: int
     token_count: int
     is_error: bool
+    preview: str = ""  # the result's start, for the event stream (schemas.events cuts it)
 
 
 class LoadedWindow(BaseModel):
@@ -285,7 +290,7 @@ class SessionActivities:
                 "model": data.model, "max_tokens": data.window.max_output_tokens,
                 "system": system, "messages": messages, "tools": tools,
             }
-            message = await with_heartbeat(create_message(self.settings.model, request))
+            message = await self._ask_model(data, request)
             blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
             blocks = [b for b in blocks if b.get("type") in ("text", "tool_use")]
             for b in blocks:
@@ -305,14 +310,24 @@ class SessionActivities:
             usage = message.usage
             reply = ModelReply(
                 seq=data.reply_seq, stop_reason=message.stop_reason,
-                tool_calls=[ToolCall(id=b["id"], name=b["name"]) for b in blocks
-                            if b["type"] == "tool_use"],
+                tool_calls=[ToolCall(id=b["id"], name=b["name"],
+                                     input_preview=_preview(b.get("input")))
+                            for b in blocks if b["type"] == "tool_use"],
                 usage=Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
                             cache_read_input_tokens=usage.cache_read_input_tokens or 0,
                             cache_creation_input_tokens=usage.cache_creation_input_tokens or 0),
                 text=text, reply_tokens=inserted.token_count, model=message.model)
             return ModelCallResult(reply=reply, fit=size, estimated_tokens=estimate,
                                    output_cut=output_cut, notes=notes, replaced=replaced)
+
+    async def _ask_model(self, data: ModelCallInput, request: dict[str, Any]) -> Message:
+        """The model's reply; its text streamed onto the session's events as it comes."""
+        if not self.settings.model.stream:
+            return await with_heartbeat(create_message(self.settings.model, request))
+        async with DeltaPublisher.for_activity(data.session_id, data.turn,
+                                               data.reply_seq) as deltas:
+            return await with_heartbeat(stream_message(self.settings.model, request,
+                                                       deltas.add))
 
     def _estimate(self, window: LoadedWindow, rows: list[RecordRow], ratio: float,
                   memory_block: str, tools: list[dict[str, Any]]) -> int:
@@ -325,11 +340,13 @@ class SessionActivities:
         async with await self._conn() as conn:
             input_id = f"result-{data.tool_use_id}"
             existing = await (await conn.execute(
-                "SELECT seq, token_count, content FROM messages WHERE session_id=%s"
+                "SELECT seq, token_count, content, content_text FROM messages"
+                " WHERE session_id=%s"
                 " AND input_id=%s", (data.session_id, input_id))).fetchone()
             if existing:
                 return ToolOutcome(seq=existing[0], token_count=existing[1],
-                                   is_error=bool((existing[2] or {}).get("is_error")))
+                                   is_error=bool((existing[2] or {}).get("is_error")),
+                                   preview=cut(existing[3] or "", SHORT_OUTPUT_CHARS))
             assistant = await load_seqs(conn, data.session_id, [data.assistant_seq])
             call = next((b for b in (assistant[0].content or []) if isinstance(b, dict)
                          and b.get("id") == data.tool_use_id), None) if assistant else None
@@ -356,7 +373,8 @@ class SessionActivities:
                 session_id=data.session_id, seq=data.result_seq, input_id=input_id,
                 type=MessageType.TOOL_RESULT, text=text, turn=data.turn, content=content))
             return ToolOutcome(seq=inserted.seq, token_count=inserted.token_count,
-                               is_error=output.is_error)
+                               is_error=output.is_error,
+                               preview=cut(output.text, SHORT_OUTPUT_CHARS))
 
 
     async def _memory_tool(self, conn: AsyncConnection, data: ToolInput, name: str,
@@ -393,6 +411,12 @@ class SessionActivities:
             return ToolOutput(f"write_card failed: {err}", is_error=True)
         return ToolOutput(f"{out.op.value} {out.path or ''} {out.note}".strip(),
                           meta={"card": out.path})
+
+
+def _preview(value: Any) -> str:
+    """A tool call's input as compact JSON, cut for an event."""
+    return cut(json.dumps(value or {}, separators=(",", ":"), ensure_ascii=False,
+                          default=str), SHORT_INPUT_CHARS)
 
 
 def _scrub(text: str) -> str:

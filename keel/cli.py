@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import json
 import os
 import re
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack, suppress
@@ -25,8 +27,10 @@ import typer
 from rich.markup import escape
 from rich.prompt import Prompt
 from rich.table import Table
-from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowHistory
+from temporalio.api.enums.v1 import EventType, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import WorkflowHistory, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
@@ -40,7 +44,8 @@ from keel.client import (
 )
 from keel.console import console, error, key_values, one_line, redact_url, working
 from keel.demo import DEFAULT_TURNS
-from keel.record import read_record
+from keel.live import LiveView, event_dict
+from keel.record import RecordEntry, read_record
 from schemas.config import KeelSettings
 from schemas.session import SessionStatus, TurnOutcome
 
@@ -104,25 +109,63 @@ def _refusal_line(err: BaseException) -> str:
 
 
 def _run(main: Coroutine[Any, Any, T]) -> T:
-    """Run a command's coroutine; known failures become one readable line and exit 1."""
+    """Run a command's coroutine. Every ordinary failure ends here as one line saying what
+    to do (`failure_line`) and exit 1; Ctrl-C as one line and exit 130. Never a traceback:
+    set KEEL_TRACEBACK=1 to see one."""
     try:
         return asyncio.run(main)
-    except CliError as err:
-        error(_refusal_line(err))
-    except KeelError as err:  # a refusal by type (keel._errors): its one line
-        error(_refusal_line(err))
-    except RPCError as err:
-        message = _refusal_line(RuntimeError(err.message))
-        if err.status == RPCStatusCode.NOT_FOUND:
-            error(f"not found: {message} (is the session id right?)")
-        elif err.status == RPCStatusCode.UNAVAILABLE:
-            error(f"Temporal is unreachable: {message}")
-        else:
-            error(f"Temporal answered {err.status.name if err.status else 'an error'}: "
-                  f"{message}")
-    except RuntimeError as err:  # e.g. the client could not connect to the address
-        error(f"{err}: {err.__cause__}" if err.__cause__ else str(err))
+    except KeyboardInterrupt:
+        error(INTERRUPTED)
+        raise typer.Exit(130) from None
+    except typer.Exit:
+        raise
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        # What Ctrl-C becomes inside a waiting update call: asyncio cancels the command,
+        # the SDK turns the cancel into this error, and asyncio.run raises that instead.
+        error(INTERRUPTED)
+        raise typer.Exit(130) from None
+    except Exception as err:
+        line = failure_line(err)
+        if line is None or os.environ.get("KEEL_TRACEBACK"):
+            raise
+        error(line)
     raise typer.Exit(1)
+
+
+INTERRUPTED = ("interrupted (Ctrl-C); sessions keep running in Temporal: "
+               "`keel status SESSION` shows one")
+
+
+def failure_line(err: BaseException) -> str | None:
+    """The one line for an ordinary failure, by its type; None for a bug (a traceback)."""
+    if isinstance(err, CliError | KeelError):  # KeelError: a refusal by type (keel._errors)
+        return _refusal_line(err)
+    if isinstance(err, RPCError):
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return f"not found: {err.message} (is the session id right?)"
+        if err.status == RPCStatusCode.UNAVAILABLE:
+            return (f"Temporal is unreachable ({err.message}): check TEMPORAL_ADDRESS, or "
+                    "start the stack with `keel dev`")
+        return (f"Temporal answered {err.status.name if err.status else 'an error'}: "
+                f"{err.message}")
+    if isinstance(err, psycopg.OperationalError):
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return (f"PostgreSQL is unreachable ({first}): check DATABASE_URL, or start the "
+                "stack with `keel dev`")
+    if isinstance(err, psycopg.Error):
+        return f"PostgreSQL: {one_line(str(err), 300)}"
+    if isinstance(err, RuntimeError) and "connect" in str(err).lower():
+        # Client.connect: "Failed client connect: Server connection error: tonic::...
+        # message: \"Connection refused\" ...": the OS's message is the useful part.
+        text = f"{err} {err.__cause__ or ''}"
+        why = re.search(r'message: "([^"]+)"', text)
+        return (f"Temporal is unreachable ({why.group(1).lower() if why else one_line(text, 160)})"
+                ": check TEMPORAL_ADDRESS, or start the stack with `keel dev`")
+    if isinstance(err, OSError) and err.errno is not None:
+        return f"{err.strerror or err}: {err.filename or ''}".rstrip(": ")
+    if isinstance(err, asyncio.CancelledError):
+        return "cancelled"
+    return None
 
 
 def _settings() -> KeelSettings:
@@ -167,15 +210,6 @@ def _status_table(status: SessionStatus) -> Table:
         *([("stopped", status.stopped_reason)] if status.stopped_reason else []),
         *([("last error", status.last_error)] if status.last_error else []),
     ])
-
-
-def _print_outcome(outcome: TurnOutcome) -> None:
-    if outcome.error:
-        console.print(f"[red]{escape(outcome.error)}[/]")
-    if outcome.reply_text:
-        console.print(f"[bold green]keel[/]: {escape(outcome.reply_text)}")
-    if outcome.stopped_reason and outcome.stopped_reason != outcome.error:
-        console.print(f"[yellow]{escape(outcome.stopped_reason)}[/]")
 
 
 def _install_stop_signals(stop: asyncio.Event) -> None:
@@ -379,16 +413,117 @@ def send(
     text: str,
     wait: Annotated[bool, typer.Option("--wait", "-w", help="Wait for the reply.")] = False,
 ) -> None:
-    """Send the user's message; prints its seq (and the reply with --wait)."""
+    """Send the user's message; prints its seq (and, with --wait, the reply as it streams,
+    its tool calls and results, checkpoints, and a footer of context use)."""
     async def main() -> None:
-        handle = await _session(session)
-        accepted = await handle.send(text)
-        console.print(f"seq {accepted.seq}")
-        if wait:
-            with working("Waiting for the reply…"):
-                outcome = await handle.wait_reply(accepted.seq)
-            _print_outcome(outcome)
+        keel = await _connect(_settings())
+        handle = keel.session(session)
+        if not wait:
+            accepted = await _needs_worker(keel, handle, handle.send(text))
+            console.print(f"seq {accepted.seq}")
+            return
+        await _needs_worker(keel, handle, _say(handle, text, LiveView(console,
+                                                                    whole_turns=True)))
     _run(main())
+
+
+# A command that waits on a session says, after this long, when no worker polls its queue.
+NO_WORKER_AFTER_S = float(os.environ.get("KEEL_NO_WORKER_AFTER_S", "10"))
+POLLER_FRESH_S = 90  # a poller seen longer ago than this has gone (pollers long-poll 60 s)
+CATCH_UP_S = 3.0  # how long a finished turn's events may trail its outcome
+
+
+async def _needs_worker(keel: KeelClient, handle: SessionHandle,
+                        call: Coroutine[Any, Any, T]) -> T:
+    """Run `call` (which a worker must serve); if it is still waiting after
+    NO_WORKER_AFTER_S and no worker polls the session's task queue, stop and say so."""
+    task = asyncio.ensure_future(call)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=NO_WORKER_AFTER_S)
+            if done:
+                try:
+                    return task.result()
+                except RPCError as err:
+                    # A query fails at once when the server has seen no poller lately, or
+                    # times out when the one it saw has gone.
+                    if err.status not in (RPCStatusCode.FAILED_PRECONDITION,
+                                          RPCStatusCode.CANCELLED,
+                                          RPCStatusCode.DEADLINE_EXCEEDED):
+                        raise
+                    queue = await _queue_without_worker(keel, handle.session_id)
+                    if queue is None:
+                        raise
+                    raise _no_worker(queue, handle.session_id) from err
+            queue = await _queue_without_worker(keel, handle.session_id)
+            if queue is not None:
+                raise _no_worker(queue, handle.session_id)
+    finally:
+        if not task.done():
+            task.cancel()
+            with suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+def _no_worker(queue: str, session_id: str) -> CliError:
+    return CliError(
+        f"no worker polls the task queue {queue!r}: start one with `keel dev` (everything on "
+        "this machine) or `keel worker` (TEMPORAL_ADDRESS and DATABASE_URL set); what was "
+        f"sent may still be taken when one starts (see `keel record {session_id}`)")
+
+
+async def _queue_without_worker(keel: KeelClient, session_id: str) -> str | None:
+    """The session's task queue when no worker has polled it lately (DescribeTaskQueue's
+    pollers), else None."""
+    try:
+        queue = (await keel.client.get_workflow_handle(session_id).describe()).task_queue
+    except RPCError:
+        return None  # the call itself will say what is wrong
+    described = await keel.client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(namespace=keel.client.namespace,
+                                 task_queue=TaskQueue(name=queue),
+                                 task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
+    now = time.time()
+    fresh = [p for p in described.pollers
+             if not p.HasField("last_access_time")
+             or now - p.last_access_time.ToSeconds() < POLLER_FRESH_S]
+    return None if fresh else queue
+
+
+async def _follow(handle: SessionHandle, after: int, view: LiveView) -> None:
+    async for offset, event in handle.events(after=after):
+        view.show(offset, event)
+
+
+async def _say(handle: SessionHandle, text: str, view: LiveView,
+               reader: asyncio.Task[None] | None = None) -> TurnOutcome | None:
+    """Send `text` and show the turn that answers it as it happens, through `reader` (the
+    chat's one subscriber) or a reader of its own from the stream's current offset. None
+    when the session refused the message (already said)."""
+    own = reader is None
+    if own:
+        after = await handle.event_offset()
+        reader = asyncio.create_task(_follow(handle, after, view))
+    try:
+        view.pause()  # the seq first, then what the session does with it
+        try:
+            accepted = await handle.send(text)
+            if own:
+                console.print(f"seq {accepted.seq}")
+        finally:
+            view.resume()
+        outcome = await handle.wait_reply(accepted.seq)
+        with suppress(TimeoutError):
+            async with asyncio.timeout(CATCH_UP_S):
+                while not view.outcome_shown(outcome) and not reader.done():
+                    await asyncio.sleep(0.02)
+        view.show_outcome(outcome)
+        return outcome
+    finally:
+        if own:
+            reader.cancel()
+            with suppress(asyncio.CancelledError, Exception):
+                await reader
 
 
 class SignalKind(StrEnum):
@@ -437,8 +572,8 @@ def status(session: str,
     """Phase, turn, context use and checkpoints of a session."""
     async def main() -> None:
         result = await (await _session(session)).status()
-        if as_json:
-            console.print_json(result.model_dump_json())
+        if as_json:  # plain stdout: no colour codes, no wrapping, for scripts
+            sys.stdout.write(result.model_dump_json() + "\n")
         else:
             console.print(_status_table(result))
     _run(main())
@@ -481,19 +616,35 @@ def record(
     from_seq: Annotated[int, typer.Option("--from", help="First seq.")] = 1,
     limit: Annotated[int, typer.Option(help="Most rows (at most 1,000).")] = 200,
     full: Annotated[bool, typer.Option("--full", help="Whole texts, not one line.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object a row.")] = False,
 ) -> None:
     """The conversation of record, read from PostgreSQL: seq, type, source line, text."""
     settings = _settings()
-    try:
-        url = _database_url(settings)
-        with psycopg.connect(url) as conn:
+
+    def read() -> tuple[bool, list[RecordEntry]]:
+        with psycopg.connect(_database_url(settings)) as conn:
+            known = conn.execute("SELECT 1 FROM sessions WHERE session_id = %s",
+                                 (session,)).fetchone()
             rows = read_record(conn, session, from_seq=from_seq, user_only=user, limit=limit)
-    except CliError as err:
-        error(str(err))
+        return known is not None, rows
+
+    try:
+        known, rows = read()
+    except Exception as err:
+        line = failure_line(err)
+        if line is None or os.environ.get("KEEL_TRACEBACK"):
+            raise
+        error(line)
         raise typer.Exit(1) from None
-    except psycopg.Error as err:
-        error(f"PostgreSQL: {err}")
-        raise typer.Exit(1) from None
+    if not known:
+        error(f"no session {session!r} in the record: is the session id right?")
+        raise typer.Exit(1)
+    if as_json:
+        for row in rows:
+            sys.stdout.write(json.dumps({"seq": row.seq, "type": row.type,
+                                         "source_line": row.source_line, "text": row.text,
+                                         "tokens": row.token_count, "turn": row.turn}) + "\n")
+        return
     if not rows:
         console.print(f"[dim]no messages for {session} from seq {from_seq}[/]")
         return
@@ -672,34 +823,43 @@ def chat(id: Annotated[str | None, typer.Option("--id", help="Session to join or
         keel = await _connect(_settings())
         handle = await open_session(keel, id)
         console.print(f"[dim]{CHAT_HELP}[/]")
-        while True:
-            try:
-                line = await asyncio.to_thread(Prompt.ask, "[bold]you[/]", console=console)
-            except (EOFError, KeyboardInterrupt):
-                break
-            text = line.strip()
-            if not text:
-                continue
-            if text in ("/quit", "/exit"):
-                break
-            if text == "/new":
-                handle = await open_session(keel, None)
-            elif text == "/status":
-                console.print(_status_table(await handle.status()))
-            elif text in ("/mind", "/memo", "/now"):
-                shown: str = await getattr(handle, text[1:])()
-                console.print(escape(shown) if shown else f"[dim](no {text[1:]} yet)[/]")
-            elif text.startswith("/") and not text.startswith("//"):
-                console.print(f"[dim]unknown command; {CHAT_HELP}[/]")
-            else:
+        view = ChatView(console, whole_turns=True)
+        # One subscriber per session for the whole chat: it shows background inputs and
+        # the replies to them whenever they come, the person's own turns too.
+        reader = await _chat_reader(keel, handle, view)
+        try:
+            while True:
                 try:
-                    accepted = await handle.send(text)
-                except MessageRejectedError as err:
-                    error(_refusal_line(err))
+                    view.prompting = True
+                    line = await asyncio.to_thread(Prompt.ask, "[bold]you[/]",
+                                                   console=console)
+                except (EOFError, KeyboardInterrupt):
+                    break
+                finally:
+                    view.prompting = False
+                text = line.strip()
+                if not text:
                     continue
-                with working("thinking…"):
-                    outcome = await handle.wait_reply(accepted.seq)
-                _print_outcome(outcome)
+                if text in ("/quit", "/exit"):
+                    break
+                if text == "/new":
+                    reader.cancel()
+                    handle = await open_session(keel, None)
+                    reader = await _chat_reader(keel, handle, view)
+                elif text == "/status":
+                    console.print(_status_table(await handle.status()))
+                elif text in ("/mind", "/memo", "/now"):
+                    shown: str = await getattr(handle, text[1:])()
+                    console.print(escape(shown) if shown else f"[dim](no {text[1:]} yet)[/]")
+                elif text.startswith("/") and not text.startswith("//"):
+                    console.print(f"[dim]unknown command; {CHAT_HELP}[/]")
+                else:
+                    try:
+                        await _needs_worker(keel, handle, _say(handle, text, view, reader))
+                    except MessageRejectedError as err:
+                        error(_refusal_line(err))
+        finally:
+            reader.cancel()
         console.print(f"[dim]left {handle.session_id}; it keeps running.[/]")
     _run(main())
 
@@ -813,6 +973,50 @@ def vault_search(query: str, scope: ScopeOption = "default",
             console.print(f"[cyan]{escape(hit.path)}[/] [dim]{hit.score:.3f}[/]  "
                           f"{escape(one_line(hit.snippet, 160))}")
 
+
+
+class ChatView(LiveView):
+    """The chat's view: an event that arrives while the person is at the prompt is printed
+    above it, and the prompt is shown again."""
+
+    prompting = False
+
+    def _line(self, markup: str) -> None:
+        if self.prompting and not self.mid_line:
+            self.console.print()
+            super()._line(markup)
+            self.console.print("[bold]you[/]: ", end="")
+            return
+        super()._line(markup)
+
+
+async def _chat_reader(keel: KeelClient, handle: SessionHandle, view: LiveView
+                       ) -> asyncio.Task[None]:
+    after = await _needs_worker(keel, handle, handle.event_offset())
+    return asyncio.create_task(_follow(handle, after, view))
+
+
+@app.command()
+def tail(
+    session: str,
+    from_: Annotated[int | None, typer.Option(
+        "--from", help="First offset to show (default: only what happens from now).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object a line.")] = False,
+) -> None:
+    """Follow a session's events: inputs, streamed replies, tool calls, checkpoints, errors.
+    Ends when the session ends; Ctrl-C leaves."""
+    async def main() -> None:
+        keel = await _connect(_settings())
+        handle = keel.session(session)
+        after = from_ if from_ is not None else await _needs_worker(
+            keel, handle, handle.event_offset())
+        view = LiveView(console)
+        async for offset, event in handle.events(after=after):
+            if as_json:
+                sys.stdout.write(json.dumps(event_dict(offset, event)) + "\n")
+                sys.stdout.flush()
+            else:
+                view.show(offset, event)
     _run(main())
 
 

@@ -9,11 +9,14 @@ arrives as one of the exceptions below, mapped by type in `keel._errors`.
     accepted = await session.send("Review the queue, oldest first.")
     outcome = await session.wait_reply(accepted.seq)
     print(outcome.reply_text)
+    async for offset, event in session.events(after=0):   # the live view, typed events
+        ...
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
 from contextlib import suppress
 from typing import Any, TypedDict, Unpack
 
@@ -35,7 +38,9 @@ from keel._errors import (
     start_with_message_refused,
 )
 from keel.connect import connect
+from keel.events import EventsMissed, Transport, session_events, stream_offset
 from schemas.config import KeelSettings
+from schemas.events import SessionEvent
 from schemas.session import (
     SESSION_WORKFLOW,
     AgentRunInput,
@@ -54,6 +59,7 @@ from schemas.session import (
 from schemas.text import payload_problem, storable_problem
 
 __all__ = [
+    "EventsMissed",
     "KeelClient",
     "KeelError",
     "MessageRejectedError",
@@ -65,6 +71,7 @@ __all__ = [
     "SessionNotFoundError",
     "SessionOverrides",
     "SessionStoppedError",
+    "Transport",
     "session_config",
 ]
 
@@ -103,8 +110,9 @@ def session_config(settings: KeelSettings, **overrides: Unpack[SessionOverrides]
 class SessionHandle:
     """One session: send it the user's messages and background inputs, read its state."""
 
-    def __init__(self, handle: WorkflowHandle[Any, SessionStatus]) -> None:
+    def __init__(self, handle: WorkflowHandle[Any, SessionStatus], client: Client) -> None:
         self.handle = handle
+        self.client = client
 
     @property
     def session_id(self) -> str:
@@ -171,6 +179,25 @@ class SessionHandle:
     async def now(self) -> str:
         return await self._text(Handler.NOW)
 
+    async def event_offset(self) -> int:
+        """The offset the session's next event will have (`events(after=...)` from it
+        shows only what happens from now on)."""
+        async with refusals(self.handle):
+            return await stream_offset(self.client, self.session_id)
+
+    def events(self, after: int = 0, *, transport: Transport = Transport.UPDATE,
+               stop_at_end: bool = True,
+               ) -> AsyncIterator[tuple[int, SessionEvent | EventsMissed]]:
+        """The session's events from offset `after` on, as `(offset, event)`, following it
+        across continue-as-new (see `keel.events.session_events`). Resume with the last
+        offset seen + 1.
+
+        The default transport spends one of the run's in-flight Updates per waiting reader
+        (the server allows 10, shared with `send` and `wait_reply`): keep to one or two
+        readers per session, and use `Transport.QUERY` for any more."""
+        return session_events(self.client, self.session_id, after,
+                              transport=transport, stop_at_end=stop_at_end)
+
 
 def refuse_before_sending(text: str) -> None:
     """What Temporal could not carry (over the payload limit) or the converter could not
@@ -206,7 +233,7 @@ class KeelClient:
 
     def session(self, session_id: str) -> SessionHandle:
         """A handle on an existing session; no call is made until it is used."""
-        return SessionHandle(self._handle(session_id))
+        return SessionHandle(self._handle(session_id), self.client)
 
     def _input(self, session_id: str, config: SessionConfig | None) -> SessionInput:
         return SessionInput(session_id=session_id,
@@ -225,7 +252,7 @@ class KeelClient:
             )
         except WorkflowAlreadyStartedError as err:
             raise already_started(session_id) from err
-        return SessionHandle(handle)
+        return SessionHandle(handle, self.client)
 
     async def start_with_message(self, session_id: str, text: str,
                                  config: SessionConfig | None = None,
@@ -250,4 +277,4 @@ class KeelClient:
             with suppress(WorkflowAlreadyStartedError):
                 await start.workflow_handle()  # the same error, retrieved: no warning
             raise await start_with_message_refused(handle) from err
-        return SessionHandle(await start.workflow_handle()), accepted
+        return SessionHandle(await start.workflow_handle(), self.client), accepted

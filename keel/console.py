@@ -27,7 +27,7 @@ def working(text: str, out: Console | None = None) -> Iterator[None]:
 
 
 def error(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {escape(message)}")
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
 
 
 def one_line(text: str, width: int | None = None) -> str:

@@ -29,8 +29,7 @@ from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStreamClient
 from temporalio.service import RPCError, RPCStatusCode
 
-from schemas.events import SessionEnded, SessionEvent, parse_event
-from workflows.events import TOPIC
+from schemas.events import TOPIC, SessionEnded, SessionEvent, parse_event
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +107,11 @@ async def session_events(
         yield offset, event
         if stop_at_end and isinstance(event, SessionEnded):
             return
+
+
+async def stream_offset(client: Client, session_id: str) -> int:
+    """The session's next offset: where a reader starts to see only what happens next."""
+    return await WorkflowStreamClient.create(client, session_id).get_offset()
 
 
 async def _by_update(client: Client, session_id: str, after: int,

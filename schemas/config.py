@@ -40,6 +40,9 @@ class ModelSettings(BaseModel):
     # checkpoint starts before the context would cross it. None: no price step.
     price_step_tokens: int | None = None
     request_timeout_s: float = 600.0
+    # Stream the reply's text onto the session's event stream as it is generated
+    # (KEEL_STREAM=0 turns it off: one reply at the end, as the benchmark compares).
+    stream: bool = True
 
     @property
     def offline(self) -> bool:
@@ -121,6 +124,7 @@ class KeelSettings(BaseModel):
             context_window=opt_int("KEEL_CONTEXT_WINDOW") or 200_000,
             max_output_tokens=opt_int("KEEL_MAX_OUTPUT_TOKENS") or 8_192,
             price_step_tokens=opt_int("KEEL_PRICE_STEP_TOKENS"),
+            stream=e.get("KEEL_STREAM", "1") not in ("0", "false", "no"),
         )
         data_dir = Path(e.get("KEEL_DATA_DIR", ".keel")).resolve()
         database_url = e.get("DATABASE_URL") or None

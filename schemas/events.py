@@ -18,6 +18,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, ValidationError
 
+# The stream's one topic: the workflow publishes on it, readers subscribe to it.
+TOPIC = "events"
+
 # --- bounds ----------------------------------------------------------------------------------
 
 SHORT_INPUT_CHARS = 200  # a tool call's input, an input's source line
@@ -104,6 +107,11 @@ class TurnEnded(_Event):
     reply_chars: int = 0
     reply_preview: Preview = ""
     error: Reason | None = None
+    model: Name | None = None  # the model that answered (schemas.model.OFFLINE_MODEL_NAME)
+    # The context after the turn, for a footer: tokens used, of the window, checkpoint at.
+    context_tokens: int | None = None
+    context_window: int | None = None
+    checkpoint_threshold: int | None = None
 
 
 class TextDelta(_Event):

@@ -205,6 +205,7 @@ class RecordRow(BaseModel):
 class ToolCall(BaseModel):
     id: str
     name: str
+    input_preview: str = ""  # the call's input as compact JSON, cut: for the event stream
 
 
 class Usage(BaseModel):

@@ -6,6 +6,10 @@ branch on the types, never on message text.
 
 from __future__ import annotations
 
+# The name the offline deterministic model answers with: what says, in a reply or a footer,
+# that no real model wrote it.
+OFFLINE_MODEL_NAME = "keel-offline-model"
+
 MODEL_TIMEOUT = "ModelTimeout"
 MODEL_CONNECTION = "ModelConnection"
 MODEL_ERROR = "ModelError"

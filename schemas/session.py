@@ -10,6 +10,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field, field_validator
+from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from schemas.messages import HarnessKind
 from schemas.vault.scope import DEFAULT_SCOPE, check_scope
@@ -155,6 +156,9 @@ class SessionInput(BaseModel):
     session_id: str
     config: SessionConfig = Field(default_factory=SessionConfig)
     state: SessionState | None = None
+    # The event stream's retained log and offsets, carried over continue-as-new
+    # (workflows.events); typed so, never Any, or the converter hands back a dict.
+    events: WorkflowStreamState | None = None
 
 
 class UserMessage(BaseModel):

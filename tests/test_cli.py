@@ -22,6 +22,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from keel.cli import app
+from keel.client import KeelClient
 from tests.harness import keel_worker, make_settings
 
 
@@ -155,7 +156,7 @@ async def test_commands_find_the_dev_stack_from_its_stack_file(cli_env, tmp_path
     sid = f"nope-{uuid.uuid4().hex[:6]}"
     out = await keel(from_file, "status", sid, code=1)
     assert "not found" in out  # Temporal reached and asked
-    assert f"no messages for {sid}" in await keel(from_file, "record", sid)
+    assert f"no session {sid!r} in the record" in await keel(from_file, "record", sid, code=1)
 
 
 async def test_worker_process_serves_and_stops_on_sigterm(cli_env):
@@ -183,3 +184,137 @@ async def test_worker_process_serves_and_stops_on_sigterm(cli_env):
             proc.kill()
     assert proc.returncode == 0, seen + rest
     assert "stopped" in rest
+
+
+async def test_send_wait_streams_the_turn_and_says_when_no_worker_polls(client, settings,
+                                                                         cli_env):
+    sid = f"sw-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings):
+        await keel(cli_env, "start", "--id", sid)
+        out = await keel(cli_env, "send", sid, "Work through the queue", "--wait")
+        lines = out.splitlines()
+        assert lines[0].startswith("seq ")
+        # The offline model reads the queue with a tool: one line per call and result.
+        assert any(line.startswith("→ read_file") for line in lines), out
+        assert any(line.startswith("← read_file") for line in lines), out
+        assert "context 0%" in lines[-1] and "offline deterministic model" in lines[-1]
+    # A session on a queue no worker polls: the wait ends with what to do, not a hang.
+    lonely = KeelClient(client, f"nobody-{uuid.uuid4().hex[:6]}", settings)
+    await lonely.start_session(sid + "-alone")
+    quick = dict(cli_env, KEEL_NO_WORKER_AFTER_S="1")
+    out = await keel(quick, "send", sid + "-alone", "anyone there?", "--wait", code=1)
+    assert "no worker polls the task queue" in out and "keel dev" in out
+    assert "Traceback" not in out
+
+
+async def test_tail_json_from_an_offset(client, settings, cli_env):
+    sid = f"tj-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as k:
+        session = await k.start_session(sid)
+        await session.ask("hello")
+        await session.ask("again")
+        events = [e async for _, e in _take(session.events(after=0), 8)]
+        ended_at = next(i for i, e in enumerate(events) if e.type == "turn_ended")
+        proc = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).parent / "keel"), "tail", sid, "--from",
+            str(ended_at + 1), "--json", env={**os.environ, **cli_env},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        assert proc.stdout is not None
+        lines = [json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+                 for _ in range(3)]
+        proc.terminate()
+        await proc.wait()
+    assert [line["offset"] for line in lines] == [ended_at + 1, ended_at + 2, ended_at + 3]
+    assert lines[0]["type"] == "input_recorded" and lines[0]["seq"] == 3
+    assert lines[1]["type"] == "turn_started" and lines[1]["turn"] == 2
+
+
+async def _take(items, n):
+    async for item in items:
+        yield item
+        n -= 1
+        if n == 0:
+            return
+
+
+async def test_unreachable_postgres_is_one_line(cli_env):
+    env = {**os.environ, **cli_env, "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "keel"), "worker", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    text = out.decode()
+    assert proc.returncode == 1, text
+    assert "PostgreSQL is unreachable" in text and "DATABASE_URL" in text
+    assert "Traceback" not in text and len(text.strip().splitlines()) <= 2, text
+
+
+class Pty:
+    """A command on a pseudo-terminal, read as a person would see it."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        import pty
+
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: the command
+            os.execve(argv[0], argv, env)
+        self.seen = ""
+
+    async def expect(self, text: str, timeout: float = 60, since: int = 0) -> str:
+        """The screen once `text` shows on it after position `since`."""
+        import re as _re
+
+        deadline = time.monotonic() + timeout
+        while True:
+            plain = _re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\r", "", self.seen)
+            if text in plain[since:]:
+                return plain
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} not seen; the screen:\n{plain}")
+            try:
+                chunk = await asyncio.to_thread(_read_some, self.fd)
+            except OSError:
+                chunk = b""
+            self.seen += chunk.decode(errors="replace")
+
+    def send(self, text: str) -> None:
+        os.write(self.fd, text.encode())
+
+    def close(self) -> None:
+        with __import__("contextlib").suppress(ProcessLookupError, ChildProcessError):
+            os.kill(self.pid, signal.SIGTERM)
+            os.waitpid(self.pid, 0)
+        os.close(self.fd)
+
+
+def _read_some(fd: int) -> bytes:
+    import select
+
+    ready, _, _ = select.select([fd], [], [], 0.5)
+    return os.read(fd, 4096) if ready else b""
+
+
+async def test_chat_shows_a_watch_and_its_reply_while_the_person_is_idle(client, settings,
+                                                                         cli_env):
+    sid = f"pty-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as k:
+        chat = Pty([str(Path(sys.executable).parent / "keel"), "chat", "--id", sid],
+                   {**os.environ, **cli_env, "TERM": "xterm"})
+        try:
+            await chat.expect("you")
+            chat.send("Hello from the terminal\r")
+            screen = await chat.expect("offline deterministic model")  # the footer
+            assert "keel: [offline model]" in screen
+            before = len(screen)
+            # The person is idle at the prompt; a Watch fires and the session answers it.
+            await k.session(sid).watch("ci-7", "CI status", "The main build is green.")
+            screen = await chat.expect('[Harness: Watch ci-7 "CI status"]', since=before)
+            screen = await chat.expect("context ", since=screen.index("ci-7", before))
+            later = screen[before:]
+            assert '[Harness: Watch ci-7 "CI status"]' in later
+            assert later.count("offline deterministic model") >= 1, later
+            assert "keel: [offline model]" in later
+            chat.send("/quit\r")
+            await chat.expect(f"left {sid}")
+        finally:
+            chat.close()

@@ -21,10 +21,11 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.worker import Worker
 
     from keel.client import KeelClient
-    from tests.fake_anthropic import text_message
+    from tests.fake_anthropic import text_message, tool_use_message
     from tests.harness import make_settings
     from workers.observability import (
         ActivityContextInterceptor,
+        KeelTracingInterceptor,
         configure_logging,
         flush_tracing,
         shutdown_tracing,
@@ -116,7 +117,8 @@ def test_no_tracing_unless_configured(tmp_path):
     assert [type(i) for i in worker_interceptors(settings)] == [ActivityContextInterceptor]
     settings.otel_exporter = "console"
     try:
-        assert [type(i) for i in tracing_interceptors(settings)] == [TracingInterceptor]
+        assert [type(i) for i in tracing_interceptors(settings)] == [KeelTracingInterceptor]
+        assert issubclass(KeelTracingInterceptor, TracingInterceptor)
     finally:
         shutdown_tracing()
 
@@ -142,3 +144,109 @@ async def test_spans_for_a_session_turn(client, database_url, tmp_path, fake_ant
     assert "RunWorkflow:SessionWorkflow" in names, names
     mine = [s for s in spans if (s.attributes or {}).get("temporalWorkflowID") == session_id]
     assert {s.name for s in mine} >= {"RunActivity:record_input", "RunActivity:call_model"}
+
+
+async def test_one_trace_per_turn_with_its_activities_as_children(
+        client, database_url, tmp_path, fake_anthropic):
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    exporter = InMemorySpanExporter()
+    fake_anthropic.push(tool_use_message([("write_file", {"path": "a.txt", "content": "a"})]),
+                        text_message("first"), text_message("second"))
+    session_id = f"trace-{uuid.uuid4().hex[:8]}"
+    try:
+        interceptors = tracing_interceptors(settings, exporter=exporter)
+        async with build_worker(client, settings, interceptors=interceptors):
+            keel = KeelClient(client, settings.task_queue, settings)
+            session = await keel.start_session(session_id)
+            await session.ask("one")
+            await session.ask("two")
+        flush_tracing()
+        spans = exporter.get_finished_spans()
+    finally:
+        shutdown_tracing()
+    turns = sorted((s for s in spans if s.name == "Turn"
+                    and s.attributes["keel.session_id"] == session_id),
+                   key=lambda s: s.attributes["keel.turn"])
+    assert [t.attributes["keel.turn"] for t in turns] == [1, 2]
+    first = turns[0]
+    assert first.attributes["keel.model"] and first.attributes["keel.tool_calls"] == 1
+    assert first.attributes["keel.output_tokens"] > 0
+    assert first.parent is None  # a trace of its own
+    in_trace = [s for s in spans if s.context.trace_id == first.context.trace_id]
+    names = [s.name for s in in_trace]
+    # Both model calls and the tool call of turn 1 are in its trace, under the turn.
+    assert names.count("RunActivity:call_model") == 2, names
+    assert names.count("RunActivity:run_tool") == 1, names
+    starts = [s for s in in_trace if s.name.startswith("StartActivity:")]
+    assert starts and all(s.parent.span_id == first.context.span_id for s in starts)
+    assert turns[1].context.trace_id != first.context.trace_id
+
+
+async def test_one_log_line_per_turn_with_its_figures(client, database_url, tmp_path,
+                                                      fake_anthropic, log_stream):
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    settings.log_format = "json"
+    configure_logging(settings, level="INFO", stream=log_stream)
+    fake_anthropic.push(tool_use_message([("write_file", {"path": "a.txt", "content": "a"})]),
+                        text_message("done"))
+    session_id = f"log-{uuid.uuid4().hex[:8]}"
+    async with build_worker(client, settings, interceptors=worker_interceptors(settings)):
+        keel = KeelClient(client, settings.task_queue, settings)
+        await (await keel.start_session(session_id)).ask("write a")
+    lines = [json.loads(line) for line in log_stream.getvalue().splitlines()
+             if line.startswith("{")]
+    turns = [line for line in lines if line["event"] == "turn ended"]
+    assert len(turns) == 1
+    turn = turns[0]
+    assert turn["session_id"] == session_id and turn["run_id"] and turn["turn"] == 1
+    assert turn["level"] == "info" and turn["model"]
+    assert turn["tool_calls"] == 1 and turn["model_calls"] == 2
+    assert turn["input_tokens"] > 0 and turn["output_tokens"] > 0
+    assert "cached_tokens" in turn and turn["checkpoint"] is False
+    assert turn["duration_s"] >= 0
+
+
+async def test_a_checkpoint_logs_one_line_and_traces_its_steps(client, database_url, tmp_path,
+                                                               fake_anthropic, log_stream):
+    from keel.client import session_config
+    from tests.checkpoint_model import CheckpointModel, good_checkpoint
+
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    settings.log_format = "json"
+    configure_logging(settings, level="INFO", stream=log_stream)
+    fake_anthropic.responder = CheckpointModel(good_checkpoint)
+    filler = " ".join(f"w{i % 97}" for i in range(1_000))
+    exporter = InMemorySpanExporter()
+    session_id = f"cp-{uuid.uuid4().hex[:8]}"
+    try:
+        interceptors = [ActivityContextInterceptor(),
+                        *tracing_interceptors(settings, exporter=exporter)]
+        async with build_worker(client, settings, interceptors=interceptors):
+            keel = KeelClient(client, settings.task_queue, settings)
+            session = await keel.start_session(session_id, config=session_config(
+                settings, context_window=12_000, max_output_tokens=512))
+            for i in range(7):
+                await session.ask(f"Part {i}: {filler}")
+            assert (await session.status()).checkpoint_count >= 1
+        flush_tracing()
+        spans = exporter.get_finished_spans()
+    finally:
+        shutdown_tracing()
+    lines = [json.loads(line) for line in log_stream.getvalue().splitlines()
+             if line.startswith("{")]
+    stored = [line for line in lines if line["event"] == "checkpoint stored"]
+    assert stored, [line["event"] for line in lines]
+    line = stored[0]
+    assert line["session_id"] == session_id and line["kind"] == "full"
+    assert line["tokens_after"] < line["tokens_before"]
+    assert line["rounds"] >= 1 and line["repair"] is False and line["fallbacks"] == []
+    turns = [t for t in lines if t["event"] == "turn ended"]
+    assert len(turns) == 7 and any(t["checkpoint"] for t in turns)
+    checkpoint = next(s for s in spans if s.name == "Checkpoint"
+                      and s.attributes["keel.session_id"] == session_id)
+    assert checkpoint.attributes["keel.checkpoint_kind"] == "full"
+    assert checkpoint.attributes["keel.checkpoint_id"] == line["checkpoint_id"]
+    steps = {s.name for s in spans if s.context.trace_id == checkpoint.context.trace_id}
+    assert {"RunActivity:prepare_checkpoint", "RunActivity:checkpoint_round",
+            "RunActivity:store_checkpoint"} <= steps, steps
+    assert "RunActivity:call_model" not in steps  # the turn's own calls are in its trace

@@ -10,9 +10,15 @@ Workflow code never calls `workflow.info()` for this: inside a workflow the cont
 only from the `temporal_workflow` extra that `workflow.logger` attaches to its records
 (and that logger stays silent during replay, so replays do not log twice).
 
-Tracing: Temporal's `TracingInterceptor` (the legacy, non-experimental one). Its workflow
-spans end immediately, which is what a session needs: sessions never complete, so a span
-that waited for the workflow to finish would never be exported.
+Every turn and every checkpoint writes one INFO line of its own (workflows.observe), its
+fields under the record's `keel` extra and put into the line here.
+
+Tracing: Temporal's `TracingInterceptor` (the legacy, non-experimental one), extended by
+`KeelTracingInterceptor`. Its own workflow spans end immediately, which is what a session
+needs: sessions never complete, so a span that waited for the workflow to finish would
+never be exported. On top, a session opens one span per turn and one per checkpoint from
+workflow code, through two extern functions registered here; the activities the turn (or
+the checkpoint's chain) starts are their children, so each turn is one trace.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any, TextIO
 
 import structlog
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -35,13 +42,16 @@ from opentelemetry.sdk.trace.export import (
 )
 from temporalio import activity
 from temporalio import workflow as temporal_workflow
+from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ExecuteActivityInput,
     Interceptor,
+    WorkflowInterceptorClassInput,
 )
 
 from schemas.config import KeelSettings
+from workflows.observe import SPAN_CLOSE, SPAN_OPEN
 
 # The turn of the activity running in this task, set by ActivityContextInterceptor from
 # the activity's input (every session activity input carries `turn`).
@@ -88,6 +98,18 @@ def add_temporal_context(_logger: Any, _method: str,
     return event_dict
 
 
+def add_keel_fields(_logger: Any, _method: str,
+                    event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """Put the fields a Keel line carries under its record's `keel` extra (the turn and
+    checkpoint lines of workflows.observe) into the line itself."""
+    record = event_dict.get("_record")
+    fields = getattr(record, "keel", None) if record is not None else None
+    if isinstance(fields, Mapping):
+        for key, value in fields.items():
+            event_dict.setdefault(key, value)
+    return event_dict
+
+
 def _level(value: str | int | None) -> int:
     if isinstance(value, int):
         return value
@@ -105,6 +127,7 @@ def configure_logging(settings: KeelSettings, *, level: str | int | None = None,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
+        add_keel_fields,
         add_temporal_context,
     ]
     structlog.configure(
@@ -189,8 +212,6 @@ def tracing_interceptors(settings: KeelSettings, *,
     exporter = exporter or _exporter_for(settings.otel_exporter)
     if exporter is None:
         return []
-    from temporalio.contrib.opentelemetry import TracingInterceptor
-
     provider = TracerProvider(resource=Resource.create(
         {"service.name": os.environ.get("OTEL_SERVICE_NAME", "keel")}))
     provider.add_span_processor(BatchSpanProcessor(exporter))
@@ -199,7 +220,47 @@ def tracing_interceptors(settings: KeelSettings, *,
         trace.set_tracer_provider(provider)  # only the first: OpenTelemetry allows one
     # Sessions are started by the CLI and by other services without a client span, so
     # workflow spans are made even without a parent; otherwise a session has none.
-    return [TracingInterceptor(provider.get_tracer("keel"), always_create_workflow_spans=True)]
+    return [KeelTracingInterceptor(provider.get_tracer("keel"),
+                                   always_create_workflow_spans=True)]
+
+
+class KeelTracingInterceptor(TracingInterceptor):
+    """Temporal's TracingInterceptor plus the two extern functions workflows.observe opens
+    and closes its turn and checkpoint spans with. The open spans live here, outside the
+    workflow sandbox, keyed by the workflow's own (deterministic) key; a span whose open
+    this process never saw (the turn began on another worker) is made at its close,
+    starting at the time the workflow says it began."""
+
+    MAX_OPEN = 10_000  # spans of evicted workflows that will never close are dropped
+
+    def __init__(self, tracer: trace.Tracer, *, always_create_workflow_spans: bool) -> None:
+        super().__init__(tracer, always_create_workflow_spans=always_create_workflow_spans)
+        self._open: dict[str, trace.Span] = {}
+
+    def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> Any:
+        cls = super().workflow_interceptor_class(input)
+        input.unsafe_extern_functions.update({SPAN_OPEN: self._open_span,
+                                              SPAN_CLOSE: self._close_span})
+        return cls
+
+    def _open_span(self, params: dict[str, Any]) -> dict[str, str]:
+        span = self.tracer.start_span(params["name"], context=Context(),
+                                      attributes=params["attributes"],
+                                      start_time=params["time_ns"])
+        while len(self._open) >= self.MAX_OPEN:
+            self._open.pop(next(iter(self._open)))
+        self._open[params["key"]] = span
+        carrier: dict[str, str] = {}
+        self.text_map_propagator.inject(carrier, trace.set_span_in_context(span))
+        return carrier
+
+    def _close_span(self, params: dict[str, Any]) -> None:
+        span = self._open.pop(params["key"], None)
+        if span is None:
+            span = self.tracer.start_span(params["name"], context=Context(),
+                                          start_time=params["start_ns"])
+        span.set_attributes(params["attributes"])
+        span.end(end_time=max(params["time_ns"], params["start_ns"]))
 
 
 def flush_tracing() -> None:

@@ -40,6 +40,8 @@ class _TurnOutcome:
     rounds_exhausted: bool = False
     abort: str | None = None  # why the turn could not finish; the store step records it
     refused_as_too_large: bool = False
+    rounds_used: int = 0
+    repair: bool = False  # the one repair request was sent
 
 
 class CheckpointChain:
@@ -48,6 +50,11 @@ class CheckpointChain:
 
     def __init__(self, state: SessionState) -> None:
         self.state = state
+        # What the last checkpoint did, for its event and log line (workflows.observe).
+        self.last_portion = 1.0
+        self.last_reason = ""
+        self.last_rounds = 0
+        self.last_repair = False
 
     def _attempt_id(self) -> str:
         self.state.checkpoint_attempts += 1
@@ -58,6 +65,7 @@ class CheckpointChain:
         too large. The stored result, or None when the checkpoint failed."""
         portion: float | None = 1.0
         while portion is not None:
+            self.last_portion = portion
             stored, refused_as_too_large = await self._attempt(upto, turn_first_seq, portion)
             if stored is not None:
                 return stored
@@ -77,9 +85,13 @@ class CheckpointChain:
                 window=config.window(), model=config.model, portion=portion,
                 user_name=config.user_name, usage_ratio=state.usage_ratio),
             **CHECKPOINT_STEP)
+        self.last_rounds, self.last_repair, self.last_reason = 0, False, ""
         if not prepared.ok:
+            self.last_reason = prepared.reason
             workflow.logger.info("checkpoint skipped: %s", prepared.reason)
             return None, False
+        if prepared.view == "earlier":  # the turn saw only the part it condenses
+            self.last_portion = min(self.last_portion, 0.5)
         await self._flush(state.window_start_seq, prepared.cut_seq - 1)
         turn = await self._turn(attempt_id)
         record_seq = state.allocate_seq()
@@ -91,7 +103,9 @@ class CheckpointChain:
                 **CHECKPOINT_STEP)
         finally:  # a step that gave up must not hold the window back
             state.settle_seq(record_seq)
+        self.last_rounds, self.last_repair = turn.rounds_used, turn.repair
         if not stored.stored:
+            self.last_reason = stored.reason
             workflow.logger.warning("checkpoint %s failed: %s", attempt_id, stored.reason)
             return None, turn.refused_as_too_large
         return stored, False
@@ -107,6 +121,7 @@ class CheckpointChain:
                     CheckpointActivities.validate_checkpoint, attempt_id, **CHECKPOINT_STEP)
                 if not check.problems:
                     return out
+                out.repair = True
             for n in range(MAX_TOOL_ROUNDS + 1):
                 try:
                     rnd = await workflow.execute_activity_method(
@@ -120,6 +135,7 @@ class CheckpointChain:
                         err.cause.type in REFUSED_AS_TOO_LARGE)
                     return out
                 rounds_used += 1
+                out.rounds_used = rounds_used
                 if rnd.done:
                     # Only the last request, for the now alone, ends a turn whose rounds ran out.
                     out.rounds_exhausted = n == MAX_TOOL_ROUNDS

@@ -41,9 +41,9 @@ from temporalio.api.common.v1 import Payload
 with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 
-    from schemas.events import SessionEvent, event_json
+    from schemas.events import TOPIC, SessionEvent, event_json
 
-TOPIC = "events"
+__all__ = ["TOPIC", "SessionEvents", "event_payload"]
 RETAIN_EVENTS = 1_000
 RETAIN_BYTES = 256_000  # of stored payload bytes carried in the continue-as-new input
 # Dedup state of an activity publisher idle this long is dropped at continue-as-new. It must

@@ -46,6 +46,21 @@ with workflow.unsafe.imports_passed_through():
         next_step,
         remember_saving,
     )
+    from schemas.events import (
+        CheckpointFailed,
+        CheckpointKind,
+        CheckpointStarted,
+        CheckpointStored,
+        ErrorEvent,
+        InputRecorded,
+        RecallFound,
+        SessionEnded,
+        SessionStopped,
+        ToolCalled,
+        ToolResult,
+        TurnEnded,
+        TurnStarted,
+    )
     from schemas.messages import (
         HarnessKind,
         MessageType,
@@ -79,6 +94,8 @@ with workflow.unsafe.imports_passed_through():
     from schemas.vault.recall_rules import wants_recall
     from schemas.vault.scope import scope_changed
     from workflows.checkpoint import CheckpointChain
+    from workflows.events import SessionEvents
+    from workflows.observe import TurnObserver
     from workflows.options import (
         MEMORY_TURN,
         MODEL_CALL,
@@ -157,6 +174,8 @@ class SessionWorkflow:
         self.refused: str | None = None if named == {workflow_id} else (
             f"this run names session {sorted(named - {workflow_id})[0]!r} but its workflow "
             f"id is {workflow_id!r}: a session's id is its workflow id; nothing was written")
+        self.events = SessionEvents(input.session_id, input.events)
+        self.observer = TurnObserver(self.state)
 
     # ----- inputs -----------------------------------------------------------------------
 
@@ -210,6 +229,8 @@ class SessionWorkflow:
         # the row and its answer was lost): a new input. At another seq it is a caller's
         # retry of an input recorded before.
         if not inserted.duplicate or inserted.seq == seq:
+            self.events.emit(InputRecorded, turn=state.turn + 1, kind=kind, seq=inserted.seq,
+                             source_line=source_line)
             state.pending.append(PendingInput(seq=inserted.seq, kind=kind,
                                               query=text[:RECALL_QUERY_CHARS]))
             state.context_tokens += inserted.token_count
@@ -432,6 +453,9 @@ class SessionWorkflow:
                 await self._continue_as_new()
             if self._ready():
                 await self._run_turn()
+        # The stream's last event, then its readers released, then the handlers awaited.
+        self.events.emit(SessionEnded, turn=state.turn, reason=state.stopped_reason)
+        self.events.detach()
         await workflow.wait_condition(
             lambda: workflow.all_handlers_finished() and not self.fencing)
         return self.status()
@@ -440,13 +464,16 @@ class SessionWorkflow:
         """Hand the small state to a new run once every handler has finished."""
         state = self.state
         self.continuing = True
+        # A reader's poll is an update handler: released first, or it would wait forever.
+        self.events.detach()
         await workflow.wait_condition(
             lambda: workflow.all_handlers_finished() and not self.fencing)
         state.run_count += 1
         distinct = {id(o): o for o in self.outcomes.values()}.values()
         state.recent_outcomes = sorted(distinct, key=lambda o: o.turn)[-KEPT_OUTCOMES:]
         workflow.continue_as_new(SessionInput(
-            session_id=state.session_id, config=state.config, state=state))
+            session_id=state.session_id, config=state.config, state=state,
+            events=self.events.carry()))
 
     async def _run_turn(self) -> None:
         state = self.state
@@ -455,6 +482,8 @@ class SessionWorkflow:
         self.checkpoint_failures_this_turn = 0
         first = [p.seq for p in state.pending if p.seq <= state.recorded_upto]
         self.turn_first_seq = min(first) if first else state.next_seq
+        self.events.emit(TurnStarted, turn=state.turn, input_seqs=first)
+        self.observer.turn_started()
         answered: list[int] = []
         reply: ModelReply | None = None
         error: str | None = None
@@ -480,6 +509,13 @@ class SessionWorkflow:
             turn=state.turn, input_seqs=answered,
             reply_seq=reply.seq if reply else None, reply_text=reply.text if reply else "",
             error=error, stopped_reason=state.stopped_reason)
+        self.events.emit(TurnEnded, turn=state.turn, reply_seq=outcome.reply_seq,
+                         reply_chars=len(outcome.reply_text),
+                         reply_preview=outcome.reply_text, error=error,
+                         model=self.observer.model, context_tokens=state.context_tokens,
+                         context_window=state.config.context_window,
+                         checkpoint_threshold=self.window.threshold)
+        self.observer.turn_ended(error=error)
         for seq in answered:
             self.outcomes[seq] = outcome
         for old in sorted(self.outcomes)[:-MAX_OUTCOMES]:
@@ -507,6 +543,9 @@ class SessionWorkflow:
         except ActivityError as err:
             workflow.logger.warning("recall skipped: %s", err.cause or err)
             return ""
+        if found.hits:
+            self.events.emit(RecallFound, turn=state.turn, hits=found.hits,
+                             sources=found.sources)
         return found.block
 
     async def _transcribe(self, seqs: list[int]) -> None:
@@ -526,6 +565,8 @@ class SessionWorkflow:
         state = self.state
         for call in reply.tool_calls:
             seq = state.allocate_seq()
+            self.events.emit(ToolCalled, turn=state.turn, tool_use_id=call.id, name=call.name,
+                             input=call.input_preview)
             try:
                 outcome = await workflow.execute_activity_method(
                     SessionActivities.run_tool,
@@ -535,10 +576,15 @@ class SessionWorkflow:
                               memory_scope=state.config.memory_scope),
                     **tool_call(call.name))
                 state.context_tokens += outcome.token_count
+                self.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id,
+                                 name=call.name, output=outcome.preview,
+                                 is_error=outcome.is_error)
             except ActivityError as err:
                 # The model gets an error result for this call from context assembly; the
                 # record gets a notice at the result's seq, which no late result can fill.
                 self.last_error = f"tool {call.name} failed: {_reason(err)}"
+                self.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id,
+                                 name=call.name, output=self.last_error, is_error=True)
                 await self._fence(seq, f"The tool call {call.name} failed: {_reason(err)}")
                 continue
             state.settle_seq(seq)
@@ -566,11 +612,13 @@ class SessionWorkflow:
             except ActivityError as err:
                 message = f"The model call failed: {_reason(err)}"
                 self.last_error = message
+                self.events.emit(ErrorEvent, turn=state.turn, message=message, where="model")
                 await self._fence(seq, message)  # the notice, where a late reply would go
                 return None, message, upto
             state.settle_seq(seq)
             if result.reply is not None:
                 self._account(result)
+                self.observer.model_called(result.reply)
                 if result.replaced:
                     await self.record_notice("The model's output held characters the record "
                                              "cannot store: " + "; ".join(result.replaced))
@@ -591,6 +639,7 @@ class SessionWorkflow:
             tried.checkpoint = True
             await self._checkpoint(upto)
         elif step is RoomStep.MOVE_EARLIEST_HALF:
+            before = state.context_tokens
             try:
                 moved = await self.chain.move_half(upto, self.turn_first_seq)
             except ActivityError as err:
@@ -600,6 +649,7 @@ class SessionWorkflow:
                 tried.move_failed = True
             else:
                 self._adopt(moved)
+                self._checkpoint_stored(CheckpointKind.MOVED, moved, before)
         elif step is RoomStep.CUT_NEWEST_OUTPUT:
             tried.output_cut = True
         elif step is RoomStep.STOP:
@@ -611,17 +661,37 @@ class SessionWorkflow:
     async def _checkpoint(self, upto: int) -> None:
         """One model checkpoint; a failed or too small one counts against this turn."""
         self.phase = SessionPhase.CHECKPOINTING
+        before = self.state.context_tokens
+        self.events.emit(CheckpointStarted, turn=self.state.turn, tokens_before=before,
+                         threshold=self.window.threshold)
         try:
-            stored = await self.chain.checkpoint(upto, self.turn_first_seq)
+            with self.observer.checkpoint_trace():
+                stored = await self.chain.checkpoint(upto, self.turn_first_seq)
         except ActivityError as err:  # a step gave up: the session keeps its checkpoint
             stored = None
+            self.chain.last_reason = _reason(err)
             self.last_error = f"checkpoint failed: {_reason(err)}"
             await self.record_notice(f"A checkpoint failed: {_reason(err)}")
         self.phase = SessionPhase.RUNNING
         if stored is not None:
             self._adopt(stored)
+            kind = (CheckpointKind.FULL if self.chain.last_portion >= 1.0
+                    else CheckpointKind.EARLIER_PART)
+            self._checkpoint_stored(kind, stored, before)
+        else:
+            self.events.emit(CheckpointFailed, turn=self.state.turn,
+                             reason=self.chain.last_reason)
+            self.observer.checkpoint_failed(self.chain, before)
         if stored is None or not made_enough_room(stored.window_tokens_after, self.window):
             self.checkpoint_failures_this_turn += 1
+
+    def _checkpoint_stored(self, kind: CheckpointKind, stored: StoreResult,
+                           before: int) -> None:
+        """The stored checkpoint's event and log line (the session has adopted it)."""
+        self.events.emit(CheckpointStored, turn=self.state.turn, kind=kind,
+                         checkpoint_id=stored.checkpoint_id, tokens_before=before,
+                         tokens_after=stored.window_tokens_after, fallbacks=stored.fallbacks)
+        self.observer.checkpoint_stored(kind, stored, before, self.chain)
 
     def _adopt(self, stored: StoreResult) -> None:
         """Point the session at the new checkpoint."""
@@ -662,5 +732,6 @@ class SessionWorkflow:
 
     async def _stop_too_long(self) -> None:
         self.state.stopped_reason = TOO_LONG_MESSAGE
+        self.events.emit(SessionStopped, turn=self.state.turn, reason=TOO_LONG_MESSAGE)
         await self.record_notice(TOO_LONG_MESSAGE)
         self.phase = SessionPhase.STOPPED

@@ -15,7 +15,7 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from temporalio import activity
 
 from activities.vault.rollup import apply_facts_of, ask_model, store_plan, stored_plan
@@ -51,6 +51,7 @@ class RecallInput(BaseModel):
 class RecallResult(BaseModel):
     block: str  # the fenced text; "" when nothing was found
     hits: int
+    sources: list[str] = Field(default_factory=list)  # the hits' vault paths, for events
 
 
 class FlushInput(BaseModel):
@@ -117,7 +118,8 @@ class MemoryActivities:
                                 exclude_session=inp.session_id, embedder=self._embedder)
             hits = distinct_snippets(hits, k)
             await touch_documents(conn, [h.path for h in hits], scope=vault.scope)
-        return RecallResult(block=fence_memory(hits), hits=len(hits))
+        return RecallResult(block=fence_memory(hits), hits=len(hits),
+                            sources=[h.path for h in hits])
 
     @activity.defn(name="flush_memory")
     async def flush_memory(self, inp: FlushInput) -> FlushResult:
