@@ -17,7 +17,7 @@ import asyncio
 from datetime import datetime
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ChildWorkflowError
+from temporalio.exceptions import ActivityError, ChildWorkflowError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from activities.vault.cards import ListScopesInput, VaultActivities
@@ -41,9 +41,9 @@ PARALLEL_SCOPES = 4
 
 
 def _why(err: BaseException) -> str:
-    cause: BaseException | None = err
-    while getattr(cause, "cause", None) is not None:
-        cause = cause.cause  # type: ignore[union-attr]
+    cause: BaseException = err
+    while isinstance(cause, FailureError) and cause.cause is not None:
+        cause = cause.cause
     return str(getattr(cause, "message", None) or cause or err)
 
 

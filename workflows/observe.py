@@ -33,6 +33,10 @@ with workflow.unsafe.imports_passed_through():
     from schemas.session import SessionState
 
 if TYPE_CHECKING:
+    from contextvars import Token
+
+    from opentelemetry.context import Context
+
     from activities.checkpoint import StoreResult
     from workflows.checkpoint import CheckpointChain
 
@@ -50,7 +54,7 @@ class _Span:
         self.start_ns = start_ns
         self.attributes = attributes
         self.carrier: dict[str, str] | None = None
-        self.token: object | None = None
+        self.token: Token[Context] | None = None
 
 
 def _externs() -> tuple[Any, Any] | None:
@@ -76,7 +80,7 @@ def _open(key: str, name: str, attributes: dict[str, Any]) -> _Span:
 
 def _close(span: _Span, attributes: dict[str, Any]) -> None:
     if span.token is not None:
-        otel_context.detach(span.token)  # type: ignore[arg-type]
+        otel_context.detach(span.token)
         span.token = None
     externs = _externs()
     if externs is None or workflow.unsafe.is_replaying():
@@ -154,7 +158,7 @@ class TurnObserver:
         state = self.state
         outer = self._span
         if outer is not None and outer.token is not None:
-            otel_context.detach(outer.token)  # type: ignore[arg-type]
+            otel_context.detach(outer.token)
             outer.token = None
         n = state.checkpoint_attempts + 1
         span = _open(f"{state.session_id}/checkpoint/{n}", "Checkpoint", {
@@ -165,7 +169,7 @@ class TurnObserver:
         finally:
             # Closed by checkpoint_stored / checkpoint_failed, which know how it went.
             if span.token is not None:
-                otel_context.detach(span.token)  # type: ignore[arg-type]
+                otel_context.detach(span.token)
                 span.token = None
             self._pending = span
             if outer is not None and outer.carrier:

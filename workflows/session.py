@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
+from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
@@ -119,6 +120,11 @@ NOTICE_REASON_CHARS = 500  # how much of an error a notice quotes
 
 _SIGNAL_LABELS = {HarnessKind.WATCH: "Watch", HarnessKind.TASK: "Task",
                   HarnessKind.AGENT_RUN: "agent run", HarnessKind.CALLBACK: "callback"}
+
+
+# A signal sent with no argument gets this (the SDK passes a payload as is only to a
+# parameter typed exactly RawValue, so the default must be one).
+NO_PAYLOAD = RawValue(Payload())
 
 
 def _rejected(reason: str) -> ApplicationError:
@@ -309,9 +315,10 @@ class SessionWorkflow:
             workflow.logger.warning("input %s dropped: session stopped", kind)
             return
         try:
+            if raw is None or raw is NO_PAYLOAD:
+                raise ValueError("expected one argument")
             if not isinstance(raw, RawValue):
-                raise ValueError("expected one argument" if raw is None
-                                 else "more than one argument")
+                raise ValueError("more than one argument")
             encoding = raw.payload.metadata.get("encoding", b"").decode(errors="replace")
             if encoding != "json/plain":
                 raise ValueError(f"the payload's encoding is {encoding or 'missing'}, "
@@ -355,19 +362,19 @@ class SessionWorkflow:
     # Signals take their payload raw and validate it here, so a malformed one reaches the
     # session (which records what was wrong) instead of being dropped by the SDK's decoder.
     @workflow.signal(name=Handler.WATCH)
-    async def watch(self, data: RawValue = None) -> None:  # type: ignore[assignment]
+    async def watch(self, data: RawValue = NO_PAYLOAD) -> None:
         await self._background(HarnessKind.WATCH, WatchInput, data)
 
     @workflow.signal(name=Handler.TASK)
-    async def task(self, data: RawValue = None) -> None:  # type: ignore[assignment]
+    async def task(self, data: RawValue = NO_PAYLOAD) -> None:
         await self._background(HarnessKind.TASK, TaskInput, data)
 
     @workflow.signal(name=Handler.AGENT_RUN)
-    async def agent_run(self, data: RawValue = None) -> None:  # type: ignore[assignment]
+    async def agent_run(self, data: RawValue = NO_PAYLOAD) -> None:
         await self._background(HarnessKind.AGENT_RUN, AgentRunInput, data)
 
     @workflow.signal(name=Handler.CALLBACK)
-    async def callback(self, data: RawValue = None) -> None:  # type: ignore[assignment]
+    async def callback(self, data: RawValue = NO_PAYLOAD) -> None:
         await self._background(HarnessKind.CALLBACK, CallbackInput, data)
 
     @workflow.update(name=Handler.AWAIT_REPLY)

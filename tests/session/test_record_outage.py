@@ -18,6 +18,7 @@ from keel.client import RecordFailedError, session_config
 from keel.devstack import start_embedded_postgres
 from tests.fake_anthropic import text_message
 from tests.harness import keel_worker, make_settings
+from workers.worker import Role
 
 
 class Postgres:
@@ -56,9 +57,11 @@ async def test_not_recorded_stays_true_when_the_database_returns(
     fake_anthropic.responder = lambda body: text_message("answered")
     settings = make_settings(own_postgres.url, tmp_path, fake_anthropic.base_url)
     sid = f"out-{uuid.uuid4().hex[:8]}"
-    async with keel_worker(client, settings) as keel:
+    # The record only: no long memory, and no vault worker, whose lock goes with the
+    # database (it stops serving the vault on purpose when its lock connection is lost).
+    async with keel_worker(client, settings, role=Role.SESSIONS) as keel:
         session = await keel.start_session(sid, config=session_config(
-            settings, record_timeout_s=3))
+            settings, record_timeout_s=3, memory_scope=None))
         await session.ask("before the outage")
         own_postgres.stop()
         await close_pools()
