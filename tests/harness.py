@@ -13,7 +13,7 @@ from temporalio.client import Client
 from keel.client import KeelClient, SessionOverrides, session_config
 from schemas.config import KeelSettings, ModelSettings
 from schemas.session import SessionConfig
-from workers.worker import build_worker
+from workers.worker import Role, build_worker
 
 
 def make_settings(database_url: str, data_dir: Path, base_url: str | None = None,
@@ -28,8 +28,9 @@ def make_settings(database_url: str, data_dir: Path, base_url: str | None = None
 
 
 @asynccontextmanager
-async def keel_worker(client: Client, settings: KeelSettings) -> AsyncIterator[KeelClient]:
-    worker = build_worker(client, settings)
+async def keel_worker(client: Client, settings: KeelSettings,
+                      role: Role = Role.BOTH) -> AsyncIterator[KeelClient]:
+    worker = build_worker(client, settings, role=role)
     async with worker:
         yield KeelClient(client, settings.task_queue, settings)
 

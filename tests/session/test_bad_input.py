@@ -11,6 +11,7 @@ import pytest
 from keel.client import MessageRejectedError, session_config
 from tests.fake_anthropic import text_message
 from tests.harness import keel_worker, make_settings
+from workers.worker import Role
 
 
 async def test_database_gone_rejects_the_message_then_nothing_is_lost(
@@ -22,7 +23,8 @@ async def test_database_gone_rejects_the_message_then_nothing_is_lost(
                            fake_anthropic.base_url)
     config = session_config(broken, record_timeout_s=3)
     sid = f"db-{uuid.uuid4().hex[:8]}"
-    async with keel_worker(client, broken) as keel:
+    # Sessions only: the vault worker needs its database to hold the vault's lock.
+    async with keel_worker(client, broken, role=Role.SESSIONS) as keel:
         session = await keel.start_session(sid, config=config)
         with pytest.raises(MessageRejectedError, match="could not be recorded"):
             await session.send("keep this", input_id="msg-1")
