@@ -114,6 +114,8 @@ def checked_reply(message: Message) -> Message:
                 problems.append("a text block without text")
     if getattr(message, "usage", None) is None:
         problems.append("no usage")
+    if not isinstance(getattr(message, "model", None), str):
+        problems.append("no model")
     if problems:
         raise ApplicationError(f"malformed model reply: {'; '.join(problems)}",
                                type=MODEL_MALFORMED_REPLY, non_retryable=True)
