@@ -80,6 +80,10 @@ async def test_sigkill_at_a_boundary_loses_and_duplicates_nothing(
             if mark.exists():
                 break
         outcomes = [await asyncio.wait_for(session.wait_reply(s), 150) for s in seqs]
+        for _ in range(200):  # the transcript is written after the reply
+            if mark.exists() and worker:
+                break
+            await asyncio.sleep(0.05)
         assert mark.exists() and worker, "the worker never crashed"
     finally:
         taking_over.cancel()
