@@ -1,16 +1,18 @@
 """Throughput benchmark: agent turns per second and the median turn's latency with 1 and 3
 session worker processes (plus the one vault worker) at 10 and 50 concurrent sessions.
 
-    .venv/bin/python bench/bench_throughput.py              # 4 runs of 20 s, ~2-3 min
-    .venv/bin/python bench/bench_throughput.py --seconds 8  # a smoke run
+    .venv/bin/python bench/bench_throughput.py          # 4 runs, 3 timed turns a session
+    .venv/bin/python bench/bench_throughput.py --quick  # one small run, nothing written
 
 The stack is the embedded one (Temporal dev server, embedded PostgreSQL) in a temporary
 folder; the workers are real `python -m workers.main` processes on a fresh task queue per
 run, with the PostgreSQL workspace store, as on a cluster. The model is the fake Messages
 API answering at once, so a turn costs only Keel: the user's update, the memory recall and
 transcripts on the vault queue, the model activity (record load, context assembly, the
-reply's insert), the workflow tasks. Each session plays turns back to back; the first turn
-of each is warm-up. CPU seconds per process class (from /proc) say what limits each run.
+reply's insert), the workflow tasks. Each session plays its turns back to back after a
+warm-up turn; a run's clock starts when every session is warm and stops when all are done
+(turns/s = timed turns / that time; latency = send to reply of each timed turn). CPU
+seconds per process class (from /proc) say what limits each run.
 Figures go to stdout and bench/results/throughput.json.
 """
 
@@ -64,7 +66,7 @@ def machine_busy() -> tuple[float, float]:
 async def wait_for_pollers(client: Any, queue: str, count: int) -> None:
     request = DescribeTaskQueueRequest(namespace=client.namespace, task_queue=TaskQueue(
         name=queue), task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY)
-    for _ in range(600):
+    for _ in range(1800):  # a loaded machine starts Python processes slowly
         if len((await client.workflow_service.describe_task_queue(request)).pollers) >= count:
             return
         await asyncio.sleep(0.1)
@@ -72,7 +74,7 @@ async def wait_for_pollers(client: Any, queue: str, count: int) -> None:
 
 
 async def run_config(client: Any, settings: Any, workers: int, sessions: int,
-                     seconds: float) -> dict[str, Any]:
+                     turns: int) -> dict[str, Any]:
     queue = f"tp-{workers}w-{sessions}s-{uuid.uuid4().hex[:6]}"
     data = Path(settings.data_dir)
     env = {**os.environ, "TEMPORAL_ADDRESS": client.service_client.config.target_host,
@@ -94,21 +96,16 @@ async def run_config(client: Any, settings: Any, workers: int, sessions: int,
         await wait_for_pollers(client, f"{queue}-vault", 1)
         keel = KeelClient(client, queue, settings.model_copy(update={"task_queue": queue}))
         latencies: list[float] = []
-        counted = 0
-        deadline: float | None = None
+        go = asyncio.Event()
 
         async def play(n: int) -> None:
-            nonlocal counted
             session = await keel.start_session(f"{queue}-{n}")
             await session.ask("warm-up")
-            while deadline is None:
-                await asyncio.sleep(0.01)
-            while time.perf_counter() < deadline:
+            await go.wait()
+            for k in range(turns):
                 t0 = time.perf_counter()
-                await session.ask(f"turn at {t0:.3f}")
-                if time.perf_counter() <= deadline:
-                    latencies.append(time.perf_counter() - t0)
-                    counted += 1
+                await session.ask(f"turn {k}")
+                latencies.append(time.perf_counter() - t0)
 
         players = [asyncio.create_task(play(n)) for n in range(sessions)]
         # The clock starts once every session has had its warm-up turn answered.
@@ -120,12 +117,13 @@ async def run_config(client: Any, settings: Any, workers: int, sessions: int,
         cpu0 = {p.pid: cpu_seconds(p.pid) for p in [vault, *procs]}
         own0, (busy0, total0) = time.process_time(), machine_busy()
         t_start = time.perf_counter()
-        deadline = t_start + seconds
+        go.set()
         await asyncio.gather(*players)
-        elapsed = seconds
+        elapsed = time.perf_counter() - t_start
         busy1, total1 = machine_busy()
         cpu = {p.pid: cpu_seconds(p.pid) - cpu0[p.pid] for p in [vault, *procs]}
         own = time.process_time() - own0
+        counted = len(latencies)
     finally:
         for p in [vault, *procs]:
             p.terminate()
@@ -136,6 +134,7 @@ async def run_config(client: Any, settings: Any, workers: int, sessions: int,
     session_cpu = sum(cpu[p.pid] for p in procs)
     return {
         "session_workers": workers, "sessions": sessions, "seconds": round(elapsed, 1),
+        "turns_per_session": turns,
         "turns": counted, "turns_per_second": round(counted / elapsed, 1),
         "median_turn_ms": round(statistics.median(latencies) * 1000, 1) if latencies else None,
         "p90_turn_ms": round(percentile(latencies, 90) * 1000, 1) if latencies else None,
@@ -190,14 +189,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     model = ModelSettings(name="fake-model", base_url=fake.base_url, api_key="x",
                           request_timeout_s=30)
     out: dict[str, Any] = {"benchmark": "throughput", "machine": machine(),
-                           "seconds_per_run": args.seconds, "runs": []}
+                           "turns_per_session": args.turns, "runs": []}
     try:
         async with bench_stack(model) as (client, settings):
             _DB["url"] = settings.database_url
             for workers, sessions in ([(1, 10)] if args.quick else CONFIGS):
                 print(f"{workers} session worker(s), {sessions} sessions, "
-                      f"{args.seconds:.0f} s...", flush=True)
-                run = await run_config(client, settings, workers, sessions, args.seconds)
+                      f"{args.turns} turns each...", flush=True)
+                run = await run_config(client, settings, workers, sessions, args.turns)
                 run["limited_by"] = limit_of(run)
                 out["runs"].append(run)
                 print(f"   {run['turns_per_second']} turns/s, median "
@@ -210,7 +209,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 def report(out: dict[str, Any]) -> None:
     print()
     print(table(
-        f"Turns per second, fake model answering at once ({out['seconds_per_run']} s a run, "
+        f"Turns per second, fake model answering at once ({out['turns_per_session']} turns "
+        f"per session after a warm-up turn, "
         f"{out['machine']['cpus']} cores, plus one vault worker in every run)",
         ["session workers", "sessions", "turns/s", "median ms", "p90 ms",
          "CPU ms/turn sessions", "CPU ms/turn vault", "machine busy", "limited by"],
@@ -222,7 +222,7 @@ def report(out: dict[str, Any]) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--turns", type=int, default=3, help="turns per session, timed")
     parser.add_argument("--quick", action="store_true", help="one run (1 worker, 10 "
                         "sessions), results not written")
     cli = parser.parse_args()

@@ -22,7 +22,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -206,6 +206,29 @@ class KeelWorkers:
                     if worker.task_queue == self.settings.vault_task_queue:
                         await worker.shutdown()
                 return
+
+
+async def serve_until(workers: KeelWorkers, stop: asyncio.Event,
+                      ready: Callable[[], Awaitable[None]]) -> bool:
+    """Run `workers` until `stop` is set, calling `ready` once they all poll. A stand-by
+    vault worker waits for the lock inside; `stop` ends the wait too. False: stopped
+    before the workers were ready."""
+    entering = asyncio.create_task(workers.__aenter__())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait([entering, stopping], return_when=asyncio.FIRST_COMPLETED)
+    if not entering.done():
+        entering.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await entering
+        return False
+    stopping.cancel()
+    entering.result()
+    try:
+        await ready()
+        await stop.wait()
+    finally:
+        await workers.__aexit__(None, None, None)
+    return True
 
 
 def build_worker(client: Client, settings: KeelSettings,
