@@ -196,11 +196,19 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             for workers, sessions in ([(1, 10)] if args.quick else CONFIGS):
                 print(f"{workers} session worker(s), {sessions} sessions, "
                       f"{args.turns} turns each...", flush=True)
-                run = await run_config(client, settings, workers, sessions, args.turns)
+                try:
+                    run = await run_config(client, settings, workers, sessions, args.turns)
+                except Exception as err:  # a run that breaks the stack is a figure too
+                    out["runs"].append({"session_workers": workers, "sessions": sessions,
+                                        "error": f"{type(err).__name__}: {err}"})
+                    print(f"   failed: {err}", flush=True)
+                    break
                 run["limited_by"] = limit_of(run)
                 out["runs"].append(run)
                 print(f"   {run['turns_per_second']} turns/s, median "
                       f"{run['median_turn_ms']} ms", flush=True)
+                if not args.quick:  # written after every run: a later failure keeps these
+                    write_json("throughput", out)
     finally:
         fake.stop()
     return out
@@ -217,7 +225,10 @@ def report(out: dict[str, Any]) -> None:
         [[r["session_workers"], r["sessions"], r["turns_per_second"], r["median_turn_ms"],
           r["p90_turn_ms"], r["cpu_ms_per_turn"]["session_workers"],
           r["cpu_ms_per_turn"]["vault_worker"], f"{r['machine_busy_percent']:.0f}%",
-          r["limited_by"]] for r in out["runs"]]))
+          r["limited_by"]] for r in out["runs"] if "error" not in r]))
+    for r in out["runs"]:
+        if "error" in r:
+            print(f"{r['session_workers']} workers, {r['sessions']} sessions: {r['error']}")
 
 
 if __name__ == "__main__":
