@@ -124,25 +124,24 @@ class KeelWorkers:
                 client, task_queue=settings.task_queue, workflows=[SessionWorkflow],
                 activities=session_activities(settings), max_concurrent_activities=50,
                 **common))
-        if role in (Role.VAULT, Role.BOTH):
-            self.workers.append(Worker(
-                client, task_queue=settings.vault_task_queue, workflows=MEMORY_WORKFLOWS,
-                activities=vault_activities(settings), max_concurrent_activities=50,
-                **common))
+        self._common = common
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> KeelWorkers:
         try:
-            vault_queue = self.settings.vault_task_queue
             for worker in self.workers:  # the session queue first: it needs no lock
-                if worker.task_queue != vault_queue:
-                    await self._stack.enter_async_context(worker)
-            for worker in self.workers:
-                if worker.task_queue == vault_queue:
-                    self.serves_vault = await self._stack.enter_async_context(
-                        self._vault_owner())
-                    if self.serves_vault:
-                        await self._stack.enter_async_context(worker)
+                await self._stack.enter_async_context(worker)
+            if self.role in (Role.VAULT, Role.BOTH):
+                self.serves_vault = await self._stack.enter_async_context(
+                    self._vault_owner())
+                if self.serves_vault:  # built only now: Temporal registers it when built
+                    vault = Worker(
+                        self.client, task_queue=self.settings.vault_task_queue,
+                        workflows=MEMORY_WORKFLOWS,
+                        activities=vault_activities(self.settings),
+                        max_concurrent_activities=50, **self._common)
+                    self.workers.append(vault)
+                    await self._stack.enter_async_context(vault)
         except BaseException:
             await self._stack.aclose()
             raise
@@ -159,7 +158,18 @@ class KeelWorkers:
 
         settings = self.settings
         assert settings.database_url, "the vault worker needs DATABASE_URL"
-        conn = await psycopg.AsyncConnection.connect(settings.database_url, autocommit=True)
+        try:
+            conn = await psycopg.AsyncConnection.connect(settings.database_url,
+                                                         autocommit=True)
+        except psycopg.OperationalError as err:
+            if self.role is Role.VAULT:
+                raise  # a vault worker that cannot prove it owns the vault does not start
+            # One process serving both: the sessions run; long memory waits for a restart
+            # (its activities give up after MEMORY_TURN's deadline, turns go on).
+            log.error("vault queue %s not served: PostgreSQL unreachable (%s)",
+                      settings.vault_task_queue, err)
+            yield False
+            return
         key = (_VAULT_LOCK_CLASS, settings.vault_task_queue)
         try:
             waited = False
