@@ -228,7 +228,7 @@ async def _serve(settings: KeelSettings, *, ui: bool, require_configured: bool,
     from keel.devstack import running_stack
     from workers.observability import shutdown_tracing, worker_interceptors
     from workers.schedules import ensure_memory_schedules
-    from workers.worker import Role, build_worker
+    from workers.worker import Role, build_worker, serve_until
 
     stop = asyncio.Event()
     _install_stop_signals(stop)
@@ -276,11 +276,13 @@ async def _serve(settings: KeelSettings, *, ui: bool, require_configured: bool,
         if role != "sessions":
             console.print(f"[dim]taking the vault lock for {settings.vault_task_queue} "
                           "(a second vault worker stands by here)…[/]")
-        async with worker:
+
+        async def ready() -> None:
             # The nightly rollups and the doctor, as Temporal Schedules (created or updated).
             await ensure_memory_schedules(stack.client, settings)
             console.print("[green]worker running[/] — Ctrl-C to stop")
-            await stop.wait()
+
+        if await serve_until(worker, stop, ready):
             console.print("stopping: worker…")
         console.print("stopping: " + ("connections…" if not stack.embedded else
                                       "Temporal dev server, PostgreSQL…"))

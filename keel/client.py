@@ -20,7 +20,12 @@ from collections.abc import AsyncIterator
 from contextlib import suppress
 from typing import Any, TypedDict, Unpack
 
-from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowHandle,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
@@ -129,11 +134,16 @@ class SessionHandle:
         return accepted
 
     async def wait_reply(self, seq: int) -> TurnOutcome:
-        """Wait for the turn that answers input `seq`, across continue-as-new."""
+        """Wait for the turn that answers input `seq`, across continue-as-new, and however
+        long the turn takes (one update call is cut off by the server after about a
+        minute; the wait is asked again, the update is read-only)."""
         while True:
-            async with refusals(self.handle):
-                outcome: TurnOutcome = await self.handle.execute_update(
-                    Handler.AWAIT_REPLY, AwaitReply(seq=seq), result_type=TurnOutcome)
+            try:
+                async with refusals(self.handle):
+                    outcome: TurnOutcome = await self.handle.execute_update(
+                        Handler.AWAIT_REPLY, AwaitReply(seq=seq), result_type=TurnOutcome)
+            except WorkflowUpdateRPCTimeoutOrCancelledError:
+                continue
             if not outcome.retry:  # a retry means the session continued as new: ask it
                 return outcome
 

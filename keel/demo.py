@@ -406,8 +406,7 @@ async def running_dev_stack(settings: KeelSettings) -> dict[str, str] | None:
     """
     import asyncio
 
-    from temporalio.client import Client
-
+    from keel.connect import connect
     from keel.devstack import read_stack_file
 
     if settings.temporal_address or settings.database_url:
@@ -416,8 +415,8 @@ async def running_dev_stack(settings: KeelSettings) -> dict[str, str] | None:
     if not found or not found.get("temporal_address") or not found.get("database_url"):
         return None
     try:
-        client = await asyncio.wait_for(Client.connect(
-            found["temporal_address"], namespace=settings.temporal_namespace), timeout=3)
+        client = await asyncio.wait_for(connect(settings, found["temporal_address"]),
+                                        timeout=3)
         await asyncio.wait_for(client.service_client.check_health(), timeout=3)
     except Exception:  # stale file: nothing answers there
         return None

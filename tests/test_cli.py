@@ -159,32 +159,44 @@ async def test_commands_find_the_dev_stack_from_its_stack_file(cli_env, tmp_path
     assert f"no session {sid!r} in the record" in await keel(from_file, "record", sid, code=1)
 
 
+async def _running(proc: subprocess.Popen) -> str:
+    seen = ""
+    deadline = time.monotonic() + 30
+    assert proc.stdout is not None
+    while "worker running" not in seen and time.monotonic() < deadline:
+        line = await asyncio.to_thread(proc.stdout.readline)
+        if not line:
+            break
+        seen += line
+    assert "worker running" in seen, seen
+    return seen
+
+
 async def test_worker_process_serves_and_stops_on_sigterm(cli_env):
+    # The cluster's shape: a session worker, and the vault worker beside it.
     env = {**os.environ, **cli_env}
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "keel"), "worker"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    keel_bin = str(Path(sys.executable).parent / "keel")
+    procs = [subprocess.Popen([keel_bin, "worker", *extra], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+             for extra in ([], ["--vault"])]
     try:
-        seen = ""
-        deadline = time.monotonic() + 30
-        assert proc.stdout is not None
-        while "worker running" not in seen and time.monotonic() < deadline:
-            line = await asyncio.to_thread(proc.stdout.readline)
-            if not line:
-                break
-            seen += line
-        assert "worker running" in seen, seen
+        seen = [await _running(p) for p in procs]
+        assert "keel worker (vault)" in seen[1] and f"{cli_env['KEEL_TASK_QUEUE']}-vault" in seen[1]
         sid = f"wp-{uuid.uuid4().hex[:8]}"
         out = await keel(cli_env, "start", "--id", sid)
         out = await keel(cli_env, "send", sid, "Hello from the shell", "--wait")
         assert "[offline model]" in out
-        proc.send_signal(signal.SIGTERM)
-        rest, _ = await asyncio.to_thread(proc.communicate, timeout=30)
+        rests = []
+        for proc, before in zip(procs, seen, strict=True):
+            proc.send_signal(signal.SIGTERM)
+            rest, _ = await asyncio.to_thread(proc.communicate, timeout=30)
+            assert proc.returncode == 0, before + rest
+            rests.append(rest)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, seen + rest
-    assert "stopped" in rest
-
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    assert all("stopped" in rest for rest in rests)
 
 async def test_send_wait_streams_the_turn_and_says_when_no_worker_polls(client, settings,
                                                                          cli_env):
@@ -318,3 +330,4 @@ async def test_chat_shows_a_watch_and_its_reply_while_the_person_is_idle(client,
             await chat.expect(f"left {sid}")
         finally:
             chat.close()
+

@@ -16,7 +16,7 @@ from keel.connect import connect
 from schemas.config import KeelSettings
 from workers.observability import configure_logging, shutdown_tracing, worker_interceptors
 from workers.schedules import ensure_memory_schedules
-from workers.worker import Role, build_worker
+from workers.worker import Role, build_worker, serve_until
 
 
 async def main(role: Role = Role.SESSIONS) -> None:
@@ -32,18 +32,11 @@ async def main(role: Role = Role.SESSIONS) -> None:
         loop.add_signal_handler(sig, stop.set)
     workers = build_worker(client, settings, interceptors=worker_interceptors(settings),
                            role=role)
-    entering = asyncio.create_task(workers.__aenter__())  # a stand-by vault worker waits here
-    await asyncio.wait([entering, asyncio.create_task(stop.wait())],
-                       return_when=asyncio.FIRST_COMPLETED)
-    if not entering.done():
-        entering.cancel()
-        shutdown_tracing()
-        return
-    try:
+
+    async def ready() -> None:
         await ensure_memory_schedules(client, settings)
-        await stop.wait()
-    finally:
-        await workers.__aexit__(None, None, None)
+
+    await serve_until(workers, stop, ready)
     shutdown_tracing()
 
 

@@ -22,7 +22,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -126,25 +126,24 @@ class KeelWorkers:
                 client, task_queue=settings.task_queue, workflows=[SessionWorkflow],
                 activities=session_activities(settings), max_concurrent_activities=50,
                 **common))
-        if role in (Role.VAULT, Role.BOTH):
-            self.workers.append(Worker(
-                client, task_queue=settings.vault_task_queue, workflows=MEMORY_WORKFLOWS,
-                activities=vault_activities(settings), max_concurrent_activities=50,
-                **common))
+        self._common = common
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> KeelWorkers:
         try:
-            vault_queue = self.settings.vault_task_queue
             for worker in self.workers:  # the session queue first: it needs no lock
-                if worker.task_queue != vault_queue:
-                    await self._stack.enter_async_context(worker)
-            for worker in self.workers:
-                if worker.task_queue == vault_queue:
-                    self.serves_vault = await self._stack.enter_async_context(
-                        self._vault_owner())
-                    if self.serves_vault:
-                        await self._stack.enter_async_context(worker)
+                await self._stack.enter_async_context(worker)
+            if self.role in (Role.VAULT, Role.BOTH):
+                self.serves_vault = await self._stack.enter_async_context(
+                    self._vault_owner())
+                if self.serves_vault:  # built only now: Temporal registers it when built
+                    vault = Worker(
+                        self.client, task_queue=self.settings.vault_task_queue,
+                        workflows=MEMORY_WORKFLOWS,
+                        activities=vault_activities(self.settings),
+                        max_concurrent_activities=50, **self._common)
+                    self.workers.append(vault)
+                    await self._stack.enter_async_context(vault)
         except BaseException:
             await self._stack.aclose()
             raise
@@ -161,7 +160,18 @@ class KeelWorkers:
 
         settings = self.settings
         assert settings.database_url, "the vault worker needs DATABASE_URL"
-        conn = await psycopg.AsyncConnection.connect(settings.database_url, autocommit=True)
+        try:
+            conn = await psycopg.AsyncConnection.connect(settings.database_url,
+                                                         autocommit=True)
+        except psycopg.OperationalError as err:
+            if self.role is Role.VAULT:
+                raise  # a vault worker that cannot prove it owns the vault does not start
+            # One process serving both: the sessions run; long memory waits for a restart
+            # (its activities give up after MEMORY_TURN's deadline, turns go on).
+            log.error("vault queue %s not served: PostgreSQL unreachable (%s)",
+                      settings.vault_task_queue, err)
+            yield False
+            return
         key = (_VAULT_LOCK_CLASS, settings.vault_task_queue)
         try:
             waited = False
@@ -209,6 +219,29 @@ class KeelWorkers:
                     if worker.task_queue == self.settings.vault_task_queue:
                         await worker.shutdown()
                 return
+
+
+async def serve_until(workers: KeelWorkers, stop: asyncio.Event,
+                      ready: Callable[[], Awaitable[None]]) -> bool:
+    """Run `workers` until `stop` is set, calling `ready` once they all poll. A stand-by
+    vault worker waits for the lock inside; `stop` ends the wait too. False: stopped
+    before the workers were ready."""
+    entering = asyncio.create_task(workers.__aenter__())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait([entering, stopping], return_when=asyncio.FIRST_COMPLETED)
+    if not entering.done():
+        entering.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await entering
+        return False
+    stopping.cancel()
+    entering.result()
+    try:
+        await ready()
+        await stop.wait()
+    finally:
+        await workers.__aexit__(None, None, None)
+    return True
 
 
 def build_worker(client: Client, settings: KeelSettings,
