@@ -23,6 +23,7 @@ from activities.record import Inserted, NewRow, ensure_session, insert_row, load
 from activities.tools import ToolContext, ToolOutput, execute_tool, skill_catalog
 from activities.vault.search import search, touch_documents
 from activities.vault.store import MemoryContext, VaultError, read_core_text
+from schemas.agent import AgentSpec, cut_result, session_tools
 from schemas.checkpoint.policy import Fit, ModelWindow, fit, sendable
 from schemas.checkpoint.prepass import prepass
 from schemas.config import KeelSettings
@@ -35,6 +36,7 @@ from schemas.context import (
     estimate_tokens,
     fit_newest_tool_output,
 )
+from schemas.mcp import McpTool
 from schemas.messages import MessageType, ModelReply, RecordRow, ToolCall, Usage
 from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL, MEMORY_TOOLS
 from schemas.vault.card import CardFact
@@ -67,6 +69,9 @@ class ModelCallInput(BaseModel):
     cut_newest_output: bool = False
     memory_block: str = ""  # this turn's fenced long-memory recall
     keep_recent_seq: int = 0  # the pre-pass leaves rows from here on as they are
+    # The session's agent (instructions, tools, provider) and its listed MCP tools.
+    agent: AgentSpec | None = None
+    mcp_tools: list[McpTool] = Field(default_factory=list)
 
 
 class ModelCallResult(BaseModel):
@@ -84,6 +89,21 @@ class ToolInput(BaseModel):
     tool_use_id: str
     result_seq: int
     upto_seq: int
+
+
+class ToolResultInput(BaseModel):
+    """A result computed outside this worker (a service tool, an MCP call, a refusal) to
+    record as the call's tool result, cut to `cap` characters."""
+
+    session_id: str
+    turn: int
+    tool_use_id: str
+    result_seq: int
+    tool: str
+    text: str
+    is_error: bool = False
+    cap: int = 20_000
+    meta: dict[str, Any] = Field(default_factory=dict)
 
 
 class ToolOutcome(BaseModel):
@@ -113,13 +133,19 @@ class SessionActivities:
                                          database_url=self.settings.database_url)
         return self._memory
 
-    def tools(self) -> list[dict[str, Any]]:
-        """The agent's tools; write_card's enums come from the vault's schema.json."""
+    def builtin_tools(self) -> list[dict[str, Any]]:
+        """Keel's built-in tools; write_card's enums come from the vault's schema.json."""
         tools = [*AGENT_TOOLS, MEMORY_SEARCH_TOOL]
         schema, _ = self.memory().vault.schema()
         if schema is not None:
             tools.append(write_card_tool(schema))
         return tools
+
+    def tools(self, agent: AgentSpec | None = None,
+              mcp_tools: list[McpTool] | None = None) -> list[dict[str, Any]]:
+        """The session's tools (schemas.agent.session_tools): the one list every request
+        of this session carries, the checkpoint turn's included."""
+        return session_tools(self.builtin_tools(), agent, mcp_tools or [])
 
     async def _conn(self) -> Any:
         if not self.settings.database_url:
@@ -134,7 +160,7 @@ class SessionActivities:
     def skills_dirs(self) -> list[Path]:
         return [self.settings.skills_dir, PACKAGED_SKILLS]
 
-    def system_prompt(self, session_id: str) -> str:
+    def system_prompt(self, session_id: str, instructions: str = "") -> str:
         workspace = self.workspace(session_id)
         agents = [
             WorkspaceDoc(path=str(p.relative_to(workspace)), text=p.read_text(errors="replace"))
@@ -145,13 +171,15 @@ class SessionActivities:
                   skill_catalog(self.skills_dirs())]
         return build_system_prompt(SystemPromptParts(
             skills=skills, agents_md=agents, core_memory=self.core_memory(),
-            offline_notice=OFFLINE_NOTICE if self.settings.model.offline else ""))
+            offline_notice=OFFLINE_NOTICE if self.settings.model.offline else "",
+            instructions=instructions))
 
     def core_memory(self) -> str:
         return read_core_text(self.settings)
 
     async def load_window(self, conn: AsyncConnection, session_id: str, window_start: int,
-                          upto: int, checkpoint_id: str | None) -> LoadedWindow:
+                          upto: int, checkpoint_id: str | None,
+                          instructions: str = "") -> LoadedWindow:
         checkpoint_text: str | None = None
         carried: list[RecordRow] = []
         if checkpoint_id:
@@ -164,7 +192,7 @@ class SessionActivities:
             carried = await load_seqs(conn, session_id,
                                       [s for s in found[1] if s < window_start])
         rows = carried + await load_rows(conn, session_id, window_start, upto)
-        return LoadedWindow(system=self.system_prompt(session_id), rows=rows,
+        return LoadedWindow(system=self.system_prompt(session_id, instructions), rows=rows,
                             checkpoint_text=checkpoint_text)
 
     @activity.defn
@@ -179,8 +207,9 @@ class SessionActivities:
             done = await load_seqs(conn, data.session_id, [data.reply_seq])
             if done:  # a retry after the reply was recorded: do not ask the model again
                 return ModelCallResult(reply=_reply_from_row(done[0], data.model))
-            window = await self.load_window(conn, data.session_id, data.window_start_seq,
-                                            data.upto_seq, data.checkpoint_id)
+            window = await self.load_window(
+                conn, data.session_id, data.window_start_seq, data.upto_seq,
+                data.checkpoint_id, data.agent.instructions if data.agent else "")
             rows = window.rows
             estimate = self._estimate(window, rows, data.usage_ratio, data.memory_block)
             notes: list[str] = []
@@ -210,9 +239,16 @@ class SessionActivities:
             notes += assembly_notes
             request = {
                 "model": data.model, "max_tokens": data.window.max_output_tokens,
-                "system": window.system, "messages": messages, "tools": self.tools(),
+                "system": window.system, "messages": messages,
+                "tools": self.tools(data.agent, data.mcp_tools),
             }
-            message = await with_heartbeat(create_message(self.settings.model, request))
+            provider = data.agent.provider if data.agent else None
+            try:
+                model_settings = self.settings.model_for(provider)
+            except KeyError:
+                raise ApplicationError(f"provider profile {provider!r} is unknown to this "
+                                       "worker", non_retryable=True) from None
+            message = await with_heartbeat(create_message(model_settings, request))
             blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
             blocks = [b for b in blocks if b.get("type") in ("text", "tool_use")]
             text = _scrub("\n".join(b["text"] for b in blocks if b["type"] == "text"))
@@ -228,8 +264,8 @@ class SessionActivities:
             usage = message.usage
             reply = ModelReply(
                 seq=data.reply_seq, stop_reason=message.stop_reason,
-                tool_calls=[ToolCall(id=b["id"], name=b["name"]) for b in blocks
-                            if b["type"] == "tool_use"],
+                tool_calls=[ToolCall(id=b["id"], name=b["name"], input=b.get("input") or {})
+                            for b in blocks if b["type"] == "tool_use"],
                 usage=Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
                             cache_read_input_tokens=usage.cache_read_input_tokens or 0,
                             cache_creation_input_tokens=usage.cache_creation_input_tokens or 0),
@@ -275,6 +311,21 @@ class SessionActivities:
             return ToolOutcome(seq=inserted.seq, token_count=inserted.token_count,
                                is_error=output.is_error)
 
+    @activity.defn
+    async def record_tool_result(self, data: ToolResultInput) -> ToolOutcome:
+        """Record a result made elsewhere (service tool, MCP, refusal); idempotent by the
+        call's id. A result over its cap is cut, and the line says so."""
+        text, cut = cut_result(data.text, data.cap,
+                               "ask the tool for a smaller part if you need the rest")
+        async with await self._conn() as conn:
+            inserted = await insert_row(conn, NewRow(
+                session_id=data.session_id, seq=data.result_seq,
+                input_id=f"result-{data.tool_use_id}", type=MessageType.TOOL_RESULT,
+                text=text, turn=data.turn,
+                content={"tool_use_id": data.tool_use_id, "is_error": data.is_error,
+                         "tool": data.tool, "cut": cut, **data.meta}))
+        return ToolOutcome(seq=inserted.seq, token_count=inserted.token_count,
+                           is_error=data.is_error)
 
     async def _memory_tool(self, conn: AsyncConnection, data: ToolInput, name: str,
                            args: dict[str, Any]) -> ToolOutput:
@@ -310,6 +361,7 @@ def _scrub(text: str) -> str:
 
 def _reply_from_row(row: RecordRow, model: str) -> ModelReply:
     blocks = row.content if isinstance(row.content, list) else []
-    calls = [ToolCall(id=b["id"], name=b["name"]) for b in blocks if b.get("type") == "tool_use"]
+    calls = [ToolCall(id=b["id"], name=b["name"], input=b.get("input") or {})
+             for b in blocks if b.get("type") == "tool_use"]
     return ModelReply(seq=row.seq, stop_reason="tool_use" if calls else "end_turn",
                       tool_calls=calls, text=row.text, reply_tokens=row.token_count, model=model)

@@ -205,6 +205,8 @@ class RecordRow(BaseModel):
 class ToolCall(BaseModel):
     id: str
     name: str
+    # The call's input as the model gave it (for routing, schema checks and approvals).
+    input: dict[str, Any] = Field(default_factory=dict)
 
 
 class Usage(BaseModel):

@@ -9,7 +9,7 @@ walks the room-making ladder of `schemas.checkpoint.policy`, one rung at a time.
 
 from __future__ import annotations
 
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -21,9 +21,17 @@ with workflow.unsafe.imports_passed_through():
         ModelCallResult,
         RecordInput,
         SessionActivities,
-        ToolInput,
     )
     from activities.vault.turn import MemoryActivities, RecallInput, TranscriptInput
+    from schemas.agent import (
+        AgentSpec,
+        AgentSpecError,
+        ApprovalDecision,
+        DecisionRecorded,
+        PendingApproval,
+        check_spec,
+        decision_problem,
+    )
     from schemas.checkpoint.policy import (
         RoomStep,
         RoomTried,
@@ -47,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         AgentRunInput,
         AwaitReply,
         CallbackInput,
+        EndSession,
         Handler,
         MessageAccepted,
         PendingInput,
@@ -67,9 +76,9 @@ with workflow.unsafe.imports_passed_through():
         MODEL_CALL,
         RECORD_BACKGROUND,
         RECORD_NOTICE,
-        TOOL_CALL,
         record_user_input,
     )
+    from workflows.tools import BUILTIN_NAMES, ToolRunner
 
 TOO_LONG_MESSAGE = (
     "This conversation has grown too long to continue reliably. "
@@ -105,6 +114,9 @@ class SessionWorkflow:
         self.checkpoint_failures_this_turn = 0
         self.chain = CheckpointChain(self.state)
         self.memory_block = ""
+        self.tools = ToolRunner(self)
+        if self.state.ended:
+            self.phase = SessionPhase.ENDED
 
     # ----- inputs -----------------------------------------------------------------------
 
@@ -240,7 +252,12 @@ class SessionWorkflow:
             checkpoint_count=state.checkpoint_count, pending_inputs=len(state.pending),
             window_start_seq=state.window_start_seq, last_seq=state.recorded_upto,
             model=state.config.model, stopped_reason=state.stopped_reason,
-            last_error=self.last_error,
+            last_error=self.last_error, pending_approvals=list(state.approvals),
+            ended=state.ended,
+            agent_instructions_chars=len(state.config.agent.instructions)
+            if state.config.agent else 0,
+            tools=[t.name for t in state.config.agent.tools] + [t.name for t in state.mcp_tools]
+            if state.config.agent else [],
         )
 
     @workflow.query(name=Handler.MIND)
@@ -254,6 +271,115 @@ class SessionWorkflow:
     @workflow.query(name=Handler.NOW)
     def now(self) -> str:
         return self.state.now_text
+
+    # ----- the agent, approvals, ending, checkpoints on request (issue 8) ---------------
+
+    @workflow.query(name=Handler.AGENT)
+    def agent(self) -> AgentSpec | None:
+        return self.state.config.agent
+
+    @workflow.update(name=Handler.SET_AGENT)
+    async def set_agent(self, spec: AgentSpec) -> SessionStatus:
+        """A new agent for later turns; the record gets a notice so a reader sees when."""
+        state = self.state
+        before = state.config.agent
+        state.config = state.config.with_agent(spec)
+        self.window = state.config.window()
+        if before is None or before.mcp_servers != spec.mcp_servers:
+            state.mcp_listed = False
+        await self.record_notice(
+            f"The agent changed for later turns: model {state.config.model}, "
+            f"{len(spec.tools)} service tools, {len(spec.mcp_servers)} MCP servers, "
+            f"instructions of {len(spec.instructions)} characters.")
+        return self.status()
+
+    @set_agent.validator
+    def validate_set_agent(self, spec: AgentSpec) -> None:
+        self._refuse_if_ended()
+        try:
+            check_spec(spec, BUILTIN_NAMES)
+        except AgentSpecError as err:
+            raise ApplicationError(str(err), type=Rejection.AGENT_SPEC_REFUSED,
+                                   non_retryable=True) from None
+
+    @workflow.update(name=Handler.REFRESH_MCP)
+    async def refresh_mcp(self) -> list[str]:
+        await self.tools.ensure_mcp(refresh=True)
+        return [t.name for t in self.state.mcp_tools]
+
+    @workflow.query(name=Handler.PENDING_APPROVALS)
+    def pending_approvals(self) -> list[PendingApproval]:
+        return list(self.state.approvals)
+
+    @workflow.update(name=Handler.DECIDE)
+    async def decide_approval(self, decision: ApprovalDecision) -> DecisionRecorded:
+        pending = self.tools.decide(decision)
+        return DecisionRecorded(call_id=decision.call_id, approve=decision.approve,
+                                tool=pending.tool)
+
+    @decide_approval.validator
+    def validate_decision(self, decision: ApprovalDecision) -> None:
+        problem = decision_problem(self.state.approvals, self.state.decided_calls, decision)
+        if problem:
+            raise ApplicationError(problem, type=Rejection.NOT_PENDING, non_retryable=True)
+
+    @workflow.update(name=Handler.END)
+    async def end_session(self, data: EndSession) -> SessionStatus:
+        """End the session: the running turn finishes (a pending approval is denied), the
+        handlers finish, and the workflow completes with its final status."""
+        state = self.state
+        if not state.ended:
+            state.ended = True
+            state.stopped_reason = state.stopped_reason or f"the session was {data.reason}"
+            await self.record_notice(f"The session was {data.reason}.")
+        if self.phase in (SessionPhase.IDLE, SessionPhase.STOPPED):
+            self.phase = SessionPhase.ENDED
+        self.publish_summary()
+        return self.status()
+
+    @workflow.update(name=Handler.CHECKPOINT_NOW)
+    async def checkpoint_now(self) -> SessionStatus:
+        """A checkpoint on request, through the same chain and checks as an automatic one;
+        it runs between turns, and this returns once it is done."""
+        state = self.state
+        state.checkpoint_requested = True
+        await workflow.wait_condition(
+            lambda: not state.checkpoint_requested or state.stopped_reason is not None)
+        return self.status()
+
+    @checkpoint_now.validator
+    def validate_checkpoint_now(self) -> None:
+        self._refuse_if_ended()
+
+    def _refuse_if_ended(self) -> None:
+        if self.state.stopped_reason:
+            raise ApplicationError(f"this session has stopped: {self.state.stopped_reason}",
+                                   type=Rejection.SESSION_STOPPED, non_retryable=True)
+
+    def publish_summary(self) -> None:
+        """What `keel list` shows, in the workflow's memo (Temporal visibility)."""
+        state = self.state
+        window = max(state.config.context_window, 1)
+        summary: dict[str, Any] = {
+            "phase": self.phase.value, "turn": state.turn,
+            "context_percent": round(100 * state.context_tokens / window, 1),
+            "checkpoints": state.checkpoint_count,
+            "last_activity": workflow.now().isoformat(timespec="seconds"),
+        }
+        workflow.upsert_memo({"keel": summary})
+
+    async def _requested_checkpoint(self) -> None:
+        state = self.state
+        try:
+            if state.recorded_upto >= state.window_start_seq:
+                self.turn_first_seq = state.next_seq
+                self.checkpoint_failures_this_turn = 0
+                await self._checkpoint(state.recorded_upto)
+        finally:
+            state.checkpoint_requested = False
+            self.phase = SessionPhase.ENDED if state.ended else (
+                SessionPhase.STOPPED if state.stopped_reason else SessionPhase.IDLE)
+            self.publish_summary()
 
     # ----- the loop ---------------------------------------------------------------------
 
@@ -271,16 +397,23 @@ class SessionWorkflow:
     @workflow.run
     async def run(self, input: SessionInput) -> SessionStatus:
         state = self.state
+        self.publish_summary()
         while state.stopped_reason is None:
             await workflow.wait_condition(
                 lambda: self._ready() or self._should_continue_as_new()
-                or state.stopped_reason is not None)
+                or state.stopped_reason is not None or state.checkpoint_requested)
+            if state.checkpoint_requested and state.stopped_reason is None:
+                await self._requested_checkpoint()
             # Under a steady stream of inputs there is always a next turn: continue-as-new
             # comes first, carrying the queue, or the history would grow without bound.
             if self._should_continue_as_new() and state.stopped_reason is None:
                 await self._continue_as_new()
             if self._ready():
                 await self._run_turn()
+        state.checkpoint_requested = False
+        if state.ended:
+            self.phase = SessionPhase.ENDED
+        self.publish_summary()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self.status()
 
@@ -307,6 +440,7 @@ class SessionWorkflow:
         error: str | None = None
         rounds = 0
         self.memory_block = await self._recall()
+        await self.tools.ensure_mcp()
         transcribe: list[int] = []
         while True:
             reply, error, upto = await self._call_model(state.recorded_upto)
@@ -320,7 +454,7 @@ class SessionWorkflow:
                 transcribe.append(reply.seq)
             if reply.tool_calls and rounds < state.config.max_tool_rounds_per_turn:
                 rounds += 1
-                await self._run_tools(reply)
+                await self.tools.run_calls(reply)
                 continue
             break
         outcome = TurnOutcome(
@@ -331,7 +465,9 @@ class SessionWorkflow:
             self.outcomes[seq] = outcome
         for old in sorted(self.outcomes)[:-MAX_OUTCOMES]:
             del self.outcomes[old]
-        self.phase = SessionPhase.STOPPED if state.stopped_reason else SessionPhase.IDLE
+        self.phase = SessionPhase.ENDED if state.ended else (
+            SessionPhase.STOPPED if state.stopped_reason else SessionPhase.IDLE)
+        self.publish_summary()
         # The caller has its reply; the transcript is written after it.
         await self._transcribe(transcribe)
 
@@ -362,23 +498,6 @@ class SessionWorkflow:
                 # The record keeps the message; the nightly rollup reads the record too.
                 workflow.logger.warning("transcript of #%d skipped: %s", seq, err.cause or err)
 
-    async def _run_tools(self, reply: ModelReply) -> None:
-        state = self.state
-        for call in reply.tool_calls:
-            seq = state.allocate_seq()
-            try:
-                outcome = await workflow.execute_activity_method(
-                    SessionActivities.run_tool,
-                    ToolInput(session_id=state.session_id, turn=state.turn,
-                              assistant_seq=reply.seq, tool_use_id=call.id, result_seq=seq,
-                              upto_seq=state.recorded_upto),
-                    **TOOL_CALL)
-                state.context_tokens += outcome.token_count
-            except ActivityError as err:
-                # The model gets an error result for this call from context assembly.
-                self.last_error = f"tool {call.name} failed: {err.cause or err}"
-            state.settle_seq(seq)
-
     async def _call_model(self, upto: int) -> tuple[ModelReply | None, str | None, int]:
         """One model call, walking the room-making ladder first when the request does not
         fit. Returns the reply (None when the turn must end), the error said to the user,
@@ -396,7 +515,8 @@ class SessionWorkflow:
                         checkpoint_id=state.checkpoint_id, model=state.config.model,
                         window=self.window, usage_ratio=state.usage_ratio,
                         room_asked=tried.asked, cut_newest_output=tried.output_cut,
-                        memory_block=self.memory_block, keep_recent_seq=self.turn_first_seq),
+                        memory_block=self.memory_block, keep_recent_seq=self.turn_first_seq,
+                        agent=state.config.agent, mcp_tools=state.mcp_tools),
                     **MODEL_CALL)
             except ActivityError as err:
                 state.settle_seq(seq)
