@@ -23,10 +23,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from keel._errors import (
+    AgentSpecRefusedError,
     KeelError,
     MessageRejectedError,
     NoSuchInputError,
     NoTemporalAddressError,
+    NotPendingError,
     RecordFailedError,
     SessionExistsError,
     SessionNotFoundError,
@@ -35,17 +37,28 @@ from keel._errors import (
     refusals,
     start_with_message_refused,
 )
+from schemas.agent import (
+    BUILTIN_TOOL_NAMES,
+    AgentSpec,
+    AgentSpecError,
+    ApprovalDecision,
+    DecisionRecorded,
+    PendingApproval,
+    check_spec,
+)
 from schemas.config import KeelSettings
 from schemas.session import (
     SESSION_WORKFLOW,
     AgentRunInput,
     AwaitReply,
     CallbackInput,
+    EndSession,
     Handler,
     MessageAccepted,
     SessionConfig,
     SessionInput,
     SessionStatus,
+    SessionSummary,
     TaskInput,
     TurnOutcome,
     UserMessage,
@@ -53,11 +66,13 @@ from schemas.session import (
 )
 
 __all__ = [
+    "AgentSpecRefusedError",
     "KeelClient",
     "KeelError",
     "MessageRejectedError",
     "NoSuchInputError",
     "NoTemporalAddressError",
+    "NotPendingError",
     "RecordFailedError",
     "SessionExistsError",
     "SessionHandle",
@@ -168,6 +183,63 @@ class SessionHandle:
     async def now(self) -> str:
         return await self._text(Handler.NOW)
 
+    # ----- the agent, approvals, the session's end ---------------------------------------
+
+    async def agent(self) -> AgentSpec | None:
+        async with refusals(self.handle):
+            spec: AgentSpec | None = await self.handle.query(Handler.AGENT,
+                                                             result_type=AgentSpec | None)
+        return spec
+
+    async def set_agent(self, spec: AgentSpec) -> SessionStatus:
+        """A new agent for later turns (recorded as a notice)."""
+        async with refusals(self.handle):
+            status: SessionStatus = await self.handle.execute_update(
+                Handler.SET_AGENT, spec, result_type=SessionStatus)
+        return status
+
+    async def refresh_mcp(self) -> list[str]:
+        async with refusals(self.handle):
+            names: list[str] = await self.handle.execute_update(Handler.REFRESH_MCP,
+                                                                result_type=list[str])
+        return names
+
+    async def pending(self) -> list[PendingApproval]:
+        async with refusals(self.handle):
+            pending: list[PendingApproval] = await self.handle.query(
+                Handler.PENDING_APPROVALS, result_type=list[PendingApproval])
+        return pending
+
+    async def decide(self, call_id: str, approve: bool, note: str = "",
+                     input_digest: str | None = None, by: str = "") -> DecisionRecorded:
+        """Approve or deny a pending call; `NotPendingError` if it is not pending."""
+        async with refusals(self.handle):
+            done: DecisionRecorded = await self.handle.execute_update(
+                Handler.DECIDE, ApprovalDecision(call_id=call_id, approve=approve, note=note,
+                                                 input_digest=input_digest, by=by),
+                result_type=DecisionRecorded)
+        return done
+
+    async def approve(self, call_id: str, **kw: Any) -> DecisionRecorded:
+        return await self.decide(call_id, True, **kw)
+
+    async def deny(self, call_id: str, note: str = "", **kw: Any) -> DecisionRecorded:
+        return await self.decide(call_id, False, note, **kw)
+
+    async def end(self, reason: str = "ended on request") -> SessionStatus:
+        """End the session: it finishes its handlers and completes with its final status."""
+        async with refusals(self.handle):
+            status: SessionStatus = await self.handle.execute_update(
+                Handler.END, EndSession(reason=reason), result_type=SessionStatus)
+        return status
+
+    async def checkpoint_now(self) -> SessionStatus:
+        """A checkpoint through the same chain and checks as an automatic one."""
+        async with refusals(self.handle):
+            status: SessionStatus = await self.handle.execute_update(
+                Handler.CHECKPOINT_NOW, result_type=SessionStatus)
+        return status
+
 
 class KeelClient:
     """Sessions on one Temporal namespace and task queue."""
@@ -196,17 +268,50 @@ class KeelClient:
         """A handle on an existing session; no call is made until it is used."""
         return SessionHandle(self._handle(session_id))
 
-    def _input(self, session_id: str, config: SessionConfig | None) -> SessionInput:
-        return SessionInput(session_id=session_id,
-                            config=config or session_config(self.settings))
+    def _input(self, session_id: str, config: SessionConfig | None,
+               agent: AgentSpec | None = None) -> SessionInput:
+        config = config or session_config(self.settings)
+        if agent is not None:
+            try:  # refused here, before anything is started
+                check_spec(agent, BUILTIN_TOOL_NAMES, self.settings.provider_names())
+            except AgentSpecError as err:
+                raise AgentSpecRefusedError(str(err)) from None
+            config = config.with_agent(agent)
+        return SessionInput(session_id=session_id, config=config)
+
+    async def list_sessions(self, query: str | None = None) -> list[SessionSummary]:
+        """Every session (newest first) with its phase, turn, context use, checkpoints and
+        last activity, from Temporal visibility: the memo each session keeps up to date."""
+        out: list[SessionSummary] = []
+        q = f'WorkflowType = "{SESSION_WORKFLOW}"' + (f" AND ({query})" if query else "")
+        seen: set[str] = set()
+        async for wf in self.client.list_workflows(q):
+            if wf.id in seen:  # continue-as-new: the newest run only
+                continue
+            seen.add(wf.id)
+            memo = (await wf.memo()).get("keel") or {}
+            status = wf.status.name.lower() if wf.status else ""
+            phase = str(memo.get("phase", "")) if status in ("running", "completed",
+                                                             "continued_as_new") else status
+            out.append(SessionSummary(
+                session_id=wf.id, phase=phase or status, turn=int(memo.get("turn", 0)),
+                context_percent=float(memo.get("context_percent", 0.0)),
+                checkpoints=int(memo.get("checkpoints", 0)),
+                last_activity=str(memo.get("last_activity") or
+                                  (wf.close_time or wf.start_time).isoformat(
+                                      timespec="seconds")),
+                status=status))
+        return out
 
     async def start_session(self, session_id: str | None = None,
-                            config: SessionConfig | None = None) -> SessionHandle:
-        """Start a new session; `SessionExistsError` if the id was ever used."""
+                            config: SessionConfig | None = None,
+                            agent: AgentSpec | None = None) -> SessionHandle:
+        """Start a new session; `SessionExistsError` if the id was ever used,
+        `AgentSpecRefusedError` (nothing started) if `agent` is refused."""
         session_id = session_id or f"session-{uuid.uuid4().hex[:12]}"
         try:
             handle: WorkflowHandle[Any, SessionStatus] = await self.client.start_workflow(
-                SESSION_WORKFLOW, self._input(session_id, config),
+                SESSION_WORKFLOW, self._input(session_id, config, agent),
                 id=session_id, task_queue=self.task_queue, result_type=SessionStatus,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
@@ -217,12 +322,13 @@ class KeelClient:
 
     async def start_with_message(self, session_id: str, text: str,
                                  config: SessionConfig | None = None,
+                                 agent: AgentSpec | None = None,
                                  ) -> tuple[SessionHandle, MessageAccepted]:
         """Update-with-start: the first message acknowledged in the same call. Reuses a
         running session of that id rather than starting a second, and never starts a new
         run under the id of one that has ended (`SessionStoppedError`)."""
         start: WithStartWorkflowOperation[Any, SessionStatus] = WithStartWorkflowOperation(
-            SESSION_WORKFLOW, self._input(session_id, config),
+            SESSION_WORKFLOW, self._input(session_id, config, agent),
             id=session_id, task_queue=self.task_queue, result_type=SessionStatus,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -30,12 +29,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from schemas.mcp import API_TOOL_NAME_RE, McpServerSpec, McpTool, parse_namespaced
+from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL
 
 DEFAULT_OUTPUT_CAP_CHARS = 20_000
 MAX_INSTRUCTIONS_CHARS = 50_000
 DEFAULT_PROVIDER = "default"
 OFFLINE_PROVIDER = "offline"  # always known: the offline deterministic model
-PROFILE_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+# Keel's built-in tools by name (write_card's schema is the vault's, made by the worker).
+BUILTIN_TOOL_NAMES: list[str] = [t["name"] for t in AGENT_TOOLS] + [
+    MEMORY_SEARCH_TOOL["name"], "write_card"]
 
 
 class ApprovalPolicy(StrEnum):
@@ -300,10 +302,25 @@ def denied_text(tool: str, note: str, *, by_policy: bool = False) -> str:
     return f"A person denied the call of {tool}." + (f" Their note: {note}" if note else "")
 
 
-def waiting_on_lines(pending: list[PendingApproval]) -> list[str]:
-    """How a checkpoint's now lists the calls the session waits on."""
-    return [f"approval of {p.tool} (call {p.call_id}, input {json.dumps(p.input)[:200]}) "
-            f"pending since {p.since.isoformat(timespec='seconds')}" for p in pending]
+APPROVAL_SOURCE_LINE = "[Harness: Approval]"
+WAIT_NOTICE_TAG = "[Keel: waiting on a person's approval]"
+DECIDED_NOTICE_TAG = "[Keel: approval decided]"
+
+
+def approval_wait_notice(p: PendingApproval) -> str:
+    """The record's harness line while a call waits: what a checkpoint taken meanwhile
+    reads, so its now lists the call under Waiting on."""
+    return (f"{WAIT_NOTICE_TAG} {p.tool} (call {p.call_id}, input "
+            f"{json.dumps(p.input, ensure_ascii=False)[:300]}) since "
+            f"{p.since.isoformat(timespec='seconds')}; the turn goes on once a person "
+            "approves or denies it.")
+
+
+def approval_decided_notice(p: PendingApproval, decision: ApprovalDecision) -> str:
+    verdict = "approved" if decision.approve else "denied"
+    by = f" by {decision.by}" if decision.by else ""
+    note = f" Note: {decision.note}" if decision.note else ""
+    return f"{DECIDED_NOTICE_TAG} call {p.call_id} ({p.tool}): {verdict}{by}.{note}"
 
 
 # ----- the service-tool activity contract (any SDK language speaks this JSON) ----------

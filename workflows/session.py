@@ -368,6 +368,17 @@ class SessionWorkflow:
         }
         workflow.upsert_memo({"keel": summary})
 
+    async def checkpoint_while_waiting(self) -> None:
+        """A requested checkpoint in the middle of a turn that waits on an approval."""
+        state = self.state
+        try:
+            self.checkpoint_failures_this_turn = 0
+            await self._checkpoint(state.recorded_upto)
+        finally:
+            state.checkpoint_requested = False
+            self.phase = SessionPhase.AWAITING_APPROVAL
+            self.publish_summary()
+
     async def _requested_checkpoint(self) -> None:
         state = self.state
         try:

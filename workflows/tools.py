@@ -34,24 +34,33 @@ with workflow.unsafe.imports_passed_through():
     import jsonschema  # noqa: F401  (schemas.agent checks inputs with it)
 
     from activities.mcp import CallMcpToolInput, ListMcpToolsInput, McpActivities
-    from activities.session import SessionActivities, ToolInput, ToolResultInput
+    from activities.session import (
+        RecordInput,
+        SessionActivities,
+        ToolInput,
+        ToolResultInput,
+    )
     from schemas.agent import (
+        APPROVAL_SOURCE_LINE,
+        BUILTIN_TOOL_NAMES,
         ApprovalDecision,
         ApprovalPolicy,
         PendingApproval,
         ServiceToolCall,
         ToolKind,
+        approval_decided_notice,
         approval_for,
+        approval_wait_notice,
         denied_text,
         input_digest,
         input_problem,
         result_text,
         route,
     )
-    from schemas.messages import ModelReply, ToolCall
+    from schemas.messages import MessageType, ModelReply, ToolCall
     from schemas.session import SessionPhase
-    from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL
     from workflows.options import (
+        RECORD_NOTICE,
         RECORD_TOOL_RESULT,
         TOOL_CALL,
         mcp_options,
@@ -62,7 +71,7 @@ if TYPE_CHECKING:
     from workflows.session import SessionWorkflow
 
 # Built-in names only: their schemas are checked where they run (activities/tools.py).
-BUILTIN_NAMES = [t["name"] for t in AGENT_TOOLS] + [MEMORY_SEARCH_TOOL["name"], "write_card"]
+BUILTIN_NAMES = BUILTIN_TOOL_NAMES
 BUILTINS: list[dict[str, Any]] = [{"name": n, "input_schema": None} for n in BUILTIN_NAMES]
 KEPT_DECISIONS = 200
 
@@ -122,32 +131,50 @@ class ToolRunner:
         return pending
 
     async def _await_approval(self, call: ToolCall) -> ApprovalDecision:
+        """Wait durably for a person's decision on `call`; a checkpoint asked for meanwhile
+        runs while it waits (and its now sees the wait, from the record's notice)."""
         state = self.wf.state
         rules = state.config.agent.approvals if state.config.agent else None
         timeout = rules.timeout_s if rules else None
-        existing = next((p for p in state.approvals if p.call_id == call.id), None)
-        if existing is None:  # a carried-over pending call keeps its own `since`
-            state.approvals.append(PendingApproval(
+        pending = next((p for p in state.approvals if p.call_id == call.id), None)
+        if pending is None:  # a carried-over pending call keeps its own `since`
+            pending = PendingApproval(
                 call_id=call.id, tool=call.name, input=call.input,
                 input_digest=input_digest(call.input), since=workflow.now(),
-                turn=state.turn, timeout_s=timeout))
+                turn=state.turn, timeout_s=timeout)
+            state.approvals.append(pending)
+            await self._harness(approval_wait_notice(pending), f"approval-wait-{call.id}")
         self.wf.phase = SessionPhase.AWAITING_APPROVAL
         self.wf.publish_summary()
-        try:
-            await workflow.wait_condition(
-                lambda: call.id in self.decisions or state.ended,
-                timeout=timedelta(seconds=timeout) if timeout else None)
-        except TimeoutError:
-            allow = rules is not None and rules.on_timeout == "allow"
-            self.decide(ApprovalDecision(
-                call_id=call.id, approve=allow, by="timeout",
-                note=f"no decision within {timeout:g} s; the policy's default applies"))
+        while call.id not in self.decisions and not state.ended:
+            left = None
+            if timeout:
+                left = timeout - (workflow.now() - pending.since).total_seconds()
+            if left is not None and left <= 0:
+                allow = rules is not None and rules.on_timeout == "allow"
+                self.decide(ApprovalDecision(
+                    call_id=call.id, approve=allow, by="timeout",
+                    note=f"no decision within {timeout:g} s; the policy's default applies"))
+                break
+            try:
+                await workflow.wait_condition(
+                    lambda: call.id in self.decisions or state.ended
+                    or state.checkpoint_requested,
+                    timeout=timedelta(seconds=left) if left is not None else None)
+            except TimeoutError:
+                continue
+            if state.checkpoint_requested and call.id not in self.decisions \
+                    and not state.ended:
+                await self.wf.checkpoint_while_waiting()
         if call.id not in self.decisions:  # the session was ended meanwhile
             self.decide(ApprovalDecision(call_id=call.id, approve=False, by="keel",
                                          note="the session was ended"))
+        decision = self.decisions[call.id]
+        await self._harness(approval_decided_notice(pending, decision),
+                            f"approval-decided-{call.id}")
         self.wf.phase = SessionPhase.RUNNING
         self.wf.publish_summary()
-        return self.decisions[call.id]
+        return decision
 
     # ----- calls ------------------------------------------------------------------------
 
@@ -227,6 +254,23 @@ class ToolRunner:
         except ActivityError as err:
             # The model gets an error result for this call from context assembly.
             self.wf.last_error = f"tool {call.name} failed: {err.cause or err}"
+        state.settle_seq(seq)
+
+    async def _harness(self, text: str, input_id: str) -> None:
+        """A line the model (and a checkpoint's turn) reads, in Keel's own voice: a harness
+        row, not an input that asks for a turn."""
+        state = self.wf.state
+        seq = state.allocate_seq()
+        try:
+            inserted = await workflow.execute_activity_method(
+                SessionActivities.record_input,
+                RecordInput(session_id=state.session_id, seq=seq, input_id=input_id,
+                            type=MessageType.HARNESS, text=text,
+                            source_line=APPROVAL_SOURCE_LINE, turn=state.turn),
+                **RECORD_NOTICE)
+            state.context_tokens += inserted.token_count
+        except ActivityError as err:
+            workflow.logger.error("approval line not recorded: %s", err)
         state.settle_seq(seq)
 
     async def _result(self, call: ToolCall, text: str, *, is_error: bool,
