@@ -185,6 +185,27 @@ class SessionHandle:
 
     # ----- the agent, approvals, the session's end ---------------------------------------
 
+    async def is_running(self) -> bool:
+        """Whether a session of this id runs now (False: unknown or ended)."""
+        from temporalio.client import WorkflowExecutionStatus
+        from temporalio.service import RPCError
+
+        try:
+            described = await self.handle.describe()
+        except RPCError:
+            return False
+        return described.status == WorkflowExecutionStatus.RUNNING
+
+    async def closed_as(self) -> str | None:
+        """None while running; else Temporal's word for how it closed (completed,
+        canceled, terminated, timed out, failed)."""
+        from temporalio.client import WorkflowExecutionStatus
+
+        described = await self.handle.describe()
+        if described.status in (None, WorkflowExecutionStatus.RUNNING):
+            return None
+        return described.status.name.lower().replace("_", " ")
+
     async def agent(self) -> AgentSpec | None:
         async with refusals(self.handle):
             spec: AgentSpec | None = await self.handle.query(Handler.AGENT,

@@ -26,6 +26,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
+import jsonschema
 from pydantic import BaseModel, Field
 
 from schemas.mcp import API_TOOL_NAME_RE, McpServerSpec, McpTool, parse_namespaced
@@ -99,8 +100,6 @@ class AgentSpecError(ValueError):
 
 def schema_problem(schema: dict[str, Any]) -> str | None:
     """Why `schema` is no usable tool input schema, or None."""
-    import jsonschema
-
     if schema.get("type", "object") != "object":
         return f"its input schema's root type is {schema.get('type')!r}, not 'object'"
     try:
@@ -222,8 +221,6 @@ def input_problem(schema: dict[str, Any] | None, data: dict[str, Any]) -> str | 
     """Why `data` does not fit `schema`, naming the field, or None. Pure and deterministic."""
     if not schema:
         return None
-    import jsonschema
-
     validator = jsonschema.validators.validator_for(schema)(schema)
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
     if not errors:
@@ -356,3 +353,12 @@ def result_text(value: Any) -> tuple[str, bool]:
             text = f"{text}\n{data}" if text else data
         return text, bool(value.get("is_error"))
     return json.dumps(value, ensure_ascii=False, default=str), False
+
+
+def spec_from_text(text: str, suffix: str) -> AgentSpec:
+    """An AgentSpec from a TOML (`.toml`) or JSON file's text."""
+    if suffix.lower() == ".toml":
+        import tomllib
+
+        return AgentSpec.model_validate(tomllib.loads(text))
+    return AgentSpec.model_validate_json(text)

@@ -31,8 +31,6 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    import jsonschema  # noqa: F401  (schemas.agent checks inputs with it)
-
     from activities.mcp import CallMcpToolInput, ListMcpToolsInput, McpActivities
     from activities.session import (
         RecordInput,
@@ -143,6 +141,7 @@ class ToolRunner:
                 input_digest=input_digest(call.input), since=workflow.now(),
                 turn=state.turn, timeout_s=timeout)
             state.approvals.append(pending)
+            self.wf.phase = SessionPhase.AWAITING_APPROVAL
             await self._harness(approval_wait_notice(pending), f"approval-wait-{call.id}")
         self.wf.phase = SessionPhase.AWAITING_APPROVAL
         self.wf.publish_summary()
