@@ -1,5 +1,6 @@
 """The offline model's rule for a session's declared tools (service tools and MCP tools):
-it calls them in the order the session's instructions name them, once per request, with
+it calls them in the order the session's instructions name them (each step the one after
+the latest planned tool called), once per request, with
 arguments filled from the tools' input schemas and the user's words, then reports what
 each returned. Deterministic, no network; every text it writes says it is the offline model.
 
@@ -90,10 +91,13 @@ def next_step(request: dict[str, Any], user: str,
     plan = planned(request)
     if not plan:
         return None
-    done = {name for name, _, _, _ in called}
-    for tool in plan:
-        if tool["name"] not in done:
-            return tool, arguments(tool, user, [t for _, _, t, _ in called])
+    # The step after the latest planned tool called: a checkpoint may have moved earlier
+    # calls out of the window, and a finished plan is never started again.
+    names = [t["name"] for t in plan]
+    latest = next((names.index(n) for n, _, _, _ in reversed(called) if n in names), -1)
+    if latest + 1 < len(plan):
+        tool = plan[latest + 1]
+        return tool, arguments(tool, user, [t for _, _, t, _ in called])
     lines = []
     for name, args, text, is_error in called:
         shown = " ".join(text.split())[:240]

@@ -368,12 +368,16 @@ class SessionWorkflow:
         }
         workflow.upsert_memo({"keel": summary})
 
-    async def checkpoint_while_waiting(self) -> None:
-        """A requested checkpoint in the middle of a turn that waits on an approval."""
+    async def checkpoint_while_waiting(self, before_seq: int) -> None:
+        """A requested checkpoint in the middle of a turn that waits on an approval. It
+        condenses only what came before the waiting call's assistant message (`before_seq`):
+        the call, its wait line and its coming result stay in the window together, so the
+        result is never cut off from its call."""
         state = self.state
         try:
             self.checkpoint_failures_this_turn = 0
-            await self._checkpoint(state.recorded_upto)
+            if before_seq - 1 >= state.window_start_seq:
+                await self._checkpoint(before_seq - 1)
         finally:
             state.checkpoint_requested = False
             self.phase = SessionPhase.AWAITING_APPROVAL

@@ -128,7 +128,7 @@ class ToolRunner:
         state.decided_calls = [*state.decided_calls, decision.call_id][-KEPT_DECISIONS:]
         return pending
 
-    async def _await_approval(self, call: ToolCall) -> ApprovalDecision:
+    async def _await_approval(self, call: ToolCall, before_seq: int) -> ApprovalDecision:
         """Wait durably for a person's decision on `call`; a checkpoint asked for meanwhile
         runs while it waits (and its now sees the wait, from the record's notice)."""
         state = self.wf.state
@@ -164,7 +164,7 @@ class ToolRunner:
                 continue
             if state.checkpoint_requested and call.id not in self.decisions \
                     and not state.ended:
-                await self.wf.checkpoint_while_waiting()
+                await self.wf.checkpoint_while_waiting(before_seq)
         if call.id not in self.decisions:  # the session was ended meanwhile
             self.decide(ApprovalDecision(call_id=call.id, approve=False, by="keel",
                                          note="the session was ended"))
@@ -198,7 +198,7 @@ class ToolRunner:
             await self._result(call, denied_text(call.name, "", by_policy=True), is_error=True)
             return
         if policy is ApprovalPolicy.ASK:
-            decision = await self._await_approval(call)
+            decision = await self._await_approval(call, reply.seq)
             if not decision.approve:
                 await self._result(call, denied_text(call.name, decision.note), is_error=True,
                                    meta={"denied": True, "by": decision.by})
