@@ -77,7 +77,7 @@ KEPT_DECISIONS = 200
 def _cause(err: ActivityError) -> str:
     cause = err.cause
     if isinstance(cause, TimeoutError):
-        if cause.type == TimeoutType.SCHEDULE_TO_CLOSE:
+        if cause.type in (TimeoutType.SCHEDULE_TO_CLOSE, TimeoutType.SCHEDULE_TO_START):
             return "no worker of the service answered in time (is it running?)"
         if cause.type == TimeoutType.START_TO_CLOSE:
             return "the call timed out"
