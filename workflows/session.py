@@ -366,7 +366,8 @@ class SessionWorkflow:
             "checkpoints": state.checkpoint_count,
             "last_activity": workflow.now().isoformat(timespec="seconds"),
         }
-        workflow.upsert_memo({"keel": summary})
+        if workflow.patched("keel-session-summary-memo"):  # histories before issue 8
+            workflow.upsert_memo({"keel": summary})
 
     async def checkpoint_while_waiting(self, before_seq: int) -> None:
         """A requested checkpoint in the middle of a turn that waits on an approval. It
