@@ -95,6 +95,7 @@ class SessionOverrides(TypedDict, total=False):
     max_tool_rounds_per_turn: int
     record_timeout_s: int
     continue_as_new_after_events: int
+    agent: AgentSpec | None  # prefer `start_session(agent=...)`: it checks the spec
 
 
 def session_config(settings: KeelSettings, **overrides: Unpack[SessionOverrides]
