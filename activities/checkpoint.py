@@ -28,6 +28,7 @@ from activities.model import create_message, with_heartbeat
 from activities.record import NewRow, insert_row, load_rows, load_seqs
 from activities.session import SessionActivities
 from activities.tools import Skill, ToolContext, execute_tool, read_skill
+from schemas.agent import AgentSpec
 from schemas.checkpoint.budgets import CheckpointBudgets
 from schemas.checkpoint.checks import CheckpointCheck, resolve_checkpoint, validate_checkpoint
 from schemas.checkpoint.memo import (
@@ -71,6 +72,7 @@ from schemas.context import (
     newest_tool_output,
     with_cache_breakpoints,
 )
+from schemas.mcp import McpTool
 from schemas.messages import MessageType, RecordRow
 from schemas.tokens import count_tokens
 from schemas.tools import CHECKPOINT_TOOL_NAMES
@@ -87,9 +89,17 @@ class WindowRef(BaseModel):
     turn_first_seq: int
     window: ModelWindow
     user_name: str = "user"
+    # The session's agent and MCP tools: the checkpoint turn carries the same system prompt
+    # (instructions included) and tools as the request it interrupts.
+    agent: AgentSpec | None = None
+    mcp_tools: list[McpTool] = Field(default_factory=list)
 
     def budgets(self) -> CheckpointBudgets:
         return CheckpointBudgets.for_model(self.window)
+
+    @property
+    def instructions(self) -> str:
+        return self.agent.instructions if self.agent else ""
 
 
 class PrepareInput(WindowRef):
@@ -212,7 +222,8 @@ class CheckpointActivities:
                 return PrepareResult(ok=True, cut_seq=done[0], candidates=done[1])
             budgets = data.budgets()
             window = await self.session.load_window(conn, data.session_id, data.window_start_seq,
-                                                    data.upto_seq, data.checkpoint_id)
+                                                    data.upto_seq, data.checkpoint_id,
+                                                    data.instructions)
             live = [r for r in window.rows if r.seq >= data.window_start_seq]
             # The turn is shown what the request it interrupts showed: old tool outputs
             # shrunk by the pre-pass (and so the same, cached, prefix).
@@ -223,7 +234,8 @@ class CheckpointActivities:
             if cut is None:
                 return PrepareResult(ok=False, reason="nothing in the window can move out")
             kept_rows = await self._kept_rows(conn, data.session_id, previous)
-            tools = await self.session.session_tools(data.session_id)
+            tools = await self.session.session_tools(data.session_id, data.agent,
+                                                     data.mcp_tools)
             reply_room = checkpoint_reply_room(data.window.context_window,
                                                data.window.max_output_tokens)
 
@@ -373,7 +385,8 @@ class CheckpointActivities:
                              meta: PrepareInput, budgets: CheckpointBudgets,
                              rounds: list[dict[str, Any]], data: RoundInput) -> dict[str, Any]:
         window = await self.session.load_window(
-            conn, meta.session_id, meta.window_start_seq, meta.upto_seq, meta.checkpoint_id)
+            conn, meta.session_id, meta.window_start_seq, meta.upto_seq, meta.checkpoint_id,
+            meta.instructions)
         rows = prepass(window.rows, keep_recent_seq=meta.turn_first_seq).rows
         if meta.portion < 1.0:
             # Too large for a checkpoint turn: it sees only the part it condenses.
@@ -407,7 +420,8 @@ class CheckpointActivities:
             "max_tokens": checkpoint_reply_room(meta.window.context_window,
                                                 meta.window.max_output_tokens),
             "system": system, "messages": messages,
-            "tools": await self.session.session_tools(meta.session_id),
+            "tools": await self.session.session_tools(meta.session_id, meta.agent,
+                                                      meta.mcp_tools),
         }
         if data.final:
             request["tool_choice"] = {"type": "none"}

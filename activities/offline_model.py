@@ -141,9 +141,12 @@ def _agent_turn(request: dict[str, Any]) -> dict[str, Any]:
     last_results = [b for b in _blocks(last) if b.get("type") == "tool_result"]
     everything = _all_text(messages)
     users = _user_inputs(messages)
+    latest = users[-1] if users else ""
+    declared = _declared_tools_turn(request, messages, latest)
+    if declared is not None:
+        return declared
     if last_results:
         return _after_tools(messages, everything, request)
-    latest = users[-1] if users else ""
     if "queue" not in everything.lower():
         preview = " ".join(latest.split())[:160]
         return _text(
@@ -168,6 +171,25 @@ def _agent_turn(request: dict[str, Any]) -> dict[str, Any]:
     pr = (done + 1) if done is not None else start
     return _tools([("read_file", {"path": f"prs/{pr}.md"})], request,
                   f"Reviewing PR #{pr}, the oldest not yet reviewed.")
+
+
+def _declared_tools_turn(request: dict[str, Any], messages: list[dict[str, Any]],
+                         latest: str) -> dict[str, Any] | None:
+    """The session's own tools, by rule (activities/offline_tools.py)."""
+    from activities.offline_tools import next_step
+
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"
+                     and any(b.get("type") == "text" and latest and latest in
+                             str(b.get("text", "")) for b in _blocks(m))), default=0)
+    called = _tool_results_by_name(messages[last_user:])
+    step = next_step(request, latest, called)
+    if step is None:
+        return None
+    if isinstance(step, list):
+        return _text("I called the session's tools in the order its instructions name "
+                     "them:\n" + "\n".join(step), request)
+    tool, args = step
+    return _tools([(tool["name"], args)], request, f"Calling {tool['name']}.")
 
 
 def _after_tools(messages: list[dict[str, Any]], everything: str,
@@ -356,6 +378,7 @@ def _now_block(messages: list[dict[str, Any]], everything: str) -> str:
     done = reviewed_through(everything)
     pending = awaiting_decision(everything)
     waiting = [str(pending)] if pending is not None else []
+    approvals = _approvals_waiting(everything)
     errors = [t for _, _, t, e in _tool_results_by_name(messages) if e][-1:]
     if done is not None:
         step = f"Review PR #{done + 1} (workstream: PR review queue, oldest first)."
@@ -370,7 +393,8 @@ def _now_block(messages: list[dict[str, Any]], everything: str) -> str:
         "<checkpoint>",
         f"Current step: {step}",
         f"Progress: {progress}",
-        "Waiting on: " + (f"the user's decision on PR #{waiting[-1]}." if waiting
+        "Waiting on: " + ("; ".join(approvals) if approvals else
+                          f"the user's decision on PR #{waiting[-1]}." if waiting
                           else "nothing: no background command, Watch, Task, delegated run "
                                "or question is pending."),
         f"Next steps: continue as the user asked: \"{latest[:300]}\"",
@@ -380,6 +404,17 @@ def _now_block(messages: list[dict[str, Any]], everything: str) -> str:
         "</checkpoint>",
     ]
     return "\n".join(lines)
+
+
+def _approvals_waiting(everything: str) -> list[str]:
+    """Calls the record says wait on a person's approval and were not decided since."""
+    from schemas.agent import DECIDED_NOTICE_TAG, WAIT_NOTICE_TAG
+
+    waits = re.findall(re.escape(WAIT_NOTICE_TAG) + r" (\S+) \(call (\S+), (.*?)\) since (\S+);",
+                       everything)
+    decided = set(re.findall(re.escape(DECIDED_NOTICE_TAG) + r" call (\S+) ", everything))
+    return [f"a person's approval of {tool} (call {call}, {what}) since {since}"
+            for tool, call, what, since in waits if call not in decided]
 
 
 def _checkpoint_turn(request: dict[str, Any]) -> dict[str, Any]:

@@ -46,9 +46,10 @@ from activities.vault.search import search, touch_documents
 from activities.vault.store import MemoryContext, VaultError
 from activities.vault_share import shared_vault_text
 from activities.workspace import WorkspaceStore, open_store
+from schemas.agent import AgentSpec, cut_result, session_tools
 from schemas.checkpoint.policy import Fit, ModelWindow, fit, sendable
 from schemas.checkpoint.prepass import prepass
-from schemas.config import KeelSettings
+from schemas.config import KeelSettings, ModelSettings
 from schemas.context import (
     SkillEntry,
     SystemPromptParts,
@@ -60,6 +61,7 @@ from schemas.context import (
     with_cache_breakpoints,
 )
 from schemas.events import SHORT_INPUT_CHARS, SHORT_OUTPUT_CHARS, cut
+from schemas.mcp import McpTool
 from schemas.messages import MessageType, ModelReply, RecordRow, ToolCall, Usage
 from schemas.text import make_storable, make_storable_json
 from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL, MEMORY_TOOLS
@@ -96,6 +98,9 @@ class ModelCallInput(BaseModel):
     memory_block: str = ""  # this turn's fenced long-memory recall
     keep_recent_seq: int = 0  # the pre-pass leaves rows from here on as they are
     memory_scope: str | None = DEFAULT_SCOPE  # the session's; None: no long memory
+    # The session's agent (instructions, tools, provider) and its listed MCP tools.
+    agent: AgentSpec | None = None
+    mcp_tools: list[McpTool] = Field(default_factory=list)
 
 
 class ModelCallResult(BaseModel):
@@ -117,6 +122,21 @@ class ToolInput(BaseModel):
     result_seq: int
     upto_seq: int
     memory_scope: str | None = DEFAULT_SCOPE  # the session's; None: no long memory
+
+
+class ToolResultInput(BaseModel):
+    """A result computed outside this worker (a service tool, an MCP call, a refusal) to
+    record as the call's tool result, cut to `cap` characters."""
+
+    session_id: str
+    turn: int
+    tool_use_id: str
+    result_seq: int
+    tool: str
+    text: str
+    is_error: bool = False
+    cap: int = 20_000
+    meta: dict[str, Any] = Field(default_factory=dict)
 
 
 class ToolOutcome(BaseModel):
@@ -149,10 +169,10 @@ class SessionActivities:
                                          database_url=self.settings.database_url)
         return self._memory
 
-    async def tools(self, scope: str | None = DEFAULT_SCOPE) -> list[dict[str, Any]]:
-        """The agent's tools; write_card's enums come from the scope's schema.json, as the
-        vault worker published it (activities.vault_share): the same on every worker. A
-        session without long memory gets no memory tools."""
+    async def builtin_tools(self, scope: str | None = DEFAULT_SCOPE) -> list[dict[str, Any]]:
+        """Keel's built-in tools; write_card's enums come from the scope's schema.json, as
+        the vault worker published it (activities.vault_share): the same on every worker.
+        A session without long memory gets no memory tools."""
         if scope is None:
             return list(AGENT_TOOLS)
         tools = [*AGENT_TOOLS, MEMORY_SEARCH_TOOL]
@@ -161,6 +181,12 @@ class SessionActivities:
         if schema is not None:
             tools.append(write_card_tool(schema))
         return tools
+
+    async def tools(self, scope: str | None = DEFAULT_SCOPE, agent: AgentSpec | None = None,
+                    mcp_tools: list[McpTool] | None = None) -> list[dict[str, Any]]:
+        """The session's tools (schemas.agent.session_tools): the one list every request
+        of this session carries, the checkpoint turn's included."""
+        return session_tools(await self.builtin_tools(scope), agent, mcp_tools or [])
 
     async def _conn(self) -> Any:
         if not self.settings.database_url:
@@ -177,9 +203,9 @@ class SessionActivities:
     async def skills(self) -> list[Skill]:
         return await load_skills(self.store, PACKAGED_SKILLS)
 
-    async def system_prompt(self, session_id: str) -> str:
+    async def system_prompt(self, session_id: str, instructions: str = "") -> str:
         """The system prompt, with the core memory of the session's scope (as last read
-        from its row by load_window; none when not known)."""
+        from its row by load_window; none when not known) and the agent's instructions."""
         agents = []
         for info in await self.store.list(session_id):
             parts = info.path.split("/")
@@ -193,7 +219,8 @@ class SessionActivities:
         return build_system_prompt(SystemPromptParts(
             skills=skills, agents_md=agents,
             core_memory=await self.core_memory(self._scopes.get(session_id)),
-            offline_notice=OFFLINE_NOTICE if self.settings.model.offline else ""))
+            offline_notice=OFFLINE_NOTICE if self.settings.model.offline else "",
+            instructions=instructions))
 
     async def core_memory(self, scope: str | None = DEFAULT_SCOPE) -> str:
         """The scope's CORE.md as the vault worker published it ("" before it has, and for
@@ -202,9 +229,10 @@ class SessionActivities:
             return ""
         return (await shared_vault_text(self.store, scope, CORE_FILE) or "").strip()
 
-    async def session_tools(self, session_id: str) -> list[dict[str, Any]]:
+    async def session_tools(self, session_id: str, agent: AgentSpec | None = None,
+                            mcp_tools: list[McpTool] | None = None) -> list[dict[str, Any]]:
         """The tools of a session whose window was loaded (its scope known from its row)."""
-        return await self.tools(self._scopes.get(session_id))
+        return await self.tools(self._scopes.get(session_id), agent, mcp_tools)
 
     async def session_scope(self, conn: AsyncConnection, session_id: str) -> str | None:
         row = await (await conn.execute(
@@ -215,7 +243,8 @@ class SessionActivities:
         return scope
 
     async def load_window(self, conn: AsyncConnection, session_id: str, window_start: int,
-                          upto: int, checkpoint_id: str | None) -> LoadedWindow:
+                          upto: int, checkpoint_id: str | None,
+                          instructions: str = "") -> LoadedWindow:
         await self.session_scope(conn, session_id)
         checkpoint_text: str | None = None
         carried: list[RecordRow] = []
@@ -229,7 +258,8 @@ class SessionActivities:
             carried = await load_seqs(conn, session_id,
                                       [s for s in found[1] if s < window_start])
         rows = carried + await load_rows(conn, session_id, window_start, upto)
-        return LoadedWindow(system=await self.system_prompt(session_id), rows=rows,
+        return LoadedWindow(system=await self.system_prompt(session_id, instructions),
+                            rows=rows,
                             checkpoint_text=checkpoint_text)
 
     @activity.defn
@@ -254,10 +284,11 @@ class SessionActivities:
                 "UPDATE sessions SET memory_scope = %s WHERE session_id = %s"
                 " AND memory_scope IS DISTINCT FROM %s",
                 (data.memory_scope, data.session_id, data.memory_scope))
-            window = await self.load_window(conn, data.session_id, data.window_start_seq,
-                                            data.upto_seq, data.checkpoint_id)
+            window = await self.load_window(
+                conn, data.session_id, data.window_start_seq, data.upto_seq,
+                data.checkpoint_id, data.agent.instructions if data.agent else "")
             rows = window.rows
-            tools = await self.tools(data.memory_scope)
+            tools = await self.tools(data.memory_scope, data.agent, data.mcp_tools)
             estimate = self._estimate(window, rows, data.usage_ratio, data.memory_block, tools)
             notes: list[str] = []
             if fit(estimate, data.window) is not Fit.FITS:
@@ -290,7 +321,13 @@ class SessionActivities:
                 "model": data.model, "max_tokens": data.window.max_output_tokens,
                 "system": system, "messages": messages, "tools": tools,
             }
-            message = await self._ask_model(data, request)
+            provider = data.agent.provider if data.agent else None
+            try:
+                model_settings = self.settings.model_for(provider)
+            except KeyError:
+                raise ApplicationError(f"provider profile {provider!r} is unknown to this "
+                                       "worker", non_retryable=True) from None
+            message = await self._ask_model(data, request, model_settings)
             blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
             blocks = [b for b in blocks if b.get("type") in ("text", "tool_use")]
             for b in blocks:
@@ -311,7 +348,8 @@ class SessionActivities:
             reply = ModelReply(
                 seq=data.reply_seq, stop_reason=message.stop_reason,
                 tool_calls=[ToolCall(id=b["id"], name=b["name"],
-                                     input_preview=_preview(b.get("input")))
+                                     input_preview=_preview(b.get("input")),
+                                     input=b.get("input") or {})
                             for b in blocks if b["type"] == "tool_use"],
                 usage=Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
                             cache_read_input_tokens=usage.cache_read_input_tokens or 0,
@@ -320,14 +358,14 @@ class SessionActivities:
             return ModelCallResult(reply=reply, fit=size, estimated_tokens=estimate,
                                    output_cut=output_cut, notes=notes, replaced=replaced)
 
-    async def _ask_model(self, data: ModelCallInput, request: dict[str, Any]) -> Message:
+    async def _ask_model(self, data: ModelCallInput, request: dict[str, Any],
+                         model: ModelSettings) -> Message:
         """The model's reply; its text streamed onto the session's events as it comes."""
         if not self.settings.model.stream:
-            return await with_heartbeat(create_message(self.settings.model, request))
+            return await with_heartbeat(create_message(model, request))
         async with DeltaPublisher.for_activity(data.session_id, data.turn,
                                                data.reply_seq) as deltas:
-            return await with_heartbeat(stream_message(self.settings.model, request,
-                                                       deltas.add))
+            return await with_heartbeat(stream_message(model, request, deltas.add))
 
     def _estimate(self, window: LoadedWindow, rows: list[RecordRow], ratio: float,
                   memory_block: str, tools: list[dict[str, Any]]) -> int:
@@ -376,6 +414,21 @@ class SessionActivities:
                                is_error=output.is_error,
                                preview=cut(output.text, SHORT_OUTPUT_CHARS))
 
+    @activity.defn
+    async def record_tool_result(self, data: ToolResultInput) -> ToolOutcome:
+        """Record a result made elsewhere (service tool, MCP, refusal); idempotent by the
+        call's id. A result over its cap is cut, and the line says so."""
+        text, cut = cut_result(data.text, data.cap,
+                               "ask the tool for a smaller part if you need the rest")
+        async with await self._conn() as conn:
+            inserted = await insert_row(conn, NewRow(
+                session_id=data.session_id, seq=data.result_seq,
+                input_id=f"result-{data.tool_use_id}", type=MessageType.TOOL_RESULT,
+                text=text, turn=data.turn,
+                content={"tool_use_id": data.tool_use_id, "is_error": data.is_error,
+                         "tool": data.tool, "cut": cut, **data.meta}))
+        return ToolOutcome(seq=inserted.seq, token_count=inserted.token_count,
+                           is_error=data.is_error)
 
     async def _memory_tool(self, conn: AsyncConnection, data: ToolInput, name: str,
                            args: dict[str, Any]) -> ToolOutput:
@@ -425,6 +478,7 @@ def _scrub(text: str) -> str:
 
 def _reply_from_row(row: RecordRow, model: str) -> ModelReply:
     blocks = row.content if isinstance(row.content, list) else []
-    calls = [ToolCall(id=b["id"], name=b["name"]) for b in blocks if b.get("type") == "tool_use"]
+    calls = [ToolCall(id=b["id"], name=b["name"], input=b.get("input") or {})
+             for b in blocks if b.get("type") == "tool_use"]
     return ModelReply(seq=row.seq, stop_reason="tool_use" if calls else "end_turn",
                       tool_calls=calls, text=row.text, reply_tokens=row.token_count, model=model)

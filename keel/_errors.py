@@ -59,6 +59,14 @@ class RecordFailedError(MessageRejectedError):
     """The record could not take the message in time; nothing was kept, send it again."""
 
 
+class NotPendingError(KeelError):
+    """An approval decision for a call that is not pending (or was decided already)."""
+
+
+class AgentSpecRefusedError(KeelError):
+    """The agent spec was refused (invalid schema, duplicate tool, unknown profile)."""
+
+
 class NoSuchInputError(KeelError):
     """`wait_reply` for a seq the session never gave out."""
 
@@ -68,6 +76,8 @@ REJECTIONS: dict[str, type[KeelError]] = {
     Rejection.SESSION_STOPPED: SessionStoppedError,
     Rejection.RECORD_FAILED: RecordFailedError,
     Rejection.NO_SUCH_INPUT: NoSuchInputError,
+    Rejection.NOT_PENDING: NotPendingError,
+    Rejection.AGENT_SPEC_REFUSED: AgentSpecRefusedError,
 }
 
 

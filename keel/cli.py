@@ -46,6 +46,7 @@ from keel.console import console, error, key_values, one_line, redact_url, worki
 from keel.demo import DEFAULT_TURNS
 from keel.live import LiveView, event_dict
 from keel.record import RecordEntry, read_record
+from schemas.agent import AgentSpec, spec_from_text
 from schemas.config import KeelSettings
 from schemas.session import SessionStatus, TurnOutcome
 
@@ -208,6 +209,9 @@ def _status_table(status: SessionStatus) -> Table:
         ("last seq", status.last_seq),
         ("model", status.model),
         *([("stopped", status.stopped_reason)] if status.stopped_reason else []),
+        *[("awaiting approval", f"{p.tool} (call {p.call_id}) since "
+                                f"{p.since.isoformat(timespec='seconds')}")
+          for p in status.pending_approvals],
         *([("last error", status.last_error)] if status.last_error else []),
     ])
 
@@ -389,23 +393,139 @@ def ui_command(
 
 @app.command()
 def start(
+    session_id: Annotated[str | None, typer.Argument(help="Session id (default: new).")
+                          ] = None,
     id: Annotated[str | None, typer.Option("--id", help="Session id (default: new).")] = None,
     message: Annotated[str | None, typer.Option("--message", "-m",
                                                 help="First message.")] = None,
+    agent: Annotated[Path | None, typer.Option(
+        "--agent", help="The agent spec: a TOML or JSON file.")] = None,
+    instructions: Annotated[Path | None, typer.Option(
+        "--instructions", help="A text file with the agent's instructions.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="The model's name.")] = None,
 ) -> None:
     """Start a session, optionally with its first message (acknowledged in the same call)."""
+    spec = _agent_spec(agent, instructions, model)
+
     async def main() -> None:
         keel = await _connect(_settings())
+        sid = session_id or id
         if message is None:
-            handle = await keel.start_session(id)
+            handle = await keel.start_session(sid, agent=spec)
             console.print(f"started session [bold]{handle.session_id}[/]")
             return
         import uuid
 
-        session_id = id or f"session-{uuid.uuid4().hex[:12]}"
-        handle, accepted = await keel.start_with_message(session_id, message)
-        console.print(f"started session [bold]{handle.session_id}[/]; message recorded "
+        sid = sid or f"session-{uuid.uuid4().hex[:12]}"
+        joined = await keel.session(sid).is_running()
+        handle, accepted = await keel.start_with_message(sid, message, agent=spec)
+        verb = "joined" if joined else "started"
+        console.print(f"{verb} session [bold]{handle.session_id}[/]; message recorded "
                       f"as seq {accepted.seq}")
+    _run(main())
+
+
+def _agent_spec(agent: Path | None, instructions: Path | None,
+                model: str | None) -> AgentSpec | None:
+    """The spec from `--agent`, with `--instructions` and `--model` on top."""
+    if agent is None and instructions is None and model is None:
+        return None
+    try:
+        spec = spec_from_text(agent.read_text(), agent.suffix) if agent else AgentSpec()
+        if instructions is not None:
+            spec = spec.model_copy(update={"instructions": instructions.read_text()})
+    except (OSError, ValueError) as err:
+        error(f"the agent spec cannot be read: {one_line(str(err))}")
+        raise typer.Exit(1) from None
+    if model:
+        spec = spec.model_copy(update={"model": model})
+    return spec
+
+
+# ----- the agent's approvals, a session's end, list, compact (issue 8) -----------------
+
+@app.command()
+def pending(session: str,
+            as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+            ) -> None:
+    """Tool calls that wait on a person's approval: tool, input, since when."""
+    async def main() -> None:
+        calls = await (await _session(session)).pending()
+        if as_json:
+            console.print_json(json.dumps([c.model_dump(mode="json") for c in calls]))
+            return
+        if not calls:
+            console.print("[dim]no call waits on approval[/]")
+            return
+        table = Table("call id", "tool", "input", "since")
+        for c in calls:
+            table.add_row(c.call_id, c.tool, escape(json.dumps(c.input)[:200]),
+                          c.since.isoformat(timespec="seconds"))
+        console.print(table)
+    _run(main())
+
+
+@app.command()
+def approve(session: str, call_id: str,
+            by: Annotated[str, typer.Option("--by", help="Who approves.")] = "",
+            ) -> None:
+    """Approve a pending tool call; the turn goes on and the call runs."""
+    async def main() -> None:
+        done = await (await _session(session)).approve(
+            call_id, by=by or os.environ.get("USER", ""))
+        console.print(f"approved {done.tool} (call {done.call_id})")
+    _run(main())
+
+
+@app.command()
+def deny(session: str, call_id: str,
+         note: Annotated[str, typer.Option("--note", help="What the model is told.")] = "",
+         by: Annotated[str, typer.Option("--by", help="Who denies.")] = "",
+         ) -> None:
+    """Deny a pending tool call; the note is the error result the model gets."""
+    async def main() -> None:
+        done = await (await _session(session)).deny(
+            call_id, note, by=by or os.environ.get("USER", ""))
+        console.print(f"denied {done.tool} (call {done.call_id})")
+    _run(main())
+
+
+@app.command(name="list")
+def list_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+          ) -> None:
+    """Every session: id, phase, turn, context use, checkpoints, last activity."""
+    async def main() -> None:
+        sessions = await (await _connect(_settings())).list_sessions()
+        if as_json:
+            console.print_json(json.dumps([s.model_dump(mode="json") for s in sessions]))
+            return
+        table = Table("session", "phase", "turn", "context", "checkpoints", "last activity")
+        for s in sessions:
+            table.add_row(s.session_id, s.phase, str(s.turn), f"{s.context_percent:.0f}%",
+                          str(s.checkpoints), s.last_activity)
+        console.print(table)
+    _run(main())
+
+
+@app.command()
+def end(session: str,
+        reason: Annotated[str, typer.Option("--reason", help="Why.")] = "ended on request",
+        ) -> None:
+    """End a session: it finishes its handlers and completes with its final status."""
+    async def main() -> None:
+        final = await (await _session(session)).end(reason)
+        console.print(f"ended session [bold]{final.session_id}[/] after turn {final.turn}")
+    _run(main())
+
+
+@app.command()
+def compact(session: str) -> None:
+    """A checkpoint now, through the same chain and checks as an automatic one."""
+    async def main() -> None:
+        with working("Checkpointing…"):
+            after = await (await _session(session)).checkpoint_now()
+        console.print(f"checkpoints: {after.checkpoint_count}; context "
+                      f"{after.context_tokens:,} / {after.context_window:,} tokens")
     _run(main())
 
 
@@ -573,7 +693,11 @@ def status(session: str,
            ) -> None:
     """Phase, turn, context use and checkpoints of a session."""
     async def main() -> None:
-        result = await (await _session(session)).status()
+        handle = await _session(session)
+        result = await handle.status()
+        closed = await handle.closed_as()
+        if closed and closed != "completed":  # cancelled or terminated by other means
+            result = result.model_copy(update={"stopped_reason": f"the session was {closed}"})
         if as_json:  # plain stdout: no colour codes, no wrapping, for scripts
             sys.stdout.write(result.model_dump_json() + "\n")
         else:

@@ -30,10 +30,12 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from keel._errors import (
+    AgentSpecRefusedError,
     KeelError,
     MessageRejectedError,
     NoSuchInputError,
     NoTemporalAddressError,
+    NotPendingError,
     RecordFailedError,
     SessionExistsError,
     SessionNotFoundError,
@@ -44,6 +46,15 @@ from keel._errors import (
 )
 from keel.connect import connect
 from keel.events import EventsMissed, Transport, session_events, stream_offset
+from schemas.agent import (
+    BUILTIN_TOOL_NAMES,
+    AgentSpec,
+    AgentSpecError,
+    ApprovalDecision,
+    DecisionRecorded,
+    PendingApproval,
+    check_spec,
+)
 from schemas.config import KeelSettings
 from schemas.events import SessionEvent
 from schemas.session import (
@@ -51,11 +62,13 @@ from schemas.session import (
     AgentRunInput,
     AwaitReply,
     CallbackInput,
+    EndSession,
     Handler,
     MessageAccepted,
     SessionConfig,
     SessionInput,
     SessionStatus,
+    SessionSummary,
     TaskInput,
     TurnOutcome,
     UserMessage,
@@ -64,12 +77,14 @@ from schemas.session import (
 from schemas.text import payload_problem, storable_problem
 
 __all__ = [
+    "AgentSpecRefusedError",
     "EventsMissed",
     "KeelClient",
     "KeelError",
     "MessageRejectedError",
     "NoSuchInputError",
     "NoTemporalAddressError",
+    "NotPendingError",
     "RecordFailedError",
     "SessionExistsError",
     "SessionHandle",
@@ -94,6 +109,7 @@ class SessionOverrides(TypedDict, total=False):
     record_timeout_s: int
     continue_as_new_after_events: int
     memory_scope: str | None  # whose long memory (schemas.vault.scope); None: none
+    agent: AgentSpec | None  # prefer `start_session(agent=...)`: it checks the spec
 
 
 def session_config(settings: KeelSettings, **overrides: Unpack[SessionOverrides]
@@ -209,6 +225,86 @@ class SessionHandle:
                               transport=transport, stop_at_end=stop_at_end)
 
 
+    # ----- the agent, approvals, the session's end ---------------------------------------
+
+    async def is_running(self) -> bool:
+        """Whether a session of this id runs now (False: unknown or ended)."""
+        from temporalio.client import WorkflowExecutionStatus
+        from temporalio.service import RPCError
+
+        try:
+            described = await self.handle.describe()
+        except RPCError:
+            return False
+        return described.status == WorkflowExecutionStatus.RUNNING
+
+    async def closed_as(self) -> str | None:
+        """None while running; else Temporal's word for how it closed (completed,
+        canceled, terminated, timed out, failed)."""
+        from temporalio.client import WorkflowExecutionStatus
+
+        described = await self.handle.describe()
+        if described.status in (None, WorkflowExecutionStatus.RUNNING):
+            return None
+        return described.status.name.lower().replace("_", " ")
+
+    async def agent(self) -> AgentSpec | None:
+        async with refusals(self.handle):
+            spec: AgentSpec | None = await self.handle.query(Handler.AGENT,
+                                                             result_type=AgentSpec | None)
+        return spec
+
+    async def set_agent(self, spec: AgentSpec) -> SessionStatus:
+        """A new agent for later turns (recorded as a notice)."""
+        async with refusals(self.handle):
+            status: SessionStatus = await self.handle.execute_update(
+                Handler.SET_AGENT, spec, result_type=SessionStatus)
+        return status
+
+    async def refresh_mcp(self) -> list[str]:
+        async with refusals(self.handle):
+            names: list[str] = await self.handle.execute_update(Handler.REFRESH_MCP,
+                                                                result_type=list[str])
+        return names
+
+    async def pending(self) -> list[PendingApproval]:
+        async with refusals(self.handle):
+            pending: list[PendingApproval] = await self.handle.query(
+                Handler.PENDING_APPROVALS, result_type=list[PendingApproval])
+        return pending
+
+    async def decide(self, call_id: str, approve: bool, note: str = "",
+                     input_digest: str | None = None, by: str = "") -> DecisionRecorded:
+        """Approve or deny a pending call; `NotPendingError` if it is not pending."""
+        async with refusals(self.handle):
+            done: DecisionRecorded = await self.handle.execute_update(
+                Handler.DECIDE, ApprovalDecision(call_id=call_id, approve=approve, note=note,
+                                                 input_digest=input_digest, by=by),
+                result_type=DecisionRecorded)
+        return done
+
+    async def approve(self, call_id: str, **kw: Any) -> DecisionRecorded:
+        return await self.decide(call_id, True, **kw)
+
+    async def deny(self, call_id: str, note: str = "", **kw: Any) -> DecisionRecorded:
+        return await self.decide(call_id, False, note, **kw)
+
+    async def end(self, reason: str = "ended on request") -> SessionStatus:
+        """End the session: it finishes its handlers and completes with its final status."""
+        async with refusals(self.handle):
+            status: SessionStatus = await self.handle.execute_update(
+                Handler.END, EndSession(reason=reason), result_type=SessionStatus)
+        return status
+
+    async def checkpoint_now(self) -> SessionStatus:
+        """A checkpoint through the same chain and checks as an automatic one."""
+        async with refusals(self.handle):
+            status: SessionStatus = await self.handle.execute_update(
+                Handler.CHECKPOINT_NOW, result_type=SessionStatus)
+        return status
+
+
+
 def refuse_before_sending(text: str) -> None:
     """What Temporal could not carry (over the payload limit) or the converter could not
     encode (a surrogate) is refused here, with the session's own wording, before any call.
@@ -245,17 +341,50 @@ class KeelClient:
         """A handle on an existing session; no call is made until it is used."""
         return SessionHandle(self._handle(session_id), self.client)
 
-    def _input(self, session_id: str, config: SessionConfig | None) -> SessionInput:
-        return SessionInput(session_id=session_id,
-                            config=config or session_config(self.settings))
+    def _input(self, session_id: str, config: SessionConfig | None,
+               agent: AgentSpec | None = None) -> SessionInput:
+        config = config or session_config(self.settings)
+        if agent is not None:
+            try:  # refused here, before anything is started
+                check_spec(agent, BUILTIN_TOOL_NAMES, self.settings.provider_names())
+            except AgentSpecError as err:
+                raise AgentSpecRefusedError(str(err)) from None
+            config = config.with_agent(agent)
+        return SessionInput(session_id=session_id, config=config)
+
+    async def list_sessions(self, query: str | None = None) -> list[SessionSummary]:
+        """Every session (newest first) with its phase, turn, context use, checkpoints and
+        last activity, from Temporal visibility: the memo each session keeps up to date."""
+        out: list[SessionSummary] = []
+        q = f'WorkflowType = "{SESSION_WORKFLOW}"' + (f" AND ({query})" if query else "")
+        seen: set[str] = set()
+        async for wf in self.client.list_workflows(q):
+            if wf.id in seen:  # continue-as-new: the newest run only
+                continue
+            seen.add(wf.id)
+            memo = (await wf.memo()).get("keel") or {}
+            status = wf.status.name.lower() if wf.status else ""
+            phase = str(memo.get("phase", "")) if status in ("running", "completed",
+                                                             "continued_as_new") else status
+            out.append(SessionSummary(
+                session_id=wf.id, phase=phase or status, turn=int(memo.get("turn", 0)),
+                context_percent=float(memo.get("context_percent", 0.0)),
+                checkpoints=int(memo.get("checkpoints", 0)),
+                last_activity=str(memo.get("last_activity") or
+                                  (wf.close_time or wf.start_time).isoformat(
+                                      timespec="seconds")),
+                status=status))
+        return out
 
     async def start_session(self, session_id: str | None = None,
-                            config: SessionConfig | None = None) -> SessionHandle:
-        """Start a new session; `SessionExistsError` if the id was ever used."""
+                            config: SessionConfig | None = None,
+                            agent: AgentSpec | None = None) -> SessionHandle:
+        """Start a new session; `SessionExistsError` if the id was ever used,
+        `AgentSpecRefusedError` (nothing started) if `agent` is refused."""
         session_id = session_id or f"session-{uuid.uuid4().hex[:12]}"
         try:
             handle: WorkflowHandle[Any, SessionStatus] = await self.client.start_workflow(
-                SESSION_WORKFLOW, self._input(session_id, config),
+                SESSION_WORKFLOW, self._input(session_id, config, agent),
                 id=session_id, task_queue=self.task_queue, result_type=SessionStatus,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
@@ -266,12 +395,13 @@ class KeelClient:
 
     async def start_with_message(self, session_id: str, text: str,
                                  config: SessionConfig | None = None,
+                                 agent: AgentSpec | None = None,
                                  ) -> tuple[SessionHandle, MessageAccepted]:
         """Update-with-start: the first message acknowledged in the same call. Reuses a
         running session of that id rather than starting a second, and never starts a new
         run under the id of one that has ended (`SessionStoppedError`)."""
         start: WithStartWorkflowOperation[Any, SessionStatus] = WithStartWorkflowOperation(
-            SESSION_WORKFLOW, self._input(session_id, config),
+            SESSION_WORKFLOW, self._input(session_id, config, agent),
             id=session_id, task_queue=self.task_queue, result_type=SessionStatus,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,

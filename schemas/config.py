@@ -74,6 +74,26 @@ class WorkspaceStoreKind(StrEnum):
     POSTGRES = "postgres"  # the workspace_files table: any worker on any host
 
 
+class ProviderProfile(BaseModel):
+    """A named way to reach a Messages-API server. A session names the profile; only the
+    worker holds the values (read from its own environment), so no secret is in a history."""
+
+    base_url: str | None = None
+    api_key: str | None = None
+
+
+def providers_from_env(e: dict[str, str]) -> dict[str, ProviderProfile]:
+    """`KEEL_PROVIDERS=a,b` with `KEEL_PROVIDER_A_BASE_URL` / `KEEL_PROVIDER_A_API_KEY`."""
+    out: dict[str, ProviderProfile] = {}
+    for name in (n.strip() for n in e.get("KEEL_PROVIDERS", "").split(",")):
+        if name:
+            key = name.upper().replace("-", "_")
+            out[name] = ProviderProfile(
+                base_url=e.get(f"KEEL_PROVIDER_{key}_BASE_URL") or None,
+                api_key=e.get(f"KEEL_PROVIDER_{key}_API_KEY") or None)
+    return out
+
+
 class KeelSettings(BaseModel):
     temporal_address: str | None = None
     temporal_namespace: str = "default"
@@ -91,6 +111,21 @@ class KeelSettings(BaseModel):
     otel_exporter: str | None = None  # None | console | otlp
     # Long memory; by default the vault is data_dir/vault on the server's time zone.
     memory: MemorySettings = Field(default_factory=lambda data: default_memory(data["data_dir"]))
+    # Provider profiles by name; "default" (this model's own) and "offline" always exist.
+    providers: dict[str, ProviderProfile] = Field(default_factory=dict)
+
+    def provider_names(self) -> list[str]:
+        return sorted({"default", "offline", *self.providers})
+
+    def model_for(self, provider: str | None) -> ModelSettings:
+        """The model settings a session's profile names; KeyError for an unknown one."""
+        if provider is None or provider == "default":
+            return self.model
+        if provider == "offline":
+            return self.model.model_copy(update={"base_url": None, "api_key": None})
+        profile = self.providers[provider]
+        return self.model.model_copy(update={"base_url": profile.base_url,
+                                             "api_key": profile.api_key})
 
     @property
     def workspaces_dir(self) -> Path:
@@ -160,6 +195,7 @@ class KeelSettings(BaseModel):
             log_format=e.get("KEEL_LOG_FORMAT", "console"),
             otel_exporter=e.get("KEEL_OTEL_EXPORTER") or None,
             memory=memory_from_env(data_dir, e),
+            providers=providers_from_env(e),
         )
 
 

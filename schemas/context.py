@@ -60,6 +60,9 @@ class SystemPromptParts(BaseModel):
     agents_md: list[WorkspaceDoc] = Field(default_factory=list)
     core_memory: str = ""
     offline_notice: str = ""
+    # The service's instructions for this session's agent (AgentSpec.instructions): after
+    # Keel's identity and rules, before anything else; never condensed.
+    instructions: str = ""
 
 
 def build_system_prompt(parts: SystemPromptParts) -> str:
@@ -67,6 +70,8 @@ def build_system_prompt(parts: SystemPromptParts) -> str:
     if parts.offline_notice:
         out.append(parts.offline_notice)
     out.append("## Rules\n" + "\n".join(f"- {rule}" for rule in parts.rules))
+    if parts.instructions.strip():
+        out.append("## Instructions for this session\n" + parts.instructions.strip())
     if parts.skills:
         catalog = "\n".join(f"- {s.name}: {s.description}" for s in parts.skills)
         out.append(

@@ -206,6 +206,8 @@ class ToolCall(BaseModel):
     id: str
     name: str
     input_preview: str = ""  # the call's input as compact JSON, cut: for the event stream
+    # The call's input as the model gave it (for routing, schema checks and approvals).
+    input: dict[str, Any] = Field(default_factory=dict)
 
 
 class Usage(BaseModel):

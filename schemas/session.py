@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field, field_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
+from schemas.agent import AgentSpec, PendingApproval
+from schemas.mcp import McpTool
 from schemas.messages import HarnessKind
 from schemas.vault.scope import DEFAULT_SCOPE, check_scope
 
@@ -35,6 +37,14 @@ class Handler(StrEnum):
     MIND = "mind"
     MEMO = "memo"
     NOW = "now"
+    # Issue 8: the agent spec, approvals, a session's end, a checkpoint on request.
+    AGENT = "agent"  # query: the AgentSpec (or None)
+    SET_AGENT = "set_agent"  # update: a new AgentSpec for later turns
+    REFRESH_MCP = "refresh_mcp"  # update: list the MCP servers' tools again
+    PENDING_APPROVALS = "pending_approvals"  # query
+    DECIDE = "decide_approval"  # update: ApprovalDecision
+    END = "end_session"  # update: EndSession
+    CHECKPOINT_NOW = "checkpoint_now"  # update: a checkpoint through the usual chain
 
 
 class Rejection(StrEnum):
@@ -46,6 +56,8 @@ class Rejection(StrEnum):
     RECORD_FAILED = "RecordFailed"  # the record could not take it in time: nothing kept
     NO_SUCH_INPUT = "NoSuchInput"  # await_reply for a seq the session never gave out
     MEMORY_SCOPE_FIXED = "MemoryScopeFixed"  # a run asked for another memory scope
+    NOT_PENDING = "NotPending"  # an approval decision for a call not (or no longer) pending
+    AGENT_SPEC_REFUSED = "AgentSpecRefused"  # set_agent with a spec Keel refuses
 
 
 class SessionConfig(BaseModel):
@@ -73,6 +85,22 @@ class SessionConfig(BaseModel):
     @classmethod
     def _valid_scope(cls, value: str | None) -> str | None:
         return None if value is None else check_scope(value)
+
+    # The agent a service gave the session (instructions, tools, MCP, approvals).
+    agent: AgentSpec | None = None
+
+    def with_agent(self, spec: AgentSpec | None) -> SessionConfig:
+        """This config with `spec` applied: its model and limits win where it sets them."""
+        if spec is None:
+            return self.model_copy(update={"agent": None})
+        update: dict[str, object] = {"agent": spec}
+        if spec.model:
+            update["model"] = spec.model
+        if spec.context_window:
+            update["context_window"] = spec.context_window
+        if spec.max_output_tokens:
+            update["max_output_tokens"] = spec.max_output_tokens
+        return self.model_copy(update=update)
 
     def window(self) -> ModelWindow:
         from schemas.checkpoint.policy import ModelWindow
@@ -130,6 +158,15 @@ class SessionState(BaseModel):
     # The last turns' outcomes, so a caller waiting across continue-as-new still gets its
     # reply.
     recent_outcomes: list[TurnOutcome] = Field(default_factory=list)
+    # MCP tools, listed once per session (refreshed by an Update), never per model call.
+    mcp_tools: list[McpTool] = Field(default_factory=list)
+    mcp_listed: bool = False
+    mcp_problems: list[str] = Field(default_factory=list)
+    # Calls waiting on a person, and the ids of the last calls decided (bounded).
+    approvals: list[PendingApproval] = Field(default_factory=list)
+    decided_calls: list[str] = Field(default_factory=list)
+    ended: bool = False  # ended on request (`end_session`)
+    checkpoint_requested: bool = False
 
     # ----- sequence numbers: every input, reply, result and notice gets the next one -----
 
@@ -205,6 +242,8 @@ class SessionPhase(StrEnum):
     RUNNING = "running"
     CHECKPOINTING = "checkpointing"
     STOPPED = "stopped"
+    AWAITING_APPROVAL = "awaiting_approval"
+    ENDED = "ended"
 
 
 class SessionStatus(BaseModel):
@@ -221,6 +260,26 @@ class SessionStatus(BaseModel):
     model: str
     stopped_reason: str | None = None
     last_error: str | None = None
+    pending_approvals: list[PendingApproval] = Field(default_factory=list)
+    ended: bool = False
+    agent_instructions_chars: int = 0
+    tools: list[str] = Field(default_factory=list)
+
+
+class EndSession(BaseModel):
+    reason: str = "ended on request"
+
+
+class SessionSummary(BaseModel):
+    """One line of `keel list`, read from Temporal visibility (the workflow's memo)."""
+
+    session_id: str
+    phase: str
+    turn: int = 0
+    context_percent: float = 0.0
+    checkpoints: int = 0
+    last_activity: str = ""
+    status: str = ""  # Temporal's: running, completed, canceled, terminated, ...
 
 
 HARNESS_KINDS: tuple[HarnessKind, ...] = tuple(HarnessKind)

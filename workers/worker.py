@@ -30,6 +30,7 @@ from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 
 from activities.checkpoint import CheckpointActivities
+from activities.mcp import McpActivities
 from activities.session import SessionActivities
 from activities.vault.cards import VaultActivities
 from activities.vault.doctor import DoctorActivities
@@ -65,8 +66,10 @@ class Role(StrEnum):
 def session_activities(settings: KeelSettings) -> list[Callable[..., Any]]:
     session = SessionActivities(settings)
     checkpoint = CheckpointActivities(settings)
+    mcp = McpActivities()
     return [
         session.record_input, session.fence_seq, session.call_model, session.run_tool,
+        session.record_tool_result, mcp.list_mcp_tools, mcp.call_mcp_tool,
         checkpoint.prepare_checkpoint, checkpoint.checkpoint_round,
         checkpoint.validate_checkpoint, checkpoint.store_checkpoint,
         checkpoint.move_earliest_half,

@@ -83,7 +83,8 @@ class CheckpointChain:
                 window_start_seq=state.window_start_seq, upto_seq=upto,
                 checkpoint_id=state.checkpoint_id, turn_first_seq=turn_first_seq,
                 window=config.window(), model=config.model, portion=portion,
-                user_name=config.user_name, usage_ratio=state.usage_ratio),
+                user_name=config.user_name, usage_ratio=state.usage_ratio,
+                agent=config.agent, mcp_tools=state.mcp_tools),
             **CHECKPOINT_STEP)
         self.last_rounds, self.last_repair, self.last_reason = 0, False, ""
         if not prepared.ok:

@@ -160,3 +160,33 @@ def on_vault_queue(options: ActivityOptions) -> ActivityOptions:
 def tool_call(tool: str) -> ActivityOptions:
     """One tool call: on the session queue, or on the vault queue when it writes the vault."""
     return on_vault_queue(TOOL_CALL) if tool in VAULT_TOOLS else TOOL_CALL
+
+# ----- issue 8: a session's own tools -------------------------------------------------
+# A service tool or an MCP call may have side effects: a worker crash would make Temporal
+# run it again, so each is tried once unless its declaration says otherwise. A service
+# tool's timeouts come from its declaration; the schedule-to-close bound includes waiting
+# for the service's worker, so a worker that is down fails the call clearly in time.
+
+ONCE = RetryPolicy(maximum_attempts=1)
+MCP_LIST_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2,
+                             non_retryable_error_types=["McpUnavailable"])
+RECORD_TOOL_RESULT = ActivityOptions(start_to_close_timeout=RECORD_ATTEMPT,
+                                     schedule_to_close_timeout=timedelta(minutes=10),
+                                     retry_policy=DB_RETRY)
+
+
+def service_tool_options(timeout_s: float, schedule_to_close_s: float,
+                         max_attempts: int) -> ActivityOptions:
+    return ActivityOptions(
+        start_to_close_timeout=timedelta(seconds=timeout_s),
+        schedule_to_close_timeout=timedelta(seconds=max(schedule_to_close_s, timeout_s)),
+        retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
+                                 maximum_attempts=max_attempts))
+
+
+def mcp_options(timeout_s: float, *, listing: bool = False) -> ActivityOptions:
+    """`timeout_s` is the spec's own bound (McpServerSpec.activity_timeout_s)."""
+    return ActivityOptions(start_to_close_timeout=timedelta(seconds=timeout_s),
+                           schedule_to_close_timeout=timedelta(seconds=timeout_s * 3),
+                           heartbeat_timeout=HEARTBEAT,
+                           retry_policy=MCP_LIST_RETRY if listing else ONCE)

@@ -36,9 +36,17 @@ with workflow.unsafe.imports_passed_through():
         ModelCallResult,
         RecordInput,
         SessionActivities,
-        ToolInput,
     )
     from activities.vault.turn import MemoryActivities, RecallInput, TranscriptInput
+    from schemas.agent import (
+        AgentSpec,
+        AgentSpecError,
+        ApprovalDecision,
+        DecisionRecorded,
+        PendingApproval,
+        check_spec,
+        decision_problem,
+    )
     from schemas.checkpoint.policy import (
         RoomStep,
         RoomTried,
@@ -57,8 +65,6 @@ with workflow.unsafe.imports_passed_through():
         RecallFound,
         SessionEnded,
         SessionStopped,
-        ToolCalled,
-        ToolResult,
         TurnEnded,
         TurnStarted,
     )
@@ -77,6 +83,7 @@ with workflow.unsafe.imports_passed_through():
         AgentRunInput,
         AwaitReply,
         CallbackInput,
+        EndSession,
         Handler,
         MessageAccepted,
         PendingInput,
@@ -105,8 +112,8 @@ with workflow.unsafe.imports_passed_through():
         RECORD_NOTICE,
         on_vault_queue,
         record_user_input,
-        tool_call,
     )
+    from workflows.tools import BUILTIN_NAMES, ToolRunner
 
 TOO_LONG_MESSAGE = (
     "This conversation has grown too long to continue reliably. "
@@ -182,6 +189,9 @@ class SessionWorkflow:
             f"id is {workflow_id!r}: a session's id is its workflow id; nothing was written")
         self.events = SessionEvents(input.session_id, input.events)
         self.observer = TurnObserver(self.state)
+        self.tools = ToolRunner(self)
+        if self.state.ended:
+            self.phase = SessionPhase.ENDED
 
     # ----- inputs -----------------------------------------------------------------------
 
@@ -220,10 +230,10 @@ class SessionWorkflow:
             self.last_error = f"{lost} could not be recorded: {reason}"
             notice = f"{lost} could not be recorded and was lost: {reason}"
             if patient:
-                await self._fence(seq, notice)
+                await self.fence(seq, notice)
             else:  # the caller hears now; the fence is written when the record answers
                 self.fencing.add(seq)
-                task = asyncio.create_task(self._fence(seq, notice))
+                task = asyncio.create_task(self.fence(seq, notice))
                 self.fence_tasks.add(task)
                 task.add_done_callback(self.fence_tasks.discard)
             raise ApplicationError(
@@ -243,7 +253,7 @@ class SessionWorkflow:
         return MessageAccepted(session_id=state.session_id, seq=inserted.seq,
                                input_id=input_id)
 
-    async def _fence(self, seq: int, notice: str) -> None:
+    async def fence(self, seq: int, notice: str) -> None:
         """Give up on `seq` for good: a tombstone notice over it, then settle it."""
         self.fencing.add(seq)
         try:
@@ -413,7 +423,12 @@ class SessionWorkflow:
             checkpoint_count=state.checkpoint_count, pending_inputs=len(state.pending),
             window_start_seq=state.window_start_seq, last_seq=state.recorded_upto,
             model=state.config.model, stopped_reason=state.stopped_reason,
-            last_error=self.last_error,
+            last_error=self.last_error, pending_approvals=list(state.approvals),
+            ended=state.ended,
+            agent_instructions_chars=len(state.config.agent.instructions)
+            if state.config.agent else 0,
+            tools=[t.name for t in state.config.agent.tools] + [t.name for t in state.mcp_tools]
+            if state.config.agent else [],
         )
 
     @workflow.query(name=Handler.MIND)
@@ -427,6 +442,130 @@ class SessionWorkflow:
     @workflow.query(name=Handler.NOW)
     def now(self) -> str:
         return self.state.now_text
+
+    # ----- the agent, approvals, ending, checkpoints on request (issue 8) ---------------
+
+    @workflow.query(name=Handler.AGENT)
+    def agent(self) -> AgentSpec | None:
+        return self.state.config.agent
+
+    @workflow.update(name=Handler.SET_AGENT)
+    async def set_agent(self, spec: AgentSpec) -> SessionStatus:
+        """A new agent for later turns; the record gets a notice so a reader sees when."""
+        state = self.state
+        before = state.config.agent
+        state.config = state.config.with_agent(spec)
+        self.window = state.config.window()
+        if before is None or before.mcp_servers != spec.mcp_servers:
+            state.mcp_listed = False
+        await self.record_notice(
+            f"The agent changed for later turns: model {state.config.model}, "
+            f"{len(spec.tools)} service tools, {len(spec.mcp_servers)} MCP servers, "
+            f"instructions of {len(spec.instructions)} characters.")
+        return self.status()
+
+    @set_agent.validator
+    def validate_set_agent(self, spec: AgentSpec) -> None:
+        self._refuse_if_ended()
+        try:
+            check_spec(spec, BUILTIN_NAMES)
+        except AgentSpecError as err:
+            raise ApplicationError(str(err), type=Rejection.AGENT_SPEC_REFUSED,
+                                   non_retryable=True) from None
+
+    @workflow.update(name=Handler.REFRESH_MCP)
+    async def refresh_mcp(self) -> list[str]:
+        await self.tools.ensure_mcp(refresh=True)
+        return [t.name for t in self.state.mcp_tools]
+
+    @workflow.query(name=Handler.PENDING_APPROVALS)
+    def pending_approvals(self) -> list[PendingApproval]:
+        return list(self.state.approvals)
+
+    @workflow.update(name=Handler.DECIDE)
+    async def decide_approval(self, decision: ApprovalDecision) -> DecisionRecorded:
+        pending = self.tools.decide(decision)
+        return DecisionRecorded(call_id=decision.call_id, approve=decision.approve,
+                                tool=pending.tool)
+
+    @decide_approval.validator
+    def validate_decision(self, decision: ApprovalDecision) -> None:
+        problem = decision_problem(self.state.approvals, self.state.decided_calls, decision)
+        if problem:
+            raise ApplicationError(problem, type=Rejection.NOT_PENDING, non_retryable=True)
+
+    @workflow.update(name=Handler.END)
+    async def end_session(self, data: EndSession) -> SessionStatus:
+        """End the session: the running turn finishes (a pending approval is denied), the
+        handlers finish, and the workflow completes with its final status."""
+        state = self.state
+        if not state.ended:
+            state.ended = True
+            state.stopped_reason = state.stopped_reason or f"the session was {data.reason}"
+            await self.record_notice(f"The session was {data.reason}.")
+        if self.phase in (SessionPhase.IDLE, SessionPhase.STOPPED):
+            self.phase = SessionPhase.ENDED
+        self.publish_summary()
+        return self.status()
+
+    @workflow.update(name=Handler.CHECKPOINT_NOW)
+    async def checkpoint_now(self) -> SessionStatus:
+        """A checkpoint on request, through the same chain and checks as an automatic one;
+        it runs between turns, and this returns once it is done."""
+        state = self.state
+        state.checkpoint_requested = True
+        await workflow.wait_condition(
+            lambda: not state.checkpoint_requested or state.stopped_reason is not None)
+        return self.status()
+
+    @checkpoint_now.validator
+    def validate_checkpoint_now(self) -> None:
+        self._refuse_if_ended()
+
+    def _refuse_if_ended(self) -> None:
+        if self.state.stopped_reason:
+            raise ApplicationError(f"this session has stopped: {self.state.stopped_reason}",
+                                   type=Rejection.SESSION_STOPPED, non_retryable=True)
+
+    def publish_summary(self) -> None:
+        """What `keel list` shows, in the workflow's memo (Temporal visibility)."""
+        state = self.state
+        window = max(state.config.context_window, 1)
+        summary: dict[str, Any] = {
+            "phase": self.phase.value, "turn": state.turn,
+            "context_percent": round(100 * state.context_tokens / window, 1),
+            "checkpoints": state.checkpoint_count,
+            "last_activity": workflow.now().isoformat(timespec="seconds"),
+        }
+        workflow.upsert_memo({"keel": summary})
+
+    async def checkpoint_while_waiting(self, before_seq: int) -> None:
+        """A requested checkpoint in the middle of a turn that waits on an approval. It
+        condenses only what came before the waiting call's assistant message (`before_seq`):
+        the call, its wait line and its coming result stay in the window together, so the
+        result is never cut off from its call."""
+        state = self.state
+        try:
+            self.checkpoint_failures_this_turn = 0
+            if before_seq - 1 >= state.window_start_seq:
+                await self._checkpoint(before_seq - 1)
+        finally:
+            state.checkpoint_requested = False
+            self.phase = SessionPhase.AWAITING_APPROVAL
+            self.publish_summary()
+
+    async def _requested_checkpoint(self) -> None:
+        state = self.state
+        try:
+            if state.recorded_upto >= state.window_start_seq:
+                self.turn_first_seq = state.next_seq
+                self.checkpoint_failures_this_turn = 0
+                await self._checkpoint(state.recorded_upto)
+        finally:
+            state.checkpoint_requested = False
+            self.phase = SessionPhase.ENDED if state.ended else (
+                SessionPhase.STOPPED if state.stopped_reason else SessionPhase.IDLE)
+            self.publish_summary()
 
     # ----- the loop ---------------------------------------------------------------------
 
@@ -450,16 +589,23 @@ class SessionWorkflow:
                 input.state.config.memory_scope, input.config.memory_scope)):
             raise ApplicationError(changed, type=Rejection.MEMORY_SCOPE_FIXED,
                                    non_retryable=True)
+        self.publish_summary()
         while state.stopped_reason is None:
             await workflow.wait_condition(
                 lambda: self._ready() or self._should_continue_as_new()
-                or state.stopped_reason is not None)
+                or state.stopped_reason is not None or state.checkpoint_requested)
+            if state.checkpoint_requested and state.stopped_reason is None:
+                await self._requested_checkpoint()
             # Under a steady stream of inputs there is always a next turn: continue-as-new
             # comes first, carrying the queue, or the history would grow without bound.
             if self._should_continue_as_new() and state.stopped_reason is None:
                 await self._continue_as_new()
             if self._ready():
                 await self._run_turn()
+        state.checkpoint_requested = False
+        if state.ended:
+            self.phase = SessionPhase.ENDED
+        self.publish_summary()
         # The stream's last event, then its readers released, then the handlers awaited.
         self.events.emit(SessionEnded, turn=state.turn, reason=state.stopped_reason)
         self.events.detach()
@@ -496,6 +642,7 @@ class SessionWorkflow:
         error: str | None = None
         rounds = 0
         self.memory_block = await self._recall()
+        await self.tools.ensure_mcp()
         transcribe: list[int] = []
         while True:
             reply, error, upto = await self._call_model(state.recorded_upto)
@@ -509,7 +656,7 @@ class SessionWorkflow:
                 transcribe.append(reply.seq)
             if reply.tool_calls and rounds < state.config.max_tool_rounds_per_turn:
                 rounds += 1
-                await self._run_tools(reply)
+                await self.tools.run_calls(reply)
                 continue
             break
         outcome = TurnOutcome(
@@ -527,7 +674,9 @@ class SessionWorkflow:
             self.outcomes[seq] = outcome
         for old in sorted(self.outcomes)[:-MAX_OUTCOMES]:
             del self.outcomes[old]
-        self.phase = SessionPhase.STOPPED if state.stopped_reason else SessionPhase.IDLE
+        self.phase = SessionPhase.ENDED if state.ended else (
+            SessionPhase.STOPPED if state.stopped_reason else SessionPhase.IDLE)
+        self.publish_summary()
         # The caller has its reply; the transcript is written after it.
         await self._transcribe(transcribe)
 
@@ -568,34 +717,6 @@ class SessionWorkflow:
                 # The record keeps the message; the nightly rollup reads the record too.
                 workflow.logger.warning("transcript of #%d skipped: %s", seq, err.cause or err)
 
-    async def _run_tools(self, reply: ModelReply) -> None:
-        state = self.state
-        for call in reply.tool_calls:
-            seq = state.allocate_seq()
-            self.events.emit(ToolCalled, turn=state.turn, tool_use_id=call.id, name=call.name,
-                             input=call.input_preview)
-            try:
-                outcome = await workflow.execute_activity_method(
-                    SessionActivities.run_tool,
-                    ToolInput(session_id=state.session_id, turn=state.turn,
-                              assistant_seq=reply.seq, tool_use_id=call.id, result_seq=seq,
-                              upto_seq=state.recorded_upto,
-                              memory_scope=state.config.memory_scope),
-                    **tool_call(call.name))
-                state.context_tokens += outcome.token_count
-                self.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id,
-                                 name=call.name, output=outcome.preview,
-                                 is_error=outcome.is_error)
-            except ActivityError as err:
-                # The model gets an error result for this call from context assembly; the
-                # record gets a notice at the result's seq, which no late result can fill.
-                self.last_error = f"tool {call.name} failed: {_reason(err)}"
-                self.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id,
-                                 name=call.name, output=self.last_error, is_error=True)
-                await self._fence(seq, f"The tool call {call.name} failed: {_reason(err)}")
-                continue
-            state.settle_seq(seq)
-
     async def _call_model(self, upto: int) -> tuple[ModelReply | None, str | None, int]:
         """One model call, walking the room-making ladder first when the request does not
         fit. Returns the reply (None when the turn must end), the error said to the user,
@@ -614,13 +735,14 @@ class SessionWorkflow:
                         window=self.window, usage_ratio=state.usage_ratio,
                         room_asked=tried.asked, cut_newest_output=tried.output_cut,
                         memory_block=self.memory_block, keep_recent_seq=self.turn_first_seq,
-                        memory_scope=state.config.memory_scope),
+                        memory_scope=state.config.memory_scope,
+                        agent=state.config.agent, mcp_tools=state.mcp_tools),
                     **MODEL_CALL)
             except ActivityError as err:
                 message = f"The model call failed: {_reason(err)}"
                 self.last_error = message
                 self.events.emit(ErrorEvent, turn=state.turn, message=message, where="model")
-                await self._fence(seq, message)  # the notice, where a late reply would go
+                await self.fence(seq, message)  # the notice, where a late reply would go
                 return None, message, upto
             state.settle_seq(seq)
             if result.reply is not None:

@@ -23,8 +23,8 @@ The now is your working state, written fresh; whatever it does not say is gone f
 context (the record still has it). Write it for yourself, to continue without asking:
 - Current step: what you are doing right now, and the workstream it belongs to.
 - Progress: what is done, what is in progress, and what is blocked or still open.
-- Waiting on: background commands, Watches, Tasks, delegated runs, and questions to the
-  user, each with its id.
+- Waiting on: background commands, Watches, Tasks, delegated runs, tool calls awaiting a
+  person's approval, and questions to the user, each with its id.
 - Next steps: tied to the user's latest explicit request; quote the user's words.
 - Pitfalls: mistakes, false assumptions and dead ends so far, with the exact error text.
 - Exact references: the paths, ids, commands, links and values needed to continue."""

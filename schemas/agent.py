@@ -1,0 +1,364 @@
+"""The agent spec a service gives a session at start, and the pure rules around it: which
+tools the model sees, where a call runs, which calls need a person's approval, and whether a
+call's input fits its tool's schema. No I/O.
+
+Invariants:
+- A spec never holds a secret: a provider is a profile *name* the worker resolves, an MCP
+  server names its environment variables (schemas/mcp.py).
+- `session_tools` is the one place the session's tool list is made; the model call and the
+  checkpoint turn both call it, so the two requests carry the same tools.
+- Tool names are unique across built-ins, service tools and MCP tools; MCP names are
+  namespaced `mcp__<server>__<tool>` and so cannot clash with the others.
+- `approval_for` is the one place a call's policy is decided: the spec's `approvals.tools`
+  entry, else the service tool's own declaration, else `approvals.default_mcp` for an MCP
+  tool, else allow (Keel's built-ins default to allow).
+- An approval is bound to the exact call: its id and the digest of its input.
+
+These models travel in workflow input and state (Temporal histories): add fields only as
+optional with defaults, never rename or remove one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+import jsonschema
+from pydantic import BaseModel, Field
+
+from schemas.mcp import API_TOOL_NAME_RE, McpServerSpec, McpTool, parse_namespaced
+from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL
+
+DEFAULT_OUTPUT_CAP_CHARS = 20_000
+MAX_INSTRUCTIONS_CHARS = 50_000
+DEFAULT_PROVIDER = "default"
+OFFLINE_PROVIDER = "offline"  # always known: the offline deterministic model
+# Keel's built-in tools by name (write_card's schema is the vault's, made by the worker).
+BUILTIN_TOOL_NAMES: list[str] = [t["name"] for t in AGENT_TOOLS] + [
+    MEMORY_SEARCH_TOOL["name"], "write_card"]
+
+
+class ApprovalPolicy(StrEnum):
+    ALLOW = "allow"
+    ASK = "ask"
+    DENY = "deny"
+
+
+class ServiceTool(BaseModel):
+    """A tool a service serves itself: an activity type on a task queue of its own worker,
+    in any Temporal SDK language. Keel calls it with a `ServiceToolCall` and takes back a
+    `ServiceToolResult` (or any JSON value, or text)."""
+
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    activity: str  # the activity type name
+    task_queue: str
+    timeout_s: float = Field(default=60.0, gt=0, le=3600)  # one attempt
+    schedule_to_close_s: float = Field(default=300.0, gt=0, le=86_400)  # waiting included
+    max_attempts: int = Field(default=1, ge=1, le=20)  # side effects: once, unless told
+    approval: ApprovalPolicy = ApprovalPolicy.ALLOW
+    output_cap_chars: int = Field(default=DEFAULT_OUTPUT_CAP_CHARS, ge=100, le=400_000)
+
+    def to_anthropic(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description,
+                "input_schema": self.input_schema}
+
+
+class ApprovalRules(BaseModel):
+    tools: dict[str, ApprovalPolicy] = Field(default_factory=dict)  # by the model's name
+    default_mcp: ApprovalPolicy = ApprovalPolicy.ALLOW
+    timeout_s: float | None = Field(default=None, gt=0)  # then `on_timeout` applies
+    on_timeout: Literal["deny", "allow"] = "deny"
+
+
+class AgentSpec(BaseModel):
+    """How a session's agent is shaped: given at start, readable by a query, changeable for
+    later turns by an Update."""
+
+    instructions: str = ""  # after Keel's identity and rules; never condensed
+    model: str | None = None
+    provider: str | None = None  # a profile name the worker maps to base URL and key
+    context_window: int | None = Field(default=None, ge=4_096)
+    max_output_tokens: int | None = Field(default=None, ge=256)
+    builtin_tools: list[str] | None = None  # None: all of Keel's built-ins
+    tools: list[ServiceTool] = Field(default_factory=list)
+    mcp_servers: list[McpServerSpec] = Field(default_factory=list)
+    approvals: ApprovalRules = Field(default_factory=ApprovalRules)
+
+
+class AgentSpecError(ValueError):
+    """A spec Keel refuses at start: every problem listed, nothing started."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("the agent spec is refused: " + "; ".join(problems))
+
+
+def schema_problem(schema: dict[str, Any]) -> str | None:
+    """Why `schema` is no usable tool input schema, or None."""
+    if schema.get("type", "object") != "object":
+        return f"its input schema's root type is {schema.get('type')!r}, not 'object'"
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as err:
+        return f"its input schema is invalid: {err.message}"
+    return None
+
+
+def spec_problems(spec: AgentSpec, builtin_names: list[str],
+                  providers: list[str] | None = None) -> list[str]:
+    """Every reason to refuse `spec`; `providers` are the known profile names (None: do not
+    check them)."""
+    problems: list[str] = []
+    if len(spec.instructions) > MAX_INSTRUCTIONS_CHARS:
+        problems.append(f"instructions have {len(spec.instructions)} characters; the limit "
+                        f"is {MAX_INSTRUCTIONS_CHARS}")
+    for name in spec.builtin_tools or []:
+        if name not in builtin_names:
+            problems.append(f"built-in tool {name!r} does not exist (there are: "
+                            f"{', '.join(builtin_names)})")
+    seen = set(spec.builtin_tools if spec.builtin_tools is not None else builtin_names)
+    for tool in spec.tools:
+        if not API_TOOL_NAME_RE.match(tool.name) or tool.name.startswith("mcp__"):
+            problems.append(f"tool name {tool.name!r} must match {API_TOOL_NAME_RE.pattern} "
+                            "and not start with 'mcp__'")
+        if tool.name in seen or tool.name in builtin_names:
+            problems.append(f"tool name {tool.name!r} is declared twice")
+        seen.add(tool.name)
+        problem = schema_problem(tool.input_schema)
+        if problem:
+            problems.append(f"tool {tool.name!r}: {problem}")
+        if not tool.activity or not tool.task_queue:
+            problems.append(f"tool {tool.name!r} needs an activity and a task queue")
+    servers = [s.name for s in spec.mcp_servers]
+    for name in sorted({n for n in servers if servers.count(n) > 1}):
+        problems.append(f"MCP server {name!r} is declared twice")
+    for name in spec.approvals.tools:
+        if parse_namespaced(name) is None and name not in seen:
+            problems.append(f"approval rule for {name!r}: no such tool")
+    if providers is not None and spec.provider is not None \
+            and spec.provider not in providers:
+        problems.append(f"provider profile {spec.provider!r} is unknown to this Keel "
+                        f"(known: {', '.join(sorted(providers))})")
+    return problems
+
+
+def check_spec(spec: AgentSpec, builtin_names: list[str],
+               providers: list[str] | None = None) -> AgentSpec:
+    problems = spec_problems(spec, builtin_names, providers)
+    if problems:
+        raise AgentSpecError(problems)
+    return spec
+
+
+def session_tools(builtin: list[dict[str, Any]], spec: AgentSpec | None,
+                  mcp_tools: list[McpTool]) -> list[dict[str, Any]]:
+    """The session's tool list, in a fixed order: built-ins, service tools, MCP tools."""
+    if spec is None:
+        return list(builtin)
+    keep = spec.builtin_tools
+    out = [t for t in builtin if keep is None or t["name"] in keep]
+    out += [t.to_anthropic() for t in spec.tools]
+    out += [t.to_anthropic() for t in mcp_tools]
+    return out
+
+
+class ToolKind(StrEnum):
+    BUILTIN = "builtin"
+    SERVICE = "service"
+    MCP = "mcp"
+    UNKNOWN = "unknown"
+
+
+class ToolRoute(BaseModel):
+    kind: ToolKind
+    service: ServiceTool | None = None
+    mcp: McpTool | None = None
+    mcp_server: McpServerSpec | None = None
+    input_schema: dict[str, Any] | None = None
+
+
+def route(name: str, builtin: list[dict[str, Any]], spec: AgentSpec | None,
+          mcp_tools: list[McpTool]) -> ToolRoute:
+    """Where a call of `name` runs; UNKNOWN when the session offers no such tool."""
+    offered = session_tools(builtin, spec, mcp_tools)
+    if not any(t["name"] == name for t in offered):
+        return ToolRoute(kind=ToolKind.UNKNOWN)
+    if spec is not None:
+        for tool in spec.tools:
+            if tool.name == name:
+                return ToolRoute(kind=ToolKind.SERVICE, service=tool,
+                                 input_schema=tool.input_schema)
+        for mcp in mcp_tools:
+            if mcp.name == name:
+                server = next((s for s in spec.mcp_servers if s.name == mcp.server), None)
+                if server is None:
+                    return ToolRoute(kind=ToolKind.UNKNOWN)
+                return ToolRoute(kind=ToolKind.MCP, mcp=mcp, mcp_server=server,
+                                 input_schema=mcp.input_schema)
+    schema = next(t["input_schema"] for t in offered if t["name"] == name)
+    return ToolRoute(kind=ToolKind.BUILTIN, input_schema=schema)
+
+
+def approval_for(spec: AgentSpec | None, name: str) -> ApprovalPolicy:
+    if spec is None:
+        return ApprovalPolicy.ALLOW
+    if name in spec.approvals.tools:
+        return spec.approvals.tools[name]
+    for tool in spec.tools:
+        if tool.name == name:
+            return tool.approval
+    if parse_namespaced(name) is not None:
+        return spec.approvals.default_mcp
+    return ApprovalPolicy.ALLOW
+
+
+def input_problem(schema: dict[str, Any] | None, data: dict[str, Any]) -> str | None:
+    """Why `data` does not fit `schema`, naming the field, or None. Pure and deterministic."""
+    if not schema:
+        return None
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return None
+    err = errors[0]
+    where = "/".join(str(p) for p in err.absolute_path) or "(the input)"
+    if err.validator == "required" and isinstance(err.instance, dict):
+        missing = [r for r in err.validator_value if r not in err.instance]
+        if missing:
+            where = "/".join([*map(str, err.absolute_path), missing[0]])
+    return f"input does not match the tool's schema at field '{where}': {err.message}"
+
+
+def input_digest(data: dict[str, Any]) -> str:
+    """The digest an approval is bound to: canonical JSON of the call's input."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def cut_result(text: str, cap: int, pointer: str) -> tuple[str, bool]:
+    """`text` cut to `cap` characters with a line saying so and where the rest is."""
+    if len(text) <= cap:
+        return text, False
+    return (f"{text[:cap]}\n[result cut at {cap} of {len(text)} characters; {pointer}]",
+            True)
+
+
+# ----- approvals ------------------------------------------------------------------------
+
+class PendingApproval(BaseModel):
+    """A call that waits on a person's decision."""
+
+    call_id: str
+    tool: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    input_digest: str
+    since: datetime
+    turn: int = 0
+    timeout_s: float | None = None
+
+
+class ApprovalDecision(BaseModel):
+    """A person's decision on one pending call. `input_digest`, when given, must match the
+    pending call's: the decision is about exactly the input that was reviewed."""
+
+    call_id: str
+    approve: bool
+    note: str = ""
+    input_digest: str | None = None
+    by: str = ""
+
+
+class DecisionRecorded(BaseModel):
+    call_id: str
+    approve: bool
+    tool: str
+
+
+def decision_problem(pending: list[PendingApproval], decided: list[str],
+                     decision: ApprovalDecision) -> str | None:
+    """Why `decision` cannot be taken, or None."""
+    if decision.call_id in decided:
+        return f"call {decision.call_id} was already decided"
+    found = next((p for p in pending if p.call_id == decision.call_id), None)
+    if found is None:
+        return f"call {decision.call_id} is not pending approval"
+    if decision.input_digest is not None and decision.input_digest != found.input_digest:
+        return (f"call {decision.call_id}: the decision was for input {decision.input_digest}, "
+                f"the pending call's input is {found.input_digest}")
+    return None
+
+
+def denied_text(tool: str, note: str, *, by_policy: bool = False) -> str:
+    if by_policy:
+        return f"The call of {tool} is not allowed in this session (policy: deny)."
+    return f"A person denied the call of {tool}." + (f" Their note: {note}" if note else "")
+
+
+APPROVAL_SOURCE_LINE = "[Harness: Approval]"
+WAIT_NOTICE_TAG = "[Keel: waiting on a person's approval]"
+DECIDED_NOTICE_TAG = "[Keel: approval decided]"
+
+
+def approval_wait_notice(p: PendingApproval) -> str:
+    """The record's harness line while a call waits: what a checkpoint taken meanwhile
+    reads, so its now lists the call under Waiting on."""
+    return (f"{WAIT_NOTICE_TAG} {p.tool} (call {p.call_id}, input "
+            f"{json.dumps(p.input, ensure_ascii=False)[:300]}) since "
+            f"{p.since.isoformat(timespec='seconds')}; the turn goes on once a person "
+            "approves or denies it.")
+
+
+def approval_decided_notice(p: PendingApproval, decision: ApprovalDecision) -> str:
+    verdict = "approved" if decision.approve else "denied"
+    by = f" by {decision.by}" if decision.by else ""
+    note = f" Note: {decision.note}" if decision.note else ""
+    return f"{DECIDED_NOTICE_TAG} call {p.call_id} ({p.tool}): {verdict}{by}.{note}"
+
+
+# ----- the service-tool activity contract (any SDK language speaks this JSON) ----------
+
+class ServiceToolCall(BaseModel):
+    """What Keel sends a service tool's activity: `{"session_id", "call_id", "tool",
+    "input"}`."""
+
+    session_id: str
+    call_id: str
+    tool: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ServiceToolResult(BaseModel):
+    """What a service tool's activity may return. Plain text or any other JSON value is
+    taken too: text as it is, other JSON as JSON text."""
+
+    text: str = ""
+    is_error: bool = False
+    data: Any = None  # JSON, shown to the model after the text
+
+
+def result_text(value: Any) -> tuple[str, bool]:
+    """(text, is_error) of what a service tool's activity returned."""
+    if isinstance(value, str):
+        return value, False
+    if isinstance(value, dict) and set(value) <= {"text", "is_error", "data"} and (
+            "text" in value or "data" in value):
+        text = str(value.get("text") or "")
+        if value.get("data") is not None:
+            data = json.dumps(value["data"], ensure_ascii=False, default=str)
+            text = f"{text}\n{data}" if text else data
+        return text, bool(value.get("is_error"))
+    return json.dumps(value, ensure_ascii=False, default=str), False
+
+
+def spec_from_text(text: str, suffix: str) -> AgentSpec:
+    """An AgentSpec from a TOML (`.toml`) or JSON file's text."""
+    if suffix.lower() == ".toml":
+        import tomllib
+
+        return AgentSpec.model_validate(tomllib.loads(text))
+    return AgentSpec.model_validate_json(text)

@@ -1,0 +1,336 @@
+"""Running the model's tool calls inside the session workflow: built-ins through
+`SessionActivities.run_tool`, a service's tools as activities on the service's own task
+queue, MCP tools through `McpActivities`, and the approval pause in front of any of them.
+
+Invariants:
+- Deterministic: every effect is an activity, every wait a `workflow.wait_condition`, time
+  is `workflow.now()`. The rules (routing, policy, schema checks) are pure, in
+  `schemas.agent`.
+- Every call ends with exactly one tool result in the record (idempotent by call id):
+  the tool's own, or an error result saying what went wrong (unknown tool, input that does
+  not fit the schema naming the field, denied, a service that raised, timed out or is down,
+  an MCP server that crashed or hangs). A tool failure never fails the session.
+- A pending approval lives in workflow state (`SessionState.approvals`), so it survives a
+  worker restart and is carried over continue-as-new; a decision is bound to the call id
+  and the digest of its input.
+- MCP tools are listed once per session (or on the refresh Update) and kept in state; they
+  are never listed before a model call.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from temporalio import workflow
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    TimeoutError,
+    TimeoutType,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from activities.mcp import CallMcpToolInput, ListMcpToolsInput, McpActivities
+    from activities.session import (
+        RecordInput,
+        SessionActivities,
+        ToolInput,
+        ToolResultInput,
+    )
+    from schemas.agent import (
+        APPROVAL_SOURCE_LINE,
+        BUILTIN_TOOL_NAMES,
+        ApprovalDecision,
+        ApprovalPolicy,
+        PendingApproval,
+        ServiceToolCall,
+        ToolKind,
+        approval_decided_notice,
+        approval_for,
+        approval_wait_notice,
+        denied_text,
+        input_digest,
+        input_problem,
+        result_text,
+        route,
+    )
+    from schemas.events import (
+        SHORT_INPUT_CHARS,
+        ApprovalDecided,
+        ApprovalNeeded,
+        ToolCalled,
+        ToolResult,
+        cut,
+    )
+    from schemas.messages import MessageType, ModelReply, ToolCall
+    from schemas.session import SessionPhase
+    from workflows.options import (
+        RECORD_NOTICE,
+        RECORD_TOOL_RESULT,
+        mcp_options,
+        service_tool_options,
+        tool_call,
+    )
+
+if TYPE_CHECKING:
+    from schemas.session import SessionState
+    from workflows.events import SessionEvents
+
+
+class ToolHost(Protocol):
+    """What the runner needs of the session it runs tools for (SessionWorkflow is one)."""
+
+    state: SessionState
+    phase: SessionPhase
+    last_error: str | None
+    events: SessionEvents
+
+    async def fence(self, seq: int, notice: str) -> None: ...
+    async def record_notice(self, text: str) -> None: ...
+    async def checkpoint_while_waiting(self, before_seq: int) -> None: ...
+    def publish_summary(self) -> None: ...
+
+# Built-in names only: their schemas are checked where they run (activities/tools.py).
+BUILTIN_NAMES = BUILTIN_TOOL_NAMES
+BUILTINS: list[dict[str, Any]] = [{"name": n, "input_schema": None} for n in BUILTIN_NAMES]
+KEPT_DECISIONS = 200
+
+
+def _preview(value: Any) -> str:
+    return cut(json.dumps(value, ensure_ascii=False, default=str), SHORT_INPUT_CHARS)
+
+
+def _cause(err: ActivityError) -> str:
+    cause = err.cause
+    if isinstance(cause, TimeoutError):
+        if cause.type in (TimeoutType.SCHEDULE_TO_CLOSE, TimeoutType.SCHEDULE_TO_START):
+            return "no worker of the service answered in time (is it running?)"
+        if cause.type == TimeoutType.START_TO_CLOSE:
+            return "the call timed out"
+        return f"the call timed out ({cause.type.name.lower() if cause.type else 'timeout'})"
+    if isinstance(cause, ApplicationError):
+        return f"the tool raised {cause.type or 'an error'}: {cause.message}"
+    return str(cause or err)
+
+
+class ToolRunner:
+    """The tool side of one session workflow; holds no state of its own but decisions
+    taken in this run (the durable part is `SessionState`)."""
+
+    def __init__(self, wf: ToolHost) -> None:
+        self.wf = wf
+        self.decisions: dict[str, ApprovalDecision] = {}
+
+    # ----- MCP tool lists ---------------------------------------------------------------
+
+    async def ensure_mcp(self, *, refresh: bool = False) -> None:
+        state = self.wf.state
+        spec = state.config.agent
+        if spec is None or not spec.mcp_servers or (state.mcp_listed and not refresh):
+            return
+        tools, problems = [], []
+        for server in spec.mcp_servers:
+            try:
+                listed = await workflow.execute_activity_method(
+                    McpActivities.list_mcp_tools, ListMcpToolsInput(server=server),
+                    **mcp_options(server.activity_timeout_s("list"), listing=True))
+            except ActivityError as err:
+                problems.append(f"MCP server {server.name!r} is unavailable: "
+                                f"{getattr(err.cause, 'message', None) or err.cause or err}")
+                continue
+            tools.extend(listed.tools)
+            problems.extend(listed.problems)
+        state.mcp_tools, state.mcp_problems, state.mcp_listed = tools, problems, True
+        if problems:
+            await self.wf.record_notice("MCP: " + "; ".join(problems))
+
+    # ----- approvals --------------------------------------------------------------------
+
+    def decide(self, decision: ApprovalDecision) -> PendingApproval:
+        state = self.wf.state
+        pending = next(p for p in state.approvals if p.call_id == decision.call_id)
+        self.decisions[decision.call_id] = decision
+        state.approvals = [p for p in state.approvals if p.call_id != decision.call_id]
+        state.decided_calls = [*state.decided_calls, decision.call_id][-KEPT_DECISIONS:]
+        return pending
+
+    async def _await_approval(self, call: ToolCall, before_seq: int) -> ApprovalDecision:
+        """Wait durably for a person's decision on `call`; a checkpoint asked for meanwhile
+        runs while it waits (and its now sees the wait, from the record's notice)."""
+        state = self.wf.state
+        rules = state.config.agent.approvals if state.config.agent else None
+        timeout = rules.timeout_s if rules else None
+        pending = next((p for p in state.approvals if p.call_id == call.id), None)
+        if pending is None:  # a carried-over pending call keeps its own `since`
+            pending = PendingApproval(
+                call_id=call.id, tool=call.name, input=call.input,
+                input_digest=input_digest(call.input), since=workflow.now(),
+                turn=state.turn, timeout_s=timeout)
+            state.approvals.append(pending)
+            self.wf.phase = SessionPhase.AWAITING_APPROVAL
+            await self._harness(approval_wait_notice(pending), f"approval-wait-{call.id}")
+            self.wf.events.emit(ApprovalNeeded, turn=state.turn, approval_id=call.id,
+                                tool=call.name, summary=_preview(call.input))
+        self.wf.phase = SessionPhase.AWAITING_APPROVAL
+        self.wf.publish_summary()
+        while call.id not in self.decisions and not state.ended:
+            left = None
+            if timeout:
+                left = timeout - (workflow.now() - pending.since).total_seconds()
+            if left is not None and left <= 0:
+                allow = rules is not None and rules.on_timeout == "allow"
+                self.decide(ApprovalDecision(
+                    call_id=call.id, approve=allow, by="timeout",
+                    note=f"no decision within {timeout:g} s; the policy's default applies"))
+                break
+            try:
+                await workflow.wait_condition(
+                    lambda: call.id in self.decisions or state.ended
+                    or state.checkpoint_requested,
+                    timeout=timedelta(seconds=left) if left is not None else None)
+            except TimeoutError:
+                continue
+            if state.checkpoint_requested and call.id not in self.decisions \
+                    and not state.ended:
+                await self.wf.checkpoint_while_waiting(before_seq)
+        if call.id not in self.decisions:  # the session was ended meanwhile
+            self.decide(ApprovalDecision(call_id=call.id, approve=False, by="keel",
+                                         note="the session was ended"))
+        decision = self.decisions[call.id]
+        self.wf.events.emit(ApprovalDecided, turn=state.turn, approval_id=call.id,
+                            approved=decision.approve, by=decision.by, note=decision.note)
+        await self._harness(approval_decided_notice(pending, decision),
+                            f"approval-decided-{call.id}")
+        self.wf.phase = SessionPhase.RUNNING
+        self.wf.publish_summary()
+        return decision
+
+    # ----- calls ------------------------------------------------------------------------
+
+    async def run_calls(self, reply: ModelReply) -> None:
+        for call in reply.tool_calls:
+            await self.run_call(reply, call)
+
+    async def run_call(self, reply: ModelReply, call: ToolCall) -> None:
+        state = self.wf.state
+        spec = state.config.agent
+        self.wf.events.emit(ToolCalled, turn=state.turn, tool_use_id=call.id, name=call.name,
+                            input=call.input_preview)
+        where = route(call.name, BUILTINS, spec, state.mcp_tools)
+        if where.kind is ToolKind.UNKNOWN:
+            await self._result(call, f"There is no tool named {call.name!r} in this "
+                               "session.", is_error=True)
+            return
+        problem = input_problem(where.input_schema, call.input)
+        if problem:
+            await self._result(call, f"{call.name}: {problem}", is_error=True)
+            return
+        policy = approval_for(spec, call.name)
+        if policy is ApprovalPolicy.DENY:
+            await self._result(call, denied_text(call.name, "", by_policy=True), is_error=True)
+            return
+        if policy is ApprovalPolicy.ASK:
+            decision = await self._await_approval(call, reply.seq)
+            if not decision.approve:
+                await self._result(call, denied_text(call.name, decision.note), is_error=True,
+                                   meta={"denied": True, "by": decision.by})
+                return
+        if where.kind is ToolKind.BUILTIN:
+            await self._builtin(reply, call)
+        elif where.kind is ToolKind.SERVICE:
+            assert where.service is not None
+            tool = where.service
+            try:
+                value = await workflow.execute_activity(
+                    tool.activity, ServiceToolCall(session_id=state.session_id,
+                                                   call_id=call.id, tool=tool.name,
+                                                   input=call.input),
+                    task_queue=tool.task_queue,
+                    **service_tool_options(tool.timeout_s, tool.schedule_to_close_s,
+                                           tool.max_attempts))
+            except ActivityError as err:
+                await self._result(call, f"{tool.name} failed: {_cause(err)}", is_error=True,
+                                   cap=tool.output_cap_chars)
+                return
+            text, is_error = result_text(value)
+            await self._result(call, text, is_error=is_error, cap=tool.output_cap_chars)
+        else:
+            assert where.mcp is not None and where.mcp_server is not None
+            try:
+                out = await workflow.execute_activity_method(
+                    McpActivities.call_mcp_tool,
+                    CallMcpToolInput(server=where.mcp_server, tool=where.mcp.original_name,
+                                     arguments=call.input),
+                    **mcp_options(where.mcp_server.activity_timeout_s("call")))
+            except ActivityError as err:
+                await self._result(call, f"{call.name} failed: {_cause(err)}", is_error=True)
+                return
+            text = out.text
+            if out.structured_json and not text.strip():
+                text = out.structured_json
+            await self._result(call, text, is_error=out.is_error,
+                               meta={"mcp_failure": out.failure.value if out.failure else None})
+
+    async def _builtin(self, reply: ModelReply, call: ToolCall) -> None:
+        state = self.wf.state
+        seq = state.allocate_seq()
+        try:
+            outcome = await workflow.execute_activity_method(
+                SessionActivities.run_tool,
+                ToolInput(session_id=state.session_id, turn=state.turn,
+                          assistant_seq=reply.seq, tool_use_id=call.id, result_seq=seq,
+                          upto_seq=state.recorded_upto,
+                          memory_scope=state.config.memory_scope),
+                **tool_call(call.name))
+            state.context_tokens += outcome.token_count
+            self.wf.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id,
+                                name=call.name, output=outcome.preview,
+                                is_error=outcome.is_error)
+        except ActivityError as err:
+            # The model gets an error result for this call from context assembly; the
+            # record gets a notice at the result's seq, which no late result can fill.
+            self.wf.last_error = f"tool {call.name} failed: {_cause(err)}"
+            self.wf.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id,
+                                name=call.name, output=self.wf.last_error, is_error=True)
+            await self.wf.fence(seq, f"The tool call {call.name} failed: {_cause(err)}")
+            return
+        state.settle_seq(seq)
+
+    async def _harness(self, text: str, input_id: str) -> None:
+        """A line the model (and a checkpoint's turn) reads, in Keel's own voice: a harness
+        row, not an input that asks for a turn."""
+        state = self.wf.state
+        seq = state.allocate_seq()
+        try:
+            inserted = await workflow.execute_activity_method(
+                SessionActivities.record_input,
+                RecordInput(session_id=state.session_id, seq=seq, input_id=input_id,
+                            type=MessageType.HARNESS, text=text,
+                            source_line=APPROVAL_SOURCE_LINE, turn=state.turn),
+                **RECORD_NOTICE)
+            state.context_tokens += inserted.token_count
+        except ActivityError as err:
+            workflow.logger.error("approval line not recorded: %s", err)
+        state.settle_seq(seq)
+
+    async def _result(self, call: ToolCall, text: str, *, is_error: bool,
+                      cap: int = 20_000, meta: dict[str, Any] | None = None) -> None:
+        state = self.wf.state
+        seq = state.allocate_seq()
+        try:
+            outcome = await workflow.execute_activity_method(
+                SessionActivities.record_tool_result,
+                ToolResultInput(session_id=state.session_id, turn=state.turn,
+                                tool_use_id=call.id, result_seq=seq, tool=call.name,
+                                text=text, is_error=is_error, cap=cap, meta=meta or {}),
+                **RECORD_TOOL_RESULT)
+            state.context_tokens += outcome.token_count
+        except ActivityError as err:
+            self.wf.last_error = f"tool {call.name}: result not recorded: {err.cause or err}"
+        state.settle_seq(seq)
+        self.wf.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id, name=call.name,
+                            output=text, is_error=is_error)
+        if is_error:
+            self.wf.last_error = f"tool {call.name}: {text[:300]}"
