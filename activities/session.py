@@ -43,7 +43,7 @@ from activities.record import (
 )
 from activities.tools import Skill, ToolContext, ToolOutput, execute_tool, load_skills
 from activities.vault.search import search, touch_documents
-from activities.vault.store import MemoryContext, VaultError
+from activities.vault.store import TEMPLATE_DIR, MemoryContext, VaultError
 from activities.vault_share import shared_vault_text
 from activities.workspace import WorkspaceStore, open_store
 from schemas.agent import AgentSpec, cut_result, session_tools
@@ -177,7 +177,9 @@ class SessionActivities:
             return list(AGENT_TOOLS)
         tools = [*AGENT_TOOLS, MEMORY_SEARCH_TOOL]
         text = await shared_vault_text(self.store, scope, SCHEMA_FILE)
-        schema = parse_schema(text)[0] if text is not None else None
+        if text is None:  # not published yet: a new vault is made from the template's
+            text = (TEMPLATE_DIR / SCHEMA_FILE).read_text()
+        schema = parse_schema(text)[0]
         if schema is not None:
             tools.append(write_card_tool(schema))
         return tools

@@ -1032,7 +1032,7 @@ async def _run_memory_workflow(settings: KeelSettings, run: Any, arg: Any, wid: 
     keel = await _connect(settings)
     with working(f"running {wid}…"):
         return await keel.client.execute_workflow(
-            run, arg, id=f"{wid}-{uuid.uuid4().hex[:8]}", task_queue=settings.task_queue)
+            run, arg, id=f"{wid}-{uuid.uuid4().hex[:8]}", task_queue=settings.vault_task_queue)
 
 
 @vault_app.command("doctor")
@@ -1099,6 +1099,7 @@ def vault_search(query: str, scope: ScopeOption = "default",
             console.print(f"[cyan]{escape(hit.path)}[/] [dim]{hit.score:.3f}[/]  "
                           f"{escape(one_line(hit.snippet, 160))}")
 
+    _run(main())
 
 
 class ChatView(LiveView):

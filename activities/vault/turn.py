@@ -189,11 +189,12 @@ class MemoryActivities:
             if path.exists():
                 async with pool.connection() as conn:
                     indexed = await (await conn.execute(
-                        "SELECT 1 FROM memory_docs WHERE path = %s", (doc.path,))).fetchone()
+                        "SELECT 1 FROM memory_docs WHERE scope = %s AND path = %s",
+                        (vault.scope, doc.path))).fetchone()
                 if indexed or _in_tail(path, entry_marker(inp.session_id, inp.seq)):
                     if not indexed:
                         async with pool.connection() as conn:
-                            await index_document(conn, doc)
+                            await index_document(conn, doc, scope=vault.scope)
                     return TranscriptResult(path=rel, appended=False)
                 with path.open("ab") as f:
                     f.write(entry.encode("utf-8"))
