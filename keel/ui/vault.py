@@ -15,6 +15,7 @@ from activities.vault.store import Vault, read_text
 from schemas.config import KeelSettings
 from schemas.vault.card import HISTORY_HEADING, parse_card
 from schemas.vault.schema import CORE_FILE, DAILY_DIR
+from schemas.vault.scope import DEFAULT_SCOPE
 
 SEARCH_K = 20
 
@@ -73,10 +74,12 @@ def hit_link(path: str) -> str | None:
     return f"/sessions/{quote(session_id, safe='')}?from={seq}#m{seq}"
 
 
-async def vault_view(settings: KeelSettings, pool: Any, query: str = "") -> VaultView:
-    vault = Vault(settings.memory.vault_dir, settings.memory)
+async def vault_view(settings: KeelSettings, pool: Any, query: str = "",
+                     scope: str = DEFAULT_SCOPE) -> VaultView:
+    """One memory scope's vault (the default scope's unless asked), and its search only."""
+    vault = Vault(settings.memory.vault_dir_for(scope), settings.memory, scope=scope)
     view = await asyncio.to_thread(_read, vault)
     if query:
         async with pool.connection() as conn:
-            view.hits = await search(conn, query, k=SEARCH_K)
+            view.hits = await search(conn, query, scope=scope, k=SEARCH_K)
     return view

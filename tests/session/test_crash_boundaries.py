@@ -17,6 +17,7 @@ import uuid
 import psycopg
 import pytest
 
+from activities.workspace import open_store
 from keel.client import KeelClient, session_config
 from schemas.config import KeelSettings
 from tests.checkpoint_model import CheckpointModel, good_checkpoint
@@ -104,4 +105,5 @@ async def test_sigkill_at_a_boundary_loses_and_duplicates_nothing(
         assert checkpoints[0] == checkpoints[1] >= 1
     else:
         assert [t for t, _ in rows] == ["user", "assistant", "tool_result", "assistant"]
-        assert (tmp_path / "workspaces" / sid / "f.txt").read_text() == "1"
+        stored = await open_store(settings).read(sid, "f.txt")  # the workspace store
+        assert stored is not None and stored.data == b"1"

@@ -60,7 +60,7 @@ async def test_demo_session_in_the_browser(client, database_url, tmp_path, brows
     settings = make_settings(database_url, tmp_path)
     session_id = f"ui-{uuid.uuid4().hex[:6]}"
     async with keel_worker(client, settings) as keel:
-        result = await drive_session(keel, settings, turns=26, session_id=session_id,
+        result = await drive_session(keel, settings, turns=40, session_id=session_id,
                                      out=Console(file=io.StringIO()))
         assert result.checkpoints >= 2, result
         with psycopg.connect(database_url) as conn:
@@ -159,9 +159,8 @@ async def test_demo_session_in_the_browser(client, database_url, tmp_path, brows
            "SessionHandle, so the page shows no buttons to click")
 async def test_an_approval_clicked_in_the_page_resumes_the_session(client, database_url,
                                                                      tmp_path, browser):
-    from schemas.agent import AgentSpec, ApprovalPolicy, ApprovalRules
-
     from keel.demo import FIRST_REQUEST, seed_workspace
+    from schemas.agent import AgentSpec, ApprovalPolicy, ApprovalRules
 
     settings = make_settings(database_url, tmp_path)
     session_id = f"ui-ok-{uuid.uuid4().hex[:6]}"
