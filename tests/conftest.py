@@ -21,6 +21,12 @@ from tests.fake_anthropic import FakeAnthropic
 
 _db_counter = itertools.count(1)
 
+# pytest-xdist's workers inherit COLUMNS=80 / LINES=24 from its own terminal, and rich
+# freezes a console's width from COLUMNS when the console is made (at import): without
+# them each CLI command sizes its output from the environment the test gives it.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
 
 @pytest.fixture(scope="session")
 def pg_admin_url() -> Iterator[str]:

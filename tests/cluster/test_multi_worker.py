@@ -78,7 +78,8 @@ async def _wait_for_pollers(client, queue: str, pids: set[str]) -> None:
     request = DescribeTaskQueueRequest(
         namespace=client.namespace, task_queue=TaskQueue(name=queue),
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY)
-    for _ in range(300):
+    # Five Python processes importing Keel on two shared cores: give them a minute.
+    for _ in range(600):
         found = await client.workflow_service.describe_task_queue(request)
         if pids <= {p.identity.split("@")[0] for p in found.pollers}:
             return

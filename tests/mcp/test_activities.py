@@ -243,7 +243,8 @@ async def test_hang_is_an_error_result_within_the_timeout():
     env, beats = env_with(heartbeat_s=0.6)
     started = time.monotonic()
     result = await call(stdio_spec(BAD, name="bad", call_s=1.5), "hang", env)
-    assert time.monotonic() - started < 1.5 + 7
+    # The call's own 1.5 s, plus starting and stopping the server on a busy machine.
+    assert time.monotonic() - started < 1.5 + 15
     assert result.is_error and result.failure == McpFailure.TIMEOUT
     assert result.text.startswith("MCP server bad did not answer tools/call hang within 1.5 s")
     assert len(beats) >= 3
