@@ -94,14 +94,31 @@ def key_env(monkeypatch):
     monkeypatch.setenv("KEEL_TEST_DOCS_KEY", HTTP_KEY)
 
 
+def _parent(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state
+
+
+def _descends_from_us(pid: int) -> bool:
+    """Whether `pid` was started by this test process (tests in other processes, run
+    beside this one, start bad servers of their own)."""
+    ours = os.getpid()
+    while pid > 1:
+        if pid == ours:
+            return True
+        pid = _parent(pid)
+    return False
+
+
 def bad_server_pids() -> list[int]:
-    """Live processes running this worktree's bad_server.py."""
+    """Live processes running this worktree's bad_server.py that this process started."""
     pids = []
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and BAD.encode() in (proc / "cmdline").read_bytes():
+            if (proc.name.isdigit() and BAD.encode() in (proc / "cmdline").read_bytes()
+                    and _descends_from_us(int(proc.name))):
                 pids.append(int(proc.name))
-        except OSError:
+        except (OSError, ValueError, IndexError):
             continue
     return pids
 
