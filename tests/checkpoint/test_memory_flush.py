@@ -15,7 +15,7 @@ from keel.client import session_config
 from schemas.events import EventType
 from schemas.vault.rollup import RollupKind, request_kind
 from tests.checkpoint_model import CheckpointModel, good_checkpoint
-from tests.fake_anthropic import ErrorStep
+from tests.fake_anthropic import ErrorStep, tool_use_message
 from tests.harness import keel_worker, make_settings
 from tests.session.test_events import Reader
 
@@ -66,10 +66,19 @@ async def run_until_checkpoint(client, settings, model, *, parts: int = 8):
 
 async def test_the_flush_shares_the_checkpoint_turns_prefix_and_reads_it_from_the_cache(
         client, settings, fake_anthropic):
-    fake_anthropic.responder = CheckpointModel(good_checkpoint)
+    model = CheckpointModel(good_checkpoint)
+    anna = {"op": "ADD", "type": "contact", "title": "Anna", "field": "employer",
+            "value": "TDI Group", "confidence": "EXTRACTED"}
+
+    def responder(body: dict[str, Any]) -> Any:  # the flush writes a card, and only that
+        return tool_use_message([("write_card", anna)]) if is_flush(body) else model(body)
+
+    fake_anthropic.responder = responder
     _session, status, outcomes, _reader = await run_until_checkpoint(
-        client, settings, fake_anthropic.responder)
+        client, settings, model)
     assert status.checkpoint_count >= 1 and all(o.error is None for o in outcomes)
+    card = settings.memory.vault_dir_for("default") / "cards" / "contacts" / "Anna.md"
+    assert "TDI Group" in card.read_text()
     requests = fake_anthropic.requests
     i = next(i for i, r in enumerate(requests) if is_flush(r))
     flush = requests[i]
