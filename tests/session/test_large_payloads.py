@@ -209,19 +209,23 @@ async def test_a_reference_a_keel_worker_cannot_resolve_is_refused_not_a_failed_
     assert kinds == ["notice", "user", "assistant"]
 
 
-async def test_a_plain_3mb_update_leaves_the_session_whole(client, settings, fake_anthropic,
-                                                          database_url):
-    """A plain-JSON 3 MB send_message, and a 3 MB Watch: the Update ends with an error for
-    its caller (the failed task, see above), the signal is refused to its sender by the
-    server; nothing is recorded; the session answers the next message once the task has
-    been retried (a bounded wait, the server's retry of the failed task)."""
+@pytest.mark.parametrize("update, argument", [
+    ("send_message", {"text": "y" * THREE_MB}),
+    ("set_agent", {"instructions": "y" * THREE_MB}),
+    ("decide_approval", {"call_id": "c-1", "approve": True, "note": "y" * THREE_MB}),
+])
+async def test_a_plain_3mb_update_leaves_the_session_whole(
+        client, settings, fake_anthropic, database_url, update, argument):
+    """A plain-JSON 3 MB Update (every handler takes the same path), and a 3 MB Watch: the
+    Update ends with an error for its caller (the failed task, see above), the signal is
+    refused to its sender by the server; nothing is recorded; the session answers the next
+    message once the task has been retried (a bounded wait: the server's retry)."""
     fake_anthropic.responder = lambda body: text_message("small is fine")
     async with keel_worker(client, settings) as keel:
         session = await keel.start_session(f"big-{uuid.uuid4().hex[:8]}")
         handle = plain_json(client).get_workflow_handle(session.session_id)
         with pytest.raises(RPCError, match=FAILED_TASK):
-            await asyncio.wait_for(
-                handle.execute_update("send_message", {"text": "y" * THREE_MB}), 90)
+            await asyncio.wait_for(handle.execute_update(update, argument), 90)
         with pytest.raises(RPCError, match="Blob data size exceeds limit"):
             await handle.signal("watch", {"watch_id": "w", "name": "CI",
                                           "text": "z" * THREE_MB})
