@@ -39,6 +39,7 @@ import pytest
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
     DataConverter,
     ExternalStorage,
@@ -49,10 +50,12 @@ from temporalio.converter import (
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
 from tests.fake_anthropic import text_message
 from tests.harness import keel_worker, make_settings
+from workers.payload_refs import worker_converter
+from workflows.session import SessionWorkflow
 
 T = TypeVar("T")
 THREE_MB = 3_000_000
@@ -199,8 +202,13 @@ async def test_a_reference_a_keel_worker_cannot_resolve_is_refused_not_a_failed_
                 break
             await asyncio.sleep(0.05)
         outcome = await session.ask("hello")
+        history = await session.handle.fetch_history()
     assert status.last_error and "malformed watch signal" in status.last_error
     assert "keel/unresolved-reference" in status.last_error
+    # The history holds the foreign references; the worker's converter replays it as it ran.
+    replayer = Replayer(workflows=[SessionWorkflow],
+                        data_converter=worker_converter(pydantic_data_converter))
+    assert (await replayer.replay_workflow(history)).replay_failure is None
     assert outcome.reply_text == "still here"
     with psycopg.connect(database_url) as conn:
         kinds = [r[0] for r in conn.execute(
