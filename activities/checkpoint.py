@@ -26,7 +26,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.model import create_message, with_heartbeat
 from activities.record import NewRow, insert_row, load_rows, load_seqs
-from activities.session import SessionActivities
+from activities.session import LoadedWindow, SessionActivities
 from activities.tools import Skill, ToolContext, execute_tool, read_skill
 from schemas.agent import AgentSpec
 from schemas.checkpoint.budgets import CheckpointBudgets
@@ -381,9 +381,10 @@ class CheckpointActivities:
                 (json.dumps([entry]), not results, text, data.attempt_id))
             return RoundResult(done=not results, tool_calls=len(results))
 
-    async def _round_request(self, conn: AsyncConnection, attempt: dict[str, Any],
-                             meta: PrepareInput, budgets: CheckpointBudgets,
-                             rounds: list[dict[str, Any]], data: RoundInput) -> dict[str, Any]:
+    async def _conversation(self, conn: AsyncConnection, attempt: dict[str, Any],
+                            meta: PrepareInput) -> tuple[LoadedWindow, list[dict[str, Any]]]:
+        """The session's window and conversation as this attempt's turn sees them: the
+        prefix every request of the attempt (the memory flush, the rounds) shares."""
         window = await self.session.load_window(
             conn, meta.session_id, meta.window_start_seq, meta.upto_seq, meta.checkpoint_id,
             meta.instructions)
@@ -394,6 +395,35 @@ class CheckpointActivities:
         elif meta.omit_seq is not None:
             rows = leave_out_output(rows, meta.omit_seq)
         messages, _ = assemble_messages(rows, checkpoint_text=window.checkpoint_text)
+        return window, messages
+
+    async def flush_request(self, attempt_id: str, instruction: str,
+                            max_tokens: int) -> dict[str, Any]:
+        """The memory flush's request for a prepared attempt: the same tools, system prompt
+        and conversation prefix as the checkpoint turn after it (so both read it from the
+        prompt cache), then `instruction`."""
+        async with await self.session._conn() as conn:
+            attempt = await self._attempt(conn, attempt_id)
+            meta = _meta(attempt)
+            window, messages = await self._conversation(conn, attempt, meta)
+        conversation_end = len(messages)
+        _append_user(messages, [{"type": "text", "text": instruction}])
+        system, messages = with_cache_breakpoints(
+            window.system, messages, checkpoint_text=window.checkpoint_text,
+            stable_end=conversation_end)
+        return {
+            "model": meta.model,
+            "max_tokens": min(max_tokens, checkpoint_reply_room(
+                meta.window.context_window, meta.window.max_output_tokens)),
+            "system": system, "messages": messages,
+            "tools": await self.session.session_tools(meta.session_id, meta.agent,
+                                                      meta.mcp_tools),
+        }
+
+    async def _round_request(self, conn: AsyncConnection, attempt: dict[str, Any],
+                             meta: PrepareInput, budgets: CheckpointBudgets,
+                             rounds: list[dict[str, Any]], data: RoundInput) -> dict[str, Any]:
+        window, messages = await self._conversation(conn, attempt, meta)
         conversation_end = len(messages)
         instruction = REQUEST_MARKER + "\n" + checkpoint_instruction(
             mind_path=attempt["mind_path"], memo_path=attempt["memo_path"],

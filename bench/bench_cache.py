@@ -48,6 +48,7 @@ from keel.client import KeelClient  # noqa: E402
 from keel.devstack import running_stack  # noqa: E402
 from schemas.checkpoint.request import REQUEST_MARKER  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
+from schemas.vault.rollup import RollupKind, request_kind  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic  # noqa: E402
 from workers.worker import build_worker  # noqa: E402
 
@@ -63,6 +64,10 @@ def responder(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def kind_of(body: dict[str, Any]) -> str:
+    """turn, checkpoint (its turn and repair), flush (the memory flush before it), other."""
+    found = request_kind(body)
+    if found is not None:
+        return "flush" if found[0] is RollupKind.FLUSH else "other"
     text = json.dumps(body.get("messages", []))
     if REQUEST_MARKER in text:
         return "checkpoint"
@@ -115,8 +120,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         return {"billed_with_cache": round(cached), "billed_without_cache": round(uncached),
                 "ratio": round(cached / max(1.0, uncached), 3)}
 
-    session_only = {f: sum(v[f] for kind, v in per.items() if kind != "other")
+    session_only = {f: sum(v[f] for kind, v in per.items() if kind not in ("flush", "other"))
                     for f in ("read", "write", "input")}
+    none = {"read": 0, "write": 0, "input": 0}
+    with_flush = {f: per.get("checkpoint", none)[f] + per.get("flush", none)[f]
+                  for f in ("read", "write", "input")}
     out = {
         "benchmark": "cache",
         "machine": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -126,12 +134,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "turns": d.asks, "checkpoints": checkpoints, "errors": d.errors,
         "seconds": round(seconds, 1), "by_kind": per, "total": total,
         "cache_read_share": round(total["read"] / max(1, all_input), 4),
-        # The session's own requests (turns and checkpoints), without the memory flush's.
+        # The session's own requests (turns and checkpoints), without the memory flushes.
         "cache_read_share_session_requests": round(
             session_only["read"] / max(1, sum(session_only.values())), 4),
         "per_turn": costs(per.get("turn", {"read": 0, "write": 0, "input": 0}), turns),
-        "per_checkpoint": costs(per.get("checkpoint", {"read": 0, "write": 0, "input": 0}),
-                                checkpoints or 1),
+        "per_checkpoint": costs(per.get("checkpoint", none), checkpoints or 1),
+        # The checkpoint's requests and the memory flush before it.
+        "per_checkpoint_with_flush": costs(with_flush, checkpoints or 1),
+        "per_flush": costs(per.get("flush", none), per.get("flush", {}).get("requests", 0)),
         "whole_session": costs(total, 1),
     }
     return out
@@ -151,8 +161,9 @@ def main() -> None:
             f"write {k['write']:>10,}  uncached {k['input']:>10,}")
     say(f"input tokens read from the cache: {out['cache_read_share']:.1%} of all requests, "
         f"{out['cache_read_share_session_requests']:.1%} of the session's own (turns and "
-        "checkpoints; 'other' is the memory flush before each checkpoint)")
-    for label in ("per_turn", "per_checkpoint", "whole_session"):
+        "checkpoints; 'flush' is the memory flush before each checkpoint)")
+    for label in ("per_turn", "per_checkpoint", "per_checkpoint_with_flush", "per_flush",
+                  "whole_session"):
         c = out[label]
         say(f"  billed input tokens {label.replace('_', ' ')}: {c['billed_with_cache']:,} with "
             f"caching vs {c['billed_without_cache']:,} without (x{c['ratio']})")

@@ -10,14 +10,18 @@
    rollup rules through the real rollup activities (beside the seed's "about 1/35th").
 
 It starts its own embedded PostgreSQL in a temporary folder; nothing is downloaded. It is
-not a test and may take a few minutes at 100,000 documents.
+not a test and may take a few minutes at 100,000 documents. The search figures (1 and 2)
+are also written to bench/results/memory-search.json with the commit measured
+(memory-search-custom.json for other --sizes / --repeat).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import platform
 import random
 import re
 import shutil
@@ -36,6 +40,7 @@ from activities.db import apply_migrations, close_pools
 from activities.vault import offline_rollup
 from activities.vault.rollup import RollupActivities, RollupStepInput
 from activities.vault.search import _UPSERT, MAX_INDEXED_CHARS, IndexDoc, rebuild_statistics, search
+from bench.common import source_commit
 from keel.devstack import start_embedded_postgres
 from schemas.config import ModelSettings
 from schemas.tokens import count_tokens
@@ -43,6 +48,9 @@ from schemas.vault.rollup import RollupKind, transcript_entry
 from schemas.vault.search import recall_at_k, reciprocal_rank
 from tests.fake_anthropic import FakeAnthropic
 from tests.vault.support import CORPUS, load_corpus, make_ctx
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "memory-search.json"
 
 EN_SYL = ["ka", "ro", "mi", "ten", "lo", "var", "es", "di", "pra", "ul", "son", "che", "ba",
           "nor", "fi", "gal", "tru", "ve", "op", "lin"]
@@ -140,10 +148,11 @@ def quality_rows(label: str, en_ru: dict[str, tuple[float, float]]) -> list[str]
     return [f"| {label} | {k} | {v[0]:.3f} | {v[1]:.3f} |" for k, v in en_ru.items()]
 
 
-async def search_figures(admin_url: str, sizes: list[int], repeat: int) -> None:
+async def search_figures(admin_url: str, sizes: list[int], repeat: int) -> dict:
     print("## Search\n")
     print("| indexed documents | ranking | recall@5 | MRR | p50 ms | p95 ms |")
     print("| --- | --- | --- | --- | --- | --- |")
+    figures: dict = {"search": [], "languages": {}}
     for size in [0, *sizes]:
         url = fresh_database(admin_url, f"bench_search_{size}")
         tmp = Path(tempfile.mkdtemp(prefix="keel-bench-"))
@@ -161,6 +170,9 @@ async def search_figures(admin_url: str, sizes: list[int], repeat: int) -> None:
             r5, mrr = await quality(ctx, queries, use_graph)
             p50, p95 = await latency(ctx, queries, use_graph, repeat)
             print(f"| {n:,} | {label} | {r5:.3f} | {mrr:.3f} | {p50:.1f} | {p95:.1f} |")
+            figures["search"].append({
+                "documents": n, "ranking": label, "recall_at_5": round(r5, 3),
+                "mrr": round(mrr, 3), "p50_ms": round(p50, 1), "p95_ms": round(p95, 1)})
         if size:
             print(f"|  | (bulk load of {size:,} filler documents: {load_s:.0f} s) | | | | |")
         await close_pools()
@@ -175,8 +187,13 @@ async def search_figures(admin_url: str, sizes: list[int], repeat: int) -> None:
         graph = await quality(ctx, queries, True)
         print(f"\n{lang}: {len(queries)} queries; BM25 alone recall@5 {alone[0]:.3f} MRR "
               f"{alone[1]:.3f}; with graph recall@5 {graph[0]:.3f} MRR {graph[1]:.3f}")
+        figures["languages"][lang] = {
+            "queries": len(queries),
+            "bm25": {"recall_at_5": round(alone[0], 3), "mrr": round(alone[1], 3)},
+            "graph": {"recall_at_5": round(graph[0], 3), "mrr": round(graph[1], 3)}}
         await close_pools()
         shutil.rmtree(tmp, ignore_errors=True)
+    return figures
 
 
 PEOPLE = ["Anna Petrova", "Boris Ivanov", "Carl Weber", "Dana Kim", "Ольга Смирнова"]
@@ -275,7 +292,17 @@ async def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",") if s]
     print(f"# Keel long-memory figures ({datetime.now(UTC):%Y-%m-%d}, "
           f"{os.cpu_count()} CPUs, embedded PostgreSQL)\n")
-    await search_figures(admin, sizes, args.repeat)
+    commit = source_commit()  # the code measured: read before the run
+    figures = await search_figures(admin, sizes, args.repeat)
+    path = (RESULTS if (args.sizes, args.repeat) == ("10000,100000", 3)
+            else RESULTS.with_name("memory-search-custom.json"))
+    path.write_text(json.dumps({
+        "benchmark": "memory-search",
+        "machine": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                    "cpus": os.cpu_count(), "python": platform.python_version(),
+                    "commit": commit},
+        "sizes": sizes, "repeat": args.repeat, **figures}, indent=2) + "\n")
+    print(f"\nsearch figures written to {path.relative_to(ROOT)} at commit {commit}")
     await weekly_figures(admin, args.per_day)
 
 

@@ -899,8 +899,11 @@ def replay(
                     path = save / f"{session}-run{n}.json"
                     path.write_text(history.to_json())
                     console.print(f"saved run {n} to {path}")
+        from workers.payload_refs import worker_converter
+
+        # The worker's own converter: a foreign payload reference replays as it ran.
         replayer = Replayer(workflows=_replay_workflows(),
-                            data_converter=pydantic_data_converter)
+                            data_converter=worker_converter(pydantic_data_converter))
         ok = True
         for history in histories:
             if not history.events:

@@ -41,6 +41,7 @@ from activities.vault_share import publish_vault_files
 from activities.workspace import open_store
 from schemas.config import KeelSettings
 from schemas.tokens import count_tokens
+from workers.payload_refs import worker_client
 from workflows.doctor import DoctorWorkflow
 from workflows.nightly import MemoryNightlyWorkflow
 from workflows.rollup import ROLLUP_WORKFLOWS
@@ -254,5 +255,7 @@ def build_worker(client: Client, settings: KeelSettings,
     """The workers of `role`; with `wait_for_vault=False` the vault queue is served only
     when no other process owns it (the demo beside a running cluster)."""
     count_tokens("warm")  # load the tokenizer file now, not inside a workflow task
-    return KeelWorkers(client, settings, role, interceptors, activity_executor,
-                       wait_for_vault)
+    # Payload references another client's external storage wrote are read as unresolved
+    # payloads, never a failed task (workers.payload_refs).
+    return KeelWorkers(worker_client(client), settings, role, interceptors,
+                       activity_executor, wait_for_vault)

@@ -3,11 +3,14 @@
 Each step is an activity; the decisions between them are workflow state, so a worker that
 dies mid-checkpoint resumes at the same step with the same data (every activity is
 idempotent by its attempt id). A checkpoint that fails changes nothing: the chain returns
-what was stored, and the session adopts it (`SessionState.adopt_checkpoint`).
+what was stored, and the session adopts it (`SessionState.adopt_checkpoint`). A memory
+flush that fails never fails the checkpoint, and is never silent: the session's
+`on_flush_failed` records it (`last_error`, an error event, a notice).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from temporalio import workflow
@@ -48,8 +51,12 @@ class CheckpointChain:
     """Takes checkpoints of one session. It reads the session's state and allocates seqs
     from it; the session adopts what a checkpoint stored."""
 
-    def __init__(self, state: SessionState) -> None:
+    def __init__(self, state: SessionState,
+                 on_flush_failed: Callable[[int, ActivityError], Awaitable[None]] | None = None,
+                 ) -> None:
         self.state = state
+        # Told the number of the checkpoint whose flush failed, and why.
+        self.on_flush_failed = on_flush_failed
         # What the last checkpoint did, for its event and log line (workflows.observe).
         self.last_portion = 1.0
         self.last_reason = ""
@@ -93,7 +100,7 @@ class CheckpointChain:
             return None, False
         if prepared.view == "earlier":  # the turn saw only the part it condenses
             self.last_portion = min(self.last_portion, 0.5)
-        await self._flush(state.window_start_seq, prepared.cut_seq - 1)
+        await self._flush(state.window_start_seq, prepared.cut_seq - 1, attempt_id)
         turn = await self._turn(attempt_id)
         record_seq = state.allocate_seq()
         try:
@@ -143,9 +150,10 @@ class CheckpointChain:
                     break
         return out
 
-    async def _flush(self, from_seq: int, to_seq: int) -> None:
+    async def _flush(self, from_seq: int, to_seq: int, attempt_id: str) -> None:
         """Durable facts of the part moving out go to cards first, so condensing never
-        loses them silently. Best effort: a failed flush is logged, not fatal."""
+        loses them silently. Its request shares the attempt's prefix (read from the prompt
+        cache). Best effort: a failed flush is recorded, and the checkpoint goes on."""
         scope = self.state.config.memory_scope
         if scope is None:  # a session without long memory flushes nothing
             return
@@ -153,10 +161,12 @@ class CheckpointChain:
             await workflow.execute_activity_method(
                 MemoryActivities.flush_memory,
                 FlushInput(session_id=self.state.session_id, from_seq=from_seq, to_seq=to_seq,
-                           scope=scope),
+                           scope=scope, attempt_id=attempt_id),
                 **on_vault_queue(MEMORY_FLUSH))
         except ActivityError as err:
-            workflow.logger.warning("memory flush skipped: %s", err.cause or err)
+            workflow.logger.warning("memory flush failed: %s", err.cause or err)
+            if self.on_flush_failed is not None:
+                await self.on_flush_failed(self.state.checkpoint_count + 1, err)
 
     async def move_half(self, upto: int, turn_first_seq: int) -> StoreResult | None:
         """Move about the earliest half out without the model. None when nothing can."""

@@ -128,9 +128,11 @@ CHECKPOINT_ROUND = ActivityOptions(start_to_close_timeout=timedelta(minutes=10),
 MEMORY_TURN = ActivityOptions(start_to_close_timeout=timedelta(seconds=30),
                               schedule_to_close_timeout=timedelta(minutes=2),
                               retry_policy=BEST_EFFORT_RETRY)
+# The flush calls the model: it beats, so a worker that died mid-flush is noticed in
+# seconds and the flush retried elsewhere, not after its five-minute attempt.
 MEMORY_FLUSH = ActivityOptions(start_to_close_timeout=timedelta(minutes=5),
                                schedule_to_close_timeout=timedelta(minutes=15),
-                               retry_policy=BEST_EFFORT_RETRY)
+                               heartbeat_timeout=HEARTBEAT, retry_policy=BEST_EFFORT_RETRY)
 
 ROLLUP_PERIODS = ActivityOptions(start_to_close_timeout=timedelta(minutes=2),
                                  retry_policy=VAULT_RETRY)

@@ -178,7 +178,7 @@ class SessionWorkflow:
         self.continuing = False
         self.turn_first_seq = self.state.next_seq
         self.checkpoint_failures_this_turn = 0
-        self.chain = CheckpointChain(self.state)
+        self.chain = CheckpointChain(self.state, self.memory_flush_failed)
         self.memory_block = ""
         self.fencing: set[int] = set()  # seqs given up on whose tombstone is not written yet
         self.fence_tasks: set[asyncio.Task[None]] = set()
@@ -813,6 +813,14 @@ class SessionWorkflow:
             self.observer.checkpoint_failed(self.chain, before)
         if stored is None or not made_enough_room(stored.window_tokens_after, self.window):
             self.checkpoint_failures_this_turn += 1
+
+    async def memory_flush_failed(self, checkpoint_no: int, err: ActivityError) -> None:
+        """A memory flush gave up: the checkpoint goes on; status, the event stream and the
+        record say what was not flushed."""
+        message = f"Memory flush failed before checkpoint {checkpoint_no}: {_reason(err)}"
+        self.last_error = message
+        self.events.emit(ErrorEvent, turn=self.state.turn, message=message, where="memory")
+        await self.record_notice(message)
 
     def _checkpoint_stored(self, kind: CheckpointKind, stored: StoreResult,
                            before: int) -> None:

@@ -45,13 +45,19 @@ def marker(kind: RollupKind, period: str = "") -> str:
 
 
 def request_kind(request: dict[str, Any]) -> tuple[RollupKind, str] | None:
-    """The rollup kind and period a Messages API request is for; None for any other."""
+    """The rollup kind and period a Messages API request is for; None for any other. The
+    marker is in the system prompt, or (a memory flush that shares the session's prefix)
+    opens the last block of the last message."""
     system = request.get("system")
     if isinstance(system, list):
         system = "\n".join(b.get("text", "") for b in system if isinstance(b, dict))
     if not isinstance(system, str):
         return None
     m = MARKER_RE.search(system)
+    messages = request.get("messages") or []
+    last = messages[-1].get("content") if messages and isinstance(messages[-1], dict) else None
+    if not m and isinstance(last, list) and last and isinstance(last[-1], dict):
+        m = MARKER_RE.match(str(last[-1].get("text", "")))
     if not m:
         return None
     try:
