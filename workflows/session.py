@@ -93,6 +93,7 @@ with workflow.unsafe.imports_passed_through():
         SessionState,
         SessionStatus,
         TaskInput,
+        TurnInProgress,
         TurnOutcome,
         UserMessage,
         WatchInput,
@@ -190,8 +191,11 @@ class SessionWorkflow:
         self.events = SessionEvents(input.session_id, input.events)
         self.observer = TurnObserver(self.state)
         self.tools = ToolRunner(self)
+        self.progress: TurnInProgress | None = None  # the running turn's (`_run_turn`)
         if self.state.ended:
             self.phase = SessionPhase.ENDED
+        elif self.state.turn_in_progress is not None:  # a call of it waits on a person
+            self.phase = SessionPhase.AWAITING_APPROVAL
 
     # ----- inputs -----------------------------------------------------------------------
 
@@ -590,6 +594,8 @@ class SessionWorkflow:
             raise ApplicationError(changed, type=Rejection.MEMORY_SCOPE_FIXED,
                                    non_retryable=True)
         self.publish_summary()
+        if state.turn_in_progress is not None:  # a turn carried over continue-as-new
+            await self._run_turn()
         while state.stopped_reason is None:
             await workflow.wait_condition(
                 lambda: self._ready() or self._should_continue_as_new()
@@ -613,6 +619,17 @@ class SessionWorkflow:
             lambda: workflow.all_handlers_finished() and not self.fencing)
         return self.status()
 
+    def should_continue_as_new(self) -> bool:  # for the ToolRunner's approval wait
+        return self._should_continue_as_new()
+
+    async def continue_as_new_waiting(self, reply: ModelReply, next_call: int) -> NoReturn:
+        """Continue as new in the middle of a turn whose call `next_call` of `reply` waits
+        on a person; the new run resumes the turn there (`_run_turn`)."""
+        assert self.progress is not None  # only a running turn's calls wait
+        self.state.turn_in_progress = self.progress.model_copy(update={
+            "reply": reply, "next_call": next_call, "memory_block": self.memory_block})
+        await self._continue_as_new()
+
     async def _continue_as_new(self) -> NoReturn:
         """Hand the small state to a new run once every handler has finished."""
         state = self.state
@@ -621,6 +638,11 @@ class SessionWorkflow:
         self.events.detach()
         await workflow.wait_condition(
             lambda: workflow.all_handlers_finished() and not self.fencing)
+        carried = state.turn_in_progress
+        if carried is not None:  # a decision that came in meanwhile goes with the turn
+            left = {c.id for c in carried.reply.tool_calls[carried.next_call:]}
+            carried.decisions = [d for d in self.tools.decisions.values()
+                                 if d.call_id in left]
         state.run_count += 1
         distinct = {id(o): o for o in self.outcomes.values()}.values()
         state.recent_outcomes = sorted(distinct, key=lambda o: o.turn)[-KEPT_OUTCOMES:]
@@ -630,20 +652,29 @@ class SessionWorkflow:
 
     async def _run_turn(self) -> None:
         state = self.state
-        state.turn += 1
+        carried, state.turn_in_progress = state.turn_in_progress, None
         self.phase = SessionPhase.RUNNING
         self.checkpoint_failures_this_turn = 0
-        first = [p.seq for p in state.pending if p.seq <= state.recorded_upto]
-        self.turn_first_seq = min(first) if first else state.next_seq
-        self.events.emit(TurnStarted, turn=state.turn, input_seqs=first)
+        if carried is None:
+            state.turn += 1
+            first = [p.seq for p in state.pending if p.seq <= state.recorded_upto]
+            self.turn_first_seq = min(first) if first else state.next_seq
+            self.events.emit(TurnStarted, turn=state.turn, input_seqs=first)
         self.observer.turn_started()
-        answered: list[int] = []
+        # The turn's progress, kept where a continue-as-new during an approval wait finds it.
+        self.progress = progress = carried or TurnInProgress(
+            reply=ModelReply(seq=0, stop_reason=None), next_call=0,
+            first_seq=self.turn_first_seq)
+        answered, transcribe = progress.answered, progress.transcribe
         reply: ModelReply | None = None
         error: str | None = None
-        rounds = 0
-        self.memory_block = await self._recall()
-        await self.tools.ensure_mcp()
-        transcribe: list[int] = []
+        if carried is None:
+            self.memory_block = await self._recall()
+            await self.tools.ensure_mcp()
+        else:  # carried over continue-as-new: the waiting call and the rest of its reply
+            self.turn_first_seq, self.memory_block = carried.first_seq, carried.memory_block
+            progress.memory_block = ""
+            await self.tools.run_calls(carried.reply, carried.next_call)
         while True:
             reply, error, upto = await self._call_model(state.recorded_upto)
             taking = [p.seq for p in state.pending if p.seq <= upto]
@@ -654,8 +685,8 @@ class SessionWorkflow:
                 break
             if reply.text.strip():
                 transcribe.append(reply.seq)
-            if reply.tool_calls and rounds < state.config.max_tool_rounds_per_turn:
-                rounds += 1
+            if reply.tool_calls and progress.rounds < state.config.max_tool_rounds_per_turn:
+                progress.rounds += 1
                 await self.tools.run_calls(reply)
                 continue
             break

@@ -11,8 +11,9 @@ Invariants:
   not fit the schema naming the field, denied, a service that raised, timed out or is down,
   an MCP server that crashed or hangs). A tool failure never fails the session.
 - A pending approval lives in workflow state (`SessionState.approvals`), so it survives a
-  worker restart and is carried over continue-as-new; a decision is bound to the call id
-  and the digest of its input.
+  worker restart; a wait that outlasts the run's history continues as new with the turn
+  (`SessionState.turn_in_progress`), and the new run runs the waiting call first. A
+  decision is bound to the call id and the digest of its input.
 - MCP tools are listed once per session (or on the refresh Update) and kept in state; they
   are never listed before a model call.
 """
@@ -27,9 +28,9 @@ from temporalio import workflow
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
-    TimeoutError,
     TimeoutType,
 )
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
     from activities.mcp import CallMcpToolInput, ListMcpToolsInput, McpActivities
@@ -91,6 +92,8 @@ class ToolHost(Protocol):
     async def record_notice(self, text: str) -> None: ...
     async def checkpoint_while_waiting(self, before_seq: int) -> None: ...
     def publish_summary(self) -> None: ...
+    def should_continue_as_new(self) -> bool: ...
+    async def continue_as_new_waiting(self, reply: ModelReply, next_call: int) -> None: ...
 
 # Built-in names only: their schemas are checked where they run (activities/tools.py).
 BUILTIN_NAMES = BUILTIN_TOOL_NAMES
@@ -104,7 +107,7 @@ def _preview(value: Any) -> str:
 
 def _cause(err: ActivityError) -> str:
     cause = err.cause
-    if isinstance(cause, TimeoutError):
+    if isinstance(cause, ActivityTimeout):
         if cause.type in (TimeoutType.SCHEDULE_TO_CLOSE, TimeoutType.SCHEDULE_TO_START):
             return "no worker of the service answered in time (is it running?)"
         if cause.type == TimeoutType.START_TO_CLOSE:
@@ -121,7 +124,11 @@ class ToolRunner:
 
     def __init__(self, wf: ToolHost) -> None:
         self.wf = wf
-        self.decisions: dict[str, ApprovalDecision] = {}
+        carried = wf.state.turn_in_progress
+        # Decisions the previous run took for calls it carried over, not yet run.
+        self.decisions: dict[str, ApprovalDecision] = {
+            d.call_id: d for d in (carried.decisions if carried else [])}
+        self.running: tuple[ModelReply, int] | None = None  # the reply and call index now
 
     # ----- MCP tool lists ---------------------------------------------------------------
 
@@ -188,10 +195,15 @@ class ToolRunner:
             try:
                 await workflow.wait_condition(
                     lambda: call.id in self.decisions or state.ended
-                    or state.checkpoint_requested,
+                    or state.checkpoint_requested or self.wf.should_continue_as_new(),
                     timeout=timedelta(seconds=left) if left is not None else None)
-            except TimeoutError:
+            except TimeoutError:  # the builtin: wait_condition's timeout ran out
                 continue
+            if self.wf.should_continue_as_new() and call.id not in self.decisions \
+                    and not state.ended and self.running is not None:
+                # A wait may outlast many events: the turn goes on in a new run, the
+                # pending call first (its approval is in state). This does not return.
+                await self.wf.continue_as_new_waiting(*self.running)
             if state.checkpoint_requested and call.id not in self.decisions \
                     and not state.ended:
                 await self.wf.checkpoint_while_waiting(before_seq)
@@ -209,9 +221,13 @@ class ToolRunner:
 
     # ----- calls ------------------------------------------------------------------------
 
-    async def run_calls(self, reply: ModelReply) -> None:
-        for call in reply.tool_calls:
-            await self.run_call(reply, call)
+    async def run_calls(self, reply: ModelReply, start: int = 0) -> None:
+        """Run `reply`'s calls in order from index `start` (a carried-over turn resumes at
+        the call that was waiting)."""
+        for index in range(start, len(reply.tool_calls)):
+            self.running = (reply, index)
+            await self.run_call(reply, reply.tool_calls[index])
+        self.running = None
 
     async def run_call(self, reply: ModelReply, call: ToolCall) -> None:
         state = self.wf.state
