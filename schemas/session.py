@@ -45,6 +45,10 @@ class Handler(StrEnum):
     DECIDE = "decide_approval"  # update: ApprovalDecision
     END = "end_session"  # update: EndSession
     CHECKPOINT_NOW = "checkpoint_now"  # update: a checkpoint through the usual chain
+    # Issue 12: a client's file calls on the session's workspace (schemas.files).
+    PUT_FILE = "put_file"  # update: PutFile -> FileVersion
+    READ_FILE = "read_file"  # update: ReadFile -> FileData | None
+    LIST_FILES = "list_files"  # update: ListFiles -> list[FileEntry]
 
 
 class Rejection(StrEnum):
@@ -58,6 +62,7 @@ class Rejection(StrEnum):
     MEMORY_SCOPE_FIXED = "MemoryScopeFixed"  # a run asked for another memory scope
     NOT_PENDING = "NotPending"  # an approval decision for a call not (or no longer) pending
     AGENT_SPEC_REFUSED = "AgentSpecRefused"  # set_agent with a spec Keel refuses
+    FILE_REFUSED = "FileRefused"  # a file call's path or size the workspace refuses
 
 
 class SessionConfig(BaseModel):

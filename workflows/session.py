@@ -30,6 +30,12 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.checkpoint import StoreResult
+    from activities.files import (
+        FileActivities,
+        ListFilesInput,
+        PutFileInput,
+        ReadFileInput,
+    )
     from activities.record import FenceInput
     from activities.session import (
         ModelCallInput,
@@ -37,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         RecordInput,
         SessionActivities,
     )
+    from activities.tools import ToolError, workspace_path
     from activities.vault.turn import MemoryActivities, RecallInput, TranscriptInput
     from schemas.agent import (
         AgentSpec,
@@ -67,6 +74,16 @@ with workflow.unsafe.imports_passed_through():
         SessionStopped,
         TurnEnded,
         TurnStarted,
+    )
+    from schemas.files import (
+        FILE_CALL_MAX_BYTES,
+        FileData,
+        FileEntry,
+        FileVersion,
+        ListFiles,
+        PutFile,
+        ReadFile,
+        limit_text,
     )
     from schemas.messages import (
         HarnessKind,
@@ -106,6 +123,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.events import SessionEvents
     from workflows.observe import TurnObserver
     from workflows.options import (
+        FILE_CALL,
         MEMORY_TURN,
         MODEL_CALL,
         RECORD_BACKGROUND,
@@ -525,6 +543,64 @@ class SessionWorkflow:
     @checkpoint_now.validator
     def validate_checkpoint_now(self) -> None:
         self._refuse_if_ended()
+
+    # ----- a client's file calls on the workspace (issue 12) -------------------------------
+    # Updates, not queries: each runs one activity against the workspace store, on this
+    # session's queue. The validators apply the file tools' path rules and the payload
+    # bound before anything is written; the store applies its own limits.
+
+    @workflow.update(name=Handler.PUT_FILE)
+    async def put_file(self, data: PutFile) -> FileVersion:
+        update = workflow.current_update_info()
+        op_id = f"client-put-{update.id if update else workflow.uuid4()}"  # once per update
+        done: FileVersion = await self._file_call(
+            FileActivities.put_workspace_file,
+            PutFileInput(session_id=self.state.session_id, path=data.path, data=data.data,
+                         op_id=op_id))
+        return done
+
+    @put_file.validator
+    def validate_put_file(self, data: PutFile) -> None:
+        self._file_path_problem(data.path, for_write=True)
+        if len(data.data) > FILE_CALL_MAX_BYTES:
+            raise ApplicationError(limit_text(repr(data.path), len(data.data),
+                                              FILE_CALL_MAX_BYTES),
+                                   type=Rejection.FILE_REFUSED, non_retryable=True)
+
+    @workflow.update(name=Handler.READ_FILE)
+    async def read_file(self, data: ReadFile) -> FileData | None:
+        found: FileData | None = await self._file_call(
+            FileActivities.read_workspace_file,
+            ReadFileInput(session_id=self.state.session_id, path=data.path))
+        return found
+
+    @read_file.validator
+    def validate_read_file(self, data: ReadFile) -> None:
+        self._file_path_problem(data.path, for_write=False)
+
+    @workflow.update(name=Handler.LIST_FILES)
+    async def list_files(self, data: ListFiles) -> list[FileEntry]:
+        found: list[FileEntry] = await self._file_call(
+            FileActivities.list_workspace_files,
+            ListFilesInput(session_id=self.state.session_id, prefix=data.prefix))
+        return found
+
+    def _file_path_problem(self, path: str, *, for_write: bool) -> None:
+        if self.refused:
+            raise _rejected(self.refused)
+        try:
+            workspace_path(path, for_write=for_write)
+        except ToolError as err:
+            raise ApplicationError(str(err), type=Rejection.FILE_REFUSED,
+                                   non_retryable=True) from None
+
+    async def _file_call(self, method: Any, arg: BaseModel) -> Any:
+        """One file activity; what it could not do fails the update with its reason."""
+        try:
+            return await workflow.execute_activity_method(method, arg, **FILE_CALL)
+        except ActivityError as err:
+            raise ApplicationError(_reason(err), type=Rejection.FILE_REFUSED,
+                                   non_retryable=True) from None
 
     def _refuse_if_ended(self) -> None:
         if self.state.stopped_reason:
