@@ -6,6 +6,9 @@ Invariants:
 - Deterministic: every effect is an activity, every wait a `workflow.wait_condition`, time
   is `workflow.now()`. The rules (routing, policy, schema checks) are pure, in
   `schemas.agent`.
+- A service or MCP result over its cap keeps its whole text in the session's workspace
+  (`activities.files.kept_result_path`, written once per call id), and the cut result in
+  the record says where.
 - Every call ends with exactly one tool result in the record (idempotent by call id):
   the tool's own, or an error result saying what went wrong (unknown tool, input that does
   not fit the schema naming the field, denied, a service that raised, timed out or is down,
@@ -33,6 +36,7 @@ from temporalio.exceptions import (
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
+    from activities.files import FileActivities, KeepResultInput
     from activities.mcp import CallMcpToolInput, ListMcpToolsInput, McpActivities
     from activities.session import (
         RecordInput,
@@ -43,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.agent import (
         APPROVAL_SOURCE_LINE,
         BUILTIN_TOOL_NAMES,
+        DEFAULT_OUTPUT_CAP_CHARS,
         ApprovalDecision,
         ApprovalPolicy,
         PendingApproval,
@@ -51,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         approval_decided_notice,
         approval_for,
         approval_wait_notice,
+        cut_result,
         denied_text,
         input_digest,
         input_problem,
@@ -68,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.messages import MessageType, ModelReply, ToolCall
     from schemas.session import SessionPhase
     from workflows.options import (
+        FILE_CALL,
         RECORD_NOTICE,
         RECORD_TOOL_RESULT,
         mcp_options,
@@ -331,9 +338,30 @@ class ToolRunner:
             workflow.logger.error("approval line not recorded: %s", err)
         state.settle_seq(seq)
 
+    async def _keep_whole(self, call: ToolCall, text: str, cap: int,
+                          meta: dict[str, Any] | None) -> tuple[str, int, dict[str, Any]]:
+        """A result over its cap: the whole text into the workspace, and the cut result
+        saying where; the record then keeps the cut text as is. When the workspace does
+        not take it, the record cuts it as before and the rest is lost."""
+        try:
+            path = await workflow.execute_activity_method(
+                FileActivities.keep_tool_result,
+                KeepResultInput(session_id=self.wf.state.session_id, call_id=call.id,
+                                text=text), **FILE_CALL)
+        except ActivityError as err:
+            workflow.logger.warning("the whole result of %s not kept: %s", call.id,
+                                    err.cause or err)
+            return text, cap, meta or {}
+        cut, _ = cut_result(text, cap, f"the whole result is in {path}; read it with "
+                                       "read_file")
+        return cut, len(cut), {**(meta or {}), "cut": True, "whole_result": path}
+
     async def _result(self, call: ToolCall, text: str, *, is_error: bool,
-                      cap: int = 20_000, meta: dict[str, Any] | None = None) -> None:
+                      cap: int = DEFAULT_OUTPUT_CAP_CHARS,
+                      meta: dict[str, Any] | None = None) -> None:
         state = self.wf.state
+        if len(text) > cap:
+            text, cap, meta = await self._keep_whole(call, text, cap, meta)
         seq = state.allocate_seq()
         try:
             outcome = await workflow.execute_activity_method(

@@ -261,3 +261,58 @@ async def test_waiting_call_survives_continue_as_new(client, settings, fake_anth
     assert len(refunds.read_text().splitlines()) == 1
     scheduled = [a for r in await runs(client, session_id) for a in r["activities"]]
     assert scheduled.count("keel-tool.refund") == 1
+
+
+# ----- a result over its cap keeps its whole text ----------------------------------------
+
+async def test_an_over_cap_result_keeps_its_whole_text(client, settings, fake_anthropic,
+                                                       database_url, service_queue):
+    from tests.agent.conftest import docs_stdio
+    from tests.agent.service_worker import misbehaving_toolset
+
+    queue, _ = service_queue
+    spec = AgentSpec(tools=misbehaving_toolset(queue).declarations(),
+                     mcp_servers=[docs_stdio()])
+    calls = tool_use_message([("huge", {"size": 5000}),                     # cap 500
+                              ("mcp__docs__big_output", {"chars": 30_000})])  # cap 20,000
+    huge_id, mcp_id = (b["id"] for b in calls["content"])
+    kept = f".keel/results/{huge_id}.txt"
+    fake_anthropic.push(calls, tool_use_message([("read_file", {"path": kept})]),
+                        text_message("Read it all."))
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"cap-{uuid.uuid4().hex[:8]}", agent=spec)
+        assert (await session.ask("Fetch everything.")).reply_text == "Read it all."
+        whole = await session.read_file(kept)
+        assert whole is not None and whole.data == b"x" * 5000 and whole.version == 1
+        mcp_whole = await session.read_file(f".keel/results/{mcp_id}.txt")
+        assert mcp_whole is not None and mcp_whole.data == b"x" * 30_000
+    results = {r[3]["tool_use_id"]: r for r in rows(database_url, session.session_id)
+               if r[1] == "tool_result"}
+    huge = results[huge_id]
+    assert huge[2] == ("x" * 500 + "\n[result cut at 500 of 5000 characters; the whole "
+                       f"result is in {kept}; read it with read_file]")
+    assert huge[3]["cut"] and huge[3]["whole_result"] == kept and not huge[3]["is_error"]
+    assert results[mcp_id][2].endswith(
+        f"[result cut at 20000 of 30000 characters; the whole result is in "
+        f".keel/results/{mcp_id}.txt; read it with read_file]")
+    # The agent read the whole text back with its own file tool.
+    (read,) = [r for r in results.values() if r[3].get("tool") == "read_file"
+               or r[3].get("read") == kept]
+    assert read[2] == "x" * 5000
+
+
+async def test_keeping_a_whole_result_is_once_per_call(settings):
+    from temporalio.testing import ActivityEnvironment
+
+    from activities.files import FileActivities, KeepResultInput, kept_result_path
+    from activities.workspace import open_store
+
+    files = FileActivities(settings)
+    env = ActivityEnvironment()
+    first = KeepResultInput(session_id="s1", call_id="toolu_1", text="the first attempt")
+    path = await env.run(files.keep_tool_result, first)
+    # A retried activity (its answer lost) writes nothing a second time.
+    again = await env.run(files.keep_tool_result, first.model_copy(update={"text": "later"}))
+    assert path == again == kept_result_path("toolu_1") == ".keel/results/toolu_1.txt"
+    stored = await open_store(settings).read("s1", path)
+    assert stored is not None and (stored.data, stored.version) == (b"the first attempt", 1)
