@@ -236,6 +236,7 @@ class DemoResult:
     errors: list[str] = field(default_factory=list)
     re_asked: list[int] = field(default_factory=list)  # PRs asked about again after approval
     seconds: float = 0.0
+    workspace: str = ""  # where the demo put the queue (the workspace store), as shown
 
     def survival(self) -> list[tuple[str, bool]]:
         """What a checkpoint must carry, and whether it did."""
@@ -287,7 +288,7 @@ async def drive_session(keel: KeelClient, settings: KeelSettings, *,
     workspace = (f"{settings.workspaces_dir / session_id}"
                  if settings.workspace_store == "local" else
                  f"PostgreSQL (`keel files {session_id}` lists it)")
-    result = DemoResult(session_id=session_id)
+    result = DemoResult(session_id=session_id, workspace=workspace)
     started = time.monotonic()
     config = session_config(settings, context_window=DEMO_CONTEXT_WINDOW,
                             max_output_tokens=DEMO_MAX_OUTPUT_TOKENS)
@@ -388,7 +389,16 @@ def _summary(out: Console, r: DemoResult) -> None:
     if r.errors:
         out.print(f"[red]errors:[/] {escape('; '.join(r.errors[:3]))}")
     line = ", ".join(f"{name} {'✓' if kept else '✗'}" for name, kept in r.survival())
-    if r.checkpoints == 0:
+    if r.checkpoints == 0 and not r.reviews:
+        # The demo put the queue into the workspace store; a worker that ran the tools and
+        # found nothing reads another store (another folder or host with the local one).
+        out.print(f"[bold yellow]no checkpoint happened in {r.turns} turns, and no review "
+                  "was written:[/] the worker that ran the agent's tools did not find the "
+                  f"queue the demo put into the workspace ({escape(r.workspace)}). With the "
+                  "local workspace store every worker on this task queue must use this data "
+                  "folder; with KEEL_WORKSPACE_STORE=postgres every worker reads the same "
+                  f"files (`keel files {r.session_id}` shows what the session has).")
+    elif r.checkpoints == 0:
         out.print(f"[bold yellow]no checkpoint happened in {r.turns} turns[/] (the window "
                   "did not fill up; run more turns to see one)")
     elif r.ok:

@@ -110,3 +110,22 @@ async def test_demo_run_through_a_checkpoint_keeps_what_matters(client, database
         "Watch text kept out of your words": True}, text
     assert result.ok and "✓ all survived" in text
     assert result.position is not None and result.position in result.reviews
+
+
+async def test_a_worker_that_cannot_see_the_queue_is_said_so(client, database_url, tmp_path):
+    """The demo in one folder, the worker in another, each on its own local workspace
+    store: the worker never sees the queue. The summary says that, not "run more turns"."""
+    here = make_settings(database_url, tmp_path / "demo")
+    there = here.model_copy(update={"data_dir": tmp_path / "worker"})
+    buffer = io.StringIO()
+    async with keel_worker(client, there) as worker_side:
+        keel = type(worker_side)(client, here.task_queue, here)
+        result = await drive_session(keel, here, turns=2,
+                                     session_id=f"demo-{uuid.uuid4().hex[:8]}",
+                                     out=Console(file=buffer, width=400))
+    text = " ".join(buffer.getvalue().split())
+    assert result.reviews == [] and result.checkpoints == 0
+    assert "run more turns" not in text
+    assert ("no review was written: the worker that ran the agent's tools did not find the "
+            "queue the demo put into the workspace") in text
+    assert "KEEL_WORKSPACE_STORE=postgres" in text
