@@ -3,7 +3,9 @@ tool listing (once per session) apart from its calls.
 
 Runs on the embedded stack (or the configured one) with the offline model. Each kind (no
 tool, one service-tool call, one MCP call: the offline rule calls the tool the instructions
-name, then reports) runs N sessions of two turns each, and the two turns are timed apart:
+name, then reports) runs N sessions of two turns each, the kinds taking turns session by
+session (so a change of the machine's load weighs on all alike); the two turns are timed
+apart:
 the first turn of an MCP session lists the server's tools (once: they are kept in the
 session's state) and calls one; the later turn only calls. Each tool's cost is the
 difference of medians against the turn with no tool at the same position, so a first
@@ -44,18 +46,29 @@ def ms(seconds: list[float]) -> float:
     return round(1000 * statistics.median(seconds), 1)
 
 
-async def timed_turns(keel: KeelClient, spec: AgentSpec, n: int
-                      ) -> tuple[list[float], list[float]]:
-    """N sessions of two turns: the first turns' times and the later turns' times."""
-    first, later = [], []
+async def two_turns(keel: KeelClient, spec: AgentSpec) -> tuple[float, float]:
+    """One session of two turns: the first turn's time and the later turn's."""
+    session = await keel.start_session(f"bench-{uuid.uuid4().hex[:8]}", agent=spec)
+    times = []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        await session.ask("Order A-1001: what is its status?")
+        times.append(time.perf_counter() - t0)
+    await session.end()
+    return times[0], times[1]
+
+
+async def interleaved(keel: KeelClient, specs: dict[str, AgentSpec], n: int
+                      ) -> dict[str, tuple[list[float], list[float]]]:
+    """N rounds of one session per kind, the kinds taking turns, so a machine whose load
+    changes during the run weighs on every kind alike."""
+    out: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in specs}
     for _ in range(n):
-        session = await keel.start_session(f"bench-{uuid.uuid4().hex[:8]}", agent=spec)
-        for times in (first, later):
-            t0 = time.perf_counter()
-            await session.ask("Order A-1001: what is its status?")
-            times.append(time.perf_counter() - t0)
-        await session.end()
-    return first, later
+        for kind, spec in specs.items():
+            first, later = await two_turns(keel, spec)
+            out[kind][0].append(first)
+            out[kind][1].append(later)
+    return out
 
 
 async def main(n: int) -> None:
@@ -72,10 +85,10 @@ async def main(n: int) -> None:
             base = AgentSpec(instructions="Answer briefly.")
             service = AgentSpec(instructions="Call lookup_order.", tools=lookup)
             mcp = AgentSpec(instructions="Call search_docs.", mcp_servers=[docs])
-            await timed_turns(keel, service, 2)  # warm up
-            none_first, none_later = await timed_turns(keel, base, n)
-            service_first, service_later = await timed_turns(keel, service, n)
-            mcp_first, mcp_later = await timed_turns(keel, mcp, n)
+            await interleaved(keel, {"service": service, "mcp": mcp}, 1)  # warm up
+            times = await interleaved(keel, {"none": base, "service": service, "mcp": mcp}, n)
+    (none_first, none_later), (service_first, service_later), (mcp_first, mcp_later) = (
+        times["none"], times["service"], times["mcp"])
     bare_service = []
     for _ in range(n):
         t0 = time.perf_counter()

@@ -536,8 +536,11 @@ class SessionWorkflow:
         it runs between turns, and this returns once it is done."""
         state = self.state
         state.checkpoint_requested = True
+        # Continue-as-new waits for every handler: this one must not hold it up (the
+        # request is in the carried state, and the new run takes the checkpoint).
         await workflow.wait_condition(
-            lambda: not state.checkpoint_requested or state.stopped_reason is not None)
+            lambda: not state.checkpoint_requested or state.stopped_reason is not None
+            or self.continuing)
         return self.status()
 
     @checkpoint_now.validator
@@ -749,7 +752,6 @@ class SessionWorkflow:
             await self.tools.ensure_mcp()
         else:  # carried over continue-as-new: the waiting call and the rest of its reply
             self.turn_first_seq, self.memory_block = carried.first_seq, carried.memory_block
-            progress.memory_block = ""
             await self.tools.run_calls(carried.reply, carried.next_call)
         while True:
             reply, error, upto = await self._call_model(state.recorded_upto)

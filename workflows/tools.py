@@ -176,12 +176,15 @@ class ToolRunner:
         state = self.wf.state
         rules = state.config.agent.approvals if state.config.agent else None
         timeout = rules.timeout_s if rules else None
+        # A carried-over pending call keeps its own `since`; one decided in the run that
+        # carried this turn over waits no more.
         pending = next((p for p in state.approvals if p.call_id == call.id), None)
-        if pending is None:  # a carried-over pending call keeps its own `since`
+        if pending is None:
             pending = PendingApproval(
                 call_id=call.id, tool=call.name, input=call.input,
                 input_digest=input_digest(call.input), since=workflow.now(),
                 turn=state.turn, timeout_s=timeout)
+        if pending not in state.approvals and call.id not in self.decisions:
             state.approvals.append(pending)
             self.wf.phase = SessionPhase.AWAITING_APPROVAL
             await self._harness(approval_wait_notice(pending), f"approval-wait-{call.id}")
@@ -206,14 +209,14 @@ class ToolRunner:
                     timeout=timedelta(seconds=left) if left is not None else None)
             except TimeoutError:  # the builtin: wait_condition's timeout ran out
                 continue
+            if state.checkpoint_requested and call.id not in self.decisions \
+                    and not state.ended:
+                await self.wf.checkpoint_while_waiting(before_seq)
             if self.wf.should_continue_as_new() and call.id not in self.decisions \
                     and not state.ended and self.running is not None:
                 # A wait may outlast many events: the turn goes on in a new run, the
                 # pending call first (its approval is in state). This does not return.
                 await self.wf.continue_as_new_waiting(*self.running)
-            if state.checkpoint_requested and call.id not in self.decisions \
-                    and not state.ended:
-                await self.wf.checkpoint_while_waiting(before_seq)
         if call.id not in self.decisions:  # the session was ended meanwhile
             self.decide(ApprovalDecision(call_id=call.id, approve=False, by="keel",
                                          note="the session was ended"))
