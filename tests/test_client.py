@@ -252,6 +252,15 @@ async def test_client_file_calls_and_the_model_reads_the_file(client, database_u
             await session.put_file("more.txt", "y" * 1_000)
         assert "more.txt" not in [f.path for f in await session.list_files()]
 
+        # A plain Temporal client that skips those checks meets the session's validator.
+        from schemas.files import FILE_CALL_MAX_BYTES
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await session.handle.execute_update(
+                Handler.PUT_FILE, PutFile(path="huge.bin", data=b"z" * (FILE_CALL_MAX_BYTES + 1)),
+                result_type=FileVersion)
+        assert refused.value.cause.type == Rejection.FILE_REFUSED
+        assert "huge.bin" not in [f.path for f in await session.list_files()]
+
         # The agent reads the file the client put, through its own file tool.
         outcome = await session.ask("Read the brief in notes/brief.md.")
         assert outcome.reply_text == "Read the brief."
