@@ -14,6 +14,10 @@ for byte or refused with a reason: a user's message by the validator (unstorable
 over the payload limit), a background input by a notice (malformed, too large), and a
 background input's unstorable characters are replaced and named. A session's identity is
 its workflow id: a run whose input names another session writes nothing and fails.
+
+Continue-as-new happens between turns, or inside a turn whose tool call waits on a person
+(the turn's progress goes with the state, `TurnInProgress`, and the new run resumes it at
+the waiting call). A client's file calls are Updates that run one workspace activity each.
 """
 
 from __future__ import annotations
