@@ -149,6 +149,8 @@ class SessionHandle:
         # The store's per-file limit, checked before a put is sent (the worker's own
         # settings are the ones that hold; these should match them).
         self.max_file_bytes = (settings or KeelSettings()).max_file_bytes
+        # The provider profiles a new agent may name (None: not checked here).
+        self.provider_names = settings.provider_names() if settings else None
 
     @property
     def session_id(self) -> str:
@@ -270,7 +272,12 @@ class SessionHandle:
         return spec
 
     async def set_agent(self, spec: AgentSpec) -> SessionStatus:
-        """A new agent for later turns (recorded as a notice)."""
+        """A new agent for later turns (recorded as a notice); `AgentSpecRefusedError`,
+        and nothing changed, for a spec Keel refuses (as at start)."""
+        try:  # the provider profiles are the settings' (the workflow cannot know them)
+            check_spec(spec, BUILTIN_TOOL_NAMES, self.provider_names)
+        except AgentSpecError as err:
+            raise AgentSpecRefusedError(str(err)) from None
         async with refusals(self.handle):
             status: SessionStatus = await self.handle.execute_update(
                 Handler.SET_AGENT, spec, result_type=SessionStatus)

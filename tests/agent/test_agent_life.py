@@ -18,12 +18,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowUpdateFailedError
 
 from examples.support.service import toolset
 from keel.client import AgentSpecRefusedError, SessionHandle, session_config
 from schemas.agent import AgentSpec, ApprovalRules, ServiceTool
 from schemas.mcp import McpServerSpec
+from schemas.session import Handler, Rejection, SessionStatus
 from tests.agent.conftest import SERVERS
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
@@ -115,7 +116,15 @@ async def test_set_agent_shapes_the_next_turn(client, settings, fake_anthropic,
         # A spec Keel refuses changes nothing: same agent, no notice, same next request.
         clash = after.model_copy(update={"tools": [*after.tools, after.tools[0]]})
         with pytest.raises(AgentSpecRefusedError, match="declared twice"):
-            await session.set_agent(clash)
+            await session.set_agent(clash)  # refused by the client, before sending
+        with pytest.raises(WorkflowUpdateFailedError) as refused:  # and by the session
+            await session.handle.execute_update(Handler.SET_AGENT, clash,
+                                                result_type=SessionStatus)
+        assert refused.value.cause.type == Rejection.AGENT_SPEC_REFUSED
+        assert "declared twice" in refused.value.cause.message
+        assert await session.agent() == after
+        with pytest.raises(AgentSpecRefusedError, match="provider profile 'moon' is unknown"):
+            await session.set_agent(after.model_copy(update={"provider": "moon"}))
         assert await session.agent() == after
         await session.ask("And again.")
         third = fake_anthropic.requests[-1]
