@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -72,6 +73,7 @@ async def interleaved(keel: KeelClient, specs: dict[str, AgentSpec], n: int
 
 
 async def main(n: int) -> None:
+    load_before = os.getloadavg()[0]  # the machine's load, reported with the figures
     data = Path(tempfile.mkdtemp(prefix="keel-bench-tools-"))
     settings = KeelSettings.from_env({"KEEL_DATA_DIR": str(data)})
     docs = McpServerSpec(name="docs", stdio={"command": sys.executable, "args": [DOCS]})
@@ -124,6 +126,8 @@ async def main(n: int) -> None:
         "bare_service_function_ms": ms(bare_service),
         "bare_mcp_list_ms": ms(bare_list),
         "bare_mcp_call_ms": ms(bare_call),
+        "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "cpus": os.cpu_count(),
         "source_commit": source_commit(),
     }
     print(table("one tool round inside a turn (median ms, offline model)",
