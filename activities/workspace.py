@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from schemas.config import KeelSettings, WorkspaceStoreKind
+from schemas.files import limit_text
 
 SHARED_SCOPE = "_shared"
 _OPS_FILE = ".keel/store-ops.json"  # LocalStore's versions and applied ops, per scope
@@ -96,7 +97,7 @@ class WorkspaceStore(Protocol):
 
 
 def _limit_error(what: str, size: int, limit: int) -> StoreLimitError:
-    return StoreLimitError(f"{what} would be {size:,} bytes; the limit is {limit:,} bytes")
+    return StoreLimitError(limit_text(what, size, limit))  # the client's wording too
 
 
 class _Limits:

@@ -67,6 +67,11 @@ class AgentSpecRefusedError(KeelError):
     """The agent spec was refused (invalid schema, duplicate tool, unknown profile)."""
 
 
+class FileRefusedError(KeelError):
+    """A file call the workspace refused: a path outside it or in Keel's own folder, a size
+    over a limit (the store's sentence), or a store that did not answer."""
+
+
 class NoSuchInputError(KeelError):
     """`wait_reply` for a seq the session never gave out."""
 
@@ -78,6 +83,7 @@ REJECTIONS: dict[str, type[KeelError]] = {
     Rejection.NO_SUCH_INPUT: NoSuchInputError,
     Rejection.NOT_PENDING: NotPendingError,
     Rejection.AGENT_SPEC_REFUSED: AgentSpecRefusedError,
+    Rejection.FILE_REFUSED: FileRefusedError,
 }
 
 

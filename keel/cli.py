@@ -518,14 +518,26 @@ def end(session: str,
     _run(main())
 
 
+async def _compact(handle: SessionHandle) -> str:
+    """A checkpoint now (the same chain and checks as an automatic one), as one line
+    saying what it did: the context before and after it."""
+    before = await handle.status()
+    with working("Checkpointing…"):
+        after = await handle.checkpoint_now()
+    if after.checkpoint_count == before.checkpoint_count:
+        why = f": {escape(after.last_error)}" if after.last_error else " (nothing to condense)"
+        return (f"no checkpoint taken{why}; context {after.context_tokens:,} / "
+                f"{after.context_window:,} tokens")
+    return (f"◆ checkpoint {after.checkpoint_count}: context {before.context_tokens:,} "
+            f"tokens before → {after.context_tokens:,} after (window "
+            f"{after.context_window:,})")
+
+
 @app.command()
 def compact(session: str) -> None:
     """A checkpoint now, through the same chain and checks as an automatic one."""
     async def main() -> None:
-        with working("Checkpointing…"):
-            after = await (await _session(session)).checkpoint_now()
-        console.print(f"checkpoints: {after.checkpoint_count}; context "
-                      f"{after.context_tokens:,} / {after.context_window:,} tokens")
+        console.print(await _compact(await _session(session)))
     _run(main())
 
 
@@ -931,7 +943,7 @@ def replay(
 # ----- chat ---------------------------------------------------------------------------
 
 CHAT_HELP = ("/new starts a fresh session · /status /mind /memo /now show its state · "
-             "/quit leaves (the session keeps running)")
+             "/compact takes a checkpoint now · /quit leaves (the session keeps running)")
 
 
 @app.command()
@@ -977,6 +989,11 @@ def chat(id: Annotated[str | None, typer.Option("--id", help="Session to join or
                     reader = await _chat_reader(keel, handle, view)
                 elif text == "/status":
                     console.print(_status_table(await handle.status()))
+                elif text == "/compact":
+                    try:
+                        console.print(await _compact(handle))
+                    except MessageRejectedError as err:  # an ended session, say
+                        error(_refusal_line(err))
                 elif text in ("/mind", "/memo", "/now"):
                     shown: str = await getattr(handle, text[1:])()
                     console.print(escape(shown) if shown else f"[dim](no {text[1:]} yet)[/]")

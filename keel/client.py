@@ -31,6 +31,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from keel._errors import (
     AgentSpecRefusedError,
+    FileRefusedError,
     KeelError,
     MessageRejectedError,
     NoSuchInputError,
@@ -57,6 +58,15 @@ from schemas.agent import (
 )
 from schemas.config import KeelSettings
 from schemas.events import SessionEvent
+from schemas.files import (
+    FileData,
+    FileEntry,
+    FileVersion,
+    ListFiles,
+    PutFile,
+    ReadFile,
+    put_problem,
+)
 from schemas.session import (
     SESSION_WORKFLOW,
     AgentRunInput,
@@ -79,6 +89,7 @@ from schemas.text import payload_problem, storable_problem
 __all__ = [
     "AgentSpecRefusedError",
     "EventsMissed",
+    "FileRefusedError",
     "KeelClient",
     "KeelError",
     "MessageRejectedError",
@@ -131,9 +142,15 @@ def session_config(settings: KeelSettings, **overrides: Unpack[SessionOverrides]
 class SessionHandle:
     """One session: send it the user's messages and background inputs, read its state."""
 
-    def __init__(self, handle: WorkflowHandle[Any, SessionStatus], client: Client) -> None:
+    def __init__(self, handle: WorkflowHandle[Any, SessionStatus], client: Client,
+                 settings: KeelSettings | None = None) -> None:
         self.handle = handle
         self.client = client
+        # The store's per-file limit, checked before a put is sent (the worker's own
+        # settings are the ones that hold; these should match them).
+        self.max_file_bytes = (settings or KeelSettings()).max_file_bytes
+        # The provider profiles a new agent may name (None: not checked here).
+        self.provider_names = settings.provider_names() if settings else None
 
     @property
     def session_id(self) -> str:
@@ -255,7 +272,12 @@ class SessionHandle:
         return spec
 
     async def set_agent(self, spec: AgentSpec) -> SessionStatus:
-        """A new agent for later turns (recorded as a notice)."""
+        """A new agent for later turns (recorded as a notice); `AgentSpecRefusedError`,
+        and nothing changed, for a spec Keel refuses (as at start)."""
+        try:  # the provider profiles are the settings' (the workflow cannot know them)
+            check_spec(spec, BUILTIN_TOOL_NAMES, self.provider_names)
+        except AgentSpecError as err:
+            raise AgentSpecRefusedError(str(err)) from None
         async with refusals(self.handle):
             status: SessionStatus = await self.handle.execute_update(
                 Handler.SET_AGENT, spec, result_type=SessionStatus)
@@ -304,6 +326,38 @@ class SessionHandle:
         return status
 
 
+    # ----- the session's workspace files (issue 12) ---------------------------------------
+
+    async def put_file(self, path: str, data: bytes | str) -> int:
+        """Write `data` (text is written as UTF-8) at `path` in the session's workspace, as
+        the file tools would; returns the file's new version. `FileRefusedError` when the
+        path or the size is refused (a size over the limits before anything is sent)."""
+        raw = data.encode() if isinstance(data, str) else data
+        problem = put_problem(path, len(raw), self.max_file_bytes)
+        if problem:
+            raise FileRefusedError(problem)
+        async with refusals(self.handle):
+            # One update id per put: the session writes once for it, however often sent.
+            done: FileVersion = await self.handle.execute_update(
+                Handler.PUT_FILE, PutFile(path=path, data=raw), id=f"put-{uuid.uuid4()}",
+                result_type=FileVersion)
+        return done.version
+
+    async def read_file(self, path: str) -> FileData | None:
+        """The file's bytes and the version they are (`.data`, `.version`); None when there
+        is no file at `path`."""
+        async with refusals(self.handle):
+            found: FileData | None = await self.handle.execute_update(
+                Handler.READ_FILE, ReadFile(path=path), result_type=FileData | None)
+        return found
+
+    async def list_files(self, prefix: str = "") -> list[FileEntry]:
+        """Every file of the session's workspace (path, size, version), by path."""
+        async with refusals(self.handle):
+            found: list[FileEntry] = await self.handle.execute_update(
+                Handler.LIST_FILES, ListFiles(prefix=prefix), result_type=list[FileEntry])
+        return found
+
 
 def refuse_before_sending(text: str) -> None:
     """What Temporal could not carry (over the payload limit) or the converter could not
@@ -339,7 +393,7 @@ class KeelClient:
 
     def session(self, session_id: str) -> SessionHandle:
         """A handle on an existing session; no call is made until it is used."""
-        return SessionHandle(self._handle(session_id), self.client)
+        return SessionHandle(self._handle(session_id), self.client, self.settings)
 
     def _input(self, session_id: str, config: SessionConfig | None,
                agent: AgentSpec | None = None) -> SessionInput:
@@ -391,7 +445,7 @@ class KeelClient:
             )
         except WorkflowAlreadyStartedError as err:
             raise already_started(session_id) from err
-        return SessionHandle(handle, self.client)
+        return SessionHandle(handle, self.client, self.settings)
 
     async def start_with_message(self, session_id: str, text: str,
                                  config: SessionConfig | None = None,
@@ -417,4 +471,5 @@ class KeelClient:
             with suppress(WorkflowAlreadyStartedError):
                 await start.workflow_handle()  # the same error, retrieved: no warning
             raise await start_with_message_refused(handle) from err
-        return SessionHandle(await start.workflow_handle(), self.client), accepted
+        return (SessionHandle(await start.workflow_handle(), self.client, self.settings),
+                accepted)

@@ -8,11 +8,14 @@ must survive a checkpoint did: the Mission, the user's own words, and the queue 
 
 With no ANTHROPIC_API_KEY the offline deterministic model answers (its replies start with
 "[offline model]"); with one, the same demo runs on the real model. Everything here is the
-user's side: it calls the client, it holds no session logic.
+user's side: it calls the client, it holds no session logic; it puts the queue into the
+session's workspace and reads the reviews back through the session's file calls, so it
+works from any folder or host that reaches Temporal.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
@@ -23,7 +26,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from activities.workspace import WorkspaceStore, open_store
 from keel.client import KeelClient, MessageRejectedError, SessionHandle, session_config
 from keel.console import console as default_console
 from keel.console import key_values, one_line, redact_url, working
@@ -210,10 +212,22 @@ def reviews_written(workspace: Path) -> list[int]:
     return sorted(int(p.stem) for p in (workspace / "reviews").glob("*.md") if p.stem.isdigit())
 
 
-async def reviews_in_store(store: WorkspaceStore, session_id: str) -> list[int]:
-    names = [f.path.rsplit("/", 1)[-1] for f in await store.list(session_id, "reviews/")]
+async def reviews_in_workspace(session: SessionHandle) -> list[int]:
+    """The PRs with a review file, as the session's own workspace lists them."""
+    names = [f.path.rsplit("/", 1)[-1] for f in await session.list_files("reviews/")]
     return sorted(int(n[:-3]) for n in names if n.endswith(".md") and n[:-3].isdigit())
 
+
+async def seed_through_session(session: SessionHandle, files: dict[str, str]) -> None:
+    """Put the demo's files into the session's workspace through the session itself, so
+    they land in the store its workers read, whatever folder or host this runs in."""
+    items = list(files.items())
+    for i in range(0, len(items), SEED_AT_ONCE):
+        await asyncio.gather(*(session.put_file(rel, text)
+                               for rel, text in items[i:i + SEED_AT_ONCE]))
+
+
+SEED_AT_ONCE = 8  # file puts in flight at once (a run takes at most 10 updates at a time)
 
 _DECISION = re.compile(r"needs your decision|your decision|need(?:s)? a decision", re.I)
 _DECISION_PR = re.compile(r"PR #(\d+) needs your decision")
@@ -236,6 +250,7 @@ class DemoResult:
     errors: list[str] = field(default_factory=list)
     re_asked: list[int] = field(default_factory=list)  # PRs asked about again after approval
     seconds: float = 0.0
+    workspace: str = ""  # where the demo put the queue (the workspace store), as shown
 
     def survival(self) -> list[tuple[str, bool]]:
         """What a checkpoint must carry, and whether it did."""
@@ -279,15 +294,8 @@ async def drive_session(keel: KeelClient, settings: KeelSettings, *,
     out = out or default_console
     printer = _Printer(out)
     session_id = session_id or f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
-    # Through the workspace store, where every worker of the queue reads it (a folder of
-    # this process would be seen by no other worker).
-    store = open_store(settings)
-    for rel, text in workspace_files().items():
-        await store.write(session_id, rel, text.encode(), op_id=f"demo-seed:{rel}")
-    workspace = (f"{settings.workspaces_dir / session_id}"
-                 if settings.workspace_store == "local" else
-                 f"PostgreSQL (`keel files {session_id}` lists it)")
-    result = DemoResult(session_id=session_id)
+    workspace = f"the session's, in its workers' store (`keel files {session_id}` lists it)"
+    result = DemoResult(session_id=session_id, workspace=workspace)
     started = time.monotonic()
     config = session_config(settings, context_window=DEMO_CONTEXT_WINDOW,
                             max_output_tokens=DEMO_MAX_OUTPUT_TOKENS)
@@ -302,6 +310,8 @@ async def drive_session(keel: KeelClient, settings: KeelSettings, *,
     ], title="Keel demo"))
     out.print()
     session: SessionHandle = await keel.start_session(session_id, config=config)
+    with working("putting the queue into the session's workspace…", out):
+        await seed_through_session(session, workspace_files())
     status = await session.status()
     message = FIRST_REQUEST
     approved: int | None = None  # the PR the last approval was about
@@ -335,7 +345,7 @@ async def drive_session(keel: KeelClient, settings: KeelSettings, *,
         if status.stopped_reason:
             result.stopped_reason = status.stopped_reason
             break
-        done = len(await reviews_in_store(store, session_id)) >= PR_COUNT
+        done = len(await reviews_in_workspace(session)) >= PR_COUNT
         if _QUEUE_DONE.search(outcome.reply_text) or done:
             break
         asked = _DECISION_PR.search(outcome.reply_text)
@@ -353,7 +363,7 @@ async def drive_session(keel: KeelClient, settings: KeelSettings, *,
     result.memo_entry = next((ln for ln in memo.splitlines() if "never merge" in ln), "")
     result.background_in_memo = WATCH_CLAIM in memo
     result.position = queue_position(now, mind)
-    result.reviews = await reviews_in_store(store, session_id)
+    result.reviews = await reviews_in_workspace(session)
     result.seconds = time.monotonic() - started
     _summary(out, result)
     return result
@@ -388,7 +398,17 @@ def _summary(out: Console, r: DemoResult) -> None:
     if r.errors:
         out.print(f"[red]errors:[/] {escape('; '.join(r.errors[:3]))}")
     line = ", ".join(f"{name} {'✓' if kept else '✗'}" for name, kept in r.survival())
-    if r.checkpoints == 0:
+    if r.checkpoints == 0 and not r.reviews:
+        # The demo put the queue in through the session; a worker that ran the tools and
+        # found nothing reads another store than the one that took the files (workers of
+        # one queue on the local store in different folders or hosts).
+        out.print(f"[bold yellow]no checkpoint happened in {r.turns} turns, and no review "
+                  "was written:[/] the worker that ran the agent's tools did not find the "
+                  "queue the demo put into the session's workspace. Workers of one task "
+                  "queue on the local workspace store must share one data folder; with "
+                  "KEEL_WORKSPACE_STORE=postgres every worker reads the same files "
+                  f"(`keel files {r.session_id}` shows what the session has).")
+    elif r.checkpoints == 0:
         out.print(f"[bold yellow]no checkpoint happened in {r.turns} turns[/] (the window "
                   "did not fill up; run more turns to see one)")
     elif r.ok:
@@ -404,8 +424,6 @@ async def running_dev_stack(settings: KeelSettings) -> dict[str, str] | None:
     Starting a second embedded stack there would run two Temporal dev servers on one
     SQLite file; a stack file left by a `keel dev` that was killed does not answer.
     """
-    import asyncio
-
     from keel.connect import connect
     from keel.devstack import read_stack_file
 

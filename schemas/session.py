@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field, field_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from schemas.agent import AgentSpec, PendingApproval
+from schemas.agent import AgentSpec, ApprovalDecision, PendingApproval
 from schemas.mcp import McpTool
-from schemas.messages import HarnessKind
+from schemas.messages import HarnessKind, ModelReply
 from schemas.vault.scope import DEFAULT_SCOPE, check_scope
 
 if TYPE_CHECKING:  # the checkpoint rules load the tokenizer; a client needs neither
@@ -45,6 +45,10 @@ class Handler(StrEnum):
     DECIDE = "decide_approval"  # update: ApprovalDecision
     END = "end_session"  # update: EndSession
     CHECKPOINT_NOW = "checkpoint_now"  # update: a checkpoint through the usual chain
+    # Issue 12: a client's file calls on the session's workspace (schemas.files).
+    PUT_FILE = "put_file"  # update: PutFile -> FileVersion
+    READ_FILE = "read_file"  # update: ReadFile -> FileData | None
+    LIST_FILES = "list_files"  # update: ListFiles -> list[FileEntry]
 
 
 class Rejection(StrEnum):
@@ -58,6 +62,7 @@ class Rejection(StrEnum):
     MEMORY_SCOPE_FIXED = "MemoryScopeFixed"  # a run asked for another memory scope
     NOT_PENDING = "NotPending"  # an approval decision for a call not (or no longer) pending
     AGENT_SPEC_REFUSED = "AgentSpecRefused"  # set_agent with a spec Keel refuses
+    FILE_REFUSED = "FileRefused"  # a file call's path or size the workspace refuses
 
 
 class SessionConfig(BaseModel):
@@ -132,6 +137,22 @@ class TurnOutcome(BaseModel):
     retry: bool = False
 
 
+class TurnInProgress(BaseModel):
+    """A turn carried over continue-as-new while one of its tool calls waited on a person:
+    the new run runs `reply`'s calls from `next_call` on (the waiting one first, its
+    approval still pending in `SessionState.approvals`), then goes on with the turn."""
+
+    reply: ModelReply
+    next_call: int
+    answered: list[int] = Field(default_factory=list)  # the inputs this turn answers
+    transcribe: list[int] = Field(default_factory=list)
+    rounds: int = 0
+    first_seq: int = 0
+    memory_block: str = ""
+    # Decisions taken in the old run for calls of `reply` not yet run.
+    decisions: list[ApprovalDecision] = Field(default_factory=list)
+
+
 class SessionState(BaseModel):
     """The small state carried over continue-as-new. Data lives in PostgreSQL."""
 
@@ -167,6 +188,8 @@ class SessionState(BaseModel):
     decided_calls: list[str] = Field(default_factory=list)
     ended: bool = False  # ended on request (`end_session`)
     checkpoint_requested: bool = False
+    # A turn that continued as new while a call waited on a person (resumed first).
+    turn_in_progress: TurnInProgress | None = None
 
     # ----- sequence numbers: every input, reply, result and notice gets the next one -----
 

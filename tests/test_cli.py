@@ -134,6 +134,28 @@ async def test_chat(client, settings, cli_env):
     assert f"left {sid}" in out
 
 
+async def test_chat_compact_takes_a_checkpoint_and_says_before_and_after(client, settings,
+                                                                         cli_env):
+    import re
+
+    sid = f"compact-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as keel_client:
+        out = await keel(cli_env, "chat", "--id", sid,
+                         input="Please review the queue in queue.md.\n/compact\n/quit\n")
+        status = await keel_client.session(sid).status()
+        out_again = await keel(cli_env, "compact", sid)
+    assert "/compact" in out  # the help line names it
+    found = re.search(r"◆ checkpoint 1: context ([\d,]+) tokens before → ([\d,]+) after "
+                      r"\(window ([\d,]+)\)", out)
+    assert found, out
+    assert status.checkpoint_count == 1
+    assert int(found.group(2).replace(",", "")) == status.context_tokens
+    assert int(found.group(3).replace(",", "")) == status.context_window
+    # `keel compact` says the same: a second checkpoint, with its before and after.
+    assert re.search(r"◆ checkpoint 2: context [\d,]+ tokens before → [\d,]+ after",
+                     out_again), out_again
+
+
 async def test_clear_errors(cli_env):
     missing = dict(cli_env, TEMPORAL_ADDRESS="", DATABASE_URL="")
     result = await asyncio.to_thread(invoke, missing, "worker")

@@ -8,6 +8,7 @@ or server shows here rather than as a misreported error in a service.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import uuid
@@ -193,3 +194,75 @@ async def test_a_message_the_record_cannot_take_is_record_failed(client, databas
             await session.send("keep this")
     assert isinstance(failed.value, MessageRejectedError)  # callers of old still catch it
     assert "\n" not in str(failed.value)
+
+
+# ----- a session's workspace files through the client (issue 12) -----------------------
+
+@pytest.mark.parametrize("store", ["local", "postgres"])
+async def test_client_file_calls_and_the_model_reads_the_file(client, database_url,
+                                                              fake_anthropic, tmp_path, store):
+    from keel.client import FileRefusedError
+    from schemas.config import WorkspaceStoreKind
+    from tests.fake_anthropic import tool_use_message
+
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url).model_copy(
+        update={"max_file_bytes": 1_000, "max_workspace_bytes": 1_400,
+                "workspace_store": WorkspaceStoreKind(store)})
+    fake_anthropic.push(tool_use_message([("read_file", {"path": "notes/brief.md"})]),
+                        text_message("Read the brief."))
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"files-{uuid.uuid4().hex[:8]}")
+        assert await session.put_file("notes/brief.md", "Ship on Friday. Ünïcode.") == 1
+        assert await session.put_file("notes/brief.md", "Ship on Friday, not before.") == 2
+        assert await session.put_file("raw.bin", b"\x00\xff" * 200) == 1
+        found = await session.read_file("notes/brief.md")
+        assert found is not None and (found.data, found.version) == (
+            b"Ship on Friday, not before.", 2)
+        assert (await session.read_file("raw.bin")).data == b"\x00\xff" * 200
+        assert await session.read_file("nothing/here.txt") is None
+        listed = [(f.path, f.size, f.version) for f in await session.list_files()]
+        assert listed == [("notes/brief.md", 27, 2), ("raw.bin", 400, 1)]
+        assert [f.path for f in await session.list_files("notes/")] == ["notes/brief.md"]
+
+        # The same update id twice (a resent update) writes once.
+        from schemas.files import FileVersion, PutFile
+        from schemas.session import Handler
+        for _ in range(2):
+            again = await session.handle.execute_update(
+                Handler.PUT_FILE, PutFile(path="once.txt", data=b"one"), id="put-fixed",
+                result_type=FileVersion)
+            assert again.version == 1
+        assert (await session.read_file("once.txt")).version == 1
+
+        # Refusals: the file tools' path rules, and the store's limits with its wording.
+        with pytest.raises(FileRefusedError, match="Keel's own folder and read-only"):
+            await session.put_file(".keel/mind.md", "mine now")
+        with pytest.raises(FileRefusedError, match="outside the session's workspace"):
+            await session.put_file("../escape.txt", "out")
+        with pytest.raises(FileRefusedError, match="outside the session's workspace"):
+            await session.read_file("/etc/passwd")
+        events_before = len((await session.handle.fetch_history()).events)
+        too_big = "'big.txt' would be 1,200 bytes; the limit is 1,000 bytes"
+        with pytest.raises(FileRefusedError, match=re.escape(too_big)):
+            await session.put_file("big.txt", "x" * 1_200)
+        # Refused before sending: the session saw nothing.
+        assert len((await session.handle.fetch_history()).events) == events_before
+        with pytest.raises(FileRefusedError,
+                           match="the workspace would be 1,430 bytes; the limit is 1,400"):
+            await session.put_file("more.txt", "y" * 1_000)
+        assert "more.txt" not in [f.path for f in await session.list_files()]
+
+        # A plain Temporal client that skips those checks meets the session's validator.
+        from schemas.files import FILE_CALL_MAX_BYTES
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await session.handle.execute_update(
+                Handler.PUT_FILE, PutFile(path="huge.bin", data=b"z" * (FILE_CALL_MAX_BYTES + 1)),
+                result_type=FileVersion)
+        assert refused.value.cause.type == Rejection.FILE_REFUSED
+        assert "huge.bin" not in [f.path for f in await session.list_files()]
+
+        # The agent reads the file the client put, through its own file tool.
+        outcome = await session.ask("Read the brief in notes/brief.md.")
+        assert outcome.reply_text == "Read the brief."
+    result = fake_anthropic.requests[-1]["messages"][-1]["content"][0]
+    assert "Ship on Friday, not before." in str(result["content"])

@@ -110,3 +110,32 @@ async def test_demo_run_through_a_checkpoint_keeps_what_matters(client, database
         "Watch text kept out of your words": True}, text
     assert result.ok and "✓ all survived" in text
     assert result.position is not None and result.position in result.reviews
+
+
+async def test_the_demo_works_from_another_folder_than_the_worker(client, database_url,
+                                                                  tmp_path):
+    """Issue 12's opening: the demo in one folder, the worker in another, each with its own
+    local workspace store. The demo puts the queue in through the session, so the worker
+    finds it, and reads the reviews back the same way."""
+    here = make_settings(database_url, tmp_path / "demo")
+    there = here.model_copy(update={"data_dir": tmp_path / "worker"})
+    async with keel_worker(client, there) as worker_side:
+        keel = type(worker_side)(client, here.task_queue, here)
+        result = await drive_session(keel, here, turns=3,
+                                     session_id=f"demo-{uuid.uuid4().hex[:8]}",
+                                     out=Console(file=io.StringIO(), width=200))
+    assert result.reviews[:2] == [101, 102] and not result.errors
+    assert (tmp_path / "worker" / "workspaces" / result.session_id / "queue.md").is_file()
+    assert not (tmp_path / "demo" / "workspaces").exists()  # nothing written beside the demo
+
+
+def test_no_review_written_says_the_worker_did_not_find_the_queue():
+    from keel.demo import DemoResult, _summary
+
+    buffer = io.StringIO()
+    _summary(Console(file=buffer, width=400), DemoResult(session_id="demo-x", turns=1))
+    text = " ".join(buffer.getvalue().split())
+    assert "run more turns" not in text
+    assert ("no review was written: the worker that ran the agent's tools did not find the "
+            "queue the demo put into the session's workspace") in text
+    assert "KEEL_WORKSPACE_STORE=postgres" in text and "`keel files demo-x`" in text

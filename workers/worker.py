@@ -68,7 +68,12 @@ def session_activities(settings: KeelSettings) -> list[Callable[..., Any]]:
     session = SessionActivities(settings)
     checkpoint = CheckpointActivities(settings)
     mcp = McpActivities()
+    from activities.files import FileActivities  # the client's file calls (issue 12)
+
+    files = FileActivities(settings)
     return [
+        files.put_workspace_file, files.read_workspace_file, files.list_workspace_files,
+        files.keep_tool_result,
         session.record_input, session.fence_seq, session.call_model, session.run_tool,
         session.record_tool_result, mcp.list_mcp_tools, mcp.call_mcp_tool,
         checkpoint.prepare_checkpoint, checkpoint.checkpoint_round,

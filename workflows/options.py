@@ -192,3 +192,14 @@ def mcp_options(timeout_s: float, *, listing: bool = False) -> ActivityOptions:
                            schedule_to_close_timeout=timedelta(seconds=timeout_s * 3),
                            heartbeat_timeout=HEARTBEAT,
                            retry_policy=MCP_LIST_RETRY if listing else ONCE)
+
+
+# ----- issue 12: a client's file calls, a tool result's whole text --------------------
+# A client waits on each: a few tries, then its update fails and says why. What the store
+# refuses (a path, a size) is final at once.
+FILE_CALL = ActivityOptions(start_to_close_timeout=timedelta(seconds=30),
+                            schedule_to_close_timeout=timedelta(minutes=2),
+                            retry_policy=RetryPolicy(
+                                initial_interval=timedelta(seconds=1),
+                                maximum_interval=timedelta(seconds=10), maximum_attempts=5,
+                                non_retryable_error_types=["FileRefused", *NEVER_RETRY]))

@@ -14,6 +14,10 @@ for byte or refused with a reason: a user's message by the validator (unstorable
 over the payload limit), a background input by a notice (malformed, too large), and a
 background input's unstorable characters are replaced and named. A session's identity is
 its workflow id: a run whose input names another session writes nothing and fails.
+
+Continue-as-new happens between turns, or inside a turn whose tool call waits on a person
+(the turn's progress goes with the state, `TurnInProgress`, and the new run resumes it at
+the waiting call). A client's file calls are Updates that run one workspace activity each.
 """
 
 from __future__ import annotations
@@ -30,6 +34,12 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.checkpoint import StoreResult
+    from activities.files import (
+        FileActivities,
+        ListFilesInput,
+        PutFileInput,
+        ReadFileInput,
+    )
     from activities.record import FenceInput
     from activities.session import (
         ModelCallInput,
@@ -37,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         RecordInput,
         SessionActivities,
     )
+    from activities.tools import ToolError, workspace_path
     from activities.vault.turn import MemoryActivities, RecallInput, TranscriptInput
     from schemas.agent import (
         AgentSpec,
@@ -68,6 +79,16 @@ with workflow.unsafe.imports_passed_through():
         TurnEnded,
         TurnStarted,
     )
+    from schemas.files import (
+        FILE_CALL_MAX_BYTES,
+        FileData,
+        FileEntry,
+        FileVersion,
+        ListFiles,
+        PutFile,
+        ReadFile,
+        limit_text,
+    )
     from schemas.messages import (
         HarnessKind,
         MessageType,
@@ -93,6 +114,7 @@ with workflow.unsafe.imports_passed_through():
         SessionState,
         SessionStatus,
         TaskInput,
+        TurnInProgress,
         TurnOutcome,
         UserMessage,
         WatchInput,
@@ -105,6 +127,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.events import SessionEvents
     from workflows.observe import TurnObserver
     from workflows.options import (
+        FILE_CALL,
         MEMORY_TURN,
         MODEL_CALL,
         RECORD_BACKGROUND,
@@ -190,8 +213,11 @@ class SessionWorkflow:
         self.events = SessionEvents(input.session_id, input.events)
         self.observer = TurnObserver(self.state)
         self.tools = ToolRunner(self)
+        self.progress: TurnInProgress | None = None  # the running turn's (`_run_turn`)
         if self.state.ended:
             self.phase = SessionPhase.ENDED
+        elif self.state.turn_in_progress is not None:  # a call of it waits on a person
+            self.phase = SessionPhase.AWAITING_APPROVAL
 
     # ----- inputs -----------------------------------------------------------------------
 
@@ -514,13 +540,74 @@ class SessionWorkflow:
         it runs between turns, and this returns once it is done."""
         state = self.state
         state.checkpoint_requested = True
+        # Continue-as-new waits for every handler: this one must not hold it up (the
+        # request is in the carried state, and the new run takes the checkpoint).
         await workflow.wait_condition(
-            lambda: not state.checkpoint_requested or state.stopped_reason is not None)
+            lambda: not state.checkpoint_requested or state.stopped_reason is not None
+            or self.continuing)
         return self.status()
 
     @checkpoint_now.validator
     def validate_checkpoint_now(self) -> None:
         self._refuse_if_ended()
+
+    # ----- a client's file calls on the workspace (issue 12) -------------------------------
+    # Updates, not queries: each runs one activity against the workspace store, on this
+    # session's queue. The validators apply the file tools' path rules and the payload
+    # bound before anything is written; the store applies its own limits.
+
+    @workflow.update(name=Handler.PUT_FILE)
+    async def put_file(self, data: PutFile) -> FileVersion:
+        update = workflow.current_update_info()
+        op_id = f"client-put-{update.id if update else workflow.uuid4()}"  # once per update
+        done: FileVersion = await self._file_call(
+            FileActivities.put_workspace_file,
+            PutFileInput(session_id=self.state.session_id, path=data.path, data=data.data,
+                         op_id=op_id))
+        return done
+
+    @put_file.validator
+    def validate_put_file(self, data: PutFile) -> None:
+        self._file_path_problem(data.path, for_write=True)
+        if len(data.data) > FILE_CALL_MAX_BYTES:
+            raise ApplicationError(limit_text(repr(data.path), len(data.data),
+                                              FILE_CALL_MAX_BYTES),
+                                   type=Rejection.FILE_REFUSED, non_retryable=True)
+
+    @workflow.update(name=Handler.READ_FILE)
+    async def read_file(self, data: ReadFile) -> FileData | None:
+        found: FileData | None = await self._file_call(
+            FileActivities.read_workspace_file,
+            ReadFileInput(session_id=self.state.session_id, path=data.path))
+        return found
+
+    @read_file.validator
+    def validate_read_file(self, data: ReadFile) -> None:
+        self._file_path_problem(data.path, for_write=False)
+
+    @workflow.update(name=Handler.LIST_FILES)
+    async def list_files(self, data: ListFiles) -> list[FileEntry]:
+        found: list[FileEntry] = await self._file_call(
+            FileActivities.list_workspace_files,
+            ListFilesInput(session_id=self.state.session_id, prefix=data.prefix))
+        return found
+
+    def _file_path_problem(self, path: str, *, for_write: bool) -> None:
+        if self.refused:
+            raise _rejected(self.refused)
+        try:
+            workspace_path(path, for_write=for_write)
+        except ToolError as err:
+            raise ApplicationError(str(err), type=Rejection.FILE_REFUSED,
+                                   non_retryable=True) from None
+
+    async def _file_call(self, method: Any, arg: BaseModel) -> Any:
+        """One file activity; what it could not do fails the update with its reason."""
+        try:
+            return await workflow.execute_activity_method(method, arg, **FILE_CALL)
+        except ActivityError as err:
+            raise ApplicationError(_reason(err), type=Rejection.FILE_REFUSED,
+                                   non_retryable=True) from None
 
     def _refuse_if_ended(self) -> None:
         if self.state.stopped_reason:
@@ -590,6 +677,8 @@ class SessionWorkflow:
             raise ApplicationError(changed, type=Rejection.MEMORY_SCOPE_FIXED,
                                    non_retryable=True)
         self.publish_summary()
+        if state.turn_in_progress is not None:  # a turn carried over continue-as-new
+            await self._run_turn()
         while state.stopped_reason is None:
             await workflow.wait_condition(
                 lambda: self._ready() or self._should_continue_as_new()
@@ -613,6 +702,17 @@ class SessionWorkflow:
             lambda: workflow.all_handlers_finished() and not self.fencing)
         return self.status()
 
+    def should_continue_as_new(self) -> bool:  # for the ToolRunner's approval wait
+        return self._should_continue_as_new()
+
+    async def continue_as_new_waiting(self, reply: ModelReply, next_call: int) -> NoReturn:
+        """Continue as new in the middle of a turn whose call `next_call` of `reply` waits
+        on a person; the new run resumes the turn there (`_run_turn`)."""
+        assert self.progress is not None  # only a running turn's calls wait
+        self.state.turn_in_progress = self.progress.model_copy(update={
+            "reply": reply, "next_call": next_call, "memory_block": self.memory_block})
+        await self._continue_as_new()
+
     async def _continue_as_new(self) -> NoReturn:
         """Hand the small state to a new run once every handler has finished."""
         state = self.state
@@ -621,6 +721,11 @@ class SessionWorkflow:
         self.events.detach()
         await workflow.wait_condition(
             lambda: workflow.all_handlers_finished() and not self.fencing)
+        carried = state.turn_in_progress
+        if carried is not None:  # a decision that came in meanwhile goes with the turn
+            left = {c.id for c in carried.reply.tool_calls[carried.next_call:]}
+            carried.decisions = [d for d in self.tools.decisions.values()
+                                 if d.call_id in left]
         state.run_count += 1
         distinct = {id(o): o for o in self.outcomes.values()}.values()
         state.recent_outcomes = sorted(distinct, key=lambda o: o.turn)[-KEPT_OUTCOMES:]
@@ -630,20 +735,28 @@ class SessionWorkflow:
 
     async def _run_turn(self) -> None:
         state = self.state
-        state.turn += 1
+        carried, state.turn_in_progress = state.turn_in_progress, None
         self.phase = SessionPhase.RUNNING
         self.checkpoint_failures_this_turn = 0
-        first = [p.seq for p in state.pending if p.seq <= state.recorded_upto]
-        self.turn_first_seq = min(first) if first else state.next_seq
-        self.events.emit(TurnStarted, turn=state.turn, input_seqs=first)
+        if carried is None:
+            state.turn += 1
+            first = [p.seq for p in state.pending if p.seq <= state.recorded_upto]
+            self.turn_first_seq = min(first) if first else state.next_seq
+            self.events.emit(TurnStarted, turn=state.turn, input_seqs=first)
         self.observer.turn_started()
-        answered: list[int] = []
+        # The turn's progress, kept where a continue-as-new during an approval wait finds it.
+        self.progress = progress = carried or TurnInProgress(
+            reply=ModelReply(seq=0, stop_reason=None), next_call=0,
+            first_seq=self.turn_first_seq)
+        answered, transcribe = progress.answered, progress.transcribe
         reply: ModelReply | None = None
         error: str | None = None
-        rounds = 0
-        self.memory_block = await self._recall()
-        await self.tools.ensure_mcp()
-        transcribe: list[int] = []
+        if carried is None:
+            self.memory_block = await self._recall()
+            await self.tools.ensure_mcp()
+        else:  # carried over continue-as-new: the waiting call and the rest of its reply
+            self.turn_first_seq, self.memory_block = carried.first_seq, carried.memory_block
+            await self.tools.run_calls(carried.reply, carried.next_call)
         while True:
             reply, error, upto = await self._call_model(state.recorded_upto)
             taking = [p.seq for p in state.pending if p.seq <= upto]
@@ -654,8 +767,8 @@ class SessionWorkflow:
                 break
             if reply.text.strip():
                 transcribe.append(reply.seq)
-            if reply.tool_calls and rounds < state.config.max_tool_rounds_per_turn:
-                rounds += 1
+            if reply.tool_calls and progress.rounds < state.config.max_tool_rounds_per_turn:
+                progress.rounds += 1
                 await self.tools.run_calls(reply)
                 continue
             break

@@ -6,13 +6,17 @@ Invariants:
 - Deterministic: every effect is an activity, every wait a `workflow.wait_condition`, time
   is `workflow.now()`. The rules (routing, policy, schema checks) are pure, in
   `schemas.agent`.
+- A service or MCP result over its cap keeps its whole text in the session's workspace
+  (`activities.files.kept_result_path`, written once per call id), and the cut result in
+  the record says where.
 - Every call ends with exactly one tool result in the record (idempotent by call id):
   the tool's own, or an error result saying what went wrong (unknown tool, input that does
   not fit the schema naming the field, denied, a service that raised, timed out or is down,
   an MCP server that crashed or hangs). A tool failure never fails the session.
 - A pending approval lives in workflow state (`SessionState.approvals`), so it survives a
-  worker restart and is carried over continue-as-new; a decision is bound to the call id
-  and the digest of its input.
+  worker restart; a wait that outlasts the run's history continues as new with the turn
+  (`SessionState.turn_in_progress`), and the new run runs the waiting call first. A
+  decision is bound to the call id and the digest of its input.
 - MCP tools are listed once per session (or on the refresh Update) and kept in state; they
   are never listed before a model call.
 """
@@ -27,11 +31,12 @@ from temporalio import workflow
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
-    TimeoutError,
     TimeoutType,
 )
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
+    from activities.files import FileActivities, KeepResultInput
     from activities.mcp import CallMcpToolInput, ListMcpToolsInput, McpActivities
     from activities.session import (
         RecordInput,
@@ -42,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.agent import (
         APPROVAL_SOURCE_LINE,
         BUILTIN_TOOL_NAMES,
+        DEFAULT_OUTPUT_CAP_CHARS,
         ApprovalDecision,
         ApprovalPolicy,
         PendingApproval,
@@ -50,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         approval_decided_notice,
         approval_for,
         approval_wait_notice,
+        cut_result,
         denied_text,
         input_digest,
         input_problem,
@@ -67,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.messages import MessageType, ModelReply, ToolCall
     from schemas.session import SessionPhase
     from workflows.options import (
+        FILE_CALL,
         RECORD_NOTICE,
         RECORD_TOOL_RESULT,
         mcp_options,
@@ -91,6 +99,8 @@ class ToolHost(Protocol):
     async def record_notice(self, text: str) -> None: ...
     async def checkpoint_while_waiting(self, before_seq: int) -> None: ...
     def publish_summary(self) -> None: ...
+    def should_continue_as_new(self) -> bool: ...
+    async def continue_as_new_waiting(self, reply: ModelReply, next_call: int) -> None: ...
 
 # Built-in names only: their schemas are checked where they run (activities/tools.py).
 BUILTIN_NAMES = BUILTIN_TOOL_NAMES
@@ -104,7 +114,7 @@ def _preview(value: Any) -> str:
 
 def _cause(err: ActivityError) -> str:
     cause = err.cause
-    if isinstance(cause, TimeoutError):
+    if isinstance(cause, ActivityTimeout):
         if cause.type in (TimeoutType.SCHEDULE_TO_CLOSE, TimeoutType.SCHEDULE_TO_START):
             return "no worker of the service answered in time (is it running?)"
         if cause.type == TimeoutType.START_TO_CLOSE:
@@ -121,7 +131,11 @@ class ToolRunner:
 
     def __init__(self, wf: ToolHost) -> None:
         self.wf = wf
-        self.decisions: dict[str, ApprovalDecision] = {}
+        carried = wf.state.turn_in_progress
+        # Decisions the previous run took for calls it carried over, not yet run.
+        self.decisions: dict[str, ApprovalDecision] = {
+            d.call_id: d for d in (carried.decisions if carried else [])}
+        self.running: tuple[ModelReply, int] | None = None  # the reply and call index now
 
     # ----- MCP tool lists ---------------------------------------------------------------
 
@@ -162,12 +176,15 @@ class ToolRunner:
         state = self.wf.state
         rules = state.config.agent.approvals if state.config.agent else None
         timeout = rules.timeout_s if rules else None
+        # A carried-over pending call keeps its own `since`; one decided in the run that
+        # carried this turn over waits no more.
         pending = next((p for p in state.approvals if p.call_id == call.id), None)
-        if pending is None:  # a carried-over pending call keeps its own `since`
+        if pending is None:
             pending = PendingApproval(
                 call_id=call.id, tool=call.name, input=call.input,
                 input_digest=input_digest(call.input), since=workflow.now(),
                 turn=state.turn, timeout_s=timeout)
+        if pending not in state.approvals and call.id not in self.decisions:
             state.approvals.append(pending)
             self.wf.phase = SessionPhase.AWAITING_APPROVAL
             await self._harness(approval_wait_notice(pending), f"approval-wait-{call.id}")
@@ -188,13 +205,18 @@ class ToolRunner:
             try:
                 await workflow.wait_condition(
                     lambda: call.id in self.decisions or state.ended
-                    or state.checkpoint_requested,
+                    or state.checkpoint_requested or self.wf.should_continue_as_new(),
                     timeout=timedelta(seconds=left) if left is not None else None)
-            except TimeoutError:
+            except TimeoutError:  # the builtin: wait_condition's timeout ran out
                 continue
             if state.checkpoint_requested and call.id not in self.decisions \
                     and not state.ended:
                 await self.wf.checkpoint_while_waiting(before_seq)
+            if self.wf.should_continue_as_new() and call.id not in self.decisions \
+                    and not state.ended and self.running is not None:
+                # A wait may outlast many events: the turn goes on in a new run, the
+                # pending call first (its approval is in state). This does not return.
+                await self.wf.continue_as_new_waiting(*self.running)
         if call.id not in self.decisions:  # the session was ended meanwhile
             self.decide(ApprovalDecision(call_id=call.id, approve=False, by="keel",
                                          note="the session was ended"))
@@ -209,9 +231,13 @@ class ToolRunner:
 
     # ----- calls ------------------------------------------------------------------------
 
-    async def run_calls(self, reply: ModelReply) -> None:
-        for call in reply.tool_calls:
-            await self.run_call(reply, call)
+    async def run_calls(self, reply: ModelReply, start: int = 0) -> None:
+        """Run `reply`'s calls in order from index `start` (a carried-over turn resumes at
+        the call that was waiting)."""
+        for index in range(start, len(reply.tool_calls)):
+            self.running = (reply, index)
+            await self.run_call(reply, reply.tool_calls[index])
+        self.running = None
 
     async def run_call(self, reply: ModelReply, call: ToolCall) -> None:
         state = self.wf.state
@@ -315,9 +341,30 @@ class ToolRunner:
             workflow.logger.error("approval line not recorded: %s", err)
         state.settle_seq(seq)
 
+    async def _keep_whole(self, call: ToolCall, text: str, cap: int,
+                          meta: dict[str, Any] | None) -> tuple[str, int, dict[str, Any]]:
+        """A result over its cap: the whole text into the workspace, and the cut result
+        saying where; the record then keeps the cut text as is. When the workspace does
+        not take it, the record cuts it as before and the rest is lost."""
+        try:
+            path = await workflow.execute_activity_method(
+                FileActivities.keep_tool_result,
+                KeepResultInput(session_id=self.wf.state.session_id, call_id=call.id,
+                                text=text), **FILE_CALL)
+        except ActivityError as err:
+            workflow.logger.warning("the whole result of %s not kept: %s", call.id,
+                                    err.cause or err)
+            return text, cap, meta or {}
+        cut, _ = cut_result(text, cap, f"the whole result is in {path}; read it with "
+                                       "read_file")
+        return cut, len(cut), {**(meta or {}), "cut": True, "whole_result": path}
+
     async def _result(self, call: ToolCall, text: str, *, is_error: bool,
-                      cap: int = 20_000, meta: dict[str, Any] | None = None) -> None:
+                      cap: int = DEFAULT_OUTPUT_CAP_CHARS,
+                      meta: dict[str, Any] | None = None) -> None:
         state = self.wf.state
+        if len(text) > cap:
+            text, cap, meta = await self._keep_whole(call, text, cap, meta)
         seq = state.allocate_seq()
         try:
             outcome = await workflow.execute_activity_method(

@@ -1,7 +1,8 @@
-"""A tiny documentation-search MCP server for tests, built on the mcp package's MCPServer.
+"""A tiny documentation-search MCP server, built on the mcp package's MCPServer: the support
+example's, and the one the tests start (tests/agent, tests/mcp), so there is one copy.
 
-Run over stdio: `python tests/mcp/servers/docs_server.py`; over streamable HTTP on loopback:
-`python tests/mcp/servers/docs_server.py --http PORT`. With DOCS_REQUIRED_KEY set in its own
+Run over stdio: `python examples/support/docs_server.py`; over streamable HTTP on loopback:
+`python examples/support/docs_server.py --http PORT`. With DOCS_REQUIRED_KEY set in its own
 environment, the HTTP server answers only requests whose `X-Docs-Key` header equals it (401
 otherwise). It never listens anywhere but 127.0.0.1.
 """

@@ -18,7 +18,7 @@ from schemas.mcp import McpServerSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVERS = ROOT / "tests" / "mcp" / "servers"
-DOCS = str(SERVERS / "docs_server.py")
+DOCS = str(ROOT / "examples" / "support" / "docs_server.py")  # the example's own server
 BAD = str(SERVERS / "bad_server.py")
 
 

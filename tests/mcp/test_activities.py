@@ -31,7 +31,7 @@ from activities.mcp import (
 from schemas.mcp import McpServerSpec
 
 SERVERS = Path(__file__).parent / "servers"
-DOCS = str(SERVERS / "docs_server.py")
+DOCS = str(Path(__file__).resolve().parents[2] / "examples" / "support" / "docs_server.py")
 BAD = str(SERVERS / "bad_server.py")
 HTTP_KEY = "docs-key-7f3a9c1e55"  # what the HTTP server demands in X-Docs-Key
 

@@ -1,0 +1,33 @@
+"""An MCP server whose tool list is read from a file at start, for the refresh test.
+
+`python tests/mcp/servers/changing_server.py TOOLS_FILE`: serves `alpha` always, and `beta`
+too once TOOLS_FILE holds the word "beta". Each stdio activity starts a fresh process, so
+the list a client sees is the file's at that moment.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from mcp.server.mcpserver import MCPServer
+
+TOOLS_FILE = Path(sys.argv[1])
+server = MCPServer("changing")
+
+
+@server.tool()
+def alpha(text: str) -> str:
+    """Echo the text back."""
+    return f"alpha: {text}"
+
+
+if "beta" in TOOLS_FILE.read_text():
+    @server.tool()
+    def beta(text: str) -> str:
+        """Echo the text back, louder."""
+        return f"BETA: {text.upper()}"
+
+
+if __name__ == "__main__":
+    server.run("stdio")
