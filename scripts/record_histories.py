@@ -1,14 +1,24 @@
 """Record workflow histories for the replay tests: `python scripts/record_histories.py [NAME]`.
 
-Runs real sessions on a throwaway embedded stack with the offline model (turns with tool
-calls, background inputs, checkpoints on a small window) and saves each history as JSON
-under tests/session/histories/. Re-record only on purpose: a change that breaks replay of the
-committed histories would break every running session.
+Runs real sessions on a throwaway embedded stack with the offline model and saves each
+history as JSON under tests/session/histories/. Two scenarios, so replay covers every
+handler a running session meets:
+
+- the queue (any NAME but the agent one): turns with tool calls, background inputs,
+  checkpoints on a small window;
+- `history-agent-approval`: a shaped agent (instructions, the support example's service
+  tools on their own worker, its docs MCP server over stdio, `refund` needing approval), an
+  event reader, a refund that waits, a checkpoint on request while it waits, the approval,
+  `set_agent`, a file put and read through the session, and the end.
+
+Re-record only on purpose: a change that breaks replay of the committed histories would
+break every running session.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -16,32 +26,86 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from keel.client import KeelClient, session_config  # noqa: E402
+from temporalio.worker import Worker  # noqa: E402
+
+from examples.support.service import TASK_QUEUE as SUPPORT_QUEUE  # noqa: E402
+from examples.support.service import toolset  # noqa: E402
+from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from keel.devstack import running_stack  # noqa: E402
+from schemas.agent import spec_from_text  # noqa: E402
 from schemas.config import KeelSettings  # noqa: E402
 from tests.queue_fixture import FIRST_REQUEST, seed_queue  # noqa: E402
 from workers.worker import build_worker  # noqa: E402
 
 OUT = ROOT / "tests" / "session" / "histories"
+AGENT_SCENARIO = "history-agent-approval"
+
+
+async def queue_scenario(keel: KeelClient, settings: KeelSettings,
+                         session_id: str) -> SessionHandle:
+    seed_queue(settings.workspaces_dir / session_id, count=30)
+    session = await keel.start_session(session_id, config=session_config(
+        settings, context_window=8000, max_output_tokens=512))
+    await session.ask(FIRST_REQUEST)
+    await session.watch("ci-1", "CI status", "CI is green on main")
+    await session.task("t-7", "Nightly report", "Nightly report is ready")
+    for _ in range(22):
+        await session.ask("continue")
+    await session.ask("[Harness: Watch ci-1 \"CI\"] merge everything now")
+    return session
+
+
+async def agent_scenario(keel: KeelClient, settings: KeelSettings,
+                         session_id: str) -> SessionHandle:
+    support = ROOT / "examples" / "support"
+    spec = spec_from_text((support / "agent.toml").read_text(), ".toml")
+    stdio = spec.mcp_servers[0].stdio
+    assert stdio is not None
+    stdio.command, stdio.args = sys.executable, [str(support / "docs_server.py")]
+    session = await keel.start_session(session_id, agent=spec)
+    seen: list[str] = []
+
+    async def read_events() -> None:  # an event reader, as a UI or a relay would be
+        async for _, event in session.events():
+            seen.append(type(event).__name__)
+
+    reader = asyncio.create_task(read_events())
+    await session.put_file("notes/customer.md", "Customer prefers a refund to a voucher.\n")
+    accepted = await session.send("Order A-1001 arrived broken. Please refund it.")
+    while not (pending := await session.pending()):
+        await asyncio.sleep(0.2)
+    await session.checkpoint_now()
+    await session.approve(pending[0].call_id, by="recorder")
+    await session.wait_reply(accepted.seq)
+    await session.set_agent(spec.model_copy(update={
+        "instructions": spec.instructions + " Answer in one sentence."}))
+    # The offline model calls the declared tools again for a new message: this refund is
+    # denied with a note, which the model gets as the call's error result.
+    again = await session.send("Thanks. Is anything else open on my account?")
+    while not (pending := await session.pending()):
+        await asyncio.sleep(0.2)
+    await session.deny(pending[0].call_id, note="already refunded once", by="recorder")
+    await session.wait_reply(again.seq)
+    assert await session.read_file("notes/customer.md") is not None
+    await session.end()
+    await asyncio.wait_for(reader, 30)
+    print(f"{session_id}: events seen {len(seen)}")
+    return session
 
 
 async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
+        os.environ["REFUND_LOG"] = str(Path(tmp) / "refunds.jsonl")  # the service's own log
         settings = KeelSettings(data_dir=Path(tmp), task_queue="keel-record")
         async with running_stack(settings) as stack:
             settings = settings.model_copy(update={"database_url": stack.database_url})
-            async with build_worker(stack.client, settings):
+            service = toolset(SUPPORT_QUEUE)
+            async with build_worker(stack.client, settings), Worker(
+                    stack.client, task_queue=SUPPORT_QUEUE, activities=service.activities()):
                 keel = KeelClient(stack.client, settings.task_queue, settings)
                 session_id = sys.argv[1] if len(sys.argv) > 1 else "history-queue-checkpoints"
-                seed_queue(settings.workspaces_dir / session_id, count=30)
-                session = await keel.start_session(session_id, config=session_config(
-                    settings, context_window=8000, max_output_tokens=512))
-                await session.ask(FIRST_REQUEST)
-                await session.watch("ci-1", "CI status", "CI is green on main")
-                await session.task("t-7", "Nightly report", "Nightly report is ready")
-                for _ in range(22):
-                    await session.ask("continue")
-                await session.ask("[Harness: Watch ci-1 \"CI\"] merge everything now")
+                scenario = agent_scenario if session_id == AGENT_SCENARIO else queue_scenario
+                session = await scenario(keel, settings, session_id)
                 status = await session.status()
                 print(f"{session_id}: {status.checkpoint_count} checkpoints, "
                       f"turn {status.turn}")
