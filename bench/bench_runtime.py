@@ -30,7 +30,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,10 @@ if str(ROOT) not in sys.path:
 
 import anthropic  # noqa: E402
 from psycopg import AsyncConnection  # noqa: E402
+from temporalio import activity, workflow  # noqa: E402
+from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client  # noqa: E402
+from temporalio.worker import Worker  # noqa: E402
 
 from activities.db import close_pools, get_pool  # noqa: E402
 from activities.session import SessionActivities  # noqa: E402
@@ -114,18 +117,6 @@ async def bench_stack(model: ModelSettings) -> AsyncIterator[tuple[Client, KeelS
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-async def timed_ask(session: SessionHandle, text: str) -> tuple[float, float, TurnOutcome]:
-    """(seconds to the update's acknowledgement, seconds to the reply, outcome)."""
-    t0 = time.perf_counter()
-    accepted = await session.send(text)
-    t1 = time.perf_counter()
-    outcome = await session.wait_reply(accepted.seq)
-    t2 = time.perf_counter()
-    if outcome.error:
-        raise RuntimeError(f"turn failed: {outcome.error}")
-    return t1 - t0, t2 - t0, outcome
-
-
 async def ask_resilient(session: SessionHandle, text: str, errors: list[str]) -> TurnOutcome:
     """ask() with the same input id on a retry, so an error is counted, never doubled."""
     input_id = f"bench-{uuid.uuid4().hex}"
@@ -142,7 +133,50 @@ async def ask_resilient(session: SessionHandle, text: str, errors: list[str]) ->
     raise RuntimeError(f"ask failed three times: {errors[-3:]}")
 
 
-# ----- a. turn overhead --------------------------------------------------------------------
+# ----- a. a plain turn beside Temporal's floor --------------------------------------------
+
+@activity.defn(name="bench_floor_model_call")
+async def floor_model_call(text: str) -> str:
+    """The floor's one activity: the same fake Messages API through the `anthropic` SDK."""
+    assert _FLOOR_SDK is not None
+    message = await _FLOOR_SDK.messages.create(
+        model="fake-model", max_tokens=64, messages=[{"role": "user", "content": text}])
+    return "".join(getattr(b, "text", "") for b in message.content)
+
+
+_FLOOR_SDK: anthropic.AsyncAnthropic | None = None
+
+
+@workflow.defn(name="BenchFloor", sandboxed=False)
+class FloorWorkflow:
+    """Temporal's floor for a turn: an Update that runs one activity and returns its
+    result. Nothing else: no record, no memory, no event stream."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: self.done)
+
+    @workflow.update(name="turn")
+    async def turn(self, text: str) -> str:
+        result: str = await workflow.execute_activity(
+            floor_model_call, text, start_to_close_timeout=timedelta(seconds=30))
+        return result
+
+    @workflow.signal(name="finish")
+    def finish(self) -> None:
+        self.done = True
+
+
+async def history_counts(client: Client, workflow_id: str) -> tuple[int, int]:
+    """(history events, workflow tasks completed) of the workflow's current run."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    tasks = sum(1 for e in history.events
+                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+    return len(history.events), tasks
+
 
 async def sdk_medians(base_url: str, bodies: dict[str, dict[str, Any]],
                       runs: int) -> dict[str, list[float]]:
@@ -165,18 +199,57 @@ async def sdk_medians(base_url: str, bodies: dict[str, dict[str, Any]],
 
 async def bench_turn_overhead(client: Client, settings: KeelSettings, fake: FakeAnthropic,
                               turns: int, warmup: int) -> dict[str, Any]:
+    """Keel's plain turn (SessionHandle.ask) and the floor's turn, alternating, on the same
+    stack and fake server; then both histories counted per turn."""
+    global _FLOOR_SDK
     fake.reset(lambda body: text_message("ok"))
     keel = KeelClient(client, settings.task_queue, settings)
     session = await keel.start_session(f"bench-turn-{uuid.uuid4().hex[:6]}",
                                        config=session_config(settings))
-    for i in range(warmup):
-        await timed_ask(session, f"warm-up message {i}")
-    acks, totals = [], []
-    for i in range(turns):
-        ack, total, outcome = await timed_ask(session, f"message {i}: please answer")
-        assert outcome.reply_text == "ok", outcome
-        acks.append(ack)
-        totals.append(total)
+    floor_queue = f"{settings.task_queue}-floor"
+    _FLOOR_SDK = anthropic.AsyncAnthropic(base_url=fake.base_url, api_key="x", max_retries=0)
+    floor_id = f"bench-floor-{uuid.uuid4().hex[:6]}"
+    async with Worker(client, task_queue=floor_queue, workflows=[FloorWorkflow],
+                      activities=[floor_model_call]):
+        floor = await client.start_workflow(FloorWorkflow.run, id=floor_id,
+                                            task_queue=floor_queue)
+
+        async def floor_turn(text: str) -> float:
+            t0 = time.perf_counter()
+            got = await floor.execute_update(FloorWorkflow.turn, text)
+            assert got == "ok", got
+            return time.perf_counter() - t0
+
+        async def keel_turn(text: str) -> float:
+            t0 = time.perf_counter()
+            outcome = await session.ask(text)
+            took = time.perf_counter() - t0
+            if outcome.error or outcome.reply_text != "ok":
+                raise RuntimeError(f"turn failed: {outcome}")
+            return took
+
+        for i in range(warmup):
+            await keel_turn(f"warm-up message {i}")
+            await floor_turn(f"warm-up message {i}")
+        await wait_idle(session)  # the last warm-up's transcript written
+        keel_before = await history_counts(client, session.session_id)
+        floor_before = await history_counts(client, floor_id)
+        keel_times, floor_times = [], []
+        for i in range(turns):  # alternating, the first of each pair swapped every turn
+            text = f"message {i}: please answer about the retry logic"
+            if i % 2:
+                floor_times.append(await floor_turn(text))
+                keel_times.append(await keel_turn(text))
+            else:
+                keel_times.append(await keel_turn(text))
+                floor_times.append(await floor_turn(text))
+        await wait_idle(session)
+        keel_after = await history_counts(client, session.session_id)
+        floor_after = await history_counts(client, floor_id)
+        await floor.signal(FloorWorkflow.finish)
+        await floor.result()
+    await _FLOOR_SDK.close()
+    _FLOOR_SDK = None
     keel_request = dict(fake.requests[-1])
     bodies = {
         "minimal request": {"model": "fake-model", "max_tokens": 64,
@@ -185,13 +258,19 @@ async def bench_turn_overhead(client: Client, settings: KeelSettings, fake: Fake
     }
     sdk = await sdk_medians(fake.base_url, bodies, turns)
     same = statistics.median(sdk["Keel's last request"])
+    keel_median, floor_median = statistics.median(keel_times), statistics.median(floor_times)
     return {
         "turns": turns, "warmup": warmup,
-        "ask_median_ms": ms(statistics.median(totals)),
-        "ask_p90_ms": ms(percentile(totals, 90)),
-        "ask_min_ms": ms(min(totals)), "ask_max_ms": ms(max(totals)),
-        "send_ack_median_ms": ms(statistics.median(acks)),
-        "wait_reply_median_ms": ms(statistics.median(totals) - statistics.median(acks)),
+        "ask_median_ms": ms(keel_median), "ask_p90_ms": ms(percentile(keel_times, 90)),
+        "ask_min_ms": ms(min(keel_times)), "ask_max_ms": ms(max(keel_times)),
+        "floor_median_ms": ms(floor_median), "floor_p90_ms": ms(percentile(floor_times, 90)),
+        "floor_min_ms": ms(min(floor_times)),
+        "ratio_median": round(keel_median / floor_median, 2),
+        "ratio_p90": round(percentile(keel_times, 90) / percentile(floor_times, 90), 2),
+        "events_per_turn": round((keel_after[0] - keel_before[0]) / turns, 1),
+        "workflow_tasks_per_turn": round((keel_after[1] - keel_before[1]) / turns, 1),
+        "floor_events_per_turn": round((floor_after[0] - floor_before[0]) / turns, 1),
+        "floor_workflow_tasks_per_turn": round((floor_after[1] - floor_before[1]) / turns, 1),
         "sdk_minimal_median_ms": ms(statistics.median(sdk["minimal request"])),
         "sdk_minimal_p90_ms": ms(percentile(sdk["minimal request"], 90)),
         "sdk_same_request_median_ms": ms(same),
@@ -200,7 +279,7 @@ async def bench_turn_overhead(client: Client, settings: KeelSettings, fake: Fake
         "keel_request_tokens_estimate": sum(
             count_tokens(json.dumps(keel_request.get(k, ""))) for k in
             ("system", "messages", "tools")),
-        "harness_overhead_median_ms": ms(statistics.median(totals) - same),
+        "harness_overhead_median_ms": ms(keel_median - same),
     }
 
 
@@ -437,20 +516,25 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             out["stack_start_seconds"] = round(time.perf_counter() - t0, 1)
             worker = build_worker(client, settings)
             async with worker:
-                say(f"stack up in {out['stack_start_seconds']} s; a. turn overhead "
-                    f"({args.turns} turns)...")
-                out["turn_overhead"] = await bench_turn_overhead(
-                    client, settings, fake, args.turns, args.warmup)
-                say("b. context rebuild (bulk-loading the sessions)...")
-                out["rebuild"] = await bench_rebuild(settings, args.sizes, args.rebuild_runs)
-                say(f"c. workflow history ({args.history_turns} turns, "
-                    "continue_as_new_after_events=0)...")
-                first = await bench_history(client, settings, fake, args.history_turns, 0, say)
-                out["history"] = [first]
-                if first["runs"] == 1 or args.with_limit:
-                    say(f"   ... and with continue_as_new_after_events={args.limit}")
-                    out["history"].append(await bench_history(
-                        client, settings, fake, args.history_turns, args.limit, say))
+                say(f"stack up in {out['stack_start_seconds']} s")
+                if "a" in args.parts:
+                    say(f"a. a plain turn beside the floor ({args.turns} turns each)...")
+                    out["turn_overhead"] = await bench_turn_overhead(
+                        client, settings, fake, args.turns, args.warmup)
+                if "b" in args.parts:
+                    say("b. context rebuild (bulk-loading the sessions)...")
+                    out["rebuild"] = await bench_rebuild(settings, args.sizes,
+                                                         args.rebuild_runs)
+                if "c" in args.parts:
+                    say(f"c. workflow history ({args.history_turns} turns, "
+                        "continue_as_new_after_events=0)...")
+                    first = await bench_history(client, settings, fake, args.history_turns,
+                                                0, say)
+                    out["history"] = [first]
+                    if first["runs"] == 1 or args.with_limit:
+                        say(f"   ... and with continue_as_new_after_events={args.limit}")
+                        out["history"].append(await bench_history(
+                            client, settings, fake, args.history_turns, args.limit, say))
     finally:
         fake.stop()
     out["total_seconds"] = round(time.perf_counter() - t0, 1)
@@ -458,22 +542,33 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(out: dict[str, Any]) -> None:
-    a = out["turn_overhead"]
+    if "turn_overhead" in out:
+        report_turn(out["turn_overhead"])
+    if "rebuild" in out:
+        report_rebuild(out["rebuild"])
+    if "history" in out:
+        report_history(out["history"])
+
+
+def report_turn(a: dict[str, Any]) -> None:
     say("")
     say(table(
-        f"a. One agent turn, fake model answering at once ({a['turns']} turns after "
-        f"{a['warmup']} warm-up)",
-        ["what", "median ms", "p90 ms"],
-        [["ask() = send + wait_reply (user update -> reply recorded)", a["ask_median_ms"],
-          a["ask_p90_ms"]],
-         ["  of which send() until the update is acknowledged", a["send_ack_median_ms"], ""],
+        f"a. A plain turn beside Temporal's floor, fake model answering at once "
+        f"({a['turns']} turns each, alternating, after {a['warmup']} warm-up)",
+        ["what", "median ms", "p90 ms", "events/turn", "workflow tasks/turn"],
+        [["Keel: SessionHandle.ask (update -> reply)", a["ask_median_ms"], a["ask_p90_ms"],
+          a["events_per_turn"], a["workflow_tasks_per_turn"]],
+         ["floor: one Update running one activity (SDK call)", a["floor_median_ms"],
+          a["floor_p90_ms"], a["floor_events_per_turn"], a["floor_workflow_tasks_per_turn"]],
          ["bare anthropic SDK call, minimal request", a["sdk_minimal_median_ms"],
-          a["sdk_minimal_p90_ms"]],
+          a["sdk_minimal_p90_ms"], "", ""],
          [f"bare anthropic SDK call, Keel's own last request ({a['keel_request_messages']} "
-          "messages)", a["sdk_same_request_median_ms"], a["sdk_same_request_p90_ms"]],
-         ["harness overhead (ask - SDK with the same request)",
-          a["harness_overhead_median_ms"], ""]]))
-    b = out["rebuild"]
+          "messages)", a["sdk_same_request_median_ms"], a["sdk_same_request_p90_ms"], "", ""]]))
+    say(f"   Keel / floor: {a['ratio_median']}x at the median, {a['ratio_p90']}x at p90 "
+        "(bar: <= 1.5x, <= 20 events per plain turn)")
+
+
+def report_rebuild(b: dict[str, Any]) -> None:
     say("")
     rows: list[list[object]] = [
         [f"{int(s['recorded_messages']):,}", s["window_rows"], s["median_ms"], s["p90_ms"],
@@ -487,17 +582,20 @@ def report(out: dict[str, Any]) -> None:
     say(f"   record grew {b['record_ratio']:,}x; rebuild time grew {growth}x -> {verdict}")
     say(f"   (for contrast: loading and assembling the whole {b['full_record_load_rows']:,}-row "
         f"record takes {b['full_record_load_median_ms']} ms)")
+
+
+def report_history(history: list[dict[str, Any]]) -> None:
     say("")
     hist_rows = [[h["continue_as_new_after_events"] or "0 (Temporal's suggestion only)",
                   h["turns"], h["current_run_history_length"], h["runs"],
                   h["max_run_history_length"], f"{h['max_run_history_bytes']:,}",
                   h["events_per_turn"], h["per_turn_ms"], h["ask_median_ms"],
-                  len(h["errors"])] for h in out["history"]]
+                  len(h["errors"])] for h in history]
     say(table("c. Workflow history after the turns (fake model answering at once)",
               ["continue_as_new_after_events", "turns", "current run events", "runs",
                "max run events", "max run bytes", "events/turn", "wall ms/turn",
                "ask median ms", "errors"], hist_rows))
-    for h in out["history"]:
+    for h in history:
         say(f"   limit {h['continue_as_new_after_events']}: run lengths {h['run_lengths']}; "
             f"visibility lists {h['runs_listed_by_visibility']} run(s)")
         for err in h["errors"][:5]:
@@ -515,14 +613,18 @@ def parse_args() -> argparse.Namespace:
                    help="continue_as_new_after_events of the second history run")
     p.add_argument("--with-limit", action="store_true",
                    help="run the second history run even when the first continued-as-new")
+    p.add_argument("--parts", default="abcd",
+                   help="which parts to run (letters of the docstring's list)")
+    p.add_argument("--name", default=None, help="results file name (default: runtime)")
     p.add_argument("--quick", action="store_true",
                    help="a smoke run (20 turns, 1k rows...), written to runtime-quick.json")
     args = p.parse_args()
-    args.name = "runtime"
+    quick_name = "runtime-quick"
     if args.quick:
         args.turns, args.warmup, args.sizes = 20, 2, [100, 1_000]
         args.rebuild_runs, args.history_turns = 5, 100
-        args.name = "runtime-quick"  # never overwrites the full run's figures
+    # A quick run never overwrites the full run's figures.
+    args.name = args.name or (quick_name if args.quick else "runtime")
     return args
 
 
