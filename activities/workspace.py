@@ -192,7 +192,7 @@ class LocalStore(_Limits):
             ops = self._ops(scope)
             if op_id is not None and op_id in ops["ops"]:
                 return int(ops["ops"][op_id])  # type: ignore[call-overload]
-            others = sum(f.size for f in await self.list(scope) if f.path != rel)
+            others = await asyncio.to_thread(self._others_size, scope, rel, ops)
             self._check(rel, len(data), others)
             await asyncio.to_thread(_atomic, target, data)
             version = int(ops["versions"].get(rel, 0)) + 1  # type: ignore[call-overload]
@@ -222,7 +222,21 @@ class LocalStore(_Limits):
                 found[rel] = await asyncio.to_thread(target.read_bytes)
         return found
 
+    def _others_size(self, scope: str, rel: str, ops: dict[str, dict[str, object]]) -> int:
+        """The bytes of the scope's other files, for the size limit. The shared scope is
+        the whole data folder (the database's files too): there only what the store wrote
+        counts."""
+        if scope != SHARED_SCOPE:
+            return sum(f.size for f in self._walk(scope) if f.path != rel)
+        base = self.folder(scope)
+        return sum((base / p).stat().st_size for p in ops["versions"]
+                   if p != rel and (base / p).is_file())
+
     async def list(self, scope: str, prefix: str = "") -> list[FileInfo]:
+        # A walk of the folder: in a thread, so a large one never stalls the worker's loop.
+        return await asyncio.to_thread(self._walk, scope, prefix)
+
+    def _walk(self, scope: str, prefix: str = "") -> list[FileInfo]:
         base = self.folder(scope)
         # Walk only the prefix's folder: the shared scope is the whole data folder.
         start = base / prefix.rsplit("/", 1)[0] if "/" in prefix else base

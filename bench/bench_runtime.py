@@ -687,6 +687,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     say(f"a. a plain turn beside the floor ({args.turns} turns each)...")
                     out["turn_overhead"] = await bench_turn_overhead(
                         client, settings, fake, args.turns, args.warmup)
+                    # The same without the reply's text deltas (KEEL_STREAM=0): streaming
+                    # costs a publish signal and its workflow task per reply.
+                    plain = settings.model_copy(update={
+                        "task_queue": f"{settings.task_queue}-unstreamed",
+                        "model": settings.model.model_copy(update={"stream": False})})
+                    say("   ... and with the reply's text deltas off (KEEL_STREAM=0)")
+                    async with build_worker(client, plain):
+                        out["turn_overhead_unstreamed"] = await bench_turn_overhead(
+                            client, plain, fake, args.turns, args.warmup)
                 if "b" in args.parts:
                     say("b. context rebuild (bulk-loading the sessions)...")
                     out["rebuild"] = await bench_rebuild(settings, args.sizes,
@@ -715,7 +724,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 def report(out: dict[str, Any]) -> None:
     if "turn_overhead" in out:
-        report_turn(out["turn_overhead"])
+        report_turn(out["turn_overhead"], "reply streamed, the default")
+    if "turn_overhead_unstreamed" in out:
+        report_turn(out["turn_overhead_unstreamed"], "KEEL_STREAM=0")
     if "rebuild" in out:
         report_rebuild(out["rebuild"])
     if "history" in out:
@@ -737,10 +748,10 @@ def report_flat(d: dict[str, Any]) -> None:
               [[name, r["median_ms"], r["p90_ms"]] for name, r in d["steps"].items()]))
 
 
-def report_turn(a: dict[str, Any]) -> None:
+def report_turn(a: dict[str, Any], how: str) -> None:
     say("")
     say(table(
-        f"a. A plain turn beside Temporal's floor, fake model answering at once "
+        f"a. A plain turn beside Temporal's floor ({how}), fake model answering at once "
         f"({a['turns']} turns each, alternating, after {a['warmup']} warm-up)",
         ["what", "median ms", "p90 ms", "events/turn", "workflow tasks/turn"],
         [["Keel: SessionHandle.ask (update -> reply)", a["ask_median_ms"], a["ask_p90_ms"],
