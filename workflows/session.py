@@ -140,6 +140,11 @@ _SIGNAL_LABELS = {HarnessKind.WATCH: "Watch", HarnessKind.TASK: "Task",
 NO_PAYLOAD = RawValue(Payload())
 
 
+# How a failed step arrives in the workflow: an ActivityError, or, for a local activity that
+# failed for good (a non-retryable error), its ApplicationError as such.
+LOCAL_FAILURES = (ActivityError, ApplicationError)
+
+
 def _rejected(reason: str) -> ApplicationError:
     return ApplicationError(reason, type=Rejection.MESSAGE_REJECTED, non_retryable=True)
 
@@ -229,6 +234,8 @@ class SessionWorkflow:
         # Recall needs no row of this session (it leaves the session's own messages out),
         # so it starts now and runs beside the record.
         recall = None if patient else self._start_recall(text[:RECALL_QUERY_CHARS])
+        if recall is not None:  # kept by seq, so a turn (or continue-as-new) can wait for it
+            self.recalls[seq] = recall
         try:
             if patient:
                 # A background input has nobody waiting and is tried for longer (an hour):
@@ -242,7 +249,7 @@ class SessionWorkflow:
                 inserted = await workflow.execute_local_activity_method(
                     SessionActivities.record_input, record,
                     **record_user_input_local(state.config.record_timeout_s))
-        except ActivityError as err:
+        except LOCAL_FAILURES as err:
             reason = _reason(err)
             self.last_error = f"{lost} could not be recorded: {reason}"
             notice = f"{lost} could not be recorded and was lost: {reason}"
@@ -266,8 +273,6 @@ class SessionWorkflow:
                              source_line=source_line)
             state.pending.append(PendingInput(seq=inserted.seq, kind=kind,
                                               query=text[:RECALL_QUERY_CHARS]))
-            if recall is not None:
-                self.recalls[inserted.seq] = recall
             state.context_tokens += inserted.token_count
         return MessageAccepted(session_id=state.session_id, seq=inserted.seq,
                                input_id=input_id)
@@ -736,7 +741,7 @@ class SessionWorkflow:
                     MemoryActivities.recall_memory,
                     RecallInput(session_id=self.state.session_id, query=query, scope=scope),
                     **RECALL_LOCAL)
-            except ActivityError as err:
+            except LOCAL_FAILURES as err:
                 return _reason(err)
 
         return asyncio.create_task(search())

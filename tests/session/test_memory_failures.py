@@ -43,6 +43,13 @@ async def test_a_failed_recall_and_transcript_are_said_and_the_turn_goes_on(
         session = await keel.start_session(f"mf-{uuid.uuid4().hex[:8]}")
         first = await session.ask("We agreed the billing retries stop after five tries.")
         assert first.error is None
+        for _ in range(200):  # the first turn's transcript is written after its reply
+            with psycopg.connect(database_url) as conn:
+                row = conn.execute("SELECT count(*) FROM memory_docs WHERE kind = 'daily'"
+                                   ).fetchone()
+            if row and row[0] >= 2:
+                break
+            await asyncio.sleep(0.05)
         with psycopg.connect(database_url, autocommit=True) as conn:  # the index goes away
             conn.execute("ALTER TABLE memory_docs RENAME TO memory_docs_away")
         outcome = await session.ask("What did we agree about the billing retries?")
