@@ -157,7 +157,12 @@ async def floor_model_call(text: str) -> str:
     body = _FLOOR_SAME[0] if text == SAME_REQUEST and _FLOOR_SAME else {
         "model": "fake-model", "max_tokens": 64,
         "messages": [{"role": "user", "content": text}]}
-    message = await _FLOOR_SDK.messages.create(**body)
+    if body.get("stream"):  # Keel streamed it: so does the floor, to the final message
+        async with _FLOOR_SDK.messages.stream(
+                **{k: v for k, v in body.items() if k != "stream"}) as stream:
+            message = await stream.get_final_message()
+    else:
+        message = await _FLOOR_SDK.messages.create(**body)
     return "".join(getattr(b, "text", "") for b in message.content)
 
 
