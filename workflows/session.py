@@ -14,6 +14,13 @@ for byte or refused with a reason: a user's message by the validator (unstorable
 over the payload limit), a background input by a notice (malformed, too large), and a
 background input's unstorable characters are replaced and named. A session's identity is
 its workflow id: a run whose input names another session writes nothing and fails.
+
+A plain turn is one update (`Handler.ASK`; `send_message` + `await_reply` do the same in two
+steps): the user's input is recorded inside the update handler as a local activity, with
+recall beside it (a local activity too, a read of PostgreSQL); the model call is an ordinary
+activity; after the reply, one ordinary activity appends the turn's messages to the
+transcript. A failed recall or transcript is said (`last_error`, an ErrorEvent where
+"memory", and for recall a notice in the record), and never holds the turn up.
 """
 
 from __future__ import annotations
