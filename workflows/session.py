@@ -34,6 +34,7 @@ from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from activities.checkpoint import StoreResult
@@ -147,9 +148,10 @@ _SIGNAL_LABELS = {HarnessKind.WATCH: "Watch", HarnessKind.TASK: "Task",
 NO_PAYLOAD = RawValue(Payload())
 
 
-# How a failed step arrives in the workflow: an ActivityError, or, for a local activity that
-# failed for good (a non-retryable error), its ApplicationError as such.
-LOCAL_FAILURES = (ActivityError, ApplicationError)
+# How a failed step arrives in the workflow: an ActivityError, or, for a local activity, its
+# failure as such: an ApplicationError (failed for good) or a TimeoutError (out of time; and
+# so it is read from the marker when another worker replays the history).
+LOCAL_FAILURES = (ActivityError, ApplicationError, TemporalTimeoutError)
 
 
 def _rejected(reason: str) -> ApplicationError:
@@ -238,11 +240,6 @@ class SessionWorkflow:
         record = RecordInput(session_id=state.session_id, seq=seq, input_id=input_id,
                              type=type_, text=text, source_line=source_line,
                              user_name=state.config.user_name, turn=state.turn + 1)
-        # Recall needs no row of this session (it leaves the session's own messages out),
-        # so it starts now and runs beside the record.
-        recall = None if patient else self._start_recall(text[:RECALL_QUERY_CHARS])
-        if recall is not None:  # kept by seq, so a turn (or continue-as-new) can wait for it
-            self.recalls[seq] = recall
         try:
             if patient:
                 # A background input has nobody waiting and is tried for longer (an hour):
@@ -280,6 +277,14 @@ class SessionWorkflow:
                              source_line=source_line)
             state.pending.append(PendingInput(seq=inserted.seq, kind=kind,
                                               query=text[:RECALL_QUERY_CHARS]))
+            # Recall for a user's message starts here, in the same workflow task as its
+            # record (a second local activity: a marker, no task of its own). Not beside
+            # the record: a workflow task ends only when its local activities have, so a
+            # recall running beside a record that gives up would hold the caller's
+            # RECORD_FAILED back by up to the recall's own deadline.
+            recall = None if patient else self._start_recall(text[:RECALL_QUERY_CHARS])
+            if recall is not None:  # kept by seq: the turn (or continue-as-new) waits for it
+                self.recalls[inserted.seq] = recall
             state.context_tokens += inserted.token_count
         return MessageAccepted(session_id=state.session_id, seq=inserted.seq,
                                input_id=input_id)
