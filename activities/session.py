@@ -208,14 +208,10 @@ class SessionActivities:
     async def system_prompt(self, session_id: str, instructions: str = "") -> str:
         """The system prompt, with the core memory of the session's scope (as last read
         from its row by load_window; none when not known) and the agent's instructions."""
-        agents = []
-        for info in await self.store.list(session_id):
-            parts = info.path.split("/")
-            if parts[-1] == "AGENTS.md" and ".keel" not in parts:
-                stored = await self.store.read(session_id, info.path)
-                if stored is not None:
-                    agents.append(WorkspaceDoc(
-                        path=info.path, text=stored.data.decode("utf-8", errors="replace")))
+        # Point reads of the AGENTS.md files the store knows (activities.workspace): never
+        # a listing of the workspace, which would grow with its files.
+        agents = [WorkspaceDoc(path=path, text=data.decode("utf-8", errors="replace"))
+                  for path, data in sorted((await self.store.agents_files(session_id)).items())]
         skills = [SkillEntry(name=s.name, description=s.description)
                   for s in await self.skills()]
         return build_system_prompt(SystemPromptParts(

@@ -21,6 +21,13 @@ Invariants, the same for both:
 - Size limits per file and per scope refuse a write with a `StoreLimitError` naming both
   figures; nothing is written then.
 - The scope `SHARED_SCOPE` holds what every session reads (shared skills under `skills/`).
+- Which AGENTS.md files a session's system prompt carries (`agents_files`, read on every
+  model call, so its cost must not grow with the workspace): the one at the workspace root,
+  and every other `AGENTS.md` written through the store. A write of such a file adds its
+  path to the scope's index (`AGENTS_INDEX`, itself a file under `.keel/`), in the same
+  lock or transaction as the write; the prompt then costs point reads of the root file, the
+  index and the paths it names, never a listing. A file put in a LocalStore folder by hand
+  counts only at the root. Nothing under `.keel/` counts (`is_agents_file`).
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ from schemas.files import limit_text
 
 SHARED_SCOPE = "_shared"
 _OPS_FILE = ".keel/store-ops.json"  # LocalStore's versions and applied ops, per scope
+AGENTS_FILE = "AGENTS.md"
+AGENTS_INDEX = ".keel/agents-md.json"  # the paths of the AGENTS.md files written, a JSON list
 
 
 class StoreError(Exception):
@@ -75,6 +84,21 @@ def clean_path(rel: str) -> str:
     return norm
 
 
+def is_agents_file(rel: str) -> bool:
+    """Whether a (clean) path is an AGENTS.md the system prompt carries."""
+    parts = rel.split("/")
+    return parts[-1] == AGENTS_FILE and ".keel" not in parts
+
+
+def _indexed(raw: bytes | None) -> list[str]:
+    """The paths in an AGENTS_INDEX file (none when it is missing or unreadable)."""
+    try:
+        found = json.loads(raw) if raw else []
+    except ValueError:
+        return []
+    return [p for p in found if isinstance(p, str)] if isinstance(found, list) else []
+
+
 def _check_scope(scope: str) -> None:
     if not scope or "/" in scope or scope in (".", "..") or "\x00" in scope:
         raise StoreError(f"bad workspace id {scope!r}")
@@ -94,6 +118,11 @@ class WorkspaceStore(Protocol):
                     op_id: str | None = None) -> int: ...
 
     async def list(self, scope: str, prefix: str = "") -> list[FileInfo]: ...
+
+    async def agents_files(self, scope: str) -> dict[str, bytes]:
+        """The AGENTS.md files of the scope (see the module docstring), by path: point
+        reads, whatever the number of files."""
+        ...
 
 
 def _limit_error(what: str, size: int, limit: int) -> StoreLimitError:
@@ -164,7 +193,7 @@ class LocalStore(_Limits):
             ops = self._ops(scope)
             if op_id is not None and op_id in ops["ops"]:
                 return int(ops["ops"][op_id])  # type: ignore[call-overload]
-            others = sum(f.size for f in await self.list(scope) if f.path != rel)
+            others = await asyncio.to_thread(self._others_size, scope, rel, ops)
             self._check(rel, len(data), others)
             await asyncio.to_thread(_atomic, target, data)
             version = int(ops["versions"].get(rel, 0)) + 1  # type: ignore[call-overload]
@@ -172,9 +201,43 @@ class LocalStore(_Limits):
             if op_id is not None:
                 ops["ops"][op_id] = version
             self._save_ops(scope, ops)
+            if is_agents_file(rel) and rel != AGENTS_FILE:
+                index_path = self.folder(scope) / AGENTS_INDEX
+                known = _indexed(index_path.read_bytes() if index_path.is_file() else None)
+                if rel not in known:
+                    _atomic(index_path, json.dumps(sorted([*known, rel])).encode())
             return version
 
+    async def agents_files(self, scope: str) -> dict[str, bytes]:
+        base = self.folder(scope)
+        index_path = base / AGENTS_INDEX
+        paths = [AGENTS_FILE, *_indexed(index_path.read_bytes() if index_path.is_file()
+                                        else None)]
+        found: dict[str, bytes] = {}
+        for rel in paths:
+            try:
+                target, rel = self._file(scope, rel)
+            except StoreError:
+                continue  # an index entry that is not a path of this scope: not ours
+            if is_agents_file(rel) and target.is_file():
+                found[rel] = await asyncio.to_thread(target.read_bytes)
+        return found
+
+    def _others_size(self, scope: str, rel: str, ops: dict[str, dict[str, object]]) -> int:
+        """The bytes of the scope's other files, for the size limit. The shared scope is
+        the whole data folder (the database's files too): there only what the store wrote
+        counts."""
+        if scope != SHARED_SCOPE:
+            return sum(f.size for f in self._walk(scope) if f.path != rel)
+        base = self.folder(scope)
+        return sum((base / p).stat().st_size for p in ops["versions"]
+                   if p != rel and (base / p).is_file())
+
     async def list(self, scope: str, prefix: str = "") -> list[FileInfo]:
+        # A walk of the folder: in a thread, so a large one never stalls the worker's loop.
+        return await asyncio.to_thread(self._walk, scope, prefix)
+
+    def _walk(self, scope: str, prefix: str = "") -> list[FileInfo]:
         base = self.folder(scope)
         # Walk only the prefix's folder: the shared scope is the whole data folder.
         start = base / prefix.rsplit("/", 1)[0] if "/" in prefix else base
@@ -273,7 +336,40 @@ class PostgresStore(_Limits):
                 await conn.execute(
                     "INSERT INTO workspace_writes (scope, op_id, path, version)"
                     " VALUES (%s, %s, %s, %s)", (scope, op_id, rel, version))
+            if is_agents_file(rel) and rel != AGENTS_FILE:
+                await self._index_agents_file(conn, scope, rel)
             return version
+
+    async def _index_agents_file(self, conn: Any, scope: str, rel: str) -> None:
+        """Add `rel` to the scope's AGENTS_INDEX (inside the write's transaction)."""
+        row = await (await conn.execute(
+            "SELECT data FROM workspace_files WHERE scope=%s AND path=%s",
+            (scope, AGENTS_INDEX))).fetchone()
+        known = _indexed(bytes(row[0]) if row else None)
+        if rel in known:
+            return
+        data = json.dumps(sorted([*known, rel])).encode()
+        await conn.execute(
+            "INSERT INTO workspace_files (scope, path, version, data, size)"
+            " VALUES (%s, %s, 1, %s, %s) ON CONFLICT (scope, path) DO UPDATE SET"
+            " version = workspace_files.version + 1, data = excluded.data,"
+            " size = excluded.size, updated_at = now()",
+            (scope, AGENTS_INDEX, data, len(data)))
+
+    async def agents_files(self, scope: str) -> dict[str, bytes]:
+        _check_scope(scope)
+        async with self._connection() as conn:
+            rows = await (await conn.execute(
+                "SELECT path, data FROM workspace_files WHERE scope=%s AND path = ANY(%s)",
+                (scope, [AGENTS_FILE, AGENTS_INDEX]))).fetchall()
+            got = {p: bytes(d) for p, d in rows}
+            nested = [p for p in _indexed(got.get(AGENTS_INDEX)) if is_agents_file(p)]
+            if nested:
+                rows = await (await conn.execute(
+                    "SELECT path, data FROM workspace_files WHERE scope=%s"
+                    " AND path = ANY(%s)", (scope, nested))).fetchall()
+                got.update({p: bytes(d) for p, d in rows})
+        return {p: d for p, d in got.items() if is_agents_file(p)}
 
     async def list(self, scope: str, prefix: str = "") -> list[FileInfo]:
         _check_scope(scope)

@@ -1,14 +1,26 @@
 """Runtime benchmark: what the harness itself costs, on the embedded stack.
 
-    .venv/bin/python bench/bench_runtime.py            # all three parts, ~2-4 min on 2 cores
+    .venv/bin/python bench/bench_runtime.py            # all four parts, ~10-20 min on 2 cores
     .venv/bin/python bench/bench_runtime.py --quick    # fewer turns, for a smoke run
+    .venv/bin/python bench/bench_runtime.py --parts ad --name before/runtime-floor-<sha>
 
-a. Turn overhead: one agent turn (SessionHandle.ask = send + wait_reply) with a fake
-   Messages API that answers at once, beside a bare `anthropic` SDK call to the same server.
+a. A plain turn beside Temporal's floor: Keel's plain turn (SessionHandle.ask, one update,
+   fake Messages API answering at once) and the floor (a minimal workflow: an Update that
+   runs one activity calling the same fake through the `anthropic` SDK), alternating on the
+   same stack; median and p90 of each, their ratio (bar: <= 1.5x), and history events and
+   workflow tasks per turn counted from the real histories (bar: <= 20 events per plain
+   turn). Run with the reply streamed (the default: one publish signal and its workflow
+   task per reply) and with KEEL_STREAM=0. Beside it, bare SDK calls (minimal request,
+   Keel's own last request).
 b. Context rebuild: SessionActivities.load_window + assemble_messages for a live window of
    the last 40 rows, for a session of 100 and of 100,000 recorded messages (bulk COPY).
 c. Workflow history: 1,000 turns, then the current run's history length, the number of
    runs (continue-as-new) and the longest run.
+d. Flat cost: a plain turn at 100 and at 20,000 transcript entries today (two memory scopes,
+   their daily files seeded and indexed) and at 10 and 50,000 workspace files (written
+   straight into the store), alternating; then the steps that could grow, called directly:
+   append_transcripts and recall_memory at both days, system_prompt at both workspace sizes
+   in the LocalStore and the PostgresStore (COPY of the rows).
 
 Everything runs in a temporary data folder (embedded PostgreSQL + Temporal dev server),
 which is stopped and removed at the end. Figures go to stdout and bench/results/runtime.json.
@@ -30,7 +42,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +52,10 @@ if str(ROOT) not in sys.path:
 
 import anthropic  # noqa: E402
 from psycopg import AsyncConnection  # noqa: E402
+from temporalio import activity, workflow  # noqa: E402
+from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client  # noqa: E402
+from temporalio.worker import Worker  # noqa: E402
 
 from activities.db import close_pools, get_pool  # noqa: E402
 from activities.session import SessionActivities  # noqa: E402
@@ -114,18 +129,6 @@ async def bench_stack(model: ModelSettings) -> AsyncIterator[tuple[Client, KeelS
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-async def timed_ask(session: SessionHandle, text: str) -> tuple[float, float, TurnOutcome]:
-    """(seconds to the update's acknowledgement, seconds to the reply, outcome)."""
-    t0 = time.perf_counter()
-    accepted = await session.send(text)
-    t1 = time.perf_counter()
-    outcome = await session.wait_reply(accepted.seq)
-    t2 = time.perf_counter()
-    if outcome.error:
-        raise RuntimeError(f"turn failed: {outcome.error}")
-    return t1 - t0, t2 - t0, outcome
-
-
 async def ask_resilient(session: SessionHandle, text: str, errors: list[str]) -> TurnOutcome:
     """ask() with the same input id on a retry, so an error is counted, never doubled."""
     input_id = f"bench-{uuid.uuid4().hex}"
@@ -142,7 +145,62 @@ async def ask_resilient(session: SessionHandle, text: str, errors: list[str]) ->
     raise RuntimeError(f"ask failed three times: {errors[-3:]}")
 
 
-# ----- a. turn overhead --------------------------------------------------------------------
+# ----- a. a plain turn beside Temporal's floor --------------------------------------------
+
+@activity.defn(name="bench_floor_model_call")
+async def floor_model_call(text: str) -> str:
+    """The floor's one activity: the same fake Messages API through the `anthropic` SDK.
+    `text` is the user's message, or SAME_REQUEST: then it sends the request Keel's turn
+    just sent (kept in this process, so the floor pays no payload for it), so that the
+    model's side costs both the same."""
+    assert _FLOOR_SDK is not None
+    body = _FLOOR_SAME[0] if text == SAME_REQUEST and _FLOOR_SAME else {
+        "model": "fake-model", "max_tokens": 64,
+        "messages": [{"role": "user", "content": text}]}
+    if body.get("stream"):  # Keel streamed it: so does the floor, to the final message
+        async with _FLOOR_SDK.messages.stream(
+                **{k: v for k, v in body.items() if k != "stream"}) as stream:
+            message = await stream.get_final_message()
+    else:
+        message = await _FLOOR_SDK.messages.create(**body)
+    return "".join(getattr(b, "text", "") for b in message.content)
+
+
+_FLOOR_SDK: anthropic.AsyncAnthropic | None = None
+SAME_REQUEST = "<keel's last request>"
+_FLOOR_SAME: list[dict[str, Any]] = []  # the request Keel's last turn sent
+
+
+@workflow.defn(name="BenchFloor", sandboxed=False)
+class FloorWorkflow:
+    """Temporal's floor for a turn: an Update that runs one activity and returns its
+    result. Nothing else: no record, no memory, no event stream."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: self.done)
+
+    @workflow.update(name="turn")
+    async def turn(self, text: str) -> str:
+        result: str = await workflow.execute_activity(
+            floor_model_call, text, start_to_close_timeout=timedelta(seconds=30))
+        return result
+
+    @workflow.signal(name="finish")
+    def finish(self) -> None:
+        self.done = True
+
+
+async def history_counts(client: Client, workflow_id: str) -> tuple[int, int]:
+    """(history events, workflow tasks completed) of the workflow's current run."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    tasks = sum(1 for e in history.events
+                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+    return len(history.events), tasks
+
 
 async def sdk_medians(base_url: str, bodies: dict[str, dict[str, Any]],
                       runs: int) -> dict[str, list[float]]:
@@ -165,18 +223,62 @@ async def sdk_medians(base_url: str, bodies: dict[str, dict[str, Any]],
 
 async def bench_turn_overhead(client: Client, settings: KeelSettings, fake: FakeAnthropic,
                               turns: int, warmup: int) -> dict[str, Any]:
+    """Keel's plain turn (SessionHandle.ask) and the floor's turn, alternating, on the same
+    stack and fake server; then both histories counted per turn."""
+    global _FLOOR_SDK
     fake.reset(lambda body: text_message("ok"))
     keel = KeelClient(client, settings.task_queue, settings)
     session = await keel.start_session(f"bench-turn-{uuid.uuid4().hex[:6]}",
                                        config=session_config(settings))
-    for i in range(warmup):
-        await timed_ask(session, f"warm-up message {i}")
-    acks, totals = [], []
-    for i in range(turns):
-        ack, total, outcome = await timed_ask(session, f"message {i}: please answer")
-        assert outcome.reply_text == "ok", outcome
-        acks.append(ack)
-        totals.append(total)
+    floor_queue = f"{settings.task_queue}-floor"
+    _FLOOR_SDK = anthropic.AsyncAnthropic(base_url=fake.base_url, api_key="x", max_retries=0)
+    floor_id = f"bench-floor-{uuid.uuid4().hex[:6]}"
+    async with Worker(client, task_queue=floor_queue, workflows=[FloorWorkflow],
+                      activities=[floor_model_call]):
+        floor = await client.start_workflow(FloorWorkflow.run, id=floor_id,
+                                            task_queue=floor_queue)
+
+        async def floor_turn(text: str) -> float:
+            t0 = time.perf_counter()
+            got = await floor.execute_update(FloorWorkflow.turn, text)
+            assert got == "ok", got
+            return time.perf_counter() - t0
+
+        async def keel_turn(text: str) -> float:
+            t0 = time.perf_counter()
+            outcome = await session.ask(text)
+            took = time.perf_counter() - t0
+            if outcome.error or outcome.reply_text != "ok":
+                raise RuntimeError(f"turn failed: {outcome}")
+            return took
+
+        for i in range(warmup):
+            await keel_turn(f"warm-up message {i}")
+            await floor_turn(f"warm-up message {i}")
+        await wait_idle(session)  # the last warm-up's transcript written
+        keel_before = await history_counts(client, session.session_id)
+        floor_before = await history_counts(client, floor_id)
+        keel_times: list[float] = []
+        floor_times: list[float] = []
+        same_times: list[float] = []
+        for i in range(turns):  # alternating, the first of each pair swapped every turn
+            text = f"message {i}: please answer about the retry logic"
+            if i % 2:
+                floor_times.append(await floor_turn(text))
+                keel_times.append(await keel_turn(text))
+            else:
+                keel_times.append(await keel_turn(text))
+                floor_times.append(await floor_turn(text))
+            # The floor again, sending the request Keel's turn just sent.
+            _FLOOR_SAME[:] = [dict(fake.requests[-1])]
+            same_times.append(await floor_turn(SAME_REQUEST))
+        await wait_idle(session)
+        keel_after = await history_counts(client, session.session_id)
+        floor_after = await history_counts(client, floor_id)
+        await floor.signal(FloorWorkflow.finish)
+        await floor.result()
+    await _FLOOR_SDK.close()
+    _FLOOR_SDK = None
     keel_request = dict(fake.requests[-1])
     bodies = {
         "minimal request": {"model": "fake-model", "max_tokens": 64,
@@ -185,13 +287,25 @@ async def bench_turn_overhead(client: Client, settings: KeelSettings, fake: Fake
     }
     sdk = await sdk_medians(fake.base_url, bodies, turns)
     same = statistics.median(sdk["Keel's last request"])
+    keel_median, floor_median = statistics.median(keel_times), statistics.median(floor_times)
     return {
         "turns": turns, "warmup": warmup,
-        "ask_median_ms": ms(statistics.median(totals)),
-        "ask_p90_ms": ms(percentile(totals, 90)),
-        "ask_min_ms": ms(min(totals)), "ask_max_ms": ms(max(totals)),
-        "send_ack_median_ms": ms(statistics.median(acks)),
-        "wait_reply_median_ms": ms(statistics.median(totals) - statistics.median(acks)),
+        "ask_median_ms": ms(keel_median), "ask_p90_ms": ms(percentile(keel_times, 90)),
+        "ask_min_ms": ms(min(keel_times)), "ask_max_ms": ms(max(keel_times)),
+        "floor_median_ms": ms(floor_median), "floor_p90_ms": ms(percentile(floor_times, 90)),
+        "floor_min_ms": ms(min(floor_times)),
+        "ratio_median": round(keel_median / floor_median, 2),
+        "ratio_p90": round(percentile(keel_times, 90) / percentile(floor_times, 90), 2),
+        "floor_same_request_median_ms": ms(statistics.median(same_times)),
+        "floor_same_request_p90_ms": ms(percentile(same_times, 90)),
+        "ratio_same_request_median": round(keel_median / statistics.median(same_times), 2),
+        "ratio_same_request_p90": round(percentile(keel_times, 90)
+                                        / percentile(same_times, 90), 2),
+        "events_per_turn": round((keel_after[0] - keel_before[0]) / turns, 1),
+        "workflow_tasks_per_turn": round((keel_after[1] - keel_before[1]) / turns, 1),
+        "floor_events_per_turn": round((floor_after[0] - floor_before[0]) / (2 * turns), 1),
+        "floor_workflow_tasks_per_turn": round((floor_after[1] - floor_before[1]) / (2 * turns),
+                                                1),
         "sdk_minimal_median_ms": ms(statistics.median(sdk["minimal request"])),
         "sdk_minimal_p90_ms": ms(percentile(sdk["minimal request"], 90)),
         "sdk_same_request_median_ms": ms(same),
@@ -200,7 +314,7 @@ async def bench_turn_overhead(client: Client, settings: KeelSettings, fake: Fake
         "keel_request_tokens_estimate": sum(
             count_tokens(json.dumps(keel_request.get(k, ""))) for k in
             ("system", "messages", "tools")),
-        "harness_overhead_median_ms": ms(statistics.median(totals) - same),
+        "harness_overhead_median_ms": ms(keel_median - same),
     }
 
 
@@ -419,6 +533,172 @@ async def bench_history(client: Client, settings: KeelSettings, fake: FakeAnthro
     }
 
 
+# ----- d. flat cost: the day's transcript and the workspace ---------------------------------
+
+_TOPICS = ["billing", "auth", "search", "deploy", "runbook", "retry", "cache", "queue"]
+
+
+async def seed_day(settings: KeelSettings, scope: str, entries: int) -> float:
+    """Today's transcript of `scope` with `entries` entries of other sessions, indexed."""
+    from activities.vault.store import MemoryContext
+    from schemas.vault.rollup import transcript_entry
+    from schemas.vault.schema import DAILY_DIR
+
+    assert settings.database_url
+    t0 = time.perf_counter()
+    vault = MemoryContext(settings=settings, database_url=settings.database_url
+                          ).scoped(scope).vault
+    await asyncio.to_thread(vault.ensure)
+    now = datetime.now(UTC).astimezone(vault.tz())
+    rel = f"{DAILY_DIR}/{now.date().isoformat()}.md"
+    parts = [f"# {now.date().isoformat()}\n"]
+    for n in range(entries):
+        topic = _TOPICS[n % len(_TOPICS)]
+        parts.append(transcript_entry(
+            f"seed-{n % 50}", n + 1, now, "user" if n % 2 == 0 else "assistant",
+            f"Entry {n}: notes on the {topic} service, ticket {n * 7 % 1009}, "
+            f"owner team-{n % 13}; follow-up on {_TOPICS[(n * 3) % len(_TOPICS)]}."))
+    path = vault.path(rel)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(parts))
+    pool = await get_pool(settings.database_url)
+    async with vault.lock(), pool.connection() as conn:
+        await vault.index_file(conn, rel)
+        await conn.execute("ANALYZE memory_docs")
+    return time.perf_counter() - t0
+
+
+def seed_workspace(settings: KeelSettings, session_id: str, files: int) -> float:
+    """`files` small files in the session's workspace (written straight into the store's
+    folder: a bulk insert, not one tool call each), with an AGENTS.md at the root."""
+    t0 = time.perf_counter()
+    folder = settings.workspaces_dir / session_id
+    for n in range(files):
+        target = folder / f"src/pkg{n % 100:03d}/module_{n:05d}.py"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(f"def f_{n}():\n    return {n}\n")
+    (folder / "AGENTS.md").write_text("# House rules\n- Keep changes small.\n")
+    return time.perf_counter() - t0
+
+
+async def seed_postgres_workspace(conn: AsyncConnection, scope: str, files: int) -> None:
+    async with conn.cursor() as cur, cur.copy(
+            "COPY workspace_files (scope, path, version, data, size) FROM STDIN") as copy:
+        for n in range(files):
+            data = f"def f_{n}():\n    return {n}\n".encode()
+            await copy.write_row((scope, f"src/pkg{n % 100:03d}/module_{n:05d}.py", 1, data,
+                                  len(data)))
+        rules = b"# House rules\n- Keep changes small.\n"
+        await copy.write_row((scope, "AGENTS.md", 1, rules, len(rules)))
+
+
+async def time_calls(call: Callable[[], Any], runs: int) -> list[float]:
+    for _ in range(3):
+        await call()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        await call()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+async def bench_flat(client: Client, settings: KeelSettings, fake: FakeAnthropic,
+                     day_sizes: Sequence[int], file_sizes: Sequence[int], turns: int,
+                     runs: int, progress: Callable[[str], None]) -> dict[str, Any]:
+    """A plain turn (and the steps whose cost could grow) at a short and a long day's
+    transcript, and at a small and a large workspace, measured alternately."""
+    from activities.vault.store import MemoryContext
+    from activities.vault.turn import MemoryActivities, RecallInput, TranscriptsInput
+    from activities.workspace import PostgresStore
+
+    assert settings.database_url
+    fake.reset(lambda body: text_message("ok"))
+    keel = KeelClient(client, settings.task_queue, settings)
+    tag = uuid.uuid4().hex[:6]
+    cases: dict[str, tuple[str, SessionHandle]] = {}
+    seeded: dict[str, float] = {}
+    for n in day_sizes:
+        scope = f"bench-day-{n}-{tag}"
+        seeded[f"day {n}"] = await seed_day(settings, scope, n)
+        progress(f"   seeded {n:,} transcript entries in {seeded[f'day {n}']:.1f} s")
+        session = await keel.start_session(f"bench-day-{n}-{tag}", config=session_config(
+            settings, memory_scope=scope))
+        cases[f"transcript entries today: {n:,}"] = (scope, session)
+    for n in file_sizes:
+        sid = f"bench-files-{n}-{tag}"
+        seeded[f"files {n}"] = await asyncio.to_thread(seed_workspace, settings, sid, n)
+        progress(f"   seeded {n:,} workspace files in {seeded[f'files {n}']:.1f} s")
+        session = await keel.start_session(sid, config=session_config(settings))
+        cases[f"workspace files: {n:,}"] = ("default", session)
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _, session in cases.values():
+        for i in range(3):
+            await session.ask(f"warm-up {i}: the retry logic of billing")
+    for i in range(turns):  # alternating, so drift hits every case alike
+        for name, (_, session) in cases.items():
+            t0 = time.perf_counter()
+            outcome = await session.ask(f"message {i}: what did we decide about the "
+                                        f"{_TOPICS[i % len(_TOPICS)]} service?")
+            times[name].append(time.perf_counter() - t0)
+            if outcome.error:
+                raise RuntimeError(f"turn failed: {outcome.error}")
+    for _, session in cases.values():
+        await wait_idle(session)
+    turn_rows = {name: {"ask_median_ms": ms(statistics.median(t)),
+                        "ask_p90_ms": ms(percentile(t, 90)), "turns": len(t)}
+                 for name, t in times.items()}
+
+    # The steps on their own, called directly on this process's stack.
+    ctx = MemoryContext(settings=settings, database_url=settings.database_url)
+    memory = MemoryActivities(ctx)
+    steps: dict[str, dict[str, Any]] = {}
+    pool = await get_pool(settings.database_url)
+    for n in day_sizes:
+        scope, session = cases[f"transcript entries today: {n:,}"]
+        last = (await session.status()).last_seq
+        seq = [last]
+
+        async def append(sid: str = session.session_id, scope: str = scope,
+                         seq: list[int] = seq) -> None:
+            await memory.append_transcripts(TranscriptsInput(session_id=sid, seqs=seq,
+                                                             scope=scope))
+
+        async def recall(sid: str = session.session_id, scope: str = scope) -> None:
+            await memory.recall_memory(RecallInput(
+                session_id=sid, query="what did we decide about the billing service?",
+                scope=scope))
+
+        for what, call in (("append_transcripts (entry already there)", append),
+                           ("recall_memory", recall)):
+            t = await time_calls(call, runs)
+            steps[f"{what}, {n:,} entries today"] = {
+                "median_ms": ms(statistics.median(t)), "p90_ms": ms(percentile(t, 90))}
+    session_acts = SessionActivities(settings)
+    pg_store = PostgresStore(settings.database_url, settings.max_file_bytes,
+                             settings.max_workspace_bytes)
+    pg_acts = SessionActivities(settings)
+    pg_acts._store = pg_store
+    for n in file_sizes:
+        sid = f"bench-files-{n}-{tag}"
+        pg_scope = f"bench-pg-files-{n}-{tag}"
+        async with pool.connection() as conn:
+            await seed_postgres_workspace(conn, pg_scope, n)
+            await conn.execute("ANALYZE workspace_files")
+        for label, acts, scope in (("LocalStore", session_acts, sid),
+                                   ("PostgresStore", pg_acts, pg_scope)):
+            async def prompt(acts: SessionActivities = acts, scope: str = scope) -> None:
+                text = await acts.system_prompt(scope)
+                assert "Keep changes small" in text
+
+            t = await time_calls(prompt, runs)
+            steps[f"system_prompt, {label}, {n:,} files"] = {
+                "median_ms": ms(statistics.median(t)), "p90_ms": ms(percentile(t, 90))}
+    return {"day_sizes": list(day_sizes), "file_sizes": list(file_sizes),
+            "seed_seconds": {k: round(v, 1) for k, v in seeded.items()},
+            "turns": turn_rows, "steps": steps}
+
+
 # ----- main ---------------------------------------------------------------------------------
 
 def say(text: str) -> None:
@@ -437,20 +717,40 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             out["stack_start_seconds"] = round(time.perf_counter() - t0, 1)
             worker = build_worker(client, settings)
             async with worker:
-                say(f"stack up in {out['stack_start_seconds']} s; a. turn overhead "
-                    f"({args.turns} turns)...")
-                out["turn_overhead"] = await bench_turn_overhead(
-                    client, settings, fake, args.turns, args.warmup)
-                say("b. context rebuild (bulk-loading the sessions)...")
-                out["rebuild"] = await bench_rebuild(settings, args.sizes, args.rebuild_runs)
-                say(f"c. workflow history ({args.history_turns} turns, "
-                    "continue_as_new_after_events=0)...")
-                first = await bench_history(client, settings, fake, args.history_turns, 0, say)
-                out["history"] = [first]
-                if first["runs"] == 1 or args.with_limit:
-                    say(f"   ... and with continue_as_new_after_events={args.limit}")
-                    out["history"].append(await bench_history(
-                        client, settings, fake, args.history_turns, args.limit, say))
+                say(f"stack up in {out['stack_start_seconds']} s")
+                if "a" in args.parts:
+                    say(f"a. a plain turn beside the floor ({args.turns} turns each)...")
+                    out["turn_overhead"] = await bench_turn_overhead(
+                        client, settings, fake, args.turns, args.warmup)
+                    # The same without the reply's text deltas (KEEL_STREAM=0): streaming
+                    # costs a publish signal and its workflow task per reply.
+                    plain = settings.model_copy(update={
+                        "task_queue": f"{settings.task_queue}-unstreamed",
+                        "model": settings.model.model_copy(update={"stream": False})})
+                    say("   ... and with the reply's text deltas off (KEEL_STREAM=0)")
+                    async with build_worker(client, plain):
+                        out["turn_overhead_unstreamed"] = await bench_turn_overhead(
+                            client, plain, fake, args.turns, args.warmup)
+                if "b" in args.parts:
+                    say("b. context rebuild (bulk-loading the sessions)...")
+                    out["rebuild"] = await bench_rebuild(settings, args.sizes,
+                                                         args.rebuild_runs)
+                if "c" in args.parts:
+                    say(f"c. workflow history ({args.history_turns} turns, "
+                        "continue_as_new_after_events=0)...")
+                    first = await bench_history(client, settings, fake, args.history_turns,
+                                                0, say)
+                    out["history"] = [first]
+                    if first["runs"] == 1 or args.with_limit:
+                        say(f"   ... and with continue_as_new_after_events={args.limit}")
+                        out["history"].append(await bench_history(
+                            client, settings, fake, args.history_turns, args.limit, say))
+                if "d" in args.parts:
+                    say(f"d. flat cost: {args.day_sizes} transcript entries today, "
+                        f"{args.file_sizes} workspace files...")
+                    out["flat"] = await bench_flat(
+                        client, settings, fake, args.day_sizes, args.file_sizes,
+                        args.flat_turns, args.rebuild_runs, say)
     finally:
         fake.stop()
     out["total_seconds"] = round(time.perf_counter() - t0, 1)
@@ -458,22 +758,53 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(out: dict[str, Any]) -> None:
-    a = out["turn_overhead"]
+    if "turn_overhead" in out:
+        report_turn(out["turn_overhead"], "reply streamed, the default")
+    if "turn_overhead_unstreamed" in out:
+        report_turn(out["turn_overhead_unstreamed"], "KEEL_STREAM=0")
+    if "rebuild" in out:
+        report_rebuild(out["rebuild"])
+    if "history" in out:
+        report_history(out["history"])
+    if "flat" in out:
+        report_flat(out["flat"])
+
+
+def report_flat(d: dict[str, Any]) -> None:
+    say("")
+    say(table("d. Flat cost: a plain turn (ask) at a short and a long day, a small and a "
+              "large workspace (alternating)",
+              ["case", "ask median ms", "ask p90 ms", "turns"],
+              [[name, r["ask_median_ms"], r["ask_p90_ms"], r["turns"]]
+               for name, r in d["turns"].items()]))
+    say("")
+    say(table("   the steps whose cost could grow, called directly",
+              ["step", "median ms", "p90 ms"],
+              [[name, r["median_ms"], r["p90_ms"]] for name, r in d["steps"].items()]))
+
+
+def report_turn(a: dict[str, Any], how: str) -> None:
     say("")
     say(table(
-        f"a. One agent turn, fake model answering at once ({a['turns']} turns after "
-        f"{a['warmup']} warm-up)",
-        ["what", "median ms", "p90 ms"],
-        [["ask() = send + wait_reply (user update -> reply recorded)", a["ask_median_ms"],
-          a["ask_p90_ms"]],
-         ["  of which send() until the update is acknowledged", a["send_ack_median_ms"], ""],
+        f"a. A plain turn beside Temporal's floor ({how}), fake model answering at once "
+        f"({a['turns']} turns each, alternating, after {a['warmup']} warm-up)",
+        ["what", "median ms", "p90 ms", "events/turn", "workflow tasks/turn"],
+        [["Keel: SessionHandle.ask (update -> reply)", a["ask_median_ms"], a["ask_p90_ms"],
+          a["events_per_turn"], a["workflow_tasks_per_turn"]],
+         ["floor: one Update running one activity (SDK call)", a["floor_median_ms"],
+          a["floor_p90_ms"], a["floor_events_per_turn"], a["floor_workflow_tasks_per_turn"]],
+         ["floor sending Keel's own last request", a["floor_same_request_median_ms"],
+          a["floor_same_request_p90_ms"], "", ""],
          ["bare anthropic SDK call, minimal request", a["sdk_minimal_median_ms"],
-          a["sdk_minimal_p90_ms"]],
+          a["sdk_minimal_p90_ms"], "", ""],
          [f"bare anthropic SDK call, Keel's own last request ({a['keel_request_messages']} "
-          "messages)", a["sdk_same_request_median_ms"], a["sdk_same_request_p90_ms"]],
-         ["harness overhead (ask - SDK with the same request)",
-          a["harness_overhead_median_ms"], ""]]))
-    b = out["rebuild"]
+          "messages)", a["sdk_same_request_median_ms"], a["sdk_same_request_p90_ms"], "", ""]]))
+    say(f"   Keel / floor: {a['ratio_median']}x at the median, {a['ratio_p90']}x at p90 "
+        "(bar: <= 1.5x, <= 20 events per plain turn); against the floor sending Keel's "
+        f"own request: {a['ratio_same_request_median']}x / {a['ratio_same_request_p90']}x")
+
+
+def report_rebuild(b: dict[str, Any]) -> None:
     say("")
     rows: list[list[object]] = [
         [f"{int(s['recorded_messages']):,}", s["window_rows"], s["median_ms"], s["p90_ms"],
@@ -487,17 +818,20 @@ def report(out: dict[str, Any]) -> None:
     say(f"   record grew {b['record_ratio']:,}x; rebuild time grew {growth}x -> {verdict}")
     say(f"   (for contrast: loading and assembling the whole {b['full_record_load_rows']:,}-row "
         f"record takes {b['full_record_load_median_ms']} ms)")
+
+
+def report_history(history: list[dict[str, Any]]) -> None:
     say("")
     hist_rows = [[h["continue_as_new_after_events"] or "0 (Temporal's suggestion only)",
                   h["turns"], h["current_run_history_length"], h["runs"],
                   h["max_run_history_length"], f"{h['max_run_history_bytes']:,}",
                   h["events_per_turn"], h["per_turn_ms"], h["ask_median_ms"],
-                  len(h["errors"])] for h in out["history"]]
+                  len(h["errors"])] for h in history]
     say(table("c. Workflow history after the turns (fake model answering at once)",
               ["continue_as_new_after_events", "turns", "current run events", "runs",
                "max run events", "max run bytes", "events/turn", "wall ms/turn",
                "ask median ms", "errors"], hist_rows))
-    for h in out["history"]:
+    for h in history:
         say(f"   limit {h['continue_as_new_after_events']}: run lengths {h['run_lengths']}; "
             f"visibility lists {h['runs_listed_by_visibility']} run(s)")
         for err in h["errors"][:5]:
@@ -515,14 +849,24 @@ def parse_args() -> argparse.Namespace:
                    help="continue_as_new_after_events of the second history run")
     p.add_argument("--with-limit", action="store_true",
                    help="run the second history run even when the first continued-as-new")
+    p.add_argument("--day-sizes", type=int, nargs="+", default=[100, 20_000],
+                   help="transcript entries today for part d")
+    p.add_argument("--file-sizes", type=int, nargs="+", default=[10, 50_000],
+                   help="workspace files for part d")
+    p.add_argument("--flat-turns", type=int, default=30, help="turns per case in part d")
+    p.add_argument("--parts", default="abcd",
+                   help="which parts to run (letters of the docstring's list)")
+    p.add_argument("--name", default=None, help="results file name (default: runtime)")
     p.add_argument("--quick", action="store_true",
                    help="a smoke run (20 turns, 1k rows...), written to runtime-quick.json")
     args = p.parse_args()
-    args.name = "runtime"
+    quick_name = "runtime-quick"
     if args.quick:
         args.turns, args.warmup, args.sizes = 20, 2, [100, 1_000]
         args.rebuild_runs, args.history_turns = 5, 100
-        args.name = "runtime-quick"  # never overwrites the full run's figures
+        args.day_sizes, args.file_sizes, args.flat_turns = [100, 2_000], [10, 2_000], 5
+    # A quick run never overwrites the full run's figures.
+    args.name = args.name or (quick_name if args.quick else "runtime")
     return args
 
 

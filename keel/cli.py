@@ -639,14 +639,16 @@ async def _say(handle: SessionHandle, text: str, view: LiveView,
         after = await handle.event_offset()
         reader = asyncio.create_task(_follow(handle, after, view))
     try:
-        view.pause()  # the seq first, then what the session does with it
-        try:
-            accepted = await handle.send(text)
-            if own:
+        if own:  # `send --wait`: the seq first, then what the session does with it
+            view.pause()
+            try:
+                accepted = await handle.send(text)
                 console.print(f"seq {accepted.seq}")
-        finally:
-            view.resume()
-        outcome = await handle.wait_reply(accepted.seq)
+            finally:
+                view.resume()
+            outcome = await handle.wait_reply(accepted.seq)
+        else:  # the chat: one update records the message and returns the turn's outcome
+            outcome = await handle.ask(text)
         with suppress(TimeoutError):
             async with asyncio.timeout(CATCH_UP_S):
                 while not view.outcome_shown(outcome) and not reader.done():

@@ -6,9 +6,10 @@ arrives as one of the exceptions below, mapped by type in `keel._errors`.
 
     keel = await KeelClient.connect(KeelSettings.from_env(), address="localhost:7233")
     session = await keel.start_session("support-42")
-    accepted = await session.send("Review the queue, oldest first.")
-    outcome = await session.wait_reply(accepted.seq)
+    outcome = await session.ask("Review the queue, oldest first.")  # one update
     print(outcome.reply_text)
+    accepted = await session.send("And then?")  # or in two steps: the seq first
+    outcome = await session.wait_reply(accepted.seq)
     async for offset, event in session.events(after=0):   # the live view, typed events
         ...
 """
@@ -180,9 +181,25 @@ class SessionHandle:
             if not outcome.retry:  # a retry means the session continued as new: ask it
                 return outcome
 
-    async def ask(self, text: str) -> TurnOutcome:
-        accepted = await self.send(text)
-        return await self.wait_reply(accepted.seq)
+    async def ask(self, text: str, input_id: str | None = None) -> TurnOutcome:
+        """A plain turn in one update (`Handler.ASK`): record the message and wait for the
+        turn that answers it. The refusals of `send` apply (nothing recorded then). When the
+        server cuts the call off, the same update (its id names the input) is asked again,
+        which Temporal answers once; when the session continues as new meanwhile, the wait
+        goes on with `wait_reply` for the input's seq."""
+        refuse_before_sending(text)
+        input_id = input_id or f"ask-{uuid.uuid4().hex}"
+        while True:
+            try:
+                async with refusals(self.handle):
+                    outcome: TurnOutcome = await self.handle.execute_update(
+                        Handler.ASK, UserMessage(text=text, input_id=input_id),
+                        id=f"ask:{input_id}", result_type=TurnOutcome)
+            except WorkflowUpdateRPCTimeoutOrCancelledError:
+                continue
+            if not outcome.retry or not outcome.input_seqs:
+                return outcome
+            return await self.wait_reply(outcome.input_seqs[0])
 
     async def _signal(self, handler: Handler, arg: object) -> None:
         async with refusals(self.handle):

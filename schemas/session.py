@@ -27,6 +27,10 @@ SESSION_WORKFLOW = "SessionWorkflow"
 
 
 class Handler(StrEnum):
+    # A plain turn is one update: ASK records the user's message and returns the turn's
+    # outcome. SEND_MESSAGE + AWAIT_REPLY do the same in two steps (a caller that wants the
+    # seq before the reply, or waits again after a cut-off).
+    ASK = "ask"
     SEND_MESSAGE = "send_message"
     AWAIT_REPLY = "await_reply"
     WATCH = "watch"

@@ -6,12 +6,15 @@ them in one place and nothing is registered by scanning a class.
 Invariants:
 - The session queue (`settings.task_queue`) runs the session workflow and the activities
   that touch only PostgreSQL, the model and the workspace store: any number of workers on
-  any hosts serve it.
+  any hosts serve it. Recall (`recall_memory`, a read of the memory index in PostgreSQL)
+  is registered here too: a session runs it as a local activity beside the record.
 - The vault queue (`settings.vault_task_queue`) runs everything that reads or writes the
   vault's git repository: the memory activities, the rollup and doctor workflows, and the
   tool calls that write a card (`workflows.options.VAULT_TOOLS`). One worker process serves
   it: it holds a PostgreSQL advisory lock for as long as it polls, so a second vault worker
-  stands by until the first is gone, and git never sees two writers.
+  stands by until the first is gone, and git never sees two writers. On its beat it also
+  indexes the hand edits of every scope's vault (`catch_up_hand_edits`), which recall no
+  longer does per turn.
 - The vault worker publishes CORE.md and schema.json to the workspace store
   (`activities.vault_share`), so session workers build their prompt without the vault.
 """
@@ -36,7 +39,7 @@ from activities.vault.cards import VaultActivities
 from activities.vault.doctor import DoctorActivities
 from activities.vault.rollup import RollupActivities
 from activities.vault.store import MemoryContext
-from activities.vault.turn import MemoryActivities
+from activities.vault.turn import MemoryActivities, catch_up_hand_edits
 from activities.vault_share import publish_vault_files
 from activities.workspace import open_store
 from schemas.config import KeelSettings
@@ -71,6 +74,10 @@ def session_activities(settings: KeelSettings) -> list[Callable[..., Any]]:
     from activities.files import FileActivities  # the client's file calls (issue 12)
 
     files = FileActivities(settings)
+    # Recall reads only PostgreSQL: a session runs it here, as a local activity.
+    recall = ([MemoryActivities(MemoryContext(settings=settings,
+                                              database_url=settings.database_url))
+               .recall_memory] if settings.database_url else [])
     return [
         files.put_workspace_file, files.read_workspace_file, files.list_workspace_files,
         files.keep_tool_result,
@@ -78,28 +85,29 @@ def session_activities(settings: KeelSettings) -> list[Callable[..., Any]]:
         session.record_tool_result, mcp.list_mcp_tools, mcp.call_mcp_tool,
         checkpoint.prepare_checkpoint, checkpoint.checkpoint_round,
         checkpoint.validate_checkpoint, checkpoint.store_checkpoint,
-        checkpoint.move_earliest_half,
+        checkpoint.move_earliest_half, *recall,
     ]
 
 
-def memory_activities(settings: KeelSettings, *,
-                      database_url: str | None = None) -> list[Callable[..., Any]]:
+def memory_activities(settings: KeelSettings, *, database_url: str | None = None,
+                      ctx: MemoryContext | None = None) -> list[Callable[..., Any]]:
     """Every long-memory activity, bound to these settings (their `memory`), for one worker.
 
     `database_url` overrides `settings.database_url` (the embedded stack knows it only once
-    it has started).
+    it has started); `ctx` shares one context (its vaults' change caches) with the caller.
     """
-    url = database_url or settings.database_url
-    if not url:
-        raise ValueError("memory activities need a database URL")
-    ctx = MemoryContext(settings=settings, database_url=url)
+    if ctx is None:
+        url = database_url or settings.database_url
+        if not url:
+            raise ValueError("memory activities need a database URL")
+        ctx = MemoryContext(settings=settings, database_url=url)
     vault = VaultActivities(ctx)
     turn = MemoryActivities(ctx)
     rollup = RollupActivities(ctx)
     doctor = DoctorActivities(ctx)
     return [
         vault.init_vault, vault.reindex_vault, vault.write_card, vault.list_memory_scopes,
-        turn.recall_memory, turn.flush_memory, turn.append_transcript,
+        turn.recall_memory, turn.flush_memory, turn.append_transcript, turn.append_transcripts,
         rollup.plan_rollup_periods, rollup.plan_rollup, rollup.apply_rollup, rollup.notify,
         rollup.commit_vault,
         doctor.doctor_enforce, doctor.doctor_graph, doctor.doctor_decay, doctor.doctor_moc,
@@ -107,9 +115,10 @@ def memory_activities(settings: KeelSettings, *,
     ]
 
 
-def vault_activities(settings: KeelSettings) -> list[Callable[..., Any]]:
+def vault_activities(settings: KeelSettings,
+                     ctx: MemoryContext | None = None) -> list[Callable[..., Any]]:
     """The vault queue's activities: long memory, and run_tool for the card-writing tools."""
-    return [*memory_activities(settings), SessionActivities(settings).run_tool]
+    return [*memory_activities(settings, ctx=ctx), SessionActivities(settings).run_tool]
 
 
 class KeelWorkers:
@@ -137,6 +146,7 @@ class KeelWorkers:
                 **common))
         self._common = common
         self._stack = contextlib.AsyncExitStack()
+        self._memory: MemoryContext | None = None  # the vault worker's, for its beat
 
     async def __aenter__(self) -> KeelWorkers:
         try:
@@ -146,10 +156,13 @@ class KeelWorkers:
                 self.serves_vault = await self._stack.enter_async_context(
                     self._vault_owner())
                 if self.serves_vault:  # built only now: Temporal registers it when built
+                    assert self.settings.database_url
+                    self._memory = MemoryContext(settings=self.settings,
+                                                 database_url=self.settings.database_url)
                     vault = Worker(
                         self.client, task_queue=self.settings.vault_task_queue,
                         workflows=MEMORY_WORKFLOWS,
-                        activities=vault_activities(self.settings),
+                        activities=vault_activities(self.settings, self._memory),
                         max_concurrent_activities=50, **self._common)
                     self.workers.append(vault)
                     await self._stack.enter_async_context(vault)
@@ -228,6 +241,11 @@ class KeelWorkers:
                     if worker.task_queue == self.settings.vault_task_queue:
                         await worker.shutdown()
                 return
+            if self._memory is not None:
+                try:
+                    await catch_up_hand_edits(self._memory)
+                except Exception as err:  # the next beat tries again; turns are not held up
+                    log.warning("indexing the vaults' hand edits failed: %s", err)
 
 
 async def serve_until(workers: KeelWorkers, stop: asyncio.Event,

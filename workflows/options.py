@@ -10,6 +10,13 @@ Why the numbers:
   and a heartbeat so a dead worker is noticed in seconds, not at the attempt's end.
 - The record is PostgreSQL: a retry soon, with a cap on the wait between tries.
 - Long memory helps a turn but must never hold one up: three tries, then go on without.
+- A plain turn's own steps run as local activities (the user's input is recorded inside the
+  update handler, recall beside it, both on the session worker): a local activity costs
+  one marker event and no extra workflow task. Only a step before the reply is local; work
+  after the reply (the transcript) stays an ordinary activity, since a local one would keep
+  the workflow task, and with it the reply, open until it is done. A local activity may not
+  outlive a few workflow-task heartbeats comfortably, so each local set ends within a minute
+  or two (`LocalActivityOptions`).
 - A vault problem (`VaultError`: an unusable schema.json, a path outside the vault) needs a
   person, not another try.
 - The vault has one writer: whatever touches it runs on the vault's own queue beside the
@@ -39,6 +46,15 @@ class ActivityOptions(TypedDict, total=False):
     heartbeat_timeout: timedelta | None
     retry_policy: RetryPolicy
     task_queue: str
+
+
+class LocalActivityOptions(TypedDict, total=False):
+    """The keyword arguments of `workflow.execute_local_activity_method` that Keel sets
+    (no queue: it runs on the worker that runs the workflow task; no heartbeat)."""
+
+    start_to_close_timeout: timedelta
+    schedule_to_close_timeout: timedelta | None
+    retry_policy: RetryPolicy
 
 
 # A worker that misses four beats is gone; the activity beats at a quarter of this
@@ -93,6 +109,15 @@ def record_user_input(record_timeout_s: int) -> ActivityOptions:
                            retry_policy=DB_RETRY)
 
 
+def record_user_input_local(record_timeout_s: int) -> LocalActivityOptions:
+    """A user's message recorded inside its update handler: the same end as
+    `record_user_input` (the caller hears RECORD_FAILED after `record_timeout_s`)."""
+    ordinary = record_user_input(record_timeout_s)
+    return LocalActivityOptions(start_to_close_timeout=ordinary["start_to_close_timeout"],
+                                schedule_to_close_timeout=ordinary["schedule_to_close_timeout"],
+                                retry_policy=ordinary["retry_policy"])
+
+
 # A background input has nobody waiting: it is retried for an hour (a database restart, a
 # failover), then recorded as a notice saying what was lost. Later inputs wait for it
 # (their seqs come after it), so it must end.
@@ -128,6 +153,14 @@ CHECKPOINT_ROUND = ActivityOptions(start_to_close_timeout=timedelta(minutes=10),
 MEMORY_TURN = ActivityOptions(start_to_close_timeout=timedelta(seconds=30),
                               schedule_to_close_timeout=timedelta(minutes=2),
                               retry_policy=BEST_EFFORT_RETRY)
+# Recall as a local activity on the session worker (a PostgreSQL read): it runs beside the
+# record, and a turn waits at most this long for it before going on without memory.
+RECALL_LOCAL = LocalActivityOptions(start_to_close_timeout=timedelta(seconds=10),
+                                    schedule_to_close_timeout=timedelta(seconds=20),
+                                    retry_policy=RetryPolicy(
+                                        initial_interval=timedelta(milliseconds=500),
+                                        maximum_attempts=2,
+                                        non_retryable_error_types=NEVER_RETRY))
 # The flush calls the model: it beats, so a worker that died mid-flush is noticed in
 # seconds and the flush retried elsewhere, not after its five-minute attempt.
 MEMORY_FLUSH = ActivityOptions(start_to_close_timeout=timedelta(minutes=5),

@@ -15,6 +15,13 @@ over the payload limit), a background input by a notice (malformed, too large), 
 background input's unstorable characters are replaced and named. A session's identity is
 its workflow id: a run whose input names another session writes nothing and fails.
 
+A plain turn is one update (`Handler.ASK`; `send_message` + `await_reply` do the same in two
+steps): the user's input is recorded inside the update handler as a local activity, and
+recall follows it in the same workflow task (a local activity too, a read of PostgreSQL; a
+recall beside a record that gives up would hold the caller's answer back); the model call
+is an ordinary activity; after the reply, one ordinary activity appends the turn's messages
+to the transcript. A failed recall or transcript is said (`last_error`, an ErrorEvent where
+"memory", and for recall a notice in the record), and never holds the turn up.
 Continue-as-new happens between turns, or inside a turn whose tool call waits on a person
 (the turn's progress goes with the state, `TurnInProgress`, and the new run resumes it at
 the waiting call). A client's file calls are Updates that run one workspace activity each.
@@ -31,6 +38,7 @@ from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from activities.checkpoint import StoreResult
@@ -48,7 +56,12 @@ with workflow.unsafe.imports_passed_through():
         SessionActivities,
     )
     from activities.tools import ToolError, workspace_path
-    from activities.vault.turn import MemoryActivities, RecallInput, TranscriptInput
+    from activities.vault.turn import (
+        MemoryActivities,
+        RecallInput,
+        RecallResult,
+        TranscriptsInput,
+    )
     from schemas.agent import (
         AgentSpec,
         AgentSpecError,
@@ -130,11 +143,12 @@ with workflow.unsafe.imports_passed_through():
         FILE_CALL,
         MEMORY_TURN,
         MODEL_CALL,
+        RECALL_LOCAL,
         RECORD_BACKGROUND,
         RECORD_FENCE,
         RECORD_NOTICE,
         on_vault_queue,
-        record_user_input,
+        record_user_input_local,
     )
     from workflows.tools import BUILTIN_NAMES, ToolRunner
 
@@ -155,6 +169,12 @@ _SIGNAL_LABELS = {HarnessKind.WATCH: "Watch", HarnessKind.TASK: "Task",
 # A signal sent with no argument gets this (the SDK passes a payload as is only to a
 # parameter typed exactly RawValue, so the default must be one).
 NO_PAYLOAD = RawValue(Payload())
+
+
+# How a failed step arrives in the workflow: an ActivityError, or, for a local activity, its
+# failure as such: an ApplicationError (failed for good) or a TimeoutError (out of time; and
+# so it is read from the marker when another worker replays the history).
+LOCAL_FAILURES = (ActivityError, ApplicationError, TemporalTimeoutError)
 
 
 def _rejected(reason: str) -> ApplicationError:
@@ -203,6 +223,8 @@ class SessionWorkflow:
         self.checkpoint_failures_this_turn = 0
         self.chain = CheckpointChain(self.state, self.memory_flush_failed)
         self.memory_block = ""
+        # Recall started beside the record of an input, by the input's seq (_start_recall).
+        self.recalls: dict[int, asyncio.Task[RecallResult | str]] = {}
         self.fencing: set[int] = set()  # seqs given up on whose tombstone is not written yet
         self.fence_tasks: set[asyncio.Task[None]] = set()
         workflow_id = workflow.info().workflow_id
@@ -241,17 +263,23 @@ class SessionWorkflow:
                     non_retryable=True) from None
         seq = state.allocate_seq()
         input_id = input_id or f"{kind}-{workflow.uuid4()}"
+        record = RecordInput(session_id=state.session_id, seq=seq, input_id=input_id,
+                             type=type_, text=text, source_line=source_line,
+                             user_name=state.config.user_name, turn=state.turn + 1)
         try:
-            inserted = await workflow.execute_activity_method(
-                SessionActivities.record_input,
-                RecordInput(session_id=state.session_id, seq=seq, input_id=input_id,
-                            type=type_, text=text, source_line=source_line,
-                            user_name=state.config.user_name, turn=state.turn + 1),
-                # A caller waits on a user's message, so give up in time and say so; a
-                # background input has nobody waiting and is tried for longer.
-                **(RECORD_BACKGROUND if patient
-                   else record_user_input(state.config.record_timeout_s)))
-        except ActivityError as err:
+            if patient:
+                # A background input has nobody waiting and is tried for longer (an hour):
+                # an ordinary activity, which may wait that long without holding a task.
+                inserted = await workflow.execute_activity_method(
+                    SessionActivities.record_input, record, **RECORD_BACKGROUND)
+            else:
+                # A caller waits on a user's message: recorded right here, inside its update
+                # handler (a local activity: a marker, no extra workflow task), and given up
+                # in time.
+                inserted = await workflow.execute_local_activity_method(
+                    SessionActivities.record_input, record,
+                    **record_user_input_local(state.config.record_timeout_s))
+        except LOCAL_FAILURES as err:
             reason = _reason(err)
             self.last_error = f"{lost} could not be recorded: {reason}"
             notice = f"{lost} could not be recorded and was lost: {reason}"
@@ -275,6 +303,14 @@ class SessionWorkflow:
                              source_line=source_line)
             state.pending.append(PendingInput(seq=inserted.seq, kind=kind,
                                               query=text[:RECALL_QUERY_CHARS]))
+            # Recall for a user's message starts here, in the same workflow task as its
+            # record (a second local activity: a marker, no task of its own). Not beside
+            # the record: a workflow task ends only when its local activities have, so a
+            # recall running beside a record that gives up would hold the caller's
+            # RECORD_FAILED back by up to the recall's own deadline.
+            recall = None if patient else self._start_recall(text[:RECALL_QUERY_CHARS])
+            if recall is not None:  # kept by seq: the turn (or continue-as-new) waits for it
+                self.recalls[inserted.seq] = recall
             state.context_tokens += inserted.token_count
         return MessageAccepted(session_id=state.session_id, seq=inserted.seq,
                                input_id=input_id)
@@ -296,12 +332,27 @@ class SessionWorkflow:
             self.fencing.discard(seq)
             self.state.settle_seq(seq)
 
-    @workflow.update(name=Handler.SEND_MESSAGE)
-    async def send_message(self, message: UserMessage) -> MessageAccepted:
+    async def _record_user(self, message: UserMessage) -> MessageAccepted:
         prefix = user_display_prefix(message.text, self.state.config.user_name)
         return await self._record_input(
             "user", MessageType.USER, message.text, prefix, message.input_id, patient=False,
             lost=f"A message from {make_storable(self.state.config.user_name)[0]}")
+
+    @workflow.update(name=Handler.SEND_MESSAGE)
+    async def send_message(self, message: UserMessage) -> MessageAccepted:
+        return await self._record_user(message)
+
+    @workflow.update(name=Handler.ASK)
+    async def ask(self, message: UserMessage) -> TurnOutcome:
+        """A plain turn in one update: record the message, then wait for the turn that
+        answers it (the refusals and RECORD_FAILED of send_message, the outcome of
+        await_reply; `retry` with the input's seq when the session continues as new)."""
+        accepted = await self._record_user(message)
+        return await self._outcome_of(accepted.seq)
+
+    @ask.validator
+    def validate_ask(self, message: UserMessage) -> None:
+        self.validate_message(message)
 
     @send_message.validator
     def validate_message(self, message: UserMessage) -> None:
@@ -416,19 +467,22 @@ class SessionWorkflow:
     @workflow.update(name=Handler.AWAIT_REPLY)
     async def await_reply(self, data: AwaitReply) -> TurnOutcome:
         """Wait until the turn that answers input `seq` has ended."""
+        return await self._outcome_of(data.seq)
+
+    async def _outcome_of(self, seq: int) -> TurnOutcome:
         state = self.state
         await workflow.wait_condition(
-            lambda: data.seq in self.outcomes or state.stopped_reason is not None
+            lambda: seq in self.outcomes or state.stopped_reason is not None
             or self.continuing
-            or (data.seq <= state.recorded_upto
-                and all(p.seq != data.seq for p in state.pending)
+            or (seq <= state.recorded_upto
+                and all(p.seq != seq for p in state.pending)
                 and self.phase == SessionPhase.IDLE)
         )
-        if data.seq not in self.outcomes and self.continuing:
+        if seq not in self.outcomes and self.continuing:
             # Continue-as-new waits for every handler: this one must not hold it up.
-            return TurnOutcome(turn=state.turn, input_seqs=[data.seq], retry=True)
-        return self.outcomes.get(data.seq) or TurnOutcome(
-            turn=state.turn, input_seqs=[data.seq], stopped_reason=state.stopped_reason,
+            return TurnOutcome(turn=state.turn, input_seqs=[seq], retry=True)
+        return self.outcomes.get(seq) or TurnOutcome(
+            turn=state.turn, input_seqs=[seq], stopped_reason=state.stopped_reason,
             error=None if state.stopped_reason else "that input was answered earlier")
 
     @await_reply.validator
@@ -720,7 +774,8 @@ class SessionWorkflow:
         # A reader's poll is an update handler: released first, or it would wait forever.
         self.events.detach()
         await workflow.wait_condition(
-            lambda: workflow.all_handlers_finished() and not self.fencing)
+            lambda: workflow.all_handlers_finished() and not self.fencing
+            and all(t.done() for t in self.recalls.values()))
         carried = state.turn_in_progress
         if carried is not None:  # a decision that came in meanwhile goes with the turn
             left = {c.id for c in carried.reply.tool_calls[carried.next_call:]}
@@ -751,8 +806,9 @@ class SessionWorkflow:
         answered, transcribe = progress.answered, progress.transcribe
         reply: ModelReply | None = None
         error: str | None = None
+        recall_failed: str | None = None
         if carried is None:
-            self.memory_block = await self._recall()
+            self.memory_block, recall_failed = await self._recall()
             await self.tools.ensure_mcp()
         else:  # carried over continue-as-new: the waiting call and the rest of its reply
             self.turn_first_seq, self.memory_block = carried.first_seq, carried.memory_block
@@ -790,45 +846,75 @@ class SessionWorkflow:
         self.phase = SessionPhase.ENDED if state.ended else (
             SessionPhase.STOPPED if state.stopped_reason else SessionPhase.IDLE)
         self.publish_summary()
-        # The caller has its reply; the transcript is written after it.
+        # The caller has its reply; what is left is written after it.
+        if recall_failed:
+            await self.record_notice(
+                f"Long memory could not be searched this turn: {recall_failed}")
         await self._transcribe(transcribe)
 
-    async def _recall(self) -> str:
-        """Long memory for this turn, fenced: searched once, with the newest input's words."""
+    def _start_recall(self, query: str) -> asyncio.Task[RecallResult | str] | None:
+        """Search long memory for `query` (a local activity: a PostgreSQL read on this
+        worker), as a task; None when there is nothing to search for. The task's result is
+        the recall, or the reason it failed."""
+        scope = self.state.config.memory_scope
+        # "continue", "ok": no activity, nothing recalled.
+        if not query.strip() or scope is None or not wants_recall(query):
+            return None
+
+        async def search() -> RecallResult | str:
+            try:
+                return await workflow.execute_local_activity_method(
+                    MemoryActivities.recall_memory,
+                    RecallInput(session_id=self.state.session_id, query=query, scope=scope),
+                    **RECALL_LOCAL)
+            except LOCAL_FAILURES as err:
+                return _reason(err)
+
+        return asyncio.create_task(search())
+
+    async def _recall(self) -> tuple[str, str | None]:
+        """Long memory for this turn, fenced: searched once, with the newest input's words
+        (the search started beside its record, or now). Returns the block and, when the
+        search failed, why: the turn goes on without memory and says so."""
         state = self.state
         ready = [p for p in state.pending if p.seq <= state.recorded_upto]
-        query = ready[-1].query if ready else ""
-        if not query.strip() or state.config.memory_scope is None:
-            return ""
-        # "continue", "ok": no activity, nothing recalled.
-        if not wants_recall(query):
-            return ""
-        try:
-            found = await workflow.execute_activity_method(
-                MemoryActivities.recall_memory,
-                RecallInput(session_id=state.session_id, query=query,
-                            scope=state.config.memory_scope),
-                **on_vault_queue(MEMORY_TURN))
-        except ActivityError as err:
-            workflow.logger.warning("recall skipped: %s", err.cause or err)
-            return ""
+        newest = ready[-1] if ready else None
+        started = {seq: self.recalls.pop(seq) for seq in sorted(self.recalls)
+                   if newest is not None and seq <= newest.seq}
+        if newest is None:
+            return "", None
+        task = started.get(newest.seq) or self._start_recall(newest.query)
+        if task is None:
+            return "", None
+        found = await task
+        if isinstance(found, str):
+            message = f"long memory could not be searched: {found}"
+            self.last_error = message
+            self.events.emit(ErrorEvent, turn=state.turn, message=message, where="memory")
+            return "", found
         if found.hits:
             self.events.emit(RecallFound, turn=state.turn, hits=found.hits,
                              sources=found.sources)
-        return found.block
+        return found.block, None
 
     async def _transcribe(self, seqs: list[int]) -> None:
-        """Append this turn's inputs and replies to the vault's daily transcript."""
+        """Append this turn's inputs and replies to the vault's daily transcript: one
+        activity for the whole turn, on the vault's queue, after the reply."""
         scope = self.state.config.memory_scope
-        for seq in seqs if scope is not None else []:
-            try:
-                await workflow.execute_activity_method(
-                    MemoryActivities.append_transcript,
-                    TranscriptInput(session_id=self.state.session_id, seq=seq, scope=scope),
-                    **on_vault_queue(MEMORY_TURN))
-            except ActivityError as err:
-                # The record keeps the message; the nightly rollup reads the record too.
-                workflow.logger.warning("transcript of #%d skipped: %s", seq, err.cause or err)
+        if scope is None or not seqs:
+            return
+        try:
+            await workflow.execute_activity_method(
+                MemoryActivities.append_transcripts,
+                TranscriptsInput(session_id=self.state.session_id, seqs=seqs, scope=scope),
+                **on_vault_queue(MEMORY_TURN))
+        except ActivityError as err:
+            # The record keeps the messages; the nightly rollup reads the record too.
+            message = (f"the transcript of #{seqs[0]}-#{seqs[-1]} could not be written: "
+                       f"{_reason(err)}")
+            self.last_error = message
+            self.events.emit(ErrorEvent, turn=self.state.turn, message=message,
+                             where="memory")
 
     async def _call_model(self, upto: int) -> tuple[ModelReply | None, str | None, int]:
         """One model call, walking the room-making ladder first when the request does not

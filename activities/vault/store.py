@@ -382,9 +382,27 @@ class Vault:
             out[rel] = (st.st_mtime_ns, st.st_size)
         return out
 
+    def file_stamp(self, rel: str) -> tuple[int, int] | None:
+        """(mtime_ns, size) of a vault file, None when it does not exist."""
+        try:
+            st = (self.root / rel).stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_mtime_ns, st.st_size)
+
+    def note_own_write(self, rel: str, before: tuple[int, int] | None) -> None:
+        """A writer of this process changed `rel` and indexed what it wrote: when the file
+        was as `refresh` last saw it (no hand edit waiting), `refresh` need not read it
+        again. A hand edit still waiting keeps it due."""
+        if before is not None and self._seen.get(rel) == before:
+            stamp = self.file_stamp(rel)
+            if stamp is not None:
+                self._seen[rel] = stamp
+
     async def refresh(self, conn: AsyncConnection) -> int:
         """Re-index the files that changed on disk since this process last looked (hand
-        edits in Obsidian included); cheap enough to run before every recall."""
+        edits in Obsidian included). The vault worker runs it on its beat
+        (activities.vault.turn.catch_up_hand_edits), never per turn."""
         current = await asyncio.to_thread(self._stat_files)
         changed = 0
         for rel in sorted(set(current) | set(self._seen)):

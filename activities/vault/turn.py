@@ -6,6 +6,22 @@ fields only as optional with defaults.
 
 Each input names the session's memory scope (from its config, never from the model); the
 activity works in that scope's vault and index only.
+
+Where each runs, and what a turn pays:
+- `recall_memory` is a pure PostgreSQL read of the index (plus the access count of the hits,
+  for decay): it never opens the vault, so it runs on the session worker, as a local
+  activity beside the record of the input (workflows.session). Its cost does not grow with
+  the vault's files or the day's transcript.
+- The index is kept in line by the vault's writers, on the vault worker: append_transcripts
+  and write_card index what they write (and embed it for hybrid search). Hand edits (a
+  person in Obsidian) are caught up by `catch_up_hand_edits`, which the vault worker runs
+  on its beat (workers.worker, every VAULT_BEAT_S), never per turn: an mtime/size check of
+  the vault's markdown files, re-indexing only the files that changed since this process
+  last looked; a file the writers appended to themselves does not count as changed. The
+  doctor's reindex remains the full scan.
+- `append_transcripts` writes a turn's messages, after the reply, in one ordinary activity
+  on the vault queue; its check for an entry already written costs the same however long
+  the day is (the index row, else the file's last MiB).
 """
 
 from __future__ import annotations
@@ -28,7 +44,7 @@ from activities.vault.search import (
     search,
     touch_documents,
 )
-from activities.vault.store import MemoryContext, atomic_write, daily_doc
+from activities.vault.store import MemoryContext, atomic_write, daily_doc, scope_vaults
 from schemas.tokens import count_tokens
 from schemas.vault.recall import fence_memory
 from schemas.vault.recall_rules import distinct_snippets, wants_recall
@@ -88,6 +104,19 @@ class TranscriptResult(BaseModel):
     appended: bool  # False on a retry that found the entry already there
 
 
+class TranscriptsInput(BaseModel):
+    """A turn's messages (its inputs and replies), appended in seq order."""
+
+    session_id: str
+    seqs: list[int]
+    scope: str = DEFAULT_SCOPE  # the session's memory scope
+
+
+class TranscriptsResult(BaseModel):
+    results: list[TranscriptResult] = Field(default_factory=list)
+    embedded: int = 0  # documents embedded for hybrid search after the appends
+
+
 
 # Recall never surfaces CORE.md (it is in the system prompt already) or MOC.md.
 RECALL_KINDS = ["card", "summary", "daily", "note"]
@@ -116,25 +145,20 @@ class MemoryActivities:
         """The `<memory-context>` block for this turn's query ("" when nothing matches).
 
         The session's own messages are left out: its live window and checkpoint carry them.
-        An input without content words recalls nothing; a snippet is shown once.
+        An input without content words recalls nothing; a snippet is shown once. A read of
+        the index only (see the module docstring): what the writers indexed, and the hand
+        edits the vault worker caught up.
         """
         if not wants_recall(inp.query):
             return RecallResult(block="", hits=0)
-        ctx = self.ctx.scoped(inp.scope)
+        ctx = self.ctx.scoped(inp.scope)  # the scope checked; its vault is never opened
         pool = await ctx.pool()
-        vault = ctx.vault
         async with pool.connection() as conn:
-            if vault.root.exists():
-                await vault.refresh(conn)
-            if self._embedder is not None:
-                # New documents join the dense side as they come; the doctor catches up.
-                await embed_pending(conn, self._embedder, limit=RECALL_EMBED_LIMIT,
-                                    scope=vault.scope)
             k = max(1, min(inp.k, MAX_RECALL_K))
-            hits = await search(conn, inp.query, scope=vault.scope, k=2 * k, kinds=RECALL_KINDS,
+            hits = await search(conn, inp.query, scope=ctx.scope, k=2 * k, kinds=RECALL_KINDS,
                                 exclude_session=inp.session_id, embedder=self._embedder)
             hits = distinct_snippets(hits, k)
-            await touch_documents(conn, [h.path for h in hits], scope=vault.scope)
+            await touch_documents(conn, [h.path for h in hits], scope=ctx.scope)
         return RecallResult(block=fence_memory(hits), hits=len(hits),
                             sources=[h.path for h in hits])
 
@@ -196,6 +220,21 @@ class MemoryActivities:
                                ctx.vault.require_schema())
         plan.model_calls = 1
         return plan
+    @activity.defn(name="append_transcripts")
+    async def append_transcripts(self, inp: TranscriptsInput) -> TranscriptsResult:
+        """A turn's messages appended in one activity (each as `append_transcript` does:
+        idempotent, so a retry appends only what is missing), then embedded for hybrid
+        search, since recall no longer embeds what is pending."""
+        results = [await self.append_transcript(
+            TranscriptInput(session_id=inp.session_id, seq=seq, scope=inp.scope))
+            for seq in inp.seqs]
+        embedded = 0
+        if self._embedder is not None and any(r.appended for r in results):
+            pool = await self.ctx.pool()
+            async with pool.connection() as conn:
+                embedded = await embed_pending(conn, self._embedder, limit=RECALL_EMBED_LIMIT,
+                                               scope=self.ctx.scoped(inp.scope).scope)
+        return TranscriptsResult(results=results, embedded=embedded)
 
     @activity.defn(name="append_transcript")
     async def append_transcript(self, inp: TranscriptInput) -> TranscriptResult:
@@ -238,13 +277,32 @@ class MemoryActivities:
                         async with pool.connection() as conn:
                             await index_document(conn, doc, scope=vault.scope)
                     return TranscriptResult(path=rel, appended=False)
+                before = vault.file_stamp(rel)
                 with path.open("ab") as f:
                     f.write(entry.encode("utf-8"))
+                vault.note_own_write(rel, before)
             else:
                 atomic_write(path, f"# {local.date().isoformat()}\n{entry}")
             async with pool.connection() as conn:
                 await index_document(conn, doc, scope=vault.scope)
         return TranscriptResult(path=rel, appended=True)
+
+
+async def catch_up_hand_edits(ctx: MemoryContext) -> int:
+    """Re-index what changed on disk in every scope's vault since this process last looked
+    (hand edits; the writers' own appends excluded), then embed what is pending. Run by the
+    vault worker on its beat, off every turn; returns how many documents changed."""
+    embedder = (load_embedder(ctx.memory.embedder or "hashing")
+                if ctx.memory.search_mode == SearchMode.HYBRID else None)
+    pool = await ctx.pool()
+    changed = 0
+    for scope in scope_vaults(ctx.memory):
+        vault = ctx.scoped(scope).vault
+        async with vault.lock(), pool.connection() as conn:
+            changed += await vault.refresh(conn)
+            if embedder is not None:
+                await embed_pending(conn, embedder, limit=RECALL_EMBED_LIMIT, scope=scope)
+    return changed
 
 
 TRANSCRIPT_TAIL_BYTES = 1 << 20

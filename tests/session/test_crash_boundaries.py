@@ -26,7 +26,7 @@ from tests.session.test_worker_crash import start_worker
 
 MATRIX = os.environ.get("KEEL_CRASH_MATRIX") == "1"
 FILLER = " ".join(f"w{i % 97}" for i in range(1_000))
-TURN = ["record_input", "recall_memory", "call_model", "run_tool", "append_transcript"]
+TURN = ["record_input", "recall_memory", "call_model", "run_tool", "append_transcripts"]
 CHECKPOINT = ["prepare_checkpoint", "flush_memory", "checkpoint_round",
               "validate_checkpoint", "store_checkpoint"]
 DEFAULT = {"call_model"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import psycopg
@@ -111,3 +112,40 @@ async def test_update_with_start_acknowledges_the_first_message_once(
     assert again.session_id == session.session_id
     texts = [r[3] for r in rows(database_url, sid) if r[1] == "user"]
     assert texts == ["first words", "second words"]  # one session, both recorded once
+
+
+async def test_a_plain_turn_is_one_update_with_the_record_and_recall_inside_it(
+        client, settings, fake_anthropic, database_url):
+    """The turn path of issue 10: one ASK update; the input recorded and recall searched as
+    local activities (markers, no activity tasks of their own); the model call and, after
+    the reply, one transcript activity for all the turn's seqs. send + await_reply still
+    answer the same way."""
+    from temporalio.api.enums.v1 import EventType
+
+    fake_anthropic.responder = lambda body: text_message("Noted.")
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"s-{uuid.uuid4().hex[:8]}")
+        asked = await session.ask("Remember the billing retries stop after five tries.")
+        accepted = await session.send("And the auth retries after three tries.")
+        waited = await session.wait_reply(accepted.seq)
+        for _ in range(200):  # the second turn's transcript comes after its reply
+            history = await session.handle.fetch_history()
+            scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
+                         for e in history.events if e.event_type ==
+                         EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+            if scheduled.count("append_transcripts") == 2:
+                break
+            await asyncio.sleep(0.05)
+    assert (asked.reply_text, waited.reply_text) == ("Noted.", "Noted.")
+    assert scheduled == ["call_model", "append_transcripts"] * 2
+    markers = [e for e in history.events
+               if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED]
+    assert len(markers) == 4  # record + recall, per turn
+    updates = [e.workflow_execution_update_accepted_event_attributes.accepted_request.input
+               .name for e in history.events if e.event_type ==
+               EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED]
+    assert updates == ["ask", "send_message", "await_reply"]
+    assert [(r[1], r[3]) for r in rows(database_url, session.session_id)] == [
+        ("user", "Remember the billing retries stop after five tries."),
+        ("assistant", "Noted."), ("user", "And the auth retries after three tries."),
+        ("assistant", "Noted.")]

@@ -10,7 +10,13 @@ from activities.vault.cards import VaultActivities, WriteCardInput
 from activities.vault.rollup import CommitInput, RollupActivities
 from activities.vault.search import search
 from activities.vault.store import read_core_text
-from activities.vault.turn import FlushInput, MemoryActivities, RecallInput, TranscriptInput
+from activities.vault.turn import (
+    FlushInput,
+    MemoryActivities,
+    RecallInput,
+    TranscriptInput,
+    catch_up_hand_edits,
+)
 from schemas.config import ModelSettings
 from schemas.vault.card import CardFact, parse_card
 from schemas.vault.schema import CardOp
@@ -199,12 +205,17 @@ async def test_a_vault_folder_that_is_not_a_repository_is_reported(tmp_path, dat
     assert (root / "cards" / "notes" / "Mine.md").read_text() == "# Mine\n"
 
 
-async def test_recall_sees_hand_edits_without_a_reindex(ctx):
+async def test_hand_edits_are_recalled_once_the_vault_worker_caught_up(ctx):
+    """Recall reads only the index (activities.vault.turn): a hand edit is found after the
+    vault worker's catch-up, without a full reindex."""
     acts = MemoryActivities(ctx)
     assert (await run_activity(acts.recall_memory, RecallInput(session_id="s",
                                                                query="sourdough"))).hits == 0
     ctx.vault.path("cards/notes/Bread.md").write_text(
         "---\ntype: note\n---\n# Bread\n\n- feed the sourdough starter on Fridays\n")
+    assert (await run_activity(acts.recall_memory, RecallInput(session_id="s",
+                                                               query="sourdough"))).hits == 0
+    assert await catch_up_hand_edits(ctx) >= 1
     result = await run_activity(acts.recall_memory, RecallInput(session_id="s",
                                                                 query="sourdough"))
     assert result.hits == 1 and "cards/notes/Bread.md" in result.block
