@@ -85,20 +85,21 @@ def tool_tokens(tool: dict[str, Any]) -> int:
     return _count(json.dumps(shown, sort_keys=True))
 
 
-def _content_key(item: dict[str, Any]) -> str:
+def _content_key(item: dict[str, Any]) -> bytes:
+    """The block's content (all but cache_control) as sorted JSON, encoded for hashing."""
     text = item.get("text")
     if (item.get("type") == "text" and type(text) is str
             and all(k in ("type", "text", "cache_control") for k in item)):
         # Exactly {"type": "text", "text": text} once cache_control is dropped: the same
-        # string the general case gives, looked up by the text alone.
+        # bytes the general case gives, looked up by the text alone.
         return _text_key(text)
     return json.dumps({k: v for k, v in item.items() if k != "cache_control"},
-                      sort_keys=True, default=str)
+                      sort_keys=True, default=str).encode()
 
 
 @lru_cache(maxsize=COUNT_CACHE_SIZE)
-def _text_key(text: str) -> str:
-    return json.dumps({"text": text, "type": "text"}, sort_keys=True, default=str)
+def _text_key(text: str) -> bytes:
+    return json.dumps({"text": text, "type": "text"}, sort_keys=True, default=str).encode()
 
 
 def system_blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -121,19 +122,20 @@ def prompt_blocks(body: dict[str, Any], *, count_tools: bool = True) -> list[Blo
     digest = hashlib.sha256(json.dumps(str(body.get("model", ""))).encode())
     blocks: list[Block] = []
 
-    def add(where: str, key: str, tokens: int, item: dict[str, Any]) -> None:
-        digest.update(key.encode() + b"\x00")
+    def add(where: str, head: str, item: dict[str, Any], tokens: int, kind: str) -> None:
+        # Fed in parts, the digest is that of head + content key + NUL in one piece.
+        digest.update(head.encode())
+        digest.update(_content_key(item))
+        digest.update(b"\x00")
         control = item.get("cache_control")
-        kind = "tool" if where.startswith("tools.") else str(item.get("type"))
         blocks.append(Block(where, kind, tokens, control if isinstance(control, dict) else None,
                             digest.copy().hexdigest()))
 
     for i, tool in enumerate(body.get("tools") or []):
         if isinstance(tool, dict):
-            add(f"tools.{i}", "tool:" + _content_key(tool),
-                tool_tokens(tool) if count_tools else 0, tool)
+            add(f"tools.{i}", "tool:", tool, tool_tokens(tool) if count_tools else 0, "tool")
     for i, item in enumerate(system_blocks(body)):
-        add(f"system.{i}", "system:" + _content_key(item), block_tokens(item), item)
+        add(f"system.{i}", "system:", item, block_tokens(item), str(item.get("type")))
     for m, message in enumerate(body.get("messages") or []):
         if not isinstance(message, dict):
             continue
@@ -144,7 +146,7 @@ def prompt_blocks(body: dict[str, Any], *, count_tools: bool = True) -> list[Blo
         for j, item in enumerate(items):
             head = f"msg:{message.get('role')}:" if j == 0 else "+"
             tokens = block_tokens(item) + (MESSAGE_OVERHEAD if j == 0 else 0)
-            add(f"messages.{m}.content.{j}", head + _content_key(item), tokens, item)
+            add(f"messages.{m}.content.{j}", head, item, tokens, str(item.get("type")))
     return blocks
 
 
