@@ -8,11 +8,12 @@ reports); the "messages.N" / "tools.N" paths point at the offending item as the 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from tests.fake_anthropic.cache import breakpoints
 from tests.fake_anthropic.models import ModelLimits
-from tests.fake_anthropic.prompt import message_blocks, prompt_blocks, system_blocks
+from tests.fake_anthropic.prompt import Block, message_blocks, prompt_blocks, system_blocks
 
 MAX_CACHE_BREAKPOINTS = 4
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
@@ -138,8 +139,11 @@ def check_tools(body: dict[str, Any]) -> str | None:
     return None
 
 
-def check_cache_control(body: dict[str, Any]) -> str | None:
-    blocks = prompt_blocks(body)
+def check_cache_control(body: dict[str, Any],
+                        blocks: list[Block] | None = None) -> str | None:
+    """`blocks`: `prompt_blocks(body)` if the caller has them already (same result)."""
+    if blocks is None:
+        blocks = prompt_blocks(body)
     for b in blocks:
         control = b.cache_control
         if control is None:
@@ -176,15 +180,21 @@ def check_size(body: dict[str, Any], prompt_tokens: int, limits: ModelLimits,
 
 
 def check_request(body: Any, limits_of: Any, prompt_tokens_of: Any,
-                  *, count_tokens_endpoint: bool = False) -> str | None:
+                  *, count_tokens_endpoint: bool = False,
+                  blocks_of: Callable[[dict[str, Any]], list[Block]] | None = None,
+                  ) -> str | None:
     """The first rule this request breaks, or None. `limits_of(body)` gives the model's
-    limits; `prompt_tokens_of(body)` the prompt's size."""
+    limits; `prompt_tokens_of(body)` the prompt's size; `blocks_of(body)`, if given,
+    `prompt_blocks(body)` (so a caller that needs them again walks the body once)."""
     problem = check_fields(body, count_tokens_endpoint=count_tokens_endpoint)
     if problem:
         return problem
-    for check in (check_tools, check_messages, check_cache_control):
+    for check in (check_tools, check_messages):
         problem = check(body)
         if problem:
             return problem
+    problem = check_cache_control(body, blocks_of(body) if blocks_of else None)
+    if problem:
+        return problem
     return check_size(body, prompt_tokens_of(body), limits_of(body),
                       count_tokens_endpoint=count_tokens_endpoint)

@@ -10,6 +10,11 @@ usage in `usages`; every refusal's message in `rejections`.
 Usage is computed as the API does, prompt caching included (see `cache.py`): a step
 whose `usage.input_tokens` is None gets input, cache-read and cache-write tokens from the
 request; a step that sets `input_tokens` keeps the usage it gives.
+
+Each step of handling a request (checking it, then accounting its usage once the script
+or responder has answered) walks the body once, through a `PromptView`: the answers are
+those of counting afresh at every question, as the responder may have changed the body
+in between, and only the walk is shared.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any
 
 from tests.fake_anthropic.cache import CacheUsage, PromptCache
 from tests.fake_anthropic.models import ModelLimits, limits_for
-from tests.fake_anthropic.prompt import prompt_blocks, request_tokens
+from tests.fake_anthropic.prompt import PromptView, prompt_blocks, request_tokens
 from tests.fake_anthropic.replies import DEFAULT_MODEL, ErrorStep
 from tests.fake_anthropic.rules import check_request, check_size
 from tests.fake_anthropic.stream import error_event, message_start, sse, stream_events
@@ -131,13 +136,22 @@ class FakeAnthropic:
                 out.write(json.dumps({"test": test, "message": message}) + "\n")
         return ErrorStep(400, "invalid_request_error", message)
 
-    def _check(self, body: Any, *, count_tokens_endpoint: bool = False) -> str | None:
+    def _check(self, body: Any, *, count_tokens_endpoint: bool = False,
+               view: PromptView | None = None) -> str | None:
+        """`view`: the body's `PromptView`, if the caller will ask it more (same result)."""
+        if view is None and isinstance(body, dict):
+            view = PromptView(body)
         if self.strict:
-            return check_request(body, self.limits, self.tokens,
-                                 count_tokens_endpoint=count_tokens_endpoint)
-        if self.context_window is not None and isinstance(body, dict):  # set by the test
-            return check_size(body, self.tokens(body), self.limits(body),
-                              count_tokens_endpoint=count_tokens_endpoint, output_limit=False)
+            return check_request(
+                body, self.limits,
+                lambda b: view.tokens(count_tools=self.count_tool_definitions) if view
+                else self.tokens(b),
+                count_tokens_endpoint=count_tokens_endpoint,
+                blocks_of=lambda b: view.blocks() if view else prompt_blocks(b))
+        if self.context_window is not None and view is not None:  # set by the test
+            return check_size(body, view.tokens(count_tools=self.count_tool_definitions),
+                              self.limits(body), count_tokens_endpoint=count_tokens_endpoint,
+                              output_limit=False)
         return None
 
     def _next(self, body: dict[str, Any]) -> Step:
@@ -160,8 +174,10 @@ class FakeAnthropic:
     def _with_usage(self, body: dict[str, Any], step: dict[str, Any]) -> dict[str, Any]:
         """The reply with its usage as the API would report it; the cache is read and
         written either way."""
-        blocks = prompt_blocks(body, count_tools=self.count_tool_definitions)
-        extra = self.tokens(body) - sum(b.tokens for b in blocks)
+        view = PromptView(body)  # afresh: the responder has had the body meanwhile
+        blocks = view.blocks(count_tools=self.count_tool_definitions)
+        extra = view.tokens(count_tools=self.count_tool_definitions) - sum(
+            b.tokens for b in blocks)
         counted = self.cache.account(body, blocks, self.limits(body).min_cacheable_tokens,
                                      extra_tokens=extra)
         given = dict(step.get("usage") or {})
@@ -185,11 +201,13 @@ class FakeAnthropic:
         return reply
 
     def count_tokens(self, body: Any) -> tuple[int, dict[str, Any]]:
-        problem = self._check(body, count_tokens_endpoint=True)
+        view = PromptView(body) if isinstance(body, dict) else None
+        problem = self._check(body, count_tokens_endpoint=True, view=view)
         if problem:
             self._refuse(body, problem)
             return 400, ErrorStep(400, "invalid_request_error", problem).body("")
-        return 200, {"input_tokens": self.tokens(body)}
+        return 200, {"input_tokens": view.tokens(count_tools=self.count_tool_definitions)
+                     if view else self.tokens(body)}
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
