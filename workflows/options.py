@@ -10,9 +10,11 @@ Why the numbers:
   and a heartbeat so a dead worker is noticed in seconds, not at the attempt's end.
 - The record is PostgreSQL: a retry soon, with a cap on the wait between tries.
 - Long memory helps a turn but must never hold one up: three tries, then go on without.
-- A plain turn's own steps run as local activities (the user's input is recorded inside the
-  update handler, recall beside it, both on the session worker): a local activity costs
-  one marker event and no extra workflow task. Only a step before the reply is local; work
+- Recall, a plain turn's read before the model call, runs as a local activity on the
+  session worker: it costs one marker event and no extra workflow task. The user's input
+  is recorded by an ordinary activity: the server ends an attempt that hangs (a database
+  going down mid-connect was seen to hold a local attempt past its deadlines, and with it
+  the caller's answer). Only a step before the reply is local; work
   after the reply (the transcript) stays an ordinary activity, since a local one would keep
   the workflow task, and with it the reply, open until it is done. A local activity may not
   outlive a few workflow-task heartbeats comfortably, so each local set ends within a minute
@@ -109,15 +111,6 @@ def record_user_input(record_timeout_s: int) -> ActivityOptions:
                            retry_policy=DB_RETRY)
 
 
-def record_user_input_local(record_timeout_s: int) -> LocalActivityOptions:
-    """A user's message recorded inside its update handler: the same end as
-    `record_user_input` (the caller hears RECORD_FAILED after `record_timeout_s`)."""
-    ordinary = record_user_input(record_timeout_s)
-    return LocalActivityOptions(start_to_close_timeout=ordinary["start_to_close_timeout"],
-                                schedule_to_close_timeout=ordinary["schedule_to_close_timeout"],
-                                retry_policy=ordinary["retry_policy"])
-
-
 # A background input has nobody waiting: it is retried for an hour (a database restart, a
 # failover), then recorded as a notice saying what was lost. Later inputs wait for it
 # (their seqs come after it), so it must end.
@@ -153,7 +146,7 @@ CHECKPOINT_ROUND = ActivityOptions(start_to_close_timeout=timedelta(minutes=10),
 MEMORY_TURN = ActivityOptions(start_to_close_timeout=timedelta(seconds=30),
                               schedule_to_close_timeout=timedelta(minutes=2),
                               retry_policy=BEST_EFFORT_RETRY)
-# Recall as a local activity on the session worker (a PostgreSQL read): it runs beside the
+# Recall as a local activity on the session worker (a PostgreSQL read): it runs after the
 # record, and a turn waits at most this long for it before going on without memory.
 RECALL_LOCAL = LocalActivityOptions(start_to_close_timeout=timedelta(seconds=10),
                                     schedule_to_close_timeout=timedelta(seconds=20),

@@ -16,12 +16,13 @@ background input's unstorable characters are replaced and named. A session's ide
 its workflow id: a run whose input names another session writes nothing and fails.
 
 A plain turn is one update (`Handler.ASK`; `send_message` + `await_reply` do the same in two
-steps): the user's input is recorded inside the update handler as a local activity, and
-recall follows it in the same workflow task (a local activity too, a read of PostgreSQL; a
-recall beside a record that gives up would hold the caller's answer back); the model call
-is an ordinary activity; after the reply, one ordinary activity appends the turn's messages
-to the transcript. A failed recall or transcript is said (`last_error`, an ErrorEvent where
-"memory", and for recall a notice in the record), and never holds the turn up.
+steps): the user's input is recorded inside the update handler (an ordinary activity, so
+the server ends an attempt that hangs), and recall follows it (a local activity, a read of
+PostgreSQL; a recall beside a record that gives up would hold the caller's answer back);
+the model call is an ordinary activity; after the reply, one ordinary activity appends the
+turn's messages to the transcript. A failed recall or transcript is said (`last_error`, an
+ErrorEvent where "memory", and for recall a notice in the record), and never holds the
+turn up.
 Continue-as-new happens between turns, or inside a turn whose tool call waits on a person
 (the turn's progress goes with the state, `TurnInProgress`, and the new run resumes it at
 the waiting call). A client's file calls are Updates that run one workspace activity each.
@@ -148,7 +149,7 @@ with workflow.unsafe.imports_passed_through():
         RECORD_FENCE,
         RECORD_NOTICE,
         on_vault_queue,
-        record_user_input_local,
+        record_user_input,
     )
     from workflows.tools import BUILTIN_NAMES, ToolRunner
 
@@ -273,12 +274,13 @@ class SessionWorkflow:
                 inserted = await workflow.execute_activity_method(
                     SessionActivities.record_input, record, **RECORD_BACKGROUND)
             else:
-                # A caller waits on a user's message: recorded right here, inside its update
-                # handler (a local activity: a marker, no extra workflow task), and given up
-                # in time.
-                inserted = await workflow.execute_local_activity_method(
+                # A caller waits on a user's message: given up in time. An ordinary activity,
+                # not a local one: the server ends an attempt that hangs (a database going
+                # down mid-connect was seen to hold a local attempt past every deadline,
+                # and with it the caller's answer), and the workflow hears of it.
+                inserted = await workflow.execute_activity_method(
                     SessionActivities.record_input, record,
-                    **record_user_input_local(state.config.record_timeout_s))
+                    **record_user_input(state.config.record_timeout_s))
         except LOCAL_FAILURES as err:
             reason = _reason(err)
             self.last_error = f"{lost} could not be recorded: {reason}"
@@ -303,11 +305,11 @@ class SessionWorkflow:
                              source_line=source_line)
             state.pending.append(PendingInput(seq=inserted.seq, kind=kind,
                                               query=text[:RECALL_QUERY_CHARS]))
-            # Recall for a user's message starts here, in the same workflow task as its
-            # record (a second local activity: a marker, no task of its own). Not beside
-            # the record: a workflow task ends only when its local activities have, so a
-            # recall running beside a record that gives up would hold the caller's
-            # RECORD_FAILED back by up to the recall's own deadline.
+            # Recall for a user's message starts here, as soon as it is recorded (a local
+            # activity: a marker, no task of its own). Not beside the record: a workflow
+            # task ends only when its local activities have, so a recall running beside a
+            # record that gives up would hold the caller's RECORD_FAILED back by up to the
+            # recall's own deadline.
             recall = None if patient else self._start_recall(text[:RECALL_QUERY_CHARS])
             if recall is not None:  # kept by seq: the turn (or continue-as-new) waits for it
                 self.recalls[inserted.seq] = recall

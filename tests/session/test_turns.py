@@ -116,10 +116,10 @@ async def test_update_with_start_acknowledges_the_first_message_once(
 
 async def test_a_plain_turn_is_one_update_with_the_record_and_recall_inside_it(
         client, settings, fake_anthropic, database_url):
-    """The turn path of issue 10: one ASK update; the input recorded and recall searched as
-    local activities (markers, no activity tasks of their own); the model call and, after
-    the reply, one transcript activity for all the turn's seqs. send + await_reply still
-    answer the same way."""
+    """The turn path of issue 10: one ASK update; the input recorded (an ordinary activity,
+    so the server ends a hung attempt) and recall searched as a local activity (a marker, no
+    activity task of its own); the model call and, after the reply, one transcript activity
+    for all the turn's seqs. send + await_reply still answer the same way."""
     from temporalio.api.enums.v1 import EventType
 
     fake_anthropic.responder = lambda body: text_message("Noted.")
@@ -137,10 +137,10 @@ async def test_a_plain_turn_is_one_update_with_the_record_and_recall_inside_it(
                 break
             await asyncio.sleep(0.05)
     assert (asked.reply_text, waited.reply_text) == ("Noted.", "Noted.")
-    assert scheduled == ["call_model", "append_transcripts"] * 2
+    assert scheduled == ["record_input", "call_model", "append_transcripts"] * 2
     markers = [e for e in history.events
                if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED]
-    assert len(markers) == 4  # record + recall, per turn
+    assert len(markers) == 2  # recall, per turn
     updates = [e.workflow_execution_update_accepted_event_attributes.accepted_request.input
                .name for e in history.events if e.event_type ==
                EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED]
