@@ -143,16 +143,40 @@ async def test_three_workers_and_the_vault_worker_share_one_session_state(
                 replies.append(outcome.reply_text)
             return replies
 
+        async def w0_wrote_before_a_later_read() -> bool:
+            """Whether worker 0 has written a session's file and that session still has a
+            turn to come: its next read then runs on another worker once w0 is gone, so a
+            write read back across workers is certain, not left to the scheduler."""
+            with psycopg.connect(database_url) as conn:
+                done = dict(conn.execute("SELECT session_id, count(*) FROM messages WHERE"
+                                         " type='tool_result' GROUP BY session_id").fetchall())
+            for sid in ids:
+                if done.get(sid, 0) >= 2 * TURNS - 1:
+                    continue  # its last write is done or under way: no read comes after
+                try:
+                    started = _activities(await _histories(temporal_env.client, sid))
+                except Exception:  # not started yet
+                    continue
+                if any(a["type"] == "run_tool" and a["identity"].startswith(
+                        f"{workers[0].pid}@") and "write_file" in json.dumps(a["input"])
+                       for a in started):
+                    return True
+            return False
+
         async def kill_one_mid_way() -> int:
-            while True:  # once a third of the tool calls are done, SIGKILL worker 0
+            # SIGKILL worker 0 once a third of the tool calls are done and it has written a
+            # file that a later turn reads (or, failing that, at two thirds).
+            total = SESSIONS * TURNS * 2
+            while True:
                 with psycopg.connect(database_url) as conn:
                     n = conn.execute("SELECT count(*) FROM messages"
                                      " WHERE type='tool_result'").fetchone()[0]
-                if n >= SESSIONS * TURNS * 2 // 3:
+                if ((n >= total // 3 and await w0_wrote_before_a_later_read())
+                        or n >= total * 2 // 3):
                     os.kill(workers[0].pid, signal.SIGKILL)
                     workers[0].wait()
                     return n
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.1)
 
         killer = asyncio.create_task(kill_one_mid_way())
         replies = await asyncio.gather(*(play(sid) for sid in ids))
