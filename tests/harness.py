@@ -1,7 +1,9 @@
-"""Test helpers: settings for a test, and a worker running in this process."""
+"""Test helpers: settings for a test, a worker running in this process, and stopping a
+process a test started."""
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -37,3 +39,13 @@ async def keel_worker(client: Client, settings: KeelSettings,
 
 def small_config(settings: KeelSettings, **overrides: Unpack[SessionOverrides]) -> SessionConfig:
     return session_config(settings, **overrides)
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float = 5) -> None:
+    """Ask `proc` to stop (SIGTERM); kill it when it has not within `grace_s` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(grace_s)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from schemas.mcp import McpServerSpec
+from tests.harness import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVERS = ROOT / "tests" / "mcp" / "servers"
@@ -60,12 +61,7 @@ def service_queue(client, tmp_path) -> Iterator[tuple[str, Path]]:
             _wait_line(proc, log, "service worker ready", 30)
             yield queue, refunds
         finally:
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            stop_process(proc)
 
 
 @pytest.fixture(scope="module")
@@ -86,5 +82,4 @@ def docs_http() -> Iterator[McpServerSpec]:
             time.sleep(0.1)
     yield McpServerSpec(name="webdocs", http={"url": f"http://127.0.0.1:{port}/mcp"},
                         connect_s=5, list_s=5, call_s=5)
-    proc.terminate()
-    proc.wait(5)
+    stop_process(proc)

@@ -29,6 +29,7 @@ from activities.mcp import (
     McpFailure,
 )
 from schemas.mcp import McpServerSpec
+from tests.harness import stop_process
 
 SERVERS = Path(__file__).parent / "servers"
 DOCS = str(Path(__file__).resolve().parents[2] / "examples" / "support" / "docs_server.py")
@@ -80,12 +81,7 @@ def docs_http_url(tmp_path_factory) -> Iterator[str]:
                 raise RuntimeError("docs server did not listen within 20 s") from None
             time.sleep(0.1)
     yield f"http://127.0.0.1:{port}/mcp"
-    proc.terminate()
-    try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
+    stop_process(proc)
     log.close()
 
 
