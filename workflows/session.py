@@ -717,7 +717,7 @@ class SessionWorkflow:
         return state.stopped_reason is None and any(
             p.seq <= state.recorded_upto for p in state.pending)
 
-    def _should_continue_as_new(self) -> bool:
+    def should_continue_as_new(self) -> bool:  # the loop's and the approval wait's rule
         limit = self.state.config.continue_as_new_after_events
         info = workflow.info()
         return info.is_continue_as_new_suggested() or (
@@ -737,13 +737,13 @@ class SessionWorkflow:
             await self._run_turn()
         while state.stopped_reason is None:
             await workflow.wait_condition(
-                lambda: self._ready() or self._should_continue_as_new()
+                lambda: self._ready() or self.should_continue_as_new()
                 or state.stopped_reason is not None or state.checkpoint_requested)
             if state.checkpoint_requested and state.stopped_reason is None:
                 await self._requested_checkpoint()
             # Under a steady stream of inputs there is always a next turn: continue-as-new
             # comes first, carrying the queue, or the history would grow without bound.
-            if self._should_continue_as_new() and state.stopped_reason is None:
+            if self.should_continue_as_new() and state.stopped_reason is None:
                 await self._continue_as_new()
             if self._ready():
                 await self._run_turn()
@@ -757,9 +757,6 @@ class SessionWorkflow:
         await workflow.wait_condition(
             lambda: workflow.all_handlers_finished() and not self.fencing)
         return self.status()
-
-    def should_continue_as_new(self) -> bool:  # for the ToolRunner's approval wait
-        return self._should_continue_as_new()
 
     async def continue_as_new_waiting(self, reply: ModelReply, next_call: int) -> NoReturn:
         """Continue as new in the middle of a turn whose call `next_call` of `reply` waits
