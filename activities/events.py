@@ -10,6 +10,11 @@ dropped. Deltas are a live view, not the record: the reply is durable in Postgre
     async with DeltaPublisher.for_activity(session_id, turn, reply_seq) as deltas:
         async for text in stream.text_stream:
             deltas.add(text)
+
+A reply that comes whole within the first `interval` (the usual short one) costs no signal
+at all: `finish()` hands back the text not yet cut into a delta as a `DeltaTail`, which the
+activity returns and the workflow publishes itself with the reply (one publish signal and its
+workflow task fewer per such turn). Only what was already cut is flushed.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from schemas.events import DELTA_CHARS, TextDelta
+from schemas.events import DELTA_CHARS, DeltaTail, TextDelta
 from workflows.events import TOPIC, event_payload
 
 log = logging.getLogger(__name__)
@@ -146,6 +151,19 @@ class DeltaPublisher:
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         await self.close()
+
+    async def finish(self) -> DeltaTail | None:
+        """End publishing, handing back the text not yet cut into a delta (None when all
+        was sent): the caller passes it on to the workflow, which publishes it itself. What
+        was cut already is flushed as `close` does. Never raises."""
+        tail = None
+        if self._parts:
+            text = "".join(self._parts)
+            self._parts, self._chars = [], 0
+            tail = DeltaTail(attempt=self.attempt, index=self._index, start=self._start,
+                             text=text)
+        await self.close()
+        return tail
 
     async def close(self) -> None:
         """Send what is left, waiting at most `close_timeout`. Never raises."""

@@ -3,6 +3,14 @@
 Each takes ids and sequence numbers, loads what it needs from the record, and returns a
 small result. Each is idempotent: a retry after a crash finds its row and returns it.
 
+A plain turn is one activity before its reply: the model call of a message asked while the
+session was idle first writes that message to the record (idempotent by its seq and input
+id, in at most RECORD_STEP_S; when it cannot, it fails as INPUT_NOT_RECORDED before anything
+else, and the session's ordinary record takes over), then searches long memory (a read of
+the index, at most RECALL_STEP_S; a failure is returned, and the turn goes on without),
+then rebuilds the window from the record and asks the model. One task round trip and one
+activity per turn fewer than recording, recalling and calling apart.
+
 Long memory is the session's scope's only: the workflow passes `memory_scope` (from the
 session's config) to the model and tool calls; the model call mirrors it on the session's
 row, from which every system prompt (the checkpoint turn's too) takes its core memory. The
@@ -42,7 +50,7 @@ from activities.record import (
     load_seqs,
 )
 from activities.tools import Skill, ToolContext, ToolOutput, execute_tool, load_skills
-from activities.vault.search import search, touch_documents
+from activities.vault.search import Embedder, load_embedder, recall, search, touch_documents
 from activities.vault.store import TEMPLATE_DIR, MemoryContext, VaultError
 from activities.vault_share import shared_vault_text
 from activities.workspace import WorkspaceStore, open_store
@@ -60,21 +68,26 @@ from schemas.context import (
     fit_newest_tool_output,
     with_cache_breakpoints,
 )
-from schemas.events import SHORT_INPUT_CHARS, SHORT_OUTPUT_CHARS, cut
+from schemas.events import SHORT_INPUT_CHARS, SHORT_OUTPUT_CHARS, DeltaTail, cut
 from schemas.mcp import McpTool
 from schemas.messages import MessageType, ModelReply, RecordRow, ToolCall, Usage
 from schemas.text import make_storable, make_storable_json
 from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL, MEMORY_TOOLS
 from schemas.vault.card import CardFact
-from schemas.vault.recall import fence_memory, scrub_memory_echo
+from schemas.vault.recall import RecallInput, RecallResult, fence_memory, scrub_memory_echo
 from schemas.vault.rollup import write_card_tool
-from schemas.vault.schema import CORE_FILE, SCHEMA_FILE, parse_schema
+from schemas.vault.schema import CORE_FILE, SCHEMA_FILE, SearchMode, parse_schema
 from schemas.vault.scope import DEFAULT_SCOPE, tool_scope_problem
 
 PACKAGED_SKILLS = Path(__file__).resolve().parent.parent / "keel" / "skills"
 OFFLINE_NOTICE = (
     "Keel runs on its offline deterministic model: no network, replies written by rule."
 )
+# The model call's record step failed: nothing else was done (the workflow records the
+# input the ordinary way, with its own retries and deadline).
+INPUT_NOT_RECORDED = "InputNotRecorded"
+RECORD_STEP_S = 5.0  # the record step of a model call at most (connection included)
+RECALL_STEP_S = 5.0  # the recall step: past it the turn goes on without long memory
 
 
 class RecordInput(NewRow):
@@ -95,16 +108,24 @@ class ModelCallInput(BaseModel):
     # threshold (but under the hard limit) it is sent as it is (schemas.checkpoint.policy).
     room_asked: bool = False
     cut_newest_output: bool = False
-    memory_block: str = ""  # this turn's fenced long-memory recall
+    memory_block: str = ""  # this turn's fenced long-memory recall, when already searched
     keep_recent_seq: int = 0  # the pre-pass leaves rows from here on as they are
     memory_scope: str | None = DEFAULT_SCOPE  # the session's; None: no long memory
     # The session's agent (instructions, tools, provider) and its listed MCP tools.
     agent: AgentSpec | None = None
     mcp_tools: list[McpTool] = Field(default_factory=list)
+    # A turn's first call: the inputs to write to the record before anything else (a
+    # message asked while the session was idle), and the search of long memory to run
+    # (its block then takes the place of `memory_block`).
+    record: list[RecordInput] = Field(default_factory=list)
+    record_within_s: float = RECORD_STEP_S  # past this, INPUT_NOT_RECORDED
+    recall: RecallInput | None = None
 
 
 class ModelCallResult(BaseModel):
-    reply: ModelReply | None = None  # None: not sent, the session must make room first
+    # None: not sent (the session must make room first, or a recorded input turned out to
+    # be a caller's retry of one recorded earlier: `recorded` says so)
+    reply: ModelReply | None = None
     fit: Fit = Fit.FITS
     estimated_tokens: int = 0
     output_cut: bool = False
@@ -112,6 +133,10 @@ class ModelCallResult(BaseModel):
     # What of the model's output PostgreSQL could not hold and was replaced (the session
     # records a notice saying so).
     replaced: list[str] = Field(default_factory=list)
+    recorded: list[Inserted] = Field(default_factory=list)  # one per `record`, in order
+    recall: RecallResult | None = None  # the search asked for, when it answered
+    recall_failed: str | None = None  # why the search asked for did not
+    stream_tail: DeltaTail | None = None  # the reply's text no delta carried yet
 
 
 class ToolInput(BaseModel):
@@ -161,6 +186,10 @@ class SessionActivities:
         # session id -> scope, as last read from its row (for prompts built without a conn)
         self._scopes: dict[str, str | None] = {}
         self._store: WorkspaceStore | None = None
+        memory = settings.memory
+        self._embedder: Embedder | None = (
+            load_embedder(memory.embedder or "hashing")
+            if memory.search_mode == SearchMode.HYBRID else None)
 
     def memory(self) -> MemoryContext:
         if self._memory is None:
@@ -272,12 +301,53 @@ class SessionActivities:
         async with await self._conn() as conn:
             return await fence_seq(conn, data)
 
+    async def _record_first(self, inputs: list[RecordInput],
+                            within_s: float) -> list[Inserted]:
+        """The record step of a turn's first model call: every input written, or
+        INPUT_NOT_RECORDED (non-retryable) when the record does not answer in time."""
+        if not inputs:
+            return []
+        try:
+            async with asyncio.timeout(min(within_s, RECORD_STEP_S)), \
+                    await self._conn() as conn:
+                await ensure_session(conn, inputs[0].session_id, inputs[0].user_name)
+                return [await insert_row(conn, row) for row in inputs]
+        except ApplicationError:
+            raise
+        except Exception as err:  # down, refused, timed out, a constraint: not recorded
+            reason = ("no answer in time" if isinstance(err, TimeoutError)
+                      else f"{type(err).__name__}: {err}")
+            raise ApplicationError(f"the record did not take the input: {reason}",
+                                   type=INPUT_NOT_RECORDED, non_retryable=True) from err
+
+    async def _recall(self, conn: AsyncConnection,
+                      inp: RecallInput | None) -> tuple[RecallResult | None, str | None]:
+        """The recall step: the search, or why it failed (never raises but a cancel)."""
+        if inp is None:
+            return None, None
+        try:
+            async with asyncio.timeout(RECALL_STEP_S):
+                scope = self.memory().scoped(inp.scope).scope
+                return await recall(conn, inp, scope=scope, embedder=self._embedder), None
+        except TimeoutError:
+            return None, f"no answer in {RECALL_STEP_S:g} s"
+        except Exception as err:
+            return None, f"{type(err).__name__}: {err}"[:300]
+
     @activity.defn
     async def call_model(self, data: ModelCallInput) -> ModelCallResult:
+        recorded = await self._record_first(data.record, data.record_within_s)
+        if any(i.duplicate and i.seq != r.seq for i, r in zip(recorded, data.record,
+                                                               strict=True)):
+            # A caller's retry of an input recorded earlier: that one is answered there.
+            return ModelCallResult(recorded=recorded)
         async with await self._conn() as conn:
+            found, recall_failed = await self._recall(conn, data.recall)
+            memory_block = found.block if found is not None else data.memory_block
+            learned = {"recorded": recorded, "recall": found, "recall_failed": recall_failed}
             done = await load_seqs(conn, data.session_id, [data.reply_seq])
             if done:  # a retry after the reply was recorded: do not ask the model again
-                return ModelCallResult(reply=_reply_from_row(done[0], data.model))
+                return ModelCallResult(reply=_reply_from_row(done[0], data.model), **learned)
             await conn.execute(  # the row mirrors the scope the workflow holds fixed
                 "UPDATE sessions SET memory_scope = %s WHERE session_id = %s"
                 " AND memory_scope IS DISTINCT FROM %s",
@@ -287,7 +357,7 @@ class SessionActivities:
                 data.checkpoint_id, data.agent.instructions if data.agent else "")
             rows = window.rows
             tools = await self.tools(data.memory_scope, data.agent, data.mcp_tools)
-            estimate = self._estimate(window, rows, data.usage_ratio, data.memory_block, tools)
+            estimate = self._estimate(window, rows, data.usage_ratio, memory_block, tools)
             notes: list[str] = []
             if fit(estimate, data.window) is not Fit.FITS:
                 # The ladder's first step, the cheap pre-pass: old tool outputs shrunk,
@@ -296,25 +366,25 @@ class SessionActivities:
                 if shrunk.tokens_saved:
                     rows = shrunk.rows
                     estimate = self._estimate(window, rows, data.usage_ratio,
-                                              data.memory_block, tools)
+                                              memory_block, tools)
                     notes.append(f"pre-pass saved {shrunk.tokens_saved} tokens")
             output_cut = False
             if data.cut_newest_output and fit(estimate, data.window) is Fit.OVER_LIMIT:
                 excess = estimate - data.window.hard_limit
                 excess = int(excess / max(data.usage_ratio, 0.1)) + 1
                 rows, output_cut = fit_newest_tool_output(rows, excess)
-                estimate = self._estimate(window, rows, data.usage_ratio, data.memory_block,
+                estimate = self._estimate(window, rows, data.usage_ratio, memory_block,
                                           tools)
             size = fit(estimate, data.window)
             if not sendable(size, room_asked=data.room_asked):
-                return ModelCallResult(fit=size, estimated_tokens=estimate)
+                return ModelCallResult(fit=size, estimated_tokens=estimate, **learned)
             messages, assembly_notes = assemble_messages(
                 rows, checkpoint_text=window.checkpoint_text,
-                memory_block=data.memory_block or None)
+                memory_block=memory_block or None)
             notes += assembly_notes
             system, messages = with_cache_breakpoints(
                 window.system, messages, checkpoint_text=window.checkpoint_text,
-                volatile_text=data.memory_block or None)
+                volatile_text=memory_block or None)
             request = {
                 "model": data.model, "max_tokens": data.window.max_output_tokens,
                 "system": system, "messages": messages, "tools": tools,
@@ -325,7 +395,7 @@ class SessionActivities:
             except KeyError:
                 raise ApplicationError(f"provider profile {provider!r} is unknown to this "
                                        "worker", non_retryable=True) from None
-            message = await self._ask_model(data, request, model_settings)
+            message, tail = await self._ask_model(data, request, model_settings)
             blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
             blocks = [b for b in blocks if b.get("type") in ("text", "tool_use")]
             for b in blocks:
@@ -354,16 +424,19 @@ class SessionActivities:
                             cache_creation_input_tokens=usage.cache_creation_input_tokens or 0),
                 text=text, reply_tokens=inserted.token_count, model=message.model)
             return ModelCallResult(reply=reply, fit=size, estimated_tokens=estimate,
-                                   output_cut=output_cut, notes=notes, replaced=replaced)
+                                   output_cut=output_cut, notes=notes, replaced=replaced,
+                                   stream_tail=tail, **learned)
 
     async def _ask_model(self, data: ModelCallInput, request: dict[str, Any],
-                         model: ModelSettings) -> Message:
-        """The model's reply; its text streamed onto the session's events as it comes."""
+                         model: ModelSettings) -> tuple[Message, DeltaTail | None]:
+        """The model's reply; its text streamed onto the session's events as it comes, but
+        for the end no delta carried yet, returned for the workflow to publish."""
         if not self.settings.model.stream:
-            return await with_heartbeat(create_message(model, request))
-        async with DeltaPublisher.for_activity(data.session_id, data.turn,
-                                               data.reply_seq) as deltas:
-            return await with_heartbeat(stream_message(model, request, deltas.add))
+            return await with_heartbeat(create_message(model, request)), None
+        deltas = DeltaPublisher.for_activity(data.session_id, data.turn, data.reply_seq)
+        async with deltas:  # closed on the way out, whatever happens (finish() first)
+            message = await with_heartbeat(stream_message(model, request, deltas.add))
+            return message, await deltas.finish()
 
     def _estimate(self, window: LoadedWindow, rows: list[RecordRow], ratio: float,
                   memory_block: str, tools: list[dict[str, Any]]) -> int:

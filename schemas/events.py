@@ -127,6 +127,17 @@ class TextDelta(_Event):
     text: DeltaText = ""
 
 
+class DeltaTail(BaseModel):
+    """The end of a reply's text that its model activity never sent as a delta (a short reply
+    is all tail): returned with the reply, and published by the workflow as the attempt's
+    last `TextDelta` (activities.events.DeltaPublisher.finish)."""
+
+    attempt: int = 1
+    index: int = 0
+    start: int = 0
+    text: DeltaText = ""
+
+
 class ToolCalled(_Event):
     type: Literal[EventType.TOOL_CALLED] = EventType.TOOL_CALLED
     tool_use_id: Name = ""

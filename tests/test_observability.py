@@ -140,10 +140,11 @@ async def test_spans_for_a_session_turn(client, database_url, tmp_path, fake_ant
     finally:
         shutdown_tracing()
     names = {s.name for s in spans}
-    assert {"RunActivity:record_input", "RunActivity:call_model"} <= names, names
+    assert "RunActivity:call_model" in names, names  # the turn records its message too
     assert "RunWorkflow:SessionWorkflow" in names, names
     mine = [s for s in spans if (s.attributes or {}).get("temporalWorkflowID") == session_id]
-    assert {s.name for s in mine} >= {"RunActivity:record_input", "RunActivity:call_model"}
+    assert "RunActivity:call_model" in {s.name for s in mine}
+    assert "RunActivity:record_input" not in {s.name for s in mine}  # asked while idle
 
 
 async def test_one_trace_per_turn_with_its_activities_as_children(

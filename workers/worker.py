@@ -6,8 +6,8 @@ them in one place and nothing is registered by scanning a class.
 Invariants:
 - The session queue (`settings.task_queue`) runs the session workflow and the activities
   that touch only PostgreSQL, the model and the workspace store: any number of workers on
-  any hosts serve it. Recall (`recall_memory`, a read of the memory index in PostgreSQL)
-  is registered here too: a session runs it as a local activity beside the record.
+  any hosts serve it. A turn's recall (a read of the memory index in PostgreSQL) runs here
+  inside its model call (activities.session).
 - The vault queue (`settings.vault_task_queue`) runs everything that reads or writes the
   vault's git repository: the memory activities, the rollup and doctor workflows, and the
   tool calls that write a card (`workflows.options.VAULT_TOOLS`). One worker process serves
@@ -74,10 +74,6 @@ def session_activities(settings: KeelSettings) -> list[Callable[..., Any]]:
     from activities.files import FileActivities  # the client's file calls (issue 12)
 
     files = FileActivities(settings)
-    # Recall reads only PostgreSQL: a session runs it here, as a local activity.
-    recall = ([MemoryActivities(MemoryContext(settings=settings,
-                                              database_url=settings.database_url))
-               .recall_memory] if settings.database_url else [])
     return [
         files.put_workspace_file, files.read_workspace_file, files.list_workspace_files,
         files.keep_tool_result,
@@ -85,7 +81,7 @@ def session_activities(settings: KeelSettings) -> list[Callable[..., Any]]:
         session.record_tool_result, mcp.list_mcp_tools, mcp.call_mcp_tool,
         checkpoint.prepare_checkpoint, checkpoint.checkpoint_round,
         checkpoint.validate_checkpoint, checkpoint.store_checkpoint,
-        checkpoint.move_earliest_half, *recall,
+        checkpoint.move_earliest_half,
     ]
 
 

@@ -10,15 +10,12 @@ Why the numbers:
   and a heartbeat so a dead worker is noticed in seconds, not at the attempt's end.
 - The record is PostgreSQL: a retry soon, with a cap on the wait between tries.
 - Long memory helps a turn but must never hold one up: three tries, then go on without.
-- Recall, a plain turn's read before the model call, runs as a local activity on the
-  session worker: it costs one marker event and no extra workflow task. The user's input
-  is recorded by an ordinary activity: the server ends an attempt that hangs (a database
-  going down mid-connect was seen to hold a local attempt past its deadlines, and with it
-  the caller's answer). Only a step before the reply is local; work
-  after the reply (the transcript) stays an ordinary activity, since a local one would keep
-  the workflow task, and with it the reply, open until it is done. A local activity may not
-  outlive a few workflow-task heartbeats comfortably, so each local set ends within a minute
-  or two (`LocalActivityOptions`).
+- No step is a local activity. A plain turn's record and recall run inside its model call
+  (activities.session, with their own bounds there), which saves the round trips a local
+  activity was meant to; an ordinary activity is one the server ends when an attempt hangs
+  (a database going down mid-connect was seen to hold a local attempt past every deadline,
+  and with it the caller's answer), and work after the reply (the transcript) must not
+  keep the reply's workflow task open, as a local activity would.
 - A vault problem (`VaultError`: an unusable schema.json, a path outside the vault) needs a
   person, not another try.
 - The vault has one writer: whatever touches it runs on the vault's own queue beside the
@@ -48,15 +45,6 @@ class ActivityOptions(TypedDict, total=False):
     heartbeat_timeout: timedelta | None
     retry_policy: RetryPolicy
     task_queue: str
-
-
-class LocalActivityOptions(TypedDict, total=False):
-    """The keyword arguments of `workflow.execute_local_activity_method` that Keel sets
-    (no queue: it runs on the worker that runs the workflow task; no heartbeat)."""
-
-    start_to_close_timeout: timedelta
-    schedule_to_close_timeout: timedelta | None
-    retry_policy: RetryPolicy
 
 
 # A worker that misses four beats is gone; the activity beats at a quarter of this
@@ -146,14 +134,6 @@ CHECKPOINT_ROUND = ActivityOptions(start_to_close_timeout=timedelta(minutes=10),
 MEMORY_TURN = ActivityOptions(start_to_close_timeout=timedelta(seconds=30),
                               schedule_to_close_timeout=timedelta(minutes=2),
                               retry_policy=BEST_EFFORT_RETRY)
-# Recall as a local activity on the session worker (a PostgreSQL read): it runs after the
-# record, and a turn waits at most this long for it before going on without memory.
-RECALL_LOCAL = LocalActivityOptions(start_to_close_timeout=timedelta(seconds=10),
-                                    schedule_to_close_timeout=timedelta(seconds=20),
-                                    retry_policy=RetryPolicy(
-                                        initial_interval=timedelta(milliseconds=500),
-                                        maximum_attempts=2,
-                                        non_retryable_error_types=NEVER_RETRY))
 # The flush calls the model: it beats, so a worker that died mid-flush is noticed in
 # seconds and the flush retried elsewhere, not after its five-minute attempt.
 MEMORY_FLUSH = ActivityOptions(start_to_close_timeout=timedelta(minutes=5),

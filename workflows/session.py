@@ -16,13 +16,19 @@ background input's unstorable characters are replaced and named. A session's ide
 its workflow id: a run whose input names another session writes nothing and fails.
 
 A plain turn is one update (`Handler.ASK`; `send_message` + `await_reply` do the same in two
-steps): the user's input is recorded inside the update handler (an ordinary activity, so
-the server ends an attempt that hangs), and recall follows it (a local activity, a read of
-PostgreSQL; a recall beside a record that gives up would hold the caller's answer back);
-the model call is an ordinary activity; after the reply, one ordinary activity appends the
-turn's messages to the transcript. A failed recall or transcript is said (`last_error`, an
-ErrorEvent where "memory", and for recall a notice in the record), and never holds the
-turn up.
+steps) and one activity before its reply. A message asked while the session is idle (no
+turn running, nothing else waiting or being recorded) is numbered in the handler and
+written to the record by the turn's first model call, before it reads the window; the same
+call searches long memory (activities.session). When that call could not record it, the
+ordinary record takes over (its retries, its deadline, RECORD_FAILED and the fence), so a
+message is in the record before anything reads past it, or its caller is told it was not
+kept; anything else that would read the record first (a checkpoint asked for,
+continue-as-new, the session's end) records it the ordinary way before it reads. Any
+other input is recorded by its own activity as it arrives (an ordinary one, so the server
+ends an attempt that hangs). After the reply, the transcript is appended by one ordinary
+activity in the background (the next turn does not wait for it). A failed recall or
+transcript is said (`last_error`, an ErrorEvent where "memory", and for recall a notice in
+the record), and never holds the turn up.
 Continue-as-new happens between turns, or inside a turn whose tool call waits on a person
 (the turn's progress goes with the state, `TurnInProgress`, and the new run resumes it at
 the waiting call). A client's file calls are Updates that run one workspace activity each.
@@ -39,7 +45,6 @@ from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
-from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from activities.checkpoint import StoreResult
@@ -49,20 +54,16 @@ with workflow.unsafe.imports_passed_through():
         PutFileInput,
         ReadFileInput,
     )
-    from activities.record import FenceInput
+    from activities.record import FenceInput, Inserted
     from activities.session import (
+        INPUT_NOT_RECORDED,
         ModelCallInput,
         ModelCallResult,
         RecordInput,
         SessionActivities,
     )
     from activities.tools import ToolError, workspace_path
-    from activities.vault.turn import (
-        MemoryActivities,
-        RecallInput,
-        RecallResult,
-        TranscriptsInput,
-    )
+    from activities.vault.turn import MemoryActivities, TranscriptsInput
     from schemas.agent import (
         AgentSpec,
         AgentSpecError,
@@ -90,6 +91,7 @@ with workflow.unsafe.imports_passed_through():
         RecallFound,
         SessionEnded,
         SessionStopped,
+        TextDelta,
         TurnEnded,
         TurnStarted,
     )
@@ -135,6 +137,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.text import make_storable, payload_problem, storable_problem
     from schemas.tokens import count_tokens
+    from schemas.vault.recall import RecallInput
     from schemas.vault.recall_rules import wants_recall
     from schemas.vault.scope import scope_changed
     from workflows.checkpoint import CheckpointChain
@@ -144,7 +147,6 @@ with workflow.unsafe.imports_passed_through():
         FILE_CALL,
         MEMORY_TURN,
         MODEL_CALL,
-        RECALL_LOCAL,
         RECORD_BACKGROUND,
         RECORD_FENCE,
         RECORD_NOTICE,
@@ -172,11 +174,6 @@ _SIGNAL_LABELS = {HarnessKind.WATCH: "Watch", HarnessKind.TASK: "Task",
 NO_PAYLOAD = RawValue(Payload())
 
 
-# How a failed step arrives in the workflow: an ActivityError, or, for a local activity, its
-# failure as such: an ApplicationError (failed for good) or a TimeoutError (out of time; and
-# so it is read from the marker when another worker replays the history).
-LOCAL_FAILURES = (ActivityError, ApplicationError, TemporalTimeoutError)
-
 
 def _rejected(reason: str) -> ApplicationError:
     return ApplicationError(reason, type=Rejection.MESSAGE_REJECTED, non_retryable=True)
@@ -192,6 +189,15 @@ def _reason(err: BaseException) -> str:
     if len(text) > NOTICE_REASON_CHARS:
         text = text[:NOTICE_REASON_CHARS] + "..."
     return make_storable(text)[0]
+
+
+def _failure_type(err: ActivityError) -> str | None:
+    cause = err.cause
+    return cause.type if isinstance(cause, ApplicationError) else None
+
+
+def _lost_notice(lost: str, err: BaseException) -> str:
+    return f"{lost} could not be recorded and was lost: {_reason(err)}"
 
 
 def _decode_problem(err: Exception) -> str:
@@ -223,9 +229,18 @@ class SessionWorkflow:
         self.turn_first_seq = self.state.next_seq
         self.checkpoint_failures_this_turn = 0
         self.chain = CheckpointChain(self.state, self.memory_flush_failed)
-        self.memory_block = ""
-        # Recall started beside the record of an input, by the input's seq (_start_recall).
-        self.recalls: dict[int, asyncio.Task[RecallResult | str]] = {}
+        self.memory_block = ""  # this turn's recall, searched by its first model call
+        self.turn_recall_failed: str | None = None  # why that search failed, said after
+        self.turn_recalled: list[str] = []  # the vault paths it found (their access counted)
+        # Messages asked while idle, numbered but written by the turn's first model call
+        # (`ask`); never carried over continue-as-new (written the ordinary way first).
+        self.unrecorded: dict[int, RecordInput] = {}
+        self.lost: dict[int, str] = {}  # seq -> why it was not recorded (its caller hears)
+        self.redirects: dict[int, int] = {}  # seq -> the earlier seq of the same input id
+        # The transcript, appended in the background after each reply (`_transcribe`).
+        self.transcript_seqs: list[int] = []
+        self.transcript_recalled: list[str] = []
+        self.transcribing = False
         self.fencing: set[int] = set()  # seqs given up on whose tombstone is not written yet
         self.fence_tasks: set[asyncio.Task[None]] = set()
         workflow_id = workflow.info().workflow_id
@@ -281,21 +296,10 @@ class SessionWorkflow:
                 inserted = await workflow.execute_activity_method(
                     SessionActivities.record_input, record,
                     **record_user_input(state.config.record_timeout_s))
-        except LOCAL_FAILURES as err:
-            reason = _reason(err)
-            self.last_error = f"{lost} could not be recorded: {reason}"
-            notice = f"{lost} could not be recorded and was lost: {reason}"
-            if patient:
-                await self.fence(seq, notice)
-            else:  # the caller hears now; the fence is written when the record answers
-                self.fencing.add(seq)
-                task = asyncio.create_task(self.fence(seq, notice))
-                self.fence_tasks.add(task)
-                task.add_done_callback(self.fence_tasks.discard)
-            raise ApplicationError(
-                f"the message could not be recorded ({reason}); nothing was kept, "
-                "send it again", type=Rejection.RECORD_FAILED, non_retryable=True,
-            ) from err
+        except ActivityError as err:
+            if patient:  # nobody waits: the fence first
+                await self.fence(seq, _lost_notice(lost, err))
+            raise self._not_recorded(seq, lost, err, fence=not patient) from err
         state.settle_seq(seq)
         # A duplicate at this very seq is this activity's own retry (its first attempt wrote
         # the row and its answer was lost): a new input. At another seq it is a caller's
@@ -305,17 +309,25 @@ class SessionWorkflow:
                              source_line=source_line)
             state.pending.append(PendingInput(seq=inserted.seq, kind=kind,
                                               query=text[:RECALL_QUERY_CHARS]))
-            # Recall for a user's message starts here, as soon as it is recorded (a local
-            # activity: a marker, no task of its own). Not beside the record: a workflow
-            # task ends only when its local activities have, so a recall running beside a
-            # record that gives up would hold the caller's RECORD_FAILED back by up to the
-            # recall's own deadline.
-            recall = None if patient else self._start_recall(text[:RECALL_QUERY_CHARS])
-            if recall is not None:  # kept by seq: the turn (or continue-as-new) waits for it
-                self.recalls[inserted.seq] = recall
             state.context_tokens += inserted.token_count
         return MessageAccepted(session_id=state.session_id, seq=inserted.seq,
                                input_id=input_id)
+
+    def _not_recorded(self, seq: int, lost: str, err: BaseException, *,
+                      fence: bool = True) -> ApplicationError:
+        """An input at `seq` given up on: said, fenced in the background unless `fence` is
+        False (a caller hears now; the fence is written when the record answers), and the
+        RECORD_FAILED its caller gets."""
+        reason = _reason(err)
+        self.last_error = f"{lost} could not be recorded: {reason}"
+        if fence:
+            self.fencing.add(seq)
+            task = asyncio.create_task(self.fence(seq, _lost_notice(lost, err)))
+            self.fence_tasks.add(task)
+            task.add_done_callback(self.fence_tasks.discard)
+        return ApplicationError(
+            f"the message could not be recorded ({reason}); nothing was kept, send it again",
+            type=Rejection.RECORD_FAILED, non_retryable=True)
 
     async def fence(self, seq: int, notice: str) -> None:
         """Give up on `seq` for good: a tombstone notice over it, then settle it."""
@@ -334,11 +346,72 @@ class SessionWorkflow:
             self.fencing.discard(seq)
             self.state.settle_seq(seq)
 
+    def _lost_user(self) -> str:
+        return f"A message from {make_storable(self.state.config.user_name)[0]}"
+
     async def _record_user(self, message: UserMessage) -> MessageAccepted:
         prefix = user_display_prefix(message.text, self.state.config.user_name)
         return await self._record_input(
             "user", MessageType.USER, message.text, prefix, message.input_id, patient=False,
-            lost=f"A message from {make_storable(self.state.config.user_name)[0]}")
+            lost=self._lost_user())
+
+    def _can_fold(self) -> bool:
+        """A message may be recorded by its turn's first model call: the session is idle,
+        nothing waits, nothing is being recorded or fenced, and nothing but that turn will
+        read the record first (no checkpoint asked for, no continue-as-new due)."""
+        state = self.state
+        return (self.phase == SessionPhase.IDLE and not state.pending and not self.unrecorded
+                and not self.fencing and state.recorded_upto == state.next_seq - 1
+                and not state.checkpoint_requested and state.turn_in_progress is None
+                and not self.continuing and not self.should_continue_as_new())
+
+    def _fold_user(self, message: UserMessage) -> int:
+        """Number a user's message and queue it for the next turn, which records it in its
+        first model call. Said on the stream at once, as a recorded input is."""
+        state = self.state
+        prefix = user_display_prefix(message.text, state.config.user_name)
+        seq = state.allocate_seq()
+        self.unrecorded[seq] = RecordInput(
+            session_id=state.session_id, seq=seq,
+            input_id=message.input_id or f"user-{workflow.uuid4()}", type=MessageType.USER,
+            text=message.text, source_line=prefix, user_name=state.config.user_name,
+            turn=state.turn + 1)
+        state.settle_seq(seq)  # nothing reads the record before the call that writes it
+        state.pending.append(PendingInput(seq=seq, kind="user",
+                                          query=message.text[:RECALL_QUERY_CHARS]))
+        self.events.emit(InputRecorded, turn=state.turn + 1, kind="user", seq=seq,
+                         source_line=prefix)
+        return seq
+
+    async def _record_unrecorded(self, within_s: int | None = None) -> None:
+        """Write the messages still waiting for their turn's model call the ordinary way
+        (before anything else reads the record), each in at most `within_s` (the session's
+        record timeout). One that cannot be is lost: its caller hears RECORD_FAILED, its
+        seq is fenced."""
+        for seq in sorted(self.unrecorded):
+            record = self.unrecorded.pop(seq)
+            try:
+                inserted = await workflow.execute_activity_method(
+                    SessionActivities.record_input, record, **record_user_input(
+                        within_s or self.state.config.record_timeout_s))
+            except ActivityError as err:
+                self._drop_pending(seq)
+                self.lost[seq] = str(self._not_recorded(seq, self._lost_user(), err))
+                continue
+            self._recorded(record, inserted)
+
+    def _recorded(self, record: RecordInput, inserted: Inserted) -> None:
+        """A message written by the turn's call or the ordinary record. A duplicate at
+        another seq is a caller's retry of an input recorded before: its caller waits for
+        that one, and this seq stays empty (nothing was or will be written there)."""
+        if inserted.duplicate and inserted.seq != record.seq:
+            self._drop_pending(record.seq)
+            self.redirects[record.seq] = inserted.seq
+        else:
+            self.state.context_tokens += inserted.token_count
+
+    def _drop_pending(self, seq: int) -> None:
+        self.state.pending = [p for p in self.state.pending if p.seq != seq]
 
     @workflow.update(name=Handler.SEND_MESSAGE)
     async def send_message(self, message: UserMessage) -> MessageAccepted:
@@ -348,7 +421,10 @@ class SessionWorkflow:
     async def ask(self, message: UserMessage) -> TurnOutcome:
         """A plain turn in one update: record the message, then wait for the turn that
         answers it (the refusals and RECORD_FAILED of send_message, the outcome of
-        await_reply; `retry` with the input's seq when the session continues as new)."""
+        await_reply; `retry` with the input's seq when the session continues as new).
+        While the session is idle the turn's first model call records it (`_fold_user`)."""
+        if self._can_fold():
+            return await self._outcome_of(self._fold_user(message))
         accepted = await self._record_user(message)
         return await self._outcome_of(accepted.seq)
 
@@ -474,12 +550,18 @@ class SessionWorkflow:
     async def _outcome_of(self, seq: int) -> TurnOutcome:
         state = self.state
         await workflow.wait_condition(
-            lambda: seq in self.outcomes or state.stopped_reason is not None
+            lambda: seq in self.outcomes or seq in self.lost or seq in self.redirects
+            or state.stopped_reason is not None
             or self.continuing
             or (seq <= state.recorded_upto
                 and all(p.seq != seq for p in state.pending)
                 and self.phase == SessionPhase.IDLE)
         )
+        if seq in self.lost:  # recorded by its turn's call, which could not: not kept
+            raise ApplicationError(self.lost.pop(seq), type=Rejection.RECORD_FAILED,
+                                   non_retryable=True)
+        if seq in self.redirects:  # the same input, recorded before at another seq
+            return await self._outcome_of(self.redirects.pop(seq))
         if seq not in self.outcomes and self.continuing:
             # Continue-as-new waits for every handler: this one must not hold it up.
             return TurnOutcome(turn=state.turn, input_seqs=[seq], retry=True)
@@ -740,6 +822,7 @@ class SessionWorkflow:
                 lambda: self._ready() or self.should_continue_as_new()
                 or state.stopped_reason is not None or state.checkpoint_requested)
             if state.checkpoint_requested and state.stopped_reason is None:
+                await self._record_unrecorded()  # the checkpoint reads the record
                 await self._requested_checkpoint()
             # Under a steady stream of inputs there is always a next turn: continue-as-new
             # comes first, carrying the queue, or the history would grow without bound.
@@ -748,6 +831,7 @@ class SessionWorkflow:
             if self._ready():
                 await self._run_turn()
         state.checkpoint_requested = False
+        await self._record_unrecorded()  # a message asked as the session stopped is kept
         if state.ended:
             self.phase = SessionPhase.ENDED
         self.publish_summary()
@@ -755,7 +839,8 @@ class SessionWorkflow:
         self.events.emit(SessionEnded, turn=state.turn, reason=state.stopped_reason)
         self.events.detach()
         await workflow.wait_condition(
-            lambda: workflow.all_handlers_finished() and not self.fencing)
+            lambda: workflow.all_handlers_finished() and not self.fencing
+            and not self.transcribing)
         return self.status()
 
     async def continue_as_new_waiting(self, reply: ModelReply, next_call: int) -> NoReturn:
@@ -769,12 +854,13 @@ class SessionWorkflow:
     async def _continue_as_new(self) -> NoReturn:
         """Hand the small state to a new run once every handler has finished."""
         state = self.state
+        await self._record_unrecorded()  # never carried: the new run has no caller for it
         self.continuing = True
         # A reader's poll is an update handler: released first, or it would wait forever.
         self.events.detach()
         await workflow.wait_condition(
             lambda: workflow.all_handlers_finished() and not self.fencing
-            and all(t.done() for t in self.recalls.values()))
+            and not self.transcribing)
         carried = state.turn_in_progress
         if carried is not None:  # a decision that came in meanwhile goes with the turn
             left = {c.id for c in carried.reply.tool_calls[carried.next_call:]}
@@ -805,15 +891,17 @@ class SessionWorkflow:
         answered, transcribe = progress.answered, progress.transcribe
         reply: ModelReply | None = None
         error: str | None = None
-        recall_failed: str | None = None
+        self.turn_recall_failed, self.turn_recalled = None, []
         if carried is None:
-            self.memory_block, recall_failed = await self._recall()
+            self.memory_block = ""  # searched by the turn's first model call
             await self.tools.ensure_mcp()
         else:  # carried over continue-as-new: the waiting call and the rest of its reply
             self.turn_first_seq, self.memory_block = carried.first_seq, carried.memory_block
             await self.tools.run_calls(carried.reply, carried.next_call)
+        first = carried is None
         while True:
-            reply, error, upto = await self._call_model(state.recorded_upto)
+            reply, error, upto = await self._call_model(state.recorded_upto, first=first)
+            first = False
             taking = [p.seq for p in state.pending if p.seq <= upto]
             state.pending = [p for p in state.pending if p.seq not in taking]
             answered.extend(taking)
@@ -846,81 +934,90 @@ class SessionWorkflow:
             SessionPhase.STOPPED if state.stopped_reason else SessionPhase.IDLE)
         self.publish_summary()
         # The caller has its reply; what is left is written after it.
-        if recall_failed:
+        if self.turn_recall_failed:
             await self.record_notice(
-                f"Long memory could not be searched this turn: {recall_failed}")
-        await self._transcribe(transcribe)
+                f"Long memory could not be searched this turn: {self.turn_recall_failed}")
+        self._transcribe(transcribe, self.turn_recalled)
 
-    def _start_recall(self, query: str) -> asyncio.Task[RecallResult | str] | None:
-        """Search long memory for `query` (a local activity: a PostgreSQL read on this
-        worker), as a task; None when there is nothing to search for. The task's result is
-        the recall, or the reason it failed."""
-        scope = self.state.config.memory_scope
-        # "continue", "ok": no activity, nothing recalled.
-        if not query.strip() or scope is None or not wants_recall(query):
-            return None
-
-        async def search() -> RecallResult | str:
-            try:
-                return await workflow.execute_local_activity_method(
-                    MemoryActivities.recall_memory,
-                    RecallInput(session_id=self.state.session_id, query=query, scope=scope),
-                    **RECALL_LOCAL)
-            except LOCAL_FAILURES as err:
-                return _reason(err)
-
-        return asyncio.create_task(search())
-
-    async def _recall(self) -> tuple[str, str | None]:
-        """Long memory for this turn, fenced: searched once, with the newest input's words
-        (the search started beside its record, or now). Returns the block and, when the
-        search failed, why: the turn goes on without memory and says so."""
+    def _recall_request(self) -> RecallInput | None:
+        """This turn's search of long memory, with the newest input's words; None when the
+        session has none or the input has no content words ("continue", "ok")."""
         state = self.state
+        scope = state.config.memory_scope
         ready = [p for p in state.pending if p.seq <= state.recorded_upto]
-        newest = ready[-1] if ready else None
-        started = {seq: self.recalls.pop(seq) for seq in sorted(self.recalls)
-                   if newest is not None and seq <= newest.seq}
-        if newest is None:
-            return "", None
-        task = started.get(newest.seq) or self._start_recall(newest.query)
-        if task is None:
-            return "", None
-        found = await task
-        if isinstance(found, str):
-            message = f"long memory could not be searched: {found}"
+        query = ready[-1].query if ready else ""
+        if scope is None or not query.strip() or not wants_recall(query):
+            return None
+        return RecallInput(session_id=state.session_id, query=query, scope=scope)
+
+    def _took_recall(self, result: ModelCallResult) -> None:
+        """Adopt what the turn's first call found in long memory, or say why it could not
+        search (the turn goes on without; a notice follows the reply)."""
+        state = self.state
+        if result.recall_failed:
+            message = f"long memory could not be searched: {result.recall_failed}"
             self.last_error = message
+            self.turn_recall_failed = result.recall_failed
             self.events.emit(ErrorEvent, turn=state.turn, message=message, where="memory")
-            return "", found
-        if found.hits:
-            self.events.emit(RecallFound, turn=state.turn, hits=found.hits,
-                             sources=found.sources)
-        return found.block, None
+        elif result.recall is not None:
+            self.memory_block = result.recall.block
+            self.turn_recalled = result.recall.sources
+            if result.recall.hits:
+                self.events.emit(RecallFound, turn=state.turn, hits=result.recall.hits,
+                                 sources=result.recall.sources)
 
-    async def _transcribe(self, seqs: list[int]) -> None:
-        """Append this turn's inputs and replies to the vault's daily transcript: one
-        activity for the whole turn, on the vault's queue, after the reply."""
-        scope = self.state.config.memory_scope
-        if scope is None or not seqs:
+    def _transcribe(self, seqs: list[int], recalled: list[str]) -> None:
+        """Queue this turn's inputs and replies for the vault's daily transcript (and its
+        recall's hits for their access count): appended by one activity at a time, in the
+        background, so the next turn does not wait for it."""
+        if self.state.config.memory_scope is None or not (seqs or recalled):
             return
-        try:
-            await workflow.execute_activity_method(
-                MemoryActivities.append_transcripts,
-                TranscriptsInput(session_id=self.state.session_id, seqs=seqs, scope=scope),
-                **on_vault_queue(MEMORY_TURN))
-        except ActivityError as err:
-            # The record keeps the messages; the nightly rollup reads the record too.
-            message = (f"the transcript of #{seqs[0]}-#{seqs[-1]} could not be written: "
-                       f"{_reason(err)}")
-            self.last_error = message
-            self.events.emit(ErrorEvent, turn=self.state.turn, message=message,
-                             where="memory")
+        self.transcript_seqs.extend(seqs)
+        self.transcript_recalled.extend(recalled)
+        if not self.transcribing:
+            self.transcribing = True
+            task = asyncio.create_task(self._append_transcripts())
+            self.fence_tasks.add(task)  # held, as the fences are, until done
+            task.add_done_callback(self.fence_tasks.discard)
 
-    async def _call_model(self, upto: int) -> tuple[ModelReply | None, str | None, int]:
+    async def _append_transcripts(self) -> None:
+        scope = self.state.config.memory_scope
+        try:
+            while self.transcript_seqs or self.transcript_recalled:
+                seqs, self.transcript_seqs = self.transcript_seqs, []
+                recalled, self.transcript_recalled = self.transcript_recalled, []
+                if scope is None:
+                    continue
+                try:
+                    await workflow.execute_activity_method(
+                        MemoryActivities.append_transcripts,
+                        TranscriptsInput(session_id=self.state.session_id, seqs=seqs,
+                                         scope=scope, recalled=recalled),
+                        **on_vault_queue(MEMORY_TURN))
+                except ActivityError as err:
+                    # The record keeps the messages; the nightly rollup reads the record too.
+                    what = f"#{seqs[0]}-#{seqs[-1]}" if seqs else "recalled notes"
+                    message = f"the transcript of {what} could not be written: {_reason(err)}"
+                    self.last_error = message
+                    self.events.emit(ErrorEvent, turn=self.state.turn, message=message,
+                                     where="memory")
+        finally:
+            self.transcribing = False
+
+    async def _call_model(self, upto: int, *, first: bool = False,
+                          ) -> tuple[ModelReply | None, str | None, int]:
         """One model call, walking the room-making ladder first when the request does not
-        fit. Returns the reply (None when the turn must end), the error said to the user,
-        and the last seq the model saw."""
+        fit. The turn's `first` call also records the messages folded into it and searches
+        long memory. Returns the reply (None when the turn must end), the error said to the
+        user, and the last seq the model saw."""
         state = self.state
         tried = RoomTried()
+        records = [self.unrecorded[s] for s in sorted(self.unrecorded)]
+        recall = self._recall_request() if first else None
+        # A folded message's caller waits at most about the record timeout: half of it for
+        # the call's record step, the rest for the ordinary record after it.
+        record_within = state.config.record_timeout_s / 2
+        called_at = workflow.now()
         while True:
             seq = state.allocate_seq()
             try:
@@ -934,15 +1031,43 @@ class SessionWorkflow:
                         room_asked=tried.asked, cut_newest_output=tried.output_cut,
                         memory_block=self.memory_block, keep_recent_seq=self.turn_first_seq,
                         memory_scope=state.config.memory_scope,
-                        agent=state.config.agent, mcp_tools=state.mcp_tools),
+                        agent=state.config.agent, mcp_tools=state.mcp_tools,
+                        record=records, record_within_s=record_within, recall=recall),
                     **MODEL_CALL)
             except ActivityError as err:
+                if records:  # did the call record them? The ordinary record makes sure.
+                    records = []
+                    not_recorded = _failure_type(err) == INPUT_NOT_RECORDED
+                    spent = (workflow.now() - called_at).total_seconds()
+                    await self._record_unrecorded(  # a caller still waits: what is left
+                        max(1, int(state.config.record_timeout_s - spent))
+                        if not_recorded else None)
+                    if not_recorded:  # the model was not asked
+                        await self.fence(seq, "No reply here: the record did not take the "
+                                              f"turn's message at first ({_reason(err)}).")
+                        if not any(p.seq <= upto for p in state.pending):
+                            return None, None, upto  # lost (its caller heard), or a retry
+                        continue
                 message = f"The model call failed: {_reason(err)}"
                 self.last_error = message
                 self.events.emit(ErrorEvent, turn=state.turn, message=message, where="model")
                 await self.fence(seq, message)  # the notice, where a late reply would go
                 return None, message, upto
             state.settle_seq(seq)
+            for record, inserted in zip(records, result.recorded, strict=True):
+                del self.unrecorded[record.seq]
+                self._recorded(record, inserted)
+            if records and not any(p.seq <= upto for p in state.pending):
+                return None, None, upto  # a caller's retry of an input recorded before
+            records = []
+            if first and recall is not None:
+                self._took_recall(result)
+                recall = None  # searched once a turn; later calls send its block
+            if result.stream_tail is not None and result.stream_tail.text:
+                tail = result.stream_tail
+                self.events.emit(TextDelta, turn=state.turn, reply_seq=seq,
+                                 attempt=tail.attempt, index=tail.index, start=tail.start,
+                                 text=tail.text)
             if result.reply is not None:
                 self._account(result)
                 self.observer.model_called(result.reply)

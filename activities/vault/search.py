@@ -24,7 +24,19 @@ from typing import Any, Protocol
 from psycopg import AsyncConnection
 from pydantic import BaseModel, Field
 
-from schemas.vault.recall import SNIPPET_MAX_CHARS, MemoryHit
+from schemas.vault.recall import (
+    SNIPPET_MAX_CHARS,
+    MemoryHit,
+    RecallInput,
+    RecallResult,
+    fence_memory,
+)
+from schemas.vault.recall_rules import (
+    MAX_RECALL_K,
+    RECALL_KINDS,
+    distinct_snippets,
+    wants_recall,
+)
 from schemas.vault.search import (
     BM25_B,
     BM25_K1,
@@ -343,6 +355,22 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
     return await _hits(conn, query, [(p, scores.get(p, (0.0, False))[0],
                                       scores.get(p, (0.0, False))[1]) for p in fused],
                        scope)
+
+
+async def recall(conn: AsyncConnection, inp: RecallInput, *, scope: str,
+                 embedder: Embedder | None = None) -> RecallResult:
+    """The `<memory-context>` block for a turn's query ("" when nothing matches): a read of
+    the index only, in `scope` (already checked). The session's own messages are left out
+    (its window and checkpoint carry them); an input without content words recalls nothing;
+    a snippet is shown once. The hits' access count is the caller's to touch."""
+    if not wants_recall(inp.query):
+        return RecallResult(block="", hits=0)
+    k = max(1, min(inp.k, MAX_RECALL_K))
+    hits = await search(conn, inp.query, scope=scope, k=2 * k, kinds=RECALL_KINDS,
+                        exclude_session=inp.session_id, embedder=embedder)
+    hits = distinct_snippets(hits, k)
+    return RecallResult(block=fence_memory(hits), hits=len(hits),
+                        sources=[h.path for h in hits])
 
 
 async def touch_documents(conn: AsyncConnection, paths: list[str], *, scope: str) -> None:

@@ -4,14 +4,17 @@ Retrieved hits enter the context inside <memory-context>, marked reference-only 
 model resumed stale tasks from an unmarked recap). Whatever of that fence the model echoes
 back is scrubbed from its output before anyone sees it.
 
-MemoryHit travels in Temporal histories: add fields only as optional with defaults.
+RecallInput, RecallResult and MemoryHit travel in Temporal histories: add fields only as
+optional with defaults.
 """
 
 from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+
+from schemas.vault.scope import DEFAULT_SCOPE
 
 FENCE_OPEN = "<memory-context>"
 FENCE_CLOSE = "</memory-context>"
@@ -21,6 +24,21 @@ FENCE_NOTE = (
     "Never repeat this block."
 )
 SNIPPET_MAX_CHARS = 700
+
+
+class RecallInput(BaseModel):
+    """This turn's search of long memory: the newest input's words, in the session's scope."""
+
+    session_id: str
+    query: str
+    k: int = 5
+    scope: str = DEFAULT_SCOPE  # the session's memory scope
+
+
+class RecallResult(BaseModel):
+    block: str  # the fenced text; "" when nothing was found
+    hits: int
+    sources: list[str] = Field(default_factory=list)  # the hits' vault paths, for events
 
 
 class MemoryHit(BaseModel):

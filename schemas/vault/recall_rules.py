@@ -13,6 +13,10 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
+# Recall never surfaces CORE.md (it is in the system prompt already) or MOC.md.
+RECALL_KINDS = ["card", "summary", "daily", "note"]
+MAX_RECALL_K = 20
+
 # Words that only move the work along, or carry no topic of their own.
 MOVE_ALONG_WORDS = frozenset("""
 a an and the then so now please pls thanks thank thx you ok okay k kk yes yep yeah yup y no

@@ -26,12 +26,16 @@ from tests.session.test_worker_crash import start_worker
 
 MATRIX = os.environ.get("KEEL_CRASH_MATRIX") == "1"
 FILLER = " ".join(f"w{i % 97}" for i in range(1_000))
-TURN = ["record_input", "recall_memory", "call_model", "run_tool", "append_transcripts"]
+TURN = ["record_input", "call_model", "run_tool", "append_transcripts"]
 CHECKPOINT = ["prepare_checkpoint", "flush_memory", "checkpoint_round",
               "validate_checkpoint", "store_checkpoint"]
-DEFAULT = {"call_model"}
+# "ask:": the message asked in one update while the session is idle, so the crashed model
+# call had recorded it too (its retry finds the row at its seq, and the reply).
+ASKED = ["ask:call_model"]
+DEFAULT = {"call_model", "ask:call_model"}
 CASES = [pytest.param(step, marks=[] if MATRIX or step in DEFAULT else pytest.mark.skip(
-    reason="slow (attempt timeout); KEEL_CRASH_MATRIX=1 runs it")) for step in TURN + CHECKPOINT]
+    reason="slow (attempt timeout); KEEL_CRASH_MATRIX=1 runs it"))
+    for step in TURN + ASKED + CHECKPOINT]
 
 
 def _one_write(body: dict) -> dict:
@@ -53,7 +57,8 @@ async def test_sigkill_at_a_boundary_loses_and_duplicates_nothing(
            "TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
            "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": queue,
            "KEEL_DATA_DIR": str(tmp_path), "ANTHROPIC_BASE_URL": fake_anthropic.base_url,
-           "ANTHROPIC_API_KEY": "test", "KEEL_CRASH_AT": step, "KEEL_CRASH_MARK": str(mark)}
+           "ANTHROPIC_API_KEY": "test", "KEEL_CRASH_AT": step.removeprefix("ask:"),
+           "KEEL_CRASH_MARK": str(mark)}
     settings = KeelSettings.from_env(env)
     keel = KeelClient(temporal_env.client, queue, settings)
     sid = f"cb-{uuid.uuid4().hex[:8]}"
@@ -74,13 +79,19 @@ async def test_sigkill_at_a_boundary_loses_and_duplicates_nothing(
         texts = ([f"Part {i}: {FILLER}" for i in range(8)] if checkpointing
                  else ["write the file"])
         seqs = []
+        outcomes = []
+        if step.startswith("ask:"):
+            outcomes = [await asyncio.wait_for(session.ask(texts[0]), 150)]
+            seqs = list(outcomes[0].input_seqs)
+            texts = []
         for text in texts:
             seqs.append((await session.send(text)).seq)
             if checkpointing and not mark.exists():
                 await asyncio.wait_for(session.wait_reply(seqs[-1]), 150)
             if mark.exists():
                 break
-        outcomes = [await asyncio.wait_for(session.wait_reply(s), 150) for s in seqs]
+        outcomes = outcomes or [await asyncio.wait_for(session.wait_reply(s), 150)
+                                for s in seqs]
         for _ in range(200):  # the transcript is written after the reply
             if mark.exists() and worker:
                 break

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,6 +85,51 @@ async def test_not_recorded_stays_true_when_the_database_returns(
     assert outcome.reply_text == "answered" and status.pending_inputs == 0
     assert [t for _, t, _ in rows] == ["user", "assistant", "notice", "user", "assistant"]
     assert rows[2][2].startswith("A message from user could not be recorded and was lost")
+    assert all("lost in the outage" not in text for _, _, text in rows)
+    seen = [b.get("text", "") for m in fake_anthropic.requests[-1]["messages"]
+            for b in m["content"] if isinstance(b, dict)]
+    assert not any("lost in the outage" in t for t in seen)
+
+
+async def test_an_ask_its_turn_could_not_record_is_said_in_time_and_kept_out(
+        client, own_postgres, fake_anthropic, tmp_path):
+    """The one-activity turn under the same outage. A message asked while the session is
+    idle is written by its turn's model call; with PostgreSQL stopped that call cannot
+    (INPUT_NOT_RECORDED), nor can the ordinary record after it, so the caller hears
+    RECORD_FAILED within about the session's record timeout, and nothing of the message
+    is kept: its seq and the turn's reply seq hold fence notices, and no request ever
+    carries it. Once the database is back, the next message is answered."""
+    fake_anthropic.responder = lambda body: text_message("answered")
+    settings = make_settings(own_postgres.url, tmp_path, fake_anthropic.base_url)
+    sid = f"out-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings, role=Role.SESSIONS) as keel:
+        session = await keel.start_session(sid, config=session_config(
+            settings, record_timeout_s=4, memory_scope=None))
+        await session.ask("before the outage")
+        own_postgres.stop()
+        await close_pools()
+        started = time.monotonic()
+        with pytest.raises(RecordFailedError, match="nothing was kept"):
+            await session.ask("lost in the outage", input_id="a-lost")
+        took = time.monotonic() - started
+        await asyncio.sleep(1)
+        own_postgres.start()
+        for _ in range(60):  # "send it again", until the record answers
+            try:
+                outcome = await session.ask("after the outage")
+                break
+            except RecordFailedError:
+                await asyncio.sleep(0.5)
+        status = await session.status()
+    with psycopg.connect(own_postgres.url) as conn:
+        rows = conn.execute("SELECT seq, type, content_text FROM messages WHERE"
+                            " session_id=%s ORDER BY seq", (sid,)).fetchall()
+    assert took < 20, took  # 4 s of record timeout, and a task or two
+    assert outcome.reply_text == "answered" and status.pending_inputs == 0
+    assert [t for _, t, _ in rows] == ["user", "assistant", "notice", "notice", "user",
+                                       "assistant"]
+    assert rows[2][2].startswith("A message from user could not be recorded and was lost")
+    assert rows[3][2].startswith("No reply here: the record did not take")
     assert all("lost in the outage" not in text for _, _, text in rows)
     seen = [b.get("text", "") for m in fake_anthropic.requests[-1]["messages"]
             for b in m["content"] if isinstance(b, dict)]

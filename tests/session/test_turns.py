@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
+from typing import Any
 
 import psycopg
 import pytest
@@ -114,12 +116,28 @@ async def test_update_with_start_acknowledges_the_first_message_once(
     assert texts == ["first words", "second words"]  # one session, both recorded once
 
 
-async def test_a_plain_turn_is_one_update_with_the_record_and_recall_inside_it(
+async def _scheduled(session, want: int) -> tuple[list[str], Any]:
+    """The activities the session's history scheduled, once `want` transcripts are."""
+    from temporalio.api.enums.v1 import EventType
+
+    for _ in range(200):  # a turn's transcript comes after its reply
+        history = await session.handle.fetch_history()
+        scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
+                     for e in history.events if e.event_type ==
+                     EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+        if scheduled.count("append_transcripts") >= want:
+            break
+        await asyncio.sleep(0.05)
+    return scheduled, history
+
+
+async def test_a_plain_turn_is_one_update_and_one_activity_before_its_reply(
         client, settings, fake_anthropic, database_url):
-    """The turn path of issue 10: one ASK update; the input recorded (an ordinary activity,
-    so the server ends a hung attempt) and recall searched as a local activity (a marker, no
-    activity task of its own); the model call and, after the reply, one transcript activity
-    for all the turn's seqs. send + await_reply still answer the same way."""
+    """The turn path of issue 10: a message asked while the session is idle is one ASK
+    update, and its record, its recall and the model call are one activity (call_model);
+    after the reply, one transcript activity for all the turn's seqs. No local activity
+    (no marker), and a short streamed reply costs no publish signal: its text reaches the
+    stream with the reply. send + await_reply record first, by an activity of their own."""
     from temporalio.api.enums.v1 import EventType
 
     fake_anthropic.responder = lambda body: text_message("Noted.")
@@ -128,19 +146,15 @@ async def test_a_plain_turn_is_one_update_with_the_record_and_recall_inside_it(
         asked = await session.ask("Remember the billing retries stop after five tries.")
         accepted = await session.send("And the auth retries after three tries.")
         waited = await session.wait_reply(accepted.seq)
-        for _ in range(200):  # the second turn's transcript comes after its reply
-            history = await session.handle.fetch_history()
-            scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
-                         for e in history.events if e.event_type ==
-                         EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
-            if scheduled.count("append_transcripts") == 2:
-                break
-            await asyncio.sleep(0.05)
+        scheduled, history = await _scheduled(session, 2)
+        deltas = [e async for e in _deltas(session, asked.reply_seq)]
     assert (asked.reply_text, waited.reply_text) == ("Noted.", "Noted.")
-    assert scheduled == ["record_input", "call_model", "append_transcripts"] * 2
-    markers = [e for e in history.events
-               if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED]
-    assert len(markers) == 2  # recall, per turn
+    assert scheduled == ["call_model", "append_transcripts",
+                         "record_input", "call_model", "append_transcripts"]
+    kinds = [e.event_type for e in history.events]
+    assert EventType.EVENT_TYPE_MARKER_RECORDED not in kinds
+    assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED not in kinds
+    assert "".join(d.text for d in deltas) == "Noted."
     updates = [e.workflow_execution_update_accepted_event_attributes.accepted_request.input
                .name for e in history.events if e.event_type ==
                EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED]
@@ -149,3 +163,69 @@ async def test_a_plain_turn_is_one_update_with_the_record_and_recall_inside_it(
         ("user", "Remember the billing retries stop after five tries."),
         ("assistant", "Noted."), ("user", "And the auth retries after three tries."),
         ("assistant", "Noted.")]
+
+
+async def _deltas(session, reply_seq: int | None):
+    from keel.events import Transport
+    from schemas.events import TextDelta, TurnEnded
+
+    ended = 0
+    async for _, event in session.events(after=0, transport=Transport.QUERY):
+        if isinstance(event, TextDelta) and event.reply_seq == reply_seq:
+            yield event
+        if isinstance(event, TurnEnded):
+            ended += 1
+            if ended >= 2:
+                return
+
+
+async def test_a_message_asked_during_a_turn_is_recorded_at_once_and_a_retry_once(
+        client, settings, fake_anthropic, database_url):
+    """Only a message asked while the session is idle waits for its turn's model call to be
+    recorded: one asked while a turn runs is recorded by its own activity as it arrives
+    (its seq before the running turn's later rows). An ask that repeats an input id already
+    recorded (another update id: a caller's retry after a lost answer) records nothing and
+    asks the model nothing: it gets the earlier input's outcome."""
+    from schemas.session import Handler, TurnOutcome, UserMessage
+
+    release = threading.Event()
+
+    def respond(body):
+        last = body["messages"][-1]["content"]
+        text = last if isinstance(last, str) else " ".join(
+            b.get("text", "") for b in last if isinstance(b, dict))
+        if "a slow one" in text:
+            release.wait(30)  # the fake answers on its own thread
+            return text_message("re: slow")
+        return text_message("re: during")
+
+    fake_anthropic.responder = respond
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"s-{uuid.uuid4().hex[:8]}")
+        slow = asyncio.create_task(session.ask("a slow one", input_id="in-slow"))
+        for _ in range(200):
+            if (await session.status()).phase == "running":
+                break
+            await asyncio.sleep(0.05)
+        during = asyncio.create_task(session.ask("asked during", input_id="in-during"))
+        for _ in range(200):
+            if (await session.status()).pending_inputs >= 2:  # recorded while it runs
+                break
+            await asyncio.sleep(0.05)
+        waiting_during = (await session.status()).pending_inputs
+        release.set()
+        first, second = await slow, await during
+        calls = len(fake_anthropic.requests)
+        again = await session.handle.execute_update(
+            Handler.ASK, UserMessage(text="asked during", input_id="in-during"),
+            id="a-retry-with-another-update-id", result_type=TurnOutcome)
+        scheduled, _ = await _scheduled(session, 2)
+    assert waiting_during == 2
+    assert (first.reply_text, second.reply_text) == ("re: slow", "re: during")
+    assert again.input_seqs == second.input_seqs and again.error in (
+        None, "that input was answered earlier")
+    assert len(fake_anthropic.requests) == calls  # the retry asked the model nothing
+    assert scheduled.count("record_input") == 1  # only the message asked during the turn
+    texts = [(r[1], r[3]) for r in rows(database_url, session.session_id)]
+    assert texts == [("user", "a slow one"), ("assistant", "re: slow"),
+                     ("user", "asked during"), ("assistant", "re: during")]

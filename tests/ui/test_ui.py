@@ -115,13 +115,20 @@ async def test_demo_session_in_the_browser(client, database_url, tmp_path, brows
             assert memo_words in await message.locator(".text").inner_text()
             await shot(page, "4-memo-link-in-record", full_page=False)
 
-            # A live turn appears without reloading.
-            await page.goto(f"{base}/sessions/{session_id}")
-            await page.locator("#live-state", has_text="live").wait_for()
-            # The record reads as a conversation: a harness input under its source line,
-            # tool calls folded under the message that made them; the gauge shows the window.
+            # The record reads as a conversation: a harness input under its source line
+            # (on the page of the record that holds it: how many rows the later turns add
+            # depends on whether the watch shared a turn with the next message)...
+            with psycopg.connect(database_url) as conn:
+                (watch_seq,) = conn.execute(
+                    "SELECT seq FROM messages WHERE session_id=%s AND type='harness'"
+                    " AND source_line LIKE %s", (session_id, "%ci-main%")).fetchone()
+            await page.goto(f"{base}/sessions/{session_id}?from={max(1, watch_seq - 5)}")
             watch = page.locator(".msg-harness .source", has_text='Watch ci-main "CI status"')
             assert await watch.count() == 1
+            # ...tool calls folded under the message that made them; the gauge shows the
+            # window. A live turn appears without reloading.
+            await page.goto(f"{base}/sessions/{session_id}")
+            await page.locator("#live-state", has_text="live").wait_for()
             assert await page.locator("details.tool", has_text="read_file").count() >= 1
             status = await keel.session(session_id).status()
             assert (await page.inner_text("#gauge-threshold")
