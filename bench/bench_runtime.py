@@ -9,9 +9,9 @@ a. A plain turn beside Temporal's floor: Keel's plain turn (SessionHandle.ask, o
    runs one activity calling the same fake through the `anthropic` SDK), alternating on the
    same stack; median and p90 of each, their ratio (bar: <= 1.5x), and history events and
    workflow tasks per turn counted from the real histories (bar: <= 20 events per plain
-   turn). Run with the reply streamed (the default: one publish signal and its workflow
-   task per reply) and with KEEL_STREAM=0. Beside it, bare SDK calls (minimal request,
-   Keel's own last request).
+   turn). Run with the reply streamed (the default; a short reply's text comes with the
+   reply, no publish signal) and with KEEL_STREAM=0, each on a worker of its own. Beside
+   it, bare SDK calls (minimal request, Keel's own last request).
 b. Context rebuild: SessionActivities.load_window + assemble_messages for a live window of
    the last 40 rows, for a session of 100 and of 100,000 recorded messages (bulk COPY).
 c. Workflow history: 1,000 turns, then the current run's history length, the number of
@@ -722,15 +722,6 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     say(f"a. a plain turn beside the floor ({args.turns} turns each)...")
                     out["turn_overhead"] = await bench_turn_overhead(
                         client, settings, fake, args.turns, args.warmup)
-                    # The same without the reply's text deltas (KEEL_STREAM=0): streaming
-                    # costs a publish signal and its workflow task per reply.
-                    plain = settings.model_copy(update={
-                        "task_queue": f"{settings.task_queue}-unstreamed",
-                        "model": settings.model.model_copy(update={"stream": False})})
-                    say("   ... and with the reply's text deltas off (KEEL_STREAM=0)")
-                    async with build_worker(client, plain):
-                        out["turn_overhead_unstreamed"] = await bench_turn_overhead(
-                            client, plain, fake, args.turns, args.warmup)
                 if "b" in args.parts:
                     say("b. context rebuild (bulk-loading the sessions)...")
                     out["rebuild"] = await bench_rebuild(settings, args.sizes,
@@ -751,6 +742,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     out["flat"] = await bench_flat(
                         client, settings, fake, args.day_sizes, args.file_sizes,
                         args.flat_turns, args.rebuild_runs, say)
+            if "a" in args.parts:
+                # The same without the reply's text deltas (KEEL_STREAM=0), on a worker of its
+                # own once the first has stopped (two workers in one process slow both).
+                plain = settings.model_copy(update={
+                    "task_queue": f"{settings.task_queue}-unstreamed",
+                    "model": settings.model.model_copy(update={"stream": False})})
+                say("   ... and with the reply's text deltas off (KEEL_STREAM=0)")
+                async with build_worker(client, plain):
+                    out["turn_overhead_unstreamed"] = await bench_turn_overhead(
+                        client, plain, fake, args.turns, args.warmup)
     finally:
         fake.stop()
     out["total_seconds"] = round(time.perf_counter() - t0, 1)

@@ -90,6 +90,11 @@ class _Event(BaseModel):
 
 
 class InputRecorded(_Event):
+    """An input taken in at `seq`. A message asked while the session is idle is said as its
+    update is accepted, and written by its turn's first model call; in the rare case that
+    neither that call nor the ordinary record after it can write it, its caller gets
+    RECORD_FAILED and the seq holds a fence notice (workflows.session)."""
+
     type: Literal[EventType.INPUT_RECORDED] = EventType.INPUT_RECORDED
     kind: Name = ""  # "user" or a HarnessKind value
     seq: int = 0
