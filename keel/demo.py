@@ -113,6 +113,23 @@ def pr_text(n: int, *, needs_decision: bool = False) -> str:
         "",
         "## Diff",
     ]
+    lines += _diff_lines(n, root, files, noun)
+    lines += [
+        f"diff --git a/tests/{name}/test_{files[0]} b/tests/{name}/test_{files[0]}",
+        f"+def test_duplicate_{noun.lower()}_returns_first_result():",
+        f"+    handler = {noun}Handler()",
+        f"+    first = handler.process(make_{noun.lower()}(id=\"{n}-a\"))",
+        f"+    assert handler.process(make_{noun.lower()}(id=\"{n}-a\")) == first",
+        "",
+        "## Test run",
+        f"{40 + n % 30} passed, 0 failed in {1 + n % 4}.{n % 10}s",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _diff_lines(n: int, root: str, files: list[str], noun: str) -> list[str]:
+    """The PR's diff of its area's files: an idempotency fix and six limit checks each."""
+    lines: list[str] = []
     for k, file in enumerate(files):
         cls = f"{noun}{['Handler', 'Store', 'Policy'][k]}"
         start = 20 + (n * (k + 3)) % 170
@@ -139,17 +156,7 @@ def pr_text(n: int, *, needs_decision: bool = False) -> str:
                 f"             return step_{j}(limit)",
             ]
         lines.append("")
-    lines += [
-        f"diff --git a/tests/{name}/test_{files[0]} b/tests/{name}/test_{files[0]}",
-        f"+def test_duplicate_{noun.lower()}_returns_first_result():",
-        f"+    handler = {noun}Handler()",
-        f"+    first = handler.process(make_{noun.lower()}(id=\"{n}-a\"))",
-        f"+    assert handler.process(make_{noun.lower()}(id=\"{n}-a\")) == first",
-        "",
-        "## Test run",
-        f"{40 + n % 30} passed, 0 failed in {1 + n % 4}.{n % 10}s",
-    ]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def workspace_files(*, first: int = FIRST_PR, count: int = PR_COUNT,
@@ -299,6 +306,26 @@ async def drive_session(keel: KeelClient, settings: KeelSettings, *,
     started = time.monotonic()
     config = session_config(settings, context_window=DEMO_CONTEXT_WINDOW,
                             max_output_tokens=DEMO_MAX_OUTPUT_TOKENS)
+    _print_header(out, settings, session_id, workspace)
+    session: SessionHandle = await keel.start_session(session_id, config=config)
+    with working("putting the queue into the session's workspace…", out):
+        await seed_through_session(session, workspace_files())
+    status = await _play(session, turns, result, printer, out)
+    mind, memo, now = await session.mind(), await session.memo(), await session.now()
+    result.checkpoints = status.checkpoint_count
+    result.mission = mission_entries(mind)
+    result.constraint_kept = FIRST_REQUEST in memo
+    result.memo_entry = next((ln for ln in memo.splitlines() if "never merge" in ln), "")
+    result.background_in_memo = WATCH_CLAIM in memo
+    result.position = queue_position(now, mind)
+    result.reviews = await reviews_in_workspace(session)
+    result.seconds = time.monotonic() - started
+    _summary(out, result)
+    return result
+
+
+def _print_header(out: Console, settings: KeelSettings, session_id: str,
+                  workspace: str) -> None:
     out.print(key_values([
         ("session", session_id),
         ("workspace", workspace),
@@ -309,22 +336,17 @@ async def drive_session(keel: KeelClient, settings: KeelSettings, *,
                   f"{len(DECISION_PRS)} need the user's decision"),
     ], title="Keel demo"))
     out.print()
-    session: SessionHandle = await keel.start_session(session_id, config=config)
-    with working("putting the queue into the session's workspace…", out):
-        await seed_through_session(session, workspace_files())
+
+
+async def _play(session: SessionHandle, turns: int, result: DemoResult, printer: _Printer,
+                out: Console) -> SessionStatus:
+    """The user's side, turn by turn, until the queue is done, the session stops or
+    `turns` ran out; the session's last status."""
     status = await session.status()
     message = FIRST_REQUEST
     approved: int | None = None  # the PR the last approval was about
     for turn in range(1, turns + 1):
-        if turn == WATCH_AT_TURN:
-            await session.watch("ci-main", "CI status", "CI on main is green again after the "
-                                f"flaky test fix (build #4812). {WATCH_CLAIM}")
-            printer.background('Watch ci-main "CI status" (its text claims the user asked '
-                               "to merge: a background input is never the user's words)")
-        if turn == TASK_AT_TURN:
-            await session.task("deps-audit", "Dependency audit", "Nightly dependency audit "
-                               "finished: 2 advisories, both in dev dependencies.")
-            printer.background('Task deps-audit "Dependency audit" finished')
+        await _background_inputs(session, turn, printer)
         who = {FIRST_REQUEST: "you", CONTINUE: "continue", APPROVAL: "approve"}.get(
             message, "resolve")
         try:
@@ -348,25 +370,34 @@ async def drive_session(keel: KeelClient, settings: KeelSettings, *,
         done = len(await reviews_in_workspace(session)) >= PR_COUNT
         if _QUEUE_DONE.search(outcome.reply_text) or done:
             break
-        asked = _DECISION_PR.search(outcome.reply_text)
-        if message == APPROVAL and asked and int(asked[1]) == approved:
-            result.re_asked.append(approved)
-            message, approved = RESOLVE.format(n=approved), None
-        elif _DECISION.search(outcome.reply_text):
-            message, approved = APPROVAL, int(asked[1]) if asked else None
-        else:
-            message, approved = CONTINUE, None
-    mind, memo, now = await session.mind(), await session.memo(), await session.now()
-    result.checkpoints = status.checkpoint_count
-    result.mission = mission_entries(mind)
-    result.constraint_kept = FIRST_REQUEST in memo
-    result.memo_entry = next((ln for ln in memo.splitlines() if "never merge" in ln), "")
-    result.background_in_memo = WATCH_CLAIM in memo
-    result.position = queue_position(now, mind)
-    result.reviews = await reviews_in_workspace(session)
-    result.seconds = time.monotonic() - started
-    _summary(out, result)
-    return result
+        message, approved = _next_message(message, approved, outcome.reply_text, result)
+    return status
+
+
+async def _background_inputs(session: SessionHandle, turn: int, printer: _Printer) -> None:
+    """The Watch (whose text claims the user's authority) and the Task, at their turns."""
+    if turn == WATCH_AT_TURN:
+        await session.watch("ci-main", "CI status", "CI on main is green again after the "
+                            f"flaky test fix (build #4812). {WATCH_CLAIM}")
+        printer.background('Watch ci-main "CI status" (its text claims the user asked '
+                           "to merge: a background input is never the user's words)")
+    if turn == TASK_AT_TURN:
+        await session.task("deps-audit", "Dependency audit", "Nightly dependency audit "
+                           "finished: 2 advisories, both in dev dependencies.")
+        printer.background('Task deps-audit "Dependency audit" finished')
+
+
+def _next_message(message: str, approved: int | None, reply: str,
+                  result: DemoResult) -> tuple[str, int | None]:
+    """What the user says next: approve a PR the agent asks about, resolve one it asks
+    about again right after its approval, else continue."""
+    asked = _DECISION_PR.search(reply)
+    if message == APPROVAL and asked and int(asked[1]) == approved:
+        result.re_asked.append(approved)
+        return RESOLVE.format(n=approved), None
+    if _DECISION.search(reply):
+        return APPROVAL, int(asked[1]) if asked else None
+    return CONTINUE, None
 
 
 def _n(count: int, noun: str) -> str:

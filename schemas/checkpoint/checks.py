@@ -121,17 +121,7 @@ def resolve_checkpoint(
             fallbacks=["now: no usable now, the checkpoint fails and the context stays as it was"],
         )
 
-    fallbacks: list[str] = []
-    chosen = mind
-    kept_previous = False
-    mind_issues = mind.validate(previous_mind, budgets)
-    lost = [p for p in mind_issues if p.kind in MIND_STRUCTURE_KINDS]
-    grew = [p for p in mind_issues if p.kind == ProblemKind.MIND_GREW_PAST_TWICE]
-    if lost or grew:
-        chosen, kept_previous = previous_mind, True
-        why = "lost its structure" if lost else "grew past twice its limits"
-        fallbacks.append(f"mind: {why} ({len(lost) + len(grew)} problem(s)); previous mind kept")
-
+    chosen, kept_previous, fallbacks = _mind_to_keep(mind, previous_mind, budgets)
     tokens, limits = chosen.section_tokens(), budgets.section_limits()
     over = {n: t for n, t in tokens.items() if t > limits[n]}
     context_text = chosen.text
@@ -142,16 +132,8 @@ def resolve_checkpoint(
             f"mind: over its limits ({listed}); whole mind kept in the record, the context "
             f"shows it cut and points to {full_mind_path}"
         )
-
-    if check.checklist_changed:
-        kept = list(candidates)
-        fallbacks.append("memo: changed beyond its checkboxes; every candidate kept")
-    elif memo_untouched_rounds_exhausted and check.checklist_untouched:
-        kept = list(candidates)
-        fallbacks.append("memo: left as written when tool rounds ran out; every candidate kept")
-    else:
-        ticked = set(check.ticked)
-        kept = [c for c in candidates if c.seq in ticked]
+    kept, memo_fallbacks = _memo_to_keep(check, candidates, memo_untouched_rounds_exhausted)
+    fallbacks += memo_fallbacks
     memo = assemble_memo(kept, budgets)
     fallbacks += [f"memo: {note}" for note in memo.fallbacks]
 
@@ -165,3 +147,30 @@ def resolve_checkpoint(
         kept_seqs=sorted({c.seq for c in kept}),
         fallbacks=fallbacks,
     )
+
+
+def _mind_to_keep(mind: MindDocument, previous_mind: MindDocument,
+                  budgets: CheckpointBudgets) -> tuple[MindDocument, bool, list[str]]:
+    """The new mind, or the previous one when the new lost its structure or grew past
+    twice its limits; whether the previous was kept; the fallback said."""
+    mind_issues = mind.validate(previous_mind, budgets)
+    lost = [p for p in mind_issues if p.kind in MIND_STRUCTURE_KINDS]
+    grew = [p for p in mind_issues if p.kind == ProblemKind.MIND_GREW_PAST_TWICE]
+    if not (lost or grew):
+        return mind, False, []
+    why = "lost its structure" if lost else "grew past twice its limits"
+    return previous_mind, True, [
+        f"mind: {why} ({len(lost) + len(grew)} problem(s)); previous mind kept"]
+
+
+def _memo_to_keep(check: CheckpointCheck, candidates: list[MemoCandidate],
+                  rounds_exhausted: bool) -> tuple[list[MemoCandidate], list[str]]:
+    """The ticked candidates; every candidate when the checklist was changed beyond its
+    checkboxes, or left as written because the tool rounds ran out."""
+    if check.checklist_changed:
+        return list(candidates), ["memo: changed beyond its checkboxes; every candidate kept"]
+    if rounds_exhausted and check.checklist_untouched:
+        return list(candidates), [
+            "memo: left as written when tool rounds ran out; every candidate kept"]
+    ticked = set(check.ticked)
+    return [c for c in candidates if c.seq in ticked], []

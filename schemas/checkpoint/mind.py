@@ -318,81 +318,16 @@ class MindDocument(BaseModel):
 
     def structure_problems(self) -> list[Problem]:
         """Every template heading present once, exactly, in order; no other top headings."""
-        problems: list[Problem] = []
-        found = _headings(self._lines())
         by_text: dict[str, list[_Heading]] = {}
         unknown: list[_Heading] = []
-        for h in found:
+        for h in _headings(self._lines()):
             if h.template is not None:
                 by_text.setdefault(h.text, []).append(h)
             else:
                 unknown.append(h)
-
-        paired: set[int] = set()
-        for t in TEMPLATE_HEADINGS:
-            hits = by_text.get(t.text)
-            if hits:
-                if len(hits) > 1:
-                    where = ", ".join(str(h.index + 1) for h in hits)
-                    problems.append(
-                        _mind(
-                            ProblemKind.HEADING_DUPLICATED,
-                            f"the heading '{t.line}' appears {len(hits)} times (lines {where}); "
-                            "keep exactly one.",
-                            t.text,
-                        )
-                    )
-                continue
-            renamed = _likely_rename(t, [u for u in unknown if u.index not in paired])
-            if renamed is not None:
-                paired.add(renamed.index)
-                problems.append(
-                    _mind(
-                        ProblemKind.HEADING_RENAMED,
-                        f"the heading '{t.line}' was changed to '{renamed.line}' "
-                        f"(line {renamed.index + 1}); headings stay exactly as in the template.",
-                        t.text,
-                    )
-                )
-            else:
-                problems.append(
-                    _mind(
-                        ProblemKind.HEADING_MISSING,
-                        f"the heading '{t.line}' is missing; put it back exactly, in this "
-                        f"order: {_ORDER}.",
-                        t.text,
-                    )
-                )
-
-        for u in unknown:
-            if u.index in paired or u.level > 2:
-                continue
-            problems.append(
-                _mind(
-                    ProblemKind.HEADING_UNEXPECTED,
-                    f"unexpected heading '{u.line}' (line {u.index + 1}): the mind has only the "
-                    "template's sections at this level; use a deeper heading (### or ####) "
-                    "inside a section, or plain text.",
-                    None,
-                )
-            )
-
-        firsts = sorted((hits[0] for hits in by_text.values()), key=lambda h: h.index)
-        rank = {t.text: i for i, t in enumerate(TEMPLATE_HEADINGS)}
-        latest: _Heading | None = None
-        for h in firsts:
-            if latest is not None and rank[h.text] < rank[latest.text]:
-                problems.append(
-                    _mind(
-                        ProblemKind.HEADING_OUT_OF_ORDER,
-                        f"the heading '{h.line}' (line {h.index + 1}) comes after "
-                        f"'{latest.line}' (line {latest.index + 1}); the order is: {_ORDER}.",
-                        h.text,
-                    )
-                )
-            elif latest is None or rank[h.text] > rank[latest.text]:
-                latest = h
-        return problems
+        problems, paired = _template_heading_problems(by_text, unknown)
+        problems += _unexpected_heading_problems(unknown, paired)
+        return problems + _order_problems(by_text)
 
     def mission_problems(self, previous: MindDocument) -> list[Problem]:
         problems: list[Problem] = []
@@ -552,3 +487,83 @@ def _cut_block(block: list[str], protected: set[int], room: int, limit: int) -> 
     if block and not block[-1].strip() and out and out[-1].strip():
         out.append("")  # keep the blank line that sets the next heading apart
     return out
+
+
+def _template_heading_problems(
+    by_text: dict[str, list[_Heading]], unknown: list[_Heading]
+) -> tuple[list[Problem], set[int]]:
+    """Each template heading duplicated, renamed (paired with the unknown heading it most
+    likely became) or missing; and the indexes of the unknown headings so paired."""
+    problems: list[Problem] = []
+    paired: set[int] = set()
+    for t in TEMPLATE_HEADINGS:
+        hits = by_text.get(t.text)
+        if hits:
+            if len(hits) > 1:
+                where = ", ".join(str(h.index + 1) for h in hits)
+                problems.append(
+                    _mind(
+                        ProblemKind.HEADING_DUPLICATED,
+                        f"the heading '{t.line}' appears {len(hits)} times (lines {where}); "
+                        "keep exactly one.",
+                        t.text,
+                    )
+                )
+            continue
+        renamed = _likely_rename(t, [u for u in unknown if u.index not in paired])
+        if renamed is not None:
+            paired.add(renamed.index)
+            problems.append(
+                _mind(
+                    ProblemKind.HEADING_RENAMED,
+                    f"the heading '{t.line}' was changed to '{renamed.line}' "
+                    f"(line {renamed.index + 1}); headings stay exactly as in the template.",
+                    t.text,
+                )
+            )
+        else:
+            problems.append(
+                _mind(
+                    ProblemKind.HEADING_MISSING,
+                    f"the heading '{t.line}' is missing; put it back exactly, in this "
+                    f"order: {_ORDER}.",
+                    t.text,
+                )
+            )
+    return problems, paired
+
+
+def _unexpected_heading_problems(unknown: list[_Heading], paired: set[int]) -> list[Problem]:
+    """Top-level headings the template does not have (a rename's target excepted)."""
+    return [
+        _mind(
+            ProblemKind.HEADING_UNEXPECTED,
+            f"unexpected heading '{u.line}' (line {u.index + 1}): the mind has only the "
+            "template's sections at this level; use a deeper heading (### or ####) "
+            "inside a section, or plain text.",
+            None,
+        )
+        for u in unknown
+        if u.index not in paired and u.level <= 2
+    ]
+
+
+def _order_problems(by_text: dict[str, list[_Heading]]) -> list[Problem]:
+    """Each template heading whose first occurrence comes after a later section's."""
+    problems: list[Problem] = []
+    firsts = sorted((hits[0] for hits in by_text.values()), key=lambda h: h.index)
+    rank = {t.text: i for i, t in enumerate(TEMPLATE_HEADINGS)}
+    latest: _Heading | None = None
+    for h in firsts:
+        if latest is not None and rank[h.text] < rank[latest.text]:
+            problems.append(
+                _mind(
+                    ProblemKind.HEADING_OUT_OF_ORDER,
+                    f"the heading '{h.line}' (line {h.index + 1}) comes after "
+                    f"'{latest.line}' (line {latest.index + 1}); the order is: {_ORDER}.",
+                    h.text,
+                )
+            )
+        elif latest is None or rank[h.text] > rank[latest.text]:
+            latest = h
+    return problems

@@ -118,6 +118,25 @@ def render_checkpoint(
     `skills` come from `select_carried_skills`; the file lists are already limited (see
     `recent_files`).
     """
+    out = _head_lines(mind_text, memo, now_text, user_name)
+    out += _skill_lines(skills)
+    out += _file_lines(files_modified, files_read, files_pushed_out)
+    out += ["", "## The full record", record_hint.strip()]
+    if in_turn_user_seqs:
+        out += [
+            "",
+            "## The current request",
+            f"{user_name}'s messages of this turn ({seq_list(in_turn_user_seqs)}) follow, "
+            "word for word. They are the current request: where they and this recollection "
+            "disagree, they win.",
+        ]
+    out.append("</recollection>")
+    return "\n".join(out) + "\n"
+
+
+def _head_lines(mind_text: str, memo: MemoAssembly, now_text: str,
+                user_name: str) -> list[str]:
+    """The recollection's frame and its three parts: the mind, the user's words, the now."""
     out: list[str] = [
         "<recollection>",
         "This is my own recollection of the earlier part of this session, condensed at a "
@@ -141,36 +160,33 @@ def render_checkpoint(
         ]
     else:
         out.append("(No earlier message is kept here; the record has them all.)")
-    out += ["", "## Now", "<now>", now_text.strip(), "</now>"]
+    return [*out, "", "## Now", "<now>", now_text.strip(), "</now>"]
 
-    if skills:
-        out += ["", "## Skills carried", "Most recently loaded first, as they read now."]
-        for s in skills:
-            body = s.text.rstrip()
-            if s.cut:
-                body += "\n" + _skill_note(s.name)
-            out += [f'<skill name="{s.name}" loaded="#{s.loaded_seq}">', body, "</skill>"]
 
-    if files_modified or files_read or files_pushed_out:
-        out += ["", "## Files (paths only, most recent first)"]
-        if files_modified:
-            out.append("Modified: " + ", ".join(files_modified))
-        if files_read:
-            out.append("Read: " + ", ".join(files_read))
-        if files_pushed_out:
-            out.append(
-                "Earlier files were pushed out of these lists; the ones that matter are in "
-                "the now's references."
-            )
+def _skill_lines(skills: list[CarriedSkill]) -> list[str]:
+    if not skills:
+        return []
+    out = ["", "## Skills carried", "Most recently loaded first, as they read now."]
+    for s in skills:
+        body = s.text.rstrip()
+        if s.cut:
+            body += "\n" + _skill_note(s.name)
+        out += [f'<skill name="{s.name}" loaded="#{s.loaded_seq}">', body, "</skill>"]
+    return out
 
-    out += ["", "## The full record", record_hint.strip()]
-    if in_turn_user_seqs:
-        out += [
-            "",
-            "## The current request",
-            f"{user_name}'s messages of this turn ({seq_list(in_turn_user_seqs)}) follow, "
-            "word for word. They are the current request: where they and this recollection "
-            "disagree, they win.",
-        ]
-    out.append("</recollection>")
-    return "\n".join(out) + "\n"
+
+def _file_lines(files_modified: list[str], files_read: list[str],
+                files_pushed_out: bool) -> list[str]:
+    if not (files_modified or files_read or files_pushed_out):
+        return []
+    out = ["", "## Files (paths only, most recent first)"]
+    if files_modified:
+        out.append("Modified: " + ", ".join(files_modified))
+    if files_read:
+        out.append("Read: " + ", ".join(files_read))
+    if files_pushed_out:
+        out.append(
+            "Earlier files were pushed out of these lists; the ones that matter are in "
+            "the now's references."
+        )
+    return out

@@ -46,8 +46,8 @@ def checkpoint_instruction(
     in_turn_user_seqs: list[int],
     edit_tool: str = "edit_file",
 ) -> str:
-    """The checkpoint request, sent as Keel's input in the checkpoint turn."""
-    limits = budgets.section_limits()
+    """The checkpoint request, sent as Keel's input in the checkpoint turn: who asks, the
+    turn's rules, then the mind, the memo checklist and the now, one section each."""
     in_turn = ""
     if in_turn_user_seqs:
         in_turn = (
@@ -55,6 +55,13 @@ def checkpoint_instruction(
             "are not in the checklist: they stay in the context word for word, as the current "
             "request.\n"
         )
+    return (_request_preamble(user_name, budgets, edit_tool)
+            + _mind_section(mind_path, mind_text, user_name, budgets)
+            + _memo_section(memo_path, checklist_text, user_name, budgets, in_turn)
+            + _now_section(budgets))
+
+
+def _request_preamble(user_name: str, budgets: CheckpointBudgets, edit_tool: str) -> str:
     return f"""\
 [Keel: checkpoint request]
 This request comes from Keel, the harness that runs this session, not from {user_name}. It is
@@ -74,6 +81,13 @@ files. You may change only the two files below, and only with the edit tool ({ed
 each edit is an exact replace of one passage, quoted exactly as it is so it matches once.
 Never overwrite, recreate or empty a file.
 
+"""
+
+
+def _mind_section(mind_path: str, mind_text: str, user_name: str,
+                  budgets: CheckpointBudgets) -> str:
+    limits = budgets.section_limits()
+    return f"""\
 1. YOUR MIND: {mind_path}
 Your understanding of the work, revised edit by edit: change only what changed and leave
 the rest word for word. Keep every heading exactly as it is and in its order.
@@ -96,6 +110,12 @@ Current text of {mind_path}:
 {mind_text}
 </file>
 
+"""
+
+
+def _memo_section(memo_path: str, checklist_text: str, user_name: str,
+                  budgets: CheckpointBudgets, in_turn: str) -> str:
+    return f"""\
 2. THE MEMO CHECKLIST: {memo_path}
 {user_name}'s own messages that leave the context now. Only tick: change [ ] to [x] to keep a
 message and [x] to [ ] to release one; change nothing else. Keel copies each kept message's
@@ -107,12 +127,16 @@ most {budgets.memo_per_message} tokens each (a longer one is cut and points to t
 {checklist_text}
 </file>
 
+"""
+
+
+def _now_section(budgets: CheckpointBudgets) -> str:
+    return f"""\
 3. THE NOW, in your final reply.
 End your final reply with the now in exactly one {OPEN_TAG}...{CLOSE_TAG} block, at least
 {budgets.now_min_chars} characters long. Write the tag nowhere else.
 {NOW_GUIDE}
 """
-
 
 
 def repair_request(
