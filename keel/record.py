@@ -172,3 +172,11 @@ async def known_sessions(conn: psycopg.AsyncConnection[Any], limit: int = 500
         " (SELECT count(*) FROM checkpoints c WHERE c.session_id = s.session_id)"
         " FROM sessions s ORDER BY s.created_at DESC LIMIT %s", (limit,))
     return [(r[0], r[1], r[2], int(r[3])) for r in await cur.fetchall()]
+
+
+# ----- readers for the web UI -------------------------------------------------------------
+
+async def session_exists(conn: psycopg.AsyncConnection[Any], session_id: str) -> bool:
+    """Whether the record has a row for the session (a page is not a 404 when it does)."""
+    cur = await conn.execute("SELECT 1 FROM sessions WHERE session_id = %s", (session_id,))
+    return await cur.fetchone() is not None

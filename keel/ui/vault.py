@@ -1,6 +1,10 @@
 """The vault as the UI shows it: CORE.md, the cards by type with their History, today's
 transcript, and a search over `activities.vault.search.search` (the agent's own
-`memory_search`). Read only: the vault has one writer, its own worker."""
+`memory_search`).
+
+Invariants: read only (the vault has one writer, its own worker); one memory scope at a time,
+and its search only; the database is asked only when there is a query.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
+
+from psycopg_pool import AsyncConnectionPool
 
 from activities.vault.search import search
 from activities.vault.store import Vault, read_text
@@ -74,12 +80,12 @@ def hit_link(path: str) -> str | None:
     return f"/sessions/{quote(session_id, safe='')}?from={seq}#m{seq}"
 
 
-async def vault_view(settings: KeelSettings, pool: Any, query: str = "",
-                     scope: str = DEFAULT_SCOPE) -> VaultView:
+async def vault_view(settings: KeelSettings, pool: AsyncConnectionPool | None,
+                     query: str = "", scope: str = DEFAULT_SCOPE) -> VaultView:
     """One memory scope's vault (the default scope's unless asked), and its search only."""
     vault = Vault(settings.memory.vault_dir_for(scope), settings.memory, scope=scope)
     view = await asyncio.to_thread(_read, vault)
-    if query:
+    if query and pool is not None:
         async with pool.connection() as conn:
             view.hits = await search(conn, query, scope=scope, k=SEARCH_K)
     return view

@@ -12,11 +12,10 @@ import difflib
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from keel.record import RecordEntry
 from schemas.checkpoint.mind import mission_entry_core
-from schemas.session import SessionStatus
+from schemas.session import SessionStatus, SessionSummary
 
 
 @dataclass(frozen=True)
@@ -100,13 +99,10 @@ class SessionRow:
                    status.checkpoint_count, when, temporal)
 
     @classmethod
-    def from_summary(cls, summary: Any, temporal: str | None) -> SessionRow:
-        pct = attr(summary, "context_percent", default=None)
-        return cls(str(attr(summary, "session_id")), str(attr(summary, "phase") or "unknown"),
-                   attr(summary, "turn", default=None), "",
-                   float(pct) if pct is not None else None,
-                   int(attr(summary, "checkpoints", default=0) or 0),
-                   str(attr(summary, "last_activity", default="")), temporal)
+    def from_summary(cls, summary: SessionSummary, temporal: str | None) -> SessionRow:
+        return cls(summary.session_id, summary.phase or "unknown", summary.turn, "",
+                   summary.context_percent, summary.checkpoints, summary.last_activity,
+                   temporal)
 
 
 @dataclass(frozen=True)
@@ -175,13 +171,3 @@ def conversation(rows: list[RecordEntry]) -> list[Shown]:
         shown.append(item)
     return shown
 
-
-def attr(obj: Any, *names: str, default: Any = "") -> Any:
-    """The first of `names` that `obj` has (attribute or key): approvals come from another
-    branch's models, read by the names they are likely to carry."""
-    for name in names:
-        if isinstance(obj, dict) and name in obj:
-            return obj[name]
-        if hasattr(obj, name):
-            return getattr(obj, name)
-    return default

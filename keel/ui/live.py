@@ -1,0 +1,128 @@
+"""The live relay: a session page kept up to date by server-sent events.
+
+Three feeds put into one bounded queue, and one loop writes the queue out as events:
+
+    record  the record's new rows, rendered by `_messages.html` (polled from `keel.record`)
+    status  the session's status query, every `LIVE_STATUS_EVERY_S`
+    event   the session's event stream (`keel.events`), read by query: an observer that
+            costs the session nothing
+
+Invariants: the feeds only read; they live exactly as long as the response (cancelled when
+the page goes away); a session without the event stream still gets its record and status
+(one `stream` event says the stream is not there); text deltas older than `CATCH_UP_S`
+when the page connects are not relayed (the record has those replies whole).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from datetime import UTC, datetime
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from keel.events import Transport, session_events
+from keel.record import read_record_async
+from keel.ui.context import UiContext, ui
+from keel.ui.pages import session_status
+from keel.ui.views import conversation
+from schemas.events import TextDelta
+
+__all__ = ["live"]
+
+LIVE_RECORD_POLL_S = 0.5
+LIVE_STATUS_EVERY_S = 2.0
+LIVE_PING_S = 15.0
+CATCH_UP_S = 5.0  # text deltas older than this when the page connects are not relayed
+
+Outbox = asyncio.Queue[tuple[str, dict[str, Any]]]
+Feed = Callable[[], Coroutine[Any, Any, None]]
+
+
+async def live(request: Request) -> Response:
+    session_id = request.path_params["session_id"]
+    q = request.query_params
+    after_seq = int(q.get("after_seq") or 0)
+    after_event = int(q.get("after_event") or 0)
+    follow_record = q.get("record", "1") == "1"
+    return StreamingResponse(
+        _live_stream(request, session_id, after_seq, after_event, follow_record),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+async def _record_rows(ctx: UiContext, session_id: str, after_seq: int, out: Outbox
+                       ) -> None:
+    last = after_seq
+    while True:
+        async with (await ctx.pool()).connection() as conn:
+            rows = await read_record_async(conn, session_id, from_seq=last + 1, limit=100)
+        if rows:
+            last = rows[-1].seq
+            html = ctx.env.get_template("_messages.html").render(
+                messages=conversation(rows), session_id=session_id)
+            await out.put(("record", {"html": html, "last_seq": last}))
+            continue
+        await asyncio.sleep(LIVE_RECORD_POLL_S)
+
+
+async def _status_updates(ctx: UiContext, session_id: str, out: Outbox) -> None:
+    handle = ctx.keel.session(session_id)
+    while True:
+        status = await session_status(handle)
+        if status is not None:
+            await out.put(("status", status.model_dump(mode="json")))
+        await asyncio.sleep(LIVE_STATUS_EVERY_S)
+
+
+async def _events(ctx: UiContext, session_id: str, after_event: int, out: Outbox) -> None:
+    connected = datetime.now(UTC)
+    try:
+        async for offset, event in session_events(
+                ctx.keel.client, session_id, after_event, stop_at_end=False,
+                transport=Transport.QUERY):
+            if (isinstance(event, TextDelta)
+                    and (connected - event.at).total_seconds() > CATCH_UP_S):
+                continue
+            await out.put(("event", {"offset": offset, **event.model_dump(mode="json")}))
+    except Exception as err:  # a session without the stream: the record still flows
+        await out.put(("stream", {"available": False, "reason": str(err)[:300]}))
+
+
+async def _live_stream(request: Request, session_id: str, after_seq: int,
+                       after_event: int, follow_record: bool) -> AsyncIterator[str]:
+    ctx = ui(request)
+    out: Outbox = asyncio.Queue(maxsize=1_000)
+    feeds: list[Feed] = [lambda: _status_updates(ctx, session_id, out),
+                         lambda: _events(ctx, session_id, after_event, out)]
+    if follow_record:
+        feeds.insert(0, lambda: _record_rows(ctx, session_id, after_seq, out))
+    tasks = [asyncio.create_task(feed()) for feed in feeds]
+    try:
+        async for chunk in _relay(request, out):
+            yield chunk
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+async def _relay(request: Request, out: Outbox) -> AsyncIterator[str]:
+    """The queue as server-sent events, a ping comment when it is quiet, until the page
+    goes away."""
+    yield ": connected\n\n"
+    last_ping = time.monotonic()
+    while True:
+        try:
+            name, data = await asyncio.wait_for(out.get(), 1.0)
+        except TimeoutError:
+            if await request.is_disconnected():
+                return
+            if time.monotonic() - last_ping > LIVE_PING_S:
+                last_ping = time.monotonic()
+                yield ": ping\n\n"
+            continue
+        yield f"event: {name}\ndata: {json.dumps(data)}\n\n"

@@ -1,0 +1,227 @@
+"""The pages: the sessions list, one session (its status, approvals and record), its
+checkpoints, one checkpoint's mind diff, and the vault.
+
+Each page is a module-level Starlette endpoint reading the app's `UiContext`
+(`keel.ui.context.ui`). It reads the session through `keel.client`, the record and the
+checkpoints through `keel.record` (there is no SQL in the UI), the vault through
+`keel.ui.vault`; it writes nothing but a person's decision on an approval.
+
+Invariants:
+- Every page is bounded: the record is shown a page at a time (`page_size` rows, picked by
+  seq on the record's key), whatever the record's length.
+- A session neither Temporal nor the record knows is a 404 page that says so; a session
+  that does not answer its status query is still shown from the record.
+- A decision is taken only from one of the UI's own pages (`keel.ui.security.csrf_ok`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from starlette.datastructures import QueryParams
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from keel.client import KeelError, SessionHandle
+from keel.record import (
+    CheckpointEntry,
+    known_sessions,
+    read_checkpoints,
+    read_record_async,
+    record_extent,
+    session_exists,
+)
+from keel.ui import approvals
+from keel.ui.context import UiContext, render, ui
+from keel.ui.security import csrf_ok
+from keel.ui.vault import hit_link, vault_view
+from keel.ui.views import Gauge, SessionRow, conversation, mind_diff
+from schemas.checkpoint.mind import MindDocument
+from schemas.session import SessionPhase, SessionStatus, SessionSummary
+
+__all__ = ["approvals_fragment", "checkpoint_page", "decide", "home", "session_page",
+           "session_status", "sessions", "timeline", "vault_page"]
+
+log = logging.getLogger(__name__)
+STATUS_TIMEOUT_S = 3.0
+
+
+async def session_status(handle: SessionHandle) -> SessionStatus | None:
+    """The session's status, or None when it does not answer in time."""
+    try:
+        return await asyncio.wait_for(handle.status(), STATUS_TIMEOUT_S)
+    except Exception as err:  # not found, no worker, closed: the page says "unknown"
+        log.debug("status of %s: %s", handle.session_id, err)
+        return None
+
+
+async def _known(ctx: UiContext, session_id: str) -> bool:
+    async with (await ctx.pool()).connection() as conn:
+        return await session_exists(conn, session_id)
+
+
+def _not_found(request: Request, session_id: str) -> HTMLResponse:
+    return render(request, "error.html", status_code=404, title="No such session",
+                  message=f"There is no session {session_id!r} in the record.")
+
+
+# ----- sessions ---------------------------------------------------------------------------
+
+async def _listed(ctx: UiContext) -> dict[str, SessionSummary]:
+    """The sessions Temporal visibility lists ({} when it cannot answer)."""
+    try:
+        return {x.session_id: x for x in await ctx.keel.list_sessions()}
+    except Exception as err:  # visibility unavailable: status queries for all
+        log.warning("list_sessions failed, asking each session: %s", err)
+        return {}
+
+
+async def sessions(request: Request) -> HTMLResponse:
+    ctx = ui(request)
+    phase = request.query_params.get("phase") or ""
+    async with (await ctx.pool()).connection() as conn:
+        recorded = {r[0]: r for r in await known_sessions(conn)}
+    listed = await _listed(ctx)
+    # Sessions visibility does not list are asked for their status, one query each.
+    asked = [sid for sid in recorded if sid not in listed]
+    statuses = dict(zip(asked, await asyncio.gather(
+        *(session_status(ctx.keel.session(sid)) for sid in asked)), strict=True))
+    items = [SessionRow.from_summary(summary, ctx.workflow_url(sid))
+             for sid, summary in listed.items()]
+    for sid, (_, created, last_at, checkpoints) in recorded.items():
+        if sid not in listed:
+            items.append(SessionRow.from_status(sid, statuses[sid], last_at or created,
+                                                checkpoints, ctx.workflow_url(sid)))
+    phases = sorted({p.value for p in SessionPhase} | {i.phase for i in items})
+    shown = [i for i in items if not phase or i.phase == phase]
+    return render(request, "sessions.html", title="Sessions", items=shown, phase=phase,
+                  phases=phases)
+
+
+# ----- one session ------------------------------------------------------------------------
+
+def _from_seq(q: QueryParams) -> int | None:
+    try:
+        return int(q["from"]) if q.get("from") else None
+    except ValueError:
+        return None
+
+
+async def _record_page(ctx: UiContext, session_id: str, from_seq: int | None,
+                       user_only: bool) -> dict[str, Any]:
+    """One page of the record (the latest, unless `from_seq` says where) and its pager."""
+    size = ctx.page_size
+    async with (await ctx.pool()).connection() as conn:
+        count, last_seq = await record_extent(conn, session_id)
+        start = from_seq if from_seq is not None else (
+            1 if user_only else max(1, last_seq - size + 1))
+        rows = await read_record_async(conn, session_id, from_seq=start,
+                                       user_only=user_only, limit=size)
+    shown_to = rows[-1].seq if rows else start - 1
+    return {"messages": conversation(rows), "count": count, "last_seq": last_seq,
+            "from_seq": start, "shown_to": shown_to, "size": size,
+            "at_end": shown_to >= last_seq, "user_only": user_only,
+            "earlier": max(1, start - size) if start > 1 and not user_only else None,
+            "later": shown_to + 1 if shown_to < last_seq else None}
+
+
+async def _checkpoints(ctx: UiContext, session_id: str, *, texts: bool = True
+                       ) -> list[CheckpointEntry]:
+    async with (await ctx.pool()).connection() as conn:
+        return await read_checkpoints(conn, session_id, texts=texts)
+
+
+async def session_page(request: Request) -> HTMLResponse:
+    ctx = ui(request)
+    session_id = request.path_params["session_id"]
+    handle = ctx.keel.session(session_id)
+    status, known = await asyncio.gather(session_status(handle), _known(ctx, session_id))
+    if status is None and not known:
+        return _not_found(request, session_id)
+    q = request.query_params
+    record = await _record_page(ctx, session_id, _from_seq(q), q.get("user") == "1")
+    checkpoints = await _checkpoints(ctx, session_id, texts=False)
+    gauge = Gauge(status.context_tokens, status.checkpoint_threshold,
+                  status.context_window) if status else None
+    waiting = await approvals.pending(handle)
+    return render(request, "session.html", title=session_id, session_id=session_id,
+                  status=status, gauge=gauge, record=record, checkpoints=checkpoints,
+                  recaps={c.record_seq: c.number for c in checkpoints},
+                  pending=waiting, temporal=ctx.workflow_url(session_id))
+
+
+async def approvals_fragment(request: Request) -> HTMLResponse:
+    session_id = request.path_params["session_id"]
+    handle = ui(request).keel.session(session_id)
+    return render(request, "_approvals.html", session_id=session_id,
+                  pending=await approvals.pending(handle))
+
+
+async def decide(request: Request) -> Response:
+    ctx = ui(request)
+    session_id = request.path_params["session_id"]
+    call_id = request.path_params["call_id"]
+    form = await request.form()
+    if not csrf_ok(request, ctx.csrf, str(form.get("csrf", ""))):
+        return HTMLResponse("cross-site request refused", status_code=403)
+    decision = str(form.get("decision", ""))
+    if decision not in ("approve", "deny"):
+        return HTMLResponse("decision must be approve or deny", status_code=400)
+    try:
+        await approvals.decide(ctx.keel.session(session_id), call_id,
+                               decision == "approve", str(form.get("note", "")),
+                               str(form.get("input_digest", "")) or None)
+    except KeelError as err:  # not pending any more, the session stopped, ...
+        return render(request, "error.html", status_code=409, title="Not decided",
+                      message=str(err))
+    return RedirectResponse(f"/sessions/{session_id}", status_code=303)
+
+
+# ----- checkpoints ------------------------------------------------------------------------
+
+async def timeline(request: Request) -> HTMLResponse:
+    ctx = ui(request)
+    session_id = request.path_params["session_id"]
+    found = await _checkpoints(ctx, session_id)
+    if not found and not await _known(ctx, session_id):
+        return _not_found(request, session_id)
+    return render(request, "checkpoints.html", title=f"{session_id}: checkpoints",
+                  session_id=session_id, checkpoints=found)
+
+
+async def checkpoint_page(request: Request) -> HTMLResponse:
+    ctx = ui(request)
+    session_id = request.path_params["session_id"]
+    number = request.path_params["number"]
+    found = await _checkpoints(ctx, session_id)
+    if not 1 <= number <= len(found):
+        if not found and not await _known(ctx, session_id):
+            return _not_found(request, session_id)
+        return render(request, "error.html", status_code=404, title="No such checkpoint",
+                      message=f"{session_id} has {len(found)} checkpoint(s); there is no "
+                              f"checkpoint {number}.")
+    current = found[number - 1]
+    previous = found[number - 2] if number > 1 else None
+    diff = mind_diff(previous.mind_text if previous else MindDocument.template().text,
+                     current.mind_text)
+    counts = {op: sum(1 for d in diff if d.op == op) for op in ("added", "removed",
+                                                               "status")}
+    return render(request, "checkpoint.html", title=f"{session_id}: checkpoint {number}",
+                  session_id=session_id, cp=current, previous=previous, diff=diff,
+                  counts=counts, total=len(found), page_size=ctx.page_size)
+
+
+# ----- the vault --------------------------------------------------------------------------
+
+async def vault_page(request: Request) -> HTMLResponse:
+    ctx = ui(request)
+    query = (request.query_params.get("q") or "").strip()
+    view = await vault_view(ctx.settings, await ctx.pool() if query else None, query)
+    return render(request, "vault.html", title="Vault", view=view, query=query,
+                  hit_link=hit_link)
+
+
+async def home(request: Request) -> Response:
+    return RedirectResponse("/sessions", status_code=307)
