@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from temporalio.worker import Worker
 
-from activities.vault import offline_rollup
+from activities.offline import rollup as offline_rollup
 from activities.vault.rollup import RollupActivities, RollupPeriodsInput
 from schemas.config import ModelSettings
 from schemas.tokens import count_tokens

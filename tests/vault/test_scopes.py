@@ -187,8 +187,8 @@ async def test_flush_and_every_system_prompt_take_the_sessions_scope(
     checkpoint turn loads its window the same way) carries that scope's core memory only."""
     from datetime import UTC, datetime
 
+    from activities.offline import rollup as offline_rollup
     from activities.session import SessionActivities
-    from activities.vault import offline_rollup
     from activities.vault.turn import FlushInput, MemoryActivities
     from tests.vault.support import insert_messages, run_activity
 
