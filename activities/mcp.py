@@ -20,8 +20,9 @@ import asyncio
 import json
 import os
 from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack, suppress
+from contextlib import AsyncExitStack
 from enum import StrEnum
+from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx2
@@ -33,6 +34,7 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import with_heartbeat
 from schemas.mcp import CLOSE_TIMEOUT_S, McpServerSpec, McpTool, make_tool
 
 # --- contracts -----------------------------------------------------------------------------
@@ -85,7 +87,6 @@ MAX_LIST_PAGES = 50
 MAX_TOOLS = 500
 MAX_PROBLEMS = 50
 MIN_SECRET_CHARS = 4  # shorter values are not blanked out (they would blank ordinary text)
-DEFAULT_HEARTBEAT_S = 5.0
 
 _T = TypeVar("_T")
 
@@ -165,8 +166,9 @@ class _HttpTransport:
             await self._stack.aclose()
             raise
 
-    async def __aexit__(self, *exc: object) -> bool | None:
-        return await self._stack.__aexit__(*exc)
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> bool | None:
+        return await self._stack.__aexit__(exc_type, exc, tb)
 
 
 _HTTP_HINT = {401: "not authorized: check the header variables this worker sends",
@@ -218,27 +220,19 @@ def _describe(spec: McpServerSpec, step: str, err: BaseException,
                   f"{where} failed during {step} ({type(err).__name__}: {err}){tail}")
 
 
-async def _heartbeat_forever(interval: float) -> None:
-    while True:
-        activity.heartbeat()
-        await asyncio.sleep(interval)
-
-
-def _heartbeat_interval() -> float:
-    timeout = activity.info().heartbeat_timeout
-    if timeout:
-        return max(0.1, timeout.total_seconds() / 3)
-    return DEFAULT_HEARTBEAT_S
-
-
 async def with_server(spec: McpServerSpec, secrets: dict[str, str], step: str,
                       step_timeout: float, work: Callable[[Client], Awaitable[_T]]) -> _T:
-    """Open a session to the server, run `work` on it within `step_timeout`, close it.
+    """Open a session to the server, run `work` on it within `step_timeout`, close it; the
+    activity heartbeats all along, the close included (activities.heartbeat).
 
     `secrets` is `resolve_env(spec)`. Every failure comes out as a `_Fault` whose text holds
     no resolved secret.
     """
-    heart = asyncio.create_task(_heartbeat_forever(_heartbeat_interval()))
+    return await with_heartbeat(_in_session(spec, secrets, step, step_timeout, work))
+
+
+async def _in_session(spec: McpServerSpec, secrets: dict[str, str], step: str,
+                      step_timeout: float, work: Callable[[Client], Awaitable[_T]]) -> _T:
     stack = AsyncExitStack()
     phase, limit = "connect and initialize", spec.connect_s
     transport: Any = None
@@ -265,10 +259,6 @@ async def with_server(spec: McpServerSpec, secrets: dict[str, str], step: str,
         except Exception as err:  # closing a broken connection: nothing left to tell
             activity.logger.debug("closing MCP server %s: %s", spec.name,
                                   scrub(repr(_leaf(err)), secrets))
-        finally:
-            heart.cancel()
-            with suppress(asyncio.CancelledError):
-                await heart
 
 
 def _scrubbed(fault: _Fault, secrets: dict[str, str]) -> _Fault:

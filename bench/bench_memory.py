@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psycopg
 
 from activities.db import apply_migrations, close_pools
-from activities.vault import offline_rollup
+from activities.offline import rollup as offline_rollup
 from activities.vault.rollup import RollupActivities, RollupStepInput
 from activities.vault.search import _UPSERT, MAX_INDEXED_CHARS, IndexDoc, rebuild_statistics, search
 from bench.common import source_commit

@@ -10,8 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.model_stream import stream_message
-from schemas.config import ModelSettings
+from activities.model import AnthropicBackend, ModelBackends
+from activities.offline import OfflineBackend
+from schemas.config import KeelSettings, ModelSettings
 
 FRAGMENTS = ["Reviewed ", "PR #101: ", "approve."]
 
@@ -90,7 +91,7 @@ REQUEST = {"model": "fake", "max_tokens": 100, "messages": [{"role": "user", "co
 
 async def test_fragments_spell_the_text_and_the_reply_is_complete(sse) -> None:
     seen: list[str] = []
-    message = await stream_message(sse.settings, REQUEST, seen.append)
+    message = await AnthropicBackend().stream(sse.settings, REQUEST, seen.append)
     assert seen == FRAGMENTS
     assert message.content[0].text == "".join(FRAGMENTS)  # type: ignore[union-attr]
     tool = message.content[1]
@@ -102,19 +103,30 @@ async def test_a_failing_on_text_costs_nothing(sse) -> None:
     def broken(_: str) -> None:
         raise RuntimeError("publisher gone")
 
-    message = await stream_message(sse.settings, REQUEST, broken)
+    message = await AnthropicBackend().stream(sse.settings, REQUEST, broken)
     assert message.content[0].text == "".join(FRAGMENTS)  # type: ignore[union-attr]
 
 
 async def test_errors_map_as_unstreamed(sse) -> None:
     sse.status = 529
     with pytest.raises(ApplicationError) as err:
-        await stream_message(sse.settings, REQUEST, lambda _: None)
+        await AnthropicBackend().stream(sse.settings, REQUEST, lambda _: None)
     assert err.value.type == "ModelHTTP529" and not err.value.non_retryable
 
 
 async def test_the_offline_model_streams_its_text_once() -> None:
     seen: list[str] = []
-    message = await stream_message(ModelSettings(), {**REQUEST, "system": "s"}, seen.append)
+    message = await OfflineBackend().stream(ModelSettings(), {**REQUEST, "system": "s"},
+                                            seen.append)
     texts = [b.text for b in message.content if b.type == "text"]
     assert seen == [t for t in texts if t]
+
+
+def test_the_backend_is_chosen_by_the_settings_profile() -> None:
+    real, offline = AnthropicBackend(), OfflineBackend()
+    backends = ModelBackends(real=real, offline=offline)
+    keyed = KeelSettings(model=ModelSettings(api_key="k"))
+    assert backends.for_settings(ModelSettings()) is offline  # no key, no base URL
+    assert backends.for_settings(ModelSettings(base_url="http://127.0.0.1:1")) is real
+    assert backends.for_settings(keyed.model) is real
+    assert backends.for_settings(keyed.model_for("offline")) is offline

@@ -21,7 +21,8 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.model import create_message
+from activities.model import ModelBackend
+from activities.model.legacy import legacy_backends
 from activities.vault.store import MemoryContext, Vault, read_text
 from schemas.tokens import count_tokens
 from schemas.vault.card import CardFact
@@ -165,9 +166,10 @@ def _heartbeat(detail: str) -> None:
         activity.heartbeat(detail)
 
 
-async def ask_model(ctx: MemoryContext, kind: RollupKind, period: str, chunks: list[str],
-                    context_block: str) -> RollupPlan:
-    """One model request per chunk of material; the replies merged into one plan."""
+async def ask_model(model: ModelBackend, ctx: MemoryContext, kind: RollupKind, period: str,
+                    chunks: list[str], context_block: str) -> RollupPlan:
+    """One model request per chunk of material, sent through `model`; the replies merged
+    into one plan."""
     schema = ctx.vault.require_schema()
     tools: list[dict[str, Any]] = []
     if kind == RollupKind.DAILY:
@@ -188,7 +190,7 @@ async def ask_model(ctx: MemoryContext, kind: RollupKind, period: str, chunks: l
         if tools:
             request["tools"] = tools
             request["tool_choice"] = {"type": "any" if kind == RollupKind.DAILY else "auto"}
-        reply = await create_message(ctx.settings.model, request)
+        reply = await model.create(ctx.settings.model, request)
         part = read_plan_reply(kind, period, [b.model_dump() for b in reply.content], schema)
         plan.facts.extend(part.facts)
         plan.rejected.extend(part.rejected)
@@ -304,8 +306,13 @@ def parse_period(kind: RollupKind, key: str) -> Period:
 
 
 class RollupActivities:
-    def __init__(self, ctx: MemoryContext) -> None:
+    """The rollup steps over one memory context; `model` answers the plans' requests (the
+    worker's `ModelBackends`)."""
+
+    def __init__(self, ctx: MemoryContext, model: ModelBackend | None = None) -> None:
         self.ctx = ctx
+        # Removed at merge: None (the old module-level backends) until the worker passes its own.
+        self.model = model if model is not None else legacy_backends()
 
     @activity.defn(name="plan_rollup_periods")
     async def plan_rollup_periods(self, inp: RollupPeriodsInput) -> RollupPlanList:
@@ -370,7 +377,7 @@ class RollupActivities:
             chunks = ["\n".join(c) for c in chunk_texts(items, budget, count_tokens)][:1]
             context = f"<{inp.kind.value}-period>{period.key} ({period.start} to {period.end})" \
                       f"</{inp.kind.value}-period>"
-        plan = await ask_model(ctx, inp.kind, inp.period, chunks, context)
+        plan = await ask_model(self.model, ctx, inp.kind, inp.period, chunks, context)
         plan.notes.extend(notes)
         plan = await store_plan(pool, plan_id, plan, scope=ctx.scope)
         return PlanResult(plan_id=plan_id, facts=len(plan.facts), reused=False,

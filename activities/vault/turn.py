@@ -38,7 +38,9 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 
 from activities.checkpoint import CheckpointActivities
-from activities.model import create_message, with_heartbeat
+from activities.heartbeat import with_heartbeat
+from activities.model import ModelBackend
+from activities.model.legacy import legacy_backends
 from activities.vault.rollup import apply_facts_of, ask_model, store_plan, stored_plan
 from activities.vault.search import (
     embed_pending,
@@ -123,8 +125,13 @@ RECALL_EMBED_LIMIT = 64
 
 
 class MemoryActivities:
-    def __init__(self, ctx: MemoryContext) -> None:
+    """A turn's memory activities over one memory context; `model` answers the memory
+    flush's requests (the worker's `ModelBackends`)."""
+
+    def __init__(self, ctx: MemoryContext, model: ModelBackend | None = None) -> None:
         self.ctx = ctx
+        # Removed at merge: None (the old module-level backends) until the worker passes its own.
+        self.model = model if model is not None else legacy_backends()
         self._checkpoints: CheckpointActivities | None = None
         self._embedder = (load_embedder(ctx.memory.embedder or "hashing")
                           if ctx.memory.search_mode == SearchMode.HYBRID else None)
@@ -176,7 +183,7 @@ class MemoryActivities:
             if inp.attempt_id:
                 made = await self._flush_in_session(ctx, inp.attempt_id, period)
             else:
-                made = await ask_model(ctx, RollupKind.FLUSH, period, chunks, "")
+                made = await ask_model(self.model, ctx, RollupKind.FLUSH, period, chunks, "")
             plan = await store_plan(pool, plan_id, made, scope=vault.scope)
         result = await apply_facts_of(ctx, plan_id, plan.facts, plan.period)
         return FlushResult(added=result.added, superseded=result.superseded,
@@ -193,7 +200,7 @@ class MemoryActivities:
         instruction = f"{marker(RollupKind.FLUSH, period)}\n{FLUSH_IN_SESSION}"
         request = await self._checkpoints.flush_request(
             attempt_id, instruction, ctx.memory.rollup_max_output_tokens)
-        reply = await create_message(ctx.settings.model, request)
+        reply = await self.model.create(ctx.settings.model, request)
         plan = read_plan_reply(RollupKind.FLUSH, period,
                                [b.model_dump() for b in reply.content],
                                ctx.vault.require_schema())

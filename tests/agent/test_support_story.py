@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from typer.testing import CliRunner
 
-from activities.offline_model import respond
+from activities.offline import respond
 from examples.support.service import toolset
 from keel.cli import app
 from keel.client import SessionStoppedError

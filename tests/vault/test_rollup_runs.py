@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from temporalio.worker import Worker
 
-from activities.vault import offline_rollup
+from activities.offline import rollup as offline_rollup
 from activities.vault.rollup import RollupActivities, RollupPeriodsInput
 from schemas.config import ModelSettings
 from schemas.tokens import count_tokens
@@ -23,7 +23,7 @@ from schemas.vault.rollup import (
     render_entries,
     transcript_entry,
 )
-from tests.vault.support import make_ctx, run_activity
+from tests.vault.support import make_ctx, model_backends, run_activity
 from tests.vault.test_rollup_clock import ClockInput, MemoryClockWorkflow
 from workers.worker import MEMORY_WORKFLOWS, memory_activities
 from workflows.rollup import YearlyRollupWorkflow
@@ -171,7 +171,7 @@ async def test_catch_up_runs_every_missed_day_once(tmp_path, database_url, fake_
     bad = ctx.vault.path("daily/2026-06-02.md")
     bad.write_bytes(bad.read_bytes() + b"\nbroken \xff\xfe bytes\n")
     raw = bad.read_bytes()
-    acts = RollupActivities(ctx)
+    acts = RollupActivities(ctx, model_backends())
     # The worker was down for three nights: the run on the 5th finds all three days.
     due = await run_activity(acts.plan_rollup_periods, RollupPeriodsInput(
         kind=RollupKind.DAILY, as_of=datetime(2026, 6, 5, 9, tzinfo=UTC)))

@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime, timedelta
 
 from temporalio.worker import Worker
 
-from activities.vault import offline_rollup
+from activities.offline import rollup as offline_rollup
 from schemas.config import ModelSettings
 from schemas.vault.nightly import NightlyJob
 from schemas.vault.rollup import transcript_entry

@@ -187,10 +187,10 @@ async def test_flush_and_every_system_prompt_take_the_sessions_scope(
     checkpoint turn loads its window the same way) carries that scope's core memory only."""
     from datetime import UTC, datetime
 
+    from activities.offline import rollup as offline_rollup
     from activities.session import SessionActivities
-    from activities.vault import offline_rollup
     from activities.vault.turn import FlushInput, MemoryActivities
-    from tests.vault.support import insert_messages, run_activity
+    from tests.vault.support import insert_messages, model_backends, run_activity
 
     alice_root = await seed(settings, database_url, "alice")
     bob_root = await seed(settings, database_url, "bob")
@@ -201,7 +201,7 @@ async def test_flush_and_every_system_prompt_take_the_sessions_scope(
         (1, "user", "Dana Whitfield works at Northwind Traders. BOB-FLUSH", at),
         (2, "assistant", "Noted.", at)])
     ctx = MemoryContext(settings=settings, database_url=database_url)
-    flushed = await run_activity(MemoryActivities(ctx).flush_memory,
+    flushed = await run_activity(MemoryActivities(ctx, model_backends()).flush_memory,
                                  FlushInput(session_id="bob-s", from_seq=1, to_seq=2,
                                             scope="bob"))
     assert flushed.added >= 1

@@ -14,7 +14,14 @@ from activities.vault.turn import (
     TranscriptsInput,
     catch_up_hand_edits,
 )
-from tests.vault.support import insert_messages, load_corpus, make_ctx, run_activity, vault_ctx
+from tests.vault.support import (
+    insert_messages,
+    load_corpus,
+    make_ctx,
+    model_backends,
+    run_activity,
+    vault_ctx,
+)
 
 T0 = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
 
@@ -24,7 +31,7 @@ async def test_recall_reads_the_index_only(tmp_path, database_url):
     await load_corpus(indexed)
     shutil.rmtree(indexed.vault.root)  # a session worker has no vault at all
     session_side = make_ctx(tmp_path / "session-worker", database_url)
-    found = await run_activity(MemoryActivities(session_side).recall_memory,
+    found = await run_activity(MemoryActivities(session_side, model_backends()).recall_memory,
                                RecallInput(session_id="s", query="Atlas", k=2))
     assert found.hits == 2 and "Project Atlas" in found.block
     assert not session_side.vault.root.exists()  # never opened, never made
@@ -37,7 +44,7 @@ async def test_a_turns_transcript_is_one_activity_and_a_retry_appends_nothing(
         (1, "user", "The deploy key lives in the team vault.", T0),
         (2, "tool_result", "{tool output}", T0),
         (3, "assistant", "Noted: the deploy key is in the team vault.", T0)])
-    acts = MemoryActivities(ctx)
+    acts = MemoryActivities(ctx, model_backends())
     first = await run_activity(acts.append_transcripts,
                                TranscriptsInput(session_id="s1", seqs=[1, 2, 3]))
     again = await run_activity(acts.append_transcripts,
@@ -59,7 +66,7 @@ async def test_own_appends_leave_nothing_for_the_catch_up_and_hand_edits_do(
     daily.write_text("# 2026-06-01\n\nwritten by hand\n")
     await catch_up_hand_edits(ctx)  # the vault worker's first beat: everything seen
     insert_messages(database_url, "s1", [(1, "user", "Water the ficus on Mondays.", T0)])
-    acts = MemoryActivities(ctx)
+    acts = MemoryActivities(ctx, model_backends())
     await run_activity(acts.append_transcripts, TranscriptsInput(session_id="s1", seqs=[1]))
     assert ctx.vault._seen[rel] == ctx.vault.file_stamp(rel)  # not due for a re-read
     ctx.vault.path("cards/notes/Jam.md").write_text(

@@ -25,6 +25,7 @@ from tests.vault.support import (
     insert_messages,
     load_corpus,
     make_ctx,
+    model_backends,
     run_activity,
     vault_ctx,
 )
@@ -121,7 +122,7 @@ async def test_transcript_appends_word_for_word_once_and_keeps_bad_bytes(ctx, da
         (2, "assistant", "Noted: the password is on the fridge.", T0),
         (3, "tool_result", "{big json}", T0),
         (4, "user", "Second day", datetime(2026, 6, 2, 0, 0, 1, tzinfo=UTC))])
-    acts = MemoryActivities(ctx)
+    acts = MemoryActivities(ctx, model_backends())
     daily = ctx.vault.path("daily/2026-06-01.md")
     daily.write_bytes(b"# 2026-06-01\n\nhand note with a bad byte \xff here\n")
     r1 = await run_activity(acts.append_transcript, TranscriptInput(session_id="s1", seq=1))
@@ -148,7 +149,7 @@ async def test_transcript_appends_word_for_word_once_and_keeps_bad_bytes(ctx, da
 
 async def test_recall_counts_access_for_decay(ctx):
     await load_corpus(ctx)
-    acts = MemoryActivities(ctx)
+    acts = MemoryActivities(ctx, model_backends())
     result = await run_activity(acts.recall_memory, RecallInput(session_id="s", query="Atlas",
                                                                 k=2))
     assert result.hits == 2 and "Project Atlas" in result.block
@@ -175,7 +176,7 @@ async def test_flush_writes_facts_once_through_the_model(tmp_path, database_url,
         ("write_card", {"op": "ADD", "type": "spaceship", "title": "x", "value": "y",
                         "confidence": "EXTRACTED"}),
     ]))
-    acts = MemoryActivities(c)
+    acts = MemoryActivities(c, model_backends())
     out = await run_activity(acts.flush_memory, FlushInput(session_id="s1", from_seq=1,
                                                            to_seq=3))
     assert (out.added, out.superseded, out.rejected) == (2, 0, 1)
@@ -200,7 +201,8 @@ async def test_a_vault_folder_that_is_not_a_repository_is_reported(tmp_path, dat
     notes = c.vault.ensure()
     assert not (root / ".git").exists()  # never made a repository behind a person's back
     assert "added missing CORE.md" in notes
-    result = await run_activity(RollupActivities(c).commit_vault, CommitInput(message="x"))
+    result = await run_activity(RollupActivities(c, model_backends()).commit_vault,
+                                CommitInput(message="x"))
     assert result.problem and "is not a git repository" in result.problem
     assert (root / "cards" / "notes" / "Mine.md").read_text() == "# Mine\n"
 
@@ -208,7 +210,7 @@ async def test_a_vault_folder_that_is_not_a_repository_is_reported(tmp_path, dat
 async def test_hand_edits_are_recalled_once_the_vault_worker_caught_up(ctx):
     """Recall reads only the index (activities.vault.turn): a hand edit is found after the
     vault worker's catch-up, without a full reindex."""
-    acts = MemoryActivities(ctx)
+    acts = MemoryActivities(ctx, model_backends())
     assert (await run_activity(acts.recall_memory, RecallInput(session_id="s",
                                                                query="sourdough"))).hits == 0
     ctx.vault.path("cards/notes/Bread.md").write_text(
@@ -226,7 +228,8 @@ async def test_a_failed_push_is_reported_and_the_commit_kept(tmp_path, database_
     c.vault.ensure()
     git(c.vault.root, "remote", "add", "origin", str(tmp_path / "no-such-remote"))
     c.vault.write("cards/notes/X.md", "# X\n")
-    result = await run_activity(RollupActivities(c).commit_vault, CommitInput(message="m"))
+    result = await run_activity(RollupActivities(c, model_backends()).commit_vault,
+                                CommitInput(message="m"))
     assert result.committed and not result.pushed
     assert result.push_problem and "git push failed" in result.push_problem
     assert "m" in git(c.vault.root, "log", "--oneline", "-1")
@@ -238,7 +241,7 @@ async def test_transcript_retry_after_a_crash_before_indexing_appends_nothing(ct
     from schemas.vault.rollup import entry_marker
 
     insert_messages(database_url, "s9", [(1, "user", "Keep the release notes short.", T0)])
-    acts = MemoryActivities(ctx)
+    acts = MemoryActivities(ctx, model_backends())
     first = await run_activity(acts.append_transcript, TranscriptInput(session_id="s9", seq=1))
     daily = ctx.vault.path(first.path)
     pool = await ctx.pool()

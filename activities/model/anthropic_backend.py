@@ -1,24 +1,25 @@
-"""The one adapter over the Messages API: the real `anthropic` SDK, or the offline model.
+"""The real model: the `anthropic` SDK over the Messages API, as a `ModelBackend`.
 
 The SDK's own retries are off (`max_retries=0`) so Temporal owns retry: overloaded,
 rate-limited, timed-out and 5xx calls raise a retryable error (honouring `retry-after`);
 a request the API refuses (400, 401, 403, 404, 413, 422) is non-retryable, because the
-same request would be refused again.
+same request would be refused again. A reply is checked before it is returned
+(`checked_reply`), streamed or not: streaming changes nothing about the reply, and a
+retried stream streams again from the start. This module knows nothing of the offline
+model (`activities.offline`); the worker's `ModelBackends` chooses between the two.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
-from contextlib import suppress
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import anthropic
 from anthropic.types import Message
-from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.model.backend import safe_on_text
 from schemas.config import ModelSettings
 from schemas.model import (
     MODEL_CONNECTION,
@@ -28,28 +29,50 @@ from schemas.model import (
     http_error_type,
 )
 
-T = TypeVar("T")
-# Beats per heartbeat timeout: a worker must miss several before Temporal gives up on it.
-BEATS_PER_TIMEOUT = 4
-DEFAULT_BEAT_S = 5.0
+__all__ = ["RETRYABLE_STATUS", "AnthropicBackend", "checked_reply", "model_error"]
 
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
+_ClientKey = tuple[str | None, str | None, float]
 
-_clients: dict[tuple[str | None, str | None, float], anthropic.AsyncAnthropic] = {}
 
+class AnthropicBackend:
+    """The Messages API through the SDK; one client per (base URL, key, timeout)."""
 
-def _client(settings: ModelSettings) -> anthropic.AsyncAnthropic:
-    key = (settings.base_url, settings.api_key, settings.request_timeout_s)
-    client = _clients.get(key)
-    if client is None:
-        client = anthropic.AsyncAnthropic(
-            api_key=settings.api_key or "keel-no-key",
-            base_url=settings.base_url,
-            max_retries=0,
-            timeout=settings.request_timeout_s,
-        )
-        _clients[key] = client
-    return client
+    def __init__(self) -> None:
+        self._clients: dict[_ClientKey, anthropic.AsyncAnthropic] = {}
+
+    def _client(self, settings: ModelSettings) -> anthropic.AsyncAnthropic:
+        key = (settings.base_url, settings.api_key, settings.request_timeout_s)
+        client = self._clients.get(key)
+        if client is None:
+            client = anthropic.AsyncAnthropic(
+                api_key=settings.api_key or "keel-no-key",
+                base_url=settings.base_url,
+                max_retries=0,
+                timeout=settings.request_timeout_s,
+            )
+            self._clients[key] = client
+        return client
+
+    async def create(self, settings: ModelSettings, request: dict[str, Any]) -> Message:
+        """Send one Messages API request (a plain dict: model, system, messages, tools)."""
+        try:
+            message = await self._client(settings).messages.create(**request)
+        except anthropic.APIError as err:
+            raise model_error(err) from err
+        return checked_reply(message)
+
+    async def stream(self, settings: ModelSettings, request: dict[str, Any],
+                     on_text: Callable[[str], None]) -> Message:
+        """The same request streamed: its text to `on_text` as the SDK produces it."""
+        try:
+            async with self._client(settings).messages.stream(**request) as stream:
+                async for text in stream.text_stream:
+                    safe_on_text(on_text, text)
+                message = await stream.get_final_message()
+        except anthropic.APIError as err:
+            raise model_error(err) from err
+        return checked_reply(message)
 
 
 def _retry_after(err: anthropic.APIStatusError) -> timedelta | None:
@@ -79,22 +102,6 @@ def model_error(err: Exception) -> ApplicationError:
                             non_retryable=True)
 
 
-async def create_message(settings: ModelSettings, request: dict[str, Any]) -> Message:
-    """Send one Messages API request (a plain dict: model, system, messages, tools, ...).
-
-    With no API key and no base URL, the offline deterministic model answers instead.
-    """
-    if settings.offline:
-        from activities.offline_model import respond
-
-        return Message.model_validate(respond(request))
-    try:
-        message = await _client(settings).messages.create(**request)
-    except anthropic.APIError as err:
-        raise model_error(err) from err
-    return checked_reply(message)
-
-
 def checked_reply(message: Message) -> Message:
     """A reply Keel can use, or a non-retryable error saying what is wrong with it.
 
@@ -120,27 +127,3 @@ def checked_reply(message: Message) -> Message:
         raise ApplicationError(f"malformed model reply: {'; '.join(problems)}",
                                type=MODEL_MALFORMED_REPLY, non_retryable=True)
     return message
-
-
-def beat_interval() -> float:
-    """A quarter of this activity's heartbeat timeout (as the SDK's openai_agents does)."""
-    timeout = activity.info().heartbeat_timeout
-    if not timeout:
-        return DEFAULT_BEAT_S
-    return max(0.1, timeout.total_seconds() / BEATS_PER_TIMEOUT)
-
-
-async def with_heartbeat(awaitable: Awaitable[T]) -> T:
-    """Await a long call while telling Temporal the activity is alive."""
-    task = asyncio.ensure_future(awaitable)
-    interval = beat_interval()
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=interval)
-            if done:
-                return task.result()
-            with suppress(RuntimeError):
-                activity.heartbeat()
-    finally:
-        if not task.done():
-            task.cancel()

@@ -13,6 +13,8 @@ import itertools
 import re
 from typing import Any
 
+from activities.offline.rollup import respond as rollup_respond
+from activities.offline.tools import next_step
 from schemas.checkpoint.mind import MindDocument
 from schemas.checkpoint.request import MEMO_FILE, MIND_FILE
 from schemas.checkpoint.request import REQUEST_MARKER as CHECKPOINT_MARKER
@@ -175,9 +177,7 @@ def _agent_turn(request: dict[str, Any]) -> dict[str, Any]:
 
 def _declared_tools_turn(request: dict[str, Any], messages: list[dict[str, Any]],
                          latest: str) -> dict[str, Any] | None:
-    """The session's own tools, by rule (activities/offline_tools.py)."""
-    from activities.offline_tools import next_step
-
+    """The session's own tools, by rule (activities/offline/tools.py)."""
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"
                      and any(b.get("type") == "text" and latest and latest in
                              str(b.get("text", "")) for b in _blocks(m))), default=0)
@@ -445,14 +445,9 @@ def _checkpoint_turn(request: dict[str, Any]) -> dict[str, Any]:
 
 def respond(request: dict[str, Any]) -> dict[str, Any]:
     """Answer one Messages API request (as a plain dict) with a response dict."""
-    try:
-        from activities.vault.offline_rollup import respond as rollup
-    except ImportError:
-        rollup = None
-    if rollup is not None:
-        answer = rollup(request)
-        if answer is not None:
-            return answer
+    answer = rollup_respond(request)
+    if answer is not None:
+        return answer
     if _instruction_index(request.get("messages", [])) is not None:
         return _checkpoint_turn(request)
     return _agent_turn(request)
