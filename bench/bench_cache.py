@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from activities.db import close_pools  # noqa: E402
-from activities.offline_model import respond  # noqa: E402
+from activities.offline import respond  # noqa: E402
 from bench.common import source_commit  # noqa: E402
 from bench.memory_benchmark import (  # noqa: E402
     Scenario,
