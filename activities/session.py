@@ -44,8 +44,13 @@ from activities.events import DeltaPublisher
 from activities.model import create_message, with_heartbeat
 from activities.model_call import (
     INPUT_NOT_RECORDED,
+    MemoryStep,
+    ModelAsk,
     ModelCallInput,
     ModelCallResult,
+    RecordStep,
+    RoomSteps,
+    WindowSpan,
     insert_reply,
     load_request,
     recall_step,
@@ -80,8 +85,9 @@ from schemas.vault.recall import fence_memory
 from schemas.vault.scope import DEFAULT_SCOPE, tool_scope_problem
 
 __all__ = [
-    "INPUT_NOT_RECORDED", "ModelCallInput", "ModelCallResult", "RecordInput",
-    "SessionActivities", "ToolInput", "ToolOutcome", "ToolResultInput",
+    "INPUT_NOT_RECORDED", "MemoryStep", "ModelAsk", "ModelCallInput", "ModelCallResult",
+    "RecordInput", "RecordStep", "RoomSteps", "SessionActivities", "ToolInput", "ToolOutcome",
+    "ToolResultInput", "WindowSpan",
 ]
 
 

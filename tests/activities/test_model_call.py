@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.model_call import ModelCallInput, ModelCallResult, RecordInput
+from activities.model_call import (
+    MemoryStep,
+    ModelAsk,
+    ModelCallInput,
+    ModelCallResult,
+    RecordInput,
+    RecordStep,
+    RoomSteps,
+    WindowSpan,
+)
 from schemas.checkpoint.policy import ModelWindow
 from schemas.messages import MessageType
 from schemas.vault.recall import RecallInput
@@ -44,6 +53,19 @@ def test_the_flat_keywords_the_workflow_passes_still_build_it():
     kwargs = {**FLAT, "window": WINDOW, "record": [RecordInput(**FLAT["record"][0])],
               "recall": RecallInput(session_id="s1", query="hi", scope="alice")}
     _check(ModelCallInput(**kwargs))
+
+
+def test_the_grouped_construction_is_the_flat_one():
+    record = RecordInput(**FLAT["record"][0])
+    recall = RecallInput(session_id="s1", query="hi", scope="alice")
+    grouped = ModelCallInput(
+        session_id="s1", turn=3, reply_seq=12,
+        span=WindowSpan(start_seq=4, upto_seq=11, checkpoint_id="ckpt:a", keep_recent_seq=9),
+        ask=ModelAsk(model="claude", window=WINDOW, usage_ratio=1.2),
+        room=RoomSteps(asked=True, cut_newest_output=True),
+        memory=MemoryStep(scope="alice", block="<m/>", recall=recall),
+        first=RecordStep(inputs=[record], within_s=2.5))
+    assert grouped == ModelCallInput.model_validate(FLAT)
 
 
 def test_the_grouped_shape_round_trips_through_the_converter():
