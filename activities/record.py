@@ -36,6 +36,12 @@ class NewRow(BaseModel):
     token_text: str | None = None  # what to count when it differs from `text`
 
 
+class RecordInput(NewRow):
+    """An input to record (the `record_input` activity, or a model call's record step)."""
+
+    user_name: str = "user"  # for the session row, written with the first input
+
+
 class Inserted(BaseModel):
     seq: int
     token_count: int

@@ -33,6 +33,7 @@ from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 
 from activities.checkpoint import CheckpointActivities
+from activities.context import SessionContext
 from activities.mcp import McpActivities
 from activities.session import SessionActivities
 from activities.vault.cards import VaultActivities
@@ -67,13 +68,15 @@ class Role(StrEnum):
     BOTH = "both"  # `keel dev`, the demo, tests: one process serves both
 
 
-def session_activities(settings: KeelSettings) -> list[Callable[..., Any]]:
-    session = SessionActivities(settings)
-    checkpoint = CheckpointActivities(settings)
+def session_activities(context: SessionContext) -> list[Callable[..., Any]]:
+    """The session queue's activities, the session's and the checkpoint's over one
+    session context (activities.context)."""
+    session = SessionActivities(context)
+    checkpoint = CheckpointActivities(context)
     mcp = McpActivities()
-    from activities.files import FileActivities  # the client's file calls (issue 12)
+    from activities.files import FileActivities  # the client's file calls
 
-    files = FileActivities(settings)
+    files = FileActivities(context.settings)
     return [
         files.put_workspace_file, files.read_workspace_file, files.list_workspace_files,
         files.keep_tool_result,
@@ -111,10 +114,12 @@ def memory_activities(settings: KeelSettings, *, database_url: str | None = None
     ]
 
 
-def vault_activities(settings: KeelSettings,
+def vault_activities(context: SessionContext,
                      ctx: MemoryContext | None = None) -> list[Callable[..., Any]]:
-    """The vault queue's activities: long memory, and run_tool for the card-writing tools."""
-    return [*memory_activities(settings, ctx=ctx), SessionActivities(settings).run_tool]
+    """The vault queue's activities: long memory, and run_tool for the card-writing tools
+    (over the process's one session context)."""
+    return [*memory_activities(context.settings, ctx=ctx),
+            SessionActivities(context).run_tool]
 
 
 class KeelWorkers:
@@ -133,12 +138,15 @@ class KeelWorkers:
         self.wait_for_vault = wait_for_vault
         self.serves_vault = False
         self.workers: list[Worker] = []
+        # Built once: the session's and the checkpoint's activities (and the vault
+        # queue's run_tool) share its pool access, store, prompt and window loader.
+        self.context = SessionContext(settings)
         common: dict[str, Any] = {"interceptors": list(interceptors),
                                   "activity_executor": activity_executor}
         if role in (Role.SESSIONS, Role.BOTH):
             self.workers.append(Worker(
                 client, task_queue=settings.task_queue, workflows=[SessionWorkflow],
-                activities=session_activities(settings), max_concurrent_activities=50,
+                activities=session_activities(self.context), max_concurrent_activities=50,
                 **common))
         self._common = common
         self._stack = contextlib.AsyncExitStack()
@@ -158,7 +166,7 @@ class KeelWorkers:
                     vault = Worker(
                         self.client, task_queue=self.settings.vault_task_queue,
                         workflows=MEMORY_WORKFLOWS,
-                        activities=vault_activities(self.settings, self._memory),
+                        activities=vault_activities(self.context, self._memory),
                         max_concurrent_activities=50, **self._common)
                     self.workers.append(vault)
                     await self._stack.enter_async_context(vault)

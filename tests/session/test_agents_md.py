@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from activities.session import SessionActivities
+from activities.context import SessionContext
 from activities.workspace import AGENTS_INDEX, LocalStore, PostgresStore, WorkspaceStore
 from tests.harness import make_settings
 
@@ -34,11 +34,10 @@ async def test_root_and_written_agents_files_are_found_by_point_reads(store, tmp
 
 
 async def test_the_system_prompt_carries_them_in_path_order(store, database_url, tmp_path):
-    acts = SessionActivities(make_settings(database_url, tmp_path))
-    acts._store = store
+    ctx = SessionContext(make_settings(database_url, tmp_path), store=store)
     await store.write("s1", "z/AGENTS.md", b"rules of z")
     await store.write("s1", "AGENTS.md", b"rules of the root")
-    prompt = await acts.system_prompt("s1")
+    prompt = await ctx.prompt.system_prompt("s1")
     assert "rules of the root" in prompt and "rules of z" in prompt
     assert prompt.index("rules of the root") < prompt.index("rules of z")
 

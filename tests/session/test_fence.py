@@ -10,6 +10,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from activities.context import SessionContext
 from activities.record import FenceInput
 from activities.session import RecordInput, SessionActivities
 from schemas.messages import MessageType
@@ -24,7 +25,7 @@ def _rows(url: str) -> list[tuple]:
 
 @pytest.fixture
 def acts(database_url, tmp_path) -> SessionActivities:
-    return SessionActivities(make_settings(database_url, tmp_path))
+    return SessionActivities(SessionContext(make_settings(database_url, tmp_path)))
 
 
 def _record(seq: int, text: str, input_id: str) -> RecordInput:

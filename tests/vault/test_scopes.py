@@ -187,8 +187,8 @@ async def test_flush_and_every_system_prompt_take_the_sessions_scope(
     checkpoint turn loads its window the same way) carries that scope's core memory only."""
     from datetime import UTC, datetime
 
+    from activities.context import SessionContext
     from activities.offline import rollup as offline_rollup
-    from activities.session import SessionActivities
     from activities.vault.turn import FlushInput, MemoryActivities
     from tests.vault.support import insert_messages, model_backends, run_activity
 
@@ -210,7 +210,7 @@ async def test_flush_and_every_system_prompt_take_the_sessions_scope(
     assert not (tmp_path / "vault").exists()
     assert all("A-1001" not in json.dumps(r) for r in fake_anthropic.requests)
 
-    session = SessionActivities(settings)
+    session = SessionContext(settings)
     # Session workers read each scope's CORE.md as the vault worker publishes it.
     published = await publish_vault_files(settings, session.store)
     assert {"alice/CORE.md", "bob/CORE.md"} <= set(published)
@@ -222,10 +222,11 @@ async def test_flush_and_every_system_prompt_take_the_sessions_scope(
                             ).fetchone() == (None,)
         conn.execute("UPDATE sessions SET memory_scope = 'bob' WHERE session_id = 'bob-s'")
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        bob_window = await session.load_window(conn, "bob-s", 1, 2, None)
-        alice_window = await session.load_window(conn, "alice-s", 1, 0, None)
-        none_window = await session.load_window(conn, "none-s", 1, 0, None)
+        bob_window = await session.windows.load(conn, "bob-s", 1, 2, None)
+        alice_window = await session.windows.load(conn, "alice-s", 1, 0, None)
+        none_window = await session.windows.load(conn, "none-s", 1, 0, None)
     assert "B-2002" in bob_window.system and "A-1001" not in bob_window.system
     assert "A-1001" in alice_window.system and "B-2002" not in alice_window.system
     assert "A-1001" not in none_window.system and "B-2002" not in none_window.system
-    assert "A-1001" not in await session.system_prompt("bob-s")  # as the checkpoint estimates
+    # As the checkpoint estimates:
+    assert "A-1001" not in await session.prompt.system_prompt("bob-s")

@@ -1,0 +1,351 @@
+"""The model call's payloads and steps: record first, recall, load the window and the
+scope, size the request (estimate, pre-pass, cut the newest output), build it, ask, and
+insert the reply. `SessionActivities.call_model` chains them.
+
+The record step writes a message asked while the session was idle to the record
+(idempotent by its seq and input id) in at most RECORD_STEP_S; when it cannot, it fails as
+INPUT_NOT_RECORDED before anything else, and the session's ordinary record takes over. The
+recall step searches long memory (a read of the index, at most RECALL_STEP_S); a failure is
+returned, and the turn goes on without. The scope step mirrors the session's memory scope
+on its row, from which every system prompt takes its core memory.
+
+What the reply step inserts is storable by construction: the model's text and tool input
+have their NULs and lone surrogates replaced (`schemas.text.make_storable`) and the row's
+`replaced` says so, so bad data never turns into a retry loop.
+
+`ModelCallInput` travels through Temporal: it is grouped (the window span, the model asked,
+the room steps taken, long memory, the record step) and still decodes from the flat shape
+older code wrote and the workflow builds (`ModelCallInput(session_id=..., recall=...)`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from anthropic.types import Message
+from psycopg import AsyncConnection
+from pydantic import BaseModel, Field, model_validator
+from temporalio.exceptions import ApplicationError
+
+from activities.context import SessionContext
+from activities.record import Inserted, NewRow, RecordInput, ensure_session, insert_row
+from activities.vault.search import recall
+from activities.window import LoadedWindow
+from schemas.agent import AgentSpec
+from schemas.checkpoint.policy import Fit, ModelWindow, fit
+from schemas.checkpoint.prepass import prepass
+from schemas.context import estimate_tokens, fit_newest_tool_output
+from schemas.events import SHORT_INPUT_CHARS, DeltaTail, cut
+from schemas.mcp import McpTool
+from schemas.messages import MessageType, ModelReply, RecordRow, ToolCall, Usage
+from schemas.text import make_storable, make_storable_json
+from schemas.vault.recall import RecallInput, RecallResult, scrub_memory_echo
+from schemas.vault.scope import DEFAULT_SCOPE
+
+__all__ = [
+    "INPUT_NOT_RECORDED", "RECALL_STEP_S", "RECORD_STEP_S", "FirstSteps", "LoadedRequest",
+    "MemoryStep", "ModelAsk", "ModelCallInput", "ModelCallResult", "RecordStep",
+    "RoomSteps", "SizedRequest", "WindowSpan", "insert_reply", "load_request",
+    "recall_step", "record_first", "reply_from_row", "retried_elsewhere", "size_request",
+]
+
+# The model call's record step failed: nothing else was done (the workflow records the
+# input the ordinary way, with its own retries and deadline).
+INPUT_NOT_RECORDED = "InputNotRecorded"
+RECORD_STEP_S = 5.0  # the record step of a model call at most (connection included)
+RECALL_STEP_S = 5.0  # the recall step: past it the turn goes on without long memory
+
+
+class WindowSpan(BaseModel):
+    """The rows the request is built over."""
+
+    start_seq: int
+    upto_seq: int
+    checkpoint_id: str | None = None
+    keep_recent_seq: int = 0  # the pre-pass leaves rows from here on as they are
+
+
+class ModelAsk(BaseModel):
+    """The model asked, its sizes, and the session's agent and listed MCP tools."""
+
+    model: str
+    window: ModelWindow  # the threshold and the hard limit come from here
+    usage_ratio: float = 1.0  # the API's count over Keel's estimate, from the last call
+    agent: AgentSpec | None = None  # instructions, tools, provider
+    mcp_tools: list[McpTool] = Field(default_factory=list)
+
+    @property
+    def instructions(self) -> str:
+        return self.agent.instructions if self.agent else ""
+
+
+class RoomSteps(BaseModel):
+    """The room-making ladder as walked for this request already."""
+
+    # Past the threshold (but under the hard limit) it is sent as it is
+    # (schemas.checkpoint.policy).
+    asked: bool = False
+    cut_newest_output: bool = False
+
+
+class MemoryStep(BaseModel):
+    """Long memory: the session's scope (None: none), and this turn's recall."""
+
+    scope: str | None = DEFAULT_SCOPE
+    block: str = ""  # this turn's fenced long-memory recall, when already searched
+    recall: RecallInput | None = None  # the search to run (its block then replaces `block`)
+
+
+class RecordStep(BaseModel):
+    """A turn's first call: the inputs to write to the record before anything else (a
+    message asked while the session was idle)."""
+
+    inputs: list[RecordInput] = Field(default_factory=list)
+    within_s: float = RECORD_STEP_S  # past this, INPUT_NOT_RECORDED
+
+
+# The flat shape's keys, and where each lives now: (group, field).
+_FLAT_KEYS: dict[str, tuple[str, str]] = {
+    "window_start_seq": ("span", "start_seq"), "upto_seq": ("span", "upto_seq"),
+    "checkpoint_id": ("span", "checkpoint_id"), "keep_recent_seq": ("span", "keep_recent_seq"),
+    "model": ("ask", "model"), "window": ("ask", "window"),
+    "usage_ratio": ("ask", "usage_ratio"), "agent": ("ask", "agent"),
+    "mcp_tools": ("ask", "mcp_tools"),
+    "room_asked": ("room", "asked"), "cut_newest_output": ("room", "cut_newest_output"),
+    "memory_scope": ("memory", "scope"), "memory_block": ("memory", "block"),
+    "recall": ("memory", "recall"),
+    "record": ("first", "inputs"), "record_within_s": ("first", "within_s"),
+}
+
+
+class ModelCallInput(BaseModel):
+    session_id: str
+    turn: int
+    reply_seq: int
+    span: WindowSpan
+    ask: ModelAsk
+    room: RoomSteps = Field(default_factory=RoomSteps)
+    memory: MemoryStep = Field(default_factory=MemoryStep)
+    first: RecordStep = Field(default_factory=RecordStep)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_flat_keys(cls, data: Any) -> Any:
+        """The flat shape (older payloads, keyword construction) lifted into the groups."""
+        if not isinstance(data, dict) or not any(k in data for k in _FLAT_KEYS):
+            return data
+        lifted: dict[str, Any] = {k: v for k, v in data.items() if k not in _FLAT_KEYS}
+        for key, (group, name) in _FLAT_KEYS.items():
+            if key in data:
+                lifted.setdefault(group, {})[name] = data[key]
+        return lifted
+
+
+class ModelCallResult(BaseModel):
+    # None: not sent (the session must make room first, or a recorded input turned out to
+    # be a caller's retry of one recorded earlier: `recorded` says so)
+    reply: ModelReply | None = None
+    fit: Fit = Fit.FITS
+    estimated_tokens: int = 0
+    output_cut: bool = False
+    notes: list[str] = Field(default_factory=list)
+    # What of the model's output PostgreSQL could not hold and was replaced (the session
+    # records a notice saying so).
+    replaced: list[str] = Field(default_factory=list)
+    recorded: list[Inserted] = Field(default_factory=list)  # one per `record`, in order
+    recall: RecallResult | None = None  # the search asked for, when it answered
+    recall_failed: str | None = None  # why the search asked for did not
+    stream_tail: DeltaTail | None = None  # the reply's text no delta carried yet
+
+
+# ----- record first, recall ---------------------------------------------------------------
+
+async def record_first(ctx: SessionContext, step: RecordStep) -> list[Inserted]:
+    """The record step of a turn's first model call: every input written, or
+    INPUT_NOT_RECORDED (non-retryable) when the record does not answer in time."""
+    inputs = step.inputs
+    if not inputs:
+        return []
+    try:
+        async with asyncio.timeout(min(step.within_s, RECORD_STEP_S)), \
+                await ctx.connection() as conn:
+            await ensure_session(conn, inputs[0].session_id, inputs[0].user_name)
+            return [await insert_row(conn, row) for row in inputs]
+    except ApplicationError:
+        raise
+    except Exception as err:  # down, refused, timed out, a constraint: not recorded
+        reason = ("no answer in time" if isinstance(err, TimeoutError)
+                  else f"{type(err).__name__}: {err}")
+        raise ApplicationError(f"the record did not take the input: {reason}",
+                               type=INPUT_NOT_RECORDED, non_retryable=True) from err
+
+
+def retried_elsewhere(step: RecordStep, recorded: list[Inserted]) -> bool:
+    """A caller's retry of an input recorded earlier: that one is answered there."""
+    return any(i.duplicate and i.seq != r.seq
+               for i, r in zip(recorded, step.inputs, strict=True))
+
+
+@dataclass
+class FirstSteps:
+    """What the record and recall steps learned: returned with every result."""
+
+    recorded: list[Inserted]
+    recall: RecallResult | None = None
+    recall_failed: str | None = None
+
+    def result(self, *, reply: ModelReply | None = None, size: Fit = Fit.FITS,
+               estimated_tokens: int = 0, output_cut: bool = False,
+               notes: list[str] | None = None, replaced: list[str] | None = None,
+               stream_tail: DeltaTail | None = None) -> ModelCallResult:
+        return ModelCallResult(
+            reply=reply, fit=size, estimated_tokens=estimated_tokens, output_cut=output_cut,
+            notes=notes or [], replaced=replaced or [], recorded=self.recorded,
+            recall=self.recall, recall_failed=self.recall_failed, stream_tail=stream_tail)
+
+
+async def recall_step(ctx: SessionContext, conn: AsyncConnection, memory: MemoryStep,
+                      recorded: list[Inserted]) -> FirstSteps:
+    """The recall step: the search, or why it failed (never raises but a cancel)."""
+    inp = memory.recall
+    if inp is None:
+        return FirstSteps(recorded)
+    try:
+        async with asyncio.timeout(RECALL_STEP_S):
+            scope = ctx.memory().scoped(inp.scope).scope
+            return FirstSteps(recorded, await recall(conn, inp, scope=scope,
+                                                     embedder=ctx.embedder))
+    except TimeoutError:
+        return FirstSteps(recorded, recall_failed=f"no answer in {RECALL_STEP_S:g} s")
+    except Exception as err:
+        return FirstSteps(recorded, recall_failed=f"{type(err).__name__}: {err}"[:300])
+
+
+# ----- the window, the scope row, the size --------------------------------------------------
+
+@dataclass
+class LoadedRequest:
+    """What the request is built from: the window, its tools, this turn's recall."""
+
+    window: LoadedWindow
+    tools: list[dict[str, Any]]
+    memory_block: str
+
+
+async def load_request(ctx: SessionContext, conn: AsyncConnection, data: ModelCallInput,
+                       memory_block: str) -> LoadedRequest:
+    """The scope mirrored on the session's row (the workflow holds it fixed), then the
+    window and the session's tools."""
+    scope = data.memory.scope
+    await conn.execute(
+        "UPDATE sessions SET memory_scope = %s WHERE session_id = %s"
+        " AND memory_scope IS DISTINCT FROM %s", (scope, data.session_id, scope))
+    span = data.span
+    window = await ctx.windows.load(conn, data.session_id, span.start_seq, span.upto_seq,
+                                    span.checkpoint_id, data.ask.instructions)
+    tools = await ctx.prompt.tools(scope, data.ask.agent, data.ask.mcp_tools)
+    return LoadedRequest(window=window, tools=tools, memory_block=memory_block)
+
+
+@dataclass
+class SizedRequest:
+    """The rows to send, their estimate and fit, and what was done to make them fit."""
+
+    rows: list[RecordRow]
+    estimate: int
+    size: Fit
+    output_cut: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def _estimate(loaded: LoadedRequest, rows: list[RecordRow], ratio: float) -> int:
+    window = loaded.window
+    raw = estimate_tokens(window.system, rows,
+                          [window.checkpoint_text or "", loaded.memory_block],
+                          tools=loaded.tools)
+    return int(raw * max(ratio, 0.5))
+
+
+def size_request(loaded: LoadedRequest, data: ModelCallInput) -> SizedRequest:
+    """The estimate; over the threshold, the ladder's first step, the cheap pre-pass (old
+    tool outputs shrunk, duplicates pointed at, stale images dropped: often room enough on
+    its own); over the hard limit, when asked, the newest tool output cut."""
+    ratio, limits = data.ask.usage_ratio, data.ask.window
+    rows = loaded.window.rows
+    estimate = _estimate(loaded, rows, ratio)
+    notes: list[str] = []
+    if fit(estimate, limits) is not Fit.FITS:
+        shrunk = prepass(rows, keep_recent_seq=data.span.keep_recent_seq)
+        if shrunk.tokens_saved:
+            rows = shrunk.rows
+            estimate = _estimate(loaded, rows, ratio)
+            notes.append(f"pre-pass saved {shrunk.tokens_saved} tokens")
+    output_cut = False
+    if data.room.cut_newest_output and fit(estimate, limits) is Fit.OVER_LIMIT:
+        excess = estimate - limits.hard_limit
+        excess = int(excess / max(ratio, 0.1)) + 1
+        rows, output_cut = fit_newest_tool_output(rows, excess)
+        estimate = _estimate(loaded, rows, ratio)
+    return SizedRequest(rows=rows, estimate=estimate, size=fit(estimate, limits),
+                        output_cut=output_cut, notes=notes)
+
+
+# ----- the reply ---------------------------------------------------------------------------
+
+def _reply_blocks(message: Message) -> tuple[list[dict[str, Any]], list[str]]:
+    """The reply's text and tool-use blocks, recalled memory scrubbed from the text; what
+    PostgreSQL cannot hold (a NUL, a lone surrogate) replaced, and said so, so the model
+    sees what happened next time."""
+    blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
+    blocks = [b for b in blocks if b.get("type") in ("text", "tool_use")]
+    for b in blocks:
+        if b["type"] == "text":
+            b["text"] = scrub_memory_echo(b["text"])
+    storable, replaced = make_storable_json(blocks)
+    return storable, replaced
+
+
+def _usage(message: Message) -> Usage:
+    usage = message.usage
+    return Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                 cache_read_input_tokens=usage.cache_read_input_tokens or 0,
+                 cache_creation_input_tokens=usage.cache_creation_input_tokens or 0)
+
+
+async def insert_reply(conn: AsyncConnection, data: ModelCallInput,
+                       message: Message) -> tuple[ModelReply, list[str]]:
+    """The reply inserted at its seq (once), and what of it was replaced."""
+    blocks, replaced = _reply_blocks(message)
+    text = "\n".join(b["text"] for b in blocks if b["type"] == "text")
+    tool_text = " ".join(json.dumps(b.get("input", {})) for b in blocks
+                         if b["type"] == "tool_use")
+    inserted = await insert_row(conn, NewRow(
+        session_id=data.session_id, seq=data.reply_seq,
+        input_id=f"reply-{data.reply_seq}", type=MessageType.ASSISTANT, text=text,
+        content=blocks, turn=data.turn, token_text=make_storable(f"{text} {tool_text}")[0]))
+    reply = ModelReply(
+        seq=data.reply_seq, stop_reason=message.stop_reason,
+        tool_calls=[ToolCall(id=b["id"], name=b["name"], input_preview=_preview(b.get("input")),
+                             input=b.get("input") or {})
+                    for b in blocks if b["type"] == "tool_use"],
+        usage=_usage(message), text=text, reply_tokens=inserted.token_count,
+        model=message.model)
+    return reply, replaced
+
+
+def _preview(value: Any) -> str:
+    """A tool call's input as compact JSON, cut for an event."""
+    return cut(json.dumps(value or {}, separators=(",", ":"), ensure_ascii=False,
+                          default=str), SHORT_INPUT_CHARS)
+
+
+def reply_from_row(row: RecordRow, model: str) -> ModelReply:
+    """The reply of a retry that finds it recorded: the model is not asked again."""
+    blocks = row.content if isinstance(row.content, list) else []
+    calls = [ToolCall(id=b["id"], name=b["name"], input=b.get("input") or {})
+             for b in blocks if b.get("type") == "tool_use"]
+    return ModelReply(seq=row.seq, stop_reason="tool_use" if calls else "end_turn",
+                      tool_calls=calls, text=row.text, reply_tokens=row.token_count, model=model)

@@ -1,0 +1,101 @@
+"""The session's system prompt and tools: the one place every request of a session (its
+model calls, the checkpoint turn, the memory flush) takes them from.
+
+The system prompt carries the core memory of the session's scope as the session's row last
+said it (`remember_scope`, written by every window load; none while not known) and the
+agent's instructions; its AGENTS.md files come from point reads of the files the store
+knows (activities.workspace), never a listing of the workspace, which would grow with its
+files. The tools are Keel's built-ins (write_card's enums from the scope's schema.json, as
+the vault worker published it: the same on every worker) filtered and extended by the
+session's agent (`schemas.agent.session_tools`). A session without long memory gets no
+memory tools and no core memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from activities.tools import Skill, load_skills
+from activities.vault.store import TEMPLATE_DIR
+from activities.vault_share import shared_vault_text
+from activities.workspace import WorkspaceStore
+from schemas.agent import AgentSpec, session_tools
+from schemas.context import SkillEntry, SystemPromptParts, WorkspaceDoc, build_system_prompt
+from schemas.mcp import McpTool
+from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL
+from schemas.vault.rollup import write_card_tool
+from schemas.vault.schema import CORE_FILE, SCHEMA_FILE, parse_schema
+from schemas.vault.scope import DEFAULT_SCOPE
+
+__all__ = ["OFFLINE_NOTICE", "PACKAGED_SKILLS", "SessionPrompt"]
+
+PACKAGED_SKILLS = Path(__file__).resolve().parent.parent / "keel" / "skills"
+OFFLINE_NOTICE = (
+    "Keel runs on its offline deterministic model: no network, replies written by rule."
+)
+
+
+class SessionPrompt:
+    """System prompts and tool lists over one workspace store (`store` is called each
+    time: the context opens it on first use)."""
+
+    def __init__(self, store: Callable[[], WorkspaceStore], *, offline: bool) -> None:
+        self._store = store
+        self._offline = offline
+        # session id -> scope, as last read from its row (for prompts built without a conn)
+        self._scopes: dict[str, str | None] = {}
+
+    def remember_scope(self, session_id: str, scope: str | None) -> None:
+        self._scopes[session_id] = scope
+
+    async def skills(self) -> list[Skill]:
+        return await load_skills(self._store(), PACKAGED_SKILLS)
+
+    async def builtin_tools(self, scope: str | None = DEFAULT_SCOPE) -> list[dict[str, Any]]:
+        """Keel's built-in tools; write_card's enums come from the scope's schema.json, as
+        the vault worker published it (activities.vault_share): the same on every worker.
+        A session without long memory gets no memory tools."""
+        if scope is None:
+            return list(AGENT_TOOLS)
+        tools = [*AGENT_TOOLS, MEMORY_SEARCH_TOOL]
+        text = await shared_vault_text(self._store(), scope, SCHEMA_FILE)
+        if text is None:  # not published yet: a new vault is made from the template's
+            text = (TEMPLATE_DIR / SCHEMA_FILE).read_text()
+        schema = parse_schema(text)[0]
+        if schema is not None:
+            tools.append(write_card_tool(schema))
+        return tools
+
+    async def tools(self, scope: str | None = DEFAULT_SCOPE, agent: AgentSpec | None = None,
+                    mcp_tools: list[McpTool] | None = None) -> list[dict[str, Any]]:
+        """The session's tools (schemas.agent.session_tools): the one list every request
+        of this session carries, the checkpoint turn's included."""
+        return session_tools(await self.builtin_tools(scope), agent, mcp_tools or [])
+
+    async def session_tools(self, session_id: str, agent: AgentSpec | None = None,
+                            mcp_tools: list[McpTool] | None = None) -> list[dict[str, Any]]:
+        """The tools of a session whose window was loaded (its scope known from its row)."""
+        return await self.tools(self._scopes.get(session_id), agent, mcp_tools)
+
+    async def system_prompt(self, session_id: str, instructions: str = "") -> str:
+        """The system prompt, with the core memory of the session's scope (as last read
+        from its row by a window load; none when not known) and the agent's instructions."""
+        store = self._store()
+        agents = [WorkspaceDoc(path=path, text=data.decode("utf-8", errors="replace"))
+                  for path, data in sorted((await store.agents_files(session_id)).items())]
+        skills = [SkillEntry(name=s.name, description=s.description)
+                  for s in await self.skills()]
+        return build_system_prompt(SystemPromptParts(
+            skills=skills, agents_md=agents,
+            core_memory=await self.core_memory(self._scopes.get(session_id)),
+            offline_notice=OFFLINE_NOTICE if self._offline else "",
+            instructions=instructions))
+
+    async def core_memory(self, scope: str | None = DEFAULT_SCOPE) -> str:
+        """The scope's CORE.md as the vault worker published it ("" before it has, and for
+        a session without long memory)."""
+        if scope is None:
+            return ""
+        return (await shared_vault_text(self._store(), scope, CORE_FILE) or "").strip()

@@ -1,0 +1,84 @@
+"""The request builders of schemas.request: pure, the same bytes for the same window."""
+
+from __future__ import annotations
+
+import json
+
+from schemas.context import assemble_messages, with_cache_breakpoints
+from schemas.messages import MessageType, RecordRow
+from schemas.request import (
+    append_user,
+    checkpoint_round_messages,
+    model_call_request,
+    turn_request,
+)
+
+TOOLS = [{"name": "read_file", "description": "read", "input_schema": {"type": "object"}}]
+
+
+def _rows() -> list[RecordRow]:
+    return [
+        RecordRow(seq=1, type=MessageType.USER, text="hello", token_count=2),
+        RecordRow(seq=2, type=MessageType.ASSISTANT, text="hi", token_count=1,
+                  content=[{"type": "text", "text": "hi"}]),
+        RecordRow(seq=3, type=MessageType.USER, text="what now?", token_count=3),
+    ]
+
+
+def test_a_model_call_request_is_the_window_with_its_breakpoints():
+    rows, block = _rows(), "<memory>a fact</memory>"
+    request, notes = model_call_request(
+        model="m", max_tokens=100, system="sys", rows=rows, checkpoint_text="ckpt",
+        memory_block=block, tools=TOOLS)
+    messages, expected_notes = assemble_messages(rows, checkpoint_text="ckpt",
+                                                 memory_block=block)
+    system, messages = with_cache_breakpoints("sys", messages, checkpoint_text="ckpt",
+                                              volatile_text=block)
+    assert list(request) == ["model", "max_tokens", "system", "messages", "tools"]
+    assert json.dumps(request) == json.dumps({"model": "m", "max_tokens": 100,
+                                              "system": system, "messages": messages,
+                                              "tools": TOOLS})
+    assert notes == expected_notes
+
+
+def test_no_recall_means_no_volatile_part():
+    request, _ = model_call_request(model="m", max_tokens=10, system="sys", rows=_rows(),
+                                    checkpoint_text=None, memory_block="", tools=[])
+    messages, _ = assemble_messages(_rows())
+    assert request["messages"] == with_cache_breakpoints("sys", messages)[1]
+    assert request == model_call_request(model="m", max_tokens=10, system="sys",
+                                         rows=_rows(), checkpoint_text=None,
+                                         memory_block="", tools=[])[0]  # pure
+
+
+def test_append_user_joins_the_users_last_message():
+    messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": "a"}]}]
+    append_user(messages, [{"type": "text", "text": "b"}])
+    assert messages == [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                     {"type": "text", "text": "b"}]}]
+    messages.append({"role": "assistant", "content": [{"type": "text", "text": "c"}]})
+    append_user(messages, [{"type": "text", "text": "d"}])
+    assert messages[-1] == {"role": "user", "content": [{"type": "text", "text": "d"}]}
+
+
+def test_a_checkpoint_round_follows_the_conversation_and_its_past_rounds():
+    conversation = [{"role": "user", "content": [{"type": "text", "text": "task"}]},
+                    {"role": "assistant", "content": [{"type": "text", "text": "ok"}]}]
+    past = [{"prompt": None, "assistant": [{"type": "tool_use", "id": "t1", "name": "x",
+                                            "input": {}}],
+             "results": [{"type": "tool_result", "tool_use_id": "t1", "content": "done"}]}]
+    messages = checkpoint_round_messages(conversation, "write the checkpoint", past,
+                                         "last round")
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user"]
+    assert messages[2]["content"] == [{"type": "text", "text": "write the checkpoint"}]
+    assert messages[4]["content"][-1] == {"type": "text", "text": "last round"}
+    request = turn_request(model="m", max_tokens=50, system="sys", messages=messages,
+                           conversation_end=2, checkpoint_text=None, tools=TOOLS, final=True)
+    system, marked = with_cache_breakpoints("sys", messages, stable_end=2)
+    assert list(request) == ["model", "max_tokens", "system", "messages", "tools",
+                             "tool_choice"]
+    assert request["tool_choice"] == {"type": "none"}
+    assert (request["system"], request["messages"]) == (system, marked)
+    assert "tool_choice" not in turn_request(
+        model="m", max_tokens=50, system="sys", messages=messages, conversation_end=2,
+        checkpoint_text=None, tools=TOOLS)
