@@ -43,8 +43,7 @@ from activities.checkpoint_payloads import (
 from activities.checkpoint_prepare import prepare
 from activities.checkpoint_store import check, move_half, store_model_checkpoint
 from activities.context import SessionContext
-from activities.model import create_message, with_heartbeat
-from schemas.config import KeelSettings
+from activities.heartbeat import with_heartbeat
 
 __all__ = [
     "CheckResult", "CheckpointActivities", "MoveInput", "PrepareInput", "PrepareResult",
@@ -55,11 +54,8 @@ __all__ = [
 class CheckpointActivities:
     """The checkpoint's activities over one worker's session context."""
 
-    def __init__(self, ctx: SessionContext | KeelSettings) -> None:
-        # The worker passes its one context. MemoryActivities (activities.vault.turn) still
-        # builds this from settings for the memory flush's request, on the vault worker's
-        # database: a context of its own then.
-        self.ctx = ctx if isinstance(ctx, SessionContext) else SessionContext(ctx)
+    def __init__(self, ctx: SessionContext) -> None:
+        self.ctx = ctx
 
     @activity.defn
     async def prepare_checkpoint(self, data: PrepareInput) -> PrepareResult:
@@ -81,12 +77,7 @@ class CheckpointActivities:
 
     async def _ask_model(self, request: dict[str, Any]) -> Message:
         """One round's reply from the worker's own model."""
-        return await with_heartbeat(create_message(self.ctx.settings.model, request))
-
-    async def flush_request(self, attempt_id: str, instruction: str,
-                            max_tokens: int) -> dict[str, Any]:
-        """The memory flush's request for a prepared attempt (activities.checkpoint_turn)."""
-        return await turn.flush_request(self.ctx, attempt_id, instruction, max_tokens)
+        return await with_heartbeat(self.ctx.model.create(self.ctx.settings.model, request))
 
     @activity.defn
     async def validate_checkpoint(self, attempt_id: str) -> CheckResult:

@@ -1,7 +1,8 @@
 """The session context: what the session's and the checkpoint's activities share, built
 once per worker process and passed to both (collaborators passed in, never reached for).
 
-It holds the settings, the record's connection pool (`connection()`; the pool itself is
+It holds the settings, the model (a `ModelBackend` the worker chose, activities.model), the
+record's connection pool (`connection()`; the pool itself is
 the process's one per URL, activities.db), the sessions' workspace store, the system
 prompt and tool registry (activities.prompt), the window loader (activities.window), long
 memory's context and the embedder of hybrid recall. The store and the memory context are
@@ -16,6 +17,7 @@ from psycopg import AsyncConnection
 from temporalio.exceptions import ApplicationError
 
 from activities.db import get_pool
+from activities.model import ModelBackend
 from activities.prompt import SessionPrompt
 from activities.vault.search import Embedder, load_embedder
 from activities.vault.store import MemoryContext
@@ -30,9 +32,11 @@ __all__ = ["SessionContext"]
 class SessionContext:
     """One process's settings (database, model, folders) and what is built from them."""
 
-    def __init__(self, settings: KeelSettings, *, store: WorkspaceStore | None = None,
+    def __init__(self, settings: KeelSettings, *, model: ModelBackend,
+                 store: WorkspaceStore | None = None,
                  memory: MemoryContext | None = None) -> None:
         self.settings = settings
+        self.model = model
         self._store = store
         self._memory = memory
         self.prompt = SessionPrompt(lambda: self.store, offline=settings.model.offline)

@@ -41,7 +41,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.context import SessionContext
 from activities.events import DeltaPublisher
-from activities.model import create_message, with_heartbeat
+from activities.heartbeat import with_heartbeat
 from activities.model_call import (
     INPUT_NOT_RECORDED,
     MemoryStep,
@@ -59,7 +59,6 @@ from activities.model_call import (
     retried_elsewhere,
     size_request,
 )
-from activities.model_stream import stream_message
 from activities.record import (
     FenceInput,
     Inserted,
@@ -178,10 +177,10 @@ class SessionActivities:
             raise ApplicationError(f"provider profile {provider!r} is unknown to this "
                                    "worker", non_retryable=True) from None
         if not self.ctx.settings.model.stream:
-            return await with_heartbeat(create_message(model, request)), None
+            return await with_heartbeat(self.ctx.model.create(model, request)), None
         deltas = DeltaPublisher.for_activity(data.session_id, data.turn, data.reply_seq)
         async with deltas:  # closed on the way out, whatever happens (finish() first)
-            message = await with_heartbeat(stream_message(model, request, deltas.add))
+            message = await with_heartbeat(self.ctx.model.stream(model, request, deltas.add))
             return message, await deltas.finish()
 
     @activity.defn

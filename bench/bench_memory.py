@@ -48,6 +48,7 @@ from schemas.vault.rollup import RollupKind, transcript_entry
 from schemas.vault.search import recall_at_k, reciprocal_rank
 from tests.fake_anthropic import FakeAnthropic
 from tests.vault.support import CORPUS, load_corpus, make_ctx
+from workers.worker import model_backends
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "memory-search.json"
@@ -244,7 +245,7 @@ async def weekly_figures(admin_url: str, per_day: int) -> None:
         ctx.vault.ensure()
         start = date(2026, 6, 7)
         raw = week_of_transcripts(ctx.vault, start, per_day)
-        acts = RollupActivities(ctx)
+        acts = RollupActivities(ctx, model_backends())
         daily_tokens = 0
         for d in range(7):
             step = RollupStepInput(kind=RollupKind.DAILY, period=str(start + timedelta(days=d)))

@@ -12,7 +12,7 @@ a. A plain turn beside Temporal's floor: Keel's plain turn (SessionHandle.ask, o
    turn). Run with the reply streamed (the default; a short reply's text comes with the
    reply, no publish signal) and with KEEL_STREAM=0, each on a worker of its own. Beside
    it, bare SDK calls (minimal request, Keel's own last request).
-b. Context rebuild: SessionActivities.load_window + assemble_messages for a live window of
+b. Context rebuild: SessionContext.windows.load + assemble_messages for a live window of
    the last 40 rows, for a session of 100 and of 100,000 recorded messages (bulk COPY).
 c. Workflow history: 1,000 turns, then the current run's history length, the number of
    runs (continue-as-new) and the longest run.
@@ -57,8 +57,8 @@ from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
+from activities.context import SessionContext  # noqa: E402
 from activities.db import close_pools, get_pool  # noqa: E402
-from activities.session import SessionActivities  # noqa: E402
 from bench.common import percentile, source_commit, table  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from keel.devstack import running_stack  # noqa: E402
@@ -67,7 +67,7 @@ from schemas.context import assemble_messages  # noqa: E402
 from schemas.session import TurnOutcome  # noqa: E402
 from schemas.tokens import count_tokens  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic, text_message  # noqa: E402
-from workers.worker import build_worker  # noqa: E402
+from workers.worker import build_worker, model_backends  # noqa: E402
 
 RESULTS_DIR = ROOT / "bench" / "results"
 LIVE_WINDOW_ROWS = 40
@@ -388,7 +388,7 @@ async def bench_rebuild(settings: KeelSettings, sizes: Sequence[int],
                         runs: int) -> dict[str, Any]:
     assert settings.database_url
     pool = await get_pool(settings.database_url)
-    activities = SessionActivities(settings)
+    context = SessionContext(settings, model=model_backends())
     sessions = {n: f"rebuild-{n}-{uuid.uuid4().hex[:6]}" for n in sizes}
     seeded: dict[int, float] = {}
     async with pool.connection() as conn:
@@ -401,7 +401,7 @@ async def bench_rebuild(settings: KeelSettings, sizes: Sequence[int],
         sid = sessions[n]
         t0 = time.perf_counter()
         async with pool.connection() as conn:
-            window = await activities.load_window(
+            window = await context.windows.load(
                 conn, sid, n - LIVE_WINDOW_ROWS + 1, n, f"ckpt:{sid}")
         messages, _ = assemble_messages(window.rows, checkpoint_text=window.checkpoint_text)
         return time.perf_counter() - t0, len(window.rows), len(messages)
@@ -651,7 +651,7 @@ async def bench_flat(client: Client, settings: KeelSettings, fake: FakeAnthropic
 
     # The steps on their own, called directly on this process's stack.
     ctx = MemoryContext(settings=settings, database_url=settings.database_url)
-    memory = MemoryActivities(ctx)
+    memory = MemoryActivities(ctx, model_backends())
     steps: dict[str, dict[str, Any]] = {}
     pool = await get_pool(settings.database_url)
     for n in day_sizes:
@@ -674,11 +674,10 @@ async def bench_flat(client: Client, settings: KeelSettings, fake: FakeAnthropic
             t = await time_calls(call, runs)
             steps[f"{what}, {n:,} entries today"] = {
                 "median_ms": ms(statistics.median(t)), "p90_ms": ms(percentile(t, 90))}
-    session_acts = SessionActivities(settings)
+    session_acts = SessionContext(settings, model=model_backends())
     pg_store = PostgresStore(settings.database_url, settings.max_file_bytes,
                              settings.max_workspace_bytes)
-    pg_acts = SessionActivities(settings)
-    pg_acts._store = pg_store
+    pg_acts = SessionContext(settings, model=model_backends(), store=pg_store)
     for n in file_sizes:
         sid = f"bench-files-{n}-{tag}"
         pg_scope = f"bench-pg-files-{n}-{tag}"
@@ -687,8 +686,8 @@ async def bench_flat(client: Client, settings: KeelSettings, fake: FakeAnthropic
             await conn.execute("ANALYZE workspace_files")
         for label, acts, scope in (("LocalStore", session_acts, sid),
                                    ("PostgresStore", pg_acts, pg_scope)):
-            async def prompt(acts: SessionActivities = acts, scope: str = scope) -> None:
-                text = await acts.system_prompt(scope)
+            async def prompt(acts: SessionContext = acts, scope: str = scope) -> None:
+                text = await acts.prompt.system_prompt(scope)
                 assert "Keep changes small" in text
 
             t = await time_calls(prompt, runs)

@@ -15,6 +15,9 @@ Invariants:
   stands by until the first is gone, and git never sees two writers. On its beat it also
   indexes the hand edits of every scope's vault (`catch_up_hand_edits`), which recall no
   longer does per turn.
+- The model backend is chosen here, once per process (`model_backends`): the real adapter,
+  and the offline model for a provider profile with no key and no URL; every activity that
+  asks the model is given it.
 - The vault worker publishes CORE.md and schema.json to the workspace store
   (`activities.vault_share`), so session workers build their prompt without the vault.
 """
@@ -34,7 +37,10 @@ from temporalio.worker import Interceptor, Worker
 
 from activities.checkpoint import CheckpointActivities
 from activities.context import SessionContext
+from activities.files import FileActivities
 from activities.mcp import McpActivities
+from activities.model import AnthropicBackend, ModelBackend, ModelBackends
+from activities.offline import OfflineBackend
 from activities.session import SessionActivities
 from activities.vault.cards import VaultActivities
 from activities.vault.doctor import DoctorActivities
@@ -68,14 +74,18 @@ class Role(StrEnum):
     BOTH = "both"  # `keel dev`, the demo, tests: one process serves both
 
 
+def model_backends() -> ModelBackends:
+    """The model every activity of this process asks: the real adapter, and the offline
+    model for the settings that name no key and no URL (`ModelSettings.offline`)."""
+    return ModelBackends(real=AnthropicBackend(), offline=OfflineBackend())
+
+
 def session_activities(context: SessionContext) -> list[Callable[..., Any]]:
     """The session queue's activities, the session's and the checkpoint's over one
     session context (activities.context)."""
     session = SessionActivities(context)
     checkpoint = CheckpointActivities(context)
     mcp = McpActivities()
-    from activities.files import FileActivities  # the client's file calls
-
     files = FileActivities(context.settings)
     return [
         files.put_workspace_file, files.read_workspace_file, files.list_workspace_files,
@@ -89,11 +99,13 @@ def session_activities(context: SessionContext) -> list[Callable[..., Any]]:
 
 
 def memory_activities(settings: KeelSettings, *, database_url: str | None = None,
-                      ctx: MemoryContext | None = None) -> list[Callable[..., Any]]:
+                      ctx: MemoryContext | None = None,
+                      model: ModelBackend | None = None) -> list[Callable[..., Any]]:
     """Every long-memory activity, bound to these settings (their `memory`), for one worker.
 
     `database_url` overrides `settings.database_url` (the embedded stack knows it only once
-    it has started); `ctx` shares one context (its vaults' change caches) with the caller.
+    it has started); `ctx` shares one context (its vaults' change caches) with the caller;
+    `model` the process's model backend (else `model_backends()`).
     """
     if ctx is None:
         url = database_url or settings.database_url
@@ -101,8 +113,9 @@ def memory_activities(settings: KeelSettings, *, database_url: str | None = None
             raise ValueError("memory activities need a database URL")
         ctx = MemoryContext(settings=settings, database_url=url)
     vault = VaultActivities(ctx)
-    turn = MemoryActivities(ctx)
-    rollup = RollupActivities(ctx)
+    model = model or model_backends()
+    turn = MemoryActivities(ctx, model)
+    rollup = RollupActivities(ctx, model)
     doctor = DoctorActivities(ctx)
     return [
         vault.init_vault, vault.reindex_vault, vault.write_card, vault.list_memory_scopes,
@@ -118,7 +131,7 @@ def vault_activities(context: SessionContext,
                      ctx: MemoryContext | None = None) -> list[Callable[..., Any]]:
     """The vault queue's activities: long memory, and run_tool for the card-writing tools
     (over the process's one session context)."""
-    return [*memory_activities(context.settings, ctx=ctx),
+    return [*memory_activities(context.settings, ctx=ctx, model=context.model),
             SessionActivities(context).run_tool]
 
 
@@ -140,7 +153,7 @@ class KeelWorkers:
         self.workers: list[Worker] = []
         # Built once: the session's and the checkpoint's activities (and the vault
         # queue's run_tool) share its pool access, store, prompt and window loader.
-        self.context = SessionContext(settings)
+        self.context = SessionContext(settings, model=model_backends())
         common: dict[str, Any] = {"interceptors": list(interceptors),
                                   "activity_executor": activity_executor}
         if role in (Role.SESSIONS, Role.BOTH):

@@ -22,7 +22,6 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.model import ModelBackend
-from activities.model.legacy import legacy_backends
 from activities.vault.store import MemoryContext, Vault, read_text
 from schemas.tokens import count_tokens
 from schemas.vault.card import CardFact
@@ -309,10 +308,9 @@ class RollupActivities:
     """The rollup steps over one memory context; `model` answers the plans' requests (the
     worker's `ModelBackends`)."""
 
-    def __init__(self, ctx: MemoryContext, model: ModelBackend | None = None) -> None:
+    def __init__(self, ctx: MemoryContext, model: ModelBackend) -> None:
         self.ctx = ctx
-        # Removed at merge: None (the old module-level backends) until the worker passes its own.
-        self.model = model if model is not None else legacy_backends()
+        self.model = model
 
     @activity.defn(name="plan_rollup_periods")
     async def plan_rollup_periods(self, inp: RollupPeriodsInput) -> RollupPlanList:

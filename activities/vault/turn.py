@@ -37,10 +37,10 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from activities.checkpoint import CheckpointActivities
+from activities.checkpoint_turn import flush_request
+from activities.context import SessionContext
 from activities.heartbeat import with_heartbeat
 from activities.model import ModelBackend
-from activities.model.legacy import legacy_backends
 from activities.vault.rollup import apply_facts_of, ask_model, store_plan, stored_plan
 from activities.vault.search import (
     embed_pending,
@@ -128,11 +128,10 @@ class MemoryActivities:
     """A turn's memory activities over one memory context; `model` answers the memory
     flush's requests (the worker's `ModelBackends`)."""
 
-    def __init__(self, ctx: MemoryContext, model: ModelBackend | None = None) -> None:
+    def __init__(self, ctx: MemoryContext, model: ModelBackend) -> None:
         self.ctx = ctx
-        # Removed at merge: None (the old module-level backends) until the worker passes its own.
-        self.model = model if model is not None else legacy_backends()
-        self._checkpoints: CheckpointActivities | None = None
+        self.model = model
+        self._session: SessionContext | None = None  # the flush's, on first use
         self._embedder = (load_embedder(ctx.memory.embedder or "hashing")
                           if ctx.memory.search_mode == SearchMode.HYBRID else None)
 
@@ -194,12 +193,12 @@ class MemoryActivities:
         """One request with the checkpoint attempt's own prefix and the flush instruction
         after it; its write_card calls are the plan (any other call is listed as
         rejected)."""
-        if self._checkpoints is None:  # built on first use, on the vault worker's database
-            self._checkpoints = CheckpointActivities(self.ctx.settings.model_copy(
-                update={"database_url": self.ctx.database_url}))
+        if self._session is None:  # built on first use, on the vault worker's database
+            self._session = SessionContext(self.ctx.settings.model_copy(
+                update={"database_url": self.ctx.database_url}), model=self.model)
         instruction = f"{marker(RollupKind.FLUSH, period)}\n{FLUSH_IN_SESSION}"
-        request = await self._checkpoints.flush_request(
-            attempt_id, instruction, ctx.memory.rollup_max_output_tokens)
+        request = await flush_request(self._session, attempt_id, instruction,
+                                      ctx.memory.rollup_max_output_tokens)
         reply = await self.model.create(ctx.settings.model, request)
         plan = read_plan_reply(RollupKind.FLUSH, period,
                                [b.model_dump() for b in reply.content],

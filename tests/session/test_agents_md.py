@@ -10,6 +10,7 @@ import pytest
 from activities.context import SessionContext
 from activities.workspace import AGENTS_INDEX, LocalStore, PostgresStore, WorkspaceStore
 from tests.harness import make_settings
+from workers.worker import model_backends
 
 
 @pytest.fixture(params=["local", "postgres"])
@@ -34,7 +35,8 @@ async def test_root_and_written_agents_files_are_found_by_point_reads(store, tmp
 
 
 async def test_the_system_prompt_carries_them_in_path_order(store, database_url, tmp_path):
-    ctx = SessionContext(make_settings(database_url, tmp_path), store=store)
+    ctx = SessionContext(make_settings(database_url, tmp_path), model=model_backends(),
+                         store=store)
     await store.write("s1", "z/AGENTS.md", b"rules of z")
     await store.write("s1", "AGENTS.md", b"rules of the root")
     prompt = await ctx.prompt.system_prompt("s1")

@@ -15,6 +15,7 @@ from activities.record import FenceInput
 from activities.session import RecordInput, SessionActivities
 from schemas.messages import MessageType
 from tests.harness import make_settings
+from workers.worker import model_backends
 
 
 def _rows(url: str) -> list[tuple]:
@@ -25,7 +26,8 @@ def _rows(url: str) -> list[tuple]:
 
 @pytest.fixture
 def acts(database_url, tmp_path) -> SessionActivities:
-    return SessionActivities(SessionContext(make_settings(database_url, tmp_path)))
+    return SessionActivities(SessionContext(make_settings(database_url, tmp_path),
+                                            model=model_backends()))
 
 
 def _record(seq: int, text: str, input_id: str) -> RecordInput:

@@ -11,8 +11,6 @@ from pathlib import Path
 import psycopg
 from temporalio.testing import ActivityEnvironment
 
-from activities.model import AnthropicBackend, ModelBackends
-from activities.offline import OfflineBackend
 from activities.vault.cards import VaultActivities
 from activities.vault.store import MemoryContext
 from schemas.config import KeelSettings, ModelSettings
@@ -61,11 +59,6 @@ def insert_messages(database_url: str, session_id: str,
                 "INSERT INTO messages (session_id, seq, input_id, type, content_text,"
                 " token_count, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
                 (session_id, seq, f"in-{seq}", kind, text, len(text.split()), at))
-
-
-def model_backends() -> ModelBackends:
-    """The model as the worker builds it: the real adapter, the offline model for no key."""
-    return ModelBackends(real=AnthropicBackend(), offline=OfflineBackend())
 
 
 def vault_activities(ctx: MemoryContext) -> VaultActivities:

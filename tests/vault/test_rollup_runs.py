@@ -23,9 +23,9 @@ from schemas.vault.rollup import (
     render_entries,
     transcript_entry,
 )
-from tests.vault.support import make_ctx, model_backends, run_activity
+from tests.vault.support import make_ctx, run_activity
 from tests.vault.test_rollup_clock import ClockInput, MemoryClockWorkflow
-from workers.worker import MEMORY_WORKFLOWS, memory_activities
+from workers.worker import MEMORY_WORKFLOWS, memory_activities, model_backends
 from workflows.rollup import YearlyRollupWorkflow
 
 START = date(2026, 5, 31)

@@ -25,6 +25,7 @@ from schemas.vault.card import CardFact
 from schemas.vault.schema import CardOp
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
+from workers.worker import model_backends
 from workflows.session import SessionWorkflow
 
 # Facts that overlap in wording (kettle, order, ships), told apart by their markers.
@@ -190,7 +191,7 @@ async def test_flush_and_every_system_prompt_take_the_sessions_scope(
     from activities.context import SessionContext
     from activities.offline import rollup as offline_rollup
     from activities.vault.turn import FlushInput, MemoryActivities
-    from tests.vault.support import insert_messages, model_backends, run_activity
+    from tests.vault.support import insert_messages, run_activity
 
     alice_root = await seed(settings, database_url, "alice")
     bob_root = await seed(settings, database_url, "bob")
@@ -210,7 +211,7 @@ async def test_flush_and_every_system_prompt_take_the_sessions_scope(
     assert not (tmp_path / "vault").exists()
     assert all("A-1001" not in json.dumps(r) for r in fake_anthropic.requests)
 
-    session = SessionContext(settings)
+    session = SessionContext(settings, model=model_backends())
     # Session workers read each scope's CORE.md as the vault worker publishes it.
     published = await publish_vault_files(settings, session.store)
     assert {"alice/CORE.md", "bob/CORE.md"} <= set(published)

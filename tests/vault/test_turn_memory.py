@@ -18,10 +18,10 @@ from tests.vault.support import (
     insert_messages,
     load_corpus,
     make_ctx,
-    model_backends,
     run_activity,
     vault_ctx,
 )
+from workers.worker import model_backends
 
 T0 = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
 

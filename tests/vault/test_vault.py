@@ -25,10 +25,10 @@ from tests.vault.support import (
     insert_messages,
     load_corpus,
     make_ctx,
-    model_backends,
     run_activity,
     vault_ctx,
 )
+from workers.worker import model_backends
 
 
 @pytest.fixture
