@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import dict_row
 
-if TYPE_CHECKING:  # the vault's search loads only when `search_memory` runs
-    from activities.vault.search import MemoryHit
+if TYPE_CHECKING:
+    from schemas.vault.recall import MemoryHit
 
 MAX_PAGE = 1_000
 
@@ -104,7 +104,7 @@ async def search_memory(database_url: str, query: str, *, scope: str, k: int
                         ) -> list[MemoryHit]:
     """The `k` best hits for `query` in one scope's long memory (`keel vault search`): the
     vault's own search (BM25 + graph rerank) on a connection of its own."""
-    from activities.vault.search import search
+    from activities.vault.search import search  # the vault's search loads only here
 
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         return await search(conn, query, scope=scope, k=k)
