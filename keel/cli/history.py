@@ -8,7 +8,6 @@ worker's own converter, and never talks to a worker; `tail` only shows events.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -24,7 +23,7 @@ from keel.cli.shell import (
     CliError,
     connect,
     database_url,
-    failure_line,
+    fail,
     load_settings,
     run,
     session_handle,
@@ -51,11 +50,7 @@ def record(
         rows = read_session_page(database_url(settings), session, from_seq=from_seq,
                                  user_only=user, limit=limit)
     except Exception as err:
-        line = failure_line(err)
-        if line is None or os.environ.get("KEEL_TRACEBACK"):
-            raise
-        error(line)
-        raise typer.Exit(1) from None
+        fail(err)
     if rows is None:
         error(f"no session {session!r} in the record: is the session id right?")
         raise typer.Exit(1)

@@ -19,7 +19,7 @@ import sys
 import traceback
 from collections.abc import Coroutine
 from contextlib import suppress
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import psycopg
 import typer
@@ -36,6 +36,7 @@ __all__ = [
     "KeelApp",
     "connect",
     "database_url",
+    "fail",
     "failure_line",
     "install_stop_signals",
     "load_settings",
@@ -114,11 +115,17 @@ def run(main: Coroutine[Any, Any, T]) -> T:
         error(INTERRUPTED)
         raise typer.Exit(130) from None
     except Exception as err:
-        line = failure_line(err)
-        if line is None or os.environ.get("KEEL_TRACEBACK"):
-            raise
-        error(line)
-    raise typer.Exit(1)
+        fail(err)
+
+
+def fail(err: Exception) -> NoReturn:
+    """End the command on `err`: its one line and exit 1 when it is an ordinary failure
+    (`failure_line`); a bug, or any failure under KEEL_TRACEBACK=1, goes on up."""
+    line = failure_line(err)
+    if line is None or os.environ.get("KEEL_TRACEBACK"):
+        raise err
+    error(line)
+    raise typer.Exit(1) from None
 
 
 def failure_line(err: BaseException) -> str | None:
