@@ -83,10 +83,13 @@ async def record_extent(conn: psycopg.AsyncConnection[Any], session_id: str
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
+_SESSION_SQL = "SELECT 1 FROM sessions WHERE session_id = %s"
+
+
 def session_in_record(conn: psycopg.Connection[Any], session_id: str) -> bool:
-    """Whether the record knows the session (its row in `sessions`)."""
-    return conn.execute("SELECT 1 FROM sessions WHERE session_id = %s",
-                        (session_id,)).fetchone() is not None
+    """Whether the record knows the session (its row in `sessions`); `session_exists` over
+    an async connection."""
+    return conn.execute(_SESSION_SQL, (session_id,)).fetchone() is not None
 
 
 def read_session_page(database_url: str, session_id: str, *, from_seq: int = 1,
@@ -210,5 +213,5 @@ async def known_sessions(conn: psycopg.AsyncConnection[Any], limit: int = 500
 
 async def session_exists(conn: psycopg.AsyncConnection[Any], session_id: str) -> bool:
     """Whether the record has a row for the session (a page is not a 404 when it does)."""
-    cur = await conn.execute("SELECT 1 FROM sessions WHERE session_id = %s", (session_id,))
+    cur = await conn.execute(_SESSION_SQL, (session_id,))
     return await cur.fetchone() is not None
