@@ -16,19 +16,25 @@ arrives as one of the exceptions below, mapped by type in `keel._errors`.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import suppress
 from typing import Any, TypedDict, Unpack
 
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
     WorkflowHandle,
+    WorkflowHistory,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
 
 from keel._errors import (
     AgentSpecRefusedError,
@@ -86,6 +92,9 @@ from schemas.session import (
     WatchInput,
 )
 from schemas.text import payload_problem, storable_problem
+
+# A poller seen longer ago than this has gone (workers long-poll for 60 s).
+POLLER_FRESH_S = 90
 
 __all__ = [
     "AgentSpecRefusedError",
@@ -264,13 +273,30 @@ class SessionHandle:
     async def is_running(self) -> bool:
         """Whether a session of this id runs now (False: unknown or ended)."""
         from temporalio.client import WorkflowExecutionStatus
-        from temporalio.service import RPCError
 
         try:
             described = await self.handle.describe()
         except RPCError:
             return False
         return described.status == WorkflowExecutionStatus.RUNNING
+
+    async def queue_without_worker(self, fresh_s: float = POLLER_FRESH_S) -> str | None:
+        """The session's task queue when no worker has polled it in the last `fresh_s`
+        seconds (DescribeTaskQueue's pollers), else None; None too when the session cannot
+        be described (the call that needs the worker will say what is wrong)."""
+        try:
+            queue = (await self.handle.describe()).task_queue
+        except RPCError:
+            return None
+        described = await self.client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(namespace=self.client.namespace,
+                                     task_queue=TaskQueue(name=queue),
+                                     task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
+        now = time.time()
+        fresh = [p for p in described.pollers
+                 if not p.HasField("last_access_time")
+                 or now - p.last_access_time.ToSeconds() < fresh_s]
+        return None if fresh else queue
 
     async def closed_as(self) -> str | None:
         """None while running; else Temporal's word for how it closed (completed,
@@ -284,8 +310,9 @@ class SessionHandle:
 
     async def agent(self) -> AgentSpec | None:
         async with refusals(self.handle):
-            spec: AgentSpec | None = await self.handle.query(Handler.AGENT,
-                                                             result_type=AgentSpec | None)
+            # temporalio types result_type as `type`; its pydantic converter decodes a union.
+            spec: AgentSpec | None = await self.handle.query(
+                Handler.AGENT, result_type=AgentSpec | None)  # type: ignore[arg-type]
         return spec
 
     async def set_agent(self, spec: AgentSpec) -> SessionStatus:
@@ -343,7 +370,7 @@ class SessionHandle:
         return status
 
 
-    # ----- the session's workspace files (issue 12) ---------------------------------------
+    # ----- the session's workspace files ------------------------------------------------
 
     async def put_file(self, path: str, data: bytes | str) -> int:
         """Write `data` (text is written as UTF-8) at `path` in the session's workspace, as
@@ -364,8 +391,10 @@ class SessionHandle:
         """The file's bytes and the version they are (`.data`, `.version`); None when there
         is no file at `path`."""
         async with refusals(self.handle):
+            # temporalio types result_type as `type`; its pydantic converter decodes a union.
             found: FileData | None = await self.handle.execute_update(
-                Handler.READ_FILE, ReadFile(path=path), result_type=FileData | None)
+                Handler.READ_FILE, ReadFile(path=path),
+                result_type=FileData | None)  # type: ignore[arg-type]
         return found
 
     async def list_files(self, prefix: str = "") -> list[FileEntry]:
@@ -490,3 +519,16 @@ class KeelClient:
             raise await start_with_message_refused(handle) from err
         return (SessionHandle(await start.workflow_handle(), self.client, self.settings),
                 accepted)
+
+    async def histories(self, session_id: str, run_id: str | None = None
+                        ) -> list[WorkflowHistory]:
+        """The history of every run of a session, oldest first (a session continues as new
+        to keep each one bounded), or of `run_id` only; empty for an unknown session."""
+        if run_id:
+            runs = [run_id]
+        else:
+            found = [e async for e in self.client.list_workflows(
+                f"WorkflowId = '{session_id}'")]
+            runs = [e.run_id for e in sorted(found, key=lambda e: e.start_time)]
+        return [await self.client.get_workflow_handle(session_id, run_id=r).fetch_history()
+                for r in runs]

@@ -1,4 +1,9 @@
-"""Rich output helpers shared by the `keel` command line and the demo."""
+"""Rich output helpers shared by the `keel` command line and the demo.
+
+Invariants: these only render. Errors go to stderr, escaped, on one line; a spinner shows
+only on a terminal (a pipe or a test gets no animation and no control codes); a database
+URL is printed without its password.
+"""
 
 from __future__ import annotations
 

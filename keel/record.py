@@ -2,6 +2,8 @@
 
 One query for each view, used by both readers: `keel record` (sync psycopg) and the web UI
 (async psycopg) call the same SQL built here, so the two can never show different rows.
+Every database read of the command line goes through here (`keel vault search` too): no
+command holds SQL.
 
 Invariants: every read is bounded (a page of at most `MAX_PAGE` rows, chosen by seq on the
 (session_id, seq) key, so its cost follows the page, not the record); nothing here writes.
@@ -13,10 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row
+
+if TYPE_CHECKING:
+    from schemas.vault.recall import MemoryHit
 
 MAX_PAGE = 1_000
 
@@ -76,6 +81,36 @@ async def record_extent(conn: psycopg.AsyncConnection[Any], session_id: str
         (session_id,))
     row = await cur.fetchone()
     return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+_SESSION_SQL = "SELECT 1 FROM sessions WHERE session_id = %s"
+
+
+def session_in_record(conn: psycopg.Connection[Any], session_id: str) -> bool:
+    """Whether the record knows the session (its row in `sessions`); `session_exists` over
+    an async connection."""
+    return conn.execute(_SESSION_SQL, (session_id,)).fetchone() is not None
+
+
+def read_session_page(database_url: str, session_id: str, *, from_seq: int = 1,
+                      user_only: bool = False, limit: int = 200) -> list[RecordEntry] | None:
+    """`read_record` on a connection of its own (`keel record`); None when the record knows
+    no such session."""
+    with psycopg.connect(database_url) as conn:
+        known = session_in_record(conn, session_id)
+        rows = read_record(conn, session_id, from_seq=from_seq, user_only=user_only,
+                           limit=limit)
+    return rows if known else None
+
+
+async def search_memory(database_url: str, query: str, *, scope: str, k: int
+                        ) -> list[MemoryHit]:
+    """The `k` best hits for `query` in one scope's long memory (`keel vault search`): the
+    vault's own search (BM25 + graph rerank) on a connection of its own."""
+    from activities.vault.search import search  # the vault's search loads only here
+
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        return await search(conn, query, scope=scope, k=k)
 
 
 # ----- checkpoints ------------------------------------------------------------------------
@@ -178,5 +213,5 @@ async def known_sessions(conn: psycopg.AsyncConnection[Any], limit: int = 500
 
 async def session_exists(conn: psycopg.AsyncConnection[Any], session_id: str) -> bool:
     """Whether the record has a row for the session (a page is not a 404 when it does)."""
-    cur = await conn.execute("SELECT 1 FROM sessions WHERE session_id = %s", (session_id,))
+    cur = await conn.execute(_SESSION_SQL, (session_id,))
     return await cur.fetchone() is not None

@@ -196,7 +196,7 @@ async def test_a_message_the_record_cannot_take_is_record_failed(client, databas
     assert "\n" not in str(failed.value)
 
 
-# ----- a session's workspace files through the client (issue 12) -----------------------
+# ----- a session's workspace files through the client ---------------------------------
 
 @pytest.mark.parametrize("store", ["local", "postgres"])
 async def test_client_file_calls_and_the_model_reads_the_file(client, database_url,

@@ -1,0 +1,101 @@
+"""`keel chat`: talk to a session at a prompt, its state a slash command away.
+
+Invariants: one subscriber per session for the whole chat, so background inputs and the
+replies to them show whenever they come; leaving the chat never ends the session; a refused
+message or checkpoint is one error line and the chat goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.prompt import Prompt
+
+from keel.cli.sessions import compact_line, status_table
+from keel.cli.shell import connect, load_settings, refusal_line, run
+from keel.cli.waiting import ChatView, chat_reader, needs_worker, say
+from keel.client import KeelClient, MessageRejectedError, SessionExistsError, SessionHandle
+from keel.console import console, error
+
+__all__ = ["CHAT_HELP", "chat"]
+
+CHAT_HELP = ("/new starts a fresh session · /status /mind /memo /now show its state · "
+             "/compact takes a checkpoint now · /quit leaves (the session keeps running)")
+
+
+def chat(id: Annotated[str | None, typer.Option("--id", help="Session to join or start.")]
+         = None) -> None:
+    """Talk to a session interactively."""
+    async def main() -> None:
+        talk = _Chat(await connect(load_settings()), ChatView(console, whole_turns=True))
+        await talk.open(id, help_after=True)
+        try:
+            while (text := await talk.prompt()) not in (None, "/quit", "/exit"):
+                if text:
+                    await talk.dispatch(text)
+        finally:
+            talk.reader.cancel()
+        console.print(f"[dim]left {talk.handle.session_id}; it keeps running.[/]")
+    run(main())
+
+
+class _Chat:
+    """The chat's state: the session it talks to and that session's one reader."""
+
+    handle: SessionHandle
+    reader: asyncio.Task[None]
+
+    def __init__(self, keel: KeelClient, view: ChatView) -> None:
+        self.keel = keel
+        self.view = view
+
+    async def open(self, session_id: str | None, *, help_after: bool = False) -> None:
+        """Start the session (or join it, when it exists) and subscribe to its events."""
+        try:
+            self.handle = await self.keel.start_session(session_id)
+            console.print(f"[dim]started session[/] [bold]{self.handle.session_id}[/]")
+        except SessionExistsError:
+            assert session_id is not None
+            self.handle = self.keel.session(session_id)
+            console.print(f"[dim]joined session[/] [bold]{session_id}[/]")
+        if help_after:
+            console.print(f"[dim]{CHAT_HELP}[/]")
+        self.reader = await chat_reader(self.handle, self.view)
+
+    async def prompt(self) -> str | None:
+        """The person's next line, stripped; None when they leave (end of input, Ctrl-C)."""
+        try:
+            self.view.prompting = True
+            line = await asyncio.to_thread(Prompt.ask, "[bold]you[/]", console=console)
+        except (EOFError, KeyboardInterrupt):
+            return None
+        finally:
+            self.view.prompting = False
+        return line.strip()
+
+    async def dispatch(self, text: str) -> None:
+        """A slash command, or a message for the session (`//` starts a message)."""
+        if text == "/new":
+            self.reader.cancel()
+            await self.open(None)
+        elif text == "/status":
+            console.print(status_table(await self.handle.status()))
+        elif text == "/compact":
+            try:
+                console.print(await compact_line(self.handle))
+            except MessageRejectedError as err:  # an ended session, say
+                error(refusal_line(err))
+        elif text in ("/mind", "/memo", "/now"):
+            shown: str = await getattr(self.handle, text[1:])()
+            console.print(escape(shown) if shown else f"[dim](no {text[1:]} yet)[/]")
+        elif text.startswith("/") and not text.startswith("//"):
+            console.print(f"[dim]unknown command; {CHAT_HELP}[/]")
+        else:
+            try:
+                await needs_worker(self.handle, say(self.handle, text, self.view,
+                                                    self.reader))
+            except MessageRejectedError as err:
+                error(refusal_line(err))

@@ -1,0 +1,96 @@
+"""The workspace commands: a session's files listed, printed, saved, and put.
+
+Invariants: these read and write the workspace store directly (PostgreSQL, or the local
+folder of the embedded default), as `keel record` reads the record: a session's files need
+no running workflow to be read, and `keel.client` stays free of database code. A store's
+refusal or a database failure is one line.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, TypeVar
+
+import psycopg
+import typer
+from rich.markup import escape
+
+from keel.cli.shell import CliError, database_url, load_settings, run
+from keel.console import console
+from schemas.config import KeelSettings
+
+if TYPE_CHECKING:  # the store's code loads only when a command opens one
+    from activities.workspace import WorkspaceStore
+
+__all__ = ["files", "put"]
+
+T = TypeVar("T")
+
+
+async def _with_store(settings: KeelSettings, use: Callable[[WorkspaceStore], Awaitable[T]]) -> T:
+    from activities.workspace import StoreError, open_store
+
+    url = database_url(settings) if settings.workspace_store == "postgres" else None
+    try:
+        return await use(open_store(settings, database_url=url, pooled=False))
+    except StoreError as err:
+        raise CliError(str(err)) from None
+    except psycopg.Error as err:
+        raise CliError(f"PostgreSQL: {err}") from None
+
+
+def files(
+    session: str,
+    path: Annotated[str | None, typer.Argument(help="A file to print (default: list).")]
+    = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", dir_okay=False,
+                                             help="Save the file's bytes here.")] = None,
+) -> None:
+    """A session's workspace: its files (path, size, version), or one file's text."""
+    async def main(store: WorkspaceStore) -> None:
+        if path is None:
+            await _list(store, session)
+        else:
+            await _show(store, session, path, out)
+    run(_with_store(load_settings(), main))
+
+
+async def _list(store: WorkspaceStore, session: str) -> None:
+    found = await store.list(session)
+    if not found:
+        console.print(f"[dim]no files in the workspace of {session}[/]")
+    for f in found:
+        console.print(f"{f.size:>10,}  v{f.version:<4} {escape(f.path)}")
+
+
+async def _show(store: WorkspaceStore, session: str, path: str, out: Path | None) -> None:
+    stored = await store.read(session, path)
+    if stored is None:
+        raise CliError(f"no file {path!r} in the workspace of {session}")
+    if out is not None:
+        out.write_bytes(stored.data)
+        console.print(f"saved {path} (v{stored.version}, {len(stored.data):,} bytes) "
+                      f"to {out}")
+        return
+    try:
+        text = stored.data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CliError(f"{path} is a binary file, {len(stored.data):,} bytes: "
+                       "save it with --out") from None
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def put(
+    session: str,
+    path: Annotated[str, typer.Argument(help="Where in the workspace.")],
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False,
+                                         help="The local file to copy in.")],
+) -> None:
+    """Copy a local file into a session's workspace (`_shared skills/NAME/SKILL.md` adds a
+    skill every session sees)."""
+    async def main(store: WorkspaceStore) -> None:
+        version = await store.write(session, path, file.read_bytes())
+        console.print(f"put {path} into {session} (v{version})")
+    run(_with_store(load_settings(), main))

@@ -1,0 +1,241 @@
+"""The session commands: start, send, signal, status, mind / memo / now, list, end, compact.
+
+Invariants: each is a call or two on `keel.client` and a rendering of what it returns; the
+session decides everything (what is recorded, refused, checkpointed). A command that waits
+on a worker goes through `needs_worker`, so it never hangs on a queue nobody serves.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from keel.cli.shell import connect, load_settings, run, session_handle
+from keel.cli.waiting import needs_worker, say
+from keel.client import SessionHandle
+from keel.console import console, error, key_values, one_line, working
+from keel.live import LiveView
+from schemas.agent import AgentSpec, spec_from_text
+from schemas.session import SessionStatus
+
+__all__ = ["QUERIES", "SignalKind", "compact", "compact_line", "end", "list_", "query_command",
+           "send", "signal_", "start", "status", "status_table"]
+
+
+def start(
+    session_id: Annotated[str | None, typer.Argument(help="Session id (default: new).")
+                          ] = None,
+    id: Annotated[str | None, typer.Option("--id", help="Session id (default: new).")] = None,
+    message: Annotated[str | None, typer.Option("--message", "-m",
+                                                help="First message.")] = None,
+    agent: Annotated[Path | None, typer.Option(
+        "--agent", help="The agent spec: a TOML or JSON file.")] = None,
+    instructions: Annotated[Path | None, typer.Option(
+        "--instructions", help="A text file with the agent's instructions.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="The model's name.")] = None,
+) -> None:
+    """Start a session, optionally with its first message (acknowledged in the same call)."""
+    spec = _agent_spec(agent, instructions, model)
+
+    async def main() -> None:
+        keel = await connect(load_settings())
+        sid = session_id or id
+        if message is None:
+            handle = await keel.start_session(sid, agent=spec)
+            console.print(f"started session [bold]{handle.session_id}[/]")
+            return
+        sid = sid or f"session-{uuid.uuid4().hex[:12]}"
+        joined = await keel.session(sid).is_running()
+        handle, accepted = await keel.start_with_message(sid, message, agent=spec)
+        verb = "joined" if joined else "started"
+        console.print(f"{verb} session [bold]{handle.session_id}[/]; message recorded "
+                      f"as seq {accepted.seq}")
+    run(main())
+
+
+def _agent_spec(agent: Path | None, instructions: Path | None,
+                model: str | None) -> AgentSpec | None:
+    """The spec from `--agent`, with `--instructions` and `--model` on top."""
+    if agent is None and instructions is None and model is None:
+        return None
+    try:
+        spec = spec_from_text(agent.read_text(), agent.suffix) if agent else AgentSpec()
+        if instructions is not None:
+            spec = spec.model_copy(update={"instructions": instructions.read_text()})
+    except (OSError, ValueError) as err:
+        error(f"the agent spec cannot be read: {one_line(str(err))}")
+        raise typer.Exit(1) from None
+    if model:
+        spec = spec.model_copy(update={"model": model})
+    return spec
+
+
+def list_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+          ) -> None:
+    """Every session: id, phase, turn, context use, checkpoints, last activity."""
+    async def main() -> None:
+        sessions = await (await connect(load_settings())).list_sessions()
+        if as_json:
+            console.print_json(json.dumps([s.model_dump(mode="json") for s in sessions]))
+            return
+        table = Table("session", "phase", "turn", "context", "checkpoints", "last activity")
+        for s in sessions:
+            table.add_row(s.session_id, s.phase, str(s.turn), f"{s.context_percent:.0f}%",
+                          str(s.checkpoints), s.last_activity)
+        console.print(table)
+    run(main())
+
+
+def end(session: str,
+        reason: Annotated[str, typer.Option("--reason", help="Why.")] = "ended on request",
+        ) -> None:
+    """End a session: it finishes its handlers and completes with its final status."""
+    async def main() -> None:
+        final = await (await session_handle(session)).end(reason)
+        console.print(f"ended session [bold]{final.session_id}[/] after turn {final.turn}")
+    run(main())
+
+
+async def compact_line(handle: SessionHandle) -> str:
+    """A checkpoint now (the same chain and checks as an automatic one), as one line
+    saying what it did: the context before and after it."""
+    before = await handle.status()
+    with working("Checkpointing…"):
+        after = await handle.checkpoint_now()
+    if after.checkpoint_count == before.checkpoint_count:
+        why = f": {escape(after.last_error)}" if after.last_error else " (nothing to condense)"
+        return (f"no checkpoint taken{why}; context {after.context_tokens:,} / "
+                f"{after.context_window:,} tokens")
+    return (f"◆ checkpoint {after.checkpoint_count}: context {before.context_tokens:,} "
+            f"tokens before → {after.context_tokens:,} after (window "
+            f"{after.context_window:,})")
+
+
+def compact(session: str) -> None:
+    """A checkpoint now, through the same chain and checks as an automatic one."""
+    async def main() -> None:
+        console.print(await compact_line(await session_handle(session)))
+    run(main())
+
+
+def send(
+    session: str,
+    text: str,
+    wait: Annotated[bool, typer.Option("--wait", "-w", help="Wait for the reply.")] = False,
+) -> None:
+    """Send the user's message; prints its seq (and, with --wait, the reply as it streams,
+    its tool calls and results, checkpoints, and a footer of context use)."""
+    async def main() -> None:
+        handle = await session_handle(session)
+        if not wait:
+            accepted = await needs_worker(handle, handle.send(text))
+            console.print(f"seq {accepted.seq}")
+            return
+        await needs_worker(handle, say(handle, text, LiveView(console, whole_turns=True)))
+    run(main())
+
+
+class SignalKind(StrEnum):
+    watch = "watch"
+    task = "task"
+    agent_run = "agent-run"
+    callback = "callback"
+
+
+def signal_(
+    session: str,
+    kind: SignalKind,
+    text: str,
+    id: Annotated[str, typer.Option("--id", help="Watch / task / run id.")],
+    name: Annotated[str | None, typer.Option("--name", help="Watch or task name.")] = None,
+    from_: Annotated[str | None, typer.Option("--from",
+                                              help="Sending session (agent-run, callback).")
+                     ] = None,
+) -> None:
+    """Send a background input; Keel writes its source line from the kind, never the text."""
+    needs = {SignalKind.watch: ("--name", name), SignalKind.task: ("--name", name),
+             SignalKind.agent_run: ("--from", from_), SignalKind.callback: ("--from", from_)}
+    flag, value = needs[kind]
+    if not value:
+        error(f"{kind.value} needs {flag}")
+        raise typer.Exit(2)
+
+    async def main(value: str) -> None:
+        handle = await session_handle(session)
+        signals: dict[SignalKind, Callable[[], Awaitable[None]]] = {
+            SignalKind.watch: lambda: handle.watch(id, value, text),
+            SignalKind.task: lambda: handle.task(id, value, text),
+            SignalKind.agent_run: lambda: handle.agent_run(id, value, text),
+            SignalKind.callback: lambda: handle.callback(id, value, text),
+        }
+        await signals[kind]()
+        console.print(f"signalled {kind.value} {id} to {session}")
+    run(main(value))
+
+
+def status_table(status: SessionStatus) -> Table:
+    pct = 100 * status.context_tokens / max(1, status.context_window)
+    return key_values([
+        ("session", status.session_id),
+        ("phase", status.phase.value),
+        ("turn", status.turn),
+        ("context", f"{status.context_tokens:,} / {status.context_window:,} tokens "
+                    f"({pct:.0f}%), checkpoint at {status.checkpoint_threshold:,}"),
+        ("checkpoints", status.checkpoint_count),
+        ("pending inputs", status.pending_inputs),
+        ("window starts at", f"#{status.window_start_seq}"),
+        ("last seq", status.last_seq),
+        ("model", status.model),
+        *([("stopped", status.stopped_reason)] if status.stopped_reason else []),
+        *[("awaiting approval", f"{p.tool} (call {p.call_id}) since "
+                                f"{p.since.isoformat(timespec='seconds')}")
+          for p in status.pending_approvals],
+        *([("last error", status.last_error)] if status.last_error else []),
+    ])
+
+
+def status(session: str,
+           as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+           ) -> None:
+    """Phase, turn, context use and checkpoints of a session."""
+    async def main() -> None:
+        handle = await session_handle(session)
+        result = await handle.status()
+        closed = await handle.closed_as()
+        if closed and closed != "completed":  # cancelled or terminated by other means
+            result = result.model_copy(update={"stopped_reason": f"the session was {closed}"})
+        if as_json:  # plain stdout: no colour codes, no wrapping, for scripts
+            sys.stdout.write(result.model_dump_json() + "\n")
+        else:
+            console.print(status_table(result))
+    run(main())
+
+
+# The session's texts, one query each: the command's name is the client method's.
+QUERIES = {
+    "mind": "The session's mind: where it stands, goals, decisions, lessons.",
+    "memo": "The user's own words the session keeps, copied from the record.",
+    "now": "The session's working state: step, progress, waiting on, next.",
+}
+
+
+def query_command(name: str) -> Callable[[str], None]:
+    """The command that prints one of the session's texts (`QUERIES`)."""
+    def command(session: str) -> None:
+        async def main() -> None:
+            handle = await session_handle(session)
+            text: str = await getattr(handle, name)()
+            console.print(escape(text) if text else f"[dim](no {name} yet: it is written by "
+                                                    "the first checkpoint)[/]")
+        run(main())
+    command.__doc__ = QUERIES[name]
+    return command

@@ -1,0 +1,132 @@
+"""`keel vault`: long memory per scope; list the vaults, run the doctor or a rollup now,
+search one scope.
+
+Invariants: a scope id is checked before anything runs; the doctor and the rollups run as
+the same workflows the schedules start, on the vault's own task queue (a worker must serve
+it); a search reads PostgreSQL only through `keel.record`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from enum import StrEnum
+from typing import Annotated, Any, cast
+
+import psycopg
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from keel.cli.shell import CliError, connect, database_url, load_settings, run
+from keel.console import console, one_line, working
+from keel.record import search_memory
+from schemas.config import KeelSettings
+
+__all__ = ["vault_app"]
+
+vault_app = typer.Typer(name="vault", no_args_is_help=True,
+                        help="Long memory: list scopes; doctor, rollup and search one scope.")
+
+ScopeOption = Annotated[str, typer.Option("--scope", help="Whose memory (a scope id).")]
+
+
+def _check_scope(scope: str) -> str:
+    from schemas.vault.scope import ScopeError, check_scope
+
+    try:
+        return check_scope(scope)
+    except ScopeError as err:
+        raise CliError(str(err)) from None
+
+
+@vault_app.command("list")
+def vault_list() -> None:
+    """Every memory scope that has a vault: its folder, CORE.md size, git state."""
+    from activities.vault.store import scope_vaults
+
+    settings = load_settings()
+    scopes = scope_vaults(settings.memory)
+    if not scopes:
+        console.print("[dim]no vault yet: a session's first message creates its scope's[/]")
+        return
+    table = Table("scope", "vault", "CORE.md chars", "git")
+    for scope, path in scopes.items():
+        core = path / "CORE.md"
+        table.add_row(scope, str(path), str(len(core.read_text()) if core.exists() else 0),
+                      "yes" if (path / ".git").exists() else "[red]not a repository[/]")
+    console.print(table)
+
+
+async def _run_memory_workflow(settings: KeelSettings, workflow_run: Any, arg: Any,
+                               wid: str) -> Any:
+    keel = await connect(settings)
+    with working(f"running {wid}…"):
+        return await keel.client.execute_workflow(
+            workflow_run, arg, id=f"{wid}-{uuid.uuid4().hex[:8]}",
+            task_queue=settings.vault_task_queue)
+
+
+@vault_app.command("doctor")
+def vault_doctor(scope: ScopeOption = "default") -> None:
+    """Run the doctor now for one scope (a worker must be running)."""
+    from schemas.vault.doctor import DoctorInput
+    from workflows.doctor import DoctorWorkflow
+
+    settings = load_settings()
+
+    async def main() -> None:
+        report = await _run_memory_workflow(
+            settings, DoctorWorkflow.run, DoctorInput(scope=_check_scope(scope)),
+            f"keel-doctor-now-{scope}")
+        console.print(escape(report.text()))
+
+    run(main())
+
+
+class _Kind(StrEnum):
+    daily = "daily"
+    weekly = "weekly"
+    monthly = "monthly"
+    yearly = "yearly"
+
+
+@vault_app.command("rollup")
+def vault_rollup(kind: Annotated[_Kind, typer.Argument(help="Which rollup.")] = _Kind.daily,
+                 scope: ScopeOption = "default") -> None:
+    """Run a rollup now for one scope: its due periods, missed ones included."""
+    from schemas.vault.rollup import RollupInput, RollupKind
+    from workflows.rollup import ROLLUP_WORKFLOWS
+
+    settings = load_settings()
+    rk = RollupKind(kind.value)
+    # ROLLUP_WORKFLOWS holds the classes as plain `type`; each has its `run` method.
+    workflow_run = cast(Any, ROLLUP_WORKFLOWS[rk]).run
+
+    async def main() -> None:
+        report = await _run_memory_workflow(
+            settings, workflow_run, RollupInput(kind=rk, scope=_check_scope(scope)),
+            f"keel-rollup-now-{rk.value}-{scope}")
+        console.print(escape(report.text()))
+
+    run(main())
+
+
+@vault_app.command("search")
+def vault_search(query: str, scope: ScopeOption = "default",
+                 limit: Annotated[int, typer.Option(help="Most hits.")] = 5) -> None:
+    """Search one scope's long memory (BM25 + graph rerank), read from PostgreSQL."""
+    settings = load_settings()
+
+    async def main() -> None:
+        url = database_url(settings)
+        try:
+            hits = await search_memory(url, query, scope=_check_scope(scope), k=max(1, limit))
+        except psycopg.Error as err:
+            raise CliError(f"PostgreSQL: {err}") from None
+        if not hits:
+            console.print(f"[dim]nothing in {scope}'s memory for {query!r}[/]")
+        for hit in hits:
+            console.print(f"[cyan]{escape(hit.path)}[/] [dim]{hit.score:.3f}[/]  "
+                          f"{escape(one_line(hit.snippet, 160))}")
+
+    run(main())
