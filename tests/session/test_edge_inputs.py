@@ -261,9 +261,9 @@ async def test_a_failed_model_call_is_a_notice_at_its_seq_and_the_session_goes_o
 
 
 def test_cli_shows_a_refusal_in_one_line_without_failure_metadata():
-    from keel.cli import _refusal_line
+    from keel.cli.shell import refusal_line
     from keel.client import RecordFailedError
     err = RecordFailedError("the message could not be recorded\n(db gone); send it again "
                             "(type: RecordFailed, retryable: true)")
-    assert _refusal_line(err) == ("the message could not be recorded (db gone); "
+    assert refusal_line(err) == ("the message could not be recorded (db gone); "
                                   "send it again")
