@@ -73,7 +73,8 @@ def read_stack_file(data_dir: Path) -> dict[str, str] | None:
     path = data_dir / STACK_FILE
     if not path.exists():
         return None
-    return json.loads(path.read_text())
+    found: dict[str, str] = json.loads(path.read_text())
+    return found
 
 
 @asynccontextmanager
