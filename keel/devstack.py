@@ -22,8 +22,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.db import apply_migrations
-from keel.connect import connect
 from schemas.config import KeelSettings
+from workers.connect import connect
 
 
 def _venv_binary(name: str) -> str:
