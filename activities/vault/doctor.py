@@ -293,8 +293,7 @@ class DoctorActivities:
     @activity.defn(name="doctor_reindex")
     async def doctor_reindex(self, inp: DoctorStepInput) -> StepResult:
         ctx = self.ctx.scoped(inp.scope)
-        pool = await ctx.pool()
-        async with pool.connection() as conn:
+        async with ctx.connection() as conn:
             changed, removed = await ctx.vault.reindex(conn)
             await conn.execute("DELETE FROM memory_terms WHERE scope = %s AND df <= 0",
                                (ctx.scope,))
