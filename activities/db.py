@@ -35,7 +35,7 @@ def apply_migrations(database_url: str) -> list[str]:
                 if path.name in done:
                     continue
                 with conn.transaction():
-                    conn.execute(path.read_text())  # type: ignore[arg-type]
+                    conn.execute(path.read_text())
                     conn.execute("INSERT INTO schema_migrations (name) VALUES (%s)", (path.name,))
                 applied_now.append(path.name)
         finally:

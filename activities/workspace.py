@@ -161,29 +161,29 @@ class LocalStore(_Limits):
             raise StoreError(f"{path!r} is outside the session's workspace; refused")
         return target, rel
 
-    def _ops(self, scope: str) -> dict[str, dict[str, object]]:
+    def _ops(self, scope: str) -> dict[str, dict[str, int]]:
         path = self.folder(scope) / _OPS_FILE
         try:
-            found: dict[str, dict[str, object]] = json.loads(path.read_text())
+            found: dict[str, dict[str, int]] = json.loads(path.read_text())
         except (OSError, ValueError):
             found = {}
         found.setdefault("versions", {})
         found.setdefault("ops", {})
         return found
 
-    def _save_ops(self, scope: str, ops: dict[str, dict[str, object]]) -> None:
+    def _save_ops(self, scope: str, ops: dict[str, dict[str, int]]) -> None:
         _atomic(self.folder(scope) / _OPS_FILE, json.dumps(ops).encode())
 
     async def applied(self, scope: str, op_id: str) -> int | None:
         found = self._ops(scope)["ops"].get(op_id)
-        return None if found is None else int(found)  # type: ignore[call-overload]
+        return None if found is None else int(found)
 
     async def read(self, scope: str, path: str) -> StoredFile | None:
         target, rel = self._file(scope, path)
         if not target.is_file():
             return None
         data = await asyncio.to_thread(target.read_bytes)
-        version = int(self._ops(scope)["versions"].get(rel, 1))  # type: ignore[call-overload]
+        version = int(self._ops(scope)["versions"].get(rel, 1))
         return StoredFile(rel, data, version)
 
     async def write(self, scope: str, path: str, data: bytes,
@@ -192,11 +192,11 @@ class LocalStore(_Limits):
         async with self._lock:  # one worker: this process is the only writer
             ops = self._ops(scope)
             if op_id is not None and op_id in ops["ops"]:
-                return int(ops["ops"][op_id])  # type: ignore[call-overload]
+                return int(ops["ops"][op_id])
             others = await asyncio.to_thread(self._others_size, scope, rel, ops)
             self._check(rel, len(data), others)
             await asyncio.to_thread(_atomic, target, data)
-            version = int(ops["versions"].get(rel, 0)) + 1  # type: ignore[call-overload]
+            version = int(ops["versions"].get(rel, 0)) + 1
             ops["versions"][rel] = version
             if op_id is not None:
                 ops["ops"][op_id] = version
@@ -223,7 +223,7 @@ class LocalStore(_Limits):
                 found[rel] = await asyncio.to_thread(target.read_bytes)
         return found
 
-    def _others_size(self, scope: str, rel: str, ops: dict[str, dict[str, object]]) -> int:
+    def _others_size(self, scope: str, rel: str, ops: dict[str, dict[str, int]]) -> int:
         """The bytes of the scope's other files, for the size limit. The shared scope is
         the whole data folder (the database's files too): there only what the store wrote
         counts."""
@@ -232,10 +232,6 @@ class LocalStore(_Limits):
         base = self.folder(scope)
         return sum((base / p).stat().st_size for p in ops["versions"]
                    if p != rel and (base / p).is_file())
-
-    async def list(self, scope: str, prefix: str = "") -> list[FileInfo]:
-        # A walk of the folder: in a thread, so a large one never stalls the worker's loop.
-        return await asyncio.to_thread(self._walk, scope, prefix)
 
     def _walk(self, scope: str, prefix: str = "") -> list[FileInfo]:
         base = self.folder(scope)
@@ -249,8 +245,12 @@ class LocalStore(_Limits):
             rel = p.relative_to(base).as_posix()
             if p.is_file() and rel != _OPS_FILE and rel.startswith(prefix):
                 found.append(FileInfo(rel, p.stat().st_size,
-                                      int(versions.get(rel, 1))))  # type: ignore[call-overload]
+                                      int(versions.get(rel, 1))))
         return found
+
+    async def list(self, scope: str, prefix: str = "") -> list[FileInfo]:
+        # A walk of the folder: in a thread, so a large one never stalls the worker's loop.
+        return await asyncio.to_thread(self._walk, scope, prefix)
 
 
 def _atomic(path: Path, data: bytes) -> None:

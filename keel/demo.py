@@ -455,8 +455,8 @@ async def running_dev_stack(settings: KeelSettings) -> dict[str, str] | None:
     Starting a second embedded stack there would run two Temporal dev servers on one
     SQLite file; a stack file left by a `keel dev` that was killed does not answer.
     """
-    from keel.connect import connect
     from keel.devstack import read_stack_file
+    from workers.connect import connect
 
     if settings.temporal_address or settings.database_url:
         return None

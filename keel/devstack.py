@@ -22,8 +22,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.db import apply_migrations
-from keel.connect import connect
 from schemas.config import KeelSettings
+from workers.connect import connect
 
 
 def _venv_binary(name: str) -> str:
@@ -73,7 +73,8 @@ def read_stack_file(data_dir: Path) -> dict[str, str] | None:
     path = data_dir / STACK_FILE
     if not path.exists():
         return None
-    return json.loads(path.read_text())
+    found: dict[str, str] = json.loads(path.read_text())
+    return found
 
 
 @asynccontextmanager

@@ -24,7 +24,7 @@ import hashlib
 import json
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import jsonschema
 from pydantic import BaseModel, Field
@@ -228,7 +228,10 @@ def input_problem(schema: dict[str, Any] | None, data: dict[str, Any]) -> str | 
     err = errors[0]
     where = "/".join(str(p) for p in err.absolute_path) or "(the input)"
     if err.validator == "required" and isinstance(err.instance, dict):
-        missing = [r for r in err.validator_value if r not in err.instance]
+        # The stubs type `validator_value` as the keyword's value or Unset; for "required"
+        # it is the list of names (a draft-3 schema's boolean `required` would not iterate).
+        names = cast("list[str]", err.validator_value)
+        missing = [r for r in names if r not in err.instance]
         if missing:
             where = "/".join([*map(str, err.absolute_path), missing[0]])
     return f"input does not match the tool's schema at field '{where}': {err.message}"

@@ -53,7 +53,7 @@ class TemporalTLS(BaseModel):
     """How to reach a TLS Temporal cluster (Temporal Cloud, or your own with mTLS).
 
     Paths, never key material, so settings can be printed; the files are read when the
-    client connects (`keel.connect`). Nothing set and no API key: plain TCP (the dev server).
+    client connects (`workers.connect`). Nothing set and no API key: plain TCP (the dev server).
     """
 
     api_key: str | None = None  # Temporal Cloud API key; implies TLS

@@ -41,7 +41,7 @@ class Handler(StrEnum):
     MIND = "mind"
     MEMO = "memo"
     NOW = "now"
-    # Issue 8: the agent spec, approvals, a session's end, a checkpoint on request.
+    # The agent spec, approvals, a session's end, a checkpoint on request.
     AGENT = "agent"  # query: the AgentSpec (or None)
     SET_AGENT = "set_agent"  # update: a new AgentSpec for later turns
     REFRESH_MCP = "refresh_mcp"  # update: list the MCP servers' tools again
@@ -49,7 +49,7 @@ class Handler(StrEnum):
     DECIDE = "decide_approval"  # update: ApprovalDecision
     END = "end_session"  # update: EndSession
     CHECKPOINT_NOW = "checkpoint_now"  # update: a checkpoint through the usual chain
-    # Issue 12: a client's file calls on the session's workspace (schemas.files).
+    # A client's file calls on the session's workspace (schemas.files).
     PUT_FILE = "put_file"  # update: PutFile -> FileVersion
     READ_FILE = "read_file"  # update: ReadFile -> FileData | None
     LIST_FILES = "list_files"  # update: ListFiles -> list[FileEntry]

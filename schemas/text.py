@@ -218,7 +218,7 @@ def make_storable_json(value: Any) -> tuple[Any, list[str]]:
         if isinstance(item, dict):
             out: dict[str, Any] = {}
             holder[slot] = out
-            pending: list[tuple[Any, _Where, Any, Any]] = []
+            pending: list[tuple[Any, _Where, Any, Any, int]] = []
             for key, child in item.items():
                 k = leaf(key if isinstance(key, str) else str(key), where)
                 if not isinstance(key, str):

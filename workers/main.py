@@ -12,8 +12,8 @@ import signal
 import sys
 
 from activities.db import apply_migrations
-from keel.connect import connect
 from schemas.config import KeelSettings
+from workers.connect import connect
 from workers.observability import configure_logging, shutdown_tracing, worker_interceptors
 from workers.schedules import ensure_memory_schedules
 from workers.worker import Role, build_worker, serve_until

@@ -160,11 +160,11 @@ def configure_logging(settings: KeelSettings, *, level: str | int | None = None,
     activity.logger.activity_info_on_message = False
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _StderrHandler(logging.StreamHandler[TextIO]):
     """Writes to whatever sys.stderr is when a record is emitted, not when configured
     (test runners swap and close it)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> TextIO:
         return sys.stderr
 

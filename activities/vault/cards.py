@@ -68,8 +68,7 @@ class VaultActivities:
         notes = await asyncio.to_thread(vault.ensure)
         _, problems = vault.schema(reload=True)
         git = await vault.git_problem()
-        pool = await ctx.pool()
-        async with pool.connection() as conn:
+        async with ctx.connection() as conn:
             changed, _ = await vault.reindex(conn)
         return InitVaultResult(
             vault_dir=str(vault.root), notes=notes, indexed=changed,
@@ -78,8 +77,7 @@ class VaultActivities:
     @activity.defn(name="reindex_vault")
     async def reindex_vault(self, inp: ReindexInput) -> ReindexResult:
         ctx = self.ctx.scoped(inp.scope)
-        pool = await ctx.pool()
-        async with pool.connection() as conn:
+        async with ctx.connection() as conn:
             changed, removed = await ctx.vault.reindex(conn)
         return ReindexResult(changed=changed, removed=removed)
 

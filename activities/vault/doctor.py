@@ -121,12 +121,12 @@ class DoctorActivities:
         ctx = self.ctx.scoped(inp.scope)
         vault = ctx.vault
         await asyncio.to_thread(vault.ensure)
-        schema, problems = vault.schema(reload=True)
+        schema, schema_problems = vault.schema(reload=True)
         if schema is None:
             return StepResult(
                 step="enforce", ok=False, alert=True,
                 summary="schema.json is not usable, so no card was changed",
-                details=[f"{p.where}: {p.problem}" for p in problems])
+                details=[f"{p.where}: {p.problem}" for p in schema_problems])
         today = vault.local_date(inp.as_of)
         fixed = 0
         problems: list[str] = []  # for a person: files the doctor may not repair
@@ -293,8 +293,7 @@ class DoctorActivities:
     @activity.defn(name="doctor_reindex")
     async def doctor_reindex(self, inp: DoctorStepInput) -> StepResult:
         ctx = self.ctx.scoped(inp.scope)
-        pool = await ctx.pool()
-        async with pool.connection() as conn:
+        async with ctx.connection() as conn:
             changed, removed = await ctx.vault.reindex(conn)
             await conn.execute("DELETE FROM memory_terms WHERE scope = %s AND df <= 0",
                                (ctx.scope,))

@@ -436,7 +436,8 @@ def load_embedder(spec: str | None) -> Embedder | None:
         return HashingEmbedder()
     module_name, _, attr = spec.partition(":")
     factory = getattr(importlib.import_module(module_name), attr or "embedder")
-    return factory()  # type: ignore[no-any-return]
+    embedder: Embedder = factory()
+    return embedder
 
 
 async def embed_pending(conn: AsyncConnection, embedder: Embedder, batch: int = 64,

@@ -549,6 +549,13 @@ class MemoryContext:
     async def pool(self) -> AsyncConnectionPool:
         return await get_pool(self.database_url)
 
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[AsyncConnection]:
+        """A connection from the database's pool, given back when the block ends."""
+        pool = await self.pool()
+        async with pool.connection() as conn:
+            yield conn
+
 
 def scope_vaults(memory: MemorySettings) -> dict[str, Path]:
     """Every scope that has a vault folder, by id: the default scope's when its folder

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydantic import BaseModel
@@ -230,32 +231,28 @@ class MindDocument(BaseModel):
                 hits[h.text] = h
         return hits
 
+    def _section(self, lines: list[str], name: str,
+                 ends_at: Callable[[_Heading, _Heading], bool]) -> tuple[int, int] | None:
+        """The template heading `name`'s line and the end of its section: the first later
+        heading `h` with `ends_at(h, heading)`, else the end of the text."""
+        hit = self._template_hits().get(name)
+        if hit is None:
+            return None
+        end = next((h.index for h in _headings(lines)
+                    if h.index > hit.index and ends_at(h, hit)), len(lines))
+        return hit.index, end
+
     def _body_lines(self, name: str) -> list[str] | None:
         """A heading's own lines: up to the next template heading, or the next heading at its
         own level or above."""
         lines = self._lines()
-        hit = self._template_hits().get(name)
-        if hit is None:
-            return None
-        end = len(lines)
-        for h in _headings(lines):
-            if h.index > hit.index and (h.template is not None or h.level <= hit.level):
-                end = h.index
-                break
-        return lines[hit.index + 1 : end]
+        bounds = self._section(lines, name,
+                               lambda h, hit: h.template is not None or h.level <= hit.level)
+        return None if bounds is None else lines[bounds[0] + 1 : bounds[1]]
 
     def _span(self, name: str) -> tuple[int, int] | None:
         """A budgeted section's line range: its heading up to the next heading at level 1-2."""
-        lines = self._lines()
-        hit = self._template_hits().get(name)
-        if hit is None:
-            return None
-        end = len(lines)
-        for h in _headings(lines):
-            if h.index > hit.index and h.level <= 2:
-                end = h.index
-                break
-        return hit.index, end
+        return self._section(self._lines(), name, lambda h, _hit: h.level <= 2)
 
     def sections(self) -> dict[str, str]:
         """Each template heading's own text (guidance included), by heading text.

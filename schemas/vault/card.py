@@ -391,7 +391,7 @@ def canonical_meta(meta: Meta, schema: VaultSchema, *, stem: str, today: str,
                              why="made a list"))
     out["tags"] = [str(t) for t in tags]
     out["description"] = meta.get("description") or ""
-    conf = meta.get("confidence")
+    conf: Any = meta.get("confidence")
     if conf not in (c.value for c in Confidence):
         conf_fixed = (Confidence(conf.upper()).value
                       if isinstance(conf, str) and conf.upper() in Confidence.__members__

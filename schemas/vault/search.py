@@ -125,7 +125,7 @@ def rerank(candidates: list[Candidate], edges: list[tuple[str, str]],
             out[c.path] = Ranked(path=c.path, score=score, hop=hop, via_link=via_link)
 
     for c in ranked_base:
-        hop = hops.get(c.card_key)[0] if c.card_key and c.card_key in hops else None
+        hop = hops[c.card_key][0] if c.card_key and c.card_key in hops else None
         factor = HOP_FACTORS[hop] if hop is not None else 1.0
         finish(c, base_score(c) * factor, hop, False)
     for n in neighbours or []:
