@@ -52,7 +52,6 @@ from keel._errors import (
     refusals,
     start_with_message_refused,
 )
-from keel.connect import connect
 from keel.events import EventsMissed, Transport, session_events, stream_offset
 from schemas.agent import (
     BUILTIN_TOOL_NAMES,
@@ -92,6 +91,7 @@ from schemas.session import (
     WatchInput,
 )
 from schemas.text import payload_problem, storable_problem
+from workers.connect import connect
 
 # A poller seen longer ago than this has gone (workers long-poll for 60 s).
 POLLER_FRESH_S = 90
@@ -426,7 +426,7 @@ class KeelClient:
     @classmethod
     async def connect(cls, settings: KeelSettings, address: str | None = None) -> KeelClient:
         """Connect to `address`, else `settings.temporal_address`, with the settings' TLS
-        and API key (`keel.connect`); finding a local dev stack is the caller's job (the
+        and API key (`workers.connect`); finding a local dev stack is the caller's job (the
         CLI reads `keel dev`'s stack file)."""
         target = address or settings.temporal_address
         if not target:

@@ -57,7 +57,7 @@ def _input_model(fn: Callable[..., Any]) -> tuple[type[BaseModel], bool, str | N
             raise TypeError(f"{fn.__name__}: parameter {p.name!r} needs a type hint")
         default = ... if p.default is inspect.Parameter.empty else p.default
         fields[p.name] = (hints[p.name], default)
-    model = create_model(f"{fn.__name__}_input", **fields)  # type: ignore[call-overload]
+    model = create_model(f"{fn.__name__}_input", **fields)
     return model, False, call_param
 
 

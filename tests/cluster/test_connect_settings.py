@@ -1,4 +1,4 @@
-"""The Temporal Cloud / TLS settings reach `Client.connect` exactly (keel.connect).
+"""The Temporal Cloud / TLS settings reach `Client.connect` exactly (workers.connect).
 
 A TLS server cannot run offline, so the client is built lazily (no call is made) and its
 service config is read back: what every Keel process (worker, CLI, client helper) sends.
@@ -12,8 +12,8 @@ import sys
 import pytest
 from temporalio.service import TLSConfig
 
-from keel.connect import TLSSettingsError, connect, tls_config
 from schemas.config import KeelSettings, TemporalTLS
+from workers.connect import TLSSettingsError, connect, tls_config
 
 
 def _pem_pair(tmp_path):
