@@ -357,49 +357,13 @@ def canonical_meta(meta: Meta, schema: VaultSchema, *, stem: str, today: str,
     elif card_type != raw_type:
         fixes.append(MetaFix(field="type", before=raw_type, after=card_type,
                              why="alias coerced"))
-    spec = schema.types[card_type]
-    out: Meta = {}
-    out["id"] = meta.get("id") or stem
-    out["type"] = card_type
-    out["title"] = meta.get("title") or stem
-    status = meta.get("status")
-    if not schema.valid_status(card_type, status if isinstance(status, str) else None):
-        fixed = None
-        if isinstance(status, str):
-            fixed = next((s for s in spec.statuses if s.casefold() == status.casefold()), None)
-        out["status"] = fixed or spec.default_status
-        fixes.append(MetaFix(field="status", before=status, after=out["status"],
-                             why="case fixed" if fixed else f"not a {card_type} status"))
-    else:
-        out["status"] = status
-    domain = meta.get("domain")
-    if schema.domains and domain not in schema.domains:
-        fixed_domain = next((d for d in schema.domains
-                             if isinstance(domain, str) and d.casefold() == domain.casefold()),
-                            schema.default_domain)
-        if fixed_domain != domain:
-            fixes.append(MetaFix(field="domain", before=domain, after=fixed_domain,
-                                 why="not a schema domain"))
-        domain = fixed_domain
-    out["domain"] = domain
-    tags = meta.get("tags")
-    if tags is None:
-        tags = []
-    elif isinstance(tags, str):
-        tags = [t.strip().lstrip("#") for t in tags.replace(",", " ").split() if t.strip()]
-        fixes.append(MetaFix(field="tags", before=meta.get("tags"), after=tags,
-                             why="made a list"))
-    out["tags"] = [str(t) for t in tags]
+    out: Meta = {"id": meta.get("id") or stem, "type": card_type,
+                 "title": meta.get("title") or stem}
+    out["status"] = _canonical_status(meta.get("status"), card_type, schema, fixes)
+    out["domain"] = _canonical_domain(meta.get("domain"), schema, fixes)
+    out["tags"] = _canonical_tags(meta.get("tags"), fixes)
     out["description"] = meta.get("description") or ""
-    conf: Any = meta.get("confidence")
-    if conf not in (c.value for c in Confidence):
-        conf_fixed = (Confidence(conf.upper()).value
-                      if isinstance(conf, str) and conf.upper() in Confidence.__members__
-                      else Confidence.EXTRACTED.value)
-        fixes.append(MetaFix(field="confidence", before=conf, after=conf_fixed,
-                             why="backfilled"))
-        conf = conf_fixed
-    out["confidence"] = conf
+    out["confidence"] = _canonical_confidence(meta.get("confidence"), fixes)
     for key in ("created", "updated"):
         value = meta.get(key)
         value = value.isoformat() if isinstance(value, date) else value
@@ -418,6 +382,56 @@ def canonical_meta(meta: Meta, schema: VaultSchema, *, stem: str, today: str,
         if key not in out:
             out[key] = value
     return out, fixes, None
+
+
+def _canonical_status(status: Any, card_type: str, schema: VaultSchema,
+                      fixes: list[MetaFix]) -> Any:
+    """A valid status of the type: as written, its case fixed, or the type's default."""
+    if schema.valid_status(card_type, status if isinstance(status, str) else None):
+        return status
+    spec = schema.types[card_type]
+    fixed = None
+    if isinstance(status, str):
+        fixed = next((s for s in spec.statuses if s.casefold() == status.casefold()), None)
+    after = fixed or spec.default_status
+    fixes.append(MetaFix(field="status", before=status, after=after,
+                         why="case fixed" if fixed else f"not a {card_type} status"))
+    return after
+
+
+def _canonical_domain(domain: Any, schema: VaultSchema, fixes: list[MetaFix]) -> Any:
+    """A schema domain (its case fixed, else the default) when the schema lists any."""
+    if not schema.domains or domain in schema.domains:
+        return domain
+    fixed = next((d for d in schema.domains
+                  if isinstance(domain, str) and d.casefold() == domain.casefold()),
+                 schema.default_domain)
+    if fixed != domain:
+        fixes.append(MetaFix(field="domain", before=domain, after=fixed,
+                             why="not a schema domain"))
+    return fixed
+
+
+def _canonical_tags(tags: Any, fixes: list[MetaFix]) -> list[str]:
+    """Tags as a list of strings; a string of tags split on commas and spaces."""
+    if tags is None:
+        tags = []
+    elif isinstance(tags, str):
+        before = tags
+        tags = [t.strip().lstrip("#") for t in tags.replace(",", " ").split() if t.strip()]
+        fixes.append(MetaFix(field="tags", before=before, after=tags, why="made a list"))
+    return [str(t) for t in tags]
+
+
+def _canonical_confidence(conf: Any, fixes: list[MetaFix]) -> Any:
+    """A Confidence value: as written, upper-cased, or EXTRACTED backfilled."""
+    if conf in (c.value for c in Confidence):
+        return conf
+    fixed = (Confidence(conf.upper()).value
+             if isinstance(conf, str) and conf.upper() in Confidence.__members__
+             else Confidence.EXTRACTED.value)
+    fixes.append(MetaFix(field="confidence", before=conf, after=fixed, why="backfilled"))
+    return fixed
 
 
 # --- applying one fact ------------------------------------------------------------------
@@ -508,36 +522,10 @@ def apply_fact(card: Card | None, fact: CardFact, schema: VaultSchema, today: st
     changed = created
     facts_section = card.ensure_section(FACTS_HEADING) if value else None
     if value and facts_section is not None:
-        existing = card.facts()
-        same_field = [(i, f) for i, f in existing
-                      if field and f.field and f.field.casefold() == field.casefold()]
-        target: tuple[int, FactLine] | None = same_field[0] if same_field else None
-        if target is None and fact.replaces:
-            wanted = normalise_value(fact.replaces)
-            target = next(((i, f) for i, f in existing
-                           if normalise_value(f.value) == wanted), None)
-        line = FactLine(field=field, value=value, confidence=fact.confidence, since=today)
-        if target is not None and normalise_value(target[1].value) == normalise_value(value):
-            note = note or "already known"
-        elif any(normalise_value(f.value) == normalise_value(value)
-                 and (f.field or "").casefold() == (field or "").casefold()
-                 for _, f in existing):
-            note = note or "already known"
-        elif target is not None:
-            idx, old = target
-            if old.confidence == Confidence.EXTRACTED and fact.confidence == Confidence.INFERRED:
-                note = "kept the EXTRACTED value over an INFERRED one"
-            else:
-                facts_section[idx] = line.render()
-                what = f"{old.field}: {old.value}" if old.field else old.value
-                card.ensure_section(HISTORY_HEADING).append(
-                    _history_line(old.since, today, f"{what} ({old.confidence.value})"))
-                done, changed, old_value = CardOp.SUPERSEDE, True, old.value
-        else:
-            facts_section.append(line.render())
-            changed = True
-            if done == CardOp.NOOP:
-                done = CardOp.ADD
+        done, note, value_changed, old_value = _apply_value(
+            card, facts_section, FactLine(field=field, value=value, confidence=fact.confidence,
+                                          since=today), fact.replaces, today, done, note)
+        changed = changed or value_changed
     spec = schema.types[card_type]
     status = card.meta.get("status")
     if (not created and fact.status and fact.status in spec.statuses and fact.status != status):
@@ -564,3 +552,37 @@ def apply_fact(card: Card | None, fact: CardFact, schema: VaultSchema, today: st
         card.sections = [(h, s) for h, s in card.sections if s or h != FACTS_HEADING]
     card.meta["updated"] = today
     return Applied(op=done, text=card.render(), note=note, old_value=old_value)
+
+
+def _apply_value(card: Card, facts_section: list[str], line: FactLine, replaces: str | None,
+                 today: str, done: CardOp,
+                 note: str) -> tuple[CardOp, str, bool, str | None]:
+    """The fact's value on the card: already known, kept (an EXTRACTED value stands over an
+    INFERRED one), SUPERSEDE of the same field's value (or of `replaces`) with the old
+    value moved to History, or a new line. Returns (op, note, changed, old value)."""
+    field, value = line.field, line.value
+    existing = card.facts()
+    same_field = [(i, f) for i, f in existing
+                  if field and f.field and f.field.casefold() == field.casefold()]
+    target: tuple[int, FactLine] | None = same_field[0] if same_field else None
+    if target is None and replaces:
+        wanted = normalise_value(replaces)
+        target = next(((i, f) for i, f in existing
+                       if normalise_value(f.value) == wanted), None)
+    if target is not None and normalise_value(target[1].value) == normalise_value(value):
+        return done, note or "already known", False, None
+    if any(normalise_value(f.value) == normalise_value(value)
+           and (f.field or "").casefold() == (field or "").casefold()
+           for _, f in existing):
+        return done, note or "already known", False, None
+    if target is not None:
+        idx, old = target
+        if old.confidence == Confidence.EXTRACTED and line.confidence == Confidence.INFERRED:
+            return done, "kept the EXTRACTED value over an INFERRED one", False, None
+        facts_section[idx] = line.render()
+        what = f"{old.field}: {old.value}" if old.field else old.value
+        card.ensure_section(HISTORY_HEADING).append(
+            _history_line(old.since, today, f"{what} ({old.confidence.value})"))
+        return CardOp.SUPERSEDE, note, True, old.value
+    facts_section.append(line.render())
+    return (CardOp.ADD if done == CardOp.NOOP else done), note, True, None
