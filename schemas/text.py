@@ -173,75 +173,99 @@ def make_storable_json(value: Any) -> tuple[Any, list[str]]:
     """
     if storable_json_problem(value) is None:
         return value, []
-    counts: dict[str, int] = {}
-    first: dict[str, str] = {}
+    cleaner = _JsonCleaner()
+    return cleaner.copy(value), cleaner.notes()
 
-    def note(kind: str, where: _Where) -> None:
-        counts[kind] = counts.get(kind, 0) + 1
-        if kind not in first:
-            first[kind] = _path(where)
 
-    def leaf(item: Any, where: _Where) -> Any:
+# One step of the walk: fill ``holder[slot]`` with the storable copy of ``item``.
+_Task = tuple[Any, _Where, Any, Any, int]
+
+
+class _JsonCleaner:
+    """One walk of `make_storable_json`: the storable copy, and what was changed where."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.first: dict[str, str] = {}
+        self.seen: set[int] = set()
+
+    def note(self, kind: str, where: _Where, n: int = 1) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + n
+        if kind not in self.first:
+            self.first[kind] = _path(where)
+
+    def leaf(self, item: Any, where: _Where) -> Any:
         if isinstance(item, str):
             fixed, found = _replace(item)
             for kind, n in found.items():
                 if n:
-                    counts[kind] = counts.get(kind, 0) + n
-                    if kind not in first:
-                        first[kind] = _path(where)
+                    self.note(kind, where, n)
             return fixed
         if isinstance(item, float) and not math.isfinite(item):
-            note("non-finite number|replaced with null", where)
+            self.note("non-finite number|replaced with null", where)
             return None
         if item is None or isinstance(item, bool | int | float):
             return item
-        note("non-JSON value|replaced with its text", where)
+        self.note("non-JSON value|replaced with its text", where)
         return _replace(str(item))[0]
 
-    root: list[Any] = [None]
-    # Each task fills ``holder[slot]`` with the storable copy of ``item``.
-    tasks: list[tuple[Any, _Where, Any, Any, int]] = [(value, None, root, 0, 0)]
-    seen: set[int] = set()
-    while tasks:
-        item, where, holder, slot, depth = tasks.pop()
-        if isinstance(item, dict | list | tuple):
-            if depth >= MAX_JSON_DEPTH:
-                note(f"part nested deeper than {MAX_JSON_DEPTH} levels|replaced with a "
-                     "note", where)
-                holder[slot] = f"(nested deeper than {MAX_JSON_DEPTH} levels; not kept)"
+    def copy(self, value: Any) -> Any:
+        root: list[Any] = [None]
+        tasks: list[_Task] = [(value, None, root, 0, 0)]
+        while tasks:
+            item, where, holder, slot, depth = tasks.pop()
+            if isinstance(item, dict | list | tuple) and self._not_kept(item, where, holder,
+                                                                        slot, depth):
                 continue
-            if item and id(item) in seen:  # () is shared by all, and harmless
-                note("repeated part|replaced with a note", where)
-                holder[slot] = "(the same value again; not repeated)"
-                continue
-            seen.add(id(item))
-        if isinstance(item, dict):
-            out: dict[str, Any] = {}
-            holder[slot] = out
-            pending: list[tuple[Any, _Where, Any, Any, int]] = []
-            for key, child in item.items():
-                k = leaf(key if isinstance(key, str) else str(key), where)
-                if not isinstance(key, str):
-                    note("non-string key|replaced with its text", where)
-                while k in out:
-                    k += REPLACEMENT
-                    note("colliding key|made unique with U+FFFD", where)
-                out[k] = None
-                pending.append((child, (where, k), out, k, depth + 1))
-            tasks.extend(reversed(pending))
-        elif isinstance(item, list | tuple):
-            seq: list[Any] = [None] * len(item)
-            holder[slot] = seq
-            tasks.extend(reversed([(c, (where, i), seq, i, depth + 1)
-                                   for i, c in enumerate(item)]))
-        else:
-            holder[slot] = leaf(item, where)
-    text_counts = {k: counts.pop(k) for k in ("nul", "lone", "pair") if k in counts}
-    notes = [n for k in text_counts
-             for n in _notes({k: text_counts[k]}, f" (first at {first[k]})")]
-    notes += [f"{_plural(n, kind.split('|')[0])} {kind.split('|')[1]} (first at {first[kind]})"
-              for kind, n in counts.items()]
-    return root[0], notes
+            if isinstance(item, dict):
+                tasks.extend(reversed(self._dict(item, where, holder, slot, depth)))
+            elif isinstance(item, list | tuple):
+                seq: list[Any] = [None] * len(item)
+                holder[slot] = seq
+                tasks.extend(reversed([(c, (where, i), seq, i, depth + 1)
+                                       for i, c in enumerate(item)]))
+            else:
+                holder[slot] = self.leaf(item, where)
+        return root[0]
+
+    def _not_kept(self, item: Any, where: _Where, holder: Any, slot: Any, depth: int) -> bool:
+        """A container too deep or met before: a note in its place (True)."""
+        if depth >= MAX_JSON_DEPTH:
+            self.note(f"part nested deeper than {MAX_JSON_DEPTH} levels|replaced with a "
+                      "note", where)
+            holder[slot] = f"(nested deeper than {MAX_JSON_DEPTH} levels; not kept)"
+            return True
+        if item and id(item) in self.seen:  # () is shared by all, and harmless
+            self.note("repeated part|replaced with a note", where)
+            holder[slot] = "(the same value again; not repeated)"
+            return True
+        self.seen.add(id(item))
+        return False
+
+    def _dict(self, item: dict[Any, Any], where: _Where, holder: Any, slot: Any,
+              depth: int) -> list[_Task]:
+        out: dict[str, Any] = {}
+        holder[slot] = out
+        pending: list[_Task] = []
+        for key, child in item.items():
+            k = self.leaf(key if isinstance(key, str) else str(key), where)
+            if not isinstance(key, str):
+                self.note("non-string key|replaced with its text", where)
+            while k in out:
+                k += REPLACEMENT
+                self.note("colliding key|made unique with U+FFFD", where)
+            out[k] = None
+            pending.append((child, (where, k), out, k, depth + 1))
+        return pending
+
+    def notes(self) -> list[str]:
+        counts, first = dict(self.counts), self.first
+        text_counts = {k: counts.pop(k) for k in ("nul", "lone", "pair") if k in counts}
+        notes = [n for k in text_counts
+                 for n in _notes({k: text_counts[k]}, f" (first at {first[k]})")]
+        notes += [f"{_plural(n, kind.split('|')[0])} {kind.split('|')[1]} "
+                  f"(first at {first[kind]})" for kind, n in counts.items()]
+        return notes
 
 
 # -- binary files ------------------------------------------------------------------------
