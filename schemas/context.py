@@ -127,64 +127,72 @@ def assemble_messages(
     in the record; the API needs the results first, so such inputs are placed right after
     the results they waited on. A tool call whose result never came gets an error result.
     """
-    notes: list[str] = []
-    messages: list[dict[str, Any]] = []
-
-    def add(role: str, blocks: list[dict[str, Any]]) -> None:
-        if messages and messages[-1]["role"] == role:
-            messages[-1]["content"].extend(blocks)
-        else:
-            messages.append({"role": role, "content": list(blocks)})
-
+    built = _Assembly()
     if checkpoint_text:
-        add("user", [_text_block(checkpoint_text)])
-
-    awaiting: list[str] = []  # tool_use ids still without a result
-    results: list[dict[str, Any]] = []
-    deferred: list[dict[str, Any]] = []
-
-    def flush_results(force: bool) -> None:
-        nonlocal awaiting, results, deferred
-        if awaiting and not force:
-            return
-        for missing in awaiting:
-            results.append({"type": "tool_result", "tool_use_id": missing,
-                            "content": "(no result was recorded for this call)",
-                            "is_error": True})
-        if results or deferred:
-            add("user", results + deferred)
-        awaiting, results, deferred = [], [], []
-
+        built.add("user", [_text_block(checkpoint_text)])
     for row in sorted(rows, key=lambda r: r.seq):
-        if row.type in (MessageType.NOTICE, MessageType.CHECKPOINT):
-            continue
-        if row.type == MessageType.ASSISTANT:
-            flush_results(force=True)
-            blocks = _assistant_blocks(row)
-            add("assistant", blocks)
-            awaiting = _tool_use_ids(blocks)
-        elif row.type == MessageType.TOOL_RESULT:
-            block = _result_block(row)
-            if block["tool_use_id"] in awaiting:
-                awaiting.remove(block["tool_use_id"])
-                results.append(block)
-                flush_results(force=False)
-            else:
-                notes.append(f"dropped tool result #{row.seq}: its call is outside the window")
-        else:
-            block = _text_block(row.rendered_text())
-            if awaiting:
-                deferred.append(block)
-            else:
-                add("user", [block])
-    flush_results(force=True)
-
+        built.take(row)
+    built.flush_results(force=True)
+    messages = built.messages
     if messages and messages[0]["role"] != "user":
         messages.insert(0, {"role": "user", "content": [_text_block(
             "(The conversation continues from earlier messages kept in the record.)")]})
     if memory_block:
         _place_memory(messages, memory_block)
-    return messages, notes
+    return messages, built.notes
+
+
+class _Assembly:
+    """The messages being built from the record, and the tool calls still waiting for
+    their results (inputs recorded meanwhile wait in `deferred`, after the results)."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+        self.messages: list[dict[str, Any]] = []
+        self.awaiting: list[str] = []  # tool_use ids still without a result
+        self.results: list[dict[str, Any]] = []
+        self.deferred: list[dict[str, Any]] = []
+
+    def add(self, role: str, blocks: list[dict[str, Any]]) -> None:
+        if self.messages and self.messages[-1]["role"] == role:
+            self.messages[-1]["content"].extend(blocks)
+        else:
+            self.messages.append({"role": role, "content": list(blocks)})
+
+    def flush_results(self, force: bool) -> None:
+        if self.awaiting and not force:
+            return
+        for missing in self.awaiting:
+            self.results.append({"type": "tool_result", "tool_use_id": missing,
+                                 "content": "(no result was recorded for this call)",
+                                 "is_error": True})
+        if self.results or self.deferred:
+            self.add("user", self.results + self.deferred)
+        self.awaiting, self.results, self.deferred = [], [], []
+
+    def take(self, row: RecordRow) -> None:
+        if row.type in (MessageType.NOTICE, MessageType.CHECKPOINT):
+            return
+        if row.type == MessageType.ASSISTANT:
+            self.flush_results(force=True)
+            blocks = _assistant_blocks(row)
+            self.add("assistant", blocks)
+            self.awaiting = _tool_use_ids(blocks)
+        elif row.type == MessageType.TOOL_RESULT:
+            block = _result_block(row)
+            if block["tool_use_id"] in self.awaiting:
+                self.awaiting.remove(block["tool_use_id"])
+                self.results.append(block)
+                self.flush_results(force=False)
+            else:
+                self.notes.append(
+                    f"dropped tool result #{row.seq}: its call is outside the window")
+        else:
+            block = _text_block(row.rendered_text())
+            if self.awaiting:
+                self.deferred.append(block)
+            else:
+                self.add("user", [block])
 
 
 def _place_memory(messages: list[dict[str, Any]], memory_block: str) -> None:
