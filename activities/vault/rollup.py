@@ -335,12 +335,17 @@ class RollupActivities:
                 skipped.append(period.key)
         return RollupPlanList(periods=due, skipped=skipped)
 
-    @activity.defn(name="plan_rollup")
-    async def plan_rollup(self, inp: RollupStepInput) -> PlanResult:
+    async def _stored(self, inp: RollupStepInput
+                      ) -> tuple[MemoryContext, str, AsyncConnectionPool, RollupPlan | None]:
+        """The step's scoped context, its plan's id, the pool and the plan stored so far."""
         ctx = self.ctx.scoped(inp.scope)
         plan_id = f"{inp.kind.value}:{inp.period}"
         pool = await ctx.pool()
-        existing = await stored_plan(pool, plan_id, scope=ctx.scope)
+        return ctx, plan_id, pool, await stored_plan(pool, plan_id, scope=ctx.scope)
+
+    @activity.defn(name="plan_rollup")
+    async def plan_rollup(self, inp: RollupStepInput) -> PlanResult:
+        ctx, plan_id, pool, existing = await self._stored(inp)
         if existing is not None:
             return PlanResult(plan_id=plan_id, facts=len(existing.facts), reused=True,
                               input_tokens=existing.input_tokens)
@@ -383,10 +388,7 @@ class RollupActivities:
 
     @activity.defn(name="apply_rollup")
     async def apply_rollup(self, inp: RollupStepInput) -> ApplyResult:
-        ctx = self.ctx.scoped(inp.scope)
-        plan_id = f"{inp.kind.value}:{inp.period}"
-        pool = await ctx.pool()
-        plan = await stored_plan(pool, plan_id, scope=ctx.scope)
+        ctx, plan_id, pool, plan = await self._stored(inp)
         if plan is None:
             raise ApplicationError(f"no stored plan {plan_id}: plan_rollup runs first",
                                    non_retryable=True)

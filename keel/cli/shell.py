@@ -171,26 +171,26 @@ def load_settings() -> KeelSettings:
 
 def _temporal_address(settings: KeelSettings) -> str:
     """TEMPORAL_ADDRESS, else the dev stack `keel dev` runs under KEEL_DATA_DIR."""
-    if settings.temporal_address:
-        return settings.temporal_address
-    from keel.devstack import read_stack_file
-
-    stack = read_stack_file(settings.data_dir)
-    if stack and stack.get("temporal_address"):
-        return stack["temporal_address"]
-    raise CliError("no Temporal to talk to: set TEMPORAL_ADDRESS, or run `keel dev` first")
+    return settings.temporal_address or _from_dev_stack(
+        settings, "temporal_address",
+        "no Temporal to talk to: set TEMPORAL_ADDRESS, or run `keel dev` first")
 
 
 def database_url(settings: KeelSettings) -> str:
     """DATABASE_URL, else the embedded PostgreSQL of the dev stack under KEEL_DATA_DIR."""
-    if settings.database_url:
-        return settings.database_url
+    return settings.database_url or _from_dev_stack(
+        settings, "database_url",
+        "no PostgreSQL to read: set DATABASE_URL, or run `keel dev` first")
+
+
+def _from_dev_stack(settings: KeelSettings, key: str, missing: str) -> str:
+    """What the dev stack under KEEL_DATA_DIR wrote under `key`, or CliError(`missing`)."""
     from keel.devstack import read_stack_file
 
     stack = read_stack_file(settings.data_dir)
-    if stack and stack.get("database_url"):
-        return stack["database_url"]
-    raise CliError("no PostgreSQL to read: set DATABASE_URL, or run `keel dev` first")
+    if stack and stack.get(key):
+        return stack[key]
+    raise CliError(missing)
 
 
 async def connect(settings: KeelSettings) -> KeelClient:
