@@ -36,25 +36,18 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.api.common.v1 import Payload
 
 with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 
-    from schemas.events import TOPIC, SessionEvent, event_json
+    from schemas.events import TOPIC, SessionEvent, event_payload
 
-__all__ = ["TOPIC", "SessionEvents", "event_payload"]
+__all__ = ["SessionEvents"]
 RETAIN_EVENTS = 1_000
 RETAIN_BYTES = 256_000  # of stored payload bytes carried in the continue-as-new input
 # Dedup state of an activity publisher idle this long is dropped at continue-as-new. It must
 # exceed the longest a publisher retries one batch (activities.events.MAX_RETRY).
 PUBLISHER_TTL = timedelta(minutes=15)
-JSON_ENCODING = b"json/plain"
-
-
-def event_payload(event: SessionEvent) -> Payload:
-    """The event as a plain JSON payload: the same bytes whatever data converter runs."""
-    return Payload(metadata={"encoding": JSON_ENCODING}, data=event_json(event))
 
 
 class SessionEvents:
