@@ -17,6 +17,9 @@ Invariants:
   worker restart; a wait that outlasts the run's history continues as new with the turn
   (`SessionState.turn_in_progress`), and the new run runs the waiting call first. A
   decision is bound to the call id and the digest of its input.
+- The runner never checkpoints or continues as new itself: what a wait needs of the turn
+  is yielded as a `WaitDecision` (a checkpoint while it waits, continue-as-new with the
+  turn), and the turn acts on it (workflows.turn) with the wait suspended where it was.
 - MCP tools are listed once per session (or on the refresh Update) and kept in state; they
   are never listed before a model call.
 """
@@ -24,8 +27,10 @@ Invariants:
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import (
@@ -53,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         PendingApproval,
         ServiceToolCall,
         ToolKind,
+        ToolRoute,
         approval_decided_notice,
         approval_for,
         approval_wait_notice,
@@ -81,26 +87,32 @@ with workflow.unsafe.imports_passed_through():
         service_tool_options,
         tool_call,
     )
+    from workflows.run import SessionRun
 
-if TYPE_CHECKING:
-    from schemas.session import SessionState
-    from workflows.events import SessionEvents
+__all__ = ["BUILTIN_NAMES", "CheckpointWhileWaiting", "ContinueAsNewWaiting", "ToolRunner",
+           "WaitDecision"]
 
 
-class ToolHost(Protocol):
-    """What the runner needs of the session it runs tools for (SessionWorkflow is one)."""
+@dataclass(frozen=True)
+class CheckpointWhileWaiting:
+    """A checkpoint was asked for while a call waits on a person: the turn takes it over
+    what came before `before_seq` (the waiting call's assistant message), and the wait
+    goes on."""
 
-    state: SessionState
-    phase: SessionPhase
-    last_error: str | None
-    events: SessionEvents
+    before_seq: int
 
-    async def fence(self, seq: int, notice: str) -> None: ...
-    async def record_notice(self, text: str) -> None: ...
-    async def checkpoint_while_waiting(self, before_seq: int) -> None: ...
-    def publish_summary(self) -> None: ...
-    def should_continue_as_new(self) -> bool: ...
-    async def continue_as_new_waiting(self, reply: ModelReply, next_call: int) -> None: ...
+
+@dataclass(frozen=True)
+class ContinueAsNewWaiting:
+    """The run's history grew long while a call waits on a person: the turn goes over
+    continue-as-new, and the new run resumes it at call `next_call` of `reply`."""
+
+    reply: ModelReply
+    next_call: int
+
+
+# What an approval wait asks of the turn; a call that needs nothing just runs.
+WaitDecision = CheckpointWhileWaiting | ContinueAsNewWaiting
 
 # Built-in names only: their schemas are checked where they run (activities/tools.py).
 BUILTIN_NAMES = BUILTIN_TOOL_NAMES
@@ -126,12 +138,16 @@ def _cause(err: ActivityError) -> str:
 
 
 class ToolRunner:
-    """The tool side of one session workflow; holds no state of its own but decisions
-    taken in this run (the durable part is `SessionState`)."""
+    """The tool side of one session run; holds no state of its own but decisions taken
+    in this run (the durable part is `SessionState`). It records through the run and
+    fences a failed call's seq with `fence`; what a wait needs of the turn (a checkpoint,
+    continue-as-new) it yields to the turn, which acts on it."""
 
-    def __init__(self, wf: ToolHost) -> None:
-        self.wf = wf
-        carried = wf.state.turn_in_progress
+    def __init__(self, run: SessionRun,
+                 fence: Callable[[int, str], Awaitable[None]]) -> None:
+        self.run = run
+        self.fence = fence
+        carried = run.state.turn_in_progress
         # Decisions the previous run took for calls it carried over, not yet run.
         self.decisions: dict[str, ApprovalDecision] = {
             d.call_id: d for d in (carried.decisions if carried else [])}
@@ -140,7 +156,7 @@ class ToolRunner:
     # ----- MCP tool lists ---------------------------------------------------------------
 
     async def ensure_mcp(self, *, refresh: bool = False) -> None:
-        state = self.wf.state
+        state = self.run.state
         spec = state.config.agent
         if spec is None or not spec.mcp_servers or (state.mcp_listed and not refresh):
             return
@@ -158,40 +174,53 @@ class ToolRunner:
             problems.extend(listed.problems)
         state.mcp_tools, state.mcp_problems, state.mcp_listed = tools, problems, True
         if problems:
-            await self.wf.record_notice("MCP: " + "; ".join(problems))
+            await self.run.record_notice("MCP: " + "; ".join(problems))
 
     # ----- approvals --------------------------------------------------------------------
 
     def decide(self, decision: ApprovalDecision) -> PendingApproval:
-        state = self.wf.state
+        state = self.run.state
         pending = next(p for p in state.approvals if p.call_id == decision.call_id)
         self.decisions[decision.call_id] = decision
         state.approvals = [p for p in state.approvals if p.call_id != decision.call_id]
         state.decided_calls = [*state.decided_calls, decision.call_id][-KEPT_DECISIONS:]
         return pending
 
-    async def _await_approval(self, call: ToolCall, before_seq: int) -> ApprovalDecision:
-        """Wait durably for a person's decision on `call`; a checkpoint asked for meanwhile
-        runs while it waits (and its now sees the wait, from the record's notice)."""
-        state = self.wf.state
-        rules = state.config.agent.approvals if state.config.agent else None
-        timeout = rules.timeout_s if rules else None
-        # A carried-over pending call keeps its own `since`; one decided in the run that
-        # carried this turn over waits no more.
+    async def _ask(self, call: ToolCall) -> PendingApproval:
+        """`call` waits on a person from now (a carried-over pending call keeps its own
+        `since`); the record and the stream say so once."""
+        state = self.run.state
         pending = next((p for p in state.approvals if p.call_id == call.id), None)
         if pending is None:
             pending = PendingApproval(
                 call_id=call.id, tool=call.name, input=call.input,
                 input_digest=input_digest(call.input), since=workflow.now(),
-                turn=state.turn, timeout_s=timeout)
+                turn=state.turn, timeout_s=self._rules_timeout())
         if pending not in state.approvals and call.id not in self.decisions:
             state.approvals.append(pending)
-            self.wf.phase = SessionPhase.AWAITING_APPROVAL
+            self.run.phase = SessionPhase.AWAITING_APPROVAL
             await self._harness(approval_wait_notice(pending), f"approval-wait-{call.id}")
-            self.wf.events.emit(ApprovalNeeded, turn=state.turn, approval_id=call.id,
-                                tool=call.name, summary=_preview(call.input))
-        self.wf.phase = SessionPhase.AWAITING_APPROVAL
-        self.wf.publish_summary()
+            self.run.events.emit(ApprovalNeeded, turn=state.turn, approval_id=call.id,
+                                 tool=call.name, summary=_preview(call.input))
+        self.run.phase = SessionPhase.AWAITING_APPROVAL
+        self.run.publish_summary()
+        return pending
+
+    def _rules_timeout(self) -> float | None:
+        agent = self.run.state.config.agent
+        rules = agent.approvals if agent else None
+        return rules.timeout_s if rules else None
+
+    async def _wait(self, call: ToolCall, pending: PendingApproval,
+                    before_seq: int) -> AsyncGenerator[WaitDecision, None]:
+        """Wait durably for a person's decision on `call`. What the wait needs of the turn
+        is yielded: a checkpoint asked for meanwhile (it runs while the call waits, and its
+        now sees the wait, from the record's notice), or continue-as-new with the turn when
+        the run's history grew long (then this is closed, never resumed). One decided in
+        the run that carried this turn over waits no more."""
+        state = self.run.state
+        rules = state.config.agent.approvals if state.config.agent else None
+        timeout = rules.timeout_s if rules else None
         while call.id not in self.decisions and not state.ended:
             left = None
             if timeout:
@@ -205,45 +234,53 @@ class ToolRunner:
             try:
                 await workflow.wait_condition(
                     lambda: call.id in self.decisions or state.ended
-                    or state.checkpoint_requested or self.wf.should_continue_as_new(),
+                    or state.checkpoint_requested or self.run.should_continue_as_new(),
                     timeout=timedelta(seconds=left) if left is not None else None)
             except TimeoutError:  # the builtin: wait_condition's timeout ran out
                 continue
             if state.checkpoint_requested and call.id not in self.decisions \
                     and not state.ended:
-                await self.wf.checkpoint_while_waiting(before_seq)
-            if self.wf.should_continue_as_new() and call.id not in self.decisions \
+                yield CheckpointWhileWaiting(before_seq)
+            if self.run.should_continue_as_new() and call.id not in self.decisions \
                     and not state.ended and self.running is not None:
                 # A wait may outlast many events: the turn goes on in a new run, the
-                # pending call first (its approval is in state). This does not return.
-                await self.wf.continue_as_new_waiting(*self.running)
+                # pending call first (its approval is in state).
+                yield ContinueAsNewWaiting(*self.running)
+
+    async def _decided(self, call: ToolCall, pending: PendingApproval) -> ApprovalDecision:
+        """The decision on `call` said (denied when the session was ended meanwhile)."""
+        state = self.run.state
         if call.id not in self.decisions:  # the session was ended meanwhile
             self.decide(ApprovalDecision(call_id=call.id, approve=False, by="keel",
                                          note="the session was ended"))
         decision = self.decisions[call.id]
-        self.wf.events.emit(ApprovalDecided, turn=state.turn, approval_id=call.id,
-                            approved=decision.approve, by=decision.by, note=decision.note)
+        self.run.events.emit(ApprovalDecided, turn=state.turn, approval_id=call.id,
+                             approved=decision.approve, by=decision.by, note=decision.note)
         await self._harness(approval_decided_notice(pending, decision),
                             f"approval-decided-{call.id}")
-        self.wf.phase = SessionPhase.RUNNING
-        self.wf.publish_summary()
+        self.run.phase = SessionPhase.RUNNING
+        self.run.publish_summary()
         return decision
 
     # ----- calls ------------------------------------------------------------------------
 
-    async def run_calls(self, reply: ModelReply, start: int = 0) -> None:
+    async def run_calls(self, reply: ModelReply,
+                        start: int = 0) -> AsyncGenerator[WaitDecision, None]:
         """Run `reply`'s calls in order from index `start` (a carried-over turn resumes at
-        the call that was waiting)."""
+        the call that was waiting). Yields what an approval wait needs of the turn; after a
+        `ContinueAsNewWaiting` the turn closes this."""
         for index in range(start, len(reply.tool_calls)):
             self.running = (reply, index)
-            await self.run_call(reply, reply.tool_calls[index])
+            async for wait in self.run_call(reply, reply.tool_calls[index]):
+                yield wait
         self.running = None
 
-    async def run_call(self, reply: ModelReply, call: ToolCall) -> None:
-        state = self.wf.state
+    async def run_call(self, reply: ModelReply,
+                       call: ToolCall) -> AsyncGenerator[WaitDecision, None]:
+        state = self.run.state
         spec = state.config.agent
-        self.wf.events.emit(ToolCalled, turn=state.turn, tool_use_id=call.id, name=call.name,
-                            input=call.input_preview)
+        self.run.events.emit(ToolCalled, turn=state.turn, tool_use_id=call.id,
+                             name=call.name, input=call.input_preview)
         where = route(call.name, BUILTINS, spec, state.mcp_tools)
         if where.kind is ToolKind.UNKNOWN:
             await self._result(call, f"There is no tool named {call.name!r} in this "
@@ -258,11 +295,19 @@ class ToolRunner:
             await self._result(call, denied_text(call.name, "", by_policy=True), is_error=True)
             return
         if policy is ApprovalPolicy.ASK:
-            decision = await self._await_approval(call, reply.seq)
+            pending = await self._ask(call)
+            async for wait in self._wait(call, pending, reply.seq):
+                yield wait
+            decision = await self._decided(call, pending)
             if not decision.approve:
                 await self._result(call, denied_text(call.name, decision.note), is_error=True,
                                    meta={"denied": True, "by": decision.by})
                 return
+        await self._dispatch(reply, call, where)
+
+    async def _dispatch(self, reply: ModelReply, call: ToolCall, where: ToolRoute) -> None:
+        """The call where it runs: a built-in, a service's activity, or an MCP server."""
+        state = self.run.state
         if where.kind is ToolKind.BUILTIN:
             await self._builtin(reply, call)
         elif where.kind is ToolKind.SERVICE:
@@ -273,9 +318,8 @@ class ToolRunner:
                     tool.activity, ServiceToolCall(session_id=state.session_id,
                                                    call_id=call.id, tool=tool.name,
                                                    input=call.input),
-                    task_queue=tool.task_queue,
-                    **service_tool_options(tool.timeout_s, tool.schedule_to_close_s,
-                                           tool.max_attempts))
+                    **service_tool_options(tool.task_queue, tool.timeout_s,
+                                           tool.schedule_to_close_s, tool.max_attempts))
             except ActivityError as err:
                 await self._result(call, f"{tool.name} failed: {_cause(err)}", is_error=True,
                                    cap=tool.output_cap_chars)
@@ -283,24 +327,27 @@ class ToolRunner:
             text, is_error = result_text(value)
             await self._result(call, text, is_error=is_error, cap=tool.output_cap_chars)
         else:
-            assert where.mcp is not None and where.mcp_server is not None
-            try:
-                out = await workflow.execute_activity_method(
-                    McpActivities.call_mcp_tool,
-                    CallMcpToolInput(server=where.mcp_server, tool=where.mcp.original_name,
-                                     arguments=call.input),
-                    **mcp_options(where.mcp_server.activity_timeout_s("call")))
-            except ActivityError as err:
-                await self._result(call, f"{call.name} failed: {_cause(err)}", is_error=True)
-                return
-            text = out.text
-            if out.structured_json and not text.strip():
-                text = out.structured_json
-            await self._result(call, text, is_error=out.is_error,
-                               meta={"mcp_failure": out.failure.value if out.failure else None})
+            await self._mcp(call, where)
+
+    async def _mcp(self, call: ToolCall, where: ToolRoute) -> None:
+        assert where.mcp is not None and where.mcp_server is not None
+        try:
+            out = await workflow.execute_activity_method(
+                McpActivities.call_mcp_tool,
+                CallMcpToolInput(server=where.mcp_server, tool=where.mcp.original_name,
+                                 arguments=call.input),
+                **mcp_options(where.mcp_server.activity_timeout_s("call")))
+        except ActivityError as err:
+            await self._result(call, f"{call.name} failed: {_cause(err)}", is_error=True)
+            return
+        text = out.text
+        if out.structured_json and not text.strip():
+            text = out.structured_json
+        await self._result(call, text, is_error=out.is_error,
+                           meta={"mcp_failure": out.failure.value if out.failure else None})
 
     async def _builtin(self, reply: ModelReply, call: ToolCall) -> None:
-        state = self.wf.state
+        state = self.run.state
         seq = state.allocate_seq()
         try:
             outcome = await workflow.execute_activity_method(
@@ -311,23 +358,23 @@ class ToolRunner:
                           memory_scope=state.config.memory_scope),
                 **tool_call(call.name))
             state.context_tokens += outcome.token_count
-            self.wf.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id,
+            self.run.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id,
                                 name=call.name, output=outcome.preview,
                                 is_error=outcome.is_error)
         except ActivityError as err:
             # The model gets an error result for this call from context assembly; the
             # record gets a notice at the result's seq, which no late result can fill.
-            self.wf.last_error = f"tool {call.name} failed: {_cause(err)}"
-            self.wf.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id,
-                                name=call.name, output=self.wf.last_error, is_error=True)
-            await self.wf.fence(seq, f"The tool call {call.name} failed: {_cause(err)}")
+            self.run.last_error = f"tool {call.name} failed: {_cause(err)}"
+            self.run.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id,
+                                name=call.name, output=self.run.last_error, is_error=True)
+            await self.fence(seq, f"The tool call {call.name} failed: {_cause(err)}")
             return
         state.settle_seq(seq)
 
     async def _harness(self, text: str, input_id: str) -> None:
         """A line the model (and a checkpoint's turn) reads, in Keel's own voice: a harness
         row, not an input that asks for a turn."""
-        state = self.wf.state
+        state = self.run.state
         seq = state.allocate_seq()
         try:
             inserted = await workflow.execute_activity_method(
@@ -349,7 +396,7 @@ class ToolRunner:
         try:
             path = await workflow.execute_activity_method(
                 FileActivities.keep_tool_result,
-                KeepResultInput(session_id=self.wf.state.session_id, call_id=call.id,
+                KeepResultInput(session_id=self.run.state.session_id, call_id=call.id,
                                 text=text), **FILE_CALL)
         except ActivityError as err:
             workflow.logger.warning("the whole result of %s not kept: %s", call.id,
@@ -362,7 +409,7 @@ class ToolRunner:
     async def _result(self, call: ToolCall, text: str, *, is_error: bool,
                       cap: int = DEFAULT_OUTPUT_CAP_CHARS,
                       meta: dict[str, Any] | None = None) -> None:
-        state = self.wf.state
+        state = self.run.state
         if len(text) > cap:
             text, cap, meta = await self._keep_whole(call, text, cap, meta)
         seq = state.allocate_seq()
@@ -375,9 +422,9 @@ class ToolRunner:
                 **RECORD_TOOL_RESULT)
             state.context_tokens += outcome.token_count
         except ActivityError as err:
-            self.wf.last_error = f"tool {call.name}: result not recorded: {err.cause or err}"
+            self.run.last_error = f"tool {call.name}: result not recorded: {err.cause or err}"
         state.settle_seq(seq)
-        self.wf.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id, name=call.name,
+        self.run.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id, name=call.name,
                             output=text, is_error=is_error)
         if is_error:
-            self.wf.last_error = f"tool {call.name}: {text[:300]}"
+            self.run.last_error = f"tool {call.name}: {text[:300]}"
