@@ -9,24 +9,24 @@ part (at most `retain_events` events and `retain_bytes` bytes) is carried into t
 older events are gone from the stream (a subscriber asking for them starts at the oldest kept
 one and is told what it missed) but everything durable is in the record.
 
-The recipe in SessionWorkflow:
+The recipe in SessionWorkflow (workflows.session; the rooms reach it as `SessionRun.events`):
 
     # input: a field `events: WorkflowStreamState | None = None` on SessionInput (typed so,
     # never Any, or the converter hands back a dict)
     @workflow.init
     def __init__(self, input: SessionInput) -> None:
-        self.events = SessionEvents(input.session_id, input.events)   # in __init__ only
+        events = SessionEvents(input.session_id, input.events)   # in __init__ only
 
-    self.events.emit(TurnStarted, turn=self.s.turn, input_seqs=first)  # anywhere
+    events.emit(TurnStarted, turn=state.turn, input_seqs=first)  # anywhere
 
     # continue-as-new: release subscribers *before* waiting for handlers
-    self.events.detach()
+    events.detach()
     await workflow.wait_condition(workflow.all_handlers_finished)
-    workflow.continue_as_new(SessionInput(..., events=self.events.carry()))
+    workflow.continue_as_new(SessionInput(..., events=events.carry()))
 
     # the session's end: the last event, then release subscribers, then return
-    self.events.emit(SessionEnded, reason=...)
-    self.events.detach()
+    events.emit(SessionEnded, reason=...)
+    events.detach()
     await workflow.wait_condition(workflow.all_handlers_finished)
 """
 

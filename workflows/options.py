@@ -23,7 +23,8 @@ Why the numbers:
 - Every step ends: every set below has a maximum number of attempts or an overall deadline
   (`test_options.py` checks it), and a failure no retry can fix (bad data, a programming
   error: `NEVER_RETRY`) ends at its first attempt. What the session records when a step
-  gives up is said in `workflows/session.py`.
+  gives up is said in `workflows/inbox.py` (inputs) and `workflows/turn.py` (model calls,
+  checkpoints).
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ Invariants:
 - A failed model call is said (`last_error`, an ErrorEvent where "model") and its reply's
   seq fenced with that notice, where a late reply would go. A failed checkpoint changes
   nothing but the count that may stop this turn's next one.
-- After the reply, the transcript is appended by one ordinary activity in the background
-  (the next turn does not wait for it). A failed recall or transcript is said
-  (`last_error`, an ErrorEvent where "memory", and for recall a notice in the record), and
-  never holds the turn up.
+- After the reply, the turn's inputs and replies go to the transcript
+  (workflows.transcript), appended in the background. A failed recall is said
+  (`last_error`, an ErrorEvent where "memory", and a notice in the record after the
+  reply), and never holds the turn up.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ with workflow.unsafe.imports_passed_through():
         RecordInput,
         SessionActivities,
     )
-    from activities.vault.turn import MemoryActivities, TranscriptsInput
     from schemas.checkpoint.policy import (
         RoomStep,
         RoomTried,
@@ -65,9 +64,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.failures import failure_type, reason
     from workflows.inbox import Inbox
     from workflows.observe import TurnObserver
-    from workflows.options import MEMORY_TURN, MODEL_CALL, on_vault_queue
+    from workflows.options import MODEL_CALL
     from workflows.run import SessionRun
     from workflows.tools import CheckpointWhileWaiting, ToolRunner
+    from workflows.transcript import Transcript
 
 __all__ = ["MAX_OUTCOMES", "TOO_LONG_MESSAGE", "TurnEnd", "TurnState", "Turns"]
 
@@ -500,49 +500,3 @@ class Turns:
         state.now_text = stored.now_text
         state.context_tokens = stored.window_tokens_after
         state.recent_savings = remember_saving(state.recent_savings, stored.tokens_saved)
-
-
-class Transcript:
-    """The vault's daily transcript of a session's turns, appended in the background."""
-
-    def __init__(self, run: SessionRun) -> None:
-        self.run = run
-        self.seqs: list[int] = []
-        self.recalled: list[str] = []
-        self.busy = False  # an append is running (the run's end waits for it)
-
-    def add(self, seqs: list[int], recalled: list[str]) -> None:
-        """Queue a turn's inputs and replies (and its recall's hits for their access
-        count): appended by one activity at a time, so the next turn does not wait."""
-        if self.run.state.config.memory_scope is None or not (seqs or recalled):
-            return
-        self.seqs.extend(seqs)
-        self.recalled.extend(recalled)
-        if not self.busy:
-            self.busy = True
-            self.run.hold(self._append())  # held, as the fences are, until done
-
-    async def _append(self) -> None:
-        run = self.run
-        scope = run.state.config.memory_scope
-        try:
-            while self.seqs or self.recalled:
-                seqs, self.seqs = self.seqs, []
-                recalled, self.recalled = self.recalled, []
-                if scope is None:
-                    continue
-                try:
-                    await workflow.execute_activity_method(
-                        MemoryActivities.append_transcripts,
-                        TranscriptsInput(session_id=run.state.session_id, seqs=seqs,
-                                         scope=scope, recalled=recalled),
-                        **on_vault_queue(MEMORY_TURN))
-                except ActivityError as err:
-                    # The record keeps the messages; the nightly rollup reads the record too.
-                    what = f"#{seqs[0]}-#{seqs[-1]}" if seqs else "recalled notes"
-                    message = f"the transcript of {what} could not be written: {reason(err)}"
-                    run.last_error = message
-                    run.events.emit(ErrorEvent, turn=run.state.turn, message=message,
-                                    where="memory")
-        finally:
-            self.busy = False
