@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -55,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         DEFAULT_OUTPUT_CAP_CHARS,
         ApprovalDecision,
         ApprovalPolicy,
+        ApprovalRules,
         PendingApproval,
         ServiceToolCall,
         ToolKind,
@@ -186,16 +188,17 @@ class ToolRunner:
         state.decided_calls = [*state.decided_calls, decision.call_id][-KEPT_DECISIONS:]
         return pending
 
-    async def _ask(self, call: ToolCall) -> PendingApproval:
+    async def _ask(self, call: ToolCall, rules: ApprovalRules | None) -> PendingApproval:
         """`call` waits on a person from now (a carried-over pending call keeps its own
         `since`); the record and the stream say so once."""
         state = self.run.state
+        timeout = rules.timeout_s if rules else None
         pending = next((p for p in state.approvals if p.call_id == call.id), None)
         if pending is None:
             pending = PendingApproval(
                 call_id=call.id, tool=call.name, input=call.input,
                 input_digest=input_digest(call.input), since=workflow.now(),
-                turn=state.turn, timeout_s=self._rules_timeout())
+                turn=state.turn, timeout_s=timeout)
         if pending not in state.approvals and call.id not in self.decisions:
             state.approvals.append(pending)
             self.run.phase = SessionPhase.AWAITING_APPROVAL
@@ -206,12 +209,7 @@ class ToolRunner:
         self.run.publish_summary()
         return pending
 
-    def _rules_timeout(self) -> float | None:
-        agent = self.run.state.config.agent
-        rules = agent.approvals if agent else None
-        return rules.timeout_s if rules else None
-
-    async def _wait(self, call: ToolCall, pending: PendingApproval,
+    async def _wait(self, call: ToolCall, pending: PendingApproval, rules: ApprovalRules | None,
                     before_seq: int) -> AsyncGenerator[WaitDecision, None]:
         """Wait durably for a person's decision on `call`. What the wait needs of the turn
         is yielded: a checkpoint asked for meanwhile (it runs while the call waits, and its
@@ -219,7 +217,6 @@ class ToolRunner:
         the run's history grew long (then this is closed, never resumed). One decided in
         the run that carried this turn over waits no more."""
         state = self.run.state
-        rules = state.config.agent.approvals if state.config.agent else None
         timeout = rules.timeout_s if rules else None
         while call.id not in self.decisions and not state.ended:
             left = None
@@ -271,8 +268,10 @@ class ToolRunner:
         `ContinueAsNewWaiting` the turn closes this."""
         for index in range(start, len(reply.tool_calls)):
             self.running = (reply, index)
-            async for wait in self.run_call(reply, reply.tool_calls[index]):
-                yield wait
+            # Closed with this one, so a wait the turn leaves is closed where it stands.
+            async with aclosing(self.run_call(reply, reply.tool_calls[index])) as waits:
+                async for wait in waits:
+                    yield wait
         self.running = None
 
     async def run_call(self, reply: ModelReply,
@@ -295,9 +294,11 @@ class ToolRunner:
             await self._result(call, denied_text(call.name, "", by_policy=True), is_error=True)
             return
         if policy is ApprovalPolicy.ASK:
-            pending = await self._ask(call)
-            async for wait in self._wait(call, pending, reply.seq):
-                yield wait
+            rules = spec.approvals if spec else None  # as they were when the wait began
+            pending = await self._ask(call, rules)
+            async with aclosing(self._wait(call, pending, rules, reply.seq)) as waits:
+                async for wait in waits:
+                    yield wait
             decision = await self._decided(call, pending)
             if not decision.approve:
                 await self._result(call, denied_text(call.name, decision.note), is_error=True,
