@@ -18,8 +18,9 @@ Invariants:
   (`SessionState.turn_in_progress`), and the new run runs the waiting call first. A
   decision is bound to the call id and the digest of its input.
 - The runner never checkpoints or continues as new itself: what a wait needs of the turn
-  is yielded as a `WaitDecision` (a checkpoint while it waits, continue-as-new with the
-  turn), and the turn acts on it (workflows.turn) with the wait suspended where it was.
+  is returned as a `WaitDecision` (a checkpoint while it waits, continue-as-new with the
+  turn), and the turn acts on it (workflows.turn); after a checkpoint, `resume` goes on
+  with the wait exactly where it stood.
 - MCP tools are listed once per session (or on the refresh Update) and kept in state; they
   are never listed before a model call.
 """
@@ -27,8 +28,7 @@ Invariants:
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from contextlib import aclosing
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -116,6 +116,17 @@ class ContinueAsNewWaiting:
 # What an approval wait asks of the turn; a call that needs nothing just runs.
 WaitDecision = CheckpointWhileWaiting | ContinueAsNewWaiting
 
+
+@dataclass
+class _Waiting:
+    """A call waiting on a person, where `ToolRunner.resume` finds it."""
+
+    call: ToolCall
+    pending: PendingApproval
+    rules: ApprovalRules | None  # as they were when the wait began
+    before_seq: int  # the waiting call's assistant message
+    where: ToolRoute
+
 # Built-in names only: their schemas are checked where they run (activities/tools.py).
 BUILTIN_NAMES = BUILTIN_TOOL_NAMES
 BUILTINS: list[dict[str, Any]] = [{"name": n, "input_schema": None} for n in BUILTIN_NAMES]
@@ -143,7 +154,7 @@ class ToolRunner:
     """The tool side of one session run; holds no state of its own but decisions taken
     in this run (the durable part is `SessionState`). It records through the run and
     fences a failed call's seq with `fence`; what a wait needs of the turn (a checkpoint,
-    continue-as-new) it yields to the turn, which acts on it."""
+    continue-as-new) it returns to the turn, which acts on it."""
 
     def __init__(self, run: SessionRun,
                  fence: Callable[[int, str], Awaitable[None]]) -> None:
@@ -154,6 +165,7 @@ class ToolRunner:
         self.decisions: dict[str, ApprovalDecision] = {
             d.call_id: d for d in (carried.decisions if carried else [])}
         self.running: tuple[ModelReply, int] | None = None  # the reply and call index now
+        self._waiting: _Waiting | None = None  # the call whose wait a checkpoint paused
 
     # ----- MCP tool lists ---------------------------------------------------------------
 
@@ -209,21 +221,23 @@ class ToolRunner:
         self.run.publish_summary()
         return pending
 
-    async def _wait(self, call: ToolCall, pending: PendingApproval, rules: ApprovalRules | None,
-                    before_seq: int) -> AsyncGenerator[WaitDecision, None]:
-        """Wait durably for a person's decision on `call`. What the wait needs of the turn
-        is yielded: a checkpoint asked for meanwhile (it runs while the call waits, and its
-        now sees the wait, from the record's notice), or continue-as-new with the turn when
-        the run's history grew long (then this is closed, never resumed). One decided in
-        the run that carried this turn over waits no more."""
-        state = self.run.state
-        timeout = rules.timeout_s if rules else None
+    async def _wait(self, w: _Waiting, *, after_checkpoint: bool) -> WaitDecision | None:
+        """Wait durably for a person's decision on `w.call`. What the wait needs of the
+        turn is returned: a checkpoint asked for meanwhile (it runs while the call waits,
+        and its now sees the wait, from the record's notice; then the wait goes on, from
+        `resume`), or continue-as-new with the turn when the run's history grew long. None:
+        decided (or timed out, or the session ended). One decided in the run that carried
+        this turn over waits no more."""
+        state, call = self.run.state, w.call
+        timeout = w.rules.timeout_s if w.rules else None
+        if after_checkpoint and (moved := self._moving_on(call)):
+            return moved
         while call.id not in self.decisions and not state.ended:
             left = None
             if timeout:
-                left = timeout - (workflow.now() - pending.since).total_seconds()
+                left = timeout - (workflow.now() - w.pending.since).total_seconds()
             if left is not None and left <= 0:
-                allow = rules is not None and rules.on_timeout == "allow"
+                allow = w.rules is not None and w.rules.on_timeout == "allow"
                 self.decide(ApprovalDecision(
                     call_id=call.id, approve=allow, by="timeout",
                     note=f"no decision within {timeout:g} s; the policy's default applies"))
@@ -237,12 +251,19 @@ class ToolRunner:
                 continue
             if state.checkpoint_requested and call.id not in self.decisions \
                     and not state.ended:
-                yield CheckpointWhileWaiting(before_seq)
-            if self.run.should_continue_as_new() and call.id not in self.decisions \
-                    and not state.ended and self.running is not None:
-                # A wait may outlast many events: the turn goes on in a new run, the
-                # pending call first (its approval is in state).
-                yield ContinueAsNewWaiting(*self.running)
+                return CheckpointWhileWaiting(w.before_seq)
+            if moved := self._moving_on(call):
+                return moved
+        return None
+
+    def _moving_on(self, call: ToolCall) -> ContinueAsNewWaiting | None:
+        """A wait may outlast many events: the turn goes on in a new run, the pending call
+        first (its approval is in state)."""
+        state = self.run.state
+        if self.run.should_continue_as_new() and call.id not in self.decisions \
+                and not state.ended and self.running is not None:
+            return ContinueAsNewWaiting(*self.running)
+        return None
 
     async def _decided(self, call: ToolCall, pending: PendingApproval) -> ApprovalDecision:
         """The decision on `call` said (denied when the session was ended meanwhile)."""
@@ -261,21 +282,29 @@ class ToolRunner:
 
     # ----- calls ------------------------------------------------------------------------
 
-    async def run_calls(self, reply: ModelReply,
-                        start: int = 0) -> AsyncGenerator[WaitDecision, None]:
+    async def run_calls(self, reply: ModelReply, start: int = 0) -> WaitDecision | None:
         """Run `reply`'s calls in order from index `start` (a carried-over turn resumes at
-        the call that was waiting). Yields what an approval wait needs of the turn; after a
-        `ContinueAsNewWaiting` the turn closes this."""
+        the call that was waiting). Returns what an approval wait needs of the turn (after
+        a checkpoint, `resume` goes on), or None when every call has its result."""
         for index in range(start, len(reply.tool_calls)):
             self.running = (reply, index)
-            # Closed with this one, so a wait the turn leaves is closed where it stands.
-            async with aclosing(self.run_call(reply, reply.tool_calls[index])) as waits:
-                async for wait in waits:
-                    yield wait
+            wait = await self.run_call(reply, reply.tool_calls[index])
+            if wait is not None:
+                return wait
         self.running = None
+        return None
 
-    async def run_call(self, reply: ModelReply,
-                       call: ToolCall) -> AsyncGenerator[WaitDecision, None]:
+    async def resume(self) -> WaitDecision | None:
+        """Go on after the checkpoint a wait asked for: the wait, then the reply's other
+        calls."""
+        assert self.running is not None and self._waiting is not None
+        reply, index = self.running
+        wait = await self._after_wait(reply, self._waiting, after_checkpoint=True)
+        if wait is not None:
+            return wait
+        return await self.run_calls(reply, index + 1)
+
+    async def run_call(self, reply: ModelReply, call: ToolCall) -> WaitDecision | None:
         state = self.run.state
         spec = state.config.agent
         self.run.events.emit(ToolCalled, turn=state.turn, tool_use_id=call.id,
@@ -284,27 +313,39 @@ class ToolRunner:
         if where.kind is ToolKind.UNKNOWN:
             await self._result(call, f"There is no tool named {call.name!r} in this "
                                "session.", is_error=True)
-            return
+            return None
         problem = input_problem(where.input_schema, call.input)
         if problem:
             await self._result(call, f"{call.name}: {problem}", is_error=True)
-            return
+            return None
         policy = approval_for(spec, call.name)
         if policy is ApprovalPolicy.DENY:
             await self._result(call, denied_text(call.name, "", by_policy=True), is_error=True)
-            return
+            return None
         if policy is ApprovalPolicy.ASK:
             rules = spec.approvals if spec else None  # as they were when the wait began
             pending = await self._ask(call, rules)
-            async with aclosing(self._wait(call, pending, rules, reply.seq)) as waits:
-                async for wait in waits:
-                    yield wait
-            decision = await self._decided(call, pending)
-            if not decision.approve:
-                await self._result(call, denied_text(call.name, decision.note), is_error=True,
-                                   meta={"denied": True, "by": decision.by})
-                return
+            waiting = _Waiting(call, pending, rules, reply.seq, where)
+            return await self._after_wait(reply, waiting, after_checkpoint=False)
         await self._dispatch(reply, call, where)
+        return None
+
+    async def _after_wait(self, reply: ModelReply, w: _Waiting, *,
+                          after_checkpoint: bool) -> WaitDecision | None:
+        """The wait on `w.call`, then its decision said and, if approved, the call run."""
+        self._waiting = w
+        wait = await self._wait(w, after_checkpoint=after_checkpoint)
+        if wait is not None:
+            return wait
+        self._waiting = None
+        call = w.call
+        decision = await self._decided(call, w.pending)
+        if not decision.approve:
+            await self._result(call, denied_text(call.name, decision.note), is_error=True,
+                               meta={"denied": True, "by": decision.by})
+            return None
+        await self._dispatch(reply, call, w.where)
+        return None
 
     async def _dispatch(self, reply: ModelReply, call: ToolCall, where: ToolRoute) -> None:
         """The call where it runs: a built-in, a service's activity, or an MCP server."""

@@ -20,7 +20,6 @@ Invariants:
 
 from __future__ import annotations
 
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
@@ -225,16 +224,13 @@ class Turns:
     async def _run_tools(self, reply: ModelReply, start: int = 0) -> bool:
         """Run `reply`'s calls from `start`, taking a checkpoint an approval wait asks for.
         False: the session continues as new with the turn (carried in the state)."""
-        async with aclosing(self.tools.run_calls(reply, start)) as waits:
-            async for wait in waits:
-                if isinstance(wait, CheckpointWhileWaiting):
-                    await self.checkpoint_while_waiting(wait.before_seq)
-                    continue
-                carried = (wait.reply, wait.next_call)
-                break
-            else:
-                return True
-        self._carry(*carried)
+        wait = await self.tools.run_calls(reply, start)
+        while isinstance(wait, CheckpointWhileWaiting):
+            await self.checkpoint_while_waiting(wait.before_seq)
+            wait = await self.tools.resume()
+        if wait is None:
+            return True
+        self._carry(wait.reply, wait.next_call)
         return False
 
     def _carry(self, reply: ModelReply, next_call: int) -> None:
