@@ -29,8 +29,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from schemas.events import DELTA_CHARS, DeltaTail, TextDelta
-from workflows.events import TOPIC, event_payload
+from schemas.events import DELTA_CHARS, TOPIC, DeltaTail, TextDelta, event_payload
 
 log = logging.getLogger(__name__)
 

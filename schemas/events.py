@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, ValidationError
+from temporalio.api.common.v1 import Payload
 
 # The stream's one topic: the workflow publishes on it, readers subscribe to it.
 TOPIC = "events"
@@ -242,6 +243,15 @@ def event_json(event: SessionEvent) -> bytes:
     if isinstance(event, UnknownEvent):
         return json.dumps(event.raw, separators=(",", ":"), sort_keys=True).encode()
     return event.model_dump_json().encode()
+
+
+# An event travels as plain JSON whatever data converter runs (workflow and activity alike).
+JSON_ENCODING = b"json/plain"
+
+
+def event_payload(event: SessionEvent) -> Payload:
+    """The event as a plain JSON payload: the same bytes whatever data converter runs."""
+    return Payload(metadata={"encoding": JSON_ENCODING}, data=event_json(event))
 
 
 def parse_event(data: bytes | str | dict[str, Any]) -> SessionEvent:

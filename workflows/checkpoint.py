@@ -1,17 +1,18 @@
-"""The checkpoint chain, driven from SessionWorkflow.
+"""The checkpoint chain, driven from a session's turn (workflows.turn).
 
 Each step is an activity; the decisions between them are workflow state, so a worker that
 dies mid-checkpoint resumes at the same step with the same data (every activity is
-idempotent by its attempt id). A checkpoint that fails changes nothing: the chain returns
-what was stored, and the session adopts it (`SessionState.adopt_checkpoint`). A memory
-flush that fails never fails the checkpoint, and is never silent: the session's
-`on_flush_failed` records it (`last_error`, an error event, a notice).
+idempotent by its attempt id). A checkpoint that fails changes nothing: the chain answers
+with a `CheckpointOutcome` (what was stored, or None and why), and the turn adopts what was
+stored. A step that gave up ends the chain with its reason in the outcome; the chain never
+raises it. A memory flush that fails never fails the checkpoint, and is never silent: the
+session's `on_flush_failed` records it (`last_error`, an error event, a notice).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -28,8 +29,10 @@ with workflow.unsafe.imports_passed_through():
     from activities.vault.turn import FlushInput, MemoryActivities
     from schemas.checkpoint.budgets import MAX_TOOL_ROUNDS
     from schemas.checkpoint.policy import portion_after_refusal
+    from schemas.events import CheckpointKind
     from schemas.model import REFUSED_AS_TOO_LARGE
     from schemas.session import SessionState
+    from workflows.failures import reason
     from workflows.options import (
         CHECKPOINT_ROUND,
         CHECKPOINT_STEP,
@@ -37,9 +40,32 @@ with workflow.unsafe.imports_passed_through():
         on_vault_queue,
     )
 
+__all__ = ["CheckpointChain", "CheckpointOutcome"]
+
 
 @dataclass
-class _TurnOutcome:
+class CheckpointOutcome:
+    """What one checkpoint (or move of the earliest half) did: read by the turn that asked
+    for it, for its event, its log line and its trace."""
+
+    stored: StoreResult | None = None  # None: the session keeps the checkpoint it has
+    kind: CheckpointKind = CheckpointKind.FULL
+    reason: str = ""  # why nothing was stored
+    rounds: int = 0  # the checkpoint turn's rounds of the last attempt
+    repair: bool = False  # the last attempt sent its one repair request
+    error: ActivityError | None = None  # the step that gave up, when one did
+    portion: float = field(default=1.0, repr=False)  # of the window the last attempt condensed
+
+    def finish(self) -> CheckpointOutcome:
+        """The kind follows the portion condensed (a move says MOVED itself)."""
+        if self.kind is not CheckpointKind.MOVED:
+            self.kind = (CheckpointKind.FULL if self.portion >= 1.0
+                         else CheckpointKind.EARLIER_PART)
+        return self
+
+
+@dataclass
+class _RoundsOutcome:
     rounds_exhausted: bool = False
     abort: str | None = None  # why the turn could not finish; the store step records it
     refused_as_too_large: bool = False
@@ -57,30 +83,31 @@ class CheckpointChain:
         self.state = state
         # Told the number of the checkpoint whose flush failed, and why.
         self.on_flush_failed = on_flush_failed
-        # What the last checkpoint did, for its event and log line (workflows.observe).
-        self.last_portion = 1.0
-        self.last_reason = ""
-        self.last_rounds = 0
-        self.last_repair = False
 
     def _attempt_id(self) -> str:
         self.state.checkpoint_attempts += 1
         return f"{self.state.session_id}:a{self.state.checkpoint_attempts}"
 
-    async def checkpoint(self, upto: int, turn_first_seq: int) -> StoreResult | None:
+    async def checkpoint(self, upto: int, turn_first_seq: int) -> CheckpointOutcome:
         """One checkpoint, over the earlier part on a retry when the API refused the turn as
-        too large. The stored result, or None when the checkpoint failed."""
+        too large. Its outcome says what was stored, or why nothing was."""
+        out = CheckpointOutcome()
         portion: float | None = 1.0
-        while portion is not None:
-            self.last_portion = portion
-            stored, refused_as_too_large = await self._attempt(upto, turn_first_seq, portion)
-            if stored is not None:
-                return stored
-            portion = portion_after_refusal(portion) if refused_as_too_large else None
-        return None
+        try:
+            while portion is not None:
+                out.portion = portion
+                refused_as_too_large = await self._attempt(upto, turn_first_seq, portion, out)
+                if out.stored is not None:
+                    return out.finish()
+                portion = portion_after_refusal(portion) if refused_as_too_large else None
+        except ActivityError as err:  # a step gave up: the session keeps its checkpoint
+            out.stored, out.error, out.reason = None, err, reason(err)
+        return out.finish()
 
-    async def _attempt(self, upto: int, turn_first_seq: int,
-                       portion: float) -> tuple[StoreResult | None, bool]:
+    async def _attempt(self, upto: int, turn_first_seq: int, portion: float,
+                       out: CheckpointOutcome) -> bool:
+        """One attempt at `portion`; sets `out`. True when the API refused it as too large
+        (a smaller portion may go)."""
         state = self.state
         config = state.config
         attempt_id = self._attempt_id()
@@ -93,13 +120,13 @@ class CheckpointChain:
                 user_name=config.user_name, usage_ratio=state.usage_ratio,
                 agent=config.agent, mcp_tools=state.mcp_tools),
             **CHECKPOINT_STEP)
-        self.last_rounds, self.last_repair, self.last_reason = 0, False, ""
+        out.rounds, out.repair, out.reason = 0, False, ""
         if not prepared.ok:
-            self.last_reason = prepared.reason
+            out.reason = prepared.reason
             workflow.logger.info("checkpoint skipped: %s", prepared.reason)
-            return None, False
+            return False
         if prepared.view == "earlier":  # the turn saw only the part it condenses
-            self.last_portion = min(self.last_portion, 0.5)
+            out.portion = min(out.portion, 0.5)
         await self._flush(state.window_start_seq, prepared.cut_seq - 1, attempt_id)
         turn = await self._turn(attempt_id)
         record_seq = state.allocate_seq()
@@ -111,17 +138,18 @@ class CheckpointChain:
                 **CHECKPOINT_STEP)
         finally:  # a step that gave up must not hold the window back
             state.settle_seq(record_seq)
-        self.last_rounds, self.last_repair = turn.rounds_used, turn.repair
+        out.rounds, out.repair = turn.rounds_used, turn.repair
         if not stored.stored:
-            self.last_reason = stored.reason
+            out.reason = stored.reason
             workflow.logger.warning("checkpoint %s failed: %s", attempt_id, stored.reason)
-            return None, turn.refused_as_too_large
-        return stored, False
+            return turn.refused_as_too_large
+        out.stored = stored
+        return False
 
-    async def _turn(self, attempt_id: str) -> _TurnOutcome:
+    async def _turn(self, attempt_id: str) -> _RoundsOutcome:
         """The checkpoint turn: at most five rounds of tool calls and one more request for
         the now alone; then the checks, and at most one repair turn like it."""
-        out = _TurnOutcome()
+        out = _RoundsOutcome()
         rounds_used = 0
         for repair in (False, True):
             if repair:
@@ -168,8 +196,17 @@ class CheckpointChain:
             if self.on_flush_failed is not None:
                 await self.on_flush_failed(self.state.checkpoint_count + 1, err)
 
-    async def move_half(self, upto: int, turn_first_seq: int) -> StoreResult | None:
-        """Move about the earliest half out without the model. None when nothing can."""
+    async def move_half(self, upto: int, turn_first_seq: int) -> CheckpointOutcome:
+        """Move about the earliest half out without the model; nothing stored when nothing
+        can be moved or the step gave up."""
+        out = CheckpointOutcome(kind=CheckpointKind.MOVED)
+        try:
+            out.stored = await self._move(upto, turn_first_seq)
+        except ActivityError as err:
+            out.error, out.reason = err, reason(err)
+        return out
+
+    async def _move(self, upto: int, turn_first_seq: int) -> StoreResult | None:
         state = self.state
         record_seq = state.allocate_seq()
         try:

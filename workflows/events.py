@@ -9,24 +9,24 @@ part (at most `retain_events` events and `retain_bytes` bytes) is carried into t
 older events are gone from the stream (a subscriber asking for them starts at the oldest kept
 one and is told what it missed) but everything durable is in the record.
 
-The recipe in SessionWorkflow:
+The recipe in SessionWorkflow (workflows.session; the rooms reach it as `SessionRun.events`):
 
     # input: a field `events: WorkflowStreamState | None = None` on SessionInput (typed so,
     # never Any, or the converter hands back a dict)
     @workflow.init
     def __init__(self, input: SessionInput) -> None:
-        self.events = SessionEvents(input.session_id, input.events)   # in __init__ only
+        events = SessionEvents(input.session_id, input.events)   # in __init__ only
 
-    self.events.emit(TurnStarted, turn=self.s.turn, input_seqs=first)  # anywhere
+    events.emit(TurnStarted, turn=state.turn, input_seqs=first)  # anywhere
 
     # continue-as-new: release subscribers *before* waiting for handlers
-    self.events.detach()
+    events.detach()
     await workflow.wait_condition(workflow.all_handlers_finished)
-    workflow.continue_as_new(SessionInput(..., events=self.events.carry()))
+    workflow.continue_as_new(SessionInput(..., events=events.carry()))
 
     # the session's end: the last event, then release subscribers, then return
-    self.events.emit(SessionEnded, reason=...)
-    self.events.detach()
+    events.emit(SessionEnded, reason=...)
+    events.detach()
     await workflow.wait_condition(workflow.all_handlers_finished)
 """
 
@@ -36,25 +36,18 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.api.common.v1 import Payload
 
 with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 
-    from schemas.events import TOPIC, SessionEvent, event_json
+    from schemas.events import TOPIC, SessionEvent, event_payload
 
-__all__ = ["TOPIC", "SessionEvents", "event_payload"]
+__all__ = ["SessionEvents"]
 RETAIN_EVENTS = 1_000
 RETAIN_BYTES = 256_000  # of stored payload bytes carried in the continue-as-new input
 # Dedup state of an activity publisher idle this long is dropped at continue-as-new. It must
 # exceed the longest a publisher retries one batch (activities.events.MAX_RETRY).
 PUBLISHER_TTL = timedelta(minutes=15)
-JSON_ENCODING = b"json/plain"
-
-
-def event_payload(event: SessionEvent) -> Payload:
-    """The event as a plain JSON payload: the same bytes whatever data converter runs."""
-    return Payload(metadata={"encoding": JSON_ENCODING}, data=event_json(event))
 
 
 class SessionEvents:

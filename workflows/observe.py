@@ -37,8 +37,7 @@ if TYPE_CHECKING:
 
     from opentelemetry.context import Context
 
-    from activities.checkpoint import StoreResult
-    from workflows.checkpoint import CheckpointChain
+    from workflows.checkpoint import CheckpointOutcome
 
 # The extern functions KeelTracingInterceptor registers (workers.observability).
 SPAN_OPEN = "__keel_span_open"
@@ -176,10 +175,11 @@ class TurnObserver:
                 outer.token = otel_context.attach(extract(outer.carrier,
                                                           context=otel_context.get_current()))
 
-    def checkpoint_stored(self, kind: CheckpointKind, stored: StoreResult, before: int,
-                          chain: CheckpointChain) -> None:
+    def checkpoint_stored(self, outcome: CheckpointOutcome, before: int) -> None:
+        stored, kind = outcome.stored, outcome.kind
+        assert stored is not None  # said only of a checkpoint that stored
         self.checkpoints += 1
-        rounds, repair = (chain.last_rounds, chain.last_repair) if kind is not \
+        rounds, repair = (outcome.rounds, outcome.repair) if kind is not \
             CheckpointKind.MOVED else (0, False)
         fields = {**self._ids(), "kind": kind.value, "checkpoint_id": stored.checkpoint_id,
                   "tokens_before": before, "tokens_after": stored.window_tokens_after,
@@ -199,11 +199,11 @@ class TurnObserver:
             _close(self._pending, attrs)
             self._pending = None
 
-    def checkpoint_failed(self, chain: CheckpointChain, before: int) -> None:
-        fields = {**self._ids(), "reason": chain.last_reason, "tokens_before": before,
-                  "rounds": chain.last_rounds, "repair": chain.last_repair}
+    def checkpoint_failed(self, outcome: CheckpointOutcome, before: int) -> None:
+        fields = {**self._ids(), "reason": outcome.reason, "tokens_before": before,
+                  "rounds": outcome.rounds, "repair": outcome.repair}
         workflow.logger.warning("checkpoint failed", extra={"keel": fields})
         if self._pending is not None:
-            _close(self._pending, {"keel.checkpoint_failed": chain.last_reason,
+            _close(self._pending, {"keel.checkpoint_failed": outcome.reason,
                                    "keel.tokens_before": before})
             self._pending = None

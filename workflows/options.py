@@ -23,29 +23,19 @@ Why the numbers:
 - Every step ends: every set below has a maximum number of attempts or an overall deadline
   (`test_options.py` checks it), and a failure no retry can fix (bad data, a programming
   error: `NEVER_RETRY`) ends at its first attempt. What the session records when a step
-  gives up is said in `workflows/session.py`.
+  gives up is said in `workflows/inbox.py` (inputs) and `workflows/turn.py` (model calls,
+  checkpoints).
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TypedDict
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.workflow import ActivityConfig
 
 from schemas.config import vault_queue
-
-
-class ActivityOptions(TypedDict, total=False):
-    """The keyword arguments of `workflow.execute_activity_method` that Keel sets."""
-
-    start_to_close_timeout: timedelta
-    schedule_to_close_timeout: timedelta | None
-    heartbeat_timeout: timedelta | None
-    retry_policy: RetryPolicy
-    task_queue: str
-
 
 # A worker that misses four beats is gone; the activity beats at a quarter of this
 # (see activities.model.with_heartbeat, which reads it from activity.info()).
@@ -92,84 +82,84 @@ NOTIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attemp
 RECORD_ATTEMPT = timedelta(seconds=30)
 
 
-def record_user_input(record_timeout_s: int) -> ActivityOptions:
+def record_user_input(record_timeout_s: int) -> ActivityConfig:
     """A user's message: a caller is waiting, so give up in time and say so."""
-    return ActivityOptions(start_to_close_timeout=RECORD_ATTEMPT,
-                           schedule_to_close_timeout=timedelta(seconds=record_timeout_s),
-                           retry_policy=DB_RETRY)
+    return ActivityConfig(start_to_close_timeout=RECORD_ATTEMPT,
+                          schedule_to_close_timeout=timedelta(seconds=record_timeout_s),
+                          retry_policy=DB_RETRY)
 
 
 # A background input has nobody waiting: it is retried for an hour (a database restart, a
 # failover), then recorded as a notice saying what was lost. Later inputs wait for it
 # (their seqs come after it), so it must end.
-RECORD_BACKGROUND = ActivityOptions(start_to_close_timeout=RECORD_ATTEMPT,
-                                    schedule_to_close_timeout=timedelta(hours=1),
-                                    retry_policy=DB_RETRY)
+RECORD_BACKGROUND = ActivityConfig(start_to_close_timeout=RECORD_ATTEMPT,
+                                   schedule_to_close_timeout=timedelta(hours=1),
+                                   retry_policy=DB_RETRY)
 # The fence over a seq the session gave up on (a tombstone notice the late insert collides
 # with): the seq stays unsettled until it is written, so no window reads past it.
 # Inputs wait for it, so it is tried often.
-RECORD_FENCE = ActivityOptions(start_to_close_timeout=RECORD_ATTEMPT,
-                               schedule_to_close_timeout=timedelta(hours=1),
-                               retry_policy=RetryPolicy(
-                                   initial_interval=timedelta(seconds=1),
-                                   maximum_interval=timedelta(seconds=5),
-                                   non_retryable_error_types=NEVER_RETRY))
-RECORD_NOTICE = ActivityOptions(start_to_close_timeout=RECORD_ATTEMPT,
-                                schedule_to_close_timeout=timedelta(minutes=5),
-                                retry_policy=DB_RETRY)
-MODEL_CALL = ActivityOptions(start_to_close_timeout=timedelta(minutes=10),
-                             schedule_to_close_timeout=timedelta(minutes=30),
-                             heartbeat_timeout=HEARTBEAT, retry_policy=MODEL_RETRY)
-TOOL_CALL = ActivityOptions(start_to_close_timeout=timedelta(seconds=60),
-                            schedule_to_close_timeout=timedelta(minutes=10),
-                            retry_policy=DB_RETRY)
-CHECKPOINT_STEP = ActivityOptions(start_to_close_timeout=timedelta(minutes=2),
+RECORD_FENCE = ActivityConfig(start_to_close_timeout=RECORD_ATTEMPT,
+                              schedule_to_close_timeout=timedelta(hours=1),
+                              retry_policy=RetryPolicy(
+                                  initial_interval=timedelta(seconds=1),
+                                  maximum_interval=timedelta(seconds=5),
+                                  non_retryable_error_types=NEVER_RETRY))
+RECORD_NOTICE = ActivityConfig(start_to_close_timeout=RECORD_ATTEMPT,
+                               schedule_to_close_timeout=timedelta(minutes=5),
+                               retry_policy=DB_RETRY)
+MODEL_CALL = ActivityConfig(start_to_close_timeout=timedelta(minutes=10),
+                            schedule_to_close_timeout=timedelta(minutes=30),
+                            heartbeat_timeout=HEARTBEAT, retry_policy=MODEL_RETRY)
+TOOL_CALL = ActivityConfig(start_to_close_timeout=timedelta(seconds=60),
+                           schedule_to_close_timeout=timedelta(minutes=10),
+                           retry_policy=DB_RETRY)
+CHECKPOINT_STEP = ActivityConfig(start_to_close_timeout=timedelta(minutes=2),
+                                 schedule_to_close_timeout=timedelta(minutes=30),
+                                 retry_policy=CHECKPOINT_STEP_RETRY)
+CHECKPOINT_ROUND = ActivityConfig(start_to_close_timeout=timedelta(minutes=10),
                                   schedule_to_close_timeout=timedelta(minutes=30),
-                                  retry_policy=CHECKPOINT_STEP_RETRY)
-CHECKPOINT_ROUND = ActivityOptions(start_to_close_timeout=timedelta(minutes=10),
-                                   schedule_to_close_timeout=timedelta(minutes=30),
-                                   heartbeat_timeout=HEARTBEAT,
-                                   retry_policy=CHECKPOINT_MODEL_RETRY)
+                                  heartbeat_timeout=HEARTBEAT,
+                                  retry_policy=CHECKPOINT_MODEL_RETRY)
 # With the vault worker down, a turn goes on without memory after two minutes.
-MEMORY_TURN = ActivityOptions(start_to_close_timeout=timedelta(seconds=30),
-                              schedule_to_close_timeout=timedelta(minutes=2),
-                              retry_policy=BEST_EFFORT_RETRY)
+MEMORY_TURN = ActivityConfig(start_to_close_timeout=timedelta(seconds=30),
+                             schedule_to_close_timeout=timedelta(minutes=2),
+                             retry_policy=BEST_EFFORT_RETRY)
 # The flush calls the model: it beats, so a worker that died mid-flush is noticed in
 # seconds and the flush retried elsewhere, not after its five-minute attempt.
-MEMORY_FLUSH = ActivityOptions(start_to_close_timeout=timedelta(minutes=5),
-                               schedule_to_close_timeout=timedelta(minutes=15),
-                               heartbeat_timeout=HEARTBEAT, retry_policy=BEST_EFFORT_RETRY)
+MEMORY_FLUSH = ActivityConfig(start_to_close_timeout=timedelta(minutes=5),
+                              schedule_to_close_timeout=timedelta(minutes=15),
+                              heartbeat_timeout=HEARTBEAT, retry_policy=BEST_EFFORT_RETRY)
 
-ROLLUP_PERIODS = ActivityOptions(start_to_close_timeout=timedelta(minutes=2),
-                                 retry_policy=VAULT_RETRY)
-ROLLUP_PLAN = ActivityOptions(start_to_close_timeout=timedelta(minutes=20),
-                              schedule_to_close_timeout=timedelta(hours=2),
-                              retry_policy=VAULT_MODEL_RETRY)
-ROLLUP_APPLY = ActivityOptions(start_to_close_timeout=timedelta(minutes=10),
-                               retry_policy=VAULT_RETRY)
-VAULT_COMMIT = ActivityOptions(start_to_close_timeout=timedelta(minutes=6),
-                               retry_policy=VAULT_RETRY)
-DOCTOR_STEP = ActivityOptions(start_to_close_timeout=timedelta(minutes=10),
-                              retry_policy=DOCTOR_RETRY)
-DOCTOR_COMMIT = ActivityOptions(start_to_close_timeout=timedelta(minutes=6),
-                                retry_policy=DOCTOR_RETRY)
-NOTIFY = ActivityOptions(start_to_close_timeout=timedelta(minutes=1), retry_policy=NOTIFY_RETRY)
+ROLLUP_PERIODS = ActivityConfig(start_to_close_timeout=timedelta(minutes=2),
+                                retry_policy=VAULT_RETRY)
+ROLLUP_PLAN = ActivityConfig(start_to_close_timeout=timedelta(minutes=20),
+                             schedule_to_close_timeout=timedelta(hours=2),
+                             retry_policy=VAULT_MODEL_RETRY)
+ROLLUP_APPLY = ActivityConfig(start_to_close_timeout=timedelta(minutes=10),
+                              retry_policy=VAULT_RETRY)
+VAULT_COMMIT = ActivityConfig(start_to_close_timeout=timedelta(minutes=6),
+                              retry_policy=VAULT_RETRY)
+DOCTOR_STEP = ActivityConfig(start_to_close_timeout=timedelta(minutes=10),
+                             retry_policy=DOCTOR_RETRY)
+DOCTOR_COMMIT = ActivityConfig(start_to_close_timeout=timedelta(minutes=6),
+                               retry_policy=DOCTOR_RETRY)
+NOTIFY = ActivityConfig(start_to_close_timeout=timedelta(minutes=1), retry_policy=NOTIFY_RETRY)
 
 
 # Tools whose call writes the vault: their run_tool runs on the vault queue.
 VAULT_TOOLS = frozenset({"write_card"})
 
 
-def on_vault_queue(options: ActivityOptions) -> ActivityOptions:
+def on_vault_queue(options: ActivityConfig) -> ActivityConfig:
     """`options` on the vault's queue beside this workflow's (schemas.config.vault_queue)."""
-    return ActivityOptions(**options, task_queue=vault_queue(workflow.info().task_queue))
+    return ActivityConfig(**options, task_queue=vault_queue(workflow.info().task_queue))
 
 
-def tool_call(tool: str) -> ActivityOptions:
+def tool_call(tool: str) -> ActivityConfig:
     """One tool call: on the session queue, or on the vault queue when it writes the vault."""
     return on_vault_queue(TOOL_CALL) if tool in VAULT_TOOLS else TOOL_CALL
 
-# ----- issue 8: a session's own tools -------------------------------------------------
+# A session's own tools.
 # A service tool or an MCP call may have side effects: a worker crash would make Temporal
 # run it again, so each is tried once unless its declaration says otherwise. A service
 # tool's timeouts come from its declaration; the schedule-to-close bound includes waiting
@@ -178,34 +168,35 @@ def tool_call(tool: str) -> ActivityOptions:
 ONCE = RetryPolicy(maximum_attempts=1)
 MCP_LIST_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2,
                              non_retryable_error_types=["McpUnavailable"])
-RECORD_TOOL_RESULT = ActivityOptions(start_to_close_timeout=RECORD_ATTEMPT,
-                                     schedule_to_close_timeout=timedelta(minutes=10),
-                                     retry_policy=DB_RETRY)
+RECORD_TOOL_RESULT = ActivityConfig(start_to_close_timeout=RECORD_ATTEMPT,
+                                    schedule_to_close_timeout=timedelta(minutes=10),
+                                    retry_policy=DB_RETRY)
 
 
-def service_tool_options(timeout_s: float, schedule_to_close_s: float,
-                         max_attempts: int) -> ActivityOptions:
-    return ActivityOptions(
-        start_to_close_timeout=timedelta(seconds=timeout_s),
+def service_tool_options(task_queue: str, timeout_s: float, schedule_to_close_s: float,
+                         max_attempts: int) -> ActivityConfig:
+    """On the service's own queue (the tool's declaration names it)."""
+    return ActivityConfig(
+        task_queue=task_queue, start_to_close_timeout=timedelta(seconds=timeout_s),
         schedule_to_close_timeout=timedelta(seconds=max(schedule_to_close_s, timeout_s)),
         retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
                                  maximum_attempts=max_attempts))
 
 
-def mcp_options(timeout_s: float, *, listing: bool = False) -> ActivityOptions:
+def mcp_options(timeout_s: float, *, listing: bool = False) -> ActivityConfig:
     """`timeout_s` is the spec's own bound (McpServerSpec.activity_timeout_s)."""
-    return ActivityOptions(start_to_close_timeout=timedelta(seconds=timeout_s),
-                           schedule_to_close_timeout=timedelta(seconds=timeout_s * 3),
-                           heartbeat_timeout=HEARTBEAT,
-                           retry_policy=MCP_LIST_RETRY if listing else ONCE)
+    return ActivityConfig(start_to_close_timeout=timedelta(seconds=timeout_s),
+                          schedule_to_close_timeout=timedelta(seconds=timeout_s * 3),
+                          heartbeat_timeout=HEARTBEAT,
+                          retry_policy=MCP_LIST_RETRY if listing else ONCE)
 
 
-# ----- issue 12: a client's file calls, a tool result's whole text --------------------
+# A client's file calls, a tool result's whole text.
 # A client waits on each: a few tries, then its update fails and says why. What the store
 # refuses (a path, a size) is final at once.
-FILE_CALL = ActivityOptions(start_to_close_timeout=timedelta(seconds=30),
-                            schedule_to_close_timeout=timedelta(minutes=2),
-                            retry_policy=RetryPolicy(
-                                initial_interval=timedelta(seconds=1),
-                                maximum_interval=timedelta(seconds=10), maximum_attempts=5,
-                                non_retryable_error_types=["FileRefused", *NEVER_RETRY]))
+FILE_CALL = ActivityConfig(start_to_close_timeout=timedelta(seconds=30),
+                           schedule_to_close_timeout=timedelta(minutes=2),
+                           retry_policy=RetryPolicy(
+                               initial_interval=timedelta(seconds=1),
+                               maximum_interval=timedelta(seconds=10), maximum_attempts=5,
+                               non_retryable_error_types=["FileRefused", *NEVER_RETRY]))

@@ -12,6 +12,8 @@ start `workflows.nightly`, which runs one of these per scope.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
@@ -105,7 +107,13 @@ class YearlyRollupWorkflow:
         return await run_rollup(RollupKind.YEARLY, inp)
 
 
-ROLLUP_WORKFLOWS: dict[RollupKind, type] = {
+class RollupWorkflow(Protocol):
+    """What every rollup workflow is: one run over a `RollupInput`."""
+
+    async def run(self, inp: RollupInput) -> RollupReport: ...
+
+
+ROLLUP_WORKFLOWS: dict[RollupKind, type[RollupWorkflow]] = {
     RollupKind.DAILY: DailyRollupWorkflow,
     RollupKind.WEEKLY: WeeklyRollupWorkflow,
     RollupKind.MONTHLY: MonthlyRollupWorkflow,

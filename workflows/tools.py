@@ -17,6 +17,10 @@ Invariants:
   worker restart; a wait that outlasts the run's history continues as new with the turn
   (`SessionState.turn_in_progress`), and the new run runs the waiting call first. A
   decision is bound to the call id and the digest of its input.
+- The runner never checkpoints or continues as new itself: what a wait needs of the turn
+  is returned as a `WaitDecision` (a checkpoint while it waits, continue-as-new with the
+  turn), and the turn acts on it (workflows.turn); after a checkpoint, `resume` goes on
+  with the wait exactly where it stood.
 - MCP tools are listed once per session (or on the refresh Update) and kept in state; they
   are never listed before a model call.
 """
@@ -24,8 +28,10 @@ Invariants:
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import (
@@ -50,9 +56,11 @@ with workflow.unsafe.imports_passed_through():
         DEFAULT_OUTPUT_CAP_CHARS,
         ApprovalDecision,
         ApprovalPolicy,
+        ApprovalRules,
         PendingApproval,
         ServiceToolCall,
         ToolKind,
+        ToolRoute,
         approval_decided_notice,
         approval_for,
         approval_wait_notice,
@@ -81,26 +89,43 @@ with workflow.unsafe.imports_passed_through():
         service_tool_options,
         tool_call,
     )
+    from workflows.run import SessionRun
 
-if TYPE_CHECKING:
-    from schemas.session import SessionState
-    from workflows.events import SessionEvents
+__all__ = ["BUILTIN_NAMES", "CheckpointWhileWaiting", "ContinueAsNewWaiting", "ToolRunner",
+           "WaitDecision"]
 
 
-class ToolHost(Protocol):
-    """What the runner needs of the session it runs tools for (SessionWorkflow is one)."""
+@dataclass(frozen=True)
+class CheckpointWhileWaiting:
+    """A checkpoint was asked for while a call waits on a person: the turn takes it over
+    what came before `before_seq` (the waiting call's assistant message), and the wait
+    goes on."""
 
-    state: SessionState
-    phase: SessionPhase
-    last_error: str | None
-    events: SessionEvents
+    before_seq: int
 
-    async def fence(self, seq: int, notice: str) -> None: ...
-    async def record_notice(self, text: str) -> None: ...
-    async def checkpoint_while_waiting(self, before_seq: int) -> None: ...
-    def publish_summary(self) -> None: ...
-    def should_continue_as_new(self) -> bool: ...
-    async def continue_as_new_waiting(self, reply: ModelReply, next_call: int) -> None: ...
+
+@dataclass(frozen=True)
+class ContinueAsNewWaiting:
+    """The run's history grew long while a call waits on a person: the turn goes over
+    continue-as-new, and the new run resumes it at call `next_call` of `reply`."""
+
+    reply: ModelReply
+    next_call: int
+
+
+# What an approval wait asks of the turn; a call that needs nothing just runs.
+WaitDecision = CheckpointWhileWaiting | ContinueAsNewWaiting
+
+
+@dataclass
+class _Waiting:
+    """A call waiting on a person, where `ToolRunner.resume` finds it."""
+
+    call: ToolCall
+    pending: PendingApproval
+    rules: ApprovalRules | None  # as they were when the wait began
+    before_seq: int  # the waiting call's assistant message
+    where: ToolRoute
 
 # Built-in names only: their schemas are checked where they run (activities/tools.py).
 BUILTIN_NAMES = BUILTIN_TOOL_NAMES
@@ -126,21 +151,26 @@ def _cause(err: ActivityError) -> str:
 
 
 class ToolRunner:
-    """The tool side of one session workflow; holds no state of its own but decisions
-    taken in this run (the durable part is `SessionState`)."""
+    """The tool side of one session run; holds no state of its own but decisions taken
+    in this run (the durable part is `SessionState`). It records through the run and
+    fences a failed call's seq with `fence`; what a wait needs of the turn (a checkpoint,
+    continue-as-new) it returns to the turn, which acts on it."""
 
-    def __init__(self, wf: ToolHost) -> None:
-        self.wf = wf
-        carried = wf.state.turn_in_progress
+    def __init__(self, run: SessionRun,
+                 fence: Callable[[int, str], Awaitable[None]]) -> None:
+        self.run = run
+        self.fence = fence
+        carried = run.state.turn_in_progress
         # Decisions the previous run took for calls it carried over, not yet run.
         self.decisions: dict[str, ApprovalDecision] = {
             d.call_id: d for d in (carried.decisions if carried else [])}
         self.running: tuple[ModelReply, int] | None = None  # the reply and call index now
+        self._waiting: _Waiting | None = None  # the call whose wait a checkpoint paused
 
     # ----- MCP tool lists ---------------------------------------------------------------
 
     async def ensure_mcp(self, *, refresh: bool = False) -> None:
-        state = self.wf.state
+        state = self.run.state
         spec = state.config.agent
         if spec is None or not spec.mcp_servers or (state.mcp_listed and not refresh):
             return
@@ -158,26 +188,23 @@ class ToolRunner:
             problems.extend(listed.problems)
         state.mcp_tools, state.mcp_problems, state.mcp_listed = tools, problems, True
         if problems:
-            await self.wf.record_notice("MCP: " + "; ".join(problems))
+            await self.run.record_notice("MCP: " + "; ".join(problems))
 
     # ----- approvals --------------------------------------------------------------------
 
     def decide(self, decision: ApprovalDecision) -> PendingApproval:
-        state = self.wf.state
+        state = self.run.state
         pending = next(p for p in state.approvals if p.call_id == decision.call_id)
         self.decisions[decision.call_id] = decision
         state.approvals = [p for p in state.approvals if p.call_id != decision.call_id]
         state.decided_calls = [*state.decided_calls, decision.call_id][-KEPT_DECISIONS:]
         return pending
 
-    async def _await_approval(self, call: ToolCall, before_seq: int) -> ApprovalDecision:
-        """Wait durably for a person's decision on `call`; a checkpoint asked for meanwhile
-        runs while it waits (and its now sees the wait, from the record's notice)."""
-        state = self.wf.state
-        rules = state.config.agent.approvals if state.config.agent else None
+    async def _ask(self, call: ToolCall, rules: ApprovalRules | None) -> PendingApproval:
+        """`call` waits on a person from now (a carried-over pending call keeps its own
+        `since`); the record and the stream say so once."""
+        state = self.run.state
         timeout = rules.timeout_s if rules else None
-        # A carried-over pending call keeps its own `since`; one decided in the run that
-        # carried this turn over waits no more.
         pending = next((p for p in state.approvals if p.call_id == call.id), None)
         if pending is None:
             pending = PendingApproval(
@@ -186,18 +213,31 @@ class ToolRunner:
                 turn=state.turn, timeout_s=timeout)
         if pending not in state.approvals and call.id not in self.decisions:
             state.approvals.append(pending)
-            self.wf.phase = SessionPhase.AWAITING_APPROVAL
+            self.run.phase = SessionPhase.AWAITING_APPROVAL
             await self._harness(approval_wait_notice(pending), f"approval-wait-{call.id}")
-            self.wf.events.emit(ApprovalNeeded, turn=state.turn, approval_id=call.id,
-                                tool=call.name, summary=_preview(call.input))
-        self.wf.phase = SessionPhase.AWAITING_APPROVAL
-        self.wf.publish_summary()
+            self.run.events.emit(ApprovalNeeded, turn=state.turn, approval_id=call.id,
+                                 tool=call.name, summary=_preview(call.input))
+        self.run.phase = SessionPhase.AWAITING_APPROVAL
+        self.run.publish_summary()
+        return pending
+
+    async def _wait(self, w: _Waiting, *, after_checkpoint: bool) -> WaitDecision | None:
+        """Wait durably for a person's decision on `w.call`. What the wait needs of the
+        turn is returned: a checkpoint asked for meanwhile (it runs while the call waits,
+        and its now sees the wait, from the record's notice; then the wait goes on, from
+        `resume`), or continue-as-new with the turn when the run's history grew long. None:
+        decided (or timed out, or the session ended). One decided in the run that carried
+        this turn over waits no more."""
+        state, call = self.run.state, w.call
+        timeout = w.rules.timeout_s if w.rules else None
+        if after_checkpoint and (moved := self._moving_on(call)):
+            return moved
         while call.id not in self.decisions and not state.ended:
             left = None
             if timeout:
-                left = timeout - (workflow.now() - pending.since).total_seconds()
+                left = timeout - (workflow.now() - w.pending.since).total_seconds()
             if left is not None and left <= 0:
-                allow = rules is not None and rules.on_timeout == "allow"
+                allow = w.rules is not None and w.rules.on_timeout == "allow"
                 self.decide(ApprovalDecision(
                     call_id=call.id, approve=allow, by="timeout",
                     note=f"no decision within {timeout:g} s; the policy's default applies"))
@@ -205,64 +245,111 @@ class ToolRunner:
             try:
                 await workflow.wait_condition(
                     lambda: call.id in self.decisions or state.ended
-                    or state.checkpoint_requested or self.wf.should_continue_as_new(),
+                    or state.checkpoint_requested or self.run.should_continue_as_new(),
                     timeout=timedelta(seconds=left) if left is not None else None)
             except TimeoutError:  # the builtin: wait_condition's timeout ran out
                 continue
             if state.checkpoint_requested and call.id not in self.decisions \
                     and not state.ended:
-                await self.wf.checkpoint_while_waiting(before_seq)
-            if self.wf.should_continue_as_new() and call.id not in self.decisions \
-                    and not state.ended and self.running is not None:
-                # A wait may outlast many events: the turn goes on in a new run, the
-                # pending call first (its approval is in state). This does not return.
-                await self.wf.continue_as_new_waiting(*self.running)
+                return CheckpointWhileWaiting(w.before_seq)
+            if moved := self._moving_on(call):
+                return moved
+        return None
+
+    def _moving_on(self, call: ToolCall) -> ContinueAsNewWaiting | None:
+        """A wait may outlast many events: the turn goes on in a new run, the pending call
+        first (its approval is in state)."""
+        state = self.run.state
+        if self.run.should_continue_as_new() and call.id not in self.decisions \
+                and not state.ended and self.running is not None:
+            return ContinueAsNewWaiting(*self.running)
+        return None
+
+    async def _decided(self, call: ToolCall, pending: PendingApproval) -> ApprovalDecision:
+        """The decision on `call` said (denied when the session was ended meanwhile)."""
+        state = self.run.state
         if call.id not in self.decisions:  # the session was ended meanwhile
             self.decide(ApprovalDecision(call_id=call.id, approve=False, by="keel",
                                          note="the session was ended"))
         decision = self.decisions[call.id]
-        self.wf.events.emit(ApprovalDecided, turn=state.turn, approval_id=call.id,
-                            approved=decision.approve, by=decision.by, note=decision.note)
+        self.run.events.emit(ApprovalDecided, turn=state.turn, approval_id=call.id,
+                             approved=decision.approve, by=decision.by, note=decision.note)
         await self._harness(approval_decided_notice(pending, decision),
                             f"approval-decided-{call.id}")
-        self.wf.phase = SessionPhase.RUNNING
-        self.wf.publish_summary()
+        self.run.phase = SessionPhase.RUNNING
+        self.run.publish_summary()
         return decision
 
     # ----- calls ------------------------------------------------------------------------
 
-    async def run_calls(self, reply: ModelReply, start: int = 0) -> None:
+    async def run_calls(self, reply: ModelReply, start: int = 0) -> WaitDecision | None:
         """Run `reply`'s calls in order from index `start` (a carried-over turn resumes at
-        the call that was waiting)."""
+        the call that was waiting). Returns what an approval wait needs of the turn (after
+        a checkpoint, `resume` goes on), or None when every call has its result."""
         for index in range(start, len(reply.tool_calls)):
             self.running = (reply, index)
-            await self.run_call(reply, reply.tool_calls[index])
+            wait = await self.run_call(reply, reply.tool_calls[index])
+            if wait is not None:
+                return wait
         self.running = None
+        return None
 
-    async def run_call(self, reply: ModelReply, call: ToolCall) -> None:
-        state = self.wf.state
+    async def resume(self) -> WaitDecision | None:
+        """Go on after the checkpoint a wait asked for: the wait, then the reply's other
+        calls."""
+        assert self.running is not None and self._waiting is not None
+        reply, index = self.running
+        wait = await self._after_wait(reply, self._waiting, after_checkpoint=True)
+        if wait is not None:
+            return wait
+        return await self.run_calls(reply, index + 1)
+
+    async def run_call(self, reply: ModelReply, call: ToolCall) -> WaitDecision | None:
+        state = self.run.state
         spec = state.config.agent
-        self.wf.events.emit(ToolCalled, turn=state.turn, tool_use_id=call.id, name=call.name,
-                            input=call.input_preview)
+        self.run.events.emit(ToolCalled, turn=state.turn, tool_use_id=call.id,
+                             name=call.name, input=call.input_preview)
         where = route(call.name, BUILTINS, spec, state.mcp_tools)
         if where.kind is ToolKind.UNKNOWN:
             await self._result(call, f"There is no tool named {call.name!r} in this "
                                "session.", is_error=True)
-            return
+            return None
         problem = input_problem(where.input_schema, call.input)
         if problem:
             await self._result(call, f"{call.name}: {problem}", is_error=True)
-            return
+            return None
         policy = approval_for(spec, call.name)
         if policy is ApprovalPolicy.DENY:
             await self._result(call, denied_text(call.name, "", by_policy=True), is_error=True)
-            return
+            return None
         if policy is ApprovalPolicy.ASK:
-            decision = await self._await_approval(call, reply.seq)
-            if not decision.approve:
-                await self._result(call, denied_text(call.name, decision.note), is_error=True,
-                                   meta={"denied": True, "by": decision.by})
-                return
+            rules = spec.approvals if spec else None  # as they were when the wait began
+            pending = await self._ask(call, rules)
+            waiting = _Waiting(call, pending, rules, reply.seq, where)
+            return await self._after_wait(reply, waiting, after_checkpoint=False)
+        await self._dispatch(reply, call, where)
+        return None
+
+    async def _after_wait(self, reply: ModelReply, w: _Waiting, *,
+                          after_checkpoint: bool) -> WaitDecision | None:
+        """The wait on `w.call`, then its decision said and, if approved, the call run."""
+        self._waiting = w
+        wait = await self._wait(w, after_checkpoint=after_checkpoint)
+        if wait is not None:
+            return wait
+        self._waiting = None
+        call = w.call
+        decision = await self._decided(call, w.pending)
+        if not decision.approve:
+            await self._result(call, denied_text(call.name, decision.note), is_error=True,
+                               meta={"denied": True, "by": decision.by})
+            return None
+        await self._dispatch(reply, call, w.where)
+        return None
+
+    async def _dispatch(self, reply: ModelReply, call: ToolCall, where: ToolRoute) -> None:
+        """The call where it runs: a built-in, a service's activity, or an MCP server."""
+        state = self.run.state
         if where.kind is ToolKind.BUILTIN:
             await self._builtin(reply, call)
         elif where.kind is ToolKind.SERVICE:
@@ -273,9 +360,8 @@ class ToolRunner:
                     tool.activity, ServiceToolCall(session_id=state.session_id,
                                                    call_id=call.id, tool=tool.name,
                                                    input=call.input),
-                    task_queue=tool.task_queue,
-                    **service_tool_options(tool.timeout_s, tool.schedule_to_close_s,
-                                           tool.max_attempts))
+                    **service_tool_options(tool.task_queue, tool.timeout_s,
+                                           tool.schedule_to_close_s, tool.max_attempts))
             except ActivityError as err:
                 await self._result(call, f"{tool.name} failed: {_cause(err)}", is_error=True,
                                    cap=tool.output_cap_chars)
@@ -283,24 +369,27 @@ class ToolRunner:
             text, is_error = result_text(value)
             await self._result(call, text, is_error=is_error, cap=tool.output_cap_chars)
         else:
-            assert where.mcp is not None and where.mcp_server is not None
-            try:
-                out = await workflow.execute_activity_method(
-                    McpActivities.call_mcp_tool,
-                    CallMcpToolInput(server=where.mcp_server, tool=where.mcp.original_name,
-                                     arguments=call.input),
-                    **mcp_options(where.mcp_server.activity_timeout_s("call")))
-            except ActivityError as err:
-                await self._result(call, f"{call.name} failed: {_cause(err)}", is_error=True)
-                return
-            text = out.text
-            if out.structured_json and not text.strip():
-                text = out.structured_json
-            await self._result(call, text, is_error=out.is_error,
-                               meta={"mcp_failure": out.failure.value if out.failure else None})
+            await self._mcp(call, where)
+
+    async def _mcp(self, call: ToolCall, where: ToolRoute) -> None:
+        assert where.mcp is not None and where.mcp_server is not None
+        try:
+            out = await workflow.execute_activity_method(
+                McpActivities.call_mcp_tool,
+                CallMcpToolInput(server=where.mcp_server, tool=where.mcp.original_name,
+                                 arguments=call.input),
+                **mcp_options(where.mcp_server.activity_timeout_s("call")))
+        except ActivityError as err:
+            await self._result(call, f"{call.name} failed: {_cause(err)}", is_error=True)
+            return
+        text = out.text
+        if out.structured_json and not text.strip():
+            text = out.structured_json
+        await self._result(call, text, is_error=out.is_error,
+                           meta={"mcp_failure": out.failure.value if out.failure else None})
 
     async def _builtin(self, reply: ModelReply, call: ToolCall) -> None:
-        state = self.wf.state
+        state = self.run.state
         seq = state.allocate_seq()
         try:
             outcome = await workflow.execute_activity_method(
@@ -311,23 +400,23 @@ class ToolRunner:
                           memory_scope=state.config.memory_scope),
                 **tool_call(call.name))
             state.context_tokens += outcome.token_count
-            self.wf.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id,
+            self.run.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id,
                                 name=call.name, output=outcome.preview,
                                 is_error=outcome.is_error)
         except ActivityError as err:
             # The model gets an error result for this call from context assembly; the
             # record gets a notice at the result's seq, which no late result can fill.
-            self.wf.last_error = f"tool {call.name} failed: {_cause(err)}"
-            self.wf.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id,
-                                name=call.name, output=self.wf.last_error, is_error=True)
-            await self.wf.fence(seq, f"The tool call {call.name} failed: {_cause(err)}")
+            self.run.last_error = f"tool {call.name} failed: {_cause(err)}"
+            self.run.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id,
+                                name=call.name, output=self.run.last_error, is_error=True)
+            await self.fence(seq, f"The tool call {call.name} failed: {_cause(err)}")
             return
         state.settle_seq(seq)
 
     async def _harness(self, text: str, input_id: str) -> None:
         """A line the model (and a checkpoint's turn) reads, in Keel's own voice: a harness
         row, not an input that asks for a turn."""
-        state = self.wf.state
+        state = self.run.state
         seq = state.allocate_seq()
         try:
             inserted = await workflow.execute_activity_method(
@@ -349,7 +438,7 @@ class ToolRunner:
         try:
             path = await workflow.execute_activity_method(
                 FileActivities.keep_tool_result,
-                KeepResultInput(session_id=self.wf.state.session_id, call_id=call.id,
+                KeepResultInput(session_id=self.run.state.session_id, call_id=call.id,
                                 text=text), **FILE_CALL)
         except ActivityError as err:
             workflow.logger.warning("the whole result of %s not kept: %s", call.id,
@@ -362,7 +451,7 @@ class ToolRunner:
     async def _result(self, call: ToolCall, text: str, *, is_error: bool,
                       cap: int = DEFAULT_OUTPUT_CAP_CHARS,
                       meta: dict[str, Any] | None = None) -> None:
-        state = self.wf.state
+        state = self.run.state
         if len(text) > cap:
             text, cap, meta = await self._keep_whole(call, text, cap, meta)
         seq = state.allocate_seq()
@@ -375,9 +464,9 @@ class ToolRunner:
                 **RECORD_TOOL_RESULT)
             state.context_tokens += outcome.token_count
         except ActivityError as err:
-            self.wf.last_error = f"tool {call.name}: result not recorded: {err.cause or err}"
+            self.run.last_error = f"tool {call.name}: result not recorded: {err.cause or err}"
         state.settle_seq(seq)
-        self.wf.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id, name=call.name,
+        self.run.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id, name=call.name,
                             output=text, is_error=is_error)
         if is_error:
-            self.wf.last_error = f"tool {call.name}: {text[:300]}"
+            self.run.last_error = f"tool {call.name}: {text[:300]}"

@@ -1,6 +1,6 @@
 """Long memory failing under a running session is said, never silent, and holds no turn
-up (the recall inside a turn's model call, workflows.session `_took_recall`; the
-background transcript, `_append_transcripts`): the turn is answered without memory; the
+up (the recall inside a turn's model call, workflows.turn `_took_recall`; the
+background transcript, workflows.transcript): the turn is answered without memory; the
 session's `last_error` and its event stream (ErrorEvent, where="memory") say what failed,
 and the record keeps a notice for the failed recall."""
 
