@@ -267,4 +267,5 @@ def parse_event(data: bytes | str | dict[str, Any]) -> SessionEvent:
     if raw["type"] not in _KNOWN_TYPES:
         return UnknownEvent(type=raw["type"], session_id=str(raw.get("session_id", "")),
                             raw=raw)
-    return _ADAPTER.validate_python(raw)
+    event: SessionEvent = _ADAPTER.validate_python(raw)
+    return event

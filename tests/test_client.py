@@ -36,7 +36,7 @@ from schemas.session import Rejection, SessionConfig
 from tests.checkpoint_model import CheckpointModel
 from tests.fake_anthropic import text_message
 from tests.harness import keel_worker, make_settings
-from workflows.session import TOO_LONG_MESSAGE
+from workflows.turn import TOO_LONG_MESSAGE
 
 
 @pytest.fixture

@@ -91,9 +91,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.options import FILE_CALL
     from workflows.run import SessionRun
     from workflows.tools import BUILTIN_NAMES, ToolRunner
-    from workflows.turn import TOO_LONG_MESSAGE, TurnEnd, Turns
+    from workflows.turn import TurnEnd, Turns
 
-__all__ = ["TOO_LONG_MESSAGE", "SessionWorkflow"]
+__all__ = ["SessionWorkflow"]
 
 KEPT_OUTCOMES = 16  # carried over continue-as-new
 

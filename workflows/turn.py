@@ -31,10 +31,15 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.session import (
         INPUT_NOT_RECORDED,
+        MemoryStep,
+        ModelAsk,
         ModelCallInput,
         ModelCallResult,
         RecordInput,
+        RecordStep,
+        RoomSteps,
         SessionActivities,
+        WindowSpan,
     )
     from schemas.checkpoint.policy import (
         RoomStep,
@@ -301,14 +306,15 @@ class Turns:
         run, state, turn = self.run, self.run.state, self.turn
         return ModelCallInput(
             session_id=state.session_id, turn=state.turn, reply_seq=seq,
-            window_start_seq=state.window_start_seq, upto_seq=upto,
-            checkpoint_id=state.checkpoint_id, model=state.config.model,
-            window=run.window, usage_ratio=state.usage_ratio,
-            room_asked=call.tried.asked, cut_newest_output=call.tried.output_cut,
-            memory_block=turn.memory_block, keep_recent_seq=turn.first_seq,
-            memory_scope=state.config.memory_scope,
-            agent=state.config.agent, mcp_tools=state.mcp_tools,
-            record=call.records, record_within_s=call.record_within, recall=call.recall)
+            span=WindowSpan(start_seq=state.window_start_seq, upto_seq=upto,
+                            checkpoint_id=state.checkpoint_id, keep_recent_seq=turn.first_seq),
+            ask=ModelAsk(model=state.config.model, window=run.window,
+                         usage_ratio=state.usage_ratio, agent=state.config.agent,
+                         mcp_tools=state.mcp_tools),
+            room=RoomSteps(asked=call.tried.asked, cut_newest_output=call.tried.output_cut),
+            memory=MemoryStep(scope=state.config.memory_scope, block=turn.memory_block,
+                              recall=call.recall),
+            first=RecordStep(inputs=call.records, within_s=call.record_within))
 
     async def _call_failed(self, err: ActivityError, seq: int, upto: int,
                            call: _Call) -> CallEnd | None:

@@ -13,7 +13,7 @@ from keel.client import MessageRejectedError, session_config
 from tests.checkpoint_model import CheckpointModel
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
-from workflows.session import TOO_LONG_MESSAGE
+from workflows.turn import TOO_LONG_MESSAGE
 
 WINDOW, OUTPUT = 12_000, 512
 
