@@ -34,7 +34,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -59,7 +58,7 @@ from temporalio.worker import Worker  # noqa: E402
 
 from activities.context import SessionContext  # noqa: E402
 from activities.db import close_pools, get_pool  # noqa: E402
-from bench.common import percentile, source_commit, table  # noqa: E402
+from bench.common import cancel_on_sigterm, percentile, source_commit, table  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from keel.devstack import running_stack  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
@@ -89,6 +88,13 @@ def machine() -> dict[str, Any]:
             "commit": source_commit(), "platform": platform.platform()}
 
 
+
+
+def finish(name: str, result: dict[str, Any]) -> None:
+    """Write the run's figures to bench/results/<name>.json and say where."""
+    path = write_json(name, result)
+    say(f"\ntotal {result['total_seconds']} s at commit {result['machine']['commit']}; "
+        f"figures written to {path.relative_to(ROOT)}")
 
 
 def write_json(name: str, data: dict[str, Any]) -> Path:
@@ -870,17 +876,8 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def cancel_on_sigterm() -> None:
-    """A `timeout` or `kill` cancels the run, so the stack still stops and is removed."""
-    task = asyncio.current_task()
-    if task is not None:
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-
-
 if __name__ == "__main__":
     arguments = parse_args()
     result = asyncio.run(main(arguments))
     report(result)
-    path = write_json(arguments.name, result)
-    say(f"\ntotal {result['total_seconds']} s at commit {result['machine']['commit']}; "
-        f"figures written to {path.relative_to(ROOT)}")
+    finish(arguments.name, result)

@@ -33,8 +33,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.bench_runtime import bench_stack, cancel_on_sigterm, machine, ms, write_json  # noqa: E402
-from bench.common import percentile, table  # noqa: E402
+from bench.bench_runtime import bench_stack, finish, machine, ms  # noqa: E402
+from bench.common import (  # noqa: E402
+    cancel_on_sigterm,
+    percentile,
+    table,
+)
 from keel.client import KeelClient, SessionHandle  # noqa: E402
 from schemas.config import ModelSettings  # noqa: E402
 from schemas.events import TextDelta  # noqa: E402
@@ -155,6 +159,4 @@ if __name__ == "__main__":
     arguments = parse_args()
     result = asyncio.run(main(arguments))
     report(result)
-    path = write_json(arguments.name, result)
-    say(f"\ntotal {result['total_seconds']} s at commit {result['machine']['commit']}; "
-        f"figures written to {path.relative_to(ROOT)}")
+    finish(arguments.name, result)

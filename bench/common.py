@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,3 +41,10 @@ def source_commit() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip() or "unknown"
+
+
+def cancel_on_sigterm() -> None:
+    """A `timeout` or `kill` cancels the run, so the stack still stops and is removed."""
+    task = asyncio.current_task()
+    if task is not None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)

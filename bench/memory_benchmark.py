@@ -57,7 +57,6 @@ import os
 import platform
 import re
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -78,7 +77,7 @@ from psycopg.rows import dict_row  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
 from activities.db import close_pools  # noqa: E402
-from bench.common import source_commit, table  # noqa: E402
+from bench.common import cancel_on_sigterm, source_commit, table  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from keel.devstack import running_stack  # noqa: E402
 from schemas.checkpoint.budgets import CheckpointBudgets  # noqa: E402
@@ -838,13 +837,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--show-failures", type=int, default=1,
                    help="print the rendered text of this many failing / stale checkpoints")
     return p.parse_args()
-
-
-def cancel_on_sigterm() -> None:
-    """A `timeout` or `kill` cancels the run, so the stack still stops and is removed."""
-    task = asyncio.current_task()
-    if task is not None:
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
 
 
 if __name__ == "__main__":
