@@ -4,7 +4,7 @@ Invariant: publishing never fails, slows or blocks the activity. Text is batched
 `TextDelta` per `interval` or per `max_chars` characters, whichever comes first) and sent by
 a background task as the stream's publish signal; a send that fails is logged and retried
 with the same sequence on the next tick (the workflow drops a batch it has already taken),
-and whatever is still unsent when the activity ends is given `close_timeout` and then
+and whatever is still unsent when the activity ends is given `CLOSE_TIMEOUT` and then
 dropped. Deltas are a live view, not the record: the reply is durable in PostgreSQL.
 
     async with DeltaPublisher.for_activity(session_id, turn, reply_seq) as deltas:
@@ -165,7 +165,7 @@ class DeltaPublisher:
         return tail
 
     async def close(self) -> None:
-        """Send what is left, waiting at most `close_timeout`. Never raises."""
+        """Send what is left, waiting at most `CLOSE_TIMEOUT`. Never raises."""
         self._closing = True
         self._wake.set()
         if self._task is not None:

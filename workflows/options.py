@@ -38,7 +38,7 @@ from temporalio.workflow import ActivityConfig
 from schemas.config import vault_queue
 
 # A worker that misses four beats is gone; the activity beats at a quarter of this
-# (see activities.model.with_heartbeat, which reads it from activity.info()).
+# (see activities.heartbeat.with_heartbeat, which reads it from activity.info()).
 HEARTBEAT = timedelta(seconds=20)
 
 # The exception class names (the failure's type) a retry cannot fix: a programming error,
