@@ -24,12 +24,12 @@ import pytest
 from rich.console import Console
 
 from keel.client import KeelClient
-from keel.demo import FIRST_REQUEST, drive_session, seed_workspace
+from keel.demo import drive_session
 from keel.ui.app import UiContext, create_app
 from keel.ui.security import UnsafeBindError, check_bind
 from keel.ui.server import ui_server
-from schemas.agent import AgentSpec, ApprovalPolicy, ApprovalRules
 from tests.harness import keel_worker, make_settings
+from tests.ui.support import waiting_for_approval
 
 MESSAGE = re.compile(r'<article class="msg msg-(\w+)" id="m(\d+)"')
 
@@ -102,17 +102,9 @@ async def test_a_demo_session_over_http(client, database_url, tmp_path):
 
 async def test_an_approval_decided_over_http(client, database_url, tmp_path):
     settings = make_settings(database_url, tmp_path)
-    session_id = f"ui-ok-{uuid.uuid4().hex[:6]}"
-    seed_workspace(settings.workspaces_dir / session_id)
-    spec = AgentSpec(approvals=ApprovalRules(tools={"write_file": ApprovalPolicy.ASK}))
-    async with keel_worker(client, settings) as keel:
-        handle = await keel.start_session(session_id, agent=spec)
-        accepted = await handle.send(FIRST_REQUEST)  # the offline model writes a review
-        for _ in range(300):
-            if await handle.pending():
-                break
-            await asyncio.sleep(0.1)
-        (waiting,) = await handle.pending()
+    async with waiting_for_approval(client, settings) as w:
+        keel, handle, session_id = w.keel, w.handle, w.session_id
+        (waiting,) = w.pending
         async with (ui_server(keel, settings, database_url, port=0) as url,
                     httpx.AsyncClient(timeout=20) as http):
             base = url.removesuffix("/sessions")
@@ -127,7 +119,7 @@ async def test_an_approval_decided_over_http(client, database_url, tmp_path):
                 headers={"Origin": base})
             assert decided.status_code == 303, decided.text
             assert decided.headers["location"] == f"/sessions/{session_id}"
-            outcome = await asyncio.wait_for(handle.wait_reply(accepted.seq), 30)
+            outcome = await asyncio.wait_for(handle.wait_reply(w.asked_seq), 30)
             assert not outcome.error and outcome.reply_text
             assert not await handle.pending()
             again = await http.post(

@@ -22,6 +22,7 @@ from rich.console import Console
 from keel.demo import drive_session
 from keel.ui.server import ui_server
 from tests.harness import keel_worker, make_settings
+from tests.ui.support import waiting_for_approval
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -155,21 +156,9 @@ async def test_demo_session_in_the_browser(client, database_url, tmp_path, brows
 
 async def test_an_approval_clicked_in_the_page_resumes_the_session(client, database_url,
                                                                      tmp_path, browser):
-    from keel.demo import FIRST_REQUEST, seed_workspace
-    from schemas.agent import AgentSpec, ApprovalPolicy, ApprovalRules
-
     settings = make_settings(database_url, tmp_path)
-    session_id = f"ui-ok-{uuid.uuid4().hex[:6]}"
-    seed_workspace(settings.workspaces_dir / session_id)
-    spec = AgentSpec(approvals=ApprovalRules(tools={"write_file": ApprovalPolicy.ASK}))
-    async with keel_worker(client, settings) as keel:
-        handle = await keel.start_session(session_id, agent=spec)
-        accepted = await handle.send(FIRST_REQUEST)  # the offline model writes a review
-        for _ in range(300):
-            if await handle.pending():
-                break
-            await asyncio.sleep(0.1)
-        waiting = await handle.pending()
+    async with waiting_for_approval(client, settings) as w:
+        keel, handle, session_id, waiting = w.keel, w.handle, w.session_id, w.pending
         assert waiting, "no call waits for approval"
         async with ui_server(keel, settings, database_url, port=0) as url:
             page = await browser.new_page(viewport={"width": 1400, "height": 900})
@@ -179,7 +168,7 @@ async def test_an_approval_clicked_in_the_page_resumes_the_session(client, datab
             await shot(page, "11-approval-pending", full_page=False)
             await box.locator("button.approve").click()
             await page.wait_for_url(f"**/sessions/{session_id}")
-            outcome = await asyncio.wait_for(handle.wait_reply(accepted.seq), 30)
+            outcome = await asyncio.wait_for(handle.wait_reply(w.asked_seq), 30)
             assert not outcome.error and outcome.reply_text
             assert not await handle.pending()
             await page.close()
