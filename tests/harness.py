@@ -3,7 +3,9 @@ process a test started."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -49,3 +51,17 @@ def stop_process(proc: subprocess.Popen, grace_s: float = 5) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(grace_s)
+
+
+async def output_until(proc: subprocess.Popen[str], marker: str, within_s: float) -> str:
+    """A process's output read line by line until `marker` shows (or it ends, or
+    `within_s` passes): what it printed so far."""
+    seen = ""
+    deadline = time.monotonic() + within_s
+    assert proc.stdout is not None
+    while marker not in seen and time.monotonic() < deadline:
+        line = await asyncio.to_thread(proc.stdout.readline)
+        if not line:
+            break
+        seen += line
+    return seen

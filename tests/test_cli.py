@@ -23,7 +23,7 @@ from typer.testing import CliRunner, Result
 
 from keel.cli import app
 from keel.client import KeelClient
-from tests.harness import keel_worker, make_settings
+from tests.harness import keel_worker, make_settings, output_until
 
 
 @pytest.fixture
@@ -182,14 +182,7 @@ async def test_commands_find_the_dev_stack_from_its_stack_file(cli_env, tmp_path
 
 
 async def _running(proc: subprocess.Popen) -> str:
-    seen = ""
-    deadline = time.monotonic() + 30
-    assert proc.stdout is not None
-    while "worker running" not in seen and time.monotonic() < deadline:
-        line = await asyncio.to_thread(proc.stdout.readline)
-        if not line:
-            break
-        seen += line
+    seen = await output_until(proc, "worker running", 30)
     assert "worker running" in seen, seen
     return seen
 

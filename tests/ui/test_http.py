@@ -28,7 +28,7 @@ from keel.demo import drive_session
 from keel.ui.app import UiContext, create_app
 from keel.ui.security import UnsafeBindError, check_bind
 from keel.ui.server import ui_server
-from tests.harness import keel_worker, make_settings
+from tests.harness import keel_worker, make_settings, output_until
 from tests.ui.support import waiting_for_approval
 
 MESSAGE = re.compile(r'<article class="msg msg-(\w+)" id="m(\d+)"')
@@ -183,14 +183,7 @@ async def test_keel_dev_prints_a_ui_url_that_answers(client, database_url, tmp_p
     proc = subprocess.Popen([keel_bin, "dev", "--ui-port", "0"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        seen = ""
-        deadline = time.monotonic() + 40
-        assert proc.stdout is not None
-        while "worker running" not in seen and time.monotonic() < deadline:
-            line = await asyncio.to_thread(proc.stdout.readline)
-            if not line:
-                break
-            seen += line
+        seen = await output_until(proc, "worker running", 40)
         found = re.search(r"http://127\.0\.0\.1:\d+/sessions", seen)
         assert found and "Keel UI" in seen, seen
         with urllib.request.urlopen(found[0], timeout=10) as response:
