@@ -26,6 +26,7 @@ from typing import Any
 
 from anthropic.types import Message
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities import checkpoint_attempts as attempts
 from activities import checkpoint_turn as turn
@@ -44,6 +45,8 @@ from activities.checkpoint_prepare import prepare
 from activities.checkpoint_store import check, move_half, store_model_checkpoint
 from activities.context import SessionContext
 from activities.heartbeat import with_heartbeat
+from activities.model_call import refusal
+from schemas.model import PROMPT_TOO_LONG
 
 __all__ = [
     "CheckResult", "CheckpointActivities", "MoveInput", "PrepareInput", "PrepareResult",
@@ -70,14 +73,28 @@ class CheckpointActivities:
             if len(rounds) > data.round_no:  # this round already ran: report it again
                 done_round = rounds[data.round_no]
                 return RoundResult(done=not done_round["results"],
-                                   tool_calls=len(done_round["results"]))
-            request = await turn.round_request(self.ctx, conn, attempt, data)
-            message = await self._ask_model(request)
-            return await turn.run_round(self.ctx, conn, attempt, data, message)
+                                   tool_calls=len(done_round["results"]),
+                                   final=bool(done_round.get("final")))
+            planned = await turn.round_request(self.ctx, conn, attempt, data)
+            if planned.request is None:  # not even the now fits: the files stand as they are
+                return RoundResult(done=True, no_room=True, final=planned.final)
+            try:
+                message = await self._ask_model(attempts.meta(attempt), planned.request)
+            except ApplicationError as err:
+                if err.type != PROMPT_TOO_LONG:
+                    raise
+                # The API's count: the session corrects its estimate, the turn keeps what
+                # its rounds wrote (workflows.checkpoint).
+                return RoundResult(done=True, final=planned.final,
+                                   refused=refusal(err, planned.predicted))
+            return await turn.run_round(self.ctx, conn, attempt, data, planned, message)
 
-    async def _ask_model(self, request: dict[str, Any]) -> Message:
-        """One round's reply from the worker's own model."""
-        return await with_heartbeat(self.ctx.model.create(self.ctx.settings.model, request))
+    async def _ask_model(self, meta: PrepareInput, request: dict[str, Any]) -> Message:
+        """One round's reply from the worker's own model (the offline one takes the
+        session's window as its own)."""
+        model = self.ctx.settings.model.model_copy(
+            update={"context_window": meta.window.context_window})
+        return await with_heartbeat(self.ctx.model.create(model, request))
 
     @activity.defn
     async def validate_checkpoint(self, attempt_id: str) -> CheckResult:

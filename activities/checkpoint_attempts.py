@@ -55,17 +55,22 @@ async def read_file(store: WorkspaceStore, session_id: str, rel: str) -> str:
 
 
 async def kept_rows(conn: AsyncConnection, session_id: str,
-                    before: PreviousCheckpoint | None) -> list[RecordRow]:
-    # Kept messages the budget left in the record are still kept: offered ticked again.
+                    before: PreviousCheckpoint | None, turn_first_seq: int) -> list[RecordRow]:
+    """The messages offered ticked: those the memo kept (the budget may have left some in
+    the record only: still kept), and those carried as their turn's request whose turn is
+    over (before `turn_first_seq`): they leave the carried set only through the memo."""
     kept_seqs = sorted({int(e["seq"]) for e in (before.memo if before else [])}
-                       | set(before.memo_dropped_seqs if before else []))
+                       | set(before.memo_dropped_seqs if before else [])
+                       | {s for s in (before.carried_seqs if before else [])
+                          if s < turn_first_seq})
     return await load_seqs(conn, session_id, kept_seqs)
 
 
 async def candidates(conn: AsyncConnection, session_id: str,
-                     before: PreviousCheckpoint | None,
-                     moving: list[RecordRow]) -> list[MemoCandidate]:
-    return memo_candidates(await kept_rows(conn, session_id, before), moving)
+                     before: PreviousCheckpoint | None, moving: list[RecordRow],
+                     turn_first_seq: int) -> list[MemoCandidate]:
+    return memo_candidates(await kept_rows(conn, session_id, before, turn_first_seq), moving,
+                           in_turn_from=turn_first_seq)
 
 
 async def attempt(conn: AsyncConnection, attempt_id: str) -> dict[str, Any]:

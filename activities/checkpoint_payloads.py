@@ -15,6 +15,7 @@ from schemas.checkpoint.budgets import CheckpointBudgets
 from schemas.checkpoint.policy import ModelWindow
 from schemas.checkpoint.problems import Problem
 from schemas.mcp import McpTool
+from schemas.model import TooLong
 
 __all__ = [
     "CheckResult", "MoveInput", "PrepareInput", "PrepareResult", "PreviousCheckpoint",
@@ -53,6 +54,10 @@ class PrepareInput(WindowRef):
     view: str = "full"  # schemas.checkpoint.policy.CheckpointView, chosen by prepare
     omit_seq: int | None = None  # the newest tool output left out of the turn's view
     usage_ratio: float = 1.0  # the API's count over Keel's estimate, as call_model uses it
+    # Prepare's estimate of the turn's first request (the ratio applied), before any round
+    # tells the API's own count: the rounds size themselves from it (activities.
+    # checkpoint_turn).
+    first_request_tokens: int = 0
 
 
 class PrepareResult(BaseModel):
@@ -73,6 +78,9 @@ class RoundInput(BaseModel):
 class RoundResult(BaseModel):
     done: bool
     tool_calls: int = 0
+    final: bool = False  # this round asked for the now alone (its rounds ran out of room)
+    no_room: bool = False  # not sent: not even the now fits; the turn ends with its files
+    refused: TooLong | None = None  # the API refused it as too long (its count, Keel's estimate)
 
 
 class CheckResult(BaseModel):

@@ -25,7 +25,13 @@ from activities.window import LoadedWindow
 from schemas.checkpoint.budgets import CheckpointBudgets
 from schemas.checkpoint.memo import MemoCandidate, memo_candidates, render_checklist
 from schemas.checkpoint.mind import MindDocument
-from schemas.checkpoint.policy import CheckpointView, checkpoint_reply_room, checkpoint_view
+from schemas.checkpoint.policy import (
+    RATIO_MIN,
+    CheckpointView,
+    checkpoint_reply_room,
+    checkpoint_view,
+    checkpoint_view_room,
+)
 from schemas.checkpoint.prepass import prepass
 from schemas.checkpoint.request import (
     MEMO_FILE,
@@ -64,7 +70,7 @@ class _Turn:
         """The candidates, instruction and in-turn user seqs of a cut at `cut`."""
         data, previous = self.data, self.previous
         moving = [r for r in self.live if r.seq < cut]
-        candidates = memo_candidates(self.kept_rows, moving)
+        candidates = memo_candidates(self.kept_rows, moving, in_turn_from=data.turn_first_seq)
         in_turn = sorted({r.seq for r in moving if r.type == MessageType.USER
                           and r.seq >= data.turn_first_seq}
                          | {s for s in (previous.carried_seqs if previous else [])
@@ -76,23 +82,27 @@ class _Turn:
         return candidates, instruction, in_turn
 
     def size(self, shown: list[RecordRow], instruction: str) -> int:
+        """The first request's estimate (the usage ratio applied) with its reply room."""
         raw = estimate_tokens(self.window.system, shown, [
             self.window.checkpoint_text or "", REQUEST_MARKER, instruction], tools=self.tools)
-        return int(raw * max(self.data.usage_ratio, 0.5)) + self.reply_room
+        return int(raw * max(self.data.usage_ratio, RATIO_MIN)) + self.reply_room
 
 
 @dataclass
 class _View:
     view: CheckpointView
     cut: int
+    size: int = 0  # the first request's estimate with its reply room
     omit_seq: int | None = None
     portion: float | None = None  # the share shown, when only an earlier part is
 
 
 def _choose_view(turn: _Turn, cut: int, instruction: str) -> _View:
     """What the turn is shown (for a whole-window checkpoint: a smaller one condenses the
-    earlier part it was told to)."""
-    live, shown_rows, room = turn.live, turn.shown_rows, turn.data.window.context_window
+    earlier part it was told to): the most whose first request leaves every later request
+    of the turn room in the window (`checkpoint_view_room`)."""
+    live, shown_rows = turn.live, turn.shown_rows
+    room = checkpoint_view_room(turn.data.window.context_window, turn.reply_room)
     newest = newest_tool_output(live)
     full = turn.size(shown_rows, instruction)
     without = turn.size(leave_out_output(shown_rows, newest.seq), instruction) \
@@ -103,17 +113,25 @@ def _choose_view(turn: _Turn, cut: int, instruction: str) -> _View:
             earlier.append((at, turn.size([r for r in shown_rows if r.seq < at],
                                           turn.at(at)[1])))
     view, earlier_cut = checkpoint_view(full, without, earlier, room)
+    if view in (CheckpointView.EARLIER, CheckpointView.NONE):
+        # Past the threshold by more than the margin: the whole view with its later rounds
+        # squeezed (the rounds size themselves, activities.checkpoint_turn) over a part.
+        tight = checkpoint_view_room(turn.data.window.context_window, turn.reply_room,
+                                     tight=True)
+        if full <= tight or (without is not None and without <= tight):
+            view, earlier_cut = checkpoint_view(full, without, [], tight)
     activity.logger.info("checkpoint view %s: full turn %d, without the newest "
-                         "output %s, window %d", view.value, full, without, room)
+                         "output %s, room %d", view.value, full, without, room)
     if view is CheckpointView.WITHOUT_NEWEST_OUTPUT:
-        assert newest is not None
-        return _View(view, cut, omit_seq=newest.seq)
+        assert newest is not None and without is not None
+        return _View(view, cut, size=without, omit_seq=newest.seq)
     if view is CheckpointView.EARLIER:
         assert earlier_cut is not None
         total = max(1, sum(r.token_count for r in live))
         shown_share = sum(r.token_count for r in live if r.seq < earlier_cut) / total
-        return _View(view, earlier_cut, portion=min(0.99, round(shown_share, 2)))
-    return _View(view, cut)
+        return _View(view, earlier_cut, size=dict(earlier)[earlier_cut],
+                     portion=min(0.99, round(shown_share, 2)))
+    return _View(view, cut, size=full)
 
 
 async def _write_attempt(ctx: SessionContext, conn: AsyncConnection, data: PrepareInput,
@@ -154,12 +172,14 @@ async def prepare(ctx: SessionContext, conn: AsyncConnection,
     turn = _Turn(
         data=data, budgets=budgets, window=window, live=live, shown_rows=shown_rows,
         previous=previous, previous_mind=previous_mind,
-        kept_rows=await attempts.kept_rows(conn, data.session_id, previous),
+        kept_rows=await attempts.kept_rows(conn, data.session_id, previous,
+                                           data.turn_first_seq),
         tools=await ctx.prompt.session_tools(data.session_id, data.agent, data.mcp_tools),
         reply_room=checkpoint_reply_room(data.window.context_window,
                                          data.window.max_output_tokens))
     candidates, instruction, in_turn = turn.at(cut)
-    chosen = _View(CheckpointView.EARLIER, cut)
+    chosen = _View(CheckpointView.EARLIER, cut, size=turn.size(
+        [r for r in shown_rows if r.seq < cut], instruction))
     if data.portion >= 1.0:
         chosen = _choose_view(turn, cut, instruction)
         if chosen.view is CheckpointView.NONE:
@@ -167,7 +187,8 @@ async def prepare(ctx: SessionContext, conn: AsyncConnection,
         if chosen.view is CheckpointView.EARLIER:
             candidates, instruction, in_turn = turn.at(chosen.cut)
             data = data.model_copy(update={"portion": chosen.portion})
-    data = data.model_copy(update={"view": chosen.view.value, "omit_seq": chosen.omit_seq})
+    data = data.model_copy(update={"view": chosen.view.value, "omit_seq": chosen.omit_seq,
+                                   "first_request_tokens": chosen.size - turn.reply_room})
     await _write_attempt(ctx, conn, data, chosen.cut, candidates, in_turn, previous_mind)
     return PrepareResult(ok=True, cut_seq=chosen.cut, candidates=len(candidates),
                          view=chosen.view.value)

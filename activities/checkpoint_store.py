@@ -154,7 +154,8 @@ async def move_half(ctx: SessionContext, conn: AsyncConnection,
         return StoreResult(stored=False, reason="nothing left to move out")
     previous = await attempts.previous(conn, data.checkpoint_id)
     moving = [r for r in live if r.seq < cut]
-    candidates = await attempts.candidates(conn, data.session_id, previous, moving)
+    candidates = await attempts.candidates(conn, data.session_id, previous, moving,
+                                           data.turn_first_seq)
     memo = assemble_memo(candidates, budgets)  # every user message that moves out
     mind = previous.mind_text if previous else MindDocument.template().text
     carried = sorted({r.seq for r in moving if r.type == MessageType.USER

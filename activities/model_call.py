@@ -41,6 +41,7 @@ from schemas.context import estimate_tokens, fit_newest_tool_output
 from schemas.events import SHORT_INPUT_CHARS, DeltaTail, cut
 from schemas.mcp import McpTool
 from schemas.messages import MessageType, ModelReply, RecordRow, ToolCall, Usage
+from schemas.model import TooLong
 from schemas.text import make_storable, make_storable_json
 from schemas.vault.recall import RecallInput, RecallResult, scrub_memory_echo
 from schemas.vault.scope import DEFAULT_SCOPE
@@ -49,7 +50,7 @@ __all__ = [
     "INPUT_NOT_RECORDED", "RECALL_STEP_S", "RECORD_STEP_S", "FirstSteps", "LoadedRequest",
     "MemoryStep", "ModelAsk", "ModelCallInput", "ModelCallResult", "RecordStep",
     "RoomSteps", "SizedRequest", "WindowSpan", "insert_reply", "load_request",
-    "recall_step", "record_first", "reply_from_row", "retried_elsewhere", "size_request",
+    "recall_step", "record_first", "refusal", "reply_from_row", "retried_elsewhere", "size_request",
 ]
 
 # The model call's record step failed: nothing else was done (the workflow records the
@@ -159,6 +160,8 @@ class ModelCallResult(BaseModel):
     recall: RecallResult | None = None  # the search asked for, when it answered
     recall_failed: str | None = None  # why the search asked for did not
     stream_tail: DeltaTail | None = None  # the reply's text no delta carried yet
+    # The API refused the request as too long: its count, and Keel's estimate of it.
+    refused: TooLong | None = None
 
 
 # ----- record first, recall ---------------------------------------------------------------
@@ -200,11 +203,13 @@ class FirstSteps:
     def result(self, *, reply: ModelReply | None = None, size: Fit = Fit.FITS,
                estimated_tokens: int = 0, output_cut: bool = False,
                notes: list[str] | None = None, replaced: list[str] | None = None,
-               stream_tail: DeltaTail | None = None) -> ModelCallResult:
+               stream_tail: DeltaTail | None = None,
+               refused: TooLong | None = None) -> ModelCallResult:
         return ModelCallResult(
             reply=reply, fit=size, estimated_tokens=estimated_tokens, output_cut=output_cut,
             notes=notes or [], replaced=replaced or [], recorded=self.recorded,
-            recall=self.recall, recall_failed=self.recall_failed, stream_tail=stream_tail)
+            recall=self.recall, recall_failed=self.recall_failed, stream_tail=stream_tail,
+            refused=refused)
 
 
 async def recall_step(ctx: SessionContext, conn: AsyncConnection, memory: MemoryStep,
@@ -294,6 +299,14 @@ def size_request(loaded: LoadedRequest, data: ModelCallInput) -> SizedRequest:
 
 
 # ----- the reply ---------------------------------------------------------------------------
+
+def refusal(err: ApplicationError, estimate: int) -> TooLong:
+    """A too-long refusal (`PROMPT_TOO_LONG`: its details are the API's count and maximum)
+    as the result carries it, with Keel's estimate of the refused request."""
+    details = list(err.details or ())
+    return TooLong(prompt_tokens=details[0] if details else None,
+                   maximum=details[1] if len(details) > 1 else None, estimate=estimate)
+
 
 def _reply_blocks(message: Message) -> tuple[list[dict[str, Any]], list[str]]:
     """The reply's text and tool-use blocks, recalled memory scrubbed from the text; what

@@ -55,6 +55,7 @@ from activities.model_call import (
     load_request,
     recall_step,
     record_first,
+    refusal,
     reply_from_row,
     retried_elsewhere,
     size_request,
@@ -73,9 +74,10 @@ from activities.tools import ToolContext, ToolOutput, execute_tool
 from activities.vault.search import search, touch_documents
 from activities.vault.store import VaultError
 from schemas.agent import cut_result
-from schemas.checkpoint.policy import sendable
+from schemas.checkpoint.policy import Fit, sendable
 from schemas.events import SHORT_OUTPUT_CHARS, DeltaTail, cut
 from schemas.messages import MessageType
+from schemas.model import PROMPT_TOO_LONG
 from schemas.request import model_call_request
 from schemas.text import make_storable, make_storable_json
 from schemas.tools import MEMORY_TOOLS
@@ -160,7 +162,15 @@ class SessionActivities:
                 system=loaded.window.system, rows=sized.rows,
                 checkpoint_text=loaded.window.checkpoint_text, memory_block=block,
                 tools=loaded.tools)
-            message, tail = await self._ask_model(data, request)
+            try:
+                message, tail = await self._ask_model(data, request)
+            except ApplicationError as err:
+                if err.type != PROMPT_TOO_LONG:
+                    raise
+                # Not a failure: the ladder's input. The API's count corrects the estimate
+                # and the session makes room (workflows.turn).
+                return first.result(size=Fit.OVER_LIMIT, estimated_tokens=sized.estimate,
+                                    refused=refusal(err, sized.estimate))
             reply, replaced = await insert_reply(conn, data, message)
             return first.result(reply=reply, size=sized.size, estimated_tokens=sized.estimate,
                                 output_cut=sized.output_cut, notes=sized.notes + notes,
@@ -176,6 +186,8 @@ class SessionActivities:
         except KeyError:
             raise ApplicationError(f"provider profile {provider!r} is unknown to this "
                                    "worker", non_retryable=True) from None
+        # The session's window: the offline model takes it as its own (the API knows it).
+        model = model.model_copy(update={"context_window": data.ask.window.context_window})
         if not self.ctx.settings.model.stream:
             return await with_heartbeat(self.ctx.model.create(model, request)), None
         deltas = DeltaPublisher.for_activity(data.session_id, data.turn, data.reply_seq)

@@ -77,23 +77,28 @@ from psycopg.rows import dict_row  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
 from activities.db import close_pools  # noqa: E402
+from activities.offline.model import respond as offline_respond  # noqa: E402
 from bench.common import cancel_on_sigterm, source_commit, table  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from keel.devstack import running_stack  # noqa: E402
 from schemas.checkpoint.budgets import CheckpointBudgets  # noqa: E402
 from schemas.checkpoint.mind import MindDocument, entry_survives  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
+from tests.fake_anthropic import FakeAnthropic  # noqa: E402
 from tests.queue_fixture import FIRST_REQUEST, seed_queue  # noqa: E402
 from workers.worker import build_worker  # noqa: E402
 
 RESULTS_DIR = ROOT / "bench" / "results"
 FIRST_PR = 101
-# window -> (max output tokens, turns per session)
-WINDOW_PLAN: dict[int, tuple[int, int]] = {
-    8_000: (512, 100), 16_000: (1_024, 80), 32_000: (2_048, 80),
-    128_000: (8_192, 80), 200_000: (8_192, 80),
+# window -> (max output tokens, turns per session, growth): `growth` scales how much each
+# turn adds (the PR file and the reply that repeats its summary), so every window sees
+# five or more checkpoints a session in its turns.
+WINDOW_PLAN: dict[int, tuple[int, int, float]] = {
+    8_000: (512, 100, 1.0), 16_000: (1_024, 80, 1.0), 32_000: (2_048, 80, 1.6),
+    128_000: (16_384, 80, 2.5), 200_000: (16_384, 80, 2.5), 1_000_000: (64_000, 80, 2.5),
 }
-DEFAULT_WINDOWS = [16_000, 32_000, 128_000, 200_000]
+DEFAULT_WINDOWS = [16_000, 32_000, 128_000, 200_000, 1_000_000]
+DEFAULT_SKEWS = [0.8, 1.0, 1.25]
 CONTINUE = "continue"
 APPROVAL = "Approved: go ahead, then continue with the queue."
 CONSTRAINT = "From now on, never approve a PR that touches billing without asking me."
@@ -170,18 +175,29 @@ def stop_embedded_postgres(data_dir: Path) -> None:
 
 
 @asynccontextmanager
-async def bench_stack() -> AsyncIterator[tuple[Client, KeelSettings, Path]]:
+async def bench_stack(api: str, window: int, skew: float,
+                      ) -> AsyncIterator[tuple[Client, KeelSettings, Path, FakeAnthropic | None]]:
+    """One embedded stack; the model is the offline model's rules behind the strict fake
+    Messages API (`api == "fake"`: it counts every block and the tool definitions at
+    `skew` and refuses past `window` as the API does), or the offline backend itself."""
     tmp = Path(tempfile.mkdtemp(prefix="keel-memory-bench-"))
     os.chmod(tmp, 0o755)
-    # No API key, no base URL: the offline deterministic model answers.
+    fake = None
+    if api == "fake":
+        fake = FakeAnthropic(offline_respond, strict=True, context_window=window,
+                             skew=skew).start()
+        model = ModelSettings(base_url=fake.base_url, api_key="bench-key")
+    else:  # no API key, no base URL: the offline backend, with the same accounting
+        model = ModelSettings(offline_token_skew=skew)
     settings = KeelSettings(data_dir=tmp, task_queue=f"bench-{uuid.uuid4().hex[:8]}",
-                            model=ModelSettings())
-    assert settings.model.offline
+                            model=model)
     try:
         async with running_stack(settings) as stack:
             settings = settings.model_copy(update={"database_url": stack.database_url})
-            yield stack.client, settings, tmp
+            yield stack.client, settings, tmp, fake
     finally:
+        if fake is not None:
+            fake.stop()
         await close_pools()
         stop_embedded_postgres(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -232,12 +248,13 @@ async def wait_idle(session: SessionHandle) -> None:
         await asyncio.sleep(0.05)
 
 
-def pr_lines(window: int) -> int:
-    """Lines per PR file (about 14 tokens each): ~window/21 tokens, at most ~10k."""
-    return max(10, min(700, window // 300))
+def pr_lines(window: int, growth: float = 1.0) -> int:
+    """Lines per PR file (about 14 tokens each): ~window/21 tokens, at most ~10k (times
+    `growth`)."""
+    return int(max(10, min(700, window // 300)) * growth)
 
 
-def enrich_prs(workspace: Path, window: int, max_output: int) -> None:
+def enrich_prs(workspace: Path, window: int, max_output: int, growth: float = 1.0) -> None:
     """Make the PR files as a mature session sees them. A summary the review reply repeats
     (about a fiftieth of the window: the conversation grows by that each turn, while old
     tool outputs are shrunk by the pre-pass), and one line per mind section, about four
@@ -247,7 +264,8 @@ def enrich_prs(workspace: Path, window: int, max_output: int) -> None:
     for path in sorted((workspace / "prs").glob("*.md")):
         n = int(path.stem)
         # ~4 tokens a pair, about as the offline model's usage (characters / 4) counts them
-        gist = " ".join(f"handler{i % 7} case{n}x{i}" for i in range(window // 200))
+        gist = " ".join(f"handler{i % 7} case{n}x{i}"
+                        for i in range(int(window // 200 * min(growth, 1.5))))
         lines = [f"## Summary\nPR #{n} adjusts {gist}. It keeps the tests green.", ""]
         for section, limit in limits.items():
             body = " ".join(f"note{n} item{i}" for i in range(max(2, limit // 6)))
@@ -258,12 +276,12 @@ def enrich_prs(workspace: Path, window: int, max_output: int) -> None:
 
 
 async def drive(keel: KeelClient, settings: KeelSettings, sc: Scenario,
-                window: int, max_output: int) -> Drive:
+                window: int, max_output: int, growth: float = 1.0) -> Drive:
     session_id = f"mem-{sc.name}-{uuid.uuid4().hex[:6]}"
     workspace = settings.workspaces_dir / session_id
-    seed_queue(workspace, first=FIRST_PR, count=sc.turns + 40, lines=pr_lines(window),
-               decisions=sc.decisions)
-    enrich_prs(workspace, window, max_output)
+    seed_queue(workspace, first=FIRST_PR, count=sc.turns + 40,
+               lines=pr_lines(window, growth), decisions=sc.decisions)
+    enrich_prs(workspace, window, max_output, growth)
     session = await keel.start_session(session_id, config=session_config(
         settings, context_window=window, max_output_tokens=max_output))
     result = Drive(session_id, settings.workspaces_dir / session_id)
@@ -454,7 +472,7 @@ async def check_session(conn: AsyncConnection, sc: Scenario, d: Drive) -> dict[s
             " c.mind_context_text, c.memo, c.memo_dropped_seqs, c.now_text, c.rendered,"
             " c.rendered_tokens, c.tokens_moved_out, c.carried_seqs, c.fallbacks,"
             " (a.rounds -> 0 -> 'meta' ->> 'portion')::float AS portion,"
-            " a.rounds -> 0 -> 'meta' ->> 'view' AS view"
+            " a.rounds -> 0 -> 'meta' ->> 'view' AS view, a.candidates"
             " FROM checkpoints c LEFT JOIN checkpoint_attempts a"
             " ON c.checkpoint_id = 'ckpt:' || a.attempt_id"
             " WHERE c.session_id=%s ORDER BY c.record_seq", (d.session_id,))
@@ -547,6 +565,7 @@ async def check_session(conn: AsyncConnection, sc: Scenario, d: Drive) -> dict[s
             mind_tokens=MindDocument(text=ck["mind_text"]).total_tokens()))
     reviews = sorted(int(p.stem) for p in d.workspace.glob("reviews/*.md"))
     last_cut = checkpoints[-1]["cut_seq"] if checkpoints else 0
+    user_seqs = [m["seq"] for m in messages if m["type"] == "user"]
     harness_rows = [m for m in messages if m["type"] == "harness"]
     return {
         "reports": reports, "reference_mission": reference,
@@ -559,7 +578,66 @@ async def check_session(conn: AsyncConnection, sc: Scenario, d: Drive) -> dict[s
         "background_inputs": len(harness_rows),
         "background_condensed": sum(1 for m in harness_rows if m["seq"] < last_cut),
         "important_seqs": important_seqs,
+        "lost_user_messages": lost_without_release(checkpoints, user_seqs),
     }
+
+
+def lost_without_release(checkpoints: list[dict[str, Any]], user_seqs: list[int]) -> list[int]:
+    """The user's messages that left the context at some checkpoint without being in its
+    memo, carried, or released by the writer's choice in a checklist (the checkpoint's
+    own, or an earlier one): each should be none."""
+    released: set[int] = set()
+    lost: set[int] = set()
+    for ck in checkpoints:
+        kept = {int(e["seq"]) for e in ck["memo"]} | set(ck["memo_dropped_seqs"])
+        offered = {int(c["seq"]) for c in ck["candidates"] or []} or kept
+        released = (released | (offered - kept)) - kept
+        lost |= {seq for seq in user_seqs if seq < ck["cut_seq"] and seq not in kept
+                 and seq not in ck["carried_seqs"] and seq not in released}
+    return sorted(lost)
+
+
+# ----- what the API saw ----------------------------------------------------------------------
+
+CHECKPOINT_MARKER = "<keel-checkpoint-request>"
+ROLLUP_MARKER = "<keel:rollup"
+TOO_LONG_WORDS = ("prompt is too long", "exceed context limit")
+
+
+def _kind(body: dict[str, Any]) -> str:
+    text = json.dumps(body.get("messages", []), ensure_ascii=False)
+    if ROLLUP_MARKER in text:
+        return "memory flush"
+    return "checkpoint round" if CHECKPOINT_MARKER in text else "turn"
+
+
+def api_figures(fake: FakeAnthropic, first_request: int, first_usage: int) -> dict[str, Any]:
+    """The session's requests as the API counted them: those refused as too long (where,
+    and which rung took the request on), and the share of input read from the cache."""
+    requests = fake.requests[first_request:]
+    refused = {id(r.body) for r in fake.rejections
+               if any(w in r.message for w in TOO_LONG_WORDS)}
+    refusals: list[dict[str, str]] = []
+    for i, body in enumerate(requests):
+        if id(body) not in refused:
+            continue
+        handled = "nothing (the session ended)"
+        for later in requests[i + 1:]:
+            if id(later) in refused:
+                continue
+            kind = _kind(later)
+            if kind != "turn":
+                handled = "checkpoint"
+                break
+            handled = "sent again, made to fit"
+            break
+        refusals.append({"where": _kind(body), "handled_by": handled})
+    usages = fake.usages[first_usage:]
+    total = sum(u.total_input for u in usages)
+    return {"requests": len(requests), "refused_too_long": len(refusals),
+            "refusals": refusals,
+            "cache_read_share": round(sum(u.cache_read for u in usages) / max(1, total), 4),
+            "input_tokens_total": total}
 
 
 # ----- report --------------------------------------------------------------------------------
@@ -632,6 +710,7 @@ def summarize(sc: Scenario, d: Drive, checked: dict[str, Any]) -> dict[str, Any]
         "re_asked_after_approval": checked["re_asked"], "resolutions_sent": d.resolutions,
         "fallbacks_seen": fallbacks,
         "errors": d.errors, "stopped_reason": d.stopped_reason, "queue_done": d.queue_done,
+        "user_messages_lost": checked["lost_user_messages"],
     }
 
 
@@ -743,19 +822,26 @@ async def run_sessions(chosen: list[Scenario], args: argparse.Namespace,
                        out: dict[str, Any],
                        all_reports: list[tuple[str, list[CheckpointReport]]]) -> None:
     """Drive and check `chosen`, one after another, on one embedded stack."""
-    async with bench_stack() as (client, settings, _tmp):
+    async with bench_stack(args.api, args.window, args.skew) as (client, settings, _tmp, fake):
         async with build_worker(client, settings):
             keel = KeelClient(client, settings.task_queue, settings)
             async with await AsyncConnection.connect(settings.database_url or "",
                                                      autocommit=True) as conn:
                 for sc in chosen:
                     say(f"session {sc.name}: {sc.turns} turns on a {args.window:,}-token "
-                        "window...")
-                    d = await drive(keel, settings, sc, args.window, args.max_output)
+                        f"window, tokenizer skew {args.skew:g}...")
+                    marks = (len(fake.requests), len(fake.usages)) if fake else (0, 0)
+                    d = await drive(keel, settings, sc, args.window, args.max_output,
+                                    args.growth)
                     checked = await check_session(conn, sc, d)
                     summary = summarize(sc, d, checked)
+                    if fake is not None:
+                        summary["api"] = api_figures(fake, *marks)
                     say(f"  {summary['checkpoints']} checkpoints in {d.asks} turns, "
-                        f"{summary['seconds']} s")
+                        f"{summary['seconds']} s"
+                        + (f"; refused as too long: {summary['api']['refused_too_long']},"
+                           f" cache read {summary['api']['cache_read_share']:.1%}"
+                           if fake is not None else ""))
                     all_reports.append((sc.name, checked["reports"]))
                     out["sessions"].append({
                         "summary": summary,
@@ -769,15 +855,17 @@ async def run_sessions(chosen: list[Scenario], args: argparse.Namespace,
                     })
 
 
-async def run_window(args: argparse.Namespace, window: int) -> dict[str, Any]:
-    """Every chosen session on one window; the figures of that window."""
-    max_output, turns = WINDOW_PLAN.get(window, (512, 120))
+async def run_window(args: argparse.Namespace, window: int, skew: float) -> dict[str, Any]:
+    """Every chosen session on one window at one tokenizer skew; its figures."""
+    max_output, turns, growth = WINDOW_PLAN.get(window, (512, 120, 1.0))
     max_output = args.max_output or max_output
     turns = args.turns or turns
-    wargs = argparse.Namespace(**{**vars(args), "window": window, "max_output": max_output})
+    wargs = argparse.Namespace(**{**vars(args), "window": window, "max_output": max_output,
+                                  "skew": skew, "growth": growth})
     out: dict[str, Any] = {
-        "window": window, "max_output_tokens": max_output, "turns": turns,
-        "pr_lines": pr_lines(window), "isolated": args.isolate, "sessions": [],
+        "window": window, "skew": skew, "api": args.api, "max_output_tokens": max_output,
+        "turns": turns, "pr_lines": pr_lines(window, growth), "isolated": args.isolate,
+        "sessions": [],
     }
     started = time.perf_counter()
     all_reports: list[tuple[str, list[CheckpointReport]]] = []
@@ -803,7 +891,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     }
     started = time.perf_counter()
     for window in args.windows:
-        out["windows"].append(await run_window(args, window))
+        for skew in args.skews:
+            out["windows"].append(await run_window(args, window, skew))
     out["total_seconds"] = round(time.perf_counter() - started, 1)
     say("\nAcross windows (model checkpoints that saw up to the newest step / now states "
         "the true position):")
@@ -814,7 +903,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 f"  saw newest {sm['model_checkpoints_saw_newest_step']:>6}"
                 f"  now true {sm['now_position_true']:>6}  mission {sm['mission_survived']}"
                 f"  memo exact {sm['memo_entries_exact']}  harness {sm['harness_in_memo']}"
-                f"  mind tokens {sm['mind_tokens_last']}")
+                f"  lost {len(sm['user_messages_lost'])}  skew {w['skew']:g}"
+                + (f"  refused {sm['api']['refused_too_long']}"
+                   f"  cache {sm['api']['cache_read_share']:.1%}" if "api" in sm else ""))
     return out
 
 
@@ -832,6 +923,13 @@ def parse_args() -> argparse.Namespace:
                    help="a fresh stack per session, so no session recalls another's "
                         "transcript from long memory")
     p.add_argument("--windows", type=int, nargs="+", default=DEFAULT_WINDOWS)
+    p.add_argument("--skews", type=float, nargs="+", default=DEFAULT_SKEWS,
+                   help="the model's tokenizer against Keel's estimate: the fake (or the "
+                        "offline backend) counts this many times more")
+    p.add_argument("--api", choices=["fake", "offline"], default="fake",
+                   help="fake: the offline model's rules behind the strict fake Messages "
+                        "API, which counts and refuses as the API does (default); offline: "
+                        "the offline backend, with the same accounting")
     p.add_argument("--max-output", type=int, default=0,
                    help="max output tokens (default: the window's plan)")
     p.add_argument("--show-failures", type=int, default=1,
@@ -843,8 +941,9 @@ if __name__ == "__main__":
     arguments = parse_args()
     result = asyncio.run(main(arguments))
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    custom = (arguments.turns, arguments.windows, arguments.max_output) != (
-        0, DEFAULT_WINDOWS, 0) or arguments.only != SCENARIO_NAMES[:2]
+    custom = (arguments.turns, arguments.windows, arguments.max_output, arguments.skews,
+              arguments.api) != (0, DEFAULT_WINDOWS, 0, DEFAULT_SKEWS, "fake") \
+        or arguments.only != SCENARIO_NAMES[:2]
     name = "memory" + ("-isolated" if arguments.isolate else "") + ("-custom" if custom else "")
     path = RESULTS_DIR / f"{name}.json"  # a quicker or partial run never overwrites the full one
     path.write_text(json.dumps(result, indent=2, default=str) + "\n")

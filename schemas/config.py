@@ -43,6 +43,9 @@ class ModelSettings(BaseModel):
     # Stream the reply's text onto the session's event stream as it is generated
     # (KEEL_STREAM=0 turns it off: one reply at the end, as the benchmark compares).
     stream: bool = True
+    # The offline model's tokenizer against Keel's (KEEL_OFFLINE_TOKEN_SKEW): it counts
+    # that many times more, as a real model's tokenizer differs from the estimate's.
+    offline_token_skew: float = 1.0
 
     @property
     def offline(self) -> bool:
@@ -160,6 +163,7 @@ class KeelSettings(BaseModel):
             max_output_tokens=opt_int("KEEL_MAX_OUTPUT_TOKENS") or 8_192,
             price_step_tokens=opt_int("KEEL_PRICE_STEP_TOKENS"),
             stream=e.get("KEEL_STREAM", "1") not in ("0", "false", "no"),
+            offline_token_skew=float(e.get("KEEL_OFFLINE_TOKEN_SKEW") or 1.0),
         )
         data_dir = Path(e.get("KEEL_DATA_DIR", ".keel")).resolve()
         database_url = e.get("DATABASE_URL") or None

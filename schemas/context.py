@@ -210,9 +210,17 @@ def _place_memory(messages: list[dict[str, Any]], memory_block: str) -> None:
         messages[-1]["content"].append(_text_block(memory_block))
 
 
+# Anthropic's tool-use pricing: a request that offers tools is also sent a system prompt of
+# about this many tokens for them (346 with tool_choice auto or none), counted as input.
+TOOL_USE_PROMPT_TOKENS = 346
+
+
 def tools_tokens(tools: list[dict[str, Any]] | None) -> int:
-    """The tool definitions' share of a request: the API counts them as input tokens."""
-    return count_tokens(json.dumps(tools, separators=(",", ":"))) if tools else 0
+    """The tool definitions' share of a request: the API counts them as input tokens, and
+    the tool-use system prompt it adds with them."""
+    if not tools:
+        return 0
+    return count_tokens(json.dumps(tools, separators=(",", ":"))) + TOOL_USE_PROMPT_TOKENS
 
 
 def estimate_tokens(system: str, rows: list[RecordRow], extra_texts: list[str],

@@ -6,6 +6,10 @@ branch on the types, never on message text.
 
 from __future__ import annotations
 
+import re
+
+from pydantic import BaseModel
+
 # The name the offline deterministic model answers with: what says, in a reply or a footer,
 # that no real model wrote it.
 OFFLINE_MODEL_NAME = "keel-offline-model"
@@ -21,5 +25,52 @@ def http_error_type(status: int) -> str:
     return f"ModelHTTP{status}"
 
 
-# The API refused the request as too large for the model: a smaller request may pass.
-REFUSED_AS_TOO_LARGE = frozenset({http_error_type(400), http_error_type(413)})
+
+
+# The API refused the prompt as longer than the model's window (a 400 whose message says
+# so): the ladder's input, never a failure. Its details are (prompt tokens, maximum), the
+# API's own count, when the message gives them.
+PROMPT_TOO_LONG = "ModelPromptTooLong"
+
+_TOO_LONG = re.compile(r"prompt is too long:\s*(\d+)\s*tokens\s*>\s*(\d+)\s*maximum")
+_OVER_CONTEXT = re.compile(
+    r"input length and `?max_tokens`? exceed context limit:\s*(\d+)\s*\+\s*(\d+)\s*>\s*(\d+)")
+
+
+class TooLong(BaseModel):
+    """A too-long refusal as the API worded it: its count of the prompt and the most it
+    takes (the window, less the reply room asked for when it said so); None when the
+    message gave no numbers. `estimate`: Keel's estimate of the refused prompt, set by
+    whoever sent it, so the session corrects its estimates by the API's count."""
+
+    prompt_tokens: int | None = None
+    maximum: int | None = None
+    estimate: int = 0
+
+    def counted(self, hard_limit: int) -> int:
+        """The API's count of the refused prompt: as it said, else just past the most it
+        takes (it said the prompt was longer)."""
+        if self.prompt_tokens is not None:
+            return self.prompt_tokens
+        return (self.maximum if self.maximum is not None else hard_limit) + 1
+
+
+def too_long(status: int, message: str) -> TooLong | None:
+    """The refusal a 400 message states, when it refuses the prompt's size; else None."""
+    if status != 400:
+        return None
+    found = _TOO_LONG.search(message)
+    if found:
+        return TooLong(prompt_tokens=int(found.group(1)), maximum=int(found.group(2)))
+    found = _OVER_CONTEXT.search(message)
+    if found:
+        prompt, reply, window = (int(g) for g in found.groups())
+        return TooLong(prompt_tokens=prompt, maximum=window - reply)
+    if "prompt is too long" in message:
+        return TooLong()
+    return None
+
+
+# The API refused the request as too large for the model: a smaller request may pass (a
+# prompt past the window, or a body past the API's byte limit, 413).
+REFUSED_AS_TOO_LARGE = frozenset({PROMPT_TOO_LONG, http_error_type(413)})

@@ -63,7 +63,18 @@ def tick(checklist: str, seq: int) -> tuple[str, dict[str, Any]]:
     return edit(MEMO, line, line.replace("- [ ]", "- [x]", 1))
 
 
+def release(checklist: str, seq: int) -> tuple[str, dict[str, Any]]:
+    line = next(ln for ln in checklist.splitlines() if ln.startswith(f"- [x] #{seq} "))
+    return edit(MEMO, line, line.replace("- [x]", "- [ ]", 1))
+
+
+def listed(checklist: str) -> list[int]:
+    """The message numbers the checklist lists, in order."""
+    return [int(m) for m in re.findall(r"^- \[[ x]\] #(\d+) ", checklist, re.M)]
+
+
 def tick_all(checklist: str) -> list[tuple[str, dict[str, Any]]]:
+    """Tick whatever is unticked (candidates come ticked: usually nothing)."""
     return [tick(checklist, int(m)) for m in re.findall(r"^- \[ \] #(\d+) ", checklist, re.M)]
 
 
@@ -94,11 +105,10 @@ class CheckpointModel:
 
 
 def good_checkpoint(turn: CheckpointTurn) -> dict[str, Any]:
-    """A valid checkpoint in two rounds: edit the mind and tick the first message, then now."""
+    """A valid checkpoint in two rounds: edit the mind and keep only the first message (the
+    others released), then the now."""
     if turn.round == 0:
         calls = [add_mission(turn.mind, "Finish the user's long job")]
-        first = re.search(r"^- \[ \] #(\d+) ", turn.checklist, re.M)
-        if first:
-            calls.append(tick(turn.checklist, int(first.group(1))))
+        calls += [release(turn.checklist, seq) for seq in listed(turn.checklist)[1:]]
         return tool_use_message(calls)
     return text_message("Checkpoint written.\n" + now_block())

@@ -28,9 +28,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.vault.turn import FlushInput, MemoryActivities
     from schemas.checkpoint.budgets import MAX_TOOL_ROUNDS
-    from schemas.checkpoint.policy import portion_after_refusal
+    from schemas.checkpoint.policy import learned_ratio, portion_after_refusal
     from schemas.events import CheckpointKind
-    from schemas.model import REFUSED_AS_TOO_LARGE
+    from schemas.model import REFUSED_AS_TOO_LARGE, TooLong
     from schemas.session import SessionState
     from workflows.failures import reason
     from workflows.options import (
@@ -148,7 +148,10 @@ class CheckpointChain:
 
     async def _turn(self, attempt_id: str) -> _RoundsOutcome:
         """The checkpoint turn: at most five rounds of tool calls and one more request for
-        the now alone; then the checks, and at most one repair turn like it."""
+        the now alone; then the checks, and at most one repair turn like it. A round the
+        window has no room for (or the API refused as too long) ends the turn with what
+        its rounds wrote, after one last request for the now; only a first round that
+        cannot go aborts the attempt."""
         out = _RoundsOutcome()
         rounds_used = 0
         for repair in (False, True):
@@ -158,25 +161,50 @@ class CheckpointChain:
                 if not check.problems:
                     return out
                 out.repair = True
+            last_only = False  # a round did not fit: the next asks for the now alone
             for n in range(MAX_TOOL_ROUNDS + 1):
                 try:
                     rnd = await workflow.execute_activity_method(
                         CheckpointActivities.checkpoint_round,
                         RoundInput(attempt_id=attempt_id, round_no=rounds_used,
-                                   repair=repair and n == 0, final=n == MAX_TOOL_ROUNDS),
+                                   repair=repair and n == 0 and not last_only,
+                                   final=n == MAX_TOOL_ROUNDS or last_only),
                         **CHECKPOINT_ROUND)
                 except ActivityError as err:
                     out.abort = f"checkpoint turn failed: {err.cause or err}"
                     out.refused_as_too_large = isinstance(err.cause, ApplicationError) and (
                         err.cause.type in REFUSED_AS_TOO_LARGE)
                     return out
+                if rnd.refused is not None or rnd.no_room:
+                    if rnd.refused is not None:
+                        self._learn(rnd.refused)
+                    if rounds_used == 0:  # nothing written: a smaller view may go
+                        out.abort = ("checkpoint turn refused as too long" if rnd.refused
+                                     else "no room in the window for the checkpoint turn")
+                        out.refused_as_too_large = True
+                        return out
+                    if not (rnd.final or last_only):
+                        last_only = True
+                        continue
+                    out.rounds_exhausted = True  # the files as edited go to the checks
+                    return out
                 rounds_used += 1
                 out.rounds_used = rounds_used
                 if rnd.done:
                     # Only the last request, for the now alone, ends a turn whose rounds ran out.
-                    out.rounds_exhausted = n == MAX_TOOL_ROUNDS
+                    out.rounds_exhausted = n == MAX_TOOL_ROUNDS or rnd.final
                     break
+                if last_only:  # the now alone was asked for and tools came back: stop
+                    out.rounds_exhausted = True
+                    return out
         return out
+
+    def _learn(self, refused: TooLong) -> None:
+        """The API's count of a refused request corrects the session's estimates at once."""
+        state = self.state
+        state.usage_ratio = learned_ratio(
+            state.usage_ratio, refused.counted(state.config.window().hard_limit),
+            refused.estimate)
 
     async def _flush(self, from_seq: int, to_seq: int, attempt_id: str) -> None:
         """Durable facts of the part moving out go to cards first, so condensing never

@@ -132,6 +132,12 @@ class TurnObserver:
         self.tool_calls += len(reply.tool_calls)
         self.model = reply.model or self.model
 
+    def refused_as_too_long(self, counted: int) -> None:
+        """The API refused a request as too long: the ladder takes it (its next rung)."""
+        fields = {**self._ids(), "counted": counted, "usage_ratio": self.state.usage_ratio}
+        workflow.logger.warning("request refused as too long; making room",
+                                extra={"keel": fields})
+
     def turn_ended(self, *, error: str | None) -> None:
         duration = (workflow.now() - self._started).total_seconds()
         fields = {**self._ids(), "model": self.model, "input_tokens": self.input_tokens,

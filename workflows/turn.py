@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         RoomStep,
         RoomTried,
         checkpoint_allowed,
+        learned_ratio,
         made_enough_room,
         next_step,
         remember_saving,
@@ -369,6 +370,12 @@ class Turns:
                                              + "; ".join(result.replaced))
             return CallEnd(result.reply, None, upto)
         state.context_tokens = result.estimated_tokens
+        if result.refused is not None:  # the API's count: the estimate corrected at once
+            counted = result.refused.counted(self.run.window.hard_limit)
+            state.usage_ratio = learned_ratio(state.usage_ratio, counted,
+                                              result.refused.estimate)
+            state.context_tokens = counted
+            self.observer.refused_as_too_long(counted)
         if not await self._make_room(result, call.tried, upto):
             await self._stop_too_long()
             return CallEnd(None, TOO_LONG_MESSAGE, upto)
@@ -378,9 +385,7 @@ class Turns:
         """The reply's usage: the estimate's ratio to it, and the context it leaves."""
         state = self.run.state
         actual = reply.usage.context_tokens
-        if actual and result.estimated_tokens:
-            ratio = actual / result.estimated_tokens
-            state.usage_ratio = min(2.0, max(0.5, ratio * state.usage_ratio))
+        state.usage_ratio = learned_ratio(state.usage_ratio, actual, result.estimated_tokens)
         state.last_usage_tokens = actual
         state.context_tokens = (actual or result.estimated_tokens) + reply.reply_tokens
 

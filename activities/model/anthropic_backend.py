@@ -19,19 +19,17 @@ import anthropic
 from anthropic.types import Message
 from temporalio.exceptions import ApplicationError
 
-from activities.model.backend import safe_on_text
+from activities.model.backend import RETRYABLE_STATUS, api_refusal, safe_on_text
 from schemas.config import ModelSettings
 from schemas.model import (
     MODEL_CONNECTION,
     MODEL_ERROR,
     MODEL_MALFORMED_REPLY,
     MODEL_TIMEOUT,
-    http_error_type,
 )
 
 __all__ = ["RETRYABLE_STATUS", "AnthropicBackend", "checked_reply", "model_error"]
 
-RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
 _ClientKey = tuple[str | None, str | None, float]
 
 
@@ -86,14 +84,9 @@ def _retry_after(err: anthropic.APIStatusError) -> timedelta | None:
 def model_error(err: Exception) -> ApplicationError:
     """Map an SDK error to a Temporal error that says whether a retry can help."""
     if isinstance(err, anthropic.APIStatusError):
-        status = err.status_code
-        retryable = status in RETRYABLE_STATUS or status >= 500
-        return ApplicationError(
-            f"model API answered {status}: {err.message}",
-            type=http_error_type(status),
-            non_retryable=not retryable,
-            next_retry_delay=_retry_after(err) if retryable else None,
-        )
+        return api_refusal(err.status_code, err.message,
+                           _retry_after(err) if err.status_code in RETRYABLE_STATUS
+                           or err.status_code >= 500 else None)
     if isinstance(err, anthropic.APITimeoutError):
         return ApplicationError(f"model API timed out: {err}", type=MODEL_TIMEOUT)
     if isinstance(err, anthropic.APIConnectionError):

@@ -16,13 +16,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Protocol
 
 from anthropic.types import Message
+from temporalio.exceptions import ApplicationError
 
 from schemas.config import ModelSettings
+from schemas.model import PROMPT_TOO_LONG, http_error_type, too_long
 
-__all__ = ["ModelBackend", "ModelBackends", "safe_on_text"]
+__all__ = ["RETRYABLE_STATUS", "ModelBackend", "ModelBackends", "api_refusal", "safe_on_text"]
+
+RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +43,23 @@ class ModelBackend(Protocol):
                      on_text: Callable[[str], None]) -> Message:
         """Send one request with streaming; returns the complete reply."""
         ...
+
+
+def api_refusal(status: int, message: str,
+                retry_after: timedelta | None = None) -> ApplicationError:
+    """The error a backend raises for an API answer of `status`: retryable for overload,
+    rate limits and 5xx; else non-retryable (the same request would be refused again). A
+    prompt refused as too long is its own type (`PROMPT_TOO_LONG`) with the API's count
+    in its details, so the session makes room instead of failing."""
+    retryable = status in RETRYABLE_STATUS or status >= 500
+    refused = too_long(status, message)
+    if refused is not None:
+        return ApplicationError(f"model API answered {status}: {message}",
+                                refused.prompt_tokens, refused.maximum,
+                                type=PROMPT_TOO_LONG, non_retryable=True)
+    return ApplicationError(f"model API answered {status}: {message}",
+                            type=http_error_type(status), non_retryable=not retryable,
+                            next_retry_delay=retry_after if retryable else None)
 
 
 def safe_on_text(on_text: Callable[[str], None], text: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from activities.offline.rollup import respond as rollup_respond
 from activities.offline.tools import next_step
 from schemas.checkpoint.mind import MindDocument
-from schemas.checkpoint.request import MEMO_FILE, MIND_FILE
+from schemas.checkpoint.request import MEMO_FILE, MIND_FILE, UNCHANGED_FILE_NOTE
 from schemas.checkpoint.request import REQUEST_MARKER as CHECKPOINT_MARKER
 from schemas.model import OFFLINE_MODEL_NAME
 from schemas.tokens import count_tokens
@@ -79,12 +79,12 @@ def _user_inputs(messages: list[dict[str, Any]]) -> list[str]:
 
 
 def _message(content: list[dict[str, Any]], stop: str, request: dict[str, Any]) -> dict[str, Any]:
-    chars = len(str(request.get("system", ""))) + len(str(request.get("messages", "")))
-    out_chars = sum(len(str(b)) for b in content)
+    # Usage is the API's count, left to whoever answers for the API: the offline backend
+    # (activities.offline.accounting) or the fake Messages API the benchmarks put it behind.
     return {
         "id": f"msg_offline_{next(_ids)}", "type": "message", "role": "assistant",
         "model": NAME, "content": content, "stop_reason": stop, "stop_sequence": None,
-        "usage": {"input_tokens": chars // 4, "output_tokens": max(1, out_chars // 4)},
+        "usage": {"input_tokens": None, "output_tokens": None},
     }
 
 
@@ -352,22 +352,30 @@ def _note_edits(mind: str, everything: str) -> list[dict[str, Any]]:
 
 
 def _memo_edits(checklist: str) -> list[dict[str, Any]]:
-    """Tick what guides the work; skip, and release, what only moved it along and the
-    approval of one PR (done once that PR is reviewed)."""
-    edits = []
-    for line in checklist.splitlines():
+    """Keep what guides the work; release what only moved it along and the approval of one
+    PR (done once that PR is reviewed). One edit per run of neighbouring lines it changes,
+    as a careful editor would, so a long checklist costs few calls."""
+    lines = checklist.splitlines()
+    changed: list[tuple[int, str]] = []
+    for i, line in enumerate(lines):
         match = re.match(r"^- \[([ x])\] #(\d+) (.*)$", line)
         if not match:
             continue
         text = match.group(3)
         keep = bool(_KEEP_WORDS.search(text)) and not _MOVE_ALONG.match(text) \
             and not _APPROVAL.match(text)
-        if match.group(1) == " " and keep:
-            edits.append({"path": MEMO_FILE, "old_text": line,
-                          "new_text": line.replace("- [ ]", "- [x]", 1)})
-        elif match.group(1) == "x" and not keep:
-            edits.append({"path": MEMO_FILE, "old_text": line,
-                          "new_text": line.replace("- [x]", "- [ ]", 1)})
+        box = "x" if keep else " "
+        if match.group(1) != box:
+            changed.append((i, f"- [{box}]" + line[5:]))
+    edits: list[dict[str, Any]] = []
+    run: list[tuple[int, str]] = []
+    for i, new in [*changed, (-2, "")]:
+        if run and i != run[-1][0] + 1:
+            first, last = run[0][0], run[-1][0]
+            edits.append({"path": MEMO_FILE, "old_text": "\n".join(lines[first:last + 1]),
+                          "new_text": "\n".join(n for _, n in run)})
+            run = []
+        run.append((i, new))
     return edits
 
 
@@ -417,6 +425,15 @@ def _approvals_waiting(everything: str) -> list[str]:
             for tool, call, what, since in waits if call not in decided]
 
 
+def _as_read(text: str, path: Any, instruction: dict[str, Any]) -> str:
+    """A read's text; a scratch file read back unchanged is the text the request shows."""
+    if text != UNCHANGED_FILE_NOTE.format(path=path):
+        return text
+    shown = re.search(r'<file path="' + re.escape(str(path)) + r'">\n(.*?)\n</file>',
+                      "\n".join(_texts(instruction)), re.S)
+    return shown.group(1) if shown else ""
+
+
 def _checkpoint_turn(request: dict[str, Any]) -> dict[str, Any]:
     messages = request.get("messages", [])
     start = _instruction_index(messages)
@@ -428,15 +445,17 @@ def _checkpoint_turn(request: dict[str, Any]) -> dict[str, Any]:
         b.get("type") == "tool_result" for b in _blocks(messages[-1]))
     if (request.get("tool_choice") or {}).get("type") == "none":
         return _text(_now_block(messages, everything), request)
-    reads = {a.get("path"): t for n, a, t, e in results if n == "read_file" and not e}
+    reads = {a.get("path"): _as_read(t, a.get("path"), messages[start])
+             for n, a, t, e in results if n == "read_file" and not e}
     edited = any(n == "edit_file" for n, _, _, _ in results)
     if repair or not (MIND_FILE in reads and MEMO_FILE in reads):
         return _tools([("read_file", {"path": MIND_FILE}), ("read_file", {"path": MEMO_FILE})],
                       request, "Reading the mind and the memo checklist.")
     if not edited:
-        edits = _mind_edits(reads[MIND_FILE], messages, everything)
+        # The memo first: its edits are short, and a reply cut at max_tokens keeps them.
+        edits = _memo_edits(reads[MEMO_FILE])
+        edits += _mind_edits(reads[MIND_FILE], messages, everything)
         edits += _note_edits(reads[MIND_FILE], everything)
-        edits += _memo_edits(reads[MEMO_FILE])
         if edits:
             return _tools([("edit_file", e) for e in edits], request,
                           "Editing the mind and ticking the memo.")

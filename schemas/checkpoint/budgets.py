@@ -42,7 +42,7 @@ class CheckpointBudgets(BaseModel):
     """
 
     context_window: int = 200_000
-    threshold: int = 175_904  # checkpoint_threshold(200_000, 8_192)
+    threshold: int = 171_308  # checkpoint_threshold(200_000, 8_192)
     where_i_stand: int = 1_000
     goals: int = 2_000
     key_decisions: int = 1_500

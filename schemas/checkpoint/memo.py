@@ -3,12 +3,19 @@
 The model only ticks. Keel copies each ticked message's original text from the record, so
 the user's words cannot drift: a memo entry is always a prefix of the message it came from,
 cut only to fit a budget, and then it says which message in the record holds all of it.
+
+Invariant: every user message is in the context (the live window, or carried as the
+request of the turn in progress) or in the memo, until the model releases it. Candidates
+come ticked, so a checkpoint writer that does nothing with the checklist drops nothing; a
+turn's own messages are carried, not listed (`IN_TURN_RULE`), and listed once their turn
+is over.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
+import textwrap
 
 from pydantic import BaseModel, Field
 
@@ -19,17 +26,26 @@ from schemas.tokens import count_tokens
 
 PREVIEW_CHARS = 80
 
+# The one rule for the user's messages of the turn in progress, said the same way by the
+# checklist (its header) and by the checkpoint instruction (schemas.checkpoint.request).
+IN_TURN_RULE = (
+    "Messages of the turn in progress are not listed; they stay in the context word for "
+    "word, as the current request, and are listed (ticked) once their turn is over."
+)
+
 CHECKLIST_HEADER = (
     "# Memo checklist: the user's own messages that leave the context now",
-    "# Change only the boxes: [ ] -> [x] keeps a message, [x] -> [ ] releases it. Keel copies",
+    "# Change only the boxes: [x] -> [ ] releases a message, [ ] -> [x] keeps it. Keel copies",
     "# each kept message's original text from the record; do not retype it anywhere.",
+    "# Every message comes ticked: nothing the user said is dropped unless you release it.",
     "# Keep a message that sets or changes the direction, states a constraint or a",
     "#   prohibition, expresses a preference, or grants a permission.",
-    "# Release a kept message once it is withdrawn, superseded, or done, or once the mind",
+    "# Release a message once it is withdrawn, superseded, or done, or once the mind",
     "#   holds its meaning completely.",
-    '# Skip instructions that only move the work along, such as "continue", and short',
+    '# Release instructions that only move the work along, such as "continue", and short',
     "#   replies that make no sense on their own.",
-    "# A message left unticked is not offered again; it stays in the record under its number.",
+    "# A released message is not offered again; it stays in the record under its number.",
+    *textwrap.wrap(IN_TURN_RULE, 88, initial_indent="# ", subsequent_indent="#   "),
 )
 
 # A candidate line: `- [ ] #12 preview`. The box is the fourth character.
@@ -58,8 +74,8 @@ def render_checklist(candidates: list[MemoCandidate]) -> str:
     lines = list(CHECKLIST_HEADER)
     lines.append("")
     for c in sorted(candidates, key=lambda c: c.seq):
-        box = "x" if c.kept_before else " "
-        lines.append(f"- [{box}] #{c.seq} {preview(c.text)}")
+        # Every candidate comes ticked: only the model's release drops a user's message.
+        lines.append(f"- [x] #{c.seq} {preview(c.text)}")
     return "\n".join(lines) + "\n"
 
 
@@ -297,8 +313,12 @@ def memo_problems(kept: list[MemoCandidate], budgets: CheckpointBudgets) -> list
     ]
 
 
-def memo_candidates(kept: list[RecordRow], moving: list[RecordRow]) -> list[MemoCandidate]:
-    """The memo's candidates: messages kept before, then the user's own messages moving out.
+def memo_candidates(kept: list[RecordRow], moving: list[RecordRow], *,
+                    in_turn_from: int | None = None) -> list[MemoCandidate]:
+    """The memo's candidates: messages kept before, then the user's own messages moving out,
+    but for those of the turn in progress (seq at or after `in_turn_from`), which are carried
+    instead (`IN_TURN_RULE`). `kept` holds the memo's messages and those carried until now
+    whose turn is over: every user message is in the memo, carried, or was released.
 
     Only the record's type says who wrote a message: a Watch's, a Task's, a callback's or
     another session's input is never a candidate, whatever its text claims.
@@ -306,6 +326,7 @@ def memo_candidates(kept: list[RecordRow], moving: list[RecordRow]) -> list[Memo
     kept_seqs = {r.seq for r in kept}
     rows = [r for r in kept if r.type == MessageType.USER] + [
         r for r in moving if r.type == MessageType.USER and r.seq not in kept_seqs
+        and (in_turn_from is None or r.seq < in_turn_from)
     ]
     return [
         MemoCandidate(seq=r.seq, text=r.text, tokens=r.token_count, kept_before=r.seq in kept_seqs)

@@ -61,9 +61,20 @@ EARLIER_PART_PORTION = 0.5
 CHECKPOINT_INSTRUCTION_ROOM = 1_000
 # A checkpoint round writes edits and the now, not a full reply: it asks for at most this.
 CHECKPOINT_REPLY_CAP = 4_096
+# The one repair request: Keel's words and the problems it lists (a checklist changed line
+# by line lists more; then the repair is skipped when it does not fit, and fallbacks hold).
+REPAIR_REQUEST_ROOM = 400
+# The final-round note and the headers of the rounds' messages.
+ROUND_NOTES_ROOM = 100
+# Below this reply room a round cannot write the now: the turn ends with what it wrote.
+MIN_ROUND_REPLY = 512
 # On a tiny window the instruction alone is a large share: the trigger keeps at most this
 # share of the window for the turn, and the earlier-part path does the rest.
 CHECKPOINT_TURN_MAX_SHARE_NUM, CHECKPOINT_TURN_MAX_SHARE_DEN = 3, 10
+# What Keel's estimate may still be off by once the usage ratio is learned (a real model's
+# tokenizer weighs code, prose and JSON differently): a fiftieth of the window.
+ESTIMATE_MARGIN_DEN = 50
+ESTIMATE_MARGIN_MIN = 64
 
 
 class RoomStep(StrEnum):
@@ -111,17 +122,63 @@ def checkpoint_reply_room(context_window: int, max_output_tokens: int) -> int:
     return max(1, min(max_output_tokens, CHECKPOINT_REPLY_CAP, context_window // 8))
 
 
+def estimate_margin(context_window: int) -> int:
+    """Room kept for the estimate's error in every request a checkpoint sends."""
+    return max(ESTIMATE_MARGIN_MIN, context_window // ESTIMATE_MARGIN_DEN)
+
+
+def checkpoint_rounds_room(reply_room: int) -> int:
+    """What a checkpoint turn's later requests add to its first: its edits and their
+    results (about one reply: a round that reads the two files back is answered in a line,
+    their text being in the request already), the notes between rounds, and the one repair
+    request."""
+    return reply_room + ROUND_NOTES_ROOM + REPAIR_REQUEST_ROOM
+
+
 def checkpoint_turn_room(context_window: int, max_output_tokens: int,
                          price_step_tokens: int | None = None) -> int:
-    """What a checkpoint turn adds to the conversation: the instruction, the previous mind
-    at its limits, a memo checklist as large as the memo budget, and its reply room."""
+    """What a checkpoint turn adds to the conversation, all its requests counted: the
+    instruction, the previous mind at its limits and a memo checklist as large as the memo
+    budget, its reply room, and the rounds after the first (the edits, the notes, the
+    repair). The threshold's safety margin covers the estimate's error."""
     window = _effective_window(context_window, price_step_tokens)
-    mind = sum(mind_section_limits(window).values())
-    _, memo_total = memo_limits(window)
-    room = (CHECKPOINT_INSTRUCTION_ROOM + mind + memo_total
-            + checkpoint_reply_room(context_window, max_output_tokens))
+    files = sum(mind_section_limits(window).values()) + memo_limits(window)[1]
+    reply = checkpoint_reply_room(context_window, max_output_tokens)
+    room = CHECKPOINT_INSTRUCTION_ROOM + files + reply + checkpoint_rounds_room(reply)
     return min(room, context_window * CHECKPOINT_TURN_MAX_SHARE_NUM
                // CHECKPOINT_TURN_MAX_SHARE_DEN)
+
+
+def checkpoint_view_room(context_window: int, reply_room: int, *, tight: bool = False) -> int:
+    """The most a checkpoint turn's first request (with its reply room) may weigh so that
+    every later request of the turn fits the window too, the estimate's margin kept.
+    `tight`: room only for one last request for the now after the first (its edits
+    squeezed, no repair): what a request that passed the threshold by more than the margin
+    still gets, rather than a view of only the earlier part."""
+    later = (2 * ROUND_NOTES_ROOM + MIN_ROUND_REPLY if tight
+             else checkpoint_rounds_room(reply_room))
+    return context_window - later - estimate_margin(context_window)
+
+
+def round_reply_room(prompt_tokens: int, context_window: int, reply_room: int,
+                     *, tool_round: bool) -> int | None:
+    """The reply room of a checkpoint round whose prompt weighs `prompt_tokens` (the API's
+    count of the last round plus what it added, estimated): the full reply room when a
+    tool round still leaves room for the rounds after it, less down to MIN_ROUND_REPLY for
+    the last round; None when not even that fits (the turn ends with what it wrote)."""
+    left = context_window - estimate_margin(context_window) - prompt_tokens
+    if tool_round:
+        left -= ROUND_NOTES_ROOM + MIN_ROUND_REPLY  # a tool round leaves room for the now
+    room = min(reply_room, left)
+    return room if room >= MIN_ROUND_REPLY else None
+
+
+def results_room(prompt_tokens: int, reply_tokens: int, context_window: int) -> int:
+    """How much a round's tool results may weigh: what leaves the next request room for
+    the last round's note and its now (`prompt_tokens`, `reply_tokens`: the API's count of
+    this round)."""
+    return max(0, context_window - estimate_margin(context_window) - prompt_tokens
+               - reply_tokens - ROUND_NOTES_ROOM - MIN_ROUND_REPLY)
 
 
 def checkpoint_threshold(
@@ -170,6 +227,19 @@ class ModelWindow(BaseModel):
     def hard_limit(self) -> int:
         """Above this a request cannot be sent at all: the window less a full reply."""
         return self.context_window - self.max_output_tokens
+
+
+# The usage ratio (the API's count over Keel's estimate) stays within these: a count
+# outside them is a different request's, not a different tokenizer's.
+RATIO_MIN, RATIO_MAX = 0.5, 2.0
+
+
+def learned_ratio(ratio: float, counted: int, estimated: int) -> float:
+    """The usage ratio after the API counted `counted` tokens for a request Keel estimated
+    at `estimated` (the old `ratio` applied): from a reply's usage or a refusal's words."""
+    if counted <= 0 or estimated <= 0:
+        return ratio
+    return min(RATIO_MAX, max(RATIO_MIN, ratio * counted / estimated))
 
 
 def fit(estimate: int, window: ModelWindow) -> Fit:

@@ -8,6 +8,7 @@ edit live at fixed paths in Keel's read-only folder of the workspace.
 from __future__ import annotations
 
 from schemas.checkpoint.budgets import CheckpointBudgets
+from schemas.checkpoint.memo import IN_TURN_RULE
 from schemas.checkpoint.now import CLOSE_TAG, NOW_GUIDE, OPEN_TAG
 from schemas.checkpoint.problems import Problem
 
@@ -20,6 +21,16 @@ MEMO_FILE = f"{CHECKPOINT_DIR}/memo.md"
 # Opens the checkpoint request in the turn's messages, so a reader of the request (the
 # offline model among them) finds where the checkpoint turn begins.
 REQUEST_MARKER = "<keel-checkpoint-request>"
+# A checkpoint round's answers that stand in for text the turn has no room for (or has
+# already): a scratch file read back unchanged, a result cut, results left out.
+UNCHANGED_FILE_NOTE = (
+    "{path} is unchanged: its current text is the one shown in the checkpoint request above."
+)
+RESULT_CUT_NOTE = (
+    "\n[Keel cut this result to the room the checkpoint turn has left: about {shown} of "
+    "{total} tokens shown.]"
+)
+RESULT_LEFT_OUT = "[result left out: the checkpoint turn has no room left for it]"
 FINAL_ROUND_NOTE = (
     "You have used your rounds of tool calls. Reply now, without tools, with the now as "
     "exactly one <checkpoint>...</checkpoint> block."
@@ -50,11 +61,8 @@ def checkpoint_instruction(
     turn's rules, then the mind, the memo checklist and the now, one section each."""
     in_turn = ""
     if in_turn_user_seqs:
-        in_turn = (
-            f"\n{user_name}'s messages of the turn in progress ({seq_list(in_turn_user_seqs)}) "
-            "are not in the checklist: they stay in the context word for word, as the current "
-            "request.\n"
-        )
+        in_turn = (f"\n{user_name}'s messages of the turn in progress: "
+                   f"{seq_list(in_turn_user_seqs)}. {IN_TURN_RULE}\n")
     return (_request_preamble(user_name, budgets, edit_tool)
             + _mind_section(mind_path, mind_text, user_name, budgets)
             + _memo_section(memo_path, checklist_text, user_name, budgets, in_turn)
@@ -117,11 +125,11 @@ def _memo_section(memo_path: str, checklist_text: str, user_name: str,
                   budgets: CheckpointBudgets, in_turn: str) -> str:
     return f"""\
 2. THE MEMO CHECKLIST: {memo_path}
-{user_name}'s own messages that leave the context now. Only tick: change [ ] to [x] to keep a
-message and [x] to [ ] to release one; change nothing else. Keel copies each kept message's
-original text from the record, so never retype {user_name}'s words. Kept messages take at
-most {budgets.memo_per_message} tokens each (a longer one is cut and points to the record) and
-{budgets.memo_total} tokens together.
+{user_name}'s own messages that leave the context now, each ticked. Only tick: change [x] to
+[ ] to release a message and [ ] to [x] to keep it after all; change nothing else. Keel
+copies each kept message's original text from the record, so never retype {user_name}'s
+words. Kept messages take at most {budgets.memo_per_message} tokens each (a longer one is cut
+and points to the record) and {budgets.memo_total} tokens together.
 {in_turn}Current text of {memo_path}:
 <file path="{memo_path}">
 {checklist_text}

@@ -10,6 +10,7 @@ from schemas.checkpoint.policy import (
     Fit,
     ModelWindow,
     checkpoint_reply_room,
+    checkpoint_rounds_room,
     checkpoint_threshold,
     checkpoint_turn_room,
     checkpoint_view,
@@ -73,9 +74,12 @@ def test_threshold_is_90_percent_of_a_large_window() -> None:
 
 def test_threshold_keeps_room_for_the_checkpoint_turn() -> None:
     """Issue 10: at 200k the 90% trigger left no room for the checkpoint turn (instruction,
-    mind and memo at their limits, its reply); the trigger now keeps it beside the margin."""
+    mind and memo at their limits, its reply); the trigger now keeps it beside the margin.
+    Issue 20: and for the turn's later requests: its edits (one more reply), the notes
+    between rounds and the one repair request."""
     room = checkpoint_turn_room(200_000, 8_192)
-    assert room == 1_000 + 6_000 + 3_000 + 4_096
+    first = 1_000 + 6_000 + 3_000 + 4_096
+    assert room == first + checkpoint_rounds_room(4_096) == first + 4_096 + 100 + 400
     assert checkpoint_threshold(200_000, 8_192) == 200_000 - room - 10_000
     for window, output in [(8_000, 512), (16_000, 512), (32_000, 1_024), (128_000, 8_192),
                            (200_000, 8_192), (1_000_000, 32_000)]:
@@ -127,9 +131,9 @@ def test_explicit_safety_margin() -> None:
 
 def test_room_is_needed_only_past_threshold() -> None:
     model = ModelWindow(context_window=200_000, max_output_tokens=8_192)
-    assert model.threshold == 175_904
-    assert fit(175_904, model) is Fit.FITS
-    assert fit(175_905, model) is Fit.OVER_THRESHOLD
+    assert model.threshold == 171_308
+    assert fit(171_308, model) is Fit.FITS
+    assert fit(171_309, model) is Fit.OVER_THRESHOLD
     assert fit(0, model) is Fit.FITS
     assert fit(200_000 - 8_192 + 1, model) is Fit.OVER_LIMIT
 

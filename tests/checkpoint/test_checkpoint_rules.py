@@ -16,7 +16,14 @@ from schemas.checkpoint import (
     validate_checkpoint,
 )
 from schemas.checkpoint.budgets import CheckpointBudgets
-from schemas.checkpoint.memo import MemoAssembly, MemoCandidate, MemoEntry, render_checklist
+from schemas.checkpoint.memo import (
+    CHECKLIST_HEADER,
+    IN_TURN_RULE,
+    MemoAssembly,
+    MemoCandidate,
+    MemoEntry,
+    render_checklist,
+)
 from schemas.checkpoint.mind import MindDocument
 from schemas.checkpoint.now import NOW_GUIDE
 from schemas.checkpoint.problems import Problem, ProblemKind
@@ -86,7 +93,7 @@ def resolve(
 
 
 def test_a_valid_checkpoint() -> None:
-    c = check(edited=tick(CHECKLIST, 8))
+    c = check(edited=tick(CHECKLIST, 11, " "))  # "continue" released
     assert c.ok and c.problems == []
     assert c.now_text == NOW
     assert c.ticked == [3, 8]
@@ -193,15 +200,24 @@ def test_instruction_explains_rules_and_limits() -> None:
 
 
 def test_instruction_names_in_turn_messages() -> None:
-    assert "#21, #23" in instruction([21, 23])
-    assert "turn in progress" not in instruction([])
+    assert "messages of the turn in progress: #21, #23." in instruction([21, 23])
+    assert "messages of the turn in progress:" not in instruction([])
+
+
+def test_instruction_and_checklist_state_one_in_turn_rule() -> None:
+    # The instruction and the checklist it shows say the same of a turn's own messages,
+    # and neither says they are in the checklist.
+    rule = " ".join(IN_TURN_RULE.split())
+    assert rule in " ".join(instruction([21]).split())
+    header = " ".join(" ".join(line.lstrip("# ") for line in CHECKLIST_HEADER).split())
+    assert rule in header
 
 
 # --- fallbacks -----------------------------------------------------------------------------
 
 
 def test_valid_checkpoint_resolves_without_fallbacks() -> None:
-    out = resolve(check(edited=tick(CHECKLIST, 8)))
+    out = resolve(check(edited=tick(CHECKLIST, 11, " ")))
     assert not out.failed and out.fallbacks == []
     assert out.now_text == NOW
     assert out.mind_record_text == out.mind_context_text == FILLED
@@ -294,13 +310,14 @@ def test_memo_untouched_when_rounds_ran_out_keeps_every_candidate() -> None:
 
 
 def test_memo_untouched_by_choice_keeps_what_was_kept() -> None:
+    # Every candidate comes ticked: a writer that leaves the checklist as it is keeps all.
     out = resolve(check())
-    assert out.kept_seqs == [3] and out.fallbacks == []
+    assert out.kept_seqs == [3, 8, 11] and out.fallbacks == []
 
 
 def test_rounds_ran_out_after_ticking_keeps_the_ticks() -> None:
-    out = resolve(check(edited=tick(CHECKLIST, 3, " ")), exhausted=True)
-    assert out.kept_seqs == []
+    out = resolve(check(edited=tick(tick(CHECKLIST, 3, " "), 11, " ")), exhausted=True)
+    assert out.kept_seqs == [8]
 
 
 def test_kept_over_budget_is_shortened() -> None:

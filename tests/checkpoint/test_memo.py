@@ -50,20 +50,21 @@ def flip(text: str, seq: int, box: str) -> str:
 
 def test_checklist_header_explains_keep_release_skip() -> None:
     header = "\n".join(CHECKLIST_HEADER)
-    for word in ("Keep", "Release", "Skip", "constraint", "permission", "continue", "record"):
+    for word in ("Keep", "Release", "ticked", "constraint", "permission", "continue", "record"):
         assert word in header
     assert checklist().startswith(header)
 
 
 def test_checklist_lines_in_seq_order_with_boxes() -> None:
     lines = [x for x in checklist().split("\n") if x.startswith("- [")]
+    # Every candidate comes ticked: only the model's release drops a user's message.
     assert (
         lines[0]
-        == "- [ ] #3 Work through the PR queue, oldest first. Do not merge anything yourself."
+        == "- [x] #3 Work through the PR queue, oldest first. Do not merge anything yourself."
     )
     assert lines[1] == "- [x] #7 Only interrupt me when a PR needs my decision."
-    assert lines[2] == "- [ ] #12 continue"
-    assert lines[3].startswith("- [ ] #15 xxx") and lines[3].endswith("…")
+    assert lines[2] == "- [x] #12 continue"
+    assert lines[3].startswith("- [x] #15 xxx") and lines[3].endswith("…")
 
 
 def test_preview() -> None:
@@ -79,18 +80,21 @@ def test_preview() -> None:
 def test_untouched_checklist() -> None:
     result = parse_checklist(checklist(), checklist())
     assert result.untouched and result.problems == []
-    assert result.ticked == [7]
+    assert result.ticked == [3, 7, 12, 15]
 
 
 def test_checkbox_flips_are_accepted() -> None:
-    edited = flip(flip(flip(checklist(), 3, "x"), 7, " "), 12, "X")
+    edited = flip(flip(flip(checklist(), 15, " "), 7, " "), 12, "X")
     result = parse_checklist(checklist(), edited)
     assert result.problems == [] and not result.untouched
     assert result.ticked == [3, 12]
+    # Released, then kept again after all.
+    assert parse_checklist(checklist(), flip(flip(checklist(), 3, " "), 3, "x")).ticked == [
+        3, 7, 12, 15]
 
 
 def test_trailing_newline_and_crlf_are_not_changes() -> None:
-    edited = flip(checklist(), 3, "x").rstrip("\n").replace("\n", "\r\n")
+    edited = flip(flip(checklist(), 12, " "), 15, " ").rstrip("\n").replace("\n", "\r\n")
     result = parse_checklist(checklist(), edited)
     assert result.problems == [] and result.ticked == [3, 7]
 
@@ -106,9 +110,11 @@ def test_editing_a_preview_is_reported_with_its_line() -> None:
 
 
 def test_editing_the_header_is_reported() -> None:
-    edited = checklist().replace("Skip instructions", "Ignore instructions")
+    edited = checklist().replace("Release instructions", "Ignore instructions")
     result = parse_checklist(checklist(), edited)
-    assert [p.line for p in result.problems] == [8]
+    line = next(i for i, h in enumerate(CHECKLIST_HEADER, 1)
+                if h.startswith("# Release instructions"))
+    assert [p.line for p in result.problems] == [line]
 
 
 def test_removed_added_and_moved_lines_are_reported() -> None:
@@ -131,10 +137,10 @@ def test_a_box_may_hold_only_space_or_x() -> None:
 
 
 def test_ticks_survive_alongside_problems() -> None:
-    edited = flip(checklist(), 12, "x").replace("Skip instructions", "Ignore instructions")
+    edited = flip(checklist(), 12, " ").replace("Release instructions", "Ignore instructions")
     result = parse_checklist(checklist(), edited)
     assert result.changed_beyond_boxes
-    assert 12 in result.ticked
+    assert 12 not in result.ticked and 3 in result.ticked
 
 
 # --- assembly ------------------------------------------------------------------------------

@@ -1,30 +1,33 @@
 """A request as the cache sees it: the prompt's blocks in prefix order, each with its tokens.
 
 The prefix order is tools, then system, then messages (as the API renders a prompt). Each
-block is counted with Keel's own tokenizer (`schemas.tokens.count_tokens`), block by block,
-so a prefix always measures the same whatever follows it. Each block carries the hash of
-the whole prefix up to and including it: two requests share a cached prefix exactly when
-those hashes agree. `cache_control` itself is not part of the content.
+block is counted by the API's rule (`activities.offline.accounting.Accounting`: every
+block, the tool definitions and the hidden tool-use prompt, at the fake's tokenizer skew),
+block by block, so a prefix always measures the same whatever follows it; the tool-use
+prompt weighs on the first tool's block, where the API puts it, ahead of everything. Each
+block carries the hash of the whole prefix up to and including it: two requests share a
+cached prefix exactly when those hashes agree. `cache_control` itself is not part of the
+content.
 
-Speed, without changing a figure: a count depends only on the exact text counted, so
-`_count` keeps the latest counts in a bounded LRU keyed on that text (a session resends
-the same blocks on every turn); a plain text block's content key likewise depends only on
-its text. `PromptView` walks a body once and serves both its blocks and its total, so one
-request is not walked once per question asked of it.
+Speed, without changing a figure: counts are kept per exact text (the accounting's LRU); a
+plain text block's content key likewise depends only on its text. `PromptView` walks a body
+once and serves both its blocks and its total, so one request is not walked once per
+question asked of it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-MESSAGE_OVERHEAD = 4  # tokens per message (role and separators), on its first block
-IMAGE_TOKENS = 1_000  # a fixed figure for an image or document block
-COUNT_CACHE_SIZE = 16_384  # distinct texts whose counts are kept (a session has ~300)
+from activities.offline.accounting import MESSAGE_OVERHEAD, Accounting
+
+EXACT = Accounting()
+
+COUNT_CACHE_SIZE = 16_384  # distinct texts whose content keys are kept
 
 
 @dataclass(frozen=True)
@@ -36,53 +39,12 @@ class Block:
     prefix_hash: str
 
 
-def _count(text: str) -> int:
-    if not text:
-        return 0
-    if type(text) is not str:  # whatever the tokenizer makes of it, uncached
-        from schemas.tokens import count_tokens
-
-        return count_tokens(text)
-    return _count_cached(text)
+def block_tokens(block: dict[str, Any], accounting: Accounting = EXACT) -> int:
+    return accounting.block(block)
 
 
-@lru_cache(maxsize=COUNT_CACHE_SIZE)
-def _count_cached(text: str) -> int:
-    # Keyed on the exact string: a hit is the count of that very text, never another's.
-    from schemas.tokens import count_tokens
-
-    return count_tokens(text)
-
-
-def _tool_result_text(content: Any) -> str:
-    if isinstance(content, list):
-        return "".join(b.get("text", "") for b in content
-                       if isinstance(b, dict) and b.get("type") == "text")
-    return str(content or "")
-
-
-def block_tokens(block: dict[str, Any]) -> int:
-    kind = block.get("type")
-    if kind == "text":
-        return _count(block.get("text", ""))
-    if kind == "tool_use":
-        return _count(json.dumps(block.get("input", {})))
-    if kind == "tool_result":
-        extra = 0
-        if isinstance(block.get("content"), list):
-            extra = sum(IMAGE_TOKENS for b in block["content"]
-                        if isinstance(b, dict) and b.get("type") in ("image", "document"))
-        return _count(_tool_result_text(block.get("content"))) + extra
-    if kind in ("image", "document"):
-        return IMAGE_TOKENS
-    if kind == "thinking":
-        return _count(block.get("thinking", ""))
-    return _count(json.dumps(block, sort_keys=True))
-
-
-def tool_tokens(tool: dict[str, Any]) -> int:
-    shown = {k: tool[k] for k in ("name", "description", "input_schema") if k in tool}
-    return _count(json.dumps(shown, sort_keys=True))
+def tool_tokens(tool: dict[str, Any], accounting: Accounting = EXACT) -> int:
+    return accounting.tool(tool)
 
 
 def _content_key(item: dict[str, Any]) -> bytes:
@@ -116,9 +78,9 @@ def message_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [b for b in content or [] if isinstance(b, dict)]
 
 
-def prompt_blocks(body: dict[str, Any], *, count_tools: bool = True) -> list[Block]:
-    """Every block of the prompt in prefix order, with its tokens and prefix hash.
-    `count_tools=False`: tool definitions weigh nothing (they still key the cache)."""
+def prompt_blocks(body: dict[str, Any], accounting: Accounting = EXACT) -> list[Block]:
+    """Every block of the prompt in prefix order, with its tokens and prefix hash, as
+    `accounting` counts them (tool definitions that weigh nothing still key the cache)."""
     digest = hashlib.sha256(json.dumps(str(body.get("model", ""))).encode())
     blocks: list[Block] = []
 
@@ -131,11 +93,13 @@ def prompt_blocks(body: dict[str, Any], *, count_tools: bool = True) -> list[Blo
         blocks.append(Block(where, kind, tokens, control if isinstance(control, dict) else None,
                             digest.copy().hexdigest()))
 
+    hidden = accounting.tool_prompt(body)  # the tool-use prompt: on the first tool's block
     for i, tool in enumerate(body.get("tools") or []):
         if isinstance(tool, dict):
-            add(f"tools.{i}", "tool:", tool, tool_tokens(tool) if count_tools else 0, "tool")
+            add(f"tools.{i}", "tool:", tool, accounting.tool(tool) + hidden, "tool")
+            hidden = 0
     for i, item in enumerate(system_blocks(body)):
-        add(f"system.{i}", "system:", item, block_tokens(item), str(item.get("type")))
+        add(f"system.{i}", "system:", item, accounting.block(item), str(item.get("type")))
     for m, message in enumerate(body.get("messages") or []):
         if not isinstance(message, dict):
             continue
@@ -145,7 +109,7 @@ def prompt_blocks(body: dict[str, Any], *, count_tools: bool = True) -> list[Blo
             continue
         for j, item in enumerate(items):
             head = f"msg:{message.get('role')}:" if j == 0 else "+"
-            tokens = block_tokens(item) + (MESSAGE_OVERHEAD if j == 0 else 0)
+            tokens = accounting.block(item) + (MESSAGE_OVERHEAD if j == 0 else 0)
             add(f"messages.{m}.content.{j}", head, item, tokens, str(item.get("type")))
     return blocks
 
@@ -155,11 +119,10 @@ def _empty_messages(body: dict[str, Any]) -> int:
                if isinstance(m, dict) and not message_blocks(m))
 
 
-def request_tokens(body: dict[str, Any], *, count_tools: bool = True) -> int:
-    """What the fake API counts for this request's whole prompt: tool definitions, system
-    blocks and every message block, with Keel's tokenizer, plus a small per-message
-    overhead."""
-    blocks = prompt_blocks(body, count_tools=count_tools)
+def request_tokens(body: dict[str, Any], accounting: Accounting = EXACT) -> int:
+    """What the fake API counts for this request's whole prompt (the same total as
+    `accounting.request(body)`, summed from the blocks the cache sees)."""
+    blocks = prompt_blocks(body, accounting)
     return sum(b.tokens for b in blocks) + MESSAGE_OVERHEAD * _empty_messages(body)
 
 
@@ -168,23 +131,19 @@ class PromptView:
     only walked if a check gets that far). The body must not change while a view is
     used: the server makes one per step of handling a request."""
 
-    def __init__(self, body: dict[str, Any]) -> None:
+    def __init__(self, body: dict[str, Any], accounting: Accounting = EXACT) -> None:
         self.body = body
-        self._blocks: dict[bool, list[Block]] = {}
-        self._tokens: dict[bool, int] = {}
+        self.accounting = accounting
+        self._blocks: list[Block] | None = None
+        self._tokens: int | None = None
 
-    def blocks(self, *, count_tools: bool = True) -> list[Block]:
-        if count_tools not in self._blocks:
-            if count_tools or True not in self._blocks:
-                self._blocks[count_tools] = prompt_blocks(self.body, count_tools=count_tools)
-            else:  # the same walk, with tool definitions weighing nothing
-                self._blocks[False] = [
-                    dataclasses.replace(b, tokens=0) if b.where.startswith("tools.") else b
-                    for b in self._blocks[True]]
-        return self._blocks[count_tools]
+    def blocks(self) -> list[Block]:
+        if self._blocks is None:
+            self._blocks = prompt_blocks(self.body, self.accounting)
+        return self._blocks
 
-    def tokens(self, *, count_tools: bool = True) -> int:
-        if count_tools not in self._tokens:
-            self._tokens[count_tools] = (sum(b.tokens for b in self.blocks(
-                count_tools=count_tools)) + MESSAGE_OVERHEAD * _empty_messages(self.body))
-        return self._tokens[count_tools]
+    def tokens(self) -> int:
+        if self._tokens is None:
+            self._tokens = (sum(b.tokens for b in self.blocks())
+                            + MESSAGE_OVERHEAD * _empty_messages(self.body))
+        return self._tokens

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from activities.offline.accounting import context_problem, too_long_message
 from tests.fake_anthropic.cache import breakpoints
 from tests.fake_anthropic.models import ModelLimits
 from tests.fake_anthropic.prompt import Block, message_blocks, prompt_blocks, system_blocks
@@ -164,19 +165,13 @@ def check_cache_control(body: dict[str, Any],
 def check_size(body: dict[str, Any], prompt_tokens: int, limits: ModelLimits,
                *, count_tokens_endpoint: bool = False, output_limit: bool = True) -> str | None:
     window = limits.context_window
-    if prompt_tokens > window:
-        return f"prompt is too long: {prompt_tokens} tokens > {window} maximum"
     if count_tokens_endpoint:
-        return None
+        return too_long_message(prompt_tokens, window) if prompt_tokens > window else None
     max_tokens = int(body.get("max_tokens") or 0)
-    if output_limit and max_tokens > limits.max_output_tokens:
+    if prompt_tokens <= window and output_limit and max_tokens > limits.max_output_tokens:
         return (f"max_tokens: {max_tokens} > {limits.max_output_tokens}, which is the maximum"
                 f" allowed number of output tokens for {body['model']}")
-    if prompt_tokens + max_tokens > window:
-        return (f"input length and `max_tokens` exceed context limit: {prompt_tokens} +"
-                f" {max_tokens} > {window}, decrease input length or `max_tokens` and try"
-                " again")
-    return None
+    return context_problem(prompt_tokens, max_tokens, window)
 
 
 def check_request(body: Any, limits_of: Any, prompt_tokens_of: Any,

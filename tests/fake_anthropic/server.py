@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from activities.offline.accounting import Accounting
 from tests.fake_anthropic.cache import CacheUsage, PromptCache
 from tests.fake_anthropic.models import ModelLimits, limits_for
 from tests.fake_anthropic.prompt import PromptView, prompt_blocks, request_tokens
@@ -66,17 +67,20 @@ class FakeAnthropic:
     def __init__(self, responder: Responder | None = None, *, strict: bool = True,
                  context_window: int | None = None, max_output_tokens: int | None = None,
                  min_cacheable_tokens: int | None = None,
-                 count_tool_definitions: bool = True,
+                 count_tool_definitions: bool = True, skew: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """`strict`: refuse, as the API does, requests that break its rules. The three
         limits default to the requested model's (see `models.py`); `context_window` may
-        also be set later as an attribute. `count_tool_definitions`: the tools' JSON counts
-        toward the prompt, as the API counts it. `clock` drives cache TTLs (seconds)."""
+        also be set later as an attribute. `count_tool_definitions`: the tools' JSON (and
+        the hidden tool-use prompt) count toward the prompt, as the API counts them. `skew`:
+        this model's tokenizer counts that many times Keel's (a real model's differs by up
+        to a fifth either way). `clock` drives cache TTLs (seconds)."""
         self.strict = strict
         self.context_window = context_window
         self.max_output_tokens = max_output_tokens
         self.min_cacheable_tokens = min_cacheable_tokens
         self.count_tool_definitions = count_tool_definitions
+        self.skew = skew
         self.script: list[Step] = []
         self.responder = responder
         self.requests: list[dict[str, Any]] = []
@@ -122,9 +126,14 @@ class FakeAnthropic:
             min_cacheable_tokens=(self.min_cacheable_tokens if self.min_cacheable_tokens
                                   is not None else base.min_cacheable_tokens))
 
+    @property
+    def accounting(self) -> Accounting:
+        """How this fake counts (read afresh: a test may change the attributes)."""
+        return Accounting(skew=self.skew, count_tools=self.count_tool_definitions)
+
     def tokens(self, body: dict[str, Any]) -> int:
         """The whole prompt of `body`, as this fake counts it."""
-        return request_tokens(body, count_tools=self.count_tool_definitions)
+        return request_tokens(body, self.accounting)
 
     def _refuse(self, body: Any, message: str) -> ErrorStep:
         with self._lock:
@@ -140,16 +149,16 @@ class FakeAnthropic:
                view: PromptView | None = None) -> str | None:
         """`view`: the body's `PromptView`, if the caller will ask it more (same result)."""
         if view is None and isinstance(body, dict):
-            view = PromptView(body)
+            view = PromptView(body, self.accounting)
         if self.strict:
             return check_request(
                 body, self.limits,
-                lambda b: view.tokens(count_tools=self.count_tool_definitions) if view
-                else self.tokens(b),
+                lambda b: view.tokens() if view else self.tokens(b),
                 count_tokens_endpoint=count_tokens_endpoint,
-                blocks_of=lambda b: view.blocks() if view else prompt_blocks(b))
+                blocks_of=lambda b: view.blocks() if view
+                else prompt_blocks(b, self.accounting))
         if self.context_window is not None and view is not None:  # set by the test
-            return check_size(body, view.tokens(count_tools=self.count_tool_definitions),
+            return check_size(body, view.tokens(),
                               self.limits(body), count_tokens_endpoint=count_tokens_endpoint,
                               output_limit=False)
         return None
@@ -174,14 +183,18 @@ class FakeAnthropic:
     def _with_usage(self, body: dict[str, Any], step: dict[str, Any]) -> dict[str, Any]:
         """The reply with its usage as the API would report it; the cache is read and
         written either way."""
-        view = PromptView(body)  # afresh: the responder has had the body meanwhile
-        blocks = view.blocks(count_tools=self.count_tool_definitions)
-        extra = view.tokens(count_tools=self.count_tool_definitions) - sum(
+        view = PromptView(body, self.accounting)  # afresh: the responder has had the body
+        blocks = view.blocks()
+        extra = view.tokens() - sum(
             b.tokens for b in blocks)
         counted = self.cache.account(body, blocks, self.limits(body).min_cacheable_tokens,
                                      extra_tokens=extra)
         given = dict(step.get("usage") or {})
-        output = int(given.get("output_tokens") or 0)
+        output = given.get("output_tokens")
+        if output is None:  # a responder that leaves the count to the API: its blocks
+            output = self.accounting.output([b for b in step.get("content") or []
+                                             if isinstance(b, dict)])
+        output = int(output)
         if given.get("input_tokens") is None:
             usage = CacheUsage(counted.cache_read, counted.cache_creation, counted.input,
                                output, counted.creation_5m, counted.creation_1h)
@@ -201,13 +214,12 @@ class FakeAnthropic:
         return reply
 
     def count_tokens(self, body: Any) -> tuple[int, dict[str, Any]]:
-        view = PromptView(body) if isinstance(body, dict) else None
+        view = PromptView(body, self.accounting) if isinstance(body, dict) else None
         problem = self._check(body, count_tokens_endpoint=True, view=view)
         if problem:
             self._refuse(body, problem)
             return 400, ErrorStep(400, "invalid_request_error", problem).body("")
-        return 200, {"input_tokens": view.tokens(count_tools=self.count_tool_definitions)
-                     if view else self.tokens(body)}
+        return 200, {"input_tokens": view.tokens() if view else self.tokens(body)}
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self

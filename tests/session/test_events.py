@@ -139,7 +139,10 @@ async def test_a_turn_with_tools_a_watch_and_a_checkpoint_arrive_in_order(
     stored: CheckpointStored = reader.of(EventType.CHECKPOINT_STORED)[0]
     assert structure(items).index("checkpoint_started") < structure(items).index(
         "checkpoint_stored")
-    assert stored.kind == CheckpointKind.FULL and stored.checkpoint_id
+    # A message of a sixth of the window lands it past the threshold by more than the
+    # margin: the checkpoint may see only the earlier part (issue 20: every request fits).
+    assert stored.kind in (CheckpointKind.FULL, CheckpointKind.EARLIER_PART)
+    assert stored.checkpoint_id
     assert stored.tokens_after < stored.tokens_before == cp_started.tokens_before
     # A late reader from offset 3 gets everything from there, the same events.
     assert [o for o, _ in late.items[:5]] == [3, 4, 5, 6, 7]
