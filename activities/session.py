@@ -161,7 +161,7 @@ class SessionActivities:
                 model=data.ask.model, max_tokens=data.ask.window.max_output_tokens,
                 system=loaded.window.system, rows=sized.rows,
                 checkpoint_text=loaded.window.checkpoint_text, memory_block=block,
-                tools=loaded.tools)
+                tools=loaded.tools, turn_first_seq=data.span.keep_recent_seq)
             try:
                 message, tail = await self._ask_model(data, request)
             except ApplicationError as err:

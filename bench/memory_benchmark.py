@@ -94,8 +94,8 @@ FIRST_PR = 101
 # turn adds (the PR file and the reply that repeats its summary), so every window sees
 # five or more checkpoints a session in its turns.
 WINDOW_PLAN: dict[int, tuple[int, int, float]] = {
-    8_000: (512, 100, 1.0), 16_000: (1_024, 80, 1.0), 32_000: (2_048, 80, 1.6),
-    128_000: (16_384, 80, 2.5), 200_000: (16_384, 80, 2.5), 1_000_000: (64_000, 80, 2.5),
+    8_000: (512, 100, 1.0), 16_000: (1_024, 100, 1.0), 32_000: (2_048, 100, 1.6),
+    128_000: (16_384, 80, 2.5), 200_000: (16_384, 80, 2.5), 1_000_000: (64_000, 100, 2.5),
 }
 DEFAULT_WINDOWS = [16_000, 32_000, 128_000, 200_000, 1_000_000]
 DEFAULT_SKEWS = [0.8, 1.0, 1.25]
@@ -263,9 +263,9 @@ def enrich_prs(workspace: Path, window: int, max_output: int, growth: float = 1.
     limits = CheckpointBudgets.for_window(window, max_output).section_limits()
     for path in sorted((workspace / "prs").glob("*.md")):
         n = int(path.stem)
-        # ~4 tokens a pair, about as the offline model's usage (characters / 4) counts them
-        gist = " ".join(f"handler{i % 7} case{n}x{i}"
-                        for i in range(int(window // 200 * min(growth, 1.5))))
+        # ~7 tokens a pair: the reply that repeats it stays well under max_output
+        pairs = min(int(window // 200 * growth), max_output // 8)
+        gist = " ".join(f"handler{i % 7} case{n}x{i}" for i in range(pairs))
         lines = [f"## Summary\nPR #{n} adjusts {gist}. It keeps the tests green.", ""]
         for section, limit in limits.items():
             body = " ".join(f"note{n} item{i}" for i in range(max(2, limit // 6)))

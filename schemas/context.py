@@ -299,14 +299,18 @@ MAX_BREAKPOINTS = 4
 def with_cache_breakpoints(
     system: str, messages: list[dict[str, Any]], *, checkpoint_text: str | None = None,
     volatile_text: str | None = None, stable_end: int | None = None,
+    turn_boundary: int = 0,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The request's system blocks and messages with cache breakpoints (a copy).
 
     Breakpoints, at most four: the system prompt; the recollection (the first block, when
-    there is a checkpoint); the stable end, the last block before `volatile_text` (this
-    turn's recall), or before message index `stable_end` (the checkpoint turn's
-    instruction); and the last block. The stable end of one request is a prefix of the
-    next turn's request, so the next turn reads it from the cache."""
+    there is a checkpoint); the turn boundary, the last of the first `turn_boundary` blocks
+    (those before the turn in progress: the next turn's pre-pass leaves them as they are);
+    the stable end, the last block before `volatile_text` (this turn's recall), or before
+    message index `stable_end` (the checkpoint turn's instruction); and the last block.
+    With all five, the recollection gives way (the turn boundary's prefix holds it). The
+    stable end of one request is a prefix of the next turn's request, so the next turn
+    reads it from the cache."""
     system_blocks = [{"type": "text", "text": system, "cache_control": dict(CACHE_CONTROL)}]
     out = [{"role": m["role"], "content": [dict(b) for b in m["content"]]} for m in messages]
     flat = [(i, j) for i, m in enumerate(out) for j in range(len(m["content"]))]
@@ -315,6 +319,8 @@ def with_cache_breakpoints(
     marks: list[tuple[int, int]] = []
     if checkpoint_text and out[0]["content"][0].get("text") == checkpoint_text:
         marks.append((0, 0))
+    if 0 < turn_boundary < len(flat):
+        marks.append(flat[turn_boundary - 1])
     stable: tuple[int, int] | None = None
     if volatile_text:
         at = next((k for k, (i, j) in enumerate(flat)

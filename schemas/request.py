@@ -27,13 +27,24 @@ def _request(model: str, max_tokens: int, system: list[dict[str, Any]],
 
 def model_call_request(*, model: str, max_tokens: int, system: str, rows: list[RecordRow],
                        checkpoint_text: str | None, memory_block: str,
-                       tools: list[dict[str, Any]]) -> tuple[dict[str, Any], list[str]]:
+                       tools: list[dict[str, Any]],
+                       turn_first_seq: int | None = None) -> tuple[dict[str, Any], list[str]]:
     """A session's model call over `rows`, with this turn's recall fenced beside the
-    newest input; and the assembly's notes (what it had to leave out or mend)."""
+    newest input; and the assembly's notes (what it had to leave out or mend).
+
+    `turn_first_seq`: the turn's first row. The blocks before it are what the next turn's
+    pre-pass leaves as they are now, so a breakpoint at their end is read back from the
+    cache by the next turn even when the pre-pass shrinks this turn's tool outputs."""
     messages, notes = assemble_messages(rows, checkpoint_text=checkpoint_text,
                                         memory_block=memory_block or None)
+    before = 0
+    if turn_first_seq is not None:
+        earlier, _ = assemble_messages([r for r in rows if r.seq < turn_first_seq],
+                                       checkpoint_text=checkpoint_text)
+        before = sum(len(m["content"]) for m in earlier)
     system_blocks, messages = with_cache_breakpoints(
-        system, messages, checkpoint_text=checkpoint_text, volatile_text=memory_block or None)
+        system, messages, checkpoint_text=checkpoint_text, volatile_text=memory_block or None,
+        turn_boundary=before)
     return _request(model, max_tokens, system_blocks, messages, tools), notes
 
 

@@ -96,10 +96,21 @@ with workflow.unsafe.imports_passed_through():
 __all__ = ["SessionWorkflow"]
 
 KEPT_OUTCOMES = 16  # carried over continue-as-new
+CARRIED_REPLY_CHARS = 8_000  # of each carried outcome's reply; the record has it whole
 
 # A signal sent with no argument gets this (the SDK passes a payload as is only to a
 # parameter typed exactly RawValue, so the default must be one).
 NO_PAYLOAD = RawValue(Payload())
+
+
+def carried_outcome(outcome: TurnOutcome) -> TurnOutcome:
+    """An outcome as continue-as-new carries it: its reply cut to CARRIED_REPLY_CHARS, with
+    where the record holds all of it."""
+    if len(outcome.reply_text) <= CARRIED_REPLY_CHARS:
+        return outcome
+    note = f"\n[cut: the whole reply is message #{outcome.reply_seq} of the record]"
+    return outcome.model_copy(update={"reply_text": outcome.reply_text[:CARRIED_REPLY_CHARS]
+                                      + note})
 
 
 @workflow.defn(name=SESSION_WORKFLOW)
@@ -485,6 +496,10 @@ class SessionWorkflow:
         state.run_count += 1
         distinct = {id(o): o for o in self.turns.outcomes.values()}.values()
         state.recent_outcomes = sorted(distinct, key=lambda o: o.turn)[-KEPT_OUTCOMES:]
+        if workflow.patched("carried-outcomes-bounded"):
+            # A carried outcome answers a caller's retry; on a large window its reply can
+            # be a hundred kilobytes, and sixteen of them pass the payload limit.
+            state.recent_outcomes = [carried_outcome(o) for o in state.recent_outcomes]
         workflow.continue_as_new(SessionInput(
             session_id=state.session_id, config=state.config, state=state,
             events=run.events.carry()))

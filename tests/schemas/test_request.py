@@ -51,6 +51,27 @@ def test_no_recall_means_no_volatile_part():
                                          memory_block="", tools=[])[0]  # pure
 
 
+def test_the_turns_boundary_is_a_breakpoint_the_next_turn_reads_back():
+    # Issue 20: the next turn's pre-pass shrinks this turn's tool outputs; a breakpoint on
+    # the last block before this turn keeps everything before it a cached prefix.
+    def marked(request: dict) -> list[str]:
+        return [b.get("text", "") for m in request["messages"] for b in m["content"]
+                if "cache_control" in b]
+
+    request, _ = model_call_request(model="m", max_tokens=10, system="sys", rows=_rows(),
+                                    checkpoint_text=None, memory_block="", tools=[],
+                                    turn_first_seq=3)
+    assert marked(request) == ["hi", "what now?"]
+    plain, _ = model_call_request(model="m", max_tokens=10, system="sys", rows=_rows(),
+                                  checkpoint_text=None, memory_block="", tools=[])
+    assert marked(plain) == ["what now?"]
+    # At most four breakpoints with the recollection and a recall as well.
+    full, _ = model_call_request(model="m", max_tokens=10, system="sys", rows=_rows(),
+                                 checkpoint_text="ckpt", memory_block="<memory>x</memory>",
+                                 tools=[], turn_first_seq=3)
+    assert len(marked(full)) + 1 <= 4 and "hi" in marked(full)
+
+
 def test_append_user_joins_the_users_last_message():
     messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": "a"}]}]
     append_user(messages, [{"type": "text", "text": "b"}])
