@@ -230,9 +230,12 @@ class McpPool:
             return await self._ready(self._start(spec, secrets, "", None), deadline)
         key = spec_key(spec, secrets)
         group = self._by_key.setdefault(key, [])
-        if fresh:
+        if fresh:  # the owner's earlier sessions serve no one from now
             for old in [s for s in group if s.owner == owner]:
-                self._drop(old)
+                if old.busy:
+                    self._forget(old)  # its call goes on; `release` then stops it
+                else:
+                    self._drop(old)
         while True:
             found = self._idle(group, owner)
             if found is not None:

@@ -153,6 +153,8 @@ async def test_cap_per_declaration_waits_evicts_and_gives_up_in_time(pool):
     busy = await call(pool, shared.model_copy(update={"connect_s": 0.5}), "whoami", "s2")
     assert busy.is_error and busy.failure == McpFailure.TIMEOUT
     assert "all 1 of its sessions on this worker are busy" in busy.text
+    # A refresh meanwhile lists on a new session; the call in flight is not cut off.
+    assert "whoami" in await names(pool, shared, "s2", refresh=True)
     assert not (await slow).is_error
 
 
