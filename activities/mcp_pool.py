@@ -120,9 +120,12 @@ def _transport(spec: McpServerSpec, env: dict[str, str]) -> StdioTransport | Htt
 
 
 def spec_key(spec: McpServerSpec, secrets: dict[str, str]) -> str:
-    """The declaration's identity on this worker: its transport and its secrets' digest."""
+    """The declaration's identity on this worker: its transport and its secrets' digest
+    (and, over HTTP, the timeouts its httpx client was built with)."""
     digest = hashlib.sha256(repr(sorted(secrets.items())).encode()).hexdigest()
-    return f"{transport_identity(spec)}#{digest}"
+    timeouts = "" if spec.http is None else \
+        f"#{spec.connect_s:g}/{max(spec.list_s, spec.call_s):g}"
+    return f"{transport_identity(spec)}#{digest}{timeouts}"
 
 
 class WarmSession:

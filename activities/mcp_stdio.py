@@ -25,7 +25,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TextIO
+from typing import Any, TextIO
 
 import anyio
 import anyio.lowlevel
@@ -96,53 +96,8 @@ class StdioTransport:
         read_writer, read_stream = anyio.create_memory_object_stream[
             SessionMessage | Exception](0)
         write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
-        state = {"shutting_down": False}
+        stopping = anyio.Event()
         writer_done = anyio.Event()
-
-        async def stdout_reader() -> None:
-            assert process.stdout
-            stdout = TextReceiveStream(process.stdout, encoding=server.encoding,
-                                       errors=server.encoding_error_handler)
-            try:
-                async with read_writer:
-                    try:
-                        pending: list[str] = []  # the current line's chunks
-                        async for chunk in stdout:
-                            start = 0
-                            while (end := chunk.find("\n", start)) != -1:
-                                pending.append(chunk[start:end])
-                                line = "".join(pending)
-                                pending.clear()
-                                start = end + 1
-                                try:
-                                    await read_writer.send(_parse_line(line))
-                                except (anyio.ClosedResourceError,
-                                        anyio.BrokenResourceError):
-                                    return
-                            if start < len(chunk):
-                                pending.append(chunk[start:])
-                    finally:
-                        await _drain_stdout(process)
-            except anyio.ClosedResourceError:
-                pass
-            except (anyio.BrokenResourceError, ConnectionError):
-                if not state["shutting_down"]:
-                    log.exception("reading the MCP server's stdout failed mid-session")
-
-        async def stdin_writer() -> None:
-            assert process.stdin
-            try:
-                async with write_reader:
-                    async for message in write_reader:
-                        json = message.message.model_dump_json(by_alias=True,
-                                                               exclude_unset=True)
-                        await process.stdin.send(
-                            (json + "\n").encode(encoding=server.encoding,
-                                                 errors=server.encoding_error_handler))
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                await read_writer.aclose()  # the session sees the connection end
-            finally:
-                writer_done.set()
 
         async def shutdown() -> None:
             read_stream.close()
@@ -156,13 +111,64 @@ class StdioTransport:
             await anyio.lowlevel.checkpoint()
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(stdout_reader)
-            tg.start_soon(stdin_writer)
+            tg.start_soon(_read_lines, process, server, read_writer, stopping)
+            tg.start_soon(_write_messages, process, server, write_reader, read_writer,
+                          writer_done)
             try:
                 yield read_stream, write_stream
             finally:
-                state["shutting_down"] = True
+                stopping.set()
                 with anyio.CancelScope(shield=True):
                     await shutdown()
                 tg.cancel_scope.cancel()
         await anyio.lowlevel.cancel_shielded_checkpoint()
+
+
+async def _read_lines(process: Any, server: StdioServerParameters, out: Any,
+                      stopping: anyio.Event) -> None:
+    """Every line of the server's stdout as a message on `out`: a line's chunks are kept
+    in a list and joined once, at its newline (linear in the line's length)."""
+    assert process.stdout
+    stdout = TextReceiveStream(process.stdout, encoding=server.encoding,
+                               errors=server.encoding_error_handler)
+    try:
+        async with out:
+            try:
+                pending: list[str] = []  # the current line's chunks
+                async for chunk in stdout:
+                    start = 0
+                    while (end := chunk.find("\n", start)) != -1:
+                        pending.append(chunk[start:end])
+                        line = "".join(pending)
+                        pending.clear()
+                        start = end + 1
+                        try:
+                            await out.send(_parse_line(line))
+                        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                            return  # the session is gone; only the drain below remains
+                    if start < len(chunk):
+                        pending.append(chunk[start:])
+            finally:
+                await _drain_stdout(process)
+    except anyio.ClosedResourceError:
+        pass  # our own shutdown closed the stream under the read
+    except (anyio.BrokenResourceError, ConnectionError):
+        if not stopping.is_set():
+            log.exception("reading the MCP server's stdout failed mid-session")
+
+
+async def _write_messages(process: Any, server: StdioServerParameters, messages: Any,
+                          reads: Any, done: anyio.Event) -> None:
+    """Each message from the session onto the server's stdin, one JSON line each; a broken
+    pipe closes the read side too, so no request waits forever."""
+    assert process.stdin
+    try:
+        async with messages:
+            async for message in messages:
+                json = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await process.stdin.send((json + "\n").encode(
+                    encoding=server.encoding, errors=server.encoding_error_handler))
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+        await reads.aclose()
+    finally:
+        done.set()
