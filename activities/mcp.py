@@ -1,14 +1,22 @@
 """MCP tools as activities: list a server's tools, call one tool.
 
 Invariants:
-- Stateless: each activity opens its own client session to the server (a fresh process for
-  stdio), does its one thing and closes it; nothing is kept between activities.
-- Bounded: starting/reaching the server and the handshake take at most `spec.connect_s`, the
-  listing `spec.list_s`, the call `spec.call_s`; the activity heartbeats while it waits.
+- Warm: each activity leases a client session from the worker's pool (activities.mcp_pool),
+  which keeps it for the next activity of the same owner (`schemas.mcp.pool_owner`); a
+  session whose lease ended badly is stopped, never reused. Built without a pool, each
+  activity opens its own session and closes it.
+- Bounded: getting a session (waiting for a free one, starting the server, the handshake)
+  takes at most `spec.connect_s`, the listing `spec.list_s`, the call `spec.call_s`, and
+  keeping a call's whole result `KEEP_RESULT_S`; the activity heartbeats while it waits.
 - A call never raises for the server's sake: the tool's own error, and a server that is down,
   hangs, crashes or speaks nonsense, all come back as an `is_error=True` result whose text
   says what happened, so the session goes on. A listing that fails raises a non-retryable
   `ApplicationError(type="McpUnavailable")` for the workflow to record.
+- A result over the caller's cap (`CallMcpToolInput.cap_chars`) never crosses Temporal
+  whole: its whole text goes into the session's workspace here, at
+  `.keel/results/<call id>.txt` (written once per call id, as `activities.files` does), and
+  the result carries the text cut to the cap with a line saying where the rest is
+  (`whole_result`). When the workspace refuses it, the cut text fits the cap and says so.
 - No secret leaves the worker: environment values are read here, by the names the spec
   gives, and every resolved value is blanked out of any text this module returns or raises.
   A missing variable is reported by its name only.
@@ -20,22 +28,23 @@ import asyncio
 import json
 import os
 from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
 from enum import StrEnum
-from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx2
 import mcp_types
-from mcp import Client, MCPError, StdioServerParameters
-from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
+from mcp import MCPError
 from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.files import kept_result_path
 from activities.heartbeat import with_heartbeat
-from schemas.mcp import CLOSE_TIMEOUT_S, McpServerSpec, McpTool, make_tool
+from activities.mcp_pool import ConnectFailed, McpPool, PoolBusy, PoolClosed, WarmSession
+from activities.tools import workspace_path
+from activities.workspace import WorkspaceStore
+from schemas.agent import DEFAULT_OUTPUT_CAP_CHARS, cut_result
+from schemas.mcp import KEEP_RESULT_S, McpServerSpec, McpTool, make_tool, pool_owner
 
 # --- contracts -----------------------------------------------------------------------------
 
@@ -56,6 +65,8 @@ MCP_UNAVAILABLE = "McpUnavailable"  # ApplicationError.type of a failed listing
 
 class ListMcpToolsInput(BaseModel):
     server: McpServerSpec
+    session_id: str = ""  # the Keel session it is for: whose warm sessions it may use
+    refresh: bool = False  # list on a new session, not from a warm one's cache
 
 
 class ListMcpToolsResult(BaseModel):
@@ -70,6 +81,9 @@ class CallMcpToolInput(BaseModel):
     server: McpServerSpec
     tool: str  # the server's own name for it, not the namespaced one
     arguments: dict[str, Any] = Field(default_factory=dict)
+    session_id: str = ""  # whose warm sessions it may use, and whose workspace keeps a result
+    call_id: str = ""  # the model's tool_use id: where a result over the cap is kept
+    cap_chars: int = Field(default=DEFAULT_OUTPUT_CAP_CHARS, ge=100)
 
 
 class McpCallResult(BaseModel):
@@ -78,6 +92,8 @@ class McpCallResult(BaseModel):
     failure: McpFailure | None = None  # set whenever is_error is
     structured_json: str | None = None  # the tool's structured content, as JSON text
     truncated: bool = False
+    # The workspace path of the whole text, when `text` is cut to the input's cap.
+    whole_result: str | None = None
 
 
 # --- limits --------------------------------------------------------------------------------
@@ -124,51 +140,6 @@ def scrub(text: str, secrets: dict[str, str]) -> str:
         if len(value) >= MIN_SECRET_CHARS:
             text = text.replace(value, f"[${name}]")
     return text
-
-
-def _transport(spec: McpServerSpec, env: dict[str, str]) -> Any:
-    if spec.stdio is not None:
-        # The process gets the SDK's safe default environment (PATH, HOME, …) plus exactly
-        # the variables the spec names.
-        params = StdioServerParameters(command=spec.stdio.command, args=spec.stdio.args,
-                                       env={name: env[name] for name in spec.stdio.env_names})
-        return stdio_client(params)
-    assert spec.http is not None
-    return _HttpTransport(spec, env)
-
-
-class _HttpTransport:
-    """streamable_http_client over our own httpx client: headers from the resolved env,
-    timeouts from the spec, and the last HTTP error status kept (the SDK turns a 401 or 500
-    into a bare JSON-RPC error), which it closes on exit."""
-
-    def __init__(self, spec: McpServerSpec, env: dict[str, str]) -> None:
-        assert spec.http is not None
-        self.url = spec.http.url
-        self.error_status: int | None = None
-        headers = {header: env[name] for header, name in spec.http.header_env.items()}
-        self._http = httpx2.AsyncClient(
-            headers=headers,
-            timeout=httpx2.Timeout(spec.connect_s, read=max(spec.list_s, spec.call_s)),
-            event_hooks={"response": [self._note_status]})
-        self._stack = AsyncExitStack()
-
-    async def _note_status(self, response: httpx2.Response) -> None:
-        if response.status_code >= 400:
-            self.error_status = response.status_code
-
-    async def __aenter__(self) -> Any:
-        await self._stack.enter_async_context(self._http)
-        try:
-            return await self._stack.enter_async_context(
-                streamable_http_client(self.url, http_client=self._http))
-        except BaseException:
-            await self._stack.aclose()
-            raise
-
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> bool | None:
-        return await self._stack.__aexit__(exc_type, exc, tb)
 
 
 _HTTP_HINT = {401: "not authorized: check the header variables this worker sends",
@@ -220,56 +191,91 @@ def _describe(spec: McpServerSpec, step: str, err: BaseException,
                   f"{where} failed during {step} ({type(err).__name__}: {err}){tail}")
 
 
-async def with_server(spec: McpServerSpec, secrets: dict[str, str], step: str,
-                      step_timeout: float, work: Callable[[Client], Awaitable[_T]]) -> _T:
-    """Open a session to the server, run `work` on it within `step_timeout`, close it; the
-    activity heartbeats all along, the close included (activities.heartbeat).
+async def with_server(pool: McpPool, spec: McpServerSpec, secrets: dict[str, str],
+                      owner: str | None, step: str, step_timeout: float,
+                      work: Callable[[WarmSession], Awaitable[_T]], *,
+                      fresh: bool = False) -> _T:
+    """Lease a session to the server from `pool`, run `work` on it within `step_timeout`,
+    give it back (stopped when anything went wrong); the activity heartbeats all along.
 
     `secrets` is `resolve_env(spec)`. Every failure comes out as a `_Fault` whose text holds
-    no resolved secret.
+    no resolved secret. A reused session that fails in a way a new one would not (its HTTP
+    session expired, a listing on a server that went away) is tried once more on a new one.
     """
-    return await with_heartbeat(_in_session(spec, secrets, step, step_timeout, work))
-
-
-async def _in_session(spec: McpServerSpec, secrets: dict[str, str], step: str,
-                      step_timeout: float, work: Callable[[Client], Awaitable[_T]]) -> _T:
-    stack = AsyncExitStack()
-    phase, limit = "connect and initialize", spec.connect_s
-    transport: Any = None
     try:
-        transport = _transport(spec, secrets)
-        client = Client(transport, cache=None,
-                        client_info=mcp_types.Implementation(name="keel", version="0.1"))
-        async with asyncio.timeout(limit):
-            await stack.enter_async_context(client)
+        return await with_heartbeat(_in_session(pool, spec, secrets, owner, step,
+                                                step_timeout, work, fresh=fresh))
+    except _Retry as retry:
+        activity.logger.info("MCP server %s: a warm session failed (%s); a new one",
+                             spec.name, retry.fault.kind.value)
+        return await with_heartbeat(_in_session(pool, spec, secrets, owner, step,
+                                                step_timeout, work, fresh=True))
+
+
+class _Retry(Exception):
+    def __init__(self, fault: _Fault) -> None:
+        self.fault = fault
+
+
+def _healthy_after(err: BaseException) -> bool:
+    """Whether a session that raised `err` may serve again: only when the server answered
+    with an ordinary MCP error (an unknown tool, bad arguments), never after a broken
+    connection, a timeout or a reply that could not be read."""
+    leaf = _leaf(err)
+    return isinstance(leaf, MCPError) and leaf.code != mcp_types.CONNECTION_CLOSED
+
+
+async def _in_session(pool: McpPool, spec: McpServerSpec, secrets: dict[str, str],
+                      owner: str | None, step: str, step_timeout: float,
+                      work: Callable[[WarmSession], Awaitable[_T]], *, fresh: bool) -> _T:
+    phase, limit = "connect and initialize", spec.connect_s
+    session: WarmSession | None = None
+    healthy = False
+    try:
+        # Bounded by the pool itself: a free session, or a new one's handshake, in `limit`.
+        session = await pool.acquire(spec, secrets, owner, fresh=fresh, wait_s=limit)
         phase, limit = step, step_timeout
         async with asyncio.timeout(limit):
-            return await work(client)
+            result = await work(session)
+        healthy = True
+        return result
     except TimeoutError:
         raise _Fault(McpFailure.TIMEOUT,
                      f"MCP server {spec.name} did not answer {phase} within "
                      f"{_seconds(limit)}; the session goes on without it") from None
+    except PoolBusy as busy:
+        raise _Fault(McpFailure.TIMEOUT,
+                     f"MCP server {spec.name}: {busy} and none was free within "
+                     f"{_seconds(limit)}; the session goes on without it") from None
+    except PoolClosed:
+        raise _Fault(McpFailure.UNREACHABLE,
+                     f"MCP server {spec.name}: this worker is shutting down; the session "
+                     "goes on without it") from None
+    except ConnectFailed as failed:
+        raise _scrubbed(_describe(spec, phase, failed.cause, failed.http_status),
+                        secrets) from None
     except Exception as err:
-        status = transport.error_status if isinstance(transport, _HttpTransport) else None
-        raise _scrubbed(_describe(spec, phase, err, status), secrets) from None
+        status = session.http_status if session is not None else None
+        healthy = _healthy_after(err) and status is None
+        fault = _scrubbed(_describe(spec, phase, err, status), secrets)
+        if session is not None and session.reused and _worth_retrying(fault, session, step):
+            raise _Retry(fault) from None
+        raise fault from None
     finally:
-        try:
-            async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                await stack.aclose()
-        except Exception as err:  # closing a broken connection: nothing left to tell
-            activity.logger.debug("closing MCP server %s: %s", spec.name,
-                                  scrub(repr(_leaf(err)), secrets))
+        if session is not None:
+            await pool.release(session, healthy=healthy)
+
+
+def _worth_retrying(fault: _Fault, session: WarmSession, step: str) -> bool:
+    """A reused session's failure a new session would not have: an expired HTTP session
+    (404), or, for a listing (which changes nothing), a connection that had gone."""
+    if session.http_status == 404:
+        return True
+    return step == "tools/list" and fault.kind in (McpFailure.CRASHED, McpFailure.UNREACHABLE)
 
 
 def _scrubbed(fault: _Fault, secrets: dict[str, str]) -> _Fault:
     return _Fault(fault.kind, scrub(fault.text, secrets))
-
-
-def _cut(text: str) -> tuple[str, bool]:
-    if len(text) <= MAX_RESULT_CHARS:
-        return text, False
-    return (text[:MAX_RESULT_CHARS]
-            + f"\n[result cut at {MAX_RESULT_CHARS} of {len(text)} characters]", True)
 
 
 def _content_text(blocks: list[Any]) -> str:
@@ -291,69 +297,89 @@ def _content_text(blocks: list[Any]) -> str:
     return "\n".join(parts)
 
 
-def call_result(result: mcp_types.CallToolResult, secrets: dict[str, str]) -> McpCallResult:
-    text, truncated = _cut(scrub(_content_text(list(result.content)), secrets))
+def result_parts(result: mcp_types.CallToolResult,
+                 secrets: dict[str, str]) -> tuple[str, str | None, str]:
+    """(whole text, structured content as JSON or None, a note to add after the text) of a
+    call's result, secrets blanked. The text is the structured JSON when the tool gave no
+    text; a structured part over MAX_RESULT_CHARS is dropped, and the note says so."""
+    text = scrub(_content_text(list(result.content)), secrets)
     structured: str | None = None
+    note = ""
     if result.structured_content is not None:
         structured = scrub(json.dumps(result.structured_content, ensure_ascii=False,
                                       default=str), secrets)
+        if not text:
+            text = structured
         if len(structured) > MAX_RESULT_CHARS:
-            structured, truncated = None, True
-            text += f"\n[structured content dropped: over {MAX_RESULT_CHARS} characters]"
-    if not text and structured is not None:
-        text = structured
-    if result.is_error:
-        return McpCallResult(text=text or "the tool reported an error without a message",
-                             is_error=True, failure=McpFailure.TOOL_ERROR,
-                             structured_json=structured, truncated=truncated)
-    return McpCallResult(text=text, structured_json=structured, truncated=truncated)
+            structured = None
+            note = f"\n[structured content dropped: over {MAX_RESULT_CHARS} characters]"
+    if result.is_error and not text:
+        text = "the tool reported an error without a message"
+    return text, structured, note
+
+
+def _cut(text: str) -> tuple[str, bool]:
+    if len(text) <= MAX_RESULT_CHARS:
+        return text, False
+    return (text[:MAX_RESULT_CHARS]
+            + f"\n[result cut at {MAX_RESULT_CHARS} of {len(text)} characters]", True)
+
+
+def call_result(result: mcp_types.CallToolResult, secrets: dict[str, str]) -> McpCallResult:
+    """The result as a caller that keeps nothing gets it: cut at MAX_RESULT_CHARS."""
+    whole, structured, note = result_parts(result, secrets)
+    text, truncated = _cut(whole)
+    return _result(result.is_error, text + note, structured, truncated or bool(note))
+
+
+def _result(is_error: bool | None, text: str, structured: str | None, truncated: bool,
+            whole_result: str | None = None) -> McpCallResult:
+    if is_error:
+        return McpCallResult(text=text, is_error=True, failure=McpFailure.TOOL_ERROR,
+                             structured_json=structured, truncated=truncated,
+                             whole_result=whole_result)
+    return McpCallResult(text=text, structured_json=structured, truncated=truncated,
+                         whole_result=whole_result)
+
+
+def unkept_cut(text: str, cap: int, why: str) -> str:
+    """`text` cut so that it and the line saying why the rest is lost fit in `cap`."""
+    tail = (f" of {len(text)} characters; the whole result could not be kept: "
+            f"{why[:300]}]")
+    shown = max(0, cap - len(tail) - 40)
+    return f"{text[:shown]}\n[result cut at {shown}{tail}"
 
 
 class McpActivities:
-    """The worker's MCP activities. Holds nothing between calls."""
+    """The worker's MCP activities, over the worker's pool of warm sessions (`pool`; none:
+    a session per activity) and its workspace store (`store`, for whole results; none: a
+    result is cut at MAX_RESULT_CHARS and the workflow keeps what it gets)."""
+
+    def __init__(self, pool: McpPool | None = None,
+                 store: Callable[[], WorkspaceStore] | None = None) -> None:
+        self.pool = pool if pool is not None else McpPool(keep=False)
+        self.store = store
 
     @activity.defn
     async def list_mcp_tools(self, data: ListMcpToolsInput) -> ListMcpToolsResult:
         spec = data.server
-
         secrets: dict[str, str] = {}
 
-        async def work(client: Client) -> ListMcpToolsResult:
-            out = ListMcpToolsResult(server=spec.name,
-                                     server_version=getattr(client.server_info, "version", "")
-                                     or "")
-            problems: list[str] = []
-            seen: set[str] = set()
-            cursor: str | None = None
-            for _ in range(MAX_LIST_PAGES):
-                page = await client.list_tools(cursor=cursor)
-                for tool in page.tools:
-                    shown = repr(tool.name[:80])
-                    made = make_tool(spec.name, tool.name, tool.description, tool.input_schema)
-                    if isinstance(made, str):
-                        problems.append(made)
-                    elif made.name in seen:
-                        problems.append(f"tool {shown} of server {spec.name!r} is listed "
-                                        "twice; the first is kept")
-                    elif len(out.tools) >= MAX_TOOLS:
-                        problems.append(f"tool {shown} left out: over {MAX_TOOLS} tools")
-                    else:
-                        seen.add(made.name)
-                        made.description = scrub(made.description, secrets)
-                        out.tools.append(made)
-                cursor = page.next_cursor
-                if cursor is None:
-                    break
-            else:
-                problems.append(f"listing stopped after {MAX_LIST_PAGES} pages")
-            if len(problems) > MAX_PROBLEMS:
-                problems[MAX_PROBLEMS:] = [f"… and {len(problems) - MAX_PROBLEMS} more"]
-            out.problems = [scrub(problem, secrets) for problem in problems]
+        async def work(session: WarmSession) -> ListMcpToolsResult:
+            cached = None if data.refresh else session.listings.get(spec.name)
+            if cached is not None:
+                return cached.model_copy(deep=True)
+            changes = session.list_changes
+            out = await _listing(spec, session, secrets)
+            if session.list_changes == changes:  # no change announced meanwhile
+                session.listings[spec.name] = out.model_copy(deep=True)
             return out
 
         try:
             secrets.update(resolve_env(spec))
-            return await with_server(spec, secrets, "tools/list", spec.list_s, work)
+            return await with_server(self.pool, spec, secrets,
+                                     pool_owner(spec, data.session_id), "tools/list",
+                                     spec.list_s, work, fresh=data.refresh)
         except _Fault as fault:
             raise ApplicationError(fault.text, fault.kind.value, type=MCP_UNAVAILABLE,
                                    non_retryable=True) from None
@@ -363,13 +389,76 @@ class McpActivities:
         spec = data.server
         secrets: dict[str, str] = {}
 
-        async def work(client: Client) -> McpCallResult:
-            result = await client.call_tool(data.tool, data.arguments)
-            return call_result(result, secrets)
+        async def work(session: WarmSession) -> mcp_types.CallToolResult:
+            return await session.client.call_tool(data.tool, data.arguments)
 
         try:
             secrets.update(resolve_env(spec))
-            return await with_server(spec, secrets, f"tools/call {data.tool}", spec.call_s,
-                                     work)
+            result = await with_server(self.pool, spec, secrets,
+                                       pool_owner(spec, data.session_id),
+                                       f"tools/call {data.tool}", spec.call_s, work)
         except _Fault as fault:
             return McpCallResult(text=fault.text, is_error=True, failure=fault.kind)
+        if self.store is None or not data.session_id or not data.call_id:
+            return call_result(result, secrets)
+        whole, structured, note = result_parts(result, secrets)
+        cap = data.cap_chars
+        if len(whole) + len(note) <= cap:
+            return _result(result.is_error, whole + note, structured, bool(note))
+        try:
+            path = await with_heartbeat(asyncio.wait_for(self._keep(data, whole),
+                                                         KEEP_RESULT_S))
+        except Exception as err:  # the store's refusal, or it is down: the call stands
+            why = "the workspace did not answer in time" if isinstance(err, TimeoutError) \
+                else str(err) or type(err).__name__
+            activity.logger.warning("whole result of %s not kept: %s", data.call_id, why)
+            return _result(result.is_error, unkept_cut(whole, cap - len(note), why) + note,
+                           structured, True)
+        text, _ = cut_result(whole, cap,
+                             f"the whole result is in {path}; read it with read_file")
+        return _result(result.is_error, text + note, structured, True, whole_result=path)
+
+    async def _keep(self, data: CallMcpToolInput, whole: str) -> str:
+        """The whole text at `.keel/results/<call id>.txt`, under the op id the workflow's
+        own keeping uses (activities.files.keep_tool_result): written once per call."""
+        assert self.store is not None
+        path = kept_result_path(workspace_path(data.call_id.replace("/", "_")))
+        await self.store().write(data.session_id, path, whole.encode(errors="replace"),
+                                 op_id=f"result-{data.call_id}")
+        return path
+
+
+async def _listing(spec: McpServerSpec, session: WarmSession,
+                   secrets: dict[str, str]) -> ListMcpToolsResult:
+    client = session.client
+    out = ListMcpToolsResult(server=spec.name,
+                             server_version=getattr(client.server_info, "version", "") or "")
+    problems: list[str] = []
+    seen: set[str] = set()
+    cursor: str | None = None
+    for _ in range(MAX_LIST_PAGES):
+        page = await client.list_tools(cursor=cursor)
+        for tool in page.tools:
+            shown = repr(tool.name[:80])
+            made = make_tool(spec.name, tool.name, tool.description, tool.input_schema)
+            if isinstance(made, str):
+                problems.append(made)
+            elif made.name in seen:
+                problems.append(f"tool {shown} of server {spec.name!r} is listed twice; "
+                                "the first is kept")
+            elif len(out.tools) >= MAX_TOOLS:
+                problems.append(f"tool {shown} left out: over {MAX_TOOLS} tools")
+            else:
+                seen.add(made.name)
+                made.description = scrub(made.description, secrets)
+                out.tools.append(made)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    else:
+        problems.append(f"listing stopped after {MAX_LIST_PAGES} pages")
+    if len(problems) > MAX_PROBLEMS:
+        problems[MAX_PROBLEMS:] = [f"… and {len(problems) - MAX_PROBLEMS} more"]
+    out.problems = [scrub(problem, secrets) for problem in problems]
+    return out
+

@@ -19,7 +19,10 @@ Invariants, the same for both:
 - Reads see the newest write of the scope (PostgreSQL: one row per file, updated in place
   under the row lock; local: the file replaced atomically).
 - Size limits per file and per scope refuse a write with a `StoreLimitError` naming both
-  figures; nothing is written then.
+  figures; nothing is written then. A kept tool result (under `KEPT_RESULTS_PREFIX`) may be
+  up to `KEPT_RESULT_MAX_BYTES` whatever the per-file limit; the scope's limit holds for it.
+  The check is exact under concurrent writers (one writer per scope at a time), and its
+  cost does not grow with the scope (PostgreSQL: a maintained per-scope total).
 - The scope `SHARED_SCOPE` holds what every session reads (shared skills under `skills/`).
 - Which AGENTS.md files a session's system prompt carries (`agents_files`, read on every
   model call, so its cost must not grow with the workspace): the one at the workspace root,
@@ -50,6 +53,10 @@ SHARED_SCOPE = "_shared"
 _OPS_FILE = ".keel/store-ops.json"  # LocalStore's versions and applied ops, per scope
 AGENTS_FILE = "AGENTS.md"
 AGENTS_INDEX = ".keel/agents-md.json"  # the paths of the AGENTS.md files written, a JSON list
+# Whole tool results (activities.files.KEPT_RESULTS_DIR) may be larger than other files: an
+# MCP tool's result of up to 64 MiB is kept whole, where its cut says.
+KEPT_RESULTS_PREFIX = ".keel/results/"
+KEPT_RESULT_MAX_BYTES = 64 * 1024 * 1024
 
 
 class StoreError(Exception):
@@ -134,8 +141,11 @@ class _Limits:
     max_workspace_bytes: int
 
     def _check(self, path: str, size: int, others: int) -> None:
-        if size > self.max_file_bytes:
-            raise _limit_error(f"{path!r}", size, self.max_file_bytes)
+        limit = self.max_file_bytes
+        if path.startswith(KEPT_RESULTS_PREFIX):
+            limit = max(limit, KEPT_RESULT_MAX_BYTES)
+        if size > limit:
+            raise _limit_error(f"{path!r}", size, limit)
         if others + size > self.max_workspace_bytes:
             raise _limit_error("the workspace", others + size, self.max_workspace_bytes)
 
@@ -266,7 +276,9 @@ def _atomic(path: Path, data: bytes) -> None:
 
 
 class PostgresStore(_Limits):
-    """The `workspace_files` / `workspace_writes` tables (infra/migrations/004)."""
+    """The `workspace_files` / `workspace_writes` tables (infra/migrations/004), and each
+    scope's total size in `workspace_scopes` (005, kept by triggers), so a write costs the
+    same in a scope of ten files as in one of fifty thousand."""
 
     def __init__(self, database_url: str, max_file_bytes: int,
                  max_workspace_bytes: int, *, pooled: bool = True) -> None:
@@ -311,19 +323,21 @@ class PostgresStore(_Limits):
         _check_scope(scope)
         rel = clean_path(path)
         async with self._connection() as conn, conn.transaction():
-            # One writer per scope at a time: the size check and the op log stay true.
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7246))",
-                               (scope,))
-            if op_id is not None:
-                done = await (await conn.execute(
-                    "SELECT version FROM workspace_writes WHERE scope=%s AND op_id=%s",
-                    (scope, op_id))).fetchone()
-                if done:
-                    return int(done[0])
-            others = await (await conn.execute(
-                "SELECT coalesce(sum(size), 0) FROM workspace_files"
-                " WHERE scope=%s AND path <> %s", (scope, rel))).fetchone()
-            self._check(rel, len(data), int(others[0]) if others else 0)
+            # One writer per scope at a time (the scope's totals row, locked until commit):
+            # the size check and the op log stay true. The total is the newest committed
+            # one; what follows reads in statements of its own, after the lock.
+            total = await (await conn.execute(
+                "INSERT INTO workspace_scopes AS s (scope) VALUES (%s) ON CONFLICT (scope)"
+                " DO UPDATE SET total_bytes = s.total_bytes RETURNING total_bytes",
+                (scope,))).fetchone()
+            found = await (await conn.execute(
+                "SELECT (SELECT version FROM workspace_writes WHERE scope=%s AND op_id=%s),"
+                " (SELECT size FROM workspace_files WHERE scope=%s AND path=%s)",
+                (scope, op_id, scope, rel))).fetchone()
+            assert total is not None and found is not None
+            if op_id is not None and found[0] is not None:
+                return int(found[0])
+            self._check(rel, len(data), int(total[0]) - int(found[1] or 0))
             row = await (await conn.execute(
                 "INSERT INTO workspace_files (scope, path, version, data, size)"
                 " VALUES (%s, %s, 1, %s, %s) ON CONFLICT (scope, path) DO UPDATE SET"

@@ -5,6 +5,10 @@ Invariants:
 - A declaration never holds a secret: a stdio server's environment and an HTTP server's
   header values are named by environment variable and resolved by the worker at call time.
 - A spec has exactly one transport, `stdio` or `http`.
+- Warm client sessions are shared only as the declaration allows (`pool_owner`): by default
+  a warm session to a server serves one Keel session, and only a declaration that says
+  `sharing = "shared"` lets every session of a worker with the same declaration (and the
+  same resolved secrets) use the same server process or HTTP session.
 - A namespaced tool name is `mcp__<server>__<tool>`; it parses back to exactly the pair it was
   made from, so two servers can never clash. A tool whose namespaced name would break the
   Messages API's rule for tool names (or whose schema the API would refuse, or that is too
@@ -36,6 +40,8 @@ MAX_SCHEMA_CHARS = 50_000
 # Closing a session is bounded too: the SDK stops a stdio server in at most ~6.5 s (close
 # stdin, 2 s, SIGTERM, 2 s, SIGKILL); the activity gives it this long at most.
 CLOSE_TIMEOUT_S = 10.0
+# Keeping a call's whole result in the workspace (over its cap) takes at most this long.
+KEEP_RESULT_S = 20.0
 
 NAMESPACE_PREFIX = "mcp__"
 NAMESPACE_SEP = "__"
@@ -92,10 +98,22 @@ class McpHttp(BaseModel):
         return header_env
 
 
+Sharing = Literal["session", "shared"]
+
+
 class McpServerSpec(BaseModel):
     """One MCP server a session declares. Timeouts are seconds: `connect_s` bounds starting
-    or reaching the server and the initialize handshake, `list_s` the tool listing, `call_s`
-    one tool call."""
+    or reaching the server and the initialize handshake (waiting for a free warm session
+    included), `list_s` the tool listing, `call_s` one tool call.
+
+    Warm sessions (activities.mcp_pool): a worker keeps a client session to the server (a
+    running stdio process, an HTTP session) for `keep_warm_s` after its last use, at most
+    `max_warm` of them for this declaration; `keep_warm_s = 0` starts a fresh one for
+    every listing and call. `sharing = "session"` (the default): a warm session serves one
+    Keel session only, so what the server keeps between calls (a page it opened, a
+    login, anything it remembers) never reaches another session; `"shared"`: the server
+    keeps nothing of a caller's between calls, and every session on the worker may use any
+    of its warm sessions."""
 
     name: str
     stdio: McpStdio | None = None
@@ -103,6 +121,9 @@ class McpServerSpec(BaseModel):
     connect_s: float = Field(default=15.0, gt=0, le=300)
     list_s: float = Field(default=15.0, gt=0, le=300)
     call_s: float = Field(default=120.0, gt=0, le=3600)
+    sharing: Sharing = "session"
+    keep_warm_s: float = Field(default=300.0, ge=0, le=86_400)
+    max_warm: int = Field(default=4, ge=1, le=64)
 
     @field_validator("name")
     @classmethod
@@ -123,8 +144,9 @@ class McpServerSpec(BaseModel):
     def activity_timeout_s(self, step: Literal["list", "call"]) -> float:
         """A start-to-close timeout for one activity on this server: the spec's own bounds
         plus closing, plus a margin, so the activity's own error result always wins."""
-        return self.connect_s + (self.list_s if step == "list" else self.call_s) \
-            + CLOSE_TIMEOUT_S + 5.0
+        if step == "list":
+            return self.connect_s + self.list_s + CLOSE_TIMEOUT_S + 5.0
+        return self.connect_s + self.call_s + CLOSE_TIMEOUT_S + KEEP_RESULT_S + 5.0
 
     def env_names(self) -> list[str]:
         """Every environment variable this server's declaration names, in order."""
@@ -132,6 +154,28 @@ class McpServerSpec(BaseModel):
             return list(self.stdio.env_names)
         assert self.http is not None
         return list(self.http.header_env.values())
+
+
+def transport_identity(spec: McpServerSpec) -> str:
+    """What makes two declarations reach the same server the same way: the command, its
+    arguments and the names of the variables it is given (stdio), or the URL and the header
+    names (HTTP). The server's name, timeouts and pooling are not part of it."""
+    transport = spec.stdio if spec.stdio is not None else spec.http
+    assert transport is not None
+    kind = "stdio" if spec.stdio is not None else "http"
+    return json.dumps([kind, transport.model_dump(mode="json")], sort_keys=True)
+
+
+def pool_owner(spec: McpServerSpec, session_id: str) -> str | None:
+    """Whose warm sessions of this server a request may use: `""` (anyone's: the server
+    is declared shared), a Keel session's id (that session's only), or None (no warm
+    session: one is started for this request and closed after it, as when the caller does
+    not say which session it serves)."""
+    if spec.keep_warm_s <= 0:
+        return None
+    if spec.sharing == "shared":
+        return ""
+    return session_id or None
 
 
 def _server_name_parses(server: str) -> bool:

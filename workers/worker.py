@@ -18,6 +18,9 @@ Invariants:
 - The model backend is chosen here, once per process (`model_backends`): the real adapter,
   and the offline model for a provider profile with no key and no URL; every activity that
   asks the model is given it.
+- MCP client sessions are kept warm by one pool per process (`activities.mcp_pool`), built
+  here with the workers, handed to the MCP activities, and closed (every server process it
+  started stopped) after the workers have stopped.
 - The vault worker publishes CORE.md and schema.json to the workspace store
   (`activities.vault_share`), so session workers build their prompt without the vault.
 """
@@ -39,6 +42,7 @@ from activities.checkpoint import CheckpointActivities
 from activities.context import SessionContext
 from activities.files import FileActivities
 from activities.mcp import McpActivities
+from activities.mcp_pool import McpPool
 from activities.model import AnthropicBackend, ModelBackend, ModelBackends
 from activities.offline import OfflineBackend
 from activities.session import SessionActivities
@@ -80,12 +84,14 @@ def model_backends() -> ModelBackends:
     return ModelBackends(real=AnthropicBackend(), offline=OfflineBackend())
 
 
-def session_activities(context: SessionContext) -> list[Callable[..., Any]]:
+def session_activities(context: SessionContext,
+                       mcp_pool: McpPool | None = None) -> list[Callable[..., Any]]:
     """The session queue's activities, the session's and the checkpoint's over one
-    session context (activities.context)."""
+    session context (activities.context); the MCP ones over `mcp_pool` (none: a client
+    session per activity) and the context's workspace store (for whole results)."""
     session = SessionActivities(context)
     checkpoint = CheckpointActivities(context)
-    mcp = McpActivities()
+    mcp = McpActivities(mcp_pool, store=lambda: context.store)
     files = FileActivities(context.settings)
     return [
         files.put_workspace_file, files.read_workspace_file, files.list_workspace_files,
@@ -154,18 +160,22 @@ class KeelWorkers:
         # Built once: the session's and the checkpoint's activities (and the vault
         # queue's run_tool) share its pool access, store, prompt and window loader.
         self.context = SessionContext(settings, model=model_backends())
+        # Warm MCP sessions for the session queue's MCP activities; closed on exit.
+        self.mcp_pool = McpPool()
         common: dict[str, Any] = {"interceptors": list(interceptors),
                                   "activity_executor": activity_executor}
         if role in (Role.SESSIONS, Role.BOTH):
             self.workers.append(Worker(
                 client, task_queue=settings.task_queue, workflows=[SessionWorkflow],
-                activities=session_activities(self.context), max_concurrent_activities=50,
-                **common))
+                activities=session_activities(self.context, self.mcp_pool),
+                max_concurrent_activities=50, **common))
         self._common = common
         self._stack = contextlib.AsyncExitStack()
         self._memory: MemoryContext | None = None  # the vault worker's, for its beat
 
     async def __aenter__(self) -> KeelWorkers:
+        # Closed last: after every worker, and so every MCP activity, has stopped.
+        self._stack.push_async_callback(self.mcp_pool.close)
         try:
             for worker in self.workers:  # the session queue first: it needs no lock
                 await self._stack.enter_async_context(worker)

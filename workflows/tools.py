@@ -8,7 +8,9 @@ Invariants:
   `schemas.agent`.
 - A service or MCP result over its cap keeps its whole text in the session's workspace
   (`activities.files.kept_result_path`, written once per call id), and the cut result in
-  the record says where.
+  the record says where. An MCP result is kept by the worker that got it (its activity
+  returns only the cut text and the path, `McpCallResult.whole_result`), so no payload
+  carries it whole.
 - Every call ends with exactly one tool result in the record (idempotent by call id):
   the tool's own, or an error result saying what went wrong (unknown tool, input that does
   not fit the schema naming the field, denied, a service that raised, timed out or is down,
@@ -178,7 +180,9 @@ class ToolRunner:
         for server in spec.mcp_servers:
             try:
                 listed = await workflow.execute_activity_method(
-                    McpActivities.list_mcp_tools, ListMcpToolsInput(server=server),
+                    McpActivities.list_mcp_tools,
+                    ListMcpToolsInput(server=server, session_id=state.session_id,
+                                      refresh=refresh),
                     **mcp_options(server.activity_timeout_s("list"), listing=True))
             except ActivityError as err:
                 problems.append(f"MCP server {server.name!r} is unavailable: "
@@ -377,7 +381,9 @@ class ToolRunner:
             out = await workflow.execute_activity_method(
                 McpActivities.call_mcp_tool,
                 CallMcpToolInput(server=where.mcp_server, tool=where.mcp.original_name,
-                                 arguments=call.input),
+                                 arguments=call.input,
+                                 session_id=self.run.state.session_id,
+                                 call_id=call.id, cap_chars=DEFAULT_OUTPUT_CAP_CHARS),
                 **mcp_options(where.mcp_server.activity_timeout_s("call")))
         except ActivityError as err:
             await self._result(call, f"{call.name} failed: {_cause(err)}", is_error=True)
@@ -385,8 +391,11 @@ class ToolRunner:
         text = out.text
         if out.structured_json and not text.strip():
             text = out.structured_json
-        await self._result(call, text, is_error=out.is_error,
-                           meta={"mcp_failure": out.failure.value if out.failure else None})
+        meta: dict[str, Any] = {"mcp_failure": out.failure.value if out.failure else None}
+        if out.whole_result:  # the worker kept the whole text and cut it to the cap
+            meta |= {"cut": True, "whole_result": out.whole_result}
+        await self._result(call, text, is_error=out.is_error, meta=meta,
+                           cap=len(text) if out.whole_result else DEFAULT_OUTPUT_CAP_CHARS)
 
     async def _builtin(self, reply: ModelReply, call: ToolCall) -> None:
         state = self.run.state

@@ -9,6 +9,8 @@ from pydantic import ValidationError
 
 from schemas.mcp import (
     API_TOOL_NAME_RE,
+    CLOSE_TIMEOUT_S,
+    KEEP_RESULT_S,
     McpServerSpec,
     McpTool,
     anthropic_tools,
@@ -16,6 +18,8 @@ from schemas.mcp import (
     namespace_problem,
     namespaced_name,
     parse_namespaced,
+    pool_owner,
+    transport_identity,
 )
 
 
@@ -155,3 +159,41 @@ def test_activity_timeout_covers_every_bound():
     spec = McpServerSpec(name="s", stdio={"command": "x"}, connect_s=3, list_s=4, call_s=20)
     assert spec.activity_timeout_s("list") > 3 + 4
     assert spec.activity_timeout_s("call") > 3 + 20
+
+
+# ----- warm sessions: who may share one --------------------------------------------------
+
+def test_a_warm_session_is_one_keel_sessions_unless_declared_shared():
+    spec = McpServerSpec(name="s", stdio={"command": "x"})
+    assert (spec.sharing, spec.keep_warm_s, spec.max_warm) == ("session", 300.0, 4)
+    assert pool_owner(spec, "session-a") == "session-a"
+    assert pool_owner(spec, "") is None  # no owner named: a session of its own
+    shared = spec.model_copy(update={"sharing": "shared"})
+    assert pool_owner(shared, "session-a") == pool_owner(shared, "session-b") == ""
+    assert pool_owner(spec.model_copy(update={"keep_warm_s": 0}), "session-a") is None
+    assert pool_owner(shared.model_copy(update={"keep_warm_s": 0}), "x") is None
+    with pytest.raises(ValidationError):
+        McpServerSpec(name="s", stdio={"command": "x"}, sharing="everyone")
+    with pytest.raises(ValidationError):
+        McpServerSpec(name="s", stdio={"command": "x"}, max_warm=0)
+
+
+def test_the_transport_decides_what_is_the_same_server():
+    a = McpServerSpec(name="a", stdio={"command": "x", "args": ["1"], "env_names": ["T"]},
+                      call_s=5, sharing="shared")
+    b = McpServerSpec(name="b", stdio={"command": "x", "args": ["1"], "env_names": ["T"]})
+    assert transport_identity(a) == transport_identity(b)  # names, timeouts, pooling aside
+    for other in ({"command": "x", "args": ["2"], "env_names": ["T"]},
+                  {"command": "x", "args": ["1"], "env_names": ["U"]},
+                  {"command": "y", "args": ["1"], "env_names": ["T"]}):
+        assert transport_identity(McpServerSpec(name="a", stdio=other)) != \
+            transport_identity(a)
+    web = McpServerSpec(name="w", http={"url": "http://h/mcp", "header_env": {"K": "T"}})
+    assert transport_identity(web) != transport_identity(
+        web.model_copy(update={"http": web.http.model_copy(update={"header_env": {"K": "U"}})}))
+
+
+def test_a_call_activity_has_time_to_keep_its_whole_result():
+    spec = McpServerSpec(name="s", stdio={"command": "x"}, connect_s=1, list_s=2, call_s=3)
+    assert spec.activity_timeout_s("list") == 1 + 2 + CLOSE_TIMEOUT_S + 5
+    assert spec.activity_timeout_s("call") == 1 + 3 + CLOSE_TIMEOUT_S + KEEP_RESULT_S + 5

@@ -1,8 +1,9 @@
 """An MCP server whose tool list is read from a file at start, for the refresh test.
 
 `python tests/mcp/servers/changing_server.py TOOLS_FILE`: serves `alpha` always, and `beta`
-too once TOOLS_FILE holds the word "beta". Each stdio activity starts a fresh process, so
-the list a client sees is the file's at that moment.
+too once TOOLS_FILE holds the word "beta". The file is read when the process starts, so a
+listing shows the file as it was then: a refresh lists on a new session (a new process)
+and sees the file's newest words; a warm session's listing does not.
 """
 
 from __future__ import annotations

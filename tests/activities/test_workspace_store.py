@@ -1,0 +1,112 @@
+"""The PostgreSQL workspace store's per-scope totals (infra/migrations/005): a write checks the
+quota against the scope's maintained total, which stays equal to the sum of its files
+whatever changes them, and the check holds under concurrent writers. Also the kept-result
+size rule both stores share."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+import pytest
+
+from activities.db import apply_migrations
+from activities.workspace import (
+    KEPT_RESULTS_PREFIX,
+    LocalStore,
+    PostgresStore,
+    StoreLimitError,
+)
+
+
+def totals(database_url: str) -> dict[str, tuple[int, int]]:
+    """scope → (maintained total, actual sum of its files), for every scope either knows."""
+    with psycopg.connect(database_url) as conn:
+        found = conn.execute(
+            "SELECT coalesce(s.scope, f.scope), coalesce(s.total_bytes, -1),"
+            " coalesce(f.bytes, 0) FROM workspace_scopes s FULL JOIN"
+            " (SELECT scope, sum(size) AS bytes FROM workspace_files GROUP BY scope) f"
+            " ON f.scope = s.scope").fetchall()
+    return {scope: (int(total), int(actual)) for scope, total, actual in found}
+
+
+def assert_true_totals(database_url: str) -> None:
+    for scope, (total, actual) in totals(database_url).items():
+        assert total == actual, (scope, total, actual)
+
+
+async def test_the_total_follows_every_change(database_url):
+    store = PostgresStore(database_url, 1000, 10_000)
+    await store.write("s1", "a.txt", b"x" * 100)
+    await store.write("s1", "a.txt", b"x" * 40)  # replaced in place
+    await store.write("s1", "docs/AGENTS.md", b"rules")  # and the index file with it
+    await store.write("s2", "b.txt", b"y" * 7, op_id="op-1")
+    await store.write("s2", "b.txt", b"y" * 900, op_id="op-1")  # applied once
+    assert totals(database_url)["s1"][0] == 40 + 5 + len(b'["docs/AGENTS.md"]')
+    assert totals(database_url)["s2"] == (7, 7)
+    with psycopg.connect(database_url) as conn:  # changes made outside the store
+        with conn.cursor().copy("COPY workspace_files (scope, path, version, data, size)"
+                                " FROM STDIN") as copy:
+            for n in range(50):
+                copy.write_row(("s3", f"f{n}", 1, b"z" * n, n))
+        conn.execute("UPDATE workspace_files SET scope='s2', size=size+1 WHERE path='f10'")
+        conn.execute("DELETE FROM workspace_files WHERE scope='s1' AND path='a.txt'")
+    assert_true_totals(database_url)
+    assert totals(database_url)["s3"][0] == sum(range(50)) - 10
+
+
+async def test_the_quota_is_checked_against_the_total_not_a_sum(database_url):
+    store = PostgresStore(database_url, 1000, 10_000)
+    await store.write("s1", "a.txt", b"x" * 10)
+    with psycopg.connect(database_url) as conn:  # the total says the scope is nearly full
+        conn.execute("UPDATE workspace_scopes SET total_bytes = 9_995 WHERE scope='s1'")
+    with pytest.raises(StoreLimitError, match="the workspace would be 10,015 bytes"):
+        await store.write("s1", "b.txt", b"x" * 20)
+    await store.write("s1", "a.txt", b"x" * 15)  # a replacement counts its new size only
+
+
+async def test_concurrent_writers_never_pass_the_quota(database_url):
+    # Each write on a connection of its own, all at once: 30 files of 100 bytes, room
+    # for 10; then 10 writers growing files that are already there.
+    store = PostgresStore(database_url, 1000, 1000, pooled=False)
+
+    async def write(path: str, size: int) -> bool:
+        try:
+            await store.write("s1", path, b"x" * size, op_id=f"op-{path}-{size}")
+        except StoreLimitError:
+            return False
+        return True
+
+    done = await asyncio.gather(*(write(f"f{n}", 100) for n in range(30)))
+    assert sum(done) == 10
+    assert totals(database_url)["s1"] == (1000, 1000)
+    shrunk = await asyncio.gather(*(write(f"f{n}", 50) for n in range(30) if done[n]))
+    assert all(shrunk) and totals(database_url)["s1"] == (500, 500)
+    grown = await asyncio.gather(*(write(f"f{n}", 150) for n in range(30) if done[n]))
+    assert sum(grown) == 5  # 5 × 150 + 5 × 50 = 1000
+    assert_true_totals(database_url)
+
+
+def test_the_migration_counts_what_was_there_before(database_url):
+    with psycopg.connect(database_url, autocommit=True) as conn:  # as before migration 005
+        conn.execute("DROP TABLE workspace_scopes")
+        conn.execute("DROP FUNCTION workspace_scope_totals() CASCADE")
+        conn.execute("DELETE FROM schema_migrations WHERE name='005_workspace_totals.sql'")
+        conn.execute("INSERT INTO workspace_files (scope, path, version, data, size) VALUES"
+                     " ('old', 'a', 1, 'aaa', 3), ('old', 'b', 1, 'bb', 2),"
+                     " ('other', 'c', 1, 'c', 1)")
+    assert apply_migrations(database_url) == ["005_workspace_totals.sql"]
+    assert totals(database_url) == {"old": (5, 5), "other": (1, 1)}
+
+
+@pytest.mark.parametrize("kind", ["local", "postgres"])
+async def test_a_kept_result_may_pass_the_file_limit_not_the_workspace_limit(
+        kind, tmp_path, database_url):
+    store = (LocalStore(tmp_path / "w", tmp_path, 100, 2000) if kind == "local"
+             else PostgresStore(database_url, 100, 2000))
+    kept = f"{KEPT_RESULTS_PREFIX}toolu_1.txt"
+    assert await store.write("s1", kept, b"r" * 1500) == 1
+    with pytest.raises(StoreLimitError, match=r"'notes\.txt' would be 1,500 bytes"):
+        await store.write("s1", "notes.txt", b"n" * 1500)
+    with pytest.raises(StoreLimitError, match="the workspace would be 2,500 bytes"):
+        await store.write("s1", f"{KEPT_RESULTS_PREFIX}toolu_2.txt", b"r" * 1000)

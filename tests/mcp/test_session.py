@@ -1,0 +1,64 @@
+"""MCP in a real session (Temporal dev server, PostgreSQL, the fake Messages API, the worker
+as `keel worker` builds it): a stdio server's process stays warm from the listing through
+the session's later turns, a 5,000,000-character result reaches the model cut to its cap
+with the whole text kept where the cut says (never a 5 MB Temporal payload), and no server
+process is left once the worker has stopped."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+from activities.workspace import open_store
+from schemas.agent import AgentSpec
+from tests.fake_anthropic import text_message, tool_use_message
+from tests.harness import keel_worker, make_settings
+from tests.mcp.conftest import POOL, server_pids, stdio_spec
+
+
+@pytest.fixture
+def settings(database_url, fake_anthropic, tmp_path):
+    return make_settings(database_url, tmp_path, fake_anthropic.base_url)
+
+
+def results(database_url: str, session_id: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    with psycopg.connect(database_url) as conn:
+        found = conn.execute(
+            "SELECT content_text, content FROM messages WHERE session_id=%s"
+            " AND type='tool_result' ORDER BY seq", (session_id,)).fetchall()
+    return {content["tool_use_id"]: (text, content) for text, content in found}
+
+
+async def test_a_warm_server_across_turns_and_a_5_mb_result_kept_whole(
+        client, settings, fake_anthropic, database_url):
+    chars = 5_000_000
+    first = tool_use_message([("mcp__pool__whoami", {}), ("mcp__pool__big", {"chars": chars})])
+    second = tool_use_message([("mcp__pool__whoami", {})])
+    who1, big_id = (b["id"] for b in first["content"])
+    (who2,) = (b["id"] for b in second["content"])
+    fake_anthropic.push(first, text_message("one"), second, text_message("two"))
+    spec = AgentSpec(mcp_servers=[stdio_spec(POOL, name="pool", call_s=60)])
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"warm-{uuid.uuid4().hex[:8]}", agent=spec)
+        assert (await session.ask("Who and how much?")).reply_text == "one"
+        assert (await session.ask("Who again?")).reply_text == "two"
+        # Read from the store itself: a read through the session carries at most 768 KiB.
+        kept = await open_store(settings).read(session.session_id,
+                                               f".keel/results/{big_id}.txt")
+        assert kept is not None and len(kept.data) == chars and kept.data == b"y" * chars
+        assert len(server_pids(POOL)) == 1  # warm while the worker runs
+    assert server_pids(POOL) == []  # the worker's pool closed with it
+    got = results(database_url, session.session_id)
+    assert got[who1][0] == got[who2][0]  # both turns' calls reached the same process
+    text, content = got[big_id]
+    path = f".keel/results/{big_id}.txt"
+    assert text == "y" * 20_000 + (f"\n[result cut at 20000 of {chars} characters; the whole "
+                                   f"result is in {path}; read it with read_file]")
+    assert content["cut"] and content["whole_result"] == path and not content["is_error"]
+    # The model read the cut text, not five megabytes.
+    sent = json.dumps(fake_anthropic.requests[1]["messages"][-1])
+    assert f"of {chars} characters" in sent and len(sent) < 100_000
