@@ -238,14 +238,15 @@ async def test_a_checkpoint_logs_one_line_and_traces_its_steps(client, database_
     stored = [line for line in lines if line["event"] == "checkpoint stored"]
     assert stored, [line["event"] for line in lines]
     line = stored[0]
-    assert line["session_id"] == session_id and line["kind"] == "full"
+    # Past the threshold by more than the margin, it may condense only the earlier part.
+    assert line["session_id"] == session_id and line["kind"] in ("full", "earlier_part")
     assert line["tokens_after"] < line["tokens_before"]
     assert line["rounds"] >= 1 and line["repair"] is False and line["fallbacks"] == []
     turns = [t for t in lines if t["event"] == "turn ended"]
     assert len(turns) == 7 and any(t["checkpoint"] for t in turns)
     checkpoint = next(s for s in spans if s.name == "Checkpoint"
                       and s.attributes["keel.session_id"] == session_id)
-    assert checkpoint.attributes["keel.checkpoint_kind"] == "full"
+    assert checkpoint.attributes["keel.checkpoint_kind"] == line["kind"]
     assert checkpoint.attributes["keel.checkpoint_id"] == line["checkpoint_id"]
     steps = {s.name for s in spans if s.context.trace_id == checkpoint.context.trace_id}
     assert {"RunActivity:prepare_checkpoint", "RunActivity:checkpoint_round",

@@ -121,7 +121,9 @@ async def test_one_repair_request_names_every_problem(client, settings, fake_ant
     attempts = db(database_url, "SELECT repair_sent, outcome FROM checkpoint_attempts"
                   " ORDER BY created_at")
     assert attempts[0] == (True, "stored")
-    assert len(repair) == len(attempts)  # one repair request per attempt
+    # One repair request per attempt at most: a repair the window has no room for is not
+    # sent (the fallbacks hold), never sent twice.
+    assert 1 <= len(repair) <= len(attempts)
 
 
 async def test_no_usable_now_fails_and_changes_nothing(client, settings, fake_anthropic,
