@@ -6,10 +6,11 @@ session's workspace store, under Keel's read-only `.keel/` folder.
   (`<call id>.part-1.txt`, ...), each at most the store's per-file limit; the cut result in
   the record names them. Written once per call id (the op id), so a retry writes nothing.
 - A service tool's result larger than a payload should be is kept by the service's worker
-  as the serialized Temporal payload at `.keel/payloads/<sha256>.bin` of the session's
-  scope (`write_payload`, used by `workers.payload_refs.ResultStorage`), and read back by
-  the record activity (`read_payload`), which checks that the reference names this
-  session, a path under `.keel/payloads/` and the bytes' own digest.
+  as the serialized Temporal payload at `payloads/<sha256>.bin` of the store's scope
+  `RESULTS_SCOPE` (`write_payload`, used by `workers.payload_refs.ResultStorage`), not in
+  the session's workspace: the session's quota holds the whole text once, and the agent
+  never reads the raw payload. The record activity reads it back (`read_payload`), which
+  checks that the reference names that scope, such a path and the bytes' own digest.
 """
 
 from __future__ import annotations
@@ -23,32 +24,34 @@ from activities.files import KEPT_RESULTS_DIR, kept_result_path
 from activities.tools import workspace_path
 from activities.workspace import WorkspaceStore
 
-__all__ = ["PAYLOADS_DIR", "keep_whole", "payload_path", "read_payload", "split_utf8",
-           "write_payload"]
+__all__ = ["MAX_PAYLOAD_BYTES", "RESULTS_SCOPE", "keep_whole", "payload_path", "read_payload",
+           "split_utf8", "write_payload"]
 
-PAYLOADS_DIR = ".keel/payloads"
+RESULTS_SCOPE = "_tool_results"  # a scope of its own, beside the sessions' workspaces
+PAYLOADS_DIR = "payloads"
+# The largest payload kept: 64 MiB of text, thrice over for its JSON's escapes.
+MAX_PAYLOAD_BYTES = 192 * 1024 * 1024
 
 
 def payload_path(digest: str) -> str:
     return f"{PAYLOADS_DIR}/{digest}.bin"
 
 
-async def write_payload(store: WorkspaceStore, scope: str, payload: Payload) -> dict[str, str]:
-    """Keep `payload` in `scope` (content-addressed: the same bytes, the same path, written
-    once) and return the reference to it."""
+async def write_payload(store: WorkspaceStore, payload: Payload) -> dict[str, str]:
+    """Keep `payload` (content-addressed: the same bytes, the same path, written once) and
+    return the reference to it."""
     data = payload.SerializeToString()
     digest = hashlib.sha256(data).hexdigest()
     path = payload_path(digest)
-    await store.write(scope, path, data, op_id=f"payload-{digest}")
-    return {"scope": scope, "path": path, "sha256": digest, "size": str(len(data))}
+    await store.write(RESULTS_SCOPE, path, data, op_id=f"payload-{digest}")
+    return {"scope": RESULTS_SCOPE, "path": path, "sha256": digest, "size": str(len(data))}
 
 
-async def read_payload(store: WorkspaceStore, ref: dict[str, str],
-                       session_id: str | None = None) -> Payload:
-    """The payload `ref` names; ValueError when it is not one this session may read (another
-    scope, a path outside `.keel/payloads/`, bytes that are not the digest's) or is gone."""
-    if session_id is not None and ref.get("scope") != session_id:
-        raise ValueError("the result's reference names another session")
+async def read_payload(store: WorkspaceStore, ref: dict[str, str]) -> Payload:
+    """The payload `ref` names; ValueError when it names no kept payload (another scope,
+    another path, bytes that are not the digest's) or the payload is gone."""
+    if ref.get("scope") != RESULTS_SCOPE:
+        raise ValueError("the result's reference names no kept payload")
     path, digest = ref.get("path", ""), ref.get("sha256", "")
     if not re.fullmatch(r"[0-9a-f]{64}", digest) or path != payload_path(digest):
         raise ValueError("the result's reference names no kept payload")

@@ -6,17 +6,19 @@ Invariants:
   take ids and seqs), and its client refuses an input over the payload limit before
   sending it (`schemas.text.payload_problem`). So every reader of Keel's own histories
   (replay, the CLI, the UI, `keel.client`) sees plain payloads only, and pointers.
-- A service tool's result of any size (up to `MAX_RESULT_BYTES`) travels by reference: the
-  service's worker, with `service_converter(settings)` on its client, keeps every activity
-  result over `RESULT_BY_REFERENCE_BYTES` in Keel's store (`ResultStorage`: the session's
-  scope, `activities.results.write_payload`), and the history holds a reference of
-  driver `RESULT_DRIVER`. A Keel worker reads that reference as the small pointer
+- A service tool's result of any size (a payload up to
+  `activities.results.MAX_PAYLOAD_BYTES`) travels by reference: the service's worker, with
+  `service_converter(settings)` on its client, keeps every activity result over
+  `RESULT_BY_REFERENCE_BYTES` in Keel's store (`ResultStorage`,
+  `activities.results.write_payload`), and the history holds a reference of driver
+  `RESULT_DRIVER`. A Keel worker reads that reference as the small pointer
   `{"keel_result_ref": {...}}` (`ResultPointers`; `schemas.agent.result_ref`), which the
   workflow carries to the record activity; that activity reads the payload, keeps the
   result whole and records it cut to its cap. No payload over the limit is ever sent, and
   the workflow never holds the result. A service in another SDK does the same by writing
-  the serialized payload at `.keel/payloads/<sha256>.bin` of the session's workspace and
-  a reference of that driver name with the same claim (`scope`, `path`, `sha256`, `size`).
+  the serialized payload at `payloads/<sha256>.bin` of the store's scope `_tool_results`
+  and a reference of that driver name with the same claim (`scope`, `path`, `sha256`,
+  `size`).
 - A payload reference written by another client's external storage (a driver this worker
   does not have) would fail every attempt of the workflow task that carries it
   ([TMPRL1105] without storage, "No driver found" with it): a signal in the history would
@@ -51,10 +53,9 @@ from temporalio.converter import (
     StorageDriverRetrieveContext,
     StorageDriverSelectContext,
     StorageDriverStoreContext,
-    StorageDriverWorkflowInfo,
 )
 
-from activities.results import read_payload, write_payload
+from activities.results import MAX_PAYLOAD_BYTES, read_payload, write_payload
 from schemas.agent import RESULT_REF_KEY
 
 if TYPE_CHECKING:
@@ -63,9 +64,8 @@ if TYPE_CHECKING:
 
 RESULT_DRIVER = "keel-results"
 # A service tool's result larger than this travels by reference (the converter's own
-# default threshold); one larger than MAX_RESULT_BYTES is refused by the store.
+# default threshold).
 RESULT_BY_REFERENCE_BYTES = 256 * 1024
-MAX_RESULT_BYTES = 65 * 1024 * 1024  # 64 MiB of text, and its JSON's escapes and envelope
 
 UNRESOLVED_ENCODING = b"keel/unresolved-reference"
 
@@ -107,8 +107,8 @@ class ResultPointers(StorageDriver):
 
 
 class ResultStorage(StorageDriver):
-    """The service's side: an activity's result kept in Keel's store, under the scope of
-    the session (the workflow) the activity serves."""
+    """The service's side: an activity's result kept in Keel's store
+    (activities.results)."""
 
     def __init__(self, store: WorkspaceStore) -> None:
         self._store = store
@@ -118,11 +118,7 @@ class ResultStorage(StorageDriver):
 
     async def store(self, context: StorageDriverStoreContext,
                     payloads: Sequence[Payload]) -> list[StorageDriverClaim]:
-        target = context.target
-        if not isinstance(target, StorageDriverWorkflowInfo) or not target.id:
-            raise RuntimeError("Keel's result storage keeps only the result of an activity "
-                               "a session scheduled")
-        return [StorageDriverClaim(claim_data=await write_payload(self._store, target.id, p))
+        return [StorageDriverClaim(claim_data=await write_payload(self._store, p))
                 for p in payloads]
 
     async def retrieve(self, context: StorageDriverRetrieveContext,
@@ -154,7 +150,7 @@ def service_converter(settings: KeelSettings,
     carry their payloads as before."""
     from activities.workspace import open_store
 
-    limits = {"max_file_bytes": max(settings.max_file_bytes, MAX_RESULT_BYTES)}
+    limits = {"max_file_bytes": MAX_PAYLOAD_BYTES, "max_workspace_bytes": 2**62}
     driver = ResultStorage(open_store(settings.model_copy(update=limits)))
 
     def activity_results(context: StorageDriverSelectContext,
