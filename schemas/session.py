@@ -72,6 +72,10 @@ class Rejection(StrEnum):
     MALFORMED_INPUT = "MalformedInput"
 
 
+# A run started with more than one argument gets one payload of this encoding instead,
+# holding their count (workers.entry_guard), which its input refuses (workflows.entry).
+ARGUMENTS_ENCODING = b"keel/arguments"
+
 # Bounds on what an input may carry besides its text: an input id is an indexed column, a
 # note or a reason becomes a line of the record.
 MAX_INPUT_ID_CHARS = 256

@@ -51,8 +51,8 @@ from activities.vault_share import publish_vault_files
 from activities.workspace import open_store
 from schemas.config import KeelSettings
 from schemas.tokens import count_tokens
+from workers.entry_guard import EntryGuard
 from workers.payload_refs import worker_client
-from workers.update_guard import UnanswerableUpdates
 from workflows.doctor import DoctorWorkflow
 from workflows.nightly import MemoryNightlyWorkflow
 from workflows.rollup import ROLLUP_WORKFLOWS
@@ -161,7 +161,7 @@ class KeelWorkers:
             self.workers.append(Worker(
                 client, task_queue=settings.task_queue, workflows=[SessionWorkflow],
                 activities=session_activities(self.context), max_concurrent_activities=50,
-                workflow_runner=UnanswerableUpdates(), **common))
+                workflow_runner=EntryGuard(), **common))
         self._common = common
         self._stack = contextlib.AsyncExitStack()
         self._memory: MemoryContext | None = None  # the vault worker's, for its beat

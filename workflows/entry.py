@@ -32,7 +32,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from schemas.agent import BUILTIN_TOOL_NAMES, AgentSpecError, check_spec
-    from schemas.session import Rejection, SessionInput
+    from schemas.session import ARGUMENTS_ENCODING, Rejection, SessionInput
     from schemas.strict import STORED
     from workflows.failures import decode_problem
 
@@ -52,6 +52,10 @@ def payload_json(raw: RawValue | None, no_payload: RawValue) -> bytes:
         raise ValueError("expected one argument")
     if not isinstance(raw, RawValue):
         raise ValueError("more than one argument")
+    if raw.payload.metadata.get("encoding", b"") == ARGUMENTS_ENCODING:
+        # workers.entry_guard: the run had this many arguments
+        raise ValueError(f"expected one argument, got "
+                         f"{raw.payload.data.decode(errors='replace')}")
     encoding = raw.payload.metadata.get("encoding", b"").decode(errors="replace")
     if encoding != "json/plain":
         raise ValueError(f"the payload's encoding is {encoding or 'missing'}, not json/plain")

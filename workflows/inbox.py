@@ -27,6 +27,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -259,24 +260,24 @@ class Inbox:
     # ----- a background input ------------------------------------------------------------
 
     async def background(self, kind: HarnessKind, model: type[BaseModel],
-                         raw: RawValue | None, no_payload: RawValue) -> None:
-        """One background input (a signal's raw payload, validated here; `no_payload` is
-        the signal's default). A signal has no caller to tell, so whatever goes wrong is
-        recorded as a notice (and `last_error`), and the session goes on."""
+                         args: Sequence[RawValue]) -> None:
+        """One background input (a signal's raw payloads, validated here: exactly one). A
+        signal has no caller to tell, so whatever goes wrong is recorded as a notice (and
+        `last_error`), and the session goes on."""
         label = SIGNAL_LABELS[kind]
         try:
-            data = _decode(model, raw, no_payload)
+            data = _decode(model, args)
             long = _long_field(data)
             if long and workflow.patched(LONG_IDS_PATCH):  # recorded as given before
                 raise ValueError(long)
         except Exception as err:  # any undecodable payload is reported
             problem = decode_problem(err)
             self.run.last_error = f"a malformed {kind.value} signal was dropped: {problem}"
-            await self.run.record_notice(f"A {label} signal ({kind.value}) was malformed and "
+            await self.run.record_notice(f"{_a(label)} signal ({kind.value}) was malformed and "
                                          f"its input was lost: {problem}")
             return
         source_line = make_storable(_source_line(kind, data))[0]
-        lost = f"A {label} input ({source_line})"
+        lost = f"{_a(label)} input ({source_line})"
         too_big = payload_problem(data.text)
         if too_big:
             self.run.last_error = f"{lost} was not recorded: {too_big}"
@@ -306,6 +307,10 @@ class Inbox:
             f"(it has: {', '.join(k.value for k in SIGNAL_LABELS)}); it was dropped.")
 
 
+def _a(label: str) -> str:
+    return f"{'An' if label[:1].lower() in 'aeiou' else 'A'} {label}"
+
+
 def _long_field(data: BaseModel) -> str | None:
     """A background input's id or name over `MAX_INPUT_ID_CHARS` (only its text may be
     long: an id is an indexed column, a name goes into the source line)."""
@@ -315,13 +320,12 @@ def _long_field(data: BaseModel) -> str | None:
     return None
 
 
-def _decode(model: type[BaseModel], raw: RawValue | None, no_payload: RawValue) -> Any:
-    """A signal's payload as `model`: plain JSON, validated here, so a lone surrogate
+def _decode(model: type[BaseModel], args: Sequence[RawValue]) -> Any:
+    """A signal's one payload as `model`: plain JSON, validated here, so a lone surrogate
     escape decodes (and is replaced later) and a missing field is named."""
-    if raw is None or raw is no_payload:
-        raise ValueError("expected one argument")
-    if not isinstance(raw, RawValue):
-        raise ValueError("more than one argument")
+    if len(args) != 1:
+        raise ValueError("expected one argument" + (f", got {len(args)}" if args else ""))
+    raw = args[0]
     encoding = raw.payload.metadata.get("encoding", b"").decode(errors="replace")
     if encoding != "json/plain":
         raise ValueError(f"the payload's encoding is {encoding or 'missing'}, "

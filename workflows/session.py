@@ -91,7 +91,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.entry import arg, payload_json, start_input, valid_arg
     from workflows.events import SessionEvents
     from workflows.failures import decode_problem, reason, rejected
-    from workflows.inbox import SIGNAL_LABELS, Inbox
+    from workflows.inbox import Inbox
     from workflows.observe import TurnObserver
     from workflows.options import FILE_CALL
     from workflows.run import SessionRun
@@ -102,9 +102,17 @@ __all__ = ["SessionWorkflow"]
 
 KEPT_OUTCOMES = 16  # carried over continue-as-new
 
-# A signal sent with no argument gets this (the SDK passes a payload as is only to a
+# An Update or a run sent no argument gets this (the SDK passes a payload as is only to a
 # parameter typed exactly RawValue, so the default must be one).
 NO_PAYLOAD = RawValue(Payload())
+
+# The background inputs by signal name: their kind and their payload's model.
+BACKGROUND: dict[str, tuple[HarnessKind, type[BaseModel]]] = {
+    Handler.WATCH: (HarnessKind.WATCH, WatchInput),
+    Handler.TASK: (HarnessKind.TASK, TaskInput),
+    Handler.AGENT_RUN: (HarnessKind.AGENT_RUN, AgentRunInput),
+    Handler.CALLBACK: (HarnessKind.CALLBACK, CallbackInput),
+}
 
 
 @workflow.defn(name=SESSION_WORKFLOW)
@@ -203,40 +211,21 @@ class SessionWorkflow:
                 f"{token_limit}. Put long material in a file in the workspace and refer to it."
             )
 
-    async def _background(self, kind: HarnessKind, model: type[BaseModel],
-                          raw: RawValue | None) -> None:
-        """One background input; a signal has no caller to tell (workflows.inbox)."""
-        if self.refused:
-            workflow.logger.error("%s signal dropped: %s", SIGNAL_LABELS[kind], self.refused)
-            return
-        if self.state.stopped_reason:
-            workflow.logger.warning("input %s dropped: session stopped", kind)
-            return
-        await self.inbox.background(kind, model, raw, NO_PAYLOAD)
-
-    # Signals take their payload raw and validate it here, so a malformed one reaches the
-    # session (which records what was wrong) instead of being dropped by the SDK's decoder.
-    @workflow.signal(name=Handler.WATCH)
-    async def watch(self, data: RawValue = NO_PAYLOAD) -> None:
-        await self._background(HarnessKind.WATCH, WatchInput, data)
-
-    @workflow.signal(name=Handler.TASK)
-    async def task(self, data: RawValue = NO_PAYLOAD) -> None:
-        await self._background(HarnessKind.TASK, TaskInput, data)
-
-    @workflow.signal(name=Handler.AGENT_RUN)
-    async def agent_run(self, data: RawValue = NO_PAYLOAD) -> None:
-        await self._background(HarnessKind.AGENT_RUN, AgentRunInput, data)
-
-    @workflow.signal(name=Handler.CALLBACK)
-    async def callback(self, data: RawValue = NO_PAYLOAD) -> None:
-        await self._background(HarnessKind.CALLBACK, CallbackInput, data)
-
+    # Every signal comes through this one handler, its payloads raw, however many there
+    # are: a malformed one reaches the session (which records what was wrong) instead of
+    # being dropped by the SDK's decoder, or failing the task when the count is wrong; a
+    # name the session does not have is said in a notice too.
     @workflow.signal(dynamic=True)
-    async def unknown_signal(self, name: str, args: Sequence[RawValue]) -> None:
-        """A signal of a name this session does not have: a notice, then dropped."""
-        if not self.refused and not self.state.stopped_reason:
+    async def signal(self, name: str, args: Sequence[RawValue]) -> None:
+        background = BACKGROUND.get(name)
+        if self.refused:
+            workflow.logger.error("%s signal dropped: %s", name[:100], self.refused)
+        elif self.state.stopped_reason:
+            workflow.logger.warning("input %s dropped: session stopped", name[:100])
+        elif background is None:
             await self.inbox.unknown_signal(name)
+        else:
+            await self.inbox.background(*background, args)
 
     @workflow.update(name=Handler.AWAIT_REPLY)
     async def await_reply(self, data: RawValue = NO_PAYLOAD) -> TurnOutcome:

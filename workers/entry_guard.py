@@ -1,5 +1,5 @@
-"""An Update no answer can carry: taken out of its activation, so the server rejects it at
-once and the session goes on.
+"""What the session's workflow code cannot take however it is written, set right before it
+sees it: an Update no answer can carry, and a run started with more than one argument.
 
 An Update's acceptance and its rejection both carry its request (sdk-core's update machine
 puts the original request in either message), so an Update whose request is near
@@ -9,14 +9,22 @@ and for ~20 s the session takes no other Update ("Workflow Task in failed state"
 own client refuses such a message before sending it (`schemas.text.payload_problem`); this
 is for every other client.
 
+A run started with two arguments or more would fail every workflow task: the SDK calls
+the workflow's `__init__` with each of them, and it takes one (signals take any number,
+through one dynamic handler; an Update's validator refuses a wrong count).
+
 Invariants:
-- The session's workflow runner is `UnanswerableUpdates` (the SDK's sandbox inside): an
-  Update whose request is over `ECHO_LIMIT_BYTES` is left out of the activation the
-  workflow sees, and logged with its size and the limit. Unanswered, it does not fail the
-  task; the server rejects it to its caller as unprocessed ("UnprocessedUpdate"), and the
-  next message is answered at once (tests/session/test_large_payloads.py).
-- Nothing of such an Update reaches the history, so every replay is the same, and nothing
-  else in an activation is touched.
+- The session's workflow runner is `EntryGuard` (the SDK's sandbox inside). An Update whose
+  request is over `ECHO_LIMIT_BYTES` is left out of the activation the workflow sees, and
+  logged with its size and the limit. Unanswered, it does not fail the task; the server
+  rejects it to its caller as unprocessed ("UnprocessedUpdate"), and the next message is
+  answered at once (tests/session/test_large_payloads.py). Nothing of it reaches the
+  history, so every replay is the same.
+- A run's arguments, when there are two or more, become one payload of encoding
+  `ARGUMENTS_ENCODING` holding their count, which the workflow refuses with that count
+  (workflows.entry): the run fails with the reason. The same history replays the same on
+  every Keel worker.
+- Nothing else in an activation is touched.
 """
 
 from __future__ import annotations
@@ -26,14 +34,16 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from temporalio.api.common.v1 import Payload
 from temporalio.bridge.proto.workflow_activation import DoUpdate, WorkflowActivation
 from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from schemas.session import ARGUMENTS_ENCODING
 from schemas.text import TEMPORAL_BLOB_LIMIT_BYTES
 
-__all__ = ["ECHO_LIMIT_BYTES", "UnanswerableUpdates", "update_size"]
+__all__ = ["ECHO_LIMIT_BYTES", "EntryGuard", "update_size"]
 
 log = logging.getLogger("keel.worker")
 
@@ -49,9 +59,9 @@ def update_size(job: DoUpdate) -> int:
             + sum(len(k) + v.ByteSize() for k, v in job.headers.items()))
 
 
-class _UnanswerableUpdates(WorkflowInstance):
-    """A workflow instance that never sees an Update it could not answer (see
-    `UnanswerableUpdates`); everything else is the wrapped instance's."""
+class _Guarded(WorkflowInstance):
+    """A workflow instance that never sees an Update it could not answer nor a run's extra
+    arguments (see `EntryGuard`); everything else is the wrapped instance's."""
 
     def __init__(self, inner: WorkflowInstance) -> None:
         self.inner = inner
@@ -59,6 +69,12 @@ class _UnanswerableUpdates(WorkflowInstance):
     def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
         kept = []
         for job in act.jobs:
+            if job.HasField("initialize_workflow") \
+                    and len(arguments := job.initialize_workflow.arguments) > 1:
+                count = len(arguments)
+                del arguments[:]
+                arguments.append(Payload(metadata={"encoding": ARGUMENTS_ENCODING},
+                                         data=str(count).encode()))
             if job.HasField("do_update") and (size := update_size(job.do_update)) \
                     > ECHO_LIMIT_BYTES:
                 log.warning(
@@ -88,9 +104,10 @@ class _UnanswerableUpdates(WorkflowInstance):
 
 
 @dataclasses.dataclass
-class UnanswerableUpdates(WorkflowRunner):
+class EntryGuard(WorkflowRunner):
     """The session's workflow runner (the SDK's sandbox inside): an Update whose request is
-    over `ECHO_LIMIT_BYTES` is taken out of its activation before the workflow sees it."""
+    over `ECHO_LIMIT_BYTES` is taken out of its activation before the workflow sees it, and
+    a run's arguments, when more than one, become their count."""
 
     inner: WorkflowRunner = dataclasses.field(default_factory=SandboxedWorkflowRunner)
 
@@ -98,7 +115,7 @@ class UnanswerableUpdates(WorkflowRunner):
         self.inner.prepare_workflow(defn)
 
     def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
-        return _UnanswerableUpdates(self.inner.create_instance(det))
+        return _Guarded(self.inner.create_instance(det))
 
     def set_worker_level_failure_exception_types(
             self, types: Sequence[type[BaseException]]) -> None:
