@@ -181,13 +181,15 @@ def check_spec(spec: AgentSpec, builtin_names: list[str],
 
 def session_tools(builtin: list[dict[str, Any]], spec: AgentSpec | None,
                   mcp_tools: list[McpTool]) -> list[dict[str, Any]]:
-    """The session's tool list, in a fixed order: built-ins, service tools, MCP tools."""
+    """The session's tool list, in a fixed order: built-ins, service tools, MCP tools (of
+    the servers the spec declares now: one removed offers none, even before a listing)."""
     if spec is None:
         return list(builtin)
     keep = spec.builtin_tools
+    servers = {s.name for s in spec.mcp_servers}
     out = [t for t in builtin if keep is None or t["name"] in keep]
     out += [t.to_anthropic() for t in spec.tools]
-    out += [t.to_anthropic() for t in mcp_tools]
+    out += [t.to_anthropic() for t in mcp_tools if t.server in servers]
     return out
 
 

@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         PendingApproval,
         check_spec,
         decision_problem,
+        session_tools,
     )
     from schemas.events import SessionEnded
     from schemas.files import (
@@ -278,7 +279,7 @@ class SessionWorkflow:
             ended=state.ended,
             agent_instructions_chars=len(state.config.agent.instructions)
             if state.config.agent else 0,
-            tools=[t.name for t in state.config.agent.tools] + [t.name for t in state.mcp_tools]
+            tools=[t["name"] for t in session_tools([], state.config.agent, state.mcp_tools)]
             if state.config.agent else [],
         )
 
