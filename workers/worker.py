@@ -20,6 +20,9 @@ Invariants:
   asks the model is given it.
 - The vault worker publishes CORE.md and schema.json to the workspace store
   (`activities.vault_share`), so session workers build their prompt without the vault.
+- The session workflow runs under `workers.entry_guard.EntryGuard` (the SDK's sandbox
+  inside), which sets right what the workflow's code cannot take: an Update no answer can
+  carry, a run started with more than one argument.
 """
 
 from __future__ import annotations

@@ -18,6 +18,11 @@ Invariants kept here:
   for their turn's model call are recorded the ordinary way, subscribers are released, and
   every handler, fence and transcript has finished.
 - A client's file calls are Updates that run one workspace activity each.
+- Every entry point takes its payload raw and reads it itself (workflows.entry): a start
+  that does not decode or validate fails at once with the reason, an Update's validator
+  refuses an argument that does not decode (MALFORMED_INPUT), and every signal, of any name
+  and with any number of payloads, comes through one handler, which records what was wrong
+  in a notice. No input fails a workflow task.
 """
 
 from __future__ import annotations

@@ -239,3 +239,22 @@ async def test_an_update_through_the_temporal_cli_is_refused_naming_the_field(
     assert done.returncode != 0
     assert "text: Input should be a valid string" in done.stdout + done.stderr
     assert outcome.reply_text == "still here"
+
+
+async def test_keel_client_refuses_the_same_before_sending():
+    """What the session would refuse or only note, Keel's own client refuses first, in the
+    session's words: an id over its bound, a note or a reason too long, a background input
+    over the payload limit (the server would refuse that one to its sender unexplained)."""
+    from keel.client import MessageRejectedError, SessionHandle, refuse_before_sending
+
+    with pytest.raises(MessageRejectedError, match="the input id has 300 characters"):
+        refuse_before_sending("hi", input_id="i" * 300)
+    session = SessionHandle(None, None)  # type: ignore[arg-type]  # no call is made
+    with pytest.raises(MessageRejectedError, match="the decision's note has 5000"):
+        await session.decide("c1", True, note="n" * 5000)
+    with pytest.raises(MessageRejectedError, match="the end request's reason has 5000"):
+        await session.end("r" * 5000)
+    with pytest.raises(MessageRejectedError, match="the watch id has 300 characters"):
+        await session.watch("w" * 300, "CI", "fired")
+    with pytest.raises(MessageRejectedError, match="bytes a message can take"):
+        await session.watch("w", "CI", "x" * 3_000_000)
