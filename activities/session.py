@@ -30,6 +30,7 @@ says so in its notes, so bad data never turns into a retry loop.
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +38,7 @@ from anthropic.types import Message
 from psycopg import AsyncConnection
 from pydantic import BaseModel, Field, ValidationError
 from temporalio import activity
+from temporalio.api.common.v1 import Payload
 from temporalio.exceptions import ApplicationError
 
 from activities.context import SessionContext
@@ -70,12 +72,15 @@ from activities.record import (
     insert_row,
     load_seqs,
 )
+from activities.results import keep_whole, read_payload
 from activities.tools import ToolContext, ToolOutput, execute_tool
 from activities.vault.search import search, touch_documents
 from activities.vault.store import VaultError
-from schemas.agent import cut_result
+from activities.workspace import StoreError
+from schemas.agent import cut_result, result_text
 from schemas.checkpoint.policy import Fit, sendable
 from schemas.events import SHORT_OUTPUT_CHARS, DeltaTail, cut
+from schemas.events import cut as cut_preview
 from schemas.messages import MessageType
 from schemas.model import PROMPT_TOO_LONG
 from schemas.request import model_call_request
@@ -104,7 +109,9 @@ class ToolInput(BaseModel):
 
 class ToolResultInput(BaseModel):
     """A result computed outside this worker (a service tool, an MCP call, a refusal) to
-    record as the call's tool result, cut to `cap` characters."""
+    record as the call's tool result, cut to `cap` characters. A service tool's result kept
+    by reference comes as `ref` (`schemas.agent.result_ref`) with an empty `text`: this
+    activity reads it, keeps it whole when it is over `cap`, and records it cut."""
 
     session_id: str
     turn: int
@@ -115,6 +122,7 @@ class ToolResultInput(BaseModel):
     is_error: bool = False
     cap: int = 20_000
     meta: dict[str, Any] = Field(default_factory=dict)
+    ref: dict[str, str] | None = None
 
 
 class ToolOutcome(BaseModel):
@@ -239,18 +247,52 @@ class SessionActivities:
     @activity.defn
     async def record_tool_result(self, data: ToolResultInput) -> ToolOutcome:
         """Record a result made elsewhere (service tool, MCP, refusal); idempotent by the
-        call's id. A result over its cap is cut, and the line says so."""
-        text, cut = cut_result(data.text, data.cap,
-                               "ask the tool for a smaller part if you need the rest")
+        call's id. A result over its cap is cut, and the line says so; one that came by
+        reference is read here, and kept whole first (activities.results)."""
+        input_id = f"result-{data.tool_use_id}"
         async with await self.ctx.connection() as conn:
+            if data.ref is not None and (done := await _recorded(conn, data.session_id,
+                                                                 input_id)):
+                return done  # a retry: the reference was read and recorded
+            text, is_error, meta = data.text, data.is_error, dict(data.meta)
+            cap = data.cap
+            if data.ref is not None:  # read, and cut already (the line says where)
+                text, is_error, meta = await self._by_reference(data)
+                cap = max(cap, len(text))
+            text, cut = cut_result(text, cap,
+                                   "ask the tool for a smaller part if you need the rest")
+            text, replaced = make_storable(text)
+            if replaced:
+                meta["notes"] = replaced
             inserted = await insert_row(conn, NewRow(
-                session_id=data.session_id, seq=data.result_seq,
-                input_id=f"result-{data.tool_use_id}", type=MessageType.TOOL_RESULT,
-                text=text, turn=data.turn,
-                content={"tool_use_id": data.tool_use_id, "is_error": data.is_error,
-                         "tool": data.tool, "cut": cut, **data.meta}))
+                session_id=data.session_id, seq=data.result_seq, input_id=input_id,
+                type=MessageType.TOOL_RESULT, text=text, turn=data.turn,
+                content={"tool_use_id": data.tool_use_id, "is_error": is_error,
+                         "tool": data.tool, "cut": cut or bool(meta.get("cut")), **meta}))
         return ToolOutcome(seq=inserted.seq, token_count=inserted.token_count,
-                           is_error=data.is_error)
+                           is_error=is_error, preview=cut_preview(text, SHORT_OUTPUT_CHARS))
+
+    async def _by_reference(self, data: ToolResultInput) -> tuple[str, bool, dict[str, Any]]:
+        """The text of a result kept by reference, cut to its cap with the whole kept in the
+        workspace (or an error result saying why it could not be read)."""
+        assert data.ref is not None
+        store = self.ctx.store
+        meta: dict[str, Any] = {**data.meta, "by_reference": data.ref.get("size")}
+        try:
+            payload = await read_payload(store, data.ref)
+            value = _payload_value(payload)
+        except ValueError as err:
+            return f"{data.tool} failed: its result could not be read ({err})", True, meta
+        text, is_error = result_text(value)
+        if len(text) <= data.cap:
+            return text, is_error, meta
+        try:
+            where = await keep_whole(store, data.session_id, data.tool_use_id, text)
+        except StoreError as err:
+            where = f"the rest could not be kept ({err})"
+        else:
+            meta["whole_result"] = where
+        return cut_result(text, data.cap, where)[0], is_error, {**meta, "cut": True}
 
     async def _memory_tool(self, conn: AsyncConnection, data: ToolInput, name: str,
                            args: dict[str, Any]) -> ToolOutput:
@@ -287,3 +329,24 @@ class SessionActivities:
         return ToolOutput(f"{out.op.value} {out.path or ''} {out.note}".strip(),
                           meta={"card": out.path})
 
+
+async def _recorded(conn: AsyncConnection, session_id: str, input_id: str) -> ToolOutcome | None:
+    """The outcome of a tool result already recorded under `input_id`, or None."""
+    row = await (await conn.execute(
+        "SELECT seq, token_count, content, content_text FROM messages WHERE session_id=%s"
+        " AND input_id=%s", (session_id, input_id))).fetchone()
+    if row is None:
+        return None
+    return ToolOutcome(seq=row[0], token_count=row[1],
+                       is_error=bool((row[2] or {}).get("is_error")),
+                       preview=cut_preview(row[3] or "", SHORT_OUTPUT_CHARS))
+
+
+def _payload_value(payload: Payload) -> Any:
+    """A kept result's value: its JSON, or None; ValueError for any other encoding."""
+    encoding = payload.metadata.get("encoding", b"").decode(errors="replace")
+    if encoding == "binary/null":
+        return None
+    if encoding != "json/plain":
+        raise ValueError(f"its encoding is {encoding or 'missing'}, not json/plain")
+    return json.loads(payload.data)

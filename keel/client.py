@@ -74,6 +74,8 @@ from schemas.files import (
     put_problem,
 )
 from schemas.session import (
+    MAX_INPUT_ID_CHARS,
+    MAX_NOTE_CHARS,
     SESSION_WORKFLOW,
     AgentRunInput,
     AwaitReply,
@@ -89,6 +91,7 @@ from schemas.session import (
     TurnOutcome,
     UserMessage,
     WatchInput,
+    text_limits,
 )
 from schemas.text import payload_problem, storable_problem
 from workers.connect import connect
@@ -169,7 +172,7 @@ class SessionHandle:
     async def send(self, text: str, input_id: str | None = None) -> MessageAccepted:
         """Record the user's message; raises `MessageRejectedError` (or a subclass) when
         the session refused it, in which case nothing was recorded."""
-        refuse_before_sending(text)
+        refuse_before_sending(text, input_id=input_id)
         async with refusals(self.handle):
             accepted: MessageAccepted = await self.handle.execute_update(
                 Handler.SEND_MESSAGE, UserMessage(text=text, input_id=input_id),
@@ -196,7 +199,7 @@ class SessionHandle:
         server cuts the call off, the same update (its id names the input) is asked again,
         which Temporal answers once; when the session continues as new meanwhile, the wait
         goes on with `wait_reply` for the input's seq."""
-        refuse_before_sending(text)
+        refuse_before_sending(text, input_id=input_id)
         input_id = input_id or f"ask-{uuid.uuid4().hex}"
         while True:
             try:
@@ -210,7 +213,12 @@ class SessionHandle:
                 return outcome
             return await self.wait_reply(outcome.input_seqs[0])
 
-    async def _signal(self, handler: Handler, arg: object) -> None:
+    async def _signal(self, handler: Handler, arg: WatchInput | TaskInput | AgentRunInput
+                      | CallbackInput) -> None:
+        """A background input; what the session would only record as a notice (over the
+        payload limit, an id or name over its bound) is refused here, before sending."""
+        ids = {k: v for k, v in arg.model_dump().items() if k != "text" and v is not None}
+        refuse_before_sending(arg.text, **ids)
         async with refusals(self.handle):
             await self.handle.signal(handler, arg)
 
@@ -342,6 +350,9 @@ class SessionHandle:
     async def decide(self, call_id: str, approve: bool, note: str = "",
                      input_digest: str | None = None, by: str = "") -> DecisionRecorded:
         """Approve or deny a pending call; `NotPendingError` if it is not pending."""
+        problem = text_limits(note=(note, MAX_NOTE_CHARS), by=(by, MAX_INPUT_ID_CHARS))
+        if problem:
+            raise MessageRejectedError(f"the decision's {problem}")
         async with refusals(self.handle):
             done: DecisionRecorded = await self.handle.execute_update(
                 Handler.DECIDE, ApprovalDecision(call_id=call_id, approve=approve, note=note,
@@ -357,6 +368,9 @@ class SessionHandle:
 
     async def end(self, reason: str = "ended on request") -> SessionStatus:
         """End the session: it finishes its handlers and completes with its final status."""
+        problem = text_limits(reason=(reason, MAX_NOTE_CHARS))
+        if problem:
+            raise MessageRejectedError(f"the end request's {problem}")
         async with refusals(self.handle):
             status: SessionStatus = await self.handle.execute_update(
                 Handler.END, EndSession(reason=reason), result_type=SessionStatus)
@@ -405,12 +419,16 @@ class SessionHandle:
         return found
 
 
-def refuse_before_sending(text: str) -> None:
+def refuse_before_sending(text: str, **ids: str | None) -> None:
     """What Temporal could not carry (over the payload limit) or the converter could not
-    encode (a surrogate) is refused here, with the session's own wording, before any call.
-    The session's validator applies the same rules (`schemas.text`) to other clients."""
+    encode (a surrogate) is refused here, with the session's own wording, before any call;
+    so is an id (`input_id`, `watch_id`, ...) over `MAX_INPUT_ID_CHARS`. The session applies
+    the same rules (`schemas.text`, `schemas.session`) to other clients."""
     problem = payload_problem(text) or (
         storable_problem(text) if any("\ud800" <= c <= "\udfff" for c in text) else None)
+    long = text_limits(**{name.replace("_", " "): (value, MAX_INPUT_ID_CHARS)
+                          for name, value in ids.items() if value is not None})
+    problem = problem or (f"the {long}" if long else None)
     if problem:
         raise MessageRejectedError(problem)
 

@@ -4,7 +4,9 @@ call's input fits its tool's schema. No I/O.
 
 Invariants:
 - A spec never holds a secret: a provider is a profile *name* the worker resolves, an MCP
-  server names its environment variables (schemas/mcp.py).
+  server names its environment variables (schemas/mcp.py). A field the spec does not know
+  (a top-level `api_key`) is refused naming it, and a secret written into a value is among
+  `spec_problems` (schemas.strict), so neither is dropped without a word.
 - `session_tools` is the one place the session's tool list is made; the model call and the
   checkpoint turn both call it, so the two requests carry the same tools.
 - Tool names are unique across built-ins, service tools and MCP tools; MCP names are
@@ -24,12 +26,19 @@ import hashlib
 import json
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import jsonschema
 from pydantic import BaseModel, Field
 
-from schemas.mcp import API_TOOL_NAME_RE, McpServerSpec, McpTool, parse_namespaced
+from schemas.mcp import (
+    API_TOOL_NAME_RE,
+    McpServerSpec,
+    McpTool,
+    parse_namespaced,
+    server_secret_problems,
+)
+from schemas.strict import SpecModel, secret_problem
 from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL
 
 DEFAULT_OUTPUT_CAP_CHARS = 20_000
@@ -47,7 +56,7 @@ class ApprovalPolicy(StrEnum):
     DENY = "deny"
 
 
-class ServiceTool(BaseModel):
+class ServiceTool(SpecModel):
     """A tool a service serves itself: an activity type on a task queue of its own worker,
     in any Temporal SDK language. Keel calls it with a `ServiceToolCall` and takes back a
     `ServiceToolResult` (or any JSON value, or text)."""
@@ -68,14 +77,14 @@ class ServiceTool(BaseModel):
                 "input_schema": self.input_schema}
 
 
-class ApprovalRules(BaseModel):
+class ApprovalRules(SpecModel):
     tools: dict[str, ApprovalPolicy] = Field(default_factory=dict)  # by the model's name
     default_mcp: ApprovalPolicy = ApprovalPolicy.ALLOW
     timeout_s: float | None = Field(default=None, gt=0)  # then `on_timeout` applies
     on_timeout: Literal["deny", "allow"] = "deny"
 
 
-class AgentSpec(BaseModel):
+class AgentSpec(SpecModel):
     """How a session's agent is shaped: given at start, readable by a query, changeable for
     later turns by an Update."""
 
@@ -140,10 +149,25 @@ def spec_problems(spec: AgentSpec, builtin_names: list[str],
     for name in spec.approvals.tools:
         if parse_namespaced(name) is None and name not in seen:
             problems.append(f"approval rule for {name!r}: no such tool")
+    problems += _secret_problems(spec)
     if providers is not None and spec.provider is not None \
             and spec.provider not in providers:
         problems.append(f"provider profile {spec.provider!r} is unknown to this Keel "
                         f"(known: {', '.join(sorted(providers))})")
+    return problems
+
+
+def _secret_problems(spec: AgentSpec) -> list[str]:
+    """Every secret written into the spec's values, by field (schemas.strict)."""
+    problems = [f"{field}: {why}; name a provider profile or an environment variable instead"
+                for field, value in (("provider", spec.provider), ("model", spec.model))
+                if value and (why := secret_problem(value))]
+    for i, tool in enumerate(spec.tools):
+        for field in ("activity", "task_queue", "description"):
+            if why := secret_problem(getattr(tool, field)):
+                problems.append(f"tools[{i}].{field} ({tool.name!r}): {why}")
+    for server in spec.mcp_servers:
+        problems += server_secret_problems(server)
     return problems
 
 
@@ -157,13 +181,15 @@ def check_spec(spec: AgentSpec, builtin_names: list[str],
 
 def session_tools(builtin: list[dict[str, Any]], spec: AgentSpec | None,
                   mcp_tools: list[McpTool]) -> list[dict[str, Any]]:
-    """The session's tool list, in a fixed order: built-ins, service tools, MCP tools."""
+    """The session's tool list, in a fixed order: built-ins, service tools, MCP tools (of
+    the servers the spec declares now: one removed offers none, even before a listing)."""
     if spec is None:
         return list(builtin)
     keep = spec.builtin_tools
+    servers = {s.name for s in spec.mcp_servers}
     out = [t for t in builtin if keep is None or t["name"] in keep]
     out += [t.to_anthropic() for t in spec.tools]
-    out += [t.to_anthropic() for t in mcp_tools]
+    out += [t.to_anthropic() for t in mcp_tools if t.server in servers]
     return out
 
 
@@ -218,20 +244,27 @@ def approval_for(spec: AgentSpec | None, name: str) -> ApprovalPolicy:
 
 
 def input_problem(schema: dict[str, Any] | None, data: dict[str, Any]) -> str | None:
-    """Why `data` does not fit `schema`, naming the field, or None. Pure and deterministic."""
+    """Why `data` does not fit `schema`, naming the field, or None. Pure and deterministic.
+    A schema that cannot be applied at all (a draft-3 boolean `required` where a later
+    draft wants a list, a keyword of the wrong type) is said so, never raised."""
     if not schema:
         return None
-    validator = jsonschema.validators.validator_for(schema)(schema)
-    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    try:
+        validator = jsonschema.validators.validator_for(schema)(schema)
+        errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    except (jsonschema.SchemaError, TypeError, ValueError, KeyError, AttributeError,
+            RecursionError) as broken:
+        return (f"the tool's input schema cannot be applied ({type(broken).__name__}: "
+                f"{str(broken)[:200]}); the call was not run")
     if not errors:
         return None
     err = errors[0]
     where = "/".join(str(p) for p in err.absolute_path) or "(the input)"
-    if err.validator == "required" and isinstance(err.instance, dict):
-        # The stubs type `validator_value` as the keyword's value or Unset; for "required"
-        # it is the list of names (a draft-3 schema's boolean `required` would not iterate).
-        names = cast("list[str]", err.validator_value)
-        missing = [r for r in names if r not in err.instance]
+    names = err.validator_value
+    if err.validator == "required" and isinstance(err.instance, dict) \
+            and isinstance(names, list):
+        # A draft-3 schema's `required` is a boolean on the property: the path names it.
+        missing = [r for r in names if isinstance(r, str) and r not in err.instance]
         if missing:
             where = "/".join([*map(str, err.absolute_path), missing[0]])
     return f"input does not match the tool's schema at field '{where}': {err.message}"
@@ -342,6 +375,25 @@ class ServiceToolResult(BaseModel):
     text: str = ""
     is_error: bool = False
     data: Any = None  # JSON, shown to the model after the text
+
+
+# A service tool's result too large to carry inline travels by reference: the service's
+# worker keeps it in Keel's store (workers.payload_refs.ResultStorage), and a Keel worker
+# reads the reference as this small pointer, `{RESULT_REF_KEY: {scope, path, sha256,
+# size}}`, which the workflow carries and the record activity resolves.
+RESULT_REF_KEY = "keel_result_ref"
+RESULT_REF_FIELDS = frozenset({"scope", "path", "sha256", "size"})
+
+
+def result_ref(value: Any) -> dict[str, str] | None:
+    """The pointer `value` is (see RESULT_REF_KEY), or None when it is a result itself."""
+    if not isinstance(value, dict) or set(value) != {RESULT_REF_KEY}:
+        return None
+    ref = value[RESULT_REF_KEY]
+    if not isinstance(ref, dict) or set(ref) != RESULT_REF_FIELDS \
+            or not all(isinstance(v, str) for v in ref.values()):
+        return None
+    return {str(k): str(v) for k, v in ref.items()}
 
 
 def result_text(value: Any) -> tuple[str, bool]:

@@ -4,6 +4,9 @@ how a tool is shown to the model. Pure: nothing here reads the environment or th
 Invariants:
 - A declaration never holds a secret: a stdio server's environment and an HTTP server's
   header values are named by environment variable and resolved by the worker at call time.
+  A field it does not know (`stdio.env`, `http.headers`) is refused, naming where the value
+  belongs (`schemas.strict.SpecModel`), and `server_secret_problems` finds a secret written
+  into a value (an argument, the URL, a name that is a token).
 - A spec has exactly one transport, `stdio` or `http`.
 - Warm client sessions are shared only as the declaration allows (`pool_owner`): by default
   a warm session to a server serves one Keel session, and only a declaration that says
@@ -26,6 +29,8 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from schemas.strict import SpecModel, arg_secret_problems, secret_problem, url_problem
+
 SERVER_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,32}$")
 # The Messages API's rule for a tool's name.
 API_TOOL_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
@@ -47,7 +52,13 @@ NAMESPACE_PREFIX = "mcp__"
 NAMESPACE_SEP = "__"
 
 
-class McpStdio(BaseModel):
+def _name_problem(what: str) -> str:
+    """A value where a name belongs, said without quoting it (it may well be a secret)."""
+    return (f"{what} is not an environment variable name (letters, digits and '_'): a spec "
+            "names the variable, and the worker passes its own value")
+
+
+class McpStdio(SpecModel):
     """Start `command args…` as a subprocess and speak MCP over its stdin/stdout.
 
     `env_names` are environment variables the worker passes on, by name, with its own values.
@@ -62,11 +73,11 @@ class McpStdio(BaseModel):
     def _names_only(cls, names: list[str]) -> list[str]:
         for name in names:
             if not ENV_NAME_RE.match(name):
-                raise ValueError(f"{name!r} is not an environment variable name")
+                raise ValueError(_name_problem("an entry of env_names"))
         return names
 
 
-class McpHttp(BaseModel):
+class McpHttp(SpecModel):
     """Speak MCP's streamable HTTP transport to `url`.
 
     `header_env` maps a header name to the environment variable whose value the worker sends.
@@ -93,15 +104,14 @@ class McpHttp(BaseModel):
             if not HEADER_NAME_RE.match(header):
                 raise ValueError(f"{header!r} is not an HTTP header name")
             if not ENV_NAME_RE.match(env_name):
-                raise ValueError(f"{env_name!r} (for header {header!r}) is not an "
-                                 "environment variable name")
+                raise ValueError(_name_problem(f"the variable for header {header!r}"))
         return header_env
 
 
 Sharing = Literal["session", "shared"]
 
 
-class McpServerSpec(BaseModel):
+class McpServerSpec(SpecModel):
     """One MCP server a session declares. Timeouts are seconds: `connect_s` bounds starting
     or reaching the server and the initialize handshake (waiting for a free warm session
     included), `list_s` the tool listing, `call_s` one tool call.
@@ -176,6 +186,29 @@ def pool_owner(spec: McpServerSpec, session_id: str) -> str | None:
     if spec.sharing == "shared":
         return ""
     return session_id or None
+
+
+def server_secret_problems(spec: McpServerSpec) -> list[str]:
+    """Every secret written into `spec`'s values, by field (never quoting it): a command or
+    argument, an environment variable's or header's name that is a token, the URL."""
+    where = f"MCP server {spec.name!r}"
+    problems: list[str] = []
+    if spec.stdio is not None:
+        if why := secret_problem(spec.stdio.command):
+            problems.append(f"{where}: stdio.command: {why}")
+        for i, why in arg_secret_problems(spec.stdio.args):
+            problems.append(f"{where}: stdio.args[{i}]: {why}")
+        for i, name in enumerate(spec.stdio.env_names):
+            if why := secret_problem(name):
+                problems.append(f"{where}: stdio.env_names[{i}]: {why}")
+    if spec.http is not None:
+        if why := url_problem(spec.http.url):
+            problems.append(f"{where}: http.url: {why}")
+        for header, name in spec.http.header_env.items():
+            if why := secret_problem(name) or secret_problem(header):
+                problems.append(f"{where}: http.header_env[{header!r}]: {why}")
+    return [f"{p}; a spec names secrets, never holds them (put the value in the worker's "
+            "environment and name the variable)" for p in problems]
 
 
 def _server_name_parses(server: str) -> bool:

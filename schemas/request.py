@@ -7,22 +7,89 @@ tests count requests with both key on them. Cache breakpoints come from the one 
 (`schemas.context.with_cache_breakpoints`): a model call's stable end is the block before
 this turn's recall; a checkpoint turn's (and the memory flush's, which shares its prefix)
 is the end of the conversation, before Keel's instruction.
+
+A request is valid for the Messages API whatever the model did and whatever the tool list
+became: a tool call whose tool the request does not offer (a name the model invented, a
+server removed, a `set_agent` that dropped a tool) is shown with its result as text
+(`offered_calls_only`), so no request carries a `tool_use` naming a tool it does not
+define, nor any tool block when it defines none. The record keeps the call as it was.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from schemas.context import assemble_messages, with_cache_breakpoints
 from schemas.messages import RecordRow
 
-__all__ = ["append_user", "checkpoint_round_messages", "model_call_request", "turn_request"]
+__all__ = ["append_user", "checkpoint_round_messages", "model_call_request",
+           "offered_calls_only", "turn_request"]
 
 
 def _request(model: str, max_tokens: int, system: list[dict[str, Any]],
              messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
     return {"model": model, "max_tokens": max_tokens, "system": system, "messages": messages,
             "tools": tools}
+
+
+def _call_text(block: dict[str, Any]) -> dict[str, Any]:
+    payload = json.dumps(block.get("input", {}), ensure_ascii=False, sort_keys=True)
+    return {"type": "text", "text": f"[Keel: call {block.get('id')} of {block.get('name')!s}, a "
+                                    f"tool this request does not offer, with input {payload}]"}
+
+
+def _result_text(block: dict[str, Any], name: str) -> dict[str, Any]:
+    content = block.get("content")
+    if isinstance(content, list):
+        content = "\n".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    error = " (an error)" if block.get("is_error") else ""
+    return {"type": "text", "text": f"[Keel: the result of call {block.get('tool_use_id')} "
+                                    f"of {name}{error}:]\n{content or '(empty)'}"}
+
+
+def offered_calls_only(messages: list[dict[str, Any]],
+                       tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` (a copy where anything changes) with every tool call whose name is not
+    among `tools`, and its result, as text blocks. In the message after such a call, the
+    results of the offered calls still come first, as the API requires; the texts follow
+    them, then the message's other blocks in their order."""
+    offered = {t.get("name") for t in tools}
+    out: list[dict[str, Any]] = []
+    shown: dict[str, str] = {}  # the ids of the calls shown as text -> their tool's name
+    for message in messages:
+        blocks = message["content"]
+        if not isinstance(blocks, list):
+            out.append(message)
+            continue
+        if message["role"] == "assistant":
+            if not any(b.get("type") == "tool_use" and b.get("name") not in offered
+                       for b in blocks):
+                out.append(message)
+                continue
+            changed = []
+            for b in blocks:
+                if b.get("type") == "tool_use" and b.get("name") not in offered:
+                    shown[str(b.get("id"))] = str(b.get("name"))
+                    changed.append(_call_text(b))
+                else:
+                    changed.append(b)
+            out.append({**message, "content": changed})
+            continue
+        if not any(b.get("type") == "tool_result" and str(b.get("tool_use_id")) in shown
+                   for b in blocks):
+            out.append(message)
+            continue
+        results, texts, rest = [], [], []
+        for b in blocks:
+            if b.get("type") == "tool_result" and str(b.get("tool_use_id")) in shown:
+                texts.append(_result_text(b, shown[str(b.get("tool_use_id"))]))
+            elif b.get("type") == "tool_result":
+                results.append(b)
+            else:
+                rest.append(b)
+        out.append({**message, "content": results + texts + rest})
+    return out
 
 
 def model_call_request(*, model: str, max_tokens: int, system: str, rows: list[RecordRow],
@@ -37,11 +104,12 @@ def model_call_request(*, model: str, max_tokens: int, system: str, rows: list[R
     cache by the next turn even when the pre-pass shrinks this turn's tool outputs."""
     messages, notes = assemble_messages(rows, checkpoint_text=checkpoint_text,
                                         memory_block=memory_block or None)
+    messages = offered_calls_only(messages, tools)
     before = 0
     if turn_first_seq is not None:
         earlier, _ = assemble_messages([r for r in rows if r.seq < turn_first_seq],
                                        checkpoint_text=checkpoint_text)
-        before = sum(len(m["content"]) for m in earlier)
+        before = sum(len(m["content"]) for m in offered_calls_only(earlier, tools))
     system_blocks, messages = with_cache_breakpoints(
         system, messages, checkpoint_text=checkpoint_text, volatile_text=memory_block or None,
         turn_boundary=before)
@@ -83,7 +151,8 @@ def turn_request(*, model: str, max_tokens: int, system: str, messages: list[dic
     the cache; the turn's limits are enforced on its calls, never by changing the tools.
     The last round (`final`) may call no tool."""
     system_blocks, marked = with_cache_breakpoints(
-        system, messages, checkpoint_text=checkpoint_text, stable_end=conversation_end)
+        system, offered_calls_only(messages, tools), checkpoint_text=checkpoint_text,
+        stable_end=conversation_end)
     request = _request(model, max_tokens, system_blocks, marked, tools)
     if final:
         request["tool_choice"] = {"type": "none"}

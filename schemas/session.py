@@ -67,6 +67,27 @@ class Rejection(StrEnum):
     NOT_PENDING = "NotPending"  # an approval decision for a call not (or no longer) pending
     AGENT_SPEC_REFUSED = "AgentSpecRefused"  # set_agent with a spec Keel refuses
     FILE_REFUSED = "FileRefused"  # a file call's path or size the workspace refuses
+    # An input that does not decode or validate (a wrong type, a missing field, a bad
+    # scope): an Update refused, a start failed with the reason (workflows.entry).
+    MALFORMED_INPUT = "MalformedInput"
+
+
+# A run started with more than one argument gets one payload of this encoding instead,
+# holding their count (workers.entry_guard), which its input refuses (workflows.entry).
+ARGUMENTS_ENCODING = b"keel/arguments"
+
+# Bounds on what an input may carry besides its text: an input id is an indexed column, a
+# note or a reason becomes a line of the record.
+MAX_INPUT_ID_CHARS = 256
+MAX_NOTE_CHARS = 4_000
+
+
+def text_limits(**fields: tuple[str, int]) -> str | None:
+    """The first of `fields` (name: (value, limit)) over its limit, said, or None."""
+    for name, (value, limit) in fields.items():
+        if len(value) > limit:
+            return f"{name} has {len(value)} characters; the limit is {limit}"
+    return None
 
 
 class SessionConfig(BaseModel):

@@ -365,6 +365,12 @@ def test_missing_fields(fake, body, message):
     ({"messages": [user("hi"), {"role": "assistant", "content": [TOOL_USE, TOOL_USE]},
                    {"role": "user", "content": [RESULT]}]},
      "messages.1.content.1: `tool_use` ids must be unique"),
+    ({"messages": [user("hi"), ASKED, {"role": "user", "content": [RESULT]}]},
+     "Requests which include tool_use or tool_result blocks must define tools."),
+    ({"messages": [user("hi"), ASKED, {"role": "user", "content": [RESULT]}],
+      "tools": [tool("write_file")]},
+     "messages.1.content.0.tool_use.name: 'read_file' is not the name of any tool in"
+     " `tools`"),
     ({"tools": [tool("read_file"), tool("read_file")]}, "tools: Tool names must be unique."),
     ({"tools": [tool("read.file")]},
      "tools.0.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'"),
@@ -423,7 +429,8 @@ def test_a_tool_exchange_that_follows_the_rules_is_accepted(client):
         {"role": "user", "content": [RESULT, {"type": "text", "text": "and then?"}]}]
     assert ask(client, messages=messages, tools=[tool("read_file")]).content[0].text == "ok"
     # The last message may be an assistant's tool_use with nothing after it yet.
-    assert ask(client, messages=[user("hi"), ASKED]).content[0].text == "ok"
+    assert ask(client, messages=[user("hi"), ASKED],
+               tools=[tool("read_file")]).content[0].text == "ok"
 
 
 def test_strict_off_lets_a_sloppy_request_through(clock):

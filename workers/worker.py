@@ -23,6 +23,9 @@ Invariants:
   started stopped) after the workers have stopped.
 - The vault worker publishes CORE.md and schema.json to the workspace store
   (`activities.vault_share`), so session workers build their prompt without the vault.
+- The session workflow runs under `workers.entry_guard.EntryGuard` (the SDK's sandbox
+  inside), which sets right what the workflow's code cannot take: an Update no answer can
+  carry, a run started with more than one argument.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from activities.vault_share import publish_vault_files
 from activities.workspace import open_store
 from schemas.config import KeelSettings
 from schemas.tokens import count_tokens
+from workers.entry_guard import EntryGuard
 from workers.payload_refs import worker_client
 from workflows.doctor import DoctorWorkflow
 from workflows.nightly import MemoryNightlyWorkflow
@@ -168,7 +172,7 @@ class KeelWorkers:
             self.workers.append(Worker(
                 client, task_queue=settings.task_queue, workflows=[SessionWorkflow],
                 activities=session_activities(self.context, self.mcp_pool),
-                max_concurrent_activities=50, **common))
+                max_concurrent_activities=50, workflow_runner=EntryGuard(), **common))
         self._common = common
         self._stack = contextlib.AsyncExitStack()
         self._memory: MemoryContext | None = None  # the vault worker's, for its beat

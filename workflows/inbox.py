@@ -5,8 +5,9 @@ Invariants:
   the same.
 - Every input is either recorded byte for byte or refused with a reason: a user's message
   by the session's validator (unstorable text, over the payload limit), a background input
-  by a notice (malformed, too large), and a background input's unstorable characters are
-  replaced and named.
+  by a notice (malformed, too large, an id or name over `MAX_INPUT_ID_CHARS`, a signal name
+  the session does not have), and a background input's unstorable characters are replaced
+  and named.
 - A seq the session gives up on (an input not recorded in time, a failed model or tool
   call) is fenced with a notice saying what was lost (`activities.record.fence_seq`), so
   nothing can fill it late, and it settles only once fenced, so no window reads past it.
@@ -26,6 +27,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -47,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         watch_source_line,
     )
     from schemas.session import (
+        MAX_INPUT_ID_CHARS,
         MessageAccepted,
         PendingInput,
         Rejection,
@@ -58,9 +61,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows.options import RECORD_BACKGROUND, RECORD_FENCE, record_user_input
     from workflows.run import SessionRun
 
-__all__ = ["RECALL_QUERY_CHARS", "SIGNAL_LABELS", "Inbox"]
+__all__ = ["LONG_IDS_PATCH", "RECALL_QUERY_CHARS", "SIGNAL_LABELS", "UNKNOWN_SIGNAL_PATCH",
+           "Inbox"]
 
 RECALL_QUERY_CHARS = 500
+# Behaviour new to sessions that may exist already, guarded (a replay takes the old path):
+# a background input whose id or name is too long is a notice; so is an unknown signal.
+LONG_IDS_PATCH = "background-ids-bounded"
+UNKNOWN_SIGNAL_PATCH = "unknown-signal-notice"
 
 SIGNAL_LABELS = {HarnessKind.WATCH: "Watch", HarnessKind.TASK: "Task",
                   HarnessKind.AGENT_RUN: "agent run", HarnessKind.CALLBACK: "callback"}
@@ -252,21 +260,24 @@ class Inbox:
     # ----- a background input ------------------------------------------------------------
 
     async def background(self, kind: HarnessKind, model: type[BaseModel],
-                         raw: RawValue | None, no_payload: RawValue) -> None:
-        """One background input (a signal's raw payload, validated here; `no_payload` is
-        the signal's default). A signal has no caller to tell, so whatever goes wrong is
-        recorded as a notice (and `last_error`), and the session goes on."""
+                         args: Sequence[RawValue]) -> None:
+        """One background input (a signal's raw payloads, validated here: exactly one). A
+        signal has no caller to tell, so whatever goes wrong is recorded as a notice (and
+        `last_error`), and the session goes on."""
         label = SIGNAL_LABELS[kind]
         try:
-            data = _decode(model, raw, no_payload)
+            data = _decode(model, args)
+            long = _long_field(data)
+            if long and workflow.patched(LONG_IDS_PATCH):  # recorded as given before
+                raise ValueError(long)
         except Exception as err:  # any undecodable payload is reported
             problem = decode_problem(err)
             self.run.last_error = f"a malformed {kind.value} signal was dropped: {problem}"
-            await self.run.record_notice(f"A {label} signal ({kind.value}) was malformed and "
+            await self.run.record_notice(f"{_a(label)} signal ({kind.value}) was malformed and "
                                          f"its input was lost: {problem}")
             return
         source_line = make_storable(_source_line(kind, data))[0]
-        lost = f"A {label} input ({source_line})"
+        lost = f"{_a(label)} input ({source_line})"
         too_big = payload_problem(data.text)
         if too_big:
             self.run.last_error = f"{lost} was not recorded: {too_big}"
@@ -284,14 +295,37 @@ class Inbox:
             # Recorded already: the fence notice says what was lost; last_error says it too.
             workflow.logger.error("background input not recorded: %s", err)
 
+    async def unknown_signal(self, name: str) -> None:
+        """A signal the session has no handler for: said in a notice, then dropped (before,
+        the SDK kept it in memory, waiting for a handler that never comes)."""
+        if not workflow.patched(UNKNOWN_SIGNAL_PATCH):
+            return
+        shown = make_storable(name[:100])[0] + ("..." if len(name) > 100 else "")
+        self.run.last_error = f"a signal named {shown!r} was dropped: no such signal"
+        await self.run.record_notice(
+            f"A signal named {shown!r} was sent to this session, which has no such signal "
+            f"(it has: {', '.join(k.value for k in SIGNAL_LABELS)}); it was dropped.")
 
-def _decode(model: type[BaseModel], raw: RawValue | None, no_payload: RawValue) -> Any:
-    """A signal's payload as `model`: plain JSON, validated here, so a lone surrogate
+
+def _a(label: str) -> str:
+    return f"{'An' if label[:1].lower() in 'aeiou' else 'A'} {label}"
+
+
+def _long_field(data: BaseModel) -> str | None:
+    """A background input's id or name over `MAX_INPUT_ID_CHARS` (only its text may be
+    long: an id is an indexed column, a name goes into the source line)."""
+    for name, value in data:
+        if name != "text" and isinstance(value, str) and len(value) > MAX_INPUT_ID_CHARS:
+            return f"{name}: {len(value)} characters, more than {MAX_INPUT_ID_CHARS}"
+    return None
+
+
+def _decode(model: type[BaseModel], args: Sequence[RawValue]) -> Any:
+    """A signal's one payload as `model`: plain JSON, validated here, so a lone surrogate
     escape decodes (and is replaced later) and a missing field is named."""
-    if raw is None or raw is no_payload:
-        raise ValueError("expected one argument")
-    if not isinstance(raw, RawValue):
-        raise ValueError("more than one argument")
+    if len(args) != 1:
+        raise ValueError("expected one argument" + (f", got {len(args)}" if args else ""))
+    raw = args[0]
     encoding = raw.payload.metadata.get("encoding", b"").decode(errors="replace")
     if encoding != "json/plain":
         raise ValueError(f"the payload's encoding is {encoding or 'missing'}, "

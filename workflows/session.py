@@ -18,13 +18,19 @@ Invariants kept here:
   for their turn's model call are recorded the ordinary way, subscribers are released, and
   every handler, fence and transcript has finished.
 - A client's file calls are Updates that run one workspace activity each.
+- Every entry point takes its payload raw and reads it itself (workflows.entry): a start
+  that does not decode or validate fails at once with the reason, an Update's validator
+  refuses an argument that does not decode (MALFORMED_INPUT), and every signal, of any name
+  and with any number of payloads, comes through one handler, which records what was wrong
+  in a notice. No input fails a workflow task.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
@@ -50,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         PendingApproval,
         check_spec,
         decision_problem,
+        session_tools,
     )
     from schemas.events import SessionEnded
     from schemas.files import (
@@ -64,6 +71,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.messages import HarnessKind
     from schemas.session import (
+        MAX_INPUT_ID_CHARS,
+        MAX_NOTE_CHARS,
         SESSION_WORKFLOW,
         AgentRunInput,
         AwaitReply,
@@ -80,13 +89,15 @@ with workflow.unsafe.imports_passed_through():
         TurnOutcome,
         UserMessage,
         WatchInput,
+        text_limits,
     )
     from schemas.text import payload_problem, storable_problem
     from schemas.tokens import count_tokens
     from schemas.vault.scope import scope_changed
+    from workflows.entry import arg, payload_json, start_input, valid_arg
     from workflows.events import SessionEvents
-    from workflows.failures import reason, rejected
-    from workflows.inbox import SIGNAL_LABELS, Inbox
+    from workflows.failures import decode_problem, reason, rejected
+    from workflows.inbox import Inbox
     from workflows.observe import TurnObserver
     from workflows.options import FILE_CALL
     from workflows.run import SessionRun
@@ -98,9 +109,17 @@ __all__ = ["SessionWorkflow"]
 KEPT_OUTCOMES = 16  # carried over continue-as-new
 CARRIED_REPLY_CHARS = 8_000  # of each carried outcome's reply; the record has it whole
 
-# A signal sent with no argument gets this (the SDK passes a payload as is only to a
+# An Update or a run sent no argument gets this (the SDK passes a payload as is only to a
 # parameter typed exactly RawValue, so the default must be one).
 NO_PAYLOAD = RawValue(Payload())
+
+# The background inputs by signal name: their kind and their payload's model.
+BACKGROUND: dict[str, tuple[HarnessKind, type[BaseModel]]] = {
+    Handler.WATCH: (HarnessKind.WATCH, WatchInput),
+    Handler.TASK: (HarnessKind.TASK, TaskInput),
+    Handler.AGENT_RUN: (HarnessKind.AGENT_RUN, AgentRunInput),
+    Handler.CALLBACK: (HarnessKind.CALLBACK, CallbackInput),
+}
 
 
 def carried_outcome(outcome: TurnOutcome) -> TurnOutcome:
@@ -116,7 +135,11 @@ def carried_outcome(outcome: TurnOutcome) -> TurnOutcome:
 @workflow.defn(name=SESSION_WORKFLOW)
 class SessionWorkflow:
     @workflow.init
-    def __init__(self, input: SessionInput) -> None:
+    def __init__(self, data: RawValue = NO_PAYLOAD) -> None:
+        # Read here, not by the SDK's decoder: an input that does not decode fails the run
+        # with its reason instead of every workflow task (workflows.entry).
+        start = start_input(data, NO_PAYLOAD)
+        self.input = input = start.value
         state = input.state or SessionState(session_id=input.session_id, config=input.config)
         self.state: SessionState = state
         outcomes: dict[int, TurnOutcome] = {}
@@ -125,9 +148,10 @@ class SessionWorkflow:
                 outcomes[seq] = outcome
         workflow_id = workflow.info().workflow_id
         named = {input.session_id, state.session_id}
-        self.refused: str | None = None if named == {workflow_id} else (
+        self.refused: str | None = start.refused or (None if named == {workflow_id} else (
             f"this run names session {sorted(named - {workflow_id})[0]!r} but its workflow "
-            f"id is {workflow_id!r}: a session's id is its workflow id; nothing was written")
+            f"id is {workflow_id!r}: a session's id is its workflow id; nothing was written"))
+        self.refused_type = start.type if start.refused else "SessionIdMismatch"
         self.session = SessionRun(state, SessionEvents(input.session_id, input.events))
         self.inbox = Inbox(self.session)
         self.tools = ToolRunner(self.session, self.inbox.fence)
@@ -139,32 +163,42 @@ class SessionWorkflow:
 
     # ----- inputs -----------------------------------------------------------------------
 
+    # Every Update takes its argument raw: its validator reads it strictly and refuses what
+    # does not decode (MALFORMED_INPUT), its handler reads what was accepted
+    # (workflows.entry).
     @workflow.update(name=Handler.SEND_MESSAGE)
-    async def send_message(self, message: UserMessage) -> MessageAccepted:
-        return await self.inbox.record_user(message)
+    async def send_message(self, data: RawValue = NO_PAYLOAD) -> MessageAccepted:
+        return await self.inbox.record_user(arg(UserMessage, data, NO_PAYLOAD))
 
     @workflow.update(name=Handler.ASK)
-    async def ask(self, message: UserMessage) -> TurnOutcome:
+    async def ask(self, data: RawValue = NO_PAYLOAD) -> TurnOutcome:
         """A plain turn in one update: record the message, then wait for the turn that
         answers it (the refusals and RECORD_FAILED of send_message, the outcome of
         await_reply; `retry` with the input's seq when the session continues as new).
         While the session is idle the turn's first model call records it (`fold_user`)."""
+        message = arg(UserMessage, data, NO_PAYLOAD)
         if self.inbox.can_fold():
             return await self._outcome_of(self.inbox.fold_user(message))
         accepted = await self.inbox.record_user(message)
         return await self._outcome_of(accepted.seq)
 
     @ask.validator
-    def validate_ask(self, message: UserMessage) -> None:
-        self.validate_message(message)
+    def validate_ask(self, data: RawValue = NO_PAYLOAD) -> None:
+        self.check_message(valid_arg(UserMessage, data, NO_PAYLOAD, "the message"))
 
     @send_message.validator
-    def validate_message(self, message: UserMessage) -> None:
+    def validate_message(self, data: RawValue = NO_PAYLOAD) -> None:
+        self.check_message(valid_arg(UserMessage, data, NO_PAYLOAD, "the message"))
+
+    def check_message(self, message: UserMessage) -> None:
         """Refuse, before anything is written, what the session could never record exactly.
         The size checks come first and cost at most one pass over the text."""
         state = self.state
         if self.refused:
             raise rejected(self.refused)
+        if message.input_id is not None and len(message.input_id) > MAX_INPUT_ID_CHARS:
+            raise rejected(f"the input id has {len(message.input_id)} characters; the "
+                           f"limit is {MAX_INPUT_ID_CHARS}")
         if state.stopped_reason:
             raise ApplicationError(f"this session has stopped: {state.stopped_reason}",
                                    type=Rejection.SESSION_STOPPED, non_retryable=True)
@@ -194,39 +228,26 @@ class SessionWorkflow:
                 f"{token_limit}. Put long material in a file in the workspace and refer to it."
             )
 
-    async def _background(self, kind: HarnessKind, model: type[BaseModel],
-                          raw: RawValue | None) -> None:
-        """One background input; a signal has no caller to tell (workflows.inbox)."""
+    # Every signal comes through this one handler, its payloads raw, however many there
+    # are: a malformed one reaches the session (which records what was wrong) instead of
+    # being dropped by the SDK's decoder, or failing the task when the count is wrong; a
+    # name the session does not have is said in a notice too.
+    @workflow.signal(dynamic=True)
+    async def signal(self, name: str, args: Sequence[RawValue]) -> None:
+        background = BACKGROUND.get(name)
         if self.refused:
-            workflow.logger.error("%s signal dropped: %s", SIGNAL_LABELS[kind], self.refused)
-            return
-        if self.state.stopped_reason:
-            workflow.logger.warning("input %s dropped: session stopped", kind)
-            return
-        await self.inbox.background(kind, model, raw, NO_PAYLOAD)
-
-    # Signals take their payload raw and validate it here, so a malformed one reaches the
-    # session (which records what was wrong) instead of being dropped by the SDK's decoder.
-    @workflow.signal(name=Handler.WATCH)
-    async def watch(self, data: RawValue = NO_PAYLOAD) -> None:
-        await self._background(HarnessKind.WATCH, WatchInput, data)
-
-    @workflow.signal(name=Handler.TASK)
-    async def task(self, data: RawValue = NO_PAYLOAD) -> None:
-        await self._background(HarnessKind.TASK, TaskInput, data)
-
-    @workflow.signal(name=Handler.AGENT_RUN)
-    async def agent_run(self, data: RawValue = NO_PAYLOAD) -> None:
-        await self._background(HarnessKind.AGENT_RUN, AgentRunInput, data)
-
-    @workflow.signal(name=Handler.CALLBACK)
-    async def callback(self, data: RawValue = NO_PAYLOAD) -> None:
-        await self._background(HarnessKind.CALLBACK, CallbackInput, data)
+            workflow.logger.error("%s signal dropped: %s", name[:100], self.refused)
+        elif self.state.stopped_reason:
+            workflow.logger.warning("input %s dropped: session stopped", name[:100])
+        elif background is None:
+            await self.inbox.unknown_signal(name)
+        else:
+            await self.inbox.background(*background, args)
 
     @workflow.update(name=Handler.AWAIT_REPLY)
-    async def await_reply(self, data: AwaitReply) -> TurnOutcome:
+    async def await_reply(self, data: RawValue = NO_PAYLOAD) -> TurnOutcome:
         """Wait until the turn that answers input `seq` has ended."""
-        return await self._outcome_of(data.seq)
+        return await self._outcome_of(arg(AwaitReply, data, NO_PAYLOAD).seq)
 
     async def _outcome_of(self, seq: int) -> TurnOutcome:
         state, inbox, run = self.state, self.inbox, self.session
@@ -252,9 +273,10 @@ class SessionWorkflow:
             error=None if state.stopped_reason else "that input was answered earlier")
 
     @await_reply.validator
-    def validate_await(self, data: AwaitReply) -> None:
-        if data.seq < 1 or data.seq >= self.state.next_seq:
-            raise ApplicationError(f"no input #{data.seq} in this session",
+    def validate_await(self, data: RawValue = NO_PAYLOAD) -> None:
+        seq = valid_arg(AwaitReply, data, NO_PAYLOAD, "the wait").seq
+        if seq < 1 or seq >= self.state.next_seq:
+            raise ApplicationError(f"no input #{seq} in this session",
                                    type=Rejection.NO_SUCH_INPUT, non_retryable=True)
 
     # ----- queries ----------------------------------------------------------------------
@@ -273,7 +295,7 @@ class SessionWorkflow:
             ended=state.ended,
             agent_instructions_chars=len(state.config.agent.instructions)
             if state.config.agent else 0,
-            tools=[t.name for t in state.config.agent.tools] + [t.name for t in state.mcp_tools]
+            tools=[t["name"] for t in session_tools([], state.config.agent, state.mcp_tools)]
             if state.config.agent else [],
         )
 
@@ -294,9 +316,9 @@ class SessionWorkflow:
         return self.state.config.agent
 
     @workflow.update(name=Handler.SET_AGENT)
-    async def set_agent(self, spec: AgentSpec) -> SessionStatus:
+    async def set_agent(self, data: RawValue = NO_PAYLOAD) -> SessionStatus:
         """A new agent for later turns; the record gets a notice so a reader sees when."""
-        state = self.state
+        spec, state = arg(AgentSpec, data, NO_PAYLOAD), self.state
         before = state.config.agent
         state.config = state.config.with_agent(spec)
         self.session.window = state.config.window()
@@ -309,13 +331,18 @@ class SessionWorkflow:
         return self.status()
 
     @set_agent.validator
-    def validate_set_agent(self, spec: AgentSpec) -> None:
+    def validate_set_agent(self, data: RawValue = NO_PAYLOAD) -> None:
         self._refuse_if_ended()
         try:
+            spec = AgentSpec.model_validate_json(payload_json(data, NO_PAYLOAD))
             check_spec(spec, BUILTIN_NAMES)
-        except AgentSpecError as err:
-            raise ApplicationError(str(err), type=Rejection.AGENT_SPEC_REFUSED,
-                                   non_retryable=True) from None
+        except (ValidationError, ValueError) as err:
+            if isinstance(err, AgentSpecError):
+                raise ApplicationError(str(err), type=Rejection.AGENT_SPEC_REFUSED,
+                                       non_retryable=True) from None
+            raise ApplicationError(
+                f"the agent spec is refused: {decode_problem(err)}",
+                type=Rejection.AGENT_SPEC_REFUSED, non_retryable=True) from None
 
     @workflow.update(name=Handler.REFRESH_MCP)
     async def refresh_mcp(self) -> list[str]:
@@ -327,22 +354,27 @@ class SessionWorkflow:
         return list(self.state.approvals)
 
     @workflow.update(name=Handler.DECIDE)
-    async def decide_approval(self, decision: ApprovalDecision) -> DecisionRecorded:
+    async def decide_approval(self, data: RawValue = NO_PAYLOAD) -> DecisionRecorded:
+        decision = arg(ApprovalDecision, data, NO_PAYLOAD)
         pending = self.tools.decide(decision)
         return DecisionRecorded(call_id=decision.call_id, approve=decision.approve,
                                 tool=pending.tool)
 
     @decide_approval.validator
-    def validate_decision(self, decision: ApprovalDecision) -> None:
+    def validate_decision(self, data: RawValue = NO_PAYLOAD) -> None:
+        decision = valid_arg(ApprovalDecision, data, NO_PAYLOAD, "the decision")
         problem = decision_problem(self.state.approvals, self.state.decided_calls, decision)
+        if problem is None and (long := text_limits(
+                note=(decision.note, MAX_NOTE_CHARS), by=(decision.by, MAX_INPUT_ID_CHARS))):
+            raise rejected(f"the decision's {long}")
         if problem:
             raise ApplicationError(problem, type=Rejection.NOT_PENDING, non_retryable=True)
 
     @workflow.update(name=Handler.END)
-    async def end_session(self, data: EndSession) -> SessionStatus:
+    async def end_session(self, raw: RawValue = NO_PAYLOAD) -> SessionStatus:
         """End the session: the running turn finishes (a pending approval is denied), the
         handlers finish, and the workflow completes with its final status."""
-        state = self.state
+        data, state = arg(EndSession, raw, NO_PAYLOAD), self.state
         if not state.ended:
             state.ended = True
             state.stopped_reason = state.stopped_reason or f"the session was {data.reason}"
@@ -351,6 +383,12 @@ class SessionWorkflow:
             self.session.phase = SessionPhase.ENDED
         self.session.publish_summary()
         return self.status()
+
+    @end_session.validator
+    def validate_end(self, raw: RawValue = NO_PAYLOAD) -> None:
+        data = valid_arg(EndSession, raw, NO_PAYLOAD, "the end request")
+        if long := text_limits(reason=(data.reason, MAX_NOTE_CHARS)):
+            raise rejected(f"the end request's {long}")
 
     @workflow.update(name=Handler.CHECKPOINT_NOW)
     async def checkpoint_now(self) -> SessionStatus:
@@ -370,8 +408,8 @@ class SessionWorkflow:
         self._refuse_if_ended()
 
     @workflow.update(name=Handler.PUT_FILE)
-    async def put_file(self, data: PutFile) -> FileVersion:
-        update = workflow.current_update_info()
+    async def put_file(self, raw: RawValue = NO_PAYLOAD) -> FileVersion:
+        data, update = arg(PutFile, raw, NO_PAYLOAD), workflow.current_update_info()
         op_id = f"client-put-{update.id if update else workflow.uuid4()}"  # once per update
         done: FileVersion = await self._file_call(
             FileActivities.put_workspace_file,
@@ -380,7 +418,8 @@ class SessionWorkflow:
         return done
 
     @put_file.validator
-    def validate_put_file(self, data: PutFile) -> None:
+    def validate_put_file(self, raw: RawValue = NO_PAYLOAD) -> None:
+        data = valid_arg(PutFile, raw, NO_PAYLOAD, "the file")
         self._file_path_problem(data.path, for_write=True)
         if len(data.data) > FILE_CALL_MAX_BYTES:
             raise ApplicationError(limit_text(repr(data.path), len(data.data),
@@ -388,22 +427,31 @@ class SessionWorkflow:
                                    type=Rejection.FILE_REFUSED, non_retryable=True)
 
     @workflow.update(name=Handler.READ_FILE)
-    async def read_file(self, data: ReadFile) -> FileData | None:
+    async def read_file(self, raw: RawValue = NO_PAYLOAD) -> FileData | None:
         found: FileData | None = await self._file_call(
             FileActivities.read_workspace_file,
-            ReadFileInput(session_id=self.state.session_id, path=data.path))
+            ReadFileInput(session_id=self.state.session_id,
+                          path=arg(ReadFile, raw, NO_PAYLOAD).path))
         return found
 
     @read_file.validator
-    def validate_read_file(self, data: ReadFile) -> None:
+    def validate_read_file(self, raw: RawValue = NO_PAYLOAD) -> None:
+        data = valid_arg(ReadFile, raw, NO_PAYLOAD, "the read request")
         self._file_path_problem(data.path, for_write=False)
 
     @workflow.update(name=Handler.LIST_FILES)
-    async def list_files(self, data: ListFiles) -> list[FileEntry]:
+    async def list_files(self, raw: RawValue = NO_PAYLOAD) -> list[FileEntry]:
         found: list[FileEntry] = await self._file_call(
             FileActivities.list_workspace_files,
-            ListFilesInput(session_id=self.state.session_id, prefix=data.prefix))
+            ListFilesInput(session_id=self.state.session_id,
+                           prefix=arg(ListFiles, raw, NO_PAYLOAD).prefix))
         return found
+
+    @list_files.validator
+    def validate_list_files(self, raw: RawValue = NO_PAYLOAD) -> None:
+        valid_arg(ListFiles, raw, NO_PAYLOAD, "the list request")
+        if self.refused:
+            raise rejected(self.refused)
 
     def _file_path_problem(self, path: str, *, for_write: bool) -> None:
         if self.refused:
@@ -435,10 +483,10 @@ class SessionWorkflow:
             p.seq <= state.recorded_upto for p in state.pending)
 
     @workflow.run
-    async def run(self, input: SessionInput) -> SessionStatus:
+    async def run(self, data: RawValue = NO_PAYLOAD) -> SessionStatus:
         if self.refused:
-            raise ApplicationError(self.refused, type="SessionIdMismatch", non_retryable=True)
-        state, run = self.state, self.session
+            raise ApplicationError(self.refused, type=self.refused_type, non_retryable=True)
+        state, run, input = self.state, self.session, self.input
         if input.state is not None and (changed := scope_changed(
                 input.state.config.memory_scope, input.config.memory_scope)):
             raise ApplicationError(changed, type=Rejection.MEMORY_SCOPE_FIXED,

@@ -10,7 +10,9 @@ Invariants:
   (`activities.files.kept_result_path`, written once per call id), and the cut result in
   the record says where. An MCP result is kept by the worker that got it (its activity
   returns only the cut text and the path, `McpCallResult.whole_result`), so no payload
-  carries it whole.
+  carries it whole. A service result too large for a payload comes as a small pointer
+  (`schemas.agent.result_ref`, workers.payload_refs): the workflow never holds it; the
+  record activity reads it, keeps it whole and records it cut.
 - Every call ends with exactly one tool result in the record (idempotent by call id):
   the tool's own, or an error result saying what went wrong (unknown tool, input that does
   not fit the schema naming the field, denied, a service that raised, timed out or is down,
@@ -70,6 +72,7 @@ with workflow.unsafe.imports_passed_through():
         denied_text,
         input_digest,
         input_problem,
+        result_ref,
         result_text,
         route,
     )
@@ -83,6 +86,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.messages import MessageType, ModelReply, ToolCall
     from schemas.session import SessionPhase
+    from schemas.text import TEMPORAL_BLOB_LIMIT_BYTES
     from workflows.options import (
         FILE_CALL,
         RECORD_NOTICE,
@@ -147,6 +151,11 @@ def _cause(err: ActivityError) -> str:
         if cause.type == TimeoutType.START_TO_CLOSE:
             return "the call timed out"
         return f"the call timed out ({cause.type.name.lower() if cause.type else 'timeout'})"
+    if isinstance(cause, ApplicationError) and cause.type == "PayloadsTooLarge":
+        return ("its result is over Temporal's payload limit "
+                f"({TEMPORAL_BLOB_LIMIT_BYTES} bytes), so it could not be sent; a service "
+                "worker sends a result of any size by reference with Keel's result storage "
+                "(workers.payload_refs.service_converter)")
     if isinstance(cause, ApplicationError):
         return f"the tool raised {cause.type or 'an error'}: {cause.message}"
     return str(cause or err)
@@ -370,6 +379,10 @@ class ToolRunner:
                 await self._result(call, f"{tool.name} failed: {_cause(err)}", is_error=True,
                                    cap=tool.output_cap_chars)
                 return
+            if (ref := result_ref(value)) is not None:  # kept by reference: read there
+                await self._result(call, "", is_error=False, cap=tool.output_cap_chars,
+                                   ref=ref)
+                return
             text, is_error = result_text(value)
             await self._result(call, text, is_error=is_error, cap=tool.output_cap_chars)
         else:
@@ -459,9 +472,12 @@ class ToolRunner:
 
     async def _result(self, call: ToolCall, text: str, *, is_error: bool,
                       cap: int = DEFAULT_OUTPUT_CAP_CHARS,
-                      meta: dict[str, Any] | None = None) -> None:
+                      meta: dict[str, Any] | None = None,
+                      ref: dict[str, str] | None = None) -> None:
+        """Record the call's result; one kept by reference (`ref`) is read, kept whole and
+        cut by the record activity, and said on the stream by its preview."""
         state = self.run.state
-        if len(text) > cap:
+        if ref is None and len(text) > cap:
             text, cap, meta = await self._keep_whole(call, text, cap, meta)
         seq = state.allocate_seq()
         try:
@@ -469,11 +485,16 @@ class ToolRunner:
                 SessionActivities.record_tool_result,
                 ToolResultInput(session_id=state.session_id, turn=state.turn,
                                 tool_use_id=call.id, result_seq=seq, tool=call.name,
-                                text=text, is_error=is_error, cap=cap, meta=meta or {}),
+                                text=text, is_error=is_error, cap=cap, meta=meta or {},
+                                ref=ref),
                 **RECORD_TOOL_RESULT)
             state.context_tokens += outcome.token_count
+            if ref is not None:
+                text, is_error = outcome.preview, outcome.is_error
         except ActivityError as err:
             self.run.last_error = f"tool {call.name}: result not recorded: {err.cause or err}"
+            if ref is not None:
+                text = self.run.last_error
         state.settle_seq(seq)
         self.run.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id, name=call.name,
                             output=text, is_error=is_error)

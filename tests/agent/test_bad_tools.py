@@ -60,8 +60,14 @@ async def test_bad_calls_become_error_results(client, settings, fake_anthropic, 
         outcome = await session.ask("Try everything.")
     assert outcome.reply_text == "Noted the errors."
     got = results(database_url, session.session_id)
-    texts = [got[i] for i in ids(fake_anthropic, 1)]
-    assert texts[0] == ("There is no tool named 'no_such_tool' in this session.", True)
+    shown = ids(fake_anthropic, 1)
+    unknown = next(i for i in got if i not in shown)
+    assert got[unknown] == ("There is no tool named 'no_such_tool' in this session.", True)
+    # A tool the request does not offer: its call and result go to the model as text.
+    after = fake_anthropic.requests[1]["messages"][-1]["content"]
+    assert any(b.get("type") == "text" and "no tool named 'no_such_tool'" in b["text"]
+               for b in after)
+    texts = [got[unknown]] + [got[i] for i in shown]
     assert "field 'order_id'" in texts[1][0] and texts[1][1]
     assert "the warehouse API is down (test)" in texts[2][0] and texts[2][1]
     assert "timed out" in texts[3][0] and texts[3][1]

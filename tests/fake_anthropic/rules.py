@@ -3,6 +3,13 @@
 Each check returns None or the message of the 400 `invalid_request_error` the API would
 send. Wordings are the API's as they appear in its error responses (quoted in public bug
 reports); the "messages.N" / "tools.N" paths point at the offending item as the API's do.
+
+Tool blocks in the history (`check_tool_history`): a request carrying a `tool_use` or
+`tool_result` block must define tools (the API's answer, quoted in
+anthropics/anthropic-sdk-python#494: "Requests which include tool_use or tool_result blocks
+must define tools."), and, stricter than anything the API documents, every `tool_use` must
+name one of the request's tools: whatever the API's exact rule, a history that passes this
+one passes it too.
 """
 
 from __future__ import annotations
@@ -117,6 +124,23 @@ def _check_tool_pairing(messages: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def check_tool_history(body: dict[str, Any]) -> str | None:
+    """Tool blocks need tools, and each `tool_use` a tool of this request by its name."""
+    tools = body.get("tools")
+    names = {t.get("name") for t in tools if isinstance(t, dict)} if isinstance(
+        tools, list) else set()
+    for i, m in enumerate(body["messages"]):
+        for j, b in enumerate(message_blocks(m)):
+            kind = b.get("type")
+            if kind in ("tool_use", "tool_result") and not names:
+                return ("Requests which include tool_use or tool_result blocks must define"
+                        " tools.")
+            if kind == "tool_use" and b.get("name") not in names:
+                return (f"messages.{i}.content.{j}.tool_use.name: {b.get('name')!r} is not"
+                        " the name of any tool in `tools`")
+    return None
+
+
 def check_tools(body: dict[str, Any]) -> str | None:
     tools = body.get("tools")
     if tools is None:
@@ -184,7 +208,7 @@ def check_request(body: Any, limits_of: Any, prompt_tokens_of: Any,
     problem = check_fields(body, count_tokens_endpoint=count_tokens_endpoint)
     if problem:
         return problem
-    for check in (check_tools, check_messages):
+    for check in (check_tools, check_messages, check_tool_history):
         problem = check(body)
         if problem:
             return problem

@@ -85,7 +85,7 @@ def test_append_user_joins_the_users_last_message():
 def test_a_checkpoint_round_follows_the_conversation_and_its_past_rounds():
     conversation = [{"role": "user", "content": [{"type": "text", "text": "task"}]},
                     {"role": "assistant", "content": [{"type": "text", "text": "ok"}]}]
-    past = [{"prompt": None, "assistant": [{"type": "tool_use", "id": "t1", "name": "x",
+    past = [{"prompt": None, "assistant": [{"type": "tool_use", "id": "t1", "name": "read_file",
                                             "input": {}}],
              "results": [{"type": "tool_result", "tool_use_id": "t1", "content": "done"}]}]
     messages = checkpoint_round_messages(conversation, "write the checkpoint", past,

@@ -19,9 +19,11 @@ plain JSON). Tried against the real dev server and SDK; what these tests show:
   rejected (its argument does not decode), a signal carrying one leaves a malformed-signal
   notice (`test_a_reference_a_keel_worker_cannot_resolve_is_refused_not_a_failed_task`).
 - A signal over the limit never reaches the worker: the server refuses it to its sender.
-- What a Keel session does after a plain 3 MB Update: nothing of it is recorded, the
-  caller gets an error (not an answer), and the session answers the next message once the
-  failed task has been retried (`test_a_plain_3mb_update_leaves_the_session_whole`).
+- What a Keel session does with a plain 3 MB Update: its worker leaves it out of the
+  activation (workers.entry_guard: no answer could carry it), so no task fails; the
+  server rejects it to its caller at once as unprocessed, nothing of it is recorded, and
+  the next message is answered at once, with no wait for a task retry
+  (`test_a_plain_3mb_update_leaves_the_session_whole`).
 """
 
 from __future__ import annotations
@@ -222,26 +224,34 @@ async def test_a_reference_a_keel_worker_cannot_resolve_is_refused_not_a_failed_
 # each case waits ~20 s for the server to end the caller's request.
 @pytest.mark.parametrize("update, argument", [
     ("send_message", {"text": "y" * THREE_MB}),
+    ("set_agent", {"instructions": "y" * THREE_MB}),
 ])
 async def test_a_plain_3mb_update_leaves_the_session_whole(
         client, settings, fake_anthropic, database_url, update, argument):
-    """A plain-JSON 3 MB Update (every handler takes the same path), and a 3 MB Watch: the
-    Update ends with an error for its caller (the failed task, see above), the signal is
-    refused to its sender by the server; nothing is recorded; the session answers the next
-    message once the task has been retried (a bounded wait: the server's retry)."""
+    """A plain-JSON 3 MB Update, and a 3 MB Watch: the Update is rejected to its caller at
+    once (by the server, as unprocessed: the worker left it out), the signal is refused to
+    its sender by the server; nothing is recorded, no workflow task fails, and the next
+    message is answered at once."""
     fake_anthropic.responder = lambda body: text_message("small is fine")
     async with keel_worker(client, settings) as keel:
         session = await keel.start_session(f"big-{uuid.uuid4().hex[:8]}")
         handle = plain_json(client).get_workflow_handle(session.session_id)
-        with pytest.raises(RPCError, match=FAILED_TASK):
+        started = time.monotonic()
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
             await asyncio.wait_for(handle.execute_update(update, argument), 90)
+        assert isinstance(refused.value.cause, ApplicationError)
+        assert refused.value.cause.type == "UnprocessedUpdate"
         with pytest.raises(RPCError, match="Blob data size exceeds limit"):
             await handle.signal("watch", {"watch_id": "w", "name": "CI",
                                           "text": "z" * THREE_MB})
-        outcome = await answered(lambda: session.ask("small"))
+        outcome = await session.ask("small")  # at once: no task to wait for
+        assert time.monotonic() - started < 10
         status = await session.status()
+        history = await session.handle.fetch_history()
     assert outcome.reply_text == "small is fine"
     assert status.last_error is None
+    assert not [e for e in history.events
+                if e.HasField("workflow_task_failed_event_attributes")]
     with psycopg.connect(database_url) as conn:
         texts = [r[0] for r in conn.execute(
             "SELECT content_text FROM messages WHERE session_id=%s ORDER BY seq",

@@ -1,0 +1,133 @@
+"""How the session workflow reads what any client sends it: its input, each Update's
+argument. Every entry point takes its payload raw and decodes it here, so bad input from
+any client (another SDK, the Temporal CLI, plain JSON) ends in a known state instead of a
+workflow task retried without end:
+
+- a start whose input does not decode, or names an agent spec Keel refuses (an unknown
+  field, a secret, a bad schema), fails at once with the reason (`StartInput.refused`);
+- an Update whose argument does not decode is refused by its validator with
+  `Rejection.MALFORMED_INPUT`, naming the field and never quoting the value;
+- a signal's payload is decoded the same way by the inbox, which records a notice.
+
+Invariants:
+- Decoding is the data converter's own (`model_validate_json` of a `json/plain` payload,
+  as `temporalio.contrib.pydantic` does), so what decoded before decodes to the same value.
+- Data this workflow wrote or accepted before (a carried-over state, an Update replayed from
+  history) is decoded leniently (`schemas.strict.STORED`: unknown spec fields dropped, as
+  before); only a new input meets the strict rules. A fresh start that the lenient reading
+  would have taken is refused only under `workflow.patched(REFUSE_PATCH)`, so a history
+  that took such an input replays as it ran.
+- Pure apart from `workflow.info()` and `workflow.patched`: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+from temporalio import workflow
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from schemas.agent import BUILTIN_TOOL_NAMES, AgentSpecError, check_spec
+    from schemas.session import ARGUMENTS_ENCODING, Rejection, SessionInput
+    from schemas.strict import STORED
+    from workflows.failures import decode_problem
+
+__all__ = ["REFUSE_PATCH", "StartInput", "arg", "malformed", "payload_json", "start_input",
+           "valid_arg"]
+
+M = TypeVar("M", bound=BaseModel)
+
+# A fresh start the lenient reading would take but the strict one refuses (an unknown spec
+# field, a spec check_spec refuses): refused from this patch on.
+REFUSE_PATCH = "refuse-bad-start-input"
+
+
+def payload_json(raw: RawValue | None, no_payload: RawValue) -> bytes:
+    """The JSON bytes of one argument, or ValueError saying why there are none."""
+    if raw is None or raw is no_payload:
+        raise ValueError("expected one argument")
+    if not isinstance(raw, RawValue):
+        raise ValueError("more than one argument")
+    if raw.payload.metadata.get("encoding", b"") == ARGUMENTS_ENCODING:
+        # workers.entry_guard: the run had this many arguments
+        raise ValueError(f"expected one argument, got "
+                         f"{raw.payload.data.decode(errors='replace')}")
+    encoding = raw.payload.metadata.get("encoding", b"").decode(errors="replace")
+    if encoding != "json/plain":
+        raise ValueError(f"the payload's encoding is {encoding or 'missing'}, not json/plain")
+    return raw.payload.data
+
+
+def malformed(what: str, err: Exception) -> ApplicationError:
+    """The refusal of an input that does not decode, naming fields, never the value."""
+    return ApplicationError(f"{what} is malformed: {decode_problem(err)}",
+                            type=Rejection.MALFORMED_INPUT, non_retryable=True)
+
+
+def valid_arg(model: type[M], raw: RawValue | None, no_payload: RawValue, what: str) -> M:
+    """An Update's argument for its validator: strict, or refused (MALFORMED_INPUT)."""
+    try:
+        return model.model_validate_json(payload_json(raw, no_payload))
+    except (ValidationError, ValueError) as err:
+        raise malformed(what, err) from None
+
+
+def arg(model: type[M], raw: RawValue | None, no_payload: RawValue) -> M:
+    """An Update's argument for its handler, once its validator took it (or replayed from
+    history, where validators do not run): read as it was accepted."""
+    return model.model_validate_json(payload_json(raw, no_payload), context=STORED)
+
+
+@dataclass(frozen=True)
+class StartInput:
+    """A run's input as read: `refused` says why the run must fail (nothing is written)."""
+
+    value: SessionInput
+    refused: str | None = None
+    type: str = Rejection.MALFORMED_INPUT
+
+
+def _lenient(data: bytes) -> SessionInput | Exception:
+    try:
+        return SessionInput.model_validate_json(data, context=STORED)
+    except ValidationError as err:
+        return err
+
+
+def start_input(raw: RawValue | None, no_payload: RawValue) -> StartInput:
+    """The run's input. A run carried over continue-as-new reads Keel's own state
+    leniently; a fresh start is read strictly and its agent spec checked (as a client's
+    start is), and refused, with every reason, when either fails."""
+    workflow_id = workflow.info().workflow_id
+    placeholder = SessionInput(session_id=workflow_id)
+    try:
+        data = payload_json(raw, no_payload)
+    except ValueError as err:
+        return StartInput(placeholder, f"the session's input is malformed: {err}")
+    lenient = _lenient(data)
+    if isinstance(lenient, Exception):  # never took a step before: refused as it is
+        return StartInput(placeholder, f"the session's input is malformed: "
+                                       f"{decode_problem(lenient)}; nothing was written")
+    if workflow.info().continued_run_id is not None:
+        return StartInput(lenient)
+    problem: str | None = None
+    try:
+        strict = SessionInput.model_validate_json(data)
+    except ValidationError as err:
+        problem = f"the session's input is refused: {decode_problem(err)}"
+    else:
+        spec = strict.state.config.agent if strict.state else strict.config.agent
+        try:
+            if spec is not None:
+                check_spec(spec, BUILTIN_TOOL_NAMES)
+        except AgentSpecError as err:
+            problem = str(err)
+    if problem and workflow.patched(REFUSE_PATCH):
+        return StartInput(placeholder, f"{problem}; nothing was written",
+                          type=Rejection.AGENT_SPEC_REFUSED)
+    return StartInput(lenient)
+
