@@ -16,7 +16,7 @@ from schemas.agent import (
     session_tools,
     spec_from_text,
 )
-from schemas.mcp import make_tool
+from schemas.mcp import McpServerSpec, make_tool
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "support" / "agent.toml"
 
@@ -33,12 +33,18 @@ def test_helper_declares_schema_from_type_hints():
 def test_tool_list_is_one_order_and_policy_precedence():
     mcp = make_tool("docs", "search_docs", "", {"type": "object"})
     assert not isinstance(mcp, str)
+    docs = McpServerSpec(name="docs", stdio={"command": "docs-server"})
     spec = AgentSpec(builtin_tools=["read_file"], tools=toolset("q").declarations(),
+                     mcp_servers=[docs],
                      approvals=ApprovalRules(tools={"lookup_order": "deny"},
                                              default_mcp="ask"))
     names = [t["name"] for t in session_tools([{"name": n} for n in BUILTIN_TOOL_NAMES],
                                               spec, [mcp])]
     assert names == ["read_file", "lookup_order", "refund", "mcp__docs__search_docs"]
+    # A server the spec no longer declares: its listed tools are not offered.
+    undeclared = spec.model_copy(update={"mcp_servers": []})
+    assert "mcp__docs__search_docs" not in [t["name"] for t in session_tools(
+        [{"name": n} for n in BUILTIN_TOOL_NAMES], undeclared, [mcp])]
     assert approval_for(spec, "lookup_order") is ApprovalPolicy.DENY  # the spec's rule wins
     assert approval_for(spec, "refund") is ApprovalPolicy.ASK  # the tool's declaration
     assert approval_for(spec, "mcp__docs__search_docs") is ApprovalPolicy.ASK
