@@ -932,6 +932,9 @@ def parse_args() -> argparse.Namespace:
                         "the offline backend, with the same accounting")
     p.add_argument("--max-output", type=int, default=0,
                    help="max output tokens (default: the window's plan)")
+    p.add_argument("--out", default="",
+                   help="the results file's name under bench/results (default: memory.json, "
+                        "or memory-custom.json for a partial run)")
     p.add_argument("--show-failures", type=int, default=1,
                    help="print the rendered text of this many failing / stale checkpoints")
     return p.parse_args()
@@ -945,7 +948,8 @@ if __name__ == "__main__":
               arguments.api) != (0, DEFAULT_WINDOWS, 0, DEFAULT_SKEWS, "fake") \
         or arguments.only != SCENARIO_NAMES[:2]
     name = "memory" + ("-isolated" if arguments.isolate else "") + ("-custom" if custom else "")
-    path = RESULTS_DIR / f"{name}.json"  # a quicker or partial run never overwrites the full one
+    # A quicker or partial run never overwrites the full one.
+    path = RESULTS_DIR / (arguments.out or f"{name}.json")
     path.write_text(json.dumps(result, indent=2, default=str) + "\n")
     say(f"\ntotal {result['total_seconds']} s at commit {result['machine']['commit']}; "
         f"figures written to {path.relative_to(ROOT)}")
