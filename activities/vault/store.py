@@ -33,7 +33,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.db import get_pool
 from activities.vault.clock import local_timezone_name
-from activities.vault.search import IndexDoc, delete_documents, index_document, indexed_hashes
+from activities.vault.search import IndexDoc, delete_documents, index_documents, indexed_hashes
 from schemas.config import KeelSettings
 from schemas.vault.card import (
     Card,
@@ -69,6 +69,8 @@ TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "keel" / "vault_template"
 REQUIRED_DIRS = (DAILY_DIR, "attachments", GRAPH_DIR,
                  *(f"{SUMMARIES_DIR}/{k}" for k in ("daily", "weekly", "monthly", "yearly")))
 GIT_USER = ("Keel", "keel@localhost")
+# Documents indexed in one statement batch by a full reindex.
+REINDEX_BATCH = 500
 
 _process_locks: dict[Path, asyncio.Lock] = {}
 _ensure_lock = threading.Lock()
@@ -367,10 +369,8 @@ class Vault:
             return await delete_documents(conn, stale, scope=self.scope)
         docs = self.documents_for(rel, read_text(target).text)
         old = await indexed_hashes(conn, rel, scope=self.scope)
-        changed = 0
-        for doc in docs:
-            if old.get(doc.path) != doc.content_hash():
-                changed += await index_document(conn, doc, scope=self.scope)
+        changed = await index_documents(
+            conn, [d for d in docs if old.get(d.path) != d.content_hash()], scope=self.scope)
         keep = {d.path for d in docs}
         stale = [p for p in old if p not in keep and (p == rel or p.startswith(rel + "#"))]
         return changed + await delete_documents(conn, stale, scope=self.scope)
@@ -417,12 +417,16 @@ class Vault:
         present: set[str] = set()
         changed = 0
         old = await indexed_hashes(conn, scope=self.scope)
+        due: list[IndexDoc] = []
         for rel in self.markdown_files():
-            docs = self.documents_for(rel, read_text(self.path(rel)).text)
-            for doc in docs:
+            for doc in self.documents_for(rel, read_text(self.path(rel)).text):
                 present.add(doc.path)
                 if old.get(doc.path) != doc.content_hash():
-                    changed += await index_document(conn, doc, scope=self.scope)
+                    due.append(doc)
+            if len(due) >= REINDEX_BATCH:
+                changed += await index_documents(conn, due, scope=self.scope)
+                due = []
+        changed += await index_documents(conn, due, scope=self.scope)
         removed = await delete_documents(conn, [p for p in old if p not in present],
                                          scope=self.scope)
         return changed, removed

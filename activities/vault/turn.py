@@ -41,11 +41,11 @@ from activities.checkpoint_turn import flush_request
 from activities.context import SessionContext
 from activities.heartbeat import with_heartbeat
 from activities.model import ModelBackend
+from activities.vault.embedder import embedder_for
 from activities.vault.rollup import apply_facts_of, ask_model, store_plan, stored_plan
 from activities.vault.search import (
     embed_pending,
     index_document,
-    load_embedder,
     recall,
     touch_documents,
 )
@@ -62,7 +62,7 @@ from schemas.vault.rollup import (
     render_entries,
     transcript_entry,
 )
-from schemas.vault.schema import DAILY_DIR, SearchMode
+from schemas.vault.schema import DAILY_DIR
 from schemas.vault.scope import DEFAULT_SCOPE
 
 
@@ -132,8 +132,7 @@ class MemoryActivities:
         self.ctx = ctx
         self.model = model
         self._session: SessionContext | None = None  # the flush's, on first use
-        self._embedder = (load_embedder(ctx.memory.embedder or "hashing")
-                          if ctx.memory.search_mode == SearchMode.HYBRID else None)
+        self._embedder = embedder_for(ctx.memory)
 
     @activity.defn(name="recall_memory")
     async def recall_memory(self, inp: RecallInput) -> RecallResult:
@@ -219,11 +218,8 @@ class MemoryActivities:
             pool = await self.ctx.pool()
             async with pool.connection() as conn:
                 await touch_documents(conn, inp.recalled, scope=scope)
-        if self._embedder is not None and any(r.appended for r in results):
-            pool = await self.ctx.pool()
-            async with pool.connection() as conn:
-                embedded = await embed_pending(conn, self._embedder, limit=RECALL_EMBED_LIMIT,
-                                               scope=scope)
+        if self._embedder is not None:  # each appended entry was embedded with its index row
+            embedded = sum(r.appended for r in results)
         return TranscriptsResult(results=results, embedded=embedded)
 
     @activity.defn(name="append_transcript")
@@ -265,7 +261,8 @@ class MemoryActivities:
                 if indexed or _in_tail(path, entry_marker(inp.session_id, inp.seq)):
                     if not indexed:
                         async with pool.connection() as conn:
-                            await index_document(conn, doc, scope=vault.scope)
+                            await index_document(conn, doc, scope=vault.scope,
+                                         embedder=self._embedder)
                     return TranscriptResult(path=rel, appended=False)
                 before = vault.file_stamp(rel)
                 with path.open("ab") as f:
@@ -274,7 +271,8 @@ class MemoryActivities:
             else:
                 atomic_write(path, f"# {local.date().isoformat()}\n{entry}")
             async with pool.connection() as conn:
-                await index_document(conn, doc, scope=vault.scope)
+                await index_document(conn, doc, scope=vault.scope,
+                                         embedder=self._embedder)
         return TranscriptResult(path=rel, appended=True)
 
 
@@ -282,8 +280,7 @@ async def catch_up_hand_edits(ctx: MemoryContext) -> int:
     """Re-index what changed on disk in every scope's vault since this process last looked
     (hand edits; the writers' own appends excluded), then embed what is pending. Run by the
     vault worker on its beat, off every turn; returns how many documents changed."""
-    embedder = (load_embedder(ctx.memory.embedder or "hashing")
-                if ctx.memory.search_mode == SearchMode.HYBRID else None)
+    embedder = embedder_for(ctx.memory)
     pool = await ctx.pool()
     changed = 0
     for scope in scope_vaults(ctx.memory):

@@ -1,0 +1,160 @@
+"""The dense index: every search document as chunks with vectors, in PostgreSQL.
+
+Invariants:
+- memory_chunks holds, per scope and document, the chunks of the document as it is now
+  (`content_hash` = the document's) from one embedder (`model`): writing a document's
+  chunks first deletes every chunk it had, of any model; a document deleted from
+  memory_docs takes its chunks with it (foreign key). A vector of one model is never
+  compared with another's (every search filters by `model`).
+- Every statement carries the scope, as everything of long memory does.
+- The search runs in SQL where the server has pgvector (cosine distance, `<=>`), else the
+  worker reads the scope's vectors and ranks them exactly with numpy; both give the same
+  order. Embedding is CPU work and runs off the event loop when the batch is large.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from psycopg import AsyncConnection
+
+from activities.vault.embedder import Embedder
+from schemas.vault.chunks import chunk_document
+from schemas.vault.search import DenseHit
+
+# Chunks embedded in one go off the event loop (and how many pending documents a beat takes).
+EMBED_BATCH = 512
+# A batch smaller than this is embedded on the event loop (a query, a turn's messages).
+INLINE_TEXTS = 64
+
+_kinds: dict[str, str] = {}  # database (dsn) -> the embedding column's type
+
+
+class ChunkSource(NamedTuple):
+    """What chunking and filtering need of one document."""
+
+    path: str
+    kind: str
+    title: str
+    body: str
+    session_id: str | None
+    penalised: bool
+    content_hash: str
+
+
+async def vector_type(conn: AsyncConnection) -> str:
+    """'vector' (pgvector) or 'real[]': how this database stores embeddings."""
+    key = conn.info.dsn
+    if key not in _kinds:
+        cur = await conn.execute(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
+            " WHERE attrelid = 'memory_chunks'::regclass AND attname = 'embedding'")
+        row = await cur.fetchone()
+        _kinds[key] = "vector" if row and row[0].startswith("vector") else "real[]"
+    return _kinds[key]
+
+
+def _literal(vec: Sequence[float]) -> str:
+    return "[" + ",".join(f"{x:.6g}" for x in vec) + "]"
+
+
+async def embed_texts(embedder: Embedder, texts: list[str]) -> list[list[float]]:
+    if len(texts) <= INLINE_TEXTS:
+        return embedder.embed(texts)
+    return await asyncio.to_thread(embedder.embed, texts)
+
+
+async def write_chunks(conn: AsyncConnection, docs: Sequence[ChunkSource], embedder: Embedder,
+                       *, scope: str) -> int:
+    """Chunk, embed and store these documents (their old chunks replaced); returns the
+    number of chunks written."""
+    if not docs:
+        return 0
+    rows: list[tuple[ChunkSource, Any]] = []
+    for doc in docs:
+        rows += [(doc, c) for c in chunk_document(doc.kind, doc.title, doc.body)]
+    vectors = await embed_texts(embedder, [c.text for _, c in rows])
+    as_text = await vector_type(conn) == "vector"
+    params = [(scope, d.path, c.index, c.heading, c.start, c.end, d.kind, d.session_id,
+               d.penalised, embedder.name, d.content_hash, _literal(v) if as_text else v)
+              for (d, c), v in zip(rows, vectors, strict=True)]
+    cast = "::vector" if as_text else "::real[]"
+    async with conn.transaction():
+        await conn.execute("DELETE FROM memory_chunks WHERE scope = %s AND path = ANY(%s)",
+                           (scope, [d.path for d in docs]))
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO memory_chunks (scope, path, chunk, heading, start_char, end_char,"
+                " kind, session_id, penalised, model, content_hash, embedding) VALUES"
+                f" (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s{cast})", params)
+    return len(params)
+
+
+async def embed_pending(conn: AsyncConnection, embedder: Embedder, batch: int = EMBED_BATCH,
+                        limit: int | None = None, *, scope: str) -> int:
+    """Embed the documents whose chunks are missing, stale or of another model (at most
+    `limit`), whole: no length is cut off. Returns how many documents were embedded."""
+    done = 0
+    while limit is None or done < limit:
+        take = batch if limit is None else min(batch, limit - done)
+        cur = await conn.execute(
+            "SELECT d.path, d.kind, d.title, d.body, d.session_id, d.penalised, d.content_hash"
+            " FROM memory_docs d WHERE d.scope = %s AND NOT EXISTS (SELECT 1 FROM"
+            " memory_chunks c WHERE c.scope = d.scope AND c.path = d.path AND c.chunk = 0"
+            " AND c.model = %s AND c.content_hash = d.content_hash) ORDER BY d.path LIMIT %s",
+            (scope, embedder.name, take))
+        docs = [ChunkSource(*r) for r in await cur.fetchall()]
+        if not docs:
+            break
+        await write_chunks(conn, docs, embedder, scope=scope)
+        done += len(docs)
+    return done
+
+
+async def dense_hits(conn: AsyncConnection, embedder: Embedder, query: str, *, scope: str,
+                     kinds: list[str] | None = None, exclude_session: str | None = None,
+                     limit: int = 50) -> list[DenseHit]:
+    """The documents nearest the query, each by its best chunk, best first (at most
+    `limit` documents, from the `3 * limit` nearest chunks)."""
+    qvec = (await embed_texts(embedder, [query]))[0]
+    if not any(qvec):
+        return []
+    filters = ("scope = %(scope)s AND model = %(model)s"
+               " AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))"
+               " AND (%(ex)s::text IS NULL OR session_id IS DISTINCT FROM %(ex)s::text)")
+    params: dict[str, Any] = {"scope": scope, "model": embedder.name, "kinds": kinds,
+                              "ex": exclude_session, "n": 3 * limit}
+    if await vector_type(conn) == "vector":
+        params["q"] = _literal(qvec)
+        cur = await conn.execute(
+            "SELECT path, chunk, start_char, end_char, heading, penalised,"
+            " 1 - (embedding <=> %(q)s::vector) FROM memory_chunks WHERE " + filters +
+            " ORDER BY embedding <=> %(q)s::vector, path, chunk LIMIT %(n)s", params)
+        rows = await cur.fetchall()
+    else:
+        rows = await _exact_in_worker(conn, qvec, filters, params)
+    out: dict[str, DenseHit] = {}
+    for path, chunk, start, end, heading, penalised, sim in rows:
+        if path not in out:
+            out[path] = DenseHit(path=path, similarity=float(sim), chunk=chunk, start=start,
+                                 end=end, heading=heading, penalised=penalised)
+    return list(out.values())[:limit]
+
+
+async def _exact_in_worker(conn: AsyncConnection, qvec: list[float], filters: str,
+                           params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Without pgvector: every vector of the scope read and ranked here (exact)."""
+    import numpy as np
+
+    cur = await conn.execute(
+        "SELECT path, chunk, start_char, end_char, heading, penalised, embedding"
+        " FROM memory_chunks WHERE " + filters, params)
+    rows = await cur.fetchall()
+    if not rows:
+        return []
+    matrix = np.asarray([r[6] for r in rows], dtype=np.float32)
+    sims = matrix @ np.asarray(qvec, dtype=np.float32)
+    order = sorted(range(len(rows)), key=lambda i: (-sims[i], rows[i][0], rows[i][1]))
+    return [(*rows[i][:6], float(sims[i])) for i in order[:params["n"]]]
