@@ -15,10 +15,11 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, sql
 
 from activities.vault.embedder import Embedder
 from schemas.vault.chunks import chunk_document
@@ -30,6 +31,10 @@ EMBED_BATCH = 512
 INLINE_TEXTS = 64
 
 _kinds: dict[str, str] = {}  # database (dsn) -> the embedding column's type
+_ann: set[tuple[str, str]] = set()  # (database, model) whose HNSW index exists
+# The HNSW search's candidate list (pgvector's hnsw.ef_search); iterative scans go on past
+# it when filters (scope, kinds, session) drop rows.
+EF_SEARCH = 100
 
 
 class ChunkSource(NamedTuple):
@@ -56,6 +61,23 @@ async def vector_type(conn: AsyncConnection) -> str:
     return _kinds[key]
 
 
+def _index_name(model: str) -> str:
+    return "memory_chunks_ann_" + re.sub(r"[^a-z0-9]+", "_", model.lower())[:40]
+
+
+async def ensure_ann_index(conn: AsyncConnection, model: str, dims: int) -> None:
+    """pgvector's HNSW index (cosine) over one model's vectors, made on first use: an
+    expression index at the model's dimensions, partial on its name."""
+    key = (conn.info.dsn, model)
+    if key in _ann or await vector_type(conn) != "vector":
+        return
+    await conn.execute(sql.SQL(
+        "CREATE INDEX IF NOT EXISTS {} ON memory_chunks USING hnsw"
+        " ((embedding::vector({})) vector_cosine_ops) WHERE model = {}").format(
+            sql.Identifier(_index_name(model)), sql.Literal(dims), sql.Literal(model)))
+    _ann.add(key)
+
+
 def _literal(vec: Sequence[float]) -> str:
     return "[" + ",".join(f"{x:.6g}" for x in vec) + "]"
 
@@ -77,6 +99,8 @@ async def write_chunks(conn: AsyncConnection, docs: Sequence[ChunkSource], embed
         rows += [(doc, c) for c in chunk_document(doc.kind, doc.title, doc.body)]
     vectors = await embed_texts(embedder, [c.text for _, c in rows])
     as_text = await vector_type(conn) == "vector"
+    if as_text and vectors:
+        await ensure_ann_index(conn, embedder.name, len(vectors[0]))
     params = [(scope, d.path, c.index, c.heading, c.start, c.end, d.kind, d.session_id,
                d.penalised, embedder.name, d.content_hash, _literal(v) if as_text else v)
               for (d, c), v in zip(rows, vectors, strict=True)]
@@ -117,7 +141,8 @@ async def dense_hits(conn: AsyncConnection, embedder: Embedder, query: str, *, s
                      kinds: list[str] | None = None, exclude_session: str | None = None,
                      limit: int = 50) -> list[DenseHit]:
     """The documents nearest the query, each by its best chunk, best first (at most
-    `limit` documents, from the `3 * limit` nearest chunks)."""
+    `limit` documents, from the `2 * limit` nearest chunks; approximate, by HNSW, where the
+    server has pgvector)."""
     qvec = (await embed_texts(embedder, [query]))[0]
     if not any(qvec):
         return []
@@ -125,14 +150,25 @@ async def dense_hits(conn: AsyncConnection, embedder: Embedder, query: str, *, s
                " AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))"
                " AND (%(ex)s::text IS NULL OR session_id IS DISTINCT FROM %(ex)s::text)")
     params: dict[str, Any] = {"scope": scope, "model": embedder.name, "kinds": kinds,
-                              "ex": exclude_session, "n": 3 * limit}
+                              "ex": exclude_session, "n": 2 * limit}
     if await vector_type(conn) == "vector":
+        dims = len(qvec)
+        await ensure_ann_index(conn, embedder.name, dims)
         params["q"] = _literal(qvec)
-        cur = await conn.execute(
+        # The model's name and dimensions as literals: the planner must see them to use
+        # the partial expression index.
+        stmt = sql.SQL(
             "SELECT path, chunk, start_char, end_char, heading, penalised,"
-            " 1 - (embedding <=> %(q)s::vector) FROM memory_chunks WHERE " + filters +
-            " ORDER BY embedding <=> %(q)s::vector, path, chunk LIMIT %(n)s", params)
-        rows = await cur.fetchall()
+            " 1 - (embedding::vector({d}) <=> %(q)s::vector({d})) FROM memory_chunks"
+            " WHERE model = {m} AND " + filters.replace("model = %(model)s AND ", "") +
+            " ORDER BY embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s").format(
+                d=sql.Literal(dims), m=sql.Literal(embedder.name))
+        async with conn.transaction():
+            await conn.execute(sql.SQL(
+                "SET LOCAL hnsw.ef_search = {}; SET LOCAL hnsw.iterative_scan = relaxed_order"
+            ).format(sql.Literal(max(EF_SEARCH, params["n"]))))
+            cur = await conn.execute(stmt, params)
+            rows = sorted(await cur.fetchall(), key=lambda r: (-r[6], r[0], r[1]))
     else:
         rows = await _exact_in_worker(conn, qvec, filters, params)
     out: dict[str, DenseHit] = {}

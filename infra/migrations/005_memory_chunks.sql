@@ -42,3 +42,78 @@ BEGIN
         )$f$, vec_type);
 END $$;
 CREATE INDEX IF NOT EXISTS memory_chunks_model ON memory_chunks (scope, model);
+
+-- BM25's statistics kept by statement, not by row: one statement indexing a batch of
+-- documents (index_documents) updates each term's document frequency once, with the
+-- batch's count, instead of once per document (the per-row trigger made bulk indexing
+-- ~2 ms a document). Same figures as before: a recount always matches them.
+DROP TRIGGER IF EXISTS memory_docs_stats_ins ON memory_docs;
+DROP TRIGGER IF EXISTS memory_docs_stats_upd ON memory_docs;
+DROP FUNCTION IF EXISTS memory_docs_stats();
+
+CREATE OR REPLACE FUNCTION memory_docs_stats_ins() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- Terms in sorted order so concurrent writers never deadlock.
+    INSERT INTO memory_terms AS t (scope, term, df)
+    SELECT r.scope, u.lexeme, count(*) FROM new_rows r, unnest(r.tsv) u
+    GROUP BY r.scope, u.lexeme ORDER BY r.scope, u.lexeme
+    ON CONFLICT (scope, term) DO UPDATE SET df = t.df + EXCLUDED.df;
+    INSERT INTO memory_stats AS s (scope, n_docs, total_len)
+    SELECT scope, count(*), coalesce(sum(doc_len), 0) FROM new_rows GROUP BY scope
+    ORDER BY scope
+    ON CONFLICT (scope) DO UPDATE SET n_docs = s.n_docs + EXCLUDED.n_docs,
+                                      total_len = s.total_len + EXCLUDED.total_len;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION memory_docs_stats_del() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE memory_terms t SET df = t.df - d.n
+      FROM (SELECT r.scope, u.lexeme, count(*) AS n FROM old_rows r, unnest(r.tsv) u
+            GROUP BY r.scope, u.lexeme ORDER BY r.scope, u.lexeme) d
+     WHERE t.scope = d.scope AND t.term = d.lexeme;
+    UPDATE memory_stats s SET n_docs = s.n_docs - d.n, total_len = s.total_len - d.len
+      FROM (SELECT scope, count(*) AS n, coalesce(sum(doc_len), 0) AS len FROM old_rows
+            GROUP BY scope) d
+     WHERE s.scope = d.scope;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION memory_docs_stats_upd() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- Only rows whose words changed move the statistics (an access count does not).
+    WITH changed AS (
+        SELECT o.scope, o.tsv AS old_tsv, n.tsv AS new_tsv, o.doc_len AS old_len,
+               n.doc_len AS new_len
+          FROM old_rows o JOIN new_rows n ON n.scope = o.scope AND n.path = o.path
+         WHERE o.tsv IS DISTINCT FROM n.tsv OR o.doc_len <> n.doc_len
+    ), delta AS (
+        SELECT scope, lexeme, sum(n) AS n FROM (
+            SELECT c.scope, u.lexeme, -1 AS n FROM changed c, unnest(c.old_tsv) u
+            UNION ALL
+            SELECT c.scope, u.lexeme, 1 FROM changed c, unnest(c.new_tsv) u) x
+        GROUP BY scope, lexeme HAVING sum(n) <> 0 ORDER BY scope, lexeme
+    )
+    INSERT INTO memory_terms AS t (scope, term, df)
+    SELECT scope, lexeme, n FROM delta
+    ON CONFLICT (scope, term) DO UPDATE SET df = t.df + EXCLUDED.df;
+    UPDATE memory_stats s SET total_len = s.total_len + d.len
+      FROM (SELECT o.scope, sum(n.doc_len - o.doc_len) AS len
+              FROM old_rows o JOIN new_rows n ON n.scope = o.scope AND n.path = o.path
+             GROUP BY o.scope) d
+     WHERE s.scope = d.scope AND d.len <> 0;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER memory_docs_stats_ins AFTER INSERT ON memory_docs
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION memory_docs_stats_ins();
+CREATE TRIGGER memory_docs_stats_del AFTER DELETE ON memory_docs
+    REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION memory_docs_stats_del();
+CREATE TRIGGER memory_docs_stats_upd AFTER UPDATE ON memory_docs
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION memory_docs_stats_upd();

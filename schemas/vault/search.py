@@ -22,12 +22,12 @@ BM25_B = 0.75
 COLUMN_WEIGHTS = {"A": 3.0, "B": 2.0, "C": 1.5, "D": 1.0}
 # Documents each informative query term may bring to BM25 scoring: enough for the hits
 # asked for, whatever the scope's size (a pool of most of a small scope made it slow).
-MIN_POOL = 60
-POOL_PER_HIT = 10
+MIN_POOL = 40
+POOL_PER_HIT = 4
 CANDIDATE_POOL = 300
 # Documents the dense search hands to the fusion.
 DENSE_MIN_POOL = 30
-DENSE_PER_HIT = 10
+DENSE_PER_HIT = 5
 COVERAGE_FLOOR = 0.3
 # Multipliers for the top 3 hits themselves, their neighbours, and neighbours' neighbours.
 HOP_FACTORS = (1.5, 1.3, 1.15)
