@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+import struct
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from psycopg import AsyncConnection, sql
+from psycopg.adapt import Dumper
+from psycopg.pq import Format
 
 from activities.vault.embedder import Embedder
 from schemas.vault.chunks import chunk_document
@@ -31,6 +34,7 @@ EMBED_BATCH = 512
 INLINE_TEXTS = 64
 
 _kinds: dict[str, str] = {}  # database (dsn) -> the embedding column's type
+_vector_oids: dict[str, int] = {}  # database (dsn) -> pgvector's type oid
 _ann: set[tuple[str, str]] = set()  # (database, model) whose HNSW index exists
 # The HNSW search's candidate list (pgvector's hnsw.ef_search); iterative scans go on past
 # it when filters (scope, kinds, session) drop rows.
@@ -88,6 +92,44 @@ async def embed_texts(embedder: Embedder, texts: list[str]) -> list[list[float]]
     return await asyncio.to_thread(embedder.embed, texts)
 
 
+def _embed_binary(embedder: Embedder, texts: list[str]) -> list[bytes]:
+    """The texts' vectors in pgvector's binary form (dims, 0, big-endian float4s)."""
+    import numpy as np
+
+    array = getattr(embedder, "embed_array", None)
+    matrix = np.asarray(array(texts) if array else embedder.embed(texts), dtype=">f4")
+    head = struct.pack(">HH", matrix.shape[1] if matrix.ndim == 2 else 0, 0)
+    return [head + row.tobytes() for row in matrix]
+
+
+class VectorBytes(bytes):
+    """A vector already in pgvector's binary form (sent as is: formatting 256 floats as
+    text cost more than embedding them)."""
+
+
+async def _binary_vectors(conn: AsyncConnection) -> bool:
+    """Register the binary vector dumper on this connection; False without numpy."""
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        return False
+    key = conn.info.dsn
+    if key not in _vector_oids:
+        cur = await conn.execute("SELECT 'vector'::regtype::oid")
+        row = await cur.fetchone()
+        _vector_oids[key] = int(row[0]) if row else 0
+
+    class _Dumper(Dumper):
+        format = Format.BINARY
+        oid = _vector_oids[key]
+
+        def dump(self, obj: Any) -> bytes:
+            return bytes(obj)
+
+    conn.adapters.register_dumper(VectorBytes, _Dumper)
+    return True
+
+
 async def write_chunks(conn: AsyncConnection, docs: Sequence[ChunkSource], embedder: Embedder,
                        *, scope: str) -> int:
     """Chunk, embed and store these documents (their old chunks replaced); returns the
@@ -97,14 +139,26 @@ async def write_chunks(conn: AsyncConnection, docs: Sequence[ChunkSource], embed
     rows: list[tuple[ChunkSource, Any]] = []
     for doc in docs:
         rows += [(doc, c) for c in chunk_document(doc.kind, doc.title, doc.body)]
-    vectors = await embed_texts(embedder, [c.text for _, c in rows])
-    as_text = await vector_type(conn) == "vector"
-    if as_text and vectors:
-        await ensure_ann_index(conn, embedder.name, len(vectors[0]))
+    texts = [c.text for _, c in rows]
+    pg_vector = await vector_type(conn) == "vector"
+    vectors: Sequence[Any]
+    if pg_vector and await _binary_vectors(conn):
+        vectors = [VectorBytes(b) for b in (
+            _embed_binary(embedder, texts) if len(texts) <= INLINE_TEXTS
+            else await asyncio.to_thread(_embed_binary, embedder, texts))]
+        dims = (len(vectors[0]) - 4) // 4 if vectors else 0
+        value, cast = "%b", ""
+    else:
+        vectors = await embed_texts(embedder, texts)
+        dims = len(vectors[0]) if vectors else 0
+        if pg_vector:
+            vectors = [_literal(v) for v in vectors]
+        value, cast = "%s", "::vector" if pg_vector else "::real[]"
+    if pg_vector and dims:
+        await ensure_ann_index(conn, embedder.name, dims)
     params = [(scope, d.path, c.index, c.heading, c.start, c.end, d.kind, d.session_id,
-               d.penalised, embedder.name, d.content_hash, _literal(v) if as_text else v)
+               d.penalised, embedder.name, d.content_hash, v)
               for (d, c), v in zip(rows, vectors, strict=True)]
-    cast = "::vector" if as_text else "::real[]"
     async with conn.transaction():
         await conn.execute("DELETE FROM memory_chunks WHERE scope = %s AND path = ANY(%s)",
                            (scope, [d.path for d in docs]))
@@ -112,7 +166,7 @@ async def write_chunks(conn: AsyncConnection, docs: Sequence[ChunkSource], embed
             await cur.executemany(
                 "INSERT INTO memory_chunks (scope, path, chunk, heading, start_char, end_char,"
                 " kind, session_id, penalised, model, content_hash, embedding) VALUES"
-                f" (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s{cast})", params)
+                f" (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {value}{cast})", params)
     return len(params)
 
 

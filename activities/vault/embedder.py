@@ -145,6 +145,12 @@ def builtin_available() -> bool:
     return (MODELS_DIR / BUILTIN / "vectors.npy").exists()
 
 
+@lru_cache(maxsize=4)
+def _static(folder: Path) -> StaticEmbedder:
+    """One copy of a static model per process, whatever spec named it."""
+    return StaticEmbedder(folder)
+
+
 @lru_cache(maxsize=8)
 def load_embedder(spec: str | None) -> Embedder | None:
     """The embedder `spec` names (cached per process).
@@ -165,7 +171,7 @@ def load_embedder(spec: str | None) -> Embedder | None:
     if key.lower() == HASHING:
         return HashingEmbedder()
     if (MODELS_DIR / key / "config.json").exists():
-        return StaticEmbedder(MODELS_DIR / key)
+        return _static(MODELS_DIR / key)
     if ":" not in key:
         raise EmbedderUnavailable(
             f"KEEL_EMBEDDER={spec!r} names no built-in model ({BUILTIN}), nor "

@@ -93,16 +93,17 @@ def chunk_document(kind: str, title: str, body: str) -> list[Chunk]:
     """The chunks of one search document and the text each is embedded from."""
     if kind == "daily":
         role, when, words = parse_entry(body)
-        at = body.find(words) if words else -1
-        start = at if at >= 0 else 0
-        spans = [(start + a, start + b, h) for a, b, h in chunk_spans(words)] if words else []
         heading = f"{when} · {role}" if when else role
-        if not spans:
+        at = body.find(words) if words else -1
+        if at < 0:
             return [Chunk(index=0, start=0, end=len(body), heading=heading, text=body.strip())]
-        spans[0] = (0, spans[0][1], spans[0][2])
-        spans[-1] = (spans[-1][0], len(body), spans[-1][2])
-        return [Chunk(index=i, start=a, end=b, heading=heading,
-                      text=f"{role}: {body[a:b].strip()}") for i, (a, b, _) in enumerate(spans)]
+        inner = [(at + a, at + b) for a, b, _ in chunk_spans(words)]
+        # The entry's heading line belongs to its first chunk, its tail to its last.
+        outer = [(0 if i == 0 else a, len(body) if i == len(inner) - 1 else b)
+                 for i, (a, b) in enumerate(inner)]
+        return [Chunk(index=i, start=o[0], end=o[1], heading=heading,
+                      text=f"{role}: {body[a:b].strip()}")
+                for i, ((a, b), o) in enumerate(zip(inner, outer, strict=True))]
     chunks = []
     for i, (a, b, heading) in enumerate(chunk_spans(body)):
         lead = HEADING_SEP.join(x for x in (title.strip(), heading) if x)

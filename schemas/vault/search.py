@@ -231,19 +231,24 @@ def fuse(lexical: list[Ranked], dense: list[DenseHit], *, k: int = HYBRID_RRF_K,
          floor: float = DENSE_FLOOR) -> list[Fused]:
     """Reciprocal rank fusion of the lexical and the dense ranking.
 
-    A dense hit under `floor` counts only for a document the lexical ranking found too. A
-    penalised (superseded or stale) document found by the dense search alone sinks as the
-    lexical ranking sinks it.
+    A dense hit under `floor` counts for nothing (its similarity is still shown on a
+    document the lexical ranking found): a weak nearest neighbour neither brings an
+    unrelated document in nor pushes a clear lexical winner down. A penalised (superseded or
+    stale) document found by the dense search alone sinks as the lexical ranking sinks it.
     """
     out: dict[str, Fused] = {}
     for rank, r in enumerate(lexical, start=1):
         out[r.path] = Fused(path=r.path, score=weights[0] / (k + rank), lexical_rank=rank,
                             lexical=r.score, bm25=r.bm25, hop=r.hop, via_link=r.via_link)
-    for rank, d in enumerate(dense, start=1):
+    rank = 0
+    for d in dense:
         hit = out.get(d.path)
+        if d.similarity < floor:
+            if hit is not None:
+                hit.dense, hit.chunk = d.similarity, d
+            continue
+        rank += 1
         if hit is None:
-            if d.similarity < floor:
-                continue
             hit = out[d.path] = Fused(path=d.path, score=0.0)
         share = weights[1] / (k + rank)
         hit.score += share * (STALE_PENALTY if d.penalised and hit.lexical_rank is None
