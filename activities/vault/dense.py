@@ -39,6 +39,11 @@ _ann: set[tuple[str, str]] = set()  # (database, model) whose HNSW index exists
 # The HNSW search's candidate list (pgvector's hnsw.ef_search); iterative scans go on past
 # it when filters (scope, kinds, session) drop rows.
 EF_SEARCH = 100
+# The graph's build: half-precision vectors and a lighter graph than pgvector's defaults
+# (16, 64) make each insert ~3x cheaper (bulk indexing is bound by it); the fusion takes 50
+# documents, so the small loss of recall at the far end of the list does not show.
+HNSW_M = 12
+HNSW_EF_CONSTRUCTION = 40
 
 
 class ChunkSource(NamedTuple):
@@ -66,7 +71,7 @@ async def vector_type(conn: AsyncConnection) -> str:
 
 
 def _index_name(model: str) -> str:
-    return "memory_chunks_ann_" + re.sub(r"[^a-z0-9]+", "_", model.lower())[:40]
+    return "memory_chunks_hnsw_" + re.sub(r"[^a-z0-9]+", "_", model.lower())[:40]
 
 
 async def ensure_ann_index(conn: AsyncConnection, model: str, dims: int) -> None:
@@ -77,8 +82,10 @@ async def ensure_ann_index(conn: AsyncConnection, model: str, dims: int) -> None
         return
     await conn.execute(sql.SQL(
         "CREATE INDEX IF NOT EXISTS {} ON memory_chunks USING hnsw"
-        " ((embedding::vector({})) vector_cosine_ops) WHERE model = {}").format(
-            sql.Identifier(_index_name(model)), sql.Literal(dims), sql.Literal(model)))
+        " ((embedding::halfvec({})) halfvec_cosine_ops) WITH (m = {}, ef_construction = {})"
+        " WHERE model = {}").format(
+            sql.Identifier(_index_name(model)), sql.Literal(dims), sql.Literal(HNSW_M),
+            sql.Literal(HNSW_EF_CONSTRUCTION), sql.Literal(model)))
     _ann.add(key)
 
 
@@ -213,9 +220,9 @@ async def dense_hits(conn: AsyncConnection, embedder: Embedder, query: str, *, s
         # the partial expression index.
         stmt = sql.SQL(
             "SELECT path, chunk, start_char, end_char, heading, penalised,"
-            " 1 - (embedding::vector({d}) <=> %(q)s::vector({d})) FROM memory_chunks"
+            " 1 - (embedding::halfvec({d}) <=> %(q)s::halfvec({d})) FROM memory_chunks"
             " WHERE model = {m} AND " + filters.replace("model = %(model)s AND ", "") +
-            " ORDER BY embedding::vector({d}) <=> %(q)s::vector({d}) LIMIT %(n)s").format(
+            " ORDER BY embedding::halfvec({d}) <=> %(q)s::halfvec({d}) LIMIT %(n)s").format(
                 d=sql.Literal(dims), m=sql.Literal(embedder.name))
         async with conn.transaction():
             await conn.execute(sql.SQL(
@@ -228,8 +235,9 @@ async def dense_hits(conn: AsyncConnection, embedder: Embedder, query: str, *, s
     out: dict[str, DenseHit] = {}
     for path, chunk, start, end, heading, penalised, sim in rows:
         if path not in out:
-            out[path] = DenseHit(path=path, similarity=float(sim), chunk=chunk, start=start,
-                                 end=end, heading=heading, penalised=penalised)
+            out[path] = DenseHit.model_construct(
+                path=path, similarity=float(sim), chunk=chunk, start=start, end=end,
+                heading=heading, penalised=penalised)
     return list(out.values())[:limit]
 
 

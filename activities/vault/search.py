@@ -369,8 +369,9 @@ async def _bm25(conn: AsyncConnection, lexemes: list[str], *, scope: str,
         "prefixes": [p for lex, p, _ in terms if stem_prefix(lex) is not None],
         "kinds": kinds, "exclude_session": exclude_session, "pool": pool, "scope": scope,
     })
-    return [Candidate(path=path, card_key=key, penalised=pen, bm25=float(bm25),
-                      coverage=float(cov or 0.0), incoming=int(inc))
+    return [Candidate.model_construct(path=path, card_key=key, penalised=pen,
+                                      bm25=float(bm25), coverage=float(cov or 0.0),
+                                      incoming=int(inc))
             for path, key, pen, bm25, cov, inc in await cur.fetchall()]
 
 
@@ -454,8 +455,9 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
         dense = await dense_hits(conn, embedder, query, scope=scope, kinds=kinds,
                                  exclude_session=exclude_session, limit=dense_pool(k))
     if embedder is None:
-        fused = [Fused(path=r.path, score=r.score, lexical_rank=i, lexical=r.score,
-                       bm25=r.bm25, hop=r.hop, via_link=r.via_link)
+        fused = [Fused.model_construct(path=r.path, score=r.score, lexical_rank=i,
+                                       lexical=r.score, bm25=r.bm25, hop=r.hop,
+                                       via_link=r.via_link)
                  for i, r in enumerate(ranked[:k], start=1)]
     else:
         floor = getattr(embedder, "floor", DENSE_FLOOR) if use_lexical else -1.0

@@ -39,6 +39,8 @@ RRF_K = 60
 # point of the best): a small k lets the top ranks of each list count, and the dense ranking
 # (a static model) weighs a little less than the lexical one.
 HYBRID_RRF_K = 10
+# How deep into the lexical ranking the fusion reads (a rank past it adds under 1/110).
+FUSE_DEPTH = 100
 LEXICAL_WEIGHT = 1.0
 DENSE_WEIGHT = 0.7
 # The least cosine similarity at which a document found by the dense search alone is a hit
@@ -163,8 +165,8 @@ def rerank(candidates: list[Candidate], edges: list[tuple[str, str]],
             score *= STALE_PENALTY
         prev = out.get(c.path)
         if prev is None or score > prev.score:
-            out[c.path] = Ranked(path=c.path, score=score, bm25=c.bm25, hop=hop,
-                                 via_link=via_link)
+            out[c.path] = Ranked.model_construct(path=c.path, score=score, bm25=c.bm25,
+                                                 hop=hop, via_link=via_link)
 
     for c in ranked_base:
         hop = hops[c.card_key][0] if c.card_key and c.card_key in hops else None
@@ -237,9 +239,10 @@ def fuse(lexical: list[Ranked], dense: list[DenseHit], *, k: int = HYBRID_RRF_K,
     stale) document found by the dense search alone sinks as the lexical ranking sinks it.
     """
     out: dict[str, Fused] = {}
-    for rank, r in enumerate(lexical, start=1):
-        out[r.path] = Fused(path=r.path, score=weights[0] / (k + rank), lexical_rank=rank,
-                            lexical=r.score, bm25=r.bm25, hop=r.hop, via_link=r.via_link)
+    for rank, r in enumerate(lexical[:FUSE_DEPTH], start=1):
+        out[r.path] = Fused.model_construct(
+            path=r.path, score=weights[0] / (k + rank), lexical_rank=rank, lexical=r.score,
+            bm25=r.bm25, hop=r.hop, via_link=r.via_link)
     rank = 0
     for d in dense:
         hit = out.get(d.path)
@@ -249,7 +252,7 @@ def fuse(lexical: list[Ranked], dense: list[DenseHit], *, k: int = HYBRID_RRF_K,
             continue
         rank += 1
         if hit is None:
-            hit = out[d.path] = Fused(path=d.path, score=0.0)
+            hit = out[d.path] = Fused.model_construct(path=d.path, score=0.0)
         share = weights[1] / (k + rank)
         hit.score += share * (STALE_PENALTY if d.penalised and hit.lexical_rank is None
                               else 1.0)
