@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import re
 import struct
+import weakref
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -198,6 +199,19 @@ async def embed_pending(conn: AsyncConnection, embedder: Embedder, batch: int = 
     return done
 
 
+_tuned: weakref.WeakKeyDictionary[AsyncConnection, int] = weakref.WeakKeyDictionary()
+
+
+async def _hnsw_settings(conn: AsyncConnection, ef_search: int) -> None:
+    """The HNSW search's settings on this connection, set once (session settings that only
+    pgvector's index scans read): iterative scans, so filters never starve the result."""
+    if _tuned.get(conn) != ef_search:
+        await conn.execute(sql.SQL(
+            "SET hnsw.ef_search = {}; SET hnsw.iterative_scan = relaxed_order").format(
+                sql.Literal(ef_search)))
+        _tuned[conn] = ef_search
+
+
 async def dense_hits(conn: AsyncConnection, embedder: Embedder, query: str, *, scope: str,
                      kinds: list[str] | None = None, exclude_session: str | None = None,
                      limit: int = 50) -> list[DenseHit]:
@@ -224,18 +238,15 @@ async def dense_hits(conn: AsyncConnection, embedder: Embedder, query: str, *, s
             " WHERE model = {m} AND " + filters.replace("model = %(model)s AND ", "") +
             " ORDER BY embedding::halfvec({d}) <=> %(q)s::halfvec({d}) LIMIT %(n)s").format(
                 d=sql.Literal(dims), m=sql.Literal(embedder.name))
-        async with conn.transaction():
-            await conn.execute(sql.SQL(
-                "SET LOCAL hnsw.ef_search = {}; SET LOCAL hnsw.iterative_scan = relaxed_order"
-            ).format(sql.Literal(max(EF_SEARCH, params["n"]))))
-            cur = await conn.execute(stmt, params)
-            rows = sorted(await cur.fetchall(), key=lambda r: (-r[6], r[0], r[1]))
+        await _hnsw_settings(conn, max(EF_SEARCH, params["n"]))
+        cur = await conn.execute(stmt, params)
+        rows = sorted(await cur.fetchall(), key=lambda r: (-r[6], r[0], r[1]))
     else:
         rows = await _exact_in_worker(conn, qvec, filters, params)
     out: dict[str, DenseHit] = {}
     for path, chunk, start, end, heading, penalised, sim in rows:
         if path not in out:
-            out[path] = DenseHit.model_construct(
+            out[path] = DenseHit(
                 path=path, similarity=float(sim), chunk=chunk, start=start, end=end,
                 heading=heading, penalised=penalised)
     return list(out.values())[:limit]

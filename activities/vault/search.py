@@ -302,7 +302,7 @@ cand AS (
           AND (%(kinds)s::text[] IS NULL OR d.kind = ANY(%(kinds)s::text[]))
           AND (%(exclude_session)s::text IS NULL
                OR d.session_id IS DISTINCT FROM %(exclude_session)s::text)
-        ORDER BY ts_rank(d.tsv, to_tsquery('simple', q.tsq)) DESC, d.path
+        ORDER BY d.doc_len, d.path
         LIMIT %(pool)s
     ) c
 ),
@@ -369,7 +369,7 @@ async def _bm25(conn: AsyncConnection, lexemes: list[str], *, scope: str,
         "prefixes": [p for lex, p, _ in terms if stem_prefix(lex) is not None],
         "kinds": kinds, "exclude_session": exclude_session, "pool": pool, "scope": scope,
     })
-    return [Candidate.model_construct(path=path, card_key=key, penalised=pen,
+    return [Candidate(path=path, card_key=key, penalised=pen,
                                       bm25=float(bm25), coverage=float(cov or 0.0),
                                       incoming=int(inc))
             for path, key, pen, bm25, cov, inc in await cur.fetchall()]
@@ -455,7 +455,7 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
         dense = await dense_hits(conn, embedder, query, scope=scope, kinds=kinds,
                                  exclude_session=exclude_session, limit=dense_pool(k))
     if embedder is None:
-        fused = [Fused.model_construct(path=r.path, score=r.score, lexical_rank=i,
+        fused = [Fused(path=r.path, score=r.score, lexical_rank=i,
                                        lexical=r.score, bm25=r.bm25, hop=r.hop,
                                        via_link=r.via_link)
                  for i, r in enumerate(ranked[:k], start=1)]

@@ -33,6 +33,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.db import get_pool
 from activities.vault.clock import local_timezone_name
+from activities.vault.embedder import Embedder, embedder_for
 from activities.vault.search import IndexDoc, delete_documents, index_documents, indexed_hashes
 from schemas.config import KeelSettings
 from schemas.vault.card import (
@@ -125,6 +126,8 @@ class Vault:
     root: Path
     settings: MemorySettings
     scope: str = DEFAULT_SCOPE
+    # The deployment's embedding model: what this vault indexes is embedded at once.
+    embedder: Embedder | None = field(default=None, repr=False)
     _schema: tuple[VaultSchema | None, list[SchemaProblem]] | None = field(default=None,
                                                                            repr=False)
     _schema_stamp: tuple[int, int] | None = field(default=None, repr=False)
@@ -370,7 +373,8 @@ class Vault:
         docs = self.documents_for(rel, read_text(target).text)
         old = await indexed_hashes(conn, rel, scope=self.scope)
         changed = await index_documents(
-            conn, [d for d in docs if old.get(d.path) != d.content_hash()], scope=self.scope)
+            conn, [d for d in docs if old.get(d.path) != d.content_hash()], scope=self.scope,
+            embedder=self.embedder)
         keep = {d.path for d in docs}
         stale = [p for p in old if p not in keep and (p == rel or p.startswith(rel + "#"))]
         return changed + await delete_documents(conn, stale, scope=self.scope)
@@ -424,9 +428,10 @@ class Vault:
                 if old.get(doc.path) != doc.content_hash():
                     due.append(doc)
             if len(due) >= REINDEX_BATCH:
-                changed += await index_documents(conn, due, scope=self.scope)
+                changed += await index_documents(conn, due, scope=self.scope,
+                                                 embedder=self.embedder)
                 due = []
-        changed += await index_documents(conn, due, scope=self.scope)
+        changed += await index_documents(conn, due, scope=self.scope, embedder=self.embedder)
         removed = await delete_documents(conn, [p for p in old if p not in present],
                                          scope=self.scope)
         return changed, removed
@@ -528,7 +533,8 @@ class MemoryContext:
 
     def __post_init__(self) -> None:
         check_scope(self.scope)
-        self.vault = Vault(self.memory.vault_dir_for(self.scope), self.memory, self.scope)
+        self.vault = Vault(self.memory.vault_dir_for(self.scope), self.memory, self.scope,
+                           embedder_for(self.memory))
         self._scopes.setdefault(self.scope, self)
 
     def scoped(self, scope: str) -> MemoryContext:

@@ -278,18 +278,29 @@ class MemoryActivities:
 
 async def catch_up_hand_edits(ctx: MemoryContext) -> int:
     """Re-index what changed on disk in every scope's vault since this process last looked
-    (hand edits; the writers' own appends excluded), then embed what is pending. Run by the
-    vault worker on its beat, off every turn; returns how many documents changed."""
+    (hand edits; the writers' own appends excluded), then embed what is pending: after a
+    change, and until a scope's backlog (a vault indexed before its model) is done. Run by
+    the vault worker on its beat, off every turn; returns how many documents changed."""
     embedder = embedder_for(ctx.memory)
     pool = await ctx.pool()
     changed = 0
     for scope in scope_vaults(ctx.memory):
         vault = ctx.scoped(scope).vault
         async with vault.lock(), pool.connection() as conn:
-            changed += await vault.refresh(conn)
-            if embedder is not None:
-                await embed_pending(conn, embedder, limit=RECALL_EMBED_LIMIT, scope=scope)
+            here = await vault.refresh(conn)
+            changed += here
+            key = (ctx.database_url, scope, embedder.name if embedder else "")
+            if embedder is not None and (here or key not in _EMBEDDED):
+                done = await embed_pending(conn, embedder, limit=RECALL_EMBED_LIMIT,
+                                           scope=scope)
+                if done < RECALL_EMBED_LIMIT:
+                    _EMBEDDED.add(key)
     return changed
+
+
+# (database, scope, model) whose pending documents this process has embedded: the beat
+# then checks again only after a change (the writers embed what they write).
+_EMBEDDED: set[tuple[str, str, str]] = set()
 
 
 TRANSCRIPT_TAIL_BYTES = 1 << 20

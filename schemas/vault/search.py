@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict, deque
-
-from pydantic import BaseModel
+from dataclasses import dataclass
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -99,7 +98,8 @@ def term_range(lexeme: str) -> tuple[str, str]:
     return stem, stem[:-1] + chr(ord(stem[-1]) + 1)
 
 
-class Candidate(BaseModel):
+@dataclass(slots=True)
+class Candidate:
     path: str
     bm25: float
     coverage: float  # matched IDF / query IDF, 0..1
@@ -108,7 +108,8 @@ class Candidate(BaseModel):
     penalised: bool = False  # superseded status or the stale decay tier
 
 
-class Ranked(BaseModel):
+@dataclass(slots=True)
+class Ranked:
     path: str
     score: float
     bm25: float = 0.0
@@ -165,7 +166,7 @@ def rerank(candidates: list[Candidate], edges: list[tuple[str, str]],
             score *= STALE_PENALTY
         prev = out.get(c.path)
         if prev is None or score > prev.score:
-            out[c.path] = Ranked.model_construct(path=c.path, score=score, bm25=c.bm25,
+            out[c.path] = Ranked(path=c.path, score=score, bm25=c.bm25,
                                                  hop=hop, via_link=via_link)
 
     for c in ranked_base:
@@ -193,7 +194,8 @@ def rrf_fuse(rankings: list[list[str]], k: int = RRF_K) -> list[str]:
     return sorted(fused, key=lambda p: (-fused[p], best[p], p))
 
 
-class DenseHit(BaseModel):
+@dataclass(slots=True)
+class DenseHit:
     """A document's best chunk in the dense search."""
 
     path: str
@@ -205,7 +207,8 @@ class DenseHit(BaseModel):
     penalised: bool = False
 
 
-class Fused(BaseModel):
+@dataclass(slots=True)
+class Fused:
     """One hit of the fused ranking with the components it was ranked by."""
 
     path: str
@@ -240,7 +243,7 @@ def fuse(lexical: list[Ranked], dense: list[DenseHit], *, k: int = HYBRID_RRF_K,
     """
     out: dict[str, Fused] = {}
     for rank, r in enumerate(lexical[:FUSE_DEPTH], start=1):
-        out[r.path] = Fused.model_construct(
+        out[r.path] = Fused(
             path=r.path, score=weights[0] / (k + rank), lexical_rank=rank, lexical=r.score,
             bm25=r.bm25, hop=r.hop, via_link=r.via_link)
     rank = 0
@@ -252,7 +255,7 @@ def fuse(lexical: list[Ranked], dense: list[DenseHit], *, k: int = HYBRID_RRF_K,
             continue
         rank += 1
         if hit is None:
-            hit = out[d.path] = Fused.model_construct(path=d.path, score=0.0)
+            hit = out[d.path] = Fused(path=d.path, score=0.0)
         share = weights[1] / (k + rank)
         hit.score += share * (STALE_PENALTY if d.penalised and hit.lexical_rank is None
                               else 1.0)
