@@ -22,7 +22,8 @@ Reported per granularity: per turn, a question is a hit@k when one of its eviden
 is in the top k, MRR from the first one (0 past rank 10); per session, the same with each
 hit's session against the evidence messages' sessions. Then speed: bulk indexing
 (documents/s, embedding included) and recall latency (p50 / p95 of `recall`, k=5, as a turn
-calls it) with the conversations' messages among synthetic filler documents at each size.
+calls it) with the conversations' messages among synthetic filler documents at each size,
+and how often the recall's 5 hits still hold an answering message among them.
 Last, the project's own search corpus (tests/vault/fixtures/search_corpus, English and
 Russian notes and cards with known answers): recall@5 and MRR with and without the embedder,
 so hybrid mode is seen not to cost the cases BM25 and the graph already get right.
@@ -216,7 +217,7 @@ async def speed(admin: str, convs: list[dict[str, Any]], embedder: Any, size: in
     url = fresh_database(admin, f"bench_recall_{size}")
     own = [d for c in convs for d in c["docs"]]
     docs = own + filler_docs(max(0, size - len(own)), seed=11)
-    questions = [q for c in convs for q, _ in c["questions"]]
+    questions = [(q, set(ev)) for c in convs for q, ev in c["questions"]]
     out: dict[str, Any] = {"documents": len(docs)}
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         clock = await cpu_clock(conn)
@@ -232,15 +233,18 @@ async def speed(admin: str, convs: list[dict[str, Any]], embedder: Any, size: in
         await conn.execute("VACUUM ANALYZE")
         for label, emb in (("bm25", None), ("fused", embedder)):
             times = []
+            found = 0
             c0 = clock.now()
             for _ in range(repeat):
-                for q in questions:
+                for q, evidence in questions:
                     t1 = time.perf_counter()
-                    await recall(conn, RecallInput(session_id="bench", query=q), scope="default",
-                                 embedder=emb)
+                    got = await recall(conn, RecallInput(session_id="bench", query=q),
+                                       scope="default", embedder=emb)
                     times.append((time.perf_counter() - t1) * 1000)
+                    found += bool(evidence & set(got.sources))
             client, server = clock.since(c0)
-            out[label] = {"p50_ms": round(statistics.median(times), 2),
+            out[label] = {"turn_hit5": round(found / len(times), 4),
+                          "p50_ms": round(statistics.median(times), 2),
                           "p95_ms": round(percentile(times, 95), 2), "queries": len(times),
                           "cpu_ms_per_query": {"client": round(1000 * client / len(times), 2),
                                                "server": round(1000 * server / len(times), 2)}}
@@ -297,10 +301,12 @@ def print_speed(speeds: list[dict[str, Any]]) -> None:
         return f"{c['client']} + {c['server']}"
 
     print(table("Recall (k=5) in one scope (CPU: this process + its PostgreSQL backend)",
-                ["documents", "indexing docs/s", "per CPU-s", "bm25 p50 / p95", "CPU ms",
-                 "fused p50 / p95", "CPU ms"],
+                ["documents", "indexing docs/s", "per CPU-s", "bm25 hit@5", "p50 / p95",
+                 "CPU ms", "fused hit@5", "p50 / p95", "CPU ms"],
                 [[f"{s['documents']:,}", f"{s['docs_per_s']:,}", f"{s['docs_per_cpu_s']:,}",
+                  f"{100 * s['bm25']['turn_hit5']:.1f}",
                   f"{s['bm25']['p50_ms']} / {s['bm25']['p95_ms']}", cpu(s["bm25"]),
+                  f"{100 * s['fused']['turn_hit5']:.1f}",
                   f"{s['fused']['p50_ms']} / {s['fused']['p95_ms']}", cpu(s["fused"])]
                  for s in speeds]), flush=True)
 
