@@ -19,6 +19,7 @@ import re
 import struct
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from psycopg import AsyncConnection, sql
@@ -34,9 +35,6 @@ EMBED_BATCH = 512
 # A batch smaller than this is embedded on the event loop (a query, a turn's messages).
 INLINE_TEXTS = 64
 
-_kinds: dict[str, str] = {}  # database (dsn) -> the embedding column's type
-_vector_oids: dict[str, int] = {}  # database (dsn) -> pgvector's type oid
-_ann: set[tuple[str, str]] = set()  # (database, model) whose HNSW index exists
 # The HNSW search's candidate list (pgvector's hnsw.ef_search); iterative scans go on past
 # it when filters (scope, kinds, session) drop rows.
 EF_SEARCH = 100
@@ -59,16 +57,37 @@ class ChunkSource(NamedTuple):
     content_hash: str
 
 
-async def vector_type(conn: AsyncConnection) -> str:
-    """'vector' (pgvector) or 'real[]': how this database stores embeddings."""
-    key = conn.info.dsn
-    if key not in _kinds:
+@dataclass
+class _ConnState:
+    """What this module learnt about one connection (looked up once per connection:
+    reading `conn.info.dsn` on every call cost half a millisecond)."""
+
+    vector_type: str
+    vector_oid: int = 0
+    dumper: bool = False
+    ann: set[str] = field(default_factory=set)
+    ef_search: int | None = None
+
+
+_state: weakref.WeakKeyDictionary[AsyncConnection, _ConnState] = weakref.WeakKeyDictionary()
+
+
+async def _conn_state(conn: AsyncConnection) -> _ConnState:
+    state = _state.get(conn)
+    if state is None:
         cur = await conn.execute(
-            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
+            "SELECT format_type(atttypid, atttypmod), to_regtype('vector')::oid"
+            " FROM pg_attribute"
             " WHERE attrelid = 'memory_chunks'::regclass AND attname = 'embedding'")
         row = await cur.fetchone()
-        _kinds[key] = "vector" if row and row[0].startswith("vector") else "real[]"
-    return _kinds[key]
+        kind = "vector" if row and row[0].startswith("vector") else "real[]"
+        state = _state[conn] = _ConnState(kind, int(row[1] or 0) if row else 0)
+    return state
+
+
+async def vector_type(conn: AsyncConnection) -> str:
+    """'vector' (pgvector) or 'real[]': how this database stores embeddings."""
+    return (await _conn_state(conn)).vector_type
 
 
 def _index_name(model: str) -> str:
@@ -78,8 +97,8 @@ def _index_name(model: str) -> str:
 async def ensure_ann_index(conn: AsyncConnection, model: str, dims: int) -> None:
     """pgvector's HNSW index (cosine) over one model's vectors, made on first use: an
     expression index at the model's dimensions, partial on its name."""
-    key = (conn.info.dsn, model)
-    if key in _ann or await vector_type(conn) != "vector":
+    state = await _conn_state(conn)
+    if model in state.ann or state.vector_type != "vector":
         return
     await conn.execute(sql.SQL(
         "CREATE INDEX IF NOT EXISTS {} ON memory_chunks USING hnsw"
@@ -87,7 +106,7 @@ async def ensure_ann_index(conn: AsyncConnection, model: str, dims: int) -> None
         " WHERE model = {}").format(
             sql.Identifier(_index_name(model)), sql.Literal(dims), sql.Literal(HNSW_M),
             sql.Literal(HNSW_EF_CONSTRUCTION), sql.Literal(model)))
-    _ann.add(key)
+    state.ann.add(model)
 
 
 def _literal(vec: Sequence[float]) -> str:
@@ -115,26 +134,24 @@ class VectorBytes(bytes):
     text cost more than embedding them)."""
 
 
+class _VectorDumper(Dumper):
+    format = Format.BINARY
+
+    def dump(self, obj: Any) -> bytes:
+        return bytes(obj)
+
+
 async def _binary_vectors(conn: AsyncConnection) -> bool:
     """Register the binary vector dumper on this connection; False without numpy."""
     try:
         import numpy  # noqa: F401
     except ImportError:
         return False
-    key = conn.info.dsn
-    if key not in _vector_oids:
-        cur = await conn.execute("SELECT 'vector'::regtype::oid")
-        row = await cur.fetchone()
-        _vector_oids[key] = int(row[0]) if row else 0
-
-    class _Dumper(Dumper):
-        format = Format.BINARY
-        oid = _vector_oids[key]
-
-        def dump(self, obj: Any) -> bytes:
-            return bytes(obj)
-
-    conn.adapters.register_dumper(VectorBytes, _Dumper)
+    state = await _conn_state(conn)
+    if not state.dumper:
+        dumper = type("VectorDumper", (_VectorDumper,), {"oid": state.vector_oid})
+        conn.adapters.register_dumper(VectorBytes, dumper)
+        state.dumper = True
     return True
 
 
@@ -199,17 +216,15 @@ async def embed_pending(conn: AsyncConnection, embedder: Embedder, batch: int = 
     return done
 
 
-_tuned: weakref.WeakKeyDictionary[AsyncConnection, int] = weakref.WeakKeyDictionary()
-
-
 async def _hnsw_settings(conn: AsyncConnection, ef_search: int) -> None:
     """The HNSW search's settings on this connection, set once (session settings that only
     pgvector's index scans read): iterative scans, so filters never starve the result."""
-    if _tuned.get(conn) != ef_search:
+    state = await _conn_state(conn)
+    if state.ef_search != ef_search:
         await conn.execute(sql.SQL(
             "SET hnsw.ef_search = {}; SET hnsw.iterative_scan = relaxed_order").format(
                 sql.Literal(ef_search)))
-        _tuned[conn] = ef_search
+        state.ef_search = ef_search
 
 
 async def dense_hits(conn: AsyncConnection, embedder: Embedder, query: str, *, scope: str,
@@ -229,14 +244,16 @@ async def dense_hits(conn: AsyncConnection, embedder: Embedder, query: str, *, s
     if await vector_type(conn) == "vector":
         dims = len(qvec)
         await ensure_ann_index(conn, embedder.name, dims)
-        params["q"] = _literal(qvec)
+        params["q"], ph = _literal(qvec), "%(q)s"
+        if await _binary_vectors(conn):
+            params["q"], ph = VectorBytes(struct.pack(f">HH{dims}f", dims, 0, *qvec)), "%(q)b"
         # The model's name and dimensions as literals: the planner must see them to use
         # the partial expression index.
         stmt = sql.SQL(
             "SELECT path, chunk, start_char, end_char, heading, penalised,"
-            " 1 - (embedding::halfvec({d}) <=> %(q)s::halfvec({d})) FROM memory_chunks"
+            " 1 - (embedding::halfvec({d}) <=> " + ph + "::halfvec({d})) FROM memory_chunks"
             " WHERE model = {m} AND " + filters.replace("model = %(model)s AND ", "") +
-            " ORDER BY embedding::halfvec({d}) <=> %(q)s::halfvec({d}) LIMIT %(n)s").format(
+            " ORDER BY embedding::halfvec({d}) <=> " + ph + "::halfvec({d}) LIMIT %(n)s").format(
                 d=sql.Literal(dims), m=sql.Literal(embedder.name))
         await _hnsw_settings(conn, max(EF_SEARCH, params["n"]))
         cur = await conn.execute(stmt, params)

@@ -1,5 +1,7 @@
 """How documents are cut into chunks for the dense index (schemas.vault.chunks): pure."""
 
+from itertools import pairwise
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -9,7 +11,7 @@ from schemas.vault.rollup import transcript_entry
 
 def _covers(body: str, spans: list[tuple[int, int, str]]) -> bool:
     return (spans[0][0] == 0 and spans[-1][1] == len(body)
-            and all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+            and all(a[1] == b[0] for a, b in pairwise(spans))
             and all(s < e for s, e, _ in spans))
 
 

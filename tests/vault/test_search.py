@@ -222,3 +222,32 @@ def test_ranking_rules():
     plain = rerank([a, b], edges=[("a", "n")], neighbours=[n], use_graph=False)
     assert [r.path for r in plain] == ["a", "b"]
     assert rrf_fuse([["x", "y", "z"], ["y", "z"]]) == ["y", "z", "x"]
+
+
+@needs_model
+async def test_without_pgvector_the_worker_ranks_the_same(database_url):
+    """A server without the extension stores plain arrays; the exact search in the worker
+    gives the order pgvector's index gives."""
+    import psycopg
+
+    embedder = load_embedder(BUILTIN)
+    topics = ["kitten adopted from the shelter", "billing migration moved to Friday",
+              "tea instead of coffee", "the warehouse scanners broke", "a trip to Lisbon"]
+    docs = [IndexDoc(path=f"notes/{i}.md", kind="note", title=f"n{i}", body=t)
+            for i, t in enumerate(topics)]
+    found = {}
+    for kind in ("vector", "real[]"):
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            if kind == "real[]":
+                await conn.execute("DELETE FROM memory_docs")
+                await conn.execute("DROP INDEX IF EXISTS memory_chunks_hnsw_minilm_l6_static_256")
+                await conn.execute("ALTER TABLE memory_chunks ALTER COLUMN embedding"
+                                   " TYPE real[] USING embedding::real[]")
+            await index_documents(conn, docs, scope="default", embedder=embedder)
+            hits = await search(conn, "a new pet cat", scope="default", k=5, embedder=embedder,
+                                use_lexical=False)
+            found[kind] = [(h.path, round(h.components["dense"], 4)) for h in hits]
+    assert found["vector"][0][0] == "notes/0.md"
+    assert [p for p, _ in found["real[]"]] == [p for p, _ in found["vector"]]
+    assert all(abs(a[1] - b[1]) < 2e-3 for a, b in zip(found["vector"], found["real[]"],
+                                                        strict=True))
