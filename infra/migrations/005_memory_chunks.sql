@@ -9,10 +9,16 @@
 
 DROP TABLE IF EXISTS memory_embeddings;
 
+-- A role that may not create extensions gets the plain arrays (a superuser can add the
+-- extension later; the worker keeps searching exactly until the column is converted).
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector') THEN
-        CREATE EXTENSION IF NOT EXISTS vector;
+        BEGIN
+            CREATE EXTENSION IF NOT EXISTS vector;
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE NOTICE 'pgvector is available but this role may not create it: %', SQLERRM;
+        END;
     END IF;
 END $$;
 
