@@ -19,12 +19,11 @@ from temporalio.exceptions import ApplicationError
 from activities.db import get_pool
 from activities.model import ModelBackend
 from activities.prompt import SessionPrompt
-from activities.vault.search import Embedder, load_embedder
+from activities.vault.embedder import Embedder, embedder_for
 from activities.vault.store import MemoryContext
 from activities.window import WindowLoader
 from activities.workspace import WorkspaceStore, open_store
 from schemas.config import KeelSettings
-from schemas.vault.schema import SearchMode
 
 __all__ = ["SessionContext"]
 
@@ -41,10 +40,8 @@ class SessionContext:
         self._memory = memory
         self.prompt = SessionPrompt(lambda: self.store, offline=settings.model.offline)
         self.windows = WindowLoader(self.prompt)
-        search = settings.memory
-        self.embedder: Embedder | None = (
-            load_embedder(search.embedder or "hashing")
-            if search.search_mode == SearchMode.HYBRID else None)
+        # The deployment's embedding model (None: BM25 only), loaded once per process.
+        self.embedder: Embedder | None = embedder_for(settings.memory)
 
     async def connection(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """A connection from the pool (`async with await ctx.connection() as conn`)."""

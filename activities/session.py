@@ -310,7 +310,7 @@ class SessionActivities:
                 return ToolOutput("query is empty", is_error=True)
             hits = await search(conn, query, scope=memory.scope,
                                 k=max(1, min(int(args.get("limit", 5)), 10)),
-                                exclude_session=data.session_id)
+                                exclude_session=data.session_id, embedder=self.ctx.embedder)
             await touch_documents(conn, [h.path for h in hits], scope=memory.scope)
             return ToolOutput(fence_memory(hits) or f"nothing in long memory for {query!r}")
         try:

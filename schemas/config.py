@@ -216,7 +216,7 @@ def memory_from_env(data_dir: Path, e: dict[str, str]) -> MemorySettings:
         "vaults_dir": Path(e["KEEL_VAULTS_DIR"]).resolve() if e.get("KEEL_VAULTS_DIR") else None,
         "timezone": e.get("KEEL_MEMORY_TZ") or None,  # None: the server's zone
         "notify_webhook_url": e.get("KEEL_NOTIFY_WEBHOOK") or None,
-        "search_mode": e.get("KEEL_MEMORY_SEARCH_MODE", SearchMode.BM25.value),
+        "search_mode": e.get("KEEL_MEMORY_SEARCH_MODE") or SearchMode.AUTO.value,
         "embedder": e.get("KEEL_EMBEDDER") or None,
         "git_push": e.get("KEEL_VAULT_PUSH", "1") not in ("0", "false", "no"),
     }

@@ -15,7 +15,8 @@ from typing import Any
 from pydantic import BaseModel
 from temporalio import activity
 
-from activities.vault.search import embed_pending, load_embedder
+from activities.vault.dense import embed_pending
+from activities.vault.embedder import embedder_for
 from activities.vault.store import MemoryContext, Vault, read_text
 from schemas.vault.card import (
     FrontmatterError,
@@ -40,7 +41,7 @@ from schemas.vault.graph import (
     render_moc,
     supersede_scan,
 )
-from schemas.vault.schema import CARDS_DIR, CORE_FILE, GRAPH_DIR, MOC_FILE, SearchMode, VaultSchema
+from schemas.vault.schema import CARDS_DIR, CORE_FILE, GRAPH_DIR, MOC_FILE, VaultSchema
 from schemas.vault.scope import DEFAULT_SCOPE
 
 
@@ -298,10 +299,9 @@ class DoctorActivities:
             await conn.execute("DELETE FROM memory_terms WHERE scope = %s AND df <= 0",
                                (ctx.scope,))
             embedded = 0
-            if ctx.memory.search_mode == SearchMode.HYBRID:
-                embedder = load_embedder(ctx.memory.embedder or "hashing")
-                if embedder is not None:
-                    embedded = await embed_pending(conn, embedder, scope=ctx.scope)
+            embedder = embedder_for(ctx.memory)
+            if embedder is not None:
+                embedded = await embed_pending(conn, embedder, scope=ctx.scope)
         return StepResult(step="reindex",
                           summary=f"{changed} document(s) re-indexed, {removed} removed"
                           + (f", {embedded} embedded" if embedded else ""),

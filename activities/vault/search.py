@@ -1,35 +1,41 @@
-"""memory_search: Okapi BM25 in PostgreSQL's own full-text index, then the graph rerank.
+"""memory_search: Okapi BM25 in PostgreSQL's own full-text index, the graph rerank, and
+the dense ranking fused with it by reciprocal rank (hybrid mode).
 
 Candidates come from the GIN index (`simple` configuration, so any language indexes alike),
 BM25 scores them with the document-frequency table the triggers keep current, and the
-ranking rules of `schemas.vault.search` finish the order. Hybrid mode fuses a dense ranking
-from a pluggable embedder by reciprocal rank fusion; it is off by default, and nothing here
-downloads a model.
+ranking rules of `schemas.vault.search` finish the order. With an embedder (the built-in
+static model by default when installed, activities.vault.embedder) the dense ranking of the
+documents' chunks (activities.vault.dense) is fused in; every hit names its document, its
+chunk and the place in the document it shows, and carries its score components. Nothing
+here downloads a model.
+
+Cost: the candidate pool follows the hits asked for (`candidate_pool(k)`), not the scope's
+size, and snippets are cut from the returned documents only, in Python.
 
 Scopes: every function takes the memory scope it works in, as a required keyword, and
-every statement filters by it (documents, term statistics, corpus size, links,
-embeddings): nothing of one scope is read, ranked by or written into another.
+every statement filters by it (documents, term statistics, corpus size, links, chunks):
+nothing of one scope is read, ranked by or written into another.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
-import math
-import re
-import struct
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from psycopg import AsyncConnection
 from pydantic import BaseModel, Field
 
+from activities.vault.dense import ChunkSource, dense_hits, embed_pending, write_chunks
+from activities.vault.embedder import Embedder, HashingEmbedder, load_embedder
 from schemas.vault.recall import (
     SNIPPET_MAX_CHARS,
     MemoryHit,
     RecallInput,
     RecallResult,
-    fence_memory,
+)
+from schemas.vault.recall import (
+    fence_memory as fence_memory,
 )
 from schemas.vault.recall_rules import (
     MAX_RECALL_K,
@@ -40,23 +46,36 @@ from schemas.vault.recall_rules import (
 from schemas.vault.search import (
     BM25_B,
     BM25_K1,
-    CANDIDATE_POOL,
     COLUMN_WEIGHTS,
+    DENSE_FLOOR,
     GRAPH_SEEDS,
     Candidate,
+    DenseHit,
+    Fused,
+    Ranked,
     base_score,
-    cosine,
+    candidate_pool,
+    dense_pool,
+    fuse,
     rerank,
-    rrf_fuse,
+    snippet_span,
+    stem_prefix,
     term_patterns,
+    term_range,
 )
 
+__all__ = ["Embedder", "HashingEmbedder", "IndexDoc", "embed_pending", "index_document",
+           "index_documents", "load_embedder", "recall", "search"]
+
 MAX_QUERY_TERMS = 32
-# A term in more than this share of all documents does not choose candidates (it still
-# scores them).
-COMMON_TERM_SHARE = 0.05
+# A term in more than this share of all documents (and in more than a pool's worth) does
+# not choose candidates, it only scores them: at 5% a query at 10,000 documents spent most
+# of its time ranking the documents of its commonest words.
+COMMON_TERM_SHARE = 0.01
 # A tsvector holds at most 1 MB; bodies past this are indexed by their beginning only.
 MAX_INDEXED_CHARS = 100_000
+# How much of a returned document the snippet is cut from.
+SNIPPET_SOURCE_CHARS = 200_000
 
 
 class IndexDoc(BaseModel):
@@ -99,8 +118,36 @@ ON CONFLICT (scope, path) DO UPDATE SET
     content_hash = EXCLUDED.content_hash, tsv = EXCLUDED.tsv, doc_len = EXCLUDED.doc_len,
     indexed_at = now()
 WHERE memory_docs.content_hash <> EXCLUDED.content_hash
-RETURNING path
 """
+
+
+# The same upsert for a batch in one statement: BM25's statistics triggers run once for it.
+_UPSERT_MANY = """
+INSERT INTO memory_docs (scope, path, kind, title, tags, body, card_key, card_type, status,
+                         penalised, session_id, seq, content_hash, tsv, doc_len)
+SELECT %(scope)s, r.path, r.kind, r.title, r.tags, r.body, r.card_key, r.card_type, r.status,
+       r.penalised, r.session_id, r.seq, r.hash, v.tsv,
+       (SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(v.tsv) u)
+FROM unnest(%(path)s::text[], %(kind)s::text[], %(title)s::text[], %(tags)s::text[],
+            %(body)s::text[], %(card_key)s::text[], %(card_type)s::text[], %(status)s::text[],
+            %(penalised)s::boolean[], %(session_id)s::text[], %(seq)s::bigint[],
+            %(hash)s::text[])
+     AS r(path, kind, title, tags, body, card_key, card_type, status, penalised, session_id,
+          seq, hash)
+CROSS JOIN LATERAL (
+    SELECT setweight(to_tsvector('simple', r.title), 'A')
+           || setweight(to_tsvector('simple', r.tags), 'B')
+           || setweight(to_tsvector('simple', left(r.body, %(max_chars)s)), 'D') AS tsv) v
+ON CONFLICT (scope, path) DO UPDATE SET
+    kind = EXCLUDED.kind, title = EXCLUDED.title, tags = EXCLUDED.tags, body = EXCLUDED.body,
+    card_key = EXCLUDED.card_key, card_type = EXCLUDED.card_type, status = EXCLUDED.status,
+    penalised = EXCLUDED.penalised, session_id = EXCLUDED.session_id, seq = EXCLUDED.seq,
+    content_hash = EXCLUDED.content_hash, tsv = EXCLUDED.tsv, doc_len = EXCLUDED.doc_len,
+    indexed_at = now()
+WHERE memory_docs.content_hash <> EXCLUDED.content_hash
+"""
+_COLUMNS = ("path", "kind", "title", "tags", "body", "card_key", "card_type", "status",
+            "penalised", "session_id", "seq", "hash")
 
 
 def _clean(text: str) -> str:
@@ -109,28 +156,61 @@ def _clean(text: str) -> str:
     return text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
 
 
-async def index_document(conn: AsyncConnection, doc: IndexDoc, *, scope: str) -> bool:
+async def index_document(conn: AsyncConnection, doc: IndexDoc, *, scope: str,
+                         embedder: Embedder | None = None) -> bool:
     """Index one document; True when it was new or changed (same hash: nothing is done)."""
-    params: dict[str, Any] = doc.model_dump(exclude={"links"})
-    for key in ("title", "tags", "body"):
-        params[key] = _clean(params[key])
-    params["hash"] = doc.content_hash()
-    params["max_chars"] = MAX_INDEXED_CHARS
-    params["scope"] = scope
+    return await index_documents(conn, [doc], scope=scope, embedder=embedder) == 1
+
+
+async def index_documents(conn: AsyncConnection, docs: Sequence[IndexDoc], *, scope: str,
+                          embedder: Embedder | None = None) -> int:
+    """Index many documents in one transaction (pipelined statements); with an embedder
+    their chunks are embedded and stored too. Documents whose hash is unchanged are not
+    touched. Returns how many were new or changed."""
+    if not docs:
+        return 0
+    unique = list({d.path: d for d in docs}.values())
+    old = await _hashes_of(conn, [d.path for d in unique], scope)
+    params: list[dict[str, Any]] = []
+    for doc in unique:
+        digest = doc.content_hash()
+        if old.get(doc.path) == digest:
+            continue
+        p: dict[str, Any] = doc.model_dump(exclude={"links"})
+        for key in ("title", "tags", "body"):
+            p[key] = _clean(p[key])
+        p.update(hash=digest, max_chars=MAX_INDEXED_CHARS, scope=scope)
+        params.append(p)
+    if not params:
+        return 0
+    changed = {p["path"] for p in params}
+    links = [(scope, d.card_key or d.path, dst) for d in unique if d.path in changed
+             for dst in sorted(set(d.links)) if dst != (d.card_key or d.path)]
+    batch: dict[str, Any] = {c: [p[c] for p in params] for c in _COLUMNS}
+    batch.update(scope=scope, max_chars=MAX_INDEXED_CHARS)
     async with conn.transaction():
-        cur = await conn.execute(_UPSERT, params)
-        changed = await cur.fetchone() is not None
-        if changed:
-            src = doc.card_key or doc.path
-            await conn.execute("DELETE FROM memory_links WHERE scope = %s AND src = %s",
-                               (scope, src))
-            if doc.links:
-                await conn.execute(
-                    "INSERT INTO memory_links (scope, src, dst)"
-                    " SELECT %s, %s, d FROM unnest(%s::text[]) d"
-                    " WHERE d <> %s ON CONFLICT DO NOTHING",
-                    (scope, src, sorted(set(doc.links)), src))
-    return changed
+        async with conn.cursor() as cur:
+            await cur.execute(_UPSERT_MANY, batch)
+            await cur.execute("DELETE FROM memory_links WHERE scope = %s AND src = ANY(%s)",
+                              (scope, sorted({d.card_key or d.path for d in unique
+                                              if d.path in changed})))
+            if links:
+                await cur.executemany("INSERT INTO memory_links (scope, src, dst)"
+                                      " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", links)
+        if embedder is None:  # stale vectors go; the vault worker's beat embeds anew
+            await conn.execute("DELETE FROM memory_chunks WHERE scope = %s AND path = ANY(%s)",
+                               (scope, sorted(changed)))
+        else:
+            await write_chunks(conn, [ChunkSource(p["path"], p["kind"], p["title"], p["body"],
+                                                  p["session_id"], p["penalised"], p["hash"])
+                                      for p in params], embedder, scope=scope)
+    return len(params)
+
+
+async def _hashes_of(conn: AsyncConnection, paths: list[str], scope: str) -> dict[str, str]:
+    cur = await conn.execute("SELECT path, content_hash FROM memory_docs"
+                             " WHERE scope = %s AND path = ANY(%s)", (scope, paths))
+    return {p: h for p, h in await cur.fetchall()}
 
 
 async def delete_documents(conn: AsyncConnection, paths: Sequence[str], *, scope: str) -> int:
@@ -181,8 +261,10 @@ _WEIGHT_SQL = " ".join(f"WHEN '{w}' THEN {v}" for w, v in COLUMN_WEIGHTS.items()
 
 _BM25 = f"""
 WITH qt AS (
-    SELECT t.i, t.pattern, t.tsq
-    FROM unnest(%(patterns)s::text[], %(tsqs)s::text[]) WITH ORDINALITY AS t(pattern, tsq, i)
+    SELECT t.i, t.pattern, t.tsq, t.lo, t.hi, t.pre
+    FROM unnest(%(patterns)s::text[], %(tsqs)s::text[], %(los)s::text[], %(his)s::text[],
+                %(pres)s::boolean[])
+         WITH ORDINALITY AS t(pattern, tsq, lo, hi, pre, i)
 ),
 stats AS (
     SELECT greatest(n_docs, 1)::float8 AS n,
@@ -197,7 +279,10 @@ qidf AS (
     FROM qt, stats s,
          LATERAL (SELECT least(coalesce(sum(m.df), 0), s.n) AS df
                   FROM memory_terms m
-                  WHERE m.scope = %(scope)s AND m.term LIKE qt.pattern) d
+                  -- The range lets the (scope, term text_pattern_ops) index find the
+                  -- prefix: a LIKE on a pattern from a row cannot.
+                  WHERE m.scope = %(scope)s AND m.term ~>=~ qt.lo AND m.term ~<~ qt.hi
+                    AND m.term LIKE qt.pattern) d
 ),
 -- Candidates come from the informative terms: a word in most documents would fill the
 -- pool with documents that only share it (ts_rank knows no IDF). Common words still
@@ -209,7 +294,7 @@ informative AS (
                       WHERE q2.df <= greatest(%(pool)s, s.n * {COMMON_TERM_SHARE}))
 ),
 cand AS (
-    SELECT DISTINCT c.path, c.tsv, c.doc_len
+    SELECT DISTINCT ON (c.path) c.path, c.tsv, c.doc_len
     FROM informative q
     CROSS JOIN LATERAL (
         SELECT d.path, d.tsv, d.doc_len
@@ -218,25 +303,32 @@ cand AS (
           AND (%(kinds)s::text[] IS NULL OR d.kind = ANY(%(kinds)s::text[]))
           AND (%(exclude_session)s::text IS NULL
                OR d.session_id IS DISTINCT FROM %(exclude_session)s::text)
-        ORDER BY ts_rank(d.tsv, to_tsquery('simple', q.tsq)) DESC, d.path
+        ORDER BY d.doc_len, d.path
         LIMIT %(pool)s
     ) c
 ),
+-- The candidates' lexemes that match a query term: one pass over their tsvectors with the
+-- terms as arrays (joining every lexeme with every term cost ~40 ms at 10,000 documents).
+matched AS MATERIALIZED (
+    SELECT c.path, c.doc_len, u.lexeme, u.weights
+    FROM cand c CROSS JOIN LATERAL unnest(c.tsv) u
+    WHERE u.lexeme = ANY(%(exact)s::text[]) OR u.lexeme LIKE ANY(%(prefixes)s::text[])
+),
 tf AS (
-    SELECT c.path, qt.i,
+    SELECT m.path, m.doc_len, qt.i,
            sum((SELECT sum(CASE w {_WEIGHT_SQL} ELSE 1.0 END)
-                FROM unnest(u.weights) w)) AS tf
-    FROM cand c
-    CROSS JOIN LATERAL unnest(c.tsv) u
-    JOIN qt ON u.lexeme LIKE qt.pattern
-    GROUP BY c.path, qt.i
+                FROM unnest(m.weights) w)) AS tf
+    FROM matched m
+    JOIN qt ON CASE WHEN qt.pre THEN starts_with(m.lexeme, qt.lo) ELSE m.lexeme = qt.lo END
+    GROUP BY m.path, m.doc_len, qt.i
 ),
 scored AS (
     SELECT tf.path,
            sum(q.idf * tf.tf * ({BM25_K1} + 1)
-               / (tf.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * c.doc_len / s.avgdl))) AS bm25,
+               / (tf.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * tf.doc_len / s.avgdl)))
+               AS bm25,
            sum(q.idf) AS matched_idf
-    FROM tf JOIN qidf q USING (i) JOIN cand c USING (path) CROSS JOIN stats s
+    FROM tf JOIN qidf q USING (i) CROSS JOIN stats s
     GROUP BY tf.path
 )
 SELECT d.path, d.card_key, d.penalised, sc.bm25,
@@ -256,18 +348,31 @@ async def query_lexemes(conn: AsyncConnection, query: str) -> list[str]:
 
 async def bm25_candidates(conn: AsyncConnection, query: str, *, scope: str,
                           kinds: list[str] | None = None,
-                          exclude_session: str | None = None, pool: int = CANDIDATE_POOL,
+                          exclude_session: str | None = None, pool: int | None = None,
                           ) -> list[Candidate]:
-    terms = term_patterns(await query_lexemes(conn, query))
+    return await _bm25(conn, await query_lexemes(conn, query), scope=scope, kinds=kinds,
+                       exclude_session=exclude_session, pool=pool or candidate_pool(10))
+
+
+async def _bm25(conn: AsyncConnection, lexemes: list[str], *, scope: str,
+                kinds: list[str] | None, exclude_session: str | None, pool: int,
+                ) -> list[Candidate]:
+    terms = term_patterns(lexemes)
     if not terms:
         return []
+    ranges = [term_range(lex) for lex, _, _ in terms]
     cur = await conn.execute(_BM25, {
         "patterns": [p for _, p, _ in terms],
         "tsqs": [q for _, _, q in terms],
+        "los": [lo for lo, _ in ranges], "his": [hi for _, hi in ranges],
+        "pres": [stem_prefix(lex) is not None for lex, _, _ in terms],
+        "exact": [lex for lex, _, _ in terms if stem_prefix(lex) is None],
+        "prefixes": [p for lex, p, _ in terms if stem_prefix(lex) is not None],
         "kinds": kinds, "exclude_session": exclude_session, "pool": pool, "scope": scope,
     })
-    return [Candidate(path=path, card_key=key, penalised=pen, bm25=float(bm25),
-                      coverage=float(cov or 0.0), incoming=int(inc))
+    return [Candidate(path=path, card_key=key, penalised=pen,
+                                      bm25=float(bm25), coverage=float(cov or 0.0),
+                                      incoming=int(inc))
             for path, key, pen, bm25, cov, inc in await cur.fetchall()]
 
 
@@ -304,36 +409,69 @@ async def _neighbour_docs(conn: AsyncConnection, keys: list[str], exclude: set[s
             for p, k, pen, inc in await cur.fetchall() if p not in exclude]
 
 
-async def _hits(conn: AsyncConnection, query: str, ranked: list[tuple[str, float, bool]],
+async def _hits(conn: AsyncConnection, lexemes: list[str], ranked: list[Fused],
                 scope: str) -> list[MemoryHit]:
+    """The hits as shown: a snippet of the best chunk (dense) or of the first query word,
+    cut in Python from the returned documents only."""
     if not ranked:
         return []
-    terms = term_patterns(await query_lexemes(conn, query))
-    tsq = " | ".join(q for _, _, q in terms) or "''"
     cur = await conn.execute(
-        "SELECT path, kind, title, CASE WHEN kind = 'card' OR length(body) <= %(max)s"
-        " THEN left(body, %(max)s) ELSE ts_headline('simple', left(body, 50000),"
-        " to_tsquery('simple', %(tsq)s), 'StartSel=\"\", StopSel=\"\", MaxWords=60,"
-        " MinWords=20, MaxFragments=3, FragmentDelimiter=\" … \"') END"
-        " FROM memory_docs WHERE scope = %(scope)s AND path = ANY(%(paths)s)",
-        {"paths": [p for p, _, _ in ranked], "tsq": tsq, "max": SNIPPET_MAX_CHARS,
-         "scope": scope})
+        "SELECT path, kind, title, left(body, %(max)s) FROM memory_docs"
+        " WHERE scope = %(scope)s AND path = ANY(%(paths)s)",
+        {"paths": [f.path for f in ranked], "scope": scope, "max": SNIPPET_SOURCE_CHARS})
     info = {r[0]: r for r in await cur.fetchall()}
     out = []
-    for path, score, via in ranked:
-        if path in info:
-            _, kind, title, snippet = info[path]
-            out.append(MemoryHit(path=path, kind=kind, title=title, snippet=snippet or "",
-                                 score=round(score, 4), via_link=via))
+    for f in ranked:
+        if f.path not in info:
+            continue
+        _, kind, title, body = info[f.path]
+        lo, hi = (f.chunk.start, f.chunk.end) if f.chunk else (0, len(body))
+        lo, hi = min(lo, len(body)), min(hi, len(body))
+        if kind == "card" and not f.chunk:
+            a, b = 0, min(len(body), SNIPPET_MAX_CHARS)
+        else:
+            a, b = snippet_span(body, lexemes, lo, hi, SNIPPET_MAX_CHARS)
+        out.append(MemoryHit(
+            path=f.path, kind=kind, title=title, snippet=body[a:b], score=round(f.score, 6),
+            via_link=f.via_link, chunk=f.chunk.chunk if f.chunk else None, start=a, end=b,
+            heading=f.chunk.heading if f.chunk else "", components=f.components()))
     return out
 
 
 async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
                  kinds: list[str] | None = None, exclude_session: str | None = None,
-                 use_graph: bool = True, embedder: Embedder | None = None) -> list[MemoryHit]:
-    """The k best documents for `query`: BM25, graph rerank, and (with an embedder) RRF."""
-    candidates = await bm25_candidates(conn, query, scope=scope, kinds=kinds,
-                                       exclude_session=exclude_session)
+                 use_graph: bool = True, embedder: Embedder | None = None,
+                 use_lexical: bool = True) -> list[MemoryHit]:
+    """The k best documents for `query`: BM25 with the graph rerank, fused by reciprocal
+    rank with the dense ranking when there is an embedder (`use_lexical=False`: the dense
+    ranking alone, for benchmarks)."""
+    lexemes = await query_lexemes(conn, query)
+    ranked: list[Ranked] = []
+    if use_lexical:
+        ranked = await lexical_ranking(conn, lexemes, scope=scope, kinds=kinds,
+                                       exclude_session=exclude_session, use_graph=use_graph,
+                                       pool=candidate_pool(k))
+    dense: list[DenseHit] = []
+    if embedder is not None:
+        dense = await dense_hits(conn, embedder, query, scope=scope, kinds=kinds,
+                                 exclude_session=exclude_session, limit=dense_pool(k))
+    if embedder is None:
+        fused = [Fused(path=r.path, score=r.score, lexical_rank=i,
+                                       lexical=r.score, bm25=r.bm25, hop=r.hop,
+                                       via_link=r.via_link)
+                 for i, r in enumerate(ranked[:k], start=1)]
+    else:
+        floor = getattr(embedder, "floor", DENSE_FLOOR) if use_lexical else -1.0
+        fused = fuse(ranked, dense, floor=floor)[:k]
+    return await _hits(conn, lexemes, fused, scope)
+
+
+async def lexical_ranking(conn: AsyncConnection, lexemes: list[str], *, scope: str,
+                          kinds: list[str] | None, exclude_session: str | None,
+                          use_graph: bool, pool: int) -> list[Ranked]:
+    """BM25 over the documents, then the graph rerank from the top cards."""
+    candidates = await _bm25(conn, lexemes, scope=scope, kinds=kinds,
+                             exclude_session=exclude_session, pool=pool)
     edges: list[tuple[str, str]] = []
     neighbours: list[Candidate] = []
     if use_graph and candidates:
@@ -344,17 +482,7 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
             reached = sorted({x for e in edges for x in e} - set(seeds))
             neighbours = await _neighbour_docs(conn, reached, {c.path for c in candidates},
                                                scope)
-    ranked = rerank(candidates, edges, neighbours, use_graph=use_graph)
-    if embedder is None:
-        top = [(r.path, r.score, r.via_link) for r in ranked[:k]]
-        return await _hits(conn, query, top, scope)
-    dense = await dense_ranking(conn, embedder, query, scope=scope, kinds=kinds,
-                                exclude_session=exclude_session, limit=max(50, k * 10))
-    scores = {r.path: (r.score, r.via_link) for r in ranked}
-    fused = rrf_fuse([[r.path for r in ranked[:CANDIDATE_POOL]], dense])[:k]
-    return await _hits(conn, query, [(p, scores.get(p, (0.0, False))[0],
-                                      scores.get(p, (0.0, False))[1]) for p in fused],
-                       scope)
+    return rerank(candidates, edges, neighbours, use_graph=use_graph)
 
 
 async def recall(conn: AsyncConnection, inp: RecallInput, *, scope: str,
@@ -379,105 +507,3 @@ async def touch_documents(conn: AsyncConnection, paths: list[str], *, scope: str
         await conn.execute(
             "UPDATE memory_docs SET access_count = access_count + 1, last_access = now()"
             " WHERE scope = %s AND path = ANY(%s)", (scope, paths))
-
-
-# --- hybrid: a pluggable embedder ----------------------------------------------------------
-
-
-class Embedder(Protocol):
-    """What hybrid mode needs from an embedding model."""
-
-    name: str
-
-    def embed(self, texts: list[str]) -> list[list[float]]: ...
-
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-class HashingEmbedder:
-    """A dependency-free embedder: hashed words and character trigrams, L2-normalised.
-
-    It is a baseline that makes hybrid mode run anywhere (and in tests), not a semantic
-    model: it catches spelling variants and word forms that exact BM25 terms miss.
-    """
-
-    def __init__(self, dim: int = 256) -> None:
-        self.dim = dim
-        self.name = f"hashing-{dim}"
-
-    def _bucket(self, feature: str) -> tuple[int, float]:
-        digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
-        value = struct.unpack("<Q", digest)[0]
-        return value % self.dim, (1.0 if (value >> 63) else -1.0)
-
-    def embed(self, texts: list[str]) -> list[list[float]]:
-        out = []
-        for text in texts:
-            vec = [0.0] * self.dim
-            for word in _WORD.findall(text.casefold()):
-                features = [f"w:{word}"]
-                padded = f"#{word}#"
-                features += [f"t:{padded[i:i + 3]}" for i in range(len(padded) - 2)]
-                for feature in features:
-                    idx, sign = self._bucket(feature)
-                    vec[idx] += sign
-            norm = math.sqrt(sum(v * v for v in vec)) or 1.0
-            out.append([v / norm for v in vec])
-        return out
-
-
-def load_embedder(spec: str | None) -> Embedder | None:
-    """`None`: BM25 only. `"hashing"`: the built-in baseline. `"module:factory"`: a factory
-    returning an Embedder (for example one wrapping sentence-transformers)."""
-    if not spec:
-        return None
-    if spec == "hashing":
-        return HashingEmbedder()
-    module_name, _, attr = spec.partition(":")
-    factory = getattr(importlib.import_module(module_name), attr or "embedder")
-    embedder: Embedder = factory()
-    return embedder
-
-
-async def embed_pending(conn: AsyncConnection, embedder: Embedder, batch: int = 64,
-                        limit: int | None = None, *, scope: str) -> int:
-    """Embed documents whose vector is missing or stale (at most `limit`); returns how many."""
-    done = 0
-    while limit is None or done < limit:
-        cur = await conn.execute(
-            "SELECT d.path, d.content_hash, d.title || E'\\n' || left(d.body, 4000)"
-            " FROM memory_docs d LEFT JOIN memory_embeddings e"
-            " ON e.scope = d.scope AND e.path = d.path AND e.model = %s"
-            " WHERE d.scope = %s AND (e.path IS NULL OR e.content_hash <> d.content_hash)"
-            " LIMIT %s", (embedder.name, scope, batch))
-        rows = await cur.fetchall()
-        if not rows:
-            break
-        vectors = embedder.embed([r[2] for r in rows])
-        async with conn.transaction():
-            for (path, digest, _), vec in zip(rows, vectors, strict=True):
-                await conn.execute(
-                    "INSERT INTO memory_embeddings (scope, path, model, content_hash, vector)"
-                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (scope, path) DO UPDATE SET"
-                    " model = EXCLUDED.model, content_hash = EXCLUDED.content_hash,"
-                    " vector = EXCLUDED.vector", (scope, path, embedder.name, digest, vec))
-        done += len(rows)
-    return done
-
-
-async def dense_ranking(conn: AsyncConnection, embedder: Embedder, query: str, *, scope: str,
-                        kinds: list[str] | None = None, exclude_session: str | None = None,
-                        limit: int = 50) -> list[str]:
-    """Paths by cosine similarity to the query. Brute force over plain arrays: fine for a
-    personal vault; pgvector would be the step for millions of documents."""
-    qvec = embedder.embed([query])[0]
-    cur = await conn.execute(
-        "SELECT e.path, e.vector FROM memory_embeddings e JOIN memory_docs d"
-        " ON d.scope = e.scope AND d.path = e.path"
-        " WHERE e.scope = %s AND e.model = %s AND (%s::text[] IS NULL OR d.kind = ANY(%s::text[]))"
-        " AND (%s::text IS NULL OR d.session_id IS DISTINCT FROM %s::text)",
-        (scope, embedder.name, kinds, kinds, exclude_session, exclude_session))
-    scored = [(cosine(qvec, list(vec)), path) for path, vec in await cur.fetchall()]
-    scored.sort(key=lambda t: (-t[0], t[1]))
-    return [p for s, p in scored[:limit] if s > 0]

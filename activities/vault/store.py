@@ -33,7 +33,8 @@ from temporalio.exceptions import ApplicationError
 
 from activities.db import get_pool
 from activities.vault.clock import local_timezone_name
-from activities.vault.search import IndexDoc, delete_documents, index_document, indexed_hashes
+from activities.vault.embedder import Embedder, embedder_for
+from activities.vault.search import IndexDoc, delete_documents, index_documents, indexed_hashes
 from schemas.config import KeelSettings
 from schemas.vault.card import (
     Card,
@@ -69,6 +70,8 @@ TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "keel" / "vault_template"
 REQUIRED_DIRS = (DAILY_DIR, "attachments", GRAPH_DIR,
                  *(f"{SUMMARIES_DIR}/{k}" for k in ("daily", "weekly", "monthly", "yearly")))
 GIT_USER = ("Keel", "keel@localhost")
+# Documents indexed in one statement batch by a full reindex.
+REINDEX_BATCH = 500
 
 _process_locks: dict[Path, asyncio.Lock] = {}
 _ensure_lock = threading.Lock()
@@ -123,6 +126,8 @@ class Vault:
     root: Path
     settings: MemorySettings
     scope: str = DEFAULT_SCOPE
+    # The deployment's embedding model: what this vault indexes is embedded at once.
+    embedder: Embedder | None = field(default=None, repr=False)
     _schema: tuple[VaultSchema | None, list[SchemaProblem]] | None = field(default=None,
                                                                            repr=False)
     _schema_stamp: tuple[int, int] | None = field(default=None, repr=False)
@@ -367,10 +372,9 @@ class Vault:
             return await delete_documents(conn, stale, scope=self.scope)
         docs = self.documents_for(rel, read_text(target).text)
         old = await indexed_hashes(conn, rel, scope=self.scope)
-        changed = 0
-        for doc in docs:
-            if old.get(doc.path) != doc.content_hash():
-                changed += await index_document(conn, doc, scope=self.scope)
+        changed = await index_documents(
+            conn, [d for d in docs if old.get(d.path) != d.content_hash()], scope=self.scope,
+            embedder=self.embedder)
         keep = {d.path for d in docs}
         stale = [p for p in old if p not in keep and (p == rel or p.startswith(rel + "#"))]
         return changed + await delete_documents(conn, stale, scope=self.scope)
@@ -417,12 +421,17 @@ class Vault:
         present: set[str] = set()
         changed = 0
         old = await indexed_hashes(conn, scope=self.scope)
+        due: list[IndexDoc] = []
         for rel in self.markdown_files():
-            docs = self.documents_for(rel, read_text(self.path(rel)).text)
-            for doc in docs:
+            for doc in self.documents_for(rel, read_text(self.path(rel)).text):
                 present.add(doc.path)
                 if old.get(doc.path) != doc.content_hash():
-                    changed += await index_document(conn, doc, scope=self.scope)
+                    due.append(doc)
+            if len(due) >= REINDEX_BATCH:
+                changed += await index_documents(conn, due, scope=self.scope,
+                                                 embedder=self.embedder)
+                due = []
+        changed += await index_documents(conn, due, scope=self.scope, embedder=self.embedder)
         removed = await delete_documents(conn, [p for p in old if p not in present],
                                          scope=self.scope)
         return changed, removed
@@ -524,7 +533,8 @@ class MemoryContext:
 
     def __post_init__(self) -> None:
         check_scope(self.scope)
-        self.vault = Vault(self.memory.vault_dir_for(self.scope), self.memory, self.scope)
+        self.vault = Vault(self.memory.vault_dir_for(self.scope), self.memory, self.scope,
+                           embedder_for(self.memory))
         self._scopes.setdefault(self.scope, self)
 
     def scoped(self, scope: str) -> MemoryContext:

@@ -41,11 +41,11 @@ from activities.checkpoint_turn import flush_request
 from activities.context import SessionContext
 from activities.heartbeat import with_heartbeat
 from activities.model import ModelBackend
+from activities.vault.embedder import embedder_for
 from activities.vault.rollup import apply_facts_of, ask_model, store_plan, stored_plan
 from activities.vault.search import (
     embed_pending,
     index_document,
-    load_embedder,
     recall,
     touch_documents,
 )
@@ -62,7 +62,7 @@ from schemas.vault.rollup import (
     render_entries,
     transcript_entry,
 )
-from schemas.vault.schema import DAILY_DIR, SearchMode
+from schemas.vault.schema import DAILY_DIR
 from schemas.vault.scope import DEFAULT_SCOPE
 
 
@@ -132,8 +132,7 @@ class MemoryActivities:
         self.ctx = ctx
         self.model = model
         self._session: SessionContext | None = None  # the flush's, on first use
-        self._embedder = (load_embedder(ctx.memory.embedder or "hashing")
-                          if ctx.memory.search_mode == SearchMode.HYBRID else None)
+        self._embedder = embedder_for(ctx.memory)
 
     @activity.defn(name="recall_memory")
     async def recall_memory(self, inp: RecallInput) -> RecallResult:
@@ -219,11 +218,8 @@ class MemoryActivities:
             pool = await self.ctx.pool()
             async with pool.connection() as conn:
                 await touch_documents(conn, inp.recalled, scope=scope)
-        if self._embedder is not None and any(r.appended for r in results):
-            pool = await self.ctx.pool()
-            async with pool.connection() as conn:
-                embedded = await embed_pending(conn, self._embedder, limit=RECALL_EMBED_LIMIT,
-                                               scope=scope)
+        if self._embedder is not None:  # each appended entry was embedded with its index row
+            embedded = sum(r.appended for r in results)
         return TranscriptsResult(results=results, embedded=embedded)
 
     @activity.defn(name="append_transcript")
@@ -265,7 +261,8 @@ class MemoryActivities:
                 if indexed or _in_tail(path, entry_marker(inp.session_id, inp.seq)):
                     if not indexed:
                         async with pool.connection() as conn:
-                            await index_document(conn, doc, scope=vault.scope)
+                            await index_document(conn, doc, scope=vault.scope,
+                                         embedder=self._embedder)
                     return TranscriptResult(path=rel, appended=False)
                 before = vault.file_stamp(rel)
                 with path.open("ab") as f:
@@ -274,25 +271,36 @@ class MemoryActivities:
             else:
                 atomic_write(path, f"# {local.date().isoformat()}\n{entry}")
             async with pool.connection() as conn:
-                await index_document(conn, doc, scope=vault.scope)
+                await index_document(conn, doc, scope=vault.scope,
+                                         embedder=self._embedder)
         return TranscriptResult(path=rel, appended=True)
 
 
 async def catch_up_hand_edits(ctx: MemoryContext) -> int:
     """Re-index what changed on disk in every scope's vault since this process last looked
-    (hand edits; the writers' own appends excluded), then embed what is pending. Run by the
-    vault worker on its beat, off every turn; returns how many documents changed."""
-    embedder = (load_embedder(ctx.memory.embedder or "hashing")
-                if ctx.memory.search_mode == SearchMode.HYBRID else None)
+    (hand edits; the writers' own appends excluded), then embed what is pending: after a
+    change, and until a scope's backlog (a vault indexed before its model) is done. Run by
+    the vault worker on its beat, off every turn; returns how many documents changed."""
+    embedder = embedder_for(ctx.memory)
     pool = await ctx.pool()
     changed = 0
     for scope in scope_vaults(ctx.memory):
         vault = ctx.scoped(scope).vault
         async with vault.lock(), pool.connection() as conn:
-            changed += await vault.refresh(conn)
-            if embedder is not None:
-                await embed_pending(conn, embedder, limit=RECALL_EMBED_LIMIT, scope=scope)
+            here = await vault.refresh(conn)
+            changed += here
+            key = (ctx.database_url, scope, embedder.name if embedder else "")
+            if embedder is not None and (here or key not in _EMBEDDED):
+                done = await embed_pending(conn, embedder, limit=RECALL_EMBED_LIMIT,
+                                           scope=scope)
+                if done < RECALL_EMBED_LIMIT:
+                    _EMBEDDED.add(key)
     return changed
+
+
+# (database, scope, model) whose pending documents this process has embedded: the beat
+# then checks again only after a change (the writers embed what they write).
+_EMBEDDED: set[tuple[str, str, str]] = set()
 
 
 TRANSCRIPT_TAIL_BYTES = 1 << 20

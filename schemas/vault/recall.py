@@ -48,6 +48,14 @@ class MemoryHit(BaseModel):
     snippet: str = ""
     score: float = 0.0
     via_link: bool = False
+    # Where in the document the snippet is: the indexed body's characters [start, end),
+    # and the dense chunk it came from with its heading path (None: no chunk matched).
+    chunk: int | None = None
+    start: int | None = None
+    end: int | None = None
+    heading: str = ""
+    # What the hit was ranked by: fused, lexical_rank, lexical, bm25, dense_rank, dense, hop.
+    components: dict[str, float] = Field(default_factory=dict)
 
 
 def _neutralise(text: str) -> str:

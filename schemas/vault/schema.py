@@ -38,8 +38,9 @@ class Confidence(StrEnum):
 
 
 class SearchMode(StrEnum):
+    AUTO = "auto"  # hybrid when an embedding model is installed, else BM25
     BM25 = "bm25"
-    HYBRID = "hybrid"
+    HYBRID = "hybrid"  # BM25 and dense, fused; an error when no model is installed
 
 
 class TypeSpec(BaseModel):

@@ -34,9 +34,11 @@ class MemorySettings(BaseModel):
     # A run missed while the worker was down still runs when it returns, within this window.
     catchup_window: timedelta = timedelta(days=3)
     notify_webhook_url: str | None = None
-    search_mode: SearchMode = SearchMode.BM25
-    # "module:factory" returning an `activities.vault.search.Embedder`; "hashing" is the
-    # built-in dependency-free one (a baseline, not a semantic model).
+    search_mode: SearchMode = SearchMode.AUTO
+    # KEEL_EMBEDDER (activities.vault.embedder.load_embedder): None / "auto" is the
+    # built-in model when the `embeddings` extra is installed; "none"; a built-in name;
+    # "module:factory" returning an Embedder; "hashing" (a test stand-in, never chosen
+    # unless named).
     embedder: str | None = None
     core_max_chars: int = CORE_MAX_CHARS
     # The biggest slice of transcript one rollup request carries; longer days are chunked.

@@ -1,15 +1,22 @@
 """memory_search on the real PostgreSQL: the built-in corpus (English and Russian) with
-known answers, the graph rerank, IDF, penalties, the index kept current, hybrid mode."""
+known answers, the graph rerank, IDF, penalties, the index kept current, hybrid mode with
+the test stand-in and with the built-in model (skipped without the embeddings extra), chunk
+positions, bulk indexing."""
 
 import pytest
 
+from activities.vault.embedder import BUILTIN, builtin_available
 from activities.vault.search import (
     HashingEmbedder,
+    IndexDoc,
     bm25_candidates,
     embed_pending,
+    index_documents,
     load_embedder,
+    recall,
     search,
 )
+from schemas.vault.recall import RecallInput
 from schemas.vault.search import (
     Candidate,
     recall_at_k,
@@ -123,7 +130,11 @@ async def test_index_follows_file_changes_and_statistics_stay_exact(ctx):
         assert (await cur.fetchone())[0] is True
 
 
-async def test_hybrid_fuses_dense_results_without_any_download(ctx):
+needs_model = pytest.mark.skipif(not builtin_available(),
+                                 reason="the embeddings extra is not installed")
+
+
+async def test_hybrid_with_the_stand_in_fuses_without_any_download(ctx):
     await load_corpus(ctx)
     embedder = load_embedder("hashing")
     assert isinstance(embedder, HashingEmbedder)
@@ -136,6 +147,59 @@ async def test_hybrid_fuses_dense_results_without_any_download(ctx):
         bm25 = await search(conn, "Petrova", scope="default", k=5)
     assert hits[0].path == bm25[0].path == "cards/contacts/Anna Petrova.md"
     assert len(hits) == 5
+
+
+@needs_model
+async def test_hybrid_finds_a_paraphrase_deep_in_a_long_note_and_says_where(ctx):
+    filler = "".join(f"Line {i}: the release checklist item {i} is done.\n" for i in range(300))
+    body = (f"# Notes\n{filler}\n## Pets\nOur puppy chewed the sofa cushions again, so we "
+            "ordered a sturdier couch.\n")
+    doc = IndexDoc(path="notes/long.md", kind="note", title="long", body=body)
+    embedder = load_embedder(BUILTIN)
+    pool = await ctx.pool()
+    async with pool.connection() as conn:
+        assert await index_documents(conn, [doc], scope="default", embedder=embedder) == 1
+        assert await index_documents(conn, [doc], scope="default", embedder=embedder) == 0
+        plain = await search(conn, "dog damaged furniture", scope="default", k=3)
+        hits = await search(conn, "dog damaged furniture", scope="default", k=3,
+                            embedder=embedder)
+    assert plain == []  # no word in common
+    (hit,) = hits
+    assert hit.path == "notes/long.md" and hit.heading == "Notes > Pets"
+    assert hit.start is not None and hit.start > 10_000  # far past the old 4,000 cut
+    assert hit.snippet == body[hit.start:hit.end] and "puppy chewed" in hit.snippet
+    assert hit.components["dense_rank"] == 1 and "lexical_rank" not in hit.components
+
+
+@needs_model
+async def test_bulk_indexing_keeps_vectors_in_step_and_unrelated_queries_recall_nothing(ctx):
+    embedder = load_embedder(BUILTIN)
+    docs = [IndexDoc(path=f"daily/2026-06-01.md#s:{i}", kind="daily", title="2026-06-01 s",
+                     body=f"#### 09:00:0{i % 10} · user · s <!-- keel:s:{i} -->\n\n{text}",
+                     session_id="s", seq=i)
+            for i, text in enumerate(["We adopted a kitten named Miso last weekend.",
+                                      "The billing migration moves to Friday.",
+                                      "Anna prefers tea over coffee in the mornings."])]
+    pool = await ctx.pool()
+    async with pool.connection() as conn:
+        assert await index_documents(conn, docs, scope="default", embedder=embedder) == 3
+        assert await embed_pending(conn, embedder, scope="default") == 0
+        cat = await recall(conn, RecallInput(session_id="other", query="our new cat"),
+                           scope="default", embedder=embedder)
+        unrelated = await recall(conn, RecallInput(session_id="other",
+                                                   query="boiling point of tungsten"),
+                                 scope="default", embedder=embedder)
+        changed = docs[0].model_copy(update={"body": docs[0].body.replace("kitten", "puppy")})
+        assert await index_documents(conn, [changed], scope="default") == 1
+        stale = await (await conn.execute(
+            "SELECT count(*) FROM memory_chunks WHERE path = %s", (changed.path,))).fetchone()
+        assert await embed_pending(conn, embedder, scope="default") == 1
+        await conn.execute("DELETE FROM memory_docs WHERE path = %s", (changed.path,))
+        left = await (await conn.execute("SELECT count(*) FROM memory_chunks")).fetchone()
+    assert cat.sources[0] == docs[0].path
+    assert unrelated.block == "" and unrelated.hits == 0
+    assert stale == (0,)  # a changed document's old vectors go at once
+    assert left == (2,)  # a deleted document's chunks go with it
 
 
 def test_ranking_rules():
@@ -158,3 +222,32 @@ def test_ranking_rules():
     plain = rerank([a, b], edges=[("a", "n")], neighbours=[n], use_graph=False)
     assert [r.path for r in plain] == ["a", "b"]
     assert rrf_fuse([["x", "y", "z"], ["y", "z"]]) == ["y", "z", "x"]
+
+
+@needs_model
+async def test_without_pgvector_the_worker_ranks_the_same(database_url):
+    """A server without the extension stores plain arrays; the exact search in the worker
+    gives the order pgvector's index gives."""
+    import psycopg
+
+    embedder = load_embedder(BUILTIN)
+    topics = ["kitten adopted from the shelter", "billing migration moved to Friday",
+              "tea instead of coffee", "the warehouse scanners broke", "a trip to Lisbon"]
+    docs = [IndexDoc(path=f"notes/{i}.md", kind="note", title=f"n{i}", body=t)
+            for i, t in enumerate(topics)]
+    found = {}
+    for kind in ("vector", "real[]"):
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            if kind == "real[]":
+                await conn.execute("DELETE FROM memory_docs")
+                await conn.execute("DROP INDEX IF EXISTS memory_chunks_hnsw_minilm_l6_static_256")
+                await conn.execute("ALTER TABLE memory_chunks ALTER COLUMN embedding"
+                                   " TYPE real[] USING embedding::real[]")
+            await index_documents(conn, docs, scope="default", embedder=embedder)
+            hits = await search(conn, "a new pet cat", scope="default", k=5, embedder=embedder,
+                                use_lexical=False)
+            found[kind] = [(h.path, round(h.components["dense"], 4)) for h in hits]
+    assert found["vector"][0][0] == "notes/0.md"
+    assert [p for p, _ in found["real[]"]] == [p for p, _ in found["vector"]]
+    assert all(abs(a[1] - b[1]) < 2e-3 for a, b in zip(found["vector"], found["real[]"],
+                                                        strict=True))

@@ -13,7 +13,8 @@ def test_from_env_fills_memory_once_with_the_data_dir_defaults(tmp_path):
     settings = KeelSettings.from_env({"KEEL_DATA_DIR": str(tmp_path)})
     assert settings.memory.vault_dir == tmp_path.resolve() / "vault"
     assert settings.memory.timezone is None  # the server's zone, resolved where used
-    assert settings.memory.search_mode == SearchMode.BM25
+    assert settings.memory.search_mode == SearchMode.AUTO  # hybrid when a model is installed
+    assert settings.memory.embedder is None
     assert settings.memory.git_push is True
 
 

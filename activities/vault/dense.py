@@ -1,0 +1,286 @@
+"""The dense index: every search document as chunks with vectors, in PostgreSQL.
+
+Invariants:
+- memory_chunks holds, per scope and document, the chunks of the document as it is now
+  (`content_hash` = the document's) from one embedder (`model`): writing a document's
+  chunks first deletes every chunk it had, of any model; a document deleted from
+  memory_docs takes its chunks with it (foreign key). A vector of one model is never
+  compared with another's (every search filters by `model`).
+- Every statement carries the scope, as everything of long memory does.
+- The search runs in SQL where the server has pgvector (cosine distance, `<=>`), else the
+  worker reads the scope's vectors and ranks them exactly with numpy; both give the same
+  order. Embedding is CPU work and runs off the event loop when the batch is large.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import struct
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from psycopg import AsyncConnection, sql
+from psycopg.adapt import Dumper
+from psycopg.pq import Format
+
+from activities.vault.embedder import Embedder
+from schemas.vault.chunks import chunk_document
+from schemas.vault.search import DenseHit
+
+# Chunks embedded in one go off the event loop (and how many pending documents a beat takes).
+EMBED_BATCH = 512
+# A batch smaller than this is embedded on the event loop (a query, a turn's messages).
+INLINE_TEXTS = 64
+
+# The HNSW search's candidate list (pgvector's hnsw.ef_search); iterative scans go on past
+# it when filters (scope, kinds, session) drop rows.
+EF_SEARCH = 100
+# The graph's build: half-precision vectors and a lighter graph than pgvector's defaults
+# (16, 64) make each insert ~3x cheaper (bulk indexing is bound by it); the fusion takes 50
+# documents, so the small loss of recall at the far end of the list does not show.
+HNSW_M = 12
+HNSW_EF_CONSTRUCTION = 40
+
+
+class ChunkSource(NamedTuple):
+    """What chunking and filtering need of one document."""
+
+    path: str
+    kind: str
+    title: str
+    body: str
+    session_id: str | None
+    penalised: bool
+    content_hash: str
+
+
+@dataclass
+class _ConnState:
+    """What this module learnt about one connection (looked up once per connection:
+    reading `conn.info.dsn` on every call cost half a millisecond)."""
+
+    vector_type: str
+    vector_oid: int = 0
+    dumper: bool = False
+    ann: set[str] = field(default_factory=set)
+    ef_search: int | None = None
+
+
+_state: weakref.WeakKeyDictionary[AsyncConnection, _ConnState] = weakref.WeakKeyDictionary()
+
+
+async def _conn_state(conn: AsyncConnection) -> _ConnState:
+    state = _state.get(conn)
+    if state is None:
+        cur = await conn.execute(
+            "SELECT format_type(atttypid, atttypmod), to_regtype('vector')::oid"
+            " FROM pg_attribute"
+            " WHERE attrelid = 'memory_chunks'::regclass AND attname = 'embedding'")
+        row = await cur.fetchone()
+        kind = "vector" if row and row[0].startswith("vector") else "real[]"
+        state = _state[conn] = _ConnState(kind, int(row[1] or 0) if row else 0)
+    return state
+
+
+async def vector_type(conn: AsyncConnection) -> str:
+    """'vector' (pgvector) or 'real[]': how this database stores embeddings."""
+    return (await _conn_state(conn)).vector_type
+
+
+def _index_name(model: str) -> str:
+    return "memory_chunks_hnsw_" + re.sub(r"[^a-z0-9]+", "_", model.lower())[:40]
+
+
+async def ensure_ann_index(conn: AsyncConnection, model: str, dims: int) -> None:
+    """pgvector's HNSW index (cosine) over one model's vectors, made on first use: an
+    expression index at the model's dimensions, partial on its name."""
+    state = await _conn_state(conn)
+    if model in state.ann or state.vector_type != "vector":
+        return
+    await conn.execute(sql.SQL(
+        "CREATE INDEX IF NOT EXISTS {} ON memory_chunks USING hnsw"
+        " ((embedding::halfvec({})) halfvec_cosine_ops) WITH (m = {}, ef_construction = {})"
+        " WHERE model = {}").format(
+            sql.Identifier(_index_name(model)), sql.Literal(dims), sql.Literal(HNSW_M),
+            sql.Literal(HNSW_EF_CONSTRUCTION), sql.Literal(model)))
+    state.ann.add(model)
+
+
+def _literal(vec: Sequence[float]) -> str:
+    return "[" + ",".join(f"{x:.6g}" for x in vec) + "]"
+
+
+async def embed_texts(embedder: Embedder, texts: list[str]) -> list[list[float]]:
+    if len(texts) <= INLINE_TEXTS:
+        return embedder.embed(texts)
+    return await asyncio.to_thread(embedder.embed, texts)
+
+
+def _embed_binary(embedder: Embedder, texts: list[str]) -> list[bytes]:
+    """The texts' vectors in pgvector's binary form (dims, 0, big-endian float4s)."""
+    import numpy as np
+
+    array = getattr(embedder, "embed_array", None)
+    matrix = np.asarray(array(texts) if array else embedder.embed(texts), dtype=">f4")
+    head = struct.pack(">HH", matrix.shape[1] if matrix.ndim == 2 else 0, 0)
+    return [head + row.tobytes() for row in matrix]
+
+
+class VectorBytes(bytes):
+    """A vector already in pgvector's binary form (sent as is: formatting 256 floats as
+    text cost more than embedding them)."""
+
+
+class _VectorDumper(Dumper):
+    format = Format.BINARY
+
+    def dump(self, obj: Any) -> bytes:
+        return bytes(obj)
+
+
+async def _binary_vectors(conn: AsyncConnection) -> bool:
+    """Register the binary vector dumper on this connection; False without numpy."""
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        return False
+    state = await _conn_state(conn)
+    if not state.dumper:
+        dumper = type("VectorDumper", (_VectorDumper,), {"oid": state.vector_oid})
+        conn.adapters.register_dumper(VectorBytes, dumper)
+        state.dumper = True
+    return True
+
+
+async def write_chunks(conn: AsyncConnection, docs: Sequence[ChunkSource], embedder: Embedder,
+                       *, scope: str) -> int:
+    """Chunk, embed and store these documents (their old chunks replaced); returns the
+    number of chunks written."""
+    if not docs:
+        return 0
+    rows: list[tuple[ChunkSource, Any]] = []
+    for doc in docs:
+        rows += [(doc, c) for c in chunk_document(doc.kind, doc.title, doc.body)]
+    texts = [c.text for _, c in rows]
+    pg_vector = await vector_type(conn) == "vector"
+    vectors: Sequence[Any]
+    if pg_vector and await _binary_vectors(conn):
+        vectors = [VectorBytes(b) for b in (
+            _embed_binary(embedder, texts) if len(texts) <= INLINE_TEXTS
+            else await asyncio.to_thread(_embed_binary, embedder, texts))]
+        dims = (len(vectors[0]) - 4) // 4 if vectors else 0
+        value, cast = "%b", ""
+    else:
+        vectors = await embed_texts(embedder, texts)
+        dims = len(vectors[0]) if vectors else 0
+        if pg_vector:
+            vectors = [_literal(v) for v in vectors]
+        value, cast = "%s", "::vector" if pg_vector else "::real[]"
+    if pg_vector and dims:
+        await ensure_ann_index(conn, embedder.name, dims)
+    params = [(scope, d.path, c.index, c.heading, c.start, c.end, d.kind, d.session_id,
+               d.penalised, embedder.name, d.content_hash, v)
+              for (d, c), v in zip(rows, vectors, strict=True)]
+    async with conn.transaction():
+        await conn.execute("DELETE FROM memory_chunks WHERE scope = %s AND path = ANY(%s)",
+                           (scope, [d.path for d in docs]))
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO memory_chunks (scope, path, chunk, heading, start_char, end_char,"
+                " kind, session_id, penalised, model, content_hash, embedding) VALUES"
+                f" (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {value}{cast})", params)
+    return len(params)
+
+
+async def embed_pending(conn: AsyncConnection, embedder: Embedder, batch: int = EMBED_BATCH,
+                        limit: int | None = None, *, scope: str) -> int:
+    """Embed the documents whose chunks are missing, stale or of another model (at most
+    `limit`), whole: no length is cut off. Returns how many documents were embedded."""
+    done = 0
+    while limit is None or done < limit:
+        take = batch if limit is None else min(batch, limit - done)
+        cur = await conn.execute(
+            "SELECT d.path, d.kind, d.title, d.body, d.session_id, d.penalised, d.content_hash"
+            " FROM memory_docs d WHERE d.scope = %s AND NOT EXISTS (SELECT 1 FROM"
+            " memory_chunks c WHERE c.scope = d.scope AND c.path = d.path AND c.chunk = 0"
+            " AND c.model = %s AND c.content_hash = d.content_hash) ORDER BY d.path LIMIT %s",
+            (scope, embedder.name, take))
+        docs = [ChunkSource(*r) for r in await cur.fetchall()]
+        if not docs:
+            break
+        await write_chunks(conn, docs, embedder, scope=scope)
+        done += len(docs)
+    return done
+
+
+async def _hnsw_settings(conn: AsyncConnection, ef_search: int) -> None:
+    """The HNSW search's settings on this connection, set once (session settings that only
+    pgvector's index scans read): iterative scans, so filters never starve the result."""
+    state = await _conn_state(conn)
+    if state.ef_search != ef_search:
+        await conn.execute(sql.SQL(
+            "SET hnsw.ef_search = {}; SET hnsw.iterative_scan = relaxed_order").format(
+                sql.Literal(ef_search)))
+        state.ef_search = ef_search
+
+
+async def dense_hits(conn: AsyncConnection, embedder: Embedder, query: str, *, scope: str,
+                     kinds: list[str] | None = None, exclude_session: str | None = None,
+                     limit: int = 50) -> list[DenseHit]:
+    """The documents nearest the query, each by its best chunk, best first (at most
+    `limit` documents, from the `2 * limit` nearest chunks; approximate, by HNSW, where the
+    server has pgvector)."""
+    qvec = (await embed_texts(embedder, [query]))[0]
+    if not any(qvec):
+        return []
+    filters = ("scope = %(scope)s AND model = %(model)s"
+               " AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))"
+               " AND (%(ex)s::text IS NULL OR session_id IS DISTINCT FROM %(ex)s::text)")
+    params: dict[str, Any] = {"scope": scope, "model": embedder.name, "kinds": kinds,
+                              "ex": exclude_session, "n": 2 * limit}
+    if await vector_type(conn) == "vector":
+        dims = len(qvec)
+        await ensure_ann_index(conn, embedder.name, dims)
+        params["q"], ph = _literal(qvec), "%(q)s"
+        if await _binary_vectors(conn):
+            params["q"], ph = VectorBytes(struct.pack(f">HH{dims}f", dims, 0, *qvec)), "%(q)b"
+        # The model's name and dimensions as literals: the planner must see them to use
+        # the partial expression index.
+        stmt = sql.SQL(
+            "SELECT path, chunk, start_char, end_char, heading, penalised,"
+            " 1 - (embedding::halfvec({d}) <=> " + ph + "::halfvec({d})) FROM memory_chunks"
+            " WHERE model = {m} AND " + filters.replace("model = %(model)s AND ", "") +
+            " ORDER BY embedding::halfvec({d}) <=> " + ph + "::halfvec({d}) LIMIT %(n)s").format(
+                d=sql.Literal(dims), m=sql.Literal(embedder.name))
+        await _hnsw_settings(conn, max(EF_SEARCH, params["n"]))
+        cur = await conn.execute(stmt, params)
+        rows = sorted(await cur.fetchall(), key=lambda r: (-r[6], r[0], r[1]))
+    else:
+        rows = await _exact_in_worker(conn, qvec, filters, params)
+    out: dict[str, DenseHit] = {}
+    for path, chunk, start, end, heading, penalised, sim in rows:
+        if path not in out:
+            out[path] = DenseHit(
+                path=path, similarity=float(sim), chunk=chunk, start=start, end=end,
+                heading=heading, penalised=penalised)
+    return list(out.values())[:limit]
+
+
+async def _exact_in_worker(conn: AsyncConnection, qvec: list[float], filters: str,
+                           params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Without pgvector: every vector of the scope read and ranked here (exact)."""
+    import numpy as np
+
+    cur = await conn.execute(
+        "SELECT path, chunk, start_char, end_char, heading, penalised, embedding"
+        " FROM memory_chunks WHERE " + filters, params)
+    rows = await cur.fetchall()
+    if not rows:
+        return []
+    matrix = np.asarray([r[6] for r in rows], dtype=np.float32)
+    sims = matrix @ np.asarray(qvec, dtype=np.float32)
+    order = sorted(range(len(rows)), key=lambda i: (-sims[i], rows[i][0], rows[i][1]))
+    return [(*rows[i][:6], float(sims[i])) for i in order[:params["n"]]]

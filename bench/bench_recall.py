@@ -1,0 +1,364 @@
+"""Conversational retrieval: does long memory find the turns that answer a question?
+
+    .venv/bin/python bench/bench_recall.py --data PATH/TO/REALTALK/data [--sizes 10000,100000]
+
+The data: REALTALK (Lee et al., 2025, "A 21-Day Real-World Dataset for Long-Term
+Conversation"): 10 real messaging-app conversations between two people over 21 days
+(8,944 messages in 18-25 sessions each) and 728 memory-probing questions, each labelled
+with the messages that answer it (`evidence`, dia_ids). Its files carry no licence, so
+nothing of it is committed: clone the public GitHub repository danny911kr/REALTALK and pass
+its `data/` folder (the Chat_*.json files; its `data/locomo/` copy is not read).
+
+Each conversation is one memory scope; each message is one daily-transcript entry,
+indexed the way Keel's vault holds them (`daily_doc` over `transcript_entry`, the speaker's
+name as the role, the session as the session id), in bulk with `index_documents`.
+Every question is searched (k=10, no filters) four ways, in one run:
+- `plain BM25`: a textbook Okapi BM25 (k1 1.2, b 0.75, lower-cased \\w+ words) over the
+  same messages in Python, the reference;
+- `keel bm25`: Keel's search without an embedder (BM25 + graph rerank);
+- `keel dense`: the dense ranking alone (built-in static model);
+- `keel fused`: Keel's hybrid search (reciprocal rank fusion).
+Reported per granularity: per turn, a question is a hit@k when one of its evidence messages
+is in the top k, MRR from the first one (0 past rank 10); per session, the same with each
+hit's session against the evidence messages' sessions. Then speed: bulk indexing
+(documents/s, embedding included) and recall latency (p50 / p95 of `recall`, k=5, as a turn
+calls it) with the conversations' messages among synthetic filler documents at each size,
+and how often the recall's 5 hits still hold an answering message among them.
+Last, the project's own search corpus (tests/vault/fixtures/search_corpus, English and
+Russian notes and cards with known answers): recall@5 and MRR with and without the embedder,
+so hybrid mode is seen not to cost the cases BM25 and the graph already get right.
+Written to bench/results/recall.json (recall-custom.json for other options).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import psycopg
+
+from activities.vault.embedder import load_embedder
+from activities.vault.search import IndexDoc, index_documents, recall, search
+from activities.vault.store import daily_doc
+from bench.bench_memory import filler_docs, fresh_database
+from bench.common import ROOT, percentile, source_commit, table
+from keel.devstack import start_embedded_postgres
+from schemas.vault.recall import RecallInput
+from schemas.vault.rollup import transcript_entry
+from schemas.vault.search import recall_at_k, reciprocal_rank
+from tests.vault.support import load_corpus, make_ctx
+
+RESULTS = ROOT / "bench" / "results"
+K = 10
+_WORD = re.compile(r"\w+")
+
+
+def load_conversations(folder: Path) -> list[dict[str, Any]]:
+    """Each conversation's messages as index documents and its questions with evidence."""
+    out = []
+    for path in sorted(folder.glob("Chat_*.json")):
+        data = json.loads(path.read_text())
+        docs: dict[str, IndexDoc] = {}
+        texts: dict[str, str] = {}
+        session_of: dict[str, str] = {}
+        n = 0
+        for key in sorted((k for k in data if re.fullmatch(r"session_\d+", k)),
+                          key=lambda k: int(k.split("_")[1])):
+            session = f"s{key.split('_')[1]}"
+            for msg in data[key]:
+                text = (msg.get("clean_text") or "").strip()
+                if not text:
+                    continue
+                n += 1
+                when = datetime.strptime(msg["date_time"], "%d.%m.%Y, %H:%M:%S").replace(
+                    tzinfo=UTC)
+                speaker = re.sub(r"\W+", "_", msg["speaker"].strip()) or "someone"
+                entry = transcript_entry(session, n, when, speaker, text)
+                doc = daily_doc(f"daily/{when.date().isoformat()}.md", session, n,
+                                entry.strip())
+                docs[msg["dia_id"]] = doc
+                texts[msg["dia_id"]] = f"{speaker} {text}"
+                session_of[doc.path] = session
+        questions = [(q["question"], [docs[e].path for e in q.get("evidence", []) if e in docs])
+                     for q in data["qa"]]
+        out.append({"name": path.stem, "docs": list(docs.values()), "texts": texts,
+                    "paths": {d: docs[d].path for d in docs}, "session_of": session_of,
+                    "questions": [(q, ev) for q, ev in questions if ev]})
+    return out
+
+
+def plain_bm25(texts: dict[str, str], paths: dict[str, str]) -> Any:
+    """A textbook Okapi BM25 over the messages: returns rank(query) -> paths best first."""
+    ids = list(texts)
+    toks = [_WORD.findall(texts[i].lower()) for i in ids]
+    n = len(toks)
+    avg = sum(map(len, toks)) / max(n, 1)
+    df = collections.Counter(w for t in toks for w in set(t))
+    tfs = [collections.Counter(t) for t in toks]
+
+    def rank(query: str) -> list[str]:
+        terms = _WORD.findall(query.lower())
+        scores = []
+        for i, (tf, t) in enumerate(zip(tfs, toks, strict=True)):
+            s = 0.0
+            for w in terms:
+                f = tf.get(w, 0)
+                if f:
+                    idf = math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5))
+                    s += idf * f * 2.2 / (f + 1.2 * (0.25 + 0.75 * len(t) / avg))
+            if s > 0:
+                scores.append((-s, i))
+        return [paths[ids[i]] for _, i in sorted(scores)[:K]]
+    return rank
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.values: dict[str, list[float]] = collections.defaultdict(list)
+        self.ms: list[float] = []
+
+    def add(self, ranked: list[str], evidence: list[str], session_of: dict[str, str]) -> None:
+        for gran, got, want in (
+                ("turn", ranked, set(evidence)),
+                ("session", [session_of.get(p, "") for p in ranked],
+                 {session_of[p] for p in evidence})):
+            first = next((i for i, x in enumerate(got[:K], start=1) if x in want), None)
+            self.values[f"{gran}_hit5"].append(1.0 if first and first <= 5 else 0.0)
+            self.values[f"{gran}_hit10"].append(1.0 if first else 0.0)
+            self.values[f"{gran}_mrr"].append(1.0 / first if first else 0.0)
+
+    def summary(self) -> dict[str, float]:
+        out = {k: round(statistics.fmean(v), 4) for k, v in self.values.items()}
+        if self.ms:
+            out["p50_ms"] = round(statistics.median(self.ms), 2)
+            out["p95_ms"] = round(percentile(self.ms, 95), 2)
+        return out
+
+
+async def quality(url: str, convs: list[dict[str, Any]], embedder: Any) -> dict[str, Any]:
+    tallies = {m: Tally() for m in ("plain BM25", "keel bm25", "keel dense", "keel fused")}
+    indexed = 0
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        clock = await cpu_clock(conn)
+        t0, c0 = time.perf_counter(), clock.now()
+        for i, conv in enumerate(convs):
+            indexed += await index_documents(conn, conv["docs"], scope=f"rt{i}",
+                                             embedder=embedder)
+        index_s = time.perf_counter() - t0
+        index_cpu = clock.since(c0)
+        await conn.execute("ANALYZE")
+        for i, conv in enumerate(convs):
+            rank = plain_bm25(conv["texts"], conv["paths"])
+            for question, evidence in conv["questions"]:
+                for mode, tally in tallies.items():
+                    t1 = time.perf_counter()
+                    if mode == "plain BM25":
+                        ranked = rank(question)
+                    else:
+                        hits = await search(conn, question, scope=f"rt{i}", k=K,
+                                            embedder=None if mode == "keel bm25" else embedder,
+                                            use_lexical=mode != "keel dense")
+                        ranked = [h.path for h in hits]
+                    tally.ms.append((time.perf_counter() - t1) * 1000)
+                    tally.add(ranked, evidence, conv["session_of"])
+    return {"documents": indexed, "questions": sum(len(c["questions"]) for c in convs),
+            "index_s": round(index_s, 2), "docs_per_s": round(indexed / index_s),
+            "docs_per_cpu_s": round(indexed / sum(index_cpu)),
+            "modes": {m: t.summary() for m, t in tallies.items()}}
+
+
+class CpuClock:
+    """CPU seconds spent by this process and by the connection's server backend (the
+    embedded PostgreSQL runs here): a figure that other work on the machine does not
+    inflate the way it inflates wall time."""
+
+    def __init__(self, backend_pid: int) -> None:
+        self.pid = backend_pid
+
+    def server(self) -> float:
+        try:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def now(self) -> tuple[float, float]:
+        return time.process_time(), self.server()
+
+    def since(self, start: tuple[float, float]) -> tuple[float, float]:
+        client, server = self.now()
+        return client - start[0], server - start[1]
+
+
+async def cpu_clock(conn: Any) -> CpuClock:
+    row = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
+    return CpuClock(int(row[0]))
+
+
+async def speed(admin: str, convs: list[dict[str, Any]], embedder: Any, size: int,
+                repeat: int) -> dict[str, Any]:
+    """Recall latency in one scope of `size` documents (the messages plus filler)."""
+    url = fresh_database(admin, f"bench_recall_{size}")
+    own = [d for c in convs for d in c["docs"]]
+    docs = own + filler_docs(max(0, size - len(own)), seed=11)
+    questions = [(q, set(ev)) for c in convs for q, ev in c["questions"]]
+    out: dict[str, Any] = {"documents": len(docs)}
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        clock = await cpu_clock(conn)
+        t0, c0 = time.perf_counter(), clock.now()
+        for start in range(0, len(docs), 2_000):
+            await index_documents(conn, docs[start:start + 2_000], scope="default",
+                                  embedder=embedder)
+        wall = time.perf_counter() - t0
+        client, server = clock.since(c0)
+        out.update(index_s=round(wall, 1), docs_per_s=round(len(docs) / wall),
+                   index_cpu_s={"client": round(client, 1), "server": round(server, 1)},
+                   docs_per_cpu_s=round(len(docs) / (client + server)))
+        await conn.execute("VACUUM ANALYZE")
+        for label, emb in (("bm25", None), ("fused", embedder)):
+            times = []
+            found = 0
+            c0 = clock.now()
+            for _ in range(repeat):
+                for q, evidence in questions:
+                    t1 = time.perf_counter()
+                    got = await recall(conn, RecallInput(session_id="bench", query=q),
+                                       scope="default", embedder=emb)
+                    times.append((time.perf_counter() - t1) * 1000)
+                    found += bool(evidence & set(got.sources))
+            client, server = clock.since(c0)
+            out[label] = {"turn_hit5": round(found / len(times), 4),
+                          "p50_ms": round(statistics.median(times), 2),
+                          "p95_ms": round(percentile(times, 95), 2), "queries": len(times),
+                          "cpu_ms_per_query": {"client": round(1000 * client / len(times), 2),
+                                               "server": round(1000 * server / len(times), 2)}}
+    return out
+
+
+async def corpus(admin: str, embedder: Any) -> dict[str, Any]:
+    """The built-in search corpus, BM25 + graph against hybrid."""
+    from activities.db import close_pools
+    from activities.vault.dense import embed_pending
+
+    url = fresh_database(admin, "bench_recall_corpus")
+    tmp = Path(tempfile.mkdtemp(prefix="keel-bench-"))
+    try:
+        ctx = make_ctx(tmp, url)
+        ctx.vault.ensure()
+        queries = await load_corpus(ctx)
+        out: dict[str, Any] = {"queries": len(queries)}
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await embed_pending(conn, embedder, scope="default")
+            for label, emb in (("bm25", None), ("fused", embedder)):
+                r5 = mrr = 0.0
+                for q in queries:
+                    paths = [h.path for h in await search(conn, q["query"], scope="default",
+                                                          k=10, embedder=emb)]
+                    r5 += recall_at_k(paths, set(q["relevant"]))
+                    mrr += reciprocal_rank(paths, set(q["relevant"]))
+                out[label] = {"recall_at_5": round(r5 / len(queries), 3),
+                              "mrr": round(mrr / len(queries), 3)}
+        return out
+    finally:
+        await close_pools()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def print_quality(q: dict[str, Any]) -> None:
+    rows = []
+    for mode, f in q["modes"].items():
+        rows.append([mode, *(f"{100 * f[k]:.1f}" for k in ("turn_hit5", "turn_hit10")),
+                     f"{f['turn_mrr']:.3f}",
+                     *(f"{100 * f[k]:.1f}" for k in ("session_hit5", "session_hit10")),
+                     f"{f['session_mrr']:.3f}", f"{f['p50_ms']} / {f['p95_ms']}"])
+    print(table(f"REALTALK: {q['questions']} questions over {q['documents']:,} messages "
+                f"(10 scopes), k={K}",
+                ["ranking", "turn hit@5", "hit@10", "MRR", "session hit@5", "hit@10", "MRR",
+                 "p50 / p95 ms"], rows))
+    print(f"bulk indexing with embedding: {q['docs_per_s']:,} documents/s "
+          f"({q['docs_per_cpu_s']:,} per CPU-second)", flush=True)
+
+
+def print_speed(speeds: list[dict[str, Any]]) -> None:
+    def cpu(f: dict[str, Any]) -> str:
+        c = f["cpu_ms_per_query"]
+        return f"{c['client']} + {c['server']}"
+
+    print(table("Recall (k=5) in one scope (CPU: this process + its PostgreSQL backend)",
+                ["documents", "indexing docs/s", "per CPU-s", "bm25 hit@5", "p50 / p95",
+                 "CPU ms", "fused hit@5", "p50 / p95", "CPU ms"],
+                [[f"{s['documents']:,}", f"{s['docs_per_s']:,}", f"{s['docs_per_cpu_s']:,}",
+                  f"{100 * s['bm25']['turn_hit5']:.1f}",
+                  f"{s['bm25']['p50_ms']} / {s['bm25']['p95_ms']}", cpu(s["bm25"]),
+                  f"{100 * s['fused']['turn_hit5']:.1f}",
+                  f"{s['fused']['p50_ms']} / {s['fused']['p95_ms']}", cpu(s["fused"])]
+                 for s in speeds]), flush=True)
+
+
+async def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", type=Path, required=True, help="REALTALK's data/ folder")
+    p.add_argument("--sizes", default="10000,100000")
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--embedder", default="minilm-l6-static-256")
+    args = p.parse_args()
+    convs = load_conversations(args.data)
+    if not convs:
+        sys.exit(f"no Chat_*.json in {args.data}")
+    embedder = load_embedder(args.embedder)
+    pg_dir = Path(tempfile.mkdtemp(prefix="keel-bench-pg-"))
+    os.chmod(pg_dir, 0o755)
+    commit = source_commit()
+    started = time.perf_counter()
+    try:
+        admin = start_embedded_postgres(pg_dir)
+        load = [round(x, 2) for x in os.getloadavg()]
+        q = await quality(fresh_database(admin, "bench_recall_quality"), convs, embedder)
+        print_quality(q)
+        speeds = []
+        for n in (int(s) for s in args.sizes.split(",") if s):
+            speeds.append(await speed(admin, convs, embedder, n, args.repeat))
+            print_speed(speeds[-1:])
+        corpus_figures = await corpus(admin, embedder)
+    finally:
+        shutil.rmtree(pg_dir, ignore_errors=True)
+    print(f"search corpus ({corpus_figures['queries']} queries): BM25 + graph recall@5 "
+          f"{corpus_figures['bm25']['recall_at_5']} MRR {corpus_figures['bm25']['mrr']}; "
+          f"fused recall@5 {corpus_figures['fused']['recall_at_5']} MRR "
+          f"{corpus_figures['fused']['mrr']}")
+    out = {"benchmark": "recall",
+           "machine": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                       "cpus": os.cpu_count(), "python": platform.python_version(),
+                       "commit": commit,
+                       # Others' work on the machine: load averages at the start and end.
+                       "load_start": load, "load_end": [round(x, 2) for x in os.getloadavg()]},
+           "dataset": "REALTALK (danny911kr/REALTALK, data/Chat_*.json)",
+           "embedder": getattr(embedder, "name", None), "k": K, "quality": q,
+           "speed": speeds, "corpus": corpus_figures,
+           "total_seconds": round(time.perf_counter() - started, 1)}
+    default = (args.sizes, args.repeat, args.embedder) == ("10000,100000", 1,
+                                                          "minilm-l6-static-256")
+    path = RESULTS / ("recall.json" if default else "recall-custom.json")
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"total {out['total_seconds']} s at commit {commit}; written to "
+          f"{path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

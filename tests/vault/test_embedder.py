@@ -1,0 +1,55 @@
+"""Which embedding model a deployment searches with, and the built-in static model itself
+(skipped where the `embeddings` extra is not installed)."""
+
+from pathlib import Path
+
+import pytest
+
+from activities.vault.embedder import (
+    BUILTIN,
+    EmbedderUnavailable,
+    HashingEmbedder,
+    StaticEmbedder,
+    builtin_available,
+    embedder_for,
+    load_embedder,
+)
+from schemas.vault.schema import SearchMode
+from schemas.vault.settings import MemorySettings
+
+needs_model = pytest.mark.skipif(not builtin_available(),
+                                 reason="the embeddings extra is not installed")
+
+
+def _memory(mode: SearchMode, embedder: str | None = None) -> MemorySettings:
+    return MemorySettings(vault_dir=Path("/nonexistent"), search_mode=mode, embedder=embedder)
+
+
+def test_bm25_mode_never_embeds_and_the_stand_in_is_chosen_only_by_name():
+    assert embedder_for(_memory(SearchMode.BM25, BUILTIN)) is None
+    assert embedder_for(_memory(SearchMode.AUTO, "none")) is None
+    assert isinstance(embedder_for(_memory(SearchMode.HYBRID, "hashing")), HashingEmbedder)
+    assert not isinstance(embedder_for(_memory(SearchMode.AUTO)), HashingEmbedder)
+    with pytest.raises(EmbedderUnavailable, match="needs an embedding model"):
+        embedder_for(_memory(SearchMode.HYBRID, "none"))
+    with pytest.raises(EmbedderUnavailable, match="names no built-in model"):
+        load_embedder("minilm-big")
+
+
+@needs_model
+def test_auto_means_the_built_in_model_loaded_once():
+    embedder = embedder_for(_memory(SearchMode.AUTO))
+    assert isinstance(embedder, StaticEmbedder) and embedder.name == BUILTIN
+    assert embedder is load_embedder(None) is load_embedder(BUILTIN)
+
+
+@needs_model
+def test_the_static_model_puts_related_words_near_each_other():
+    embedder = load_embedder(BUILTIN)
+    assert isinstance(embedder, StaticEmbedder)
+    dog, puppy, tax, empty = embedder.embed_array(
+        ["my dog loves running in the park", "the puppy plays outside on the grass",
+         "the quarterly tax invoice is overdue", "\u2063"])
+    assert abs(float(dog @ dog) - 1.0) < 1e-5 and not empty.any()
+    assert float(dog @ puppy) > float(dog @ tax) + 0.1
+    assert len(embedder.embed(["один", "two"])[0]) == embedder.dims == 256
