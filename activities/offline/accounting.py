@@ -25,7 +25,7 @@ from schemas.tokens import count_tokens, truncate_to_tokens
 
 __all__ = [
     "IMAGE_TOKENS", "MESSAGE_OVERHEAD", "TOOL_PROMPT_TOKENS", "Accounting", "context_problem",
-    "too_long_message",
+    "message_blocks", "system_blocks", "too_long_message",
 ]
 
 MESSAGE_OVERHEAD = 4  # tokens per message (role and separators), on its first block
@@ -82,14 +82,16 @@ def _raw_tool(tool: dict[str, Any]) -> int:
     return _count(json.dumps(shown, sort_keys=True))
 
 
-def _system_blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
+def system_blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A body's system prompt as blocks (a string is one text block)."""
     system = body.get("system")
     if isinstance(system, str):
         return [{"type": "text", "text": system}] if system else []
     return [b for b in system or [] if isinstance(b, dict)]
 
 
-def _message_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+def message_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """A message's content as blocks (a string is one text block)."""
     content = message.get("content")
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
@@ -125,11 +127,11 @@ class Accounting:
         """The whole prompt of `body` as the API counts it."""
         total = self.tool_prompt(body)
         total += sum(self.tool(t) for t in body.get("tools") or [] if isinstance(t, dict))
-        total += sum(self.block(b) for b in _system_blocks(body))
+        total += sum(self.block(b) for b in system_blocks(body))
         for message in body.get("messages") or []:
             if isinstance(message, dict):
                 total += MESSAGE_OVERHEAD + sum(self.block(b)
-                                                for b in _message_blocks(message))
+                                                for b in message_blocks(message))
         return total
 
     def output(self, content: list[dict[str, Any]]) -> int:

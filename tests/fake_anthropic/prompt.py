@@ -23,7 +23,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from activities.offline.accounting import MESSAGE_OVERHEAD, Accounting
+from activities.offline.accounting import (
+    MESSAGE_OVERHEAD,
+    Accounting,
+    message_blocks,
+    system_blocks,
+)
 
 EXACT = Accounting()
 
@@ -62,20 +67,6 @@ def _content_key(item: dict[str, Any]) -> bytes:
 @lru_cache(maxsize=COUNT_CACHE_SIZE)
 def _text_key(text: str) -> bytes:
     return json.dumps({"text": text, "type": "text"}, sort_keys=True, default=str).encode()
-
-
-def system_blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
-    system = body.get("system")
-    if isinstance(system, str):
-        return [{"type": "text", "text": system}] if system else []
-    return [b for b in system or [] if isinstance(b, dict)]
-
-
-def message_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
-    content = message.get("content")
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    return [b for b in content or [] if isinstance(b, dict)]
 
 
 def prompt_blocks(body: dict[str, Any], accounting: Accounting = EXACT) -> list[Block]:
