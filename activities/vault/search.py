@@ -102,6 +102,17 @@ class IndexDoc(BaseModel):
         return h.hexdigest()
 
 
+# A document already indexed is rewritten only when its content changed.
+_ON_CONFLICT = """
+ON CONFLICT (scope, path) DO UPDATE SET
+    kind = EXCLUDED.kind, title = EXCLUDED.title, tags = EXCLUDED.tags, body = EXCLUDED.body,
+    card_key = EXCLUDED.card_key, card_type = EXCLUDED.card_type, status = EXCLUDED.status,
+    penalised = EXCLUDED.penalised, session_id = EXCLUDED.session_id, seq = EXCLUDED.seq,
+    content_hash = EXCLUDED.content_hash, tsv = EXCLUDED.tsv, doc_len = EXCLUDED.doc_len,
+    indexed_at = now()
+WHERE memory_docs.content_hash <> EXCLUDED.content_hash
+"""
+
 _UPSERT = """
 INSERT INTO memory_docs (scope, path, kind, title, tags, body, card_key, card_type, status,
                          penalised, session_id, seq, content_hash, tsv, doc_len)
@@ -111,14 +122,7 @@ SELECT %(scope)s, %(path)s, %(kind)s, %(title)s, %(tags)s, %(body)s, %(card_key)
 FROM (SELECT setweight(to_tsvector('simple', %(title)s), 'A')
           || setweight(to_tsvector('simple', %(tags)s), 'B')
           || setweight(to_tsvector('simple', left(%(body)s, %(max_chars)s)), 'D') AS tsv) v
-ON CONFLICT (scope, path) DO UPDATE SET
-    kind = EXCLUDED.kind, title = EXCLUDED.title, tags = EXCLUDED.tags, body = EXCLUDED.body,
-    card_key = EXCLUDED.card_key, card_type = EXCLUDED.card_type, status = EXCLUDED.status,
-    penalised = EXCLUDED.penalised, session_id = EXCLUDED.session_id, seq = EXCLUDED.seq,
-    content_hash = EXCLUDED.content_hash, tsv = EXCLUDED.tsv, doc_len = EXCLUDED.doc_len,
-    indexed_at = now()
-WHERE memory_docs.content_hash <> EXCLUDED.content_hash
-"""
+""" + _ON_CONFLICT
 
 
 # The same upsert for a batch in one statement: BM25's statistics triggers run once for it.
@@ -138,14 +142,7 @@ CROSS JOIN LATERAL (
     SELECT setweight(to_tsvector('simple', r.title), 'A')
            || setweight(to_tsvector('simple', r.tags), 'B')
            || setweight(to_tsvector('simple', left(r.body, %(max_chars)s)), 'D') AS tsv) v
-ON CONFLICT (scope, path) DO UPDATE SET
-    kind = EXCLUDED.kind, title = EXCLUDED.title, tags = EXCLUDED.tags, body = EXCLUDED.body,
-    card_key = EXCLUDED.card_key, card_type = EXCLUDED.card_type, status = EXCLUDED.status,
-    penalised = EXCLUDED.penalised, session_id = EXCLUDED.session_id, seq = EXCLUDED.seq,
-    content_hash = EXCLUDED.content_hash, tsv = EXCLUDED.tsv, doc_len = EXCLUDED.doc_len,
-    indexed_at = now()
-WHERE memory_docs.content_hash <> EXCLUDED.content_hash
-"""
+""" + _ON_CONFLICT
 _COLUMNS = ("path", "kind", "title", "tags", "body", "card_key", "card_type", "status",
             "penalised", "session_id", "seq", "hash")
 
