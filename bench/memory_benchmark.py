@@ -79,6 +79,7 @@ from temporalio.client import Client  # noqa: E402
 from activities.db import close_pools  # noqa: E402
 from activities.offline.model import respond as offline_respond  # noqa: E402
 from bench.common import cancel_on_sigterm, source_commit, table  # noqa: E402
+from bench.task_payloads import task_payloads  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from keel.devstack import running_stack  # noqa: E402
 from schemas.checkpoint.budgets import CheckpointBudgets  # noqa: E402
@@ -835,13 +836,16 @@ async def run_sessions(chosen: list[Scenario], args: argparse.Namespace,
                                     args.growth)
                     checked = await check_session(conn, sc, d)
                     summary = summarize(sc, d, checked)
+                    summary["task_payloads"] = await task_payloads(client, d.session_id)
                     if fake is not None:
                         summary["api"] = api_figures(fake, *marks)
                     say(f"  {summary['checkpoints']} checkpoints in {d.asks} turns, "
                         f"{summary['seconds']} s"
                         + (f"; refused as too long: {summary['api']['refused_too_long']},"
                            f" cache read {summary['api']['cache_read_share']:.1%}"
-                           if fake is not None else ""))
+                           if fake is not None else "")
+                        + f"; largest workflow task "
+                        f"{summary['task_payloads']['largest_task_bytes']:,} bytes")
                     all_reports.append((sc.name, checked["reports"]))
                     out["sessions"].append({
                         "summary": summary,
