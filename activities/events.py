@@ -7,6 +7,11 @@ with the same sequence on the next tick (the workflow drops a batch it has alrea
 and whatever is still unsent when the activity ends is given `CLOSE_TIMEOUT` and then
 dropped. Deltas are a live view, not the record: the reply is durable in PostgreSQL.
 
+Every signal is a history event and part of a workflow task, so no send carries more than
+`SIGNAL_CHARS` of text, and a backlog (a model that writes faster than the stream sends,
+as the offline one does) goes out one such batch per `BACKLOG_SPACING`, in deltas up to
+`DELTA_CHARS` each: a workflow task is handed a few of them at most, never a whole reply.
+
     async with DeltaPublisher.for_activity(session_id, turn, reply_seq) as deltas:
         async for text in stream.text_stream:
             deltas.add(text)
@@ -35,6 +40,8 @@ log = logging.getLogger(__name__)
 
 INTERVAL = timedelta(milliseconds=100)
 MAX_CHARS = 200
+SIGNAL_CHARS = 8_000  # of text in one publish signal (about 11 KB as the stream encodes it)
+BACKLOG_SPACING = timedelta(milliseconds=25)  # between two sends while a backlog lasts
 SEND_TIMEOUT = timedelta(seconds=5)  # one signal; on timeout the batch is retried next tick
 CLOSE_TIMEOUT = timedelta(seconds=5)  # what the activity's end waits for unsent deltas
 LOG_EVERY = 50  # failed sends between two log lines
@@ -59,6 +66,7 @@ class DeltaPublisher:
         self.topic = self.stream.topic(TOPIC)
         self._parts: list[str] = []
         self._chars = 0
+        self._backlog = ""  # text cut from `_parts`, not yet handed to the stream
         self._first_at = 0.0
         self._index = 0
         self._start = 0
@@ -95,15 +103,21 @@ class DeltaPublisher:
 
     @property
     def text_so_far(self) -> int:
-        return self._start + self._chars
+        return self._start + len(self._backlog) + self._chars
 
     def _cut(self) -> None:
-        """Turn the buffered text into deltas of at most `max_chars` and queue them."""
-        text = "".join(self._parts)
+        """Move the buffered text to the backlog the sender hands out batch by batch."""
+        self._backlog += "".join(self._parts)
         self._parts, self._chars = [], 0
+
+    def _hand_out(self) -> None:
+        """Publish the next batch of the backlog (at most SIGNAL_CHARS) as deltas: of
+        `max_chars` while the model streams slowly, up to DELTA_CHARS when text waits."""
+        batch, self._backlog = self._backlog[:SIGNAL_CHARS], self._backlog[SIGNAL_CHARS:]
+        size = self.max_chars if len(batch) <= self.max_chars * 2 else DELTA_CHARS
         now = datetime.now(UTC)
-        for i in range(0, len(text), self.max_chars):
-            piece = text[i:i + self.max_chars]
+        for i in range(0, len(batch), size):
+            piece = batch[i:i + size]
             try:
                 self.topic.publish(event_payload(TextDelta(
                     session_id=self.session_id, at=now, turn=self.turn,
@@ -133,15 +147,29 @@ class DeltaPublisher:
         # Stopped by `_closing`, not by cancellation: on Python 3.11 `asyncio.wait_for` can
         # swallow a cancel that lands as its inner wait completes, and the loop would spin on.
         while not self._closing:
-            waiter = asyncio.ensure_future(self._wake.wait())
-            await asyncio.wait({waiter}, timeout=self.interval)
-            waiter.cancel()
-            self._wake.clear()
+            await self._tick(BACKLOG_SPACING.total_seconds() if self._backlog
+                             else self.interval)
             if self._closing:
                 return
             if self._parts and time.monotonic() - self._first_at >= self.interval:
                 self._cut()
+            self._hand_out()
             await self._send()
+
+    async def _tick(self, timeout: float) -> None:
+        waiter = asyncio.ensure_future(self._wake.wait())
+        await asyncio.wait({waiter}, timeout=timeout)
+        waiter.cancel()
+        self._wake.clear()
+
+    async def _drain(self) -> None:
+        """At the end: the backlog out, one batch per BACKLOG_SPACING."""
+        while True:
+            self._hand_out()
+            await self._send()
+            if not self._backlog:
+                return
+            await asyncio.sleep(BACKLOG_SPACING.total_seconds())
 
     async def __aenter__(self) -> DeltaPublisher:
         self._task = asyncio.create_task(self._run())
@@ -156,7 +184,7 @@ class DeltaPublisher:
         was sent): the caller passes it on to the workflow, which publishes it itself. What
         was cut already is flushed as `close` does. Never raises."""
         tail = None
-        if self._parts:
+        if self._parts and not self._backlog:
             text = "".join(self._parts)
             self._parts, self._chars = [], 0
             tail = DeltaTail(attempt=self.attempt, index=self._index, start=self._start,
@@ -174,10 +202,9 @@ class DeltaPublisher:
             if not task.done():
                 task.cancel()
                 await asyncio.wait({task})
-        if self._parts:
-            self._cut()
+        self._cut()
         try:
-            await asyncio.wait_for(self.stream.flush(), CLOSE_TIMEOUT.total_seconds())
+            await asyncio.wait_for(self._drain(), CLOSE_TIMEOUT.total_seconds())
         except Exception as err:
             self.failures += 1
             log.warning("last text deltas for reply #%s dropped: %r", self.reply_seq, err)

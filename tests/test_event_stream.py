@@ -18,7 +18,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
-from activities.events import DeltaPublisher
+from activities.events import SIGNAL_CHARS, DeltaPublisher
 from keel.devstack import temporal_cli_path
 from keel.events import EventsMissed, Transport, session_events
 from schemas.events import (
@@ -257,6 +257,28 @@ async def test_a_publisher_that_cannot_publish_never_fails_its_caller(client: Cl
             deltas.add("x" * 150)
             await asyncio.sleep(0.05)
     assert deltas.published >= 4 and deltas.failures >= 1  # logged, not raised
+
+
+async def test_a_reply_written_at_once_goes_out_in_small_signals(client: Client) -> None:
+    """A model faster than the stream (100,000 characters in one go): every publish signal
+    in the history carries at most SIGNAL_CHARS of text, and the deltas spell the reply."""
+    queue = f"events-{uuid.uuid4().hex[:8]}"
+    reply = "".join(f"<{i}>".ljust(1_000, "-") for i in range(100))
+    async with stream_worker(client, queue):
+        handle = await start(client, queue)
+        live = Collector(client, handle.id)
+        await handle.execute_update(EventStreamWorkflow.say, Say(chunks=[reply]))
+        await live.wait_for(turn_ended(1))
+        await handle.signal(EventStreamWorkflow.stop, "done")
+        items = await live.done()
+    deltas = [e for _, e in items if isinstance(e, TextDelta)]
+    assert "".join(d.text for d in deltas) == reply
+    history = await handle.fetch_history()
+    signals = [e.workflow_execution_signaled_event_attributes for e in history.events
+               if e.HasField("workflow_execution_signaled_event_attributes")]
+    sizes = [sum(p.ByteSize() for p in a.input.payloads) for a in signals]
+    assert len(sizes) >= len(reply) // SIGNAL_CHARS
+    assert max(sizes) < SIGNAL_CHARS * 1.6, sizes  # the text and the stream's encoding
 
 
 async def test_a_worker_stopped_mid_reply_restarts_the_deltas_as_a_new_attempt(
