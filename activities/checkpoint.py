@@ -117,3 +117,14 @@ class CheckpointActivities:
     async def move_earliest_half(self, data: MoveInput) -> StoreResult:
         async with await self.ctx.connection() as conn:
             return await move_half(self.ctx, conn, data)
+
+    @activity.defn
+    async def checkpoint_texts(self, checkpoint_id: str) -> StoreResult:
+        """A stored checkpoint's mind, memo and now, for a run that continued as new
+        without them (workflows.carry)."""
+        async with await self.ctx.connection() as conn:
+            found = await attempts.stored(conn, checkpoint_id)
+        if found is None:
+            raise ApplicationError(f"no checkpoint {checkpoint_id!r}", non_retryable=True,
+                                   type="NoSuchCheckpoint")
+        return found

@@ -16,6 +16,7 @@ arrives as one of the exceptions below, mapped by type in `keel._errors`.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -30,6 +31,7 @@ from temporalio.client import (
     WithStartWorkflowOperation,
     WorkflowHandle,
     WorkflowHistory,
+    WorkflowQueryFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -83,6 +85,7 @@ from schemas.session import (
     EndSession,
     Handler,
     MessageAccepted,
+    Rejection,
     SessionConfig,
     SessionInput,
     SessionStatus,
@@ -98,6 +101,7 @@ from workers.connect import connect
 
 # A poller seen longer ago than this has gone (workers long-poll for 60 s).
 POLLER_FRESH_S = 90
+TEXTS_WAIT_S = 30  # a mind / memo / now query while a new run reads them back
 
 __all__ = [
     "AgentSpecRefusedError",
@@ -243,9 +247,19 @@ class SessionHandle:
         return status
 
     async def _text(self, handler: Handler) -> str:
-        async with refusals(self.handle):
-            text: str = await self.handle.query(handler, result_type=str)
-        return text
+        """A mind / memo / now text; asked again while a run that just continued as new
+        reads it back (Rejection.TEXTS_LOADING), for up to TEXTS_WAIT_S."""
+        deadline = time.monotonic() + TEXTS_WAIT_S
+        while True:
+            try:
+                async with refusals(self.handle):
+                    text: str = await self.handle.query(handler, result_type=str)
+                return text
+            except WorkflowQueryFailedError as err:
+                if Rejection.TEXTS_LOADING.value not in str(err) or \
+                        time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
 
     async def mind(self) -> str:
         return await self._text(Handler.MIND)

@@ -70,6 +70,9 @@ class Rejection(StrEnum):
     # An input that does not decode or validate (a wrong type, a missing field, a bad
     # scope): an Update refused, a start failed with the reason (workflows.entry).
     MALFORMED_INPUT = "MalformedInput"
+    # A mind / memo / now query in the moment after continue-as-new, before the run has read
+    # the checkpoint's texts back (workflows.carry): ask again.
+    TEXTS_LOADING = "TextsLoading"
 
 
 # A run started with more than one argument gets one payload of this encoding instead,
@@ -199,6 +202,9 @@ class SessionState(BaseModel):
     mind_text: str = ""
     memo_text: str = ""
     now_text: str = ""
+    # The three texts above were left in PostgreSQL at continue-as-new (workflows.carry):
+    # the run reads them by `checkpoint_id` before its first turn.
+    texts_in_store: bool = False
     usage_ratio: float = 1.0
     recent_savings: list[int] = Field(default_factory=list)
     # The last turns' outcomes, so a caller waiting across continue-as-new still gets its

@@ -9,7 +9,10 @@ handler a running session meets:
 - `history-agent-approval`: a shaped agent (instructions, the support example's service
   tools on their own worker, its docs MCP server over stdio, `refund` needing approval), an
   event reader, a refund that waits, a checkpoint on request while it waits, the approval,
-  `set_agent`, a file put and read through the session, and the end.
+  `set_agent`, a file put and read through the session, and the end;
+- `history-carry`: the queue on a session that continues as new every 200 events, so its
+  runs start from a carried state whose checkpoint texts are read back (workflows.carry);
+  the last two runs are saved (`@a`: one that continues as new, `@b`: the one after).
 
 Re-record only on purpose: a change that breaks replay of the committed histories would
 break every running session.
@@ -39,6 +42,7 @@ from workers.worker import build_worker  # noqa: E402
 
 OUT = ROOT / "tests" / "session" / "histories"
 AGENT_SCENARIO = "history-agent-approval"
+CARRY_SCENARIO = "history-carry"
 
 
 async def queue_scenario(keel: KeelClient, settings: KeelSettings,
@@ -52,6 +56,21 @@ async def queue_scenario(keel: KeelClient, settings: KeelSettings,
     for _ in range(22):
         await session.ask("continue")
     await session.ask("[Harness: Watch ci-1 \"CI\"] merge everything now")
+    return session
+
+
+async def carry_scenario(keel: KeelClient, settings: KeelSettings,
+                         session_id: str) -> SessionHandle:
+    seed_queue(settings.workspaces_dir / session_id, count=30)
+    session = await keel.start_session(session_id, config=session_config(
+        settings, context_window=8000, max_output_tokens=512,
+        continue_as_new_after_events=200))
+    await session.ask(FIRST_REQUEST)
+    while (await session.status()).checkpoint_count < 2:
+        await session.ask("continue")
+    for _ in range(6):  # on past the next continue-as-new
+        await session.ask("continue")
+    await session.mind()  # read back by the last run
     return session
 
 
@@ -104,14 +123,23 @@ async def main() -> None:
                     stack.client, task_queue=SUPPORT_QUEUE, activities=service.activities()):
                 keel = KeelClient(stack.client, settings.task_queue, settings)
                 session_id = sys.argv[1] if len(sys.argv) > 1 else "history-queue-checkpoints"
-                scenario = agent_scenario if session_id == AGENT_SCENARIO else queue_scenario
+                scenario = {AGENT_SCENARIO: agent_scenario, CARRY_SCENARIO: carry_scenario
+                            }.get(session_id, queue_scenario)
                 session = await scenario(keel, settings, session_id)
                 status = await session.status()
                 print(f"{session_id}: {status.checkpoint_count} checkpoints, "
                       f"turn {status.turn}")
-                history = await session.handle.fetch_history()
                 OUT.mkdir(parents=True, exist_ok=True)
-                (OUT / f"{session_id}.json").write_text(history.to_json())
+                if scenario is not carry_scenario:
+                    history = await session.handle.fetch_history()
+                    (OUT / f"{session_id}.json").write_text(history.to_json())
+                    return
+                runs = sorted([r async for r in stack.client.list_workflows(
+                    f"WorkflowId = '{session_id}'")], key=lambda r: r.start_time)
+                for suffix, run in zip("ab", runs[-2:], strict=True):
+                    history = await stack.client.get_workflow_handle(
+                        session_id, run_id=run.run_id).fetch_history()
+                    (OUT / f"{session_id}@{suffix}.json").write_text(history.to_json())
 
 
 if __name__ == "__main__":

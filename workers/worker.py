@@ -104,7 +104,7 @@ def session_activities(context: SessionContext,
         session.record_tool_result, mcp.list_mcp_tools, mcp.call_mcp_tool,
         checkpoint.prepare_checkpoint, checkpoint.checkpoint_round,
         checkpoint.validate_checkpoint, checkpoint.store_checkpoint,
-        checkpoint.move_earliest_half,
+        checkpoint.move_earliest_half, checkpoint.checkpoint_texts,
     ]
 
 

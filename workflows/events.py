@@ -94,10 +94,13 @@ class SessionEvents:
         """Take polls again after `detach` when the run goes on after all (old histories)."""
         self.stream._detaching = False
 
-    def carry(self) -> WorkflowStreamState:
-        """The stream state for the continue-as-new input: the retained newest events, the
-        base offset, and the activity publishers' dedup state. Call after handlers finished,
-        right before `workflow.continue_as_new`."""
+    def carry(self, retain_bytes: int | None = None) -> WorkflowStreamState:
+        """The stream state for the continue-as-new input: the retained newest events (at
+        most `retain_bytes` of them when given), the base offset, and the activity
+        publishers' dedup state. Call after handlers finished, right before
+        `workflow.continue_as_new`."""
+        if retain_bytes is not None:
+            self.retain_bytes = min(self.retain_bytes, retain_bytes)
         self.trim()
         return self.stream.get_state(publisher_ttl=PUBLISHER_TTL)
 

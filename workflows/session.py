@@ -94,6 +94,14 @@ with workflow.unsafe.imports_passed_through():
     from schemas.text import payload_problem, storable_problem
     from schemas.tokens import count_tokens
     from schemas.vault.scope import scope_changed
+    from workflows.carry import (
+        CARRIED_EVENT_BYTES,
+        SMALL_CARRY,
+        carried_outcomes,
+        carried_state,
+        query_text,
+        restore_texts,
+    )
     from workflows.entry import arg, payload_json, start_input, valid_arg
     from workflows.events import SessionEvents
     from workflows.failures import decode_problem, reason, rejected
@@ -106,9 +114,6 @@ with workflow.unsafe.imports_passed_through():
 
 __all__ = ["SessionWorkflow"]
 
-KEPT_OUTCOMES = 16  # carried over continue-as-new
-CARRIED_REPLY_CHARS = 8_000  # of each carried outcome's reply; the record has it whole
-
 # An Update or a run sent no argument gets this (the SDK passes a payload as is only to a
 # parameter typed exactly RawValue, so the default must be one).
 NO_PAYLOAD = RawValue(Payload())
@@ -120,16 +125,6 @@ BACKGROUND: dict[str, tuple[HarnessKind, type[BaseModel]]] = {
     Handler.AGENT_RUN: (HarnessKind.AGENT_RUN, AgentRunInput),
     Handler.CALLBACK: (HarnessKind.CALLBACK, CallbackInput),
 }
-
-
-def carried_outcome(outcome: TurnOutcome) -> TurnOutcome:
-    """An outcome as continue-as-new carries it: its reply cut to CARRIED_REPLY_CHARS, with
-    where the record holds all of it."""
-    if len(outcome.reply_text) <= CARRIED_REPLY_CHARS:
-        return outcome
-    note = f"\n[cut: the whole reply is message #{outcome.reply_seq} of the record]"
-    return outcome.model_copy(update={"reply_text": outcome.reply_text[:CARRIED_REPLY_CHARS]
-                                      + note})
 
 
 @workflow.defn(name=SESSION_WORKFLOW)
@@ -301,15 +296,15 @@ class SessionWorkflow:
 
     @workflow.query(name=Handler.MIND)
     def mind(self) -> str:
-        return self.state.mind_text
+        return query_text(self.state, self.state.mind_text)
 
     @workflow.query(name=Handler.MEMO)
     def memo(self) -> str:
-        return self.state.memo_text
+        return query_text(self.state, self.state.memo_text)
 
     @workflow.query(name=Handler.NOW)
     def now(self) -> str:
-        return self.state.now_text
+        return query_text(self.state, self.state.now_text)
 
     @workflow.query(name=Handler.AGENT)
     def agent(self) -> AgentSpec | None:
@@ -492,6 +487,7 @@ class SessionWorkflow:
             raise ApplicationError(changed, type=Rejection.MEMORY_SCOPE_FIXED,
                                    non_retryable=True)
         run.publish_summary()
+        await restore_texts(run)  # the checkpoint's texts, when continue-as-new left them
         if state.turn_in_progress is not None:  # a turn carried over continue-as-new
             await self._run_turn()
         while state.stopped_reason is None:
@@ -520,6 +516,7 @@ class SessionWorkflow:
 
     async def _run_turn(self) -> None:
         """One turn; a turn whose call waits on a person may go over continue-as-new."""
+        await restore_texts(self.session)  # when the run's first read of them failed
         if await self.turns.run_turn() is TurnEnd.CONTINUE_AS_NEW:
             await self._continue_as_new()
 
@@ -542,12 +539,13 @@ class SessionWorkflow:
             carried.decisions = [d for d in self.tools.decisions.values()
                                  if d.call_id in left]
         state.run_count += 1
-        distinct = {id(o): o for o in self.turns.outcomes.values()}.values()
-        state.recent_outcomes = sorted(distinct, key=lambda o: o.turn)[-KEPT_OUTCOMES:]
-        if workflow.patched("carried-outcomes-bounded"):
-            # A carried outcome answers a caller's retry; on a large window its reply can
-            # be a hundred kilobytes, and sixteen of them pass the payload limit.
-            state.recent_outcomes = [carried_outcome(o) for o in state.recent_outcomes]
+        # A carried outcome answers a caller's retry; on a large window its reply can be a
+        # hundred kilobytes, and sixteen of them pass the payload limit (workflows.carry).
+        bounded = workflow.patched("carried-outcomes-bounded")
+        small = workflow.patched(SMALL_CARRY)
+        state.recent_outcomes = carried_outcomes(self.turns.outcomes.values(),
+                                                 bounded=bounded, small=small)
         workflow.continue_as_new(SessionInput(
-            session_id=state.session_id, config=state.config, state=state,
-            events=run.events.carry()))
+            session_id=state.session_id, config=state.config,
+            state=carried_state(state, small=small),
+            events=run.events.carry(CARRIED_EVENT_BYTES if small else None)))

@@ -505,5 +505,6 @@ class Turns:
         state.checkpoint_count += 1
         state.mind_text, state.memo_text = stored.mind_text, stored.memo_text
         state.now_text = stored.now_text
+        state.texts_in_store = False  # read or not, these are the session's texts now
         state.context_tokens = stored.window_tokens_after
         state.recent_savings = remember_saving(state.recent_savings, stored.tokens_saved)

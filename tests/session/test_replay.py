@@ -1,6 +1,7 @@
 """Replay every recorded history against the current workflow code.
 
 A change to workflow logic that would make running sessions nondeterministic fails here.
+A file `NAME.json` holds a session's run; `NAME@RUN.json` one of several runs of session NAME.
 Re-record with `python scripts/record_histories.py` only for a deliberate, patched change.
 """
 
@@ -24,7 +25,7 @@ def test_histories_are_committed():
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_history_replays(path: Path):
-    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    history = WorkflowHistory.from_json(path.stem.split("@")[0], path.read_text())
     replayer = Replayer(workflows=[SessionWorkflow], data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
     assert result.replay_failure is None

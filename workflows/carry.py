@@ -1,0 +1,100 @@
+"""Carry: what continue-as-new hands the next run, and what that run reads back.
+
+Invariant: the continue-as-new input (the next run's first workflow task) stays small
+whatever the window and however long the session. The checkpoint's mind, memo and now stay
+in PostgreSQL and the new run reads them by the checkpoint id before its first turn
+(`restore_texts`); the carried outcomes' replies share one budget, the newest kept longest,
+each cut one saying where the record holds it whole; the event stream carries at most
+CARRIED_EVENT_BYTES of its newest events. Until its texts are back a run answers the mind,
+memo and now queries with TEXTS_LOADING (keel.client asks again), never with an empty text.
+Histories from before `workflow.patched(SMALL_CARRY)` carry as they did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.workflow import ActivityConfig
+
+with workflow.unsafe.imports_passed_through():
+    from activities.checkpoint import CheckpointActivities
+    from schemas.session import Rejection, SessionState, TurnOutcome
+    from workflows.failures import reason
+    from workflows.options import DB_RETRY
+    from workflows.run import SessionRun
+
+__all__ = ["CARRIED_EVENT_BYTES", "KEPT_OUTCOMES", "SMALL_CARRY", "carried_outcome",
+           "carried_outcomes", "carried_state", "query_text", "restore_texts"]
+
+SMALL_CARRY = "small-continue-as-new"
+KEPT_OUTCOMES = 16  # carried over continue-as-new
+CARRIED_REPLY_CHARS = 8_000  # of the newest carried outcome's reply; the record has it whole
+OLDER_REPLY_CHARS = 600  # of each older one's (a caller's retry of an old input is rare)
+CARRIED_EVENT_BYTES = 24_000  # of the event stream's newest events
+# The texts are read once per run; a database that does not answer in two minutes leaves
+# them for the next turn to read (status says why).
+RESTORE_TEXTS = ActivityConfig(start_to_close_timeout=timedelta(seconds=30),
+                               schedule_to_close_timeout=timedelta(minutes=2),
+                               retry_policy=DB_RETRY)
+TEXTS_LOADING = (f"{Rejection.TEXTS_LOADING}: this run is reading the checkpoint's mind, memo"
+                 " and now back from the record (it continued as new a moment ago): ask again")
+
+
+def carried_outcome(outcome: TurnOutcome, limit: int = CARRIED_REPLY_CHARS) -> TurnOutcome:
+    """An outcome as continue-as-new carries it: its reply cut to `limit`, with where the
+    record holds all of it."""
+    if len(outcome.reply_text) <= limit:
+        return outcome
+    note = f"\n[cut: the whole reply is message #{outcome.reply_seq} of the record]"
+    return outcome.model_copy(update={"reply_text": outcome.reply_text[:limit] + note})
+
+
+def carried_outcomes(outcomes: Iterable[TurnOutcome], *, bounded: bool,
+                     small: bool) -> list[TurnOutcome]:
+    """The last KEPT_OUTCOMES distinct outcomes, oldest first: each reply cut to
+    CARRIED_REPLY_CHARS when `bounded`, and all but the newest to OLDER_REPLY_CHARS when
+    `small`."""
+    distinct = {id(o): o for o in outcomes}.values()
+    kept = sorted(distinct, key=lambda o: o.turn)[-KEPT_OUTCOMES:]
+    if small:
+        return [carried_outcome(o, CARRIED_REPLY_CHARS if i == len(kept) - 1
+                                else OLDER_REPLY_CHARS) for i, o in enumerate(kept)]
+    return [carried_outcome(o) for o in kept] if bounded else kept
+
+
+def carried_state(state: SessionState, *, small: bool) -> SessionState:
+    """The state the next run starts from: without the checkpoint's texts when `small`
+    and there is a checkpoint to read them from."""
+    if not small or state.checkpoint_id is None:
+        return state
+    return state.model_copy(update={"mind_text": "", "memo_text": "", "now_text": "",
+                                    "texts_in_store": True})
+
+
+async def restore_texts(run: SessionRun) -> None:
+    """Read the checkpoint's mind, memo and now back into the state; on failure, say so in
+    status and leave them for the next call."""
+    state = run.state
+    if not state.texts_in_store or state.checkpoint_id is None:
+        state.texts_in_store = False
+        return
+    try:
+        stored = await workflow.execute_activity_method(
+            CheckpointActivities.checkpoint_texts, state.checkpoint_id, **RESTORE_TEXTS)
+    except ActivityError as err:
+        run.last_error = f"the checkpoint's mind, memo and now were not read back: {reason(err)}"
+        return
+    if state.texts_in_store:  # a checkpoint adopted meanwhile brought its own
+        state.mind_text, state.memo_text = stored.mind_text, stored.memo_text
+        state.now_text = stored.now_text
+        state.texts_in_store = False
+
+
+def query_text(state: SessionState, text: str) -> str:
+    """A mind / memo / now query's answer: the text, or TEXTS_LOADING while it is away."""
+    if state.texts_in_store:
+        raise ApplicationError(TEXTS_LOADING, type=Rejection.TEXTS_LOADING)
+    return text
