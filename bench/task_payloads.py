@@ -81,6 +81,7 @@ async def task_payloads(client: Client, workflow_id: str) -> dict[str, Any]:
     which kinds of event make up the tasks over 64 KB."""
     sizes: list[int] = []
     over: Counter[str] = Counter()
+    largest: Counter[str] = Counter()
     largest_event = (0, "")
     async for run in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
         history = await client.get_workflow_handle(workflow_id,
@@ -89,6 +90,8 @@ async def task_payloads(client: Client, workflow_id: str) -> dict[str, Any]:
             largest_event = max(largest_event, (_payload_bytes(event), _name(event)))
         for parts in _tasks(list(history.events)):
             sizes.append(sum(parts.values()))
+            if sizes[-1] > sum(largest.values()):
+                largest = parts
             if sizes[-1] > 64 * 1024:
                 over.update(parts)
     ordered = sorted(sizes)
@@ -97,6 +100,7 @@ async def task_payloads(client: Client, workflow_id: str) -> dict[str, Any]:
         "largest_task_bytes": ordered[-1] if ordered else 0,
         "median_task_bytes": ordered[len(ordered) // 2] if ordered else 0,
         "tasks_over_64k": sum(1 for s in sizes if s > 64 * 1024),
+        "largest_task_by_event": dict(largest.most_common()),
         "largest_event": {"bytes": largest_event[0], "type": largest_event[1]},
         "over_64k_bytes_by_event": dict(over.most_common(6)),
     }
