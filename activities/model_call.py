@@ -40,7 +40,14 @@ from schemas.checkpoint.prepass import prepass
 from schemas.context import estimate_tokens, fit_newest_tool_output
 from schemas.events import SHORT_INPUT_CHARS, DeltaTail, cut
 from schemas.mcp import McpTool
-from schemas.messages import MessageType, ModelReply, RecordRow, ToolCall, Usage
+from schemas.messages import (
+    MessageType,
+    ModelReply,
+    RecordRow,
+    ToolCall,
+    Usage,
+    inline_reply,
+)
 from schemas.model import TooLong
 from schemas.text import make_storable, make_storable_json
 from schemas.vault.recall import RecallInput, RecallResult, scrub_memory_echo
@@ -344,8 +351,8 @@ async def insert_reply(conn: AsyncConnection, data: ModelCallInput,
         tool_calls=[ToolCall(id=b["id"], name=b["name"], input_preview=_preview(b.get("input")),
                              input=b.get("input") or {})
                     for b in blocks if b["type"] == "tool_use"],
-        usage=_usage(message), text=text, reply_tokens=inserted.token_count,
-        model=message.model)
+        usage=_usage(message), text=inline_reply(text), text_chars=len(text),
+        reply_tokens=inserted.token_count, model=message.model)
     return reply, replaced
 
 
@@ -361,4 +368,5 @@ def reply_from_row(row: RecordRow, model: str) -> ModelReply:
     calls = [ToolCall(id=b["id"], name=b["name"], input=b.get("input") or {})
              for b in blocks if b.get("type") == "tool_use"]
     return ModelReply(seq=row.seq, stop_reason="tool_use" if calls else "end_turn",
-                      tool_calls=calls, text=row.text, reply_tokens=row.token_count, model=model)
+                      tool_calls=calls, text=inline_reply(row.text), text_chars=len(row.text),
+                      reply_tokens=row.token_count, model=model)

@@ -17,7 +17,8 @@ from psycopg.rows import dict_row
 from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError
 
-from schemas.messages import MessageType, RecordRow
+from schemas.messages import REPLY_INLINE_CHARS, MessageType, RecordRow
+from schemas.session import ReplyPart
 from schemas.text import storable_json_problem, storable_problem
 from schemas.tokens import count_tokens
 
@@ -166,3 +167,18 @@ async def load_seqs(conn: AsyncConnection, session_id: str, seqs: list[int]) -> 
             f"SELECT {_ROW_COLUMNS} FROM messages WHERE session_id=%s AND seq = ANY(%s)"
             " ORDER BY seq", (session_id, seqs))
         return [_to_row(r) for r in await cur.fetchall()]
+
+
+async def reply_part(conn: AsyncConnection, session_id: str, seq: int,
+                     start: int) -> ReplyPart:
+    """At most REPLY_INLINE_CHARS of reply `seq`'s text from `start` (substring in SQL, so
+    a long reply is never read whole); NoSuchReply when the seq is not a reply."""
+    row = await (await conn.execute(
+        "SELECT substr(content_text, %s, %s), char_length(content_text) FROM messages"
+        " WHERE session_id=%s AND seq=%s AND type=%s",
+        (start + 1, REPLY_INLINE_CHARS, session_id, seq, MessageType.ASSISTANT.value),
+    )).fetchone()
+    if row is None:
+        raise ApplicationError(f"message #{seq} is not a reply of session {session_id!r}",
+                               type="NoSuchReply", non_retryable=True)
+    return ReplyPart(text=row[0] or "", start=start, total_chars=row[1] or 0)

@@ -71,6 +71,7 @@ from activities.record import (
     fence_seq,
     insert_row,
     load_seqs,
+    reply_part,
 )
 from activities.results import keep_whole, read_payload
 from activities.tools import ToolContext, ToolOutput, execute_tool
@@ -84,6 +85,7 @@ from schemas.events import cut as cut_preview
 from schemas.messages import MessageType
 from schemas.model import PROMPT_TOO_LONG
 from schemas.request import model_call_request
+from schemas.session import ReadReply, ReplyPart
 from schemas.text import make_storable, make_storable_json
 from schemas.tools import MEMORY_TOOLS
 from schemas.vault.card import CardFact
@@ -130,6 +132,10 @@ class ToolOutcome(BaseModel):
     token_count: int
     is_error: bool
     preview: str = ""  # the result's start, for the event stream (schemas.events cuts it)
+
+
+class ReadReplyInput(ReadReply):
+    session_id: str
 
 
 class SessionActivities:
@@ -243,6 +249,12 @@ class SessionActivities:
             return ToolOutcome(seq=inserted.seq, token_count=inserted.token_count,
                                is_error=output.is_error,
                                preview=cut(output.text, SHORT_OUTPUT_CHARS))
+
+    @activity.defn
+    async def read_reply(self, data: ReadReplyInput) -> ReplyPart:
+        """A part of a reply's text, for a caller whose outcome carried only its start."""
+        async with await self.ctx.connection() as conn:
+            return await reply_part(conn, data.session_id, data.seq, data.start)
 
     @activity.defn
     async def record_tool_result(self, data: ToolResultInput) -> ToolOutcome:

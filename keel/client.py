@@ -85,7 +85,9 @@ from schemas.session import (
     EndSession,
     Handler,
     MessageAccepted,
+    ReadReply,
     Rejection,
+    ReplyPart,
     SessionConfig,
     SessionInput,
     SessionStatus,
@@ -195,7 +197,7 @@ class SessionHandle:
             except WorkflowUpdateRPCTimeoutOrCancelledError:
                 continue
             if not outcome.retry:  # a retry means the session continued as new: ask it
-                return outcome
+                return await self._whole(outcome)
 
     async def ask(self, text: str, input_id: str | None = None) -> TurnOutcome:
         """A plain turn in one update (`Handler.ASK`): record the message and wait for the
@@ -214,8 +216,24 @@ class SessionHandle:
             except WorkflowUpdateRPCTimeoutOrCancelledError:
                 continue
             if not outcome.retry or not outcome.input_seqs:
-                return outcome
+                return await self._whole(outcome)
             return await self.wait_reply(outcome.input_seqs[0])
+
+    async def _whole(self, outcome: TurnOutcome) -> TurnOutcome:
+        """The outcome with its reply's whole text: a long reply travels through the
+        session as its start (`reply_cut`), and the rest is read from the record."""
+        if not outcome.reply_cut or outcome.reply_seq is None:
+            return outcome
+        text = outcome.reply_text
+        while len(text) < outcome.reply_chars:
+            async with refusals(self.handle):
+                part: ReplyPart = await self.handle.execute_update(
+                    Handler.READ_REPLY, ReadReply(seq=outcome.reply_seq, start=len(text)),
+                    result_type=ReplyPart)
+            if not part.text:
+                break
+            text += part.text
+        return outcome.model_copy(update={"reply_text": text, "reply_cut": False})
 
     async def _signal(self, handler: Handler, arg: WatchInput | TaskInput | AgentRunInput
                       | CallbackInput) -> None:

@@ -221,6 +221,16 @@ class Usage(BaseModel):
         return self.input_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens
 
 
+# Of a reply's text, what a workflow task carries (in the model call's result and the
+# turn's outcome); the record holds it whole.
+REPLY_INLINE_CHARS = 16_000
+
+
+def inline_reply(text: str) -> str:
+    """The part of a reply's text that travels through the workflow."""
+    return text[:REPLY_INLINE_CHARS]
+
+
 class ModelReply(BaseModel):
     """What the model-call activity returns: small, never the conversation."""
 
@@ -228,6 +238,9 @@ class ModelReply(BaseModel):
     stop_reason: str | None
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
-    text: str = ""  # the final text of this reply (bounded by the output limit)
+    # The final text of this reply, its first REPLY_INLINE_CHARS (a caller reads the rest
+    # from the record, `Handler.READ_REPLY`); `text_chars` is the whole text's length.
+    text: str = ""
+    text_chars: int = 0
     reply_tokens: int = 0
     model: str = ""

@@ -53,6 +53,8 @@ class Handler(StrEnum):
     PUT_FILE = "put_file"  # update: PutFile -> FileVersion
     READ_FILE = "read_file"  # update: ReadFile -> FileData | None
     LIST_FILES = "list_files"  # update: ListFiles -> list[FileEntry]
+    # A reply's text past what the outcome carried (TurnOutcome.reply_cut), in parts.
+    READ_REPLY = "read_reply"  # update: ReadReply -> ReplyPart
 
 
 class Rejection(StrEnum):
@@ -158,6 +160,11 @@ class TurnOutcome(BaseModel):
     input_seqs: list[int] = Field(default_factory=list)
     reply_seq: int | None = None
     reply_text: str = ""
+    # The reply's text goes on past `reply_text` (its first REPLY_INLINE_CHARS): the record
+    # holds it whole, and `Handler.READ_REPLY` reads it (keel.client does, so its callers
+    # get the whole text). `reply_chars` is the whole text's length.
+    reply_cut: bool = False
+    reply_chars: int = 0
     error: str | None = None
     stopped_reason: str | None = None
     # The session is continuing as new: ask again (the client helper does) and the new run
@@ -341,3 +348,16 @@ HARNESS_KINDS: tuple[HarnessKind, ...] = tuple(HarnessKind)
 
 class AwaitReply(BaseModel):
     seq: int  # the input whose answering turn to wait for
+
+
+class ReadReply(BaseModel):
+    seq: int = Field(ge=1)  # the reply's seq (TurnOutcome.reply_seq)
+    start: int = Field(default=0, ge=0)  # the first character to read
+
+
+class ReplyPart(BaseModel):
+    """At most REPLY_INLINE_CHARS of a reply's text from `start`, and the whole length."""
+
+    text: str
+    start: int
+    total_chars: int

@@ -1,6 +1,10 @@
-"""Carry: what continue-as-new hands the next run, and what that run reads back.
+"""Carry: what the workflow's payloads carry of a session's large texts, and how the rest
+is read back from PostgreSQL.
 
-Invariant: the continue-as-new input (the next run's first workflow task) stays small
+Invariant: a reply travels through the workflow as its first REPLY_INLINE_CHARS only (the
+model call's result, the turn's outcome); a caller reads the rest by its seq, a part at a
+time (`read_reply`, the READ_REPLY Update; keel.client does it for its callers). The
+continue-as-new input (the next run's first workflow task) stays small
 whatever the window and however long the session. The checkpoint's mind, memo and now stay
 in PostgreSQL and the new run reads them by the checkpoint id before its first turn
 (`restore_texts`); the carried outcomes' replies share one budget, the newest kept longest,
@@ -21,13 +25,14 @@ from temporalio.workflow import ActivityConfig
 
 with workflow.unsafe.imports_passed_through():
     from activities.checkpoint import CheckpointActivities
-    from schemas.session import Rejection, SessionState, TurnOutcome
+    from activities.session import ReadReplyInput, SessionActivities
+    from schemas.session import ReadReply, Rejection, ReplyPart, SessionState, TurnOutcome
     from workflows.failures import reason
-    from workflows.options import DB_RETRY
+    from workflows.options import DB_RETRY, FILE_CALL
     from workflows.run import SessionRun
 
 __all__ = ["CARRIED_EVENT_BYTES", "KEPT_OUTCOMES", "SMALL_CARRY", "carried_outcome",
-           "carried_outcomes", "carried_state", "query_text", "restore_texts"]
+           "carried_outcomes", "carried_state", "query_text", "read_reply", "restore_texts"]
 
 SMALL_CARRY = "small-continue-as-new"
 KEPT_OUTCOMES = 16  # carried over continue-as-new
@@ -98,3 +103,17 @@ def query_text(state: SessionState, text: str) -> str:
     if state.texts_in_store:
         raise ApplicationError(TEXTS_LOADING, type=Rejection.TEXTS_LOADING)
     return text
+
+
+async def read_reply(state: SessionState, data: ReadReply) -> ReplyPart:
+    """A part of reply `data.seq` from the record; what could not be read refuses the
+    Update with its reason."""
+    try:
+        part: ReplyPart = await workflow.execute_activity_method(
+            SessionActivities.read_reply,
+            ReadReplyInput(session_id=state.session_id, seq=data.seq, start=data.start),
+            **FILE_CALL)
+    except ActivityError as err:
+        raise ApplicationError(reason(err), type=Rejection.NO_SUCH_INPUT,
+                               non_retryable=True) from None
+    return part

@@ -80,7 +80,9 @@ with workflow.unsafe.imports_passed_through():
         EndSession,
         Handler,
         MessageAccepted,
+        ReadReply,
         Rejection,
+        ReplyPart,
         SessionInput,
         SessionPhase,
         SessionState,
@@ -100,6 +102,7 @@ with workflow.unsafe.imports_passed_through():
         carried_outcomes,
         carried_state,
         query_text,
+        read_reply,
         restore_texts,
     )
     from workflows.entry import arg, payload_json, start_input, valid_arg
@@ -272,6 +275,18 @@ class SessionWorkflow:
         seq = valid_arg(AwaitReply, data, NO_PAYLOAD, "the wait").seq
         if seq < 1 or seq >= self.state.next_seq:
             raise ApplicationError(f"no input #{seq} in this session",
+                                   type=Rejection.NO_SUCH_INPUT, non_retryable=True)
+
+    @workflow.update(name=Handler.READ_REPLY)
+    async def read_reply(self, raw: RawValue = NO_PAYLOAD) -> ReplyPart:
+        """A reply's text past what its outcome carried (TurnOutcome.reply_cut)."""
+        return await read_reply(self.state, arg(ReadReply, raw, NO_PAYLOAD))
+
+    @read_reply.validator
+    def validate_read_reply(self, raw: RawValue = NO_PAYLOAD) -> None:
+        seq = valid_arg(ReadReply, raw, NO_PAYLOAD, "the reply read").seq
+        if seq >= self.state.next_seq:
+            raise ApplicationError(f"no message #{seq} in this session",
                                    type=Rejection.NO_SUCH_INPUT, non_retryable=True)
 
     # ----- queries ----------------------------------------------------------------------

@@ -202,12 +202,14 @@ class Turns:
                    error: str | None) -> None:
         """The turn's outcome to its callers, then what is written after the reply."""
         run, state = self.run, self.run.state
+        chars = (reply.text_chars or len(reply.text)) if reply else 0
         outcome = TurnOutcome(
             turn=state.turn, input_seqs=progress.answered,
             reply_seq=reply.seq if reply else None, reply_text=reply.text if reply else "",
+            reply_cut=chars > len(reply.text) if reply else False, reply_chars=chars,
             error=error, stopped_reason=state.stopped_reason)
         run.events.emit(TurnEnded, turn=state.turn, reply_seq=outcome.reply_seq,
-                        reply_chars=len(outcome.reply_text),
+                        reply_chars=chars,
                         reply_preview=outcome.reply_text, error=error,
                         model=self.observer.model, context_tokens=state.context_tokens,
                         context_window=state.config.context_window,

@@ -10,8 +10,18 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.exceptions import ApplicationError
 
-from keel.client import session_config
-from schemas.session import Rejection, SessionState, TurnOutcome
+from keel._errors import refusals
+from keel.client import KeelError, session_config
+from schemas.messages import REPLY_INLINE_CHARS
+from schemas.session import (
+    Handler,
+    ReadReply,
+    Rejection,
+    ReplyPart,
+    SessionState,
+    TurnOutcome,
+    UserMessage,
+)
 from tests.checkpoint_model import CheckpointModel, good_checkpoint
 from tests.fake_anthropic import text_message
 from tests.harness import keel_worker, make_settings
@@ -97,3 +107,30 @@ def test_the_texts_leave_the_state_only_when_a_checkpoint_holds_them() -> None:
         query_text(carried, carried.mind_text)
     assert refused.value.type == Rejection.TEXTS_LOADING
     assert query_text(state, "m") == "m"
+
+
+async def test_a_long_reply_travels_as_its_start_and_the_client_reads_the_rest(
+        client, settings, fake_anthropic):
+    reply = "".join(f"<{i}>".ljust(1_000, ".") for i in range(50))  # 50,000 characters
+    fake_anthropic.responder = lambda body: text_message(reply)
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"carry-{uuid.uuid4().hex[:8]}")
+        outcome = await session.ask("write it all")
+        raw = await session.handle.execute_update(
+            Handler.ASK, UserMessage(text="once more", input_id="raw-1"),
+            result_type=TurnOutcome)
+        part = await session.handle.execute_update(
+            Handler.READ_REPLY, ReadReply(seq=raw.reply_seq, start=49_990),
+            result_type=ReplyPart)
+        with pytest.raises(KeelError, match="no message #999"):
+            async with refusals(session.handle):
+                await session.handle.execute_update(
+                    Handler.READ_REPLY, ReadReply(seq=999), result_type=ReplyPart)
+        history = await session.handle.fetch_history()
+    assert outcome.reply_text == reply and not outcome.reply_cut
+    assert raw.reply_cut and raw.reply_chars == 50_000
+    assert raw.reply_text == reply[:REPLY_INLINE_CHARS]
+    assert (part.text, part.total_chars) == (reply[49_990:], 50_000)
+    # No event of the run carries the reply whole: the model call's result, the Update's.
+    sizes = [e.ByteSize() for e in history.events]
+    assert max(sizes) < REPLY_INLINE_CHARS + 8_000
