@@ -53,6 +53,9 @@ class Handler(StrEnum):
     PUT_FILE = "put_file"  # update: PutFile -> FileVersion
     READ_FILE = "read_file"  # update: ReadFile -> FileData | None
     LIST_FILES = "list_files"  # update: ListFiles -> list[FileEntry]
+    # Branching (schemas.branch): the state a fork or an export starts from, a rewind.
+    STATE = "session_state"  # query: SessionState
+    REWIND = "rewind"  # update: RewindRequest -> RewindDone
 
 
 class Rejection(StrEnum):
