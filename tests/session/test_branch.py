@@ -152,3 +152,50 @@ async def test_a_fork_that_fails_midway_leaves_nothing_and_a_retry_makes_one(
         assert await notes(keel.session(new_id)) == "one"
     assert db(database_url, "SELECT count(*) FROM messages WHERE session_id = %s",
               new_id) == [(done.rows_copied,)]
+
+
+async def test_rewind_abandons_the_rows_after_the_point_for_good(
+        client, settings, fake_anthropic, database_url):
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(
+            f"b-{uuid.uuid4().hex[:8]}", config=small_config(settings, memory_scope=None))
+        await session.ask("write one")  # #1 to #4
+        await session.ask("second message")  # #5, #6
+        await session.ask("write two")  # #7 to #10
+        await session.ask("abandoned words")  # #11, #12
+        with pytest.raises(BranchRefusedError, match="inside a tool round"):
+            await session.rewind(8)
+        with pytest.raises(BranchRefusedError, match="not in this session's record"):
+            await session.rewind(40)
+        done = await session.rewind(6)
+        assert (done.rows_rewound, done.first_rewound, done.last_rewound) == (6, 7, 12)
+        assert await notes(session) == "one"
+        await session.ask("new direction")
+        await session.ask("and on")
+        status = await session.status()
+    sent = user_request(fake_anthropic, "new direction")
+    # The context as it stood at #6: the request that once carried "write two" less that
+    # message, then the new one.
+    assert sent["messages"][:-1] == user_request(fake_anthropic, "write two")["messages"][:-1]
+    for request in (sent, user_request(fake_anthropic, "and on")):
+        said = str(request["messages"])
+        assert "abandoned words" not in said and "write two" not in said
+    marks = db(database_url, "SELECT seq, rewound_by IS NOT NULL FROM messages"
+               " WHERE session_id = %s ORDER BY seq", session.session_id)
+    assert [s for s, r in marks if r] == list(range(7, 13))
+    assert [s for s, r in marks if not r][-4:] == [13, 14, 15, 16]
+    assert status.phase == "idle" and status.last_seq == 16
+
+
+async def test_rewind_before_a_checkpoint_leaves_it(client, settings, fake_anthropic):
+    async with keel_worker(client, settings) as keel:
+        session, seqs = await checkpointed(keel, fake_anthropic)
+        assert await session.mind()
+        done = await session.rewind(seqs["after_checkpoint"] - 1)
+        assert done.checkpoint is None and done.checkpoint_count == 0
+        assert await session.mind() == "" and await notes(session) == "one"
+        await session.ask("after the rewind")
+        assert (await session.status()).window_start_seq == 1
+    sent = user_request(fake_anthropic, "after the rewind")
+    assert "<recollection>" not in str(sent["messages"])
+    assert "third message" not in str(sent["messages"])
