@@ -31,6 +31,7 @@ from schemas.branch import (
     bundle_line,
     check_end,
     check_header,
+    line_of,
     renamed_checkpoint,
 )
 from schemas.session import SessionState
@@ -94,8 +95,7 @@ def read_bundle(bundle: bytes) -> tuple[BundleHeader, dict[str, list[dict[str, A
     parts: dict[str, list[dict[str, Any]]] = {"row": [], "checkpoint": [], "rewind": [],
                                               "file": []}
     for line in lines[1:-1]:
-        item = json.loads(line)
-        kind = item.pop("kind", None)
+        kind, item = line_of(line)
         if kind not in parts:
             raise BranchError(f"the bundle has a line of unknown kind {kind!r}")
         parts[kind].append(item)

@@ -14,7 +14,8 @@ Invariants:
 - The state a branch starts from (`state_at`) points at that checkpoint: its window start,
   mind, memo and now; the next seq follows the point.
 - A bundle (`BUNDLE_FORMAT`) is JSON lines, one object each, written canonically (sorted
-  keys, no spaces, UTF-8), so the same session exports to the same bytes. Its first line
+  keys, no spaces, UTF-8: `{"data": {...}, "line": kind}`), so the same session exports
+  to the same bytes. Its first line
   is the header naming the format's version; a version this Keel does not read is refused
   with that version named (`check_header`). Its last line counts what came before it, so
   a truncated bundle is refused too.
@@ -226,18 +227,28 @@ class BundleEnd(BaseModel):
 
 def bundle_line(kind: str, body: dict[str, Any]) -> bytes:
     """One line of a bundle, canonical: the same object always gives the same bytes."""
-    return (json.dumps({"kind": kind, **body}, sort_keys=True, separators=(",", ":"),
+    return (json.dumps({"line": kind, "data": body}, sort_keys=True, separators=(",", ":"),
                        ensure_ascii=False) + "\n").encode()
+
+
+def line_of(raw: bytes) -> tuple[str, dict[str, Any]]:
+    """A line's kind and its object; `BranchError` for a line that is none."""
+    try:
+        item = json.loads(raw)
+    except ValueError:
+        raise BranchError("the bundle has a line that is not JSON") from None
+    if not isinstance(item, dict) or not isinstance(item.get("data"), dict):
+        raise BranchError("the bundle has a line that is not a bundle line")
+    return str(item.get("line")), item["data"]
 
 
 def check_header(line: bytes) -> BundleHeader:
     """The header of a bundle, or `BranchError` saying why it is none this Keel reads."""
     try:
-        raw = json.loads(line)
-    except ValueError:
-        raise BranchError("not a Keel session bundle: its first line is not JSON") from None
-    if not isinstance(raw, dict) or raw.get("kind") != "header" \
-            or raw.get("format") != BUNDLE_FORMAT:
+        kind, raw = line_of(line)
+    except BranchError:
+        raise BranchError(f"not a Keel session bundle (no {BUNDLE_FORMAT} header)") from None
+    if kind != "header" or raw.get("format") != BUNDLE_FORMAT:
         raise BranchError(f"not a Keel session bundle (no {BUNDLE_FORMAT} header)")
     version = raw.get("version")
     if not isinstance(version, int) or version not in READABLE_VERSIONS:
@@ -248,16 +259,15 @@ def check_header(line: bytes) -> BundleHeader:
             f"bundle format version {version!r} is {relation} the versions this Keel reads "
             f"({', '.join(str(v) for v in sorted(READABLE_VERSIONS))}); export it again "
             "with this Keel's version, or import it with the Keel that wrote it")
-    body = {k: v for k, v in raw.items() if k != "kind"}
-    return BundleHeader.model_validate(body)
+    return BundleHeader.model_validate(raw)
 
 
 def check_end(line: bytes | None, seen: dict[str, int]) -> None:
     """The last line must count exactly the lines read."""
     if line is None:
         raise BranchError("the bundle is cut short: it has no end line")
-    raw = json.loads(line)
-    if not isinstance(raw, dict) or raw.get("kind") != "end":
+    kind, raw = line_of(line)
+    if kind != "end":
         raise BranchError("the bundle is cut short: its last line is not its end line")
     counts = BundleEnd.model_validate({"counts": raw.get("counts", {})}).counts
     expected = {k: counts.get(k, 0) for k in LINE_KINDS}
