@@ -37,6 +37,10 @@ async def test_the_branch_commands(client, settings, fake_anthropic, database_ur
         assert "inside a tool round" in refused
         out = await asyncio.to_thread(keel, "rewind", sid, "--to", "4")
         assert f"rewound {sid} to seq 4: 4 row(s) marked rewound (#5 to #8)" in out
+        listing = await asyncio.to_thread(keel, "record", sid)
+        assert listing.count("(rewound)") == 4
+        forked = await asyncio.to_thread(keel, "record", f"{sid}-f", "--json")
+        assert forked.count(f'"origin": {{"session": "{sid}"') == 4
         bundle = tmp_path / "s.keel"
         out = await asyncio.to_thread(keel, "export", sid, "-o", str(bundle))
         assert f"exported {sid} to" in out and bundle.stat().st_size > 0
