@@ -91,8 +91,8 @@ async def check_point(conn: AsyncConnection, session_id: str, point: int) -> dat
         " ORDER BY seq DESC LIMIT 1", (session_id, point))).fetchone()
     assert row is not None
     if row[1] is not None:
-        raise refused(f"seq {point} was rewound (by {row[1]}): fork from it instead, or "
-                      "pick a live seq")
+        raise refused(f"seq {point} was abandoned by a rewind ({row[1]}); pick a seq that "
+                      "was not rewound")
     assistant = await (await conn.execute(
         "SELECT seq, content FROM messages WHERE session_id = %s AND seq <= %s"
         " AND type = 'assistant' AND rewound_by IS NULL ORDER BY seq DESC LIMIT 1",

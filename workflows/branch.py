@@ -51,6 +51,15 @@ BRANCH_CALL = ActivityConfig(
                              non_retryable_error_types=[*NEVER_RETRY, BRANCH_REFUSED]))
 
 
+def refusal(err: ActivityError) -> ApplicationError:
+    """A branch activity's failure as the caller's refusal: its own sentence when it
+    refused (BRANCH_REFUSED), else why it gave up."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError) and cause.type == BRANCH_REFUSED:
+        return ApplicationError(cause.message, type=BRANCH_REFUSED, non_retryable=True)
+    return ApplicationError(reason(err), type=BRANCH_REFUSED, non_retryable=True)
+
+
 @workflow.defn(name=FORK_WORKFLOW)
 class ForkWorkflow:
     @workflow.run
@@ -59,8 +68,7 @@ class ForkWorkflow:
             done: ForkDone = await workflow.execute_activity_method(
                 BranchActivities.fork_session, data, **BRANCH_CALL)
         except ActivityError as err:
-            raise ApplicationError(reason(err), type=BRANCH_REFUSED,
-                                   non_retryable=True) from None
+            raise refusal(err) from None
         state = done.state
         try:
             await workflow.start_child_workflow(
@@ -98,7 +106,7 @@ class Rewinder:
     async def rewind(self, data: RewindRequest) -> RewindDone:
         run, state = self.run, self.run.state
         update = workflow.current_update_info()
-        rewind_id = f"{state.session_id}:rewind:{update.id if update else workflow.uuid4()}"
+        rewind_id = f"{state.session_id}/rewind/{update.id if update else workflow.uuid4()}"
         try:
             done: RewindDone = await workflow.execute_activity_method(
                 BranchActivities.rewind_session,
@@ -106,8 +114,7 @@ class Rewinder:
                             upto_seq=state.next_seq - 1, rewind_id=rewind_id),
                 **BRANCH_CALL)
         except ActivityError as err:
-            raise ApplicationError(reason(err), type=BRANCH_REFUSED,
-                                   non_retryable=True) from None
+            raise refusal(err) from None
         found = done.checkpoint
         state.checkpoint_id = found.checkpoint_id if found else None
         state.window_start_seq = found.cut_seq if found else 1
