@@ -24,6 +24,7 @@ import psycopg
 from psycopg import AsyncConnection
 
 from activities.branch import LOCK_TIMEOUT
+from activities.workspace import LocalStore, StoredFile
 from schemas.branch import (
     BranchError,
     BundleHeader,
@@ -53,8 +54,32 @@ async def _lines(conn: AsyncConnection, sql: str, session_id: str, kind: str) ->
     return [bundle_line(kind, r[0]) for r in await cur.fetchall()]
 
 
-async def export_bundle(database_url: str, state: SessionState) -> bytes:
-    """The bundle of `state`'s session: its record, checkpoints, rewinds and workspace."""
+async def _local_files(conn: AsyncConnection, store: LocalStore,
+                       session_id: str) -> list[bytes]:
+    """The file lines of a workspace kept in a local folder (no history): each file as it
+    stands, at its version, written when the record's newest row was."""
+    row = await (await conn.execute(
+        "SELECT to_jsonb(max(created_at)) FROM messages WHERE session_id = %s",
+        (session_id,))).fetchone()
+    at = row[0] if row else None
+    return [bundle_line("file", {"path": f.path, "version": f.version, "size": len(f.data),
+                                 "data": "\\x" + f.data.hex(), "written_at": at})
+            for f in sorted(await store.snapshot(session_id), key=lambda f: f.path)]
+
+
+def _newest_files(files: list[dict[str, Any]]) -> list[StoredFile]:
+    """The files as they stand after a bundle's file history (deletions left out)."""
+    newest: dict[str, dict[str, Any]] = {}
+    for f in files:
+        newest[f["path"]] = f
+    return [StoredFile(p, bytes.fromhex(f["data"][2:]), int(f["version"]))
+            for p, f in sorted(newest.items()) if f.get("data") is not None]
+
+
+async def export_bundle(database_url: str, state: SessionState,
+                        local: LocalStore | None = None) -> bytes:
+    """The bundle of `state`'s session: its record, checkpoints, rewinds and workspace
+    (from `local` when the deployment keeps it in a folder)."""
     session_id = state.session_id
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
@@ -73,6 +98,8 @@ async def export_bundle(database_url: str, state: SessionState) -> bytes:
             parts = {kind: await _lines(conn, sql, session_id, kind) for kind, sql in (
                 ("row", _ROWS), ("checkpoint", _CHECKPOINTS), ("rewind", _REWINDS),
                 ("file", _FILES))}
+            if local is not None:
+                parts["file"] = await _local_files(conn, local, session_id)
     body = [bundle_line("header", header.model_dump(mode="json"))]
     for lines in parts.values():
         body.extend(lines)
@@ -126,10 +153,21 @@ def _renamed(header: BundleHeader, parts: dict[str, list[dict[str, Any]]],
 
 
 async def import_bundle(database_url: str, bundle: bytes, new_id: str | None,
-                        request_id: str) -> ImportDone:
-    """The bundle's session written into this database (see the module docstring)."""
+                        request_id: str, local: LocalStore | None = None) -> ImportDone:
+    """The bundle's session written into this database (see the module docstring), and
+    its files into `local` when the deployment keeps workspaces in folders (after the
+    transaction, again on a retry: the same files)."""
     header, parts = read_bundle(bundle)
     session_id = new_id or header.session_id
+    done = await _import(database_url, header, parts, session_id, request_id)
+    if local is not None:
+        await local.restore(session_id, _newest_files(parts["file"]))
+    return done
+
+
+async def _import(database_url: str, header: BundleHeader,
+                  parts: dict[str, list[dict[str, Any]]], session_id: str,
+                  request_id: str) -> ImportDone:
     async with await psycopg.AsyncConnection.connect(database_url) as conn, \
             conn.transaction():
         done = await (await conn.execute(

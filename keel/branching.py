@@ -24,6 +24,7 @@ from schemas.branch import FORK_WORKFLOW, BranchError, ForkCopy, ForkDone
 from schemas.session import SESSION_WORKFLOW, Handler, SessionInput, SessionState
 
 if TYPE_CHECKING:
+    from activities.workspace import LocalStore
     from keel.client import KeelClient, SessionHandle
     from schemas.branch import ImportDone
 
@@ -83,7 +84,7 @@ async def export_session(keel: KeelClient, session_id: str, path: Path | None = 
             f"session {session_id} is in a turn ({len(state.pending)} input(s) waiting): "
             "export it once it is idle")
     try:
-        data = await export_bundle(_url(keel, database_url), state)
+        data = await export_bundle(_url(keel, database_url), state, _local(keel))
     except BranchError as err:
         raise BranchRefusedError(str(err)) from None
     if path is not None:
@@ -101,7 +102,8 @@ async def import_session(keel: KeelClient, bundle: bytes, new_id: str | None = N
 
     request_id = request_id or f"import-{hashlib.sha256(bundle).hexdigest()[:32]}-{new_id}"
     try:
-        done = await import_bundle(_url(keel, database_url), bundle, new_id, request_id)
+        done = await import_bundle(_url(keel, database_url), bundle, new_id, request_id,
+                                   _local(keel))
     except BranchError as err:
         raise BranchRefusedError(str(err)) from None
     state = done.state
@@ -115,6 +117,14 @@ async def import_session(keel: KeelClient, bundle: bytes, new_id: str | None = N
     except WorkflowAlreadyStartedError:
         pass  # a retried import whose session ran (and ended) already
     return done
+
+
+def _local(keel: KeelClient) -> LocalStore | None:
+    """The deployment's local workspace folders, when it keeps workspaces so."""
+    from activities.workspace import LocalStore, open_store
+
+    store = open_store(keel.settings, pooled=False)
+    return store if isinstance(store, LocalStore) else None
 
 
 def _url(keel: KeelClient, database_url: str | None) -> str:

@@ -130,3 +130,28 @@ async def test_a_bundle_of_another_version_is_refused_with_it_named(
         newer = gzip.compress(bundle.replace(b'"version":1', b'"version":7', 1))
         with pytest.raises(BranchRefusedError, match="version 7 is newer"):
             await KeelClient.import_session(keel, newer, "elsewhere")
+
+
+async def test_a_workspace_in_local_folders_goes_along(client, fake_anthropic, database_url,
+                                                      other_database, other_temporal,
+                                                      tmp_path):
+    from tests.harness import make_settings
+    from tests.session.test_branch import answer
+
+    fake_anthropic.responder = answer
+    here = make_settings(database_url, tmp_path / "a", fake_anthropic.base_url)
+    async with keel_worker(client, here) as keel:
+        session = await keel.start_session(
+            f"b-{uuid.uuid4().hex[:8]}", config=small_config(here, memory_scope=None))
+        await session.ask("write one")
+        await session.put_file("docs/a.md", "alpha")
+        await session.put_file("docs/a.md", "alpha, again")
+        bundle = await keel.export_session(session.session_id)
+    there = make_settings(other_database, tmp_path / "b", fake_anthropic.base_url)
+    async with keel_worker(other_temporal, there) as other:
+        done = await other.import_session(bundle)
+        moved = other.session(done.session_id)
+        assert await notes(moved) == "one"
+        found = await moved.read_file("docs/a.md")
+        assert found is not None and found.data == b"alpha, again" and found.version == 2
+        assert await other.export_session(done.session_id) == bundle
