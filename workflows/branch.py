@@ -92,11 +92,15 @@ class Rewinder:
         why: str | None = None
         if state.stopped_reason:
             why = f"this session has stopped: {state.stopped_reason}"
+        elif state.approvals:
+            why = (f"the session is waiting on {len(state.approvals)} approval(s) "
+                   f"({', '.join(a.tool for a in state.approvals)}): approve or deny first, "
+                   "then rewind once the turn has ended")
         elif run.phase is not SessionPhase.IDLE or state.pending or state.turn_in_progress \
-                or state.approvals or state.checkpoint_requested:
+                or state.checkpoint_requested:
             why = (f"the session is {run.phase.value} ({len(state.pending)} input(s) "
-                   f"waiting, {len(state.approvals)} approval(s) pending): a rewind is "
-                   "taken only while it is idle; wait for the turn to end")
+                   "waiting): a rewind is taken only while it is idle; wait for the turn "
+                   "to end")
         elif not 1 <= data.to_seq < state.next_seq:
             why = (f"seq {data.to_seq} is not in this session's record "
                    f"(#1 to #{state.next_seq - 1})")

@@ -199,3 +199,28 @@ async def test_rewind_before_a_checkpoint_leaves_it(client, settings, fake_anthr
     sent = user_request(fake_anthropic, "after the rewind")
     assert "<recollection>" not in str(sent["messages"])
     assert "third message" not in str(sent["messages"])
+
+
+async def test_rewind_is_refused_while_a_call_waits_on_a_person(client, settings,
+                                                                fake_anthropic):
+    from schemas.agent import AgentSpec, ApprovalPolicy, ApprovalRules
+
+    spec = AgentSpec(approvals=ApprovalRules(tools={"write_file": ApprovalPolicy.ASK}))
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(
+            f"b-{uuid.uuid4().hex[:8]}", agent=spec,
+            config=small_config(settings, memory_scope=None))
+        await session.ask("hello")  # #1, #2
+        accepted = await session.send("write one")
+        while not (pending := await session.pending()):
+            await asyncio.sleep(0.1)
+        with pytest.raises(BranchRefusedError, match="waiting on 1 approval"):
+            await session.rewind(2)
+        with pytest.raises(BranchRefusedError, match="inside a tool round"):
+            await keel.fork(session.session_id)  # now: the call waits for its result
+        early = await keel.fork(session.session_id, at_seq=2)
+        assert early.rows_copied == 2
+        await session.approve(pending[0].call_id)
+        await session.wait_reply(accepted.seq)
+        done = await session.rewind(2)
+        assert done.first_rewound == 3 and await notes(session) is None
