@@ -207,7 +207,8 @@ async def branch(request: Request) -> Response:
             return RedirectResponse(f"/sessions/{session_id}?from={seq}#m{seq}",
                                     status_code=303)
     except KeelError as err:  # a point inside a tool round, a session not idle, ...
-        return render(request, "error.html", status_code=409, title=f"Not {action}ed",
+        title = "Not forked" if action == "fork" else "Not rewound"
+        return render(request, "error.html", status_code=409, title=title,
                       message=str(err))
     return HTMLResponse("action must be fork or rewind", status_code=400)
 
