@@ -2,8 +2,9 @@
 
 One query for each view, used by both readers: `keel record` (sync psycopg) and the web UI
 (async psycopg) call the same SQL built here, so the two can never show different rows.
-Every database read of the command line goes through here (`keel vault search` too): no
-command holds SQL.
+Every database read of the command line goes through here (`keel vault search` too), but
+for a session's bundle, which `keel export` reads and `keel import` writes whole in one
+place (activities.bundle): no command holds SQL.
 
 Invariants: every read is bounded (a page of at most `MAX_PAGE` rows, chosen by seq on the
 (session_id, seq) key, so its cost follows the page, not the record); nothing here writes.
