@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 import uuid
@@ -190,7 +191,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
         "benchmark": "branch", "machine": machine(), "rows": args.rows, "files": args.files,
         "note": "measured on a shared 2-core machine while other helpers ran their own "
-                "tests and benchmarks on it: figures are noisy, upper rather than typical"}
+                "tests and benchmarks on it: figures are noisy, upper rather than typical",
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
     session_id = f"bench-branch-{uuid.uuid4().hex[:6]}"
     async with bench_stack(ModelSettings()) as (client, settings):
         settings = settings.model_copy(update={
@@ -216,6 +218,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 say(f"  run {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s"
                                                      for k, v in times.items()
                                                      if k != "bundle_bytes"))
+    out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     out["bundle_bytes"] = int(times.pop("bundle_bytes")[0])
     out["timings"] = {k: timed(v) for k, v in times.items()}
     out["round_trip_byte_exact"] = all(exact)
