@@ -29,6 +29,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.context import SessionContext
+from activities.heartbeat import with_heartbeat
 from schemas.branch import (
     BRANCH_REFUSED,
     BranchCheckpoint,
@@ -300,10 +301,16 @@ class BranchActivities:
 
     @activity.defn
     async def fork_session(self, data: ForkCopy) -> ForkDone:
+        return await with_heartbeat(self._fork(data))  # a lost worker is seen in seconds
+
+    async def _fork(self, data: ForkCopy) -> ForkDone:
         async with await self.ctx.connection() as conn, conn.transaction():
             return await fork_copy(conn, data, versions=self._versions)
 
     @activity.defn
     async def rewind_session(self, data: RewindInput) -> RewindDone:
+        return await with_heartbeat(self._rewind(data))
+
+    async def _rewind(self, data: RewindInput) -> RewindDone:
         async with await self.ctx.connection() as conn, conn.transaction():
             return await rewind_marks(conn, data, versions=self._versions)

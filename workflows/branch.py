@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.session import SESSION_WORKFLOW, SessionInput, SessionPhase
     from workflows.failures import reason
-    from workflows.options import NEVER_RETRY
+    from workflows.options import HEARTBEAT, NEVER_RETRY
     from workflows.run import SessionRun
 
 __all__ = ["ForkWorkflow", "Rewinder"]
@@ -46,6 +46,7 @@ __all__ = ["ForkWorkflow", "Rewinder"]
 # is retried: a fork held up by a long write goes on once it is done.
 BRANCH_CALL = ActivityConfig(
     start_to_close_timeout=timedelta(minutes=2), schedule_to_close_timeout=timedelta(minutes=10),
+    heartbeat_timeout=HEARTBEAT,  # a worker lost mid-copy: retried elsewhere within seconds
     retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=500),
                              maximum_interval=timedelta(seconds=10),
                              non_retryable_error_types=[*NEVER_RETRY, BRANCH_REFUSED]))

@@ -224,3 +224,27 @@ async def test_rewind_is_refused_while_a_call_waits_on_a_person(client, settings
         await session.wait_reply(accepted.seq)
         done = await session.rewind(2)
         assert done.first_rewound == 3 and await notes(session) is None
+
+
+async def test_a_worker_lost_in_the_middle_of_a_fork_leaves_no_half_session(
+        client, settings, fake_anthropic, database_url):
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(
+            f"b-{uuid.uuid4().hex[:8]}", config=small_config(settings, memory_scope=None))
+        await session.ask("write one")
+    new_id = f"{session.session_id}-lost"
+    with psycopg.connect(database_url) as holder:
+        holder.execute("LOCK TABLE workspace_files IN EXCLUSIVE MODE")
+        async with keel_worker(client, settings) as keel:
+            forking = asyncio.create_task(keel.fork(session.session_id, new_id=new_id,
+                                                    request_id="req-lost"))
+            await asyncio.sleep(2)  # the copy is under way, waiting on the lock
+        # That worker is gone, its transaction with it.
+        assert db(database_url, "SELECT count(*) FROM messages WHERE session_id = %s",
+                  new_id) == [(0,)]
+        holder.rollback()
+    async with keel_worker(client, settings) as keel:
+        done = await asyncio.wait_for(forking, 60)  # another worker finishes the fork
+        assert await notes(keel.session(new_id)) == "one"
+    assert db(database_url, "SELECT count(*) FROM messages WHERE session_id = %s",
+              new_id) == [(done.rows_copied,)]
