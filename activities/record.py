@@ -4,7 +4,8 @@ Invariants: a row is inserted once (a retry with the same input id gets the row 
 there); nothing PostgreSQL would change or refuse reaches an insert (`UnstorableData`, never
 retried: the callers make text storable at the edge); and a seq the session gave up on is
 fenced by a tombstone notice that overwrites whatever a late attempt wrote there and that
-every later attempt collides with (`SeqAbandoned`), so "not recorded" stays true.
+every later attempt collides with (`SeqAbandoned`), so "not recorded" stays true; and a
+row a rewind marked abandoned is never loaded (`load_rows`, `load_seqs` skip it).
 """
 
 from __future__ import annotations
@@ -130,6 +131,9 @@ async def fence_seq(conn: AsyncConnection, fence: FenceInput) -> Inserted:
     return Inserted(seq=fence.seq, token_count=tokens)
 
 
+# A row a rewind abandoned (activities.branch) stays in the record but is never loaded
+# into a window again.
+_LIVE = "rewound_by IS NULL"
 _ROW_COLUMNS = "seq, type, content_text AS text, source_line, content, token_count, turn"
 
 
@@ -145,7 +149,8 @@ async def load_rows(
     types: list[MessageType] | None = None, limit: int | None = None,
 ) -> list[RecordRow]:
     """Rows with from_seq <= seq <= upto_seq, in order: the cost follows the range."""
-    sql = f"SELECT {_ROW_COLUMNS} FROM messages WHERE session_id=%s AND seq BETWEEN %s AND %s"
+    sql = (f"SELECT {_ROW_COLUMNS} FROM messages WHERE session_id=%s AND seq BETWEEN %s AND %s"
+           f" AND {_LIVE}")
     params: list[Any] = [session_id, from_seq, upto_seq]
     if types:
         sql += " AND type = ANY(%s)"
@@ -165,7 +170,7 @@ async def load_seqs(conn: AsyncConnection, session_id: str, seqs: list[int]) -> 
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
             f"SELECT {_ROW_COLUMNS} FROM messages WHERE session_id=%s AND seq = ANY(%s)"
-            " ORDER BY seq", (session_id, seqs))
+            f" AND {_LIVE} ORDER BY seq", (session_id, seqs))
         return [_to_row(r) for r in await cur.fetchall()]
 
 

@@ -229,7 +229,7 @@ async def _execute(ctx: ToolContext, name: str, args: dict[str, Any]) -> ToolOut
         limit = max(1, min(int(args.get("limit", 10)), 20))
         cur = await ctx.conn.execute(
             "SELECT seq, type, left(content_text, 300) FROM messages WHERE session_id=%s"
-            " AND seq <= %s AND type IN ('user','harness','assistant')"
+            " AND seq <= %s AND type IN ('user','harness','assistant') AND rewound_by IS NULL"
             " AND content_text ILIKE %s ORDER BY seq DESC LIMIT %s",
             (ctx.session_id, ctx.upto_seq, f"%{query}%", limit))
         hits = await cur.fetchall()

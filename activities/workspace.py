@@ -74,6 +74,9 @@ class StoredFile:
     version: int
 
 
+StoredFiles = list[StoredFile]  # (the stores' `list` method hides the builtin in them)
+
+
 @dataclass(frozen=True)
 class FileInfo:
     path: str
@@ -261,6 +264,27 @@ class LocalStore(_Limits):
     async def list(self, scope: str, prefix: str = "") -> list[FileInfo]:
         # A walk of the folder: in a thread, so a large one never stalls the worker's loop.
         return await asyncio.to_thread(self._walk, scope, prefix)
+
+    async def snapshot(self, scope: str) -> StoredFiles:
+        """Every file of the scope as it stands, with its version, by path (a bundle's
+        workspace when the deployment keeps no file history: activities.bundle)."""
+        found = []
+        for info in await self.list(scope):
+            stored = await self.read(scope, info.path)
+            if stored is not None:
+                found.append(stored)
+        return found
+
+    async def restore(self, scope: str, files: StoredFiles) -> None:
+        """Put `files` in the scope with their versions (an import: activities.bundle);
+        writing the same files again changes nothing."""
+        async with self._lock:
+            ops = self._ops(scope)
+            for f in files:
+                target, rel = self._file(scope, f.path)
+                await asyncio.to_thread(_atomic, target, f.data)
+                ops["versions"][rel] = f.version
+            self._save_ops(scope, ops)
 
 
 def _atomic(path: Path, data: bytes) -> None:

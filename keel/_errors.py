@@ -28,6 +28,7 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from schemas.branch import BRANCH_REFUSED
 from schemas.session import Rejection, SessionStatus
 
 
@@ -72,6 +73,11 @@ class FileRefusedError(KeelError):
     over a limit (the store's sentence), or a store that did not answer."""
 
 
+class BranchRefusedError(KeelError):
+    """A fork, rewind, export or import refused: a point outside the record or inside a
+    tool round, a session not idle, a bundle of a version this Keel does not read."""
+
+
 class NoSuchInputError(KeelError):
     """`wait_reply` for a seq the session never gave out."""
 
@@ -84,6 +90,7 @@ REJECTIONS: dict[str, type[KeelError]] = {
     Rejection.NOT_PENDING: NotPendingError,
     Rejection.AGENT_SPEC_REFUSED: AgentSpecRefusedError,
     Rejection.FILE_REFUSED: FileRefusedError,
+    BRANCH_REFUSED: BranchRefusedError,
 }
 
 

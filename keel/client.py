@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import suppress
+from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
 from temporalio.api.enums.v1 import TaskQueueType
@@ -38,8 +39,10 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from keel import branching
 from keel._errors import (
     AgentSpecRefusedError,
+    BranchRefusedError,
     FileRefusedError,
     KeelError,
     MessageRejectedError,
@@ -64,6 +67,7 @@ from schemas.agent import (
     PendingApproval,
     check_spec,
 )
+from schemas.branch import ForkDone, ImportDone, RewindDone, RewindRequest
 from schemas.config import KeelSettings
 from schemas.events import SessionEvent
 from schemas.files import (
@@ -90,6 +94,7 @@ from schemas.session import (
     ReplyPart,
     SessionConfig,
     SessionInput,
+    SessionState,
     SessionStatus,
     SessionSummary,
     TaskInput,
@@ -107,6 +112,7 @@ TEXTS_WAIT_S = 30  # a mind / memo / now query while a new run reads them back
 
 __all__ = [
     "AgentSpecRefusedError",
+    "BranchRefusedError",
     "EventsMissed",
     "FileRefusedError",
     "KeelClient",
@@ -443,6 +449,18 @@ class SessionHandle:
                 result_type=FileData | None)  # type: ignore[arg-type]
         return found
 
+    async def state(self) -> SessionState:
+        """The session's small state (keel.branching: what a fork or an export reads)."""
+        return await branching.session_state(self)
+
+    async def rewind(self, to_seq: int) -> RewindDone:
+        """Go on from `to_seq`: the rows after it are marked rewound, the context and the
+        workspace are as they were there. Only while idle (`BranchRefusedError`)."""
+        async with refusals(self.handle):
+            done: RewindDone = await self.handle.execute_update(
+                Handler.REWIND, RewindRequest(to_seq=to_seq), result_type=RewindDone)
+        return done
+
     async def list_files(self, prefix: str = "") -> list[FileEntry]:
         """Every file of the session's workspace (path, size, version), by path."""
         async with refusals(self.handle):
@@ -569,6 +587,23 @@ class KeelClient:
             raise await start_with_message_refused(handle) from err
         return (SessionHandle(await start.workflow_handle(), self.client, self.settings),
                 accepted)
+
+    async def fork(self, session_id: str, *, at_seq: int | None = None,
+                   checkpoint: int | None = None, new_id: str | None = None,
+                   request_id: str | None = None) -> ForkDone:
+        """A new session from `session_id` at a point (keel.branching.fork_session)."""
+        return await branching.fork_session(self, session_id, at_seq=at_seq,
+                                            checkpoint=checkpoint, new_id=new_id,
+                                            request_id=request_id)
+
+    async def export_session(self, session_id: str, path: Path | None = None) -> bytes:
+        """The session's bundle (schemas.branch), also written to `path` if given."""
+        return await branching.export_session(self, session_id, path)
+
+    async def import_session(self, bundle: bytes, new_id: str | None = None,
+                             request_id: str | None = None) -> ImportDone:
+        """A bundle's session started here, under `new_id` or its own id."""
+        return await branching.import_session(self, bundle, new_id, request_id=request_id)
 
     async def histories(self, session_id: str, run_id: str | None = None
                         ) -> list[WorkflowHistory]:

@@ -15,6 +15,7 @@ import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from temporalio.client import Client
@@ -95,6 +96,8 @@ async def running_stack(settings: KeelSettings, *, ui: bool = False) -> AsyncIte
         dev_server_database_filename=str((data_dir / "temporal.sqlite").resolve()),
         ui=ui,
         dev_server_log_level="error",
+        # The SDK waits 5 s by default: a loaded machine starts it slower than that.
+        dev_server_startup_timeout=timedelta(seconds=60),
     )
     address = env.client.service_client.config.target_host
     stack_file = data_dir / STACK_FILE

@@ -2,8 +2,9 @@
 
 One query for each view, used by both readers: `keel record` (sync psycopg) and the web UI
 (async psycopg) call the same SQL built here, so the two can never show different rows.
-Every database read of the command line goes through here (`keel vault search` too): no
-command holds SQL.
+Every database read of the command line goes through here (`keel vault search` too), but
+for a session's bundle, which `keel export` reads and `keel import` writes whole in one
+place (activities.bundle): no command holds SQL.
 
 Invariants: every read is bounded (a page of at most `MAX_PAGE` rows, chosen by seq on the
 (session_id, seq) key, so its cost follows the page, not the record); nothing here writes.
@@ -38,11 +39,16 @@ class RecordEntry:
     turn: int | None = None
     content: Any = None
     created_at: datetime | None = None
+    # Branching (activities.branch): the rewind that abandoned the row, where a fork copied
+    # it from.
+    rewound_by: str | None = None
+    origin_session: str | None = None
+    origin_seq: int | None = None
 
 
 _RECORD_SQL = (
     "SELECT seq, type, source_line, content_text AS text, token_count, turn, content,"
-    " created_at FROM messages"
+    " created_at, rewound_by, origin_session, origin_seq FROM messages"
     " WHERE session_id = %(session)s AND seq >= %(from_seq)s"
     " AND (NOT %(user)s OR type = 'user')"
     " ORDER BY seq LIMIT %(limit)s")
@@ -210,6 +216,24 @@ async def known_sessions(conn: psycopg.AsyncConnection[Any], limit: int = 500
 
 
 # ----- readers for the web UI -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SessionOrigin:
+    """Where a session came from: a fork of another at a seq, or an import."""
+
+    session_id: str
+    seq: int | None
+    kind: str
+
+
+async def session_origin(conn: psycopg.AsyncConnection[Any], session_id: str
+                         ) -> SessionOrigin | None:
+    cur = await conn.execute(
+        "SELECT origin_session, origin_seq, origin_kind FROM sessions WHERE session_id = %s"
+        " AND origin_session IS NOT NULL", (session_id,))
+    row = await cur.fetchone()
+    return SessionOrigin(row[0], row[1], row[2] or "fork") if row else None
+
 
 async def session_exists(conn: psycopg.AsyncConnection[Any], session_id: str) -> bool:
     """Whether the record has a row for the session (a page is not a 404 when it does)."""

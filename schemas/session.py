@@ -55,6 +55,9 @@ class Handler(StrEnum):
     LIST_FILES = "list_files"  # update: ListFiles -> list[FileEntry]
     # A reply's text past what the outcome carried (TurnOutcome.reply_cut), in parts.
     READ_REPLY = "read_reply"  # update: ReadReply -> ReplyPart
+    # Branching (schemas.branch): the state a fork or an export starts from, a rewind.
+    STATE = "session_state"  # query: SessionState
+    REWIND = "rewind"  # update: RewindRequest -> RewindDone
 
 
 class Rejection(StrEnum):

@@ -12,7 +12,9 @@ handler a running session meets:
   `set_agent`, a file put and read through the session, and the end;
 - `history-carry`: the queue on a session that continues as new every 200 events, so its
   runs start from a carried state whose checkpoint texts are read back (workflows.carry);
-  the last two runs are saved (`@a`: one that continues as new, `@b`: the one after).
+  the last two runs are saved (`@a`: one that continues as new, `@b`: the one after);
+- `history-branch`: turns, a checkpoint on request, a rewind and a turn after it, a fork
+  (the fork workflow's history and the forked session's are saved beside it).
 
 Re-record only on purpose: a change that breaks replay of the committed histories would
 break every running session.
@@ -43,6 +45,7 @@ from workers.worker import build_worker  # noqa: E402
 OUT = ROOT / "tests" / "session" / "histories"
 AGENT_SCENARIO = "history-agent-approval"
 CARRY_SCENARIO = "history-carry"
+BRANCH_SCENARIO = "history-branch"
 
 
 async def queue_scenario(keel: KeelClient, settings: KeelSettings,
@@ -112,6 +115,32 @@ async def agent_scenario(keel: KeelClient, settings: KeelSettings,
     return session
 
 
+async def branch_scenario(keel: KeelClient, settings: KeelSettings,
+                          session_id: str) -> SessionHandle:
+    """Turns, a checkpoint, a rewind and a turn after it, then a fork: the origin's history
+    (the caller saves it), the fork workflow's and the forked session's."""
+    seed_queue(settings.workspaces_dir / session_id, count=6)
+    session = await keel.start_session(session_id)
+    await session.ask("Plan the release in three steps.")
+    await session.ask("No, in five.")
+    await session.checkpoint_now()
+    after = (await session.status()).last_seq
+    await session.ask("Go on.")
+    await session.rewind(after)
+    await session.ask("Go on, differently.")
+    done = await keel.fork(session_id, at_seq=after, new_id=f"{session_id}-fork",
+                           request_id="history-branch")
+    fork = keel.session(done.session_id)
+    await fork.ask("From the fork.")
+    await fork.end()
+    for name, handle in ((f"{session_id}-fork", fork.handle),
+                         (f"{session_id}-forkflow",
+                          keel.client.get_workflow_handle("keel-fork-history-branch"))):
+        (OUT / f"{name}.json").write_text((await handle.fetch_history()).to_json())
+    await session.end()
+    return session
+
+
 async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["REFUND_LOG"] = str(Path(tmp) / "refunds.jsonl")  # the service's own log
@@ -123,8 +152,8 @@ async def main() -> None:
                     stack.client, task_queue=SUPPORT_QUEUE, activities=service.activities()):
                 keel = KeelClient(stack.client, settings.task_queue, settings)
                 session_id = sys.argv[1] if len(sys.argv) > 1 else "history-queue-checkpoints"
-                scenario = {AGENT_SCENARIO: agent_scenario, CARRY_SCENARIO: carry_scenario
-                            }.get(session_id, queue_scenario)
+                scenario = {AGENT_SCENARIO: agent_scenario, CARRY_SCENARIO: carry_scenario,
+                            BRANCH_SCENARIO: branch_scenario}.get(session_id, queue_scenario)
                 session = await scenario(keel, settings, session_id)
                 status = await session.status()
                 print(f"{session_id}: {status.checkpoint_count} checkpoints, "

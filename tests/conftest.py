@@ -7,6 +7,7 @@ import itertools
 import os
 import tempfile
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
@@ -58,6 +59,8 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         data_converter=pydantic_data_converter,
         dev_server_existing_path=temporal_cli_path(),
         dev_server_log_level="error",
+        # The SDK waits 5 s by default: a machine other runs load starts it slower.
+        dev_server_startup_timeout=timedelta(seconds=60),
         dev_server_extra_args=[
             "--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=200",
         ],

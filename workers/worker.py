@@ -41,6 +41,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 
+from activities.branch import BranchActivities
 from activities.checkpoint import CheckpointActivities
 from activities.context import SessionContext
 from activities.files import FileActivities
@@ -60,6 +61,7 @@ from schemas.config import KeelSettings
 from schemas.tokens import count_tokens
 from workers.entry_guard import EntryGuard
 from workers.payload_refs import worker_client
+from workflows.branch import ForkWorkflow
 from workflows.doctor import DoctorWorkflow
 from workflows.nightly import MemoryNightlyWorkflow
 from workflows.rollup import ROLLUP_WORKFLOWS
@@ -97,7 +99,9 @@ def session_activities(context: SessionContext,
     checkpoint = CheckpointActivities(context)
     mcp = McpActivities(mcp_pool, store=lambda: context.store)
     files = FileActivities(context.settings)
+    branch = BranchActivities(context)
     return [
+        branch.fork_session, branch.rewind_session,
         files.put_workspace_file, files.read_workspace_file, files.list_workspace_files,
         files.keep_tool_result,
         session.record_input, session.fence_seq, session.call_model, session.run_tool,
@@ -170,7 +174,7 @@ class KeelWorkers:
                                   "activity_executor": activity_executor}
         if role in (Role.SESSIONS, Role.BOTH):
             self.workers.append(Worker(
-                client, task_queue=settings.task_queue, workflows=[SessionWorkflow],
+                client, task_queue=settings.task_queue, workflows=[SessionWorkflow, ForkWorkflow],
                 activities=session_activities(self.context, self.mcp_pool),
                 max_concurrent_activities=50, workflow_runner=EntryGuard(), **common))
         self._common = common

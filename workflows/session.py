@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         decision_problem,
         session_tools,
     )
+    from schemas.branch import RewindDone, RewindRequest
     from schemas.events import SessionEnded
     from schemas.files import (
         FILE_CALL_MAX_BYTES,
@@ -96,6 +97,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.text import payload_problem, storable_problem
     from schemas.tokens import count_tokens
     from schemas.vault.scope import scope_changed
+    from workflows.branch import Rewinder
     from workflows.carry import (
         CARRIED_EVENT_BYTES,
         SMALL_CARRY,
@@ -154,6 +156,7 @@ class SessionWorkflow:
         self.inbox = Inbox(self.session)
         self.tools = ToolRunner(self.session, self.inbox.fence)
         self.turns = Turns(self.session, self.inbox, self.tools, TurnObserver(state), outcomes)
+        self.rewinder = Rewinder(self.session)
         if state.ended:
             self.session.phase = SessionPhase.ENDED
         elif state.turn_in_progress is not None:  # a call of it waits on a person
@@ -320,6 +323,18 @@ class SessionWorkflow:
     @workflow.query(name=Handler.NOW)
     def now(self) -> str:
         return query_text(self.state, self.state.now_text)
+
+    @workflow.query(name=Handler.STATE)
+    def session_state(self) -> SessionState:
+        return self.state
+
+    @workflow.update(name=Handler.REWIND)
+    async def rewind(self, raw: RawValue = NO_PAYLOAD) -> RewindDone:
+        return await self.rewinder.rewind(arg(RewindRequest, raw, NO_PAYLOAD))
+
+    @rewind.validator
+    def validate_rewind(self, raw: RawValue = NO_PAYLOAD) -> None:
+        self.rewinder.check(valid_arg(RewindRequest, raw, NO_PAYLOAD, "the rewind"))
 
     @workflow.query(name=Handler.AGENT)
     def agent(self) -> AgentSpec | None:

@@ -8,13 +8,14 @@ writes under KEEL_DATA_DIR.
 
 The commands live by concern: `serving` (dev, worker, demo, ui), `sessions` (start, send,
 signal, status, mind, memo, now, list, end, compact), `approvals`, `chat`, `history`
-(record, replay, tail), `files`, `vault`; `shell` holds what they all stand on. They are
-registered here, in the order `keel --help` lists them.
+(record, replay, tail), `branch` (fork, rewind, export, import), `files`, `vault`;
+`shell` holds what they all stand on. They are registered here, in the order `keel --help`
+lists them.
 """
 
 from __future__ import annotations
 
-from keel.cli import approvals, chat, files, history, serving, sessions
+from keel.cli import approvals, branch, chat, files, history, serving, sessions
 from keel.cli.shell import KeelApp
 from keel.cli.vault import vault_app
 
@@ -49,6 +50,10 @@ app.command()(history.record)
 app.command()(files.files)
 app.command()(files.put)
 app.command()(history.replay)
+app.command()(branch.fork)
+app.command()(branch.rewind)
+app.command()(branch.export)
+app.command(name="import")(branch.import_)
 app.command()(chat.chat)
 app.command()(history.tail)
 app.add_typer(vault_app, name="vault")

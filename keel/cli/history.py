@@ -56,9 +56,13 @@ def record(
         raise typer.Exit(1)
     if as_json:
         for row in rows:
-            sys.stdout.write(json.dumps({"seq": row.seq, "type": row.type,
-                                         "source_line": row.source_line, "text": row.text,
-                                         "tokens": row.token_count, "turn": row.turn}) + "\n")
+            line = {"seq": row.seq, "type": row.type, "source_line": row.source_line,
+                    "text": row.text, "tokens": row.token_count, "turn": row.turn}
+            if row.rewound_by:  # a rewind abandoned it (keel rewind)
+                line["rewound_by"] = row.rewound_by
+            if row.origin_session:  # a fork copied it
+                line["origin"] = {"session": row.origin_session, "seq": row.origin_seq}
+            sys.stdout.write(json.dumps(line) + "\n")
         return
     if not rows:
         console.print(f"[dim]no messages for {session} from seq {from_seq}[/]")
@@ -73,6 +77,8 @@ def _print_rows(rows: list[RecordEntry], full: bool) -> None:
     for row in rows:
         body = row.text if full else one_line(row.text, 160)
         source = f"[yellow]{escape(row.source_line)}[/] " if row.source_line else ""
+        if row.rewound_by:  # kept, never sent again: the abandoned branch
+            source = "[red](rewound)[/] " + source
         console.print(f"{row.seq:>5}  [cyan]{row.type:<11}[/] [dim]{row.token_count:>6}[/]  "
                       f"{source}{escape(body)}", soft_wrap=not full)
 

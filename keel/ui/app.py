@@ -6,7 +6,8 @@ the guard; the one `UiContext` they all read goes on `app.state.ctx`. The UI rea
 through what the CLI reads through: the session's queries via `keel.client`, the record and
 checkpoints via `keel.record`, the event stream via `keel.events`, the vault via
 `activities.vault`; approvals go through `keel.ui.approvals`. It holds no session logic and
-writes nothing but a person's decision on an approval.
+writes nothing but a person's decision on an approval and a fork or rewind they asked
+for (through `keel.client`).
 
 Invariants:
 - Every page is bounded: the record is shown a page at a time (`page_size` rows, picked by
@@ -40,6 +41,7 @@ def create_app(ctx: UiContext) -> ASGIApp:
         Route("/sessions/{session_id}", pages.session_page),
         Route("/sessions/{session_id}/approvals", pages.approvals_fragment),
         Route("/sessions/{session_id}/approvals/{call_id}", pages.decide, methods=["POST"]),
+        Route("/sessions/{session_id}/branch", pages.branch, methods=["POST"]),
         Route("/sessions/{session_id}/checkpoints", pages.timeline),
         Route("/sessions/{session_id}/checkpoints/{number:int}", pages.checkpoint_page),
         Route("/sessions/{session_id}/live", live),

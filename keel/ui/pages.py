@@ -32,6 +32,7 @@ from keel.record import (
     read_record_async,
     record_extent,
     session_exists,
+    session_origin,
 )
 from keel.ui import approvals
 from keel.ui.context import UiContext, render, ui
@@ -41,7 +42,7 @@ from keel.ui.views import Gauge, SessionRow, conversation, mind_diff
 from schemas.checkpoint.mind import MindDocument
 from schemas.session import SessionPhase, SessionStatus, SessionSummary
 
-__all__ = ["approvals_fragment", "checkpoint_page", "decide", "home", "session_page",
+__all__ = ["approvals_fragment", "branch", "checkpoint_page", "decide", "home", "session_page",
            "session_status", "sessions", "timeline", "vault_page"]
 
 log = logging.getLogger(__name__)
@@ -146,8 +147,11 @@ async def session_page(request: Request) -> HTMLResponse:
     gauge = Gauge(status.context_tokens, status.checkpoint_threshold,
                   status.context_window) if status else None
     waiting = await approvals.pending(handle)
+    async with (await ctx.pool()).connection() as conn:
+        origin = await session_origin(conn, session_id)
     return render(request, "session.html", title=session_id, session_id=session_id,
                   status=status, gauge=gauge, record=record, checkpoints=checkpoints,
+                  origin=origin,
                   recaps={c.record_seq: c.number for c in checkpoints},
                   pending=waiting, temporal=ctx.workflow_url(session_id))
 
@@ -177,6 +181,36 @@ async def decide(request: Request) -> Response:
         return render(request, "error.html", status_code=409, title="Not decided",
                       message=str(err))
     return RedirectResponse(f"/sessions/{session_id}", status_code=303)
+
+
+async def branch(request: Request) -> Response:
+    """A fork or a rewind from a record row's or a checkpoint's button: the session (or
+    keel.branching) decides; a refusal is a page saying why."""
+    ctx = ui(request)
+    session_id = request.path_params["session_id"]
+    form = await request.form()
+    if not csrf_ok(request, ctx.csrf, str(form.get("csrf", ""))):
+        return HTMLResponse("cross-site request refused", status_code=403)
+    action = str(form.get("action", ""))
+    try:
+        seq = int(str(form.get("seq", "")))
+        checkpoint = int(str(form["checkpoint"])) if form.get("checkpoint") else None
+    except ValueError:
+        return HTMLResponse("seq and checkpoint must be numbers", status_code=400)
+    try:
+        if action == "fork":
+            done = await ctx.keel.fork(session_id, at_seq=None if checkpoint else seq,
+                                       checkpoint=checkpoint)
+            return RedirectResponse(f"/sessions/{done.session_id}", status_code=303)
+        if action == "rewind":
+            await ctx.keel.session(session_id).rewind(seq)
+            return RedirectResponse(f"/sessions/{session_id}?from={seq}#m{seq}",
+                                    status_code=303)
+    except KeelError as err:  # a point inside a tool round, a session not idle, ...
+        title = "Not forked" if action == "fork" else "Not rewound"
+        return render(request, "error.html", status_code=409, title=title,
+                      message=str(err))
+    return HTMLResponse("action must be fork or rewind", status_code=400)
 
 
 # ----- checkpoints ------------------------------------------------------------------------

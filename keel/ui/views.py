@@ -142,6 +142,8 @@ class Shown:
     turn: int | None
     tools: list[ToolUse] = field(default_factory=list)
     folded_into: int | None = None  # a tool result shown under its call's message
+    rewound: bool = False  # a rewind abandoned it: shown, struck through, never sent again
+    origin: str | None = None  # "session #seq" a fork copied it from
 
 
 def conversation(rows: list[RecordEntry]) -> list[Shown]:
@@ -151,7 +153,10 @@ def conversation(rows: list[RecordEntry]) -> list[Shown]:
     calls: dict[str, ToolUse] = {}
     for row in rows:
         item = Shown(seq=row.seq, type=row.type, text=row.text, source_line=row.source_line,
-                     token_count=row.token_count, turn=row.turn)
+                     token_count=row.token_count, turn=row.turn,
+                     rewound=row.rewound_by is not None,
+                     origin=f"{row.origin_session} #{row.origin_seq}"
+                     if row.origin_session else None)
         if row.type == "assistant" and isinstance(row.content, list):
             for block in row.content:
                 if isinstance(block, dict) and block.get("type") == "tool_use":

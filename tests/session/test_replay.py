@@ -14,6 +14,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from workflows.branch import ForkWorkflow
 from workflows.session import SessionWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
@@ -26,6 +27,7 @@ def test_histories_are_committed():
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_history_replays(path: Path):
     history = WorkflowHistory.from_json(path.stem.split("@")[0], path.read_text())
-    replayer = Replayer(workflows=[SessionWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[SessionWorkflow, ForkWorkflow],
+                        data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
     assert result.replay_failure is None

@@ -1,0 +1,232 @@
+"""A session's bundle in and out of the record's database (the format: schemas.branch).
+
+Invariants:
+- An export reads one snapshot (a read-only REPEATABLE READ transaction) and writes every
+  value canonically (sorted keys, timestamps in UTC as PostgreSQL's JSON renders them,
+  bytea as its hex text), so the same session always gives the same bytes; a session
+  imported from a bundle and exported again gives the bundle's bytes.
+- A bundle holds the session's whole record (rewound rows too, with their marks), its
+  checkpoints, its rewinds, its workspace's file history (from which its files as they
+  stand follow), and its small state as the header; nothing of another session.
+- An import is one transaction with its request id (`branch_requests`): all of it or none
+  of it is written; a retry with the same request id returns what the first wrote. A
+  session id in use is refused. Under a new id, the ids that must be unique across
+  sessions (checkpoints, rewinds) are renamed the way a fork renames them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+
+from activities.branch import LOCK_TIMEOUT
+from activities.workspace import LocalStore, StoredFile
+from schemas.branch import (
+    BranchError,
+    BundleHeader,
+    ImportDone,
+    bundle_line,
+    check_end,
+    check_header,
+    line_of,
+    renamed_checkpoint,
+)
+from schemas.session import SessionState
+
+__all__ = ["export_bundle", "import_bundle", "read_bundle"]
+
+_ROWS = ("SELECT to_jsonb(m) - 'session_id' FROM messages m WHERE session_id = %s"
+         " ORDER BY seq")
+_CHECKPOINTS = ("SELECT to_jsonb(c) - 'session_id' FROM checkpoints c WHERE session_id = %s"
+                " ORDER BY record_seq, checkpoint_id")
+_REWINDS = ("SELECT to_jsonb(r) - 'session_id' FROM session_rewinds r WHERE session_id = %s"
+            " ORDER BY created_at, rewind_id")
+_FILES = ("SELECT to_jsonb(v) - 'scope' - 'id' FROM workspace_file_versions v"
+          " WHERE scope = %s ORDER BY id")
+
+
+async def _lines(conn: AsyncConnection, sql: str, session_id: str, kind: str) -> list[bytes]:
+    cur = await conn.execute(sql, (session_id,))
+    return [bundle_line(kind, r[0]) for r in await cur.fetchall()]
+
+
+async def _local_files(conn: AsyncConnection, store: LocalStore,
+                       session_id: str) -> list[bytes]:
+    """The file lines of a workspace kept in a local folder (no history): each file as it
+    stands, at its version, written when the record's newest row was."""
+    row = await (await conn.execute(
+        "SELECT to_jsonb(max(created_at)) FROM messages WHERE session_id = %s",
+        (session_id,))).fetchone()
+    at = row[0] if row else None
+    return [bundle_line("file", {"path": f.path, "version": f.version, "size": len(f.data),
+                                 "data": "\\x" + f.data.hex(), "written_at": at})
+            for f in sorted(await store.snapshot(session_id), key=lambda f: f.path)]
+
+
+def _newest_files(files: list[dict[str, Any]]) -> list[StoredFile]:
+    """The files as they stand after a bundle's file history (deletions left out)."""
+    newest: dict[str, dict[str, Any]] = {}
+    for f in files:
+        newest[f["path"]] = f
+    return [StoredFile(p, bytes.fromhex(f["data"][2:]), int(f["version"]))
+            for p, f in sorted(newest.items()) if f.get("data") is not None]
+
+
+async def export_bundle(database_url: str, state: SessionState,
+                        local: LocalStore | None = None) -> bytes:
+    """The bundle of `state`'s session: its record, checkpoints, rewinds and workspace
+    (from `local` when the deployment keeps it in a folder)."""
+    session_id = state.session_id
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+        await conn.set_read_only(True)
+        async with conn.transaction():
+            await conn.execute("SET LOCAL TIME ZONE 'UTC'")
+            found = await (await conn.execute(
+                "SELECT user_name, memory_scope, origin_session, origin_seq, origin_kind"
+                " FROM sessions WHERE session_id = %s", (session_id,))).fetchone()
+            if found is None:
+                raise BranchError(f"no session {session_id} in the record")
+            header = BundleHeader(
+                session_id=session_id, user_name=found[0], memory_scope=found[1],
+                origin_session=found[2], origin_seq=found[3], origin_kind=found[4],
+                state=state.model_copy(update={"recent_outcomes": []}))
+            parts = {kind: await _lines(conn, sql, session_id, kind) for kind, sql in (
+                ("row", _ROWS), ("checkpoint", _CHECKPOINTS), ("rewind", _REWINDS),
+                ("file", _FILES))}
+            if local is not None:
+                parts["file"] = await _local_files(conn, local, session_id)
+    body = [bundle_line("header", header.model_dump(mode="json"))]
+    for lines in parts.values():
+        body.extend(lines)
+    body.append(bundle_line("end", {"counts": {k: len(v) for k, v in parts.items()}}))
+    return gzip.compress(b"".join(body), compresslevel=6, mtime=0)
+
+
+def read_bundle(bundle: bytes) -> tuple[BundleHeader, dict[str, list[dict[str, Any]]]]:
+    """A bundle's header and its lines by kind; `BranchError` for what is no bundle."""
+    try:
+        raw = gzip.decompress(bundle)
+    except (OSError, EOFError) as err:
+        raise BranchError(f"not a Keel session bundle (not gzip: {err})") from None
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    if not lines:
+        raise BranchError("the bundle is empty")
+    header = check_header(lines[0])
+    parts: dict[str, list[dict[str, Any]]] = {"row": [], "checkpoint": [], "rewind": [],
+                                              "file": []}
+    for line in lines[1:-1]:
+        kind, item = line_of(line)
+        if kind not in parts:
+            raise BranchError(f"the bundle has a line of unknown kind {kind!r}")
+        parts[kind].append(item)
+    check_end(lines[-1] if len(lines) > 1 else None, {k: len(v) for k, v in parts.items()})
+    return header, parts
+
+
+def _renamed(header: BundleHeader, parts: dict[str, list[dict[str, Any]]],
+             new_id: str) -> None:
+    """The ids unique across sessions, renamed for `new_id` (in place)."""
+    old = header.session_id
+    if old == new_id:
+        return
+    rewind_ids = {r["rewind_id"]: f"{r['rewind_id']}@{new_id}" for r in parts["rewind"]}
+    for r in parts["rewind"]:
+        r["rewind_id"] = rewind_ids[r["rewind_id"]]
+    for c in parts["checkpoint"]:
+        c["checkpoint_id"] = renamed_checkpoint(c["checkpoint_id"], old, new_id)
+    for row in parts["row"]:
+        if row.get("rewound_by") in rewind_ids:
+            row["rewound_by"] = rewind_ids[row["rewound_by"]]
+        content = row.get("content")
+        if row["type"] == "checkpoint" and isinstance(content, dict) \
+                and "checkpoint_id" in content:
+            renamed = renamed_checkpoint(str(content["checkpoint_id"]), old, new_id)
+            row["content"] = {**content, "checkpoint_id": renamed}
+            row["input_id"] = f"checkpoint-{renamed}"
+
+
+async def import_bundle(database_url: str, bundle: bytes, new_id: str | None,
+                        request_id: str, local: LocalStore | None = None) -> ImportDone:
+    """The bundle's session written into this database (see the module docstring), and
+    its files into `local` when the deployment keeps workspaces in folders (after the
+    transaction, again on a retry: the same files)."""
+    header, parts = read_bundle(bundle)
+    session_id = new_id or header.session_id
+    done = await _import(database_url, header, parts, session_id, request_id)
+    if local is not None:
+        await local.restore(session_id, _newest_files(parts["file"]))
+    return done
+
+
+async def _import(database_url: str, header: BundleHeader,
+                  parts: dict[str, list[dict[str, Any]]], session_id: str,
+                  request_id: str) -> ImportDone:
+    async with await psycopg.AsyncConnection.connect(database_url) as conn, \
+            conn.transaction():
+        done = await (await conn.execute(
+            "SELECT kind, session_id, result FROM branch_requests WHERE request_id = %s",
+            (request_id,))).fetchone()
+        if done is not None:
+            if (done[0], done[1]) != ("import", session_id):
+                raise BranchError(f"request {request_id} made {done[0]} {done[1]}, not "
+                                  f"an import as {session_id}")
+            return ImportDone.model_validate(done[2])
+        await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+        if await (await conn.execute("SELECT 1 FROM sessions WHERE session_id = %s",
+                                     (session_id,))).fetchone():
+            raise BranchError(f"session {session_id} exists already in this deployment; "
+                              "import it under another id (--id)")
+        _renamed(header, parts, session_id)
+        result = await _write(conn, header, parts, session_id)
+        await conn.execute(
+            "INSERT INTO branch_requests (request_id, kind, session_id, origin_session,"
+            " result) VALUES (%s, 'import', %s, %s, %s)",
+            (request_id, session_id, header.session_id, result.model_dump_json()))
+    return result
+
+
+async def _write(conn: AsyncConnection, header: BundleHeader,
+                 parts: dict[str, list[dict[str, Any]]], session_id: str) -> ImportDone:
+    await conn.execute(
+        "INSERT INTO sessions (session_id, user_name, memory_scope, origin_session,"
+        " origin_seq, origin_kind) VALUES (%s, %s, %s, %s, %s, %s)",
+        (session_id, header.user_name, header.memory_scope, header.origin_session,
+         header.origin_seq, header.origin_kind))
+    args = {"session": session_id}
+    for table, kind in (("messages", "row"), ("checkpoints", "checkpoint"),
+                        ("session_rewinds", "rewind")):
+        if parts[kind]:
+            await conn.execute(
+                f"INSERT INTO {table} SELECT * FROM jsonb_populate_recordset(NULL::{table},"
+                " (SELECT jsonb_agg(e || jsonb_build_object('session_id', %(session)s::text))"
+                " FROM jsonb_array_elements(%(items)s::jsonb) e))",
+                {**args, "items": json.dumps(parts[kind])})
+    await conn.execute("SELECT set_config('keel.branch_copy', 'on', true)")
+    if parts["file"]:
+        await conn.execute(
+            "INSERT INTO workspace_file_versions (scope, path, version, data, size,"
+            " written_at) SELECT %(session)s, path, version, data, size, written_at"
+            " FROM jsonb_populate_recordset(NULL::workspace_file_versions, %(items)s::jsonb)"
+            " WITH ORDINALITY AS v ORDER BY ordinality", {**args, "items": json.dumps(
+                parts["file"])})
+        await conn.execute(
+            "INSERT INTO workspace_files (scope, path, version, data, size, updated_at)"
+            " SELECT scope, path, version, data, size, written_at FROM (SELECT DISTINCT ON"
+            " (path) * FROM workspace_file_versions WHERE scope = %(session)s"
+            " ORDER BY path, id DESC) v WHERE v.data IS NOT NULL", args)
+    await conn.execute("SELECT set_config('keel.branch_copy', 'off', true)")
+    state = header.state
+    if state.checkpoint_id:
+        state.checkpoint_id = renamed_checkpoint(state.checkpoint_id, header.session_id,
+                                                 session_id)
+    state.session_id = session_id
+    return ImportDone(session_id=session_id, bundle_session=header.session_id,
+                      rows=len(parts["row"]), checkpoints=len(parts["checkpoint"]),
+                      file_versions=len(parts["file"]), state=state)

@@ -1,0 +1,135 @@
+"""The client's side of branching a session: fork, rewind, export and import.
+
+A fork and a rewind go through Temporal (workflows.branch): the fork's workflow id is named
+by its request id, so a retried fork (the same request id) waits for the first one's
+result instead of making a second session. Export and import read and write the record's
+database directly (activities.bundle, imported only when called, so `keel.client` still
+loads no database code) and speak to the session's workflow for its state; an import
+starts the session's workflow with the state its bundle carries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from temporalio.client import WorkflowFailureError
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+
+from keel._errors import BranchRefusedError, one_line, refusals
+from schemas.branch import FORK_WORKFLOW, BranchError, ForkCopy, ForkDone
+from schemas.session import SESSION_WORKFLOW, Handler, SessionInput, SessionState
+
+if TYPE_CHECKING:
+    from activities.workspace import LocalStore
+    from keel.client import KeelClient, SessionHandle
+    from schemas.branch import ImportDone
+
+__all__ = ["export_session", "fork_session", "import_session", "session_state"]
+
+
+async def session_state(session: SessionHandle) -> SessionState:
+    """The session's small state (its config, its checkpoint, its counters)."""
+    async with refusals(session.handle):
+        state: SessionState = await session.handle.query(Handler.STATE,
+                                                         result_type=SessionState)
+    return state
+
+
+def _refusal(err: BaseException) -> BranchRefusedError:
+    cause: BaseException | None = err
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = cause.__cause__
+    return BranchRefusedError(one_line(cause.message if cause else str(err)))
+
+
+async def fork_session(keel: KeelClient, session_id: str, *, at_seq: int | None = None,
+                       checkpoint: int | None = None, new_id: str | None = None,
+                       request_id: str | None = None) -> ForkDone:
+    """A new session with the context `session_id` had at `at_seq` (or right after its
+    `checkpoint`-th checkpoint; neither: now). `BranchRefusedError` says why not."""
+    if at_seq is not None and checkpoint is not None:
+        raise BranchRefusedError("give a seq or a checkpoint, not both")
+    new_id = new_id or f"{session_id}-fork-{uuid.uuid4().hex[:8]}"
+    request_id = request_id or f"fork-{uuid.uuid4().hex}"
+    state = await session_state(keel.session(session_id))
+    data = ForkCopy(request_id=request_id, origin=session_id, new_session=new_id,
+                    at_seq=at_seq, checkpoint=checkpoint,
+                    origin_state=state.model_copy(update={"recent_outcomes": []}))
+    workflow_id = f"keel-fork-{request_id}"
+    try:
+        handle = await keel.client.start_workflow(
+            FORK_WORKFLOW, data, id=workflow_id, task_queue=keel.task_queue,
+            result_type=ForkDone, id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE)
+    except WorkflowAlreadyStartedError:  # a retry: the first one's result
+        handle = keel.client.get_workflow_handle(workflow_id, result_type=ForkDone)
+    try:
+        done: ForkDone = await handle.result()
+    except WorkflowFailureError as err:
+        raise _refusal(err) from None
+    return done
+
+
+async def export_session(keel: KeelClient, session_id: str, path: Path | None = None, *,
+                         database_url: str | None = None) -> bytes:
+    """The session's bundle (schemas.branch), written to `path` when given."""
+    from activities.bundle import export_bundle
+
+    state = await session_state(keel.session(session_id))
+    if state.pending or state.turn_in_progress is not None:
+        raise BranchRefusedError(
+            f"session {session_id} is in a turn ({len(state.pending)} input(s) waiting): "
+            "export it once it is idle")
+    try:
+        data = await export_bundle(_url(keel, database_url), state, _local(keel))
+    except BranchError as err:
+        raise BranchRefusedError(str(err)) from None
+    if path is not None:
+        path.write_bytes(data)
+    return data
+
+
+async def import_session(keel: KeelClient, bundle: bytes, new_id: str | None = None, *,
+                         database_url: str | None = None,
+                         request_id: str | None = None) -> ImportDone:
+    """The bundle's session in this deployment (under `new_id`, else its own id), its
+    workflow started with the bundle's state. The same bundle imported again under the
+    same id (the default request id is the bundle's digest and the id) finds the first."""
+    from activities.bundle import import_bundle
+
+    request_id = request_id or f"import-{hashlib.sha256(bundle).hexdigest()[:32]}-{new_id}"
+    try:
+        done = await import_bundle(_url(keel, database_url), bundle, new_id, request_id,
+                                   _local(keel))
+    except BranchError as err:
+        raise BranchRefusedError(str(err)) from None
+    state = done.state
+    try:
+        await keel.client.start_workflow(
+            SESSION_WORKFLOW, SessionInput(session_id=done.session_id, config=state.config,
+                                           state=state),
+            id=done.session_id, task_queue=keel.task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+    except WorkflowAlreadyStartedError:
+        pass  # a retried import whose session ran (and ended) already
+    return done
+
+
+def _local(keel: KeelClient) -> LocalStore | None:
+    """The deployment's local workspace folders, when it keeps workspaces so."""
+    from activities.workspace import LocalStore, open_store
+
+    store = open_store(keel.settings, pooled=False)
+    return store if isinstance(store, LocalStore) else None
+
+
+def _url(keel: KeelClient, database_url: str | None) -> str:
+    url: Any = database_url or keel.settings.database_url
+    if not url:
+        raise BranchRefusedError("export and import read the record's database: set "
+                                 "DATABASE_URL")
+    return str(url)

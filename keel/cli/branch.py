@@ -1,0 +1,85 @@
+"""The branching commands: fork, rewind, export, import.
+
+Invariants: each is a call on `keel.branching` (through the client) and one line saying
+what it did; the session and the record decide what is allowed (a refusal arrives as
+`BranchRefusedError` and is printed as its one line). Export and import read and write the
+record's database: DATABASE_URL, else the dev stack's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from keel import branching
+from keel.cli.shell import connect, database_url, load_settings, run
+from keel.console import console
+
+__all__ = ["export", "fork", "import_", "rewind"]
+
+
+def fork(
+    session: str,
+    at: Annotated[int | None, typer.Option("--at", help="The seq to fork at.")] = None,
+    checkpoint: Annotated[int | None, typer.Option(
+        "--checkpoint", help="Fork right after this checkpoint (1: the first).")] = None,
+    new_id: Annotated[str | None, typer.Option("--id", help="The new session's id.")] = None,
+    request_id: Annotated[str | None, typer.Option(
+        "--request-id", help="Make the fork once, however often asked with this id.")
+                          ] = None,
+) -> None:
+    """A new session with the context SESSION had at a seq (its workspace as it was then);
+    SESSION is untouched."""
+    async def main() -> None:
+        keel = await connect(load_settings())
+        done = await keel.fork(session, at_seq=at, checkpoint=checkpoint, new_id=new_id,
+                               request_id=request_id)
+        files = f"{done.files_copied} file(s)" if done.workspace_versions else \
+            "no files (the local workspace store keeps no versions)"
+        console.print(f"forked [bold]{done.session_id}[/] from {session} at seq "
+                      f"{done.at_seq}: {done.rows_copied} row(s), {files}")
+    run(main())
+
+
+def rewind(session: str,
+           to: Annotated[int, typer.Option("--to", help="The seq to go on from.")]) -> None:
+    """SESSION goes on from a seq: the rows after it are marked rewound (kept, never sent
+    again), the workspace is restored to its versions there. Only while it is idle."""
+    async def main() -> None:
+        keel = await connect(load_settings())
+        done = await keel.session(session).rewind(to)
+        span = f" (#{done.first_rewound} to #{done.last_rewound})" if done.rows_rewound else ""
+        console.print(f"rewound {session} to seq {done.to_seq}: {done.rows_rewound} row(s) "
+                      f"marked rewound{span}, {done.files_restored} file(s) restored")
+    run(main())
+
+
+def export(session: str,
+           output: Annotated[Path, typer.Option("--output", "-o", help="The bundle file.")],
+           ) -> None:
+    """Write SESSION's bundle: record, checkpoints, rewinds, workspace with its versions."""
+    async def main() -> None:
+        settings = load_settings()
+        keel = await connect(settings)
+        data = await branching.export_session(keel, session, output,
+                                              database_url=database_url(settings))
+        console.print(f"exported {session} to {output} ({len(data):,} bytes)")
+    run(main())
+
+
+def import_(bundle: Path,
+            new_id: Annotated[str | None, typer.Option(
+                "--id", help="The session's id here (default: its id in the bundle).")
+                              ] = None) -> None:
+    """Start the session a bundle holds in this deployment; it goes on where it was."""
+    async def main() -> None:
+        settings = load_settings()
+        keel = await connect(settings)
+        done = await branching.import_session(keel, bundle.read_bytes(), new_id,
+                                              database_url=database_url(settings))
+        console.print(f"imported [bold]{done.session_id}[/]: {done.rows} row(s), "
+                      f"{done.checkpoints} checkpoint(s), {done.file_versions} file "
+                      "version(s)")
+    run(main())

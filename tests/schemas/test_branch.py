@@ -1,0 +1,121 @@
+"""The pure rules of branching (schemas.branch): branch points, the checkpoint and rows a
+fork takes, the state it starts from, and the bundle's lines and versions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from schemas.branch import (
+    BUNDLE_FORMAT,
+    BranchCheckpoint,
+    BranchError,
+    BundleHeader,
+    BundleVersionError,
+    bundle_line,
+    check_end,
+    check_header,
+    checkpoint_at,
+    copy_plan,
+    point_problem,
+    renamed_checkpoint,
+    round_problem,
+    state_at,
+    tool_call_ids,
+)
+from schemas.session import SessionConfig, SessionState
+
+
+def ckpt(record_seq: int, cut_seq: int, carried: list[int] | None = None) -> BranchCheckpoint:
+    return BranchCheckpoint(checkpoint_id=f"ckpt:s:a{record_seq}", record_seq=record_seq,
+                            cut_seq=cut_seq, carried_seqs=carried or [], mind_text="M",
+                            memo_text="m", now_text="n", window_tokens_after=900)
+
+
+def test_a_point_must_be_in_the_record():
+    assert point_problem(0, 10) and point_problem(11, 10)
+    assert point_problem(1, 10) is None and point_problem(10, 10) is None
+
+
+def test_a_point_inside_a_tool_round_is_refused():
+    assert round_problem(5, 4, ["t1", "t2"], ["t1"]) is not None
+    assert "#4" in (round_problem(5, 4, ["t1"], []) or "")
+    assert round_problem(6, 4, ["t1", "t2"], ["t2", "t1"]) is None
+    assert round_problem(3, None, [], []) is None
+    assert round_problem(4, 4, [], []) is None  # a plain reply
+
+
+def test_tool_call_ids_read_an_assistant_rows_content():
+    content = [{"type": "text", "text": "x"}, {"type": "tool_use", "id": "a", "name": "n"},
+               {"type": "tool_use", "id": "b"}]
+    assert tool_call_ids(content) == ["a", "b"]
+    assert tool_call_ids(None) == [] and tool_call_ids({"id": "a"}) == []
+
+
+def test_the_checkpoint_is_the_newest_at_or_before_the_point():
+    first, second = ckpt(10, 6), ckpt(20, 15)
+    assert checkpoint_at([first, second], 9) is None
+    assert checkpoint_at([first, second], 10) is first
+    assert checkpoint_at([first, second], 19) is first
+    assert checkpoint_at([second, first], 25) is second
+
+
+def test_a_fork_copies_the_window_at_the_point():
+    assert copy_plan(None, 7).model_dump() == {"carried": [], "from_seq": 1, "upto": 7}
+    plan = copy_plan(ckpt(20, 15, carried=[16, 3, 12]), 30)
+    assert (plan.carried, plan.from_seq, plan.upto) == ([3, 12], 15, 30)
+
+
+def test_the_state_points_at_the_checkpoint():
+    config = SessionConfig(model="m")
+    state = state_at("f", config, ckpt(20, 15), 30, turn=4, checkpoint_count=2,
+                     checkpoint_attempts=3, checkpoint_id="ckpt:f:a20")
+    assert (state.next_seq, state.recorded_upto, state.window_start_seq) == (31, 30, 15)
+    assert (state.checkpoint_id, state.mind_text, state.context_tokens) == (
+        "ckpt:f:a20", "M", 900)
+    bare = state_at("f", config, None, 5, turn=1, checkpoint_count=0, checkpoint_attempts=0)
+    assert (bare.window_start_seq, bare.checkpoint_id, bare.mind_text) == (1, None, "")
+
+
+def test_checkpoint_ids_are_renamed_for_the_new_session():
+    assert renamed_checkpoint("ckpt:s:a3", "s", "t") == "ckpt:t:a3"
+    assert renamed_checkpoint("ckpt:s:a3", "s", "s") == "ckpt:s:a3"
+    assert renamed_checkpoint("other", "s", "t") == "other@t"
+
+
+def header(version: object = 1) -> bytes:
+    body = BundleHeader(session_id="s", state=SessionState(session_id="s")).model_dump(
+        mode="json")
+    body["version"] = version
+    return bundle_line("header", body)
+
+
+def test_a_line_is_canonical():
+    assert bundle_line("row", {"b": 1, "a": "é"}) == \
+        '{"data":{"a":"é","b":1},"line":"row"}\n'.encode()
+
+
+def test_the_header_is_read_or_refused_with_its_version_named():
+    assert check_header(header()).session_id == "s"
+    with pytest.raises(BundleVersionError, match="version 2 is newer"):
+        check_header(header(2))
+    with pytest.raises(BundleVersionError, match="version 0 is not one of"):
+        check_header(header(0))
+    with pytest.raises(BranchError, match="not a Keel session bundle"):
+        check_header(b"hello")
+    other = json.dumps({"line": "header", "data": {"format": "zip"}}).encode()
+    with pytest.raises(BranchError, match=BUNDLE_FORMAT):
+        check_header(other)
+
+
+def test_the_end_line_counts_what_came_before():
+    end = bundle_line("end", {"counts": {"row": 2, "checkpoint": 0, "rewind": 0,
+                                         "file": 1}})
+    check_end(end, {"row": 2, "file": 1})
+    with pytest.raises(BranchError, match="does not hold"):
+        check_end(end, {"row": 1, "file": 1})
+    with pytest.raises(BranchError, match="cut short"):
+        check_end(None, {})
+    with pytest.raises(BranchError, match="cut short"):
+        check_end(bundle_line("row", {}), {})

@@ -1,0 +1,52 @@
+"""`keel fork`, `keel rewind`, `keel export` and `keel import` against a running worker:
+each says what it did in one line, and a refusal in one line with exit 1."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from typer.testing import CliRunner
+
+from keel.cli import app
+from tests.harness import keel_worker, small_config
+from tests.session.test_branch import notes, settings  # noqa: F401
+
+
+async def test_the_branch_commands(client, settings, fake_anthropic, database_url,  # noqa: F811
+                                   tmp_path):
+    env = {"TEMPORAL_ADDRESS": client.service_client.config.target_host,
+           "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": settings.task_queue,
+           "KEEL_DATA_DIR": str(tmp_path / "cli"), "COLUMNS": "200"}
+
+    def keel(*args: str, code: int = 0) -> str:
+        result = CliRunner().invoke(app, list(args), env=env)
+        assert result.exit_code == code, (args, result.output, result.exception)
+        return " ".join(result.output.split())
+
+    async with keel_worker(client, settings) as kc:
+        session = await kc.start_session(
+            f"cli-{uuid.uuid4().hex[:8]}", config=small_config(settings, memory_scope=None))
+        sid = session.session_id
+        await session.ask("write one")  # #1 to #4
+        await session.ask("write two")  # #5 to #8
+        out = await asyncio.to_thread(keel, "fork", sid, "--at", "4", "--id", f"{sid}-f")
+        assert f"forked {sid}-f from {sid} at seq 4: 4 row(s), 1 file(s)" in out
+        assert await notes(kc.session(f"{sid}-f")) == "one"
+        refused = await asyncio.to_thread(keel, "rewind", sid, "--to", "6", code=1)
+        assert "inside a tool round" in refused
+        out = await asyncio.to_thread(keel, "rewind", sid, "--to", "4")
+        assert f"rewound {sid} to seq 4: 4 row(s) marked rewound (#5 to #8)" in out
+        listing = await asyncio.to_thread(keel, "record", sid)
+        assert listing.count("(rewound)") == 4
+        forked = await asyncio.to_thread(keel, "record", f"{sid}-f", "--json")
+        assert forked.count(f'"origin": {{"session": "{sid}"') == 4
+        bundle = tmp_path / "s.keel"
+        out = await asyncio.to_thread(keel, "export", sid, "-o", str(bundle))
+        assert f"exported {sid} to" in out and bundle.stat().st_size > 0
+        out = await asyncio.to_thread(keel, "import", str(bundle), "--id", f"{sid}-i")
+        assert f"imported {sid}-i: 8 row(s), 0 checkpoint(s)" in out
+        assert await notes(kc.session(f"{sid}-i")) == "one"
+        refused = await asyncio.to_thread(keel, "import", str(bundle), "--id", f"{sid}-f",
+                                          code=1)
+        assert "exists already" in refused

@@ -1,0 +1,157 @@
+"""A session's bundle end to end: exported from one stack, imported into a fresh one (its
+own database and Temporal namespace), answered there with the same context; the bytes
+round-trip; an import that fails midway leaves nothing, and its retry makes one."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from activities.db import apply_migrations
+from keel.client import BranchRefusedError, KeelClient
+from tests.checkpoint_model import texts
+from tests.harness import keel_worker, small_config
+from tests.session.test_branch import checkpointed, db, notes, settings  # noqa: F401
+
+
+def user_requests(fake: Any, text: str) -> list[dict[str, Any]]:
+    return [r for r in fake.requests if texts(r["messages"][-1])[-1:] == [text]]
+
+
+@pytest.fixture
+def other_database(pg_admin_url: str) -> str:
+    name = f"keel_other_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = pg_admin_url.replace("/postgres?", f"/{name}?")
+    apply_migrations(url)
+    return url
+
+
+@pytest.fixture
+async def other_temporal(client: Client) -> AsyncIterator[Client]:
+    """Another Temporal namespace: none of the first stack's workflow ids are there."""
+    namespace = f"keel-other-{uuid.uuid4().hex[:6]}"
+    await client.workflow_service.register_namespace(RegisterNamespaceRequest(
+        namespace=namespace, workflow_execution_retention_period=timedelta(days=1)))
+    for _ in range(50):
+        try:
+            other = await Client.connect(client.service_client.config.target_host,
+                                         namespace=namespace,
+                                         data_converter=pydantic_data_converter)
+            await other.count_workflows()
+            break
+        except Exception:  # the namespace takes a moment to be served
+            import asyncio
+
+            await asyncio.sleep(0.2)
+    yield other
+
+
+async def test_export_then_import_into_a_fresh_stack(
+        client, other_temporal, settings, other_database, fake_anthropic):  # noqa: F811
+    async with keel_worker(client, settings) as keel:
+        session, seqs = await checkpointed(keel, fake_anthropic)
+        await session.rewind(seqs["inside"])  # a rewound stretch goes along too
+        bundle = await keel.export_session(session.session_id)
+        assert bundle == await keel.export_session(session.session_id)
+        await session.ask("the next message")
+    there = settings.model_copy(update={"database_url": other_database,
+                                        "task_queue": f"{settings.task_queue}-b"})
+    async with keel_worker(other_temporal, there) as other:
+        done = await other.import_session(bundle)
+        assert done.session_id == session.session_id and done.checkpoints == 1
+        moved = other.session(done.session_id)
+        assert await notes(moved) == "two"
+        assert await other.export_session(done.session_id) == bundle  # byte for byte
+        assert await other.import_session(bundle) == done  # a retry finds the first
+        await moved.ask("the next message")
+        assert (await moved.status()).checkpoint_count == 1
+    first, second = user_requests(fake_anthropic, "the next message")
+    assert first["system"] == second["system"] and first["messages"] == second["messages"]
+    assert first["messages"][0]["content"][0]["text"].startswith("<recollection>")
+    marks = db(other_database, "SELECT count(*) FROM messages WHERE session_id = %s"
+               " AND rewound_by IS NOT NULL", session.session_id)
+    assert marks == [(2,)]
+
+
+async def test_import_under_a_new_id_beside_its_origin(
+        client, settings, fake_anthropic, database_url):  # noqa: F811
+    async with keel_worker(client, settings) as keel:
+        session, _ = await checkpointed(keel, fake_anthropic)
+        bundle = await keel.export_session(session.session_id)
+        with pytest.raises(BranchRefusedError, match="exists already"):
+            await keel.import_session(bundle)
+        copy_id = f"{session.session_id}-copy"
+        # Another transaction holds the workspace's table: the import gets as far as the
+        # files, waits its lock timeout and fails; nothing of it is left.
+        with psycopg.connect(database_url) as holder:
+            holder.execute("LOCK TABLE workspace_files IN EXCLUSIVE MODE")
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                await keel.import_session(bundle, copy_id)
+            holder.rollback()
+        for table, key in (("sessions", "session_id"), ("messages", "session_id"),
+                           ("checkpoints", "session_id"),
+                           ("workspace_file_versions", "scope")):
+            assert db(database_url, f"SELECT count(*) FROM {table} WHERE {key} = %s",
+                      copy_id) == [(0,)]
+        done = await keel.import_session(bundle, copy_id)
+        assert await keel.import_session(bundle, copy_id) == done
+        copy = keel.session(copy_id)
+        assert await copy.mind() == await session.mind()
+        assert await notes(copy) == "three"
+        await session.ask("same words")
+        await copy.ask("same words")
+    first, second = user_requests(fake_anthropic, "same words")
+    assert first["messages"] == second["messages"]
+    ids = db(database_url, "SELECT checkpoint_id FROM checkpoints WHERE session_id = %s",
+             copy_id)
+    assert ids and all(copy_id in i for (i,) in ids)
+
+
+async def test_a_bundle_of_another_version_is_refused_with_it_named(
+        client, settings, fake_anthropic):  # noqa: F811
+    import gzip
+
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(
+            f"b-{uuid.uuid4().hex[:8]}", config=small_config(settings, memory_scope=None))
+        await session.ask("hello")
+        bundle = gzip.decompress(await keel.export_session(session.session_id))
+        newer = gzip.compress(bundle.replace(b'"version":1', b'"version":7', 1))
+        with pytest.raises(BranchRefusedError, match="version 7 is newer"):
+            await KeelClient.import_session(keel, newer, "elsewhere")
+
+
+async def test_a_workspace_in_local_folders_goes_along(client, fake_anthropic, database_url,
+                                                      other_database, other_temporal,
+                                                      tmp_path):
+    from tests.harness import make_settings
+    from tests.session.test_branch import answer
+
+    fake_anthropic.responder = answer
+    here = make_settings(database_url, tmp_path / "a", fake_anthropic.base_url)
+    async with keel_worker(client, here) as keel:
+        session = await keel.start_session(
+            f"b-{uuid.uuid4().hex[:8]}", config=small_config(here, memory_scope=None))
+        await session.ask("write one")
+        await session.put_file("docs/a.md", "alpha")
+        await session.put_file("docs/a.md", "alpha, again")
+        bundle = await keel.export_session(session.session_id)
+    there = make_settings(other_database, tmp_path / "b", fake_anthropic.base_url)
+    async with keel_worker(other_temporal, there) as other:
+        done = await other.import_session(bundle)
+        moved = other.session(done.session_id)
+        assert await notes(moved) == "one"
+        found = await moved.read_file("docs/a.md")
+        assert found is not None and found.data == b"alpha, again" and found.version == 2
+        assert await other.export_session(done.session_id) == bundle
