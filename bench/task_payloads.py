@@ -9,6 +9,7 @@ continue-as-new input, update results). The largest one is the issue's figure.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -20,6 +21,7 @@ __all__ = ["task_payloads"]
 
 _STARTED = EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
 _COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+_CONTINUED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
 
 
 def _payload_bytes(event: HistoryEvent) -> int:
@@ -41,6 +43,19 @@ def _payload_bytes(event: HistoryEvent) -> int:
             else:
                 stack.extend(value)
     return total
+
+
+def _input_parts(event: HistoryEvent) -> dict[str, int]:
+    """A run's input (a continue-as-new's), by field: its state's fields and the rest."""
+    attrs = event.workflow_execution_continued_as_new_event_attributes
+    try:
+        data = json.loads(b"".join(p.data for p in attrs.input.payloads))
+    except ValueError:
+        return {}
+    state = data.pop("state", None) or {}
+    parts = {f"state.{k}": len(json.dumps(v)) for k, v in state.items()}
+    parts.update({k: len(json.dumps(v)) for k, v in data.items()})
+    return dict(sorted(parts.items(), key=lambda kv: -kv[1])[:8])
 
 
 def _name(event: HistoryEvent) -> str:
@@ -83,11 +98,15 @@ async def task_payloads(client: Client, workflow_id: str) -> dict[str, Any]:
     over: Counter[str] = Counter()
     largest: Counter[str] = Counter()
     largest_event = (0, "")
+    largest_input: tuple[int, dict[str, int]] = (0, {})
     async for run in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
         history = await client.get_workflow_handle(workflow_id,
                                                    run_id=run.run_id).fetch_history()
         for event in history.events:
-            largest_event = max(largest_event, (_payload_bytes(event), _name(event)))
+            size = _payload_bytes(event)
+            largest_event = max(largest_event, (size, _name(event)))
+            if event.event_type == _CONTINUED and size > largest_input[0]:
+                largest_input = (size, _input_parts(event))
         for parts in _tasks(list(history.events)):
             sizes.append(sum(parts.values()))
             if sizes[-1] > sum(largest.values()):
@@ -103,4 +122,5 @@ async def task_payloads(client: Client, workflow_id: str) -> dict[str, Any]:
         "largest_task_by_event": dict(largest.most_common()),
         "largest_event": {"bytes": largest_event[0], "type": largest_event[1]},
         "over_64k_bytes_by_event": dict(over.most_common(6)),
+        "largest_continue_as_new": {"bytes": largest_input[0], "parts": largest_input[1]},
     }

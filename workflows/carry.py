@@ -7,8 +7,8 @@ time (`read_reply`, the READ_REPLY Update; keel.client does it for its callers).
 continue-as-new input (the next run's first workflow task) stays small
 whatever the window and however long the session. The checkpoint's mind, memo and now stay
 in PostgreSQL and the new run reads them by the checkpoint id before its first turn
-(`restore_texts`); the carried outcomes' replies share one budget, the newest kept longest,
-each cut one saying where the record holds it whole; the event stream carries at most
+(`restore_texts`); the carried outcomes' replies are cut, the newest kept longest, each cut
+one marked so (`reply_cut`: a caller reads the rest by READ_REPLY); the event stream carries at most
 CARRIED_EVENT_BYTES of its newest events. Until its texts are back a run answers the mind,
 memo and now queries with TEXTS_LOADING (keel.client asks again), never with an empty text.
 Histories from before `workflow.patched(SMALL_CARRY)` carry as they did.
@@ -36,9 +36,10 @@ __all__ = ["CARRIED_EVENT_BYTES", "KEPT_OUTCOMES", "SMALL_CARRY", "carried_outco
 
 SMALL_CARRY = "small-continue-as-new"
 KEPT_OUTCOMES = 16  # carried over continue-as-new
-CARRIED_REPLY_CHARS = 8_000  # of the newest carried outcome's reply; the record has it whole
-OLDER_REPLY_CHARS = 600  # of each older one's (a caller's retry of an old input is rare)
-CARRIED_EVENT_BYTES = 24_000  # of the event stream's newest events
+CARRIED_REPLY_CHARS = 8_000  # of each carried outcome's reply (before SMALL_CARRY)
+NEWEST_REPLY_CHARS = 4_000  # of the newest one's; the record has it whole (READ_REPLY)
+OLDER_REPLY_CHARS = 300  # of each older one's (a caller's retry of an old input is rare)
+CARRIED_EVENT_BYTES = 8_000  # of the event stream's newest events
 # The texts are read once per run; a database that does not answer in two minutes leaves
 # them for the next turn to read (status says why).
 RESTORE_TEXTS = ActivityConfig(start_to_close_timeout=timedelta(seconds=30),
@@ -48,25 +49,33 @@ TEXTS_LOADING = (f"{Rejection.TEXTS_LOADING}: this run is reading the checkpoint
                  " and now back from the record (it continued as new a moment ago): ask again")
 
 
-def carried_outcome(outcome: TurnOutcome, limit: int = CARRIED_REPLY_CHARS) -> TurnOutcome:
-    """An outcome as continue-as-new carries it: its reply cut to `limit`, with where the
-    record holds all of it."""
+def carried_outcome(outcome: TurnOutcome, limit: int = CARRIED_REPLY_CHARS, *,
+                    by_reference: bool = False) -> TurnOutcome:
+    """An outcome as continue-as-new carries it: its reply cut to `limit`, marked cut (the
+    client reads the rest, READ_REPLY) when `by_reference`, else with a note saying where
+    the record holds all of it."""
     if len(outcome.reply_text) <= limit:
         return outcome
+    text = outcome.reply_text[:limit]
+    if by_reference and outcome.reply_seq is not None:
+        return outcome.model_copy(update={
+            "reply_text": text, "reply_cut": True,
+            "reply_chars": max(outcome.reply_chars, len(outcome.reply_text))})
     note = f"\n[cut: the whole reply is message #{outcome.reply_seq} of the record]"
-    return outcome.model_copy(update={"reply_text": outcome.reply_text[:limit] + note})
+    return outcome.model_copy(update={"reply_text": text + note})
 
 
 def carried_outcomes(outcomes: Iterable[TurnOutcome], *, bounded: bool,
                      small: bool) -> list[TurnOutcome]:
     """The last KEPT_OUTCOMES distinct outcomes, oldest first: each reply cut to
-    CARRIED_REPLY_CHARS when `bounded`, and all but the newest to OLDER_REPLY_CHARS when
-    `small`."""
+    CARRIED_REPLY_CHARS when `bounded`; when `small`, the newest to NEWEST_REPLY_CHARS and
+    the others to OLDER_REPLY_CHARS."""
     distinct = {id(o): o for o in outcomes}.values()
     kept = sorted(distinct, key=lambda o: o.turn)[-KEPT_OUTCOMES:]
     if small:
-        return [carried_outcome(o, CARRIED_REPLY_CHARS if i == len(kept) - 1
-                                else OLDER_REPLY_CHARS) for i, o in enumerate(kept)]
+        return [carried_outcome(o, NEWEST_REPLY_CHARS if i == len(kept) - 1
+                                else OLDER_REPLY_CHARS, by_reference=True)
+                for i, o in enumerate(kept)]
     return [carried_outcome(o) for o in kept] if bounded else kept
 
 

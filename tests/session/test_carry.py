@@ -27,6 +27,7 @@ from tests.fake_anthropic import text_message
 from tests.harness import keel_worker, make_settings
 from workflows.carry import (
     CARRIED_REPLY_CHARS,
+    NEWEST_REPLY_CHARS,
     OLDER_REPLY_CHARS,
     carried_outcomes,
     carried_state,
@@ -80,7 +81,7 @@ async def test_the_checkpoint_texts_come_back_by_reference_after_continue_as_new
         assert len(carried) < 64 * 1024  # 16 replies of 8,000 characters before
         replies = [o["reply_text"] for o in state["recent_outcomes"]]
         assert all(len(r) < OLDER_REPLY_CHARS + 100 for r in replies[:-1])
-        assert len(replies[-1]) < CARRIED_REPLY_CHARS + 100
+        assert len(replies[-1]) <= NEWEST_REPLY_CHARS
 
 
 def test_carried_outcomes_keep_the_newest_longest_and_say_where_the_rest_is() -> None:
@@ -88,10 +89,11 @@ def test_carried_outcomes_keep_the_newest_longest_and_say_where_the_rest_is() ->
                             reply_text=f"{t}" * 20_000) for t in range(1, 21)]
     kept = carried_outcomes(outcomes + outcomes[-1:], bounded=True, small=True)
     assert [o.turn for o in kept] == list(range(5, 21))  # sixteen, distinct, in order
-    assert kept[-1].reply_text.startswith("20" * 4_000)
-    assert all(o.reply_text.endswith(f"message #{o.reply_seq} of the record]") for o in kept)
-    assert all(len(o.reply_text) < OLDER_REPLY_CHARS + 80 for o in kept[:-1])
+    assert kept[-1].reply_text == "20" * (NEWEST_REPLY_CHARS // 2)
+    assert all(o.reply_cut and o.reply_chars == 20_000 * len(str(o.turn)) for o in kept)
+    assert all(len(o.reply_text) == OLDER_REPLY_CHARS for o in kept[:-1])
     old = carried_outcomes(outcomes, bounded=True, small=False)
+    assert all(o.reply_text.endswith(f"message #{o.reply_seq} of the record]") for o in old)
     assert all(len(o.reply_text) < CARRIED_REPLY_CHARS + 80 for o in old)
     assert carried_outcomes(outcomes, bounded=False, small=False)[0].reply_text == "5" * 20_000
 
