@@ -13,6 +13,8 @@ from pydantic import BaseModel, Field, field_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from schemas.agent import AgentSpec, ApprovalDecision, PendingApproval
+from schemas.budget import BudgetRequest, BudgetState, Spend
+from schemas.interrupt import InterruptPolicy
 from schemas.mcp import McpTool
 from schemas.messages import HarnessKind, ModelReply
 from schemas.vault.scope import DEFAULT_SCOPE, check_scope
@@ -53,6 +55,9 @@ class Handler(StrEnum):
     PUT_FILE = "put_file"  # update: PutFile -> FileVersion
     READ_FILE = "read_file"  # update: ReadFile -> FileData | None
     LIST_FILES = "list_files"  # update: ListFiles -> list[FileEntry]
+    # Budgets and interrupting (schemas.budget, schemas.interrupt).
+    ANSWER_BUDGET = "answer_budget"  # update: BudgetAnswer -> SessionStatus
+    INTERRUPT = "interrupt"  # update: stop the running turn's model call (no message)
 
 
 class Rejection(StrEnum):
@@ -70,6 +75,8 @@ class Rejection(StrEnum):
     # An input that does not decode or validate (a wrong type, a missing field, a bad
     # scope): an Update refused, a start failed with the reason (workflows.entry).
     MALFORMED_INPUT = "MalformedInput"
+    BUSY = "SessionBusy"  # a message with policy 'reject' while a turn runs: not recorded
+    NO_BUDGET_REQUEST = "NoBudgetRequest"  # a budget answer with no (such) request pending
 
 
 # A run started with more than one argument gets one payload of this encoding instead,
@@ -160,6 +167,8 @@ class TurnOutcome(BaseModel):
     # The session is continuing as new: ask again (the client helper does) and the new run
     # answers.
     retry: bool = False
+    interrupted: bool = False  # a new message stopped this turn (schemas.interrupt)
+    spent: Spend | None = None  # what the turn spent (schemas.budget)
 
 
 class TurnInProgress(BaseModel):
@@ -215,6 +224,7 @@ class SessionState(BaseModel):
     checkpoint_requested: bool = False
     # A turn that continued as new while a call waited on a person (resumed first).
     turn_in_progress: TurnInProgress | None = None
+    budget: BudgetState = Field(default_factory=BudgetState)  # spend, raises, a pause
 
     # ----- sequence numbers: every input, reply, result and notice gets the next one -----
 
@@ -249,6 +259,8 @@ class SessionInput(BaseModel):
 class UserMessage(BaseModel):
     text: str
     input_id: str | None = None  # the caller's idempotency key; Keel makes one if absent
+    # While a turn runs: wait for it, stop it, or be refused (None: the spec's, or enqueue).
+    on_busy: InterruptPolicy | None = None
 
 
 class WatchInput(BaseModel):
@@ -291,6 +303,7 @@ class SessionPhase(StrEnum):
     CHECKPOINTING = "checkpointing"
     STOPPED = "stopped"
     AWAITING_APPROVAL = "awaiting_approval"
+    AWAITING_BUDGET = "awaiting_budget"
     ENDED = "ended"
 
 
@@ -312,6 +325,9 @@ class SessionStatus(BaseModel):
     ended: bool = False
     agent_instructions_chars: int = 0
     tools: list[str] = Field(default_factory=list)
+    spent: Spend = Field(default_factory=Spend)  # the session's, so far
+    turn_spent: Spend = Field(default_factory=Spend)  # the current (or last) turn's
+    budget_request: BudgetRequest | None = None  # a reached budget waiting on a person
 
 
 class EndSession(BaseModel):

@@ -110,6 +110,11 @@ RECORD_NOTICE = ActivityConfig(start_to_close_timeout=RECORD_ATTEMPT,
 MODEL_CALL = ActivityConfig(start_to_close_timeout=timedelta(minutes=10),
                             schedule_to_close_timeout=timedelta(minutes=30),
                             heartbeat_timeout=HEARTBEAT, retry_policy=MODEL_RETRY)
+# Stopping a model call: one row and a notification, quick or not at all (the call ends on
+# its own either way).
+INTERRUPT_CALL = ActivityConfig(start_to_close_timeout=timedelta(seconds=10),
+                                schedule_to_close_timeout=timedelta(seconds=30),
+                                retry_policy=DB_RETRY)
 TOOL_CALL = ActivityConfig(start_to_close_timeout=timedelta(seconds=60),
                            schedule_to_close_timeout=timedelta(minutes=10),
                            retry_policy=DB_RETRY)
