@@ -8,16 +8,16 @@ Invariants:
   key after the listener reconnects, so an interrupt sent before the call started, or while
   the listener was down, is never missed. One listening connection per worker process (per
   event loop), never one per call.
-- `stop_on_interrupt` runs the model's answer as a task and cancels it the moment the
-  interrupt comes (the HTTP stream is closed: the API stops generating); it returns None
-  then, and the caller keeps what streamed so far.
+- `stop_on_interrupt` runs the model's answer as a task (built inside it) and cancels it
+  the moment the interrupt comes (the HTTP stream is closed: the API stops generating); it
+  returns None then, and the caller keeps what streamed so far.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import TypeVar
 
@@ -36,10 +36,11 @@ Key = tuple[str, int]
 
 
 async def send_interrupt(conn: AsyncConnection, session_id: str, reply_seq: int) -> None:
+    # One statement, one round trip: the row kept, then the notification (sent at commit).
     await conn.execute(
-        "INSERT INTO model_interrupts (session_id, reply_seq) VALUES (%s, %s)"
-        " ON CONFLICT DO NOTHING", (session_id, reply_seq))
-    await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{session_id}:{reply_seq}"))
+        "WITH kept AS (INSERT INTO model_interrupts (session_id, reply_seq) VALUES (%s, %s)"
+        " ON CONFLICT DO NOTHING) SELECT pg_notify(%s, %s)",
+        (session_id, reply_seq, CHANNEL, f"{session_id}:{reply_seq}"))
 
 
 class InterruptWatcher:
@@ -127,12 +128,15 @@ async def _close_watchers() -> None:
 on_close(_close_watchers)
 
 
-async def stop_on_interrupt(answer: Awaitable[T], stop: asyncio.Event) -> T | None:
-    """`answer`'s result, or None when `stop` is set first (the answer is cancelled and
-    its cleanup awaited, so the stream is closed when this returns)."""
-    task = asyncio.ensure_future(answer)
+async def stop_on_interrupt(make: Callable[[], Awaitable[T]], stop: asyncio.Event) -> T | None:
+    """The result of the awaitable `make()` builds, or None when `stop` is set first (it is
+    cancelled and its cleanup awaited, so the stream is closed when this returns). Built
+    in its own task, so a stop that comes before the task starts leaves nothing unawaited."""
+    async def run() -> T:
+        return await make()
     if stop.is_set():
-        task.cancel()
+        return None
+    task = asyncio.ensure_future(run())
     stopper = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)

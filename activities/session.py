@@ -225,7 +225,7 @@ class SessionActivities:
                 conn, data.session_id, data.reply_seq) as stop:
             if not self.ctx.settings.model.stream:
                 message = await stop_on_interrupt(
-                    with_heartbeat(self.ctx.model.create(model, request)), stop)
+                    lambda: with_heartbeat(self.ctx.model.create(model, request)), stop)
                 return message, None, ""
             deltas = DeltaPublisher.for_activity(data.session_id, data.turn, data.reply_seq)
 
@@ -234,7 +234,8 @@ class SessionActivities:
                 deltas.add(text)
             async with deltas:  # closed on the way out, whatever happens (finish() first)
                 message = await stop_on_interrupt(
-                    with_heartbeat(self.ctx.model.stream(model, request, on_text)), stop)
+                    lambda: with_heartbeat(self.ctx.model.stream(model, request, on_text)),
+                    stop)
                 return message, await deltas.finish(), "".join(streamed)
 
     @activity.defn

@@ -3,7 +3,8 @@
 Invariants:
 - A turn is asked to stop by a message sent with policy `interrupt` (after it is recorded)
   or by the `interrupt` Update (a stop button). The running model call, if any, is stopped
-  at once through `SessionActivities.interrupt_model_call` (activities.interrupt): its
+  at once through `SessionActivities.interrupt_model_call`, a local activity
+  (activities.interrupt): its
   reply is recorded with what streamed so far, marked interrupted, and the turn ends there.
   A tool call already started finishes and is recorded; the reply's calls not yet started
   get a "not run" result (every call keeps exactly one result); no further model call is
@@ -75,7 +76,7 @@ class Interrupter:
         if seq is not None and seq not in self._sent:
             self._sent.add(seq)
             try:
-                await workflow.execute_activity_method(
+                await workflow.execute_local_activity_method(
                     SessionActivities.interrupt_model_call,
                     InterruptInput(session_id=self.run.state.session_id, reply_seq=seq),
                     **INTERRUPT_CALL)

@@ -114,8 +114,12 @@ async def test_refused_raise_ends_the_turn_and_an_end_while_paused_too(
             f"budget-end-{uuid.uuid4().hex[:8]}", agent=spec(session=BudgetLimits(usd=0.1)))
         accepted = await ended.send("Write the notes.")
         await paused(ended)
+        # Waiting already: an ended session completes, and a wait sent after it would not
+        # reach it.
+        waiting = asyncio.create_task(ended.wait_reply(accepted.seq))
+        await asyncio.sleep(0.2)
         final = await ended.end("ended while paused")
-        outcome = await ended.wait_reply(accepted.seq)
+        outcome = await waiting
     assert outcome.error is not None and "ended while the turn waited on its budget" \
         in outcome.error
     assert final.ended
