@@ -10,7 +10,8 @@ Invariants:
 - The request is said in the record (a notice) and in `status` (`budget_request`, the
   phase `awaiting_budget`); a person answers it (`answer`): a raise and the turn goes on
   (checked again: a raise too small pauses again), a refusal and the turn ends saying so.
-  A session ended while paused ends the turn saying so. Nothing is refused silently.
+  A session ended while paused, or a turn interrupted while paused (workflows.interrupt),
+  ends the turn saying so (the next turn asks again). Nothing is refused silently.
 - With no budget in the spec and none raised, nothing here issues a command: histories
   recorded before budgets replay unchanged (the gate's patch marker is written only when a
   budget applies).
@@ -18,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 
 from temporalio import workflow
@@ -36,11 +38,14 @@ with workflow.unsafe.imports_passed_through():
     from schemas.session import SessionPhase
     from workflows.run import SessionRun
 
-__all__ = ["BUDGET_REFUSED", "ENDED_WHILE_PAUSED", "BudgetGate", "Gate"]
+__all__ = ["BUDGET_REFUSED", "ENDED_WHILE_PAUSED", "STOPPED_WHILE_PAUSED", "BudgetGate",
+           "Gate"]
 
 BUDGET_PATCH = "budget-gate"
 BUDGET_REFUSED = "The budget was reached and a raise was refused: the turn ended there."
 ENDED_WHILE_PAUSED = "The session was ended while the turn waited on its budget."
+STOPPED_WHILE_PAUSED = ("The turn was interrupted while it waited on its budget; the next "
+                        "turn asks again.")
 
 
 class Gate(Enum):
@@ -58,6 +63,7 @@ class BudgetGate:
     def __init__(self, run: SessionRun) -> None:
         self.run = run
         self.ended_reason: str | None = None  # why the last gate said END
+        self.stopping: Callable[[], bool] = lambda: False  # the turn was asked to stop
 
     @property
     def spec(self) -> BudgetSpec | None:
@@ -92,15 +98,17 @@ class BudgetGate:
                 self.run.publish_summary()
 
             def answered(r: BudgetRequest = request) -> bool:
-                return state.budget.request is not r or state.ended \
+                return state.budget.request is not r or state.ended or self.stopping() \
                     or self.run.should_continue_as_new()
             await workflow.wait_condition(answered)
-            if budget.request is request and not state.ended:
+            stopped = budget.request is request and self.stopping()
+            if budget.request is request and not state.ended and not stopped:
                 return Gate.CONTINUE_AS_NEW
             refused = budget.refused == request.request_id
-            if state.ended or refused:
+            if state.ended or refused or stopped:
                 budget.request = None
-                self.ended_reason = BUDGET_REFUSED if refused else ENDED_WHILE_PAUSED
+                self.ended_reason = BUDGET_REFUSED if refused else (
+                    STOPPED_WHILE_PAUSED if stopped else ENDED_WHILE_PAUSED)
                 self._resumed()
                 return Gate.END
 

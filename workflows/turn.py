@@ -142,7 +142,7 @@ class Turns:
         self.transcript = Transcript(run)
         self.budget = BudgetGate(run)  # workflows.budget: spend, and the pause at a limit
         self.interrupts = Interrupter(run)  # workflows.interrupt: a stop asked mid-turn
-        tools.stopping = lambda: self.interrupts.requested
+        tools.stopping = self.budget.stopping = lambda: self.interrupts.requested
 
     # ----- a turn ------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@ reply streams stops the model's stream at once (the fake server sees its client 
 streamed is kept in the record marked interrupted, and the message starts the next turn; a
 tool call already running finishes and is recorded while the calls not started get a "not
 run" result; `reject` refuses with nothing recorded; `enqueue` waits as before; the stop
-Update interrupts without a message.
+Update interrupts without a message; a turn paused on its budget ends when interrupted.
 
 Real Temporal dev server, real PostgreSQL, the real SDK streaming from the fake Messages
 API (slowed to 50 ms an event so a reply is still streaming when the message comes).
@@ -23,9 +23,11 @@ from temporalio.worker import Worker
 from keel.client import KeelClient, SessionBusyError, SessionHandle
 from keel.service import ServiceToolset
 from schemas.agent import AgentSpec
+from schemas.budget import BudgetLimits, BudgetSpec
 from schemas.interrupt import INTERRUPTED_MARK, NOT_RUN_TEXT, InterruptPolicy
 from tests.fake_anthropic import FakeAnthropic, text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
+from tests.session.test_budget import paused
 
 LONG = " ".join(f"word{n}" for n in range(300))  # 100 events: 5 s at 50 ms an event
 DELAY_S = 0.05
@@ -157,3 +159,26 @@ async def test_reject_refuses_enqueue_waits_and_stop_interrupts(
     users = [r[2] for r in rows(database_url, session.session_id) if r[1] == "user"]
     assert users == ["First.", "Queued.", "Now the long one."]  # the refused one is not
     assert fake_anthropic.streams[2].cancelled_at is not None
+
+
+async def test_interrupt_while_paused_on_the_budget_ends_that_turn_and_the_next_asks(
+        client, settings, fake_anthropic, database_url):
+    fake_anthropic.push(tool_use_message([("write_file", {"path": "a.md", "content": "a"})],
+                                         input_tokens=100_000),
+                        text_message("Answered after a raise."))
+    spec = AgentSpec(budget=BudgetSpec(session=BudgetLimits(usd=0.2)))
+    async with keel_worker(client, settings) as keel:
+        session = await started(keel, "interrupt-paused", agent=spec)
+        first = await session.send("Write a.")
+        before = (await paused(session)).budget_request
+        second = await session.send("Forget a.", on_busy=InterruptPolicy.INTERRUPT)
+        stopped = await session.wait_reply(first.seq)
+        again = (await paused(session)).budget_request  # the new message's turn asks
+        await session.raise_budget(1.0)
+        answered = await session.wait_reply(second.seq)
+    assert stopped.interrupted and stopped.error is not None
+    assert "interrupted while it waited on its budget" in stopped.error
+    assert before is not None and again is not None
+    assert again.request_id != before.request_id and again.turn == before.turn + 1
+    assert answered.reply_text == "Answered after a raise."
+    assert len(fake_anthropic.requests) == 2
