@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         budget_notice,
         spend_of,
     )
+    from schemas.events import BudgetAnswered, BudgetReached
     from schemas.messages import ModelReply
     from schemas.session import SessionPhase
     from workflows.run import SessionRun
@@ -123,6 +124,9 @@ class BudgetGate:
             else budget.turn_spent, limits=limits, turn=state.turn, since=workflow.now())
         budget.request = request
         self.run.phase = SessionPhase.AWAITING_BUDGET
+        self.run.events.emit(BudgetReached, turn=state.turn, request_id=request.request_id,
+                             scope=scope.value, reached="; ".join(reached),
+                             spent_usd=request.spent.usd)
         self.run.publish_summary()
         await self.run.record_notice(budget_notice(request))
         return request
@@ -143,6 +147,8 @@ class BudgetGate:
             assert answer.raise_by is not None
             budget.grant(request.scope, answer.raise_by)
         budget.request = None
+        self.run.events.emit(BudgetAnswered, turn=request.turn, request_id=request.request_id,
+                             raised=not answer.refuse, by=answer.by)
         await self.run.record_notice(answered_notice(request, answer))
         return request
 

@@ -22,6 +22,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.session import InterruptInput, SessionActivities
+    from schemas.events import TurnInterrupted
     from schemas.interrupt import BusyAction, busy_action, choose_policy, rejected_text
     from schemas.session import Rejection, SessionPhase, UserMessage
     from workflows.failures import reason
@@ -66,11 +67,15 @@ class Interrupter:
     def start_turn(self) -> None:
         self.requested_in = None
 
-    async def stop(self) -> bool:
-        """Ask the running turn to stop; True when a turn was running to stop."""
+    async def stop(self, *, by_message: bool = False) -> bool:
+        """Ask the running turn to stop; True when a turn was running to stop. `by_message`:
+        a message sent with policy `interrupt` asked (else the interrupt Update)."""
         if not self.busy():
             return False
         workflow.patched(INTERRUPT_PATCH)
+        if not self.requested:
+            self.run.events.emit(TurnInterrupted, turn=self.run.state.turn,
+                                 by_message=by_message)
         self.requested_in = self.run.state.turn
         seq = self.calling
         if seq is not None and seq not in self._sent:

@@ -178,7 +178,7 @@ class SessionWorkflow:
     async def _stop_if_asked(self, message: UserMessage) -> None:
         """A message sent with policy `interrupt` stops the running turn (workflows.interrupt)."""
         if self.turns.interrupts.action(message) is BusyAction.INTERRUPT:
-            await self.turns.interrupts.stop()
+            await self.turns.interrupts.stop(by_message=True)
 
     @workflow.update(name=Handler.ASK)
     async def ask(self, data: RawValue = NO_PAYLOAD) -> TurnOutcome:

@@ -71,6 +71,12 @@ async def test_interrupt_mid_stream_keeps_what_streamed_and_starts_the_next_turn
         stopped = await session.wait_reply(first.seq)
         answered = await session.wait_reply(second.seq)
         status = await session.status()
+        said = []
+        async for _, event in session.events(after=0):
+            said.append(event)
+            if event.type == "turn_ended":
+                break
+    assert [e.by_message for e in said if e.type == "turn_interrupted"] == [True]
     seen = fake_anthropic.streams[0]
     assert seen.cancelled_at is not None and seen.finished_at is None
     assert seen.events_sent < 60  # stopped well before the reply's end
