@@ -7,8 +7,9 @@ Invariants:
   (activities.interrupt): its
   reply is recorded with what streamed so far, marked interrupted, and the turn ends there.
   A tool call already started finishes and is recorded; the reply's calls not yet started
-  get a "not run" result (every call keeps exactly one result); no further model call is
-  made in that turn. The message that interrupted starts the next turn.
+  get a "not run" result (every call keeps exactly one result), a call waiting on a
+  person's approval is denied ("the turn was interrupted"), a pause on the budget ends; no
+  further model call is made in that turn. The message that interrupted starts the next turn.
 - A stop asked between turns, or of a turn that has already made its last call, changes
   nothing. The request lasts for the turn it was asked in only.
 - Nothing here issues a command unless a stop is asked: histories recorded before it

@@ -260,11 +260,15 @@ class ToolRunner:
                 break
             try:
                 await workflow.wait_condition(
-                    lambda: call.id in self.decisions or state.ended
+                    lambda: call.id in self.decisions or state.ended or self.stopping()
                     or state.checkpoint_requested or self.run.should_continue_as_new(),
                     timeout=timedelta(seconds=left) if left is not None else None)
             except TimeoutError:  # the builtin: wait_condition's timeout ran out
                 continue
+            if self.stopping() and call.id not in self.decisions:  # workflows.interrupt
+                self.decide(ApprovalDecision(call_id=call.id, approve=False, by="keel",
+                                             note="the turn was interrupted"))
+                break
             if state.checkpoint_requested and call.id not in self.decisions \
                     and not state.ended:
                 return CheckpointWhileWaiting(w.before_seq)

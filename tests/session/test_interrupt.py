@@ -188,3 +188,31 @@ async def test_interrupt_while_paused_on_the_budget_ends_that_turn_and_the_next_
     assert again.request_id != before.request_id and again.turn == before.turn + 1
     assert answered.reply_text == "Answered after a raise."
     assert len(fake_anthropic.requests) == 2
+
+
+async def test_interrupt_while_a_call_waits_on_approval_denies_it(
+        client, settings, fake_anthropic, database_url):
+    tools = ServiceToolset(task_queue="no-worker-needed")
+
+    @tools.tool(description="Needs a person.", approval="ask")
+    async def risky(what: str) -> str:  # never runs: denied by the interrupt
+        return what
+
+    fake_anthropic.push(tool_use_message([("risky", {"what": "x"})]),
+                        text_message("Doing the new thing."))
+    async with keel_worker(client, settings) as keel:
+        session = await started(keel, "interrupt-approval",
+                                agent=AgentSpec(tools=tools.declarations()))
+        first = await session.send("Do the risky thing.")
+        for _ in range(300):
+            if await session.pending():
+                break
+            await asyncio.sleep(0.05)
+        second = await session.send("Do something else.", on_busy=InterruptPolicy.INTERRUPT)
+        stopped = await session.wait_reply(first.seq)
+        answered = await session.wait_reply(second.seq)
+        assert not await session.pending()
+    (result,) = [r[3] for r in rows(database_url, session.session_id) if r[1] == "tool_result"]
+    assert result["is_error"] and result["by"] == "keel"
+    assert stopped.interrupted and answered.reply_text == "Doing the new thing."
+    assert len(fake_anthropic.requests) == 2
