@@ -19,7 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from enum import Enum
 
 from temporalio import workflow
@@ -85,8 +85,9 @@ class BudgetGate:
         child's budget is `schemas.budget.child_share` of what is left, in its spec)."""
         self.run.state.budget.add_child(spent)
 
-    async def gate(self) -> Gate:
-        """Before a model call: GO, or the pause until a person answers."""
+    async def gate(self, before_pause: Callable[[], Awaitable[None]] | None = None) -> Gate:
+        """Before a model call: GO, or the pause until a person answers. `before_pause` runs
+        first when the turn pauses (the turn records the messages its call would have)."""
         state, budget = self.run.state, self.run.state.budget
         if budget.request is None and budget.check(self.spec) is None:
             return Gate.GO
@@ -99,6 +100,8 @@ class BudgetGate:
                 if found is None:
                     self._resumed()
                     return Gate.GO
+                if before_pause is not None:
+                    await before_pause()
                 request = await self._ask(*found)  # it may be answered while said
             if self.run.phase is not SessionPhase.AWAITING_BUDGET:  # a pause carried over
                 self.run.phase = SessionPhase.AWAITING_BUDGET

@@ -191,7 +191,8 @@ class Turns:
         while True:
             if not first and self.interrupts.requested:  # stopped: no call more
                 return last, None
-            gate = await self.budget.gate()
+            # A pause records first what the call would have (a message asked while idle).
+            gate = await self.budget.gate(self.inbox.record_unrecorded)
             if gate is Gate.CONTINUE_AS_NEW:  # the new run waits at this same call
                 carried = last or progress.reply
                 self._carry(carried, len(carried.tool_calls))

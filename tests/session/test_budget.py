@@ -191,3 +191,24 @@ async def test_budget_pause_survives_continue_as_new(client, settings, fake_anth
     assert outcome.reply_text == "Done after the new run."
     said = notices(database_url, session.session_id)
     assert sum("budget is reached" in n for n in said) == 1  # the new run did not ask again
+
+
+async def test_a_turn_paused_before_its_first_call_has_its_message_recorded(
+        client, settings, fake_anthropic, database_url):
+    fake_anthropic.push(text_message("First, over budget.", input_tokens=BIG_INPUT),
+                        text_message("Second, after the raise."))
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(
+            f"budget-first-{uuid.uuid4().hex[:8]}", agent=spec(session=BudgetLimits(usd=0.1)))
+        await session.ask("One.")  # answered; the spend is now past the budget
+        asking = asyncio.create_task(session.ask("Two."))  # asked while idle: folded
+        await paused(session)
+        with psycopg.connect(database_url) as conn:
+            users = [r[0] for r in conn.execute(
+                "SELECT content_text FROM messages WHERE session_id=%s AND type='user'"
+                " ORDER BY seq", (session.session_id,)).fetchall()]
+        assert users == ["One.", "Two."]  # recorded before the pause, not by the call
+        assert len(fake_anthropic.requests) == 1
+        await session.raise_budget(1.0)
+        outcome = await asking
+    assert outcome.reply_text == "Second, after the raise."
