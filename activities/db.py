@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import psycopg
@@ -14,6 +15,7 @@ _MIGRATION_LOCK = 7_246_001
 
 _pools: dict[str, AsyncConnectionPool] = {}
 _pool_lock = asyncio.Lock()
+_closers: list[Callable[[], Awaitable[None]]] = []
 
 
 def migration_files() -> list[Path]:
@@ -56,7 +58,14 @@ async def get_pool(database_url: str) -> AsyncConnectionPool:
         return pool
 
 
+def on_close(closer: Callable[[], Awaitable[None]]) -> None:
+    """Run `closer` whenever the pools are closed (a listener of its own, say)."""
+    _closers.append(closer)
+
+
 async def close_pools() -> None:
+    for closer in _closers:
+        await closer()
     async with _pool_lock:
         for pool in _pools.values():
             await pool.close()

@@ -39,6 +39,7 @@ from schemas.checkpoint.policy import Fit, ModelWindow, fit
 from schemas.checkpoint.prepass import prepass
 from schemas.context import estimate_tokens, fit_newest_tool_output
 from schemas.events import SHORT_INPUT_CHARS, DeltaTail, cut
+from schemas.interrupt import INTERRUPTED_MARK, interrupted_text
 from schemas.mcp import McpTool
 from schemas.messages import (
     MessageType,
@@ -50,13 +51,14 @@ from schemas.messages import (
 )
 from schemas.model import TooLong
 from schemas.text import make_storable, make_storable_json
+from schemas.tokens import count_tokens
 from schemas.vault.recall import RecallInput, RecallResult, scrub_memory_echo
 from schemas.vault.scope import DEFAULT_SCOPE
 
 __all__ = [
     "INPUT_NOT_RECORDED", "RECALL_STEP_S", "RECORD_STEP_S", "FirstSteps", "LoadedRequest",
     "MemoryStep", "ModelAsk", "ModelCallInput", "ModelCallResult", "RecordStep",
-    "RoomSteps", "SizedRequest", "WindowSpan", "insert_reply", "load_request",
+    "RoomSteps", "SizedRequest", "WindowSpan", "insert_interrupted", "insert_reply", "load_request",
     "recall_step", "record_first", "refusal", "reply_from_row", "retried_elsewhere", "size_request",
 ]
 
@@ -356,6 +358,24 @@ async def insert_reply(conn: AsyncConnection, data: ModelCallInput,
     return reply, replaced
 
 
+async def insert_interrupted(conn: AsyncConnection, data: ModelCallInput, partial: str,
+                             estimate: int) -> ModelReply:
+    """A reply a new message interrupted: what streamed, marked so, inserted at its seq
+    (once). Its usage is estimated (the API reports none for a stream cut off): the
+    request's estimate in, the text's tokens out. Tool calls that had begun to stream are
+    dropped: none of them was run."""
+    text = interrupted_text(make_storable(scrub_memory_echo(partial))[0])
+    inserted = await insert_row(conn, NewRow(
+        session_id=data.session_id, seq=data.reply_seq, input_id=f"reply-{data.reply_seq}",
+        type=MessageType.ASSISTANT, text=text, content=[{"type": "text", "text": text}],
+        turn=data.turn))
+    return ModelReply(
+        seq=data.reply_seq, stop_reason="interrupted", text=text,
+        usage=Usage(input_tokens=estimate if partial else 0,
+                    output_tokens=count_tokens(partial) if partial else 0),
+        reply_tokens=inserted.token_count, model=data.ask.model, interrupted=True)
+
+
 def _preview(value: Any) -> str:
     """A tool call's input as compact JSON, cut for an event."""
     return cut(json.dumps(value or {}, separators=(",", ":"), ensure_ascii=False,
@@ -367,6 +387,8 @@ def reply_from_row(row: RecordRow, model: str) -> ModelReply:
     blocks = row.content if isinstance(row.content, list) else []
     calls = [ToolCall(id=b["id"], name=b["name"], input=b.get("input") or {})
              for b in blocks if b.get("type") == "tool_use"]
-    return ModelReply(seq=row.seq, stop_reason="tool_use" if calls else "end_turn",
+    interrupted = row.text.endswith(INTERRUPTED_MARK)
+    return ModelReply(seq=row.seq, stop_reason="tool_use" if calls else (
+                          "interrupted" if interrupted else "end_turn"),
                       tool_calls=calls, text=inline_reply(row.text), text_chars=len(row.text),
-                      reply_tokens=row.token_count, model=model)
+                      reply_tokens=row.token_count, model=model, interrupted=interrupted)

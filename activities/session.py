@@ -44,6 +44,7 @@ from temporalio.exceptions import ApplicationError
 from activities.context import SessionContext
 from activities.events import DeltaPublisher
 from activities.heartbeat import with_heartbeat
+from activities.interrupt import send_interrupt, stop_on_interrupt, watcher
 from activities.model_call import (
     INPUT_NOT_RECORDED,
     MemoryStep,
@@ -53,6 +54,7 @@ from activities.model_call import (
     RecordStep,
     RoomSteps,
     WindowSpan,
+    insert_interrupted,
     insert_reply,
     load_request,
     recall_step,
@@ -79,6 +81,7 @@ from activities.vault.search import search, touch_documents
 from activities.vault.store import VaultError
 from activities.workspace import StoreError
 from schemas.agent import cut_result, result_text
+from schemas.budget import cost_usd, price_for
 from schemas.checkpoint.policy import Fit, sendable
 from schemas.events import SHORT_OUTPUT_CHARS, DeltaTail, cut
 from schemas.events import cut as cut_preview
@@ -93,10 +96,15 @@ from schemas.vault.recall import fence_memory
 from schemas.vault.scope import DEFAULT_SCOPE, tool_scope_problem
 
 __all__ = [
-    "INPUT_NOT_RECORDED", "MemoryStep", "ModelAsk", "ModelCallInput", "ModelCallResult",
-    "RecordInput", "RecordStep", "RoomSteps", "SessionActivities", "ToolInput", "ToolOutcome",
-    "ToolResultInput", "WindowSpan",
+    "INPUT_NOT_RECORDED", "InterruptInput", "MemoryStep", "ModelAsk", "ModelCallInput",
+    "ModelCallResult", "RecordInput", "RecordStep", "RoomSteps", "SessionActivities",
+    "ToolInput", "ToolOutcome", "ToolResultInput", "WindowSpan",
 ]
+
+
+class InterruptInput(BaseModel):
+    session_id: str
+    reply_seq: int  # the model call's reply seq
 
 
 class ToolInput(BaseModel):
@@ -151,6 +159,12 @@ class SessionActivities:
             return await insert_row(conn, data)
 
     @activity.defn
+    async def interrupt_model_call(self, data: InterruptInput) -> None:
+        """Stop the model call answering at `data.reply_seq`, on whichever worker it runs."""
+        async with await self.ctx.connection() as conn:
+            await send_interrupt(conn, data.session_id, data.reply_seq)
+
+    @activity.defn
     async def fence_seq(self, data: FenceInput) -> Inserted:
         """The tombstone over a seq the session gave up on (see activities.record)."""
         async with await self.ctx.connection() as conn:
@@ -177,7 +191,7 @@ class SessionActivities:
                 checkpoint_text=loaded.window.checkpoint_text, memory_block=block,
                 tools=loaded.tools, turn_first_seq=data.span.keep_recent_seq)
             try:
-                message, tail = await self._ask_model(data, request)
+                message, tail, partial = await self._ask_model(conn, data, request)
             except ApplicationError as err:
                 if err.type != PROMPT_TOO_LONG:
                     raise
@@ -185,15 +199,24 @@ class SessionActivities:
                 # and the session makes room (workflows.turn).
                 return first.result(size=Fit.OVER_LIMIT, estimated_tokens=sized.estimate,
                                     refused=refusal(err, sized.estimate))
+            price = price_for(data.ask.model, self.ctx.settings.prices)
+            if message is None:  # interrupted: what streamed is kept, marked so
+                reply = await insert_interrupted(conn, data, partial, sized.estimate)
+                reply.cost_usd = cost_usd(reply.usage, price)
+                return first.result(reply=reply, size=sized.size,
+                                    estimated_tokens=sized.estimate, stream_tail=tail)
             reply, replaced = await insert_reply(conn, data, message)
+            reply.cost_usd = cost_usd(reply.usage, price)
             return first.result(reply=reply, size=sized.size, estimated_tokens=sized.estimate,
                                 output_cut=sized.output_cut, notes=sized.notes + notes,
                                 replaced=replaced, stream_tail=tail)
 
-    async def _ask_model(self, data: ModelCallInput,
-                         request: dict[str, Any]) -> tuple[Message, DeltaTail | None]:
+    async def _ask_model(self, conn: AsyncConnection, data: ModelCallInput,
+                         request: dict[str, Any],
+                         ) -> tuple[Message | None, DeltaTail | None, str]:
         """The model's reply; its text streamed onto the session's events as it comes, but
-        for the end no delta carried yet, returned for the workflow to publish."""
+        for the end no delta carried yet, returned for the workflow to publish. None when
+        a new message interrupted it, with the text that streamed (activities.interrupt)."""
         provider = data.ask.agent.provider if data.ask.agent else None
         try:
             model = self.ctx.settings.model_for(provider)
@@ -202,12 +225,24 @@ class SessionActivities:
                                    "worker", non_retryable=True) from None
         # The session's window: the offline model takes it as its own (the API knows it).
         model = model.model_copy(update={"context_window": data.ask.window.context_window})
-        if not self.ctx.settings.model.stream:
-            return await with_heartbeat(self.ctx.model.create(model, request)), None
-        deltas = DeltaPublisher.for_activity(data.session_id, data.turn, data.reply_seq)
-        async with deltas:  # closed on the way out, whatever happens (finish() first)
-            message = await with_heartbeat(self.ctx.model.stream(model, request, deltas.add))
-            return message, await deltas.finish()
+        assert self.ctx.settings.database_url  # the connection came from it
+        streamed: list[str] = []
+        async with watcher(self.ctx.settings.database_url).watch(
+                conn, data.session_id, data.reply_seq) as stop:
+            if not self.ctx.settings.model.stream:
+                message = await stop_on_interrupt(
+                    lambda: with_heartbeat(self.ctx.model.create(model, request)), stop)
+                return message, None, ""
+            deltas = DeltaPublisher.for_activity(data.session_id, data.turn, data.reply_seq)
+
+            def on_text(text: str) -> None:
+                streamed.append(text)
+                deltas.add(text)
+            async with deltas:  # closed on the way out, whatever happens (finish() first)
+                message = await stop_on_interrupt(
+                    lambda: with_heartbeat(self.ctx.model.stream(model, request, on_text)),
+                    stop)
+                return message, await deltas.finish(), "".join(streamed)
 
     @activity.defn
     async def run_tool(self, data: ToolInput) -> ToolOutcome:

@@ -82,6 +82,14 @@ class NoSuchInputError(KeelError):
     """`wait_reply` for a seq the session never gave out."""
 
 
+class SessionBusyError(MessageRejectedError):
+    """A message sent with policy 'reject' while a turn runs: nothing was recorded."""
+
+
+class NoBudgetRequestError(KeelError):
+    """A budget answer when no budget request (or not that one) is pending."""
+
+
 REJECTIONS: dict[str, type[KeelError]] = {
     Rejection.MESSAGE_REJECTED: MessageRejectedError,
     Rejection.SESSION_STOPPED: SessionStoppedError,
@@ -91,6 +99,8 @@ REJECTIONS: dict[str, type[KeelError]] = {
     Rejection.AGENT_SPEC_REFUSED: AgentSpecRefusedError,
     Rejection.FILE_REFUSED: FileRefusedError,
     BRANCH_REFUSED: BranchRefusedError,
+    Rejection.BUSY: SessionBusyError,
+    Rejection.NO_BUDGET_REQUEST: NoBudgetRequestError,
 }
 
 

@@ -40,16 +40,19 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from keel import branching
+from keel._control import SessionControls
 from keel._errors import (
     AgentSpecRefusedError,
     BranchRefusedError,
     FileRefusedError,
     KeelError,
     MessageRejectedError,
+    NoBudgetRequestError,
     NoSuchInputError,
     NoTemporalAddressError,
     NotPendingError,
     RecordFailedError,
+    SessionBusyError,
     SessionExistsError,
     SessionNotFoundError,
     SessionStoppedError,
@@ -79,6 +82,7 @@ from schemas.files import (
     ReadFile,
     put_problem,
 )
+from schemas.interrupt import InterruptPolicy
 from schemas.session import (
     MAX_INPUT_ID_CHARS,
     MAX_NOTE_CHARS,
@@ -118,10 +122,12 @@ __all__ = [
     "KeelClient",
     "KeelError",
     "MessageRejectedError",
+    "NoBudgetRequestError",
     "NoSuchInputError",
     "NoTemporalAddressError",
     "NotPendingError",
     "RecordFailedError",
+    "SessionBusyError",
     "SessionExistsError",
     "SessionHandle",
     "SessionNotFoundError",
@@ -164,7 +170,7 @@ def session_config(settings: KeelSettings, **overrides: Unpack[SessionOverrides]
     })
 
 
-class SessionHandle:
+class SessionHandle(SessionControls):
     """One session: send it the user's messages and background inputs, read its state."""
 
     def __init__(self, handle: WorkflowHandle[Any, SessionStatus], client: Client,
@@ -181,13 +187,16 @@ class SessionHandle:
     def session_id(self) -> str:
         return self.handle.id
 
-    async def send(self, text: str, input_id: str | None = None) -> MessageAccepted:
+    async def send(self, text: str, input_id: str | None = None,
+                   on_busy: InterruptPolicy | None = None) -> MessageAccepted:
         """Record the user's message; raises `MessageRejectedError` (or a subclass) when
-        the session refused it, in which case nothing was recorded."""
+        the session refused it, in which case nothing was recorded. `on_busy`: what it
+        does while a turn runs (schemas.interrupt; None: the spec's, or enqueue)."""
         refuse_before_sending(text, input_id=input_id)
         async with refusals(self.handle):
             accepted: MessageAccepted = await self.handle.execute_update(
-                Handler.SEND_MESSAGE, UserMessage(text=text, input_id=input_id),
+                Handler.SEND_MESSAGE, UserMessage(text=text, input_id=input_id,
+                                                  on_busy=on_busy),
                 result_type=MessageAccepted)
         return accepted
 
@@ -205,7 +214,8 @@ class SessionHandle:
             if not outcome.retry:  # a retry means the session continued as new: ask it
                 return await self._whole(outcome)
 
-    async def ask(self, text: str, input_id: str | None = None) -> TurnOutcome:
+    async def ask(self, text: str, input_id: str | None = None,
+                  on_busy: InterruptPolicy | None = None) -> TurnOutcome:
         """A plain turn in one update (`Handler.ASK`): record the message and wait for the
         turn that answers it. The refusals of `send` apply (nothing recorded then). When the
         server cuts the call off, the same update (its id names the input) is asked again,
@@ -217,7 +227,8 @@ class SessionHandle:
             try:
                 async with refusals(self.handle):
                     outcome: TurnOutcome = await self.handle.execute_update(
-                        Handler.ASK, UserMessage(text=text, input_id=input_id),
+                        Handler.ASK, UserMessage(text=text, input_id=input_id,
+                                                 on_busy=on_busy),
                         id=f"ask:{input_id}", result_type=TurnOutcome)
             except WorkflowUpdateRPCTimeoutOrCancelledError:
                 continue

@@ -21,6 +21,8 @@ from keel.events import EventsMissed
 from schemas.events import (
     ApprovalDecided,
     ApprovalNeeded,
+    BudgetAnswered,
+    BudgetReached,
     CheckpointFailed,
     CheckpointStarted,
     CheckpointStored,
@@ -34,6 +36,7 @@ from schemas.events import (
     ToolCalled,
     ToolResult,
     TurnEnded,
+    TurnInterrupted,
     TurnStarted,
 )
 from schemas.model import OFFLINE_MODEL_NAME
@@ -173,6 +176,17 @@ class LiveView:
     def _on_ApprovalDecided(self, e: ApprovalDecided) -> None:
         verdict = "approved" if e.approved else "denied"
         self._line(f"[dim]{escape(e.approval_id)} {verdict} by {escape(e.by)}[/]")
+
+    def _on_BudgetReached(self, e: BudgetReached) -> None:
+        self._line(f"[yellow]budget reached[/] ({escape(e.scope)}: {escape(e.reached)}): the "
+                   f"turn waits; keel budget SESSION --raise AMOUNT, or --refuse")
+
+    def _on_BudgetAnswered(self, e: BudgetAnswered) -> None:
+        self._line(f"[dim]budget {'raised' if e.raised else 'not raised'} by "
+                   f"{escape(e.by)}[/]")
+
+    def _on_TurnInterrupted(self, e: TurnInterrupted) -> None:
+        self._line("[dim]interrupting the turn[/]")
 
     def _on_ErrorEvent(self, e: ErrorEvent) -> None:
         self._line(f"[red]{escape(one_line(e.message, 300))}[/]")

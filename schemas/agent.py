@@ -31,6 +31,8 @@ from typing import Any, Literal
 import jsonschema
 from pydantic import BaseModel, Field
 
+from schemas.budget import BudgetSpec
+from schemas.interrupt import InterruptPolicy
 from schemas.mcp import (
     API_TOOL_NAME_RE,
     McpServerSpec,
@@ -97,6 +99,8 @@ class AgentSpec(SpecModel):
     tools: list[ServiceTool] = Field(default_factory=list)
     mcp_servers: list[McpServerSpec] = Field(default_factory=list)
     approvals: ApprovalRules = Field(default_factory=ApprovalRules)
+    budget: BudgetSpec | None = None  # schemas.budget: per session and per turn
+    on_busy: InterruptPolicy | None = None  # schemas.interrupt; None: enqueue
 
 
 class AgentSpecError(ValueError):

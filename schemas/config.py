@@ -7,6 +7,7 @@ the same on any worker.
 
 from __future__ import annotations
 
+import json
 import os
 from enum import StrEnum
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from schemas.budget import DEFAULT_PRICES, ModelPrice, PriceTable
 from schemas.vault.schema import SearchMode
 from schemas.vault.settings import MemorySettings
 
@@ -116,6 +118,10 @@ class KeelSettings(BaseModel):
     memory: MemorySettings = Field(default_factory=lambda data: default_memory(data["data_dir"]))
     # Provider profiles by name; "default" (this model's own) and "offline" always exist.
     providers: dict[str, ProviderProfile] = Field(default_factory=dict)
+    # Dollars per million tokens by model-name prefix (schemas.budget): the defaults, with
+    # KEEL_PRICES (JSON: {"prefix": {"input": 3, "output": 15, "cache_read": 0.3,
+    # "cache_write": 3.75}}) over them.
+    prices: PriceTable = Field(default_factory=lambda: dict(DEFAULT_PRICES))
 
     def provider_names(self) -> list[str]:
         return sorted({"default", "offline", *self.providers})
@@ -200,7 +206,24 @@ class KeelSettings(BaseModel):
             otel_exporter=e.get("KEEL_OTEL_EXPORTER") or None,
             memory=memory_from_env(data_dir, e),
             providers=providers_from_env(e),
+            prices=prices_from_env(e),
         )
+
+
+def prices_from_env(e: dict[str, str]) -> PriceTable:
+    """The default price table with KEEL_PRICES over it; a bad value is refused naming it."""
+    table = dict(DEFAULT_PRICES)
+    raw = e.get("KEEL_PRICES")
+    if not raw:
+        return table
+    try:
+        given = json.loads(raw)
+        if not isinstance(given, dict):
+            raise ValueError("not a JSON object")
+        table.update({str(k): ModelPrice.model_validate(v) for k, v in given.items()})
+    except ValueError as err:  # pydantic's ValidationError is one
+        raise ValueError(f"KEEL_PRICES is not a price table: {err}") from None
+    return table
 
 
 def default_memory(data_dir: Path) -> MemorySettings:

@@ -76,6 +76,9 @@ class EventType(StrEnum):
     ERROR = "error"
     SESSION_STOPPED = "session_stopped"
     SESSION_ENDED = "session_ended"
+    BUDGET_REACHED = "budget_reached"
+    BUDGET_ANSWERED = "budget_answered"
+    TURN_INTERRUPTED = "turn_interrupted"
 
 
 class CheckpointKind(StrEnum):
@@ -218,6 +221,31 @@ class SessionEnded(_Event):
     reason: Reason | None = None
 
 
+class BudgetReached(_Event):
+    """The turn is paused before its next model call until a person answers (schemas.budget)."""
+
+    type: Literal[EventType.BUDGET_REACHED] = EventType.BUDGET_REACHED
+    request_id: Name = ""
+    scope: Name = ""  # "session" or "turn"
+    reached: ShortInput = ""
+    spent_usd: float = 0.0
+
+
+class BudgetAnswered(_Event):
+    type: Literal[EventType.BUDGET_ANSWERED] = EventType.BUDGET_ANSWERED
+    request_id: Name = ""
+    raised: bool = False  # False: refused
+    by: Name = ""
+
+
+class TurnInterrupted(_Event):
+    """A stop was asked of the running turn (schemas.interrupt): by a message sent with
+    policy `interrupt`, or by the interrupt Update (a stop button)."""
+
+    type: Literal[EventType.TURN_INTERRUPTED] = EventType.TURN_INTERRUPTED
+    by_message: bool = False
+
+
 class UnknownEvent(BaseModel):
     """An event of a type this reader does not know (written by newer code): kept raw."""
 
@@ -229,7 +257,8 @@ class UnknownEvent(BaseModel):
 KnownEvent = Annotated[
     InputRecorded | TurnStarted | TurnEnded | TextDelta | ToolCalled | ToolResult
     | ApprovalNeeded | ApprovalDecided | CheckpointStarted | CheckpointStored
-    | CheckpointFailed | RecallFound | ErrorEvent | SessionStopped | SessionEnded,
+    | CheckpointFailed | RecallFound | ErrorEvent | SessionStopped | SessionEnded
+    | BudgetReached | BudgetAnswered | TurnInterrupted,
     Field(discriminator="type"),
 ]
 SessionEvent = KnownEvent | UnknownEvent

@@ -244,3 +244,5 @@ class ModelReply(BaseModel):
     text_chars: int = 0
     reply_tokens: int = 0
     model: str = ""
+    cost_usd: float = 0.0  # the usage at the worker's price for the model (schemas.budget)
+    interrupted: bool = False  # stopped by a new message; `text` is what streamed

@@ -13,6 +13,8 @@ from pydantic import BaseModel, Field, field_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from schemas.agent import AgentSpec, ApprovalDecision, PendingApproval
+from schemas.budget import BudgetRequest, BudgetState, Spend
+from schemas.interrupt import InterruptPolicy
 from schemas.mcp import McpTool
 from schemas.messages import HarnessKind, ModelReply
 from schemas.vault.scope import DEFAULT_SCOPE, check_scope
@@ -58,6 +60,9 @@ class Handler(StrEnum):
     # Branching (schemas.branch): the state a fork or an export starts from, a rewind.
     STATE = "session_state"  # query: SessionState
     REWIND = "rewind"  # update: RewindRequest -> RewindDone
+    # Budgets and interrupting (schemas.budget, schemas.interrupt).
+    ANSWER_BUDGET = "answer_budget"  # update: BudgetAnswer -> SessionStatus
+    INTERRUPT = "interrupt"  # update: stop the running turn's model call (no message)
 
 
 class Rejection(StrEnum):
@@ -78,6 +83,8 @@ class Rejection(StrEnum):
     # A mind / memo / now query in the moment after continue-as-new, before the run has read
     # the checkpoint's texts back (workflows.carry): ask again.
     TEXTS_LOADING = "TextsLoading"
+    BUSY = "SessionBusy"  # a message with policy 'reject' while a turn runs: not recorded
+    NO_BUDGET_REQUEST = "NoBudgetRequest"  # a budget answer with no (such) request pending
 
 
 # A run started with more than one argument gets one payload of this encoding instead,
@@ -173,6 +180,8 @@ class TurnOutcome(BaseModel):
     # The session is continuing as new: ask again (the client helper does) and the new run
     # answers.
     retry: bool = False
+    interrupted: bool = False  # a new message stopped this turn (schemas.interrupt)
+    spent: Spend | None = None  # what the turn spent (schemas.budget)
 
 
 class TurnInProgress(BaseModel):
@@ -231,6 +240,7 @@ class SessionState(BaseModel):
     checkpoint_requested: bool = False
     # A turn that continued as new while a call waited on a person (resumed first).
     turn_in_progress: TurnInProgress | None = None
+    budget: BudgetState = Field(default_factory=BudgetState)  # spend, raises, a pause
 
     # ----- sequence numbers: every input, reply, result and notice gets the next one -----
 
@@ -265,6 +275,8 @@ class SessionInput(BaseModel):
 class UserMessage(BaseModel):
     text: str
     input_id: str | None = None  # the caller's idempotency key; Keel makes one if absent
+    # While a turn runs: wait for it, stop it, or be refused (None: the spec's, or enqueue).
+    on_busy: InterruptPolicy | None = None
 
 
 class WatchInput(BaseModel):
@@ -307,6 +319,7 @@ class SessionPhase(StrEnum):
     CHECKPOINTING = "checkpointing"
     STOPPED = "stopped"
     AWAITING_APPROVAL = "awaiting_approval"
+    AWAITING_BUDGET = "awaiting_budget"
     ENDED = "ended"
 
 
@@ -328,6 +341,9 @@ class SessionStatus(BaseModel):
     ended: bool = False
     agent_instructions_chars: int = 0
     tools: list[str] = Field(default_factory=list)
+    spent: Spend = Field(default_factory=Spend)  # the session's, so far
+    turn_spent: Spend = Field(default_factory=Spend)  # the current (or last) turn's
+    budget_request: BudgetRequest | None = None  # a reached budget waiting on a person
 
 
 class EndSession(BaseModel):

@@ -14,7 +14,12 @@ handler a running session meets:
   runs start from a carried state whose checkpoint texts are read back (workflows.carry);
   the last two runs are saved (`@a`: one that continues as new, `@b`: the one after);
 - `history-branch`: turns, a checkpoint on request, a rewind and a turn after it, a fork
-  (the fork workflow's history and the forked session's are saved beside it).
+  (the fork workflow's history and the forked session's are saved beside it);
+- `history-budget-interrupt`: on the fake Messages API (tests/fake_anthropic, streaming
+  slowly), a session budget reached mid-turn (the pause, its notice, a raise, the turn
+  finishing), a turn interrupted mid-stream by a message sent with policy `interrupt`, a
+  second stopped by the `interrupt` Update, a message refused with policy `reject`, a
+  turn budget refused, and the end.
 
 Re-record only on purpose: a change that breaks replay of the committed histories would
 break every running session.
@@ -35,10 +40,18 @@ from temporalio.worker import Worker  # noqa: E402
 
 from examples.support.service import TASK_QUEUE as SUPPORT_QUEUE  # noqa: E402
 from examples.support.service import toolset  # noqa: E402
-from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
+from keel.client import (  # noqa: E402
+    KeelClient,
+    SessionBusyError,
+    SessionHandle,
+    session_config,
+)
 from keel.devstack import running_stack  # noqa: E402
-from schemas.agent import spec_from_text  # noqa: E402
-from schemas.config import KeelSettings  # noqa: E402
+from schemas.agent import AgentSpec, spec_from_text  # noqa: E402
+from schemas.budget import BudgetLimits, BudgetSpec  # noqa: E402
+from schemas.config import KeelSettings, ModelSettings  # noqa: E402
+from schemas.interrupt import InterruptPolicy  # noqa: E402
+from tests.fake_anthropic import FakeAnthropic, text_message, tool_use_message  # noqa: E402
 from tests.queue_fixture import FIRST_REQUEST, seed_queue  # noqa: E402
 from workers.worker import build_worker  # noqa: E402
 
@@ -46,6 +59,56 @@ OUT = ROOT / "tests" / "session" / "histories"
 AGENT_SCENARIO = "history-agent-approval"
 CARRY_SCENARIO = "history-carry"
 BRANCH_SCENARIO = "history-branch"
+BUDGET_SCENARIO = "history-budget-interrupt"
+LONG = " ".join(f"word{n}" for n in range(600))
+
+
+async def _paused(session: SessionHandle) -> None:
+    while (await session.status()).budget_request is None:
+        await asyncio.sleep(0.05)
+
+
+async def _streaming(fake: FakeAnthropic, nth: int) -> None:
+    while len(fake.streams) <= nth or fake.streams[nth].events_sent < 4:
+        await asyncio.sleep(0.02)
+
+
+async def budget_scenario(keel: KeelClient, fake: FakeAnthropic,
+                          session_id: str) -> SessionHandle:
+    write = ("write_file", {"path": "notes.md", "content": "one"})
+    fake.push(tool_use_message([write], input_tokens=100_000), text_message("Noted."))
+    session = await keel.start_session(session_id, agent=AgentSpec(budget=BudgetSpec(
+        session=BudgetLimits(usd=0.2), turn=BudgetLimits(output_tokens=90))))
+    first = await session.send("Write the notes.")
+    await _paused(session)
+    await session.raise_budget(5.0, by="recorder")
+    await session.wait_reply(first.seq)
+    fake.stream_delay_s = 0.02
+    fake.push(text_message(LONG), text_message("One line, as asked."))
+    nth = len(fake.streams)
+    long = await session.send("Write a long essay.")
+    await _streaming(fake, nth)
+    try:
+        await session.send("Refused while busy.", on_busy=InterruptPolicy.REJECT)
+    except SessionBusyError:
+        pass
+    stop = await session.send("Stop; one line.", on_busy=InterruptPolicy.INTERRUPT)
+    await session.wait_reply(long.seq)
+    await session.wait_reply(stop.seq)
+    fake.push(text_message(LONG))
+    nth = len(fake.streams)
+    again = await session.send("Another long essay.")
+    await _streaming(fake, nth)
+    await session.interrupt()
+    await session.wait_reply(again.seq)
+    fake.stream_delay_s = 0.0
+    fake.push(*[tool_use_message([write], input_tokens=10) for _ in range(6)])
+    over = await session.send("Write it again and again.")
+    await _paused(session)
+    await session.refuse_budget(by="recorder", note="enough")
+    await session.wait_reply(over.seq)
+    await session.end()
+    return session
 
 
 async def queue_scenario(keel: KeelClient, settings: KeelSettings,
@@ -145,30 +208,39 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["REFUND_LOG"] = str(Path(tmp) / "refunds.jsonl")  # the service's own log
         settings = KeelSettings(data_dir=Path(tmp), task_queue="keel-record")
+        session_id = sys.argv[1] if len(sys.argv) > 1 else "history-queue-checkpoints"
+        fake = FakeAnthropic().start()
+        if session_id == BUDGET_SCENARIO:  # the fake streams slowly, and counts as the API
+            settings = settings.model_copy(update={"model": ModelSettings(
+                base_url=fake.base_url, api_key="recorder", request_timeout_s=30)})
         async with running_stack(settings) as stack:
             settings = settings.model_copy(update={"database_url": stack.database_url})
             service = toolset(SUPPORT_QUEUE)
             async with build_worker(stack.client, settings), Worker(
                     stack.client, task_queue=SUPPORT_QUEUE, activities=service.activities()):
                 keel = KeelClient(stack.client, settings.task_queue, settings)
-                session_id = sys.argv[1] if len(sys.argv) > 1 else "history-queue-checkpoints"
-                scenario = {AGENT_SCENARIO: agent_scenario, CARRY_SCENARIO: carry_scenario,
-                            BRANCH_SCENARIO: branch_scenario}.get(session_id, queue_scenario)
-                session = await scenario(keel, settings, session_id)
+                if session_id == BUDGET_SCENARIO:
+                    session = await budget_scenario(keel, fake, session_id)
+                else:
+                    scenario = {AGENT_SCENARIO: agent_scenario, CARRY_SCENARIO: carry_scenario,
+                                BRANCH_SCENARIO: branch_scenario}.get(session_id,
+                                                                      queue_scenario)
+                    session = await scenario(keel, settings, session_id)
                 status = await session.status()
                 print(f"{session_id}: {status.checkpoint_count} checkpoints, "
                       f"turn {status.turn}")
                 OUT.mkdir(parents=True, exist_ok=True)
-                if scenario is not carry_scenario:
+                if session_id == CARRY_SCENARIO:
+                    runs = sorted([r async for r in stack.client.list_workflows(
+                        f"WorkflowId = '{session_id}'")], key=lambda r: r.start_time)
+                    for suffix, run in zip("ab", runs[-2:], strict=True):
+                        history = await stack.client.get_workflow_handle(
+                            session_id, run_id=run.run_id).fetch_history()
+                        (OUT / f"{session_id}@{suffix}.json").write_text(history.to_json())
+                else:
                     history = await session.handle.fetch_history()
                     (OUT / f"{session_id}.json").write_text(history.to_json())
-                    return
-                runs = sorted([r async for r in stack.client.list_workflows(
-                    f"WorkflowId = '{session_id}'")], key=lambda r: r.start_time)
-                for suffix, run in zip("ab", runs[-2:], strict=True):
-                    history = await stack.client.get_workflow_handle(
-                        session_id, run_id=run.run_id).fetch_history()
-                    (OUT / f"{session_id}@{suffix}.json").write_text(history.to_json())
+        fake.stop()
 
 
 if __name__ == "__main__":

@@ -144,6 +144,8 @@ class TurnObserver:
                   "cached_tokens": self.cached_tokens, "output_tokens": self.output_tokens,
                   "model_calls": self.model_calls, "tool_calls": self.tool_calls,
                   "checkpoint": self.checkpoints > 0, "duration_s": round(duration, 3),
+                  "usd": round(self.state.budget.turn_spent.usd, 6),
+                  "session_usd": round(self.state.budget.spent.usd, 6),
                   **({"error": error} if error else {})}
         workflow.logger.info("turn ended", extra={"keel": fields})
         if self._span is not None:

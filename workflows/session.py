@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         session_tools,
     )
     from schemas.branch import RewindDone, RewindRequest
+    from schemas.budget import BudgetAnswer
     from schemas.events import SessionEnded
     from schemas.files import (
         FILE_CALL_MAX_BYTES,
@@ -70,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         ReadFile,
         limit_text,
     )
+    from schemas.interrupt import BusyAction
     from schemas.messages import HarnessKind
     from schemas.session import (
         MAX_INPUT_ID_CHARS,
@@ -160,7 +162,8 @@ class SessionWorkflow:
         if state.ended:
             self.session.phase = SessionPhase.ENDED
         elif state.turn_in_progress is not None:  # a call of it waits on a person
-            self.session.phase = SessionPhase.AWAITING_APPROVAL
+            self.session.phase = SessionPhase.AWAITING_BUDGET if state.budget.request \
+                else SessionPhase.AWAITING_APPROVAL
 
     # ----- inputs -----------------------------------------------------------------------
 
@@ -169,7 +172,14 @@ class SessionWorkflow:
     # (workflows.entry).
     @workflow.update(name=Handler.SEND_MESSAGE)
     async def send_message(self, data: RawValue = NO_PAYLOAD) -> MessageAccepted:
-        return await self.inbox.record_user(arg(UserMessage, data, NO_PAYLOAD))
+        message = arg(UserMessage, data, NO_PAYLOAD)
+        await self._stop_if_asked(message)
+        return await self.inbox.record_user(message)
+
+    async def _stop_if_asked(self, message: UserMessage) -> None:
+        """A message sent with policy `interrupt` stops the running turn (workflows.interrupt)."""
+        if self.turns.interrupts.action(message) is BusyAction.INTERRUPT:
+            await self.turns.interrupts.stop(by_message=True)
 
     @workflow.update(name=Handler.ASK)
     async def ask(self, data: RawValue = NO_PAYLOAD) -> TurnOutcome:
@@ -180,6 +190,7 @@ class SessionWorkflow:
         message = arg(UserMessage, data, NO_PAYLOAD)
         if self.inbox.can_fold():
             return await self._outcome_of(self.inbox.fold_user(message))
+        await self._stop_if_asked(message)
         accepted = await self.inbox.record_user(message)
         return await self._outcome_of(accepted.seq)
 
@@ -213,6 +224,9 @@ class SessionWorkflow:
                                 "Remove that character and send it again.")
         if not message.text.strip():
             raise rejected("the message is empty")
+        if self.turns.interrupts.action(message) is BusyAction.REFUSE:
+            refusal, kind = self.turns.interrupts.refusal()
+            raise ApplicationError(refusal, type=kind, non_retryable=True)
         limit = state.config.max_message_chars
         if len(message.text) > limit:
             raise rejected(
@@ -310,6 +324,8 @@ class SessionWorkflow:
             if state.config.agent else 0,
             tools=[t["name"] for t in session_tools([], state.config.agent, state.mcp_tools)]
             if state.config.agent else [],
+            spent=state.budget.spent, turn_spent=state.budget.turn_spent,
+            budget_request=state.budget.request,
         )
 
     @workflow.query(name=Handler.MIND)
@@ -394,6 +410,27 @@ class SessionWorkflow:
             raise rejected(f"the decision's {long}")
         if problem:
             raise ApplicationError(problem, type=Rejection.NOT_PENDING, non_retryable=True)
+
+    @workflow.update(name=Handler.ANSWER_BUDGET)
+    async def answer_budget(self, data: RawValue = NO_PAYLOAD) -> SessionStatus:
+        """A person raises the reached budget, or refuses (workflows.budget)."""
+        await self.turns.budget.answer(arg(BudgetAnswer, data, NO_PAYLOAD))
+        return self.status()
+
+    @answer_budget.validator
+    def validate_budget(self, data: RawValue = NO_PAYLOAD) -> None:
+        answer = valid_arg(BudgetAnswer, data, NO_PAYLOAD, "the budget answer")
+        if problem := answer.problem():
+            raise rejected(problem)
+        if problem := self.turns.budget.answer_problem(answer):
+            raise ApplicationError(problem, type=Rejection.NO_BUDGET_REQUEST,
+                                   non_retryable=True)
+
+    @workflow.update(name=Handler.INTERRUPT)
+    async def interrupt(self) -> SessionStatus:
+        """Stop the running turn's model call (a stop button); nothing when idle."""
+        await self.turns.interrupts.stop()
+        return self.status()
 
     @workflow.update(name=Handler.END)
     async def end_session(self, raw: RawValue = NO_PAYLOAD) -> SessionStatus:

@@ -84,6 +84,7 @@ with workflow.unsafe.imports_passed_through():
         ToolResult,
         cut,
     )
+    from schemas.interrupt import NOT_RUN_TEXT
     from schemas.messages import MessageType, ModelReply, ToolCall
     from schemas.session import SessionPhase
     from schemas.text import TEMPORAL_BLOB_LIMIT_BYTES
@@ -176,6 +177,8 @@ class ToolRunner:
         self.decisions: dict[str, ApprovalDecision] = {
             d.call_id: d for d in (carried.decisions if carried else [])}
         self.running: tuple[ModelReply, int] | None = None  # the reply and call index now
+        # The turn was asked to stop (workflows.interrupt): calls not started are not run.
+        self.stopping: Callable[[], bool] = lambda: False
         self._waiting: _Waiting | None = None  # the call whose wait a checkpoint paused
 
     # ----- MCP tool lists ---------------------------------------------------------------
@@ -257,11 +260,15 @@ class ToolRunner:
                 break
             try:
                 await workflow.wait_condition(
-                    lambda: call.id in self.decisions or state.ended
+                    lambda: call.id in self.decisions or state.ended or self.stopping()
                     or state.checkpoint_requested or self.run.should_continue_as_new(),
                     timeout=timedelta(seconds=left) if left is not None else None)
             except TimeoutError:  # the builtin: wait_condition's timeout ran out
                 continue
+            if self.stopping() and call.id not in self.decisions:  # workflows.interrupt
+                self.decide(ApprovalDecision(call_id=call.id, approve=False, by="keel",
+                                             note="the turn was interrupted"))
+                break
             if state.checkpoint_requested and call.id not in self.decisions \
                     and not state.ended:
                 return CheckpointWhileWaiting(w.before_seq)
@@ -301,6 +308,10 @@ class ToolRunner:
         a checkpoint, `resume` goes on), or None when every call has its result."""
         for index in range(start, len(reply.tool_calls)):
             self.running = (reply, index)
+            if self.stopping():
+                await self._result(reply.tool_calls[index], NOT_RUN_TEXT, is_error=True,
+                                   meta={"not_run": "interrupted"})
+                continue
             wait = await self.run_call(reply, reply.tool_calls[index])
             if wait is not None:
                 return wait

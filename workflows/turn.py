@@ -65,9 +65,11 @@ with workflow.unsafe.imports_passed_through():
     from schemas.session import SessionPhase, TurnInProgress, TurnOutcome
     from schemas.vault.recall import RecallInput
     from schemas.vault.recall_rules import wants_recall
+    from workflows.budget import BudgetGate, Gate
     from workflows.checkpoint import CheckpointChain, CheckpointOutcome
     from workflows.failures import failure_type, reason
     from workflows.inbox import Inbox
+    from workflows.interrupt import Interrupter
     from workflows.observe import TurnObserver
     from workflows.options import MODEL_CALL
     from workflows.run import SessionRun
@@ -138,6 +140,9 @@ class Turns:
         self.chain = CheckpointChain(run.state, self.memory_flush_failed)
         self.turn = TurnState(first_seq=run.state.next_seq)
         self.transcript = Transcript(run)
+        self.budget = BudgetGate(run)  # workflows.budget: spend, and the pause at a limit
+        self.interrupts = Interrupter(run)  # workflows.interrupt: a stop asked mid-turn
+        tools.stopping = self.budget.stopping = lambda: self.interrupts.requested
 
     # ----- a turn ------------------------------------------------------------------------
 
@@ -167,6 +172,8 @@ class Turns:
             first = [p.seq for p in state.pending if p.seq <= state.recorded_upto]
             first_seq = min(first) if first else state.next_seq
             self.run.events.emit(TurnStarted, turn=state.turn, input_seqs=first)
+            self.interrupts.start_turn()
+        self.budget.start_turn()
         self.observer.turn_started()
         # The turn's progress, kept where a continue-as-new during an approval wait finds it.
         progress = carried or TurnInProgress(
@@ -180,7 +187,18 @@ class Turns:
         out). None when the session continues as new with the turn."""
         state = self.run.state
         answered, transcribe = progress.answered, progress.transcribe
+        last = progress.reply if progress.reply.seq else None
         while True:
+            if not first and self.interrupts.requested:  # stopped: no call more
+                return last, None
+            # A pause records first what the call would have (a message asked while idle).
+            gate = await self.budget.gate(self.inbox.record_unrecorded)
+            if gate is Gate.CONTINUE_AS_NEW:  # the new run waits at this same call
+                carried = last or progress.reply
+                self._carry(carried, len(carried.tool_calls))
+                return None
+            if gate is Gate.END:
+                return last, self.budget.ended_reason
             reply, error, upto = await self.call_model(state.recorded_upto, first=first)
             first = False
             taking = [p.seq for p in state.pending if p.seq <= upto]
@@ -191,6 +209,9 @@ class Turns:
                 return reply, error
             if reply.text.strip():
                 transcribe.append(reply.seq)
+            last = reply
+            if reply.interrupted:
+                return reply, None
             if reply.tool_calls and progress.rounds < state.config.max_tool_rounds_per_turn:
                 progress.rounds += 1
                 if not await self._run_tools(reply):
@@ -207,7 +228,9 @@ class Turns:
             turn=state.turn, input_seqs=progress.answered,
             reply_seq=reply.seq if reply else None, reply_text=reply.text if reply else "",
             reply_cut=chars > len(reply.text) if reply else False, reply_chars=chars,
-            error=error, stopped_reason=state.stopped_reason)
+            error=error, stopped_reason=state.stopped_reason,
+            interrupted=self.interrupts.requested or bool(reply and reply.interrupted),
+            spent=state.budget.turn_spent)
         run.events.emit(TurnEnded, turn=state.turn, reply_seq=outcome.reply_seq,
                         reply_chars=chars,
                         reply_preview=outcome.reply_text, error=error,
@@ -291,14 +314,17 @@ class Turns:
         while True:
             seq = state.allocate_seq()
             try:
+                self.interrupts.calling = seq
                 result: ModelCallResult = await workflow.execute_activity_method(
                     SessionActivities.call_model, self._model_call_input(seq, upto, call),
                     **MODEL_CALL)
             except ActivityError as err:
+                self.interrupts.calling = None
                 failed = await self._call_failed(err, seq, upto, call)
                 if failed is None:
                     continue
                 return failed
+            self.interrupts.calling = None
             ended = await self._answered(result, seq, upto, call)
             if ended is not None:
                 return ended
@@ -365,6 +391,7 @@ class Turns:
                                  text=tail.text)
         if result.reply is not None:
             self._account(result, result.reply)
+            self.budget.charge(result.reply)
             self.observer.model_called(result.reply)
             if result.replaced:
                 await self.run.record_notice("The model's output held characters the "

@@ -7,15 +7,15 @@ what comes back; no session logic lives here, and no SQL. Commands other than `d
 writes under KEEL_DATA_DIR.
 
 The commands live by concern: `serving` (dev, worker, demo, ui), `sessions` (start, send,
-signal, status, mind, memo, now, list, end, compact), `approvals`, `chat`, `history`
-(record, replay, tail), `branch` (fork, rewind, export, import), `files`, `vault`;
-`shell` holds what they all stand on. They are registered here, in the order `keel --help`
-lists them.
+signal, status, mind, memo, now, list, end, compact), `approvals`, `budget` (budget,
+interrupt), `chat`, `history` (record, replay, tail), `branch` (fork, rewind, export,
+import), `files`, `vault`; `shell` holds what they all stand on. They are registered here,
+in the order `keel --help` lists them.
 """
 
 from __future__ import annotations
 
-from keel.cli import approvals, branch, chat, files, history, serving, sessions
+from keel.cli import approvals, branch, budget, chat, files, history, serving, sessions
 from keel.cli.shell import KeelApp
 from keel.cli.vault import vault_app
 
@@ -37,6 +37,8 @@ app.command()(sessions.start)
 app.command()(approvals.pending)
 app.command()(approvals.approve)
 app.command()(approvals.deny)
+app.command()(budget.budget)
+app.command()(budget.interrupt)
 app.command(name="list")(sessions.list_)
 app.command()(sessions.end)
 app.command()(sessions.compact)

@@ -2,12 +2,16 @@
 
 Invariants: one subscriber per session for the whole chat, so background inputs and the
 replies to them show whenever they come; leaving the chat never ends the session; a refused
-message or checkpoint is one error line and the chat goes on.
+message or checkpoint is one error line and the chat goes on. Ctrl-C while a turn runs
+interrupts the turn (the session's `interrupt`); at the prompt it leaves.
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -23,7 +27,8 @@ from keel.console import console, error
 __all__ = ["CHAT_HELP", "chat"]
 
 CHAT_HELP = ("/new starts a fresh session · /status /mind /memo /now show its state · "
-             "/compact takes a checkpoint now · /quit leaves (the session keeps running)")
+             "/compact takes a checkpoint now · Ctrl-C while a reply comes interrupts "
+             "the turn · /quit leaves (the session keeps running)")
 
 
 def chat(id: Annotated[str | None, typer.Option("--id", help="Session to join or start.")]
@@ -95,7 +100,34 @@ class _Chat:
             console.print(f"[dim]unknown command; {CHAT_HELP}[/]")
         else:
             try:
-                await needs_worker(self.handle, say(self.handle, text, self.view,
-                                                    self.reader))
+                with self._ctrl_c_interrupts():
+                    await needs_worker(self.handle, say(self.handle, text, self.view,
+                                                        self.reader))
             except MessageRejectedError as err:
                 error(refusal_line(err))
+
+    @contextmanager
+    def _ctrl_c_interrupts(self) -> Iterator[None]:
+        """While a turn runs, Ctrl-C stops it (the session's interrupt) instead of leaving;
+        at the prompt it leaves as before."""
+        loop = asyncio.get_running_loop()
+        stops: list[asyncio.Task[None]] = []
+
+        def stop() -> None:
+            console.print("[dim]interrupting the turn…[/]")
+            stops.append(loop.create_task(self._interrupt()))
+        try:
+            loop.add_signal_handler(signal.SIGINT, stop)
+        except (NotImplementedError, RuntimeError):  # not on this platform: Ctrl-C leaves
+            yield
+            return
+        try:
+            yield
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+
+    async def _interrupt(self) -> None:
+        try:
+            await self.handle.interrupt()
+        except MessageRejectedError as err:
+            error(refusal_line(err))

@@ -25,6 +25,7 @@ from keel.client import SessionHandle
 from keel.console import console, error, key_values, one_line, working
 from keel.live import LiveView
 from schemas.agent import AgentSpec, spec_from_text
+from schemas.interrupt import InterruptPolicy
 from schemas.session import SessionStatus
 
 __all__ = ["QUERIES", "SignalKind", "compact", "compact_line", "end", "list_", "query_command",
@@ -131,14 +132,19 @@ def send(
     session: str,
     text: str,
     wait: Annotated[bool, typer.Option("--wait", "-w", help="Wait for the reply.")] = False,
+    on_busy: Annotated[InterruptPolicy | None, typer.Option(
+        "--on-busy", help="While a turn runs: enqueue (wait), interrupt (stop it) or "
+        "reject (refuse). Default: the agent's, or enqueue.")] = None,
 ) -> None:
     """Send the user's message; prints its seq (and, with --wait, the reply as it streams,
     its tool calls and results, checkpoints, and a footer of context use)."""
     async def main() -> None:
         handle = await session_handle(session)
-        if not wait:
-            accepted = await needs_worker(handle, handle.send(text))
+        if not wait or on_busy is not None:
+            accepted = await needs_worker(handle, handle.send(text, on_busy=on_busy))
             console.print(f"seq {accepted.seq}")
+            if wait:
+                console.print(escape((await handle.wait_reply(accepted.seq)).reply_text))
             return
         await needs_worker(handle, say(handle, text, LiveView(console, whole_turns=True)))
     run(main())
@@ -200,6 +206,11 @@ def status_table(status: SessionStatus) -> Table:
                                 f"{p.since.isoformat(timespec='seconds')}")
           for p in status.pending_approvals],
         *([("last error", status.last_error)] if status.last_error else []),
+        ("spent", status.spent.said()),
+        *([("budget", f"paused: the {status.budget_request.scope.value}'s budget is "
+                      f"reached ({'; '.join(status.budget_request.reached)}), request "
+                      f"{status.budget_request.request_id}")]
+          if status.budget_request else []),
     ])
 
 

@@ -42,6 +42,8 @@ def create_app(ctx: UiContext) -> ASGIApp:
         Route("/sessions/{session_id}/approvals", pages.approvals_fragment),
         Route("/sessions/{session_id}/approvals/{call_id}", pages.decide, methods=["POST"]),
         Route("/sessions/{session_id}/branch", pages.branch, methods=["POST"]),
+        Route("/sessions/{session_id}/interrupt", pages.interrupt, methods=["POST"]),
+        Route("/sessions/{session_id}/budget", pages.budget, methods=["POST"]),
         Route("/sessions/{session_id}/checkpoints", pages.timeline),
         Route("/sessions/{session_id}/checkpoints/{number:int}", pages.checkpoint_page),
         Route("/sessions/{session_id}/live", live),

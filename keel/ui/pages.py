@@ -35,6 +35,7 @@ from keel.record import (
     session_origin,
 )
 from keel.ui import approvals
+from keel.ui.approvals import DECIDED_BY
 from keel.ui.context import UiContext, render, ui
 from keel.ui.security import csrf_ok
 from keel.ui.vault import hit_link, vault_view
@@ -211,6 +212,34 @@ async def branch(request: Request) -> Response:
         return render(request, "error.html", status_code=409, title=title,
                       message=str(err))
     return HTMLResponse("action must be fork or rewind", status_code=400)
+
+
+async def interrupt(request: Request) -> Response:
+    """The stop button: the running turn's model call is cancelled, what streamed kept."""
+    return await _session_post(request, lambda handle, form: handle.interrupt())
+
+
+async def budget(request: Request) -> Response:
+    """A reached budget's answer: raise it by an amount in dollars, or refuse."""
+    async def answer(handle: Any, form: Any) -> Any:
+        if form.get("decision") == "refuse":
+            return await handle.refuse_budget(by=DECIDED_BY)
+        return await handle.raise_budget(float(str(form.get("usd") or 0)), by=DECIDED_BY)
+    return await _session_post(request, answer)
+
+
+async def _session_post(request: Request, act: Any) -> Response:
+    ctx = ui(request)
+    session_id = request.path_params["session_id"]
+    form = await request.form()
+    if not csrf_ok(request, ctx.csrf, str(form.get("csrf", ""))):
+        return HTMLResponse("cross-site request refused", status_code=403)
+    try:
+        await act(ctx.keel.session(session_id), form)
+    except (KeelError, ValueError) as err:  # nothing pending, a bad amount, ...
+        return render(request, "error.html", status_code=409, title="Not done",
+                      message=str(err))
+    return RedirectResponse(f"/sessions/{session_id}", status_code=303)
 
 
 # ----- checkpoints ------------------------------------------------------------------------

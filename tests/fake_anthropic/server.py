@@ -22,6 +22,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -40,6 +42,18 @@ from tests.fake_anthropic.stream import error_event, message_start, sse, stream_
 Responder = Callable[[dict[str, Any]], dict[str, Any]]
 Step = dict[str, Any] | ErrorStep
 _request_ids = itertools.count(1)
+
+
+@dataclass
+class StreamSeen:
+    """One streamed reply as this server saw it: when it began, how many events it sent,
+    and when the client closed it before the end (None: it ran to the end)."""
+
+    request_id: str
+    started: float
+    events_sent: int = 0
+    cancelled_at: float | None = None
+    finished_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +75,17 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Wait `seconds`; True as soon as the client has closed the connection."""
+    readable, _, _ = select.select([sock], [], [], seconds)
+    if not readable:
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 class FakeAnthropic:
@@ -86,6 +111,10 @@ class FakeAnthropic:
         self.requests: list[dict[str, Any]] = []
         self.usages: list[CacheUsage] = []
         self.rejections: list[Rejection] = []
+        # Seconds between two streamed events (0: as fast as it can), so a test can stop a
+        # reply mid-stream; every stream is kept in `streams`, its cancellation seen.
+        self.stream_delay_s = 0.0
+        self.streams: list[StreamSeen] = []
         self.cache = PromptCache(clock)
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -115,6 +144,7 @@ class FakeAnthropic:
             self.requests.clear()
             self.usages.clear()
             self.rejections.clear()
+            self.streams.clear()
             self.responder = responder
         self.cache.clear()
 
@@ -250,9 +280,22 @@ class FakeAnthropic:
                 self.send_header("request-id", request_id)
                 self.send_header("connection", "close")
                 self.end_headers()
-                for part in parts:
-                    self.wfile.write(part)
-                    self.wfile.flush()
+                seen = StreamSeen(request_id, time.monotonic())
+                with fake._lock:
+                    fake.streams.append(seen)
+                delay = fake.stream_delay_s
+                try:
+                    for part in parts:
+                        self.wfile.write(part)
+                        self.wfile.flush()
+                        seen.events_sent += 1
+                        if delay and _closed_within(self.connection, delay):
+                            seen.cancelled_at = time.monotonic()
+                            break
+                    else:
+                        seen.finished_at = time.monotonic()
+                except (BrokenPipeError, ConnectionResetError):
+                    seen.cancelled_at = time.monotonic()
                 self.close_connection = True
 
             def do_POST(self) -> None:

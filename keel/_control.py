@@ -1,0 +1,58 @@
+"""A session's budget and its stop button, for `keel.client.SessionHandle`.
+
+Invariant: thin calls of the session's Updates by their names in `schemas.session`
+(`ANSWER_BUDGET`, `INTERRUPT`); every refusal is one of Keel's exceptions (keel._errors),
+and nothing here holds session logic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.client import WorkflowHandle
+
+from keel._errors import MessageRejectedError, refusals
+from schemas.budget import BudgetAnswer, BudgetLimits
+from schemas.session import MAX_INPUT_ID_CHARS, MAX_NOTE_CHARS, Handler, SessionStatus, text_limits
+
+__all__ = ["SessionControls"]
+
+
+class SessionControls:
+    """Mixed into `SessionHandle`: answering a reached budget, interrupting a turn."""
+
+    handle: WorkflowHandle[Any, SessionStatus]
+
+    async def raise_budget(self, usd: float | None = None, *, input_tokens: int | None = None,
+                           cached_tokens: int | None = None,
+                           output_tokens: int | None = None, request_id: str | None = None,
+                           by: str = "user", note: str = "") -> SessionStatus:
+        """Raise the reached budget by these amounts; the paused turn goes on (and pauses
+        again if that is not enough). `NoBudgetRequestError` when none is pending."""
+        raise_by = BudgetLimits(usd=usd, input_tokens=input_tokens,
+                                cached_tokens=cached_tokens, output_tokens=output_tokens)
+        return await self._answer(BudgetAnswer(request_id=request_id, raise_by=raise_by,
+                                               by=by, note=note))
+
+    async def refuse_budget(self, *, request_id: str | None = None, by: str = "user",
+                            note: str = "") -> SessionStatus:
+        """Refuse to raise it: the paused turn ends, saying so."""
+        return await self._answer(BudgetAnswer(request_id=request_id, refuse=True, by=by,
+                                               note=note))
+
+    async def _answer(self, answer: BudgetAnswer) -> SessionStatus:
+        if problem := answer.problem() or text_limits(
+                note=(answer.note, MAX_NOTE_CHARS), by=(answer.by, MAX_INPUT_ID_CHARS)):
+            raise MessageRejectedError(f"the budget answer: {problem}")
+        async with refusals(self.handle):
+            status: SessionStatus = await self.handle.execute_update(
+                Handler.ANSWER_BUDGET, answer, result_type=SessionStatus)
+        return status
+
+    async def interrupt(self) -> SessionStatus:
+        """Stop the running turn now (its model call cancelled, what streamed kept);
+        nothing when the session is idle."""
+        async with refusals(self.handle):
+            status: SessionStatus = await self.handle.execute_update(
+                Handler.INTERRUPT, result_type=SessionStatus)
+        return status

@@ -1,0 +1,80 @@
+"""The budget and interrupt commands: a session's spend and the request a reached budget
+makes, the person's answer to it, and stopping a running turn.
+
+Invariants: the session keeps the budget and decides what a raise does; these only show
+its spend and send an answer (with who gave it: `--by`, else $USER) or a stop.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+from keel.cli.shell import run, session_handle
+from keel.console import console, error
+from schemas.budget import Spend
+from schemas.session import SessionStatus
+
+__all__ = ["budget", "interrupt", "spend_line"]
+
+
+def spend_line(spent: Spend) -> str:
+    return spent.said()
+
+
+def _show(status: SessionStatus) -> None:
+    console.print(f"session spent: {spend_line(status.spent)}")
+    console.print(f"turn {status.turn} spent: {spend_line(status.turn_spent)}")
+    request = status.budget_request
+    if request is None:
+        console.print("[dim]no budget request is pending[/]")
+        return
+    console.print(f"[bold]paused[/]: the {request.scope.value}'s budget is reached "
+                  f"({'; '.join(request.reached)}), request {request.request_id} since "
+                  f"{request.since.isoformat(timespec='seconds')}")
+
+
+def budget(
+    session: str,
+    raise_: Annotated[float | None, typer.Option(
+        "--raise", help="Raise the reached budget by this many dollars.")] = None,
+    output_tokens: Annotated[int | None, typer.Option(
+        "--output-tokens", help="Raise its output-token limit by this many.")] = None,
+    input_tokens: Annotated[int | None, typer.Option(
+        "--input-tokens", help="Raise its input-token limit by this many.")] = None,
+    cached_tokens: Annotated[int | None, typer.Option(
+        "--cached-tokens", help="Raise its cached-token limit by this many.")] = None,
+    refuse: Annotated[bool, typer.Option(
+        "--refuse", help="Refuse a raise: the paused turn ends.")] = False,
+    note: Annotated[str, typer.Option("--note", help="Said in the record.")] = "",
+    by: Annotated[str, typer.Option("--by", help="Who answers.")] = "",
+) -> None:
+    """A session's spend and pending budget request; --raise AMOUNT (or --refuse) answers it."""
+    async def main() -> None:
+        handle = await session_handle(session)
+        who = by or os.environ.get("USER", "") or "user"
+        raising = any(v is not None for v in (raise_, output_tokens, input_tokens,
+                                              cached_tokens))
+        if refuse and raising:
+            error("either --raise (an amount) or --refuse, not both")
+            raise typer.Exit(2)
+        if refuse:
+            status = await handle.refuse_budget(by=who, note=note)
+        elif raising:
+            status = await handle.raise_budget(
+                raise_, input_tokens=input_tokens, cached_tokens=cached_tokens,
+                output_tokens=output_tokens, by=who, note=note)
+        else:
+            status = await handle.status()
+        _show(status)
+    run(main())
+
+
+def interrupt(session: str) -> None:
+    """Stop the running turn now: its model call is cancelled, what streamed is kept."""
+    async def main() -> None:
+        status = await (await session_handle(session)).interrupt()
+        console.print(f"interrupt sent; the session is {status.phase.value}")
+    run(main())

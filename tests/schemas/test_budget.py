@@ -1,0 +1,105 @@
+"""The budget's pure rules: prices by model prefix, cost from usage (cache reads and writes
+at their own prices), limits reached at or over, raises per scope, a turn's spend new each
+turn, a child's share of what is left, and an answer that is one thing or the other."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from schemas.agent import AgentSpec
+from schemas.budget import (
+    DEFAULT_PRICES,
+    BudgetAnswer,
+    BudgetLimits,
+    BudgetScope,
+    BudgetSpec,
+    BudgetState,
+    ModelPrice,
+    Spend,
+    child_share,
+    cost_usd,
+    price_for,
+    reached,
+    spend_of,
+)
+from schemas.config import KeelSettings
+from schemas.messages import Usage
+
+
+def test_price_is_the_longest_matching_prefix():
+    assert price_for("claude-opus-4-5-20251101", DEFAULT_PRICES) == DEFAULT_PRICES[
+        "claude-opus-4-5"]
+    assert price_for("claude-opus-4-1-20250805", DEFAULT_PRICES).input == 15.0
+    assert price_for("claude-sonnet-5", DEFAULT_PRICES).output == 15.0
+    assert price_for("gpt-9", DEFAULT_PRICES) is None
+
+
+def test_cost_counts_cache_reads_and_writes_at_their_prices():
+    price = ModelPrice(input=3, output=15, cache_read=0.3, cache_write=3.75)
+    usage = Usage(input_tokens=1_000, output_tokens=2_000, cache_read_input_tokens=10_000,
+                  cache_creation_input_tokens=4_000)
+    assert cost_usd(usage, price) == pytest.approx(
+        (1_000 * 3 + 2_000 * 15 + 10_000 * 0.3 + 4_000 * 3.75) / 1e6)
+    assert cost_usd(usage, None) == 0.0
+    spend = spend_of(usage, 0.5)
+    assert (spend.input_tokens, spend.cached_tokens, spend.output_tokens) == (5_000, 10_000,
+                                                                                2_000)
+
+
+def test_limits_are_reached_at_or_over_and_say_which():
+    limits = BudgetLimits(usd=1.0, output_tokens=100)
+    assert reached(Spend(usd=0.99, output_tokens=99), limits) == []
+    assert reached(Spend(usd=1.0, output_tokens=150), limits) == [
+        "$1.0000 of $1.0000", "150 of 100 output tokens"]
+    assert reached(Spend(usd=99), None) == []
+
+
+def test_raises_last_for_their_scope_and_a_turn_starts_afresh():
+    spec = BudgetSpec(session=BudgetLimits(usd=1.0), turn=BudgetLimits(output_tokens=10))
+    state = BudgetState()
+    state.start_turn(1)
+    state.charge(Spend(usd=0.5, output_tokens=12))
+    assert state.check(spec) == (BudgetScope.TURN, ["12 of 10 output tokens"])
+    state.grant(BudgetScope.TURN, BudgetLimits(output_tokens=10))
+    assert state.check(spec) is None
+    state.start_turn(2)  # the raise was for turn 1 only; turn 2 spends from nothing
+    assert state.turn_spent == Spend() and state.check(spec) is None
+    state.charge(Spend(usd=0.6))
+    assert state.check(spec) == (BudgetScope.SESSION, ["$1.1000 of $1.0000"])
+    state.grant(BudgetScope.SESSION, BudgetLimits(usd=1.0))
+    assert state.limits(spec, BudgetScope.SESSION) == BudgetLimits(usd=2.0)
+    assert state.check(spec) is None
+
+
+def test_a_child_gets_a_share_of_what_is_left():
+    share = child_share(BudgetLimits(usd=1.0, output_tokens=1_000),
+                        Spend(usd=0.4, output_tokens=200), 0.5)
+    assert share.usd == pytest.approx(0.3) and share.output_tokens == 400
+    assert share.input_tokens is None
+    assert child_share(None, Spend(), 0.5) == BudgetLimits()
+
+
+def test_an_answer_raises_or_refuses_never_both_or_neither():
+    assert BudgetAnswer(raise_by=BudgetLimits(usd=1)).problem() is None
+    assert BudgetAnswer(refuse=True).problem() is None
+    assert BudgetAnswer().problem() is not None
+    assert BudgetAnswer(refuse=True, raise_by=BudgetLimits(usd=1)).problem() is not None
+
+
+def test_the_spec_budget_is_strict():
+    with pytest.raises(ValidationError, match="dollars"):
+        AgentSpec.model_validate({"budget": {"session": {"dollars": 5}}})
+    with pytest.raises(ValidationError):
+        AgentSpec.model_validate({"budget": {"turn": {"usd": -1}}})
+    assert AgentSpec.model_validate({"budget": {"session": {"usd": 5}}}).budget == BudgetSpec(
+        session=BudgetLimits(usd=5))
+
+
+def test_prices_come_from_defaults_and_keel_prices():
+    settings = KeelSettings.from_env({"KEEL_PRICES": '{"my-model": {"input": 1, "output": 2,'
+                                      ' "cache_read": 0.1, "cache_write": 1.25}}'})
+    assert settings.prices["my-model"].output == 2
+    assert settings.prices["claude-sonnet"] == DEFAULT_PRICES["claude-sonnet"]
+    with pytest.raises(ValueError, match="KEEL_PRICES"):
+        KeelSettings.from_env({"KEEL_PRICES": '{"m": {"input": 1}}'})

@@ -1,0 +1,48 @@
+"""`keel budget` and `keel interrupt` on a real session: the spend and a paused turn's
+request shown, a raise from the command line that lets the turn finish, a refusal with
+nothing pending as one error line, and a stop of an idle session that changes nothing."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from schemas.agent import AgentSpec
+from schemas.budget import BudgetLimits, BudgetSpec
+from tests.fake_anthropic import text_message, tool_use_message
+from tests.harness import keel_worker, make_settings
+from tests.session.test_budget import BIG_INPUT, WRITE, paused
+from tests.test_cli import cli_env, keel  # noqa: F401 (a fixture)
+
+
+@pytest.fixture
+def settings(database_url, fake_anthropic, tmp_path):
+    return make_settings(database_url, tmp_path, fake_anthropic.base_url)
+
+
+async def test_budget_and_interrupt_commands(client, settings, cli_env,  # noqa: F811
+                                             fake_anthropic):
+    fake_anthropic.push(tool_use_message([WRITE], input_tokens=BIG_INPUT),
+                        text_message("Finished after the raise."))
+    spec = AgentSpec(budget=BudgetSpec(session=BudgetLimits(usd=0.2)))
+    async with keel_worker(client, settings) as workers:
+        session = await workers.start_session(f"cli-budget-{uuid.uuid4().hex[:8]}",
+                                              agent=spec)
+        sid = session.session_id
+        accepted = await session.send("Write the notes.")
+        request = (await paused(session)).budget_request
+        assert request is not None
+        shown = await keel(cli_env, "budget", sid)
+        assert "paused: the session's budget is reached" in shown
+        assert request.request_id in shown and "session spent: $0.3003" in shown
+        status = await keel(cli_env, "status", sid)
+        assert "awaiting_budget" in status and "$0.3003" in status
+        raised = await keel(cli_env, "budget", sid, "--raise", "1", "--by", "ops")
+        assert "no budget request is pending" in raised
+        outcome = await session.wait_reply(accepted.seq)
+        assert outcome.reply_text == "Finished after the raise."
+        refused = await keel(cli_env, "budget", sid, "--refuse", code=1)
+        assert "no budget request is pending in this session" in refused
+        stopped = await keel(cli_env, "interrupt", sid)
+        assert "the session is idle" in stopped

@@ -1,0 +1,172 @@
+"""The session's budget in the workflow: spend charged after each model call, and the pause
+before a call when a budget is reached (the rules are pure, in `schemas.budget`).
+
+Invariants:
+- A budget is checked before a model call, never during one: a reply is recorded whole, a
+  tool call already made gets its result, and a reached budget pauses the turn durably at
+  the next call, as an approval does. The pause is `BudgetState.request` in the state; a
+  pause that outlasts the run's history continues as new with the turn (workflows.turn
+  carries it), and the new run waits again at the same call.
+- The request is said in the record (a notice) and in `status` (`budget_request`, the
+  phase `awaiting_budget`); a person answers it (`answer`): a raise and the turn goes on
+  (checked again: a raise too small pauses again), a refusal and the turn ends saying so.
+  A session ended while paused, or a turn interrupted while paused (workflows.interrupt),
+  ends the turn saying so (the next turn asks again). Nothing is refused silently.
+- With no budget in the spec and none raised, nothing here issues a command: histories
+  recorded before budgets replay unchanged (the gate's patch marker is written only when a
+  budget applies).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from enum import Enum
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from schemas.budget import (
+        BudgetAnswer,
+        BudgetRequest,
+        BudgetScope,
+        BudgetSpec,
+        Spend,
+        answered_notice,
+        budget_notice,
+        spend_of,
+    )
+    from schemas.events import BudgetAnswered, BudgetReached
+    from schemas.messages import ModelReply
+    from schemas.session import SessionPhase
+    from workflows.run import SessionRun
+
+__all__ = ["BUDGET_REFUSED", "ENDED_WHILE_PAUSED", "STOPPED_WHILE_PAUSED", "BudgetGate",
+           "Gate"]
+
+BUDGET_PATCH = "budget-gate"
+BUDGET_REFUSED = "The budget was reached and a raise was refused: the turn ended there."
+ENDED_WHILE_PAUSED = "The session was ended while the turn waited on its budget."
+STOPPED_WHILE_PAUSED = ("The turn was interrupted while it waited on its budget; the next "
+                        "turn asks again.")
+
+
+class Gate(Enum):
+    """What the turn does at a model call: go on, end (refused, ended), or continue as new
+    with the turn (the pause outlasted the run's history)."""
+
+    GO = "go"
+    END = "end"
+    CONTINUE_AS_NEW = "continue_as_new"
+
+
+class BudgetGate:
+    """Charges the turn's model calls and pauses it at a reached budget."""
+
+    def __init__(self, run: SessionRun) -> None:
+        self.run = run
+        self.ended_reason: str | None = None  # why the last gate said END
+        self.stopping: Callable[[], bool] = lambda: False  # the turn was asked to stop
+
+    @property
+    def spec(self) -> BudgetSpec | None:
+        agent = self.run.state.config.agent
+        return agent.budget if agent else None
+
+    def start_turn(self) -> None:
+        state = self.run.state
+        state.budget.start_turn(state.turn)
+
+    def charge(self, reply: ModelReply) -> None:
+        """A model call's usage and cost, on the session's and the turn's spend."""
+        self.run.state.budget.charge(spend_of(reply.usage, reply.cost_usd))
+
+    def charge_child(self, spent: Spend) -> None:
+        """A child session's reported spend, on this session's budget (for delegation: the
+        child's budget is `schemas.budget.child_share` of what is left, in its spec)."""
+        self.run.state.budget.add_child(spent)
+
+    async def gate(self, before_pause: Callable[[], Awaitable[None]] | None = None) -> Gate:
+        """Before a model call: GO, or the pause until a person answers. `before_pause` runs
+        first when the turn pauses (the turn records the messages its call would have)."""
+        state, budget = self.run.state, self.run.state.budget
+        if budget.request is None and budget.check(self.spec) is None:
+            return Gate.GO
+        if not workflow.patched(BUDGET_PATCH):  # pragma: no cover (old histories: no budget)
+            return Gate.GO
+        while True:
+            request = budget.request
+            if request is None:
+                found = budget.check(self.spec)
+                if found is None:
+                    self._resumed()
+                    return Gate.GO
+                if before_pause is not None:
+                    await before_pause()
+                request = await self._ask(*found)  # it may be answered while said
+            if self.run.phase is not SessionPhase.AWAITING_BUDGET:  # a pause carried over
+                self.run.phase = SessionPhase.AWAITING_BUDGET
+                self.run.publish_summary()
+
+            def answered(r: BudgetRequest = request) -> bool:
+                return state.budget.request is not r or state.ended or self.stopping() \
+                    or self.run.should_continue_as_new()
+            await workflow.wait_condition(answered)
+            stopped = budget.request is request and self.stopping()
+            if budget.request is request and not state.ended and not stopped:
+                return Gate.CONTINUE_AS_NEW
+            refused = budget.refused == request.request_id
+            if state.ended or refused or stopped:
+                budget.request = None
+                self.ended_reason = BUDGET_REFUSED if refused else (
+                    STOPPED_WHILE_PAUSED if stopped else ENDED_WHILE_PAUSED)
+                self._resumed()
+                return Gate.END
+
+    async def _ask(self, scope: BudgetScope, reached: list[str]) -> BudgetRequest:
+        state, budget = self.run.state, self.run.state.budget
+        budget.requests_made += 1
+        limits = budget.limits(self.spec, scope)
+        assert limits is not None
+        request = BudgetRequest(
+            request_id=f"budget-{state.turn}-{budget.requests_made}", scope=scope,
+            reached=reached, spent=budget.spent if scope is BudgetScope.SESSION
+            else budget.turn_spent, limits=limits, turn=state.turn, since=workflow.now())
+        budget.request = request
+        self.run.phase = SessionPhase.AWAITING_BUDGET
+        self.run.events.emit(BudgetReached, turn=state.turn, request_id=request.request_id,
+                             scope=scope.value, reached="; ".join(reached),
+                             spent_usd=request.spent.usd)
+        self.run.publish_summary()
+        await self.run.record_notice(budget_notice(request))
+        return request
+
+    def _resumed(self) -> None:
+        self.run.phase = SessionPhase.RUNNING
+        self.run.publish_summary()
+
+    async def answer(self, answer: BudgetAnswer) -> BudgetRequest:
+        """A person's answer (the validator checked it is for the pending request), said in
+        the record."""
+        budget = self.run.state.budget
+        request = budget.request
+        assert request is not None
+        if answer.refuse:
+            budget.refused = request.request_id
+        else:
+            assert answer.raise_by is not None
+            budget.grant(request.scope, answer.raise_by)
+        budget.request = None
+        self.run.events.emit(BudgetAnswered, turn=request.turn, request_id=request.request_id,
+                             raised=not answer.refuse, by=answer.by)
+        await self.run.record_notice(answered_notice(request, answer))
+        return request
+
+    def answer_problem(self, answer: BudgetAnswer) -> str | None:
+        """Why `answer` cannot be taken, or None."""
+        request = self.run.state.budget.request
+        if request is None:
+            return "no budget request is pending in this session"
+        if answer.request_id is not None and answer.request_id != request.request_id:
+            return (f"budget request {answer.request_id!r} is not pending (the pending one "
+                    f"is {request.request_id!r})")
+        return None
