@@ -73,6 +73,7 @@ from schemas.files import (
     ReadFile,
     put_problem,
 )
+from schemas.initiative import Wakeup
 from schemas.session import (
     MAX_INPUT_ID_CHARS,
     MAX_NOTE_CHARS,
@@ -80,6 +81,7 @@ from schemas.session import (
     AgentRunInput,
     AwaitReply,
     CallbackInput,
+    CancelWakeup,
     EndSession,
     Handler,
     MessageAccepted,
@@ -241,6 +243,22 @@ class SessionHandle:
             status: SessionStatus = await self.handle.query(Handler.STATUS,
                                                             result_type=SessionStatus)
         return status
+
+    async def wakeups(self) -> list[Wakeup]:
+        """The wakeups the agent has scheduled now (schemas.initiative)."""
+        async with refusals(self.handle):
+            found: list[Wakeup] = await self.handle.query(Handler.WAKEUPS,
+                                                          result_type=list[Wakeup])
+        return found
+
+    async def cancel_wakeup(self, wakeup_id: str) -> list[Wakeup]:
+        """Cancel one wakeup (its schedule too); `NotPendingError` when there is no such
+        wakeup. Returns the wakeups left."""
+        async with refusals(self.handle):
+            left: list[Wakeup] = await self.handle.execute_update(
+                Handler.CANCEL_WAKEUP, CancelWakeup(wakeup_id=wakeup_id),
+                result_type=list[Wakeup])
+        return left
 
     async def _text(self, handler: Handler) -> str:
         async with refusals(self.handle):
@@ -487,7 +505,7 @@ class KeelClient:
             out.append(SessionSummary(
                 session_id=wf.id, phase=phase or status, turn=int(memo.get("turn", 0)),
                 context_percent=float(memo.get("context_percent", 0.0)),
-                checkpoints=int(memo.get("checkpoints", 0)),
+                checkpoints=int(memo.get("checkpoints", 0)), parent=memo.get("parent"),
                 last_activity=str(memo.get("last_activity") or
                                   (wf.close_time or wf.start_time).isoformat(
                                       timespec="seconds")),

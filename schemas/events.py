@@ -76,6 +76,9 @@ class EventType(StrEnum):
     ERROR = "error"
     SESSION_STOPPED = "session_stopped"
     SESSION_ENDED = "session_ended"
+    CHILD_STARTED = "child_started"
+    CHILD_ANSWERED = "child_answered"
+    WAKEUP_FIRED = "wakeup_fired"
 
 
 class CheckpointKind(StrEnum):
@@ -218,6 +221,32 @@ class SessionEnded(_Event):
     reason: Reason | None = None
 
 
+class ChildStarted(_Event):
+    """A delegate call started a child session (workflows.delegation)."""
+
+    type: Literal[EventType.CHILD_STARTED] = EventType.CHILD_STARTED
+    child_session: Name = ""
+    agent: Name = ""
+    tool_use_id: Name = ""
+
+
+class ChildAnswered(_Event):
+    """A child's answer (or its failure or timeout) reached its parent."""
+
+    type: Literal[EventType.CHILD_ANSWERED] = EventType.CHILD_ANSWERED
+    child_session: Name = ""
+    outcome: Name = ""  # answered, failed, timed out, ended
+    preview: Preview = ""
+
+
+class WakeupFired(_Event):
+    """A wakeup the agent scheduled fired and its Task was recorded at `seq`."""
+
+    type: Literal[EventType.WAKEUP_FIRED] = EventType.WAKEUP_FIRED
+    wakeup_id: Name = ""
+    seq: int = 0
+
+
 class UnknownEvent(BaseModel):
     """An event of a type this reader does not know (written by newer code): kept raw."""
 
@@ -229,7 +258,8 @@ class UnknownEvent(BaseModel):
 KnownEvent = Annotated[
     InputRecorded | TurnStarted | TurnEnded | TextDelta | ToolCalled | ToolResult
     | ApprovalNeeded | ApprovalDecided | CheckpointStarted | CheckpointStored
-    | CheckpointFailed | RecallFound | ErrorEvent | SessionStopped | SessionEnded,
+    | CheckpointFailed | RecallFound | ErrorEvent | SessionStopped | SessionEnded
+    | ChildStarted | ChildAnswered | WakeupFired,
     Field(discriminator="type"),
 ]
 SessionEvent = KnownEvent | UnknownEvent

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, field_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from schemas.agent import AgentSpec, ApprovalDecision, PendingApproval
+from schemas.initiative import ChildRun, DelegatedTask, Wakeup
 from schemas.mcp import McpTool
 from schemas.messages import HarnessKind, ModelReply
 from schemas.vault.scope import DEFAULT_SCOPE, check_scope
@@ -53,6 +54,11 @@ class Handler(StrEnum):
     PUT_FILE = "put_file"  # update: PutFile -> FileVersion
     READ_FILE = "read_file"  # update: ReadFile -> FileData | None
     LIST_FILES = "list_files"  # update: ListFiles -> list[FileEntry]
+    # The agent's own initiative (schemas.initiative, workflows.wakeups / delegation).
+    WAKEUP = "wakeup"  # signal: WakeupSignal, from a recurring wakeup's schedule
+    WAKEUPS = "wakeups"  # query: list[Wakeup]
+    CANCEL_WAKEUP = "cancel_wakeup"  # update: CancelWakeup -> list[Wakeup]
+    PARENT_ENDED = "parent_ended"  # signal: a child's parent ended (EndSession)
 
 
 class Rejection(StrEnum):
@@ -118,6 +124,8 @@ class SessionConfig(BaseModel):
 
     # The agent a service gave the session (instructions, tools, MCP, approvals).
     agent: AgentSpec | None = None
+    # A child session: its parent and the task it was given (workflows.delegation).
+    delegated: DelegatedTask | None = None
 
     def with_agent(self, spec: AgentSpec | None) -> SessionConfig:
         """This config with `spec` applied: its model and limits win where it sets them."""
@@ -215,6 +223,12 @@ class SessionState(BaseModel):
     checkpoint_requested: bool = False
     # A turn that continued as new while a call waited on a person (resumed first).
     turn_in_progress: TurnInProgress | None = None
+    # The agent's own initiative: its wakeups, the children it delegated to, and whether a
+    # child's task was recorded and answered (workflows.wakeups, workflows.delegation).
+    wakeups: list[Wakeup] = Field(default_factory=list)
+    wakeups_made: int = 0
+    children: list[ChildRun] = Field(default_factory=list)
+    delegated_seq: int | None = None
 
     # ----- sequence numbers: every input, reply, result and notice gets the next one -----
 
@@ -270,6 +284,7 @@ class AgentRunInput(BaseModel):
     from_session: str
     text: str
     input_id: str | None = None
+    outcome: str | None = None  # a child's answer: "answered" or "failed" (delegation)
 
 
 class CallbackInput(BaseModel):
@@ -291,6 +306,7 @@ class SessionPhase(StrEnum):
     CHECKPOINTING = "checkpointing"
     STOPPED = "stopped"
     AWAITING_APPROVAL = "awaiting_approval"
+    AWAITING_CHILD = "awaiting_child"  # a delegate call waits for its child's answer
     ENDED = "ended"
 
 
@@ -312,6 +328,13 @@ class SessionStatus(BaseModel):
     ended: bool = False
     agent_instructions_chars: int = 0
     tools: list[str] = Field(default_factory=list)
+    wakeups: list[Wakeup] = Field(default_factory=list)
+    children: list[ChildRun] = Field(default_factory=list)
+    parent_session: str | None = None
+
+
+class CancelWakeup(BaseModel):
+    wakeup_id: str
 
 
 class EndSession(BaseModel):
@@ -328,6 +351,7 @@ class SessionSummary(BaseModel):
     checkpoints: int = 0
     last_activity: str = ""
     status: str = ""  # Temporal's: running, completed, canceled, terminated, ...
+    parent: str | None = None  # a child session's parent (delegation)
 
 
 HARNESS_KINDS: tuple[HarnessKind, ...] = tuple(HarnessKind)

@@ -69,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
         ReadFile,
         limit_text,
     )
+    from schemas.initiative import Wakeup
     from schemas.messages import HarnessKind
     from schemas.session import (
         MAX_INPUT_ID_CHARS,
@@ -77,6 +78,7 @@ with workflow.unsafe.imports_passed_through():
         AgentRunInput,
         AwaitReply,
         CallbackInput,
+        CancelWakeup,
         EndSession,
         Handler,
         MessageAccepted,
@@ -94,6 +96,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.text import payload_problem, storable_problem
     from schemas.tokens import count_tokens
     from schemas.vault.scope import scope_changed
+    from workflows.delegation import Delegation
     from workflows.entry import arg, payload_json, start_input, valid_arg
     from workflows.events import SessionEvents
     from workflows.failures import decode_problem, reason, rejected
@@ -103,6 +106,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run import SessionRun
     from workflows.tools import BUILTIN_NAMES, ToolRunner
     from workflows.turn import TurnEnd, Turns
+    from workflows.wakeups import Wakeups
 
 __all__ = ["SessionWorkflow"]
 
@@ -156,6 +160,12 @@ class SessionWorkflow:
         self.inbox = Inbox(self.session)
         self.tools = ToolRunner(self.session, self.inbox.fence)
         self.turns = Turns(self.session, self.inbox, self.tools, TurnObserver(state), outcomes)
+        # The agent's own initiative: its tools run here, its signals come to these.
+        self.wakeups = Wakeups(self.session, self.inbox)
+        self.delegation = Delegation(self.session, self.inbox, outcomes)
+        self.tools.initiative = {**self.wakeups.tools(), **self.delegation.tools()}
+        self.own_signals: dict[str, Any] = {Handler.WAKEUP: self.wakeups.signalled,
+                            Handler.PARENT_ENDED: self.delegation.parent_ended}
         if state.ended:
             self.session.phase = SessionPhase.ENDED
         elif state.turn_in_progress is not None:  # a call of it waits on a person
@@ -239,10 +249,14 @@ class SessionWorkflow:
             workflow.logger.error("%s signal dropped: %s", name[:100], self.refused)
         elif self.state.stopped_reason:
             workflow.logger.warning("input %s dropped: session stopped", name[:100])
+        elif name in self.own_signals:
+            await self.own_signals[name](args)
         elif background is None:
             await self.inbox.unknown_signal(name)
         else:
             await self.inbox.background(*background, args)
+            if name == Handler.AGENT_RUN:  # a child's answer: its delegate call goes on
+                self.delegation.heard(args)
 
     @workflow.update(name=Handler.AWAIT_REPLY)
     async def await_reply(self, data: RawValue = NO_PAYLOAD) -> TurnOutcome:
@@ -297,7 +311,28 @@ class SessionWorkflow:
             if state.config.agent else 0,
             tools=[t["name"] for t in session_tools([], state.config.agent, state.mcp_tools)]
             if state.config.agent else [],
+            wakeups=list(state.wakeups), children=list(state.children),
+            parent_session=state.config.delegated.parent_session
+            if state.config.delegated else None,
         )
+
+    @workflow.query(name=Handler.WAKEUPS)
+    def list_wakeups(self) -> list[Wakeup]:
+        return list(self.state.wakeups)
+
+    @workflow.update(name=Handler.CANCEL_WAKEUP)
+    async def cancel_wakeup(self, data: RawValue = NO_PAYLOAD) -> list[Wakeup]:
+        wakeup_id = arg(CancelWakeup, data, NO_PAYLOAD).wakeup_id
+        if await self.wakeups.cancel(wakeup_id) is not None:
+            await self.session.record_notice(f"Wakeup {wakeup_id} was cancelled by a client.")
+        return list(self.state.wakeups)
+
+    @cancel_wakeup.validator
+    def validate_cancel_wakeup(self, data: RawValue = NO_PAYLOAD) -> None:
+        wakeup_id = valid_arg(CancelWakeup, data, NO_PAYLOAD, "the cancel request").wakeup_id
+        if all(w.id != wakeup_id for w in self.state.wakeups):
+            raise ApplicationError(f"no wakeup {wakeup_id[:100]!r} is scheduled",
+                                   type=Rejection.NOT_PENDING, non_retryable=True)
 
     @workflow.query(name=Handler.MIND)
     def mind(self) -> str:
@@ -492,8 +527,11 @@ class SessionWorkflow:
             raise ApplicationError(changed, type=Rejection.MEMORY_SCOPE_FIXED,
                                    non_retryable=True)
         run.publish_summary()
+        self.wakeups.start()
+        self.delegation.start()
         if state.turn_in_progress is not None:  # a turn carried over continue-as-new
             await self._run_turn()
+        await self.delegation.begin()  # a child's task is its first input
         while state.stopped_reason is None:
             await workflow.wait_condition(
                 lambda: self._ready() or run.should_continue_as_new()
@@ -507,8 +545,11 @@ class SessionWorkflow:
                 await self._continue_as_new()
             if self._ready():
                 await self._run_turn()
+                await self.delegation.after_turn()  # a child answers its parent
         state.checkpoint_requested = False
         await self.inbox.record_unrecorded()  # a message asked as the session stopped is kept
+        await self.wakeups.drop_all()
+        await self.delegation.end_children()
         if state.ended:
             run.phase = SessionPhase.ENDED
         run.publish_summary()
@@ -526,7 +567,8 @@ class SessionWorkflow:
     def _all_finished(self) -> bool:
         """Every handler, fence and transcript done: the run may end."""
         return (workflow.all_handlers_finished() and not self.inbox.fencing
-                and not self.turns.transcript.busy)
+                and not self.turns.transcript.busy and not self.wakeups.firing
+                and not self.delegation.busy)
 
     async def _continue_as_new(self) -> NoReturn:
         """Hand the small state to a new run once every handler has finished."""

@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from schemas.agent import BUILTIN_TOOL_NAMES
+from schemas.initiative import INITIATIVE_TOOL_NAMES
 
 _ID = re.compile(r"\b[A-Z]{1,5}-\d+\b")
 _NUMBER = re.compile(r"\b\d+\b")
@@ -24,7 +25,8 @@ _TOPICS = ("refund", "shipping", "password", "support", "account")
 
 
 def declared_tools(request: dict[str, Any]) -> list[dict[str, Any]]:
-    return [t for t in request.get("tools") or [] if t.get("name") not in BUILTIN_TOOL_NAMES]
+    return [t for t in request.get("tools") or [] if t.get("name") not in BUILTIN_TOOL_NAMES
+            and t.get("name") not in INITIATIVE_TOOL_NAMES]
 
 
 def _mentions(system: str, name: str) -> int | None:
