@@ -222,6 +222,8 @@ def _field(text: str, name: str, low: int, high: int) -> list[int]:
             raise WakeupRefused(f"cron {name}: {part!r} is not a number, range or *")
         if name == "day of week" and end == 7:  # 7 is Sunday too
             values.add(0)
+            if start == 7:
+                continue
             end = 6
         if not (low <= start <= end <= high):
             raise WakeupRefused(f"cron {name}: {part!r} is outside {low}-{high}")

@@ -152,3 +152,60 @@ async def test_client_cancels_and_end_drops(temporal_env, database_url, fake_ant
     notices = [r[2] for r in rows(database_url, "wake-cancel") if r[0] == "notice"]
     assert any("w1 was cancelled" in n for n in notices)
     assert any("wakeups were dropped: w2" in n for n in notices)
+
+
+async def test_one_shot_across_continue_as_new_and_sigkill_fires_once(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    """Scheduled, then the session continues as new (twice at least), then its worker is
+    SIGKILLed while the wakeup is due and started again: the Task is recorded exactly
+    once."""
+    import os
+    import signal
+
+    from keel.client import KeelClient, session_config
+    from schemas.config import KeelSettings
+    from tests.harness import stop_process
+    from tests.session.test_worker_crash import start_worker
+
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        last = _last_user_text(body)
+        if "Your one-shot wakeup" in last:
+            return text_message("woke up")
+        if "schedule it" in last:
+            return tool_use_message([("schedule_wakeup", {"note": "look again",
+                                                          "after_s": 5})])
+        return text_message("ok")
+
+    fake_anthropic.responder = respond
+    queue = "wake-crash"
+    env = {**os.environ, "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": queue,
+           "TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
+           "KEEL_DATA_DIR": str(tmp_path), "ANTHROPIC_BASE_URL": fake_anthropic.base_url,
+           "ANTHROPIC_API_KEY": "test"}
+    settings = KeelSettings.from_env(env)
+    keel = KeelClient(temporal_env.client, queue, settings)
+    worker = start_worker(env)
+    try:
+        session = await keel.start_session("wake-crash", config=session_config(
+            settings, continue_as_new_after_events=30, agent=FAST))
+        await session.ask("schedule it")
+        for i in range(3):
+            await session.ask(f"message {i}")
+        assert len(await keel.histories("wake-crash")) >= 2  # continued as new
+        assert [w.id for w in await session.wakeups()] == ["w1"]
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+        await asyncio.sleep(4)  # the wakeup comes due while no worker runs
+        worker = start_worker(env)
+        fired = await _wait_rows(database_url, "wake-crash", "Task wakeup w1", 1, 60)
+        assert len(fired) == 1
+        for _ in range(100):
+            if any(r[2] == "woke up" for r in rows(database_url, "wake-crash")):
+                break
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(1)
+        assert len(await _wait_rows(database_url, "wake-crash", "Task wakeup w1", 2, 0)) == 1
+        assert await session.wakeups() == []
+        await session.end()
+    finally:
+        stop_process(worker)
