@@ -1,0 +1,164 @@
+"""Delegation: a parent's `delegate` call starts a child session whose answer (or failure,
+or timeout) comes back as an agent-run input with Keel's source line; ending the parent
+ends its children. Real Temporal (dev server), real PostgreSQL, the fake API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import psycopg
+from temporalio.client import WorkflowExecutionStatus
+
+from schemas.agent import CHILD_NOTE, AgentSpec, ApprovalPolicy, ApprovalRules
+from schemas.initiative import SubAgent
+from schemas.session import SessionPhase
+from tests.fake_anthropic import ErrorStep, text_message, tool_use_message
+from tests.harness import keel_worker, make_settings
+
+
+def spec(timeout_s: float = 60, child_asks: bool = False) -> AgentSpec:
+    return AgentSpec(
+        instructions="You run a small team.",
+        sub_agents=[SubAgent(name="researcher", instructions="You look things up.",
+                             timeout_s=timeout_s)],
+        approvals=ApprovalRules(tools={"write_file": ApprovalPolicy.ASK}) if child_asks
+        else ApprovalRules())
+
+
+def _system(body: dict[str, Any]) -> str:
+    system = body.get("system") or ""
+    return system if isinstance(system, str) else " ".join(b.get("text", "") for b in system)
+
+
+def _last(body: dict[str, Any]) -> str:
+    content = body["messages"][-1]["content"]
+    return content if isinstance(content, str) else json.dumps(content)
+
+
+def team(child: Any, wait: bool = True) -> Any:
+    """The parent delegates its first message; the child answers with `child(body)`."""
+    def respond(body: dict[str, Any]) -> Any:
+        if CHILD_NOTE in _system(body):
+            return child(body)
+        last = _last(body)
+        if "agent run" in last or "tool_result" in last:
+            return text_message("parent done: " + last[-400:])
+        return tool_use_message([("delegate", {"agent": "researcher", "task": last[-200:],
+                                               "wait": wait})])
+    return respond
+
+
+def rows(database_url: str, session_id: str) -> list[tuple[str, str | None, str]]:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute("SELECT type, source_line, content_text FROM messages WHERE "
+                            "session_id=%s ORDER BY seq", (session_id,)).fetchall()
+
+
+async def _closed(client: Any, workflow_id: str, within_s: float = 20) -> Any:
+    handle = client.get_workflow_handle(workflow_id)
+    for _ in range(int(within_s * 5)):
+        desc = await handle.describe()
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            return desc.status
+        await asyncio.sleep(0.2)
+    return desc.status
+
+
+async def test_child_answers_and_the_waiting_turn_reads_it(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    fake_anthropic.responder = team(lambda body: text_message("the answer is 42"))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session("team-ok", agent=spec())
+        seen: list[str] = []
+
+        async def read() -> None:
+            async for _, event in parent.events():
+                seen.append(event.type)
+
+        reader = asyncio.create_task(read())
+        outcome = await asyncio.wait_for(parent.ask("find the answer"), 60)
+        assert "parent done" in outcome.reply_text and "42" in outcome.reply_text
+        status = await parent.status()
+        [child] = status.children
+        assert child.done == "answered" and child.agent == "researcher"
+        assert await _closed(temporal_env.client, child.session_id) == \
+            WorkflowExecutionStatus.COMPLETED
+        child_status = await keel.session(child.session_id).status()
+        assert child_status.parent_session == "team-ok" and child_status.ended
+        listed = {s.session_id: s.parent for s in await keel.list_sessions()}
+        assert listed.get(child.session_id) == "team-ok"
+        await parent.end()
+        await asyncio.wait_for(reader, 20)
+    answer = [r for r in rows(database_url, "team-ok") if r[0] == "harness"
+              and (r[1] or "").startswith("[Harness: agent run ")]
+    assert len(answer) == 1 and answer[0][2] == "the answer is 42"
+    assert answer[0][1].endswith(f"from #{child.session_id}]")
+    # The child's first input is the task, in the parent's voice, never a user's.
+    first = rows(database_url, child.session_id)[0]
+    assert first[0] == "harness" and first[1].endswith("from #team-ok]")
+    assert "child_started" in seen and "child_answered" in seen
+
+
+async def test_child_that_fails_says_so(temporal_env, database_url, fake_anthropic,
+                                        tmp_path):
+    fake_anthropic.responder = team(lambda body: ErrorStep(400, message="bad request"))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session("team-fail", agent=spec())
+        outcome = await asyncio.wait_for(parent.ask("find the answer"), 60)
+        [child] = (await parent.status()).children
+        assert child.done == "failed"
+        assert "failed" in outcome.reply_text
+        await parent.end()
+    answer = [r for r in rows(database_url, "team-fail")
+              if (r[1] or "").startswith("[Harness: agent run ")]
+    assert len(answer) == 1 and "Sub-agent researcher failed" in answer[0][2]
+
+
+async def test_child_that_outlives_its_timeout_is_ended(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    # The child waits on a person who never answers: it outlives its two seconds.
+    fake_anthropic.responder = team(lambda body: tool_use_message(
+        [("write_file", {"path": "x.md", "content": "x"})]))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session("team-slow", agent=spec(2, child_asks=True))
+        outcome = await asyncio.wait_for(parent.ask("find the answer"), 60)
+        assert "timed out" in outcome.reply_text
+        [child] = (await parent.status()).children
+        assert child.done == "timed out"
+        assert await _closed(temporal_env.client, child.session_id) == \
+            WorkflowExecutionStatus.COMPLETED
+        await parent.end()
+    timeout = [r for r in rows(database_url, "team-slow")
+               if (r[1] or "").startswith("[Harness: agent run ")]
+    assert len(timeout) == 1 and "did not answer within 2 s; it was ended" in timeout[0][2]
+
+
+async def test_parent_ended_mid_wait_ends_its_child(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    fake_anthropic.responder = team(lambda body: tool_use_message(
+        [("write_file", {"path": "x.md", "content": "x"})]))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session("team-end", agent=spec(600, child_asks=True))
+        accepted = await parent.send("find the answer")
+        for _ in range(100):
+            status = await parent.status()
+            if status.phase == SessionPhase.AWAITING_CHILD:
+                break
+            await asyncio.sleep(0.2)
+        assert status.phase == SessionPhase.AWAITING_CHILD
+        [child] = status.children
+        await parent.end()
+        await asyncio.wait_for(parent.wait_reply(accepted.seq), 30)
+        assert await _closed(temporal_env.client, "team-end") == \
+            WorkflowExecutionStatus.COMPLETED
+        assert await _closed(temporal_env.client, child.session_id) == \
+            WorkflowExecutionStatus.COMPLETED
+        child_status = await keel.session(child.session_id).status()
+        assert child_status.ended and "parent session ended" in (
+            child_status.stopped_reason or "")
