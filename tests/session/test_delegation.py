@@ -90,6 +90,11 @@ async def test_child_answers_and_the_waiting_turn_reads_it(
         assert child_status.parent_session == "team-ok" and child_status.ended
         listed = {s.session_id: s.parent for s in await keel.list_sessions()}
         assert listed.get(child.session_id) == "team-ok"
+        from keel.cli.sessions import session_tree
+
+        tree = [(s.session_id, depth) for s, depth in session_tree(await keel.list_sessions())]
+        at = tree.index(("team-ok", 0))
+        assert tree[at + 1] == (child.session_id, 1)  # `keel list` shows it under its parent
         await parent.end()
         await asyncio.wait_for(reader, 20)
     answer = [r for r in rows(database_url, "team-ok") if r[0] == "harness"

@@ -209,3 +209,30 @@ async def test_one_shot_across_continue_as_new_and_sigkill_fires_once(
         await session.end()
     finally:
         stop_process(worker)
+
+
+async def test_cli_lists_and_cancels(temporal_env, database_url, fake_anthropic, tmp_path):
+    from typer.testing import CliRunner
+
+    from keel.cli import app
+
+    fake_anthropic.responder = scheduler({"note": "check the deploy", "after_s": 600})
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    env = {"TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
+           "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": settings.task_queue,
+           "KEEL_DATA_DIR": str(tmp_path), "COLUMNS": "200"}
+
+    def keel(*args: str) -> str:
+        result = CliRunner().invoke(app, list(args), env=env)
+        assert result.exit_code == 0, (args, result.output, result.exception)
+        return result.output
+
+    async with keel_worker(temporal_env.client, settings) as client:
+        session = await client.start_session("wake-cli", agent=FAST)
+        await session.ask("check the deploy later")
+        listed = await asyncio.to_thread(keel, "wakeups", "wake-cli")
+        assert "w1" in listed and "check the deploy" in listed
+        assert "wakeup" in await asyncio.to_thread(keel, "status", "wake-cli")
+        out = await asyncio.to_thread(keel, "wakeups", "wake-cli", "--cancel", "w1")
+        assert "cancelled wakeup w1" in out and "no wakeups scheduled" in out
+        await session.end()
