@@ -8,8 +8,8 @@ writes under KEEL_DATA_DIR.
 
 The commands live by concern: `serving` (dev, worker, demo, ui), `sessions` (start, send,
 signal, status, mind, memo, now, list, end, compact), `initiative` (wakeups), `approvals`,
-`chat`, `history` (record, replay, tail), `files`, `vault`; `shell` holds what they all stand on. They are
-registered here, in the order `keel --help` lists them.
+`chat`, `history` (record, replay, tail), `files`, `vault`; `shell` holds what they all
+stand on. They are registered here, in the order `keel --help` lists them.
 """
 
 from __future__ import annotations
