@@ -95,6 +95,18 @@ async def test_child_answers_and_the_waiting_turn_reads_it(
         tree = [(s.session_id, depth) for s, depth in session_tree(await keel.list_sessions())]
         at = tree.index(("team-ok", 0))
         assert tree[at + 1] == (child.session_id, 1)  # `keel list` shows it under its parent
+        # The UI links parent and child both ways.
+        import httpx2 as httpx
+
+        from keel.ui.server import ui_server
+
+        async with (ui_server(keel, settings, database_url, port=0) as url,
+                    httpx.AsyncClient(timeout=20) as http):
+            base = url.removesuffix("/sessions")
+            page = (await http.get(f"{base}/sessions/team-ok")).text
+            assert f'href="/sessions/{child.session_id}"' in page
+            page = (await http.get(f"{base}/sessions/{child.session_id}")).text
+            assert 'id="parent-link" href="/sessions/team-ok"' in page
         await parent.end()
         await asyncio.wait_for(reader, 20)
     answer = [r for r in rows(database_url, "team-ok") if r[0] == "harness"
