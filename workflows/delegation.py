@@ -11,7 +11,9 @@ Invariants:
   it signals its answer to the parent as an agent-run input (`Handler.AGENT_RUN`, whose
   source line the parent's handler writes) and ends itself.
 - The parent waits or goes on, as the call asked: a waiting call pauses the turn
-  (`AWAITING_CHILD`) until the answer is recorded, so the turn's next model call reads it.
+  (`AWAITING_CHILD`) until the answer comes; the answer is then folded into the turn's
+  next model call, which records it before it reads the window (`take`, as an asked
+  message's first call records it), so the wait costs no record activity of its own.
   A child that outlives its timeout is ended, and its parent gets an agent-run input saying
   so; ending the parent ends its children (`Handler.PARENT_ENDED`).
 - Depth and fan-out are the spec's limits (`DelegationLimits`); a refusal is the call's
@@ -69,6 +71,7 @@ class Delegation:
         self.outcomes = outcomes  # the turns' outcomes, by input seq (workflows.turn)
         self.changes = 0
         self.busy = False  # a timeout is being recorded: continue-as-new waits for it
+        self.waiting: str | None = None  # the child a delegate call waits for now
         self._task: asyncio.Task[None] | None = None
 
     def tools(self) -> dict[str, ToolFn]:
@@ -117,7 +120,9 @@ class Delegation:
                     "answer will arrive as an agent run input from it."), False
         self.run.phase = SessionPhase.AWAITING_CHILD
         self.run.publish_summary()
+        self.waiting = child.session_id
         await workflow.wait_condition(lambda: child.done is not None or state.ended)
+        self.waiting = None
         self.run.phase = SessionPhase.RUNNING
         if child.done is None:
             return (f"The session was ended while sub-agent {child.agent} worked; it was "
@@ -159,20 +164,42 @@ class Delegation:
         self.run.publish_summary()
         return child
 
+    def _child_of(self, args: Sequence[RawValue]) -> tuple[ChildRun, AgentRunInput] | None:
+        """The working child an agent-run signal comes from, and what it says."""
+        state = self.run.state
+        if not state.children or len(args) != 1:
+            return None
+        try:
+            data = AgentRunInput.model_validate(json.loads(args[0].payload.data))
+        except Exception:  # the inbox records it as malformed
+            return None
+        child = next((c for c in state.children if c.session_id == data.from_session
+                      and c.done is None), None)
+        return None if child is None else (child, data)
+
+    def take(self, args: Sequence[RawValue]) -> bool:
+        """A child's answer while its delegate call waits: folded into the turn's next model
+        call (which records it, as an asked message's first call does), so the wait ends
+        without a record activity of its own. False: record it the ordinary way."""
+        found = self._child_of(args)
+        if found is None or found[0].session_id != self.waiting:
+            return False
+        child, data = found
+        self.inbox.fold_background(
+            HarnessKind.AGENT_RUN.value, make_storable(data.text)[0],
+            agent_run_source_line(data.run_id, data.from_session),
+            make_storable(data.input_id or f"agent-run-{child.session_id}")[0])
+        self._answered(child, data)
+        return True
+
     def heard(self, args: Sequence[RawValue]) -> None:
         """An agent-run input was recorded: if a child of this session sent it, the child
         has answered (or failed)."""
+        if (found := self._child_of(args)) is not None:
+            self._answered(*found)
+
+    def _answered(self, child: ChildRun, data: AgentRunInput) -> None:
         state = self.run.state
-        if not state.children or len(args) != 1:
-            return
-        try:
-            data = AgentRunInput.model_validate(json.loads(args[0].payload.data))
-        except Exception:  # recorded as malformed by the inbox already
-            return
-        child = next((c for c in state.children if c.session_id == data.from_session
-                      and c.done is None), None)
-        if child is None:
-            return
         child.done = "failed" if data.outcome == "failed" else "answered"
         self.changes += 1
         self.run.events.emit(ChildAnswered, turn=state.turn, child_session=child.session_id,
@@ -246,10 +273,15 @@ class Delegation:
         if task is None or state.delegated_seq is not None or state.stopped_reason:
             return
         state.delegated_seq = 0  # taken: a retry of this run's start records nothing more
+        text = make_storable(task.task)[0]
+        source_line = agent_run_source_line(task.call_id, task.parent_session)
+        if self.inbox.can_fold():  # written by the first model call, as an asked message
+            state.delegated_seq = self.inbox.fold_background(
+                HarnessKind.AGENT_RUN.value, text, source_line, f"delegated-{task.call_id}")
+            return
         try:
             accepted = await self.inbox.record_input(
-                HarnessKind.AGENT_RUN.value, MessageType.HARNESS, make_storable(task.task)[0],
-                agent_run_source_line(task.call_id, task.parent_session),
+                HarnessKind.AGENT_RUN.value, MessageType.HARNESS, text, source_line,
                 f"delegated-{task.call_id}", patient=True, lost="The delegated task")
         except ApplicationError as err:
             await self._answer("failed", f"the task could not be recorded: {err.message}")

@@ -253,7 +253,7 @@ class SessionWorkflow:
             await self.own_signals[name](args)
         elif background is None:
             await self.inbox.unknown_signal(name)
-        else:
+        elif name != Handler.AGENT_RUN or not self.delegation.take(args):
             await self.inbox.background(*background, args)
             if name == Handler.AGENT_RUN:  # a child's answer: its delegate call goes on
                 self.delegation.heard(args)
