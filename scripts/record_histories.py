@@ -13,8 +13,9 @@ handler a running session meets:
 - `history-initiative` (and its child, named by its own id): the agent's own
   initiative on the fake Messages API (tests/fake_anthropic, on loopback): a one-shot
   wakeup that fires, a recurring one that fires and expires, one a client cancels, a
-  delegate call that waits for its child's answer, one that goes on, and the end dropping
-  a wakeup still scheduled.
+  delegate call that waits for its child's answer, one that goes on, one whose child
+  outlives its timeout, and the end dropping a wakeup and ending a child still working;
+  with the histories of three children (answered, timed out, ended with its parent).
 
 Re-record only on purpose: a change that breaks replay of the committed histories would
 break every running session.
@@ -38,7 +39,13 @@ from examples.support.service import TASK_QUEUE as SUPPORT_QUEUE  # noqa: E402
 from examples.support.service import toolset  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from keel.devstack import running_stack  # noqa: E402
-from schemas.agent import CHILD_NOTE, AgentSpec, spec_from_text  # noqa: E402
+from schemas.agent import (  # noqa: E402
+    CHILD_NOTE,
+    AgentSpec,
+    ApprovalPolicy,
+    ApprovalRules,
+    spec_from_text,
+)
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
 from schemas.initiative import SubAgent, WakeupLimits  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic, text_message, tool_use_message  # noqa: E402
@@ -51,7 +58,9 @@ INITIATIVE_SCENARIO = "history-initiative"
 INITIATIVE_AGENT = AgentSpec(
     instructions="You keep track of CI and hand research to a sub-agent.",
     wakeups=WakeupLimits(min_interval_s=1, max_active=5, expiry_s=3600),
-    sub_agents=[SubAgent(name="researcher", instructions="You look things up.")])
+    sub_agents=[SubAgent(name="researcher", instructions="You look things up."),
+                SubAgent(name="waiter", instructions="You wait for a person.", timeout_s=2)],
+    approvals=ApprovalRules(tools={"write_file": ApprovalPolicy.ASK}))
 # What the scripted model does for each user message (the first words pick it).
 INITIATIVE_CALLS: dict[str, tuple[str, dict[str, object]]] = {
     "once": ("schedule_wakeup", {"note": "look at CI again", "after_s": 1.5}),
@@ -60,6 +69,8 @@ INITIATIVE_CALLS: dict[str, tuple[str, dict[str, object]]] = {
     "keep": ("schedule_wakeup", {"note": "dropped at the end", "after_s": 3000}),
     "ask": ("delegate", {"agent": "researcher", "task": "What is 6 x 7?"}),
     "fire": ("delegate", {"agent": "researcher", "task": "What is 2 + 2?", "wait": False}),
+    "slow": ("delegate", {"agent": "waiter", "task": "Write x.md"}),  # outlives 2 s
+    "last": ("delegate", {"agent": "waiter", "task": "Write y.md", "wait": False}),
 }
 
 
@@ -69,6 +80,8 @@ def initiative_model(body: dict[str, Any]) -> dict[str, Any]:
     system = body.get("system") or ""
     system = system if isinstance(system, str) else " ".join(
         b.get("text", "") for b in system)
+    if CHILD_NOTE in system and "wait for a person" in system:  # its call waits, unanswered
+        return tool_use_message([("write_file", {"path": "x.md", "content": "x"})])
     if CHILD_NOTE in system:
         return text_message("The answer is 42.")
     last = body["messages"][-1]["content"]
@@ -150,10 +163,19 @@ async def initiative_scenario(keel: KeelClient, settings: KeelSettings,
         await asyncio.sleep(0.2)
     await asyncio.sleep(2)
     await session.ask("keep: one for the end to drop")
-    child = (await session.status()).children[0].session_id
-    await session.end()
-    history = await keel.session(child).handle.fetch_history()
-    (OUT / f"{child}.json").write_text(history.to_json())  # replay names it by its id
+    await session.ask("slow: the waiter, who outlives its timeout")
+    await session.ask("last: the waiter again, still working when the session ends")
+    await asyncio.sleep(1)
+    children = (await session.status()).children
+    await session.end()  # ends the last waiter too
+    for child in (children[0], children[2], children[3]):  # answered, timed out, ended
+        handle = keel.session(child.session_id).handle
+        for _ in range(150):  # its end, so the whole history is replayed
+            if (await handle.describe()).close_time is not None:
+                break
+            await asyncio.sleep(0.2)
+        history = await handle.fetch_history()
+        (OUT / f"{child.session_id}.json").write_text(history.to_json())  # named by its id
     return session
 
 
