@@ -179,3 +179,53 @@ async def test_parent_ended_mid_wait_ends_its_child(
         child_status = await keel.session(child.session_id).status()
         assert child_status.ended and "parent session ended" in (
             child_status.stopped_reason or "")
+
+
+async def test_worker_killed_mid_delegation_starts_one_child(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    """SIGKILL the worker while the parent's delegate call waits and the child works: after
+    the restart the call finds the child it started (one child, one answer)."""
+    import os
+    import signal
+    import time
+
+    from keel.client import KeelClient
+    from schemas.config import KeelSettings
+    from tests.harness import stop_process
+    from tests.session.test_worker_crash import start_worker
+
+    def slow_child(body: dict[str, Any]) -> Any:
+        time.sleep(1.5)  # long enough to kill the worker while the child's call is open
+        return text_message("slow answer")
+
+    fake_anthropic.responder = team(slow_child)
+    queue = "team-crash"
+    env = {**os.environ, "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": queue,
+           "TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
+           "KEEL_DATA_DIR": str(tmp_path), "ANTHROPIC_BASE_URL": fake_anthropic.base_url,
+           "ANTHROPIC_API_KEY": "test"}
+    keel = KeelClient(temporal_env.client, queue, KeelSettings.from_env(env))
+    worker = start_worker(env)
+    try:
+        parent = await keel.start_session("team-crash", agent=spec())
+        accepted = await parent.send("find it slowly")
+        for _ in range(200):
+            status = await parent.status()
+            if status.phase == SessionPhase.AWAITING_CHILD:
+                break
+            await asyncio.sleep(0.1)
+        assert status.phase == SessionPhase.AWAITING_CHILD
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+        worker = start_worker(env)
+        outcome = await asyncio.wait_for(parent.wait_reply(accepted.seq), 90)
+        assert "slow answer" in outcome.reply_text
+        children = [w.id async for w in temporal_env.client.list_workflows(
+            "WorkflowId STARTS_WITH 'team-crash.'")]
+        assert len(set(children)) == 1, children
+        await parent.end()
+    finally:
+        stop_process(worker)
+    answers = [r for r in rows(database_url, "team-crash")
+               if (r[1] or "").startswith("[Harness: agent run ")]
+    assert len(answers) == 1 and answers[0][2] == "slow answer"
