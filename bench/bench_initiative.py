@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 import uuid
@@ -139,7 +140,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     model = ModelSettings(name="fake-model", base_url=fake.base_url, api_key="x",
                           request_timeout_s=30)
     out: dict[str, Any] = {"benchmark": "initiative", "machine": machine(),
-                           "load": LOAD_NOTE}
+                           "load": LOAD_NOTE, "loadavg_1m_at_start": os.getloadavg()[0]}
     t0 = time.perf_counter()
     try:
         async with bench_stack(model) as (client, settings):
@@ -178,6 +179,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     ratio = percentile(team, 50) / percentile(plain, 50)
     out["delegate_over_plain_median"] = round(ratio, 2)
     out["delegate_bar_within_3x"] = ratio <= 3.0
+    out["loadavg_1m_at_end"] = os.getloadavg()[0]
     out["total_seconds"] = round(time.perf_counter() - t0, 1)
     return out
 
