@@ -88,6 +88,8 @@ class Delegation:
         agent_name, task = call.input.get("agent"), call.input.get("task")
         if spec is None or not spec.sub_agents:
             return "This agent has no sub-agents."
+        if state.stopped_reason:
+            return f"this session is ending ({state.stopped_reason})"
         if not any(a.name == agent_name for a in spec.sub_agents):
             return (f"There is no sub-agent {agent_name!r} (there are: "
                     f"{', '.join(a.name for a in spec.sub_agents)}).")
