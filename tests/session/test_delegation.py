@@ -229,3 +229,29 @@ async def test_worker_killed_mid_delegation_starts_one_child(
     answers = [r for r in rows(database_url, "team-crash")
                if (r[1] or "").startswith("[Harness: agent run ")]
     assert len(answers) == 1 and answers[0][2] == "slow answer"
+
+
+async def test_fan_out_limit_is_a_tool_error(temporal_env, database_url, fake_anthropic,
+                                             tmp_path):
+    from schemas.initiative import DelegationLimits
+
+    def respond(body: dict[str, Any]) -> Any:
+        if CHILD_NOTE in _system(body):
+            return text_message("child answer")
+        if "tool_result" in _last(body) or "agent run" in _last(body):
+            return text_message("parent done")
+        return tool_use_message([
+            ("delegate", {"agent": "researcher", "task": "one", "wait": False}),
+            ("delegate", {"agent": "researcher", "task": "two", "wait": False})])
+
+    fake_anthropic.responder = respond
+    one_at_a_time = spec().model_copy(update={"delegation": DelegationLimits(max_children=1)})
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session("team-fan", agent=one_at_a_time)
+        await asyncio.wait_for(parent.ask("two things at once"), 60)
+        assert len((await parent.status()).children) == 1
+        await parent.end()
+    results = [r[2] for r in rows(database_url, "team-fan") if r[0] == "tool_result"]
+    assert results[0].startswith("Started sub-agent researcher")
+    assert "refused: 1 sub-agents are working already" in results[1]

@@ -236,3 +236,38 @@ async def test_cli_lists_and_cancels(temporal_env, database_url, fake_anthropic,
         out = await asyncio.to_thread(keel, "wakeups", "wake-cli", "--cancel", "w1")
         assert "cancelled wakeup w1" in out and "no wakeups scheduled" in out
         await session.end()
+
+
+async def test_a_wakeup_hours_ahead_fires_on_the_time_skipping_server(
+        time_skipping_env, database_url, fake_anthropic, tmp_path):
+    """Six hours skipped in a moment: a workflow timer, so nothing waits in real time.
+    (The time-skipping server takes no Updates: the turn is asked by a Task signal.)"""
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        last = _last_user_text(body)
+        if "Your one-shot wakeup" in last:
+            return text_message("woke up after six hours")
+        if "Scheduled" in last or "refused" in last:
+            return text_message("ok: " + last[-200:])
+        return tool_use_message([("schedule_wakeup", {"note": "six hours on",
+                                                      "after_s": 6 * 3600})])
+
+    fake_anthropic.responder = respond
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(time_skipping_env.client, settings) as keel:
+        week = FAST.model_copy(update={"wakeups": WakeupLimits(min_interval_s=1)})  # 7 days
+        session = await keel.start_session("wake-skip", agent=week)
+        await session.task("t1", "Nightly", "look again in six hours")
+        for _ in range(100):
+            if await session.wakeups():
+                break
+            await asyncio.sleep(0.1)
+        [wakeup] = await session.wakeups()
+        await time_skipping_env.sleep(6 * 3600 + 60)
+        fired = await _wait_rows(database_url, "wake-skip", "Task wakeup w1", 1, 20)
+        assert len(fired) == 1 and "six hours on" in fired[0][2]
+        for _ in range(100):
+            if any(r[2] == "woke up after six hours" for r in rows(database_url, "wake-skip")):
+                break
+            await asyncio.sleep(0.1)
+        assert any(r[2] == "woke up after six hours" for r in rows(database_url, "wake-skip"))
+        assert wakeup.due is not None and await session.wakeups() == []
