@@ -183,6 +183,9 @@ def _secret_problems(spec: AgentSpec) -> list[str]:
                 problems.append(f"tools[{i}].{field} ({tool.name!r}): {why}")
     for server in spec.mcp_servers:
         problems += server_secret_problems(server)
+    for agent in spec.sub_agents:
+        if agent.model and (why := secret_problem(agent.model)):
+            problems.append(f"sub_agents ({agent.name!r}).model: {why}")
     return problems
 
 

@@ -3,8 +3,9 @@
 The workflow is its handlers (updates, signals, queries and their validators), each a few
 lines over the session's rooms, and the loop that runs turns between them: the inputs
 (workflows.inbox: record, fold, fence, flush), the turns (workflows.turn: the model calls,
-making room, checkpoints), the tool calls (workflows.tools), and the small state they share
-(workflows.run). Their module docstrings state what each keeps.
+making room, checkpoints), the tool calls (workflows.tools), the agent's own initiative
+(workflows.wakeups, workflows.delegation), and the small state they share (workflows.run).
+Their module docstrings state what each keeps.
 
 Invariants kept here:
 - A session's identity is its workflow id: a run whose input names another session writes

@@ -143,3 +143,11 @@ def test_child_spec_scope_and_id():
     with pytest.raises(ValueError, match="narrower"):
         child_scope(agent.model_copy(update={"memory_scope": "other"}), "team")
     assert child_session_id("s1", "researcher", "toolu_1") == "s1.researcher.toolu_1"
+
+
+def test_a_secret_in_a_sub_agents_model_is_refused_unquoted():
+    token = "sk-ant-" + "a1B2" * 12
+    bad = PARENT.model_copy(update={"sub_agents": [SubAgent(name="x", model=token)]})
+    with pytest.raises(AgentSpecError) as err:
+        check_spec(bad, [t["name"] for t in AGENT_TOOLS])
+    assert "sub_agents ('x').model" in str(err.value) and token not in str(err.value)
