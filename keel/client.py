@@ -365,12 +365,37 @@ class SessionHandle:
                 Handler.PENDING_APPROVALS, result_type=list[PendingApproval])
         return pending
 
+    async def tree_pending(self) -> list[tuple[str, PendingApproval]]:
+        """The calls waiting on a person here and in the sub-agents still working under this
+        session (delegation), by session id: one approver answers for the whole tree."""
+        out = [(self.session_id, p) for p in await self.pending()]
+        for child in (await self.status()).children:
+            if child.done is None:
+                out += await self._child(child.session_id).tree_pending()
+        return out
+
+    def _child(self, session_id: str) -> SessionHandle:
+        return SessionHandle(self.client.get_workflow_handle(session_id), self.client)
+
     async def decide(self, call_id: str, approve: bool, note: str = "",
                      input_digest: str | None = None, by: str = "") -> DecisionRecorded:
-        """Approve or deny a pending call; `NotPendingError` if it is not pending."""
+        """Approve or deny a pending call, of this session or of a sub-agent working under
+        it; `NotPendingError` if it is pending in neither."""
         problem = text_limits(note=(note, MAX_NOTE_CHARS), by=(by, MAX_INPUT_ID_CHARS))
         if problem:
             raise MessageRejectedError(f"the decision's {problem}")
+        try:
+            return await self._decide_here(call_id, approve, note, input_digest, by)
+        except NotPendingError:
+            holder = next((sid for sid, p in await self.tree_pending()
+                           if p.call_id == call_id and sid != self.session_id), None)
+            if holder is None:
+                raise
+            return await self._child(holder)._decide_here(call_id, approve, note,
+                                                          input_digest, by)
+
+    async def _decide_here(self, call_id: str, approve: bool, note: str,
+                           input_digest: str | None, by: str) -> DecisionRecorded:
         async with refusals(self.handle):
             done: DecisionRecorded = await self.handle.execute_update(
                 Handler.DECIDE, ApprovalDecision(call_id=call_id, approve=approve, note=note,

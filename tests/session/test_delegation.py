@@ -255,3 +255,30 @@ async def test_fan_out_limit_is_a_tool_error(temporal_env, database_url, fake_an
     results = [r[2] for r in rows(database_url, "team-fan") if r[0] == "tool_result"]
     assert results[0].startswith("Started sub-agent researcher")
     assert "refused: 1 sub-agents are working already" in results[1]
+
+
+async def test_a_childs_approval_is_answered_through_its_parent(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    def child(body: dict[str, Any]) -> Any:
+        if "tool_result" in _last(body):
+            return text_message("wrote it")
+        return tool_use_message([("write_file", {"path": "x.md", "content": "x"})])
+
+    fake_anthropic.responder = team(child)
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session("team-approve", agent=spec(60, child_asks=True))
+        accepted = await parent.send("write it")
+        for _ in range(150):
+            tree = await parent.tree_pending()
+            if tree:
+                break
+            await asyncio.sleep(0.2)
+        [(holder, call)] = tree
+        assert holder.startswith("team-approve.researcher.") and call.tool == "write_file"
+        assert await parent.pending() == []  # the parent's own calls: none
+        done = await parent.approve(call.call_id, by="lead")  # routed to the child
+        assert done.tool == "write_file"
+        outcome = await asyncio.wait_for(parent.wait_reply(accepted.seq), 60)
+        assert "wrote it" in outcome.reply_text
+        await parent.end()
