@@ -191,6 +191,9 @@ class Turns:
                 return reply, error
             if reply.text.strip():
                 transcribe.append(reply.seq)
+            # A child its parent ended (or gave up on) asks the model no more.
+            if state.ended and state.config.delegated is not None:
+                return reply, error
             if reply.tool_calls and progress.rounds < state.config.max_tool_rounds_per_turn:
                 progress.rounds += 1
                 if not await self._run_tools(reply):
