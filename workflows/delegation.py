@@ -15,7 +15,8 @@ Invariants:
   next model call, which records it before it reads the window (`take`, as an asked
   message's first call records it), so the wait costs no record activity of its own.
   A child that outlives its timeout is ended, and its parent gets an agent-run input saying
-  so; ending the parent ends its children (`Handler.PARENT_ENDED`).
+  so; ending the parent ends its children (`Handler.PARENT_ENDED`), and a child so ended
+  asks the model no more (its turn ends after the call in flight, workflows.turn).
 - Depth and fan-out are the spec's limits (`DelegationLimits`); a refusal is the call's
   error result. A session that never delegates makes no command here.
 """
