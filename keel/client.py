@@ -82,6 +82,7 @@ from schemas.files import (
     ReadFile,
     put_problem,
 )
+from schemas.initiative import Wakeup
 from schemas.interrupt import InterruptPolicy
 from schemas.session import (
     MAX_INPUT_ID_CHARS,
@@ -90,6 +91,7 @@ from schemas.session import (
     AgentRunInput,
     AwaitReply,
     CallbackInput,
+    CancelWakeup,
     EndSession,
     Handler,
     MessageAccepted,
@@ -281,6 +283,22 @@ class SessionHandle(SessionControls):
                                                             result_type=SessionStatus)
         return status
 
+    async def wakeups(self) -> list[Wakeup]:
+        """The wakeups the agent has scheduled now (schemas.initiative)."""
+        async with refusals(self.handle):
+            found: list[Wakeup] = await self.handle.query(Handler.WAKEUPS,
+                                                          result_type=list[Wakeup])
+        return found
+
+    async def cancel_wakeup(self, wakeup_id: str) -> list[Wakeup]:
+        """Cancel one wakeup (its schedule too); `NotPendingError` when there is no such
+        wakeup. Returns the wakeups left."""
+        async with refusals(self.handle):
+            left: list[Wakeup] = await self.handle.execute_update(
+                Handler.CANCEL_WAKEUP, CancelWakeup(wakeup_id=wakeup_id),
+                result_type=list[Wakeup])
+        return left
+
     async def _text(self, handler: Handler) -> str:
         """A mind / memo / now text; asked again while a run that just continued as new
         reads it back (Rejection.TEXTS_LOADING), for up to TEXTS_WAIT_S."""
@@ -396,12 +414,37 @@ class SessionHandle(SessionControls):
                 Handler.PENDING_APPROVALS, result_type=list[PendingApproval])
         return pending
 
+    async def tree_pending(self) -> list[tuple[str, PendingApproval]]:
+        """The calls waiting on a person here and in the sub-agents still working under this
+        session (delegation), by session id: one approver answers for the whole tree."""
+        out = [(self.session_id, p) for p in await self.pending()]
+        for child in (await self.status()).children:
+            if child.done is None:
+                out += await self._child(child.session_id).tree_pending()
+        return out
+
+    def _child(self, session_id: str) -> SessionHandle:
+        return SessionHandle(self.client.get_workflow_handle(session_id), self.client)
+
     async def decide(self, call_id: str, approve: bool, note: str = "",
                      input_digest: str | None = None, by: str = "") -> DecisionRecorded:
-        """Approve or deny a pending call; `NotPendingError` if it is not pending."""
+        """Approve or deny a pending call, of this session or of a sub-agent working under
+        it; `NotPendingError` if it is pending in neither."""
         problem = text_limits(note=(note, MAX_NOTE_CHARS), by=(by, MAX_INPUT_ID_CHARS))
         if problem:
             raise MessageRejectedError(f"the decision's {problem}")
+        try:
+            return await self._decide_here(call_id, approve, note, input_digest, by)
+        except NotPendingError:
+            holder = next((sid for sid, p in await self.tree_pending()
+                           if p.call_id == call_id and sid != self.session_id), None)
+            if holder is None:
+                raise
+            return await self._child(holder)._decide_here(call_id, approve, note,
+                                                          input_digest, by)
+
+    async def _decide_here(self, call_id: str, approve: bool, note: str,
+                           input_digest: str | None, by: str) -> DecisionRecorded:
         async with refusals(self.handle):
             done: DecisionRecorded = await self.handle.execute_update(
                 Handler.DECIDE, ApprovalDecision(call_id=call_id, approve=approve, note=note,
@@ -548,7 +591,7 @@ class KeelClient:
             out.append(SessionSummary(
                 session_id=wf.id, phase=phase or status, turn=int(memo.get("turn", 0)),
                 context_percent=float(memo.get("context_percent", 0.0)),
-                checkpoints=int(memo.get("checkpoints", 0)),
+                checkpoints=int(memo.get("checkpoints", 0)), parent=memo.get("parent"),
                 last_activity=str(memo.get("last_activity") or
                                   (wf.close_time or wf.start_time).isoformat(
                                       timespec="seconds")),

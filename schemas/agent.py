@@ -32,6 +32,14 @@ import jsonschema
 from pydantic import BaseModel, Field
 
 from schemas.budget import BudgetSpec
+from schemas.initiative import (
+    INITIATIVE_TOOL_NAMES,
+    DelegationLimits,
+    SubAgent,
+    WakeupLimits,
+    initiative_tools,
+    sub_agent_problems,
+)
 from schemas.interrupt import InterruptPolicy
 from schemas.mcp import (
     API_TOOL_NAME_RE,
@@ -101,6 +109,9 @@ class AgentSpec(SpecModel):
     approvals: ApprovalRules = Field(default_factory=ApprovalRules)
     budget: BudgetSpec | None = None  # schemas.budget: per session and per turn
     on_busy: InterruptPolicy | None = None  # schemas.interrupt; None: enqueue
+    wakeups: WakeupLimits | None = None  # None: no wakeup tools (schemas.initiative)
+    sub_agents: list[SubAgent] = Field(default_factory=list)  # the delegate tool's agents
+    delegation: DelegationLimits = Field(default_factory=DelegationLimits)
 
 
 class AgentSpecError(ValueError):
@@ -139,7 +150,8 @@ def spec_problems(spec: AgentSpec, builtin_names: list[str],
         if not API_TOOL_NAME_RE.match(tool.name) or tool.name.startswith("mcp__"):
             problems.append(f"tool name {tool.name!r} must match {API_TOOL_NAME_RE.pattern} "
                             "and not start with 'mcp__'")
-        if tool.name in seen or tool.name in builtin_names:
+        if tool.name in seen or tool.name in builtin_names \
+                or tool.name in INITIATIVE_TOOL_NAMES:
             problems.append(f"tool name {tool.name!r} is declared twice")
         seen.add(tool.name)
         problem = schema_problem(tool.input_schema)
@@ -151,8 +163,11 @@ def spec_problems(spec: AgentSpec, builtin_names: list[str],
     for name in sorted({n for n in servers if servers.count(n) > 1}):
         problems.append(f"MCP server {name!r} is declared twice")
     for name in spec.approvals.tools:
-        if parse_namespaced(name) is None and name not in seen:
+        if parse_namespaced(name) is None and name not in seen \
+                and name not in INITIATIVE_TOOL_NAMES:
             problems.append(f"approval rule for {name!r}: no such tool")
+    problems += sub_agent_problems(spec.sub_agents, sorted(seen & set(builtin_names)),
+                                   [t.name for t in spec.tools])
     problems += _secret_problems(spec)
     if providers is not None and spec.provider is not None \
             and spec.provider not in providers:
@@ -172,6 +187,9 @@ def _secret_problems(spec: AgentSpec) -> list[str]:
                 problems.append(f"tools[{i}].{field} ({tool.name!r}): {why}")
     for server in spec.mcp_servers:
         problems += server_secret_problems(server)
+    for agent in spec.sub_agents:
+        if agent.model and (why := secret_problem(agent.model)):
+            problems.append(f"sub_agents ({agent.name!r}).model: {why}")
     return problems
 
 
@@ -192,6 +210,7 @@ def session_tools(builtin: list[dict[str, Any]], spec: AgentSpec | None,
     keep = spec.builtin_tools
     servers = {s.name for s in spec.mcp_servers}
     out = [t for t in builtin if keep is None or t["name"] in keep]
+    out += initiative_tools(spec.wakeups, spec.sub_agents)
     out += [t.to_anthropic() for t in spec.tools]
     out += [t.to_anthropic() for t in mcp_tools if t.server in servers]
     return out
@@ -421,3 +440,22 @@ def spec_from_text(text: str, suffix: str) -> AgentSpec:
 
         return AgentSpec.model_validate(tomllib.loads(text))
     return AgentSpec.model_validate_json(text)
+
+
+CHILD_NOTE = ("You are a sub-agent: another agent delegated one task to you. Work on it, "
+              "then give your final answer as your reply; it goes back to that agent.")
+
+
+def child_spec(parent: AgentSpec, agent: SubAgent, depth: int) -> AgentSpec:
+    """The spec of a child session for `agent`: a subset of its parent's (its tools among
+    the parent's, the parent's approvals and limits), with no wakeups, and sub-agents of
+    its own only while the depth limit allows one more level."""
+    return parent.model_copy(update={
+        "instructions": f"{agent.instructions or parent.instructions}\n\n{CHILD_NOTE}".strip(),
+        "model": agent.model or parent.model,
+        "builtin_tools": agent.builtin_tools if agent.builtin_tools is not None
+        else parent.builtin_tools,
+        "tools": [t for t in parent.tools if agent.tools is None or t.name in agent.tools],
+        "wakeups": None,
+        "sub_agents": parent.sub_agents if depth < parent.delegation.max_depth else [],
+    })

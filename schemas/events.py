@@ -79,6 +79,9 @@ class EventType(StrEnum):
     BUDGET_REACHED = "budget_reached"
     BUDGET_ANSWERED = "budget_answered"
     TURN_INTERRUPTED = "turn_interrupted"
+    CHILD_STARTED = "child_started"
+    CHILD_ANSWERED = "child_answered"
+    WAKEUP_FIRED = "wakeup_fired"
 
 
 class CheckpointKind(StrEnum):
@@ -244,6 +247,30 @@ class TurnInterrupted(_Event):
 
     type: Literal[EventType.TURN_INTERRUPTED] = EventType.TURN_INTERRUPTED
     by_message: bool = False
+class ChildStarted(_Event):
+    """A delegate call started a child session (workflows.delegation)."""
+
+    type: Literal[EventType.CHILD_STARTED] = EventType.CHILD_STARTED
+    child_session: Name = ""
+    agent: Name = ""
+    tool_use_id: Name = ""
+
+
+class ChildAnswered(_Event):
+    """A child's answer (or its failure or timeout) reached its parent."""
+
+    type: Literal[EventType.CHILD_ANSWERED] = EventType.CHILD_ANSWERED
+    child_session: Name = ""
+    outcome: Name = ""  # answered, failed, timed out, ended
+    preview: Preview = ""
+
+
+class WakeupFired(_Event):
+    """A wakeup the agent scheduled fired and its Task was recorded at `seq`."""
+
+    type: Literal[EventType.WAKEUP_FIRED] = EventType.WAKEUP_FIRED
+    wakeup_id: Name = ""
+    seq: int = 0
 
 
 class UnknownEvent(BaseModel):
@@ -258,7 +285,8 @@ KnownEvent = Annotated[
     InputRecorded | TurnStarted | TurnEnded | TextDelta | ToolCalled | ToolResult
     | ApprovalNeeded | ApprovalDecided | CheckpointStarted | CheckpointStored
     | CheckpointFailed | RecallFound | ErrorEvent | SessionStopped | SessionEnded
-    | BudgetReached | BudgetAnswered | TurnInterrupted,
+    | BudgetReached | BudgetAnswered | TurnInterrupted | ChildStarted | ChildAnswered
+    | WakeupFired,
     Field(discriminator="type"),
 ]
 SessionEvent = KnownEvent | UnknownEvent

@@ -54,6 +54,11 @@ def task_source_line(task_id: str, name: str) -> str:
     return f"[Harness: Task {_token(task_id)} {_quoted(name)}]"
 
 
+def wakeup_source_line(wakeup_id: str, note: str) -> str:
+    """A wakeup the agent scheduled, firing: a Task in Keel's voice (schemas.initiative)."""
+    return f"[Harness: Task wakeup {_token(wakeup_id)} {_quoted(note)}]"
+
+
 def agent_run_source_line(run_id: str, from_session: str) -> str:
     return f"[Harness: agent run {_token(run_id)} from #{_token(from_session)}]"
 

@@ -14,6 +14,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from schemas.agent import AgentSpec, ApprovalDecision, PendingApproval
 from schemas.budget import BudgetRequest, BudgetState, Spend
+from schemas.initiative import ChildRun, DelegatedTask, Wakeup
 from schemas.interrupt import InterruptPolicy
 from schemas.mcp import McpTool
 from schemas.messages import HarnessKind, ModelReply
@@ -63,6 +64,11 @@ class Handler(StrEnum):
     # Budgets and interrupting (schemas.budget, schemas.interrupt).
     ANSWER_BUDGET = "answer_budget"  # update: BudgetAnswer -> SessionStatus
     INTERRUPT = "interrupt"  # update: stop the running turn's model call (no message)
+    # The agent's own initiative (schemas.initiative, workflows.wakeups / delegation).
+    WAKEUP = "wakeup"  # signal: WakeupSignal, from a recurring wakeup's schedule
+    WAKEUPS = "wakeups"  # query: list[Wakeup]
+    CANCEL_WAKEUP = "cancel_wakeup"  # update: CancelWakeup -> list[Wakeup]
+    PARENT_ENDED = "parent_ended"  # signal: a child's parent ended (EndSession)
 
 
 class Rejection(StrEnum):
@@ -133,6 +139,8 @@ class SessionConfig(BaseModel):
 
     # The agent a service gave the session (instructions, tools, MCP, approvals).
     agent: AgentSpec | None = None
+    # A child session: its parent and the task it was given (workflows.delegation).
+    delegated: DelegatedTask | None = None
 
     def with_agent(self, spec: AgentSpec | None) -> SessionConfig:
         """This config with `spec` applied: its model and limits win where it sets them."""
@@ -241,6 +249,12 @@ class SessionState(BaseModel):
     # A turn that continued as new while a call waited on a person (resumed first).
     turn_in_progress: TurnInProgress | None = None
     budget: BudgetState = Field(default_factory=BudgetState)  # spend, raises, a pause
+    # The agent's own initiative: its wakeups, the children it delegated to, and whether a
+    # child's task was recorded and answered (workflows.wakeups, workflows.delegation).
+    wakeups: list[Wakeup] = Field(default_factory=list)
+    wakeups_made: int = 0
+    children: list[ChildRun] = Field(default_factory=list)
+    delegated_seq: int | None = None
 
     # ----- sequence numbers: every input, reply, result and notice gets the next one -----
 
@@ -298,6 +312,7 @@ class AgentRunInput(BaseModel):
     from_session: str
     text: str
     input_id: str | None = None
+    outcome: str | None = None  # a child's answer: "answered" or "failed" (delegation)
 
 
 class CallbackInput(BaseModel):
@@ -320,6 +335,7 @@ class SessionPhase(StrEnum):
     STOPPED = "stopped"
     AWAITING_APPROVAL = "awaiting_approval"
     AWAITING_BUDGET = "awaiting_budget"
+    AWAITING_CHILD = "awaiting_child"  # a delegate call waits for its child's answer
     ENDED = "ended"
 
 
@@ -344,6 +360,13 @@ class SessionStatus(BaseModel):
     spent: Spend = Field(default_factory=Spend)  # the session's, so far
     turn_spent: Spend = Field(default_factory=Spend)  # the current (or last) turn's
     budget_request: BudgetRequest | None = None  # a reached budget waiting on a person
+    wakeups: list[Wakeup] = Field(default_factory=list)
+    children: list[ChildRun] = Field(default_factory=list)
+    parent_session: str | None = None
+
+
+class CancelWakeup(BaseModel):
+    wakeup_id: str
 
 
 class EndSession(BaseModel):
@@ -360,6 +383,7 @@ class SessionSummary(BaseModel):
     checkpoints: int = 0
     last_activity: str = ""
     status: str = ""  # Temporal's: running, completed, canceled, terminated, ...
+    parent: str | None = None  # a child session's parent (delegation)
 
 
 HARNESS_KINDS: tuple[HarnessKind, ...] = tuple(HarnessKind)

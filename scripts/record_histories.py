@@ -19,7 +19,13 @@ handler a running session meets:
   slowly), a session budget reached mid-turn (the pause, its notice, a raise, the turn
   finishing), a turn interrupted mid-stream by a message sent with policy `interrupt`, a
   second stopped by the `interrupt` Update, a message refused with policy `reject`, a
-  turn budget refused, and the end.
+  turn budget refused, and the end;
+- `history-initiative` (and its child, named by its own id): the agent's own
+  initiative on the fake Messages API (tests/fake_anthropic, on loopback): a one-shot
+  wakeup that fires, a recurring one that fires and expires, one a client cancels, a
+  delegate call that waits for its child's answer, one that goes on, one whose child
+  outlives its timeout, and the end dropping a wakeup and ending a child still working;
+  with the histories of three children (answered, timed out, ended with its parent).
 
 Re-record only on purpose: a change that breaks replay of the committed histories would
 break every running session.
@@ -32,6 +38,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -47,9 +54,16 @@ from keel.client import (  # noqa: E402
     session_config,
 )
 from keel.devstack import running_stack  # noqa: E402
-from schemas.agent import AgentSpec, spec_from_text  # noqa: E402
+from schemas.agent import (  # noqa: E402
+    CHILD_NOTE,
+    AgentSpec,
+    ApprovalPolicy,
+    ApprovalRules,
+    spec_from_text,
+)
 from schemas.budget import BudgetLimits, BudgetSpec  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
+from schemas.initiative import SubAgent, WakeupLimits  # noqa: E402
 from schemas.interrupt import InterruptPolicy  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic, text_message, tool_use_message  # noqa: E402
 from tests.queue_fixture import FIRST_REQUEST, seed_queue  # noqa: E402
@@ -109,6 +123,46 @@ async def budget_scenario(keel: KeelClient, fake: FakeAnthropic,
     await session.wait_reply(over.seq)
     await session.end()
     return session
+
+
+INITIATIVE_SCENARIO = "history-initiative"
+INITIATIVE_AGENT = AgentSpec(
+    instructions="You keep track of CI and hand research to a sub-agent.",
+    wakeups=WakeupLimits(min_interval_s=1, max_active=5, expiry_s=3600),
+    sub_agents=[SubAgent(name="researcher", instructions="You look things up."),
+                SubAgent(name="waiter", instructions="You wait for a person.", timeout_s=2)],
+    approvals=ApprovalRules(tools={"write_file": ApprovalPolicy.ASK}))
+# What the scripted model does for each user message (the first words pick it).
+INITIATIVE_CALLS: dict[str, tuple[str, dict[str, object]]] = {
+    "once": ("schedule_wakeup", {"note": "look at CI again", "after_s": 1.5}),
+    "every": ("schedule_wakeup", {"note": "poll CI", "every_s": 1, "expires_in_s": 3.5}),
+    "later": ("schedule_wakeup", {"note": "tomorrow's report", "after_s": 3000}),
+    "keep": ("schedule_wakeup", {"note": "dropped at the end", "after_s": 3000}),
+    "ask": ("delegate", {"agent": "researcher", "task": "What is 6 x 7?"}),
+    "fire": ("delegate", {"agent": "researcher", "task": "What is 2 + 2?", "wait": False}),
+    "slow": ("delegate", {"agent": "waiter", "task": "Write x.md"}),  # outlives 2 s
+    "last": ("delegate", {"agent": "waiter", "task": "Write y.md", "wait": False}),
+}
+
+
+def initiative_model(body: dict[str, Any]) -> dict[str, Any]:
+    """The scripted model: the child answers, the parent calls the tool its message names
+    and answers plainly after a result, a wakeup or an agent run."""
+    system = body.get("system") or ""
+    system = system if isinstance(system, str) else " ".join(
+        b.get("text", "") for b in system)
+    if CHILD_NOTE in system and "wait for a person" in system:  # its call waits, unanswered
+        return tool_use_message([("write_file", {"path": "x.md", "content": "x"})])
+    if CHILD_NOTE in system:
+        return text_message("The answer is 42.")
+    last = body["messages"][-1]["content"]
+    blocks = [{"type": "text", "text": last}] if isinstance(last, str) else last
+    if any(b.get("type") == "tool_result" for b in blocks):
+        return text_message("Noted.")
+    text = " ".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+    word = next((w for w in INITIATIVE_CALLS if f"{w}: " in text), None)
+    return text_message("Noted.") if word is None else tool_use_message(
+        [INITIATIVE_CALLS[word]])
 
 
 async def queue_scenario(keel: KeelClient, settings: KeelSettings,
@@ -204,13 +258,47 @@ async def branch_scenario(keel: KeelClient, settings: KeelSettings,
     return session
 
 
+async def initiative_scenario(keel: KeelClient, settings: KeelSettings,
+                              session_id: str) -> SessionHandle:
+    session = await keel.start_session(session_id, agent=INITIATIVE_AGENT)
+    await session.ask("once: check CI shortly")
+    await asyncio.sleep(3)  # it fires, and its Task gets a turn
+    await session.ask("every: poll CI each second for a few seconds")
+    await asyncio.sleep(6)  # fires, then expires
+    await session.ask("later: remind me tomorrow")
+    await session.cancel_wakeup((await session.wakeups())[0].id)
+    await session.ask("ask: the researcher, and wait")
+    await session.ask("fire: the researcher, and go on")
+    for _ in range(100):  # its answer comes back as an agent run and gets a turn
+        if all(c.done for c in (await session.status()).children):
+            break
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(2)
+    await session.ask("keep: one for the end to drop")
+    await session.ask("slow: the waiter, who outlives its timeout")
+    await session.ask("last: the waiter again, still working when the session ends")
+    await asyncio.sleep(1)
+    children = (await session.status()).children
+    await session.end()  # ends the last waiter too
+    for child in (children[0], children[2], children[3]):  # answered, timed out, ended
+        handle = keel.session(child.session_id).handle
+        for _ in range(150):  # its end, so the whole history is replayed
+            if (await handle.describe()).close_time is not None:
+                break
+            await asyncio.sleep(0.2)
+        history = await handle.fetch_history()
+        (OUT / f"{child.session_id}.json").write_text(history.to_json())  # named by its id
+    return session
+
+
 async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["REFUND_LOG"] = str(Path(tmp) / "refunds.jsonl")  # the service's own log
         settings = KeelSettings(data_dir=Path(tmp), task_queue="keel-record")
         session_id = sys.argv[1] if len(sys.argv) > 1 else "history-queue-checkpoints"
-        fake = FakeAnthropic().start()
-        if session_id == BUDGET_SCENARIO:  # the fake streams slowly, and counts as the API
+        fake = (FakeAnthropic(initiative_model) if session_id == INITIATIVE_SCENARIO
+                else FakeAnthropic()).start()
+        if session_id in (BUDGET_SCENARIO, INITIATIVE_SCENARIO):  # a fake API on loopback
             settings = settings.model_copy(update={"model": ModelSettings(
                 base_url=fake.base_url, api_key="recorder", request_timeout_s=30)})
         async with running_stack(settings) as stack:
@@ -223,8 +311,9 @@ async def main() -> None:
                     session = await budget_scenario(keel, fake, session_id)
                 else:
                     scenario = {AGENT_SCENARIO: agent_scenario, CARRY_SCENARIO: carry_scenario,
-                                BRANCH_SCENARIO: branch_scenario}.get(session_id,
-                                                                      queue_scenario)
+                                BRANCH_SCENARIO: branch_scenario,
+                                INITIATIVE_SCENARIO: initiative_scenario}.get(
+                                    session_id, queue_scenario)
                     session = await scenario(keel, settings, session_id)
                 status = await session.status()
                 print(f"{session_id}: {status.checkpoint_count} checkpoints, "

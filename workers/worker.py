@@ -56,6 +56,7 @@ from activities.vault.rollup import RollupActivities
 from activities.vault.store import MemoryContext
 from activities.vault.turn import MemoryActivities, catch_up_hand_edits
 from activities.vault_share import publish_vault_files
+from activities.wakeups import create_wakeup_schedule, delete_wakeup_schedule
 from activities.workspace import open_store
 from schemas.config import KeelSettings
 from schemas.tokens import count_tokens
@@ -66,6 +67,7 @@ from workflows.doctor import DoctorWorkflow
 from workflows.nightly import MemoryNightlyWorkflow
 from workflows.rollup import ROLLUP_WORKFLOWS
 from workflows.session import SessionWorkflow
+from workflows.wakeups import WakeupFireWorkflow
 
 log = logging.getLogger("keel.worker")
 
@@ -110,6 +112,7 @@ def session_activities(context: SessionContext,
         checkpoint.prepare_checkpoint, checkpoint.checkpoint_round,
         checkpoint.validate_checkpoint, checkpoint.store_checkpoint,
         checkpoint.move_earliest_half, checkpoint.checkpoint_texts,
+        create_wakeup_schedule, delete_wakeup_schedule,
     ]
 
 
@@ -175,7 +178,8 @@ class KeelWorkers:
                                   "activity_executor": activity_executor}
         if role in (Role.SESSIONS, Role.BOTH):
             self.workers.append(Worker(
-                client, task_queue=settings.task_queue, workflows=[SessionWorkflow, ForkWorkflow],
+                client, task_queue=settings.task_queue,
+                workflows=[SessionWorkflow, ForkWorkflow, WakeupFireWorkflow],
                 activities=session_activities(self.context, self.mcp_pool),
                 max_concurrent_activities=50, workflow_runner=EntryGuard(), **common))
         self._common = common

@@ -222,6 +222,21 @@ class Inbox:
                              source_line=prefix)
         return seq
 
+    def fold_background(self, kind: str, text: str, source_line: str, input_id: str) -> int:
+        """A background input Keel makes itself (a child's task) folded into the next
+        turn's first model call, as `fold_user` folds a message; only when `can_fold`."""
+        state = self.run.state
+        seq = state.allocate_seq()
+        self.unrecorded[seq] = RecordInput(
+            session_id=state.session_id, seq=seq, input_id=input_id, type=MessageType.HARNESS,
+            text=text, source_line=source_line, user_name=state.config.user_name,
+            turn=state.turn + 1)
+        state.settle_seq(seq)
+        state.pending.append(PendingInput(seq=seq, kind=kind, query=text[:RECALL_QUERY_CHARS]))
+        self.run.events.emit(InputRecorded, turn=state.turn + 1, kind=kind, seq=seq,
+                             source_line=source_line)
+        return seq
+
     def folded(self) -> list[RecordInput]:
         """The messages waiting for their turn's model call, in seq order."""
         return [self.unrecorded[s] for s in sorted(self.unrecorded)]

@@ -71,6 +71,8 @@ class SessionRun:
             "checkpoints": state.checkpoint_count,
             "last_activity": workflow.now().isoformat(timespec="seconds"),
         }
+        if state.config.delegated is not None:  # a child: `keel list` shows the tree
+            summary["parent"] = state.config.delegated.parent_session
         workflow.upsert_memo({"keel": summary})
 
     async def record_notice(self, text: str) -> None:

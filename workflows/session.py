@@ -3,8 +3,9 @@
 The workflow is its handlers (updates, signals, queries and their validators), each a few
 lines over the session's rooms, and the loop that runs turns between them: the inputs
 (workflows.inbox: record, fold, fence, flush), the turns (workflows.turn: the model calls,
-making room, checkpoints), the tool calls (workflows.tools), and the small state they share
-(workflows.run). Their module docstrings state what each keeps.
+making room, checkpoints), the tool calls (workflows.tools), the agent's own initiative
+(workflows.wakeups, workflows.delegation), and the small state they share (workflows.run).
+Their module docstrings state what each keeps.
 
 Invariants kept here:
 - A session's identity is its workflow id: a run whose input names another session writes
@@ -71,6 +72,7 @@ with workflow.unsafe.imports_passed_through():
         ReadFile,
         limit_text,
     )
+    from schemas.initiative import Wakeup
     from schemas.interrupt import BusyAction
     from schemas.messages import HarnessKind
     from schemas.session import (
@@ -80,6 +82,7 @@ with workflow.unsafe.imports_passed_through():
         AgentRunInput,
         AwaitReply,
         CallbackInput,
+        CancelWakeup,
         EndSession,
         Handler,
         MessageAccepted,
@@ -109,6 +112,7 @@ with workflow.unsafe.imports_passed_through():
         read_reply,
         restore_texts,
     )
+    from workflows.delegation import Delegation
     from workflows.entry import arg, payload_json, start_input, valid_arg
     from workflows.events import SessionEvents
     from workflows.failures import decode_problem, reason, rejected
@@ -118,6 +122,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run import SessionRun
     from workflows.tools import BUILTIN_NAMES, ToolRunner
     from workflows.turn import TurnEnd, Turns
+    from workflows.wakeups import Wakeups
 
 __all__ = ["SessionWorkflow"]
 
@@ -159,6 +164,12 @@ class SessionWorkflow:
         self.tools = ToolRunner(self.session, self.inbox.fence)
         self.turns = Turns(self.session, self.inbox, self.tools, TurnObserver(state), outcomes)
         self.rewinder = Rewinder(self.session)
+        # The agent's own initiative: its tools run here, its signals come to these.
+        self.wakeups = Wakeups(self.session, self.inbox)
+        self.delegation = Delegation(self.session, self.inbox, outcomes)
+        self.tools.initiative = {**self.wakeups.tools(), **self.delegation.tools()}
+        self.own_signals: dict[str, Any] = {Handler.WAKEUP: self.wakeups.signalled,
+                            Handler.PARENT_ENDED: self.delegation.parent_ended}
         if state.ended:
             self.session.phase = SessionPhase.ENDED
         elif state.turn_in_progress is not None:  # a call of it waits on a person
@@ -254,10 +265,14 @@ class SessionWorkflow:
             workflow.logger.error("%s signal dropped: %s", name[:100], self.refused)
         elif self.state.stopped_reason:
             workflow.logger.warning("input %s dropped: session stopped", name[:100])
+        elif name in self.own_signals:
+            await self.own_signals[name](args)
         elif background is None:
             await self.inbox.unknown_signal(name)
-        else:
+        elif name != Handler.AGENT_RUN or not self.delegation.take(args):
             await self.inbox.background(*background, args)
+            if name == Handler.AGENT_RUN:  # a child's answer: its delegate call goes on
+                self.delegation.heard(args)
 
     @workflow.update(name=Handler.AWAIT_REPLY)
     async def await_reply(self, data: RawValue = NO_PAYLOAD) -> TurnOutcome:
@@ -326,7 +341,28 @@ class SessionWorkflow:
             if state.config.agent else [],
             spent=state.budget.spent, turn_spent=state.budget.turn_spent,
             budget_request=state.budget.request,
+            wakeups=list(state.wakeups), children=list(state.children),
+            parent_session=state.config.delegated.parent_session
+            if state.config.delegated else None,
         )
+
+    @workflow.query(name=Handler.WAKEUPS)
+    def list_wakeups(self) -> list[Wakeup]:
+        return list(self.state.wakeups)
+
+    @workflow.update(name=Handler.CANCEL_WAKEUP)
+    async def cancel_wakeup(self, data: RawValue = NO_PAYLOAD) -> list[Wakeup]:
+        wakeup_id = arg(CancelWakeup, data, NO_PAYLOAD).wakeup_id
+        if await self.wakeups.cancel(wakeup_id) is not None:
+            await self.session.record_notice(f"Wakeup {wakeup_id} was cancelled by a client.")
+        return list(self.state.wakeups)
+
+    @cancel_wakeup.validator
+    def validate_cancel_wakeup(self, data: RawValue = NO_PAYLOAD) -> None:
+        wakeup_id = valid_arg(CancelWakeup, data, NO_PAYLOAD, "the cancel request").wakeup_id
+        if all(w.id != wakeup_id for w in self.state.wakeups):
+            raise ApplicationError(f"no wakeup {wakeup_id[:100]!r} is scheduled",
+                                   type=Rejection.NOT_PENDING, non_retryable=True)
 
     @workflow.query(name=Handler.MIND)
     def mind(self) -> str:
@@ -555,8 +591,11 @@ class SessionWorkflow:
                                    non_retryable=True)
         run.publish_summary()
         await restore_texts(run)  # the checkpoint's texts, when continue-as-new left them
+        self.wakeups.start()
+        self.delegation.start()
         if state.turn_in_progress is not None:  # a turn carried over continue-as-new
             await self._run_turn()
+        await self.delegation.begin()  # a child's task is its first input
         while state.stopped_reason is None:
             await workflow.wait_condition(
                 lambda: self._ready() or run.should_continue_as_new()
@@ -570,8 +609,11 @@ class SessionWorkflow:
                 await self._continue_as_new()
             if self._ready():
                 await self._run_turn()
+                await self.delegation.after_turn()  # a child answers its parent
         state.checkpoint_requested = False
         await self.inbox.record_unrecorded()  # a message asked as the session stopped is kept
+        await self.wakeups.drop_all()
+        await self.delegation.end_children()
         if state.ended:
             run.phase = SessionPhase.ENDED
         run.publish_summary()
@@ -590,7 +632,8 @@ class SessionWorkflow:
     def _all_finished(self) -> bool:
         """Every handler, fence and transcript done: the run may end."""
         return (workflow.all_handlers_finished() and not self.inbox.fencing
-                and not self.turns.transcript.busy)
+                and not self.turns.transcript.busy and not self.wakeups.firing
+                and not self.delegation.busy)
 
     async def _continue_as_new(self) -> NoReturn:
         """Hand the small state to a new run once every handler has finished."""

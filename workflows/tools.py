@@ -84,6 +84,7 @@ with workflow.unsafe.imports_passed_through():
         ToolResult,
         cut,
     )
+    from schemas.initiative import INITIATIVE_TOOL_NAMES
     from schemas.interrupt import NOT_RUN_TEXT
     from schemas.messages import MessageType, ModelReply, ToolCall
     from schemas.session import SessionPhase
@@ -136,6 +137,9 @@ class _Waiting:
 
 # Built-in names only: their schemas are checked where they run (activities/tools.py).
 BUILTIN_NAMES = BUILTIN_TOOL_NAMES
+# The agent's own initiative (wakeups, delegate): run in the workflow, by the handlers the
+# session gives the runner (workflows.wakeups, workflows.delegation).
+InitiativeTool = Callable[[ToolCall], Awaitable[tuple[str, bool]]]
 BUILTINS: list[dict[str, Any]] = [{"name": n, "input_schema": None} for n in BUILTIN_NAMES]
 KEPT_DECISIONS = 200
 
@@ -180,6 +184,7 @@ class ToolRunner:
         # The turn was asked to stop (workflows.interrupt): calls not started are not run.
         self.stopping: Callable[[], bool] = lambda: False
         self._waiting: _Waiting | None = None  # the call whose wait a checkpoint paused
+        self.initiative: dict[str, InitiativeTool] = {}  # name -> its handler
 
     # ----- MCP tool lists ---------------------------------------------------------------
 
@@ -374,7 +379,10 @@ class ToolRunner:
     async def _dispatch(self, reply: ModelReply, call: ToolCall, where: ToolRoute) -> None:
         """The call where it runs: a built-in, a service's activity, or an MCP server."""
         state = self.run.state
-        if where.kind is ToolKind.BUILTIN:
+        if where.kind is ToolKind.BUILTIN and call.name in INITIATIVE_TOOL_NAMES:
+            text, is_error = await self.initiative[call.name](call)
+            await self._result(call, text, is_error=is_error)
+        elif where.kind is ToolKind.BUILTIN:
             await self._builtin(reply, call)
         elif where.kind is ToolKind.SERVICE:
             assert where.service is not None

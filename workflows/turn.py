@@ -212,6 +212,9 @@ class Turns:
             last = reply
             if reply.interrupted:
                 return reply, None
+            # A child its parent ended (or gave up on) asks the model no more.
+            if state.ended and state.config.delegated is not None:
+                return reply, error
             if reply.tool_calls and progress.rounds < state.config.max_tool_rounds_per_turn:
                 progress.rounds += 1
                 if not await self._run_tools(reply):

@@ -1,4 +1,4 @@
-"""The offline model's rule for a session's declared tools (service tools and MCP tools):
+"""The offline model's rule for a session's declared tools (service, MCP and initiative tools):
 it calls them in the order the session's instructions name them (each step the one after
 the latest planned tool called), once per request, with
 arguments filled from the tools' input schemas and the user's words, then reports what
@@ -7,7 +7,10 @@ each returned. Deterministic, no network; every text it writes says it is the of
 A tool the instructions do not name is never called. An argument is filled by rule: an
 `*id*` string from the first id-like token (`A-1001`) in the user's message, `query` from
 the topic words of the message, an amount from a number in an earlier tool result with the
-same field name (else the first number in the message), booleans false.
+same field name (else the first number in the message), booleans false, a choice (`enum`,
+a delegate call's sub-agent) its first value; a `schedule_wakeup` (offered when the spec
+opts in, schemas.initiative) comes after the first number in the message, in seconds, with
+a note of its own.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ def planned(request: dict[str, Any]) -> list[dict[str, Any]]:
 def _value(name: str, prop: dict[str, Any], user: str, results: list[str]) -> Any:
     kind = prop.get("type")
     lname = name.lower()
+    if prop.get("enum"):  # a delegate call's sub-agent: the first named
+        return prop["enum"][0]
     if kind == "string":
         if "id" in lname.split("_") or lname.endswith("id"):
             found = _ID.search(user)
@@ -80,6 +85,11 @@ def arguments(tool: dict[str, Any], user: str, results: list[str]) -> dict[str, 
         value = _value(name, props.get(name) or {}, user, results)
         if value is not None:
             out[name] = value
+    if tool.get("name") == "schedule_wakeup":  # after the first number the person gave
+        nums = [int(n) for n in _NUMBER.findall(_ID.sub("", user))]
+        out["after_s"] = nums[0] if nums else 60
+        # Its own words, not the person's: a wakeup's Task is not the person asking again.
+        out["note"] = "[offline model] look again, as the person asked"
     return out
 
 

@@ -7,15 +7,25 @@ what comes back; no session logic lives here, and no SQL. Commands other than `d
 writes under KEEL_DATA_DIR.
 
 The commands live by concern: `serving` (dev, worker, demo, ui), `sessions` (start, send,
-signal, status, mind, memo, now, list, end, compact), `approvals`, `budget` (budget,
-interrupt), `chat`, `history` (record, replay, tail), `branch` (fork, rewind, export,
-import), `files`, `vault`; `shell` holds what they all stand on. They are registered here,
-in the order `keel --help` lists them.
+signal, status, mind, memo, now, list, end, compact), `initiative` (wakeups), `approvals`,
+`budget` (budget, interrupt), `chat`, `history` (record, replay, tail), `branch` (fork,
+rewind, export, import), `files`, `vault`; `shell` holds what they all stand on. They are
+registered here, in the order `keel --help` lists them.
 """
 
 from __future__ import annotations
 
-from keel.cli import approvals, branch, budget, chat, files, history, serving, sessions
+from keel.cli import (
+    approvals,
+    branch,
+    budget,
+    chat,
+    files,
+    history,
+    initiative,
+    serving,
+    sessions,
+)
 from keel.cli.shell import KeelApp
 from keel.cli.vault import vault_app
 
@@ -45,6 +55,7 @@ app.command()(sessions.compact)
 app.command()(sessions.send)
 app.command(name="signal")(sessions.signal_)
 app.command()(sessions.status)
+app.command()(initiative.wakeups)
 app.command(name="mind")(sessions.query_command("mind"))
 app.command(name="memo")(sessions.query_command("memo"))
 app.command(name="now")(sessions.query_command("now"))

@@ -23,19 +23,24 @@ __all__ = ["approve", "deny", "pending"]
 def pending(session: str,
             as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
             ) -> None:
-    """Tool calls that wait on a person's approval: tool, input, since when."""
+    """Tool calls that wait on a person's approval: tool, input, since when (a sub-agent's
+    too, with its session; `keel approve` on this session routes the decision to it)."""
     async def main() -> None:
-        calls = await (await session_handle(session)).pending()
+        tree = await (await session_handle(session)).tree_pending()
         if as_json:
-            console.print_json(json.dumps([c.model_dump(mode="json") for c in calls]))
+            console.print_json(json.dumps([
+                c.model_dump(mode="json") | ({} if sid == session else {"session_id": sid})
+                for sid, c in tree]))
             return
-        if not calls:
+        if not tree:
             console.print("[dim]no call waits on approval[/]")
             return
-        table = Table("call id", "tool", "input", "since")
-        for c in calls:
+        children = any(sid != session for sid, _ in tree)
+        table = Table("call id", "tool", "input", "since", *(["session"] if children else []))
+        for sid, c in tree:
             table.add_row(c.call_id, c.tool, escape(json.dumps(c.input)[:200]),
-                          c.since.isoformat(timespec="seconds"))
+                          c.since.isoformat(timespec="seconds"),
+                          *([sid if sid != session else ""] if children else []))
         console.print(table)
     run(main())
 

@@ -19,6 +19,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from keel.cli.initiative import wakeup_when
 from keel.cli.shell import connect, load_settings, run, session_handle
 from keel.cli.waiting import needs_worker, say
 from keel.client import SessionHandle
@@ -26,10 +27,10 @@ from keel.console import console, error, key_values, one_line, working
 from keel.live import LiveView
 from schemas.agent import AgentSpec, spec_from_text
 from schemas.interrupt import InterruptPolicy
-from schemas.session import SessionStatus
+from schemas.session import SessionStatus, SessionSummary
 
 __all__ = ["QUERIES", "SignalKind", "compact", "compact_line", "end", "list_", "query_command",
-           "send", "signal_", "start", "status", "status_table"]
+           "send", "session_tree", "signal_", "start", "status", "status_table"]
 
 
 def start(
@@ -89,11 +90,28 @@ def list_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] =
             console.print_json(json.dumps([s.model_dump(mode="json") for s in sessions]))
             return
         table = Table("session", "phase", "turn", "context", "checkpoints", "last activity")
-        for s in sessions:
-            table.add_row(s.session_id, s.phase, str(s.turn), f"{s.context_percent:.0f}%",
-                          str(s.checkpoints), s.last_activity)
+        for s, depth in session_tree(sessions):
+            table.add_row("  " * depth + ("└ " if depth else "") + s.session_id, s.phase,
+                          str(s.turn), f"{s.context_percent:.0f}%", str(s.checkpoints),
+                          s.last_activity)
         console.print(table)
     run(main())
+
+
+def session_tree(sessions: list[SessionSummary]) -> list[tuple[SessionSummary, int]]:
+    """The sessions in order, each child under its parent (delegation), with its depth."""
+    ids = {s.session_id for s in sessions}
+    children: dict[str | None, list[SessionSummary]] = {}
+    for s in sessions:
+        children.setdefault(s.parent if s.parent in ids else None, []).append(s)
+    out: list[tuple[SessionSummary, int]] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for s in children.get(parent, []):
+            out.append((s, depth))
+            walk(s.session_id, depth + 1)
+    walk(None, 0)
+    return out
 
 
 def end(session: str,
@@ -211,6 +229,11 @@ def status_table(status: SessionStatus) -> Table:
                       f"reached ({'; '.join(status.budget_request.reached)}), request "
                       f"{status.budget_request.request_id}")]
           if status.budget_request else []),
+        *([("parent", f"#{status.parent_session}")] if status.parent_session else []),
+        *[("wakeup", f"{w.id}: {wakeup_when(w)} ({escape(w.note[:60])})")
+          for w in status.wakeups],
+        *[("child", f"#{c.session_id} ({c.agent}): {c.done or 'working'}")
+          for c in status.children],
     ])
 
 

@@ -1,0 +1,284 @@
+"""Delegation: a parent's `delegate` call starts a child session whose answer (or failure,
+or timeout) comes back as an agent-run input with Keel's source line; ending the parent
+ends its children. Real Temporal (dev server), real PostgreSQL, the fake API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import psycopg
+from temporalio.client import WorkflowExecutionStatus
+
+from schemas.agent import CHILD_NOTE, AgentSpec, ApprovalPolicy, ApprovalRules
+from schemas.initiative import SubAgent
+from schemas.session import SessionPhase
+from tests.fake_anthropic import ErrorStep, text_message, tool_use_message
+from tests.harness import keel_worker, make_settings
+
+
+def spec(timeout_s: float = 60, child_asks: bool = False) -> AgentSpec:
+    return AgentSpec(
+        instructions="You run a small team.",
+        sub_agents=[SubAgent(name="researcher", instructions="You look things up.",
+                             timeout_s=timeout_s)],
+        approvals=ApprovalRules(tools={"write_file": ApprovalPolicy.ASK}) if child_asks
+        else ApprovalRules())
+
+
+def _system(body: dict[str, Any]) -> str:
+    system = body.get("system") or ""
+    return system if isinstance(system, str) else " ".join(b.get("text", "") for b in system)
+
+
+def _last(body: dict[str, Any]) -> str:
+    content = body["messages"][-1]["content"]
+    return content if isinstance(content, str) else json.dumps(content)
+
+
+def team(child: Any, wait: bool = True) -> Any:
+    """The parent delegates its first message; the child answers with `child(body)`."""
+    def respond(body: dict[str, Any]) -> Any:
+        if CHILD_NOTE in _system(body):
+            return child(body)
+        last = _last(body)
+        if "agent run" in last or "tool_result" in last:
+            return text_message("parent done: " + last[-400:])
+        return tool_use_message([("delegate", {"agent": "researcher", "task": last[-200:],
+                                               "wait": wait})])
+    return respond
+
+
+def rows(database_url: str, session_id: str) -> list[tuple[str, str | None, str]]:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute("SELECT type, source_line, content_text FROM messages WHERE "
+                            "session_id=%s ORDER BY seq", (session_id,)).fetchall()
+
+
+async def _closed(client: Any, workflow_id: str, within_s: float = 20) -> Any:
+    handle = client.get_workflow_handle(workflow_id)
+    for _ in range(int(within_s * 5)):
+        desc = await handle.describe()
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            return desc.status
+        await asyncio.sleep(0.2)
+    return desc.status
+
+
+async def test_child_answers_and_the_waiting_turn_reads_it(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    fake_anthropic.responder = team(lambda body: text_message("the answer is 42"))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session("team-ok", agent=spec())
+        seen: list[str] = []
+
+        async def read() -> None:
+            async for _, event in parent.events():
+                seen.append(event.type)
+
+        reader = asyncio.create_task(read())
+        outcome = await asyncio.wait_for(parent.ask("find the answer"), 60)
+        assert "parent done" in outcome.reply_text and "42" in outcome.reply_text
+        status = await parent.status()
+        [child] = status.children
+        assert child.done == "answered" and child.agent == "researcher"
+        assert await _closed(temporal_env.client, child.session_id) == \
+            WorkflowExecutionStatus.COMPLETED
+        child_status = await keel.session(child.session_id).status()
+        assert child_status.parent_session == "team-ok" and child_status.ended
+        listed = {s.session_id: s.parent for s in await keel.list_sessions()}
+        assert listed.get(child.session_id) == "team-ok"
+        from keel.cli.sessions import session_tree
+
+        tree = [(s.session_id, depth) for s, depth in session_tree(await keel.list_sessions())]
+        at = tree.index(("team-ok", 0))
+        assert tree[at + 1] == (child.session_id, 1)  # `keel list` shows it under its parent
+        # The UI links parent and child both ways.
+        import httpx2 as httpx
+
+        from keel.ui.server import ui_server
+
+        async with (ui_server(keel, settings, database_url, port=0) as url,
+                    httpx.AsyncClient(timeout=20) as http):
+            base = url.removesuffix("/sessions")
+            page = (await http.get(f"{base}/sessions/team-ok")).text
+            assert f'href="/sessions/{child.session_id}"' in page
+            page = (await http.get(f"{base}/sessions/{child.session_id}")).text
+            assert 'id="parent-link" href="/sessions/team-ok"' in page
+        await parent.end()
+        await asyncio.wait_for(reader, 20)
+    answer = [r for r in rows(database_url, "team-ok") if r[0] == "harness"
+              and (r[1] or "").startswith("[Harness: agent run ")]
+    assert len(answer) == 1 and answer[0][2] == "the answer is 42"
+    assert answer[0][1].endswith(f"from #{child.session_id}]")
+    # The child's first input is the task, in the parent's voice, never a user's.
+    first = rows(database_url, child.session_id)[0]
+    assert first[0] == "harness" and first[1].endswith("from #team-ok]")
+    assert "child_started" in seen and "child_answered" in seen
+
+
+async def test_child_that_fails_says_so(temporal_env, database_url, fake_anthropic,
+                                        tmp_path):
+    fake_anthropic.responder = team(lambda body: ErrorStep(400, message="bad request"))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session("team-fail", agent=spec())
+        outcome = await asyncio.wait_for(parent.ask("find the answer"), 60)
+        [child] = (await parent.status()).children
+        assert child.done == "failed"
+        assert "failed" in outcome.reply_text
+        await parent.end()
+    answer = [r for r in rows(database_url, "team-fail")
+              if (r[1] or "").startswith("[Harness: agent run ")]
+    assert len(answer) == 1 and "Sub-agent researcher failed" in answer[0][2]
+
+
+async def test_child_that_outlives_its_timeout_is_ended(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    # The child waits on a person who never answers: it outlives its two seconds.
+    fake_anthropic.responder = team(lambda body: tool_use_message(
+        [("write_file", {"path": "x.md", "content": "x"})]))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session("team-slow", agent=spec(2, child_asks=True))
+        outcome = await asyncio.wait_for(parent.ask("find the answer"), 60)
+        assert "timed out" in outcome.reply_text
+        [child] = (await parent.status()).children
+        assert child.done == "timed out"
+        assert await _closed(temporal_env.client, child.session_id) == \
+            WorkflowExecutionStatus.COMPLETED
+        await parent.end()
+    timeout = [r for r in rows(database_url, "team-slow")
+               if (r[1] or "").startswith("[Harness: agent run ")]
+    assert len(timeout) == 1 and "did not answer within 2 s; it was ended" in timeout[0][2]
+
+
+async def test_parent_ended_mid_wait_ends_its_child(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    fake_anthropic.responder = team(lambda body: tool_use_message(
+        [("write_file", {"path": "x.md", "content": "x"})]))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session("team-end", agent=spec(600, child_asks=True))
+        accepted = await parent.send("find the answer")
+        for _ in range(100):
+            status = await parent.status()
+            if status.phase == SessionPhase.AWAITING_CHILD:
+                break
+            await asyncio.sleep(0.2)
+        assert status.phase == SessionPhase.AWAITING_CHILD
+        [child] = status.children
+        await parent.end()
+        await asyncio.wait_for(parent.wait_reply(accepted.seq), 30)
+        assert await _closed(temporal_env.client, "team-end") == \
+            WorkflowExecutionStatus.COMPLETED
+        assert await _closed(temporal_env.client, child.session_id) == \
+            WorkflowExecutionStatus.COMPLETED
+        child_status = await keel.session(child.session_id).status()
+        assert child_status.ended and "parent session ended" in (
+            child_status.stopped_reason or "")
+
+
+async def test_worker_killed_mid_delegation_starts_one_child(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    """SIGKILL the worker while the parent's delegate call waits and the child works: after
+    the restart the call finds the child it started (one child, one answer)."""
+    import os
+    import signal
+    import time
+
+    from keel.client import KeelClient
+    from schemas.config import KeelSettings
+    from tests.harness import stop_process
+    from tests.session.test_worker_crash import start_worker
+
+    def slow_child(body: dict[str, Any]) -> Any:
+        time.sleep(1.5)  # long enough to kill the worker while the child's call is open
+        return text_message("slow answer")
+
+    fake_anthropic.responder = team(slow_child)
+    queue = "team-crash"
+    env = {**os.environ, "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": queue,
+           "TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
+           "KEEL_DATA_DIR": str(tmp_path), "ANTHROPIC_BASE_URL": fake_anthropic.base_url,
+           "ANTHROPIC_API_KEY": "test"}
+    keel = KeelClient(temporal_env.client, queue, KeelSettings.from_env(env))
+    worker = start_worker(env)
+    try:
+        parent = await keel.start_session("team-crash", agent=spec())
+        accepted = await parent.send("find it slowly")
+        for _ in range(200):
+            status = await parent.status()
+            if status.phase == SessionPhase.AWAITING_CHILD:
+                break
+            await asyncio.sleep(0.1)
+        assert status.phase == SessionPhase.AWAITING_CHILD
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+        worker = start_worker(env)
+        outcome = await asyncio.wait_for(parent.wait_reply(accepted.seq), 90)
+        assert "slow answer" in outcome.reply_text
+        children = [w.id async for w in temporal_env.client.list_workflows(
+            "WorkflowId STARTS_WITH 'team-crash.'")]
+        assert len(set(children)) == 1, children
+        await parent.end()
+    finally:
+        stop_process(worker)
+    answers = [r for r in rows(database_url, "team-crash")
+               if (r[1] or "").startswith("[Harness: agent run ")]
+    assert len(answers) == 1 and answers[0][2] == "slow answer"
+
+
+async def test_fan_out_limit_is_a_tool_error(temporal_env, database_url, fake_anthropic,
+                                             tmp_path):
+    from schemas.initiative import DelegationLimits
+
+    def respond(body: dict[str, Any]) -> Any:
+        if CHILD_NOTE in _system(body):
+            return text_message("child answer")
+        if "tool_result" in _last(body) or "agent run" in _last(body):
+            return text_message("parent done")
+        return tool_use_message([
+            ("delegate", {"agent": "researcher", "task": "one", "wait": False}),
+            ("delegate", {"agent": "researcher", "task": "two", "wait": False})])
+
+    fake_anthropic.responder = respond
+    one_at_a_time = spec().model_copy(update={"delegation": DelegationLimits(max_children=1)})
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session("team-fan", agent=one_at_a_time)
+        await asyncio.wait_for(parent.ask("two things at once"), 60)
+        assert len((await parent.status()).children) == 1
+        await parent.end()
+    results = [r[2] for r in rows(database_url, "team-fan") if r[0] == "tool_result"]
+    assert results[0].startswith("Started sub-agent researcher")
+    assert "refused: 1 sub-agents are working already" in results[1]
+
+
+async def test_a_childs_approval_is_answered_through_its_parent(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    def child(body: dict[str, Any]) -> Any:
+        if "tool_result" in _last(body):
+            return text_message("wrote it")
+        return tool_use_message([("write_file", {"path": "x.md", "content": "x"})])
+
+    fake_anthropic.responder = team(child)
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session("team-approve", agent=spec(60, child_asks=True))
+        accepted = await parent.send("write it")
+        for _ in range(150):
+            tree = await parent.tree_pending()
+            if tree:
+                break
+            await asyncio.sleep(0.2)
+        [(holder, call)] = tree
+        assert holder.startswith("team-approve.researcher.") and call.tool == "write_file"
+        assert await parent.pending() == []  # the parent's own calls: none
+        done = await parent.approve(call.call_id, by="lead")  # routed to the child
+        assert done.tool == "write_file"
+        outcome = await asyncio.wait_for(parent.wait_reply(accepted.seq), 60)
+        assert "wrote it" in outcome.reply_text
+        await parent.end()

@@ -1,0 +1,339 @@
+"""Delegation: a session hands a task to a sub-agent, a child session of its own, and hears
+its answer back as an agent-run input.
+
+Invariants:
+- A child is its own session (workflow, window, checkpoints), started as a child workflow
+  whose id is made from the parent's delegate call (`child_session_id`), so a retried or
+  replayed call never starts two: the parent keeps it in `SessionState.children` before it
+  starts it, and a start that finds it running takes it as started.
+- The child gets the task as its first input, an agent-run input whose source line Keel
+  writes from the parent's call (`begin`); after the turn that answers it (or a failure),
+  it signals its answer to the parent as an agent-run input (`Handler.AGENT_RUN`, whose
+  source line the parent's handler writes) and ends itself.
+- The parent waits or goes on, as the call asked: a waiting call pauses the turn
+  (`AWAITING_CHILD`) until the answer comes; the answer is then folded into the turn's
+  next model call, which records it before it reads the window (`take`, as an asked
+  message's first call records it), so the wait costs no record activity of its own.
+  A child that outlives its timeout is ended, and its parent gets an agent-run input saying
+  so; ending the parent ends its children (`Handler.PARENT_ENDED`), and a child so ended
+  asks the model no more (its turn ends after the call in flight, workflows.turn).
+- Depth and fan-out are the spec's limits (`DelegationLimits`); a refusal is the call's
+  error result. A session that never delegates makes no command here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from schemas.agent import child_spec
+    from schemas.events import ChildAnswered, ChildStarted
+    from schemas.initiative import (
+        ChildRun,
+        DelegatedTask,
+        child_scope,
+        child_session_id,
+    )
+    from schemas.messages import HarnessKind, MessageType, ToolCall, agent_run_source_line
+    from schemas.session import (
+        SESSION_WORKFLOW,
+        AgentRunInput,
+        EndSession,
+        Handler,
+        SessionInput,
+        SessionPhase,
+        TurnOutcome,
+    )
+    from schemas.text import make_storable
+    from workflows.inbox import Inbox
+    from workflows.run import SessionRun
+    from workflows.wakeups import ToolFn
+
+__all__ = ["Delegation"]
+
+ANSWER_CHARS = 50_000  # of a child's answer sent back; the child's record has it whole
+
+
+class Delegation:
+    """The parent's and the child's side of delegation in one session run."""
+
+    def __init__(self, run: SessionRun, inbox: Inbox,
+                 outcomes: dict[int, TurnOutcome]) -> None:
+        self.run = run
+        self.inbox = inbox
+        self.outcomes = outcomes  # the turns' outcomes, by input seq (workflows.turn)
+        self.changes = 0
+        self.busy = False  # a timeout is being recorded: continue-as-new waits for it
+        self.waiting: str | None = None  # the child a delegate call waits for now
+        self._task: asyncio.Task[None] | None = None
+
+    def tools(self) -> dict[str, ToolFn]:
+        return {"delegate": self.delegate}
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self.watch())
+
+    # ----- the parent --------------------------------------------------------------------
+
+    def _refusal(self, call: ToolCall) -> str | None:
+        state = self.run.state
+        spec = state.config.agent
+        agent_name, task = call.input.get("agent"), call.input.get("task")
+        if spec is None or not spec.sub_agents:
+            return "This agent has no sub-agents."
+        if state.stopped_reason:
+            return f"this session is ending ({state.stopped_reason})"
+        if not any(a.name == agent_name for a in spec.sub_agents):
+            return (f"There is no sub-agent {agent_name!r} (there are: "
+                    f"{', '.join(a.name for a in spec.sub_agents)}).")
+        if not isinstance(task, str) or not task.strip():
+            return "task must be a non-empty string: what the sub-agent should do."
+        if len(task) > state.config.max_message_chars:
+            return (f"task has {len(task)} characters; the limit is "
+                    f"{state.config.max_message_chars} (put it in a file and name it)")
+        depth = (state.config.delegated.depth if state.config.delegated else 0) + 1
+        if depth > spec.delegation.max_depth:
+            return f"delegation is {spec.delegation.max_depth} levels deep at most"
+        active = [c for c in state.children if c.done is None]
+        if len(active) >= spec.delegation.max_children:
+            return (f"{len(active)} sub-agents are working already, the most at once; "
+                    "wait for one to answer")
+        return None
+
+    async def delegate(self, call: ToolCall) -> tuple[str, bool]:
+        state = self.run.state
+        child = next((c for c in state.children if c.call_id == call.id), None)
+        if child is None:  # a call replayed or resumed finds the child it started
+            if problem := self._refusal(call):
+                return f"delegate refused: {problem}", True
+            try:
+                child = await self._start(call)
+            except ValueError as err:
+                return f"delegate refused: {err}", True
+        if not child.wait:
+            return (f"Started sub-agent {child.agent} as session {child.session_id}; its "
+                    "answer will arrive as an agent run input from it."), False
+        self.run.phase = SessionPhase.AWAITING_CHILD
+        self.run.publish_summary()
+        self.waiting = child.session_id
+        await workflow.wait_condition(lambda: child.done is not None or state.ended)
+        self.waiting = None
+        self.run.phase = SessionPhase.RUNNING
+        if child.done is None:
+            return (f"The session was ended while sub-agent {child.agent} worked; it was "
+                    "ended too."), True
+        if child.done == "answered":
+            return (f"Sub-agent {child.agent} answered: its answer is the agent run input "
+                    f"from #{child.session_id} above."), False
+        return (f"Sub-agent {child.agent} {child.done}: see the agent run input from "
+                f"#{child.session_id} above."), True
+
+    async def _start(self, call: ToolCall) -> ChildRun:
+        state = self.run.state
+        spec = state.config.agent
+        assert spec is not None
+        agent = next(a for a in spec.sub_agents if a.name == call.input["agent"])
+        depth = (state.config.delegated.depth if state.config.delegated else 0) + 1
+        scope = child_scope(agent, state.config.memory_scope)
+        child_id = child_session_id(state.session_id, agent.name, call.id)
+        now = workflow.now()
+        child = ChildRun(session_id=child_id, agent=agent.name, call_id=call.id, started=now,
+                         deadline=now + timedelta(seconds=agent.timeout_s),
+                         wait=call.input.get("wait", True) is not False)
+        state.children.append(child)
+        self.changes += 1
+        config = state.config.with_agent(child_spec(spec, agent, depth)).model_copy(update={
+            "memory_scope": scope,
+            "delegated": DelegatedTask(parent_session=state.session_id, call_id=call.id,
+                                       agent=agent.name, task=call.input["task"],
+                                       depth=depth)})
+        try:
+            await workflow.start_child_workflow(
+                SESSION_WORKFLOW, SessionInput(session_id=child_id, config=config),
+                id=child_id, task_queue=workflow.info().task_queue,
+                parent_close_policy=ParentClosePolicy.ABANDON)
+        except Exception as err:  # already started (a retry): it is the one
+            workflow.logger.warning("child %s not started anew: %s", child_id, err)
+        self.run.events.emit(ChildStarted, turn=state.turn, child_session=child_id,
+                             agent=agent.name, tool_use_id=call.id)
+        self.run.publish_summary()
+        return child
+
+    def _child_of(self, args: Sequence[RawValue]) -> tuple[ChildRun, AgentRunInput] | None:
+        """The working child an agent-run signal comes from, and what it says."""
+        state = self.run.state
+        if not state.children or len(args) != 1:
+            return None
+        try:
+            data = AgentRunInput.model_validate(json.loads(args[0].payload.data))
+        except Exception:  # the inbox records it as malformed
+            return None
+        child = next((c for c in state.children if c.session_id == data.from_session
+                      and c.done is None), None)
+        return None if child is None else (child, data)
+
+    def take(self, args: Sequence[RawValue]) -> bool:
+        """A child's answer while its delegate call waits: folded into the turn's next model
+        call (which records it, as an asked message's first call does), so the wait ends
+        without a record activity of its own. False: record it the ordinary way."""
+        found = self._child_of(args)
+        if found is None or found[0].session_id != self.waiting:
+            return False
+        child, data = found
+        self.inbox.fold_background(
+            HarnessKind.AGENT_RUN.value, make_storable(data.text)[0],
+            agent_run_source_line(data.run_id, data.from_session),
+            make_storable(data.input_id or f"agent-run-{child.session_id}")[0])
+        self._answered(child, data)
+        return True
+
+    def heard(self, args: Sequence[RawValue]) -> None:
+        """An agent-run input was recorded: if a child of this session sent it, the child
+        has answered (or failed)."""
+        if (found := self._child_of(args)) is not None:
+            self._answered(*found)
+
+    def _answered(self, child: ChildRun, data: AgentRunInput) -> None:
+        state = self.run.state
+        child.done = "failed" if data.outcome == "failed" else "answered"
+        self.changes += 1
+        self.run.events.emit(ChildAnswered, turn=state.turn, child_session=child.session_id,
+                             outcome=child.done, preview=data.text)
+
+    async def watch(self) -> None:
+        """End a child that outlives its timeout, and tell the parent's record."""
+        state, run = self.run.state, self.run
+        while state.stopped_reason is None and not run.continuing:
+            seen = self.changes
+            active = [c for c in state.children if c.done is None]
+            due = min(active, key=lambda c: c.deadline) if active else None
+            left = None if due is None else (due.deadline - workflow.now()).total_seconds()
+            if left is None or left > 0:
+                try:
+                    await workflow.wait_condition(
+                        lambda seen=seen: self.changes != seen  # type: ignore[misc]
+                        or state.stopped_reason is not None or run.continuing,
+                        timeout=None if left is None else timedelta(seconds=left))
+                except TimeoutError:
+                    pass
+                continue
+            assert due is not None
+            await self._timed_out(due)
+
+    async def _timed_out(self, child: ChildRun) -> None:
+        seconds = (child.deadline - child.started).total_seconds()
+        child.done = "timed out"
+        self.changes += 1
+        self.busy = True
+        try:
+            await self._tell_timeout(child, seconds)
+        finally:
+            self.busy = False
+
+    async def _tell_timeout(self, child: ChildRun, seconds: float) -> None:
+        await self._end_child(child, f"ended: it did not answer within {seconds:g} s")
+        text = (f"Sub-agent {child.agent} (session {child.session_id}) did not answer within "
+                f"{seconds:g} s; it was ended.")
+        try:
+            await self.inbox.record_input(
+                HarnessKind.AGENT_RUN.value, MessageType.HARNESS, text,
+                agent_run_source_line(child.call_id, child.session_id),
+                f"delegate-timeout-{child.session_id}", patient=True,
+                lost=f"The timeout of sub-agent {child.agent}")
+        except ApplicationError as err:
+            workflow.logger.error("child timeout not recorded: %s", err)
+        self.run.events.emit(ChildAnswered, turn=self.run.state.turn,
+                             child_session=child.session_id, outcome="timed out")
+
+    async def _end_child(self, child: ChildRun, reason: str) -> None:
+        try:
+            await workflow.get_external_workflow_handle(child.session_id).signal(
+                Handler.PARENT_ENDED, EndSession(reason=reason))
+        except Exception as err:  # it ended already
+            workflow.logger.info("child %s not signalled: %s", child.session_id, err)
+
+    async def end_children(self) -> None:
+        """The parent ends: every child still working ends too."""
+        for child in self.run.state.children:
+            if child.done is None:
+                child.done = "ended"
+                await self._end_child(child, "ended: its parent session ended")
+
+    # ----- the child ---------------------------------------------------------------------
+
+    async def begin(self) -> None:
+        """A child's first input: its task, recorded once, in the parent's voice."""
+        state = self.run.state
+        task = state.config.delegated
+        if task is None or state.delegated_seq is not None or state.stopped_reason:
+            return
+        state.delegated_seq = 0  # taken: a retry of this run's start records nothing more
+        text = make_storable(task.task)[0]
+        source_line = agent_run_source_line(task.call_id, task.parent_session)
+        if self.inbox.can_fold():  # written by the first model call, as an asked message
+            state.delegated_seq = self.inbox.fold_background(
+                HarnessKind.AGENT_RUN.value, text, source_line, f"delegated-{task.call_id}")
+            return
+        try:
+            accepted = await self.inbox.record_input(
+                HarnessKind.AGENT_RUN.value, MessageType.HARNESS, text, source_line,
+                f"delegated-{task.call_id}", patient=True, lost="The delegated task")
+        except ApplicationError as err:
+            await self._answer("failed", f"the task could not be recorded: {err.message}")
+            return
+        state.delegated_seq = accepted.seq
+
+    async def after_turn(self) -> None:
+        """A child whose task's turn has ended answers its parent and ends."""
+        state = self.run.state
+        task, seq = state.config.delegated, state.delegated_seq
+        if task is None or not seq or state.ended:
+            return
+        outcome = self.outcomes.get(seq)
+        if outcome is None and state.stopped_reason is None:
+            return
+        if outcome is not None and outcome.error is None and outcome.reply_text.strip():
+            await self._answer("answered", outcome.reply_text)
+        else:
+            why = (outcome.error if outcome else None) or state.stopped_reason or "no reply"
+            await self._answer("failed", f"Sub-agent {task.agent} failed: {why}")
+
+    async def _answer(self, outcome: str, text: str) -> None:
+        state = self.run.state
+        task = state.config.delegated
+        assert task is not None
+        answer = AgentRunInput(run_id=task.call_id, from_session=state.session_id,
+                               text=text[:ANSWER_CHARS], outcome=outcome,
+                               input_id=f"delegate-answer-{state.session_id}")
+        try:
+            await workflow.get_external_workflow_handle(task.parent_session).signal(
+                Handler.AGENT_RUN, answer)
+        except Exception as err:  # the parent ended: nobody to hear it
+            workflow.logger.warning("answer to %s not sent: %s", task.parent_session, err)
+        self.end(f"its task is done ({outcome}); the answer went to #{task.parent_session}")
+
+    def end(self, reason: str) -> None:
+        state = self.run.state
+        if not state.ended:
+            state.ended = True
+            state.stopped_reason = state.stopped_reason or f"the session was {reason}"
+        if self.run.phase in (SessionPhase.IDLE, SessionPhase.STOPPED):
+            self.run.phase = SessionPhase.ENDED
+
+    async def parent_ended(self, args: Sequence[RawValue]) -> None:
+        """`Handler.PARENT_ENDED`: the parent ended (or gave up on this child)."""
+        try:
+            reason = EndSession.model_validate(json.loads(args[0].payload.data)).reason
+        except Exception:
+            reason = "ended: its parent session ended"
+        await self.run.record_notice(f"The session was {reason[:300]}.")
+        self.end(reason[:300])
+        self.run.publish_summary()
