@@ -70,7 +70,8 @@ def test_public_names():
 
 
 def test_session_config_takes_typed_overrides(settings):
-    assert SessionOverrides.__optional_keys__ == set(SessionConfig.model_fields)
+    # Every field but the one Keel sets itself: a child session's task (the delegate tool).
+    assert SessionOverrides.__optional_keys__ == set(SessionConfig.model_fields) - {"delegated"}
     config = session_config(settings, context_window=8000, record_timeout_s=3)
     assert (config.context_window, config.record_timeout_s) == (8000, 3)
     assert config.max_output_tokens == settings.model.max_output_tokens

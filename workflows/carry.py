@@ -16,8 +16,9 @@ Histories from before `workflow.patched(SMALL_CARRY)` carry as they did.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
+from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -26,20 +27,29 @@ from temporalio.workflow import ActivityConfig
 with workflow.unsafe.imports_passed_through():
     from activities.checkpoint import CheckpointActivities
     from activities.session import ReadReplyInput, SessionActivities
-    from schemas.session import ReadReply, Rejection, ReplyPart, SessionState, TurnOutcome
+    from schemas.agent import ApprovalDecision
+    from schemas.session import (
+        ReadReply,
+        Rejection,
+        ReplyPart,
+        SessionInput,
+        SessionState,
+        TurnOutcome,
+    )
     from workflows.failures import reason
+    from workflows.inbox import Inbox
     from workflows.options import DB_RETRY, FILE_CALL
     from workflows.run import SessionRun
 
-__all__ = ["CARRIED_EVENT_BYTES", "KEPT_OUTCOMES", "SMALL_CARRY", "carried_outcome",
-           "carried_outcomes", "carried_state", "query_text", "read_reply", "restore_texts"]
+__all__ = ["KEPT_OUTCOMES", "SMALL_CARRY", "carried_outcome", "carried_outcomes",
+           "carried_state", "continue_as_new", "query_text", "read_reply", "restore_texts"]
 
 SMALL_CARRY = "small-continue-as-new"
 KEPT_OUTCOMES = 16  # carried over continue-as-new
 CARRIED_REPLY_CHARS = 8_000  # of each carried outcome's reply (before SMALL_CARRY)
 NEWEST_REPLY_CHARS = 4_000  # of the newest one's; the record has it whole (READ_REPLY)
 OLDER_REPLY_CHARS = 300  # of each older one's (a caller's retry of an old input is rare)
-CARRIED_EVENT_BYTES = 8_000  # of the event stream's newest events
+CARRIED_EVENT_BYTES = 20_000  # of the event stream's newest events
 # The texts are read once per run; a database that does not answer in two minutes leaves
 # them for the next turn to read (status says why).
 RESTORE_TEXTS = ActivityConfig(start_to_close_timeout=timedelta(seconds=30),
@@ -86,6 +96,34 @@ def carried_state(state: SessionState, *, small: bool) -> SessionState:
         return state
     return state.model_copy(update={"mind_text": "", "memo_text": "", "now_text": "",
                                     "texts_in_store": True})
+
+
+async def continue_as_new(run: SessionRun, inbox: Inbox,
+                          decisions: dict[str, ApprovalDecision],
+                          outcomes: Iterable[TurnOutcome],
+                          all_finished: Callable[[], bool]) -> NoReturn:
+    """Continue as new once every handler, fence and transcript has finished: what the new
+    run needs, small (the module's invariant)."""
+    state = run.state
+    await inbox.record_unrecorded()  # never carried: the new run has no caller
+    run.continuing = True
+    # A reader's poll is an update handler: released first, or it would wait forever.
+    run.events.detach()
+    await workflow.wait_condition(all_finished)
+    carried = state.turn_in_progress
+    if carried is not None:  # a decision that came in meanwhile goes with the turn
+        left = {c.id for c in carried.reply.tool_calls[carried.next_call:]}
+        carried.decisions = [d for d in decisions.values() if d.call_id in left]
+    state.run_count += 1
+    # A carried outcome answers a caller's retry; on a large window its reply can be a
+    # hundred kilobytes, and sixteen of them pass the payload limit.
+    bounded = workflow.patched("carried-outcomes-bounded")
+    small = workflow.patched(SMALL_CARRY)
+    state.recent_outcomes = carried_outcomes(outcomes, bounded=bounded, small=small)
+    workflow.continue_as_new(SessionInput(
+        session_id=state.session_id, config=state.config,
+        state=carried_state(state, small=small),
+        events=run.events.carry(CARRIED_EVENT_BYTES if small else None)))
 
 
 async def restore_texts(run: SessionRun) -> None:

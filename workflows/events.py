@@ -47,7 +47,7 @@ RETAIN_EVENTS = 1_000
 RETAIN_BYTES = 256_000  # of stored payload bytes carried in the continue-as-new input
 # Dedup state of an activity publisher idle this long is dropped at continue-as-new. It must
 # exceed the longest a publisher retries one batch (activities.events.MAX_RETRY).
-PUBLISHER_TTL = timedelta(minutes=15)
+PUBLISHER_TTL = timedelta(minutes=5)
 
 
 class SessionEvents:

@@ -21,8 +21,9 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.session import RecordInput, SessionActivities
+    from schemas.agent import session_tools
     from schemas.messages import MessageType
-    from schemas.session import SessionPhase, SessionState
+    from schemas.session import SessionPhase, SessionState, SessionStatus
     from schemas.text import make_storable
     from workflows.events import SessionEvents
     from workflows.failures import reason
@@ -60,6 +61,27 @@ class SessionRun:
         info = workflow.info()
         return info.is_continue_as_new_suggested() or (
             limit > 0 and info.get_current_history_length() >= limit)
+
+    def status(self) -> SessionStatus:
+        """What the status query answers."""
+        state = self.state
+        agent, delegated = state.config.agent, state.config.delegated
+        return SessionStatus(
+            session_id=state.session_id, phase=self.phase, turn=state.turn,
+            context_tokens=state.context_tokens, context_window=state.config.context_window,
+            checkpoint_threshold=self.window.threshold,
+            checkpoint_count=state.checkpoint_count, pending_inputs=len(state.pending),
+            window_start_seq=state.window_start_seq, last_seq=state.recorded_upto,
+            model=state.config.model, stopped_reason=state.stopped_reason,
+            last_error=self.last_error, pending_approvals=list(state.approvals),
+            ended=state.ended, agent_instructions_chars=len(agent.instructions) if agent else 0,
+            tools=[t["name"] for t in session_tools([], agent, state.mcp_tools)]
+            if agent else [],
+            spent=state.budget.spent, turn_spent=state.budget.turn_spent,
+            budget_request=state.budget.request,
+            wakeups=list(state.wakeups), children=list(state.children),
+            parent_session=delegated.parent_session if delegated else None,
+        )
 
     def publish_summary(self) -> None:
         """What `keel list` shows, in the workflow's memo (Temporal visibility)."""

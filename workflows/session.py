@@ -57,7 +57,6 @@ with workflow.unsafe.imports_passed_through():
         PendingApproval,
         check_spec,
         decision_problem,
-        session_tools,
     )
     from schemas.branch import RewindDone, RewindRequest
     from schemas.budget import BudgetAnswer
@@ -89,7 +88,6 @@ with workflow.unsafe.imports_passed_through():
         ReadReply,
         Rejection,
         ReplyPart,
-        SessionInput,
         SessionPhase,
         SessionState,
         SessionStatus,
@@ -103,15 +101,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.tokens import count_tokens
     from schemas.vault.scope import scope_changed
     from workflows.branch import Rewinder
-    from workflows.carry import (
-        CARRIED_EVENT_BYTES,
-        SMALL_CARRY,
-        carried_outcomes,
-        carried_state,
-        query_text,
-        read_reply,
-        restore_texts,
-    )
+    from workflows.carry import continue_as_new, query_text, read_reply, restore_texts
     from workflows.delegation import Delegation
     from workflows.entry import arg, payload_json, start_input, valid_arg
     from workflows.events import SessionEvents
@@ -325,26 +315,7 @@ class SessionWorkflow:
 
     @workflow.query(name=Handler.STATUS)
     def status(self) -> SessionStatus:
-        state = self.state
-        return SessionStatus(
-            session_id=state.session_id, phase=self.session.phase, turn=state.turn,
-            context_tokens=state.context_tokens, context_window=state.config.context_window,
-            checkpoint_threshold=self.session.window.threshold,
-            checkpoint_count=state.checkpoint_count, pending_inputs=len(state.pending),
-            window_start_seq=state.window_start_seq, last_seq=state.recorded_upto,
-            model=state.config.model, stopped_reason=state.stopped_reason,
-            last_error=self.session.last_error, pending_approvals=list(state.approvals),
-            ended=state.ended,
-            agent_instructions_chars=len(state.config.agent.instructions)
-            if state.config.agent else 0,
-            tools=[t["name"] for t in session_tools([], state.config.agent, state.mcp_tools)]
-            if state.config.agent else [],
-            spent=state.budget.spent, turn_spent=state.budget.turn_spent,
-            budget_request=state.budget.request,
-            wakeups=list(state.wakeups), children=list(state.children),
-            parent_session=state.config.delegated.parent_session
-            if state.config.delegated else None,
-        )
+        return self.session.status()
 
     @workflow.query(name=Handler.WAKEUPS)
     def list_wakeups(self) -> list[Wakeup]:
@@ -637,25 +608,6 @@ class SessionWorkflow:
 
     async def _continue_as_new(self) -> NoReturn:
         """Hand the small state to a new run once every handler has finished."""
-        state, run = self.state, self.session
-        await self.inbox.record_unrecorded()  # never carried: the new run has no caller
-        run.continuing = True
-        # A reader's poll is an update handler: released first, or it would wait forever.
-        run.events.detach()
-        await workflow.wait_condition(self._all_finished)
-        carried = state.turn_in_progress
-        if carried is not None:  # a decision that came in meanwhile goes with the turn
-            left = {c.id for c in carried.reply.tool_calls[carried.next_call:]}
-            carried.decisions = [d for d in self.tools.decisions.values()
-                                 if d.call_id in left]
-        state.run_count += 1
-        # A carried outcome answers a caller's retry; on a large window its reply can be a
-        # hundred kilobytes, and sixteen of them pass the payload limit (workflows.carry).
-        bounded = workflow.patched("carried-outcomes-bounded")
-        small = workflow.patched(SMALL_CARRY)
-        state.recent_outcomes = carried_outcomes(self.turns.outcomes.values(),
-                                                 bounded=bounded, small=small)
-        workflow.continue_as_new(SessionInput(
-            session_id=state.session_id, config=state.config,
-            state=carried_state(state, small=small),
-            events=run.events.carry(CARRIED_EVENT_BYTES if small else None)))
+        await continue_as_new(self.session, self.inbox, self.tools.decisions,
+                              self.turns.outcomes.values(), self._all_finished)
+        raise AssertionError("unreachable: continue_as_new does not return")
