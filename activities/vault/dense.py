@@ -15,6 +15,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import struct
 import weakref
@@ -28,7 +29,7 @@ from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
 from activities.vault.embedder import Embedder
-from schemas.vault.chunks import chunk_document
+from schemas.vault.chunks import Chunk, chunk_document
 from schemas.vault.search import DenseHit
 
 # Chunks embedded in one go off the event loop (and how many pending documents a beat takes).
@@ -172,55 +173,93 @@ _CHUNK_TYPES = ("text", "text", "int4", "text", "int4", "int4", "text", "text", 
                 "text")
 
 
-async def write_chunks(conn: AsyncConnection, docs: Sequence[ChunkSource], embedder: Embedder,
-                       *, scope: str) -> int:
-    """Chunk, embed and store these documents (their old chunks replaced); returns the
-    number of chunks written. With pgvector the rows go in by one binary COPY (an INSERT a
-    row cost ~0.1 ms of this process's time each)."""
-    if not docs:
-        return 0
-    rows: list[tuple[ChunkSource, Any]] = []
-    for doc in docs:
-        rows += [(doc, c) for c in chunk_document(doc.kind, doc.title, doc.body)]
-    texts = [c.text for _, c in rows]
-    pg_vector = await vector_type(conn) == "vector"
-    binary = pg_vector and await _binary_vectors(conn)
+@dataclass
+class PreparedChunks:
+    """Documents chunked and embedded, ready to store (`store_chunks`)."""
+
+    docs: Sequence[ChunkSource]
+    rows: list[tuple[ChunkSource, Chunk, Any]]  # the document, its chunk, the vector
+    model: str
+    dims: int
+    binary: bool  # vectors in pgvector's binary form (else text literals or float lists)
+
+
+def prepare_chunks(docs: Sequence[ChunkSource], embedder: Embedder, *, pg_vector: bool,
+                   binary: bool) -> PreparedChunks:
+    """Chunk and embed: CPU work only, no connection (it may run in a thread beside a
+    statement on the connection)."""
+    pairs = [(doc, c) for doc in docs for c in chunk_document(doc.kind, doc.title, doc.body)]
+    texts = [c.text for _, c in pairs]
     vectors: Sequence[Any]
-    if binary:
-        vectors = [VectorBytes(b) for b in (
-            _embed_binary(embedder, texts) if len(texts) <= INLINE_TEXTS
-            else await asyncio.to_thread(_embed_binary, embedder, texts))]
-        dims = (len(vectors[0]) - 4) // 4 if vectors else 0
+    if not texts:
+        vectors, dims = [], 0
+    elif binary:
+        vectors = [VectorBytes(b) for b in _embed_binary(embedder, texts)]
+        dims = (len(vectors[0]) - 4) // 4
     else:
-        vectors = await embed_texts(embedder, texts)
+        vectors = embedder.embed(texts)
         dims = len(vectors[0]) if vectors else 0
         if pg_vector:
             vectors = [_literal(v) for v in vectors]
+    return PreparedChunks(docs, [(d, c, v) for (d, c), v in zip(pairs, vectors, strict=True)],
+                          embedder.name, dims, binary)
+
+
+async def start_chunks(conn: AsyncConnection, docs: Sequence[ChunkSource],
+                       embedder: Embedder) -> asyncio.Future[PreparedChunks]:
+    """`prepare_chunks` begun: on the event loop for a few texts, else in a thread, so the
+    caller's next statement runs while the batch embeds. Asks the connection only before
+    it returns."""
+    pg_vector = await vector_type(conn) == "vector"
+    binary = pg_vector and await _binary_vectors(conn)
+    job = functools.partial(prepare_chunks, docs, embedder, pg_vector=pg_vector,
+                            binary=binary)
+    if len(docs) <= INLINE_TEXTS:
+        done: asyncio.Future[PreparedChunks] = asyncio.get_running_loop().create_future()
+        done.set_result(job())
+        return done
+    return asyncio.ensure_future(asyncio.to_thread(job))
+
+
+async def store_chunks(conn: AsyncConnection, prepared: PreparedChunks, *, scope: str) -> int:
+    """Replace the documents' chunks with the prepared ones; returns how many were written.
+    With pgvector the rows go in by one binary COPY (an INSERT a row cost ~0.1 ms of this
+    process's time each)."""
     state = await _conn_state(conn)
-    if pg_vector and dims:
-        if embedder.name in state.deferred:  # a bulk load builds the index at its end
-            state.deferred[embedder.name] = dims
+    pg_vector = state.vector_type == "vector"
+    if pg_vector and prepared.dims:
+        if prepared.model in state.deferred:  # a bulk load builds the index at its end
+            state.deferred[prepared.model] = prepared.dims
         else:
-            await ensure_ann_index(conn, embedder.name, dims)
+            await ensure_ann_index(conn, prepared.model, prepared.dims)
     params = [(scope, d.path, c.index, c.heading, c.start, c.end, d.kind, d.session_id,
-               d.penalised, embedder.name, d.content_hash, v)
-              for (d, c), v in zip(rows, vectors, strict=True)]
+               d.penalised, prepared.model, d.content_hash, v) for d, c, v in prepared.rows]
     async with conn.transaction():
         await conn.execute("DELETE FROM memory_chunks WHERE scope = %s AND path = ANY(%s)",
-                           (scope, [d.path for d in docs]))
+                           (scope, [d.path for d in prepared.docs]))
         async with conn.cursor() as cur:
-            if binary:
+            if prepared.binary:
                 async with cur.copy(f"COPY memory_chunks ({_CHUNK_COLUMNS})"
                                     " FROM STDIN (FORMAT BINARY)") as copy:
                     copy.set_types([*_CHUNK_TYPES, state.vector_oid])
                     for row in params:
                         await copy.write_row(row)
-            else:
+            elif params:
                 cast = "::vector" if pg_vector else "::real[]"
                 await cur.executemany(
                     f"INSERT INTO memory_chunks ({_CHUNK_COLUMNS}) VALUES"
                     f" (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s{cast})", params)
     return len(params)
+
+
+async def write_chunks(conn: AsyncConnection, docs: Sequence[ChunkSource], embedder: Embedder,
+                       *, scope: str) -> int:
+    """Chunk, embed and store these documents (their old chunks replaced); returns the
+    number of chunks written."""
+    if not docs:
+        return 0
+    return await store_chunks(conn, await (await start_chunks(conn, docs, embedder)),
+                              scope=scope)
 
 
 async def defer_ann_index(conn: AsyncConnection, model: str, expected: int) -> bool:

@@ -50,13 +50,13 @@ async def test_a_bulk_load_gives_the_rows_and_hits_of_one_by_one_and_rebuilds_th
             await index_documents(conn, [doc], scope="one", embedder=embedder)
         assert await _ann_index(conn)
         seen: list[bool] = []
-        real = search_module.write_chunks
+        real = search_module.store_chunks
 
         async def watch(*args, **kwargs):  # is the index there while the batches go in?
             seen.append(await _ann_index(conn))
             return await real(*args, **kwargs)
 
-        monkeypatch.setattr(search_module, "write_chunks", watch)
+        monkeypatch.setattr(search_module, "store_chunks", watch)
         assert await index_bulk(conn, docs, scope="bulk", embedder=embedder, batch=7) == 40
         assert await index_bulk(conn, docs, scope="bulk", embedder=embedder) == 0
         assert seen and not any(seen)  # 40 chunks against 8 indexed: set aside
