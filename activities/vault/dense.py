@@ -9,7 +9,13 @@ Invariants:
 - Every statement carries the scope, as everything of long memory does.
 - The search runs in SQL where the server has pgvector (cosine distance, `<=>`), else the
   worker reads the scope's vectors and ranks them exactly with numpy; both give the same
-  order. Embedding is CPU work and runs off the event loop when the batch is large.
+  order. Embedding is CPU work and runs off the event loop when the batch is large
+  (`prepare_chunks` touches no connection, so a batch embeds while its documents are
+  written).
+- pgvector's HNSW index over a model's vectors exists whenever its rows do, except while a
+  bulk load has set it aside (`defer_ann_index`, on an autocommit connection only; the load
+  ends with `restore_ann_index`, and any later write or search on a new connection makes
+  it again): dense searches meanwhile run exact.
 """
 
 from __future__ import annotations
