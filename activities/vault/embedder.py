@@ -77,6 +77,8 @@ class StaticEmbedder:
         self._tok.no_truncation()
         self._tok.no_padding()
         self._lock = threading.Lock()  # a Tokenizer is not to be shared across threads
+        # The same ids without character offsets (tokenizers >= 0.21): a fifth less time.
+        self._encode_batch = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         rows: list[list[float]] = self.embed_array(texts).tolist()
@@ -87,7 +89,7 @@ class StaticEmbedder:
         (a text without any known token: a zero row)."""
         np = self._np
         with self._lock:
-            encoded = self._tok.encode_batch(texts, add_special_tokens=False)
+            encoded = self._encode_batch(texts, add_special_tokens=False)
         out = np.zeros((len(texts), self.dims), dtype=np.float32)
         table = self._table
         # One gather and sum per text: gathering every token of a batch at once and
