@@ -24,6 +24,7 @@ import asyncio
 import functools
 import re
 import struct
+import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,12 @@ INLINE_TEXTS = 64
 # The HNSW search's candidate list (pgvector's hnsw.ef_search); iterative scans go on past
 # it when filters (scope, kinds, session) drop rows.
 EF_SEARCH = 100
+# A scope of at most this many documents is searched exactly (its rows by the (scope, model)
+# index, ~1 us a chunk): in a table shared with larger scopes the filtered graph walk
+# visits many other scopes' vectors first, and its random levels made the hits differ from
+# build to build. The size is looked up at most every SIZE_TTL_S seconds per connection.
+EXACT_MAX_DOCS = 2_000
+SIZE_TTL_S = 30.0
 # The graph's build: half-precision vectors and a lighter graph than pgvector's defaults
 # (16, 64) make each insert ~3x cheaper (bulk indexing is bound by it); the fusion takes 50
 # documents, so the small loss of recall at the far end of the list does not show.
@@ -85,6 +92,7 @@ class _ConnState:
     ann: set[str] = field(default_factory=set)
     deferred: dict[str, int] = field(default_factory=dict)  # model -> dims (0: none yet)
     ef_search: int | None = None
+    sizes: dict[str, tuple[float, int]] = field(default_factory=dict)  # scope -> (when, docs)
 
 
 _state: weakref.WeakKeyDictionary[AsyncConnection, _ConnState] = weakref.WeakKeyDictionary()
@@ -357,8 +365,10 @@ async def dense_hits(conn: AsyncConnection, embedder: Embedder, query: str, *, s
         binary = await _binary_vectors(conn)
         params["q"] = (VectorBytes(struct.pack(f">HH{dims}f", dims, 0, *qvec)) if binary
                        else _literal(qvec))
-        stmt = _ann_statement(embedder.name, dims, filters, binary)
-        await _hnsw_settings(conn, max(EF_SEARCH, params["n"]))
+        exact = await _scope_docs(conn, scope) <= EXACT_MAX_DOCS
+        stmt = _ann_statement(embedder.name, dims, filters, binary, exact)
+        if not exact:
+            await _hnsw_settings(conn, max(EF_SEARCH, params["n"]))
         cur = await conn.execute(stmt, params)
         rows = sorted(await cur.fetchall(), key=lambda r: (-r[6], r[0], r[1]))
     else:
@@ -372,17 +382,33 @@ async def dense_hits(conn: AsyncConnection, embedder: Embedder, query: str, *, s
     return list(out.values())[:limit]
 
 
+async def _scope_docs(conn: AsyncConnection, scope: str) -> int:
+    """How many documents the scope holds (BM25's statistics row), cached briefly."""
+    state = await _conn_state(conn)
+    now = time.monotonic()
+    seen = state.sizes.get(scope)
+    if seen is None or now - seen[0] > SIZE_TTL_S:
+        cur = await conn.execute("SELECT n_docs FROM memory_stats WHERE scope = %s", (scope,))
+        row = await cur.fetchone()
+        seen = state.sizes[scope] = (now, int(row[0]) if row else 0)
+    return seen[1]
+
+
 @lru_cache(maxsize=16)
-def _ann_statement(model: str, dims: int, filters: str, binary: bool) -> bytes:
-    """The HNSW search statement, composed once (the same bytes each time, so psycopg
-    prepares it). The model's name and dimensions are literals: the planner must see them
-    to use the partial expression index."""
+def _ann_statement(model: str, dims: int, filters: str, binary: bool, exact: bool) -> bytes:
+    """The dense search statement, composed once (the same bytes each time, so psycopg
+    prepares it). HNSW: the model's name and dimensions are literals, as the planner must
+    see them to use the partial expression index. Exact: cosine of the stored vectors,
+    ordered by an expression no index serves."""
     ph = "%(q)b" if binary else "%(q)s"
+    distance = ("embedding <=> " + ph + "::vector" if exact
+                else "embedding::halfvec({d}) <=> " + ph + "::halfvec({d})")
+    order = f"({distance}) + 0" if exact else distance
     return sql.SQL(
         "SELECT path, chunk, start_char, end_char, heading, penalised,"
-        " 1 - (embedding::halfvec({d}) <=> " + ph + "::halfvec({d})) FROM memory_chunks"
+        " 1 - (" + distance + ") FROM memory_chunks"
         " WHERE model = {m} AND " + filters.replace("model = %(model)s AND ", "") +
-        " ORDER BY embedding::halfvec({d}) <=> " + ph + "::halfvec({d}) LIMIT %(n)s").format(
+        " ORDER BY " + order + " LIMIT %(n)s").format(
             d=sql.Literal(dims), m=sql.Literal(model)).as_string().encode()
 
 

@@ -70,6 +70,15 @@ async def test_a_bulk_load_gives_the_rows_and_hits_of_one_by_one_and_rebuilds_th
             bulk = [h.path for h in await search(conn, query, scope="bulk", k=5,
                                                  embedder=embedder)]
             assert one == bulk and one
+        # these scopes are small, so searched exactly; the HNSW walk finds the same here
+        exact = await search(conn, "a new pet cat", scope="bulk", k=3, embedder=embedder,
+                             use_lexical=False)
+        monkeypatch.setattr(dense, "EXACT_MAX_DOCS", 0)
+        walked = await search(conn, "a new pet cat", scope="bulk", k=3, embedder=embedder,
+                              use_lexical=False)
+        assert [h.path for h in walked] == [h.path for h in exact]
+        assert all(int(h.path[6:-3]) % len(TOPICS) == 0 for h in exact)  # the kitten notes
+        assert abs(walked[0].components["dense"] - exact[0].components["dense"]) < 2e-3
         terms = "SELECT term, df FROM memory_terms WHERE scope = %s ORDER BY term"
         assert (await (await conn.execute(terms, ("bulk",))).fetchall()
                 == await (await conn.execute(terms, ("one",))).fetchall())
