@@ -11,7 +11,7 @@ its `data/` folder (the Chat_*.json files; its `data/locomo/` copy is not read).
 
 Each conversation is one memory scope; each message is one daily-transcript entry,
 indexed the way Keel's vault holds them (`daily_doc` over `transcript_entry`, the speaker's
-name as the role, the session as the session id), in bulk with `index_documents`.
+name as the role, the session as the session id), in bulk with `index_bulk`.
 Every question is searched (k=10, no filters) four ways, in one run:
 - `plain BM25`: a textbook Okapi BM25 (k1 1.2, b 0.75, lower-cased \\w+ words) over the
   same messages in Python, the reference;
@@ -53,8 +53,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psycopg
 
+from activities.vault.bulk import index_bulk
 from activities.vault.embedder import load_embedder
-from activities.vault.search import IndexDoc, index_documents, recall, search
+from activities.vault.search import IndexDoc, recall, search
 from activities.vault.store import daily_doc
 from bench.bench_memory import filler_docs, fresh_database
 from bench.common import ROOT, percentile, source_commit, table
@@ -132,6 +133,7 @@ class Tally:
     def __init__(self) -> None:
         self.values: dict[str, list[float]] = collections.defaultdict(list)
         self.ms: list[float] = []
+        self.cpu = [0.0, 0.0]  # seconds: this process, the server
 
     def add(self, ranked: list[str], evidence: list[str], session_of: dict[str, str]) -> None:
         for gran, got, want in (
@@ -143,11 +145,14 @@ class Tally:
             self.values[f"{gran}_hit10"].append(1.0 if first else 0.0)
             self.values[f"{gran}_mrr"].append(1.0 / first if first else 0.0)
 
-    def summary(self) -> dict[str, float]:
-        out = {k: round(statistics.fmean(v), 4) for k, v in self.values.items()}
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: round(statistics.fmean(v), 4) for k, v in self.values.items()}
         if self.ms:
             out["p50_ms"] = round(statistics.median(self.ms), 2)
             out["p95_ms"] = round(percentile(self.ms, 95), 2)
+            out["cpu_ms_per_query"] = {
+                "client": round(1000 * self.cpu[0] / len(self.ms), 2),
+                "server": round(1000 * self.cpu[1] / len(self.ms), 2)}
         return out
 
 
@@ -158,8 +163,7 @@ async def quality(url: str, convs: list[dict[str, Any]], embedder: Any) -> dict[
         clock = await cpu_clock(conn)
         t0, c0 = time.perf_counter(), clock.now()
         for i, conv in enumerate(convs):
-            indexed += await index_documents(conn, conv["docs"], scope=f"rt{i}",
-                                             embedder=embedder)
+            indexed += await index_bulk(conn, conv["docs"], scope=f"rt{i}", embedder=embedder)
         index_s = time.perf_counter() - t0
         index_cpu = clock.since(c0)
         await conn.execute("ANALYZE")
@@ -167,7 +171,7 @@ async def quality(url: str, convs: list[dict[str, Any]], embedder: Any) -> dict[
             rank = plain_bm25(conv["texts"], conv["paths"])
             for question, evidence in conv["questions"]:
                 for mode, tally in tallies.items():
-                    t1 = time.perf_counter()
+                    t1, c1 = time.perf_counter(), clock.now()
                     if mode == "plain BM25":
                         ranked = rank(question)
                     else:
@@ -176,27 +180,44 @@ async def quality(url: str, convs: list[dict[str, Any]], embedder: Any) -> dict[
                                             use_lexical=mode != "keel dense")
                         ranked = [h.path for h in hits]
                     tally.ms.append((time.perf_counter() - t1) * 1000)
+                    used = clock.since(c1)
+                    tally.cpu[0] += used[0]
+                    tally.cpu[1] += used[1]
                     tally.add(ranked, evidence, conv["session_of"])
     return {"documents": indexed, "questions": sum(len(c["questions"]) for c in convs),
+            "index_cpu_s": {"client": round(index_cpu[0], 1), "server": round(index_cpu[1], 1)},
             "index_s": round(index_s, 2), "docs_per_s": round(indexed / index_s),
             "docs_per_cpu_s": round(indexed / sum(index_cpu)),
             "modes": {m: t.summary() for m, t in tallies.items()}}
 
 
+def _proc_stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 class CpuClock:
-    """CPU seconds spent by this process and by the connection's server backend (the
-    embedded PostgreSQL runs here): a figure that other work on the machine does not
-    inflate the way it inflates wall time."""
+    """CPU seconds spent by this process and by the server (the embedded PostgreSQL runs
+    here): the connection's backend, plus whatever its server's finished processes spent
+    (parallel index-build workers, autovacuum): a figure that other work on the machine
+    does not inflate the way it inflates wall time."""
 
     def __init__(self, backend_pid: int) -> None:
         self.pid = backend_pid
+        try:
+            self.postmaster: int | None = int(_proc_stat(backend_pid)[1])
+        except (OSError, ValueError):
+            self.postmaster = None
 
     def server(self) -> float:
         try:
-            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            own = _proc_stat(self.pid)
+            reaped = _proc_stat(self.postmaster) if self.postmaster else None
         except OSError:
             return float("nan")
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        ticks = int(own[11]) + int(own[12])
+        if reaped:  # children's time the postmaster has collected
+            ticks += int(reaped[13]) + int(reaped[14])
+        return ticks / os.sysconf("SC_CLK_TCK")
 
     def now(self) -> tuple[float, float]:
         return time.process_time(), self.server()
@@ -204,6 +225,11 @@ class CpuClock:
     def since(self, start: tuple[float, float]) -> tuple[float, float]:
         client, server = self.now()
         return client - start[0], server - start[1]
+
+
+def _load() -> list[float]:
+    """The machine's load averages (1, 5, 15 min): how much others were running."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 async def cpu_clock(conn: Any) -> CpuClock:
@@ -218,13 +244,11 @@ async def speed(admin: str, convs: list[dict[str, Any]], embedder: Any, size: in
     own = [d for c in convs for d in c["docs"]]
     docs = own + filler_docs(max(0, size - len(own)), seed=11)
     questions = [(q, set(ev)) for c in convs for q, ev in c["questions"]]
-    out: dict[str, Any] = {"documents": len(docs)}
+    out: dict[str, Any] = {"documents": len(docs), "load_start": _load()}
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         clock = await cpu_clock(conn)
         t0, c0 = time.perf_counter(), clock.now()
-        for start in range(0, len(docs), 2_000):
-            await index_documents(conn, docs[start:start + 2_000], scope="default",
-                                  embedder=embedder)
+        await index_bulk(conn, docs, scope="default", embedder=embedder)
         wall = time.perf_counter() - t0
         client, server = clock.since(c0)
         out.update(index_s=round(wall, 1), docs_per_s=round(len(docs) / wall),
@@ -248,6 +272,7 @@ async def speed(admin: str, convs: list[dict[str, Any]], embedder: Any, size: in
                           "p95_ms": round(percentile(times, 95), 2), "queries": len(times),
                           "cpu_ms_per_query": {"client": round(1000 * client / len(times), 2),
                                                "server": round(1000 * server / len(times), 2)}}
+    out["load_end"] = _load()
     return out
 
 
@@ -286,11 +311,12 @@ def print_quality(q: dict[str, Any]) -> None:
         rows.append([mode, *(f"{100 * f[k]:.1f}" for k in ("turn_hit5", "turn_hit10")),
                      f"{f['turn_mrr']:.3f}",
                      *(f"{100 * f[k]:.1f}" for k in ("session_hit5", "session_hit10")),
-                     f"{f['session_mrr']:.3f}", f"{f['p50_ms']} / {f['p95_ms']}"])
+                     f"{f['session_mrr']:.3f}", f"{f['p50_ms']} / {f['p95_ms']}",
+                     "{client} + {server}".format(**f["cpu_ms_per_query"])])
     print(table(f"REALTALK: {q['questions']} questions over {q['documents']:,} messages "
                 f"(10 scopes), k={K}",
                 ["ranking", "turn hit@5", "hit@10", "MRR", "session hit@5", "hit@10", "MRR",
-                 "p50 / p95 ms"], rows))
+                 "p50 / p95 ms", "CPU ms"], rows))
     print(f"bulk indexing with embedding: {q['docs_per_s']:,} documents/s "
           f"({q['docs_per_cpu_s']:,} per CPU-second)", flush=True)
 
@@ -328,7 +354,7 @@ async def main() -> None:
     started = time.perf_counter()
     try:
         admin = start_embedded_postgres(pg_dir)
-        load = [round(x, 2) for x in os.getloadavg()]
+        load = _load()
         q = await quality(fresh_database(admin, "bench_recall_quality"), convs, embedder)
         print_quality(q)
         speeds = []
@@ -347,7 +373,7 @@ async def main() -> None:
                        "cpus": os.cpu_count(), "python": platform.python_version(),
                        "commit": commit,
                        # Others' work on the machine: load averages at the start and end.
-                       "load_start": load, "load_end": [round(x, 2) for x in os.getloadavg()]},
+                       "load_start": load, "load_end": _load()},
            "dataset": "REALTALK (danny911kr/REALTALK, data/Chat_*.json)",
            "embedder": getattr(embedder, "name", None), "k": K, "quality": q,
            "speed": speeds, "corpus": corpus_figures,

@@ -9,17 +9,26 @@ Invariants:
 - Every statement carries the scope, as everything of long memory does.
 - The search runs in SQL where the server has pgvector (cosine distance, `<=>`), else the
   worker reads the scope's vectors and ranks them exactly with numpy; both give the same
-  order. Embedding is CPU work and runs off the event loop when the batch is large.
+  order. Embedding is CPU work and runs off the event loop when the batch is large
+  (`prepare_chunks` touches no connection, so a batch embeds while its documents are
+  written).
+- pgvector's HNSW index over a model's vectors exists whenever its rows do, except while a
+  bulk load has set it aside (`defer_ann_index`, on an autocommit connection only; the load
+  ends with `restore_ann_index`, and any later write or search on a new connection makes
+  it again): dense searches meanwhile run exact.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import struct
+import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from psycopg import AsyncConnection, sql
@@ -27,7 +36,7 @@ from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
 from activities.vault.embedder import Embedder
-from schemas.vault.chunks import chunk_document
+from schemas.vault.chunks import Chunk, chunk_document
 from schemas.vault.search import DenseHit
 
 # Chunks embedded in one go off the event loop (and how many pending documents a beat takes).
@@ -38,11 +47,26 @@ INLINE_TEXTS = 64
 # The HNSW search's candidate list (pgvector's hnsw.ef_search); iterative scans go on past
 # it when filters (scope, kinds, session) drop rows.
 EF_SEARCH = 100
+# A scope of at most this many documents is searched exactly (its rows by the (scope, model)
+# index, ~1 us a chunk): in a table shared with larger scopes the filtered graph walk
+# visits many other scopes' vectors first, and its random levels made the hits differ from
+# build to build. The size is looked up at most every SIZE_TTL_S seconds per connection.
+EXACT_MAX_DOCS = 2_000
+SIZE_TTL_S = 30.0
 # The graph's build: half-precision vectors and a lighter graph than pgvector's defaults
 # (16, 64) make each insert ~3x cheaper (bulk indexing is bound by it); the fusion takes 50
 # documents, so the small loss of recall at the far end of the list does not show.
 HNSW_M = 12
 HNSW_EF_CONSTRUCTION = 40
+# A bulk load sets a model's HNSW index aside and builds it once at its end when it brings
+# at least this many chunks and at least this share of what the index holds: pgvector
+# builds a graph ~4x cheaper than it inserts into one (0.8, 9,600 vectors: 1.1 s against
+# 4.9 s of server CPU), and the build may run in parallel.
+BULK_DEFER_MIN = 2_000
+BULK_DEFER_SHARE = 0.5
+# The build's memory: the graph of 100,000 chunks needs ~100 MB (past it pgvector builds on
+# disk, several times slower).
+BUILD_MEMORY = "512MB"
 
 
 class ChunkSource(NamedTuple):
@@ -66,7 +90,9 @@ class _ConnState:
     vector_oid: int = 0
     dumper: bool = False
     ann: set[str] = field(default_factory=set)
+    deferred: dict[str, int] = field(default_factory=dict)  # model -> dims (0: none yet)
     ef_search: int | None = None
+    sizes: dict[str, tuple[float, int]] = field(default_factory=dict)  # scope -> (when, docs)
 
 
 _state: weakref.WeakKeyDictionary[AsyncConnection, _ConnState] = weakref.WeakKeyDictionary()
@@ -155,44 +181,136 @@ async def _binary_vectors(conn: AsyncConnection) -> bool:
     return True
 
 
+_CHUNK_COLUMNS = ("scope, path, chunk, heading, start_char, end_char, kind, session_id,"
+                  " penalised, model, content_hash, embedding")
+_CHUNK_TYPES = ("text", "text", "int4", "text", "int4", "int4", "text", "text", "bool", "text",
+                "text")
+
+
+@dataclass
+class PreparedChunks:
+    """Documents chunked and embedded, ready to store (`store_chunks`)."""
+
+    docs: Sequence[ChunkSource]
+    rows: list[tuple[ChunkSource, Chunk, Any]]  # the document, its chunk, the vector
+    model: str
+    dims: int
+    binary: bool  # vectors in pgvector's binary form (else text literals or float lists)
+
+
+def prepare_chunks(docs: Sequence[ChunkSource], embedder: Embedder, *, pg_vector: bool,
+                   binary: bool) -> PreparedChunks:
+    """Chunk and embed: CPU work only, no connection (it may run in a thread beside a
+    statement on the connection)."""
+    pairs = [(doc, c) for doc in docs for c in chunk_document(doc.kind, doc.title, doc.body)]
+    texts = [c.text for _, c in pairs]
+    vectors: Sequence[Any]
+    if not texts:
+        vectors, dims = [], 0
+    elif binary:
+        vectors = [VectorBytes(b) for b in _embed_binary(embedder, texts)]
+        dims = (len(vectors[0]) - 4) // 4
+    else:
+        vectors = embedder.embed(texts)
+        dims = len(vectors[0]) if vectors else 0
+        if pg_vector:
+            vectors = [_literal(v) for v in vectors]
+    return PreparedChunks(docs, [(d, c, v) for (d, c), v in zip(pairs, vectors, strict=True)],
+                          embedder.name, dims, binary)
+
+
+async def start_chunks(conn: AsyncConnection, docs: Sequence[ChunkSource],
+                       embedder: Embedder) -> asyncio.Future[PreparedChunks]:
+    """`prepare_chunks` begun: on the event loop for a few texts, else in a thread, so the
+    caller's next statement runs while the batch embeds. Asks the connection only before
+    it returns."""
+    pg_vector = await vector_type(conn) == "vector"
+    binary = pg_vector and await _binary_vectors(conn)
+    job = functools.partial(prepare_chunks, docs, embedder, pg_vector=pg_vector,
+                            binary=binary)
+    if len(docs) <= INLINE_TEXTS:
+        done: asyncio.Future[PreparedChunks] = asyncio.get_running_loop().create_future()
+        done.set_result(job())
+        return done
+    return asyncio.ensure_future(asyncio.to_thread(job))
+
+
+async def store_chunks(conn: AsyncConnection, prepared: PreparedChunks, *, scope: str) -> int:
+    """Replace the documents' chunks with the prepared ones; returns how many were written.
+    With pgvector the rows go in by one binary COPY (an INSERT a row cost ~0.1 ms of this
+    process's time each)."""
+    state = await _conn_state(conn)
+    pg_vector = state.vector_type == "vector"
+    if pg_vector and prepared.dims:
+        if prepared.model in state.deferred:  # a bulk load builds the index at its end
+            state.deferred[prepared.model] = prepared.dims
+        else:
+            await ensure_ann_index(conn, prepared.model, prepared.dims)
+    params = [(scope, d.path, c.index, c.heading, c.start, c.end, d.kind, d.session_id,
+               d.penalised, prepared.model, d.content_hash, v) for d, c, v in prepared.rows]
+    async with conn.transaction():
+        await conn.execute("DELETE FROM memory_chunks WHERE scope = %s AND path = ANY(%s)",
+                           (scope, [d.path for d in prepared.docs]))
+        async with conn.cursor() as cur:
+            if prepared.binary:
+                async with cur.copy(f"COPY memory_chunks ({_CHUNK_COLUMNS})"
+                                    " FROM STDIN (FORMAT BINARY)") as copy:
+                    copy.set_types([*_CHUNK_TYPES, state.vector_oid])
+                    for row in params:
+                        await copy.write_row(row)
+            elif params:
+                cast = "::vector" if pg_vector else "::real[]"
+                await cur.executemany(
+                    f"INSERT INTO memory_chunks ({_CHUNK_COLUMNS}) VALUES"
+                    f" (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s{cast})", params)
+    return len(params)
+
+
 async def write_chunks(conn: AsyncConnection, docs: Sequence[ChunkSource], embedder: Embedder,
                        *, scope: str) -> int:
     """Chunk, embed and store these documents (their old chunks replaced); returns the
     number of chunks written."""
     if not docs:
         return 0
-    rows: list[tuple[ChunkSource, Any]] = []
-    for doc in docs:
-        rows += [(doc, c) for c in chunk_document(doc.kind, doc.title, doc.body)]
-    texts = [c.text for _, c in rows]
-    pg_vector = await vector_type(conn) == "vector"
-    vectors: Sequence[Any]
-    if pg_vector and await _binary_vectors(conn):
-        vectors = [VectorBytes(b) for b in (
-            _embed_binary(embedder, texts) if len(texts) <= INLINE_TEXTS
-            else await asyncio.to_thread(_embed_binary, embedder, texts))]
-        dims = (len(vectors[0]) - 4) // 4 if vectors else 0
-        value, cast = "%b", ""
-    else:
-        vectors = await embed_texts(embedder, texts)
-        dims = len(vectors[0]) if vectors else 0
-        if pg_vector:
-            vectors = [_literal(v) for v in vectors]
-        value, cast = "%s", "::vector" if pg_vector else "::real[]"
-    if pg_vector and dims:
-        await ensure_ann_index(conn, embedder.name, dims)
-    params = [(scope, d.path, c.index, c.heading, c.start, c.end, d.kind, d.session_id,
-               d.penalised, embedder.name, d.content_hash, v)
-              for (d, c), v in zip(rows, vectors, strict=True)]
+    return await store_chunks(conn, await (await start_chunks(conn, docs, embedder)),
+                              scope=scope)
+
+
+async def defer_ann_index(conn: AsyncConnection, model: str, expected: int) -> bool:
+    """Before a bulk load of about `expected` chunks: set the model's HNSW index aside when
+    the load is large next to what it holds (`restore_ann_index` builds it again, once).
+    Only on an autocommit connection, so each batch commits on its own: meanwhile dense
+    searches run exact (same order, slower) and nothing waits on a lock."""
+    state = await _conn_state(conn)
+    if state.vector_type != "vector" or not conn.autocommit or expected < BULK_DEFER_MIN:
+        return False
+    cur = await conn.execute("SELECT count(*) FROM memory_chunks WHERE model = %s", (model,))
+    row = await cur.fetchone()
+    if expected < BULK_DEFER_SHARE * (int(row[0]) if row else 0):
+        return False
+    await conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(
+        sql.Identifier(_index_name(model))))
+    state.ann.discard(model)
+    state.deferred[model] = 0
+    return True
+
+
+async def restore_ann_index(conn: AsyncConnection, model: str) -> None:
+    """End a bulk load `defer_ann_index` began: the model's HNSW index built in one pass
+    (with room for the graph in memory; the build runs in parallel where it may)."""
+    state = await _conn_state(conn)
+    dims = state.deferred.pop(model, 0)
+    if not dims:
+        cur = await conn.execute("SELECT vector_dims(embedding) FROM memory_chunks"
+                                 " WHERE model = %s LIMIT 1", (model,))
+        row = await cur.fetchone()
+        dims = int(row[0]) if row else 0
+    if not dims:
+        return
     async with conn.transaction():
-        await conn.execute("DELETE FROM memory_chunks WHERE scope = %s AND path = ANY(%s)",
-                           (scope, [d.path for d in docs]))
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                "INSERT INTO memory_chunks (scope, path, chunk, heading, start_char, end_char,"
-                " kind, session_id, penalised, model, content_hash, embedding) VALUES"
-                f" (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {value}{cast})", params)
-    return len(params)
+        await conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(
+            sql.Literal(BUILD_MEMORY)))
+        await ensure_ann_index(conn, model, dims)
 
 
 async def embed_pending(conn: AsyncConnection, embedder: Embedder, batch: int = EMBED_BATCH,
@@ -244,18 +362,13 @@ async def dense_hits(conn: AsyncConnection, embedder: Embedder, query: str, *, s
     if await vector_type(conn) == "vector":
         dims = len(qvec)
         await ensure_ann_index(conn, embedder.name, dims)
-        params["q"], ph = _literal(qvec), "%(q)s"
-        if await _binary_vectors(conn):
-            params["q"], ph = VectorBytes(struct.pack(f">HH{dims}f", dims, 0, *qvec)), "%(q)b"
-        # The model's name and dimensions as literals: the planner must see them to use
-        # the partial expression index.
-        stmt = sql.SQL(
-            "SELECT path, chunk, start_char, end_char, heading, penalised,"
-            " 1 - (embedding::halfvec({d}) <=> " + ph + "::halfvec({d})) FROM memory_chunks"
-            " WHERE model = {m} AND " + filters.replace("model = %(model)s AND ", "") +
-            " ORDER BY embedding::halfvec({d}) <=> " + ph + "::halfvec({d}) LIMIT %(n)s").format(
-                d=sql.Literal(dims), m=sql.Literal(embedder.name))
-        await _hnsw_settings(conn, max(EF_SEARCH, params["n"]))
+        binary = await _binary_vectors(conn)
+        params["q"] = (VectorBytes(struct.pack(f">HH{dims}f", dims, 0, *qvec)) if binary
+                       else _literal(qvec))
+        exact = await _scope_docs(conn, scope) <= EXACT_MAX_DOCS
+        stmt = _ann_statement(embedder.name, dims, filters, binary, exact)
+        if not exact:
+            await _hnsw_settings(conn, max(EF_SEARCH, params["n"]))
         cur = await conn.execute(stmt, params)
         rows = sorted(await cur.fetchall(), key=lambda r: (-r[6], r[0], r[1]))
     else:
@@ -267,6 +380,36 @@ async def dense_hits(conn: AsyncConnection, embedder: Embedder, query: str, *, s
                 path=path, similarity=float(sim), chunk=chunk, start=start, end=end,
                 heading=heading, penalised=penalised)
     return list(out.values())[:limit]
+
+
+async def _scope_docs(conn: AsyncConnection, scope: str) -> int:
+    """How many documents the scope holds (BM25's statistics row), cached briefly."""
+    state = await _conn_state(conn)
+    now = time.monotonic()
+    seen = state.sizes.get(scope)
+    if seen is None or now - seen[0] > SIZE_TTL_S:
+        cur = await conn.execute("SELECT n_docs FROM memory_stats WHERE scope = %s", (scope,))
+        row = await cur.fetchone()
+        seen = state.sizes[scope] = (now, int(row[0]) if row else 0)
+    return seen[1]
+
+
+@lru_cache(maxsize=16)
+def _ann_statement(model: str, dims: int, filters: str, binary: bool, exact: bool) -> bytes:
+    """The dense search statement, composed once (the same bytes each time, so psycopg
+    prepares it). HNSW: the model's name and dimensions are literals, as the planner must
+    see them to use the partial expression index. Exact: cosine of the stored vectors,
+    ordered by an expression no index serves."""
+    ph = "%(q)b" if binary else "%(q)s"
+    distance = ("embedding <=> " + ph + "::vector" if exact
+                else "embedding::halfvec({d}) <=> " + ph + "::halfvec({d})")
+    order = f"({distance}) + 0" if exact else distance
+    return sql.SQL(
+        "SELECT path, chunk, start_char, end_char, heading, penalised,"
+        " 1 - (" + distance + ") FROM memory_chunks"
+        " WHERE model = {m} AND " + filters.replace("model = %(model)s AND ", "") +
+        " ORDER BY " + order + " LIMIT %(n)s").format(
+            d=sql.Literal(dims), m=sql.Literal(model)).as_string().encode()
 
 
 async def _exact_in_worker(conn: AsyncConnection, qvec: list[float], filters: str,

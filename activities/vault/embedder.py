@@ -77,6 +77,8 @@ class StaticEmbedder:
         self._tok.no_truncation()
         self._tok.no_padding()
         self._lock = threading.Lock()  # a Tokenizer is not to be shared across threads
+        # The same ids without character offsets (tokenizers >= 0.21): a fifth less time.
+        self._encode_batch = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         rows: list[list[float]] = self.embed_array(texts).tolist()
@@ -87,15 +89,16 @@ class StaticEmbedder:
         (a text without any known token: a zero row)."""
         np = self._np
         with self._lock:
-            encoded = self._tok.encode_batch(texts, add_special_tokens=False)
-        lengths = np.fromiter((len(e.ids) for e in encoded), dtype=np.int64, count=len(texts))
+            encoded = self._encode_batch(texts, add_special_tokens=False)
         out = np.zeros((len(texts), self.dims), dtype=np.float32)
-        if not lengths.sum():
-            return out
-        ids = np.concatenate([np.asarray(e.ids, dtype=np.int64) for e in encoded if e.ids])
-        sums = np.add.reduceat(self._table[ids], np.cumsum(lengths[lengths > 0]) - lengths[
-            lengths > 0], axis=0)
-        out[lengths > 0] = sums
+        table = self._table
+        # One gather and sum per text: gathering every token of a batch at once and
+        # reducing by segment (np.add.reduceat) cost 30x more (a GB of rows for 2,000
+        # long chunks, and reduceat along rows is slow).
+        for i, e in enumerate(encoded):
+            ids = e.ids
+            if ids:
+                table[np.asarray(ids, dtype=np.intp)].sum(axis=0, out=out[i])
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
         return out / norms

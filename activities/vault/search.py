@@ -26,7 +26,13 @@ from typing import Any
 from psycopg import AsyncConnection
 from pydantic import BaseModel, Field
 
-from activities.vault.dense import ChunkSource, dense_hits, embed_pending, write_chunks
+from activities.vault.dense import (
+    ChunkSource,
+    dense_hits,
+    embed_pending,
+    start_chunks,
+    store_chunks,
+)
 from activities.vault.embedder import Embedder, HashingEmbedder, load_embedder
 from schemas.vault.recall import (
     SNIPPET_MAX_CHARS,
@@ -185,22 +191,30 @@ async def index_documents(conn: AsyncConnection, docs: Sequence[IndexDoc], *, sc
              for dst in sorted(set(d.links)) if dst != (d.card_key or d.path)]
     batch: dict[str, Any] = {c: [p[c] for p in params] for c in _COLUMNS}
     batch.update(scope=scope, max_chars=MAX_INDEXED_CHARS)
-    async with conn.transaction():
-        async with conn.cursor() as cur:
-            await cur.execute(_UPSERT_MANY, batch)
-            await cur.execute("DELETE FROM memory_links WHERE scope = %s AND src = ANY(%s)",
-                              (scope, sorted({d.card_key or d.path for d in unique
-                                              if d.path in changed})))
-            if links:
-                await cur.executemany("INSERT INTO memory_links (scope, src, dst)"
-                                      " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", links)
-        if embedder is None:  # stale vectors go; the vault worker's beat embeds anew
-            await conn.execute("DELETE FROM memory_chunks WHERE scope = %s AND path = ANY(%s)",
-                               (scope, sorted(changed)))
-        else:
-            await write_chunks(conn, [ChunkSource(p["path"], p["kind"], p["title"], p["body"],
-                                                  p["session_id"], p["penalised"], p["hash"])
-                                      for p in params], embedder, scope=scope)
+    # The batch embeds (in a thread when large) while its documents are written.
+    chunks = None if embedder is None else await start_chunks(
+        conn, [ChunkSource(p["path"], p["kind"], p["title"], p["body"], p["session_id"],
+                           p["penalised"], p["hash"]) for p in params], embedder)
+    try:
+        async with conn.transaction():
+            async with conn.cursor() as cur:
+                await cur.execute(_UPSERT_MANY, batch)
+                await cur.execute("DELETE FROM memory_links WHERE scope = %s"
+                                  " AND src = ANY(%s)",
+                                  (scope, sorted({d.card_key or d.path for d in unique
+                                                  if d.path in changed})))
+                if links:
+                    await cur.executemany("INSERT INTO memory_links (scope, src, dst)"
+                                          " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                                          links)
+            if chunks is None:  # stale vectors go; the vault worker's beat embeds anew
+                await conn.execute("DELETE FROM memory_chunks WHERE scope = %s"
+                                   " AND path = ANY(%s)", (scope, sorted(changed)))
+            else:
+                await store_chunks(conn, await chunks, scope=scope)
+    finally:
+        if chunks is not None and not chunks.done():
+            chunks.cancel()
     return len(params)
 
 

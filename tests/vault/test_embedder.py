@@ -53,3 +53,22 @@ def test_the_static_model_puts_related_words_near_each_other():
     assert abs(float(dog @ dog) - 1.0) < 1e-5 and not empty.any()
     assert float(dog @ puppy) > float(dog @ tax) + 0.1
     assert len(embedder.embed(["один", "two"])[0]) == embedder.dims == 256
+
+
+@needs_model
+def test_a_batch_embeds_each_text_as_the_mean_of_its_tokens_vectors():
+    import numpy as np
+
+    embedder = load_embedder(BUILTIN)
+    assert isinstance(embedder, StaticEmbedder)
+    texts = ["the billing migration moves to Friday", "", "ok",
+             " ".join(["a long chunk of words repeated"] * 200), "Анна пьёт чай"]
+    batch = embedder.embed_array(texts)
+    for text, row in zip(texts, batch, strict=True):
+        ids = embedder._tok.encode(text, add_special_tokens=False).ids
+        if not ids:
+            assert not row.any()
+            continue
+        mean = embedder._table[ids].mean(axis=0)
+        assert np.allclose(row, mean / np.linalg.norm(mean), atol=1e-6)
+        assert np.allclose(row, embedder.embed_array([text])[0], atol=1e-6)

@@ -1,0 +1,104 @@
+"""Bulk indexing (activities.vault.bulk) on the real PostgreSQL with pgvector: the same rows
+and the same hits as indexing document by document, the HNSW index set aside during a large
+load and always built again at its end, even when the load fails half way."""
+
+import psycopg
+import pytest
+
+import activities.vault.search as search_module
+from activities.vault import dense
+from activities.vault.bulk import index_bulk
+from activities.vault.embedder import BUILTIN, builtin_available, load_embedder
+from activities.vault.search import IndexDoc, index_documents, search
+
+needs_model = pytest.mark.skipif(not builtin_available(),
+                                 reason="the embeddings extra is not installed")
+
+TOPICS = ["We adopted a kitten named Miso last weekend.", "The billing migration moves to "
+          "Friday.", "Anna prefers tea over coffee.", "The warehouse scanners broke again.",
+          "Our trip to Lisbon is booked for May.", "The quarterly tax invoice is overdue."]
+
+
+def _docs(n: int) -> list[IndexDoc]:
+    return [IndexDoc(path=f"notes/{i}.md", kind="note", title=f"note {i}",
+                     body=f"## Part {i % 3}\n\n{TOPICS[i % len(TOPICS)]} (entry {i})")
+            for i in range(n)]
+
+
+async def _ann_index(conn: psycopg.AsyncConnection) -> bool:
+    cur = await conn.execute("SELECT count(*) FROM pg_indexes WHERE indexname = %s",
+                             (dense._index_name(BUILTIN),))
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
+async def _rows(conn: psycopg.AsyncConnection, scope: str) -> list[tuple]:
+    cur = await conn.execute(
+        "SELECT path, chunk, heading, start_char, end_char, kind, content_hash,"
+        " embedding::text FROM memory_chunks WHERE scope = %s ORDER BY path, chunk", (scope,))
+    return await cur.fetchall()
+
+
+@needs_model
+async def test_a_bulk_load_gives_the_rows_and_hits_of_one_by_one_and_rebuilds_the_index(
+        database_url, monkeypatch):
+    monkeypatch.setattr(dense, "BULK_DEFER_MIN", 10)
+    embedder = load_embedder(BUILTIN)
+    docs = _docs(40)
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        for doc in docs[:8]:  # a scope indexed one document at a time
+            await index_documents(conn, [doc], scope="one", embedder=embedder)
+        assert await _ann_index(conn)
+        seen: list[bool] = []
+        real = search_module.store_chunks
+
+        async def watch(*args, **kwargs):  # is the index there while the batches go in?
+            seen.append(await _ann_index(conn))
+            return await real(*args, **kwargs)
+
+        monkeypatch.setattr(search_module, "store_chunks", watch)
+        assert await index_bulk(conn, docs, scope="bulk", embedder=embedder, batch=7) == 40
+        assert await index_bulk(conn, docs, scope="bulk", embedder=embedder) == 0
+        assert seen and not any(seen)  # 40 chunks against 8 indexed: set aside
+        assert await _ann_index(conn)
+        for doc in docs[8:]:
+            await index_documents(conn, [doc], scope="one", embedder=embedder)
+        assert await _rows(conn, "bulk") == await _rows(conn, "one")
+        for query in ("a new pet cat", "invoice"):
+            one = [h.path for h in await search(conn, query, scope="one", k=5,
+                                                embedder=embedder)]
+            bulk = [h.path for h in await search(conn, query, scope="bulk", k=5,
+                                                 embedder=embedder)]
+            assert one == bulk and one
+        # these scopes are small, so searched exactly; the HNSW walk finds the same here
+        exact = await search(conn, "a new pet cat", scope="bulk", k=3, embedder=embedder,
+                             use_lexical=False)
+        monkeypatch.setattr(dense, "EXACT_MAX_DOCS", 0)
+        walked = await search(conn, "a new pet cat", scope="bulk", k=3, embedder=embedder,
+                              use_lexical=False)
+        assert [h.path for h in walked] == [h.path for h in exact]
+        assert all(int(h.path[6:-3]) % len(TOPICS) == 0 for h in exact)  # the kitten notes
+        assert abs(walked[0].components["dense"] - exact[0].components["dense"]) < 2e-3
+        terms = "SELECT term, df FROM memory_terms WHERE scope = %s ORDER BY term"
+        assert (await (await conn.execute(terms, ("bulk",))).fetchall()
+                == await (await conn.execute(terms, ("one",))).fetchall())
+
+
+@needs_model
+async def test_a_failed_bulk_load_still_leaves_the_index_and_small_loads_keep_it(
+        database_url, monkeypatch):
+    monkeypatch.setattr(dense, "BULK_DEFER_MIN", 10)
+    embedder = load_embedder(BUILTIN)
+    bad = IndexDoc(path="notes/bad.md", kind="note", title="bad", body="x", seq=2**63)
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await index_documents(conn, _docs(3), scope="s", embedder=embedder)
+        with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+            await index_bulk(conn, [*_docs(20), bad], scope="s", embedder=embedder, batch=10)
+        assert await _ann_index(conn)
+        kept = await (await conn.execute("SELECT count(*) FROM memory_docs")).fetchone()
+        assert kept == (20,)  # the batches before the failure stay; a retry skips them
+        # a load small next to what the index holds goes into it as it stands
+        assert not await dense.defer_ann_index(conn, BUILTIN, 9)
+        assert await _ann_index(conn)
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        assert not await dense.defer_ann_index(conn, BUILTIN, 10_000)  # not autocommit
