@@ -31,7 +31,7 @@ from typing import Any, Literal
 import jsonschema
 from pydantic import BaseModel, Field
 
-from schemas.budget import BudgetSpec
+from schemas.budget import BudgetSpec, Spend, child_budget
 from schemas.initiative import (
     INITIATIVE_TOOL_NAMES,
     DelegationLimits,
@@ -446,11 +446,14 @@ CHILD_NOTE = ("You are a sub-agent: another agent delegated one task to you. Wor
               "then give your final answer as your reply; it goes back to that agent.")
 
 
-def child_spec(parent: AgentSpec, agent: SubAgent, depth: int) -> AgentSpec:
+def child_spec(parent: AgentSpec, agent: SubAgent, depth: int,
+               spent: Spend | None = None) -> AgentSpec:
     """The spec of a child session for `agent`: a subset of its parent's (its tools among
-    the parent's, the parent's approvals and limits), with no wakeups, and sub-agents of
-    its own only while the depth limit allows one more level."""
+    the parent's, the parent's approvals and limits), with no wakeups, sub-agents of its
+    own only while the depth limit allows one more level, and a share of what the parent
+    has left of its budget (`spent`: the parent's spend so far; schemas.budget)."""
     return parent.model_copy(update={
+        "budget": child_budget(parent.budget, spent or Spend()),
         "instructions": f"{agent.instructions or parent.instructions}\n\n{CHILD_NOTE}".strip(),
         "model": agent.model or parent.model,
         "builtin_tools": agent.builtin_tools if agent.builtin_tools is not None

@@ -28,6 +28,7 @@ from schemas.messages import Usage
 from schemas.strict import SpecModel
 
 __all__ = [
+    "CHILD_SHARE",
     "DEFAULT_PRICES",
     "BudgetAnswer",
     "BudgetLimits",
@@ -40,6 +41,7 @@ __all__ = [
     "Spend",
     "answered_notice",
     "budget_notice",
+    "child_budget",
     "child_share",
     "cost_usd",
     "price_for",
@@ -250,6 +252,20 @@ class BudgetState(BaseModel):
             self.session_raised = self.session_raised.raised(by)
         else:
             self.turn_raised = self.turn_raised.raised(by)
+
+
+# Of what a parent has left of its session budget, what one child may spend.
+CHILD_SHARE = 0.5
+
+
+def child_budget(parent: BudgetSpec | None, spent: Spend,
+                 fraction: float = CHILD_SHARE) -> BudgetSpec | None:
+    """A child session's budget: `fraction` of what the parent has left of its session's
+    (its per-turn limit as the parent's); None when the parent has none."""
+    if parent is None:
+        return None
+    return parent.model_copy(update={"session": child_share(parent.session, spent, fraction)
+                                     if parent.session else None})
 
 
 def child_share(limits: BudgetLimits | None, spent: Spend, fraction: float) -> BudgetLimits:

@@ -313,6 +313,7 @@ class AgentRunInput(BaseModel):
     text: str
     input_id: str | None = None
     outcome: str | None = None  # a child's answer: "answered" or "failed" (delegation)
+    spent: Spend | None = None  # a child's answer: what the child spent, for its parent
 
 
 class CallbackInput(BaseModel):

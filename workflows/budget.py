@@ -30,7 +30,6 @@ with workflow.unsafe.imports_passed_through():
         BudgetRequest,
         BudgetScope,
         BudgetSpec,
-        Spend,
         answered_notice,
         budget_notice,
         spend_of,
@@ -79,11 +78,6 @@ class BudgetGate:
     def charge(self, reply: ModelReply) -> None:
         """A model call's usage and cost, on the session's and the turn's spend."""
         self.run.state.budget.charge(spend_of(reply.usage, reply.cost_usd))
-
-    def charge_child(self, spent: Spend) -> None:
-        """A child session's reported spend, on this session's budget (for delegation: the
-        child's budget is `schemas.budget.child_share` of what is left, in its spec)."""
-        self.run.state.budget.add_child(spent)
 
     async def gate(self, before_pause: Callable[[], Awaitable[None]] | None = None) -> Gate:
         """Before a model call: GO, or the pause until a person answers. `before_pause` runs

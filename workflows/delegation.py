@@ -150,7 +150,8 @@ class Delegation:
                          wait=call.input.get("wait", True) is not False)
         state.children.append(child)
         self.changes += 1
-        config = state.config.with_agent(child_spec(spec, agent, depth)).model_copy(update={
+        config = state.config.with_agent(child_spec(spec, agent, depth, state.budget.spent)
+                                         ).model_copy(update={
             "memory_scope": scope,
             "delegated": DelegatedTask(parent_session=state.session_id, call_id=call.id,
                                        agent=agent.name, task=call.input["task"],
@@ -204,6 +205,8 @@ class Delegation:
     def _answered(self, child: ChildRun, data: AgentRunInput) -> None:
         state = self.run.state
         child.done = "failed" if data.outcome == "failed" else "answered"
+        if data.spent is not None:  # the child's spend counts against this session's budget
+            state.budget.add_child(data.spent)
         self.changes += 1
         self.run.events.emit(ChildAnswered, turn=state.turn, child_session=child.session_id,
                              outcome=child.done, preview=data.text)
@@ -312,7 +315,8 @@ class Delegation:
         assert task is not None
         answer = AgentRunInput(run_id=task.call_id, from_session=state.session_id,
                                text=text[:ANSWER_CHARS], outcome=outcome,
-                               input_id=f"delegate-answer-{state.session_id}")
+                               input_id=f"delegate-answer-{state.session_id}",
+                               spent=state.budget.spent)
         try:
             await workflow.get_external_workflow_handle(task.parent_session).signal(
                 Handler.AGENT_RUN, answer)

@@ -80,6 +80,23 @@ def test_a_child_gets_a_share_of_what_is_left():
     assert child_share(None, Spend(), 0.5) == BudgetLimits()
 
 
+def test_a_child_spec_gets_half_of_what_its_parent_has_left():
+    from schemas.agent import child_spec
+    from schemas.budget import CHILD_SHARE, child_budget
+    from schemas.initiative import SubAgent
+
+    parent = AgentSpec(budget=BudgetSpec(session=BudgetLimits(usd=1.0),
+                                         turn=BudgetLimits(output_tokens=500)),
+                       sub_agents=[SubAgent(name="r", instructions="look")])
+    child = child_spec(parent, parent.sub_agents[0], 1, Spend(usd=0.2))
+    assert child.budget is not None and child.budget.session is not None
+    assert child.budget.session.usd == pytest.approx(0.8 * CHILD_SHARE)
+    assert child.budget.turn == parent.budget.turn  # type: ignore[union-attr]
+    assert child_budget(None, Spend(usd=1)) is None
+    assert child_spec(AgentSpec(sub_agents=parent.sub_agents), parent.sub_agents[0],
+                      1).budget is None
+
+
 def test_an_answer_raises_or_refuses_never_both_or_neither():
     assert BudgetAnswer(raise_by=BudgetLimits(usd=1)).problem() is None
     assert BudgetAnswer(refuse=True).problem() is None

@@ -12,6 +12,7 @@ import psycopg
 from temporalio.client import WorkflowExecutionStatus
 
 from schemas.agent import CHILD_NOTE, AgentSpec, ApprovalPolicy, ApprovalRules
+from schemas.budget import BudgetLimits, BudgetSpec
 from schemas.initiative import SubAgent
 from schemas.session import SessionPhase
 from tests.fake_anthropic import ErrorStep, text_message, tool_use_message
@@ -282,3 +283,30 @@ async def test_a_childs_approval_is_answered_through_its_parent(
         outcome = await asyncio.wait_for(parent.wait_reply(accepted.seq), 60)
         assert "wrote it" in outcome.reply_text
         await parent.end()
+
+
+async def test_a_child_spends_a_share_of_its_parents_budget_and_reports_it(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    """The child's spec holds half of what the parent had left; its answer carries what it
+    spent, which counts against the parent's budget."""
+    fake_anthropic.responder = team(lambda body: text_message("done", output_tokens=400))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    budgeted = spec().model_copy(update={"budget": BudgetSpec(
+        session=BudgetLimits(usd=100.0))})
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session("team-budget", agent=budgeted)
+        await asyncio.wait_for(parent.ask("find the answer"), 60)
+        [child] = (await parent.status()).children
+        child_session = keel.session(child.session_id)
+        child_status = await child_session.status()
+        child_agent = await child_session.agent()
+        parent_status = await parent.status()
+        await parent.end()
+    assert child_agent is not None and child_agent.budget is not None
+    assert child_agent.budget.session is not None
+    assert 49 < (child_agent.budget.session.usd or 0) <= 50  # half of what was left
+    spent = child_status.spent
+    assert spent.output_tokens >= 400 and spent.usd > 0
+    # The parent's own two calls wrote 5 tokens each: the rest is the child's report.
+    assert parent_status.spent.output_tokens >= spent.output_tokens + 10
+    assert parent_status.spent.usd > spent.usd
