@@ -29,7 +29,7 @@ from schemas.events import (
 from tests.checkpoint_model import CheckpointModel, good_checkpoint, texts
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
-from tests.session.test_worker_crash import start_worker
+from tests.session.test_worker_crash import polling, start_worker
 
 TIMEOUT = 90
 WINDOW, OUTPUT = 12_000, 512
@@ -180,6 +180,7 @@ async def test_the_stream_goes_on_across_a_worker_sigkill(
     keel = KeelClient(temporal_env.client, queue, KeelSettings.from_env(env))
     worker = start_worker(env)
     try:
+        await polling(temporal_env.client, queue, worker)
         session = await keel.start_session(f"ev-crash-{uuid.uuid4().hex[:8]}")
         reader = Reader(keel, session.session_id)
         await asyncio.wait_for(session.ask("before"), TIMEOUT)
@@ -187,7 +188,8 @@ async def test_the_stream_goes_on_across_a_worker_sigkill(
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait()
         worker = start_worker(env)
-        accepted = await session.send("after the restart")
+        await polling(temporal_env.client, queue, worker)
+        accepted = await asyncio.wait_for(session.send("after the restart"), TIMEOUT)
     except BaseException:
         worker.kill()
         raise
