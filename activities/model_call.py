@@ -28,15 +28,18 @@ from typing import Any
 from anthropic.types import Message
 from psycopg import AsyncConnection
 from pydantic import BaseModel, Field, model_validator
+from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.context import SessionContext
 from activities.record import Inserted, NewRow, RecordInput, ensure_session, insert_row
+from activities.vault.outbox import QueuedTranscript, queue_transcript
 from activities.vault.search import recall
 from activities.window import LoadedWindow
 from schemas.agent import AgentSpec
 from schemas.checkpoint.policy import Fit, ModelWindow, fit
 from schemas.checkpoint.prepass import prepass
+from schemas.config import vault_queue
 from schemas.context import estimate_tokens, fit_newest_tool_output
 from schemas.events import SHORT_INPUT_CHARS, DeltaTail, cut
 from schemas.interrupt import INTERRUPTED_MARK, interrupted_text
@@ -58,8 +61,9 @@ from schemas.vault.scope import DEFAULT_SCOPE
 __all__ = [
     "INPUT_NOT_RECORDED", "RECALL_STEP_S", "RECORD_STEP_S", "FirstSteps", "LoadedRequest",
     "MemoryStep", "ModelAsk", "ModelCallInput", "ModelCallResult", "RecordStep",
-    "RoomSteps", "SizedRequest", "WindowSpan", "insert_interrupted", "insert_reply", "load_request",
-    "recall_step", "record_first", "refusal", "reply_from_row", "retried_elsewhere", "size_request",
+    "RoomSteps", "SizedRequest", "WindowSpan", "insert_interrupted", "insert_reply",
+    "load_request", "queue_reply_transcript", "recall_step", "record_first", "refusal",
+    "reply_from_row", "retried_elsewhere", "size_request", "transcribes",
 ]
 
 # The model call's record step failed: nothing else was done (the workflow records the
@@ -107,6 +111,10 @@ class MemoryStep(BaseModel):
     scope: str | None = DEFAULT_SCOPE
     block: str = ""  # this turn's fenced long-memory recall, when already searched
     recall: RecallInput | None = None  # the search to run (its block then replaces `block`)
+    # The inputs this call answers, for the daily transcript: queued with the reply, in its
+    # transaction (activities.vault.outbox). None: the session appends the transcript
+    # itself after the turn (older code).
+    transcribe: list[int] | None = None
 
 
 class RecordStep(BaseModel):
@@ -171,6 +179,9 @@ class ModelCallResult(BaseModel):
     stream_tail: DeltaTail | None = None  # the reply's text no delta carried yet
     # The API refused the request as too long: its count, and Keel's estimate of it.
     refused: TooLong | None = None
+    # The reply's transcript (the inputs it answers, the reply, the recall's hits) is queued
+    # for the vault worker: the session writes none of it.
+    transcribed: bool = False
 
 
 # ----- record first, recall ---------------------------------------------------------------
@@ -213,12 +224,12 @@ class FirstSteps:
                estimated_tokens: int = 0, output_cut: bool = False,
                notes: list[str] | None = None, replaced: list[str] | None = None,
                stream_tail: DeltaTail | None = None,
-               refused: TooLong | None = None) -> ModelCallResult:
+               refused: TooLong | None = None, transcribed: bool = False) -> ModelCallResult:
         return ModelCallResult(
             reply=reply, fit=size, estimated_tokens=estimated_tokens, output_cut=output_cut,
             notes=notes or [], replaced=replaced or [], recorded=self.recorded,
             recall=self.recall, recall_failed=self.recall_failed, stream_tail=stream_tail,
-            refused=refused)
+            refused=refused, transcribed=transcribed)
 
 
 async def recall_step(ctx: SessionContext, conn: AsyncConnection, memory: MemoryStep,
@@ -374,6 +385,26 @@ async def insert_interrupted(conn: AsyncConnection, data: ModelCallInput, partia
         usage=Usage(input_tokens=estimate if partial else 0,
                     output_tokens=count_tokens(partial) if partial else 0),
         reply_tokens=inserted.token_count, model=data.ask.model, interrupted=True)
+
+
+def transcribes(data: ModelCallInput) -> bool:
+    """Whether this call queues its reply's transcript (`MemoryStep.transcribe`)."""
+    return data.memory.transcribe is not None and data.memory.scope is not None
+
+
+async def queue_reply_transcript(conn: AsyncConnection, data: ModelCallInput,
+                                 reply: ModelReply, found: RecallResult | None) -> bool:
+    """The reply's share of the daily transcript, queued for the vault worker in the
+    caller's transaction (the one that inserts the reply): the inputs it answers, the reply
+    when it has text, the recall's hits. False: the session appends it itself."""
+    memory = data.memory
+    if memory.transcribe is None or memory.scope is None:
+        return False
+    seqs = [*memory.transcribe, *([reply.seq] if reply.text.strip() else [])]
+    await queue_transcript(conn, vault_queue(activity.info().task_queue), QueuedTranscript(
+        session_id=data.session_id, scope=memory.scope, reply_seq=reply.seq, seqs=seqs,
+        recalled=found.sources if found is not None else []))
+    return True
 
 
 def _preview(value: Any) -> str:

@@ -57,12 +57,14 @@ from activities.model_call import (
     insert_interrupted,
     insert_reply,
     load_request,
+    queue_reply_transcript,
     recall_step,
     record_first,
     refusal,
     reply_from_row,
     retried_elsewhere,
     size_request,
+    transcribes,
 )
 from activities.record import (
     FenceInput,
@@ -179,7 +181,9 @@ class SessionActivities:
             first = await recall_step(self.ctx, conn, data.memory, recorded)
             done = await load_seqs(conn, data.session_id, [data.reply_seq])
             if done:  # a retry after the reply was recorded: do not ask the model again
-                return first.result(reply=reply_from_row(done[0], data.ask.model))
+                # (its transcript was queued with it, in the same transaction)
+                return first.result(reply=reply_from_row(done[0], data.ask.model),
+                                    transcribed=transcribes(data))
             block = first.recall.block if first.recall is not None else data.memory.block
             loaded = await load_request(self.ctx, conn, data, block)
             sized = size_request(loaded, data)
@@ -200,16 +204,22 @@ class SessionActivities:
                 return first.result(size=Fit.OVER_LIMIT, estimated_tokens=sized.estimate,
                                     refused=refusal(err, sized.estimate))
             price = price_for(data.ask.model, self.ctx.settings.prices)
-            if message is None:  # interrupted: what streamed is kept, marked so
-                reply = await insert_interrupted(conn, data, partial, sized.estimate)
-                reply.cost_usd = cost_usd(reply.usage, price)
-                return first.result(reply=reply, size=sized.size,
-                                    estimated_tokens=sized.estimate, stream_tail=tail)
-            reply, replaced = await insert_reply(conn, data, message)
+            # The reply and its transcript's queue row: both recorded or neither.
+            async with conn.transaction():
+                if message is None:  # interrupted: what streamed is kept, marked so
+                    reply = await insert_interrupted(conn, data, partial, sized.estimate)
+                    replaced: list[str] = []
+                else:
+                    reply, replaced = await insert_reply(conn, data, message)
+                transcribed = await queue_reply_transcript(conn, data, reply, first.recall)
             reply.cost_usd = cost_usd(reply.usage, price)
+            if message is None:
+                return first.result(reply=reply, size=sized.size,
+                                    estimated_tokens=sized.estimate, stream_tail=tail,
+                                    transcribed=transcribed)
             return first.result(reply=reply, size=sized.size, estimated_tokens=sized.estimate,
                                 output_cut=sized.output_cut, notes=sized.notes + notes,
-                                replaced=replaced, stream_tail=tail)
+                                replaced=replaced, stream_tail=tail, transcribed=transcribed)
 
     async def _ask_model(self, conn: AsyncConnection, data: ModelCallInput,
                          request: dict[str, Any],

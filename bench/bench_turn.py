@@ -21,7 +21,9 @@ windows (the pause alone) measure what the stack spends doing nothing, reported 
 
 From the session's history: events and workflow tasks per turn, and the after-reply work:
 from the event that completed the turn's Update to the last workflow task completed in the
-turn's window. Figures go to stdout and bench/results/<out>.json.
+turn's window, or the last of its daily-transcript entries the vault worker indexed there
+(`memory_docs.indexed_at`), whichever is later. Figures go to stdout and
+bench/results/<out>.json.
 """
 
 from __future__ import annotations
@@ -88,12 +90,28 @@ def start_worker(args: list[str], env: dict[str, str], log: Path) -> subprocess.
                                 stdout=out, stderr=subprocess.STDOUT)
 
 
-async def session_spans(client: Client, session_id: str,
-                        windows: list[tuple[float, float]]) -> dict[str, Any]:
-    """Per Keel turn, from the session's history: its reply and its last task's times."""
+def transcript_times(database_url: str, session_id: str) -> list[float]:
+    """When each of the session's daily-transcript entries was indexed (the vault's write
+    of it is the last after-reply work of its turn, wherever it runs)."""
+    import psycopg
+
+    with psycopg.connect(database_url) as conn:
+        return [t.timestamp() for (t,) in conn.execute(
+            "SELECT indexed_at FROM memory_docs WHERE kind = 'daily' AND session_id = %s",
+            (session_id,))]
+
+
+async def session_spans(client: Client, session_id: str, windows: list[tuple[float, float]],
+                        written: list[float]) -> dict[str, Any]:
+    """Per Keel turn, from the session's history: its reply and its last task's times,
+    and the last transcript entry written in its window (`written`)."""
     history = await client.get_workflow_handle(session_id).fetch_history()
     replies: list[list[float]] = [[] for _ in windows]
     tasks: list[list[float]] = [[] for _ in windows]
+    for t in written:
+        slot = next((i for i, (a, b) in enumerate(windows) if a <= t <= b), None)
+        if slot is not None:
+            tasks[slot].append(t)
     outside = 0
     for e in history.events:
         t = e.event_time.ToDatetime().timestamp()
@@ -202,7 +220,8 @@ async def run_on(client: Client, settings: KeelSettings, fake: FakeAnthropic,
                                            config=session_config(settings))
         floor: WorkflowHandle[Any, Any] = await client.start_workflow(
             "BenchFloor", id=f"bench-floor-{uuid.uuid4().hex[:6]}", task_queue=floor_queue)
-        result = await series(client, session, floor, fake, data, stack, args)
+        result = await series(client, session, floor, fake, data, stack, args,
+                              settings.database_url)
         await floor.signal("finish")
         return result
     finally:
@@ -214,7 +233,7 @@ async def run_on(client: Client, settings: KeelSettings, fake: FakeAnthropic,
 
 async def series(client: Client, session: SessionHandle, floor: WorkflowHandle[Any, Any],
                  fake: FakeAnthropic, data: Path, stack: Stack,
-                 args: argparse.Namespace) -> dict[str, Any]:
+                 args: argparse.Namespace, stack_url: str | None) -> dict[str, Any]:
     async def keel_turn(i: int) -> None:
         outcome = await session.ask(f"message {i}: please answer about the retry logic")
         if outcome.error or outcome.reply_text != "ok":
@@ -233,7 +252,10 @@ async def series(client: Client, session: SessionHandle, floor: WorkflowHandle[A
     floor_after = await history_counts(client, floor.id)
     keel_turns = args.turns + args.warmup
     floor_turns = 2 * (args.turns + args.warmup)
-    spans = await session_spans(client, session.session_id, got["windows"])
+    await asyncio.sleep(1.0)  # the last turn's transcript
+    assert stack_url is not None
+    spans = await session_spans(client, session.session_id, got["windows"],
+                                transcript_times(stack_url, session.session_id))
     if os.environ.get("BENCH_DUMP_HISTORY"):
         history = await client.get_workflow_handle(session.session_id).fetch_history()
         Path(os.environ["BENCH_DUMP_HISTORY"]).write_text(history.to_json())

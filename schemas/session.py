@@ -69,6 +69,9 @@ class Handler(StrEnum):
     WAKEUPS = "wakeups"  # query: list[Wakeup]
     CANCEL_WAKEUP = "cancel_wakeup"  # update: CancelWakeup -> list[Wakeup]
     PARENT_ENDED = "parent_ended"  # signal: a child's parent ended (EndSession)
+    # The vault worker gave up on a transcript the session's model call queued
+    # (activities.vault.outbox).
+    TRANSCRIPT_FAILED = "transcript_failed"  # signal: TranscriptFailed
 
 
 class Rejection(StrEnum):
@@ -368,6 +371,12 @@ class SessionStatus(BaseModel):
 
 class CancelWakeup(BaseModel):
     wakeup_id: str
+
+
+class TranscriptFailed(BaseModel):
+    """What the vault worker tells a session whose queued transcript it could not write."""
+
+    message: str
 
 
 class EndSession(BaseModel):

@@ -14,7 +14,8 @@ Invariants:
   it: it holds a PostgreSQL advisory lock for as long as it polls, so a second vault worker
   stands by until the first is gone, and git never sees two writers. On its beat it also
   indexes the hand edits of every scope's vault (`catch_up_hand_edits`), which recall no
-  longer does per turn.
+  longer does per turn; beside it, the transcript outbox's drainer
+  (activities.vault.outbox) writes the daily transcripts the sessions' model calls queued.
 - The model backend is chosen here, once per process (`model_backends`): the real adapter,
   and the offline model for a provider profile with no key and no URL; every activity that
   asks the model is given it.
@@ -52,6 +53,7 @@ from activities.offline import OfflineBackend
 from activities.session import SessionActivities
 from activities.vault.cards import VaultActivities
 from activities.vault.doctor import DoctorActivities
+from activities.vault.outbox import TranscriptDrainer
 from activities.vault.rollup import RollupActivities
 from activities.vault.store import MemoryContext
 from activities.vault.turn import MemoryActivities, catch_up_hand_edits
@@ -59,6 +61,7 @@ from activities.vault_share import publish_vault_files
 from activities.wakeups import create_wakeup_schedule, delete_wakeup_schedule
 from activities.workspace import open_store
 from schemas.config import KeelSettings
+from schemas.session import Handler, TranscriptFailed
 from schemas.tokens import count_tokens
 from workers.entry_guard import EntryGuard
 from workers.payload_refs import worker_client
@@ -206,6 +209,11 @@ class KeelWorkers:
                         max_concurrent_activities=50, **self._common)
                     self.workers.append(vault)
                     await self._stack.enter_async_context(vault)
+                    # Stopped before the vault worker is (the exit stack runs backwards).
+                    await self._stack.enter_async_context(TranscriptDrainer(
+                        self.settings.database_url, self.settings.vault_task_queue,
+                        MemoryActivities(self._memory, self.context.model),
+                        self._transcript_failed).running())
         except BaseException:
             await self._stack.aclose()
             raise
@@ -213,6 +221,11 @@ class KeelWorkers:
 
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
+
+    async def _transcript_failed(self, session_id: str, message: str) -> None:
+        """Tell a session its queued transcript could not be written (workflows.transcript)."""
+        await self.client.get_workflow_handle(session_id).signal(
+            Handler.TRANSCRIPT_FAILED, TranscriptFailed(message=message))
 
     @contextlib.asynccontextmanager
     async def _vault_owner(self) -> AsyncIterator[bool]:

@@ -159,7 +159,8 @@ class SessionWorkflow:
         self.delegation = Delegation(self.session, self.inbox, outcomes)
         self.tools.initiative = {**self.wakeups.tools(), **self.delegation.tools()}
         self.own_signals: dict[str, Any] = {Handler.WAKEUP: self.wakeups.signalled,
-                            Handler.PARENT_ENDED: self.delegation.parent_ended}
+                            Handler.PARENT_ENDED: self.delegation.parent_ended,
+                            Handler.TRANSCRIPT_FAILED: self.turns.transcript.signalled}
         if state.ended:
             self.session.phase = SessionPhase.ENDED
         elif state.turn_in_progress is not None:  # a call of it waits on a person

@@ -1,21 +1,34 @@
-"""Transcript: the vault's daily transcript of a session's turns, appended in the background.
+"""Transcript: the vault's daily transcript of a session's turns, written off the turn.
 
-Invariant: after a turn's reply, its inputs and replies (and its recall's hits, for their
-access count) are appended by one ordinary activity at a time, on the vault's queue, in the
-background: the next turn does not wait for it, and the run ends (or continues as new) only
-once it is done. A failed append is said (`last_error`, an ErrorEvent where "memory") and
-never holds a turn up; the record keeps the messages, and the nightly rollup reads the
-record too.
+Invariants:
+- A model call that records a reply queues, in the reply's
+  transaction, the transcript of the inputs it answers and of the reply
+  (activities.vault.outbox); the vault worker drains it. The session schedules nothing
+  after the reply: no activity, no workflow task. A row that fails for good is said to the
+  session by the `transcript_failed` signal (`signalled`: `last_error`, an ErrorEvent where
+  "memory").
+- What no call queued (the inputs of a call that failed; histories from before the outbox,
+  whose results lack `transcribed`)
+  is appended here, after the turn, by one ordinary activity at a time, on the vault's
+  queue, in the background: the next turn does not wait for it, and the run ends (or
+  continues as new) only once it is done. A failed append is said the same way.
+- Neither path holds a turn up: the record keeps the messages, and the nightly rollup
+  reads the record too.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.vault.turn import MemoryActivities, TranscriptsInput
     from schemas.events import ErrorEvent
+    from schemas.session import TranscriptFailed
     from workflows.failures import reason
     from workflows.options import MEMORY_TURN, on_vault_queue
     from workflows.run import SessionRun
@@ -34,7 +47,8 @@ class Transcript:
 
     def add(self, seqs: list[int], recalled: list[str]) -> None:
         """Queue a turn's inputs and replies (and its recall's hits for their access
-        count): appended by one activity at a time, so the next turn does not wait."""
+        count) that no model call queued: appended by one activity at a time, so the next
+        turn does not wait."""
         if self.run.state.config.memory_scope is None or not (seqs or recalled):
             return
         self.seqs.extend(seqs)
@@ -42,6 +56,23 @@ class Transcript:
         if not self.busy:
             self.busy = True
             self.run.hold(self._append())  # held, as the fences are, until done
+
+    async def signalled(self, args: Sequence[RawValue]) -> None:
+        """The vault worker gave up on a queued transcript (`Handler.TRANSCRIPT_FAILED`)."""
+        try:
+            if len(args) != 1:
+                raise ValueError(f"expected one argument, got {len(args)}")
+            data = TranscriptFailed.model_validate(json.loads(args[0].payload.data))
+        except Exception as err:  # any undecodable payload is said
+            await self.run.record_notice("A transcript_failed signal was malformed and "
+                                         f"dropped: {str(err)[:300]}")
+            return
+        self._failed(data.message)
+
+    def _failed(self, message: str) -> None:
+        run = self.run
+        run.last_error = message
+        run.events.emit(ErrorEvent, turn=run.state.turn, message=message, where="memory")
 
     async def _append(self) -> None:
         run = self.run
@@ -61,9 +92,7 @@ class Transcript:
                 except ActivityError as err:
                     # The record keeps the messages; the nightly rollup reads the record too.
                     what = f"#{seqs[0]}-#{seqs[-1]}" if seqs else "recalled notes"
-                    message = f"the transcript of {what} could not be written: {reason(err)}"
-                    run.last_error = message
-                    run.events.emit(ErrorEvent, turn=run.state.turn, message=message,
-                                    where="memory")
+                    self._failed(f"the transcript of {what} could not be written: "
+                                 f"{reason(err)}")
         finally:
             self.busy = False

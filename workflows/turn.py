@@ -12,8 +12,9 @@ Invariants:
 - A failed model call is said (`last_error`, an ErrorEvent where "model") and its reply's
   seq fenced with that notice, where a late reply would go. A failed checkpoint changes
   nothing but the count that may stop this turn's next one.
-- After the reply, the turn's inputs and replies go to the transcript
-  (workflows.transcript), appended in the background. A failed recall is said
+- The daily transcript is queued by each model call with its reply (workflows.transcript):
+  nothing runs in the session after the reply but what a failed call leaves to append in
+  the background. A failed recall is said
   (`last_error`, an ErrorEvent where "memory", and a notice in the record after the
   reply), and never holds the turn up.
 """
@@ -113,6 +114,9 @@ class CallEnd(NamedTuple):
     reply: ModelReply | None
     error: str | None
     upto: int
+    # The inputs whose transcript the call queued with its reply (activities.vault.outbox);
+    # None: the session appends them itself after the turn.
+    queued: list[int] | None = None
 
 
 @dataclass
@@ -125,6 +129,7 @@ class _Call:
     recall: RecallInput | None
     record_within: float
     called_at: datetime
+    transcribe: list[int] | None = None  # the inputs the last attempt queued (MemoryStep)
 
 
 class Turns:
@@ -199,15 +204,16 @@ class Turns:
                 return None
             if gate is Gate.END:
                 return last, self.budget.ended_reason
-            reply, error, upto = await self.call_model(state.recorded_upto, first=first)
+            reply, error, upto, queued = await self.call_model(state.recorded_upto,
+                                                               first=first)
             first = False
             taking = [p.seq for p in state.pending if p.seq <= upto]
             state.pending = [p for p in state.pending if p.seq not in taking]
             answered.extend(taking)
-            transcribe.extend(taking)
+            transcribe.extend(s for s in taking if queued is None or s not in queued)
             if reply is None:
                 return reply, error
-            if reply.text.strip():
+            if reply.text.strip() and queued is None:
                 transcribe.append(reply.seq)
             last = reply
             if reply.interrupted:
@@ -318,9 +324,10 @@ class Turns:
             seq = state.allocate_seq()
             try:
                 self.interrupts.calling = seq
+                data = self._model_call_input(seq, upto, call)
+                call.transcribe = data.memory.transcribe
                 result: ModelCallResult = await workflow.execute_activity_method(
-                    SessionActivities.call_model, self._model_call_input(seq, upto, call),
-                    **MODEL_CALL)
+                    SessionActivities.call_model, data, **MODEL_CALL)
             except ActivityError as err:
                 self.interrupts.calling = None
                 failed = await self._call_failed(err, seq, upto, call)
@@ -345,8 +352,19 @@ class Turns:
                          mcp_tools=state.mcp_tools),
             room=RoomSteps(asked=call.tried.asked, cut_newest_output=call.tried.output_cut),
             memory=MemoryStep(scope=state.config.memory_scope, block=turn.memory_block,
-                              recall=call.recall),
+                              recall=call.recall, transcribe=self._transcribe(upto)),
             first=RecordStep(inputs=call.records, within_s=call.record_within))
+
+    def _transcribe(self, upto: int) -> list[int] | None:
+        """The inputs a call up to `upto` answers, for it to queue their transcript with its
+        reply (none after the reply: no activity, no workflow task). None: no long memory.
+        No patch is needed: what the session does after the call follows the call's
+        recorded result (`ModelCallResult.transcribed`), which a history from before lacks,
+        so it replays as it ran."""
+        state = self.run.state
+        if state.config.memory_scope is None:
+            return None
+        return [p.seq for p in state.pending if p.seq <= upto]
 
     async def _call_failed(self, err: ActivityError, seq: int, upto: int,
                            call: _Call) -> CallEnd | None:
@@ -400,7 +418,8 @@ class Turns:
                 await self.run.record_notice("The model's output held characters the "
                                              "record cannot store: "
                                              + "; ".join(result.replaced))
-            return CallEnd(result.reply, None, upto)
+            queued = call.transcribe if result.transcribed else None
+            return CallEnd(result.reply, None, upto, queued)
         state.context_tokens = result.estimated_tokens
         if result.refused is not None:  # the API's count: the estimate corrected at once
             counted = result.refused.counted(self.run.window.hard_limit)
@@ -452,7 +471,8 @@ class Turns:
             run.events.emit(ErrorEvent, turn=run.state.turn, message=message, where="memory")
         elif result.recall is not None:
             self.turn.memory_block = result.recall.block
-            self.turn.recalled = result.recall.sources
+            if not result.transcribed:  # else their access is counted with the transcript
+                self.turn.recalled = result.recall.sources
             if result.recall.hits:
                 run.events.emit(RecallFound, turn=run.state.turn, hits=result.recall.hits,
                                 sources=result.recall.sources)

@@ -26,7 +26,7 @@ from tests.session.test_worker_crash import start_worker
 
 MATRIX = os.environ.get("KEEL_CRASH_MATRIX") == "1"
 FILLER = " ".join(f"w{i % 97}" for i in range(1_000))
-TURN = ["record_input", "call_model", "run_tool", "append_transcripts"]
+TURN = ["record_input", "call_model", "run_tool"]
 CHECKPOINT = ["prepare_checkpoint", "flush_memory", "checkpoint_round",
               "validate_checkpoint", "store_checkpoint"]
 # "ask:": the message asked in one update while the session is idle, so the crashed model

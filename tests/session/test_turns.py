@@ -116,28 +116,33 @@ async def test_update_with_start_acknowledges_the_first_message_once(
     assert texts == ["first words", "second words"]  # one session, both recorded once
 
 
-async def _scheduled(session, want: int) -> tuple[list[str], Any]:
-    """The activities the session's history scheduled, once `want` transcripts are."""
+async def _scheduled(session, database_url: str, want: int) -> tuple[list[str], Any]:
+    """The activities the session's history scheduled, once the vault's daily transcript
+    holds `want` of its entries (queued with each reply, written by the vault worker)."""
     from temporalio.api.enums.v1 import EventType
 
     for _ in range(200):  # a turn's transcript comes after its reply
-        history = await session.handle.fetch_history()
-        scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
-                     for e in history.events if e.event_type ==
-                     EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
-        if scheduled.count("append_transcripts") >= want:
+        with psycopg.connect(database_url) as conn:
+            row = conn.execute("SELECT count(*) FROM memory_docs WHERE kind = 'daily'"
+                               " AND session_id = %s", (session.session_id,)).fetchone()
+        if row and row[0] >= want:
             break
         await asyncio.sleep(0.05)
+    history = await session.handle.fetch_history()
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
+                 for e in history.events if e.event_type ==
+                 EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
     return scheduled, history
 
 
 async def test_a_plain_turn_is_one_update_and_one_activity_before_its_reply(
         client, settings, fake_anthropic, database_url):
     """The turn path of issue 10: a message asked while the session is idle is one ASK
-    update, and its record, its recall and the model call are one activity (call_model);
-    after the reply, one transcript activity for all the turn's seqs. No local activity
-    (no marker), and a short streamed reply costs no publish signal: its text reaches the
-    stream with the reply. send + await_reply record first, by an activity of their own."""
+    update, and its record, its recall and the model call are one activity (call_model),
+    which queues the turn's transcript with its reply: nothing is scheduled after the reply
+    (the vault worker writes the daily transcript). No local activity (no marker), and a
+    short streamed reply costs no publish signal: its text reaches the stream with the
+    reply. send + await_reply record first, by an activity of their own."""
     from temporalio.api.enums.v1 import EventType
 
     fake_anthropic.responder = lambda body: text_message("Noted.")
@@ -146,12 +151,13 @@ async def test_a_plain_turn_is_one_update_and_one_activity_before_its_reply(
         asked = await session.ask("Remember the billing retries stop after five tries.")
         accepted = await session.send("And the auth retries after three tries.")
         waited = await session.wait_reply(accepted.seq)
-        scheduled, history = await _scheduled(session, 2)
+        scheduled, history = await _scheduled(session, database_url, 4)
         deltas = [e async for e in _deltas(session, asked.reply_seq)]
     assert (asked.reply_text, waited.reply_text) == ("Noted.", "Noted.")
-    assert scheduled == ["call_model", "append_transcripts",
-                         "record_input", "call_model", "append_transcripts"]
+    assert scheduled == ["call_model", "record_input", "call_model"]
     kinds = [e.event_type for e in history.events]
+    # The turn's last event is its Update's completion: no workflow task after the reply.
+    assert kinds[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED
     assert EventType.EVENT_TYPE_MARKER_RECORDED not in kinds
     assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED not in kinds
     assert "".join(d.text for d in deltas) == "Noted."
@@ -219,7 +225,7 @@ async def test_a_message_asked_during_a_turn_is_recorded_at_once_and_a_retry_onc
         again = await session.handle.execute_update(
             Handler.ASK, UserMessage(text="asked during", input_id="in-during"),
             id="a-retry-with-another-update-id", result_type=TurnOutcome)
-        scheduled, _ = await _scheduled(session, 2)
+        scheduled, _ = await _scheduled(session, database_url, 4)
     assert waiting_during == 2
     assert (first.reply_text, second.reply_text) == ("re: slow", "re: during")
     assert again.input_seqs == second.input_seqs and again.error in (

@@ -1,0 +1,176 @@
+"""The transcript outbox: a turn's transcript queued with its reply, drained by the vault.
+
+Invariants:
+- A model call that records a reply queues, in the same transaction, one row naming what
+  the vault's daily transcript must get from it (the call's inputs, then the reply when it
+  has text; the recall's hits, whose access count goes up) and notifies the vault worker
+  (`pg_notify`). Either both are in the record or neither: a retried call that finds its
+  reply recorded queues nothing again. The session's history holds no transcript activity
+  and no workflow task after the reply: the turn is over when its caller has the answer.
+- One drainer per vault queue, in the process that holds the vault's lock (workers.worker),
+  so the vault keeps its single writer. It takes due rows in id order (a session's entries
+  land in the order they were recorded), appends each as `append_transcripts` does
+  (idempotent: a row drained twice after a crash appends nothing twice), and deletes it.
+- A row that fails is tried again with backoff; past `MAX_ATTEMPTS` it is said to the
+  session (the `transcript_failed` signal: `last_error` and an ErrorEvent where "memory")
+  and dropped: the record keeps the messages and the nightly rollup reads the record too.
+  Nothing here can hold a turn up: the session never waits on the outbox.
+- The drainer wakes on a notification and sweeps every `SWEEP_S` besides (a notification
+  sent while it was reconnecting, a row whose retry came due); a lost connection is opened
+  again after a pause, never a crash of the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import AsyncConnection
+
+from activities.db import get_pool
+from activities.vault.turn import MemoryActivities, TranscriptsInput
+
+__all__ = ["CHANNEL", "MAX_ATTEMPTS", "QueuedTranscript", "TranscriptDrainer",
+           "queue_transcript"]
+
+log = logging.getLogger("keel.transcripts")
+
+CHANNEL = "keel_transcripts"
+MAX_ATTEMPTS = 3  # as the transcript activity was retried (workflows.options.BEST_EFFORT_RETRY)
+BACKOFF_S = (1.0, 2.0)  # before the second and the third attempt
+SWEEP_S = 2.0
+BATCH = 50
+RECONNECT_S = 1.0
+
+
+@dataclass(frozen=True)
+class QueuedTranscript:
+    """One model call's share of the daily transcript (a row of `transcript_outbox`)."""
+
+    session_id: str
+    scope: str
+    reply_seq: int
+    seqs: list[int]
+    recalled: list[str]
+
+
+async def queue_transcript(conn: AsyncConnection, vault_queue: str,
+                           item: QueuedTranscript) -> bool:
+    """Queue `item` for the vault worker of `vault_queue`, inside the caller's transaction
+    (the notification is sent when it commits). False when there is nothing to write."""
+    if not (item.seqs or item.recalled):
+        return False
+    await conn.execute(
+        "INSERT INTO transcript_outbox (vault_queue, session_id, scope, reply_seq, seqs,"
+        " recalled) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+        (vault_queue, item.session_id, item.scope, item.reply_seq, item.seqs, item.recalled))
+    await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, vault_queue))
+    return True
+
+
+# What the drainer does with a row that failed for good: tell its session.
+Report = Callable[[str, str], Awaitable[None]]
+
+
+class TranscriptDrainer:
+    """Drains the outbox rows of one vault queue into the vaults, in the vault's owner."""
+
+    def __init__(self, database_url: str, vault_queue: str, memory: MemoryActivities,
+                 report: Report, sweep_s: float = SWEEP_S) -> None:
+        self.database_url, self.vault_queue = database_url, vault_queue
+        self.memory, self.report, self.sweep_s = memory, report, sweep_s
+        self._wake = asyncio.Event()
+        self.sweeps = 0  # drains done (a test waits for the first)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[TranscriptDrainer]:
+        """The drainer's loop for as long as the context is open."""
+        task = asyncio.create_task(self._run())
+        try:
+            yield self
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                async with await AsyncConnection.connect(
+                        self.database_url, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    listener = asyncio.create_task(self._listen(conn))
+                    try:
+                        await self._drain_forever()
+                    finally:
+                        listener.cancel()
+                        with contextlib.suppress(asyncio.CancelledError, psycopg.Error):
+                            await listener
+            except (psycopg.Error, OSError) as err:
+                log.warning("transcript outbox of %s: %s; trying again", self.vault_queue, err)
+                await asyncio.sleep(RECONNECT_S)
+
+    async def _listen(self, conn: AsyncConnection) -> None:
+        async for note in conn.notifies():
+            if note.payload == self.vault_queue:
+                self._wake.set()
+
+    async def _drain_forever(self) -> None:
+        while True:
+            while await self.drain_once() == BATCH:
+                pass  # a backlog: the next batch at once
+            self.sweeps += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.sweep_s)
+            self._wake.clear()
+
+    async def drain_once(self) -> int:
+        """Write the due rows (up to BATCH); how many were taken."""
+        pool = await get_pool(self.database_url)
+        async with pool.connection() as conn:
+            # A session's rows in order: none is taken while an earlier one waits its retry.
+            rows = await (await conn.execute(
+                "SELECT id, session_id, scope, seqs, recalled, attempts FROM transcript_outbox t"
+                " WHERE vault_queue = %s AND next_try_at <= now() AND NOT EXISTS ("
+                "  SELECT 1 FROM transcript_outbox e WHERE e.session_id = t.session_id"
+                "  AND e.id < t.id AND e.next_try_at > now())"
+                " ORDER BY id LIMIT %s", (self.vault_queue, BATCH))).fetchall()
+            failed: set[str] = set()  # a session whose row failed: its later rows wait
+            for row_id, session_id, scope, seqs, recalled, attempts in rows:
+                if session_id in failed:
+                    continue
+                if not await self._write(conn, row_id, session_id, scope, list(seqs),
+                                         list(recalled), attempts):
+                    failed.add(session_id)
+        return len(rows)
+
+    async def _write(self, conn: AsyncConnection, row_id: int, session_id: str, scope: str,
+                     seqs: list[int], recalled: list[str], attempts: int) -> bool:
+        try:
+            await self.memory.append_transcripts(TranscriptsInput(
+                session_id=session_id, seqs=seqs, scope=scope, recalled=recalled))
+        except Exception as err:  # the vault, the index, a message gone: retried, then said
+            attempts += 1
+            reason = f"{type(err).__name__}: {err}"[:500]
+            if attempts < MAX_ATTEMPTS:
+                await conn.execute(
+                    "UPDATE transcript_outbox SET attempts = %s, last_error = %s,"
+                    " next_try_at = now() + make_interval(secs => %s) WHERE id = %s",
+                    (attempts, reason, BACKOFF_S[min(attempts, len(BACKOFF_S)) - 1], row_id))
+                return False
+            what = f"#{seqs[0]}-#{seqs[-1]}" if seqs else "recalled notes"
+            await self._report(session_id, f"the transcript of {what} could not be written: "
+                                           f"{reason}")
+        await conn.execute("DELETE FROM transcript_outbox WHERE id = %s", (row_id,))
+        return True
+
+    async def _report(self, session_id: str, message: str) -> None:
+        log.warning("session %s: %s", session_id, message)
+        try:
+            await self.report(session_id, message)
+        except Exception as err:  # the session ended or is gone: the log line says it
+            log.warning("session %s not told of its transcript: %s", session_id, err)

@@ -1,0 +1,125 @@
+"""The transcript outbox (activities.vault.outbox): a queued transcript reaches the daily
+file in the order it was recorded, a row drained twice (a vault worker killed between the
+append and the delete) appends nothing twice, and a row that keeps failing is retried,
+holds its session's later rows back, then is said to the session and dropped."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import psycopg
+
+from activities.vault.outbox import (
+    MAX_ATTEMPTS,
+    QueuedTranscript,
+    TranscriptDrainer,
+    queue_transcript,
+)
+from activities.vault.turn import MemoryActivities
+from schemas.vault.scope import DEFAULT_SCOPE
+from tests.vault.support import insert_messages, vault_ctx
+from workers.worker import model_backends
+
+T0 = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
+QUEUE = "keel-vault"
+DAY = "daily/2026-06-01.md"
+
+
+async def _queue(database_url: str, session_id: str, reply_seq: int, seqs: list[int],
+                 recalled: list[str] | None = None) -> None:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        async with conn.transaction():
+            await queue_transcript(conn, QUEUE, QueuedTranscript(
+                session_id=session_id, scope=DEFAULT_SCOPE, reply_seq=reply_seq, seqs=seqs,
+                recalled=recalled or []))
+
+
+def _outbox(database_url: str) -> list[tuple[str, int, int]]:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute("SELECT session_id, reply_seq, attempts FROM transcript_outbox"
+                            " ORDER BY id").fetchall()
+
+
+def _drainer(ctx, database_url: str, told: list[tuple[str, str]],
+             sweep_s: float = 2.0) -> TranscriptDrainer:
+    async def report(session_id: str, message: str) -> None:
+        told.append((session_id, message))
+    return TranscriptDrainer(database_url, QUEUE, MemoryActivities(ctx, model_backends()),
+                             report, sweep_s=sweep_s)
+
+
+async def test_queued_transcripts_are_written_in_order_and_a_second_drain_adds_nothing(
+        tmp_path, database_url):
+    ctx = vault_ctx(tmp_path, database_url)
+    insert_messages(database_url, "s1", [
+        (1, "user", "The deploy key lives in the team vault.", T0),
+        (2, "assistant", "Noted: the deploy key is in the team vault.", T0),
+        (3, "user", "And the staging key in the other one.", T0),
+        (4, "assistant", "Noted too.", T0)])
+    await _queue(database_url, "s1", 2, [1, 2])
+    await _queue(database_url, "s1", 2, [1, 2])  # a retried call: queued once
+    await _queue(database_url, "s1", 4, [3, 4])
+    assert [r[1] for r in _outbox(database_url)] == [2, 4]
+    told: list[tuple[str, str]] = []
+    drainer = _drainer(ctx, database_url, told)
+    assert await drainer.drain_once() == 2
+    assert _outbox(database_url) == [] and told == []
+    text = ctx.vault.path(DAY).read_text()
+    order = [text.index(s) for s in ("The deploy key lives", "Noted: the deploy",
+                                     "And the staging key", "Noted too.")]
+    assert order == sorted(order)
+    # Killed after the append, before the delete: the row is drained again, and nothing
+    # is appended twice.
+    await _queue(database_url, "s1", 2, [1, 2])
+    assert await drainer.drain_once() == 1
+    again = ctx.vault.path(DAY).read_text()
+    assert again == text and again.count("The deploy key lives") == 1
+
+
+async def test_a_failing_row_is_retried_holds_its_session_back_then_is_said_and_dropped(
+        tmp_path, database_url):
+    ctx = vault_ctx(tmp_path, database_url)
+    insert_messages(database_url, "s1", [(1, "user", "First words of s1.", T0),
+                                         (3, "user", "Later words of s1.", T0)])
+    insert_messages(database_url, "s2", [(1, "user", "Words of s2.", T0)])
+    await _queue(database_url, "s1", 2, [1, 2])  # seq 2 is not in the record: fails
+    await _queue(database_url, "s1", 4, [3])
+    await _queue(database_url, "s2", 2, [1])
+    told: list[tuple[str, str]] = []
+    drainer = _drainer(ctx, database_url, told)
+    await drainer.drain_once()
+    # s1's first row failed once and waits its retry; its later row waits behind it; s2's
+    # was written.
+    assert [(s, r, a) for s, r, a in _outbox(database_url)] == [("s1", 2, 1), ("s1", 4, 0)]
+    text = ctx.vault.path(DAY).read_text()
+    assert "Words of s2." in text and "Later words of s1." not in text
+    await drainer.drain_once()
+    assert _outbox(database_url)[0][2] == 1  # not due yet: not tried again
+    for _ in range(MAX_ATTEMPTS - 1):
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute("UPDATE transcript_outbox SET next_try_at = now()")
+        await drainer.drain_once()
+    assert told == [("s1", told[0][1])]
+    assert told[0][1].startswith("the transcript of #1-#2 could not be written: ")
+    assert "no message 2 in session s1" in told[0][1]
+    assert _outbox(database_url) == []  # dropped, and the later row written after it
+    assert "Later words of s1." in ctx.vault.path(DAY).read_text()
+
+
+async def test_the_running_drainer_writes_on_notification(tmp_path, database_url):
+    ctx = vault_ctx(tmp_path, database_url)
+    insert_messages(database_url, "s1", [(1, "user", "Heard at once.", T0)])
+    drainer = _drainer(ctx, database_url, [], sweep_s=3600)  # no sweep: the notification
+    async with drainer.running():
+        for _ in range(100):  # its first sweep done: from now on only a notification wakes it
+            await asyncio.sleep(0.05)
+            if drainer.sweeps:
+                break
+        await _queue(database_url, "s1", 2, [1])
+
+        async def drained() -> None:
+            while _outbox(database_url):
+                await asyncio.sleep(0.02)
+        await asyncio.wait_for(drained(), 30)
+    assert "Heard at once." in ctx.vault.path(DAY).read_text()
