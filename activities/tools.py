@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -132,13 +133,21 @@ async def load_skills(store: WorkspaceStore, packaged: Path) -> list[Skill]:
             stored = await store.read(SHARED_SCOPE, info.path)
             if stored is not None:
                 found.append(_skill(parts[1], stored.data.decode("utf-8", errors="replace")))
-    if packaged.is_dir():
-        found += [_skill(p.parent.name, p.read_text(errors="replace"))
-                  for p in sorted(packaged.glob("*/SKILL.md"))]
+    found += packaged_skills(packaged)
     seen: dict[str, Skill] = {}
     for skill in found:
         seen.setdefault(skill.name, skill)
     return list(seen.values())
+
+
+@lru_cache(maxsize=4)
+def packaged_skills(packaged: Path) -> tuple[Skill, ...]:
+    """The skills installed with Keel: files of the package, read once per process (the
+    shared ones, in the store, are read every time: a person may change them)."""
+    if not packaged.is_dir():
+        return ()
+    return tuple(_skill(p.parent.name, p.read_text(errors="replace"))
+                 for p in sorted(packaged.glob("*/SKILL.md")))
 
 
 def read_skill(skills: list[Skill], name: str) -> str | None:
