@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from psycopg import AsyncConnection
 from pydantic import BaseModel, Field
 from temporalio import activity
 
@@ -44,12 +46,19 @@ from activities.model import ModelBackend
 from activities.vault.embedder import embedder_for
 from activities.vault.rollup import apply_facts_of, ask_model, store_plan, stored_plan
 from activities.vault.search import (
+    IndexDoc,
     embed_pending,
-    index_document,
+    index_documents,
     recall,
     touch_documents,
 )
-from activities.vault.store import MemoryContext, atomic_write, daily_doc, scope_vaults
+from activities.vault.store import (
+    MemoryContext,
+    Vault,
+    atomic_write,
+    daily_doc,
+    scope_vaults,
+)
 from schemas.tokens import count_tokens
 from schemas.vault.recall import RecallInput, RecallResult
 from schemas.vault.rollup import (
@@ -206,21 +215,61 @@ class MemoryActivities:
         return plan
     @activity.defn(name="append_transcripts")
     async def append_transcripts(self, inp: TranscriptsInput) -> TranscriptsResult:
-        """A turn's messages appended in one activity (each as `append_transcript` does:
-        idempotent, so a retry appends only what is missing), then embedded for hybrid
-        search, since recall no longer embeds what is pending."""
-        results = [await self.append_transcript(
-            TranscriptInput(session_id=inp.session_id, seq=seq, scope=inp.scope))
-            for seq in inp.seqs]
-        embedded = 0
-        scope = self.ctx.scoped(inp.scope).scope
+        """A turn's messages appended in one go, in seq order, each as `append_transcript`
+        does (idempotent: a retry appends only what is missing), under one vault lock and
+        indexed (and embedded for hybrid search) in one batch."""
+        pool = await self.ctx.pool()
+        async with pool.connection() as conn:
+            found = {seq: row for seq, *row in await (await conn.execute(
+                "SELECT seq, type, source_line, content_text, created_at FROM messages"
+                " WHERE session_id = %s AND seq = ANY(%s)", (inp.session_id, inp.seqs)
+            )).fetchall()}
+        missing = [seq for seq in inp.seqs if seq not in found]
+        if missing:
+            raise ValueError(f"no message {missing[0]} in session {inp.session_id}")
+        vault = self.ctx.scoped(inp.scope).vault
+        await asyncio.to_thread(vault.ensure)
+        entries = [_entry(vault, inp.session_id, seq, *found[seq]) for seq in inp.seqs]
+        results = [TranscriptResult(path="", appended=False) for _ in inp.seqs]
+        if any(entries):
+            async with vault.lock(), pool.connection() as conn:
+                results = await self._append_entries(conn, vault, inp.session_id, entries)
         if inp.recalled:
-            pool = await self.ctx.pool()
             async with pool.connection() as conn:
-                await touch_documents(conn, inp.recalled, scope=scope)
-        if self._embedder is not None:  # each appended entry was embedded with its index row
-            embedded = sum(r.appended for r in results)
+                await touch_documents(conn, inp.recalled, scope=vault.scope)
+        embedded = sum(r.appended for r in results) if self._embedder is not None else 0
         return TranscriptsResult(results=results, embedded=embedded)
+
+    async def _append_entries(self, conn: AsyncConnection, vault: Vault, session_id: str,
+                              entries: list[_Entry | None]) -> list[TranscriptResult]:
+        """Append what is not there yet (the index row, else the file's tail, says), then
+        index every entry whose index row is missing, in one batch. Under the vault lock."""
+        docs = [e.doc for e in entries if e is not None]
+        indexed = {path for (path,) in await (await conn.execute(
+            "SELECT path FROM memory_docs WHERE scope = %s AND path = ANY(%s)",
+            (vault.scope, [d.path for d in docs]))).fetchall()}
+        results: list[TranscriptResult] = []
+        for e in entries:
+            if e is None:
+                results.append(TranscriptResult(path="", appended=False))
+                continue
+            path = vault.path(e.rel)
+            if path.exists() and (e.doc.path in indexed
+                                  or _in_tail(path, entry_marker(session_id, e.seq))):
+                results.append(TranscriptResult(path=e.rel, appended=False))
+                continue
+            if path.exists():
+                before = vault.file_stamp(e.rel)
+                with path.open("ab") as f:
+                    f.write(e.text.encode("utf-8"))
+                vault.note_own_write(e.rel, before)
+            else:
+                atomic_write(path, f"# {e.day}\n{e.text}")
+            results.append(TranscriptResult(path=e.rel, appended=True))
+        await index_documents(conn, [e.doc for e in entries
+                                     if e is not None and e.doc.path not in indexed],
+                              scope=vault.scope, embedder=self._embedder)
+        return results
 
     @activity.defn(name="append_transcript")
     async def append_transcript(self, inp: TranscriptInput) -> TranscriptResult:
@@ -232,48 +281,9 @@ class MemoryActivities:
         is: the entry's index row (written right after the append), else the file's last
         TRANSCRIPT_TAIL_BYTES, where an append that crashed before its index row lies.
         """
-        pool = await self.ctx.pool()
-        async with pool.connection() as conn:
-            row = await (await conn.execute(
-                "SELECT type, source_line, content_text, created_at FROM messages"
-                " WHERE session_id = %s AND seq = %s", (inp.session_id, inp.seq))).fetchone()
-        if row is None:
-            raise ValueError(f"no message {inp.seq} in session {inp.session_id}")
-        kind, source_line, text, created_at = row
-        role = TRANSCRIBED.get(kind)
-        if role is None or not text.strip():
-            return TranscriptResult(path="", appended=False)
-        if source_line and not text.startswith(source_line):
-            text = f"{source_line}\n{text}" if kind == "harness" else f"{source_line} {text}"
-        vault = self.ctx.scoped(inp.scope).vault
-        await asyncio.to_thread(vault.ensure)
-        local = created_at.astimezone(vault.tz())
-        rel = f"{DAILY_DIR}/{local.date().isoformat()}.md"
-        path = vault.path(rel)
-        entry = transcript_entry(inp.session_id, inp.seq, local, role, text)
-        doc = daily_doc(rel, inp.session_id, inp.seq, entry.strip())
-        async with vault.lock():
-            if path.exists():
-                async with pool.connection() as conn:
-                    indexed = await (await conn.execute(
-                        "SELECT 1 FROM memory_docs WHERE scope = %s AND path = %s",
-                        (vault.scope, doc.path))).fetchone()
-                if indexed or _in_tail(path, entry_marker(inp.session_id, inp.seq)):
-                    if not indexed:
-                        async with pool.connection() as conn:
-                            await index_document(conn, doc, scope=vault.scope,
-                                         embedder=self._embedder)
-                    return TranscriptResult(path=rel, appended=False)
-                before = vault.file_stamp(rel)
-                with path.open("ab") as f:
-                    f.write(entry.encode("utf-8"))
-                vault.note_own_write(rel, before)
-            else:
-                atomic_write(path, f"# {local.date().isoformat()}\n{entry}")
-            async with pool.connection() as conn:
-                await index_document(conn, doc, scope=vault.scope,
-                                         embedder=self._embedder)
-        return TranscriptResult(path=rel, appended=True)
+        done = await self.append_transcripts(TranscriptsInput(
+            session_id=inp.session_id, seqs=[inp.seq], scope=inp.scope))
+        return done.results[0]
 
 
 async def catch_up_hand_edits(ctx: MemoryContext) -> int:
@@ -304,6 +314,33 @@ _EMBEDDED: set[tuple[str, str, str]] = set()
 
 
 TRANSCRIPT_TAIL_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One message as its daily transcript entry: the file, the text, its index doc."""
+
+    seq: int
+    rel: str
+    day: str
+    text: str
+    doc: IndexDoc
+
+
+def _entry(vault: Vault, session_id: str, seq: int, kind: str, source_line: str | None,
+           text: str, created_at: datetime) -> _Entry | None:
+    """The entry of one record row (None: not transcribed, as tool output and notices)."""
+    role = TRANSCRIBED.get(kind)
+    if role is None or not text.strip():
+        return None
+    if source_line and not text.startswith(source_line):
+        text = f"{source_line}\n{text}" if kind == "harness" else f"{source_line} {text}"
+    local = created_at.astimezone(vault.tz())
+    day = local.date().isoformat()
+    rel = f"{DAILY_DIR}/{day}.md"
+    entry = transcript_entry(session_id, seq, local, role, text)
+    return _Entry(seq=seq, rel=rel, day=day, text=entry,
+                  doc=daily_doc(rel, session_id, seq, entry.strip()))
 
 
 def _in_tail(path: Path, marker: str) -> bool:
