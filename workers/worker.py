@@ -188,6 +188,7 @@ class KeelWorkers:
         self._common = common
         self._stack = contextlib.AsyncExitStack()
         self._memory: MemoryContext | None = None  # the vault worker's, for its beat
+        self.drainer: TranscriptDrainer | None = None  # the vault's transcript outbox
 
     async def __aenter__(self) -> KeelWorkers:
         # Closed last: after every worker, and so every MCP activity, has stopped.
@@ -210,10 +211,11 @@ class KeelWorkers:
                     self.workers.append(vault)
                     await self._stack.enter_async_context(vault)
                     # Stopped before the vault worker is (the exit stack runs backwards).
-                    await self._stack.enter_async_context(TranscriptDrainer(
+                    self.drainer = TranscriptDrainer(
                         self.settings.database_url, self.settings.vault_task_queue,
                         MemoryActivities(self._memory, self.context.model),
-                        self._transcript_failed).running())
+                        self._transcript_failed)
+                    await self._stack.enter_async_context(self.drainer.running())
         except BaseException:
             await self._stack.aclose()
             raise
@@ -290,6 +292,8 @@ class KeelWorkers:
                 # The lock may be gone with the connection: stop writing the vault now,
                 # before a stand-by that took the lock starts writing it too.
                 log.error("vault lock connection lost (%s): stopping the vault worker", err)
+                if self.drainer is not None:
+                    await self.drainer.stop()
                 for worker in self.workers:
                     if worker.task_queue == self.settings.vault_task_queue:
                         await worker.shutdown()

@@ -85,14 +85,21 @@ class TranscriptDrainer:
         self.memory, self.report, self.sweep_s = memory, report, sweep_s
         self._wake = asyncio.Event()
         self.sweeps = 0  # drains done (a test waits for the first)
+        self._task: asyncio.Task[None] | None = None
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[TranscriptDrainer]:
-        """The drainer's loop for as long as the context is open."""
-        task = asyncio.create_task(self._run())
+        """The drainer's loop for as long as the context is open (or until `stop`)."""
+        self._task = asyncio.create_task(self._run())
         try:
             yield self
         finally:
+            await self.stop()
+
+    async def stop(self) -> None:
+        """Stop writing now (the vault's lock is lost: another worker may own it)."""
+        task, self._task = self._task, None
+        if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
