@@ -137,6 +137,10 @@ class Delegation:
         self.run.publish_summary()
         self.waiting = child.session_id
         await workflow.wait_condition(lambda: child.done is not None or state.ended)
+        if child.done == "timed out" and workflow.patched(ROUND_TRIP_PATCH):
+            # The timeout's input first: the result below says it is above, and the next
+            # model call (which writes the result) is to read it.
+            await workflow.wait_condition(lambda: not self.busy)
         self.waiting = None
         self.run.phase = SessionPhase.RUNNING
         if child.done is None:
