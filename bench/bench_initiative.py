@@ -16,7 +16,8 @@ c. A delegate round trip (`delegate`, wait=true, the child answers at once: the 
    call) against a plain turn (one model call), both `SessionHandle.ask`. Bar: the
    delegate median within 3x the plain median.
 
-Beside the times, figures that do not depend on load, from the server's histories: events
+Beside the times, this process's CPU (client, worker and fake API) per plain turn and per
+round trip, and figures that do not depend on load, from the server's histories: events
 and workflow tasks per delegate round trip (the parent's, and each child's whole run) and
 per plain turn; for each one-shot, when its timer fired (the server's TIMER_FIRED minus
 the wakeup's due) and the workflow tasks and activities from that timer to the turn's
@@ -239,9 +240,17 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 plain, team = [], []
                 before = [counts(await history(client, s.session_id))
                           for s in (plain_s, team_s)]
+                cpu = [0.0, 0.0]  # this process's (client, worker, fake API), per kind
                 for _ in range(args.turns):  # interleaved, so load hits both alike
-                    plain += await turns(plain_s, "a plain question", 1)
-                    team += await turns(team_s, "delegate this", 1)
+                    for i, (s, text, into) in enumerate(((plain_s, "a plain question", plain),
+                                                         (team_s, "delegate this", team))):
+                        start_cpu = time.process_time()
+                        into += await turns(s, text, 1)
+                        cpu[i] += time.process_time() - start_cpu
+                out["process_cpu_ms"] = {
+                    "plain_turn": ms(cpu[0] / args.turns),
+                    "delegate_round_trip": ms(cpu[1] / args.turns),
+                    "ratio": round(cpu[1] / cpu[0], 2) if cpu[0] else None}
                 out["histories"] = await round_trip_counts(client, team_s, before,
                                                            [plain_s, team_s], args.turns)
     finally:
@@ -281,6 +290,9 @@ def report(out: dict[str, Any]) -> None:
         f"{h['parent_events_per_round_trip']:g} / {h['parent_workflow_tasks_per_round_trip']:g},"
         f" child {h['child_events']:g} / {h['child_workflow_tasks']:g}); plain turn "
         f"{h['plain_events_per_turn']:g} / {h['plain_workflow_tasks_per_turn']:g}")
+    cpu = out["process_cpu_ms"]
+    say(f"   CPU of this process: {cpu['plain_turn']} ms a plain turn, "
+        f"{cpu['delegate_round_trip']} ms a round trip ({cpu['ratio']}x)")
     path = out["one_shot_fire_to_model_call"]
     say(f"   one-shot timer fired {out['one_shot_timer_late_ms']['median']} ms after its due "
         f"(median; p95 {out['one_shot_timer_late_ms']['p95']}); from the timer to the "
