@@ -12,9 +12,17 @@ a. One-shot wakeups: sessions each schedule a wakeup two seconds ahead (a workfl
 b. A recurring wakeup (`every_s=1`, a Temporal Schedule signalling the session): lateness
    is the row's `created_at` minus the schedule's fire time (in its input id).
 c. A delegate round trip (`delegate`, wait=true, the child answers at once: the parent's
-   model call, the child's start, its turn, its answer signalled back, the parent's next
-   model call) against a plain turn (one model call), both `SessionHandle.ask`. Bar: the
+   model call, the child's start, its turn, its answer back, the parent's next model
+   call) against a plain turn (one model call), both `SessionHandle.ask`. Bar: the
    delegate median within 3x the plain median.
+
+Beside the times, this process's CPU (client, worker and fake API) per plain turn and per
+round trip, and figures that do not depend on load, from the server's histories: events
+and workflow tasks per delegate round trip (the parent's, and each child's whole run) and
+per plain turn; for each one-shot, when its timer fired (the server's TIMER_FIRED minus
+the wakeup's due), when the session took the fire (the workflow task that handles it
+started), and the workflow tasks and activities from that timer to the turn's model call.
+The bar is on the Task row (a), which the first activity after the fire writes.
 
 The machine is shared with other work while it runs (the JSON says so); figures go to
 stdout and bench/results/initiative.json (initiative-quick.json for --quick).
@@ -37,6 +45,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
+from temporalio.api.enums.v1 import EventType  # noqa: E402
+from temporalio.api.history.v1 import HistoryEvent  # noqa: E402
+from temporalio.client import Client  # noqa: E402
 
 from bench.bench_runtime import bench_stack, finish, machine, ms  # noqa: E402
 from bench.common import cancel_on_sigterm, percentile, table  # noqa: E402
@@ -87,7 +98,49 @@ def task_rows(database_url: str, session_id: str) -> list[tuple[str, datetime]]:
             (session_id,)).fetchall()
 
 
-async def one_shot(session: SessionHandle, database_url: str, rounds: int) -> list[float]:
+_WT_DONE = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+
+
+async def history(client: Client, workflow_id: str) -> list[HistoryEvent]:
+    return list((await client.get_workflow_handle(workflow_id).fetch_history()).events)
+
+
+def counts(events: list[HistoryEvent]) -> tuple[int, int]:
+    """Events, and workflow tasks (completed), in `events`."""
+    return len(events), sum(1 for e in events if e.event_type == _WT_DONE)
+
+
+def fire_paths(events: list[HistoryEvent], dues: list[datetime]) -> list[dict[str, float]]:
+    """For each timer that fired: how late the server fired it (against the nearest due
+    before it), and the workflow tasks and activities from it to the next model call."""
+    out = []
+    for i, e in enumerate(events):
+        if e.event_type != EventType.EVENT_TYPE_TIMER_FIRED:
+            continue
+        fired = e.event_time.ToDatetime().replace(tzinfo=dues[0].tzinfo) if dues else None
+        due = max((d for d in dues if fired and d <= fired), default=None)
+        tasks = activities = 0
+        taken = next((later.event_time.ToDatetime().replace(tzinfo=dues[0].tzinfo)
+                      for later in events[i + 1:]
+                      if later.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED),
+                     None)
+        for later in events[i + 1:]:
+            if later.event_type == _WT_DONE:
+                tasks += 1
+            if later.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                if later.activity_task_scheduled_event_attributes.activity_type.name \
+                        == "call_model":
+                    break
+                activities += 1
+        if fired and due and (fired - due).total_seconds() < 2:
+            out.append({"timer_late_ms": ms((fired - due).total_seconds()),
+                        "taken_late_ms": ms(((taken or fired) - due).total_seconds()),
+                        "workflow_tasks": tasks, "activities": activities})
+    return out
+
+
+async def one_shot(session: SessionHandle, database_url: str, rounds: int,
+                   dues: list[datetime]) -> list[float]:
     """Lateness of `rounds` one-shot wakeups in one session, one after another."""
     out: list[float] = []
     for _ in range(rounds):
@@ -95,6 +148,7 @@ async def one_shot(session: SessionHandle, database_url: str, rounds: int) -> li
         await session.ask("wake me in two seconds")
         due = max((w.due for w in await session.wakeups() if w.due), default=None)
         assert due is not None
+        dues.append(due)
         for _ in range(200):
             rows = task_rows(database_url, session.session_id)
             if len(rows) > before:
@@ -129,6 +183,26 @@ async def turns(session: SessionHandle, text: str, n: int) -> list[float]:
     return out
 
 
+async def round_trip_counts(client: Client, team: SessionHandle,
+                            before: list[tuple[int, int]], sessions: list[SessionHandle],
+                            turns: int) -> dict[str, float]:
+    """Events and workflow tasks per plain turn and per delegate round trip (the parent's
+    share, and each child's whole run, over the measured turns)."""
+    after = [counts(await history(client, s.session_id)) for s in sessions]
+    children = [c.session_id for c in (await team.status()).children][-turns:]
+    child = [counts(await history(client, c)) for c in children]
+    per = [[(a[k] - b[k]) / turns for k in (0, 1)] for a, b in zip(after, before,
+                                                                    strict=True)]
+    child_events = sum(c[0] for c in child) / len(child)
+    child_tasks = sum(c[1] for c in child) / len(child)
+    return {"plain_events_per_turn": per[0][0], "plain_workflow_tasks_per_turn": per[0][1],
+            "parent_events_per_round_trip": per[1][0],
+            "parent_workflow_tasks_per_round_trip": per[1][1],
+            "child_events": child_events, "child_workflow_tasks": child_tasks,
+            "round_trip_events": per[1][0] + child_events,
+            "round_trip_workflow_tasks": per[1][1] + child_tasks}
+
+
 def stats(values: list[float]) -> dict[str, float]:
     return {"median": ms(percentile(values, 50)), "p95": ms(percentile(values, 95)),
             "max": ms(max(values)) if values else float("nan"), "n": len(values)}
@@ -156,9 +230,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     return await keel.start_session(f"{name}-{uuid.uuid4().hex[:6]}",
                                                     config=config)
                 say("stack up; one-shot wakeups...")
-                shots = await asyncio.gather(*[one_shot(await start("wake"), url, args.rounds)
-                                               for _ in range(args.sessions)])
+                wakers = [await start("wake") for _ in range(args.sessions)]
+                dues: list[list[datetime]] = [[] for _ in wakers]
+                shots = await asyncio.gather(*[one_shot(w, url, args.rounds, d)
+                                               for w, d in zip(wakers, dues, strict=True)])
                 late = [x for s in shots for x in s]
+                paths = [p for w, d in zip(wakers, dues, strict=True)
+                         for p in fire_paths(await history(client, w.session_id), d)]
                 say("a recurring wakeup...")
                 ticks = await recurring(await start("tick"), url)
                 say("plain turns and delegate round trips...")
@@ -166,12 +244,29 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 await turns(plain_s, "warm up", 2)
                 await turns(team_s, "delegate: warm up", 1)
                 plain, team = [], []
+                before = [counts(await history(client, s.session_id))
+                          for s in (plain_s, team_s)]
+                cpu = [0.0, 0.0]  # this process's (client, worker, fake API), per kind
                 for _ in range(args.turns):  # interleaved, so load hits both alike
-                    plain += await turns(plain_s, "a plain question", 1)
-                    team += await turns(team_s, "delegate this", 1)
+                    for i, (s, text, into) in enumerate(((plain_s, "a plain question", plain),
+                                                         (team_s, "delegate this", team))):
+                        start_cpu = time.process_time()
+                        into += await turns(s, text, 1)
+                        cpu[i] += time.process_time() - start_cpu
+                out["process_cpu_ms"] = {
+                    "plain_turn": ms(cpu[0] / args.turns),
+                    "delegate_round_trip": ms(cpu[1] / args.turns),
+                    "ratio": round(cpu[1] / cpu[0], 2) if cpu[0] else None}
+                out["histories"] = await round_trip_counts(client, team_s, before,
+                                                           [plain_s, team_s], args.turns)
     finally:
         fake.stop()
     out["one_shot_lateness_ms"] = stats(late)
+    out["one_shot_timer_late_ms"] = stats([p["timer_late_ms"] / 1000 for p in paths])
+    out["one_shot_taken_late_ms"] = stats([p["taken_late_ms"] / 1000 for p in paths])
+    out["one_shot_fire_to_model_call"] = {
+        "workflow_tasks": sorted({p["workflow_tasks"] for p in paths}),
+        "activities": sorted({p["activities"] for p in paths})}
     out["one_shot_bar_p95_within_1s"] = percentile(late, 95) <= 1.0
     out["recurring_lateness_ms"] = stats(ticks)
     out["plain_turn_ms"] = stats(plain)
@@ -196,6 +291,22 @@ def report(out: dict[str, Any]) -> None:
     say(f"   one-shot p95 within 1 s: {out['one_shot_bar_p95_within_1s']}; delegate / "
         f"plain = {out['delegate_over_plain_median']}x (bar 3x: "
         f"{out['delegate_bar_within_3x']})")
+    h = out["histories"]
+    say(f"   per delegate round trip: {h['round_trip_events']:g} events, "
+        f"{h['round_trip_workflow_tasks']:g} workflow tasks (parent "
+        f"{h['parent_events_per_round_trip']:g} / {h['parent_workflow_tasks_per_round_trip']:g},"
+        f" child {h['child_events']:g} / {h['child_workflow_tasks']:g}); plain turn "
+        f"{h['plain_events_per_turn']:g} / {h['plain_workflow_tasks_per_turn']:g}")
+    cpu = out["process_cpu_ms"]
+    say(f"   CPU of this process: {cpu['plain_turn']} ms a plain turn, "
+        f"{cpu['delegate_round_trip']} ms a round trip ({cpu['ratio']}x)")
+    path = out["one_shot_fire_to_model_call"]
+    say(f"   one-shot timer fired {out['one_shot_timer_late_ms']['median']} ms after its due "
+        f"(median; p95 {out['one_shot_timer_late_ms']['p95']}), taken by the session "
+        f"{out['one_shot_taken_late_ms']['median']} / {out['one_shot_taken_late_ms']['p95']} "
+        "ms after; from the timer to the "
+        f"model call: {path['workflow_tasks']} workflow tasks, {path['activities']} "
+        "activities")
     say(f"   note: {out['load']}")
 
 

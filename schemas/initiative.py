@@ -123,6 +123,10 @@ class DelegatedTask(BaseModel):
     agent: str
     task: str
     depth: int = 1
+    # How the child answers: by signal (any parent, one that continued as new too), or in
+    # its run's result, which a parent whose call waits for it hears from the child
+    # workflow's completion (no signal, no workflow task more on either side).
+    answer_in_result: bool = False
 
 
 class ChildRun(BaseModel):

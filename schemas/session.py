@@ -367,6 +367,9 @@ class SessionStatus(BaseModel):
     wakeups: list[Wakeup] = Field(default_factory=list)
     children: list[ChildRun] = Field(default_factory=list)
     parent_session: str | None = None
+    # A child's run's result only: its answer, when its parent hears it so
+    # (`DelegatedTask.answer_in_result`).
+    answer: AgentRunInput | None = None
 
 
 class CancelWakeup(BaseModel):

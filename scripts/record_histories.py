@@ -25,7 +25,11 @@ handler a running session meets:
   wakeup that fires, a recurring one that fires and expires, one a client cancels, a
   delegate call that waits for its child's answer, one that goes on, one whose child
   outlives its timeout, and the end dropping a wakeup and ending a child still working;
-  with the histories of three children (answered, timed out, ended with its parent).
+  with the histories of three children (answered, timed out, ended with its parent);
+- `history-initiative-fast` (and its three children): the same, recorded under the
+  patches `delegate-round-trip` (a waiting call hears its child's answer from the child's
+  completion; a delegate call's result is written by the next model call) and
+  `wakeup-fold` (a wakeup firing while idle is recorded by its turn's model call).
 
 Re-record only on purpose: a change that breaks replay of the committed histories would
 break every running session.
@@ -126,6 +130,7 @@ async def budget_scenario(keel: KeelClient, fake: FakeAnthropic,
 
 
 INITIATIVE_SCENARIO = "history-initiative"
+INITIATIVE_SCENARIOS = (INITIATIVE_SCENARIO, "history-initiative-fast")
 INITIATIVE_AGENT = AgentSpec(
     instructions="You keep track of CI and hand research to a sub-agent.",
     wakeups=WakeupLimits(min_interval_s=1, max_active=5, expiry_s=3600),
@@ -296,9 +301,9 @@ async def main() -> None:
         os.environ["REFUND_LOG"] = str(Path(tmp) / "refunds.jsonl")  # the service's own log
         settings = KeelSettings(data_dir=Path(tmp), task_queue="keel-record")
         session_id = sys.argv[1] if len(sys.argv) > 1 else "history-queue-checkpoints"
-        fake = (FakeAnthropic(initiative_model) if session_id == INITIATIVE_SCENARIO
+        fake = (FakeAnthropic(initiative_model) if session_id in INITIATIVE_SCENARIOS
                 else FakeAnthropic()).start()
-        if session_id in (BUDGET_SCENARIO, INITIATIVE_SCENARIO):  # a fake API on loopback
+        if session_id in (BUDGET_SCENARIO, *INITIATIVE_SCENARIOS):  # a fake API on loopback
             settings = settings.model_copy(update={"model": ModelSettings(
                 base_url=fake.base_url, api_key="recorder", request_timeout_s=30)})
         async with running_stack(settings) as stack:
@@ -312,8 +317,8 @@ async def main() -> None:
                 else:
                     scenario = {AGENT_SCENARIO: agent_scenario, CARRY_SCENARIO: carry_scenario,
                                 BRANCH_SCENARIO: branch_scenario,
-                                INITIATIVE_SCENARIO: initiative_scenario}.get(
-                                    session_id, queue_scenario)
+                                **dict.fromkeys(INITIATIVE_SCENARIOS, initiative_scenario),
+                                }.get(session_id, queue_scenario)
                     session = await scenario(keel, settings, session_id)
                 status = await session.status()
                 print(f"{session_id}: {status.checkpoint_count} checkpoints, "

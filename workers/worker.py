@@ -63,6 +63,7 @@ from activities.workspace import open_store
 from schemas.config import KeelSettings
 from schemas.session import Handler, TranscriptFailed
 from schemas.tokens import count_tokens
+from workers.bytecode import precompile_workflow_modules
 from workers.entry_guard import EntryGuard
 from workers.payload_refs import worker_client
 from workflows.branch import ForkWorkflow
@@ -180,6 +181,8 @@ class KeelWorkers:
         common: dict[str, Any] = {"interceptors": list(interceptors),
                                   "activity_executor": activity_executor}
         if role in (Role.SESSIONS, Role.BOTH):
+            # Every new session (a child's too) imports these afresh: compile them once.
+            precompile_workflow_modules([SessionWorkflow, ForkWorkflow, WakeupFireWorkflow])
             self.workers.append(Worker(
                 client, task_queue=settings.task_queue,
                 workflows=[SessionWorkflow, ForkWorkflow, WakeupFireWorkflow],

@@ -8,12 +8,16 @@ Invariants:
   starts it, and a start that finds it running takes it as started.
 - The child gets the task as its first input, an agent-run input whose source line Keel
   writes from the parent's call (`begin`); after the turn that answers it (or a failure),
-  it signals its answer to the parent as an agent-run input (`Handler.AGENT_RUN`, whose
-  source line the parent's handler writes) and ends itself.
+  it answers its parent and ends itself: a parent whose call waits hears the answer from
+  the child workflow's completion (the answer is the run's result,
+  `DelegatedTask.answer_in_result`; a child that ends without one is a failure), any other
+  by a signal, an agent-run input (`Handler.AGENT_RUN`); either way the parent writes its
+  source line.
 - The parent waits or goes on, as the call asked: a waiting call pauses the turn
-  (`AWAITING_CHILD`) until the answer comes; the answer is then folded into the turn's
-  next model call, which records it before it reads the window (`take`, as an asked
-  message's first call records it), so the wait costs no record activity of its own.
+  (`AWAITING_CHILD`) until the answer comes; the answer and the call's result are then
+  folded into the turn's next model call, which records them before it reads the window
+  (`take`; workflows.tools `fold_result`), as an asked message's first call records it:
+  from the answer's signal to the next model call is one workflow task.
   A child that outlives its timeout is ended, and its parent gets an agent-run input saying
   so; ending the parent ends its children (`Handler.PARENT_ENDED`), and a child so ended
   asks the model no more (its turn ends after the call in flight, workflows.turn).
@@ -27,10 +31,11 @@ import asyncio
 import json
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -50,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         Handler,
         SessionInput,
         SessionPhase,
+        SessionStatus,
         TurnOutcome,
     )
     from schemas.text import make_storable
@@ -57,9 +63,13 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run import SessionRun
     from workflows.wakeups import ToolFn
 
-__all__ = ["Delegation"]
+__all__ = ["ROUND_TRIP_PATCH", "Delegation"]
 
 ANSWER_CHARS = 50_000  # of a child's answer sent back; the child's record has it whole
+# A shorter round trip (histories from before it replay as they were): the delegate call's
+# result is written by the turn's next model call with the answer (workflows.tools), and
+# the start of a waiting call is published once.
+ROUND_TRIP_PATCH = "delegate-round-trip"
 
 
 class Delegation:
@@ -73,7 +83,9 @@ class Delegation:
         self.changes = 0
         self.busy = False  # a timeout is being recorded: continue-as-new waits for it
         self.waiting: str | None = None  # the child a delegate call waits for now
+        self.answer: AgentRunInput | None = None  # a child's, for its run's result
         self._task: asyncio.Task[None] | None = None
+        self._results: list[asyncio.Task[None]] = []  # children answering in their result
 
     def tools(self) -> dict[str, ToolFn]:
         return {"delegate": self.delegate}
@@ -125,6 +137,10 @@ class Delegation:
         self.run.publish_summary()
         self.waiting = child.session_id
         await workflow.wait_condition(lambda: child.done is not None or state.ended)
+        if child.done == "timed out" and workflow.patched(ROUND_TRIP_PATCH):
+            # The timeout's input first: the result below says it is above, and the next
+            # model call (which writes the result) is to read it.
+            await workflow.wait_condition(lambda: not self.busy)
         self.waiting = None
         self.run.phase = SessionPhase.RUNNING
         if child.done is None:
@@ -150,23 +166,62 @@ class Delegation:
                          wait=call.input.get("wait", True) is not False)
         state.children.append(child)
         self.changes += 1
+        # A waiting call hears the answer from the child's completion (this run waits for
+        # it: no continue-as-new comes between); one that goes on, by signal.
+        by_result = child.wait and workflow.patched(ROUND_TRIP_PATCH)
         config = state.config.with_agent(child_spec(spec, agent, depth, state.budget.spent)
                                          ).model_copy(update={
             "memory_scope": scope,
             "delegated": DelegatedTask(parent_session=state.session_id, call_id=call.id,
                                        agent=agent.name, task=call.input["task"],
-                                       depth=depth)})
+                                       depth=depth, answer_in_result=by_result)})
         try:
-            await workflow.start_child_workflow(
+            handle = await workflow.start_child_workflow(
                 SESSION_WORKFLOW, SessionInput(session_id=child_id, config=config),
                 id=child_id, task_queue=workflow.info().task_queue,
-                parent_close_policy=ParentClosePolicy.ABANDON)
+                parent_close_policy=ParentClosePolicy.ABANDON, result_type=SessionStatus)
         except Exception as err:  # already started (a retry): it is the one
             workflow.logger.warning("child %s not started anew: %s", child_id, err)
+        else:
+            if by_result:
+                self._results.append(asyncio.create_task(self._result_of(child, handle)))
         self.run.events.emit(ChildStarted, turn=state.turn, child_session=child_id,
                              agent=agent.name, tool_use_id=call.id)
-        self.run.publish_summary()
+        if not child.wait or not workflow.patched(ROUND_TRIP_PATCH):
+            self.run.publish_summary()  # a waiting call publishes its phase at once
         return child
+
+    async def _result_of(self, child: ChildRun, handle: Any) -> None:
+        """A child answering in its run's result: heard as its signal would be (`take`),
+        and a child that ended without an answer (failed, terminated) as a failure."""
+        lost = (f"Sub-agent {child.agent} (session {child.session_id}) ended without an "
+                "answer")
+        try:
+            status: SessionStatus = await handle
+            data = status.answer or AgentRunInput(
+                run_id=child.call_id, from_session=child.session_id, text=lost + ".",
+                outcome="failed", input_id=f"delegate-answer-{child.session_id}")
+        except ChildWorkflowError as err:
+            data = AgentRunInput(
+                run_id=child.call_id, from_session=child.session_id,
+                text=f"{lost}: {err.cause or err}", outcome="failed",
+                input_id=f"delegate-answer-{child.session_id}")
+        if child.done is not None or self.run.state.stopped_reason:
+            return  # timed out or ended: said already
+        if self._take(child, data):
+            return
+        self._answered(child, data)  # the call stopped waiting: recorded the ordinary way
+        self.busy = True
+        try:
+            await self.inbox.record_input(
+                HarnessKind.AGENT_RUN.value, MessageType.HARNESS, make_storable(data.text)[0],
+                agent_run_source_line(data.run_id, data.from_session),
+                make_storable(data.input_id or f"agent-run-{child.session_id}")[0],
+                patient=True, lost=f"The answer of sub-agent {child.agent}")
+        except ApplicationError as err:
+            workflow.logger.error("child answer not recorded: %s", err)
+        finally:
+            self.busy = False
 
     def _child_of(self, args: Sequence[RawValue]) -> tuple[ChildRun, AgentRunInput] | None:
         """The working child an agent-run signal comes from, and what it says."""
@@ -186,9 +241,11 @@ class Delegation:
         call (which records it, as an asked message's first call does), so the wait ends
         without a record activity of its own. False: record it the ordinary way."""
         found = self._child_of(args)
-        if found is None or found[0].session_id != self.waiting:
+        return found is not None and self._take(*found)
+
+    def _take(self, child: ChildRun, data: AgentRunInput) -> bool:
+        if child.session_id != self.waiting:
             return False
-        child, data = found
         self.inbox.fold_background(
             HarnessKind.AGENT_RUN.value, make_storable(data.text)[0],
             agent_run_source_line(data.run_id, data.from_session),
@@ -317,6 +374,10 @@ class Delegation:
                                text=text[:ANSWER_CHARS], outcome=outcome,
                                input_id=f"delegate-answer-{state.session_id}",
                                spent=state.budget.spent)
+        if task.answer_in_result:  # the run's result: its parent hears the completion
+            self.answer = answer
+            self.end(f"its task is done ({outcome}); the answer is its result")
+            return
         try:
             await workflow.get_external_workflow_handle(task.parent_session).signal(
                 Handler.AGENT_RUN, answer)

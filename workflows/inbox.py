@@ -237,6 +237,12 @@ class Inbox:
                              source_line=source_line)
         return seq
 
+    def fold_row(self, record: RecordInput) -> None:
+        """A row Keel writes itself that asks for no turn (a delegate call's result, from
+        workflows.tools) folded into the turn's next model call, at its own seq."""
+        self.unrecorded[record.seq] = record
+        self.run.state.settle_seq(record.seq)
+
     def folded(self) -> list[RecordInput]:
         """The messages waiting for their turn's model call, in seq order."""
         return [self.unrecorded[s] for s in sorted(self.unrecorded)]
@@ -254,7 +260,9 @@ class Inbox:
                         within_s or self.run.state.config.record_timeout_s))
             except ActivityError as err:
                 self._drop_pending(seq)
-                self.lost[seq] = str(self.not_recorded(seq, self.lost_user(), err))
+                lost = ("A tool call's result" if record.type == MessageType.TOOL_RESULT
+                        else self.lost_user())
+                self.lost[seq] = str(self.not_recorded(seq, lost, err))
                 continue
             self.recorded(record, inserted)
 

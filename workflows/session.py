@@ -152,6 +152,7 @@ class SessionWorkflow:
         self.session = SessionRun(state, SessionEvents(input.session_id, input.events))
         self.inbox = Inbox(self.session)
         self.tools = ToolRunner(self.session, self.inbox.fence)
+        self.tools.fold_row = self.inbox.fold_row
         self.turns = Turns(self.session, self.inbox, self.tools, TurnObserver(state), outcomes)
         self.rewinder = Rewinder(self.session)
         # The agent's own initiative: its tools run here, its signals come to these.
@@ -593,6 +594,8 @@ class SessionWorkflow:
         run.events.emit(SessionEnded, turn=state.turn, reason=state.stopped_reason)
         run.events.detach()
         await workflow.wait_condition(self._all_finished)
+        if self.delegation.answer is not None:  # a child whose parent hears its result
+            return self.status().model_copy(update={"answer": self.delegation.answer})
         return self.status()
 
     async def _run_turn(self) -> None:

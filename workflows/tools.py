@@ -88,7 +88,8 @@ with workflow.unsafe.imports_passed_through():
     from schemas.interrupt import NOT_RUN_TEXT
     from schemas.messages import MessageType, ModelReply, ToolCall
     from schemas.session import SessionPhase
-    from schemas.text import TEMPORAL_BLOB_LIMIT_BYTES
+    from schemas.text import TEMPORAL_BLOB_LIMIT_BYTES, make_storable
+    from workflows.delegation import ROUND_TRIP_PATCH
     from workflows.options import (
         FILE_CALL,
         RECORD_NOTICE,
@@ -185,6 +186,8 @@ class ToolRunner:
         self.stopping: Callable[[], bool] = lambda: False
         self._waiting: _Waiting | None = None  # the call whose wait a checkpoint paused
         self.initiative: dict[str, InitiativeTool] = {}  # name -> its handler
+        # Queues a row for the turn's next model call to record (workflows.inbox `fold_row`).
+        self.fold_row: Callable[[RecordInput], None] | None = None
 
     # ----- MCP tool lists ---------------------------------------------------------------
 
@@ -381,7 +384,8 @@ class ToolRunner:
         state = self.run.state
         if where.kind is ToolKind.BUILTIN and call.name in INITIATIVE_TOOL_NAMES:
             text, is_error = await self.initiative[call.name](call)
-            await self._result(call, text, is_error=is_error)
+            if not self._fold_result(reply, call, text, is_error):
+                await self._result(call, text, is_error=is_error)
         elif where.kind is ToolKind.BUILTIN:
             await self._builtin(reply, call)
         elif where.kind is ToolKind.SERVICE:
@@ -453,6 +457,32 @@ class ToolRunner:
             await self.fence(seq, f"The tool call {call.name} failed: {_cause(err)}")
             return
         state.settle_seq(seq)
+
+    def _fold_result(self, reply: ModelReply, call: ToolCall, text: str,
+                     is_error: bool) -> bool:
+        """A delegate call's result (a short line of Keel's) written by the turn's next
+        model call, with the child's answer folded beside it (workflows.delegation), not by
+        an activity and a workflow task of its own. Only for the reply's last call, while
+        the session goes on (the next thing that reads the record is that model call; a
+        checkpoint, continue-as-new or the end records it first, the ordinary way).
+        False: record it the ordinary way."""
+        state = self.run.state
+        if (call.name != "delegate" or self.fold_row is None or state.stopped_reason
+                or state.ended or call.id != reply.tool_calls[-1].id
+                or len(text) > DEFAULT_OUTPUT_CAP_CHARS
+                or not workflow.patched(ROUND_TRIP_PATCH)):
+            return False
+        seq = state.allocate_seq()
+        self.fold_row(RecordInput(
+            session_id=state.session_id, seq=seq, input_id=f"result-{call.id}",
+            type=MessageType.TOOL_RESULT, text=make_storable(text)[0], turn=state.turn,
+            content={"tool_use_id": call.id, "is_error": is_error, "tool": call.name,
+                     "cut": False}, user_name=state.config.user_name))
+        self.run.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id,
+                             name=call.name, output=text, is_error=is_error)
+        if is_error:
+            self.run.last_error = f"tool {call.name}: {text[:300]}"
+        return True
 
     async def _harness(self, text: str, input_id: str) -> None:
         """A line the model (and a checkpoint's turn) reads, in Keel's own voice: a harness

@@ -62,7 +62,7 @@ with workflow.unsafe.imports_passed_through():
         TurnEnded,
         TurnStarted,
     )
-    from schemas.messages import ModelReply
+    from schemas.messages import MessageType, ModelReply
     from schemas.session import SessionPhase, TurnInProgress, TurnOutcome
     from schemas.vault.recall import RecallInput
     from schemas.vault.recall_rules import wants_recall
@@ -399,7 +399,8 @@ class Turns:
         for record, inserted in zip(call.records, result.recorded, strict=True):
             del self.inbox.unrecorded[record.seq]
             self.inbox.recorded(record, inserted)
-        if call.records and not any(p.seq <= upto for p in state.pending):
+        if any(r.type != MessageType.TOOL_RESULT for r in call.records) \
+                and not any(p.seq <= upto for p in state.pending):
             return CallEnd(None, None, upto)  # a caller's retry of an input recorded before
         call.records = []
         if call.recall is not None:

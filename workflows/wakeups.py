@@ -12,6 +12,9 @@ Invariants:
 - A one-shot leaves the state as it fires, before anything is awaited: a replay after a
   crash or a new run after continue-as-new never fires it twice. A fire that is being
   recorded holds continue-as-new (`firing`), and no fire starts once it has begun.
+- A wakeup that fires while the session is idle starts its turn at once: the turn's first
+  model call records it (workflows.inbox `fold_background`), as an asked message's, so from
+  the timer (or the schedule's signal) to the model call is one workflow task.
 - A wakeup due mid-turn or mid-checkpoint is recorded and waits its turn like any Task; one
   whose session has ended is dropped: the end deletes every schedule and a notice lists
   what was dropped, and a fire reaching a closed session ends with "dropped" as its result.
@@ -54,7 +57,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run import SessionRun
     from workflows.scheduled import scheduled_time
 
-__all__ = ["ToolFn", "WakeupFireWorkflow", "Wakeups"]
+__all__ = ["FOLD_PATCH", "ToolFn", "WakeupFireWorkflow", "Wakeups"]
+
+# A fire while the session is idle is folded into its turn's first model call (histories
+# from before it replay as they were: recorded by an activity of its own).
+FOLD_PATCH = "wakeup-fold"
 
 ToolFn = Callable[[ToolCall], Awaitable[tuple[str, bool]]]
 
@@ -185,13 +192,22 @@ class Wakeups:
                                      f"{wakeup.fired} times: {wakeup.note}")
 
     async def _fire(self, wakeup: Wakeup, input_id: str) -> None:
-        """Record the wakeup as a Task input (it waits its turn like any)."""
+        """Record the wakeup as a Task input (it waits its turn like any). While the
+        session is idle it starts its turn at once: the turn's first model call records it
+        (as an asked message's), no record activity and workflow task before it."""
+        source_line = make_storable(wakeup_source_line(wakeup.id, wakeup.note))[0]
+        when = "recurring" if wakeup.recurring else "one-shot"
+        text = make_storable(f"Your {when} wakeup {wakeup.id} fired (fire "
+                             f"{wakeup.fired}). Your note: {wakeup.note}")[0]
+        if self.inbox.can_fold() and workflow.patched(FOLD_PATCH):
+            seq = self.inbox.fold_background(HarnessKind.TASK.value, text, source_line,
+                                             input_id)
+            self.run.events.emit(WakeupFired, turn=self.run.state.turn + 1,
+                                 wakeup_id=wakeup.id, seq=seq)
+            self.run.publish_summary()
+            return
         self.firing = True
         try:
-            source_line = make_storable(wakeup_source_line(wakeup.id, wakeup.note))[0]
-            when = "recurring" if wakeup.recurring else "one-shot"
-            text = make_storable(f"Your {when} wakeup {wakeup.id} fired (fire "
-                                 f"{wakeup.fired}). Your note: {wakeup.note}")[0]
             accepted = await self.inbox.record_input(
                 HarnessKind.TASK.value, MessageType.HARNESS, text, source_line, input_id,
                 patient=True, lost=f"A wakeup ({source_line})")

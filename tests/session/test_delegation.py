@@ -310,3 +310,78 @@ async def test_a_child_spends_a_share_of_its_parents_budget_and_reports_it(
     # The parent's own two calls wrote 5 tokens each: the rest is the child's report.
     assert parent_status.spent.output_tokens >= spent.output_tokens + 10
     assert parent_status.spent.usd > spent.usd
+
+
+def _kinds(events: Any) -> list[str]:
+    from temporalio.api.enums.v1 import EventType
+
+    out = []
+    for e in events:
+        name = EventType.Name(e.event_type).removeprefix("EVENT_TYPE_")
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            name += ":" + e.activity_task_scheduled_event_attributes.activity_type.name
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            name += ":" + e.workflow_execution_signaled_event_attributes.signal_name
+        out.append(name)
+    return out
+
+
+async def test_a_waiting_round_trip_is_one_task_from_the_answer_to_the_next_call(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    """The child answers in its run's result (no signal either way), and the call's result
+    is written by the parent's next model call, in order after the answer."""
+    fake_anthropic.responder = team(lambda body: text_message("the answer is 42"))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session("team-fast", agent=spec())
+        outcome = await asyncio.wait_for(parent.ask("find the answer"), 60)
+        assert "42" in outcome.reply_text
+        [child] = (await parent.status()).children
+        assert child.done == "answered"
+        events = _kinds((await parent.handle.fetch_history()).events)
+        child_events = _kinds((await temporal_env.client.get_workflow_handle(
+            child.session_id).fetch_history()).events)
+        await parent.end()
+    assert "ACTIVITY_TASK_SCHEDULED:record_tool_result" not in events
+    assert "WORKFLOW_EXECUTION_SIGNALED:agent_run" not in events
+    assert "SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED" not in child_events
+    # From the child's completion to the parent's next model call: one workflow task.
+    done = events.index("CHILD_WORKFLOW_EXECUTION_COMPLETED")
+    after = events[done:events.index("ACTIVITY_TASK_SCHEDULED:call_model", done)]
+    assert after.count("WORKFLOW_TASK_COMPLETED") == 1, after
+    assert events.count("ACTIVITY_TASK_SCHEDULED:call_model") == 2
+    kinds = [(r[0], (r[1] or "")[:24]) for r in rows(database_url, "team-fast")
+             if r[0] != "notice"]  # the end's
+    assert kinds[-3:] == [("harness", "[Harness: agent run tool"), ("tool_result", ""),
+                          ("assistant", "")]
+    # The model read the answer and the call's result, in that order.
+    last = fake_anthropic.requests[-1]["messages"][-1]["content"]
+    assert [b["type"] for b in last] == ["tool_result", "text"]
+    assert "the answer is 42" in last[1]["text"] and "answered" in last[0]["content"]
+
+
+async def test_a_child_that_ends_without_an_answer_is_a_failure_at_once(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    """A child terminated while its parent waits: the parent hears it ended without an
+    answer at once, not at the child's timeout."""
+    fake_anthropic.responder = team(lambda body: tool_use_message(
+        [("write_file", {"path": "x.md", "content": "x"})]))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session("team-gone", agent=spec(600, child_asks=True))
+        accepted = await parent.send("find the answer")
+        for _ in range(100):
+            status = await parent.status()
+            if status.phase == SessionPhase.AWAITING_CHILD:
+                break
+            await asyncio.sleep(0.2)
+        [child] = status.children
+        await temporal_env.client.get_workflow_handle(child.session_id).terminate("gone")
+        outcome = await asyncio.wait_for(parent.wait_reply(accepted.seq), 30)
+        assert "failed" in outcome.reply_text
+        [child] = (await parent.status()).children
+        assert child.done == "failed"
+        await parent.end()
+    answer = [r for r in rows(database_url, "team-gone")
+              if (r[1] or "").startswith("[Harness: agent run ")]
+    assert len(answer) == 1 and "ended without an answer" in answer[0][2]

@@ -11,11 +11,16 @@ import time
 from typing import Any
 
 import psycopg
+from temporalio.api.enums.v1 import EventType
 
 from schemas.agent import AgentSpec
 from schemas.initiative import WakeupLimits
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
+
+TIMER_FIRED = EventType.EVENT_TYPE_TIMER_FIRED
+ACTIVITY_SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
 
 FAST = AgentSpec(instructions="You keep track of CI.",
                  wakeups=WakeupLimits(min_interval_s=1, max_active=3, expiry_s=3600))
@@ -87,7 +92,18 @@ async def test_one_shot_fires_as_task_never_as_user(temporal_env, database_url,
                   for b in m["content"]
                   if b.get("type") == "text" and note in b["text"]]
         assert blocks and all(b.startswith('[Harness: Task wakeup w1 "') for b in blocks)
+        # Fired while idle: the turn's model call recorded it, one workflow task after the
+        # timer (no record activity and task of its own).
+        events = list((await session.handle.fetch_history()).events)
         await session.end()
+    fired_at = next(i for i, e in enumerate(events) if e.event_type == TIMER_FIRED)
+    after = []
+    for e in events[fired_at:]:
+        if e.event_type == ACTIVITY_SCHEDULED:
+            after.append(e.activity_task_scheduled_event_attributes.activity_type.name)
+            break
+        after.append(e.event_type)
+    assert after.count(TASK_COMPLETED) == 1 and after[-1] == "call_model", after
     users = [r for r in rows(database_url, "wake-once") if r[0] == "user"]
     assert len(users) == 1 and users[0][2] == "check CI again shortly"
 
