@@ -41,6 +41,13 @@ LINE_KINDS = ("row", "checkpoint", "rewind", "file")
 # branch (an ApplicationError's; `keel.client` maps it to BranchRefusedError).
 FORK_WORKFLOW = "ForkSession"
 BRANCH_REFUSED = "BranchRefused"
+# Who decided a call a rewind cancelled (its `ApprovalDecision.by`): its result is the note.
+REWIND_DECIDER = "rewind"
+
+
+def rewind_cancelled_text(to_seq: int) -> str:
+    """The result of a call that waited on a person when the session was rewound."""
+    return f"cancelled: the session was rewound to #{to_seq}"
 
 
 class BranchError(ValueError):
@@ -95,6 +102,10 @@ class RewindInput(BaseModel):
     to_seq: int
     upto_seq: int  # the newest seq the session had given out: later inputs stay live
     rewind_id: str
+    # Inputs given seqs before `upto_seq` that stay live (they came while a rewind waited
+    # for the turn it cancelled to end); and a rewind's check alone, which marks nothing.
+    keep_seqs: list[int] = Field(default_factory=list)
+    check_only: bool = False
 
 
 class RewindDone(BaseModel):

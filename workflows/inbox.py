@@ -268,6 +268,14 @@ class Inbox:
         else:
             self.run.state.context_tokens += inserted.token_count
 
+    def input_seqs(self) -> list[int]:
+        """The seqs of inputs no turn has taken yet: waiting, folded, or being recorded
+        (given out, not settled: between turns only inputs are)."""
+        state = self.run.state
+        unsettled = set(range(state.recorded_upto + 1, state.next_seq)) - set(
+            state.recorded_seqs)
+        return sorted({p.seq for p in state.pending} | set(self.unrecorded) | unsettled)
+
     def _drop_pending(self, seq: int) -> None:
         state = self.run.state
         state.pending = [p for p in state.pending if p.seq != seq]

@@ -153,9 +153,10 @@ class SessionWorkflow:
         self.inbox = Inbox(self.session)
         self.tools = ToolRunner(self.session, self.inbox.fence)
         self.turns = Turns(self.session, self.inbox, self.tools, TurnObserver(state), outcomes)
-        self.rewinder = Rewinder(self.session)
         # The agent's own initiative: its tools run here, its signals come to these.
-        self.wakeups = Wakeups(self.session, self.inbox)
+        self.wakeups = Wakeups(self.session, self.inbox, self.tools.calling_seq)
+        self.rewinder = Rewinder(self.session, self.inbox, self.tools, self.turns.interrupts,
+                                 self.wakeups)
         self.delegation = Delegation(self.session, self.inbox, outcomes)
         self.tools.initiative = {**self.wakeups.tools(), **self.delegation.tools()}
         self.own_signals: dict[str, Any] = {Handler.WAKEUP: self.wakeups.signalled,
@@ -546,9 +547,12 @@ class SessionWorkflow:
 
     # ----- the loop ---------------------------------------------------------------------
 
+    def _checkpoint_due(self) -> bool:
+        return self.state.checkpoint_requested and not self.session.rewinding
+
     def _ready(self) -> bool:
         state = self.state
-        return state.stopped_reason is None and any(
+        return state.stopped_reason is None and not self.session.rewinding and any(
             p.seq <= state.recorded_upto for p in state.pending)
 
     @workflow.run
@@ -568,10 +572,10 @@ class SessionWorkflow:
             await self._run_turn()
         await self.delegation.begin()  # a child's task is its first input
         while state.stopped_reason is None:
-            await workflow.wait_condition(
+            await workflow.wait_condition(  # a rewind holds a checkpoint too (run.rewinding)
                 lambda: self._ready() or run.should_continue_as_new()
-                or state.stopped_reason is not None or state.checkpoint_requested)
-            if state.checkpoint_requested and state.stopped_reason is None:
+                or state.stopped_reason is not None or self._checkpoint_due())
+            if self._checkpoint_due() and state.stopped_reason is None:
                 await self.inbox.record_unrecorded()  # the checkpoint reads the record
                 await self.turns.requested_checkpoint()
             # Under a steady stream of inputs there is always a next turn: continue-as-new
