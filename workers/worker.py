@@ -42,6 +42,7 @@ from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 
 from activities.branch import BranchActivities
+from activities.bundle_memory import BundleMemoryActivities
 from activities.checkpoint import CheckpointActivities
 from activities.context import SessionContext
 from activities.files import FileActivities
@@ -63,6 +64,7 @@ from schemas.tokens import count_tokens
 from workers.entry_guard import EntryGuard
 from workers.payload_refs import worker_client
 from workflows.branch import ForkWorkflow
+from workflows.bundle_memory import BundleMemoryWorkflow
 from workflows.doctor import DoctorWorkflow
 from workflows.nightly import MemoryNightlyWorkflow
 from workflows.rollup import ROLLUP_WORKFLOWS
@@ -135,8 +137,10 @@ def memory_activities(settings: KeelSettings, *, database_url: str | None = None
     turn = MemoryActivities(ctx, model)
     rollup = RollupActivities(ctx, model)
     doctor = DoctorActivities(ctx)
+    bundle = BundleMemoryActivities(ctx)
     return [
         vault.init_vault, vault.reindex_vault, vault.write_card, vault.list_memory_scopes,
+        bundle.stage_bundle_memory, bundle.write_bundle_memory,
         turn.recall_memory, turn.flush_memory, turn.append_transcript, turn.append_transcripts,
         rollup.plan_rollup_periods, rollup.plan_rollup, rollup.apply_rollup, rollup.notify,
         rollup.commit_vault,
@@ -179,7 +183,8 @@ class KeelWorkers:
         if role in (Role.SESSIONS, Role.BOTH):
             self.workers.append(Worker(
                 client, task_queue=settings.task_queue,
-                workflows=[SessionWorkflow, ForkWorkflow, WakeupFireWorkflow],
+                workflows=[SessionWorkflow, ForkWorkflow, WakeupFireWorkflow,
+                           BundleMemoryWorkflow],
                 activities=session_activities(self.context, self.mcp_pool),
                 max_concurrent_activities=50, workflow_runner=EntryGuard(), **common))
         self._common = common
