@@ -73,14 +73,11 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.initiative import Wakeup
     from schemas.interrupt import BusyAction
-    from schemas.messages import HarnessKind
     from schemas.session import (
         MAX_INPUT_ID_CHARS,
         MAX_NOTE_CHARS,
         SESSION_WORKFLOW,
-        AgentRunInput,
         AwaitReply,
-        CallbackInput,
         CancelWakeup,
         EndSession,
         Handler,
@@ -91,10 +88,8 @@ with workflow.unsafe.imports_passed_through():
         SessionPhase,
         SessionState,
         SessionStatus,
-        TaskInput,
         TurnOutcome,
         UserMessage,
-        WatchInput,
         text_limits,
     )
     from schemas.text import payload_problem, storable_problem
@@ -106,7 +101,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.entry import arg, payload_json, start_input, valid_arg
     from workflows.events import SessionEvents
     from workflows.failures import decode_problem, reason, rejected
-    from workflows.inbox import Inbox
+    from workflows.inbox import BACKGROUND, Inbox
     from workflows.observe import TurnObserver
     from workflows.options import FILE_CALL
     from workflows.run import SessionRun
@@ -120,13 +115,6 @@ __all__ = ["SessionWorkflow"]
 # parameter typed exactly RawValue, so the default must be one).
 NO_PAYLOAD = RawValue(Payload())
 
-# The background inputs by signal name: their kind and their payload's model.
-BACKGROUND: dict[str, tuple[HarnessKind, type[BaseModel]]] = {
-    Handler.WATCH: (HarnessKind.WATCH, WatchInput),
-    Handler.TASK: (HarnessKind.TASK, TaskInput),
-    Handler.AGENT_RUN: (HarnessKind.AGENT_RUN, AgentRunInput),
-    Handler.CALLBACK: (HarnessKind.CALLBACK, CallbackInput),
-}
 
 
 @workflow.defn(name=SESSION_WORKFLOW)
