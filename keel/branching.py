@@ -144,9 +144,13 @@ async def import_session(keel: KeelClient, bundle: bytes, new_id: str | None = N
 
     async def memory(done: ImportDone) -> None:  # the vault writes what the import staged
         scope = done.state.config.memory_scope or ""
-        written = await _memory(keel, BundleMemoryRequest(
-            request_id=request_id, direction="import", session_id=done.session_id,
-            scope=scope))
+        try:
+            written = await _memory(keel, BundleMemoryRequest(
+                request_id=request_id, direction="import", session_id=done.session_id,
+                scope=scope))
+        except BranchRefusedError:  # the vault gave up (its retries spent): no half session
+            await undo_import(url, done.session_id, request_id)
+            raise
         if written.conflicts:
             await undo_import(url, done.session_id, request_id)
             raise BranchRefusedError(conflict_text(scope, written.conflicts))
