@@ -11,8 +11,9 @@ Invariants:
   so a retry stages the same rows once.
 - The import's write checks every card first: one in the way (a file at its path with
   other text) and nothing at all is written; the staged rows stay for the caller, who
-  undoes the import. Otherwise each card and entry is written, indexed and marked
-  `written` in turn, so a retry after a crash writes only what is missing (a card with
+  undoes the import. Otherwise the cards, then each daily file's entries, are written,
+  indexed (in batches) and marked `written`, so a retry after a crash writes only what is
+  missing (a card with
   the same text is no conflict, an entry already there by its marker is not appended
   again), and the staged rows are deleted once all are written. The session's ops are
   recorded in `vault_ops` as applied, so an export from this vault finds its cards.
@@ -28,6 +29,7 @@ from psycopg import AsyncConnection
 from temporalio import activity
 
 from activities.heartbeat import with_heartbeat
+from activities.vault.search import index_documents
 from activities.vault.store import MemoryContext, Vault, atomic_write, read_text
 from schemas.branch import tool_call_ids
 from schemas.bundle_memory import (
@@ -147,8 +149,7 @@ class BundleMemoryActivities:
                          and t.read_bytes() != c.text.encode("utf-8")]
             if conflicts:
                 return BundleMemoryDone(conflicts=sorted(conflicts))
-            for card in cards:
-                await self._write_card(conn, vault, data, card)
+            await self._write_cards(conn, vault, data, cards)
             by_file: dict[str, list[DailyLine]] = {}
             for entry in entries:
                 by_file.setdefault(entry.path, []).append(entry)
@@ -158,16 +159,24 @@ class BundleMemoryActivities:
                                " AND direction = 'import'", (data.request_id,))
         return BundleMemoryDone(cards=len(cards), entries=len(entries))
 
-    async def _write_card(self, conn: AsyncConnection, vault: Vault,
-                          data: BundleMemoryRequest, card: CardLine) -> None:
-        vault.write(card.path, card.text)
-        await vault.index_file(conn, card.path)
+    async def _write_cards(self, conn: AsyncConnection, vault: Vault,
+                           data: BundleMemoryRequest, cards: list[CardLine]) -> None:
+        """The cards written, indexed in one batch, their ops recorded, then marked."""
+        if not cards:
+            return
+        for card in cards:
+            vault.write(card.path, card.text)
+        await index_documents(conn, [d for c in cards for d in vault.documents_for(
+            c.path, c.text)], scope=vault.scope, embedder=vault.embedder)
         async with conn.cursor() as cur:
             await cur.executemany(
                 "INSERT INTO vault_ops (scope, op_id, state, outcome, path) VALUES"
                 " (%s, %s, 'applied', %s, %s) ON CONFLICT (scope, op_id) DO NOTHING",
-                [(vault.scope, op.op_id, op.outcome, card.path) for op in card.ops])
-        await self._written(conn, data, "card", card.path, [0])
+                [(vault.scope, op.op_id, op.outcome, c.path) for c in cards for op in c.ops])
+        await conn.execute(
+            "UPDATE bundle_memory SET written = true WHERE request_id = %s AND"
+            " direction = 'import' AND kind = 'card' AND path = ANY(%s)",
+            (data.request_id, [c.path for c in cards]))
 
     async def _append_entries(self, conn: AsyncConnection, vault: Vault,
                               data: BundleMemoryRequest, path: str,
