@@ -30,7 +30,13 @@ from temporalio import activity
 
 from activities.heartbeat import with_heartbeat
 from activities.vault.search import index_documents
-from activities.vault.store import MemoryContext, Vault, atomic_write, read_text
+from activities.vault.store import (
+    REINDEX_BATCH,
+    MemoryContext,
+    Vault,
+    atomic_write,
+    read_text,
+)
 from schemas.branch import tool_call_ids
 from schemas.bundle_memory import (
     BundleMemoryDone,
@@ -182,7 +188,8 @@ class BundleMemoryActivities:
                               data: BundleMemoryRequest, path: str,
                               entries: list[DailyLine]) -> None:
         """One daily file's entries appended (those not there already by their marker),
-        then the file indexed once."""
+        then the session's entries indexed, in batches as a full reindex takes them (the
+        file is only appended to: nothing of it goes stale)."""
         target = vault.path(path)
         text = read_text(target).text if target.exists() else None
         blocks = "".join(entry_block(e.text) for e in entries if text is None
@@ -194,7 +201,11 @@ class BundleMemoryActivities:
             with target.open("ab") as f:
                 f.write(blocks.encode("utf-8"))
             vault.note_own_write(path, before)
-        await vault.index_file(conn, path)
+        docs = [d for d in vault.documents_for(path, read_text(target).text)
+                if d.session_id == data.session_id]  # the rest of the file is the beat's
+        for start in range(0, len(docs), REINDEX_BATCH):  # as a full reindex batches them
+            await index_documents(conn, docs[start:start + REINDEX_BATCH], scope=vault.scope,
+                                  embedder=vault.embedder)
         await self._written(conn, data, "daily", path, [e.seq for e in entries])
 
     async def _written(self, conn: AsyncConnection, data: BundleMemoryRequest, kind: str,
