@@ -265,13 +265,18 @@ async def rewind_marks(conn: AsyncConnection, data: RewindInput, *,
     done = await (await conn.execute(
         "SELECT to_seq, rows_rewound, first_rewound, last_rewound, files_restored"
         " FROM session_rewinds WHERE rewind_id = %s", (data.rewind_id,))).fetchone()
+    if done is None and data.check_only:  # refused here before a wait is cancelled
+        await check_point(conn, data.session_id, data.to_seq)
+        return RewindDone(rewind_id=data.rewind_id, to_seq=data.to_seq, rows_rewound=0,
+                          workspace_versions=versions)
     if done is None:
         await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
         at = await check_point(conn, data.session_id, data.to_seq)
         marked = await (await conn.execute(
             "UPDATE messages SET rewound_by = %s, rewound_at = now() WHERE session_id = %s"
-            " AND seq > %s AND seq <= %s AND rewound_by IS NULL RETURNING seq",
-            (data.rewind_id, data.session_id, data.to_seq, data.upto_seq))).fetchall()
+            " AND seq > %s AND seq <= %s AND rewound_by IS NULL AND NOT seq = ANY(%s)"
+            " RETURNING seq", (data.rewind_id, data.session_id, data.to_seq, data.upto_seq,
+                               data.keep_seqs))).fetchall()
         seqs = [int(r[0]) for r in marked]
         files = await _restore_workspace(conn, data.session_id, at) if versions else 0
         done = (data.to_seq, len(seqs), min(seqs, default=None), max(seqs, default=None),

@@ -12,12 +12,18 @@ Invariants:
   of it is written; a retry with the same request id returns what the first wrote. A
   session id in use is refused. Under a new id, the ids that must be unique across
   sessions (checkpoints, rewinds) are renamed the way a fork renames them.
+- Long memory (a version 2 bundle, schemas.bundle_memory) never touches the vault here:
+  an export reads the lines the vault's activity staged for its request
+  (`bundle_memory`), in the same snapshot as the rest; an import's transaction stages the
+  bundle's lines for the vault's activity to write. When that activity finds a card in
+  the way, the caller undoes the import (`undo_import`) before its session ever ran.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -26,18 +32,27 @@ from psycopg import AsyncConnection
 from activities.branch import LOCK_TIMEOUT
 from activities.workspace import LocalStore, StoredFile
 from schemas.branch import (
+    BUNDLE_VERSION,
     BranchError,
     BundleHeader,
     ImportDone,
     bundle_line,
     check_end,
     check_header,
+    line_kinds,
     line_of,
     renamed_checkpoint,
 )
+from schemas.bundle_memory import (
+    MEMORY_KINDS,
+    MEMORY_VERSION,
+    path_problem,
+    renamed_entry,
+    renamed_op,
+)
 from schemas.session import SessionState
 
-__all__ = ["export_bundle", "import_bundle", "read_bundle"]
+__all__ = ["drop_staged", "export_bundle", "import_bundle", "read_bundle", "undo_import"]
 
 _ROWS = ("SELECT to_jsonb(m) - 'session_id' FROM messages m WHERE session_id = %s"
          " ORDER BY seq")
@@ -47,10 +62,18 @@ _REWINDS = ("SELECT to_jsonb(r) - 'session_id' FROM session_rewinds r WHERE sess
             " ORDER BY created_at, rewind_id")
 _FILES = ("SELECT to_jsonb(v) - 'scope' - 'id' FROM workspace_file_versions v"
           " WHERE scope = %s ORDER BY id")
+_STAGED = ("SELECT body FROM bundle_memory WHERE request_id = %s AND direction = 'export'"
+           " AND kind = %s ORDER BY path, seq")
 
 
 async def _lines(conn: AsyncConnection, sql: str, session_id: str, kind: str) -> list[bytes]:
     cur = await conn.execute(sql, (session_id,))
+    return [bundle_line(kind, r[0]) for r in await cur.fetchall()]
+
+
+async def _staged(conn: AsyncConnection, request_id: str, kind: str) -> list[bytes]:
+    """The memory lines of `kind` the vault's activity staged for the export."""
+    cur = await conn.execute(_STAGED, (request_id, kind))
     return [bundle_line(kind, r[0]) for r in await cur.fetchall()]
 
 
@@ -77,9 +100,11 @@ def _newest_files(files: list[dict[str, Any]]) -> list[StoredFile]:
 
 
 async def export_bundle(database_url: str, state: SessionState,
-                        local: LocalStore | None = None) -> bytes:
+                        local: LocalStore | None = None,
+                        memory_request: str | None = None) -> bytes:
     """The bundle of `state`'s session: its record, checkpoints, rewinds and workspace
-    (from `local` when the deployment keeps it in a folder)."""
+    (from `local` when the deployment keeps it in a folder), and the memory lines the
+    vault staged for `memory_request` (a version 2 bundle when there are any)."""
     session_id = state.session_id
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
@@ -91,15 +116,20 @@ async def export_bundle(database_url: str, state: SessionState,
                 " FROM sessions WHERE session_id = %s", (session_id,))).fetchone()
             if found is None:
                 raise BranchError(f"no session {session_id} in the record")
-            header = BundleHeader(
-                session_id=session_id, user_name=found[0], memory_scope=found[1],
-                origin_session=found[2], origin_seq=found[3], origin_kind=found[4],
-                state=state.model_copy(update={"recent_outcomes": []}))
             parts = {kind: await _lines(conn, sql, session_id, kind) for kind, sql in (
                 ("row", _ROWS), ("checkpoint", _CHECKPOINTS), ("rewind", _REWINDS),
                 ("file", _FILES))}
             if local is not None:
                 parts["file"] = await _local_files(conn, local, session_id)
+            memory = {kind: await _staged(conn, memory_request, kind)
+                      for kind in MEMORY_KINDS} if memory_request else {}
+    if any(memory.values()):
+        parts.update(memory)
+    header = BundleHeader(
+        version=MEMORY_VERSION if any(memory.values()) else BUNDLE_VERSION,
+        session_id=session_id, user_name=found[0], memory_scope=found[1],
+        origin_session=found[2], origin_seq=found[3], origin_kind=found[4],
+        state=state.model_copy(update={"recent_outcomes": []}))
     body = [bundle_line("header", header.model_dump(mode="json"))]
     for lines in parts.values():
         body.extend(lines)
@@ -119,14 +149,18 @@ def read_bundle(bundle: bytes) -> tuple[BundleHeader, dict[str, list[dict[str, A
     if not lines:
         raise BranchError("the bundle is empty")
     header = check_header(lines[0])
-    parts: dict[str, list[dict[str, Any]]] = {"row": [], "checkpoint": [], "rewind": [],
-                                              "file": []}
+    kinds = line_kinds(header.version)
+    parts: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     for line in lines[1:-1]:
         kind, item = line_of(line)
         if kind not in parts:
-            raise BranchError(f"the bundle has a line of unknown kind {kind!r}")
+            raise BranchError(f"the bundle has a line of unknown kind {kind!r} (format "
+                              f"version {header.version})")
+        if kind in MEMORY_KINDS and (problem := path_problem(kind, str(item.get("path")))):
+            raise BranchError(problem)
         parts[kind].append(item)
-    check_end(lines[-1] if len(lines) > 1 else None, {k: len(v) for k, v in parts.items()})
+    check_end(lines[-1] if len(lines) > 1 else None, {k: len(v) for k, v in parts.items()},
+              kinds)
     return header, parts
 
 
@@ -150,16 +184,27 @@ def _renamed(header: BundleHeader, parts: dict[str, list[dict[str, Any]]],
             renamed = renamed_checkpoint(str(content["checkpoint_id"]), old, new_id)
             row["content"] = {**content, "checkpoint_id": renamed}
             row["input_id"] = f"checkpoint-{renamed}"
+    for entry in parts.get("daily", []):
+        entry["text"] = renamed_entry(str(entry["text"]), old, new_id)
+    for card in parts.get("card", []):
+        for op in card.get("ops", []):
+            op["op_id"] = renamed_op(str(op["op_id"]), old, new_id)
 
 
 async def import_bundle(database_url: str, bundle: bytes, new_id: str | None,
-                        request_id: str, local: LocalStore | None = None) -> ImportDone:
-    """The bundle's session written into this database (see the module docstring), and
-    its files into `local` when the deployment keeps workspaces in folders (after the
-    transaction, again on a retry: the same files)."""
+                        request_id: str, local: LocalStore | None = None,
+                        memory: Callable[[ImportDone], Awaitable[None]] | None = None,
+                        ) -> ImportDone:
+    """The bundle's session written into this database (see the module docstring), then
+    its memory written by `memory` (the caller's way to the vault; it raises, having
+    undone the import, when the vault refuses), then its files into `local` when the
+    deployment keeps workspaces in folders (after the transaction, again on a retry: the
+    same files)."""
     header, parts = read_bundle(bundle)
     session_id = new_id or header.session_id
     done = await _import(database_url, header, parts, session_id, request_id)
+    if memory is not None and (done.cards or done.entries):
+        await memory(done)
     if local is not None:
         await local.restore(session_id, _newest_files(parts["file"]))
     return done
@@ -185,6 +230,7 @@ async def _import(database_url: str, header: BundleHeader,
                               "import it under another id (--id)")
         _renamed(header, parts, session_id)
         result = await _write(conn, header, parts, session_id)
+        await _stage_memory(conn, header, parts, session_id, request_id, result)
         await conn.execute(
             "INSERT INTO branch_requests (request_id, kind, session_id, origin_session,"
             " result) VALUES (%s, 'import', %s, %s, %s)",
@@ -230,3 +276,50 @@ async def _write(conn: AsyncConnection, header: BundleHeader,
     return ImportDone(session_id=session_id, bundle_session=header.session_id,
                       rows=len(parts["row"]), checkpoints=len(parts["checkpoint"]),
                       file_versions=len(parts["file"]), state=state)
+
+
+async def _stage_memory(conn: AsyncConnection, header: BundleHeader,
+                        parts: dict[str, list[dict[str, Any]]], session_id: str,
+                        request_id: str, result: ImportDone) -> None:
+    """The bundle's memory lines staged for the vault's activity (in the import's
+    transaction: staged with the session, or not at all)."""
+    lines = [(kind, item) for kind in MEMORY_KINDS for item in parts.get(kind, [])]
+    if not lines:
+        return
+    scope = result.state.config.memory_scope  # the scope the session goes on in
+    if scope is None:
+        raise BranchError("the bundle carries long memory but its session has no memory "
+                          "scope to write it in")
+    async with conn.cursor() as cur:
+        await cur.executemany(
+            "INSERT INTO bundle_memory (request_id, direction, scope, session_id, kind, path,"
+            " seq, body) VALUES (%s, 'import', %s, %s, %s, %s, %s, %s)",
+            [(request_id, scope, session_id, kind, item["path"], int(item.get("seq", 0)),
+              json.dumps(item)) for kind, item in lines])
+    result.cards = len(parts.get("card", []))
+    result.entries = len(parts.get("daily", []))
+
+
+async def undo_import(database_url: str, session_id: str, request_id: str) -> None:
+    """An import whose session never ran taken back whole (its memory was refused): its
+    rows, checkpoints, rewinds, workspace and request, and what it staged."""
+    async with await psycopg.AsyncConnection.connect(database_url) as conn, \
+            conn.transaction():
+        await conn.execute("SELECT set_config('keel.branch_copy', 'on', true)")
+        for sql in ("DELETE FROM workspace_files WHERE scope = %(s)s",
+                    "DELETE FROM workspace_file_versions WHERE scope = %(s)s",
+                    "DELETE FROM messages WHERE session_id = %(s)s",
+                    "DELETE FROM checkpoints WHERE session_id = %(s)s",
+                    "DELETE FROM session_rewinds WHERE session_id = %(s)s",
+                    "DELETE FROM sessions WHERE session_id = %(s)s",
+                    "DELETE FROM branch_requests WHERE request_id = %(r)s",
+                    "DELETE FROM bundle_memory WHERE request_id = %(r)s"
+                    " AND direction = 'import'"):
+            await conn.execute(sql, {"s": session_id, "r": request_id})
+
+
+async def drop_staged(database_url: str, request_id: str) -> None:
+    """What the vault staged for an export, once the export has read it."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute("DELETE FROM bundle_memory WHERE request_id = %s"
+                           " AND direction = 'export'", (request_id,))

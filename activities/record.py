@@ -98,8 +98,9 @@ async def insert_row(conn: AsyncConnection, row: NewRow) -> Inserted:
     if await cur.fetchone() is not None:
         return Inserted(seq=row.seq, token_count=tokens)
     existing = await (await conn.execute(
-        "SELECT seq, token_count FROM messages WHERE session_id=%s AND input_id=%s",
-        (row.session_id, row.input_id),
+        # A rewound row's id is free again (migration 007): only a live row is this input.
+        "SELECT seq, token_count FROM messages WHERE session_id=%s AND input_id=%s"
+        " AND rewound_by IS NULL", (row.session_id, row.input_id),
     )).fetchone()
     if existing is None:
         # The seq is taken by a different input: the session gave up on it and fenced it

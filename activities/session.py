@@ -260,8 +260,8 @@ class SessionActivities:
             input_id = f"result-{data.tool_use_id}"
             existing = await (await conn.execute(
                 "SELECT seq, token_count, content, content_text FROM messages"
-                " WHERE session_id=%s"
-                " AND input_id=%s", (data.session_id, input_id))).fetchone()
+                " WHERE session_id=%s AND input_id=%s AND rewound_by IS NULL",
+                (data.session_id, input_id))).fetchone()
             if existing:
                 return ToolOutcome(seq=existing[0], token_count=existing[1],
                                    is_error=bool((existing[2] or {}).get("is_error")),
@@ -391,7 +391,7 @@ async def _recorded(conn: AsyncConnection, session_id: str, input_id: str) -> To
     """The outcome of a tool result already recorded under `input_id`, or None."""
     row = await (await conn.execute(
         "SELECT seq, token_count, content, content_text FROM messages WHERE session_id=%s"
-        " AND input_id=%s", (session_id, input_id))).fetchone()
+        " AND input_id=%s AND rewound_by IS NULL", (session_id, input_id))).fetchone()
     if row is None:
         return None
     return ToolOutcome(seq=row[0], token_count=row[1],

@@ -18,6 +18,11 @@ state that points at that checkpoint. Then, each `--runs` times:
   (`KeelClient.import_session`, the session's workflow started there), then an export there,
   compared byte for byte with the first.
 
+With `--memory`, the session has long memory too: 100 cards its write_card calls wrote
+(through the vault's own `apply_facts`, so each has its op) and a daily-note entry for
+each of its user, assistant and harness rows, and the export and import are
+`--with-memory` ones (the import into a fresh vault, which indexes what it writes).
+
 Beside the fork end to end, its transaction alone (rolled back), so what Temporal adds on
 a loaded machine shows apart from the database's share. Bars (at the median): a fork
 ≤ 2 s; export and import ≤ 10 s each; the round trip byte-exact in every run. Figures go to
@@ -98,6 +103,44 @@ def seed(database_url: str, session_id: str, rows: int, files: int) -> None:
         conn.execute("ANALYZE")
 
 
+MEMORY_CARDS = 100
+
+
+async def seed_memory(settings: KeelSettings, session_id: str, rows: int) -> int:
+    """The session's cards (through the vault's writer) and its daily-note entries; the
+    number of entries."""
+    from datetime import UTC, datetime
+
+    import psycopg
+
+    from activities.vault.store import MemoryContext, atomic_write
+    from schemas.vault.card import CardFact
+    from schemas.vault.rollup import transcript_entry
+    from schemas.vault.schema import CardOp
+
+    ctx = MemoryContext(settings=settings, database_url=settings.database_url or "")
+    vault = ctx.vault
+    await asyncio.to_thread(vault.ensure)
+    facts = [(f"tool:tu-{4 * i + 1}", CardFact(
+        op=CardOp.ADD, type="project", title=f"Project {i}", field="status",
+        value=f"review {i} is waiting on the verdict", description=TEXT[:80]))
+        for i in range(MEMORY_CARDS)]
+    today = datetime.now(UTC).date().isoformat()
+    await vault.apply_facts(await ctx.pool(), facts, today)
+    speakers = {0: "user", 1: "assistant", 3: "harness"}  # g % 4, as the seed types them
+    now = datetime.now(UTC)
+    entries = [transcript_entry(session_id, g, now, speakers[g % 4], f"message {g}: {TEXT}")
+               for g in range(1, rows + 1) if g % 4 in speakers and g != CHECKPOINT_SEQ]
+    rel = f"daily/{today}.md"
+    atomic_write(vault.path(rel), f"# {today}\n" + "".join(entries))
+    with psycopg.connect(settings.database_url or "", autocommit=True) as conn:
+        conn.execute("UPDATE sessions SET memory_scope = 'default' WHERE session_id = %s",
+                     (session_id,))
+    async with ctx.connection() as conn:
+        await vault.index_file(conn, rel)
+    return len(entries)
+
+
 def origin_state(session_id: str, rows: int) -> SessionState:
     """The state a session with this record would carry: its window at the checkpoint."""
     # The last row must not be inside a tool round: rows end on a harness row (g % 4 = 3)
@@ -160,7 +203,8 @@ async def copy_only(database_url: str, state: SessionState) -> float:
 
 
 async def one_round(keel: KeelClient, client: Client, settings: KeelSettings,
-                    session_id: str, rows: int, out: dict[str, list[float]]) -> bool:
+                    session_id: str, rows: int, out: dict[str, list[float]],
+                    memory: bool = False) -> bool:
     out["fork's transaction alone (newest seq)"].append(
         await copy_only(settings.database_url or "", origin_state(session_id, rows)))
     t0 = time.perf_counter()
@@ -171,18 +215,21 @@ async def one_round(keel: KeelClient, client: Client, settings: KeelSettings,
     await keel.fork(session_id, at_seq=rows // 2)
     out["fork at the middle seq"].append(time.perf_counter() - t0)
     t0 = time.perf_counter()
-    bundle = await keel.export_session(session_id)
+    bundle = await keel.export_session(session_id, with_memory=memory)
     out["export"].append(time.perf_counter() - t0)
     out["bundle_bytes"] = [float(len(bundle))]
-    there = settings.model_copy(update={"database_url": fresh_database(
-        settings.database_url or ""), "task_queue": f"{settings.task_queue}-b"})
+    elsewhere = settings.data_dir / f"other-{uuid.uuid4().hex[:6]}"
+    there = settings.model_copy(update={
+        "database_url": fresh_database(settings.database_url or ""),
+        "task_queue": f"{settings.task_queue}-b", "data_dir": elsewhere,
+        "memory": settings.memory.model_copy(update={"vault_dir": elsewhere / "vault"})})
     other_client = await other_namespace(client)
     async with build_worker(other_client, there):
         other = KeelClient(other_client, there.task_queue, there)
         t0 = time.perf_counter()
         await other.import_session(bundle)
         out["import"].append(time.perf_counter() - t0)
-        again = await other.export_session(session_id)
+        again = await other.export_session(session_id, with_memory=memory)
     return again == bundle
 
 
@@ -202,6 +249,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         out["seed_seconds"] = round(time.perf_counter() - t0, 1)
         say(f"seeded {args.rows:,} rows and {args.files:,} files in {out['seed_seconds']} s")
         state = origin_state(session_id, args.rows)
+        if args.memory:
+            t0 = time.perf_counter()
+            out["memory"] = {"cards": MEMORY_CARDS, "daily_entries": await seed_memory(
+                settings, session_id, args.rows)}
+            out["memory"]["seed_seconds"] = round(time.perf_counter() - t0, 1)
+            say(f"seeded memory: {out['memory']}")
+            state.config = state.config.model_copy(update={"memory_scope": "default"})
         async with build_worker(client, settings):
             keel = KeelClient(client, settings.task_queue, settings)
             await client.start_workflow(
@@ -214,7 +268,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             exact = []
             for i in range(args.runs):
                 exact.append(await one_round(keel, client, settings, session_id, args.rows,
-                                             times))
+                                             times, args.memory))
                 say(f"  run {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s"
                                                      for k, v in times.items()
                                                      if k != "bundle_bytes"))
@@ -249,12 +303,15 @@ def cli() -> None:
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--files", type=int, default=1_000)
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--memory", action="store_true",
+                        help="The session has cards and daily notes; export them too.")
     args = parser.parse_args()
     if args.rows % 4:
         parser.error("--rows must be a multiple of 4 (the record ends after a tool round)")
     out = asyncio.run(main(args))
     report(out)
     name = "branch" if (args.rows, args.files) == (10_000, 1_000) else "branch-custom"
+    name += "-memory" if args.memory else ""
     say(f"\nwritten to {write_json(name, out)}")
 
 

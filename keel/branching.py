@@ -6,6 +6,12 @@ result instead of making a second session. Export and import read and write the 
 database directly (activities.bundle, imported only when called, so `keel.client` still
 loads no database code) and speak to the session's workflow for its state; an import
 starts the session's workflow with the state its bundle carries.
+
+With memory, the vault (one writer, its own queue) is reached through the `BundleMemory`
+workflow (workflows.bundle_memory): before an export, it stages the session's cards and
+daily entries for the export to read; after an import's transaction, it writes what the
+import staged, and when a card is in the way the import is undone before its session
+starts, the refusal naming the files.
 """
 
 from __future__ import annotations
@@ -21,6 +27,12 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
 from keel._errors import BranchRefusedError, one_line, refusals
 from schemas.branch import FORK_WORKFLOW, BranchError, ForkCopy, ForkDone
+from schemas.bundle_memory import (
+    BUNDLE_MEMORY_WORKFLOW,
+    BundleMemoryDone,
+    BundleMemoryRequest,
+    conflict_text,
+)
 from schemas.session import SESSION_WORKFLOW, Handler, SessionInput, SessionState
 
 if TYPE_CHECKING:
@@ -73,20 +85,47 @@ async def fork_session(keel: KeelClient, session_id: str, *, at_seq: int | None 
     return done
 
 
+async def _memory(keel: KeelClient, data: BundleMemoryRequest) -> BundleMemoryDone:
+    """The vault's side of a bundle's memory, once per request (a retry finds the same)."""
+    handle = await keel.client.start_workflow(
+        BUNDLE_MEMORY_WORKFLOW, data, id=f"keel-bundle-memory-{data.request_id}",
+        task_queue=keel.task_queue, result_type=BundleMemoryDone,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+    try:
+        done: BundleMemoryDone = await handle.result()
+    except WorkflowFailureError as err:
+        raise _refusal(err) from None
+    return done
+
+
 async def export_session(keel: KeelClient, session_id: str, path: Path | None = None, *,
-                         database_url: str | None = None) -> bytes:
-    """The session's bundle (schemas.branch), written to `path` when given."""
-    from activities.bundle import export_bundle
+                         database_url: str | None = None, with_memory: bool = False) -> bytes:
+    """The session's bundle (schemas.branch), written to `path` when given; `with_memory`:
+    with its cards and daily-note entries (a version 2 bundle when it has any)."""
+    from activities.bundle import drop_staged, export_bundle
 
     state = await session_state(keel.session(session_id))
     if state.pending or state.turn_in_progress is not None:
         raise BranchRefusedError(
             f"session {session_id} is in a turn ({len(state.pending)} input(s) waiting): "
             "export it once it is idle")
+    url, staged = _url(keel, database_url), None
+    if with_memory:
+        scope = state.config.memory_scope
+        if scope is None:
+            raise BranchRefusedError(f"session {session_id} has no long memory (no memory "
+                                     "scope): export it without its memory")
+        staged = f"export-{uuid.uuid4().hex}"
+        await _memory(keel, BundleMemoryRequest(request_id=staged, direction="export",
+                                                session_id=session_id, scope=scope))
     try:
-        data = await export_bundle(_url(keel, database_url), state, _local(keel))
+        data = await export_bundle(url, state, _local(keel), staged)
     except BranchError as err:
         raise BranchRefusedError(str(err)) from None
+    finally:
+        if staged:
+            await drop_staged(url, staged)
     if path is not None:
         path.write_bytes(data)
     return data
@@ -98,12 +137,26 @@ async def import_session(keel: KeelClient, bundle: bytes, new_id: str | None = N
     """The bundle's session in this deployment (under `new_id`, else its own id), its
     workflow started with the bundle's state. The same bundle imported again under the
     same id (the default request id is the bundle's digest and the id) finds the first."""
-    from activities.bundle import import_bundle
+    from activities.bundle import import_bundle, undo_import
 
     request_id = request_id or f"import-{hashlib.sha256(bundle).hexdigest()[:32]}-{new_id}"
+    url = _url(keel, database_url)
+
+    async def memory(done: ImportDone) -> None:  # the vault writes what the import staged
+        scope = done.state.config.memory_scope or ""
+        try:
+            written = await _memory(keel, BundleMemoryRequest(
+                request_id=request_id, direction="import", session_id=done.session_id,
+                scope=scope))
+        except BranchRefusedError:  # the vault gave up (its retries spent): no half session
+            await undo_import(url, done.session_id, request_id)
+            raise
+        if written.conflicts:
+            await undo_import(url, done.session_id, request_id)
+            raise BranchRefusedError(conflict_text(scope, written.conflicts))
+
     try:
-        done = await import_bundle(_url(keel, database_url), bundle, new_id, request_id,
-                                   _local(keel))
+        done = await import_bundle(url, bundle, new_id, request_id, _local(keel), memory)
     except BranchError as err:
         raise BranchRefusedError(str(err)) from None
     state = done.state

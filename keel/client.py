@@ -650,9 +650,12 @@ class KeelClient:
                                             checkpoint=checkpoint, new_id=new_id,
                                             request_id=request_id)
 
-    async def export_session(self, session_id: str, path: Path | None = None) -> bytes:
-        """The session's bundle (schemas.branch), also written to `path` if given."""
-        return await branching.export_session(self, session_id, path)
+    async def export_session(self, session_id: str, path: Path | None = None, *,
+                             with_memory: bool = False) -> bytes:
+        """The session's bundle (schemas.branch), also written to `path` if given;
+        `with_memory`: with its cards and daily-note entries (keel.branching)."""
+        return await branching.export_session(self, session_id, path,
+                                              with_memory=with_memory)
 
     async def import_session(self, bundle: bytes, new_id: str | None = None,
                              request_id: str | None = None) -> ImportDone:

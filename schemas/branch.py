@@ -19,6 +19,10 @@ Invariants:
   is the header naming the format's version; a version this Keel does not read is refused
   with that version named (`check_header`). Its last line counts what came before it, so
   a truncated bundle is refused too.
+- Version 1 holds the record, checkpoints, rewinds and workspace files; version 2 is
+  version 1 with the session's long memory after them (`card` and `daily` lines,
+  schemas.bundle_memory). A bundle is written as version 2 only when it has memory lines,
+  so a bundle without memory is the same bytes it always was; both are read.
 """
 
 from __future__ import annotations
@@ -28,19 +32,32 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from schemas.bundle_memory import MEMORY_KINDS, MEMORY_VERSION
 from schemas.session import SessionConfig, SessionState
 
 BUNDLE_FORMAT = "keel-session-bundle"
-BUNDLE_VERSION = 1
+BUNDLE_VERSION = 1  # a bundle without memory lines (with them: MEMORY_VERSION, 2)
 # Each version this Keel reads (an older one would be listed here with its reader).
-READABLE_VERSIONS = frozenset({1})
+READABLE_VERSIONS = frozenset({1, MEMORY_VERSION})
 LINE_KINDS = ("row", "checkpoint", "rewind", "file")
+
+
+def line_kinds(version: int) -> tuple[str, ...]:
+    """The kinds of line a bundle of `version` holds between its header and its end."""
+    return LINE_KINDS + (MEMORY_KINDS if version >= MEMORY_VERSION else ())
 
 
 # The workflow that makes a fork (workflows.branch) and the type of every refusal of a
 # branch (an ApplicationError's; `keel.client` maps it to BranchRefusedError).
 FORK_WORKFLOW = "ForkSession"
 BRANCH_REFUSED = "BranchRefused"
+# Who decided a call a rewind cancelled (its `ApprovalDecision.by`): its result is the note.
+REWIND_DECIDER = "rewind"
+
+
+def rewind_cancelled_text(to_seq: int) -> str:
+    """The result of a call that waited on a person when the session was rewound."""
+    return f"cancelled: the session was rewound to #{to_seq}"
 
 
 class BranchError(ValueError):
@@ -95,6 +112,10 @@ class RewindInput(BaseModel):
     to_seq: int
     upto_seq: int  # the newest seq the session had given out: later inputs stay live
     rewind_id: str
+    # Inputs given seqs before `upto_seq` that stay live (they came while a rewind waited
+    # for the turn it cancelled to end); and a rewind's check alone, which marks nothing.
+    keep_seqs: list[int] = Field(default_factory=list)
+    check_only: bool = False
 
 
 class RewindDone(BaseModel):
@@ -116,6 +137,9 @@ class ImportDone(BaseModel):
     checkpoints: int
     file_versions: int
     state: SessionState
+    # Its long memory (a version 2 bundle), staged for the vault to write.
+    cards: int = 0
+    entries: int = 0
 
 
 class CopyPlan(BaseModel):
@@ -262,16 +286,17 @@ def check_header(line: bytes) -> BundleHeader:
     return BundleHeader.model_validate(raw)
 
 
-def check_end(line: bytes | None, seen: dict[str, int]) -> None:
-    """The last line must count exactly the lines read."""
+def check_end(line: bytes | None, seen: dict[str, int],
+              kinds: tuple[str, ...] = LINE_KINDS) -> None:
+    """The last line must count exactly the lines read (of `kinds`: the version's)."""
     if line is None:
         raise BranchError("the bundle is cut short: it has no end line")
     kind, raw = line_of(line)
     if kind != "end":
         raise BranchError("the bundle is cut short: its last line is not its end line")
     counts = BundleEnd.model_validate({"counts": raw.get("counts", {})}).counts
-    expected = {k: counts.get(k, 0) for k in LINE_KINDS}
-    got = {k: seen.get(k, 0) for k in LINE_KINDS}
+    expected = {k: counts.get(k, 0) for k in kinds}
+    got = {k: seen.get(k, 0) for k in kinds}
     if expected != got:
         raise BranchError(f"the bundle does not hold what its end line counts: {got} "
                           f"against {expected}")

@@ -102,6 +102,8 @@ class Wakeup(BaseModel):
     every_s: float | None = None  # ... or an interval
     fired: int = 0
     schedule_id: str | None = None  # the Temporal Schedule of a recurring one
+    # The assistant row whose call scheduled it: a rewind to before it cancels it.
+    seq: int | None = None
 
     @property
     def recurring(self) -> bool:

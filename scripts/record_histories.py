@@ -20,6 +20,10 @@ handler a running session meets:
   finishing), a turn interrupted mid-stream by a message sent with policy `interrupt`, a
   second stopped by the `interrupt` Update, a message refused with policy `reject`, a
   turn budget refused, and the end;
+- `history-rewind-waits`: on the fake Messages API, the rewind's newer paths: a rewind
+  while a call waits on a person (the wait cancelled, the turn ended, a wakeup the
+  abandoned branch scheduled cancelled), a message sent while a rewind runs (held, then
+  answered on the rewound context), an input id of a rewound row sent again, and the end;
 - `history-initiative` (and its child, named by its own id): the agent's own
   initiative on the fake Messages API (tests/fake_anthropic, on loopback): a one-shot
   wakeup that fires, a recurring one that fires and expires, one a client cancels, a
@@ -263,6 +267,52 @@ async def branch_scenario(keel: KeelClient, settings: KeelSettings,
     return session
 
 
+REWIND_SCENARIO = "history-rewind-waits"
+REWIND_AGENT = AgentSpec(
+    wakeups=WakeupLimits(min_interval_s=1, max_active=5, expiry_s=3600),
+    approvals=ApprovalRules(tools={"write_file": ApprovalPolicy.ASK}))
+
+
+def rewind_model(body: dict[str, Any]) -> dict[str, Any]:
+    """"wake" schedules a wakeup, "write" writes a file (which waits on a person); a tool
+    result is acknowledged; anything else is echoed."""
+    last = body["messages"][-1]["content"]
+    blocks = [{"type": "text", "text": last}] if isinstance(last, str) else last
+    if any(b.get("type") == "tool_result" for b in blocks):
+        return text_message("done")
+    said = next((b["text"] for b in reversed(blocks) if b.get("type") == "text"), "")
+    if said.startswith("wake"):
+        return tool_use_message([("schedule_wakeup", {"note": "look again", "after_s": 3000})])
+    if said.startswith("write"):
+        return tool_use_message([("write_file", {"path": "notes.md", "content": said})])
+    return text_message(f"ok: {said[:80]}")
+
+
+async def rewind_scenario(keel: KeelClient, settings: KeelSettings,
+                          session_id: str) -> SessionHandle:
+    """A rewind that cancels an approval wait and a wakeup, one a message arrives during,
+    and an input id sent again after its row was rewound."""
+    session = await keel.start_session(session_id, agent=REWIND_AGENT)
+    await session.ask("hello")  # #1, #2
+    await session.ask("wake me later")  # the wakeup's call at #4
+    waiting = await session.send("write the notes")
+    while not await session.pending():
+        await asyncio.sleep(0.1)
+    await session.rewind(2)  # the wait cancelled, the wakeup too
+    await session.wait_reply(waiting.seq)
+    first = await session.send("again", input_id="history-again")
+    await session.wait_reply(first.seq)
+    rewinding = asyncio.create_task(session.rewind(2))
+    await asyncio.sleep(0)
+    during = await session.ask("during the rewind")
+    await rewinding
+    print(f"{session_id}: answered during the rewind: {during.reply_text!r}")
+    again = await session.send("again", input_id="history-again")
+    await session.wait_reply(again.seq)
+    await session.end()
+    return session
+
+
 async def initiative_scenario(keel: KeelClient, settings: KeelSettings,
                               session_id: str) -> SessionHandle:
     session = await keel.start_session(session_id, agent=INITIATIVE_AGENT)
@@ -301,9 +351,11 @@ async def main() -> None:
         os.environ["REFUND_LOG"] = str(Path(tmp) / "refunds.jsonl")  # the service's own log
         settings = KeelSettings(data_dir=Path(tmp), task_queue="keel-record")
         session_id = sys.argv[1] if len(sys.argv) > 1 else "history-queue-checkpoints"
-        fake = (FakeAnthropic(initiative_model) if session_id in INITIATIVE_SCENARIOS
+        models = {**dict.fromkeys(INITIATIVE_SCENARIOS, initiative_model),
+                  REWIND_SCENARIO: rewind_model}
+        fake = (FakeAnthropic(models[session_id]) if session_id in models
                 else FakeAnthropic()).start()
-        if session_id in (BUDGET_SCENARIO, *INITIATIVE_SCENARIOS):  # a fake API on loopback
+        if session_id in (BUDGET_SCENARIO, *models):  # a fake API on loopback
             settings = settings.model_copy(update={"model": ModelSettings(
                 base_url=fake.base_url, api_key="recorder", request_timeout_s=30)})
         async with running_stack(settings) as stack:
@@ -318,7 +370,8 @@ async def main() -> None:
                     scenario = {AGENT_SCENARIO: agent_scenario, CARRY_SCENARIO: carry_scenario,
                                 BRANCH_SCENARIO: branch_scenario,
                                 **dict.fromkeys(INITIATIVE_SCENARIOS, initiative_scenario),
-                                }.get(session_id, queue_scenario)
+                                REWIND_SCENARIO: rewind_scenario}.get(
+                                    session_id, queue_scenario)
                     session = await scenario(keel, settings, session_id)
                 status = await session.status()
                 print(f"{session_id}: {status.checkpoint_count} checkpoints, "

@@ -43,6 +43,7 @@ from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 
 from activities.branch import BranchActivities
+from activities.bundle_memory import BundleMemoryActivities
 from activities.checkpoint import CheckpointActivities
 from activities.context import SessionContext
 from activities.files import FileActivities
@@ -67,6 +68,7 @@ from workers.bytecode import precompile_workflow_modules
 from workers.entry_guard import EntryGuard
 from workers.payload_refs import worker_client
 from workflows.branch import ForkWorkflow
+from workflows.bundle_memory import BundleMemoryWorkflow
 from workflows.doctor import DoctorWorkflow
 from workflows.nightly import MemoryNightlyWorkflow
 from workflows.rollup import ROLLUP_WORKFLOWS
@@ -139,8 +141,10 @@ def memory_activities(settings: KeelSettings, *, database_url: str | None = None
     turn = MemoryActivities(ctx, model)
     rollup = RollupActivities(ctx, model)
     doctor = DoctorActivities(ctx)
+    bundle = BundleMemoryActivities(ctx)
     return [
         vault.init_vault, vault.reindex_vault, vault.write_card, vault.list_memory_scopes,
+        bundle.stage_bundle_memory, bundle.write_bundle_memory,
         turn.recall_memory, turn.flush_memory, turn.append_transcript, turn.append_transcripts,
         rollup.plan_rollup_periods, rollup.plan_rollup, rollup.apply_rollup, rollup.notify,
         rollup.commit_vault,
@@ -185,7 +189,8 @@ class KeelWorkers:
             precompile_workflow_modules([SessionWorkflow, ForkWorkflow, WakeupFireWorkflow])
             self.workers.append(Worker(
                 client, task_queue=settings.task_queue,
-                workflows=[SessionWorkflow, ForkWorkflow, WakeupFireWorkflow],
+                workflows=[SessionWorkflow, ForkWorkflow, WakeupFireWorkflow,
+                           BundleMemoryWorkflow],
                 activities=session_activities(self.context, self.mcp_pool),
                 max_concurrent_activities=50, workflow_runner=EntryGuard(), **common))
         self._common = common

@@ -50,19 +50,24 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.session import (
         MAX_INPUT_ID_CHARS,
+        AgentRunInput,
+        CallbackInput,
+        Handler,
         MessageAccepted,
         PendingInput,
         Rejection,
         SessionPhase,
+        TaskInput,
         UserMessage,
+        WatchInput,
     )
     from schemas.text import make_storable, payload_problem
     from workflows.failures import decode_problem, lost_notice, reason
     from workflows.options import RECORD_BACKGROUND, RECORD_FENCE, record_user_input
     from workflows.run import SessionRun
 
-__all__ = ["LONG_IDS_PATCH", "RECALL_QUERY_CHARS", "SIGNAL_LABELS", "UNKNOWN_SIGNAL_PATCH",
-           "Inbox"]
+__all__ = ["BACKGROUND", "LONG_IDS_PATCH", "RECALL_QUERY_CHARS", "SIGNAL_LABELS",
+           "UNKNOWN_SIGNAL_PATCH", "Inbox"]
 
 RECALL_QUERY_CHARS = 500
 # Behaviour new to sessions that may exist already, guarded (a replay takes the old path):
@@ -72,6 +77,13 @@ UNKNOWN_SIGNAL_PATCH = "unknown-signal-notice"
 
 SIGNAL_LABELS = {HarnessKind.WATCH: "Watch", HarnessKind.TASK: "Task",
                   HarnessKind.AGENT_RUN: "agent run", HarnessKind.CALLBACK: "callback"}
+# The background inputs by signal name: their kind and their payload's model.
+BACKGROUND: dict[str, tuple[HarnessKind, type[BaseModel]]] = {
+    Handler.WATCH: (HarnessKind.WATCH, WatchInput),
+    Handler.TASK: (HarnessKind.TASK, TaskInput),
+    Handler.AGENT_RUN: (HarnessKind.AGENT_RUN, AgentRunInput),
+    Handler.CALLBACK: (HarnessKind.CALLBACK, CallbackInput),
+}
 
 
 class Inbox:
@@ -275,6 +287,14 @@ class Inbox:
             self.redirects[record.seq] = inserted.seq
         else:
             self.run.state.context_tokens += inserted.token_count
+
+    def input_seqs(self) -> list[int]:
+        """The seqs of inputs no turn has taken yet: waiting, folded, or being recorded
+        (given out, not settled: between turns only inputs are)."""
+        state = self.run.state
+        unsettled = set(range(state.recorded_upto + 1, state.next_seq)) - set(
+            state.recorded_seqs)
+        return sorted({p.seq for p in state.pending} | set(self.unrecorded) | unsettled)
 
     def _drop_pending(self, seq: int) -> None:
         state = self.run.state

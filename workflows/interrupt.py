@@ -68,6 +68,11 @@ class Interrupter:
     def start_turn(self) -> None:
         self.requested_in = None
 
+    def stop_quietly(self) -> None:
+        """The turn asks the model no more once its calls have their results (a rewind
+        cancelled its wait, workflows.branch); no model call is in flight then."""
+        self.requested_in = self.run.state.turn
+
     async def stop(self, *, by_message: bool = False) -> bool:
         """Ask the running turn to stop; True when a turn was running to stop. `by_message`:
         a message sent with policy `interrupt` asked (else the interrupt Update)."""

@@ -42,6 +42,7 @@ class SessionRun:
         self.phase = SessionPhase.STOPPED if state.stopped_reason else SessionPhase.IDLE
         self.last_error: str | None = None
         self.continuing = False  # continue-as-new has begun: handlers stop waiting
+        self.rewinding = False  # a rewind runs: no turn starts until it is done
         self.tasks: set[asyncio.Task[None]] = set()  # fences and transcripts, until done
 
     def hold(self, work: Coroutine[Any, Any, None]) -> None:

@@ -73,14 +73,11 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.initiative import Wakeup
     from schemas.interrupt import BusyAction
-    from schemas.messages import HarnessKind
     from schemas.session import (
         MAX_INPUT_ID_CHARS,
         MAX_NOTE_CHARS,
         SESSION_WORKFLOW,
-        AgentRunInput,
         AwaitReply,
-        CallbackInput,
         CancelWakeup,
         EndSession,
         Handler,
@@ -91,10 +88,8 @@ with workflow.unsafe.imports_passed_through():
         SessionPhase,
         SessionState,
         SessionStatus,
-        TaskInput,
         TurnOutcome,
         UserMessage,
-        WatchInput,
         text_limits,
     )
     from schemas.text import payload_problem, storable_problem
@@ -106,7 +101,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.entry import arg, payload_json, start_input, valid_arg
     from workflows.events import SessionEvents
     from workflows.failures import decode_problem, reason, rejected
-    from workflows.inbox import Inbox
+    from workflows.inbox import BACKGROUND, Inbox
     from workflows.observe import TurnObserver
     from workflows.options import FILE_CALL
     from workflows.run import SessionRun
@@ -120,13 +115,6 @@ __all__ = ["SessionWorkflow"]
 # parameter typed exactly RawValue, so the default must be one).
 NO_PAYLOAD = RawValue(Payload())
 
-# The background inputs by signal name: their kind and their payload's model.
-BACKGROUND: dict[str, tuple[HarnessKind, type[BaseModel]]] = {
-    Handler.WATCH: (HarnessKind.WATCH, WatchInput),
-    Handler.TASK: (HarnessKind.TASK, TaskInput),
-    Handler.AGENT_RUN: (HarnessKind.AGENT_RUN, AgentRunInput),
-    Handler.CALLBACK: (HarnessKind.CALLBACK, CallbackInput),
-}
 
 
 @workflow.defn(name=SESSION_WORKFLOW)
@@ -154,9 +142,10 @@ class SessionWorkflow:
         self.tools = ToolRunner(self.session, self.inbox.fence)
         self.tools.fold_row = self.inbox.fold_row
         self.turns = Turns(self.session, self.inbox, self.tools, TurnObserver(state), outcomes)
-        self.rewinder = Rewinder(self.session)
         # The agent's own initiative: its tools run here, its signals come to these.
-        self.wakeups = Wakeups(self.session, self.inbox)
+        self.wakeups = Wakeups(self.session, self.inbox, self.tools.calling_seq)
+        self.rewinder = Rewinder(self.session, self.inbox, self.tools, self.turns.interrupts,
+                                 self.wakeups)
         self.delegation = Delegation(self.session, self.inbox, outcomes)
         self.tools.initiative = {**self.wakeups.tools(), **self.delegation.tools()}
         self.own_signals: dict[str, Any] = {Handler.WAKEUP: self.wakeups.signalled,
@@ -548,9 +537,12 @@ class SessionWorkflow:
 
     # ----- the loop ---------------------------------------------------------------------
 
+    def _checkpoint_due(self) -> bool:
+        return self.state.checkpoint_requested and not self.session.rewinding
+
     def _ready(self) -> bool:
         state = self.state
-        return state.stopped_reason is None and any(
+        return state.stopped_reason is None and not self.session.rewinding and any(
             p.seq <= state.recorded_upto for p in state.pending)
 
     @workflow.run
@@ -570,10 +562,10 @@ class SessionWorkflow:
             await self._run_turn()
         await self.delegation.begin()  # a child's task is its first input
         while state.stopped_reason is None:
-            await workflow.wait_condition(
+            await workflow.wait_condition(  # a rewind holds a checkpoint too (run.rewinding)
                 lambda: self._ready() or run.should_continue_as_new()
-                or state.stopped_reason is not None or state.checkpoint_requested)
-            if state.checkpoint_requested and state.stopped_reason is None:
+                or state.stopped_reason is not None or self._checkpoint_due())
+            if self._checkpoint_due() and state.stopped_reason is None:
                 await self.inbox.record_unrecorded()  # the checkpoint reads the record
                 await self.turns.requested_checkpoint()
             # Under a steady stream of inputs there is always a next turn: continue-as-new

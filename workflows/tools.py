@@ -76,6 +76,7 @@ with workflow.unsafe.imports_passed_through():
         result_text,
         route,
     )
+    from schemas.branch import REWIND_DECIDER
     from schemas.events import (
         SHORT_INPUT_CHARS,
         ApprovalDecided,
@@ -223,6 +224,14 @@ class ToolRunner:
         state.approvals = [p for p in state.approvals if p.call_id != decision.call_id]
         state.decided_calls = [*state.decided_calls, decision.call_id][-KEPT_DECISIONS:]
         return pending
+
+    def calling_seq(self) -> int | None:
+        """The assistant row of the call running now (a wakeup it schedules keeps it)."""
+        return self.running[0].seq if self.running is not None else None
+
+    def waiting_reply_seq(self) -> int | None:
+        """The assistant row whose call waits on a person now (None: no call waits)."""
+        return self._waiting.before_seq if self._waiting is not None else None
 
     async def _ask(self, call: ToolCall, rules: ApprovalRules | None) -> PendingApproval:
         """`call` waits on a person from now (a carried-over pending call keeps its own
@@ -373,7 +382,10 @@ class ToolRunner:
         call = w.call
         decision = await self._decided(call, w.pending)
         if not decision.approve:
-            await self._result(call, denied_text(call.name, decision.note), is_error=True,
+            # A rewind's cancel says only that (workflows.branch); a person's, who and why.
+            text = decision.note if decision.by == REWIND_DECIDER else denied_text(
+                call.name, decision.note)
+            await self._result(call, text, is_error=True,
                                meta={"denied": True, "by": decision.by})
             return None
         await self._dispatch(reply, call, w.where)

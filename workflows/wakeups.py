@@ -69,12 +69,14 @@ ToolFn = Callable[[ToolCall], Awaitable[tuple[str, bool]]]
 class Wakeups:
     """The wakeup side of one session run; the durable part is `SessionState.wakeups`."""
 
-    def __init__(self, run: SessionRun, inbox: Inbox) -> None:
+    def __init__(self, run: SessionRun, inbox: Inbox,
+                 calling_seq: Callable[[], int | None] = lambda: None) -> None:
         self.run = run
         self.inbox = inbox
         self.firing = False  # a fire is being recorded: continue-as-new waits for it
         self.changes = 0  # bumped when the list changes, so `watch` times the new first
         self._task: asyncio.Task[None] | None = None
+        self.calling_seq = calling_seq  # the assistant row of the call running now
 
     def tools(self) -> dict[str, ToolFn]:
         return {"schedule_wakeup": self.schedule, "list_wakeups": self.listing,
@@ -97,6 +99,7 @@ class Wakeups:
         except WakeupRefused as err:
             return f"schedule_wakeup refused: {err}", True
         state.wakeups_made += 1
+        wakeup.seq = self.calling_seq()
         if wakeup.recurring:
             wakeup.schedule_id = await self._make_schedule(wakeup)
             if wakeup.schedule_id is None:
@@ -126,6 +129,19 @@ class Wakeups:
         if found.schedule_id:
             await self._delete_schedule(found.schedule_id)
         return found
+
+    async def cancel_after(self, seq: int) -> list[Wakeup]:
+        """A rewind to `seq`: the wakeups a call after it scheduled are cancelled (their
+        schedules deleted), and a notice names them."""
+        gone = [w for w in self.run.state.wakeups if w.seq is not None and w.seq > seq]
+        for wakeup in gone:
+            await self.cancel(wakeup.id)
+        if gone:
+            self.run.publish_summary()
+            await self.run.record_notice(
+                f"The rewind to #{seq} cancelled the wakeups its abandoned rows scheduled: "
+                + "; ".join(f"{w.id} ({w.note[:100]})" for w in gone))
+        return gone
 
     # ----- schedules ---------------------------------------------------------------------
 

@@ -58,13 +58,18 @@ def rewind(session: str,
 
 def export(session: str,
            output: Annotated[Path, typer.Option("--output", "-o", help="The bundle file.")],
+           with_memory: Annotated[bool, typer.Option(
+               "--with-memory", help="Include the cards the session wrote and its "
+               "daily-note entries (a format version 2 bundle).")] = False,
            ) -> None:
-    """Write SESSION's bundle: record, checkpoints, rewinds, workspace with its versions."""
+    """Write SESSION's bundle: record, checkpoints, rewinds, workspace with its versions
+    (and, with --with-memory, its cards and daily-note entries)."""
     async def main() -> None:
         settings = load_settings()
         keel = await connect(settings)
         data = await branching.export_session(keel, session, output,
-                                              database_url=database_url(settings))
+                                              database_url=database_url(settings),
+                                              with_memory=with_memory)
         console.print(f"exported {session} to {output} ({len(data):,} bytes)")
     run(main())
 
@@ -79,7 +84,9 @@ def import_(bundle: Path,
         keel = await connect(settings)
         done = await branching.import_session(keel, bundle.read_bytes(), new_id,
                                               database_url=database_url(settings))
+        memory = f", {done.cards} card(s), {done.entries} daily-note entries" if (
+            done.cards or done.entries) else ""
         console.print(f"imported [bold]{done.session_id}[/]: {done.rows} row(s), "
                       f"{done.checkpoints} checkpoint(s), {done.file_versions} file "
-                      "version(s)")
+                      f"version(s){memory}")
     run(main())

@@ -98,8 +98,9 @@ def test_a_line_is_canonical():
 
 def test_the_header_is_read_or_refused_with_its_version_named():
     assert check_header(header()).session_id == "s"
-    with pytest.raises(BundleVersionError, match="version 2 is newer"):
-        check_header(header(2))
+    assert check_header(header(2)).version == 2  # with memory lines
+    with pytest.raises(BundleVersionError, match=r"version 3 is newer .* reads \(1, 2\)"):
+        check_header(header(3))
     with pytest.raises(BundleVersionError, match="version 0 is not one of"):
         check_header(header(0))
     with pytest.raises(BranchError, match="not a Keel session bundle"):
@@ -119,3 +120,41 @@ def test_the_end_line_counts_what_came_before():
         check_end(None, {})
     with pytest.raises(BranchError, match="cut short"):
         check_end(bundle_line("row", {}), {})
+
+
+def test_a_version_2_end_counts_the_memory_lines_too():
+    from schemas.branch import line_kinds
+
+    assert line_kinds(1) == ("row", "checkpoint", "rewind", "file")
+    assert line_kinds(2)[-2:] == ("card", "daily")
+    end = bundle_line("end", {"counts": {"row": 2, "card": 1, "daily": 3}})
+    check_end(end, {"row": 2, "card": 1, "daily": 3}, line_kinds(2))
+    with pytest.raises(BranchError, match="does not hold"):
+        check_end(end, {"row": 2, "card": 1}, line_kinds(2))
+
+
+def test_memory_lines_keep_to_the_vaults_folders_and_follow_a_new_id():
+    from schemas.bundle_memory import (
+        is_session_op,
+        path_problem,
+        renamed_entry,
+        renamed_op,
+    )
+
+    assert path_problem("card", "cards/contacts/Dana.md") is None
+    assert path_problem("daily", "daily/2026-01-02.md") is None
+    for kind, path in (("card", "../CORE.md"), ("card", "/etc/x.md"),
+                       ("card", "daily/2026-01-02.md"), ("daily", "daily/notes.md"),
+                       ("daily", "cards/a.md"), ("card", "cards//a.md")):
+        assert path_problem(kind, path), (kind, path)
+    entry = "#### 10:00:00 · user · s1 <!-- keel:s1:4 -->\n\nI said s1 · s1 <!-- keel:s1:"
+    renamed = renamed_entry(entry, "s1", "s2")
+    assert renamed.split("\n")[0] == "#### 10:00:00 · user · s2 <!-- keel:s2:4 -->"
+    assert renamed.split("\n", 1)[1] == entry.split("\n", 1)[1]  # the words are kept
+    assert renamed_op("flush:s1:3-9:0", "s1", "s2") == "flush:s2:3-9:0"
+    assert renamed_op("tool:toolu_1", "s1", "s2") == "tool:toolu_1"
+    assert is_session_op("tool:toolu_1", "s1", {"toolu_1"})
+    assert not is_session_op("tool:toolu_9", "s1", {"toolu_1"})
+    assert is_session_op("flush:s1:1-2:0", "s1", set())
+    assert not is_session_op("flush:s10:1-2:0", "s1", set())
+    assert not is_session_op("rollup:daily:2026-01-02:0", "s1", set())

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from keel.client import BranchRefusedError, KeelClient, SessionHandle
+from keel.client import BranchRefusedError, KeelClient, NotPendingError, SessionHandle
 from schemas.config import WorkspaceStoreKind
 from tests.checkpoint_model import CheckpointModel, good_checkpoint, texts
 from tests.fake_anthropic import text_message, tool_use_message
@@ -201,8 +201,8 @@ async def test_rewind_before_a_checkpoint_leaves_it(client, settings, fake_anthr
     assert "third message" not in str(sent["messages"])
 
 
-async def test_rewind_is_refused_while_a_call_waits_on_a_person(client, settings,
-                                                                fake_anthropic):
+async def test_rewind_cancels_a_call_waiting_on_a_person(client, settings, fake_anthropic,
+                                                         database_url):
     from schemas.agent import AgentSpec, ApprovalPolicy, ApprovalRules
 
     spec = AgentSpec(approvals=ApprovalRules(tools={"write_file": ApprovalPolicy.ASK}))
@@ -211,19 +211,30 @@ async def test_rewind_is_refused_while_a_call_waits_on_a_person(client, settings
             f"b-{uuid.uuid4().hex[:8]}", agent=spec,
             config=small_config(settings, memory_scope=None))
         await session.ask("hello")  # #1, #2
-        accepted = await session.send("write one")
+        accepted = await session.send("write one")  # #3, the call #4, its wait's notice
         while not (pending := await session.pending()):
             await asyncio.sleep(0.1)
-        with pytest.raises(BranchRefusedError, match="waiting on 1 approval"):
-            await session.rewind(2)
+        with pytest.raises(BranchRefusedError, match="not before the call that waits"):
+            await session.rewind(4)
         with pytest.raises(BranchRefusedError, match="inside a tool round"):
             await keel.fork(session.session_id)  # now: the call waits for its result
         early = await keel.fork(session.session_id, at_seq=2)
         assert early.rows_copied == 2
-        await session.approve(pending[0].call_id)
-        await session.wait_reply(accepted.seq)
+        asked = len(fake_anthropic.requests)
         done = await session.rewind(2)
+        outcome = await session.wait_reply(accepted.seq)
+        assert outcome.interrupted and not await session.pending()
+        assert len(fake_anthropic.requests) == asked  # the model was not asked again
         assert done.first_rewound == 3 and await notes(session) is None
+        with pytest.raises(NotPendingError):  # the cancelled wait is no longer pending
+            await session.approve(pending[0].call_id)
+        await session.ask("after the rewind")
+    results = db(database_url, "SELECT content_text, rewound_by IS NOT NULL FROM messages"
+                 " WHERE session_id = %s AND type = 'tool_result'", session.session_id)
+    assert results == [("cancelled: the session was rewound to #2", True)]
+    sent = user_request(fake_anthropic, "after the rewind")
+    assert "write one" not in str(sent["messages"]) and "cancelled" not in str(
+        sent["messages"])
 
 
 async def test_a_worker_lost_in_the_middle_of_a_fork_leaves_no_half_session(

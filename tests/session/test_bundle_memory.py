@@ -1,0 +1,159 @@
+"""A bundle with the session's long memory: its cards and daily-note entries go along
+(format version 2), are written into the importing deployment's vault by the vault's own
+worker, and the bundle round-trips byte for byte; a card in the way refuses the import,
+naming it, with nothing written; a bundle without memory stays version 1."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.service import RPCError
+
+from keel.client import BranchRefusedError, KeelClient, SessionHandle
+from schemas.config import WorkspaceStoreKind
+from tests.checkpoint_model import texts
+from tests.fake_anthropic import text_message, tool_use_message
+from tests.harness import keel_worker, make_settings
+from tests.session.test_branch import db
+from tests.session.test_bundle import other_database, other_temporal  # noqa: F401
+
+CARD = {"op": "ADD", "type": "contact", "title": "Dana Whitfield", "field": "employer",
+        "value": "Dana works at Northwind Traders", "confidence": "EXTRACTED",
+        "description": "A contact of the user"}
+CARD_FILE = Path("cards") / "contacts" / "Dana Whitfield.md"
+
+
+def rememberer(body: dict[str, Any]) -> dict[str, Any]:
+    """"remember Dana" writes her card; a tool result is acknowledged; else an echo."""
+    last = body["messages"][-1]
+    if any(isinstance(b, dict) and b.get("type") == "tool_result" for b in last["content"]):
+        return text_message("Noted.")
+    said = texts(last)[-1]
+    if said == "remember Dana":
+        return tool_use_message([("write_card", CARD)])
+    return text_message(f"ok: {said}")
+
+
+def header(bundle: bytes) -> dict[str, Any]:
+    first = gzip.decompress(bundle).split(b"\n", 1)[0]
+    found: dict[str, Any] = json.loads(first)["data"]
+    return found
+
+
+def kinds(bundle: bytes) -> list[str]:
+    return [json.loads(line)["line"] for line in gzip.decompress(bundle).splitlines()]
+
+
+def entries(vault: Path, session_id: str) -> int:
+    """How many entries of the session the vault's daily files hold."""
+    return sum(f.read_text().count(f"<!-- keel:{session_id}:")
+               for f in (vault / "daily").glob("*.md"))
+
+
+async def transcribed(vault: Path, session_id: str, seq: int) -> None:
+    """Wait for the turn's transcript (appended after the reply) to reach the vault."""
+    marker = f"<!-- keel:{session_id}:{seq} -->"
+    for _ in range(150):
+        if any(marker in f.read_text() for f in (vault / "daily").glob("*.md")):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"seq {seq} was never transcribed")
+
+
+async def remembering(keel: KeelClient, vault: Path) -> SessionHandle:
+    session = await keel.start_session(f"m-{uuid.uuid4().hex[:8]}")
+    await session.ask("remember Dana")  # #1, the call #2, its result #3, the reply #4
+    await session.ask("plain words")  # #5, #6
+    await transcribed(vault, session.session_id, 6)
+    return session
+
+
+async def test_a_bundle_with_memory_moves_the_cards_and_entries_byte_for_byte(
+        client, other_temporal, other_database, fake_anthropic, database_url,  # noqa: F811
+        tmp_path):
+    fake_anthropic.responder = rememberer
+    here = make_settings(database_url, tmp_path / "a", fake_anthropic.base_url).model_copy(
+        update={"workspace_store": WorkspaceStoreKind.POSTGRES})
+    there = make_settings(other_database, tmp_path / "b", fake_anthropic.base_url
+                          ).model_copy(update={"workspace_store": WorkspaceStoreKind.POSTGRES})
+    vault_a, vault_b = tmp_path / "a" / "vault", tmp_path / "b" / "vault"
+    async with keel_worker(client, here) as keel:
+        session = await remembering(keel, vault_a)
+        plain = await keel.export_session(session.session_id)
+        bundle = await keel.export_session(session.session_id, with_memory=True)
+        assert bundle == await keel.export_session(session.session_id, with_memory=True)
+    assert header(plain)["version"] == 1 and "card" not in kinds(plain)
+    assert header(bundle)["version"] == 2
+    assert kinds(bundle).count("card") == 1
+    assert kinds(bundle).count("daily") == entries(vault_a, session.session_id) >= 4
+    assert db(database_url, "SELECT count(*) FROM bundle_memory") == [(0,)]  # drained
+    async with keel_worker(other_temporal, there) as other:
+        done = await other.import_session(bundle)
+        assert (done.cards, done.entries) == (1, entries(vault_a, session.session_id))
+        assert (vault_b / CARD_FILE).read_bytes() == (vault_a / CARD_FILE).read_bytes()
+        days = sorted((vault_b / "daily").glob("*.md"))
+        assert days and "plain words" in days[0].read_text()
+        assert await other.export_session(done.session_id, with_memory=True) == bundle
+        assert await other.import_session(bundle) == done  # a retry finds the first
+        # The card is found by recall there, as the session's own memory.
+        hits = db(other_database, "SELECT count(*) FROM memory_docs WHERE path = %s",
+                  str(CARD_FILE))
+        assert hits == [(1,)]
+    assert db(other_database, "SELECT count(*) FROM bundle_memory") == [(0,)]
+
+
+async def test_a_card_in_the_way_refuses_the_import_naming_it(
+        client, fake_anthropic, database_url, tmp_path):
+    fake_anthropic.responder = rememberer
+    here = make_settings(database_url, tmp_path / "a", fake_anthropic.base_url)
+    vault = tmp_path / "a" / "vault"
+    async with keel_worker(client, here) as keel:
+        session = await remembering(keel, vault)
+        bundle = await keel.export_session(session.session_id, with_memory=True)
+        card = vault / CARD_FILE
+        card.write_text(card.read_text() + "\nA person's own line.\n")
+        edited = card.read_bytes()
+        days = {f: f.read_bytes() for f in (vault / "daily").glob("*.md")}
+        copy_id = f"{session.session_id}-copy"
+        with pytest.raises(BranchRefusedError, match=r"Dana Whitfield\.md exist there"):
+            await keel.import_session(bundle, copy_id)
+        assert card.read_bytes() == edited  # nothing lost, nothing written
+        assert {f: f.read_bytes() for f in (vault / "daily").glob("*.md")} == days
+        for table in ("sessions", "messages", "bundle_memory"):
+            assert db(database_url, f"SELECT count(*) FROM {table} WHERE session_id = %s",
+                      copy_id) == [(0,)]
+        with pytest.raises(RPCError):  # its workflow was never started
+            await client.get_workflow_handle(copy_id).describe()
+        card.write_text(bundle_card(bundle))
+        done = await keel.import_session(bundle, copy_id)  # the card as the bundle has it
+        assert done.entries == entries(vault, session.session_id)
+    text = "".join(f.read_text() for f in (vault / "daily").glob("*.md"))
+    assert f"<!-- keel:{copy_id}:6 -->" in text  # the entries under the new id
+    assert text.count(f"<!-- keel:{session.session_id}:6 -->") == 1
+
+
+def bundle_card(bundle: bytes) -> str:
+    for line in gzip.decompress(bundle).splitlines():
+        item = json.loads(line)
+        if item["line"] == "card":
+            text: str = item["data"]["text"]
+            return text
+    raise AssertionError("no card line")
+
+
+async def test_a_session_without_memory_is_not_exported_with_it(
+        client, fake_anthropic, database_url, tmp_path):
+    from tests.harness import small_config
+
+    here = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(client, here) as keel:
+        session = await keel.start_session(
+            f"m-{uuid.uuid4().hex[:8]}", config=small_config(here, memory_scope=None))
+        with pytest.raises(BranchRefusedError, match="no long memory"):
+            await keel.export_session(session.session_id, with_memory=True)
