@@ -43,7 +43,7 @@ from schemas.checkpoint.request import (
     repair_request,
 )
 from schemas.context import MESSAGE_OVERHEAD_TOKENS, assemble_messages, leave_out_output
-from schemas.request import append_user, checkpoint_round_messages, turn_request
+from schemas.request import append_user, block_count, checkpoint_round_messages, turn_request
 from schemas.tokens import count_tokens, truncate_to_tokens
 from schemas.tools import CHECKPOINT_TOOL_NAMES
 
@@ -87,11 +87,11 @@ async def flush_request(ctx: SessionContext, attempt_id: str, instruction: str,
         attempt = await attempts.attempt(conn, attempt_id)
         meta = attempts.meta(attempt)
         window, messages = await _conversation(ctx, conn, attempt, meta)
-    conversation_end = len(messages)
+    conversation_blocks = block_count(messages)
     append_user(messages, [{"type": "text", "text": instruction}])
     return turn_request(
         model=meta.model, max_tokens=min(max_tokens, _reply_room(meta)),
-        system=window.system, messages=messages, conversation_end=conversation_end,
+        system=window.system, messages=messages, conversation_blocks=conversation_blocks,
         checkpoint_text=window.checkpoint_text,
         tools=await ctx.prompt.session_tools(meta.session_id, meta.agent, meta.mcp_tools))
 
@@ -181,7 +181,7 @@ async def round_request(ctx: SessionContext, conn: AsyncConnection, attempt: dic
     if room is None:
         return PlannedRound(None, prompt, final, predicted)
     window, conversation = await _conversation(ctx, conn, attempt, meta)
-    conversation_end = len(conversation)
+    conversation_blocks = block_count(conversation)
     instruction = REQUEST_MARKER + "\n" + checkpoint_instruction(
         mind_path=attempt["mind_path"], memo_path=attempt["memo_path"],
         mind_text=attempt["previous_mind"], checklist_text=attempt["checklist_original"],
@@ -190,7 +190,7 @@ async def round_request(ctx: SessionContext, conn: AsyncConnection, attempt: dic
     messages = checkpoint_round_messages(conversation, instruction, rounds, prompt)
     request = turn_request(
         model=meta.model, max_tokens=room, system=window.system,
-        messages=messages, conversation_end=conversation_end,
+        messages=messages, conversation_blocks=conversation_blocks,
         checkpoint_text=window.checkpoint_text,
         tools=await ctx.prompt.session_tools(meta.session_id, meta.agent, meta.mcp_tools),
         final=final)

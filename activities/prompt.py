@@ -94,8 +94,13 @@ class SessionPrompt:
             instructions=instructions))
 
     async def core_memory(self, scope: str | None = DEFAULT_SCOPE) -> str:
-        """The scope's CORE.md as the vault worker published it ("" before it has, and for
-        a session without long memory)."""
+        """The scope's CORE.md as the vault worker published it; before it has, the
+        template's, which a new vault is made from (so the system prompt, the start of
+        every cached prefix, does not change when the vault is first published); "" for a
+        session without long memory."""
         if scope is None:
             return ""
-        return (await shared_vault_text(self._store(), scope, CORE_FILE) or "").strip()
+        text = await shared_vault_text(self._store(), scope, CORE_FILE)
+        if text is None:
+            text = (TEMPLATE_DIR / CORE_FILE).read_text()
+        return text.strip()

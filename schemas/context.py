@@ -298,7 +298,7 @@ MAX_BREAKPOINTS = 4
 
 def with_cache_breakpoints(
     system: str, messages: list[dict[str, Any]], *, checkpoint_text: str | None = None,
-    volatile_text: str | None = None, stable_end: int | None = None,
+    volatile_text: str | None = None, stable_blocks: int | None = None,
     turn_boundary: int = 0,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The request's system blocks and messages with cache breakpoints (a copy).
@@ -306,8 +306,10 @@ def with_cache_breakpoints(
     Breakpoints, at most four: the system prompt; the recollection (the first block, when
     there is a checkpoint); the turn boundary, the last of the first `turn_boundary` blocks
     (those before the turn in progress: the next turn's pre-pass leaves them as they are);
-    the stable end, the last block before `volatile_text` (this turn's recall), or before
-    message index `stable_end` (the checkpoint turn's instruction); and the last block.
+    the stable end, the last block before `volatile_text` (this turn's recall), or the
+    last of the first `stable_blocks` blocks (the conversation before the checkpoint
+    turn's instruction, counted in blocks: the instruction may share the conversation's
+    last user message); and the last block.
     With all five, the recollection gives way (the turn boundary's prefix holds it). The
     stable end of one request is a prefix of the next turn's request, so the next turn
     reads it from the cache."""
@@ -327,10 +329,8 @@ def with_cache_breakpoints(
                    if out[i]["content"][j].get("text") == volatile_text), None)
         if at is not None and at > 0:
             stable = flat[at - 1]
-    elif stable_end is not None:
-        before = [k for k, (i, _) in enumerate(flat) if i < stable_end]
-        if before:
-            stable = flat[before[-1]]
+    elif stable_blocks is not None and 0 < stable_blocks <= len(flat):
+        stable = flat[stable_blocks - 1]
     if stable is not None:
         marks.append(stable)
     marks.append(flat[-1])

@@ -23,7 +23,7 @@ from typing import Any
 from schemas.context import assemble_messages, with_cache_breakpoints
 from schemas.messages import RecordRow
 
-__all__ = ["append_user", "checkpoint_round_messages", "model_call_request",
+__all__ = ["append_user", "block_count", "checkpoint_round_messages", "model_call_request",
            "offered_calls_only", "turn_request"]
 
 
@@ -116,6 +116,11 @@ def model_call_request(*, model: str, max_tokens: int, system: str, rows: list[R
     return _request(model, max_tokens, system_blocks, messages, tools), notes
 
 
+def block_count(messages: list[dict[str, Any]]) -> int:
+    """The content blocks of `messages` (what a breakpoint position counts in)."""
+    return sum(len(m["content"]) if isinstance(m["content"], list) else 1 for m in messages)
+
+
 def append_user(messages: list[dict[str, Any]], blocks: list[dict[str, Any]]) -> None:
     """Add `blocks` as the user's: to the last message when it is the user's already."""
     if messages and messages[-1]["role"] == "user":
@@ -144,15 +149,20 @@ def checkpoint_round_messages(conversation: list[dict[str, Any]], instruction: s
 
 
 def turn_request(*, model: str, max_tokens: int, system: str, messages: list[dict[str, Any]],
-                 conversation_end: int, checkpoint_text: str | None,
+                 conversation_blocks: int, checkpoint_text: str | None,
                  tools: list[dict[str, Any]], final: bool = False) -> dict[str, Any]:
     """A request of the checkpoint turn (or of the memory flush before it): the same tools,
     system prompt and conversation prefix as the request it follows, so it reads them from
     the cache; the turn's limits are enforced on its calls, never by changing the tools.
-    The last round (`final`) may call no tool."""
+    The last round (`final`) may call no tool.
+
+    `conversation_blocks`: the conversation's blocks (`block_count` before Keel's words
+    were added). Its last block is a breakpoint, so the flush and every round of the turn
+    after it read the whole conversation from the cache, even when Keel's words joined
+    the conversation's last user message (a tool result's)."""
     system_blocks, marked = with_cache_breakpoints(
         system, offered_calls_only(messages, tools), checkpoint_text=checkpoint_text,
-        stable_end=conversation_end)
+        stable_blocks=conversation_blocks)
     request = _request(model, max_tokens, system_blocks, marked, tools)
     if final:
         request["tool_choice"] = {"type": "none"}

@@ -8,10 +8,13 @@ from schemas.context import assemble_messages, with_cache_breakpoints
 from schemas.messages import MessageType, RecordRow
 from schemas.request import (
     append_user,
+    block_count,
     checkpoint_round_messages,
     model_call_request,
     turn_request,
 )
+from tests.fake_anthropic.cache import PromptCache
+from tests.fake_anthropic.prompt import prompt_blocks
 
 TOOLS = [{"name": "read_file", "description": "read", "input_schema": {"type": "object"}}]
 
@@ -94,12 +97,43 @@ def test_a_checkpoint_round_follows_the_conversation_and_its_past_rounds():
     assert messages[2]["content"] == [{"type": "text", "text": "write the checkpoint"}]
     assert messages[4]["content"][-1] == {"type": "text", "text": "last round"}
     request = turn_request(model="m", max_tokens=50, system="sys", messages=messages,
-                           conversation_end=2, checkpoint_text=None, tools=TOOLS, final=True)
-    system, marked = with_cache_breakpoints("sys", messages, stable_end=2)
+                           conversation_blocks=2, checkpoint_text=None, tools=TOOLS, final=True)
+    system, marked = with_cache_breakpoints("sys", messages, stable_blocks=2)
     assert list(request) == ["model", "max_tokens", "system", "messages", "tools",
                              "tool_choice"]
     assert request["tool_choice"] == {"type": "none"}
     assert (request["system"], request["messages"]) == (system, marked)
     assert "tool_choice" not in turn_request(
-        model="m", max_tokens=50, system="sys", messages=messages, conversation_end=2,
+        model="m", max_tokens=50, system="sys", messages=messages, conversation_blocks=2,
         checkpoint_text=None, tools=TOOLS)
+
+
+def test_the_flush_and_the_checkpoint_turn_read_the_whole_conversation_from_the_cache():
+    # A conversation that ends with a tool result: Keel's words join that user message,
+    # yet the conversation's last block is a breakpoint, so the checkpoint turn after the
+    # flush reads the newest tool output from the cache instead of writing it again.
+    def conversation() -> list[dict]:
+        return [
+            {"role": "user", "content": [{"type": "text", "text": "review the queue " * 300}]},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t1", "name": "read_file", "input": {"path": "a"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "line\n" * 2000}]},
+        ]
+
+    cache = PromptCache(lambda: 0.0)
+    usages = []
+    for words in ("[Keel: memory flush] write cards", "[Keel: checkpoint request] edit"):
+        messages = conversation()
+        blocks = block_count(messages)
+        append_user(messages, [{"type": "text", "text": words}])
+        assert len(messages) == 3  # the words joined the tool result's message
+        request = turn_request(model="m", max_tokens=50, system="sys", messages=messages,
+                               conversation_blocks=blocks, checkpoint_text=None, tools=TOOLS)
+        assert "cache_control" in request["messages"][-1]["content"][0]  # the tool result
+        prompt = prompt_blocks(request)
+        usages.append(cache.account(request, prompt, min_tokens=1024))
+    conversation_tokens = sum(b.tokens for b in prompt[:-1])
+    assert usages[0].cache_creation >= conversation_tokens  # the flush writes it once
+    assert usages[1].cache_read == conversation_tokens  # the checkpoint turn reads it all
+    assert usages[1].cache_creation < 50  # and writes only its own words

@@ -96,5 +96,5 @@ def test_every_request_is_valid_whatever_was_called_and_is_offered_now(called, o
                         messages=model_call_request(
                             model="m", max_tokens=10, system="s", rows=_rows(called),
                             checkpoint_text=None, memory_block="", tools=tools)[0]["messages"],
-                        conversation_end=2, checkpoint_text=None, tools=tools)
+                        conversation_blocks=2, checkpoint_text=None, tools=tools)
     assert valid(turn)
