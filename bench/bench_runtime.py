@@ -41,7 +41,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ if str(ROOT) not in sys.path:
 
 import anthropic  # noqa: E402
 from psycopg import AsyncConnection  # noqa: E402
-from temporalio import activity, workflow  # noqa: E402
+from temporalio import activity  # noqa: E402
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
@@ -59,6 +59,7 @@ from temporalio.worker import Worker  # noqa: E402
 from activities.context import SessionContext  # noqa: E402
 from activities.db import close_pools, get_pool  # noqa: E402
 from bench.common import cancel_on_sigterm, percentile, source_commit, table  # noqa: E402
+from bench.floor import FloorWorkflow  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from keel.devstack import running_stack  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
@@ -177,27 +178,6 @@ SAME_REQUEST = "<keel's last request>"
 _FLOOR_SAME: list[dict[str, Any]] = []  # the request Keel's last turn sent
 
 
-@workflow.defn(name="BenchFloor", sandboxed=False)
-class FloorWorkflow:
-    """Temporal's floor for a turn: an Update that runs one activity and returns its
-    result. Nothing else: no record, no memory, no event stream."""
-
-    def __init__(self) -> None:
-        self.done = False
-
-    @workflow.run
-    async def run(self) -> None:
-        await workflow.wait_condition(lambda: self.done)
-
-    @workflow.update(name="turn")
-    async def turn(self, text: str) -> str:
-        result: str = await workflow.execute_activity(
-            floor_model_call, text, start_to_close_timeout=timedelta(seconds=30))
-        return result
-
-    @workflow.signal(name="finish")
-    def finish(self) -> None:
-        self.done = True
 
 
 async def history_counts(client: Client, workflow_id: str) -> tuple[int, int]:
