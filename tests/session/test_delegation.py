@@ -67,6 +67,17 @@ async def _closed(client: Any, workflow_id: str, within_s: float = 20) -> Any:
     return desc.status
 
 
+async def _awaiting_child(parent: Any, within_s: float = 20) -> Any:
+    """The parent's status once its turn waits on a child (asserted)."""
+    for _ in range(int(within_s * 5)):
+        status = await parent.status()
+        if status.phase == SessionPhase.AWAITING_CHILD:
+            break
+        await asyncio.sleep(0.2)
+    assert status.phase == SessionPhase.AWAITING_CHILD
+    return status
+
+
 async def test_child_answers_and_the_waiting_turn_reads_it(
         temporal_env, database_url, fake_anthropic, tmp_path):
     fake_anthropic.responder = team(lambda body: text_message("the answer is 42"))
@@ -164,12 +175,7 @@ async def test_parent_ended_mid_wait_ends_its_child(
     async with keel_worker(temporal_env.client, settings) as keel:
         parent = await keel.start_session("team-end", agent=spec(600, child_asks=True))
         accepted = await parent.send("find the answer")
-        for _ in range(100):
-            status = await parent.status()
-            if status.phase == SessionPhase.AWAITING_CHILD:
-                break
-            await asyncio.sleep(0.2)
-        assert status.phase == SessionPhase.AWAITING_CHILD
+        status = await _awaiting_child(parent)
         [child] = status.children
         await parent.end()
         await asyncio.wait_for(parent.wait_reply(accepted.seq), 30)
@@ -210,12 +216,7 @@ async def test_worker_killed_mid_delegation_starts_one_child(
     try:
         parent = await keel.start_session("team-crash", agent=spec())
         accepted = await parent.send("find it slowly")
-        for _ in range(200):
-            status = await parent.status()
-            if status.phase == SessionPhase.AWAITING_CHILD:
-                break
-            await asyncio.sleep(0.1)
-        assert status.phase == SessionPhase.AWAITING_CHILD
+        await _awaiting_child(parent)
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait()
         worker = start_worker(env)
@@ -370,11 +371,7 @@ async def test_a_child_that_ends_without_an_answer_is_a_failure_at_once(
     async with keel_worker(temporal_env.client, settings) as keel:
         parent = await keel.start_session("team-gone", agent=spec(600, child_asks=True))
         accepted = await parent.send("find the answer")
-        for _ in range(100):
-            status = await parent.status()
-            if status.phase == SessionPhase.AWAITING_CHILD:
-                break
-            await asyncio.sleep(0.2)
+        status = await _awaiting_child(parent)
         [child] = status.children
         await temporal_env.client.get_workflow_handle(child.session_id).terminate("gone")
         outcome = await asyncio.wait_for(parent.wait_reply(accepted.seq), 30)
