@@ -398,8 +398,9 @@ async def queue_reply_transcript(conn: AsyncConnection, data: ModelCallInput,
     caller's transaction (the one that inserts the reply): the inputs it answers, the reply
     when it has text, the recall's hits. False: the session appends it itself."""
     memory = data.memory
-    if memory.transcribe is None or memory.scope is None:
+    if not transcribes(data):
         return False
+    assert memory.transcribe is not None and memory.scope is not None
     seqs = [*memory.transcribe, *([reply.seq] if reply.text.strip() else [])]
     await queue_transcript(conn, vault_queue(activity.info().task_queue), QueuedTranscript(
         session_id=data.session_id, scope=memory.scope, reply_seq=reply.seq, seqs=seqs,
