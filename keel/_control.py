@@ -1,8 +1,8 @@
-"""A session's budget and its stop button, for `keel.client.SessionHandle`.
+"""A session's budget, its stop button and its wakeups, for `keel.client.SessionHandle`.
 
-Invariant: thin calls of the session's Updates by their names in `schemas.session`
-(`ANSWER_BUDGET`, `INTERRUPT`); every refusal is one of Keel's exceptions (keel._errors),
-and nothing here holds session logic.
+Invariant: thin calls of the session's Updates and queries by their names in
+`schemas.session` (`ANSWER_BUDGET`, `INTERRUPT`, `WAKEUPS`, `CANCEL_WAKEUP`); every
+refusal is one of Keel's exceptions (keel._errors), and nothing here holds session logic.
 """
 
 from __future__ import annotations
@@ -13,13 +13,22 @@ from temporalio.client import WorkflowHandle
 
 from keel._errors import MessageRejectedError, refusals
 from schemas.budget import BudgetAnswer, BudgetLimits
-from schemas.session import MAX_INPUT_ID_CHARS, MAX_NOTE_CHARS, Handler, SessionStatus, text_limits
+from schemas.initiative import Wakeup
+from schemas.session import (
+    MAX_INPUT_ID_CHARS,
+    MAX_NOTE_CHARS,
+    CancelWakeup,
+    Handler,
+    SessionStatus,
+    text_limits,
+)
 
 __all__ = ["SessionControls"]
 
 
 class SessionControls:
-    """Mixed into `SessionHandle`: answering a reached budget, interrupting a turn."""
+    """Mixed into `SessionHandle`: answering a reached budget, interrupting a turn, the
+    wakeups the agent scheduled."""
 
     handle: WorkflowHandle[Any, SessionStatus]
 
@@ -56,3 +65,19 @@ class SessionControls:
             status: SessionStatus = await self.handle.execute_update(
                 Handler.INTERRUPT, result_type=SessionStatus)
         return status
+
+    async def wakeups(self) -> list[Wakeup]:
+        """The wakeups the agent has scheduled now (schemas.initiative)."""
+        async with refusals(self.handle):
+            found: list[Wakeup] = await self.handle.query(Handler.WAKEUPS,
+                                                          result_type=list[Wakeup])
+        return found
+
+    async def cancel_wakeup(self, wakeup_id: str) -> list[Wakeup]:
+        """Cancel one wakeup (its schedule too); `NotPendingError` when there is no such
+        wakeup. Returns the wakeups left."""
+        async with refusals(self.handle):
+            left: list[Wakeup] = await self.handle.execute_update(
+                Handler.CANCEL_WAKEUP, CancelWakeup(wakeup_id=wakeup_id),
+                result_type=list[Wakeup])
+        return left

@@ -40,6 +40,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from keel import branching
+from keel._approvals import SessionApprovals
 from keel._control import SessionControls
 from keel._errors import (
     AgentSpecRefusedError,
@@ -65,9 +66,6 @@ from schemas.agent import (
     BUILTIN_TOOL_NAMES,
     AgentSpec,
     AgentSpecError,
-    ApprovalDecision,
-    DecisionRecorded,
-    PendingApproval,
     check_spec,
 )
 from schemas.branch import ForkDone, ImportDone, RewindDone, RewindRequest
@@ -82,7 +80,6 @@ from schemas.files import (
     ReadFile,
     put_problem,
 )
-from schemas.initiative import Wakeup
 from schemas.interrupt import InterruptPolicy
 from schemas.session import (
     MAX_INPUT_ID_CHARS,
@@ -91,7 +88,6 @@ from schemas.session import (
     AgentRunInput,
     AwaitReply,
     CallbackInput,
-    CancelWakeup,
     EndSession,
     Handler,
     MessageAccepted,
@@ -172,7 +168,7 @@ def session_config(settings: KeelSettings, **overrides: Unpack[SessionOverrides]
     })
 
 
-class SessionHandle(SessionControls):
+class SessionHandle(SessionControls, SessionApprovals):
     """One session: send it the user's messages and background inputs, read its state."""
 
     def __init__(self, handle: WorkflowHandle[Any, SessionStatus], client: Client,
@@ -283,22 +279,6 @@ class SessionHandle(SessionControls):
                                                             result_type=SessionStatus)
         return status
 
-    async def wakeups(self) -> list[Wakeup]:
-        """The wakeups the agent has scheduled now (schemas.initiative)."""
-        async with refusals(self.handle):
-            found: list[Wakeup] = await self.handle.query(Handler.WAKEUPS,
-                                                          result_type=list[Wakeup])
-        return found
-
-    async def cancel_wakeup(self, wakeup_id: str) -> list[Wakeup]:
-        """Cancel one wakeup (its schedule too); `NotPendingError` when there is no such
-        wakeup. Returns the wakeups left."""
-        async with refusals(self.handle):
-            left: list[Wakeup] = await self.handle.execute_update(
-                Handler.CANCEL_WAKEUP, CancelWakeup(wakeup_id=wakeup_id),
-                result_type=list[Wakeup])
-        return left
-
     async def _text(self, handler: Handler) -> str:
         """A mind / memo / now text; asked again while a run that just continued as new
         reads it back (Rejection.TEXTS_LOADING), for up to TEXTS_WAIT_S."""
@@ -407,56 +387,6 @@ class SessionHandle(SessionControls):
             names: list[str] = await self.handle.execute_update(Handler.REFRESH_MCP,
                                                                 result_type=list[str])
         return names
-
-    async def pending(self) -> list[PendingApproval]:
-        async with refusals(self.handle):
-            pending: list[PendingApproval] = await self.handle.query(
-                Handler.PENDING_APPROVALS, result_type=list[PendingApproval])
-        return pending
-
-    async def tree_pending(self) -> list[tuple[str, PendingApproval]]:
-        """The calls waiting on a person here and in the sub-agents still working under this
-        session (delegation), by session id: one approver answers for the whole tree."""
-        out = [(self.session_id, p) for p in await self.pending()]
-        for child in (await self.status()).children:
-            if child.done is None:
-                out += await self._child(child.session_id).tree_pending()
-        return out
-
-    def _child(self, session_id: str) -> SessionHandle:
-        return SessionHandle(self.client.get_workflow_handle(session_id), self.client)
-
-    async def decide(self, call_id: str, approve: bool, note: str = "",
-                     input_digest: str | None = None, by: str = "") -> DecisionRecorded:
-        """Approve or deny a pending call, of this session or of a sub-agent working under
-        it; `NotPendingError` if it is pending in neither."""
-        problem = text_limits(note=(note, MAX_NOTE_CHARS), by=(by, MAX_INPUT_ID_CHARS))
-        if problem:
-            raise MessageRejectedError(f"the decision's {problem}")
-        try:
-            return await self._decide_here(call_id, approve, note, input_digest, by)
-        except NotPendingError:
-            holder = next((sid for sid, p in await self.tree_pending()
-                           if p.call_id == call_id and sid != self.session_id), None)
-            if holder is None:
-                raise
-            return await self._child(holder)._decide_here(call_id, approve, note,
-                                                          input_digest, by)
-
-    async def _decide_here(self, call_id: str, approve: bool, note: str,
-                           input_digest: str | None, by: str) -> DecisionRecorded:
-        async with refusals(self.handle):
-            done: DecisionRecorded = await self.handle.execute_update(
-                Handler.DECIDE, ApprovalDecision(call_id=call_id, approve=approve, note=note,
-                                                 input_digest=input_digest, by=by),
-                result_type=DecisionRecorded)
-        return done
-
-    async def approve(self, call_id: str, **kw: Any) -> DecisionRecorded:
-        return await self.decide(call_id, True, **kw)
-
-    async def deny(self, call_id: str, note: str = "", **kw: Any) -> DecisionRecorded:
-        return await self.decide(call_id, False, note, **kw)
 
     async def end(self, reason: str = "ended on request") -> SessionStatus:
         """End the session: it finishes its handlers and completes with its final status."""
