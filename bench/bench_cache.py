@@ -13,6 +13,12 @@ Figures: the share of input tokens read from the cache; billed input tokens per 
 turn and per checkpoint (a checkpoint: every request of its turn and repair), with caching
 (input x1, cache write x1.25, cache read x0.1) against the same requests without caching
 (every input token x1). Written to stdout and bench/results/cache.json.
+
+Rewrites: a block written to the cache whose content an earlier request had already sent
+(behind a different prefix) is a rewrite, the rest of a write is new content. The figures
+count both, and the share the session would read were nothing ever rewritten (its
+ceiling at these reads). `--dump PATH` writes one line per request (its kind, size, read,
+write, rewritten tokens and the first block no earlier request had behind the same prefix).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ if str(ROOT) not in sys.path:
 
 from activities.db import close_pools  # noqa: E402
 from activities.offline import respond  # noqa: E402
+from activities.offline.accounting import message_blocks, system_blocks  # noqa: E402
 from bench.common import source_commit  # noqa: E402
 from bench.memory_benchmark import (  # noqa: E402
     Scenario,
@@ -50,6 +57,8 @@ from schemas.checkpoint.request import REQUEST_MARKER  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
 from schemas.vault.rollup import RollupKind, request_kind  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic  # noqa: E402
+from tests.fake_anthropic.cache import CacheUsage  # noqa: E402
+from tests.fake_anthropic.prompt import _content_key, prompt_blocks  # noqa: E402
 from workers.worker import build_worker  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "cache.json"
@@ -79,6 +88,48 @@ def billed(read: int, write: int, plain: int) -> float:
     return plain + WRITE_PRICE * write + READ_PRICE * read
 
 
+def _contents(body: dict[str, Any]) -> list[bytes]:
+    """Each prompt block's own content (no prefix), in `prompt_blocks` order."""
+    out = [b"tool:" + _content_key(t) for t in body.get("tools") or [] if isinstance(t, dict)]
+    out += [b"system:" + _content_key(b) for b in system_blocks(body)]
+    for message in body.get("messages") or []:
+        if isinstance(message, dict):
+            out += [f"{message.get('role')}:".encode() + _content_key(b)
+                    for b in message_blocks(message)]
+    return out
+
+
+def rewrites(requests: list[dict[str, Any]],
+             usages: list[CacheUsage]) -> list[dict[str, Any]]:
+    """Per request: its kind, size, read and write, how much of the write is content an
+    earlier request sent already (`rewritten`), the longest prefix any earlier request
+    shared (`shared`: what the cache could have read) and the first block no earlier
+    request had behind the same prefix (`first_new`)."""
+    prefixes: set[str] = set()
+    sent: set[bytes] = set()
+    rows = []
+    for i, (body, usage) in enumerate(zip(requests, usages, strict=False)):
+        blocks, contents = prompt_blocks(body), _contents(body)
+        at = shared = rewritten = 0
+        first_new = None
+        for block, content in zip(blocks, contents, strict=True):
+            start, at = at, at + block.tokens
+            if block.prefix_hash in prefixes:
+                shared = at
+            elif first_new is None:
+                first_new = block.where
+            written = min(at, usage.cache_read + usage.cache_creation) - max(
+                start, usage.cache_read)
+            if written > 0 and content in sent:
+                rewritten += written
+        prefixes.update(b.prefix_hash for b in blocks)
+        sent.update(contents)
+        rows.append({"i": i, "kind": kind_of(body), "tokens": at, "read": usage.cache_read,
+                     "write": usage.cache_creation, "rewritten": rewritten, "shared": shared,
+                     "first_new": first_new})
+    return rows
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     commit = source_commit()  # the code measured: read before the run, not after it
     fake = FakeAnthropic(responder, context_window=args.window).start()
@@ -103,13 +154,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         fake.stop()
     seconds = time.perf_counter() - started
     per: dict[str, dict[str, int]] = {}
-    for body, usage in zip(fake.requests, fake.usages, strict=False):
-        k = per.setdefault(kind_of(body), {"requests": 0, "read": 0, "write": 0, "input": 0})
+    dumped = rewrites(fake.requests, fake.usages)
+    for usage, row in zip(fake.usages, dumped, strict=False):
+        k = per.setdefault(row["kind"], {"requests": 0, "read": 0, "write": 0, "input": 0,
+                                         "rewritten": 0})
         k["requests"] += 1
         k["read"] += usage.cache_read
         k["write"] += usage.cache_creation
         k["input"] += usage.input
-    total = {f: sum(v[f] for v in per.values()) for f in ("requests", "read", "write", "input")}
+        k["rewritten"] += row["rewritten"]
+    if args.dump:
+        Path(args.dump).write_text("".join(json.dumps(r) + "\n" for r in dumped))
+    total = {f: sum(v[f] for v in per.values())
+             for f in ("requests", "read", "write", "input", "rewritten")}
     all_input = total["read"] + total["write"] + total["input"]
     checkpoints = len(d.snapshots) and d.snapshots[-1].checkpoint_count
     turns = max(1, d.asks)
@@ -134,6 +191,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "turns": d.asks, "checkpoints": checkpoints, "errors": d.errors,
         "seconds": round(seconds, 1), "by_kind": per, "total": total,
         "cache_read_share": round(total["read"] / max(1, all_input), 4),
+        # The share at these reads were no content ever written to the cache twice.
+        "cache_read_share_without_rewrites": round(
+            total["read"] / max(1, all_input - total["rewritten"]), 4),
         # The session's own requests (turns and checkpoints), without the memory flushes.
         "cache_read_share_session_requests": round(
             session_only["read"] / max(1, sum(session_only.values())), 4),
@@ -152,16 +212,19 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=200)
     p.add_argument("--window", type=int, default=200_000)
     p.add_argument("--max-output", type=int, default=8_192)
+    p.add_argument("--dump", default="", help="write one JSON line per request here")
     args = p.parse_args()
     out = asyncio.run(run(args))
     say(f"{out['turns']} turns, {out['checkpoints']} checkpoints on a {out['window']:,} window "
         f"({out['seconds']} s); errors: {out['errors'] or 'none'}")
     for kind, k in out["by_kind"].items():
         say(f"  {kind:<10} {k['requests']:>4} requests  read {k['read']:>11,}  "
-            f"write {k['write']:>10,}  uncached {k['input']:>10,}")
+            f"write {k['write']:>10,} (rewritten {k['rewritten']:>8,})  "
+            f"uncached {k['input']:>10,}")
     say(f"input tokens read from the cache: {out['cache_read_share']:.1%} of all requests, "
         f"{out['cache_read_share_session_requests']:.1%} of the session's own (turns and "
-        "checkpoints; 'flush' is the memory flush before each checkpoint)")
+        "checkpoints; 'flush' is the memory flush before each checkpoint); "
+        f"{out['cache_read_share_without_rewrites']:.1%} were nothing rewritten")
     for label in ("per_turn", "per_checkpoint", "per_checkpoint_with_flush", "per_flush",
                   "whole_session"):
         c = out[label]
