@@ -64,11 +64,13 @@ async def queue_transcript(conn: AsyncConnection, vault_queue: str,
     (the notification is sent when it commits). False when there is nothing to write."""
     if not (item.seqs or item.recalled):
         return False
+    # One statement: the row, then the notification (sent when the transaction commits).
     await conn.execute(
-        "INSERT INTO transcript_outbox (vault_queue, session_id, scope, reply_seq, seqs,"
-        " recalled) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-        (vault_queue, item.session_id, item.scope, item.reply_seq, item.seqs, item.recalled))
-    await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, vault_queue))
+        "WITH queued AS (INSERT INTO transcript_outbox (vault_queue, session_id, scope,"
+        " reply_seq, seqs, recalled) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING)"
+        " SELECT pg_notify(%s, %s)",
+        (vault_queue, item.session_id, item.scope, item.reply_seq, item.seqs, item.recalled,
+         CHANNEL, vault_queue))
     return True
 
 
