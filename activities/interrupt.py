@@ -4,9 +4,10 @@ Invariants:
 - `send_interrupt` writes the call's (session, reply seq) to `model_interrupts` (once) and
   notifies channel `keel_interrupt`; whichever worker runs the call hears it at once.
 - A call watches its own key from before it asks the model (`InterruptWatcher.watch`): the
-  table is read once after the worker's listener is listening, and again for every watched
-  key after the listener reconnects, so an interrupt sent before the call started, or while
-  the listener was down, is never missed. One listening connection per worker process (per
+  table is read once after the worker's listener is listening (beside the request, which
+  is stopped when the row is there), and again for every watched key after the listener
+  reconnects, so an interrupt sent before the call started, or while the listener was
+  down, is never missed. One listening connection per worker process (per
   event loop), never one per call.
 - `stop_on_interrupt` runs the model's answer as a task (built inside it) and cancels it
   the moment the interrupt comes (the HTTP stream is closed: the API stops generating); it
@@ -97,14 +98,22 @@ class InterruptWatcher:
         key = (session_id, reply_seq)
         event = self.waiting[key] = asyncio.Event()
         self._start()
+        recheck: asyncio.Task[None] | None = None
         try:
             with suppress(TimeoutError):
                 await asyncio.wait_for(self.ready.wait(), READY_WAIT_S)
-            await self._recheck(conn, [key])
+            # The table is read beside the call (the request goes out meanwhile): a row
+            # found sets the event as a notification would, and the call is stopped then.
+            recheck = asyncio.create_task(self._recheck(conn, [key]))
             yield event
         finally:
-            if self.waiting.get(key) is event:
-                del self.waiting[key]
+            try:
+                if recheck is not None:  # `conn` is the caller's again once it is done
+                    with suppress(Exception):
+                        await asyncio.shield(recheck)
+            finally:
+                if self.waiting.get(key) is event:
+                    del self.waiting[key]
 
 
 _watchers: dict[tuple[str, int], InterruptWatcher] = {}

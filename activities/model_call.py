@@ -62,8 +62,8 @@ __all__ = [
     "INPUT_NOT_RECORDED", "RECALL_STEP_S", "RECORD_STEP_S", "FirstSteps", "LoadedRequest",
     "MemoryStep", "ModelAsk", "ModelCallInput", "ModelCallResult", "RecordStep",
     "RoomSteps", "SizedRequest", "WindowSpan", "insert_interrupted", "insert_reply",
-    "load_request", "queue_reply_transcript", "recall_step", "record_first", "refusal",
-    "reply_from_row", "retried_elsewhere", "size_request", "transcribes",
+    "load_request", "mirror_scope", "queue_reply_transcript", "recall_step", "record_first",
+    "refusal", "reply_from_row", "retried_elsewhere", "size_request", "transcribes",
 ]
 
 # The model call's record step failed: nothing else was done (the workflow records the
@@ -194,7 +194,8 @@ async def record_first(ctx: SessionContext, step: RecordStep) -> list[Inserted]:
         return []
     try:
         async with asyncio.timeout(min(step.within_s, RECORD_STEP_S)), \
-                await ctx.connection() as conn:
+                await ctx.connection() as conn, conn.pipeline():
+            # Pipelined: the session's row goes with the first insert, one round trip.
             await ensure_session(conn, inputs[0].session_id, inputs[0].user_name)
             return [await insert_row(conn, row) for row in inputs]
     except ApplicationError:
@@ -232,14 +233,16 @@ class FirstSteps:
             refused=refused, transcribed=transcribed)
 
 
-async def recall_step(ctx: SessionContext, conn: AsyncConnection, memory: MemoryStep,
-                      recorded: list[Inserted]) -> FirstSteps:
-    """The recall step: the search, or why it failed (never raises but a cancel)."""
+async def recall_step(ctx: SessionContext, memory: MemoryStep) -> FirstSteps:
+    """The recall step, on a connection of its own (it runs beside the record step and the
+    window's load): the search, or why it failed (never raises but a cancel). The caller
+    adds what the record step recorded."""
+    recorded: list[Inserted] = []
     inp = memory.recall
     if inp is None:
         return FirstSteps(recorded)
     try:
-        async with asyncio.timeout(RECALL_STEP_S):
+        async with asyncio.timeout(RECALL_STEP_S), await ctx.connection() as conn:
             scope = ctx.memory().scoped(inp.scope).scope
             return FirstSteps(recorded, await recall(conn, inp, scope=scope,
                                                      embedder=ctx.embedder))
@@ -257,22 +260,38 @@ class LoadedRequest:
 
     window: LoadedWindow
     tools: list[dict[str, Any]]
-    memory_block: str
+    memory_block: str = ""
 
 
-async def load_request(ctx: SessionContext, conn: AsyncConnection, data: ModelCallInput,
-                       memory_block: str) -> LoadedRequest:
-    """The scope mirrored on the session's row (the workflow holds it fixed), then the
-    window and the session's tools."""
-    scope = data.memory.scope
-    await conn.execute(
-        "UPDATE sessions SET memory_scope = %s WHERE session_id = %s"
-        " AND memory_scope IS DISTINCT FROM %s", (scope, data.session_id, scope))
-    span = data.span
-    window = await ctx.windows.load(conn, data.session_id, span.start_seq, span.upto_seq,
-                                    span.checkpoint_id, data.ask.instructions)
-    tools = await ctx.prompt.tools(scope, data.ask.agent, data.ask.mcp_tools)
-    return LoadedRequest(window=window, tools=tools, memory_block=memory_block)
+async def mirror_scope(conn: AsyncConnection, session_id: str, scope: str | None,
+                       ) -> str | None:
+    """The session's memory scope written on its row (the workflow holds it fixed; the
+    system prompt of every worker takes its core memory from the row), and what the row
+    says now: one statement."""
+    row = await (await conn.execute(
+        "WITH upd AS (UPDATE sessions SET memory_scope = %(scope)s WHERE session_id = %(id)s"
+        " AND memory_scope IS DISTINCT FROM %(scope)s RETURNING memory_scope)"
+        " SELECT memory_scope FROM upd UNION ALL SELECT memory_scope FROM sessions"
+        " WHERE session_id = %(id)s AND NOT EXISTS (SELECT 1 FROM upd)",
+        {"scope": scope, "id": session_id})).fetchone()
+    return row[0] if row else None
+
+
+async def load_request(ctx: SessionContext, conn: AsyncConnection,
+                       data: ModelCallInput) -> LoadedRequest:
+    """The scope mirrored on the session's row, then the window's rows beside the prompt's
+    files (one store read), the system prompt and the session's tools from those."""
+    sid, span = data.session_id, data.span
+    ctx.prompt.remember_scope(sid, await mirror_scope(conn, sid, data.memory.scope))
+    files, (rows, checkpoint_text) = await asyncio.gather(
+        ctx.prompt.files(sid),
+        ctx.windows.rows(conn, sid, span.start_seq, span.upto_seq, span.checkpoint_id))
+    window = LoadedWindow(
+        system=await ctx.prompt.system_prompt(sid, data.ask.instructions, files),
+        rows=rows, checkpoint_text=checkpoint_text)
+    tools = await ctx.prompt.tools(data.memory.scope, data.ask.agent, data.ask.mcp_tools,
+                                   files)
+    return LoadedRequest(window=window, tools=tools)
 
 
 @dataclass

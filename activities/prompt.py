@@ -5,7 +5,8 @@ The system prompt carries the core memory of the session's scope as the session'
 said it (`remember_scope`, written by every window load; none while not known) and the
 agent's instructions; its AGENTS.md files come from point reads of the files the store
 knows (activities.workspace), never a listing of the workspace, which would grow with its
-files. The tools are Keel's built-ins (write_card's enums from the scope's schema.json, as
+files. A model call reads all of it at once (`files`: one store read, one round trip). The
+tools are Keel's built-ins (write_card's enums from the scope's schema.json, as
 the vault worker published it: the same on every worker) filtered and extended by the
 session's agent (`schemas.agent.session_tools`). A session without long memory gets no
 memory tools and no core memory.
@@ -17,10 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from activities.tools import Skill, load_skills
+from activities.tools import Skill, load_skills, skills_of
 from activities.vault.store import TEMPLATE_DIR
-from activities.vault_share import shared_vault_text
-from activities.workspace import WorkspaceStore
+from activities.vault_share import shared_path, shared_vault_text
+from activities.workspace import PromptFiles, WorkspaceStore
 from schemas.agent import AgentSpec, session_tools
 from schemas.context import SkillEntry, SystemPromptParts, WorkspaceDoc, build_system_prompt
 from schemas.mcp import McpTool
@@ -53,14 +54,24 @@ class SessionPrompt:
     async def skills(self) -> list[Skill]:
         return await load_skills(self._store(), PACKAGED_SKILLS)
 
-    async def builtin_tools(self, scope: str | None = DEFAULT_SCOPE) -> list[dict[str, Any]]:
+    async def files(self, session_id: str) -> PromptFiles:
+        """Everything the session's system prompt and tools read from the store, in one
+        read: its AGENTS.md files, the shared skills, its scope's published CORE.md and
+        schema.json (the scope as last read from its row)."""
+        scope = self._scopes.get(session_id)
+        shared = [] if scope is None else [shared_path(scope, n) for n in (CORE_FILE,
+                                                                            SCHEMA_FILE)]
+        return await self._store().prompt_files(session_id, shared)
+
+    async def builtin_tools(self, scope: str | None = DEFAULT_SCOPE,
+                            files: PromptFiles | None = None) -> list[dict[str, Any]]:
         """Keel's built-in tools; write_card's enums come from the scope's schema.json, as
         the vault worker published it (activities.vault_share): the same on every worker.
-        A session without long memory gets no memory tools."""
+        A session without long memory gets no memory tools. `files`: read already."""
         if scope is None:
             return list(AGENT_TOOLS)
         tools = [*AGENT_TOOLS, MEMORY_SEARCH_TOOL]
-        text = await shared_vault_text(self._store(), scope, SCHEMA_FILE)
+        text = await self._vault_text(scope, SCHEMA_FILE, files)
         if text is None:  # not published yet: a new vault is made from the template's
             text = (TEMPLATE_DIR / SCHEMA_FILE).read_text()
         schema = parse_schema(text)[0]
@@ -68,39 +79,52 @@ class SessionPrompt:
             tools.append(write_card_tool(schema))
         return tools
 
+    async def _vault_text(self, scope: str, name: str, files: PromptFiles | None,
+                          ) -> str | None:
+        path = shared_path(scope, name)
+        if files is None or path not in files.asked:
+            return await shared_vault_text(self._store(), scope, name)
+        found = files.shared.get(path)
+        return found.decode("utf-8", errors="replace") if found is not None else None
+
     async def tools(self, scope: str | None = DEFAULT_SCOPE, agent: AgentSpec | None = None,
-                    mcp_tools: list[McpTool] | None = None) -> list[dict[str, Any]]:
+                    mcp_tools: list[McpTool] | None = None,
+                    files: PromptFiles | None = None) -> list[dict[str, Any]]:
         """The session's tools (schemas.agent.session_tools): the one list every request
         of this session carries, the checkpoint turn's included."""
-        return session_tools(await self.builtin_tools(scope), agent, mcp_tools or [])
+        return session_tools(await self.builtin_tools(scope, files), agent, mcp_tools or [])
 
     async def session_tools(self, session_id: str, agent: AgentSpec | None = None,
                             mcp_tools: list[McpTool] | None = None) -> list[dict[str, Any]]:
         """The tools of a session whose window was loaded (its scope known from its row)."""
         return await self.tools(self._scopes.get(session_id), agent, mcp_tools)
 
-    async def system_prompt(self, session_id: str, instructions: str = "") -> str:
+    async def system_prompt(self, session_id: str, instructions: str = "",
+                            files: PromptFiles | None = None) -> str:
         """The system prompt, with the core memory of the session's scope (as last read
-        from its row by a window load; none when not known) and the agent's instructions."""
-        store = self._store()
+        from its row by a window load; none when not known) and the agent's instructions.
+        `files`: `files(session_id)` read already."""
+        if files is None:
+            files = await self.files(session_id)
         agents = [WorkspaceDoc(path=path, text=data.decode("utf-8", errors="replace"))
-                  for path, data in sorted((await store.agents_files(session_id)).items())]
+                  for path, data in sorted(files.agents.items())]
         skills = [SkillEntry(name=s.name, description=s.description)
-                  for s in await self.skills()]
+                  for s in skills_of(files.shared, PACKAGED_SKILLS)]
         return build_system_prompt(SystemPromptParts(
             skills=skills, agents_md=agents,
-            core_memory=await self.core_memory(self._scopes.get(session_id)),
+            core_memory=await self.core_memory(self._scopes.get(session_id), files),
             offline_notice=OFFLINE_NOTICE if self._offline else "",
             instructions=instructions))
 
-    async def core_memory(self, scope: str | None = DEFAULT_SCOPE) -> str:
+    async def core_memory(self, scope: str | None = DEFAULT_SCOPE,
+                          files: PromptFiles | None = None) -> str:
         """The scope's CORE.md as the vault worker published it; before it has, the
         template's, which a new vault is made from (so the system prompt, the start of
         every cached prefix, does not change when the vault is first published); "" for a
         session without long memory."""
         if scope is None:
             return ""
-        text = await shared_vault_text(self._store(), scope, CORE_FILE)
+        text = await self._vault_text(scope, CORE_FILE, files)
         if text is None:
             text = (TEMPLATE_DIR / CORE_FILE).read_text()
         return text.strip()

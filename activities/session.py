@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import suppress
 from datetime import datetime
 from typing import Any
 
@@ -47,6 +48,7 @@ from activities.heartbeat import with_heartbeat
 from activities.interrupt import send_interrupt, stop_on_interrupt, watcher
 from activities.model_call import (
     INPUT_NOT_RECORDED,
+    FirstSteps,
     MemoryStep,
     ModelAsk,
     ModelCallInput,
@@ -174,18 +176,39 @@ class SessionActivities:
 
     @activity.defn
     async def call_model(self, data: ModelCallInput) -> ModelCallResult:
-        recorded = await record_first(self.ctx, data.first)
-        if retried_elsewhere(data.first, recorded):
-            return ModelCallResult(recorded=recorded)
+        # Long memory is searched on a connection of its own while the input is recorded
+        # and the window loads (it leaves the session's own messages out).
+        recalling = asyncio.create_task(recall_step(self.ctx, data.memory))
+        try:
+            recorded = await record_first(self.ctx, data.first)
+            if retried_elsewhere(data.first, recorded):
+                return ModelCallResult(recorded=recorded)
+            return await self._answer(data, recorded, recalling)
+        finally:
+            if not recalling.done():
+                recalling.cancel()
+            with suppress(asyncio.CancelledError):
+                await recalling
+
+    async def _answer(self, data: ModelCallInput, recorded: list[Inserted],
+                      recalling: asyncio.Task[FirstSteps]) -> ModelCallResult:
+        """The model call's steps after the record: the window, the size, the model's
+        reply recorded with its transcript's queue row."""
+
+        async def first_steps() -> FirstSteps:
+            first = await recalling
+            first.recorded = recorded
+            return first
         async with await self.ctx.connection() as conn:
-            first = await recall_step(self.ctx, conn, data.memory, recorded)
             done = await load_seqs(conn, data.session_id, [data.reply_seq])
             if done:  # a retry after the reply was recorded: do not ask the model again
                 # (its transcript was queued with it, in the same transaction)
-                return first.result(reply=reply_from_row(done[0], data.ask.model),
-                                    transcribed=transcribes(data))
+                return (await first_steps()).result(
+                    reply=reply_from_row(done[0], data.ask.model), transcribed=transcribes(data))
+            loaded = await load_request(self.ctx, conn, data)
+            first = await first_steps()
             block = first.recall.block if first.recall is not None else data.memory.block
-            loaded = await load_request(self.ctx, conn, data, block)
+            loaded.memory_block = block
             sized = size_request(loaded, data)
             if not sendable(sized.size, room_asked=data.room.asked):
                 return first.result(size=sized.size, estimated_tokens=sized.estimate)
@@ -204,8 +227,9 @@ class SessionActivities:
                 return first.result(size=Fit.OVER_LIMIT, estimated_tokens=sized.estimate,
                                     refused=refusal(err, sized.estimate))
             price = price_for(data.ask.model, self.ctx.settings.prices)
-            # The reply and its transcript's queue row: both recorded or neither.
-            async with conn.transaction():
+            # The reply and its transcript's queue row: both recorded or neither (sent as a
+            # pipeline: two round trips for the transaction's four statements).
+            async with conn.pipeline(), conn.transaction():
                 if message is None:  # interrupted: what streamed is kept, marked so
                     reply = await insert_interrupted(conn, data, partial, sized.estimate)
                     replaced: list[str] = []

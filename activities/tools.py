@@ -19,7 +19,14 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from activities.record import load_rows
-from activities.workspace import SHARED_SCOPE, StoreError, WorkspaceStore, clean_path
+from activities.workspace import (
+    SHARED_SCOPE,
+    SHARED_SKILLS,
+    StoreError,
+    WorkspaceStore,
+    clean_path,
+    is_skill_file,
+)
 from schemas.edits import EditError, apply_exact_edit
 from schemas.messages import MessageType
 from schemas.text import HEX_MAX_BYTES, describe_binary, hex_range, make_storable
@@ -126,13 +133,20 @@ async def load_skills(store: WorkspaceStore, packaged: Path) -> list[Skill]:
     """Every skill: the shared ones in the store (`skills/<name>/SKILL.md` of the shared
     scope), then the packaged ones; the first wins on a name clash. Every worker reads the
     same store, so every worker offers the same skills."""
-    found: list[Skill] = []
-    for info in await store.list(SHARED_SCOPE, "skills/"):
-        parts = info.path.split("/")
-        if len(parts) == 3 and parts[2] == "SKILL.md":
+    shared: dict[str, bytes] = {}
+    for info in await store.list(SHARED_SCOPE, SHARED_SKILLS):
+        if is_skill_file(info.path):
             stored = await store.read(SHARED_SCOPE, info.path)
             if stored is not None:
-                found.append(_skill(parts[1], stored.data.decode("utf-8", errors="replace")))
+                shared[stored.path] = stored.data
+    return skills_of(shared, packaged)
+
+
+def skills_of(shared: dict[str, bytes], packaged: Path) -> list[Skill]:
+    """The skills given the shared scope's files (any others among them ignored): the
+    shared ones by path, then the packaged ones; the first wins on a name clash."""
+    found = [_skill(path.split("/")[1], data.decode("utf-8", errors="replace"))
+             for path, data in sorted(shared.items()) if is_skill_file(path)]
     found += packaged_skills(packaged)
     seen: dict[str, Skill] = {}
     for skill in found:

@@ -22,7 +22,8 @@ PUBLISHED = (CORE_FILE, SCHEMA_FILE)
 PREFIX = "vault-copies/"
 
 
-def _shared_path(scope: str, name: str) -> str:
+def shared_path(scope: str, name: str) -> str:
+    """Where the published copy of a scope's vault file lies in the shared scope."""
     return f"{PREFIX}{check_scope(scope)}/{name}"
 
 
@@ -36,9 +37,9 @@ async def publish_vault_files(settings: KeelSettings, store: WorkspaceStore) -> 
             if not path.is_file():
                 continue
             data = read_text(path).text.encode()
-            shared = await store.read(SHARED_SCOPE, _shared_path(scope, name))
+            shared = await store.read(SHARED_SCOPE, shared_path(scope, name))
             if shared is None or shared.data != data:
-                await store.write(SHARED_SCOPE, _shared_path(scope, name), data)
+                await store.write(SHARED_SCOPE, shared_path(scope, name), data)
                 changed.append(f"{scope}/{name}")
     return changed
 
@@ -46,5 +47,5 @@ async def publish_vault_files(settings: KeelSettings, store: WorkspaceStore) -> 
 async def shared_vault_text(store: WorkspaceStore, scope: str, name: str) -> str | None:
     """The published copy of one scope's vault file, None before the vault worker
     published it. Only that scope's copy is ever read."""
-    found = await store.read(SHARED_SCOPE, _shared_path(scope, name))
+    found = await store.read(SHARED_SCOPE, shared_path(scope, name))
     return found.data.decode("utf-8", errors="replace") if found else None

@@ -44,6 +44,16 @@ class WindowLoader:
                    upto: int, checkpoint_id: str | None,
                    instructions: str = "") -> LoadedWindow:
         await self.session_scope(conn, session_id)
+        rows, checkpoint_text = await self.rows(conn, session_id, window_start, upto,
+                                                checkpoint_id)
+        return LoadedWindow(system=await self._prompt.system_prompt(session_id, instructions),
+                            rows=rows, checkpoint_text=checkpoint_text)
+
+    async def rows(self, conn: AsyncConnection, session_id: str, window_start: int,
+                   upto: int, checkpoint_id: str | None,
+                   ) -> tuple[list[RecordRow], str | None]:
+        """The window's rows and the checkpoint's text, without the system prompt (for a
+        caller that reads the scope and the prompt's files itself)."""
         checkpoint_text: str | None = None
         carried: list[RecordRow] = []
         if checkpoint_id:
@@ -55,7 +65,4 @@ class WindowLoader:
             checkpoint_text = found[0]
             carried = await load_seqs(conn, session_id,
                                       [s for s in found[1] if s < window_start])
-        rows = carried + await load_rows(conn, session_id, window_start, upto)
-        return LoadedWindow(system=await self._prompt.system_prompt(session_id, instructions),
-                            rows=rows,
-                            checkpoint_text=checkpoint_text)
+        return carried + await load_rows(conn, session_id, window_start, upto), checkpoint_text

@@ -31,6 +31,10 @@ Invariants, the same for both:
   lock or transaction as the write; the prompt then costs point reads of the root file, the
   index and the paths it names, never a listing. A file put in a LocalStore folder by hand
   counts only at the root. Nothing under `.keel/` counts (`is_agents_file`).
+- What one model call's system prompt and tools read (`prompt_files`: the AGENTS.md files,
+  the shared skills, the published vault copies) comes in one read, one round trip on
+  PostgreSQL (a second only when nested AGENTS.md files are indexed): the same files as the
+  separate reads give.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import json
 import os
 import posixpath
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,6 +54,7 @@ from schemas.config import KeelSettings, WorkspaceStoreKind
 from schemas.files import limit_text
 
 SHARED_SCOPE = "_shared"
+SHARED_SKILLS = "skills/"  # a shared skill is skills/<name>/SKILL.md of the shared scope
 _OPS_FILE = ".keel/store-ops.json"  # LocalStore's versions and applied ops, per scope
 AGENTS_FILE = "AGENTS.md"
 AGENTS_INDEX = ".keel/agents-md.json"  # the paths of the AGENTS.md files written, a JSON list
@@ -100,6 +105,22 @@ def is_agents_file(rel: str) -> bool:
     return parts[-1] == AGENTS_FILE and ".keel" not in parts
 
 
+def is_skill_file(rel: str) -> bool:
+    """Whether a (clean) path of the shared scope is a shared skill's SKILL.md."""
+    parts = rel.split("/")
+    return len(parts) == 3 and rel.startswith(SHARED_SKILLS) and parts[2] == "SKILL.md"
+
+
+@dataclass(frozen=True)
+class PromptFiles:
+    """What a system prompt and its tools read from the store, read in one go."""
+
+    agents: dict[str, bytes]  # the session scope's AGENTS.md files, by path
+    # Of the shared scope: the paths asked for that exist, and every shared skill's SKILL.md.
+    shared: dict[str, bytes]
+    asked: frozenset[str] = frozenset()  # the shared paths asked for (found or not)
+
+
 def _indexed(raw: bytes | None) -> list[str]:
     """The paths in an AGENTS_INDEX file (none when it is missing or unreadable)."""
     try:
@@ -132,6 +153,11 @@ class WorkspaceStore(Protocol):
     async def agents_files(self, scope: str) -> dict[str, bytes]:
         """The AGENTS.md files of the scope (see the module docstring), by path: point
         reads, whatever the number of files."""
+        ...
+
+    async def prompt_files(self, scope: str, shared_paths: Sequence[str]) -> PromptFiles:
+        """`agents_files(scope)`, the shared scope's `shared_paths` and its shared skills,
+        in one read."""
         ...
 
 
@@ -235,6 +261,17 @@ class LocalStore(_Limits):
             if is_agents_file(rel) and target.is_file():
                 found[rel] = await asyncio.to_thread(target.read_bytes)
         return found
+
+    async def prompt_files(self, scope: str, shared_paths: Sequence[str]) -> PromptFiles:
+        shared: dict[str, bytes] = {}
+        skills = [f.path for f in await self.list(SHARED_SCOPE, SHARED_SKILLS)
+                  if is_skill_file(f.path)]
+        for rel in [*shared_paths, *skills]:
+            found = await self.read(SHARED_SCOPE, rel)
+            if found is not None:
+                shared[found.path] = found.data
+        return PromptFiles(agents=await self.agents_files(scope), shared=shared,
+                           asked=frozenset(shared_paths))
 
     def _others_size(self, scope: str, rel: str, ops: dict[str, dict[str, int]]) -> int:
         """The bytes of the scope's other files, for the size limit. The shared scope is
@@ -395,19 +432,32 @@ class PostgresStore(_Limits):
             (scope, AGENTS_INDEX, data, len(data)))
 
     async def agents_files(self, scope: str) -> dict[str, bytes]:
+        return (await self.prompt_files(scope, [])).agents
+
+    async def prompt_files(self, scope: str, shared_paths: Sequence[str]) -> PromptFiles:
         _check_scope(scope)
         async with self._connection() as conn:
+            # One statement: the root AGENTS.md and the index, the shared files and skills.
             rows = await (await conn.execute(
-                "SELECT path, data FROM workspace_files WHERE scope=%s AND path = ANY(%s)",
-                (scope, [AGENTS_FILE, AGENTS_INDEX]))).fetchall()
-            got = {p: bytes(d) for p, d in rows}
+                "SELECT scope, path, data FROM workspace_files"
+                " WHERE (scope = %(scope)s AND path = ANY(%(agents)s))"
+                " OR (scope = %(shared)s AND (path = ANY(%(paths)s)"
+                "  OR (starts_with(path, %(skills)s) AND path LIKE %(skill_file)s)))",
+                {"shared": SHARED_SCOPE, "scope": scope, "agents": [AGENTS_FILE, AGENTS_INDEX],
+                 "paths": list(shared_paths), "skills": SHARED_SKILLS,
+                 "skill_file": f"{SHARED_SKILLS}%/SKILL.md"})).fetchall()
+            got = {p: bytes(d) for s, p, d in rows
+                   if s == scope and p in (AGENTS_FILE, AGENTS_INDEX)}
+            shared = {p: bytes(d) for s, p, d in rows if s == SHARED_SCOPE
+                      and (p in shared_paths or is_skill_file(p))}
             nested = [p for p in _indexed(got.get(AGENTS_INDEX)) if is_agents_file(p)]
             if nested:
                 rows = await (await conn.execute(
                     "SELECT path, data FROM workspace_files WHERE scope=%s"
                     " AND path = ANY(%s)", (scope, nested))).fetchall()
                 got.update({p: bytes(d) for p, d in rows})
-        return {p: d for p, d in got.items() if is_agents_file(p)}
+        return PromptFiles(agents={p: d for p, d in got.items() if is_agents_file(p)},
+                           shared=shared, asked=frozenset(shared_paths))
 
     async def list(self, scope: str, prefix: str = "") -> list[FileInfo]:
         _check_scope(scope)

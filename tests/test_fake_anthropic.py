@@ -246,6 +246,17 @@ def test_a_stream_assembles_the_same_message(client, fake, prompt):
                                 plain.usage.input_tokens)
 
 
+def test_a_client_keeps_its_connection_as_with_the_api(client, fake):
+    """HTTP/1.1 keep-alive: plain and streamed answers, one after another, over one
+    connection (a streamed one is chunked, so its end is known without closing)."""
+    for _ in range(2):
+        ask(client)
+        with client.messages.stream(model=MODEL, max_tokens=256,
+                                    messages=[user("hi")]) as stream:
+            assert stream.get_final_message().content[0].text == "ok"
+    assert len(fake.requests) == 4 and fake.connections == 1
+
+
 def test_the_event_sequence_is_the_apis(client, fake):
     fake.responder = answer
     raw = post(fake, {"model": MODEL, "max_tokens": 64, "stream": True,

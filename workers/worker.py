@@ -64,6 +64,7 @@ from activities.workspace import open_store
 from schemas.config import KeelSettings
 from schemas.session import Handler, TranscriptFailed
 from schemas.tokens import count_tokens
+from workers.build_id import keel_build_id
 from workers.bytecode import precompile_workflow_modules
 from workers.entry_guard import EntryGuard
 from workers.payload_refs import worker_client
@@ -183,7 +184,8 @@ class KeelWorkers:
         # Warm MCP sessions for the session queue's MCP activities; closed on exit.
         self.mcp_pool = McpPool()
         common: dict[str, Any] = {"interceptors": list(interceptors),
-                                  "activity_executor": activity_executor}
+                                  "activity_executor": activity_executor,
+                                  "build_id": keel_build_id()}
         if role in (Role.SESSIONS, Role.BOTH):
             # Every new session (a child's too) imports these afresh: compile them once.
             precompile_workflow_modules([SessionWorkflow, ForkWorkflow, WakeupFireWorkflow])

@@ -15,7 +15,8 @@ Invariants:
   session (the `transcript_failed` signal: `last_error` and an ErrorEvent where "memory")
   and dropped: the record keeps the messages and the nightly rollup reads the record too.
   Nothing here can hold a turn up: the session never waits on the outbox.
-- The drainer wakes on a notification and sweeps every `SWEEP_S` besides (a notification
+- The drainer wakes on a notification (and waits `SETTLE_S`, so the turn whose reply just
+  committed completes first) and sweeps every `SWEEP_S` besides (a notification
   sent while it was reconnecting, a row whose retry came due); a lost connection is opened
   again after a pause, never a crash of the worker.
 """
@@ -43,6 +44,7 @@ CHANNEL = "keel_transcripts"
 MAX_ATTEMPTS = 3  # as the transcript activity was retried (workflows.options.BEST_EFFORT_RETRY)
 BACKOFF_S = (1.0, 2.0)  # before the second and the third attempt
 SWEEP_S = 2.0
+SETTLE_S = 0.015  # after a notification, before the drain (see `_drain_forever`)
 BATCH = 50
 RECONNECT_S = 1.0
 
@@ -64,11 +66,13 @@ async def queue_transcript(conn: AsyncConnection, vault_queue: str,
     (the notification is sent when it commits). False when there is nothing to write."""
     if not (item.seqs or item.recalled):
         return False
+    # One statement: the row, then the notification (sent when the transaction commits).
     await conn.execute(
-        "INSERT INTO transcript_outbox (vault_queue, session_id, scope, reply_seq, seqs,"
-        " recalled) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-        (vault_queue, item.session_id, item.scope, item.reply_seq, item.seqs, item.recalled))
-    await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, vault_queue))
+        "WITH queued AS (INSERT INTO transcript_outbox (vault_queue, session_id, scope,"
+        " reply_seq, seqs, recalled) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING)"
+        " SELECT pg_notify(%s, %s)",
+        (vault_queue, item.session_id, item.scope, item.reply_seq, item.seqs, item.recalled,
+         CHANNEL, vault_queue))
     return True
 
 
@@ -80,9 +84,11 @@ class TranscriptDrainer:
     """Drains the outbox rows of one vault queue into the vaults, in the vault's owner."""
 
     def __init__(self, database_url: str, vault_queue: str, memory: MemoryActivities,
-                 report: Report, sweep_s: float = SWEEP_S) -> None:
+                 report: Report, sweep_s: float = SWEEP_S, settle_s: float = SETTLE_S,
+                 ) -> None:
         self.database_url, self.vault_queue = database_url, vault_queue
         self.memory, self.report, self.sweep_s = memory, report, sweep_s
+        self.settle_s = settle_s
         self._wake = asyncio.Event()
         self.sweeps = 0  # drains done (a test waits for the first)
         self._task: asyncio.Task[None] | None = None
@@ -133,6 +139,10 @@ class TranscriptDrainer:
             self.sweeps += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.sweep_s)
+            if self._wake.is_set():
+                # Woken by a reply's commit: its turn's last workflow task runs now, often
+                # in this process. Let it finish first (and other replies' rows join).
+                await asyncio.sleep(self.settle_s)
             self._wake.clear()
 
     async def drain_once(self) -> int:

@@ -146,13 +146,17 @@ class Vault:
             raise VaultError(f"{rel!r} is outside the vault")
         return target
 
+    def ensured(self) -> bool:
+        """Whether `ensure` has nothing to do (cheap: one stat, no lock, no thread)."""
+        return self._ensured and (self.root / SCHEMA_FILE).exists()
+
     def ensure(self) -> list[str]:
         """Create the vault from the template when its folder is missing or empty.
 
         An existing folder is never overwritten; a missing template file is added.
         """
         with _ensure_lock:
-            if self._ensured and (self.root / SCHEMA_FILE).exists():
+            if self.ensured():
                 return []
             notes = self._ensure()
             self._ensured = True
@@ -222,7 +226,10 @@ class Vault:
             self.root.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.root / LOCK_FILE, os.O_CREAT | os.O_RDWR, 0o644)
             try:
-                await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+                try:  # free (the usual case): taken here, no thread needed
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:  # held by another worker: wait for it off the loop
+                    await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
                 yield
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)

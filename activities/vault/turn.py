@@ -228,7 +228,8 @@ class MemoryActivities:
         if missing:
             raise ValueError(f"no message {missing[0]} in session {inp.session_id}")
         vault = self.ctx.scoped(inp.scope).vault
-        await asyncio.to_thread(vault.ensure)
+        if not vault.ensured():
+            await asyncio.to_thread(vault.ensure)
         entries = [_entry(vault, inp.session_id, seq, *found[seq]) for seq in inp.seqs]
         results = [TranscriptResult(path="", appended=False) for _ in inp.seqs]
         if any(entries):

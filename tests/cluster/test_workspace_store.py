@@ -59,3 +59,25 @@ async def test_paths_stay_inside_and_shared_skills_list_by_prefix(store):
     await store.write(SHARED_SCOPE, "skills/house/SKILL.md", b"---\nname: house\n---\n")
     assert [f.path for f in await store.list(SHARED_SCOPE, "skills/")] == [
         "skills/house/SKILL.md"]
+
+
+async def test_prompt_files_read_at_once_what_the_separate_reads_give(store):
+    """One read for a model call's prompt: the AGENTS.md files (root and indexed nested
+    ones), the shared paths asked for, every shared skill's SKILL.md; nothing else."""
+    await store.write("s1", "AGENTS.md", b"root")
+    await store.write("s1", "sub/AGENTS.md", b"nested")
+    await store.write("s1", "notes.md", b"not a prompt file")
+    await store.write("s2", "AGENTS.md", b"another session")
+    await store.write(SHARED_SCOPE, "skills/house/SKILL.md", b"---\nname: house\n---\n")
+    await store.write(SHARED_SCOPE, "skills/house/extra.md", b"an attachment")
+    await store.write(SHARED_SCOPE, "skills/a/b/SKILL.md", b"too deep")
+    await store.write(SHARED_SCOPE, "vault-copies/alice/CORE.md", b"core")
+    await store.write(SHARED_SCOPE, "vault-copies/bob/CORE.md", b"not asked")
+    asked = ["vault-copies/alice/CORE.md", "vault-copies/alice/schema.json"]
+    files = await store.prompt_files("s1", asked)
+    assert files.agents == await store.agents_files("s1") == {
+        "AGENTS.md": b"root", "sub/AGENTS.md": b"nested"}
+    assert files.shared == {"vault-copies/alice/CORE.md": b"core",
+                            "skills/house/SKILL.md": b"---\nname: house\n---\n"}
+    assert files.asked == frozenset(asked)
+    assert (await store.prompt_files("nobody", [])).agents == {}

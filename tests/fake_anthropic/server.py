@@ -115,6 +115,7 @@ class FakeAnthropic:
         # reply mid-stream; every stream is kept in `streams`, its cancellation seen.
         self.stream_delay_s = 0.0
         self.streams: list[StreamSeen] = []
+        self.connections = 0  # TCP connections accepted (keep-alive: one per client)
         self.cache = PromptCache(clock)
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -255,6 +256,15 @@ class FakeAnthropic:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            # HTTP/1.1 and keep-alive, as the API answers: a client's next request reuses
+            # its connection (every answer has a length, or is chunked when streamed).
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                with fake._lock:
+                    fake.connections += 1
+
             def log_message(self, *args: Any) -> None:
                 pass
 
@@ -278,7 +288,7 @@ class FakeAnthropic:
                 self.send_header("content-type", "text/event-stream; charset=utf-8")
                 self.send_header("cache-control", "no-cache")
                 self.send_header("request-id", request_id)
-                self.send_header("connection", "close")
+                self.send_header("transfer-encoding", "chunked")
                 self.end_headers()
                 seen = StreamSeen(request_id, time.monotonic())
                 with fake._lock:
@@ -286,17 +296,20 @@ class FakeAnthropic:
                 delay = fake.stream_delay_s
                 try:
                     for part in parts:
-                        self.wfile.write(part)
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
                         self.wfile.flush()
                         seen.events_sent += 1
                         if delay and _closed_within(self.connection, delay):
                             seen.cancelled_at = time.monotonic()
                             break
                     else:
+                        self.wfile.write(b"0\r\n\r\n")  # the end: the connection is kept
+                        self.wfile.flush()
                         seen.finished_at = time.monotonic()
+                        return
                 except (BrokenPipeError, ConnectionResetError):
                     seen.cancelled_at = time.monotonic()
-                self.close_connection = True
+                self.close_connection = True  # cut off mid-stream: no next request here
 
             def do_POST(self) -> None:
                 request_id = f"req_fake_{next(_request_ids):06d}"

@@ -254,3 +254,34 @@ async def test_transcript_retry_after_a_crash_before_indexing_appends_nothing(ct
         rows = await (await conn.execute(
             "SELECT count(*) FROM memory_docs WHERE session_id = 's9'")).fetchone()
     assert rows == (1,)
+
+
+async def test_the_vault_lock_waits_for_another_holder(tmp_path) -> None:
+    """Free, it is taken at once; held by another writer (another worker: its own open
+    file), the next writer waits off the event loop until it is let go."""
+    import asyncio
+    import fcntl
+    import os
+
+    from activities.vault.store import Vault
+    from schemas.config import MemorySettings
+    from schemas.vault.schema import LOCK_FILE
+
+    vault = Vault(root=tmp_path / "vault", settings=MemorySettings(vault_dir=tmp_path / "vault"))
+    async with vault.lock():
+        pass  # free: taken and let go
+    other = os.open(vault.root / LOCK_FILE, os.O_RDWR)
+    fcntl.flock(other, fcntl.LOCK_EX)
+    entered = asyncio.Event()
+
+    async def writer() -> None:
+        async with vault.lock():
+            entered.set()
+
+    task = asyncio.create_task(writer())
+    await asyncio.sleep(0.3)
+    assert not entered.is_set()  # and the loop ran meanwhile: this sleep ended
+    fcntl.flock(other, fcntl.LOCK_UN)
+    os.close(other)
+    await asyncio.wait_for(task, 5)
+    assert entered.is_set()
