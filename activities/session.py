@@ -42,6 +42,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.exceptions import ApplicationError
 
 from activities.context import SessionContext
+from activities.delegate_ahead import start_ahead, tell_parent
 from activities.events import DeltaPublisher
 from activities.heartbeat import with_heartbeat
 from activities.interrupt import send_interrupt, stop_on_interrupt, watcher
@@ -87,7 +88,7 @@ from schemas.budget import cost_usd, price_for
 from schemas.checkpoint.policy import Fit, sendable
 from schemas.events import SHORT_OUTPUT_CHARS, DeltaTail, cut
 from schemas.events import cut as cut_preview
-from schemas.messages import MessageType
+from schemas.messages import MessageType, ModelReply
 from schemas.model import PROMPT_TOO_LONG
 from schemas.request import model_call_request
 from schemas.session import ReadReply, ReplyPart
@@ -182,8 +183,9 @@ class SessionActivities:
             done = await load_seqs(conn, data.session_id, [data.reply_seq])
             if done:  # a retry after the reply was recorded: do not ask the model again
                 # (its transcript was queued with it, in the same transaction)
-                return first.result(reply=reply_from_row(done[0], data.ask.model),
-                                    transcribed=transcribes(data))
+                reply = reply_from_row(done[0], data.ask.model)
+                return await _delegation(data, reply, first.result(
+                    reply=reply, transcribed=transcribes(data)))
             block = first.recall.block if first.recall is not None else data.memory.block
             loaded = await load_request(self.ctx, conn, data, block)
             sized = size_request(loaded, data)
@@ -217,9 +219,10 @@ class SessionActivities:
                 return first.result(reply=reply, size=sized.size,
                                     estimated_tokens=sized.estimate, stream_tail=tail,
                                     transcribed=transcribed)
-            return first.result(reply=reply, size=sized.size, estimated_tokens=sized.estimate,
-                                output_cut=sized.output_cut, notes=sized.notes + notes,
-                                replaced=replaced, stream_tail=tail, transcribed=transcribed)
+            return await _delegation(data, reply, first.result(
+                reply=reply, size=sized.size, estimated_tokens=sized.estimate,
+                output_cut=sized.output_cut, notes=sized.notes + notes, replaced=replaced,
+                stream_tail=tail, transcribed=transcribed))
 
     async def _ask_model(self, conn: AsyncConnection, data: ModelCallInput,
                          request: dict[str, Any],
@@ -407,3 +410,13 @@ def _payload_value(payload: Payload) -> Any:
     if encoding != "json/plain":
         raise ValueError(f"its encoding is {encoding or 'missing'}, not json/plain")
     return json.loads(payload.data)
+
+
+async def _delegation(data: ModelCallInput, reply: ModelReply,
+                      result: ModelCallResult) -> ModelCallResult:
+    """The call's part in delegation, once its reply is in the record."""
+    step = data.delegation
+    if step is not None:
+        result.started_ahead = await start_ahead(step.ahead, data.ask.agent, reply)
+        result.told_parent = await tell_parent(data.session_id, step.tell, reply)
+    return result
