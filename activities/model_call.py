@@ -13,6 +13,10 @@ What the reply step inserts is storable by construction: the model's text and to
 have their NULs and lone surrogates replaced (`schemas.text.make_storable`) and the row's
 `replaced` says so, so bad data never turns into a retry loop.
 
+A call also does its part in delegation (`DelegationStep`, activities.delegate_ahead): a
+parent's call starts the child of its reply's waiting `delegate` call, a child's task
+turn's final call tells its parent the answer; the result says what it did.
+
 `ModelCallInput` travels through Temporal: it is grouped (the window span, the model asked,
 the room steps taken, long memory, the record step) and still decodes from the flat shape
 older code wrote and the workflow builds (`ModelCallInput(session_id=..., recall=...)`).

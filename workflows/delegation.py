@@ -2,17 +2,29 @@
 its answer back as an agent-run input.
 
 Invariants:
-- A child is its own session (workflow, window, checkpoints), started as a child workflow
-  whose id is made from the parent's delegate call (`child_session_id`), so a retried or
-  replayed call never starts two: the parent keeps it in `SessionState.children` before it
-  starts it, and a start that finds it running takes it as started.
+- A child is its own session (workflow, window, checkpoints) whose id is made from the
+  parent's delegate call (`child_session_id`), so a retried or replayed call never starts
+  two: the parent keeps it in `SessionState.children` before it starts it, and a start that
+  finds it running (or closed) takes it as started. The refusal and the child's start
+  input are made in one place (`schemas.delegation`).
+- Who starts it: when a reply's only call is a waiting `delegate` that needs no approval
+  and would not be refused, the reply's model call starts the child itself, through the
+  client (activities.delegate_ahead), while this session's workflow task takes the reply;
+  the call then takes that child as started (`ChildRun.ahead`), and a child started so
+  that no call takes (refused after all, not run) is ended (`settle_ahead`). Otherwise the
+  call starts it, as a Temporal child workflow.
 - The child gets the task as its first input, an agent-run input whose source line Keel
   writes from the parent's call (`begin`); after the turn that answers it (or a failure),
-  it answers its parent and ends itself: a parent whose call waits hears the answer from
-  the child workflow's completion (the answer is the run's result,
-  `DelegatedTask.answer_in_result`; a child that ends without one is a failure), any other
-  by a signal, an agent-run input (`Handler.AGENT_RUN`); either way the parent writes its
-  source line.
+  it answers its parent and ends itself. A final reply of that turn is told to the parent
+  by the model call that made it (`Handler.CHILD_ANSWER`), and the child then sends
+  nothing more; otherwise a Temporal child whose parent waits answers in its run's result
+  (`DelegatedTask.answer_in_result`; one that ends without an answer is a failure, heard
+  from its completion), any other by a signal (`Handler.AGENT_RUN`). The parent takes one
+  answer per child (a second, or one from a child it does not know yet, `early`, is not
+  recorded twice) and writes its source line.
+- A child started ahead is no Temporal child: its parent asks now and then
+  (`CHECK_FIRST_S`, doubling up to `CHECK_MAX_S`) whether it closed without answering
+  (terminated, failed), as a child workflow's completion would tell it.
 - The parent waits or goes on, as the call asked: a waiting call pauses the turn
   (`AWAITING_CHILD`) until the answer comes; the answer and the call's result are then
   folded into the turn's next model call, which records them before it reads the window
@@ -21,6 +33,10 @@ Invariants:
   A child that outlives its timeout is ended, and its parent gets an agent-run input saying
   so; ending the parent ends its children (`Handler.PARENT_ENDED`), and a child so ended
   asks the model no more (its turn ends after the call in flight, workflows.turn).
+- Replay: what the model call did for delegation is in its recorded result
+  (`started_ahead`, `told_parent`), which a history from before lacks, so it replays as it
+  ran, with no patch (as workflows.turn's transcript); dropping an agent-run input from a
+  child that has answered is `AHEAD_PATCH`.
 - Depth and fan-out are the spec's limits (`DelegationLimits`); a refusal is the call's
   error result. A session that never delegates makes no command here.
 """

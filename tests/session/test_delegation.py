@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import psycopg
+import pytest
 from temporalio.client import WorkflowExecutionStatus
 
 from schemas.agent import CHILD_NOTE, AgentSpec, ApprovalPolicy, ApprovalRules
@@ -406,24 +407,39 @@ async def test_a_child_started_ahead_whose_call_is_refused_is_ended(
     assert len(results) == 1 and "delegate refused: this session is ending" in results[0]
 
 
+@pytest.mark.parametrize("ahead", [True, False], ids=["started-ahead", "temporal-child"])
 async def test_a_child_that_ends_without_an_answer_is_a_failure_at_once(
-        temporal_env, database_url, fake_anthropic, tmp_path):
+        temporal_env, database_url, fake_anthropic, tmp_path, ahead):
     """A child terminated while its parent waits: the parent hears it ended without an
-    answer at once, not at the child's timeout."""
-    fake_anthropic.responder = team(lambda body: tool_use_message(
-        [("write_file", {"path": "x.md", "content": "x"})]))
+    answer at once (a Temporal child, from its completion), or within seconds (a child its
+    model call started, asked after 2 s), never at the child's timeout. A reply with two
+    calls has its child started by the workflow, as a Temporal child."""
+    def respond(body: dict[str, Any]) -> Any:
+        if CHILD_NOTE in _system(body):
+            return tool_use_message([("write_file", {"path": "x.md", "content": "x"})])
+        last = _last(body)
+        if "agent run" in last or "tool_result" in last:
+            return text_message("parent done: " + last[-400:])
+        calls: list[tuple[str, dict[str, Any]]] = [
+            ("delegate", {"agent": "researcher", "task": "look it up"})]
+        return tool_use_message(calls if ahead else [
+            *calls, ("read_file", {"path": "notes.md"})])
+
+    fake_anthropic.responder = respond
     settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    name = f"team-gone-{'ahead' if ahead else 'child'}"
     async with keel_worker(temporal_env.client, settings) as keel:
-        parent = await keel.start_session("team-gone", agent=spec(600, child_asks=True))
+        parent = await keel.start_session(name, agent=spec(600, child_asks=True))
         accepted = await parent.send("find the answer")
         status = await _awaiting_child(parent)
         [child] = status.children
+        assert child.ahead is ahead
         await temporal_env.client.get_workflow_handle(child.session_id).terminate("gone")
         outcome = await asyncio.wait_for(parent.wait_reply(accepted.seq), 30)
-        assert "failed" in outcome.reply_text
+        assert "without an answer" in outcome.reply_text
         [child] = (await parent.status()).children
         assert child.done == "failed"
         await parent.end()
-    answer = [r for r in rows(database_url, "team-gone")
+    answer = [r for r in rows(database_url, name)
               if (r[1] or "").startswith("[Harness: agent run ")]
     assert len(answer) == 1 and "ended without an answer" in answer[0][2]
