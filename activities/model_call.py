@@ -13,6 +13,10 @@ What the reply step inserts is storable by construction: the model's text and to
 have their NULs and lone surrogates replaced (`schemas.text.make_storable`) and the row's
 `replaced` says so, so bad data never turns into a retry loop.
 
+A call also does its part in delegation (`DelegationStep`, activities.delegate_ahead): a
+parent's call starts the child of its reply's waiting `delegate` call, a child's task
+turn's final call tells its parent the answer; the result says what it did.
+
 `ModelCallInput` travels through Temporal: it is grouped (the window span, the model asked,
 the room steps taken, long memory, the record step) and still decodes from the flat shape
 older code wrote and the workflow builds (`ModelCallInput(session_id=..., recall=...)`).
@@ -41,6 +45,7 @@ from schemas.checkpoint.policy import Fit, ModelWindow, fit
 from schemas.checkpoint.prepass import prepass
 from schemas.config import vault_queue
 from schemas.context import estimate_tokens, fit_newest_tool_output
+from schemas.delegation import DelegateAhead, TellParent
 from schemas.events import SHORT_INPUT_CHARS, DeltaTail, cut
 from schemas.interrupt import INTERRUPTED_MARK, interrupted_text
 from schemas.mcp import McpTool
@@ -139,6 +144,14 @@ _FLAT_KEYS: dict[str, tuple[str, str]] = {
 }
 
 
+class DelegationStep(BaseModel):
+    """A model call's part in delegation (activities.delegate_ahead): a parent's call may
+    start its reply's child itself, a child's task turn's final call tells its parent."""
+
+    ahead: DelegateAhead | None = None
+    tell: TellParent | None = None
+
+
 class ModelCallInput(BaseModel):
     session_id: str
     turn: int
@@ -148,6 +161,7 @@ class ModelCallInput(BaseModel):
     room: RoomSteps = Field(default_factory=RoomSteps)
     memory: MemoryStep = Field(default_factory=MemoryStep)
     first: RecordStep = Field(default_factory=RecordStep)
+    delegation: DelegationStep | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -182,6 +196,9 @@ class ModelCallResult(BaseModel):
     # The reply's transcript (the inputs it answers, the reply, the recall's hits) is queued
     # for the vault worker: the session writes none of it.
     transcribed: bool = False
+    # The reply's calls whose child this call started (call id -> the child's session).
+    started_ahead: dict[str, str] = Field(default_factory=dict)
+    told_parent: bool = False  # a child's final reply: its parent has the answer
 
 
 # ----- record first, recall ---------------------------------------------------------------

@@ -43,6 +43,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.exceptions import ApplicationError
 
 from activities.context import SessionContext
+from activities.delegate_ahead import start_ahead, tell_parent
 from activities.events import DeltaPublisher
 from activities.heartbeat import with_heartbeat
 from activities.interrupt import send_interrupt, stop_on_interrupt, watcher
@@ -89,7 +90,7 @@ from schemas.budget import cost_usd, price_for
 from schemas.checkpoint.policy import Fit, sendable
 from schemas.events import SHORT_OUTPUT_CHARS, DeltaTail, cut
 from schemas.events import cut as cut_preview
-from schemas.messages import MessageType
+from schemas.messages import MessageType, ModelReply
 from schemas.model import PROMPT_TOO_LONG
 from schemas.request import model_call_request
 from schemas.session import ReadReply, ReplyPart
@@ -199,12 +200,14 @@ class SessionActivities:
             first = await recalling
             first.recorded = recorded
             return first
+
         async with await self.ctx.connection() as conn:
             done = await load_seqs(conn, data.session_id, [data.reply_seq])
             if done:  # a retry after the reply was recorded: do not ask the model again
                 # (its transcript was queued with it, in the same transaction)
-                return (await first_steps()).result(
-                    reply=reply_from_row(done[0], data.ask.model), transcribed=transcribes(data))
+                reply = reply_from_row(done[0], data.ask.model)
+                return await _delegation(data, reply, (await first_steps()).result(
+                    reply=reply, transcribed=transcribes(data)))
             loaded = await load_request(self.ctx, conn, data)
             first = await first_steps()
             block = first.recall.block if first.recall is not None else data.memory.block
@@ -241,9 +244,10 @@ class SessionActivities:
                 return first.result(reply=reply, size=sized.size,
                                     estimated_tokens=sized.estimate, stream_tail=tail,
                                     transcribed=transcribed)
-            return first.result(reply=reply, size=sized.size, estimated_tokens=sized.estimate,
-                                output_cut=sized.output_cut, notes=sized.notes + notes,
-                                replaced=replaced, stream_tail=tail, transcribed=transcribed)
+            return await _delegation(data, reply, first.result(
+                reply=reply, size=sized.size, estimated_tokens=sized.estimate,
+                output_cut=sized.output_cut, notes=sized.notes + notes, replaced=replaced,
+                stream_tail=tail, transcribed=transcribed))
 
     async def _ask_model(self, conn: AsyncConnection, data: ModelCallInput,
                          request: dict[str, Any],
@@ -431,3 +435,13 @@ def _payload_value(payload: Payload) -> Any:
     if encoding != "json/plain":
         raise ValueError(f"its encoding is {encoding or 'missing'}, not json/plain")
     return json.loads(payload.data)
+
+
+async def _delegation(data: ModelCallInput, reply: ModelReply,
+                      result: ModelCallResult) -> ModelCallResult:
+    """The call's part in delegation, once its reply is in the record."""
+    step = data.delegation
+    if step is not None:
+        result.started_ahead = await start_ahead(step.ahead, data.ask.agent, reply)
+        result.told_parent = await tell_parent(data.session_id, step.tell, reply)
+    return result

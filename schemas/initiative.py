@@ -141,6 +141,9 @@ class ChildRun(BaseModel):
     deadline: datetime
     wait: bool = True
     done: str | None = None  # "answered", "failed", "timed out", "ended"
+    # Started by the parent's model call (activities.delegate_ahead), not as a Temporal
+    # child: its parent asks now and then whether it closed without answering.
+    ahead: bool = False
 
 
 class WakeupRefused(ValueError):

@@ -33,7 +33,12 @@ handler a running session meets:
 - `history-initiative-fast` (and its three children): the same, recorded under the
   patches `delegate-round-trip` (a waiting call hears its child's answer from the child's
   completion; a delegate call's result is written by the next model call) and
-  `wakeup-fold` (a wakeup firing while idle is recorded by its turn's model call).
+  `wakeup-fold` (a wakeup firing while idle is recorded by its turn's model call);
+- `history-initiative-ahead` (and its three children): the same again, with the parent's
+  model call starting the child of its reply's waiting delegate call itself and the
+  child's final model call telling its parent the answer (activities.delegate_ahead): the
+  answered child and the one that outlives its timeout were started ahead, the one that
+  goes on is a Temporal child.
 
 Re-record only on purpose: a change that breaks replay of the committed histories would
 break every running session.
@@ -134,7 +139,8 @@ async def budget_scenario(keel: KeelClient, fake: FakeAnthropic,
 
 
 INITIATIVE_SCENARIO = "history-initiative"
-INITIATIVE_SCENARIOS = (INITIATIVE_SCENARIO, "history-initiative-fast")
+INITIATIVE_SCENARIOS = (INITIATIVE_SCENARIO, "history-initiative-fast",
+                        "history-initiative-ahead")
 INITIATIVE_AGENT = AgentSpec(
     instructions="You keep track of CI and hand research to a sub-agent.",
     wakeups=WakeupLimits(min_interval_s=1, max_active=5, expiry_s=3600),

@@ -46,6 +46,7 @@ from activities.branch import BranchActivities
 from activities.bundle_memory import BundleMemoryActivities
 from activities.checkpoint import CheckpointActivities
 from activities.context import SessionContext
+from activities.delegate_ahead import child_closed
 from activities.files import FileActivities
 from activities.mcp import McpActivities
 from activities.mcp_pool import McpPool
@@ -119,7 +120,7 @@ def session_activities(context: SessionContext,
         checkpoint.prepare_checkpoint, checkpoint.checkpoint_round,
         checkpoint.validate_checkpoint, checkpoint.store_checkpoint,
         checkpoint.move_earliest_half, checkpoint.checkpoint_texts,
-        create_wakeup_schedule, delete_wakeup_schedule,
+        create_wakeup_schedule, delete_wakeup_schedule, child_closed,
     ]
 
 

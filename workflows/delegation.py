@@ -2,17 +2,29 @@
 its answer back as an agent-run input.
 
 Invariants:
-- A child is its own session (workflow, window, checkpoints), started as a child workflow
-  whose id is made from the parent's delegate call (`child_session_id`), so a retried or
-  replayed call never starts two: the parent keeps it in `SessionState.children` before it
-  starts it, and a start that finds it running takes it as started.
+- A child is its own session (workflow, window, checkpoints) whose id is made from the
+  parent's delegate call (`child_session_id`), so a retried or replayed call never starts
+  two: the parent keeps it in `SessionState.children` before it starts it, and a start that
+  finds it running (or closed) takes it as started. The refusal and the child's start
+  input are made in one place (`schemas.delegation`).
+- Who starts it: when a reply's only call is a waiting `delegate` that needs no approval
+  and would not be refused, the reply's model call starts the child itself, through the
+  client (activities.delegate_ahead), while this session's workflow task takes the reply;
+  the call then takes that child as started (`ChildRun.ahead`), and a child started so
+  that no call takes (refused after all, not run) is ended (`settle_ahead`). Otherwise the
+  call starts it, as a Temporal child workflow.
 - The child gets the task as its first input, an agent-run input whose source line Keel
   writes from the parent's call (`begin`); after the turn that answers it (or a failure),
-  it answers its parent and ends itself: a parent whose call waits hears the answer from
-  the child workflow's completion (the answer is the run's result,
-  `DelegatedTask.answer_in_result`; a child that ends without one is a failure), any other
-  by a signal, an agent-run input (`Handler.AGENT_RUN`); either way the parent writes its
-  source line.
+  it answers its parent and ends itself. A final reply of that turn is told to the parent
+  by the model call that made it (`Handler.CHILD_ANSWER`), and the child then sends
+  nothing more; otherwise a Temporal child whose parent waits answers in its run's result
+  (`DelegatedTask.answer_in_result`; one that ends without an answer is a failure, heard
+  from its completion), any other by a signal (`Handler.AGENT_RUN`). The parent takes one
+  answer per child (a second, or one from a child it does not know yet, `early`, is not
+  recorded twice) and writes its source line.
+- A child started ahead is no Temporal child: its parent asks now and then
+  (`CHECK_FIRST_S`, doubling up to `CHECK_MAX_S`) whether it closed without answering
+  (terminated, failed), as a child workflow's completion would tell it.
 - The parent waits or goes on, as the call asked: a waiting call pauses the turn
   (`AWAITING_CHILD`) until the answer comes; the answer and the call's result are then
   folded into the turn's next model call, which records them before it reads the window
@@ -21,6 +33,10 @@ Invariants:
   A child that outlives its timeout is ended, and its parent gets an agent-run input saying
   so; ending the parent ends its children (`Handler.PARENT_ENDED`), and a child so ended
   asks the model no more (its turn ends after the call in flight, workflows.turn).
+- Replay: what the model call did for delegation is in its recorded result
+  (`started_ahead`, `told_parent`), which a history from before lacks, so it replays as it
+  ran, with no patch (as workflows.turn's transcript); dropping an agent-run input from a
+  child that has answered is `AHEAD_PATCH`.
 - Depth and fan-out are the spec's limits (`DelegationLimits`); a refusal is the call's
   error result. A session that never delegates makes no command here.
 """
@@ -30,46 +46,54 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import ApplicationError, ChildWorkflowError
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from schemas.agent import child_spec
-    from schemas.events import ChildAnswered, ChildStarted
-    from schemas.initiative import (
-        ChildRun,
-        DelegatedTask,
-        child_scope,
-        child_session_id,
+    from activities.delegate_ahead import child_closed
+    from activities.model_call import DelegationStep
+    from schemas.delegation import (
+        ANSWER_CHARS,
+        DelegateAhead,
+        TellParent,
+        child_input,
+        child_run,
+        refusal,
     )
+    from schemas.events import ChildAnswered, ChildStarted
+    from schemas.initiative import ChildRun
     from schemas.messages import HarnessKind, MessageType, ToolCall, agent_run_source_line
     from schemas.session import (
         SESSION_WORKFLOW,
         AgentRunInput,
         EndSession,
         Handler,
-        SessionInput,
         SessionPhase,
         SessionStatus,
         TurnOutcome,
     )
     from schemas.text import make_storable
     from workflows.inbox import Inbox
+    from workflows.options import CHILD_CHECK
     from workflows.run import SessionRun
     from workflows.wakeups import ToolFn
 
-__all__ = ["ROUND_TRIP_PATCH", "Delegation"]
+__all__ = ["AHEAD_PATCH", "ROUND_TRIP_PATCH", "Delegation"]
 
-ANSWER_CHARS = 50_000  # of a child's answer sent back; the child's record has it whole
 # A shorter round trip (histories from before it replay as they were): the delegate call's
 # result is written by the turn's next model call with the answer (workflows.tools), and
 # the start of a waiting call is published once.
 ROUND_TRIP_PATCH = "delegate-round-trip"
+# Shorter still: a parent's model call starts the child of its reply's waiting `delegate`
+# call itself, and a child's final model call tells its parent the answer
+# (activities.delegate_ahead); histories from before replay as they were.
+AHEAD_PATCH = "delegate-ahead"
+CHECK_FIRST_S, CHECK_MAX_S = 2.0, 60.0  # asking whether a child started ahead closed
 
 
 class Delegation:
@@ -85,6 +109,14 @@ class Delegation:
         self.waiting: str | None = None  # the child a delegate call waits for now
         self.answer: AgentRunInput | None = None  # a child's, for its run's result
         self._task: asyncio.Task[None] | None = None
+        # A reply's calls whose child its model call started (call id -> child), until the
+        # call takes it (`_start`) or the calls are done without it (`settle_ahead`).
+        self.ahead: dict[str, str] = {}
+        # Answers told by children's model calls before this run knew the child (a parent's
+        # model call retried after the child it started answered).
+        self.early: dict[str, AgentRunInput] = {}
+        self.told = False  # this child's task turn's final call told its parent
+        self._checks: dict[str, tuple[int, datetime]] = {}  # child -> (checks, last)
         self._results: list[asyncio.Task[None]] = []  # children answering in their result
 
     def tools(self) -> dict[str, ToolFn]:
@@ -97,28 +129,8 @@ class Delegation:
 
     def _refusal(self, call: ToolCall) -> str | None:
         state = self.run.state
-        spec = state.config.agent
-        agent_name, task = call.input.get("agent"), call.input.get("task")
-        if spec is None or not spec.sub_agents:
-            return "This agent has no sub-agents."
-        if state.stopped_reason:
-            return f"this session is ending ({state.stopped_reason})"
-        if not any(a.name == agent_name for a in spec.sub_agents):
-            return (f"There is no sub-agent {agent_name!r} (there are: "
-                    f"{', '.join(a.name for a in spec.sub_agents)}).")
-        if not isinstance(task, str) or not task.strip():
-            return "task must be a non-empty string: what the sub-agent should do."
-        if len(task) > state.config.max_message_chars:
-            return (f"task has {len(task)} characters; the limit is "
-                    f"{state.config.max_message_chars} (put it in a file and name it)")
-        depth = (state.config.delegated.depth if state.config.delegated else 0) + 1
-        if depth > spec.delegation.max_depth:
-            return f"delegation is {spec.delegation.max_depth} levels deep at most"
-        active = [c for c in state.children if c.done is None]
-        if len(active) >= spec.delegation.max_children:
-            return (f"{len(active)} sub-agents are working already, the most at once; "
-                    "wait for one to answer")
-        return None
+        active = sum(1 for c in state.children if c.done is None)
+        return refusal(state.config, call, active, state.stopped_reason)
 
     async def delegate(self, call: ToolCall) -> tuple[str, bool]:
         state = self.run.state
@@ -136,6 +148,9 @@ class Delegation:
         self.run.phase = SessionPhase.AWAITING_CHILD
         self.run.publish_summary()
         self.waiting = child.session_id
+        if (early := self.early.pop(child.session_id, None)) is not None \
+                and child.done is None:  # told before this run knew its child
+            self._take(child, early)
         await workflow.wait_condition(lambda: child.done is not None or state.ended)
         if child.done == "timed out" and workflow.patched(ROUND_TRIP_PATCH):
             # The timeout's input first: the result below says it is above, and the next
@@ -154,39 +169,30 @@ class Delegation:
 
     async def _start(self, call: ToolCall) -> ChildRun:
         state = self.run.state
-        spec = state.config.agent
-        assert spec is not None
-        agent = next(a for a in spec.sub_agents if a.name == call.input["agent"])
-        depth = (state.config.delegated.depth if state.config.delegated else 0) + 1
-        scope = child_scope(agent, state.config.memory_scope)
-        child_id = child_session_id(state.session_id, agent.name, call.id)
-        now = workflow.now()
-        child = ChildRun(session_id=child_id, agent=agent.name, call_id=call.id, started=now,
-                         deadline=now + timedelta(seconds=agent.timeout_s),
-                         wait=call.input.get("wait", True) is not False)
+        child = child_run(state.session_id, state.config, call, workflow.now())
+        child.ahead = ahead = self.ahead.pop(call.id, None) == child.session_id
+        by_result = False
+        if not ahead:
+            # A waiting call hears the answer from the child's completion (this run waits
+            # for it: no continue-as-new comes between); one that goes on, by signal.
+            by_result = child.wait and workflow.patched(ROUND_TRIP_PATCH)
+            start = child_input(state.session_id, state.config, call, state.budget.spent,
+                                answer_in_result=by_result)  # ValueError: refused
         state.children.append(child)
         self.changes += 1
-        # A waiting call hears the answer from the child's completion (this run waits for
-        # it: no continue-as-new comes between); one that goes on, by signal.
-        by_result = child.wait and workflow.patched(ROUND_TRIP_PATCH)
-        config = state.config.with_agent(child_spec(spec, agent, depth, state.budget.spent)
-                                         ).model_copy(update={
-            "memory_scope": scope,
-            "delegated": DelegatedTask(parent_session=state.session_id, call_id=call.id,
-                                       agent=agent.name, task=call.input["task"],
-                                       depth=depth, answer_in_result=by_result)})
-        try:
-            handle = await workflow.start_child_workflow(
-                SESSION_WORKFLOW, SessionInput(session_id=child_id, config=config),
-                id=child_id, task_queue=workflow.info().task_queue,
-                parent_close_policy=ParentClosePolicy.ABANDON, result_type=SessionStatus)
-        except Exception as err:  # already started (a retry): it is the one
-            workflow.logger.warning("child %s not started anew: %s", child_id, err)
-        else:
-            if by_result:
-                self._results.append(asyncio.create_task(self._result_of(child, handle)))
-        self.run.events.emit(ChildStarted, turn=state.turn, child_session=child_id,
-                             agent=agent.name, tool_use_id=call.id)
+        if not ahead:
+            try:
+                handle = await workflow.start_child_workflow(
+                    SESSION_WORKFLOW, start, id=child.session_id,
+                    task_queue=workflow.info().task_queue,
+                    parent_close_policy=ParentClosePolicy.ABANDON, result_type=SessionStatus)
+            except Exception as err:  # already started (a retry): it is the one
+                workflow.logger.warning("child %s not started anew: %s", child.session_id, err)
+            else:
+                if by_result:
+                    self._results.append(asyncio.create_task(self._result_of(child, handle)))
+        self.run.events.emit(ChildStarted, turn=state.turn, child_session=child.session_id,
+                             agent=child.agent, tool_use_id=call.id)
         if not child.wait or not workflow.patched(ROUND_TRIP_PATCH):
             self.run.publish_summary()  # a waiting call publishes its phase at once
         return child
@@ -207,10 +213,13 @@ class Delegation:
                 text=f"{lost}: {err.cause or err}", outcome="failed",
                 input_id=f"delegate-answer-{child.session_id}")
         if child.done is not None or self.run.state.stopped_reason:
-            return  # timed out or ended: said already
-        if self._take(child, data):
-            return
-        self._answered(child, data)  # the call stopped waiting: recorded the ordinary way
+            return  # timed out, ended, or its model call told this session: said already
+        if not self._take(child, data):
+            await self._record_answer(child, data)
+
+    async def _record_answer(self, child: ChildRun, data: AgentRunInput) -> None:
+        """An answer no call waits for: recorded the ordinary way."""
+        self._answered(child, data)
         self.busy = True
         try:
             await self.inbox.record_input(
@@ -253,6 +262,77 @@ class Delegation:
         self._answered(child, data)
         return True
 
+    # ----- the model call's part (activities.delegate_ahead) -------------------------------
+
+    def step(self, answered: dict[int, TurnOutcome]) -> DelegationStep | None:
+        """What the next model call does for delegation: a parent's may start its reply's
+        child itself, a child's task turn's call tells its parent a final answer."""
+        state = self.run.state
+        spec, task = state.config.agent, state.config.delegated
+        ahead = tell = None
+        if spec is not None and spec.sub_agents and state.stopped_reason is None:
+            ahead = DelegateAhead(  # its agent is the call's (ModelAsk)
+                parent_session=state.session_id, config=state.config.with_agent(None),
+                spent=state.budget.spent,
+                active=sum(1 for c in state.children if c.done is None))
+        if task is not None and state.delegated_seq and state.delegated_seq not in answered \
+                and not state.ended and not self.told:
+            tell = TellParent(parent_session=task.parent_session, call_id=task.call_id,
+                              spent=state.budget.spent)
+        return None if ahead is None and tell is None else DelegationStep(ahead=ahead,
+                                                                           tell=tell)
+
+    def took(self, started_ahead: dict[str, str], told_parent: bool) -> None:
+        """A model call's result: the children it started, whether it told the parent."""
+        self.ahead.update(started_ahead)
+        self.told = self.told or told_parent
+
+    async def settle_ahead(self) -> None:
+        """The reply's calls are done: a child started ahead that no call took (refused,
+        not run) is ended."""
+        for call_id, child_id in sorted(self.ahead.items()):
+            del self.ahead[call_id]
+            try:
+                await workflow.get_external_workflow_handle(child_id).signal(
+                    Handler.PARENT_ENDED, EndSession(reason="ended: its delegate call "
+                                                            "did not run"))
+            except Exception as err:  # it ended already
+                workflow.logger.info("child %s not signalled: %s", child_id, err)
+
+    async def told_by_child(self, args: Sequence[RawValue]) -> None:
+        """`Handler.CHILD_ANSWER`: a child's final model call tells its answer (before the
+        child's own answer at its end, which then says nothing more)."""
+        found = self._child_of(args)
+        if found is None:
+            self._keep_early(args)
+            return
+        if not self._take(*found):
+            await self._record_answer(*found)
+
+    def _keep_early(self, args: Sequence[RawValue]) -> None:
+        try:
+            data = AgentRunInput.model_validate(json.loads(args[0].payload.data))
+        except Exception:
+            return
+        state = self.run.state
+        child_prefix = f"{state.session_id}."
+        if data.from_session.startswith(child_prefix) and len(self.early) < 16 \
+                and all(c.session_id != data.from_session for c in state.children):
+            self.early[data.from_session] = data
+
+    def answered_already(self, args: Sequence[RawValue]) -> bool:
+        """An agent-run input from a child that has answered (its model call told this
+        session first): said already, not recorded again."""
+        if len(args) != 1:
+            return False
+        try:
+            data = AgentRunInput.model_validate(json.loads(args[0].payload.data))
+        except Exception:
+            return False
+        return data.input_id == f"delegate-answer-{data.from_session}" and any(
+            c.session_id == data.from_session and c.done in ("answered", "failed")
+            for c in self.run.state.children) and workflow.patched(AHEAD_PATCH)
+
     def heard(self, args: Sequence[RawValue]) -> None:
         """An agent-run input was recorded: if a child of this session sent it, the child
         has answered (or failed)."""
@@ -269,13 +349,18 @@ class Delegation:
                              outcome=child.done, preview=data.text)
 
     async def watch(self) -> None:
-        """End a child that outlives its timeout, and tell the parent's record."""
+        """End a child that outlives its timeout, and tell the parent's record; ask now and
+        then whether a child started ahead closed without answering."""
         state, run = self.run.state, self.run
         while state.stopped_reason is None and not run.continuing:
             seen = self.changes
             active = [c for c in state.children if c.done is None]
             due = min(active, key=lambda c: c.deadline) if active else None
-            left = None if due is None else (due.deadline - workflow.now()).total_seconds()
+            checks = [(self._next_check(c), c) for c in active if c.ahead]
+            check = min(checks, key=lambda t: t[0]) if checks else None
+            at = min([t for t in (due and due.deadline, check and check[0]) if t],
+                     default=None)
+            left = None if at is None else (at - workflow.now()).total_seconds()
             if left is None or left > 0:
                 try:
                     await workflow.wait_condition(
@@ -285,8 +370,35 @@ class Delegation:
                 except TimeoutError:
                     pass
                 continue
-            assert due is not None
-            await self._timed_out(due)
+            if due is not None and due.deadline <= workflow.now():
+                await self._timed_out(due)
+            elif check is not None:
+                await self._check(check[1])
+
+    def _next_check(self, child: ChildRun) -> datetime:
+        """When to ask next whether `child` closed: 2 s after its start, then twice as long
+        each time, at most a minute apart."""
+        done, at = self._checks.get(child.session_id, (0, child.started))
+        return at + timedelta(seconds=min(CHECK_FIRST_S * 2 ** done, CHECK_MAX_S))
+
+    async def _check(self, child: ChildRun) -> None:
+        done, _ = self._checks.get(child.session_id, (0, child.started))
+        self._checks[child.session_id] = (done + 1, workflow.now())
+        try:
+            closed: str | None = await workflow.execute_activity(
+                child_closed, child.session_id, **CHILD_CHECK)
+        except ActivityError as err:
+            workflow.logger.info("child %s not checked: %s", child.session_id, err)
+            return
+        if closed is None or child.done is not None or self.run.state.stopped_reason:
+            return
+        data = AgentRunInput(
+            run_id=child.call_id, from_session=child.session_id, outcome="failed",
+            text=(f"Sub-agent {child.agent} (session {child.session_id}) ended without an "
+                  f"answer: it was {closed}."),
+            input_id=f"delegate-answer-{child.session_id}")
+        if not self._take(child, data):
+            await self._record_answer(child, data)
 
     async def _timed_out(self, child: ChildRun) -> None:
         seconds = (child.deadline - child.started).total_seconds()
@@ -377,6 +489,10 @@ class Delegation:
         if task.answer_in_result:  # the run's result: its parent hears the completion
             self.answer = answer
             self.end(f"its task is done ({outcome}); the answer is its result")
+            return
+        if self.told and outcome == "answered":  # its final model call told the parent
+            self.end(f"its task is done ({outcome}); the answer went to "
+                     f"#{task.parent_session}")
             return
         try:
             await workflow.get_external_workflow_handle(task.parent_session).signal(

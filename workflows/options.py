@@ -150,6 +150,9 @@ DOCTOR_STEP = ActivityConfig(start_to_close_timeout=timedelta(minutes=10),
 DOCTOR_COMMIT = ActivityConfig(start_to_close_timeout=timedelta(minutes=6),
                                retry_policy=DOCTOR_RETRY)
 NOTIFY = ActivityConfig(start_to_close_timeout=timedelta(minutes=1), retry_policy=NOTIFY_RETRY)
+# Whether a child started ahead closed without answering (a describe): quick, or next time.
+CHILD_CHECK = ActivityConfig(start_to_close_timeout=timedelta(seconds=10),
+                             retry_policy=BEST_EFFORT_RETRY)
 
 
 # Tools whose call writes the vault: their run_tool runs on the vault queue.

@@ -148,8 +148,10 @@ class SessionWorkflow:
                                  self.wakeups)
         self.delegation = Delegation(self.session, self.inbox, outcomes)
         self.tools.initiative = {**self.wakeups.tools(), **self.delegation.tools()}
+        self.turns.delegation = self.delegation
         self.own_signals: dict[str, Any] = {Handler.WAKEUP: self.wakeups.signalled,
                             Handler.PARENT_ENDED: self.delegation.parent_ended,
+                            Handler.CHILD_ANSWER: self.delegation.told_by_child,
                             Handler.TRANSCRIPT_FAILED: self.turns.transcript.signalled}
         if state.ended:
             self.session.phase = SessionPhase.ENDED
@@ -250,6 +252,8 @@ class SessionWorkflow:
             await self.own_signals[name](args)
         elif background is None:
             await self.inbox.unknown_signal(name)
+        elif name == Handler.AGENT_RUN and self.delegation.answered_already(args):
+            workflow.logger.info("agent run from a child that has answered: said already")
         elif name != Handler.AGENT_RUN or not self.delegation.take(args):
             await self.inbox.background(*background, args)
             if name == Handler.AGENT_RUN:  # a child's answer: its delegate call goes on

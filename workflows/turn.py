@@ -24,12 +24,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.model_call import DelegationStep
     from activities.session import (
         INPUT_NOT_RECORDED,
         MemoryStep,
@@ -107,6 +108,18 @@ class TurnState:
     progress: TurnInProgress | None = None  # what goes over continue-as-new mid-turn
 
 
+class DelegationHooks(Protocol):
+    """workflows.delegation's part in a model call (activities.delegate_ahead)."""
+
+    ahead: dict[str, str]
+
+    def step(self, answered: dict[int, TurnOutcome]) -> DelegationStep | None: ...
+
+    def took(self, started_ahead: dict[str, str], told_parent: bool) -> None: ...
+
+    async def settle_ahead(self) -> None: ...
+
+
 class CallEnd(NamedTuple):
     """A model call's end: the reply (None when the turn must end), the error said to the
     user, and the last seq the model saw."""
@@ -147,6 +160,7 @@ class Turns:
         self.transcript = Transcript(run)
         self.budget = BudgetGate(run)  # workflows.budget: spend, and the pause at a limit
         self.interrupts = Interrupter(run)  # workflows.interrupt: a stop asked mid-turn
+        self.delegation: DelegationHooks | None = None  # workflows.delegation's part
         tools.stopping = self.budget.stopping = lambda: self.interrupts.requested
 
     # ----- a turn ------------------------------------------------------------------------
@@ -265,6 +279,8 @@ class Turns:
         """Run `reply`'s calls from `start`, taking a checkpoint an approval wait asks for.
         False: the session continues as new with the turn (carried in the state)."""
         wait = await self.tools.run_calls(reply, start)
+        if self.delegation is not None and self.delegation.ahead:
+            await self.delegation.settle_ahead()
         while isinstance(wait, CheckpointWhileWaiting):
             await self.checkpoint_while_waiting(wait.before_seq)
             wait = await self.tools.resume()
@@ -353,7 +369,8 @@ class Turns:
             room=RoomSteps(asked=call.tried.asked, cut_newest_output=call.tried.output_cut),
             memory=MemoryStep(scope=state.config.memory_scope, block=turn.memory_block,
                               recall=call.recall, transcribe=self._transcribe(upto)),
-            first=RecordStep(inputs=call.records, within_s=call.record_within))
+            first=RecordStep(inputs=call.records, within_s=call.record_within),
+            delegation=self.delegation.step(self.outcomes) if self.delegation else None)
 
     def _transcribe(self, upto: int) -> list[int] | None:
         """The inputs a call up to `upto` answers, for it to queue their transcript with its
@@ -396,6 +413,8 @@ class Turns:
         ladder's next rung taken (None: call again)."""
         state = self.run.state
         state.settle_seq(seq)
+        if self.delegation is not None:
+            self.delegation.took(result.started_ahead, result.told_parent)
         for record, inserted in zip(call.records, result.recorded, strict=True):
             del self.inbox.unrecorded[record.seq]
             self.inbox.recorded(record, inserted)

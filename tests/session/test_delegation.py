@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import psycopg
+import pytest
 from temporalio.client import WorkflowExecutionStatus
 
 from schemas.agent import CHILD_NOTE, AgentSpec, ApprovalPolicy, ApprovalRules
@@ -329,8 +330,10 @@ def _kinds(events: Any) -> list[str]:
 
 async def test_a_waiting_round_trip_is_one_task_from_the_answer_to_the_next_call(
         temporal_env, database_url, fake_anthropic, tmp_path):
-    """The child answers in its run's result (no signal either way), and the call's result
-    is written by the parent's next model call, in order after the answer."""
+    """The parent's model call starts the child of its reply's waiting call itself (no child
+    workflow start in the parent's history), the child's final model call tells the parent
+    its answer (no signal from the child's workflow), and the call's result is written by
+    the parent's next model call, in order after the answer."""
     fake_anthropic.responder = team(lambda body: text_message("the answer is 42"))
     settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
     async with keel_worker(temporal_env.client, settings) as keel:
@@ -338,17 +341,22 @@ async def test_a_waiting_round_trip_is_one_task_from_the_answer_to_the_next_call
         outcome = await asyncio.wait_for(parent.ask("find the answer"), 60)
         assert "42" in outcome.reply_text
         [child] = (await parent.status()).children
-        assert child.done == "answered"
+        assert child.done == "answered" and child.ahead
         events = _kinds((await parent.handle.fetch_history()).events)
         child_events = _kinds((await temporal_env.client.get_workflow_handle(
             child.session_id).fetch_history()).events)
+        child_status = await keel.session(child.session_id).status()
         await parent.end()
+    assert child_status.ended and child_status.parent_session == "team-fast"
+    assert "START_CHILD_WORKFLOW_EXECUTION_INITIATED" not in events
     assert "ACTIVITY_TASK_SCHEDULED:record_tool_result" not in events
     assert "WORKFLOW_EXECUTION_SIGNALED:agent_run" not in events
     assert "SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED" not in child_events
-    # From the child's completion to the parent's next model call: one workflow task.
-    done = events.index("CHILD_WORKFLOW_EXECUTION_COMPLETED")
-    after = events[done:events.index("ACTIVITY_TASK_SCHEDULED:call_model", done)]
+    # The child's whole run: one model call between its two workflow tasks.
+    assert child_events.count("WORKFLOW_TASK_COMPLETED") == 2, child_events
+    # From the child's answer to the parent's next model call: one workflow task.
+    told = events.index("WORKFLOW_EXECUTION_SIGNALED:child_answer")
+    after = events[told:events.index("ACTIVITY_TASK_SCHEDULED:call_model", told)]
     assert after.count("WORKFLOW_TASK_COMPLETED") == 1, after
     assert events.count("ACTIVITY_TASK_SCHEDULED:call_model") == 2
     kinds = [(r[0], (r[1] or "")[:24]) for r in rows(database_url, "team-fast")
@@ -361,24 +369,77 @@ async def test_a_waiting_round_trip_is_one_task_from_the_answer_to_the_next_call
     assert "the answer is 42" in last[1]["text"] and "answered" in last[0]["content"]
 
 
-async def test_a_child_that_ends_without_an_answer_is_a_failure_at_once(
+async def test_a_child_started_ahead_whose_call_is_refused_is_ended(
         temporal_env, database_url, fake_anthropic, tmp_path):
-    """A child terminated while its parent waits: the parent hears it ended without an
-    answer at once, not at the child's timeout."""
-    fake_anthropic.responder = team(lambda body: tool_use_message(
-        [("write_file", {"path": "x.md", "content": "x"})]))
+    """The parent is ended while its model call is out: the call starts the child of its
+    reply, the session refuses the delegate call (it is ending), and that child is ended."""
+    import threading
+
+    asked, ended = threading.Event(), threading.Event()
+
+    def respond(body: dict[str, Any]) -> Any:
+        if CHILD_NOTE in _system(body):
+            return tool_use_message([("write_file", {"path": "x.md", "content": "x"})])
+        if "tool_result" in _last(body):
+            return text_message("parent done")
+        asked.set()
+        ended.wait(10)  # the session is ended while this call is out
+        return tool_use_message([("delegate", {"agent": "researcher", "task": "look"})])
+
+    fake_anthropic.responder = respond
     settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
     async with keel_worker(temporal_env.client, settings) as keel:
-        parent = await keel.start_session("team-gone", agent=spec(600, child_asks=True))
+        parent = await keel.start_session("team-late", agent=spec(600, child_asks=True))
+        accepted = await parent.send("find the answer")
+        assert await asyncio.to_thread(asked.wait, 20)
+        await parent.end()
+        ended.set()
+        await asyncio.wait_for(parent.wait_reply(accepted.seq), 30)
+        assert await _closed(temporal_env.client, "team-late") == \
+            WorkflowExecutionStatus.COMPLETED  # its turn ran to its end
+        children = [w.id async for w in temporal_env.client.list_workflows(
+            "WorkflowId STARTS_WITH 'team-late.'")]
+        assert len(children) == 1, children  # started by the model call
+        assert (await parent.status()).children == []  # refused: never the session's
+        assert await _closed(temporal_env.client, children[0]) == \
+            WorkflowExecutionStatus.COMPLETED
+    results = [r[2] for r in rows(database_url, "team-late") if r[0] == "tool_result"]
+    assert len(results) == 1 and "delegate refused: this session is ending" in results[0]
+
+
+@pytest.mark.parametrize("ahead", [True, False], ids=["started-ahead", "temporal-child"])
+async def test_a_child_that_ends_without_an_answer_is_a_failure_at_once(
+        temporal_env, database_url, fake_anthropic, tmp_path, ahead):
+    """A child terminated while its parent waits: the parent hears it ended without an
+    answer at once (a Temporal child, from its completion), or within seconds (a child its
+    model call started, asked after 2 s), never at the child's timeout. A reply with two
+    calls has its child started by the workflow, as a Temporal child."""
+    def respond(body: dict[str, Any]) -> Any:
+        if CHILD_NOTE in _system(body):
+            return tool_use_message([("write_file", {"path": "x.md", "content": "x"})])
+        last = _last(body)
+        if "agent run" in last or "tool_result" in last:
+            return text_message("parent done: " + last[-400:])
+        calls: list[tuple[str, dict[str, Any]]] = [
+            ("delegate", {"agent": "researcher", "task": "look it up"})]
+        return tool_use_message(calls if ahead else [
+            *calls, ("read_file", {"path": "notes.md"})])
+
+    fake_anthropic.responder = respond
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    name = f"team-gone-{'ahead' if ahead else 'child'}"
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session(name, agent=spec(600, child_asks=True))
         accepted = await parent.send("find the answer")
         status = await _awaiting_child(parent)
         [child] = status.children
+        assert child.ahead is ahead
         await temporal_env.client.get_workflow_handle(child.session_id).terminate("gone")
         outcome = await asyncio.wait_for(parent.wait_reply(accepted.seq), 30)
-        assert "failed" in outcome.reply_text
+        assert "without an answer" in outcome.reply_text
         [child] = (await parent.status()).children
         assert child.done == "failed"
         await parent.end()
-    answer = [r for r in rows(database_url, "team-gone")
+    answer = [r for r in rows(database_url, name)
               if (r[1] or "").startswith("[Harness: agent run ")]
     assert len(answer) == 1 and "ended without an answer" in answer[0][2]
