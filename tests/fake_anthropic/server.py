@@ -119,7 +119,10 @@ class FakeAnthropic:
         self.cache = PromptCache(clock)
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # stop() waits for the serving loop to look at its flag, once a poll interval:
+        # socketserver's default (0.5 s) was half a second of every test's teardown.
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
     def base_url(self) -> str:
