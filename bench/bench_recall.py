@@ -1,6 +1,7 @@
 """Conversational retrieval: does long memory find the turns that answer a question?
 
     .venv/bin/python bench/bench_recall.py --data PATH/TO/REALTALK/data [--sizes 10000,100000]
+    .venv/bin/python bench/bench_recall.py --data PATH/TO/REALTALK/data --heldout
 
 The data: REALTALK (Lee et al., 2025, "A 21-Day Real-World Dataset for Long-Term
 Conversation"): 10 real messaging-app conversations between two people over 21 days
@@ -8,6 +9,11 @@ Conversation"): 10 real messaging-app conversations between two people over 21 d
 with the messages that answer it (`evidence`, dia_ids). Its files carry no licence, so
 nothing of it is committed: clone the public GitHub repository danny911kr/REALTALK and pass
 its `data/` folder (the Chat_*.json files; its `data/locomo/` copy is not read).
+
+`--heldout` reads only that copy instead: LoCoMo (Maharana et al., 2024; CC BY-NC 4.0, as
+its paper states; not committed either), 10 LLM-generated conversations, the held-out set
+that checks the fusion tuned on REALTALK, with the same four rankings and no speed runs
+(written to recall-heldout.json).
 
 Each conversation is one memory scope; each message is one daily-transcript entry,
 indexed the way Keel's vault holds them (`daily_doc` over `transcript_entry`, the speaker's
