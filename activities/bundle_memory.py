@@ -11,11 +11,11 @@ Invariants:
   so a retry stages the same rows once.
 - The import's write checks every card first: one in the way (a file at its path with
   other text) and nothing at all is written; the staged rows stay for the caller, who
-  undoes the import. Otherwise the cards, then each daily file's entries, are written,
-  indexed (in batches) and marked `written`, so a retry after a crash writes only what is
-  missing (a card with
-  the same text is no conflict, an entry already there by its marker is not appended
-  again), and the staged rows are deleted once all are written. The session's ops are
+  undoes the import. Otherwise the cards are written, indexed and marked `written`, then
+  every daily file's entries are appended, indexed in one bulk load and marked, so a retry
+  after a crash writes only what is missing (a card with the same text is no conflict, an
+  entry already there by its marker is not appended again), and the staged rows are
+  deleted once all are written. The session's ops are
   recorded in `vault_ops` as applied, so an export from this vault finds its cards.
 """
 
@@ -29,9 +29,9 @@ from psycopg import AsyncConnection
 from temporalio import activity
 
 from activities.heartbeat import with_heartbeat
-from activities.vault.search import index_documents
+from activities.vault.bulk import index_bulk
+from activities.vault.search import IndexDoc, index_documents
 from activities.vault.store import (
-    REINDEX_BATCH,
     MemoryContext,
     Vault,
     atomic_write,
@@ -159,8 +159,13 @@ class BundleMemoryActivities:
             by_file: dict[str, list[DailyLine]] = {}
             for entry in entries:
                 by_file.setdefault(entry.path, []).append(entry)
+            docs = [d for path, in_file in sorted(by_file.items())
+                    for d in _append_entries(vault, data, path, in_file)]
+            # One bulk load for every file's entries: the vectors' index is built once at
+            # its end when the load is large (7,499 entries: 24 s one file at a time).
+            await index_bulk(conn, docs, scope=vault.scope, embedder=vault.embedder)
             for path, in_file in sorted(by_file.items()):
-                await self._append_entries(conn, vault, data, path, in_file)
+                await self._written(conn, data, "daily", path, [e.seq for e in in_file])
             await conn.execute("DELETE FROM bundle_memory WHERE request_id = %s"
                                " AND direction = 'import'", (data.request_id,))
         return BundleMemoryDone(cards=len(cards), entries=len(entries))
@@ -184,30 +189,6 @@ class BundleMemoryActivities:
             " direction = 'import' AND kind = 'card' AND path = ANY(%s)",
             (data.request_id, [c.path for c in cards]))
 
-    async def _append_entries(self, conn: AsyncConnection, vault: Vault,
-                              data: BundleMemoryRequest, path: str,
-                              entries: list[DailyLine]) -> None:
-        """One daily file's entries appended (those not there already by their marker),
-        then the session's entries indexed, in batches as a full reindex takes them (the
-        file is only appended to: nothing of it goes stale)."""
-        target = vault.path(path)
-        text = read_text(target).text if target.exists() else None
-        blocks = "".join(entry_block(e.text) for e in entries if text is None
-                         or entry_marker(data.session_id, e.seq) not in text)
-        if text is None:
-            atomic_write(target, f"# {target.stem}\n{blocks}")
-        elif blocks:
-            before = vault.file_stamp(path)
-            with target.open("ab") as f:
-                f.write(blocks.encode("utf-8"))
-            vault.note_own_write(path, before)
-        docs = [d for d in vault.documents_for(path, read_text(target).text)
-                if d.session_id == data.session_id]  # the rest of the file is the beat's
-        for start in range(0, len(docs), REINDEX_BATCH):  # as a full reindex batches them
-            await index_documents(conn, docs[start:start + REINDEX_BATCH], scope=vault.scope,
-                                  embedder=vault.embedder)
-        await self._written(conn, data, "daily", path, [e.seq for e in entries])
-
     async def _written(self, conn: AsyncConnection, data: BundleMemoryRequest, kind: str,
                        path: str, seqs: list[int]) -> None:
         """Staged rows written (each statement commits: a retry skips them)."""
@@ -215,3 +196,23 @@ class BundleMemoryActivities:
             "UPDATE bundle_memory SET written = true WHERE request_id = %s AND"
             " direction = 'import' AND kind = %s AND path = %s AND seq = ANY(%s)",
             (data.request_id, kind, path, seqs))
+
+
+def _append_entries(vault: Vault, data: BundleMemoryRequest, path: str,
+                    entries: list[DailyLine]) -> list[IndexDoc]:
+    """One daily file's entries appended (those not there already by their marker); returns
+    the session's entries of the file as documents to index (the file is only appended
+    to: nothing of it goes stale; the rest of it is the beat's)."""
+    target = vault.path(path)
+    text = read_text(target).text if target.exists() else None
+    blocks = "".join(entry_block(e.text) for e in entries if text is None
+                     or entry_marker(data.session_id, e.seq) not in text)
+    if text is None:
+        atomic_write(target, f"# {target.stem}\n{blocks}")
+    elif blocks:
+        before = vault.file_stamp(path)
+        with target.open("ab") as f:
+            f.write(blocks.encode("utf-8"))
+        vault.note_own_write(path, before)
+    return [d for d in vault.documents_for(path, read_text(target).text)
+            if d.session_id == data.session_id]

@@ -1,6 +1,7 @@
 """Conversational retrieval: does long memory find the turns that answer a question?
 
     .venv/bin/python bench/bench_recall.py --data PATH/TO/REALTALK/data [--sizes 10000,100000]
+    .venv/bin/python bench/bench_recall.py --data PATH/TO/REALTALK/data --heldout
 
 The data: REALTALK (Lee et al., 2025, "A 21-Day Real-World Dataset for Long-Term
 Conversation"): 10 real messaging-app conversations between two people over 21 days
@@ -8,6 +9,11 @@ Conversation"): 10 real messaging-app conversations between two people over 21 d
 with the messages that answer it (`evidence`, dia_ids). Its files carry no licence, so
 nothing of it is committed: clone the public GitHub repository danny911kr/REALTALK and pass
 its `data/` folder (the Chat_*.json files; its `data/locomo/` copy is not read).
+
+`--heldout` reads only that copy instead: LoCoMo (Maharana et al., 2024; CC BY-NC 4.0, as
+its paper states; not committed either), 10 LLM-generated conversations, the held-out set
+that checks the fusion tuned on REALTALK, with the same four rankings and no speed runs
+(written to recall-heldout.json).
 
 Each conversation is one memory scope; each message is one daily-transcript entry,
 indexed the way Keel's vault holds them (`daily_doc` over `transcript_entry`, the speaker's
@@ -45,7 +51,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -71,37 +77,74 @@ _WORD = re.compile(r"\w+")
 
 
 def load_conversations(folder: Path) -> list[dict[str, Any]]:
-    """Each conversation's messages as index documents and its questions with evidence."""
+    """REALTALK: each conversation's messages as index documents and its questions with
+    evidence."""
     out = []
     for path in sorted(folder.glob("Chat_*.json")):
         data = json.loads(path.read_text())
-        docs: dict[str, IndexDoc] = {}
-        texts: dict[str, str] = {}
-        session_of: dict[str, str] = {}
-        n = 0
+        sessions = []
         for key in sorted((k for k in data if re.fullmatch(r"session_\d+", k)),
                           key=lambda k: int(k.split("_")[1])):
-            session = f"s{key.split('_')[1]}"
-            for msg in data[key]:
-                text = (msg.get("clean_text") or "").strip()
-                if not text:
-                    continue
-                n += 1
-                when = datetime.strptime(msg["date_time"], "%d.%m.%Y, %H:%M:%S").replace(
-                    tzinfo=UTC)
-                speaker = re.sub(r"\W+", "_", msg["speaker"].strip()) or "someone"
-                entry = transcript_entry(session, n, when, speaker, text)
-                doc = daily_doc(f"daily/{when.date().isoformat()}.md", session, n,
-                                entry.strip())
-                docs[msg["dia_id"]] = doc
-                texts[msg["dia_id"]] = f"{speaker} {text}"
-                session_of[doc.path] = session
-        questions = [(q["question"], [docs[e].path for e in q.get("evidence", []) if e in docs])
-                     for q in data["qa"]]
-        out.append({"name": path.stem, "docs": list(docs.values()), "texts": texts,
-                    "paths": {d: docs[d].path for d in docs}, "session_of": session_of,
-                    "questions": [(q, ev) for q, ev in questions if ev]})
+            sessions.append((f"s{key.split('_')[1]}", [
+                (msg["dia_id"], msg["speaker"], (msg.get("clean_text") or "").strip(),
+                 datetime.strptime(msg["date_time"], "%d.%m.%Y, %H:%M:%S").replace(tzinfo=UTC))
+                for msg in data[key]]))
+        out.append(_conversation(path.stem, sessions,
+                                 [(q["question"], q.get("evidence", [])) for q in data["qa"]]))
     return out
+
+
+def load_locomo(folder: Path) -> list[dict[str, Any]]:
+    """LoCoMo (Maharana et al., 2024, the copy in REALTALK's `data/locomo/`), the held-out
+    set: 10 LLM-generated multi-session conversations, 5,882 turns. Questions of category 5
+    (adversarial: built to have no answer in the conversation) are left out, as are
+    evidence ids that name no turn; a turn's time is its session's (plus a second a turn,
+    keeping the order)."""
+    out = []
+    for path in sorted(folder.glob("Chat_*.json")):
+        data = json.loads(path.read_text())
+        conv = data["conversation"]
+        sessions = []
+        for key in sorted((k for k in conv if re.fullmatch(r"session_\d+", k)),
+                          key=lambda k: int(k.split("_")[1])):
+            when = _locomo_time(conv[f"{key}_date_time"])
+            sessions.append((f"s{key.split('_')[1]}", [
+                (msg["dia_id"], msg["speaker"], (msg.get("text") or "").strip(),
+                 when + timedelta(seconds=i)) for i, msg in enumerate(conv[key])]))
+        questions = [(q["question"], re.findall(r"D\d+:\d+", " ".join(q.get("evidence", []))))
+                     for q in data["qa"] if q.get("category") != 5]
+        out.append(_conversation(path.stem, sessions, questions))
+    return out
+
+
+def _locomo_time(text: str) -> datetime:
+    """'1:56 pm on 8 May, 2023'."""
+    return datetime.strptime(text.replace(",", ""), "%I:%M %p on %d %B %Y").replace(tzinfo=UTC)
+
+
+def _conversation(name: str, sessions: list[tuple[str, list[tuple[str, str, str, datetime]]]],
+                  questions: list[tuple[str, list[str]]]) -> dict[str, Any]:
+    """One conversation as a scope's documents (a message: a daily-transcript entry, the
+    way the vault holds them) and its questions with the answering documents' paths."""
+    docs: dict[str, IndexDoc] = {}
+    texts: dict[str, str] = {}
+    session_of: dict[str, str] = {}
+    n = 0
+    for session, messages in sessions:
+        for dia_id, speaker_name, text, when in messages:
+            if not text:
+                continue
+            n += 1
+            speaker = re.sub(r"\W+", "_", speaker_name.strip()) or "someone"
+            entry = transcript_entry(session, n, when, speaker, text)
+            doc = daily_doc(f"daily/{when.date().isoformat()}.md", session, n, entry.strip())
+            docs[dia_id] = doc
+            texts[dia_id] = f"{speaker} {text}"
+            session_of[doc.path] = session
+    with_evidence = [(q, [docs[e].path for e in ev if e in docs]) for q, ev in questions]
+    return {"name": name, "docs": list(docs.values()), "texts": texts,
+            "paths": {d: docs[d].path for d in docs}, "session_of": session_of,
+            "questions": [(q, ev) for q, ev in with_evidence if ev]}
 
 
 def plain_bm25(texts: dict[str, str], paths: dict[str, str]) -> Any:
@@ -184,7 +227,8 @@ async def quality(url: str, convs: list[dict[str, Any]], embedder: Any) -> dict[
                     tally.cpu[0] += used[0]
                     tally.cpu[1] += used[1]
                     tally.add(ranked, evidence, conv["session_of"])
-    return {"documents": indexed, "questions": sum(len(c["questions"]) for c in convs),
+    return {"documents": indexed, "scopes": len(convs),
+            "questions": sum(len(c["questions"]) for c in convs),
             "index_cpu_s": {"client": round(index_cpu[0], 1), "server": round(index_cpu[1], 1)},
             "index_s": round(index_s, 2), "docs_per_s": round(indexed / index_s),
             "docs_per_cpu_s": round(indexed / sum(index_cpu)),
@@ -305,7 +349,7 @@ async def corpus(admin: str, embedder: Any) -> dict[str, Any]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def print_quality(q: dict[str, Any]) -> None:
+def print_quality(q: dict[str, Any], dataset: str) -> None:
     rows = []
     for mode, f in q["modes"].items():
         rows.append([mode, *(f"{100 * f[k]:.1f}" for k in ("turn_hit5", "turn_hit10")),
@@ -313,8 +357,8 @@ def print_quality(q: dict[str, Any]) -> None:
                      *(f"{100 * f[k]:.1f}" for k in ("session_hit5", "session_hit10")),
                      f"{f['session_mrr']:.3f}", f"{f['p50_ms']} / {f['p95_ms']}",
                      "{client} + {server}".format(**f["cpu_ms_per_query"])])
-    print(table(f"REALTALK: {q['questions']} questions over {q['documents']:,} messages "
-                f"(10 scopes), k={K}",
+    print(table(f"{dataset}: {q['questions']} questions over {q['documents']:,} messages "
+                f"({q['scopes']} scopes), k={K}",
                 ["ranking", "turn hit@5", "hit@10", "MRR", "session hit@5", "hit@10", "MRR",
                  "p50 / p95 ms", "CPU ms"], rows))
     print(f"bulk indexing with embedding: {q['docs_per_s']:,} documents/s "
@@ -340,13 +384,20 @@ def print_speed(speeds: list[dict[str, Any]]) -> None:
 async def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", type=Path, required=True, help="REALTALK's data/ folder")
-    p.add_argument("--sizes", default="10000,100000")
+    p.add_argument("--heldout", action="store_true",
+                   help="the held-out set instead: LoCoMo, data/locomo/ (retrieval only, "
+                        "the fusion as tuned on REALTALK; no speed runs unless --sizes)")
+    p.add_argument("--sizes", default=None, help="default 10000,100000 (none with --heldout)")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--embedder", default="minilm-l6-static-256")
     args = p.parse_args()
-    convs = load_conversations(args.data)
+    sizes = args.sizes if args.sizes is not None else "" if args.heldout else "10000,100000"
+    folder = args.data / "locomo" if args.heldout else args.data
+    convs = (load_locomo if args.heldout else load_conversations)(folder)
     if not convs:
-        sys.exit(f"no Chat_*.json in {args.data}")
+        sys.exit(f"no Chat_*.json in {folder}")
+    dataset = ("LoCoMo (danny911kr/REALTALK, data/locomo/Chat_*.json, categories 1-4)"
+               if args.heldout else "REALTALK (danny911kr/REALTALK, data/Chat_*.json)")
     embedder = load_embedder(args.embedder)
     pg_dir = Path(tempfile.mkdtemp(prefix="keel-bench-pg-"))
     os.chmod(pg_dir, 0o755)
@@ -356,9 +407,9 @@ async def main() -> None:
         admin = start_embedded_postgres(pg_dir)
         load = _load()
         q = await quality(fresh_database(admin, "bench_recall_quality"), convs, embedder)
-        print_quality(q)
+        print_quality(q, dataset.split(" (")[0])
         speeds = []
-        for n in (int(s) for s in args.sizes.split(",") if s):
+        for n in (int(s) for s in sizes.split(",") if s):
             speeds.append(await speed(admin, convs, embedder, n, args.repeat))
             print_speed(speeds[-1:])
         corpus_figures = await corpus(admin, embedder)
@@ -374,13 +425,13 @@ async def main() -> None:
                        "commit": commit,
                        # Others' work on the machine: load averages at the start and end.
                        "load_start": load, "load_end": _load()},
-           "dataset": "REALTALK (danny911kr/REALTALK, data/Chat_*.json)",
+           "dataset": dataset,
            "embedder": getattr(embedder, "name", None), "k": K, "quality": q,
            "speed": speeds, "corpus": corpus_figures,
            "total_seconds": round(time.perf_counter() - started, 1)}
-    default = (args.sizes, args.repeat, args.embedder) == ("10000,100000", 1,
-                                                          "minilm-l6-static-256")
-    path = RESULTS / ("recall.json" if default else "recall-custom.json")
+    default = (args.sizes, args.repeat, args.embedder) == (None, 1, "minilm-l6-static-256")
+    path = RESULTS / ("recall-custom.json" if not default
+                      else "recall-heldout.json" if args.heldout else "recall.json")
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"total {out['total_seconds']} s at commit {commit}; written to "
           f"{path.relative_to(ROOT)}")

@@ -32,6 +32,7 @@ from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError
 
 from activities.db import get_pool
+from activities.vault.bulk import index_bulk
 from activities.vault.clock import local_timezone_name
 from activities.vault.embedder import Embedder, embedder_for
 from activities.vault.search import IndexDoc, delete_documents, index_documents, indexed_hashes
@@ -426,7 +427,6 @@ class Vault:
         """Scan the vault: re-index files whose content changed, drop vanished ones.
         Returns (documents changed, documents removed)."""
         present: set[str] = set()
-        changed = 0
         old = await indexed_hashes(conn, scope=self.scope)
         due: list[IndexDoc] = []
         for rel in self.markdown_files():
@@ -434,11 +434,10 @@ class Vault:
                 present.add(doc.path)
                 if old.get(doc.path) != doc.content_hash():
                     due.append(doc)
-            if len(due) >= REINDEX_BATCH:
-                changed += await index_documents(conn, due, scope=self.scope,
-                                                 embedder=self.embedder)
-                due = []
-        changed += await index_documents(conn, due, scope=self.scope, embedder=self.embedder)
+        # One bulk load (batches of its own): a first index of a large vault builds the
+        # vectors' index once at its end instead of inserting into it document by document.
+        changed = await index_bulk(conn, due, scope=self.scope, embedder=self.embedder,
+                                   batch=REINDEX_BATCH)
         removed = await delete_documents(conn, [p for p in old if p not in present],
                                          scope=self.scope)
         return changed, removed

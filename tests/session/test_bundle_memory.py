@@ -105,6 +105,12 @@ async def test_a_bundle_with_memory_moves_the_cards_and_entries_byte_for_byte(
         hits = db(other_database, "SELECT count(*) FROM memory_docs WHERE path = %s",
                   str(CARD_FILE))
         assert hits == [(1,)]
+        # Every imported entry indexed (one bulk load), with its vectors of its text now.
+        indexed = db(other_database, "SELECT count(*) FROM memory_docs d WHERE kind ="
+                     " 'daily' AND session_id = %s AND EXISTS (SELECT 1 FROM memory_chunks c"
+                     " WHERE c.scope = d.scope AND c.path = d.path"
+                     " AND c.content_hash = d.content_hash)", done.session_id)
+        assert indexed == [(done.entries,)]
     assert db(other_database, "SELECT count(*) FROM bundle_memory") == [(0,)]
 
 

@@ -102,3 +102,49 @@ async def test_a_failed_bulk_load_still_leaves_the_index_and_small_loads_keep_it
         assert await _ann_index(conn)
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         assert not await dense.defer_ann_index(conn, BUILTIN, 10_000)  # not autocommit
+
+
+@needs_model
+async def test_a_vault_reindex_loads_in_bulk_what_file_by_file_indexing_gives(
+        database_url, tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    from tests.vault.support import CORPUS, make_ctx
+
+    monkeypatch.setattr(dense, "BULK_DEFER_MIN", 10)
+    base = make_ctx(tmp_path, database_url)
+    bulk, one = base.scoped("bulk"), base.scoped("one")
+    for ctx in (bulk, one):
+        ctx.vault.ensure()
+        shutil.copytree(CORPUS / "vault", ctx.vault.root, dirs_exist_ok=True)
+    seen: list[bool] = []
+    real = search_module.store_chunks
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        async def watch(*args, **kwargs):
+            seen.append(await _ann_index(conn))
+            return await real(*args, **kwargs)
+
+        monkeypatch.setattr(search_module, "store_chunks", watch)
+        changed, removed = await bulk.vault.reindex(conn)  # into an empty index
+        monkeypatch.setattr(search_module, "store_chunks", real)
+        for rel in one.vault.markdown_files():
+            await one.vault.index_file(conn, rel)
+        count = "SELECT count(*) FROM memory_docs WHERE scope = %s"
+        assert (changed,) == await (await conn.execute(count, ("one",))).fetchone()
+        assert removed == 0 and seen and not any(seen)  # the vectors' index set aside
+        assert await _ann_index(conn)  # and built again
+        assert await _rows(conn, "bulk") == await _rows(conn, "one")
+        docs = ("SELECT path, content_hash, doc_len, tsv::text FROM memory_docs"
+                " WHERE scope = %s ORDER BY path")
+        terms = "SELECT term, df FROM memory_terms WHERE scope = %s ORDER BY term"
+        for stmt in (docs, terms):
+            assert (await (await conn.execute(stmt, ("bulk",))).fetchall()
+                    == await (await conn.execute(stmt, ("one",))).fetchall())
+        queries = json.loads((CORPUS / "queries.json").read_text())[:8]
+        for q in queries:
+            hits = [[h.path for h in await search(conn, q["query"], scope=s, k=5,
+                                                  embedder=bulk.vault.embedder)]
+                    for s in ("bulk", "one")]
+            assert hits[0] == hits[1] and hits[0]
+        assert await bulk.vault.reindex(conn) == (0, 0)

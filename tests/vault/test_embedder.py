@@ -72,3 +72,23 @@ def test_a_batch_embeds_each_text_as_the_mean_of_its_tokens_vectors():
         mean = embedder._table[ids].mean(axis=0)
         assert np.allclose(row, mean / np.linalg.norm(mean), atol=1e-6)
         assert np.allclose(row, embedder.embed_array([text])[0], atol=1e-6)
+
+
+@needs_model
+def test_the_piece_cache_gives_the_tokenizers_own_ids_for_any_text():
+    import random
+
+    embedder = load_embedder(BUILTIN)
+    assert isinstance(embedder, StaticEmbedder)
+    rng = random.Random(3)
+    # Whitespace Python splits at and BERT deletes (\x0b \x1c \x85), other whitespace,
+    # control and format characters, accents to strip, CJK, special tokens, long words.
+    alphabet = [*"abcXYZ éÉñ日本語Анна пьёт!?.,'\"()[]-_\t\n\r\x00\x01\x0b\x0c\x1c\x1f\x7f"
+                    "\x85\xa0\u1680\u2003\u2028\u200b\u2063\u3000\ufffd\u0301İΣﬁ①🙂",
+                "[CLS]", "[MASK]", "[UNK]", "[cls]", "a" * 120, "straße"]
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+             for _ in range(2_000)]
+    embedder._pieces.clear()
+    for batch in (texts, texts):  # pieces new, then known
+        want = [e.ids for e in embedder._tok.encode_batch(batch, add_special_tokens=False)]
+        assert embedder.token_ids(batch) == want
