@@ -21,7 +21,6 @@ from psycopg import AsyncConnection
 from activities.record import load_rows
 from activities.workspace import (
     SHARED_SCOPE,
-    SHARED_SKILLS,
     StoreError,
     WorkspaceStore,
     clean_path,
@@ -132,14 +131,8 @@ def _skill(folder: str, text: str) -> Skill:
 async def load_skills(store: WorkspaceStore, packaged: Path) -> list[Skill]:
     """Every skill: the shared ones in the store (`skills/<name>/SKILL.md` of the shared
     scope), then the packaged ones; the first wins on a name clash. Every worker reads the
-    same store, so every worker offers the same skills."""
-    shared: dict[str, bytes] = {}
-    for info in await store.list(SHARED_SCOPE, SHARED_SKILLS):
-        if is_skill_file(info.path):
-            stored = await store.read(SHARED_SCOPE, info.path)
-            if stored is not None:
-                shared[stored.path] = stored.data
-    return skills_of(shared, packaged)
+    same store, so every worker offers the same skills (one read: `prompt_files`)."""
+    return skills_of((await store.prompt_files(SHARED_SCOPE, [])).shared, packaged)
 
 
 def skills_of(shared: dict[str, bytes], packaged: Path) -> list[Skill]:
