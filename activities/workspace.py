@@ -155,9 +155,10 @@ class WorkspaceStore(Protocol):
         reads, whatever the number of files."""
         ...
 
-    async def prompt_files(self, scope: str, shared_paths: Sequence[str]) -> PromptFiles:
-        """`agents_files(scope)`, the shared scope's `shared_paths` and its shared skills,
-        in one read."""
+    async def prompt_files(self, scope: str, shared_paths: Sequence[str], *,
+                           skills: bool = True) -> PromptFiles:
+        """`agents_files(scope)`, the shared scope's `shared_paths` and (unless `skills` is
+        False) its shared skills, in one read."""
         ...
 
 
@@ -262,11 +263,12 @@ class LocalStore(_Limits):
                 found[rel] = await asyncio.to_thread(target.read_bytes)
         return found
 
-    async def prompt_files(self, scope: str, shared_paths: Sequence[str]) -> PromptFiles:
+    async def prompt_files(self, scope: str, shared_paths: Sequence[str], *,
+                           skills: bool = True) -> PromptFiles:
         shared: dict[str, bytes] = {}
-        skills = [f.path for f in await self.list(SHARED_SCOPE, SHARED_SKILLS)
-                  if is_skill_file(f.path)]
-        for rel in [*shared_paths, *skills]:
+        found_skills = [f.path for f in await self.list(SHARED_SCOPE, SHARED_SKILLS)
+                        if is_skill_file(f.path)] if skills else []
+        for rel in [*shared_paths, *found_skills]:
             found = await self.read(SHARED_SCOPE, rel)
             if found is not None:
                 shared[found.path] = found.data
@@ -432,24 +434,25 @@ class PostgresStore(_Limits):
             (scope, AGENTS_INDEX, data, len(data)))
 
     async def agents_files(self, scope: str) -> dict[str, bytes]:
-        return (await self.prompt_files(scope, [])).agents
+        return (await self.prompt_files(scope, [], skills=False)).agents
 
-    async def prompt_files(self, scope: str, shared_paths: Sequence[str]) -> PromptFiles:
+    async def prompt_files(self, scope: str, shared_paths: Sequence[str], *,
+                           skills: bool = True) -> PromptFiles:
         _check_scope(scope)
         async with self._connection() as conn:
             # One statement: the root AGENTS.md and the index, the shared files and skills.
             rows = await (await conn.execute(
                 "SELECT scope, path, data FROM workspace_files"
                 " WHERE (scope = %(scope)s AND path = ANY(%(agents)s))"
-                " OR (scope = %(shared)s AND (path = ANY(%(paths)s)"
-                "  OR (starts_with(path, %(skills)s) AND path LIKE %(skill_file)s)))",
+                " OR (scope = %(shared)s AND (path = ANY(%(paths)s) OR (%(with_skills)s"
+                "  AND starts_with(path, %(skills)s) AND path LIKE %(skill_file)s)))",
                 {"shared": SHARED_SCOPE, "scope": scope, "agents": [AGENTS_FILE, AGENTS_INDEX],
-                 "paths": list(shared_paths), "skills": SHARED_SKILLS,
+                 "paths": list(shared_paths), "with_skills": skills, "skills": SHARED_SKILLS,
                  "skill_file": f"{SHARED_SKILLS}%/SKILL.md"})).fetchall()
             got = {p: bytes(d) for s, p, d in rows
                    if s == scope and p in (AGENTS_FILE, AGENTS_INDEX)}
             shared = {p: bytes(d) for s, p, d in rows if s == SHARED_SCOPE
-                      and (p in shared_paths or is_skill_file(p))}
+                      and (p in shared_paths or (skills and is_skill_file(p)))}
             nested = [p for p in _indexed(got.get(AGENTS_INDEX)) if is_agents_file(p)]
             if nested:
                 rows = await (await conn.execute(

@@ -81,3 +81,5 @@ async def test_prompt_files_read_at_once_what_the_separate_reads_give(store):
                             "skills/house/SKILL.md": b"---\nname: house\n---\n"}
     assert files.asked == frozenset(asked)
     assert (await store.prompt_files("nobody", [])).agents == {}
+    bare = await store.prompt_files("s1", asked, skills=False)
+    assert bare.agents == files.agents and bare.shared == {"vault-copies/alice/CORE.md": b"core"}
