@@ -4,6 +4,7 @@ the SDK's default (which compiles every loaded module where Python writes no byt
 from __future__ import annotations
 
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
@@ -33,11 +34,14 @@ def test_the_id_follows_the_source_bytes(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 async def test_the_workers_never_compute_the_sdks_default(
-        client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        client: Client, database_url: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> str:
         raise AssertionError("the SDK's default build id was computed")
 
     monkeypatch.setattr("temporalio.worker._worker.load_default_build_id", refuse)
     built = workers.worker.build_worker(client, KeelSettings(
-        data_dir=tmp_path, task_queue="build-id", database_url="postgresql://unused"))
-    assert [w.config()["build_id"] for w in built.workers] == [build_id.keel_build_id()]
+        data_dir=tmp_path, task_queue=f"build-id-{uuid.uuid4().hex[:8]}",
+        database_url=database_url), role=workers.worker.Role.SESSIONS)
+    async with built:  # started and shut down: no worker is left polling
+        assert [w.config()["build_id"] for w in built.workers] == [build_id.keel_build_id()]
