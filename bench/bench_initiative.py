@@ -9,8 +9,9 @@ once, one worker. Three measurements:
 a. One-shot wakeups: sessions each schedule a wakeup two seconds ahead (a workflow timer);
    lateness is the Task row's `created_at` in the record minus the wakeup's `due`. Bar:
    p95 within 1 s.
-b. A recurring wakeup (`every_s=1`, a Temporal Schedule signalling the session): lateness
-   is the row's `created_at` minus the schedule's fire time (in its input id).
+b. A recurring wakeup (`every_s=2`, the shortest Keel allows; a Temporal Schedule signalling
+   the session): lateness is the row's `created_at` minus the fire's due time (the
+   wakeup's creation plus whole intervals; its input id names which fire it was).
 c. A delegate round trip (`delegate`, wait=true, the child answers at once: the parent's
    model call, the child's start, its turn, its answer back, the parent's next model
    call) against a plain turn (one model call), both `SessionHandle.ask`. Bar: the
@@ -36,7 +37,7 @@ import os
 import sys
 import time
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +83,9 @@ def respond(body: dict[str, Any]) -> dict[str, Any]:
     text = " ".join(b.get("text", "") for b in blocks if b.get("type") == "text")
     if "wake me" in text:
         return tool_use_message([("schedule_wakeup", {"note": "bench", "after_s": 2})])
-    if "every second" in text:
-        return tool_use_message([("schedule_wakeup", {"note": "tick", "every_s": 1,
-                                                      "expires_in_s": 12})])
+    if "every two seconds" in text:
+        return tool_use_message([("schedule_wakeup", {"note": "tick", "every_s": 2,
+                                                      "expires_in_s": 24})])
     if "delegate" in text:
         return tool_use_message([("delegate", {"agent": "helper", "task": "answer"})])
     return text_message("plain answer")
@@ -160,15 +161,21 @@ async def one_shot(session: SessionHandle, database_url: str, rounds: int,
 
 
 async def recurring(session: SessionHandle, database_url: str) -> list[float]:
-    await session.ask("tick every second")
-    await asyncio.sleep(13)
+    await session.ask("tick every two seconds")
+    wakeup = (await session.wakeups())[0]
+    assert wakeup.every_s
+    await asyncio.sleep(25)
     out = []
     for input_id, created in task_rows(database_url, session.session_id):
-        stamp = input_id.split("-", 2)[2]  # wakeup-<id>-<the schedule's fire time>
+        stamp = input_id.split("-", 2)[2]  # wakeup-<id>-<the schedule's fire time, to the s>
         if "T" not in stamp:
             say(f"   (not a scheduled fire: {input_id})")
             continue
-        fire = datetime.fromisoformat(stamp)
+        # The fires are due at the wakeup's creation plus whole intervals; the input id
+        # holds the one it was, cut to the second.
+        k = round(((datetime.fromisoformat(stamp) - wakeup.created).total_seconds() + 0.5)
+                  / wakeup.every_s)
+        fire = wakeup.created + timedelta(seconds=k * wakeup.every_s)
         out.append((created - fire).total_seconds())
     return out
 

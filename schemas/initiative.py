@@ -8,6 +8,11 @@ Invariants:
 - A refused schedule is a `WakeupRefused` whose text the model reads as the tool's error
   result: exactly one of `at` / `after_s` / `cron` / `every_s`, within the spec's limits
   (how many at once, the shortest interval, the expiry, at most `MAX_EXPIRY_S`).
+- A recurring wakeup is at least `RECURRING_FLOOR_S` apart whatever the spec allows:
+  Temporal's scheduler works to the second (its own words), and a 1 s interval's starts
+  fell behind by ~20 ms a fire until one was skipped (dev server 1.32; at 2 s and 3 s they
+  were 20-70 ms late, the first fire too). An interval's fires are `created + k * every_s`
+  (k >= 1: `interval_offset`), so its first comes a whole interval after it was scheduled.
 - A cron expression is five fields (minute hour day-of-month month day-of-week, UTC), read
   here strictly (`parse_cron`): the next fire and the shortest gap are computed from it, so
   the shortest-interval limit holds for cron as for `every_s`.
@@ -37,6 +42,7 @@ __all__ = [
     "DELEGATE_TOOL",
     "INITIATIVE_TOOL_NAMES",
     "MAX_EXPIRY_S",
+    "RECURRING_FLOOR_S",
     "WAKEUP_TOOLS",
     "ChildRun",
     "CronSpec",
@@ -51,6 +57,7 @@ __all__ = [
     "child_session_id",
     "cron_min_gap_s",
     "initiative_tools",
+    "interval_offset",
     "next_cron_fire",
     "parse_cron",
     "plan_wakeup",
@@ -61,6 +68,7 @@ __all__ = [
 DEFAULT_EXPIRY_S = 7 * 86_400
 MAX_EXPIRY_S = 90 * 86_400
 MAX_WAKEUP_NOTE_CHARS = 500
+RECURRING_FLOOR_S = 2.0
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,40}$")
 
 
@@ -320,6 +328,7 @@ def _when(args: dict[str, Any], now: datetime, limits: WakeupLimits
         return due, None, None
     if "every_s" in given:
         every = _number(args, "every_s") or 0
+        shortest = max(shortest, RECURRING_FLOOR_S)
         if every < shortest:
             raise WakeupRefused(f"every_s {every:g} is shorter than the shortest interval "
                                 f"this agent may use ({shortest:g} s)")
@@ -332,6 +341,18 @@ def _when(args: dict[str, Any], now: datetime, limits: WakeupLimits
         raise WakeupRefused(f"cron {cron!r} fires every {gap:g} s at its closest, shorter "
                             f"than the shortest interval this agent may use ({shortest:g} s)")
     return None, " ".join(cron.split()), None
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def interval_offset(created: datetime, every_s: float) -> timedelta:
+    """The offset of a Temporal interval spec (fires at epoch + offset + k * every) that
+    puts an `every_s` wakeup's fires at `created + k * every_s`: a whole interval after it
+    was scheduled, not at the next multiple of the interval since 1970."""
+    every = max(1, round(every_s * 1_000_000))
+    return timedelta(microseconds=((created - _EPOCH) // _MICROSECOND) % every)
 
 
 def plan_wakeup(args: dict[str, Any], now: datetime, limits: WakeupLimits,

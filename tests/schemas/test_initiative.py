@@ -24,6 +24,7 @@ from schemas.initiative import (
     child_scope,
     child_session_id,
     cron_min_gap_s,
+    interval_offset,
     next_cron_fire,
     parse_cron,
     plan_wakeup,
@@ -70,6 +71,26 @@ def test_how_many_at_once():
     active = [plan(note="a", after_s=600), plan(note="b", after_s=600)]
     with pytest.raises(WakeupRefused, match="at once"):
         plan_wakeup({"note": "c", "after_s": 600}, NOW, LIMITS, active, "w3")
+
+
+def test_a_recurring_interval_is_two_seconds_at_least_whatever_the_spec_allows():
+    loose = WakeupLimits(min_interval_s=1)
+    with pytest.raises(WakeupRefused, match=r"every_s 1 is shorter .* \(2 s\)"):
+        plan_wakeup({"note": "x", "every_s": 1}, NOW, loose, [], "w1")
+    assert plan_wakeup({"note": "x", "every_s": 2}, NOW, loose, [], "w1").every_s == 2
+    # A one-shot keeps the spec's own shortest delay.
+    assert plan_wakeup({"note": "x", "after_s": 1}, NOW, loose, [], "w1").due is not None
+
+
+@pytest.mark.parametrize("every", [2, 2.5, 60, 3600, 86_400 * 7])
+def test_an_intervals_fires_are_its_creation_plus_whole_intervals(every):
+    created = datetime(2026, 3, 2, 10, 30, 15, 123_456, tzinfo=UTC)
+    offset = interval_offset(created, every)
+    step = timedelta(seconds=every)
+    assert timedelta(0) <= offset < step
+    # Temporal's interval spec fires at epoch + offset + k * every: created is one of them.
+    since = created - datetime(1970, 1, 1, tzinfo=UTC) - offset
+    assert since % step == timedelta(0)
 
 
 def test_cron_next_fire_and_gap():

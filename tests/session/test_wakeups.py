@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -124,19 +125,29 @@ async def test_refused_schedule_is_a_tool_error(temporal_env, database_url,
 
 async def test_recurring_fires_on_schedule_and_stops_at_expiry(
         temporal_env, database_url, fake_anthropic, tmp_path):
-    fake_anthropic.responder = scheduler({"note": "poll CI", "every_s": 1,
-                                          "expires_in_s": 4})
+    fake_anthropic.responder = scheduler({"note": "poll CI", "every_s": 2,
+                                          "expires_in_s": 7})
     settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
     async with keel_worker(temporal_env.client, settings) as keel:
         session = await keel.start_session("wake-every", agent=FAST)
-        outcome = await session.ask("poll CI every second for a few seconds")
+        outcome = await session.ask("poll CI every two seconds for a few seconds")
         assert "Scheduled wakeup w1" in outcome.reply_text
         status = await session.status()
         assert status.wakeups[0].schedule_id
-        await asyncio.sleep(6.5)  # past the expiry
+        created = status.wakeups[0].created
+        await asyncio.sleep(8.5)  # past the expiry
         fired = [r for r in rows(database_url, "wake-every") if "Task wakeup w1" in
                  (r[1] or "")]
-        assert 2 <= len(fired) <= 5, fired
+        assert 2 <= len(fired) <= 3, fired
+        # Each fire is a whole number of intervals after the wakeup was made (its input id
+        # holds the schedule's time, to the second), the first a whole interval after.
+        with psycopg.connect(database_url) as conn:
+            ids = [r[0] for r in conn.execute(
+                "SELECT input_id FROM messages WHERE session_id='wake-every' AND "
+                "source_line LIKE '[Harness: Task wakeup w1 %%' ORDER BY seq")]
+        after_s = [(datetime.fromisoformat(i.split("-", 2)[2]) - created).total_seconds()
+                   for i in ids]
+        assert [round(a / 2 + 0.25) for a in after_s] == list(range(1, len(ids) + 1)), ids
         assert await session.wakeups() == []  # expired: gone from the state
         await asyncio.sleep(2)
         after = [r for r in rows(database_url, "wake-every") if "Task wakeup w1" in
