@@ -306,7 +306,7 @@ def _number(args: dict[str, Any], key: str) -> float | None:
     return float(value)
 
 
-def _when(args: dict[str, Any], now: datetime, limits: WakeupLimits
+def _when(args: dict[str, Any], now: datetime, limits: WakeupLimits, recurring_floor_s: float
           ) -> tuple[datetime | None, str | None, float | None]:
     """(due, cron, every_s) from the call's input, each checked against the limits."""
     given = [k for k in ("at", "after_s", "cron", "every_s") if args.get(k) is not None]
@@ -328,7 +328,7 @@ def _when(args: dict[str, Any], now: datetime, limits: WakeupLimits
         return due, None, None
     if "every_s" in given:
         every = _number(args, "every_s") or 0
-        shortest = max(shortest, RECURRING_FLOOR_S)
+        shortest = max(shortest, recurring_floor_s)
         if every < shortest:
             raise WakeupRefused(f"every_s {every:g} is shorter than the shortest interval "
                                 f"this agent may use ({shortest:g} s)")
@@ -356,8 +356,10 @@ def interval_offset(created: datetime, every_s: float) -> timedelta:
 
 
 def plan_wakeup(args: dict[str, Any], now: datetime, limits: WakeupLimits,
-                active: list[Wakeup], wakeup_id: str) -> Wakeup:
-    """The wakeup a `schedule_wakeup` call asks for, or WakeupRefused saying why not."""
+                active: list[Wakeup], wakeup_id: str,
+                recurring_floor_s: float = RECURRING_FLOOR_S) -> Wakeup:
+    """The wakeup a `schedule_wakeup` call asks for, or WakeupRefused saying why not.
+    `recurring_floor_s` is 0 only for sessions that scheduled before the floor existed."""
     note = args.get("note")
     if not isinstance(note, str) or not note.strip():
         raise WakeupRefused("note must be a non-empty string: what your future self should do")
@@ -367,7 +369,7 @@ def plan_wakeup(args: dict[str, Any], now: datetime, limits: WakeupLimits,
     if len(active) >= limits.max_active:
         raise WakeupRefused(f"{len(active)} wakeups are scheduled already, the most this "
                             "agent may have at once; cancel one first")
-    due, cron, every = _when(args, now, limits)
+    due, cron, every = _when(args, now, limits, recurring_floor_s)
     expiry = _number(args, "expires_in_s") or limits.expiry_s
     if expiry <= 0 or expiry > limits.expiry_s:
         raise WakeupRefused(f"expires_in_s must be between 0 and {limits.expiry_s:g} s")

@@ -150,7 +150,7 @@ INITIATIVE_AGENT = AgentSpec(
 # What the scripted model does for each user message (the first words pick it).
 INITIATIVE_CALLS: dict[str, tuple[str, dict[str, object]]] = {
     "once": ("schedule_wakeup", {"note": "look at CI again", "after_s": 1.5}),
-    "every": ("schedule_wakeup", {"note": "poll CI", "every_s": 1, "expires_in_s": 3.5}),
+    "every": ("schedule_wakeup", {"note": "poll CI", "every_s": 2, "expires_in_s": 5}),
     "later": ("schedule_wakeup", {"note": "tomorrow's report", "after_s": 3000}),
     "keep": ("schedule_wakeup", {"note": "dropped at the end", "after_s": 3000}),
     "ask": ("delegate", {"agent": "researcher", "task": "What is 6 x 7?"}),
@@ -324,7 +324,7 @@ async def initiative_scenario(keel: KeelClient, settings: KeelSettings,
     session = await keel.start_session(session_id, agent=INITIATIVE_AGENT)
     await session.ask("once: check CI shortly")
     await asyncio.sleep(3)  # it fires, and its Task gets a turn
-    await session.ask("every: poll CI each second for a few seconds")
+    await session.ask("every: poll CI every two seconds for a few seconds")
     await asyncio.sleep(6)  # fires, then expires
     await session.ask("later: remind me tomorrow")
     await session.cancel_wakeup((await session.wakeups())[0].id)

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.events import WakeupFired
     from schemas.initiative import (
+        RECURRING_FLOOR_S,
         Wakeup,
         WakeupRefused,
         WakeupSignal,
@@ -57,11 +58,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run import SessionRun
     from workflows.scheduled import scheduled_time
 
-__all__ = ["FOLD_PATCH", "ToolFn", "WakeupFireWorkflow", "Wakeups"]
+__all__ = ["FOLD_PATCH", "RECURRING_FLOOR_PATCH", "ToolFn", "WakeupFireWorkflow", "Wakeups"]
 
 # A fire while the session is idle is folded into its turn's first model call (histories
 # from before it replay as they were: recorded by an activity of its own).
 FOLD_PATCH = "wakeup-fold"
+# Recurring wakeups at least RECURRING_FLOOR_S apart (histories from before it scheduled
+# 1 s intervals and replay so).
+RECURRING_FLOOR_PATCH = "wakeup-recurring-floor"
 
 ToolFn = Callable[[ToolCall], Awaitable[tuple[str, bool]]]
 
@@ -93,9 +97,11 @@ class Wakeups:
         spec = state.config.agent
         if spec is None or spec.wakeups is None:
             return "This agent may not schedule wakeups.", True
+        floor = RECURRING_FLOOR_S if (call.input.get("every_s") is not None and
+                                      workflow.patched(RECURRING_FLOOR_PATCH)) else 0.0
         try:
             wakeup = plan_wakeup(call.input, workflow.now(), spec.wakeups, state.wakeups,
-                                 f"w{state.wakeups_made + 1}")
+                                 f"w{state.wakeups_made + 1}", floor)
         except WakeupRefused as err:
             return f"schedule_wakeup refused: {err}", True
         state.wakeups_made += 1
