@@ -234,10 +234,13 @@ async def run_on(client: Client, settings: KeelSettings, fake: FakeAnthropic,
 async def series(client: Client, session: SessionHandle, floor: WorkflowHandle[Any, Any],
                  fake: FakeAnthropic, data: Path, stack: Stack,
                  args: argparse.Namespace, stack_url: str | None) -> dict[str, Any]:
+    keel_requests: list[dict[str, Any]] = []
+
     async def keel_turn(i: int) -> None:
         outcome = await session.ask(f"message {i}: please answer about the retry logic")
         if outcome.error or outcome.reply_text != "ok":
             raise RuntimeError(f"turn failed: {outcome}")
+        keel_requests[:] = [dict(fake.requests[-1])]  # Keel's own, for the floor to send
 
     async def floor_turn(request: str) -> None:
         got = await floor.execute_update("turn", request, result_type=str)
@@ -247,7 +250,7 @@ async def series(client: Client, session: SessionHandle, floor: WorkflowHandle[A
     before = await history_counts(client, session.session_id)
     floor_before = await history_counts(client, floor.id)
     got = await measure(args.turns, args.warmup, args.pause, keel_turn, floor_turn,
-                        data / "keel-request.json", lambda: dict(fake.requests[-1]), stack)
+                        data / "keel-request.json", lambda: keel_requests[0], stack)
     after = await history_counts(client, session.session_id)
     floor_after = await history_counts(client, floor.id)
     keel_turns = args.turns + args.warmup
@@ -286,8 +289,8 @@ async def series(client: Client, session: SessionHandle, floor: WorkflowHandle[A
         "floor_events_per_turn": round((floor_after[0] - floor_before[0]) / floor_turns, 1),
         "floor_workflow_tasks_per_turn": round((floor_after[1] - floor_before[1])
                                                / floor_turns, 1)}
-    out["keel_request"] = {"messages": len(fake.requests[-1].get("messages", [])),
-                           "bytes": len(json.dumps(fake.requests[-1]))}
+    out["keel_request"] = {"messages": len(keel_requests[0].get("messages", [])),
+                           "bytes": len(json.dumps(keel_requests[0]))}
     return out
 
 
