@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +40,8 @@ from activities.context import SessionContext
 from activities.record import Inserted, NewRow, RecordInput, ensure_session, insert_row
 from activities.vault.outbox import QueuedTranscript, queue_transcript
 from activities.vault.search import recall
-from activities.window import LoadedWindow
+from activities.window import LoadedWindow, window_rows
+from activities.workspace import PromptFiles
 from schemas.agent import AgentSpec
 from schemas.checkpoint.policy import Fit, ModelWindow, fit
 from schemas.checkpoint.prepass import prepass
@@ -66,8 +68,9 @@ from schemas.vault.scope import DEFAULT_SCOPE
 __all__ = [
     "INPUT_NOT_RECORDED", "RECALL_STEP_S", "RECORD_STEP_S", "FirstSteps", "LoadedRequest",
     "MemoryStep", "ModelAsk", "ModelCallInput", "ModelCallResult", "RecordStep",
-    "RoomSteps", "SizedRequest", "WindowSpan", "insert_interrupted", "insert_reply",
-    "load_request", "mirror_scope", "queue_reply_transcript", "recall_step", "record_first",
+    "RoomSteps", "SizedRequest", "WindowReads", "WindowSpan", "build_request",
+    "insert_interrupted", "insert_reply", "mirror_scope", "queue_reply_transcript",
+    "read_window", "recall_step", "record_first",
     "refusal", "reply_from_row", "retried_elsewhere", "size_request", "transcribes",
 ]
 
@@ -203,18 +206,22 @@ class ModelCallResult(BaseModel):
 
 # ----- record first, recall ---------------------------------------------------------------
 
-async def record_first(ctx: SessionContext, step: RecordStep) -> list[Inserted]:
-    """The record step of a turn's first model call: every input written, or
-    INPUT_NOT_RECORDED (non-retryable) when the record does not answer in time."""
+async def record_first(ctx: SessionContext, step: RecordStep, stack: AsyncExitStack,
+                       ) -> tuple[AsyncConnection, list[Inserted]]:
+    """The call's connection (entered into `stack`, held to the end of the call) and the
+    record step of a turn's first model call: every input written on it, or
+    INPUT_NOT_RECORDED (non-retryable) when the record does not answer in time (the
+    connection's checkout included)."""
     inputs = step.inputs
     if not inputs:
-        return []
+        return await stack.enter_async_context(await ctx.connection()), []
     try:
-        async with asyncio.timeout(min(step.within_s, RECORD_STEP_S)), \
-                await ctx.connection() as conn, conn.pipeline():
-            # Pipelined: the session's row goes with the first insert, one round trip.
-            await ensure_session(conn, inputs[0].session_id, inputs[0].user_name)
-            return [await insert_row(conn, row) for row in inputs]
+        async with asyncio.timeout(min(step.within_s, RECORD_STEP_S)):
+            conn = await stack.enter_async_context(await ctx.connection())
+            async with conn.pipeline():
+                # Pipelined: the session's row goes with the first insert, one round trip.
+                await ensure_session(conn, inputs[0].session_id, inputs[0].user_name)
+                return conn, [await insert_row(conn, row) for row in inputs]
     except ApplicationError:
         raise
     except Exception as err:  # down, refused, timed out, a constraint: not recorded
@@ -280,32 +287,64 @@ class LoadedRequest:
     memory_block: str = ""
 
 
+# The session's memory scope written on its row (the workflow holds it fixed; the system
+# prompt of every worker takes its core memory from the row), and what the row says now.
+_MIRROR_SCOPE = (
+    "WITH upd AS (UPDATE sessions SET memory_scope = %(scope)s WHERE session_id = %(id)s"
+    " AND memory_scope IS DISTINCT FROM %(scope)s RETURNING memory_scope)"
+    " SELECT memory_scope FROM upd UNION ALL SELECT memory_scope FROM sessions"
+    " WHERE session_id = %(id)s AND NOT EXISTS (SELECT 1 FROM upd)")
+
+
 async def mirror_scope(conn: AsyncConnection, session_id: str, scope: str | None,
                        ) -> str | None:
-    """The session's memory scope written on its row (the workflow holds it fixed; the
-    system prompt of every worker takes its core memory from the row), and what the row
-    says now: one statement."""
-    row = await (await conn.execute(
-        "WITH upd AS (UPDATE sessions SET memory_scope = %(scope)s WHERE session_id = %(id)s"
-        " AND memory_scope IS DISTINCT FROM %(scope)s RETURNING memory_scope)"
-        " SELECT memory_scope FROM upd UNION ALL SELECT memory_scope FROM sessions"
-        " WHERE session_id = %(id)s AND NOT EXISTS (SELECT 1 FROM upd)",
-        {"scope": scope, "id": session_id})).fetchone()
+    """The session's memory scope mirrored on its row, and what the row says now: one
+    statement."""
+    row = await (await conn.execute(_MIRROR_SCOPE, {"scope": scope, "id": session_id})
+                 ).fetchone()
     return row[0] if row else None
 
 
-async def load_request(ctx: SessionContext, conn: AsyncConnection,
-                       data: ModelCallInput) -> LoadedRequest:
-    """The scope mirrored on the session's row, then the window's rows beside the prompt's
-    files (one store read), the system prompt and the session's tools from those."""
+@dataclass
+class WindowReads:
+    """What one round trip reads before a request is built."""
+
+    scope: str | None  # as the session's row says it now
+    rows: list[RecordRow]  # the window's, the checkpoint's carried ones first
+    checkpoint_text: str | None
+    reply: RecordRow | None  # the reply already recorded at the call's seq (a retry)
+
+
+async def read_window(conn: AsyncConnection, data: ModelCallInput) -> WindowReads:
+    """The scope mirrored, the checkpoint's text, the window's rows and the reply's seq
+    (a retry finds its reply recorded), in one pipeline: one round trip."""
     sid, span = data.session_id, data.span
-    ctx.prompt.remember_scope(sid, await mirror_scope(conn, sid, data.memory.scope))
-    files, (rows, checkpoint_text) = await asyncio.gather(
-        ctx.prompt.files(sid),
-        ctx.windows.rows(conn, sid, span.start_seq, span.upto_seq, span.checkpoint_id))
+    async with conn.pipeline():
+        scope = await conn.execute(_MIRROR_SCOPE, {"scope": data.memory.scope, "id": sid})
+        checkpoint = await conn.execute(
+            "SELECT rendered FROM checkpoints WHERE checkpoint_id = %s",
+            (span.checkpoint_id,)) if span.checkpoint_id else None
+        rows = await window_rows(conn, sid, span.start_seq, span.upto_seq,
+                                 span.checkpoint_id, data.reply_seq)
+        found_scope = await scope.fetchone()
+        found = await checkpoint.fetchone() if checkpoint is not None else None
+        loaded = await rows.fetch()
+    if checkpoint is not None and found is None:
+        raise ApplicationError(f"checkpoint {span.checkpoint_id} missing", non_retryable=True)
+    reply = next((r for r in loaded if r.seq == data.reply_seq), None)
+    return WindowReads(scope=found_scope[0] if found_scope else None,
+                       rows=[r for r in loaded if r.seq != data.reply_seq],
+                       checkpoint_text=found[0] if found else None, reply=reply)
+
+
+async def build_request(ctx: SessionContext, data: ModelCallInput, reads: WindowReads,
+                        files: PromptFiles) -> LoadedRequest:
+    """The system prompt and the session's tools over what was read."""
+    sid = data.session_id
+    ctx.prompt.remember_scope(sid, reads.scope)
     window = LoadedWindow(
         system=await ctx.prompt.system_prompt(sid, data.ask.instructions, files),
-        rows=rows, checkpoint_text=checkpoint_text)
+        rows=reads.rows, checkpoint_text=reads.checkpoint_text)
     tools = await ctx.prompt.tools(data.memory.scope, data.ask.agent, data.ask.mcp_tools,
                                    files)
     return LoadedRequest(window=window, tools=tools)

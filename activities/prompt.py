@@ -55,10 +55,13 @@ class SessionPrompt:
         return await load_skills(self._store(), PACKAGED_SKILLS)
 
     async def files(self, session_id: str) -> PromptFiles:
+        """`files_in` the scope as last read from the session's row."""
+        return await self.files_in(session_id, self._scopes.get(session_id))
+
+    async def files_in(self, session_id: str, scope: str | None) -> PromptFiles:
         """Everything the session's system prompt and tools read from the store, in one
-        read: its AGENTS.md files, the shared skills, its scope's published CORE.md and
-        schema.json (the scope as last read from its row)."""
-        scope = self._scopes.get(session_id)
+        read: its AGENTS.md files, the shared skills, `scope`'s published CORE.md and
+        schema.json."""
         shared = [] if scope is None else [shared_path(scope, n) for n in (CORE_FILE,
                                                                             SCHEMA_FILE)]
         return await self._store().prompt_files(session_id, shared)

@@ -134,11 +134,11 @@ async def fence_seq(conn: AsyncConnection, fence: FenceInput) -> Inserted:
 
 # A row a rewind abandoned (activities.branch) stays in the record but is never loaded
 # into a window again.
-_LIVE = "rewound_by IS NULL"
-_ROW_COLUMNS = "seq, type, content_text AS text, source_line, content, token_count, turn"
+LIVE = "rewound_by IS NULL"
+ROW_COLUMNS = "seq, type, content_text AS text, source_line, content, token_count, turn"
 
 
-def _to_row(r: dict[str, Any]) -> RecordRow:
+def to_row(r: dict[str, Any]) -> RecordRow:
     return RecordRow(
         seq=r["seq"], type=MessageType(r["type"]), text=r["text"], source_line=r["source_line"],
         content=r["content"], token_count=r["token_count"], turn=r["turn"],
@@ -150,8 +150,8 @@ async def load_rows(
     types: list[MessageType] | None = None, limit: int | None = None,
 ) -> list[RecordRow]:
     """Rows with from_seq <= seq <= upto_seq, in order: the cost follows the range."""
-    sql = (f"SELECT {_ROW_COLUMNS} FROM messages WHERE session_id=%s AND seq BETWEEN %s AND %s"
-           f" AND {_LIVE}")
+    sql = (f"SELECT {ROW_COLUMNS} FROM messages WHERE session_id=%s AND seq BETWEEN %s AND %s"
+           f" AND {LIVE}")
     params: list[Any] = [session_id, from_seq, upto_seq]
     if types:
         sql += " AND type = ANY(%s)"
@@ -162,7 +162,7 @@ async def load_rows(
         params.append(limit)
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(sql, params)
-        return [_to_row(r) for r in await cur.fetchall()]
+        return [to_row(r) for r in await cur.fetchall()]
 
 
 async def load_seqs(conn: AsyncConnection, session_id: str, seqs: list[int]) -> list[RecordRow]:
@@ -170,9 +170,9 @@ async def load_seqs(conn: AsyncConnection, session_id: str, seqs: list[int]) -> 
         return []
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
-            f"SELECT {_ROW_COLUMNS} FROM messages WHERE session_id=%s AND seq = ANY(%s)"
-            f" AND {_LIVE} ORDER BY seq", (session_id, seqs))
-        return [_to_row(r) for r in await cur.fetchall()]
+            f"SELECT {ROW_COLUMNS} FROM messages WHERE session_id=%s AND seq = ANY(%s)"
+            f" AND {LIVE} ORDER BY seq", (session_id, seqs))
+        return [to_row(r) for r in await cur.fetchall()]
 
 
 async def reply_part(conn: AsyncConnection, session_id: str, seq: int,

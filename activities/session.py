@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from contextlib import suppress
+from contextlib import AsyncExitStack, suppress
 from datetime import datetime
 from typing import Any
 
@@ -57,10 +57,11 @@ from activities.model_call import (
     RecordStep,
     RoomSteps,
     WindowSpan,
+    build_request,
     insert_interrupted,
     insert_reply,
-    load_request,
     queue_reply_transcript,
+    read_window,
     recall_step,
     record_first,
     refusal,
@@ -84,7 +85,7 @@ from activities.results import keep_whole, read_payload
 from activities.tools import ToolContext, ToolOutput, execute_tool
 from activities.vault.search import search, touch_documents
 from activities.vault.store import VaultError
-from activities.workspace import StoreError
+from activities.workspace import PromptFiles, StoreError
 from schemas.agent import cut_result, result_text
 from schemas.budget import cost_usd, price_for
 from schemas.checkpoint.policy import Fit, sendable
@@ -177,22 +178,30 @@ class SessionActivities:
 
     @activity.defn
     async def call_model(self, data: ModelCallInput) -> ModelCallResult:
-        # Long memory is searched on a connection of its own while the input is recorded
-        # and the window loads (it leaves the session's own messages out).
+        # Long memory is searched on a connection of its own, and the prompt's files read
+        # from the store, while the input is recorded and the window loads (the recall
+        # leaves the session's own messages out).
         recalling = asyncio.create_task(recall_step(self.ctx, data.memory))
+        files = asyncio.create_task(self.ctx.prompt.files_in(data.session_id,
+                                                             data.memory.scope))
         try:
-            recorded = await record_first(self.ctx, data.first)
-            if retried_elsewhere(data.first, recorded):
-                return ModelCallResult(recorded=recorded)
-            return await self._answer(data, recorded, recalling)
+            async with AsyncExitStack() as stack:
+                conn, recorded = await record_first(self.ctx, data.first, stack)
+                if retried_elsewhere(data.first, recorded):
+                    return ModelCallResult(recorded=recorded)
+                return await self._answer(conn, data, recorded, recalling, files)
         finally:
-            if not recalling.done():
-                recalling.cancel()
+            for task in (recalling, files):
+                if not task.done():
+                    task.cancel()
             with suppress(asyncio.CancelledError):
                 await recalling
+            with suppress(BaseException):
+                await files
 
-    async def _answer(self, data: ModelCallInput, recorded: list[Inserted],
-                      recalling: asyncio.Task[FirstSteps]) -> ModelCallResult:
+    async def _answer(self, conn: AsyncConnection, data: ModelCallInput,
+                      recorded: list[Inserted], recalling: asyncio.Task[FirstSteps],
+                      files: asyncio.Task[PromptFiles]) -> ModelCallResult:
         """The model call's steps after the record: the window, the size, the model's
         reply recorded with its transcript's queue row."""
 
@@ -201,53 +210,52 @@ class SessionActivities:
             first.recorded = recorded
             return first
 
-        async with await self.ctx.connection() as conn:
-            done = await load_seqs(conn, data.session_id, [data.reply_seq])
-            if done:  # a retry after the reply was recorded: do not ask the model again
-                # (its transcript was queued with it, in the same transaction)
-                reply = reply_from_row(done[0], data.ask.model)
-                return await _delegation(data, reply, (await first_steps()).result(
-                    reply=reply, transcribed=transcribes(data)))
-            loaded = await load_request(self.ctx, conn, data)
-            first = await first_steps()
-            block = first.recall.block if first.recall is not None else data.memory.block
-            loaded.memory_block = block
-            sized = size_request(loaded, data)
-            if not sendable(sized.size, room_asked=data.room.asked):
-                return first.result(size=sized.size, estimated_tokens=sized.estimate)
-            request, notes = model_call_request(
-                model=data.ask.model, max_tokens=data.ask.window.max_output_tokens,
-                system=loaded.window.system, rows=sized.rows,
-                checkpoint_text=loaded.window.checkpoint_text, memory_block=block,
-                tools=loaded.tools, turn_first_seq=data.span.keep_recent_seq)
-            try:
-                message, tail, partial = await self._ask_model(conn, data, request)
-            except ApplicationError as err:
-                if err.type != PROMPT_TOO_LONG:
-                    raise
-                # Not a failure: the ladder's input. The API's count corrects the estimate
-                # and the session makes room (workflows.turn).
-                return first.result(size=Fit.OVER_LIMIT, estimated_tokens=sized.estimate,
-                                    refused=refusal(err, sized.estimate))
-            price = price_for(data.ask.model, self.ctx.settings.prices)
-            # The reply and its transcript's queue row: both recorded or neither (sent as a
-            # pipeline: two round trips for the transaction's four statements).
-            async with conn.pipeline(), conn.transaction():
-                if message is None:  # interrupted: what streamed is kept, marked so
-                    reply = await insert_interrupted(conn, data, partial, sized.estimate)
-                    replaced: list[str] = []
-                else:
-                    reply, replaced = await insert_reply(conn, data, message)
-                transcribed = await queue_reply_transcript(conn, data, reply, first.recall)
-            reply.cost_usd = cost_usd(reply.usage, price)
-            if message is None:
-                return first.result(reply=reply, size=sized.size,
-                                    estimated_tokens=sized.estimate, stream_tail=tail,
-                                    transcribed=transcribed)
-            return await _delegation(data, reply, first.result(
-                reply=reply, size=sized.size, estimated_tokens=sized.estimate,
-                output_cut=sized.output_cut, notes=sized.notes + notes, replaced=replaced,
-                stream_tail=tail, transcribed=transcribed))
+        reads = await read_window(conn, data)
+        if reads.reply is not None:  # a retry after the reply was recorded: do not ask
+            # the model again (its transcript was queued with it, in the same transaction)
+            reply = reply_from_row(reads.reply, data.ask.model)
+            return await _delegation(data, reply, (await first_steps()).result(
+                reply=reply, transcribed=transcribes(data)))
+        loaded = await build_request(self.ctx, data, reads, await files)
+        first = await first_steps()
+        block = first.recall.block if first.recall is not None else data.memory.block
+        loaded.memory_block = block
+        sized = size_request(loaded, data)
+        if not sendable(sized.size, room_asked=data.room.asked):
+            return first.result(size=sized.size, estimated_tokens=sized.estimate)
+        request, notes = model_call_request(
+            model=data.ask.model, max_tokens=data.ask.window.max_output_tokens,
+            system=loaded.window.system, rows=sized.rows,
+            checkpoint_text=loaded.window.checkpoint_text, memory_block=block,
+            tools=loaded.tools, turn_first_seq=data.span.keep_recent_seq)
+        try:
+            message, tail, partial = await self._ask_model(conn, data, request)
+        except ApplicationError as err:
+            if err.type != PROMPT_TOO_LONG:
+                raise
+            # Not a failure: the ladder's input. The API's count corrects the estimate
+            # and the session makes room (workflows.turn).
+            return first.result(size=Fit.OVER_LIMIT, estimated_tokens=sized.estimate,
+                                refused=refusal(err, sized.estimate))
+        price = price_for(data.ask.model, self.ctx.settings.prices)
+        # The reply and its transcript's queue row: both recorded or neither (sent as a
+        # pipeline: two round trips for the transaction's four statements).
+        async with conn.pipeline(), conn.transaction():
+            if message is None:  # interrupted: what streamed is kept, marked so
+                reply = await insert_interrupted(conn, data, partial, sized.estimate)
+                replaced: list[str] = []
+            else:
+                reply, replaced = await insert_reply(conn, data, message)
+            transcribed = await queue_reply_transcript(conn, data, reply, first.recall)
+        reply.cost_usd = cost_usd(reply.usage, price)
+        if message is None:
+            return first.result(reply=reply, size=sized.size,
+                                estimated_tokens=sized.estimate, stream_tail=tail,
+                                transcribed=transcribed)
+        return await _delegation(data, reply, first.result(
+            reply=reply, size=sized.size, estimated_tokens=sized.estimate,
+            output_cut=sized.output_cut, notes=sized.notes + notes, replaced=replaced,
+            stream_tail=tail, transcribed=transcribed))
 
     async def _ask_model(self, conn: AsyncConnection, data: ModelCallInput,
                          request: dict[str, Any],

@@ -9,15 +9,47 @@ a prompt or tool list built after a load carries that scope's core memory and to
 
 from __future__ import annotations
 
-from psycopg import AsyncConnection
+from typing import Any
+
+from psycopg import AsyncConnection, AsyncCursor
+from psycopg.rows import dict_row
 from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError
 
 from activities.prompt import SessionPrompt
-from activities.record import load_rows, load_seqs
+from activities.record import LIVE, ROW_COLUMNS, to_row
 from schemas.messages import RecordRow
 
-__all__ = ["LoadedWindow", "WindowLoader"]
+__all__ = ["LoadedWindow", "PendingRows", "WindowLoader", "window_rows"]
+
+# A window's rows: from its start up to `upto`, and before its start the rows its
+# checkpoint carried (this turn's own messages, kept verbatim); plus one more seq a caller
+# asks about (`also`: a model call's reply, which a retry finds recorded).
+_WINDOW_ROWS = (
+    f"SELECT {ROW_COLUMNS} FROM messages WHERE session_id = %(sid)s AND {LIVE}"
+    " AND (seq BETWEEN %(start)s AND %(upto)s OR seq = %(also)s"
+    " OR (seq < %(start)s AND seq IN (SELECT jsonb_array_elements_text(carried_seqs)::bigint"
+    " FROM checkpoints WHERE checkpoint_id = %(cp)s))) ORDER BY seq")
+
+
+class PendingRows:
+    """A window's rows asked for (in a pipeline, sent with what goes beside them)."""
+
+    def __init__(self, cursor: AsyncCursor[dict[str, Any]]) -> None:
+        self._cursor = cursor
+
+    async def fetch(self) -> list[RecordRow]:
+        return [to_row(r) for r in await self._cursor.fetchall()]
+
+
+async def window_rows(conn: AsyncConnection, session_id: str, window_start: int, upto: int,
+                      checkpoint_id: str | None, also: int | None = None) -> PendingRows:
+    """Ask for a window's rows in order, the checkpoint's carried ones first: one
+    statement, whose cost follows the window, not the record."""
+    cursor = conn.cursor(row_factory=dict_row)
+    await cursor.execute(_WINDOW_ROWS, {"sid": session_id, "start": window_start,
+                                        "upto": upto, "also": also, "cp": checkpoint_id})
+    return PendingRows(cursor)
 
 
 class LoadedWindow(BaseModel):
@@ -55,14 +87,12 @@ class WindowLoader:
         """The window's rows and the checkpoint's text, without the system prompt (for a
         caller that reads the scope and the prompt's files itself)."""
         checkpoint_text: str | None = None
-        carried: list[RecordRow] = []
         if checkpoint_id:
             found = await (await conn.execute(
-                "SELECT rendered, carried_seqs FROM checkpoints WHERE checkpoint_id=%s",
+                "SELECT rendered FROM checkpoints WHERE checkpoint_id=%s",
                 (checkpoint_id,))).fetchone()
             if found is None:
                 raise ApplicationError(f"checkpoint {checkpoint_id} missing", non_retryable=True)
             checkpoint_text = found[0]
-            carried = await load_seqs(conn, session_id,
-                                      [s for s in found[1] if s < window_start])
-        return carried + await load_rows(conn, session_id, window_start, upto), checkpoint_text
+        rows = await window_rows(conn, session_id, window_start, upto, checkpoint_id)
+        return await rows.fetch(), checkpoint_text
