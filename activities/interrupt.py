@@ -25,6 +25,7 @@ from typing import TypeVar
 from psycopg import AsyncConnection
 
 from activities.db import on_close
+from activities.listen import Notifications
 
 __all__ = ["CHANNEL", "InterruptWatcher", "send_interrupt", "stop_on_interrupt", "watcher"]
 
@@ -68,10 +69,11 @@ class InterruptWatcher:
             try:
                 async with await AsyncConnection.connect(self.database_url,
                                                          autocommit=True) as conn:
+                    heard = Notifications(conn)
                     await conn.execute(f"LISTEN {CHANNEL}")
                     self.ready.set()
                     await self._recheck(conn, list(self.waiting))
-                    async for note in conn.notifies():
+                    async for note in heard:
                         session_id, _, seq = note.payload.rpartition(":")
                         event = self.waiting.get((session_id, int(seq or 0)))
                         if event is not None:

@@ -33,6 +33,7 @@ import psycopg
 from psycopg import AsyncConnection
 
 from activities.db import get_pool
+from activities.listen import Notifications
 from activities.vault.turn import MemoryActivities, TranscriptsInput
 
 __all__ = ["CHANNEL", "MAX_ATTEMPTS", "QueuedTranscript", "TranscriptDrainer",
@@ -115,8 +116,9 @@ class TranscriptDrainer:
             try:
                 async with await AsyncConnection.connect(
                         self.database_url, autocommit=True) as conn:
+                    heard = Notifications(conn)
                     await conn.execute(f"LISTEN {CHANNEL}")
-                    listener = asyncio.create_task(self._listen(conn))
+                    listener = asyncio.create_task(self._listen(heard))
                     try:
                         await self._drain_forever()
                     finally:
@@ -127,8 +129,8 @@ class TranscriptDrainer:
                 log.warning("transcript outbox of %s: %s; trying again", self.vault_queue, err)
                 await asyncio.sleep(RECONNECT_S)
 
-    async def _listen(self, conn: AsyncConnection) -> None:
-        async for note in conn.notifies():
+    async def _listen(self, heard: Notifications) -> None:
+        async for note in heard:
             if note.payload == self.vault_queue:
                 self._wake.set()
 
