@@ -25,6 +25,11 @@ Invariants:
   (workflows.entry): the run fails with the reason. The same history replays the same on
   every Keel worker.
 - Nothing else in an activation is touched.
+- A worker whose data converter reads every payload the same whatever its serialization
+  context (`ignores_context`: Keel's, the pydantic converter with its payload references)
+  is told there is none: the SDK asks the instance for a context for every payload of every
+  activation, and the sandbox answers each by compiling and running code inside it (about
+  a tenth of a session worker's CPU in a plain turn). The answer could not change a payload.
 - The sandbox inside passes Keel's own packages through (`PASSED_THROUGH`): a new workflow
   instance (a session's start, a child's, every continue-as-new) uses the worker's loaded
   modules instead of executing workflows/session.py again, with its workflow definition
@@ -45,13 +50,20 @@ from typing import Any
 from temporalio.api.common.v1 import Payload
 from temporalio.bridge.proto.workflow_activation import DoUpdate, WorkflowActivation
 from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
+from temporalio.converter import (
+    ActivitySerializationContext,
+    DataConverter,
+    SerializationContext,
+    WorkflowSerializationContext,
+)
 from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from schemas.session import ARGUMENTS_ENCODING
 from schemas.text import TEMPORAL_BLOB_LIMIT_BYTES
 
-__all__ = ["ECHO_LIMIT_BYTES", "PASSED_THROUGH", "EntryGuard", "update_size"]
+__all__ = ["ECHO_LIMIT_BYTES", "PASSED_THROUGH", "EntryGuard", "ignores_context",
+           "update_size"]
 
 log = logging.getLogger("keel.worker")
 
@@ -67,12 +79,24 @@ def update_size(job: DoUpdate) -> int:
             + sum(len(k) + v.ByteSize() for k, v in job.headers.items()))
 
 
+def ignores_context(converter: DataConverter) -> bool:
+    """Whether `converter` is the same under every serialization context (no part of it
+    takes one)."""
+    probes: list[SerializationContext] = [
+        WorkflowSerializationContext(namespace="", workflow_id=""),
+        ActivitySerializationContext(namespace="", activity_id="", activity_type="",
+                                     activity_task_queue="", workflow_id="",
+                                     workflow_type="", is_local=False)]
+    return all(converter.with_context(probe) is converter for probe in probes)
+
+
 class _Guarded(WorkflowInstance):
     """A workflow instance that never sees an Update it could not answer nor a run's extra
     arguments (see `EntryGuard`); everything else is the wrapped instance's."""
 
-    def __init__(self, inner: WorkflowInstance) -> None:
+    def __init__(self, inner: WorkflowInstance, context_free: bool = False) -> None:
         self.inner = inner
+        self.context_free = context_free
 
     def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
         kept = []
@@ -99,6 +123,8 @@ class _Guarded(WorkflowInstance):
         return self.inner.activate(act)
 
     def get_serialization_context(self, command_info: Any) -> Any:
+        if self.context_free:  # no payload could read differently: do not ask the sandbox
+            return None
         return self.inner.get_serialization_context(command_info)
 
     def get_external_store_context(self, command_info: Any) -> Any:
@@ -129,12 +155,14 @@ class EntryGuard(WorkflowRunner):
     a run's arguments, when more than one, become their count."""
 
     inner: WorkflowRunner = dataclasses.field(default_factory=keel_sandbox)
+    # The worker's converter ignores serialization contexts (`ignores_context`).
+    context_free: bool = False
 
     def prepare_workflow(self, defn: Any) -> None:
         self.inner.prepare_workflow(defn)
 
     def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
-        return _Guarded(self.inner.create_instance(det))
+        return _Guarded(self.inner.create_instance(det), self.context_free)
 
     def set_worker_level_failure_exception_types(
             self, types: Sequence[type[BaseException]]) -> None:
