@@ -26,10 +26,11 @@ Invariants:
   every Keel worker.
 - Nothing else in an activation is touched.
 - A worker whose data converter reads every payload the same whatever its serialization
-  context (`ignores_context`: Keel's, the pydantic converter with its payload references)
-  is told there is none: the SDK asks the instance for a context for every payload of every
+  context (`ignores_context`) and keeps nothing in external storage (Keel's: the pydantic
+  converter reading payload references) is told there is no serialization context and an
+  empty store context: the SDK asks the instance for both for every payload of every
   activation, and the sandbox answers each by compiling and running code inside it (about
-  a tenth of a session worker's CPU in a plain turn). The answer could not change a payload.
+  a tenth of a session worker's CPU in a plain turn). No answer could change a payload.
 - The sandbox inside passes Keel's own packages through (`PASSED_THROUGH`): a new workflow
   instance (a session's start, a child's, every continue-as-new) uses the worker's loaded
   modules instead of executing workflows/session.py again, with its workflow definition
@@ -54,6 +55,7 @@ from temporalio.converter import (
     ActivitySerializationContext,
     DataConverter,
     SerializationContext,
+    StorageDriverStoreContext,
     WorkflowSerializationContext,
 )
 from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
@@ -128,6 +130,8 @@ class _Guarded(WorkflowInstance):
         return self.inner.get_serialization_context(command_info)
 
     def get_external_store_context(self, command_info: Any) -> Any:
+        if self.context_free:  # nothing is stored: no target could matter
+            return StorageDriverStoreContext()
         return self.inner.get_external_store_context(command_info)
 
     def get_info(self) -> Any:
@@ -155,7 +159,8 @@ class EntryGuard(WorkflowRunner):
     a run's arguments, when more than one, become their count."""
 
     inner: WorkflowRunner = dataclasses.field(default_factory=keel_sandbox)
-    # The worker's converter ignores serialization contexts (`ignores_context`).
+    # The worker's converter ignores serialization contexts (`ignores_context`) and keeps
+    # nothing in external storage.
     context_free: bool = False
 
     def prepare_workflow(self, defn: Any) -> None:

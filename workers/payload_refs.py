@@ -136,6 +136,13 @@ class ForeignReferences(ExternalStorage):
         return next((d for d in self.drivers if d.name() == name), self.drivers[0])
 
 
+def never_stores(converter: DataConverter) -> bool:
+    """Whether `converter` keeps no payload in external storage (a Keel worker's reads
+    references only), so no store context could change what it writes."""
+    return converter.external_storage is None or isinstance(converter.external_storage,
+                                                            ForeignReferences)
+
+
 def foreign_references() -> ForeignReferences:
     return ForeignReferences(drivers=[UnreadableStorage(), ResultPointers()],
                              driver_selector=lambda context, payload: None)

@@ -68,7 +68,7 @@ from schemas.tokens import count_tokens
 from workers.build_id import keel_build_id
 from workers.bytecode import precompile_workflow_modules
 from workers.entry_guard import EntryGuard, ignores_context
-from workers.payload_refs import worker_client
+from workers.payload_refs import never_stores, worker_client
 from workflows.branch import ForkWorkflow
 from workflows.bundle_memory import BundleMemoryWorkflow
 from workflows.doctor import DoctorWorkflow
@@ -196,7 +196,8 @@ class KeelWorkers:
                            BundleMemoryWorkflow],
                 activities=session_activities(self.context, self.mcp_pool),
                 max_concurrent_activities=50, workflow_runner=EntryGuard(
-                    context_free=ignores_context(client.data_converter)), **common))
+                    context_free=ignores_context(client.data_converter)
+                    and never_stores(client.data_converter)), **common))
         self._common = common
         self._stack = contextlib.AsyncExitStack()
         self._memory: MemoryContext | None = None  # the vault worker's, for its beat

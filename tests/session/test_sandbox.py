@@ -25,7 +25,7 @@ from temporalio.converter import (
 from tests.fake_anthropic import text_message
 from tests.harness import keel_worker, make_settings
 from workers.entry_guard import PASSED_THROUGH, ignores_context, keel_sandbox
-from workers.payload_refs import worker_converter
+from workers.payload_refs import never_stores, service_converter, worker_converter
 
 
 async def test_a_new_session_does_not_execute_the_workflow_module_again(
@@ -78,10 +78,13 @@ class _ContextRecorder(PayloadCodec, WithSerializationContext):
         return list(payloads)
 
 
-def test_only_a_converter_that_takes_no_context_is_told_there_is_none() -> None:
-    assert ignores_context(worker_converter(pydantic_data_converter))
+def test_only_a_converter_that_takes_no_context_is_told_there_is_none(tmp_path) -> None:
+    keels = worker_converter(pydantic_data_converter)
+    assert ignores_context(keels) and never_stores(keels)
     recorder = dataclasses.replace(pydantic_data_converter, payload_codec=_ContextRecorder([]))
     assert not ignores_context(recorder)
+    # A service's worker keeps its large results in Keel's store: its targets matter.
+    assert not never_stores(service_converter(make_settings(None, tmp_path)))
 
 
 async def test_a_converter_that_takes_contexts_still_gets_them(
