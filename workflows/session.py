@@ -31,11 +31,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     # Only this block runs inside the sandbox: a module imported lazily there (here
@@ -48,7 +48,6 @@ with workflow.unsafe.imports_passed_through():
         PutFileInput,
         ReadFileInput,
     )
-    from activities.tools import ToolError, workspace_path
     from schemas.agent import (
         AgentSpec,
         AgentSpecError,
@@ -61,16 +60,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.branch import RewindDone, RewindRequest
     from schemas.budget import BudgetAnswer
     from schemas.events import SessionEnded
-    from schemas.files import (
-        FILE_CALL_MAX_BYTES,
-        FileData,
-        FileEntry,
-        FileVersion,
-        ListFiles,
-        PutFile,
-        ReadFile,
-        limit_text,
-    )
+    from schemas.files import FileData, FileEntry, FileVersion, ListFiles, PutFile, ReadFile
     from schemas.initiative import Wakeup
     from schemas.interrupt import BusyAction
     from schemas.session import (
@@ -100,10 +90,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.delegation import Delegation
     from workflows.entry import arg, payload_json, start_input, valid_arg
     from workflows.events import SessionEvents
-    from workflows.failures import decode_problem, reason, rejected
+    from workflows.failures import decode_problem, rejected
+    from workflows.files import file_call, file_path_problem, put_problem
     from workflows.inbox import BACKGROUND, Inbox
     from workflows.observe import TurnObserver
-    from workflows.options import FILE_CALL
     from workflows.run import SessionRun
     from workflows.tools import BUILTIN_NAMES, ToolRunner
     from workflows.turn import TurnEnd, Turns
@@ -475,7 +465,7 @@ class SessionWorkflow:
     async def put_file(self, raw: RawValue = NO_PAYLOAD) -> FileVersion:
         data, update = arg(PutFile, raw, NO_PAYLOAD), workflow.current_update_info()
         op_id = f"client-put-{update.id if update else workflow.uuid4()}"  # once per update
-        done: FileVersion = await self._file_call(
+        done: FileVersion = await file_call(
             FileActivities.put_workspace_file,
             PutFileInput(session_id=self.state.session_id, path=data.path, data=data.data,
                          op_id=op_id))
@@ -483,16 +473,11 @@ class SessionWorkflow:
 
     @put_file.validator
     def validate_put_file(self, raw: RawValue = NO_PAYLOAD) -> None:
-        data = valid_arg(PutFile, raw, NO_PAYLOAD, "the file")
-        self._file_path_problem(data.path, for_write=True)
-        if len(data.data) > FILE_CALL_MAX_BYTES:
-            raise ApplicationError(limit_text(repr(data.path), len(data.data),
-                                              FILE_CALL_MAX_BYTES),
-                                   type=Rejection.FILE_REFUSED, non_retryable=True)
+        put_problem(self.refused, valid_arg(PutFile, raw, NO_PAYLOAD, "the file"))
 
     @workflow.update(name=Handler.READ_FILE)
     async def read_file(self, raw: RawValue = NO_PAYLOAD) -> FileData | None:
-        found: FileData | None = await self._file_call(
+        found: FileData | None = await file_call(
             FileActivities.read_workspace_file,
             ReadFileInput(session_id=self.state.session_id,
                           path=arg(ReadFile, raw, NO_PAYLOAD).path))
@@ -501,11 +486,11 @@ class SessionWorkflow:
     @read_file.validator
     def validate_read_file(self, raw: RawValue = NO_PAYLOAD) -> None:
         data = valid_arg(ReadFile, raw, NO_PAYLOAD, "the read request")
-        self._file_path_problem(data.path, for_write=False)
+        file_path_problem(self.refused, data.path, for_write=False)
 
     @workflow.update(name=Handler.LIST_FILES)
     async def list_files(self, raw: RawValue = NO_PAYLOAD) -> list[FileEntry]:
-        found: list[FileEntry] = await self._file_call(
+        found: list[FileEntry] = await file_call(
             FileActivities.list_workspace_files,
             ListFilesInput(session_id=self.state.session_id,
                            prefix=arg(ListFiles, raw, NO_PAYLOAD).prefix))
@@ -516,23 +501,6 @@ class SessionWorkflow:
         valid_arg(ListFiles, raw, NO_PAYLOAD, "the list request")
         if self.refused:
             raise rejected(self.refused)
-
-    def _file_path_problem(self, path: str, *, for_write: bool) -> None:
-        if self.refused:
-            raise rejected(self.refused)
-        try:
-            workspace_path(path, for_write=for_write)
-        except ToolError as err:
-            raise ApplicationError(str(err), type=Rejection.FILE_REFUSED,
-                                   non_retryable=True) from None
-
-    async def _file_call(self, method: Any, arg: BaseModel) -> Any:
-        """One file activity; what it could not do fails the update with its reason."""
-        try:
-            return await workflow.execute_activity_method(method, arg, **FILE_CALL)
-        except ActivityError as err:
-            raise ApplicationError(reason(err), type=Rejection.FILE_REFUSED,
-                                   non_retryable=True) from None
 
     def _refuse_if_ended(self) -> None:
         if self.state.stopped_reason:

@@ -1,0 +1,54 @@
+"""A client's file calls on a session's workspace (put, read, list): refused by the
+Update's validator before anything is written, done by one file activity each.
+
+Invariants: a path that is not a workspace path (for a write, one Keel keeps for itself
+too) and a put over `FILE_CALL_MAX_BYTES` are refused before the Update is accepted, as is
+every call to a session that refused its start; what the activity could not do fails the
+Update with its reason (`Rejection.FILE_REFUSED`), never the session.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.tools import ToolError, workspace_path
+    from schemas.files import FILE_CALL_MAX_BYTES, PutFile, limit_text
+    from schemas.session import Rejection
+    from workflows.failures import reason, rejected
+    from workflows.options import FILE_CALL
+
+__all__ = ["file_call", "file_path_problem", "put_problem"]
+
+
+def file_path_problem(refused: str | None, path: str, *, for_write: bool) -> None:
+    """Raise the refusal of a file call on `path` (None: the session took its start)."""
+    if refused:
+        raise rejected(refused)
+    try:
+        workspace_path(path, for_write=for_write)
+    except ToolError as err:
+        raise ApplicationError(str(err), type=Rejection.FILE_REFUSED,
+                               non_retryable=True) from None
+
+
+def put_problem(refused: str | None, data: PutFile) -> None:
+    """Raise the refusal of a put: its path, or its size."""
+    file_path_problem(refused, data.path, for_write=True)
+    if len(data.data) > FILE_CALL_MAX_BYTES:
+        raise ApplicationError(limit_text(repr(data.path), len(data.data),
+                                          FILE_CALL_MAX_BYTES),
+                               type=Rejection.FILE_REFUSED, non_retryable=True)
+
+
+async def file_call(method: Any, arg: BaseModel) -> Any:
+    """One file activity; what it could not do fails the Update with its reason."""
+    try:
+        return await workflow.execute_activity_method(method, arg, **FILE_CALL)
+    except ActivityError as err:
+        raise ApplicationError(reason(err), type=Rejection.FILE_REFUSED,
+                               non_retryable=True) from None
