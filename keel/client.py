@@ -61,6 +61,7 @@ from keel._errors import (
     refusals,
     start_with_message_refused,
 )
+from keel._files import SessionFiles
 from keel.events import EventsMissed, Transport, session_events, stream_offset
 from schemas.agent import (
     BUILTIN_TOOL_NAMES,
@@ -71,15 +72,6 @@ from schemas.agent import (
 from schemas.branch import ForkDone, ImportDone, RewindDone, RewindRequest
 from schemas.config import KeelSettings
 from schemas.events import SessionEvent
-from schemas.files import (
-    FileData,
-    FileEntry,
-    FileVersion,
-    ListFiles,
-    PutFile,
-    ReadFile,
-    put_problem,
-)
 from schemas.interrupt import InterruptPolicy
 from schemas.session import (
     MAX_INPUT_ID_CHARS,
@@ -168,7 +160,7 @@ def session_config(settings: KeelSettings, **overrides: Unpack[SessionOverrides]
     })
 
 
-class SessionHandle(SessionControls, SessionApprovals):
+class SessionHandle(SessionControls, SessionApprovals, SessionFiles):
     """One session: send it the user's messages and background inputs, read its state."""
 
     def __init__(self, handle: WorkflowHandle[Any, SessionStatus], client: Client,
@@ -405,34 +397,6 @@ class SessionHandle(SessionControls, SessionApprovals):
                 Handler.CHECKPOINT_NOW, result_type=SessionStatus)
         return status
 
-
-    # ----- the session's workspace files ------------------------------------------------
-
-    async def put_file(self, path: str, data: bytes | str) -> int:
-        """Write `data` (text is written as UTF-8) at `path` in the session's workspace, as
-        the file tools would; returns the file's new version. `FileRefusedError` when the
-        path or the size is refused (a size over the limits before anything is sent)."""
-        raw = data.encode() if isinstance(data, str) else data
-        problem = put_problem(path, len(raw), self.max_file_bytes)
-        if problem:
-            raise FileRefusedError(problem)
-        async with refusals(self.handle):
-            # One update id per put: the session writes once for it, however often sent.
-            done: FileVersion = await self.handle.execute_update(
-                Handler.PUT_FILE, PutFile(path=path, data=raw), id=f"put-{uuid.uuid4()}",
-                result_type=FileVersion)
-        return done.version
-
-    async def read_file(self, path: str) -> FileData | None:
-        """The file's bytes and the version they are (`.data`, `.version`); None when there
-        is no file at `path`."""
-        async with refusals(self.handle):
-            # temporalio types result_type as `type`; its pydantic converter decodes a union.
-            found: FileData | None = await self.handle.execute_update(
-                Handler.READ_FILE, ReadFile(path=path),
-                result_type=FileData | None)  # type: ignore[arg-type]
-        return found
-
     async def state(self) -> SessionState:
         """The session's small state (keel.branching: what a fork or an export reads)."""
         return await branching.session_state(self)
@@ -444,13 +408,6 @@ class SessionHandle(SessionControls, SessionApprovals):
             done: RewindDone = await self.handle.execute_update(
                 Handler.REWIND, RewindRequest(to_seq=to_seq), result_type=RewindDone)
         return done
-
-    async def list_files(self, prefix: str = "") -> list[FileEntry]:
-        """Every file of the session's workspace (path, size, version), by path."""
-        async with refusals(self.handle):
-            found: list[FileEntry] = await self.handle.execute_update(
-                Handler.LIST_FILES, ListFiles(prefix=prefix), result_type=list[FileEntry])
-        return found
 
 
 def refuse_before_sending(text: str, **ids: str | None) -> None:

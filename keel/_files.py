@@ -1,0 +1,67 @@
+"""A session's workspace files, for `keel.client.SessionHandle`: put, read, list.
+
+Invariant: thin calls of the session's Updates by their names in `schemas.session`
+(`PUT_FILE`, `READ_FILE`, `LIST_FILES`); a put the session would refuse for its size is
+refused here before anything is sent (`schemas.files.put_problem`, the session's own rule);
+every refusal is one of Keel's exceptions (keel._errors).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from temporalio.client import WorkflowHandle
+
+from keel._errors import FileRefusedError, refusals
+from schemas.files import (
+    FileData,
+    FileEntry,
+    FileVersion,
+    ListFiles,
+    PutFile,
+    ReadFile,
+    put_problem,
+)
+from schemas.session import Handler, SessionStatus
+
+__all__ = ["SessionFiles"]
+
+
+class SessionFiles:
+    """Mixed into `SessionHandle`: the session's workspace files."""
+
+    handle: WorkflowHandle[Any, SessionStatus]
+    max_file_bytes: int
+
+    async def put_file(self, path: str, data: bytes | str) -> int:
+        """Write `data` (text is written as UTF-8) at `path` in the session's workspace, as
+        the file tools would; returns the file's new version. `FileRefusedError` when the
+        path or the size is refused (a size over the limits before anything is sent)."""
+        raw = data.encode() if isinstance(data, str) else data
+        problem = put_problem(path, len(raw), self.max_file_bytes)
+        if problem:
+            raise FileRefusedError(problem)
+        async with refusals(self.handle):
+            # One update id per put: the session writes once for it, however often sent.
+            done: FileVersion = await self.handle.execute_update(
+                Handler.PUT_FILE, PutFile(path=path, data=raw), id=f"put-{uuid.uuid4()}",
+                result_type=FileVersion)
+        return done.version
+
+    async def read_file(self, path: str) -> FileData | None:
+        """The file's bytes and the version they are (`.data`, `.version`); None when there
+        is no file at `path`."""
+        async with refusals(self.handle):
+            # temporalio types result_type as `type`; its pydantic converter decodes a union.
+            found: FileData | None = await self.handle.execute_update(
+                Handler.READ_FILE, ReadFile(path=path),
+                result_type=FileData | None)  # type: ignore[arg-type]
+        return found
+
+    async def list_files(self, prefix: str = "") -> list[FileEntry]:
+        """Every file of the session's workspace (path, size, version), by path."""
+        async with refusals(self.handle):
+            found: list[FileEntry] = await self.handle.execute_update(
+                Handler.LIST_FILES, ListFiles(prefix=prefix), result_type=list[FileEntry])
+        return found
