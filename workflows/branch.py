@@ -137,6 +137,10 @@ class Rewinder:
         """Why a rewind cannot cancel the approval wait now (None: it can): the turn must
         be waiting (not checkpointing meanwhile), and the point before the waiting call."""
         state, waiting = self.run.state, self.tools.waiting_reply_seq()
+        if self.run.phase is SessionPhase.AWAITING_APPROVAL and waiting is None:
+            # The call has begun to wait; the record's notice of it is being written.
+            return ("a call has just begun to wait on a person and its wait is being "
+                    "recorded: ask again in a moment")
         if self.run.phase is not SessionPhase.AWAITING_APPROVAL or waiting is None:
             return (f"the session is {self.run.phase.value} while "
                     f"{len(state.approvals)} approval(s) wait "

@@ -214,17 +214,18 @@ async def test_rewind_cancels_a_call_waiting_on_a_person(client, settings, fake_
         await session.ask("hello")  # #1, #2
         accepted = await session.send("write one")  # #3, the call #4, its wait's notice
         # Until the turn waits on the approval: it is listed a moment before (a rewind
-        # then is refused as "rewind once it waits on them again", seen on a loaded run).
+        # then is refused, seen on a loaded run).
         while not (pending := await session.pending()) or (
                 await session.status()).phase != "awaiting_approval":
             await asyncio.sleep(0.1)
         # The phase is set before the wait's notice is recorded (an activity); until the
-        # call waits, a rewind is refused as "once it waits on them again" (seen at -n 4).
+        # call waits, a rewind is refused as asked too soon (seen at -n 4).
         deadline = time.monotonic() + 30
         while True:
             with pytest.raises(BranchRefusedError) as refused:
                 await session.rewind(4)
-            if "once it waits" not in str(refused.value) or time.monotonic() > deadline:
+            if "ask again in a moment" not in str(refused.value) \
+                    or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.1)
         assert "not before the call that waits" in str(refused.value)
