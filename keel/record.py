@@ -119,6 +119,32 @@ async def search_memory(database_url: str, query: str, *, scope: str, k: int
         return await search(conn, query, scope=scope, k=k)
 
 
+@dataclass(frozen=True)
+class TranscriptBacklog:
+    """A scope's daily-transcript entries queued for the vault worker (the transcript
+    outbox, activities.vault.outbox): how many, how many failed and wait their retry, and
+    the newest error."""
+
+    scope: str
+    queued: int
+    retrying: int
+    last_error: str | None
+
+
+_BACKLOG_SQL = (
+    "SELECT scope, count(*), count(*) FILTER (WHERE attempts > 0),"
+    " (array_agg(last_error ORDER BY id DESC) FILTER (WHERE last_error IS NOT NULL))[1]"
+    " FROM transcript_outbox GROUP BY scope ORDER BY scope")
+
+
+def transcript_backlog(database_url: str) -> list[TranscriptBacklog]:
+    """Every scope with transcripts still queued for the vault worker (`keel vault list`):
+    a count per scope, whatever the queue's length."""
+    with psycopg.connect(database_url) as conn:
+        return [TranscriptBacklog(scope, queued, retrying, error)
+                for scope, queued, retrying, error in conn.execute(_BACKLOG_SQL)]
+
+
 # ----- checkpoints ------------------------------------------------------------------------
 
 class CheckpointKindShown(StrEnum):

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from keel.cli.shell import CliError, connect, database_url, load_settings, run
 from keel.console import console, one_line, working
-from keel.record import search_memory
+from keel.record import TranscriptBacklog, search_memory, transcript_backlog
 from schemas.config import KeelSettings
 
 __all__ = ["vault_app"]
@@ -41,20 +41,38 @@ def _check_scope(scope: str) -> str:
 
 @vault_app.command("list")
 def vault_list() -> None:
-    """Every memory scope that has a vault: its folder, CORE.md size, git state."""
+    """Every memory scope that has a vault: its folder, CORE.md size, git state, and the
+    transcripts still queued for the vault worker."""
     from activities.vault.store import scope_vaults
 
     settings = load_settings()
     scopes = scope_vaults(settings.memory)
-    if not scopes:
+    backlog = {b.scope: b for b in _backlog(settings)}
+    if not scopes and not backlog:
         console.print("[dim]no vault yet: a session's first message creates its scope's[/]")
         return
-    table = Table("scope", "vault", "CORE.md chars", "git")
-    for scope, path in scopes.items():
-        core = path / "CORE.md"
-        table.add_row(scope, str(path), str(len(core.read_text()) if core.exists() else 0),
-                      "yes" if (path / ".git").exists() else "[red]not a repository[/]")
+    table = Table("scope", "vault", "CORE.md chars", "git", "transcripts queued")
+    for scope in sorted({*scopes, *backlog}):
+        path, waiting = scopes.get(scope), backlog.get(scope)
+        core = path / "CORE.md" if path else None
+        queued = "0" if waiting is None else (
+            f"{waiting.queued}" + (f" ([red]{waiting.retrying} retrying: "
+                                   f"{escape(one_line(waiting.last_error or '', 80))}[/])"
+                                   if waiting.retrying else ""))
+        table.add_row(scope, str(path) if path else "[red]no vault yet[/]",
+                      str(len(core.read_text()) if core and core.exists() else 0),
+                      "yes" if path and (path / ".git").exists() else "[red]not a repository[/]",
+                      queued)
     console.print(table)
+
+
+def _backlog(settings: KeelSettings) -> list[TranscriptBacklog]:
+    """The transcript outbox per scope; none when no database is configured or running
+    (the vaults are listed from their folders all the same)."""
+    try:
+        return transcript_backlog(database_url(settings))
+    except (CliError, psycopg.Error):
+        return []
 
 
 async def _run_memory_workflow(settings: KeelSettings, workflow_run: Any, arg: Any,

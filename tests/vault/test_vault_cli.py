@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import psycopg
 import pytest
 from typer.testing import CliRunner
 
@@ -52,3 +53,21 @@ async def test_vault_commands_take_the_scope(client, settings, env, database_url
     assert (tmp_path / "vaults" / "bob" / ".graph" / "health-history.jsonl").exists()
     assert "Kettle order" in (tmp_path / "vaults" / "bob" / "MOC.md").read_text()
     assert not (tmp_path / "vaults" / "alice" / ".graph" / "health-history.jsonl").exists()
+
+
+async def test_vault_list_shows_the_transcripts_still_queued(settings, env, database_url):
+    await seed(settings, database_url, "alice")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO sessions (session_id) VALUES ('q-1')")
+        for seq, attempts, error in ((2, 0, None), (4, 2, "OSError: disk full"),
+                                     (6, 0, None)):
+            conn.execute(
+                "INSERT INTO transcript_outbox (vault_queue, session_id, scope, reply_seq,"
+                " seqs, attempts, last_error) VALUES ('q', 'q-1', %s, %s, %s, %s, %s)",
+                ("carol" if seq == 6 else "alice", seq, [seq - 1, seq], attempts, error))
+    listed = await keel(env, "vault", "list")
+    assert listed.exit_code == 0, listed.output
+    rows = {line.split()[1]: line for line in listed.output.splitlines()
+            if line.split()[1:2] and line.split()[1] in ("alice", "carol")}
+    assert "2 (1 retrying: OSError: disk full)" in rows["alice"]
+    assert "no vault yet" in rows["carol"] and rows["carol"].rstrip(" │").endswith("1")
