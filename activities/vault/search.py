@@ -65,7 +65,6 @@ from schemas.vault.search import (
     fuse,
     rerank,
     snippet_span,
-    stem_prefix,
     term_patterns,
     term_range,
 )
@@ -275,12 +274,20 @@ async def indexed_hashes(conn: AsyncConnection, prefix: str = "", *, scope: str
 
 _WEIGHT_SQL = " ".join(f"WHEN '{w}' THEN {v}" for w, v in COLUMN_WEIGHTS.items())
 
+# The term frequency of a query term in a document, column weights applied, is what
+# ts_rank_cd gives for that term alone with no normalisation: every occurrence is a cover
+# of its own and adds its weight. The weights are COLUMN_WEIGHTS / 4 in {D, C, B, A} order
+# (ts_rank_cd takes weights up to 1; quarters are exact in binary, so 4x the rank is the
+# weighted count exactly). One call per (candidate, term) in C, where unnesting every
+# candidate's tsvector to match its lexemes cost half the statement.
+_TF_SCALE = 4
+_TF_WEIGHTS = "{" + ",".join(str(COLUMN_WEIGHTS[w] / _TF_SCALE) for w in "DCBA") + "}"
+
 _BM25 = f"""
 WITH qt AS (
-    SELECT t.i, t.pattern, t.tsq, t.lo, t.hi, t.pre
-    FROM unnest(%(patterns)s::text[], %(tsqs)s::text[], %(los)s::text[], %(his)s::text[],
-                %(pres)s::boolean[])
-         WITH ORDINALITY AS t(pattern, tsq, lo, hi, pre, i)
+    SELECT t.i, t.pattern, t.tsq, t.tsq::tsquery AS term, t.lo, t.hi
+    FROM unnest(%(patterns)s::text[], %(tsqs)s::text[], %(los)s::text[], %(his)s::text[])
+         WITH ORDINALITY AS t(pattern, tsq, lo, hi, i)
 ),
 stats AS (
     SELECT greatest(n_docs, 1)::float8 AS n,
@@ -291,7 +298,7 @@ stats AS (
                  AS total_len) ms
 ),
 qidf AS (
-    SELECT qt.i, qt.tsq, d.df, ln(1 + (s.n - d.df + 0.5) / (d.df + 0.5)) AS idf
+    SELECT qt.i, qt.tsq, qt.term, d.df, ln(1 + (s.n - d.df + 0.5) / (d.df + 0.5)) AS idf
     FROM qt, stats s,
          LATERAL (SELECT least(coalesce(sum(m.df), 0), s.n) AS df
                   FROM memory_terms m
@@ -310,10 +317,10 @@ informative AS (
                       WHERE q2.df <= greatest(%(pool)s, s.n * {COMMON_TERM_SHARE}))
 ),
 cand AS (
-    SELECT DISTINCT ON (c.path) c.path, c.tsv, c.doc_len
+    SELECT DISTINCT ON (c.path) c.path, c.tsv, c.doc_len, c.card_key, c.penalised
     FROM informative q
     CROSS JOIN LATERAL (
-        SELECT d.path, d.tsv, d.doc_len
+        SELECT d.path, d.tsv, d.doc_len, d.card_key, d.penalised
         FROM memory_docs d
         WHERE d.scope = %(scope)s AND d.tsv @@ to_tsquery('simple', q.tsq)
           AND (%(kinds)s::text[] IS NULL OR d.kind = ANY(%(kinds)s::text[]))
@@ -323,36 +330,25 @@ cand AS (
         LIMIT %(pool)s
     ) c
 ),
--- The candidates' lexemes that match a query term: one pass over their tsvectors with the
--- terms as arrays (joining every lexeme with every term cost ~40 ms at 10,000 documents).
-matched AS MATERIALIZED (
-    SELECT c.path, c.doc_len, u.lexeme, u.weights
-    FROM cand c CROSS JOIN LATERAL unnest(c.tsv) u
-    WHERE u.lexeme = ANY(%(exact)s::text[]) OR u.lexeme LIKE ANY(%(prefixes)s::text[])
-),
-tf AS (
-    SELECT m.path, m.doc_len, qt.i,
-           sum((SELECT sum(CASE w {_WEIGHT_SQL} ELSE 1.0 END)
-                FROM unnest(m.weights) w)) AS tf
-    FROM matched m
-    JOIN qt ON CASE WHEN qt.pre THEN starts_with(m.lexeme, qt.lo) ELSE m.lexeme = qt.lo END
-    GROUP BY m.path, m.doc_len, qt.i
-),
 scored AS (
-    SELECT tf.path,
-           sum(q.idf * tf.tf * ({BM25_K1} + 1)
-               / (tf.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * tf.doc_len / s.avgdl)))
+    SELECT c.path, c.card_key, c.penalised,
+           sum(q.idf * t.tf * ({BM25_K1} + 1)
+               / (t.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * c.doc_len / s.avgdl)))
                AS bm25,
            sum(q.idf) AS matched_idf
-    FROM tf JOIN qidf q USING (i) CROSS JOIN stats s
-    GROUP BY tf.path
+    FROM cand c CROSS JOIN qidf q CROSS JOIN stats s
+    CROSS JOIN LATERAL (
+        SELECT {_TF_SCALE} * ts_rank_cd('{_TF_WEIGHTS}', c.tsv, q.term, 0)::float8 AS tf) t
+    WHERE c.tsv @@ q.term
+    GROUP BY c.path, c.card_key, c.penalised
 )
-SELECT d.path, d.card_key, d.penalised, sc.bm25,
+SELECT sc.path, sc.card_key, sc.penalised, sc.bm25,
        sc.matched_idf / nullif((SELECT sum(idf) FROM qidf), 0) AS coverage,
-       (SELECT count(*) FROM memory_links l
-        WHERE l.scope = %(scope)s AND l.dst = d.card_key) AS incoming
-FROM scored sc JOIN memory_docs d ON d.scope = %(scope)s AND d.path = sc.path
-ORDER BY sc.bm25 DESC, d.path
+       CASE WHEN sc.card_key IS NULL THEN 0
+            ELSE (SELECT count(*) FROM memory_links l
+                  WHERE l.scope = %(scope)s AND l.dst = sc.card_key) END AS incoming
+FROM scored sc
+ORDER BY sc.bm25 DESC, sc.path
 """
 
 
@@ -381,9 +377,6 @@ async def _bm25(conn: AsyncConnection, lexemes: list[str], *, scope: str,
         "patterns": [p for _, p, _ in terms],
         "tsqs": [q for _, _, q in terms],
         "los": [lo for lo, _ in ranges], "his": [hi for _, hi in ranges],
-        "pres": [stem_prefix(lex) is not None for lex, _, _ in terms],
-        "exact": [lex for lex, _, _ in terms if stem_prefix(lex) is None],
-        "prefixes": [p for lex, p, _ in terms if stem_prefix(lex) is not None],
         "kinds": kinds, "exclude_session": exclude_session, "pool": pool, "scope": scope,
     })
     return [Candidate(path=path, card_key=key, penalised=pen,
