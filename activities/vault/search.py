@@ -10,7 +10,9 @@ chunk and the place in the document it shows, and carries its score components. 
 here downloads a model.
 
 Cost: the candidate pool follows the hits asked for (`candidate_pool(k)`), not the scope's
-size, and snippets are cut from the returned documents only, in Python.
+size, and snippets are cut from the returned documents only, in Python. A search is three
+round trips (the query's words beside the dense search, one pipeline; BM25; the returned
+hits' text), four when cards among BM25's best bring the graph walk (one more pipeline).
 
 Scopes: every function takes the memory scope it works in, as a required keyword, and
 every statement filters by it (documents, term statistics, corpus size, links, chunks):
@@ -28,8 +30,10 @@ from pydantic import BaseModel, Field
 
 from activities.vault.dense import (
     ChunkSource,
-    dense_hits,
+    dense_results,
     embed_pending,
+    embed_texts,
+    plan_dense,
     start_chunks,
     store_chunks,
 )
@@ -272,8 +276,6 @@ async def indexed_hashes(conn: AsyncConnection, prefix: str = "", *, scope: str
 
 # --- BM25 ---------------------------------------------------------------------------------
 
-_WEIGHT_SQL = " ".join(f"WHEN '{w}' THEN {v}" for w, v in COLUMN_WEIGHTS.items())
-
 # The term frequency of a query term in a document, column weights applied, is what
 # ts_rank_cd gives for that term alone with no normalisation: every occurrence is a cover
 # of its own and adds its weight. The weights are COLUMN_WEIGHTS / 4 in {D, C, B, A} order
@@ -352,9 +354,11 @@ ORDER BY sc.bm25 DESC, sc.path
 """
 
 
+_LEXEMES = "SELECT lexeme FROM unnest(to_tsvector('simple', %s)) ORDER BY lexeme"
+
+
 async def query_lexemes(conn: AsyncConnection, query: str) -> list[str]:
-    cur = await conn.execute(
-        "SELECT lexeme FROM unnest(to_tsvector('simple', %s)) ORDER BY lexeme", (_clean(query),))
+    cur = await conn.execute(_LEXEMES, (_clean(query),))
     return [r[0] for r in await cur.fetchall()][:MAX_QUERY_TERMS]
 
 
@@ -385,37 +389,44 @@ async def _bm25(conn: AsyncConnection, lexemes: list[str], *, scope: str,
             for path, key, pen, bm25, cov, inc in await cur.fetchall()]
 
 
-async def _graph_around(conn: AsyncConnection, seeds: list[str], scope: str
-                        ) -> list[tuple[str, str]]:
-    """Every link edge within two hops of the seed cards."""
-    edges: set[tuple[str, str]] = set()
-    frontier = set(seeds)
-    seen = set(seeds)
-    for _ in range(2):
-        if not frontier:
-            break
-        cur = await conn.execute(
-            "SELECT src, dst FROM memory_links WHERE scope = %(s)s"
-            " AND (src = ANY(%(k)s) OR dst = ANY(%(k)s))", {"k": sorted(frontier), "s": scope})
-        rows = await cur.fetchall()
-        edges.update((s, d) for s, d in rows)
-        nxt = {x for s, d in rows for x in (s, d)} - seen
-        seen |= nxt
-        frontier = nxt
-    return sorted(edges)
+# The link edges within two hops of the seed cards (hop 1: edges touching a seed; hop 2:
+# edges touching a card hop 1 reached), and the cards they reach.
+_EDGES = """
+WITH e1 AS (
+    SELECT src, dst FROM memory_links
+    WHERE scope = %(s)s AND (src = ANY(%(k)s) OR dst = ANY(%(k)s))
+), hop1 AS (
+    SELECT DISTINCT v.x FROM e1, LATERAL (VALUES (e1.src), (e1.dst)) v(x)
+    WHERE v.x <> ALL(%(k)s)
+), edges AS (
+    SELECT src, dst FROM e1
+    UNION
+    SELECT l.src, l.dst FROM memory_links l
+    WHERE l.scope = %(s)s AND (l.src IN (SELECT x FROM hop1) OR l.dst IN (SELECT x FROM hop1))
+)"""
+_GRAPH_EDGES = _EDGES + "\nSELECT src, dst FROM edges ORDER BY src, dst"
+_GRAPH_CARDS = _EDGES + """
+SELECT d.path, d.card_key, d.penalised,
+       (SELECT count(*) FROM memory_links l WHERE l.scope = d.scope AND l.dst = d.card_key)
+FROM memory_docs d
+WHERE d.scope = %(s)s AND d.kind = 'card' AND d.card_key IN (
+    SELECT v.x FROM edges, LATERAL (VALUES (edges.src), (edges.dst)) v(x)
+    WHERE v.x <> ALL(%(k)s))
+"""
 
 
-async def _neighbour_docs(conn: AsyncConnection, keys: list[str], exclude: set[str],
-                          scope: str) -> list[Candidate]:
-    if not keys:
-        return []
-    cur = await conn.execute(
-        "SELECT d.path, d.card_key, d.penalised,"
-        " (SELECT count(*) FROM memory_links l WHERE l.scope = d.scope"
-        " AND l.dst = d.card_key) FROM memory_docs d"
-        " WHERE d.scope = %s AND d.card_key = ANY(%s) AND d.kind = 'card'", (scope, keys))
-    return [Candidate(path=p, card_key=k, penalised=pen, bm25=0.0, coverage=0.0, incoming=inc)
-            for p, k, pen, inc in await cur.fetchall() if p not in exclude]
+async def _graph_around(conn: AsyncConnection, seeds: list[str], exclude: set[str],
+                        scope: str) -> tuple[list[tuple[str, str]], list[Candidate]]:
+    """Every link edge within two hops of the seed cards, and the cards they reach (but
+    the seeds and the documents in `exclude`): two statements, one round trip."""
+    params = {"k": sorted(seeds), "s": scope}
+    async with conn.pipeline():
+        edges = await conn.execute(_GRAPH_EDGES, params)
+        cards = await conn.execute(_GRAPH_CARDS, params)
+    return ([(s, d) for s, d in await edges.fetchall()],
+            [Candidate(path=p, card_key=k, penalised=pen, bm25=0.0, coverage=0.0,
+                       incoming=inc)
+             for p, k, pen, inc in await cards.fetchall() if p not in exclude])
 
 
 async def _hits(conn: AsyncConnection, lexemes: list[str], ranked: list[Fused],
@@ -453,17 +464,28 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
                  use_lexical: bool = True) -> list[MemoryHit]:
     """The k best documents for `query`: BM25 with the graph rerank, fused by reciprocal
     rank with the dense ranking when there is an embedder (`use_lexical=False`: the dense
-    ranking alone, for benchmarks)."""
-    lexemes = await query_lexemes(conn, query)
+    ranking alone, for benchmarks).
+
+    Round trips: the query's words and the dense search (one pipeline), BM25, the graph
+    (only when cards are among BM25's best), the returned hits' text."""
+    dense_query = None
+    if embedder is not None:
+        qvec = (await embed_texts(embedder, [query]))[0]
+        dense_query = await plan_dense(conn, embedder, qvec, scope=scope, kinds=kinds,
+                                       exclude_session=exclude_session, limit=dense_pool(k))
+    async with conn.pipeline():
+        words = await conn.execute(_LEXEMES, (_clean(query),))
+        near = (None if dense_query is None
+                else await conn.execute(dense_query.statement, dense_query.params))
+    lexemes = [r[0] for r in await words.fetchall()][:MAX_QUERY_TERMS]
+    dense: list[DenseHit] = []
+    if near is not None and dense_query is not None:
+        dense = dense_results(dense_query, await near.fetchall())
     ranked: list[Ranked] = []
     if use_lexical:
         ranked = await lexical_ranking(conn, lexemes, scope=scope, kinds=kinds,
                                        exclude_session=exclude_session, use_graph=use_graph,
                                        pool=candidate_pool(k))
-    dense: list[DenseHit] = []
-    if embedder is not None:
-        dense = await dense_hits(conn, embedder, query, scope=scope, kinds=kinds,
-                                 exclude_session=exclude_session, limit=dense_pool(k))
     if embedder is None:
         fused = [Fused(path=r.path, score=r.score, lexical_rank=i,
                                        lexical=r.score, bm25=r.bm25, hop=r.hop,
@@ -487,10 +509,8 @@ async def lexical_ranking(conn: AsyncConnection, lexemes: list[str], *, scope: s
         ordered = sorted(candidates, key=lambda c: (-base_score(c), c.path))
         seeds = [c.card_key for c in ordered if c.card_key][:GRAPH_SEEDS]
         if seeds:
-            edges = await _graph_around(conn, seeds, scope)
-            reached = sorted({x for e in edges for x in e} - set(seeds))
-            neighbours = await _neighbour_docs(conn, reached, {c.path for c in candidates},
-                                               scope)
+            edges, neighbours = await _graph_around(conn, seeds,
+                                                    {c.path for c in candidates}, scope)
     return rerank(candidates, edges, neighbours, use_graph=use_graph)
 
 

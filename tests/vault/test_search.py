@@ -293,3 +293,23 @@ async def test_bm25_scores_are_okapi_over_weighted_term_counts(ctx):
     assert set(got) == set(expected)
     for path, score in expected.items():
         assert got[path] == pytest.approx(score, rel=1e-9), path
+
+
+async def test_the_graph_walk_reaches_two_hops_either_way_and_no_further(ctx):
+    """From the best card: its links and the cards linking to it (hop 1), theirs (hop 2);
+    a card three links away is not reached."""
+    cards = {  # card -> the cards it links to
+        "alpha": ["beta"], "beta": ["gamma"], "gamma": ["delta"], "delta": [],
+        "epsilon": ["alpha"], "zeta": ["epsilon"],
+    }
+    docs = [IndexDoc(path=f"cards/notes/{name}.md", kind="card", title=name,
+                     body="the quarterly lighthouse survey" if name == "alpha"
+                     else f"notes on {name}", card_key=name, links=links)
+            for name, links in cards.items()]
+    pool = await ctx.pool()
+    async with pool.connection() as conn:
+        await index_documents(conn, docs, scope="walk")
+        hits = await search(conn, "lighthouse survey", scope="walk", k=10)
+    hops = {h.path.rsplit("/", 1)[1][:-3]: h.components.get("hop") for h in hits}
+    assert hops == {"alpha": 0, "beta": 1, "epsilon": 1, "gamma": 2, "zeta": 2}
+    assert all(h.via_link for h in hits if h.path != "cards/notes/alpha.md")
