@@ -13,9 +13,10 @@ Invariants:
   (`prepare_chunks` touches no connection, so a batch embeds while its documents are
   written).
 - pgvector's HNSW index over a model's vectors exists whenever its rows do, except while a
-  bulk load has set it aside (`defer_ann_index`, on an autocommit connection only; the load
-  ends with `restore_ann_index`, and any later write or search on a new connection makes
-  it again): dense searches meanwhile run exact.
+  bulk load has set it aside (`defer_ann_index`, on an autocommit connection only, and
+  `share_deferral` for a second connection writing the same load; the load ends with
+  `restore_ann_index`, and any later write or search on a new connection makes it again):
+  dense searches meanwhile run exact.
 """
 
 from __future__ import annotations
@@ -293,6 +294,15 @@ async def defer_ann_index(conn: AsyncConnection, model: str, expected: int) -> b
     state.ann.discard(model)
     state.deferred[model] = 0
     return True
+
+
+async def share_deferral(conn: AsyncConnection, other: AsyncConnection, model: str) -> None:
+    """`other` writes batches of the bulk load `conn` began with `defer_ann_index`: its
+    chunks go in without making the index again (`conn` builds it at the end)."""
+    source, target = await _conn_state(conn), await _conn_state(other)
+    if model in source.deferred:
+        target.ann.discard(model)
+        target.deferred[model] = source.deferred[model]
 
 
 async def restore_ann_index(conn: AsyncConnection, model: str) -> None:

@@ -102,13 +102,11 @@ class IndexDoc(BaseModel):
     links: list[str] = Field(default_factory=list)  # link keys this document points to
 
     def content_hash(self) -> str:
-        h = hashlib.sha256()
-        for part in (self.kind, self.title, self.tags, self.body, self.card_key or "",
-                     self.card_type or "", self.status or "", str(self.penalised),
-                     "\x1f".join(self.links)):
-            h.update(part.encode("utf-8", "surrogatepass"))
-            h.update(b"\x00")
-        return h.hexdigest()
+        # Each part NUL-terminated, hashed in one update (the same digest as part by part).
+        parts = (self.kind, self.title, self.tags, self.body, self.card_key or "",
+                 self.card_type or "", self.status or "", str(self.penalised),
+                 "\x1f".join(self.links), "")
+        return hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 # A document already indexed is rewritten only when its content changed.
@@ -136,6 +134,8 @@ FROM (SELECT setweight(to_tsvector('simple', %(title)s), 'A')
 
 
 # The same upsert for a batch in one statement: BM25's statistics triggers run once for it.
+# The columns go as binary arrays: text arrays cost ~20 us a document to quote here and as
+# much to parse in the server (bodies of a few KB).
 # `OFFSET 0` keeps the planner from pulling the tsvector's subquery up into its two uses
 # (the column and the length), which parsed every document twice: a third of the upsert's
 # server time.
@@ -145,10 +145,10 @@ INSERT INTO memory_docs (scope, path, kind, title, tags, body, card_key, card_ty
 SELECT %(scope)s, r.path, r.kind, r.title, r.tags, r.body, r.card_key, r.card_type, r.status,
        r.penalised, r.session_id, r.seq, r.hash, v.tsv,
        (SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(v.tsv) u)
-FROM unnest(%(path)s::text[], %(kind)s::text[], %(title)s::text[], %(tags)s::text[],
-            %(body)s::text[], %(card_key)s::text[], %(card_type)s::text[], %(status)s::text[],
-            %(penalised)s::boolean[], %(session_id)s::text[], %(seq)s::bigint[],
-            %(hash)s::text[])
+FROM unnest(%(path)b::text[], %(kind)b::text[], %(title)b::text[], %(tags)b::text[],
+            %(body)b::text[], %(card_key)b::text[], %(card_type)b::text[], %(status)b::text[],
+            %(penalised)b::boolean[], %(session_id)b::text[], %(seq)b::bigint[],
+            %(hash)b::text[])
      AS r(path, kind, title, tags, body, card_key, card_type, status, penalised, session_id,
           seq, hash)
 CROSS JOIN LATERAL (
@@ -174,10 +174,15 @@ async def index_document(conn: AsyncConnection, doc: IndexDoc, *, scope: str,
 
 
 async def index_documents(conn: AsyncConnection, docs: Sequence[IndexDoc], *, scope: str,
-                          embedder: Embedder | None = None) -> int:
+                          embedder: Embedder | None = None,
+                          defer_stats: bool = False) -> int:
     """Index many documents in one transaction (pipelined statements); with an embedder
     their chunks are embedded and stored too. Documents whose hash is unchanged are not
-    touched. Returns how many were new or changed."""
+    touched. Returns how many were new or changed.
+
+    `defer_stats`: the statistics triggers leave BM25's statistics alone for this batch;
+    only for a bulk load (activities.vault.bulk), which marks its scope's recount due
+    first and recounts at its end."""
     if not docs:
         return 0
     unique = list({d.path: d for d in docs}.values())
@@ -206,6 +211,8 @@ async def index_documents(conn: AsyncConnection, docs: Sequence[IndexDoc], *, sc
     try:
         async with conn.transaction():
             async with conn.cursor() as cur:
+                if defer_stats:
+                    await cur.execute("SET LOCAL keel.defer_term_stats = 'on'")
                 await cur.execute(_UPSERT_MANY, batch)
                 await cur.execute("DELETE FROM memory_links WHERE scope = %s"
                                   " AND src = ANY(%s)",
@@ -251,7 +258,8 @@ async def rebuild_statistics(conn: AsyncConnection, *, scope: str) -> None:
     """Recount document frequencies and corpus size from the documents themselves.
 
     The triggers keep them exact on every write; this is for bulk loads that bypass the
-    triggers (and for repairing a database restored from parts).
+    triggers (and for repairing a database restored from parts). It clears the scope's
+    `recount_due` mark.
     """
     async with conn.transaction():
         await conn.execute("DELETE FROM memory_terms WHERE scope = %s", (scope,))
@@ -263,7 +271,7 @@ async def rebuild_statistics(conn: AsyncConnection, *, scope: str) -> None:
             "INSERT INTO memory_stats AS m (scope, n_docs, total_len)"
             " SELECT %s, count(*), coalesce(sum(doc_len), 0) FROM memory_docs WHERE scope = %s"
             " ON CONFLICT (scope) DO UPDATE SET n_docs = EXCLUDED.n_docs,"
-            " total_len = EXCLUDED.total_len", (scope, scope))
+            " total_len = EXCLUDED.total_len, recount_due = false", (scope, scope))
 
 
 async def indexed_hashes(conn: AsyncConnection, prefix: str = "", *, scope: str
