@@ -31,6 +31,7 @@ import asyncio
 from collections.abc import Iterator, Sequence
 
 from psycopg import AsyncConnection
+from psycopg.pq import TransactionStatus
 
 from activities.vault import dense
 from activities.vault.embedder import Embedder
@@ -87,8 +88,10 @@ async def index_bulk(conn: AsyncConnection, docs: Sequence[IndexDoc], *, scope: 
 async def large_load(conn: AsyncConnection, scope: str, n: int) -> bool:
     """Whether `n` documents are a large load into `scope`: at least BULK_DEFER_MIN and at
     least BULK_DEFER_SHARE of what the scope holds (a recount of the scope then costs less
-    than the statistics triggers of the batches), on an autocommit connection."""
-    if not conn.autocommit or n < dense.BULK_DEFER_MIN:
+    than the statistics triggers of the batches), on an autocommit connection outside a
+    transaction (each batch commits on its own)."""
+    if (not conn.autocommit or n < dense.BULK_DEFER_MIN
+            or conn.info.transaction_status != TransactionStatus.IDLE):
         return False
     row = await (await conn.execute("SELECT n_docs FROM memory_stats WHERE scope = %s",
                                     (scope,))).fetchone()
