@@ -29,7 +29,8 @@ is in the top k, MRR from the first one (0 past rank 10); per session, the same 
 hit's session against the evidence messages' sessions. Then speed: bulk indexing
 (documents/s, embedding included) and recall latency (p50 / p95 of `recall`, k=5, as a turn
 calls it) with the conversations' messages among synthetic filler documents at each size,
-and how often the recall's 5 hits still hold an answering message among them.
+how often the recall's 5 hits still hold an answering message among them, and the HNSW
+graph's health (`ann_self_recall`).
 Last, the project's own search corpus (tests/vault/fixtures/search_corpus, English and
 Russian notes and cards with known answers): recall@5 and MRR with and without the embedder,
 so hybrid mode is seen not to cost the cases BM25 and the graph already get right.
