@@ -168,8 +168,10 @@ async def _write(conn: AsyncConnection, helper: AsyncConnection | None,
 async def _finish(conn: AsyncConnection, helper: AsyncConnection | None, *, scope: str,
                   model: str | None, recount: bool, clear: bool) -> None:
     """The load's end: the statistics recounted (or the load's mark cleared when it changed
-    nothing) and the HNSW index built; at once when there are two connections, and the
-    index built even when the recount fails."""
+    nothing) and the HNSW index built; at once when there are two connections (on `conn`
+    alone when the second one broke), and the index built even when the recount fails."""
+    if helper is not None and helper.broken:
+        helper = None
 
     async def statistics(c: AsyncConnection) -> None:
         if recount:

@@ -71,6 +71,9 @@ async def test_a_bulk_load_gives_the_rows_and_hits_of_one_by_one_and_rebuilds_th
         assert await index_bulk(conn, docs, scope="bulk", embedder=embedder, batch=7) == 40
         assert len(writers) == 2  # a large load: two connections took the 6 batches
         assert await index_bulk(conn, docs, scope="bulk", embedder=embedder) == 0
+        # A path given twice is indexed once, as its last version.
+        twice = [docs[0].model_copy(update={"body": "an older text"}), docs[0]]
+        assert await index_bulk(conn, twice, scope="bulk", embedder=embedder) == 0
         assert seen and not any(seen)  # 40 chunks against 8 indexed: set aside
         assert await _ann_index(conn)
         for doc in docs[8:]:
