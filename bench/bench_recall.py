@@ -29,7 +29,8 @@ is in the top k, MRR from the first one (0 past rank 10); per session, the same 
 hit's session against the evidence messages' sessions. Then speed: bulk indexing
 (documents/s, embedding included) and recall latency (p50 / p95 of `recall`, k=5, as a turn
 calls it) with the conversations' messages among synthetic filler documents at each size,
-and how often the recall's 5 hits still hold an answering message among them.
+how often the recall's 5 hits still hold an answering message among them, and the HNSW
+graph's health (`ann_self_recall`).
 Last, the project's own search corpus (tests/vault/fixtures/search_corpus, English and
 Russian notes and cards with known answers): recall@5 and MRR with and without the embedder,
 so hybrid mode is seen not to cost the cases BM25 and the graph already get right.
@@ -58,6 +59,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psycopg
+from psycopg import sql
 
 from activities.vault.bulk import index_bulk
 from activities.vault.embedder import load_embedder
@@ -299,6 +301,7 @@ async def speed(admin: str, convs: list[dict[str, Any]], embedder: Any, size: in
                    index_cpu_s={"client": round(client, 1), "server": round(server, 1)},
                    docs_per_cpu_s=round(len(docs) / (client + server)))
         await conn.execute("VACUUM ANALYZE")
+        out["ann_self_recall"] = await ann_self_recall(conn, embedder)
         for label, emb in (("bm25", None), ("fused", embedder)):
             times = []
             found = 0
@@ -318,6 +321,29 @@ async def speed(admin: str, convs: list[dict[str, Any]], embedder: Any, size: in
                                                "server": round(1000 * server / len(times), 2)}}
     out["load_end"] = _load()
     return out
+
+
+async def ann_self_recall(conn: Any, embedder: Any, sample: int = 200) -> float:
+    """The HNSW graph's health: the share of `sample` message chunks (of the conversations,
+    among the filler) that the index finds in the top 10 by their own vector, as a search
+    walks it (ef_search 100, iterative scans). A chunk the walk cannot reach is lost to
+    dense search: a graph built over a tight cluster (the filler) can strand the rest, and
+    the fused hit@5 of such a run falls to BM25's."""
+    from activities.vault.dense import EF_SEARCH
+
+    await conn.execute(f"SET hnsw.ef_search = {EF_SEARCH}")
+    await conn.execute("SET hnsw.iterative_scan = relaxed_order")
+    # The model and dimensions as literals: the planner must see them to use the index.
+    cur = await conn.execute(sql.SQL(
+        """WITH q AS (SELECT path, chunk, embedding FROM memory_chunks
+                      WHERE path LIKE 'daily/%%' ORDER BY path, chunk LIMIT %s)
+           SELECT count(*) FILTER (WHERE (q.path, q.chunk) IN (
+               SELECT c.path, c.chunk FROM memory_chunks c WHERE c.model = {model}
+               ORDER BY c.embedding::halfvec({dims}) <=> q.embedding::halfvec({dims})
+               LIMIT 10)), count(*) FROM q""").format(
+        model=sql.Literal(embedder.name), dims=sql.Literal(embedder.dims)), (sample,))
+    found, total = await cur.fetchone()
+    return round(found / max(total, 1), 3)
 
 
 async def corpus(admin: str, embedder: Any) -> dict[str, Any]:
@@ -372,12 +398,13 @@ def print_speed(speeds: list[dict[str, Any]]) -> None:
 
     print(table("Recall (k=5) in one scope (CPU: this process + its PostgreSQL backend)",
                 ["documents", "indexing docs/s", "per CPU-s", "bm25 hit@5", "p50 / p95",
-                 "CPU ms", "fused hit@5", "p50 / p95", "CPU ms"],
+                 "CPU ms", "fused hit@5", "p50 / p95", "CPU ms", "graph"],
                 [[f"{s['documents']:,}", f"{s['docs_per_s']:,}", f"{s['docs_per_cpu_s']:,}",
                   f"{100 * s['bm25']['turn_hit5']:.1f}",
                   f"{s['bm25']['p50_ms']} / {s['bm25']['p95_ms']}", cpu(s["bm25"]),
                   f"{100 * s['fused']['turn_hit5']:.1f}",
-                  f"{s['fused']['p50_ms']} / {s['fused']['p95_ms']}", cpu(s["fused"])]
+                  f"{s['fused']['p50_ms']} / {s['fused']['p95_ms']}", cpu(s["fused"]),
+                  f"{s.get('ann_self_recall', float('nan')):.2f}"]
                  for s in speeds]), flush=True)
 
 

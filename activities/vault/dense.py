@@ -13,9 +13,10 @@ Invariants:
   (`prepare_chunks` touches no connection, so a batch embeds while its documents are
   written).
 - pgvector's HNSW index over a model's vectors exists whenever its rows do, except while a
-  bulk load has set it aside (`defer_ann_index`, on an autocommit connection only; the load
-  ends with `restore_ann_index`, and any later write or search on a new connection makes
-  it again): dense searches meanwhile run exact.
+  bulk load has set it aside (`defer_ann_index`, on an autocommit connection only, and
+  `share_deferral` for a second connection writing the same load; the load ends with
+  `restore_ann_index`, and any later write or search on a new connection makes it again):
+  dense searches meanwhile run exact.
 """
 
 from __future__ import annotations
@@ -295,6 +296,15 @@ async def defer_ann_index(conn: AsyncConnection, model: str, expected: int) -> b
     return True
 
 
+async def share_deferral(conn: AsyncConnection, other: AsyncConnection, model: str) -> None:
+    """`other` writes batches of the bulk load `conn` began with `defer_ann_index`: its
+    chunks go in without making the index again (`conn` builds it at the end)."""
+    source, target = await _conn_state(conn), await _conn_state(other)
+    if model in source.deferred:
+        target.ann.discard(model)
+        target.deferred[model] = source.deferred[model]
+
+
 async def restore_ann_index(conn: AsyncConnection, model: str) -> None:
     """End a bulk load `defer_ann_index` began: the model's HNSW index built in one pass
     (with room for the graph in memory; the build runs in parallel where it may)."""
@@ -345,6 +355,64 @@ async def _hnsw_settings(conn: AsyncConnection, ef_search: int) -> None:
         state.ef_search = ef_search
 
 
+@dataclass
+class DenseQuery:
+    """A dense search ready to send: its statement and parameters (the caller may pipeline
+    it beside other statements) and what turns its rows into hits (`dense_results`)."""
+
+    statement: bytes | str
+    params: dict[str, Any]
+    qvec: list[float]
+    limit: int
+    in_worker: bool  # no pgvector: the rows carry their vectors and are ranked here
+
+
+async def plan_dense(conn: AsyncConnection, embedder: Embedder, qvec: list[float], *,
+                     scope: str, kinds: list[str] | None = None,
+                     exclude_session: str | None = None, limit: int = 50
+                     ) -> DenseQuery | None:
+    """The search for the documents nearest `qvec` (the query's vector), or None for a
+    query with no vector. Settles the connection's settings first (statements only the
+    first time a connection sees a model or a scope)."""
+    if not any(qvec):
+        return None
+    filters = ("scope = %(scope)s AND model = %(model)s"
+               " AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))"
+               " AND (%(ex)s::text IS NULL OR session_id IS DISTINCT FROM %(ex)s::text)")
+    params: dict[str, Any] = {"scope": scope, "model": embedder.name, "kinds": kinds,
+                              "ex": exclude_session, "n": 2 * limit}
+    if await vector_type(conn) != "vector":
+        return DenseQuery(
+            "SELECT path, chunk, start_char, end_char, heading, penalised, embedding"
+            " FROM memory_chunks WHERE " + filters, params, qvec, limit, True)
+    dims = len(qvec)
+    await ensure_ann_index(conn, embedder.name, dims)
+    binary = await _binary_vectors(conn)
+    params["q"] = (VectorBytes(struct.pack(f">HH{dims}f", dims, 0, *qvec)) if binary
+                   else _literal(qvec))
+    exact = await _scope_docs(conn, scope) <= EXACT_MAX_DOCS
+    if not exact:
+        await _hnsw_settings(conn, max(EF_SEARCH, params["n"]))
+    return DenseQuery(_ann_statement(embedder.name, dims, filters, binary, exact), params,
+                      qvec, limit, False)
+
+
+def dense_results(query: DenseQuery, rows: list[tuple[Any, ...]]) -> list[DenseHit]:
+    """The documents of a dense search's rows, each by its best chunk, best first (at most
+    `limit` documents, from the `2 * limit` nearest chunks)."""
+    if query.in_worker:
+        rows = _rank_in_worker(rows, query.qvec, query.params["n"])
+    else:
+        rows = sorted(rows, key=lambda r: (-r[6], r[0], r[1]))
+    out: dict[str, DenseHit] = {}
+    for path, chunk, start, end, heading, penalised, sim in rows:
+        if path not in out:
+            out[path] = DenseHit(
+                path=path, similarity=float(sim), chunk=chunk, start=start, end=end,
+                heading=heading, penalised=penalised)
+    return list(out.values())[:query.limit]
+
+
 async def dense_hits(conn: AsyncConnection, embedder: Embedder, query: str, *, scope: str,
                      kinds: list[str] | None = None, exclude_session: str | None = None,
                      limit: int = 50) -> list[DenseHit]:
@@ -352,34 +420,12 @@ async def dense_hits(conn: AsyncConnection, embedder: Embedder, query: str, *, s
     `limit` documents, from the `2 * limit` nearest chunks; approximate, by HNSW, where the
     server has pgvector)."""
     qvec = (await embed_texts(embedder, [query]))[0]
-    if not any(qvec):
+    plan = await plan_dense(conn, embedder, qvec, scope=scope, kinds=kinds,
+                            exclude_session=exclude_session, limit=limit)
+    if plan is None:
         return []
-    filters = ("scope = %(scope)s AND model = %(model)s"
-               " AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))"
-               " AND (%(ex)s::text IS NULL OR session_id IS DISTINCT FROM %(ex)s::text)")
-    params: dict[str, Any] = {"scope": scope, "model": embedder.name, "kinds": kinds,
-                              "ex": exclude_session, "n": 2 * limit}
-    if await vector_type(conn) == "vector":
-        dims = len(qvec)
-        await ensure_ann_index(conn, embedder.name, dims)
-        binary = await _binary_vectors(conn)
-        params["q"] = (VectorBytes(struct.pack(f">HH{dims}f", dims, 0, *qvec)) if binary
-                       else _literal(qvec))
-        exact = await _scope_docs(conn, scope) <= EXACT_MAX_DOCS
-        stmt = _ann_statement(embedder.name, dims, filters, binary, exact)
-        if not exact:
-            await _hnsw_settings(conn, max(EF_SEARCH, params["n"]))
-        cur = await conn.execute(stmt, params)
-        rows = sorted(await cur.fetchall(), key=lambda r: (-r[6], r[0], r[1]))
-    else:
-        rows = await _exact_in_worker(conn, qvec, filters, params)
-    out: dict[str, DenseHit] = {}
-    for path, chunk, start, end, heading, penalised, sim in rows:
-        if path not in out:
-            out[path] = DenseHit(
-                path=path, similarity=float(sim), chunk=chunk, start=start, end=end,
-                heading=heading, penalised=penalised)
-    return list(out.values())[:limit]
+    cur = await conn.execute(plan.statement, plan.params)
+    return dense_results(plan, await cur.fetchall())
 
 
 async def _scope_docs(conn: AsyncConnection, scope: str) -> int:
@@ -412,18 +458,15 @@ def _ann_statement(model: str, dims: int, filters: str, binary: bool, exact: boo
             d=sql.Literal(dims), m=sql.Literal(model)).as_string().encode()
 
 
-async def _exact_in_worker(conn: AsyncConnection, qvec: list[float], filters: str,
-                           params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """Without pgvector: every vector of the scope read and ranked here (exact)."""
+def _rank_in_worker(rows: list[tuple[Any, ...]], qvec: list[float], n: int
+                    ) -> list[tuple[Any, ...]]:
+    """Without pgvector: every vector of the scope, read by the statement, ranked here
+    (exact)."""
     import numpy as np
 
-    cur = await conn.execute(
-        "SELECT path, chunk, start_char, end_char, heading, penalised, embedding"
-        " FROM memory_chunks WHERE " + filters, params)
-    rows = await cur.fetchall()
     if not rows:
         return []
     matrix = np.asarray([r[6] for r in rows], dtype=np.float32)
     sims = matrix @ np.asarray(qvec, dtype=np.float32)
     order = sorted(range(len(rows)), key=lambda i: (-sims[i], rows[i][0], rows[i][1]))
-    return [(*rows[i][:6], float(sims[i])) for i in order[:params["n"]]]
+    return [(*rows[i][:6], float(sims[i])) for i in order[:n]]

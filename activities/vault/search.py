@@ -10,7 +10,9 @@ chunk and the place in the document it shows, and carries its score components. 
 here downloads a model.
 
 Cost: the candidate pool follows the hits asked for (`candidate_pool(k)`), not the scope's
-size, and snippets are cut from the returned documents only, in Python.
+size, and snippets are cut from the returned documents only, in Python. A search is three
+round trips (the query's words beside the dense search, one pipeline; BM25; the returned
+hits' text), four when cards among BM25's best bring the graph walk (one more pipeline).
 
 Scopes: every function takes the memory scope it works in, as a required keyword, and
 every statement filters by it (documents, term statistics, corpus size, links, chunks):
@@ -28,8 +30,10 @@ from pydantic import BaseModel, Field
 
 from activities.vault.dense import (
     ChunkSource,
-    dense_hits,
+    dense_results,
     embed_pending,
+    embed_texts,
+    plan_dense,
     start_chunks,
     store_chunks,
 )
@@ -65,7 +69,6 @@ from schemas.vault.search import (
     fuse,
     rerank,
     snippet_span,
-    stem_prefix,
     term_patterns,
     term_range,
 )
@@ -99,13 +102,11 @@ class IndexDoc(BaseModel):
     links: list[str] = Field(default_factory=list)  # link keys this document points to
 
     def content_hash(self) -> str:
-        h = hashlib.sha256()
-        for part in (self.kind, self.title, self.tags, self.body, self.card_key or "",
-                     self.card_type or "", self.status or "", str(self.penalised),
-                     "\x1f".join(self.links)):
-            h.update(part.encode("utf-8", "surrogatepass"))
-            h.update(b"\x00")
-        return h.hexdigest()
+        # Each part NUL-terminated, hashed in one update (the same digest as part by part).
+        parts = (self.kind, self.title, self.tags, self.body, self.card_key or "",
+                 self.card_type or "", self.status or "", str(self.penalised),
+                 "\x1f".join(self.links), "")
+        return hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 # A document already indexed is rewritten only when its content changed.
@@ -133,6 +134,8 @@ FROM (SELECT setweight(to_tsvector('simple', %(title)s), 'A')
 
 
 # The same upsert for a batch in one statement: BM25's statistics triggers run once for it.
+# The columns go as binary arrays: text arrays cost ~20 us a document to quote here and as
+# much to parse in the server (bodies of a few KB).
 # `OFFSET 0` keeps the planner from pulling the tsvector's subquery up into its two uses
 # (the column and the length), which parsed every document twice: a third of the upsert's
 # server time.
@@ -142,10 +145,10 @@ INSERT INTO memory_docs (scope, path, kind, title, tags, body, card_key, card_ty
 SELECT %(scope)s, r.path, r.kind, r.title, r.tags, r.body, r.card_key, r.card_type, r.status,
        r.penalised, r.session_id, r.seq, r.hash, v.tsv,
        (SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(v.tsv) u)
-FROM unnest(%(path)s::text[], %(kind)s::text[], %(title)s::text[], %(tags)s::text[],
-            %(body)s::text[], %(card_key)s::text[], %(card_type)s::text[], %(status)s::text[],
-            %(penalised)s::boolean[], %(session_id)s::text[], %(seq)s::bigint[],
-            %(hash)s::text[])
+FROM unnest(%(path)b::text[], %(kind)b::text[], %(title)b::text[], %(tags)b::text[],
+            %(body)b::text[], %(card_key)b::text[], %(card_type)b::text[], %(status)b::text[],
+            %(penalised)b::boolean[], %(session_id)b::text[], %(seq)b::bigint[],
+            %(hash)b::text[])
      AS r(path, kind, title, tags, body, card_key, card_type, status, penalised, session_id,
           seq, hash)
 CROSS JOIN LATERAL (
@@ -171,10 +174,15 @@ async def index_document(conn: AsyncConnection, doc: IndexDoc, *, scope: str,
 
 
 async def index_documents(conn: AsyncConnection, docs: Sequence[IndexDoc], *, scope: str,
-                          embedder: Embedder | None = None) -> int:
+                          embedder: Embedder | None = None,
+                          defer_stats: bool = False) -> int:
     """Index many documents in one transaction (pipelined statements); with an embedder
     their chunks are embedded and stored too. Documents whose hash is unchanged are not
-    touched. Returns how many were new or changed."""
+    touched. Returns how many were new or changed.
+
+    `defer_stats`: the statistics triggers leave BM25's statistics alone for this batch;
+    only for a bulk load (activities.vault.bulk), which marks its scope's recount due
+    first and recounts at its end."""
     if not docs:
         return 0
     unique = list({d.path: d for d in docs}.values())
@@ -203,6 +211,8 @@ async def index_documents(conn: AsyncConnection, docs: Sequence[IndexDoc], *, sc
     try:
         async with conn.transaction():
             async with conn.cursor() as cur:
+                if defer_stats:
+                    await cur.execute("SET LOCAL keel.defer_term_stats = 'on'")
                 await cur.execute(_UPSERT_MANY, batch)
                 await cur.execute("DELETE FROM memory_links WHERE scope = %s"
                                   " AND src = ANY(%s)",
@@ -248,7 +258,8 @@ async def rebuild_statistics(conn: AsyncConnection, *, scope: str) -> None:
     """Recount document frequencies and corpus size from the documents themselves.
 
     The triggers keep them exact on every write; this is for bulk loads that bypass the
-    triggers (and for repairing a database restored from parts).
+    triggers (and for repairing a database restored from parts). It clears the scope's
+    `recount_due` mark.
     """
     async with conn.transaction():
         await conn.execute("DELETE FROM memory_terms WHERE scope = %s", (scope,))
@@ -260,7 +271,7 @@ async def rebuild_statistics(conn: AsyncConnection, *, scope: str) -> None:
             "INSERT INTO memory_stats AS m (scope, n_docs, total_len)"
             " SELECT %s, count(*), coalesce(sum(doc_len), 0) FROM memory_docs WHERE scope = %s"
             " ON CONFLICT (scope) DO UPDATE SET n_docs = EXCLUDED.n_docs,"
-            " total_len = EXCLUDED.total_len", (scope, scope))
+            " total_len = EXCLUDED.total_len, recount_due = false", (scope, scope))
 
 
 async def indexed_hashes(conn: AsyncConnection, prefix: str = "", *, scope: str
@@ -273,14 +284,20 @@ async def indexed_hashes(conn: AsyncConnection, prefix: str = "", *, scope: str
 
 # --- BM25 ---------------------------------------------------------------------------------
 
-_WEIGHT_SQL = " ".join(f"WHEN '{w}' THEN {v}" for w, v in COLUMN_WEIGHTS.items())
+# The term frequency of a query term in a document, column weights applied, is what
+# ts_rank_cd gives for that term alone with no normalisation: every occurrence is a cover
+# of its own and adds its weight. The weights are COLUMN_WEIGHTS / 4 in {D, C, B, A} order
+# (ts_rank_cd takes weights up to 1; quarters are exact in binary, so 4x the rank is the
+# weighted count exactly). One call per (candidate, term) in C, where unnesting every
+# candidate's tsvector to match its lexemes cost half the statement.
+_TF_SCALE = 4
+_TF_WEIGHTS = "{" + ",".join(str(COLUMN_WEIGHTS[w] / _TF_SCALE) for w in "DCBA") + "}"
 
 _BM25 = f"""
 WITH qt AS (
-    SELECT t.i, t.pattern, t.tsq, t.lo, t.hi, t.pre
-    FROM unnest(%(patterns)s::text[], %(tsqs)s::text[], %(los)s::text[], %(his)s::text[],
-                %(pres)s::boolean[])
-         WITH ORDINALITY AS t(pattern, tsq, lo, hi, pre, i)
+    SELECT t.i, t.pattern, t.tsq, t.tsq::tsquery AS term, t.lo, t.hi
+    FROM unnest(%(patterns)s::text[], %(tsqs)s::text[], %(los)s::text[], %(his)s::text[])
+         WITH ORDINALITY AS t(pattern, tsq, lo, hi, i)
 ),
 stats AS (
     SELECT greatest(n_docs, 1)::float8 AS n,
@@ -291,7 +308,7 @@ stats AS (
                  AS total_len) ms
 ),
 qidf AS (
-    SELECT qt.i, qt.tsq, d.df, ln(1 + (s.n - d.df + 0.5) / (d.df + 0.5)) AS idf
+    SELECT qt.i, qt.tsq, qt.term, d.df, ln(1 + (s.n - d.df + 0.5) / (d.df + 0.5)) AS idf
     FROM qt, stats s,
          LATERAL (SELECT least(coalesce(sum(m.df), 0), s.n) AS df
                   FROM memory_terms m
@@ -310,10 +327,10 @@ informative AS (
                       WHERE q2.df <= greatest(%(pool)s, s.n * {COMMON_TERM_SHARE}))
 ),
 cand AS (
-    SELECT DISTINCT ON (c.path) c.path, c.tsv, c.doc_len
+    SELECT DISTINCT ON (c.path) c.path, c.tsv, c.doc_len, c.card_key, c.penalised
     FROM informative q
     CROSS JOIN LATERAL (
-        SELECT d.path, d.tsv, d.doc_len
+        SELECT d.path, d.tsv, d.doc_len, d.card_key, d.penalised
         FROM memory_docs d
         WHERE d.scope = %(scope)s AND d.tsv @@ to_tsquery('simple', q.tsq)
           AND (%(kinds)s::text[] IS NULL OR d.kind = ANY(%(kinds)s::text[]))
@@ -323,42 +340,33 @@ cand AS (
         LIMIT %(pool)s
     ) c
 ),
--- The candidates' lexemes that match a query term: one pass over their tsvectors with the
--- terms as arrays (joining every lexeme with every term cost ~40 ms at 10,000 documents).
-matched AS MATERIALIZED (
-    SELECT c.path, c.doc_len, u.lexeme, u.weights
-    FROM cand c CROSS JOIN LATERAL unnest(c.tsv) u
-    WHERE u.lexeme = ANY(%(exact)s::text[]) OR u.lexeme LIKE ANY(%(prefixes)s::text[])
-),
-tf AS (
-    SELECT m.path, m.doc_len, qt.i,
-           sum((SELECT sum(CASE w {_WEIGHT_SQL} ELSE 1.0 END)
-                FROM unnest(m.weights) w)) AS tf
-    FROM matched m
-    JOIN qt ON CASE WHEN qt.pre THEN starts_with(m.lexeme, qt.lo) ELSE m.lexeme = qt.lo END
-    GROUP BY m.path, m.doc_len, qt.i
-),
 scored AS (
-    SELECT tf.path,
-           sum(q.idf * tf.tf * ({BM25_K1} + 1)
-               / (tf.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * tf.doc_len / s.avgdl)))
+    SELECT c.path, c.card_key, c.penalised,
+           sum(q.idf * t.tf * ({BM25_K1} + 1)
+               / (t.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * c.doc_len / s.avgdl)))
                AS bm25,
            sum(q.idf) AS matched_idf
-    FROM tf JOIN qidf q USING (i) CROSS JOIN stats s
-    GROUP BY tf.path
+    FROM cand c CROSS JOIN qidf q CROSS JOIN stats s
+    CROSS JOIN LATERAL (
+        SELECT {_TF_SCALE} * ts_rank_cd('{_TF_WEIGHTS}', c.tsv, q.term, 0)::float8 AS tf) t
+    WHERE c.tsv @@ q.term
+    GROUP BY c.path, c.card_key, c.penalised
 )
-SELECT d.path, d.card_key, d.penalised, sc.bm25,
+SELECT sc.path, sc.card_key, sc.penalised, sc.bm25,
        sc.matched_idf / nullif((SELECT sum(idf) FROM qidf), 0) AS coverage,
-       (SELECT count(*) FROM memory_links l
-        WHERE l.scope = %(scope)s AND l.dst = d.card_key) AS incoming
-FROM scored sc JOIN memory_docs d ON d.scope = %(scope)s AND d.path = sc.path
-ORDER BY sc.bm25 DESC, d.path
+       CASE WHEN sc.card_key IS NULL THEN 0
+            ELSE (SELECT count(*) FROM memory_links l
+                  WHERE l.scope = %(scope)s AND l.dst = sc.card_key) END AS incoming
+FROM scored sc
+ORDER BY sc.bm25 DESC, sc.path
 """
 
 
+_LEXEMES = "SELECT lexeme FROM unnest(to_tsvector('simple', %s)) ORDER BY lexeme"
+
+
 async def query_lexemes(conn: AsyncConnection, query: str) -> list[str]:
-    cur = await conn.execute(
-        "SELECT lexeme FROM unnest(to_tsvector('simple', %s)) ORDER BY lexeme", (_clean(query),))
+    cur = await conn.execute(_LEXEMES, (_clean(query),))
     return [r[0] for r in await cur.fetchall()][:MAX_QUERY_TERMS]
 
 
@@ -381,9 +389,6 @@ async def _bm25(conn: AsyncConnection, lexemes: list[str], *, scope: str,
         "patterns": [p for _, p, _ in terms],
         "tsqs": [q for _, _, q in terms],
         "los": [lo for lo, _ in ranges], "his": [hi for _, hi in ranges],
-        "pres": [stem_prefix(lex) is not None for lex, _, _ in terms],
-        "exact": [lex for lex, _, _ in terms if stem_prefix(lex) is None],
-        "prefixes": [p for lex, p, _ in terms if stem_prefix(lex) is not None],
         "kinds": kinds, "exclude_session": exclude_session, "pool": pool, "scope": scope,
     })
     return [Candidate(path=path, card_key=key, penalised=pen,
@@ -392,37 +397,44 @@ async def _bm25(conn: AsyncConnection, lexemes: list[str], *, scope: str,
             for path, key, pen, bm25, cov, inc in await cur.fetchall()]
 
 
-async def _graph_around(conn: AsyncConnection, seeds: list[str], scope: str
-                        ) -> list[tuple[str, str]]:
-    """Every link edge within two hops of the seed cards."""
-    edges: set[tuple[str, str]] = set()
-    frontier = set(seeds)
-    seen = set(seeds)
-    for _ in range(2):
-        if not frontier:
-            break
-        cur = await conn.execute(
-            "SELECT src, dst FROM memory_links WHERE scope = %(s)s"
-            " AND (src = ANY(%(k)s) OR dst = ANY(%(k)s))", {"k": sorted(frontier), "s": scope})
-        rows = await cur.fetchall()
-        edges.update((s, d) for s, d in rows)
-        nxt = {x for s, d in rows for x in (s, d)} - seen
-        seen |= nxt
-        frontier = nxt
-    return sorted(edges)
+# The link edges within two hops of the seed cards (hop 1: edges touching a seed; hop 2:
+# edges touching a card hop 1 reached), and the cards they reach.
+_EDGES = """
+WITH e1 AS (
+    SELECT src, dst FROM memory_links
+    WHERE scope = %(s)s AND (src = ANY(%(k)s) OR dst = ANY(%(k)s))
+), hop1 AS (
+    SELECT DISTINCT v.x FROM e1, LATERAL (VALUES (e1.src), (e1.dst)) v(x)
+    WHERE v.x <> ALL(%(k)s)
+), edges AS (
+    SELECT src, dst FROM e1
+    UNION
+    SELECT l.src, l.dst FROM memory_links l
+    WHERE l.scope = %(s)s AND (l.src IN (SELECT x FROM hop1) OR l.dst IN (SELECT x FROM hop1))
+)"""
+_GRAPH_EDGES = _EDGES + "\nSELECT src, dst FROM edges ORDER BY src, dst"
+_GRAPH_CARDS = _EDGES + """
+SELECT d.path, d.card_key, d.penalised,
+       (SELECT count(*) FROM memory_links l WHERE l.scope = d.scope AND l.dst = d.card_key)
+FROM memory_docs d
+WHERE d.scope = %(s)s AND d.kind = 'card' AND d.card_key IN (
+    SELECT v.x FROM edges, LATERAL (VALUES (edges.src), (edges.dst)) v(x)
+    WHERE v.x <> ALL(%(k)s))
+"""
 
 
-async def _neighbour_docs(conn: AsyncConnection, keys: list[str], exclude: set[str],
-                          scope: str) -> list[Candidate]:
-    if not keys:
-        return []
-    cur = await conn.execute(
-        "SELECT d.path, d.card_key, d.penalised,"
-        " (SELECT count(*) FROM memory_links l WHERE l.scope = d.scope"
-        " AND l.dst = d.card_key) FROM memory_docs d"
-        " WHERE d.scope = %s AND d.card_key = ANY(%s) AND d.kind = 'card'", (scope, keys))
-    return [Candidate(path=p, card_key=k, penalised=pen, bm25=0.0, coverage=0.0, incoming=inc)
-            for p, k, pen, inc in await cur.fetchall() if p not in exclude]
+async def _graph_around(conn: AsyncConnection, seeds: list[str], exclude: set[str],
+                        scope: str) -> tuple[list[tuple[str, str]], list[Candidate]]:
+    """Every link edge within two hops of the seed cards, and the cards they reach (but
+    the seeds and the documents in `exclude`): two statements, one round trip."""
+    params = {"k": sorted(seeds), "s": scope}
+    async with conn.pipeline():
+        edges = await conn.execute(_GRAPH_EDGES, params)
+        cards = await conn.execute(_GRAPH_CARDS, params)
+    return ([(s, d) for s, d in await edges.fetchall()],
+            [Candidate(path=p, card_key=k, penalised=pen, bm25=0.0, coverage=0.0,
+                       incoming=inc)
+             for p, k, pen, inc in await cards.fetchall() if p not in exclude])
 
 
 async def _hits(conn: AsyncConnection, lexemes: list[str], ranked: list[Fused],
@@ -460,17 +472,28 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
                  use_lexical: bool = True) -> list[MemoryHit]:
     """The k best documents for `query`: BM25 with the graph rerank, fused by reciprocal
     rank with the dense ranking when there is an embedder (`use_lexical=False`: the dense
-    ranking alone, for benchmarks)."""
-    lexemes = await query_lexemes(conn, query)
+    ranking alone, for benchmarks).
+
+    Round trips: the query's words and the dense search (one pipeline), BM25, the graph
+    (only when cards are among BM25's best), the returned hits' text."""
+    dense_query = None
+    if embedder is not None:
+        qvec = (await embed_texts(embedder, [query]))[0]
+        dense_query = await plan_dense(conn, embedder, qvec, scope=scope, kinds=kinds,
+                                       exclude_session=exclude_session, limit=dense_pool(k))
+    async with conn.pipeline():
+        words = await conn.execute(_LEXEMES, (_clean(query),))
+        near = (None if dense_query is None
+                else await conn.execute(dense_query.statement, dense_query.params))
+    lexemes = [r[0] for r in await words.fetchall()][:MAX_QUERY_TERMS]
+    dense: list[DenseHit] = []
+    if near is not None and dense_query is not None:
+        dense = dense_results(dense_query, await near.fetchall())
     ranked: list[Ranked] = []
     if use_lexical:
         ranked = await lexical_ranking(conn, lexemes, scope=scope, kinds=kinds,
                                        exclude_session=exclude_session, use_graph=use_graph,
                                        pool=candidate_pool(k))
-    dense: list[DenseHit] = []
-    if embedder is not None:
-        dense = await dense_hits(conn, embedder, query, scope=scope, kinds=kinds,
-                                 exclude_session=exclude_session, limit=dense_pool(k))
     if embedder is None:
         fused = [Fused(path=r.path, score=r.score, lexical_rank=i,
                                        lexical=r.score, bm25=r.bm25, hop=r.hop,
@@ -494,10 +517,8 @@ async def lexical_ranking(conn: AsyncConnection, lexemes: list[str], *, scope: s
         ordered = sorted(candidates, key=lambda c: (-base_score(c), c.path))
         seeds = [c.card_key for c in ordered if c.card_key][:GRAPH_SEEDS]
         if seeds:
-            edges = await _graph_around(conn, seeds, scope)
-            reached = sorted({x for e in edges for x in e} - set(seeds))
-            neighbours = await _neighbour_docs(conn, reached, {c.path for c in candidates},
-                                               scope)
+            edges, neighbours = await _graph_around(conn, seeds,
+                                                    {c.path for c in candidates}, scope)
     return rerank(candidates, edges, neighbours, use_graph=use_graph)
 
 

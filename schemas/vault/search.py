@@ -260,9 +260,15 @@ def fuse(lexical: list[Ranked], dense: list[DenseHit], *, k: int = HYBRID_RRF_K,
         hit.score += share * (STALE_PENALTY if d.penalised and hit.lexical_rank is None
                               else 1.0)
         hit.dense_rank, hit.dense, hit.chunk = rank, d.similarity, d
-    best = {p: min(x for x in (f.lexical_rank, f.dense_rank) if x is not None)
-            for p, f in out.items()}
-    return sorted(out.values(), key=lambda f: (-f.score, best[f.path], f.path))
+    return sorted(out.values(), key=lambda f: (-f.score, _best_rank(f), f.path))
+
+
+def _best_rank(f: Fused) -> int:
+    """The better of a hit's two ranks (a fused hit has at least one)."""
+    a, b = f.lexical_rank, f.dense_rank
+    if a is None:
+        return b if b is not None else 0
+    return a if b is None or a <= b else b
 
 
 def snippet_span(text: str, lexemes: list[str], start: int, end: int,

@@ -1,11 +1,14 @@
 """Bulk indexing (activities.vault.bulk) on the real PostgreSQL with pgvector: the same rows
 and the same hits as indexing document by document, the HNSW index set aside during a large
-load and always built again at its end, even when the load fails half way."""
+load and always built again at its end, even when the load fails half way; a large load's
+batches on two connections, its statistics counted once at its end, and recounted by the
+next load when it never reached its end."""
 
 import psycopg
 import pytest
 
 import activities.vault.search as search_module
+from activities.vault import bulk as bulk_module
 from activities.vault import dense
 from activities.vault.bulk import index_bulk
 from activities.vault.embedder import BUILTIN, builtin_available, load_embedder
@@ -57,8 +60,20 @@ async def test_a_bulk_load_gives_the_rows_and_hits_of_one_by_one_and_rebuilds_th
             return await real(*args, **kwargs)
 
         monkeypatch.setattr(search_module, "store_chunks", watch)
+        writers: set[int] = set()
+        real_write = bulk_module.index_documents
+
+        async def count(c, *args, **kwargs):  # which connections wrote batches
+            writers.add(id(c))
+            return await real_write(c, *args, **kwargs)
+
+        monkeypatch.setattr(bulk_module, "index_documents", count)
         assert await index_bulk(conn, docs, scope="bulk", embedder=embedder, batch=7) == 40
+        assert len(writers) == 2  # a large load: two connections took the 6 batches
         assert await index_bulk(conn, docs, scope="bulk", embedder=embedder) == 0
+        # A path given twice is indexed once, as its last version.
+        twice = [docs[0].model_copy(update={"body": "an older text"}), docs[0]]
+        assert await index_bulk(conn, twice, scope="bulk", embedder=embedder) == 0
         assert seen and not any(seen)  # 40 chunks against 8 indexed: set aside
         assert await _ann_index(conn)
         for doc in docs[8:]:
@@ -148,3 +163,28 @@ async def test_a_vault_reindex_loads_in_bulk_what_file_by_file_indexing_gives(
                     for s in ("bulk", "one")]
             assert hits[0] == hits[1] and hits[0]
         assert await bulk.vault.reindex(conn) == (0, 0)
+
+
+async def test_a_load_that_never_reached_its_end_is_recounted_by_the_next(
+        database_url, monkeypatch):
+    monkeypatch.setattr(dense, "BULK_DEFER_MIN", 10)
+    terms = "SELECT term, df FROM memory_terms WHERE scope = %s ORDER BY term"
+    stats = "SELECT n_docs, total_len, recount_due FROM memory_stats WHERE scope = %s"
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        for doc in _docs(12):  # the statistics the triggers keep, document by document
+            await index_documents(conn, [doc], scope="one")
+        # A large load killed after its first batch: its mark committed, that batch
+        # written without the statistics.
+        await bulk_module._mark_due(conn, "k")
+        await index_documents(conn, _docs(12), scope="k", defer_stats=True)
+        assert await (await conn.execute(terms, ("k",))).fetchall() == []
+        assert await (await conn.execute(stats, ("k",))).fetchone() == (0, 0, True)
+        assert await index_bulk(conn, [], scope="k") == 0  # nothing to load: it recounts
+        want = await (await conn.execute(terms, ("one",))).fetchall()
+        assert await (await conn.execute(terms, ("k",))).fetchall() == want
+        n_docs, total_len, _ = await (await conn.execute(stats, ("one",))).fetchone()
+        assert await (await conn.execute(stats, ("k",))).fetchone() == (n_docs, total_len,
+                                                                       False)
+        # A large load that changes nothing clears its own mark without a recount.
+        assert await index_bulk(conn, _docs(12), scope="k") == 0
+        assert (await (await conn.execute(stats, ("k",))).fetchone())[2] is False

@@ -251,3 +251,65 @@ async def test_without_pgvector_the_worker_ranks_the_same(database_url):
     assert [p for p, _ in found["real[]"]] == [p for p, _ in found["vector"]]
     assert all(abs(a[1] - b[1]) < 2e-3 for a, b in zip(found["vector"], found["real[]"],
                                                         strict=True))
+
+
+async def test_bm25_scores_are_okapi_over_weighted_term_counts(ctx):
+    """The SQL's term frequencies (title x3, tags x2, body x1; a long word's light stem
+    matching its variants) give the Okapi BM25 a plain computation gives."""
+    import math
+
+    from schemas.vault.search import BM25_B, BM25_K1
+
+    docs = {
+        "a.md": ("harvest festival", "harvest", "the harvest came late this harvest year"),
+        "b.md": ("notes", "", "a festival of lights, festivals every winter, festival food"),
+        "c.md": ("market", "food", "late market food and the harvest moon"),
+        "d.md": ("weather", "", "rain all week and no sun at all"),
+    }
+    pool = await ctx.pool()
+    async with pool.connection() as conn:
+        await index_documents(conn, [IndexDoc(path=p, kind="note", title=t, tags=g, body=b)
+                                     for p, (t, g, b) in docs.items()], scope="okapi")
+        got = {c.path: c.bm25 for c in await bm25_candidates(
+            conn, "harvest festival food", scope="okapi")}
+    # "festival" has 8 letters: its stem "festiv" also matches "festivals".
+    terms = {"harvest": lambda w: w == "harvest", "festival": lambda w: w.startswith("festiv"),
+             "food": lambda w: w == "food"}
+    words = {p: [(w, weight) for text, weight in zip(fields, (3.0, 2.0, 1.0), strict=True)
+                 for w in text.replace(",", " ").split()] for p, fields in docs.items()}
+    avgdl = sum(len(ws) for ws in words.values()) / len(words)
+    expected: dict[str, float] = {}
+    for match in terms.values():
+        # A stem's document frequency: its forms' frequencies summed (at most the corpus).
+        forms = {w for ws in words.values() for w, _ in ws if match(w)}
+        df = min(len(docs), sum(any(w == f for w, _ in ws) for f in forms
+                                for ws in words.values()))
+        idf = math.log(1 + (len(docs) - df + 0.5) / (df + 0.5))
+        for path, ws in words.items():
+            tf = sum(weight for w, weight in ws if match(w))
+            if tf:
+                norm = BM25_K1 * (1 - BM25_B + BM25_B * len(ws) / avgdl)
+                expected[path] = expected.get(path, 0.0) + idf * tf * (BM25_K1 + 1) / (tf + norm)
+    assert set(got) == set(expected)
+    for path, score in expected.items():
+        assert got[path] == pytest.approx(score, rel=1e-9), path
+
+
+async def test_the_graph_walk_reaches_two_hops_either_way_and_no_further(ctx):
+    """From the best card: its links and the cards linking to it (hop 1), theirs (hop 2);
+    a card three links away is not reached."""
+    cards = {  # card -> the cards it links to
+        "alpha": ["beta"], "beta": ["gamma"], "gamma": ["delta"], "delta": [],
+        "epsilon": ["alpha"], "zeta": ["epsilon"],
+    }
+    docs = [IndexDoc(path=f"cards/notes/{name}.md", kind="card", title=name,
+                     body="the quarterly lighthouse survey" if name == "alpha"
+                     else f"notes on {name}", card_key=name, links=links)
+            for name, links in cards.items()]
+    pool = await ctx.pool()
+    async with pool.connection() as conn:
+        await index_documents(conn, docs, scope="walk")
+        hits = await search(conn, "lighthouse survey", scope="walk", k=10)
+    hops = {h.path.rsplit("/", 1)[1][:-3]: h.components.get("hop") for h in hits}
+    assert hops == {"alpha": 0, "beta": 1, "epsilon": 1, "gamma": 2, "zeta": 2}
+    assert all(h.via_link for h in hits if h.path != "cards/notes/alpha.md")
