@@ -6,8 +6,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
@@ -61,9 +63,23 @@ def database_url(pg_admin_url: str, migrated_template: str) -> Iterator[str]:
     yield url
 
 
+# A test still running this long is about to be failed by pytest-timeout, whose report
+# shows every thread but not what the event loop's tasks wait on: print those first.
+TASKS_DUMP_AFTER_S = float(os.environ.get("KEEL_TEST_TASKS_DUMP_S", "200"))
+
+
+def _dump_tasks() -> None:
+    print(f"\n+++ asyncio tasks after {TASKS_DUMP_AFTER_S:g} s +++", file=sys.stderr)
+    for task in asyncio.all_tasks():
+        print(f"--- {task!r}", file=sys.stderr)
+        task.print_stack(limit=12, file=sys.stderr)
+
+
 @pytest.fixture(autouse=True)
 async def _close_pools_after_test() -> AsyncIterator[None]:
+    dump = asyncio.get_running_loop().call_later(TASKS_DUMP_AFTER_S, _dump_tasks)
     yield
+    dump.cancel()
     await close_pools()
 
 
