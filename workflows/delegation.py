@@ -17,7 +17,9 @@ Invariants:
   writes from the parent's call (`begin`); after the turn that answers it (or a failure),
   it answers its parent and ends itself. A final reply of that turn is told to the parent
   by the model call that made it (`Handler.CHILD_ANSWER`), and the child then sends
-  nothing more; otherwise a Temporal child whose parent waits answers in its run's result
+  nothing more, when the parent hears that signal (`DelegatedTask.hears_call`: a parent
+  on older code, mid rolling deploy, does not and is answered at the child's end); else
+  a Temporal child whose parent waits answers in its run's result
   (`DelegatedTask.answer_in_result`; one that ends without an answer is a failure, heard
   from its completion), any other by a signal (`Handler.AGENT_RUN`). The parent takes one
   answer per child (a second is not recorded twice) and writes its source line. An answer
@@ -263,8 +265,8 @@ class Delegation:
         one, so the call takes it at once instead of waiting out the child's timeout."""
         data = _answer_in(args)
         if data is None or data.input_id != f"delegate-answer-{data.from_session}" \
-                or not self._may_be_early(data):
-            return False
+                or self.run.phase is not SessionPhase.RUNNING or not self._may_be_early(data):
+            return False  # idle, no call is out that could have started it
         if not workflow.patched(EARLY_ANSWER_PATCH):
             return False
         self.early[data.from_session] = data
@@ -293,8 +295,8 @@ class Delegation:
                 parent_session=state.session_id, config=state.config.with_agent(None),
                 spent=state.budget.spent,
                 active=sum(1 for c in state.children if c.done is None))
-        if task is not None and state.delegated_seq and state.delegated_seq not in answered \
-                and not state.ended and not self.told:
+        if task is not None and task.hears_call and state.delegated_seq \
+                and state.delegated_seq not in answered and not state.ended and not self.told:
             tell = TellParent(parent_session=task.parent_session, call_id=task.call_id,
                               spent=state.budget.spent)
         return None if ahead is None and tell is None else DelegationStep(ahead=ahead,
