@@ -452,52 +452,16 @@ async def test_an_answer_heard_before_its_childs_call_was_known_is_taken_at_once
     child was out again (its first completion lost, retried after the child ended). The
     retried call finds its child, and the delegate call takes the answer heard before:
     at once, not at the child's timeout (600 s), and recorded once."""
-    from temporalio import activity
-    from temporalio.client import Client, OutboundInterceptor, SignalWorkflowInput
-    from temporalio.client import Interceptor as ClientInterceptor
-    from temporalio.exceptions import ApplicationError
-    from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
-
     from keel.client import KeelClient
-    from schemas.session import Handler
+    from tests.faults import DelegationFaults
     from workers.worker import build_worker
 
-    lost: list[str] = []
-
-    class _NoChildAnswer(OutboundInterceptor):
-        async def signal_workflow(self, input: SignalWorkflowInput) -> None:
-            if input.signal == Handler.CHILD_ANSWER:
-                raise RuntimeError("this test drops a child's model call's answer")
-            await super().signal_workflow(input)
-
-    class NoChildAnswer(ClientInterceptor):
-        def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
-            return _NoChildAnswer(next)
-
-    class _LoseOnce(ActivityInboundInterceptor):
-        async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-            result = await self.next.execute_activity(input)
-            started = getattr(result, "started_ahead", None)
-            if lost or not started or activity.info().workflow_id != "team-early":
-                return result
-            [child] = started.values()
-            lost.append(child)
-            handle = activity.client().get_workflow_handle(child)
-            for _ in range(300):  # the child answers its parent at its end, and ends
-                if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
-                    break
-                await asyncio.sleep(0.1)
-            raise ApplicationError("this test loses the call's completion")
-
-    class LoseOnce(Interceptor):
-        def intercept_activity(self, next: ActivityInboundInterceptor,
-                               ) -> ActivityInboundInterceptor:
-            return _LoseOnce(next)
-
+    faults = DelegationFaults(armed=lambda: True)
+    lost = faults.lost
     fake_anthropic.responder = team(lambda body: text_message("early answer"))
     settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
-    client = Client(**{**temporal_env.client.config(), "interceptors": [NoChildAnswer()]})
-    async with build_worker(client, settings, interceptors=[LoseOnce()]):
+    async with build_worker(faults.client(temporal_env.client), settings,
+                            interceptors=[faults]):
         keel = KeelClient(temporal_env.client, settings.task_queue, settings)
         parent = await keel.start_session("team-early", agent=spec(600))
         outcome = await asyncio.wait_for(parent.ask("find it"), 60)
