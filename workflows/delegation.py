@@ -263,10 +263,13 @@ class Delegation:
         heard before the model call that started it is known here (that call retried after
         the child ended): kept for its delegate call, as `told_by_child` keeps an early
         one, so the call takes it at once instead of waiting out the child's timeout."""
+        spec = self.run.state.config.agent
+        if self.run.phase is not SessionPhase.RUNNING or spec is None or not spec.sub_agents:
+            return False  # no call is out that could have started a child
         data = _answer_in(args)
         if data is None or data.input_id != f"delegate-answer-{data.from_session}" \
-                or self.run.phase is not SessionPhase.RUNNING or not self._may_be_early(data):
-            return False  # idle, no call is out that could have started it
+                or not self._may_be_early(data):
+            return False
         if not workflow.patched(EARLY_ANSWER_PATCH):
             return False
         self.early[data.from_session] = data

@@ -501,7 +501,7 @@ async def test_a_child_of_a_parent_on_older_code_answers_at_its_end(
         start.config.delegated.hears_call = False  # as an older parent's start input
         await temporal_env.client.start_workflow(
             SESSION_WORKFLOW, start, id=start.session_id, task_queue=settings.task_queue)
-        assert await _closed(temporal_env.client, start.session_id) == \
+        assert await _closed(temporal_env.client, start.session_id, within_s=60) == \
             WorkflowExecutionStatus.COMPLETED
         history = await temporal_env.client.get_workflow_handle("team-old").fetch_history()
         signals = [e.workflow_execution_signaled_event_attributes.signal_name
