@@ -15,6 +15,7 @@ message is one readable line: the refusal's own message, without an "ErrorType: 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Any
@@ -167,3 +168,12 @@ async def refusals(handle: WorkflowHandle[Any, SessionStatus]) -> AsyncIterator[
         if mapped is None:
             raise
         raise mapped from err
+
+
+def raise_if_cancelled(err: BaseException) -> None:
+    """A waiting update call ends in `WorkflowUpdateRPCTimeoutOrCancelledError` both when
+    the server cuts it off (ask again) and when the caller's task is cancelled (a timeout
+    around it, Ctrl-C): the latter is raised as the cancel it is, so the wait stops."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError() from err

@@ -58,6 +58,7 @@ from keel._errors import (
     SessionNotFoundError,
     SessionStoppedError,
     already_started,
+    raise_if_cancelled,
     refusals,
     start_with_message_refused,
 )
@@ -199,7 +200,8 @@ class SessionHandle(SessionControls, SessionApprovals, SessionFiles):
                 async with refusals(self.handle):
                     outcome: TurnOutcome = await self.handle.execute_update(
                         Handler.AWAIT_REPLY, AwaitReply(seq=seq), result_type=TurnOutcome)
-            except WorkflowUpdateRPCTimeoutOrCancelledError:
+            except WorkflowUpdateRPCTimeoutOrCancelledError as err:
+                raise_if_cancelled(err)
                 continue
             if not outcome.retry:  # a retry means the session continued as new: ask it
                 return await self._whole(outcome)
@@ -220,7 +222,8 @@ class SessionHandle(SessionControls, SessionApprovals, SessionFiles):
                         Handler.ASK, UserMessage(text=text, input_id=input_id,
                                                  on_busy=on_busy),
                         id=f"ask:{input_id}", result_type=TurnOutcome)
-            except WorkflowUpdateRPCTimeoutOrCancelledError:
+            except WorkflowUpdateRPCTimeoutOrCancelledError as err:
+                raise_if_cancelled(err)
                 continue
             if not outcome.retry or not outcome.input_seqs:
                 return await self._whole(outcome)

@@ -92,7 +92,8 @@ def child_input(parent_session: str, config: SessionConfig, call: ToolCall, spen
         update={"memory_scope": child_scope(agent, config.memory_scope),
                 "delegated": DelegatedTask(parent_session=parent_session, call_id=call.id,
                                            agent=agent.name, task=call.input["task"],
-                                           depth=depth, answer_in_result=answer_in_result)})
+                                           depth=depth, answer_in_result=answer_in_result,
+                                           hears_call=True)})
     return SessionInput(session_id=child_id, config=child_config)
 
 

@@ -137,6 +137,10 @@ class DelegatedTask(BaseModel):
     # its run's result, which a parent whose call waits for it hears from the child
     # workflow's completion (no signal, no workflow task more on either side).
     answer_in_result: bool = False
+    # The parent hears `Handler.CHILD_ANSWER`, so the child's final model call may tell it
+    # the answer. False from a parent on code before that signal (a rolling deploy): it
+    # would take the signal for an unknown one, so the child answers at its end only.
+    hears_call: bool = False
 
 
 class ChildRun(BaseModel):

@@ -38,7 +38,14 @@ handler a running session meets:
   model call starting the child of its reply's waiting delegate call itself and the
   child's final model call telling its parent the answer (activities.delegate_ahead): the
   answered child and the one that outlives its timeout were started ahead, the one that
-  goes on is a Temporal child.
+  goes on is a Temporal child;
+- `history-initiative-early` (and its four children): the same again under the patches
+  `wakeup-recurring-floor` (a recurring wakeup at least 2 s apart) and
+  `delegate-early-answer`, children started with `hears_call`, and one more waiting
+  delegate call whose child cannot tell its parent from its model call (that signal
+  refused, tests.faults) and answers at its end while the parent's call that started it
+  is retried (its first completion lost after the child ended): the call takes the
+  answer heard before it knew the child.
 
 Re-record only on purpose: a change that breaks replay of the committed histories would
 break every running session.
@@ -79,6 +86,7 @@ from schemas.config import KeelSettings, ModelSettings  # noqa: E402
 from schemas.initiative import SubAgent, WakeupLimits  # noqa: E402
 from schemas.interrupt import InterruptPolicy  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic, text_message, tool_use_message  # noqa: E402
+from tests.faults import DelegationFaults  # noqa: E402
 from tests.queue_fixture import FIRST_REQUEST, seed_queue  # noqa: E402
 from workers.worker import build_worker  # noqa: E402
 
@@ -139,8 +147,12 @@ async def budget_scenario(keel: KeelClient, fake: FakeAnthropic,
 
 
 INITIATIVE_SCENARIO = "history-initiative"
+EARLY_SCENARIO = "history-initiative-early"
 INITIATIVE_SCENARIOS = (INITIATIVE_SCENARIO, "history-initiative-fast",
-                        "history-initiative-ahead")
+                        "history-initiative-ahead", EARLY_SCENARIO)
+# The faults of the early answer (tests.faults), armed for its one call.
+EARLY_FAULTS = DelegationFaults(armed=lambda: EARLY_ARMED[0])
+EARLY_ARMED = [False]
 INITIATIVE_AGENT = AgentSpec(
     instructions="You keep track of CI and hand research to a sub-agent.",
     wakeups=WakeupLimits(min_interval_s=1, max_active=5, expiry_s=3600),
@@ -154,6 +166,7 @@ INITIATIVE_CALLS: dict[str, tuple[str, dict[str, object]]] = {
     "later": ("schedule_wakeup", {"note": "tomorrow's report", "after_s": 3000}),
     "keep": ("schedule_wakeup", {"note": "dropped at the end", "after_s": 3000}),
     "ask": ("delegate", {"agent": "researcher", "task": "What is 6 x 7?"}),
+    "early": ("delegate", {"agent": "researcher", "task": "What is 3 + 4?"}),
     "fire": ("delegate", {"agent": "researcher", "task": "What is 2 + 2?", "wait": False}),
     "slow": ("delegate", {"agent": "waiter", "task": "Write x.md"}),  # outlives 2 s
     "last": ("delegate", {"agent": "waiter", "task": "Write y.md", "wait": False}),
@@ -335,13 +348,19 @@ async def initiative_scenario(keel: KeelClient, settings: KeelSettings,
             break
         await asyncio.sleep(0.2)
     await asyncio.sleep(2)
+    if session_id == EARLY_SCENARIO:
+        EARLY_ARMED[0] = True
+        await session.ask("early: the researcher, whose answer comes before its call")
+        EARLY_ARMED[0] = False
+        assert EARLY_FAULTS.lost, "the early answer's faults did not happen"
     await session.ask("keep: one for the end to drop")
     await session.ask("slow: the waiter, who outlives its timeout")
     await session.ask("last: the waiter again, still working when the session ends")
     await asyncio.sleep(1)
     children = (await session.status()).children
     await session.end()  # ends the last waiter too
-    for child in (children[0], children[2], children[3]):  # answered, timed out, ended
+    saved = [0, 2, 3] if session_id != EARLY_SCENARIO else [0, 2, 3, 4]
+    for child in (children[i] for i in saved):  # answered, (early,) timed out, ended
         handle = keel.session(child.session_id).handle
         for _ in range(150):  # its end, so the whole history is replayed
             if (await handle.describe()).close_time is not None:
@@ -367,7 +386,10 @@ async def main() -> None:
         async with running_stack(settings) as stack:
             settings = settings.model_copy(update={"database_url": stack.database_url})
             service = toolset(SUPPORT_QUEUE)
-            async with build_worker(stack.client, settings), Worker(
+            faults = EARLY_FAULTS if session_id == EARLY_SCENARIO else None
+            async with build_worker(
+                    faults.client(stack.client) if faults else stack.client, settings,
+                    interceptors=[faults] if faults else []), Worker(
                     stack.client, task_queue=SUPPORT_QUEUE, activities=service.activities()):
                 keel = KeelClient(stack.client, settings.task_queue, settings)
                 if session_id == BUDGET_SCENARIO:

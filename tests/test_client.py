@@ -176,6 +176,37 @@ async def test_a_session_that_stopped_itself_says_why(client, database_url, fake
     assert isinstance(cause, RPCError) and cause.status == RPCStatusCode.NOT_FOUND
 
 
+async def test_a_wait_cancelled_by_its_caller_stops(client, database_url, fake_anthropic,
+                                                    tmp_path):
+    """`ask` and `wait_reply` ask again when the server cuts a waiting update call off, but
+    a cancel from their caller (a timeout around them, Ctrl-C) ends them: the SDK reports
+    both alike."""
+    import asyncio
+    import threading
+
+    release = threading.Event()
+
+    def respond(body: dict[str, object]) -> dict[str, object]:
+        release.wait(30)  # the turn is still running when the caller gives up
+        return text_message("late")
+
+    fake_anthropic.responder = respond
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    try:
+        async with keel_worker(client, settings) as keel:
+            session = await keel.start_session(f"cl-{uuid.uuid4().hex[:8]}")
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(session.ask("slow"), 1)
+            accepted = await session.send("slower")
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(session.wait_reply(accepted.seq), 1)
+            release.set()
+            assert (await session.wait_reply(accepted.seq)).reply_text == "late"
+            await session.end()
+    finally:
+        release.set()
+
+
 async def test_an_unknown_session_is_not_found(client, settings):
     keel = KeelClient(client, settings.task_queue, settings)
     session = keel.session(f"nope-{uuid.uuid4().hex[:8]}")

@@ -17,11 +17,15 @@ Invariants:
   writes from the parent's call (`begin`); after the turn that answers it (or a failure),
   it answers its parent and ends itself. A final reply of that turn is told to the parent
   by the model call that made it (`Handler.CHILD_ANSWER`), and the child then sends
-  nothing more; otherwise a Temporal child whose parent waits answers in its run's result
+  nothing more, when the parent hears that signal (`DelegatedTask.hears_call`: a parent
+  on older code, mid rolling deploy, does not and is answered at the child's end); else
+  a Temporal child whose parent waits answers in its run's result
   (`DelegatedTask.answer_in_result`; one that ends without an answer is a failure, heard
   from its completion), any other by a signal (`Handler.AGENT_RUN`). The parent takes one
-  answer per child (a second, or one from a child it does not know yet, `early`, is not
-  recorded twice) and writes its source line.
+  answer per child (a second is not recorded twice) and writes its source line. An answer
+  from a child it does not know yet (the model call that started it is being retried),
+  told or sent at the child's end, is kept for that child's call (`early`), which takes it
+  at once (`EARLY_ANSWER_PATCH` for the latter).
 - A child started ahead is no Temporal child: its parent asks now and then
   (`CHECK_FIRST_S`, doubling up to `CHECK_MAX_S`) whether it closed without answering
   (terminated, failed), as a child workflow's completion would tell it.
@@ -83,7 +87,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run import SessionRun
     from workflows.wakeups import ToolFn
 
-__all__ = ["AHEAD_PATCH", "ROUND_TRIP_PATCH", "Delegation"]
+__all__ = ["AHEAD_PATCH", "EARLY_ANSWER_PATCH", "ROUND_TRIP_PATCH", "Delegation"]
 
 # A shorter round trip (histories from before it replay as they were): the delegate call's
 # result is written by the turn's next model call with the answer (workflows.tools), and
@@ -93,6 +97,9 @@ ROUND_TRIP_PATCH = "delegate-round-trip"
 # call itself, and a child's final model call tells its parent the answer
 # (activities.delegate_ahead); histories from before replay as they were.
 AHEAD_PATCH = "delegate-ahead"
+# A child's answer at its end from a child this run does not know yet is kept for its call
+# (`early`), not recorded as an input of its own while the call then waits for nothing.
+EARLY_ANSWER_PATCH = "delegate-early-answer"
 CHECK_FIRST_S, CHECK_MAX_S = 2.0, 60.0  # asking whether a child started ahead closed
 
 
@@ -235,12 +242,8 @@ class Delegation:
     def _child_of(self, args: Sequence[RawValue]) -> tuple[ChildRun, AgentRunInput] | None:
         """The working child an agent-run signal comes from, and what it says."""
         state = self.run.state
-        if not state.children or len(args) != 1:
-            return None
-        try:
-            data = AgentRunInput.model_validate(json.loads(args[0].payload.data))
-        except Exception:  # the inbox records it as malformed
-            return None
+        if not state.children or (data := _answer_in(args)) is None:
+            return None  # a malformed one: the inbox records it so
         child = next((c for c in state.children if c.session_id == data.from_session
                       and c.done is None), None)
         return None if child is None else (child, data)
@@ -248,9 +251,29 @@ class Delegation:
     def take(self, args: Sequence[RawValue]) -> bool:
         """A child's answer while its delegate call waits: folded into the turn's next model
         call (which records it, as an asked message's first call does), so the wait ends
-        without a record activity of its own. False: record it the ordinary way."""
+        without a record activity of its own. The answer of a child this run does not know
+        yet is kept for its call (`early`). False: record it the ordinary way."""
         found = self._child_of(args)
-        return found is not None and self._take(*found)
+        if found is None:
+            return self._early_run(args)
+        return self._take(*found)
+
+    def _early_run(self, args: Sequence[RawValue]) -> bool:
+        """A child's answer at its end (it could not tell this session from its model call)
+        heard before the model call that started it is known here (that call retried after
+        the child ended): kept for its delegate call, as `told_by_child` keeps an early
+        one, so the call takes it at once instead of waiting out the child's timeout."""
+        spec = self.run.state.config.agent
+        if self.run.phase is not SessionPhase.RUNNING or spec is None or not spec.sub_agents:
+            return False  # no call is out that could have started a child
+        data = _answer_in(args)
+        if data is None or data.input_id != f"delegate-answer-{data.from_session}" \
+                or not self._may_be_early(data):
+            return False
+        if not workflow.patched(EARLY_ANSWER_PATCH):
+            return False
+        self.early[data.from_session] = data
+        return True
 
     def _take(self, child: ChildRun, data: AgentRunInput) -> bool:
         if child.session_id != self.waiting:
@@ -275,8 +298,8 @@ class Delegation:
                 parent_session=state.session_id, config=state.config.with_agent(None),
                 spent=state.budget.spent,
                 active=sum(1 for c in state.children if c.done is None))
-        if task is not None and state.delegated_seq and state.delegated_seq not in answered \
-                and not state.ended and not self.told:
+        if task is not None and task.hears_call and state.delegated_seq \
+                and state.delegated_seq not in answered and not state.ended and not self.told:
             tell = TellParent(parent_session=task.parent_session, call_id=task.call_id,
                               spent=state.budget.spent)
         return None if ahead is None and tell is None else DelegationStep(ahead=ahead,
@@ -310,24 +333,20 @@ class Delegation:
             await self._record_answer(*found)
 
     def _keep_early(self, args: Sequence[RawValue]) -> None:
-        try:
-            data = AgentRunInput.model_validate(json.loads(args[0].payload.data))
-        except Exception:
-            return
-        state = self.run.state
-        child_prefix = f"{state.session_id}."
-        if data.from_session.startswith(child_prefix) and len(self.early) < 16 \
-                and all(c.session_id != data.from_session for c in state.children):
+        if (data := _answer_in(args)) is not None and self._may_be_early(data):
             self.early[data.from_session] = data
+
+    def _may_be_early(self, data: AgentRunInput) -> bool:
+        """From a child of this session (by its id) this run does not know (yet)."""
+        state = self.run.state
+        return data.from_session.startswith(f"{state.session_id}.") \
+            and len(self.early) < 16 \
+            and all(c.session_id != data.from_session for c in state.children)
 
     def answered_already(self, args: Sequence[RawValue]) -> bool:
         """An agent-run input from a child that has answered (its model call told this
         session first): said already, not recorded again."""
-        if len(args) != 1:
-            return False
-        try:
-            data = AgentRunInput.model_validate(json.loads(args[0].payload.data))
-        except Exception:
+        if (data := _answer_in(args)) is None:
             return False
         return data.input_id == f"delegate-answer-{data.from_session}" and any(
             c.session_id == data.from_session and c.done in ("answered", "failed")
@@ -518,3 +537,13 @@ class Delegation:
         await self.run.record_notice(f"The session was {reason[:300]}.")
         self.end(reason[:300])
         self.run.publish_summary()
+
+
+def _answer_in(args: Sequence[RawValue]) -> AgentRunInput | None:
+    """The agent-run input a signal carries, or None when it carries none (malformed)."""
+    if len(args) != 1:
+        return None
+    try:
+        return AgentRunInput.model_validate(json.loads(args[0].payload.data))
+    except Exception:
+        return None

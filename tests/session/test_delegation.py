@@ -443,3 +443,72 @@ async def test_a_child_that_ends_without_an_answer_is_a_failure_at_once(
     answer = [r for r in rows(database_url, name)
               if (r[1] or "").startswith("[Harness: agent run ")]
     assert len(answer) == 1 and "ended without an answer" in answer[0][2]
+
+
+async def test_an_answer_heard_before_its_childs_call_was_known_is_taken_at_once(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    """The child's model call could not tell its parent (that signal failed), so the child
+    answered at its end; the parent heard it while the model call that had started the
+    child was out again (its first completion lost, retried after the child ended). The
+    retried call finds its child, and the delegate call takes the answer heard before:
+    at once, not at the child's timeout (600 s), and recorded once."""
+    from keel.client import KeelClient
+    from tests.faults import DelegationFaults
+    from workers.worker import build_worker
+
+    faults = DelegationFaults(armed=lambda: True)
+    lost = faults.lost
+    fake_anthropic.responder = team(lambda body: text_message("early answer"))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with build_worker(faults.client(temporal_env.client), settings,
+                            interceptors=[faults]):
+        keel = KeelClient(temporal_env.client, settings.task_queue, settings)
+        parent = await keel.start_session("team-early", agent=spec(600))
+        outcome = await asyncio.wait_for(parent.ask("find it"), 60)
+        assert lost, "the model call's completion was not lost: nothing was tested"
+        assert await _closed(temporal_env.client, lost[0]) == \
+            WorkflowExecutionStatus.COMPLETED
+        assert "early answer" in outcome.reply_text
+        [child] = (await parent.status()).children
+        assert child.session_id == lost[0] and child.ahead and child.done == "answered"
+        await parent.end()
+    answers = [r for r in rows(database_url, "team-early")
+               if (r[1] or "").startswith("[Harness: agent run ")]
+    assert len(answers) == 1 and answers[0][2] == "early answer"
+
+
+async def test_a_child_of_a_parent_on_older_code_answers_at_its_end(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    """Mid rolling deploy a parent on code from before `child_answer` starts a child that
+    runs on newer code. Its start input says nothing of that signal (`hears_call`), so the
+    child's model call does not use it (the parent would take it for an unknown signal,
+    record a notice, and wait out the child's timeout): it answers at its end, by the
+    agent-run signal every version hears."""
+    from schemas.delegation import child_input
+    from schemas.messages import ToolCall
+    from schemas.session import SESSION_WORKFLOW, Handler
+    from tests.harness import small_config
+
+    fake_anthropic.responder = team(lambda body: text_message("answer for an old parent"))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session("team-old", agent=spec())
+        call = ToolCall(id="toolu_old_1", name="delegate",
+                        input={"agent": "researcher", "task": "look it up"})
+        start = child_input("team-old", small_config(settings, agent=spec()), call,
+                            (await parent.status()).spent, answer_in_result=False)
+        assert start.config.delegated is not None and start.config.delegated.hears_call
+        start.config.delegated.hears_call = False  # as an older parent's start input
+        await temporal_env.client.start_workflow(
+            SESSION_WORKFLOW, start, id=start.session_id, task_queue=settings.task_queue)
+        assert await _closed(temporal_env.client, start.session_id, within_s=60) == \
+            WorkflowExecutionStatus.COMPLETED
+        history = await temporal_env.client.get_workflow_handle("team-old").fetch_history()
+        signals = [e.workflow_execution_signaled_event_attributes.signal_name
+                   for e in history.events
+                   if e.HasField("workflow_execution_signaled_event_attributes")]
+        assert signals == [Handler.AGENT_RUN], signals
+        await parent.end()
+    answers = [r for r in rows(database_url, "team-old")
+               if (r[1] or "").startswith("[Harness: agent run ")]
+    assert [a[2] for a in answers] == ["answer for an old parent"]
