@@ -4,9 +4,9 @@ worker, through the client its activities run with (`activity.client()`).
 Invariants:
 - One schedule per recurring wakeup, its id `wakeup_schedule_id(session, wakeup)`: a retried
   create finds it made and succeeds, a retried delete finds it gone and succeeds.
-- An interval's fires are the wakeup's creation plus whole intervals (`interval_offset`):
-  the first comes one interval after it was scheduled, never while the schedule's own
-  workflow is still starting.
+- An interval's fires are the wakeup's creation (up to the whole second) plus whole
+  intervals (`interval_offset`): the first comes one interval after it was scheduled,
+  never while the schedule's own workflow is still starting.
 - The schedule starts `WakeupFireWorkflow` (workflows.wakeups) on the session's task queue,
   which signals the session; it runs from the wakeup's creation to its expiry (`end_at`), so
   Temporal itself stops it at the expiry, and a fire still due when the next comes is
@@ -30,7 +30,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from schemas.initiative import Wakeup, interval_offset
+from schemas.initiative import Wakeup, interval_offset, interval_schedule_start
 
 __all__ = ["WAKEUP_FIRE_WORKFLOW", "WakeupFire", "WakeupScheduleInput",
            "create_wakeup_schedule", "delete_wakeup_schedule", "wakeup_schedule_id"]
@@ -64,7 +64,8 @@ async def create_wakeup_schedule(data: WakeupScheduleInput) -> str:
         intervals=[ScheduleIntervalSpec(every=timedelta(seconds=wakeup.every_s),
                                         offset=interval_offset(wakeup.created, wakeup.every_s))]
         if wakeup.every_s else [],
-        start_at=wakeup.created, end_at=wakeup.expires, time_zone_name="UTC")
+        start_at=interval_schedule_start(wakeup.created) if wakeup.every_s else wakeup.created,
+        end_at=wakeup.expires, time_zone_name="UTC")
     schedule = Schedule(
         action=ScheduleActionStartWorkflow(
             WAKEUP_FIRE_WORKFLOW, WakeupFire(session_id=data.session_id, wakeup_id=wakeup.id),

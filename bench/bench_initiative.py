@@ -55,7 +55,7 @@ from bench.common import cancel_on_sigterm, percentile, table  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from schemas.agent import CHILD_NOTE, AgentSpec  # noqa: E402
 from schemas.config import ModelSettings  # noqa: E402
-from schemas.initiative import SubAgent, WakeupLimits  # noqa: E402
+from schemas.initiative import SubAgent, WakeupLimits, interval_start  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic, text_message, tool_use_message  # noqa: E402
 from workers.worker import build_worker  # noqa: E402
 
@@ -171,11 +171,11 @@ async def recurring(session: SessionHandle, database_url: str) -> list[float]:
         if "T" not in stamp:
             say(f"   (not a scheduled fire: {input_id})")
             continue
-        # The fires are due at the wakeup's creation plus whole intervals; the input id
-        # holds the one it was, cut to the second.
-        k = round(((datetime.fromisoformat(stamp) - wakeup.created).total_seconds() + 0.5)
-                  / wakeup.every_s)
-        fire = wakeup.created + timedelta(seconds=k * wakeup.every_s)
+        # The fires are due at the wakeup's creation, up to the whole second, plus whole
+        # intervals; the input id holds the one it was, cut to the second.
+        start = interval_start(wakeup.created)
+        k = round((datetime.fromisoformat(stamp) - start).total_seconds() / wakeup.every_s)
+        fire = start + timedelta(seconds=k * wakeup.every_s)
         out.append((created - fire).total_seconds())
     return out
 

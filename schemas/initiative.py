@@ -11,8 +11,10 @@ Invariants:
 - A recurring wakeup is at least `RECURRING_FLOOR_S` apart whatever the spec allows:
   Temporal's scheduler works to the second (its own words), and a 1 s interval's starts
   fell behind by ~20 ms a fire until one was skipped (dev server 1.32; at 2 s and 3 s they
-  were 20-70 ms late, the first fire too). An interval's fires are `created + k * every_s`
-  (k >= 1: `interval_offset`), so its first comes a whole interval after it was scheduled.
+  were 20-70 ms late, the first fire too). An interval's fires are
+  `interval_start(created) + k * every_s` (k >= 1: `interval_offset`), its creation up to
+  the whole second (Temporal drops an offset's fraction of a second), so the first comes
+  a whole interval after it was scheduled, within a second more.
 - A cron expression is five fields (minute hour day-of-month month day-of-week, UTC), read
   here strictly (`parse_cron`): the next fire and the shortest gap are computed from it, so
   the shortest-interval limit holds for cron as for `every_s`.
@@ -58,6 +60,8 @@ __all__ = [
     "cron_min_gap_s",
     "initiative_tools",
     "interval_offset",
+    "interval_schedule_start",
+    "interval_start",
     "next_cron_fire",
     "parse_cron",
     "plan_wakeup",
@@ -351,12 +355,27 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 
+def interval_start(created: datetime) -> datetime:
+    """Where an `every_s` wakeup's intervals count from: its creation, up to the whole
+    second (Temporal's scheduler drops an offset's fraction of a second)."""
+    whole = created.replace(microsecond=0)
+    return whole if whole == created else whole + timedelta(seconds=1)
+
+
+def interval_schedule_start(created: datetime) -> datetime:
+    """The schedule's `start_at` for an `every_s` wakeup: a second past its interval start,
+    so the start itself (k = 0, a fire at once) is skipped and the first is one interval
+    on (every interval is `RECURRING_FLOOR_S` or more)."""
+    return interval_start(created) + timedelta(seconds=1)
+
+
 def interval_offset(created: datetime, every_s: float) -> timedelta:
     """The offset of a Temporal interval spec (fires at epoch + offset + k * every) that
-    puts an `every_s` wakeup's fires at `created + k * every_s`: a whole interval after it
-    was scheduled, not at the next multiple of the interval since 1970."""
+    puts an `every_s` wakeup's fires at `interval_start(created) + k * every_s`: whole
+    intervals after it was scheduled, not at the next multiple of the interval since 1970."""
     every = max(1, round(every_s * 1_000_000))
-    return timedelta(microseconds=((created - _EPOCH) // _MICROSECOND) % every)
+    return timedelta(microseconds=((interval_start(created) - _EPOCH) // _MICROSECOND)
+                     % every)
 
 
 def plan_wakeup(args: dict[str, Any], now: datetime, limits: WakeupLimits,

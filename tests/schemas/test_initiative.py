@@ -25,6 +25,8 @@ from schemas.initiative import (
     child_session_id,
     cron_min_gap_s,
     interval_offset,
+    interval_schedule_start,
+    interval_start,
     next_cron_fire,
     parse_cron,
     plan_wakeup,
@@ -83,14 +85,21 @@ def test_a_recurring_interval_is_two_seconds_at_least_whatever_the_spec_allows()
 
 
 @pytest.mark.parametrize("every", [2, 2.5, 60, 3600, 86_400 * 7])
-def test_an_intervals_fires_are_its_creation_plus_whole_intervals(every):
-    created = datetime(2026, 3, 2, 10, 30, 15, 123_456, tzinfo=UTC)
+@pytest.mark.parametrize("micro", [0, 1, 123_456, 999_999])
+def test_an_intervals_fires_are_its_start_plus_whole_intervals(every, micro):
+    created = datetime(2026, 3, 2, 10, 30, 15, micro, tzinfo=UTC)
+    start = interval_start(created)
+    # Up to the whole second: Temporal drops an offset's fraction of a second.
+    assert start.microsecond == 0 and timedelta(0) <= start - created < timedelta(seconds=1)
+    assert (start == created) == (micro == 0)
     offset = interval_offset(created, every)
     step = timedelta(seconds=every)
     assert timedelta(0) <= offset < step
-    # Temporal's interval spec fires at epoch + offset + k * every: created is one of them.
-    since = created - datetime(1970, 1, 1, tzinfo=UTC) - offset
+    # Temporal's interval spec fires at epoch + offset + k * every: the start is one of them.
+    since = start - datetime(1970, 1, 1, tzinfo=UTC) - offset
     assert since % step == timedelta(0)
+    # The schedule starts after that fire and before the next: the first is an interval on.
+    assert start < interval_schedule_start(created) < start + step
 
 
 def test_cron_next_fire_and_gap():

@@ -15,7 +15,7 @@ import psycopg
 from temporalio.api.enums.v1 import EventType
 
 from schemas.agent import AgentSpec
-from schemas.initiative import WakeupLimits
+from schemas.initiative import WakeupLimits, interval_start
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
 
@@ -139,15 +139,17 @@ async def test_recurring_fires_on_schedule_and_stops_at_expiry(
         fired = [r for r in rows(database_url, "wake-every") if "Task wakeup w1" in
                  (r[1] or "")]
         assert 2 <= len(fired) <= 3, fired
-        # Each fire is a whole number of intervals after the wakeup was made (its input id
-        # holds the schedule's time, to the second), the first a whole interval after.
+        # Each fire is a whole number of intervals after the wakeup was made, up to the
+        # whole second (its input id holds the schedule's time, to the second), the first
+        # a whole interval after.
         with psycopg.connect(database_url) as conn:
             ids = [r[0] for r in conn.execute(
                 "SELECT input_id FROM messages WHERE session_id='wake-every' AND "
                 "source_line LIKE '[Harness: Task wakeup w1 %%' ORDER BY seq")]
-        after_s = [(datetime.fromisoformat(i.split("-", 2)[2]) - created).total_seconds()
+        start = interval_start(created)
+        after_s = [(datetime.fromisoformat(i.split("-", 2)[2]) - start).total_seconds()
                    for i in ids]
-        assert [round(a / 2 + 0.25) for a in after_s] == list(range(1, len(ids) + 1)), ids
+        assert after_s == [2.0 * k for k in range(1, len(ids) + 1)], ids
         assert await session.wakeups() == []  # expired: gone from the state
         await asyncio.sleep(2)
         after = [r for r in rows(database_url, "wake-every") if "Task wakeup w1" in
