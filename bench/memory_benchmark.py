@@ -78,7 +78,7 @@ from temporalio.client import Client  # noqa: E402
 
 from activities.db import close_pools  # noqa: E402
 from activities.offline.model import respond as offline_respond  # noqa: E402
-from bench.common import cancel_on_sigterm, source_commit, table  # noqa: E402
+from bench.common import cancel_on_sigterm, shown, source_commit, table  # noqa: E402
 from bench.task_payloads import task_payloads  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from keel.devstack import running_stack  # noqa: E402
@@ -956,4 +956,4 @@ if __name__ == "__main__":
     path = RESULTS_DIR / (arguments.out or f"{name}.json")
     path.write_text(json.dumps(result, indent=2, default=str) + "\n")
     say(f"\ntotal {result['total_seconds']} s at commit {result['machine']['commit']}; "
-        f"figures written to {path.relative_to(ROOT)}")
+        f"figures written to {shown(path)}")
