@@ -192,6 +192,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                            "turns_per_session": args.turns, "runs": []}
     try:
         async with bench_stack(model) as (client, settings):
+            assert settings.database_url is not None  # bench_stack sets it
             _DB["url"] = settings.database_url
             for workers, sessions in ([(1, 10)] if args.quick else CONFIGS):
                 print(f"{workers} session worker(s), {sessions} sessions, "

@@ -511,9 +511,9 @@ async def check_session(conn: AsyncConnection, sc: Scenario, d: Drive) -> dict[s
             if row["type"] != "user":
                 harness_hits.append(f"#{e['seq']} is a {row['type']} message")
             original: bytes = row["content_text"].encode()
-            text: bytes = e["text"].encode()
-            same = text == original and not e["cut"]
-            prefix = bool(e["cut"]) and original.startswith(text)
+            kept: bytes = e["text"].encode()
+            same = kept == original and not e["cut"]
+            prefix = bool(e["cut"]) and original.startswith(kept)
             shown = e["text"] in ck["rendered"]
             if (same or prefix) and shown:
                 exact += 1
