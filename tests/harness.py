@@ -20,7 +20,7 @@ from schemas.session import SessionConfig
 from workers.worker import Role, build_worker
 
 
-def make_settings(database_url: str, data_dir: Path, base_url: str | None = None,
+def make_settings(database_url: str | None, data_dir: Path, base_url: str | None = None,
                   **model: object) -> KeelSettings:
     return KeelSettings(
         database_url=database_url,

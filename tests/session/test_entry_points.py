@@ -249,7 +249,7 @@ async def test_keel_client_refuses_the_same_before_sending():
 
     with pytest.raises(MessageRejectedError, match="the input id has 300 characters"):
         refuse_before_sending("hi", input_id="i" * 300)
-    session = SessionHandle(None, None)  # type: ignore[arg-type]  # no call is made
+    session = SessionHandle(None, None)  # no call is made
     with pytest.raises(MessageRejectedError, match="the decision's note has 5000"):
         await session.decide("c1", True, note="n" * 5000)
     with pytest.raises(MessageRejectedError, match="the end request's reason has 5000"):

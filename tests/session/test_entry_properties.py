@@ -132,8 +132,10 @@ entry = st.one_of(
 
 def _count(database_url: str, sid: str) -> int:
     with psycopg.connect(database_url) as conn:
-        return conn.execute("SELECT count(*) FROM messages WHERE session_id=%s"
-                            " AND type IN ('harness', 'notice')", (sid,)).fetchone()[0]
+        row = conn.execute("SELECT count(*) FROM messages WHERE session_id=%s"
+                           " AND type IN ('harness', 'notice')", (sid,)).fetchone()
+        assert row is not None  # count(*) gives one row
+        return row[0]
 
 
 async def test_random_input_at_every_entry_point(client, database_url, fake_anthropic,
