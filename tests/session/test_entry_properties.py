@@ -139,7 +139,7 @@ def _count(database_url: str, sid: str) -> int:
 
 
 async def test_random_input_at_every_entry_point(client, database_url, fake_anthropic,
-                                                 tmp_path):
+                                                 tmp_path) -> None:
     fake_anthropic.responder = lambda body: text_message("ok")
     config = make_settings(database_url, tmp_path, fake_anthropic.base_url)
     loop = asyncio.get_running_loop()
