@@ -37,7 +37,7 @@ from keel.client import KeelClient
 from keel.devstack import running_stack
 from schemas.agent import AgentSpec
 from schemas.config import KeelSettings
-from schemas.mcp import McpServerSpec
+from schemas.mcp import McpServerSpec, McpStdio
 from workers.worker import build_worker
 
 DOCS = str(Path(__file__).resolve().parent.parent / "examples" / "support" / "docs_server.py")
@@ -76,7 +76,7 @@ async def main(n: int) -> None:
     load_before = os.getloadavg()[0]  # the machine's load, reported with the figures
     data = Path(tempfile.mkdtemp(prefix="keel-bench-tools-"))
     settings = KeelSettings.from_env({"KEEL_DATA_DIR": str(data)})
-    docs = McpServerSpec(name="docs", stdio={"command": sys.executable, "args": [DOCS]})
+    docs = McpServerSpec(name="docs", stdio=McpStdio(command=sys.executable, args=[DOCS]))
     async with running_stack(settings) as stack:
         settings = settings.model_copy(update={"database_url": stack.database_url})
         tools = toolset("bench-tools")

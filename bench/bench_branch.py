@@ -37,7 +37,6 @@ import os
 import sys
 import time
 import uuid
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from google.protobuf.duration_pb2 import Duration  # noqa: E402
 from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
@@ -154,7 +154,7 @@ def origin_state(session_id: str, rows: int) -> SessionState:
 async def other_namespace(client: Client) -> Client:
     namespace = f"bench-other-{uuid.uuid4().hex[:6]}"
     await client.workflow_service.register_namespace(RegisterNamespaceRequest(
-        namespace=namespace, workflow_execution_retention_period=timedelta(days=1)))
+        namespace=namespace, workflow_execution_retention_period=Duration(seconds=24 * 3600)))
     for _ in range(100):
         try:
             other = await Client.connect(client.service_client.config.target_host,

@@ -41,10 +41,10 @@ from temporalio.testing import ActivityEnvironment  # noqa: E402
 
 from activities.mcp import CallMcpToolInput, ListMcpToolsInput, McpActivities  # noqa: E402
 from bench.common import percentile, source_commit, table  # noqa: E402
-from schemas.mcp import McpServerSpec  # noqa: E402
+from schemas.mcp import McpServerSpec, McpStdio  # noqa: E402
 
 POOL_SERVER = str(ROOT / "tests" / "mcp" / "servers" / "pool_server.py")
-SPEC = McpServerSpec(name="pool", stdio={"command": sys.executable, "args": [POOL_SERVER]},
+SPEC = McpServerSpec(name="pool", stdio=McpStdio(command=sys.executable, args=[POOL_SERVER]),
                      connect_s=60, list_s=60, call_s=600)
 
 

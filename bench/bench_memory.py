@@ -32,6 +32,7 @@ import tempfile
 import time
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -168,8 +169,10 @@ async def search_figures(admin_url: str, sizes: list[int], repeat: int) -> dict:
             await bulk_index(url, filler_docs(size))
             load_s = time.perf_counter() - t0
         async with await psycopg.AsyncConnection.connect(url) as conn:
-            n = (await (await conn.execute(
-                "SELECT n_docs FROM memory_stats WHERE scope = 'default'")).fetchone())[0]
+            stats = await (await conn.execute(
+                "SELECT n_docs FROM memory_stats WHERE scope = 'default'")).fetchone()
+            assert stats is not None  # the corpus is loaded: its scope has its row
+            n = stats[0]
         for use_graph, label in ((False, "BM25 alone"), (True, "BM25 + graph rerank")):
             r5, mrr = await quality(ctx, queries, use_graph)
             p50, p95 = await latency(ctx, queries, use_graph, repeat)
@@ -238,11 +241,18 @@ def week_of_transcripts(vault, start: date, per_day: int, seed: int = 3) -> dict
     return sizes
 
 
+def rollup_reply(request: dict[str, Any]) -> dict[str, Any]:
+    """The offline rollup's reply: the weekly figures send the model nothing else."""
+    reply = offline_rollup.respond(request)
+    assert reply is not None, "a request that is no rollup"
+    return reply
+
+
 async def weekly_figures(admin_url: str, per_day: int) -> None:
     print("\n## A weekly summary against its seven raw days\n")
     url = fresh_database(admin_url, "bench_weekly")
     tmp = Path(tempfile.mkdtemp(prefix="keel-bench-"))
-    fake = FakeAnthropic(offline_rollup.respond).start()
+    fake = FakeAnthropic(rollup_reply).start()
     try:
         ctx = make_ctx(tmp, url, ModelSettings(base_url=fake.base_url, api_key="bench"))
         ctx.vault.ensure()

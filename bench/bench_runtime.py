@@ -161,7 +161,7 @@ async def floor_model_call(text: str) -> str:
     just sent (kept in this process, so the floor pays no payload for it), so that the
     model's side costs both the same."""
     assert _FLOOR_SDK is not None
-    body = _FLOOR_SAME[0] if text == SAME_REQUEST and _FLOOR_SAME else {
+    body: dict[str, Any] = _FLOOR_SAME[0] if text == SAME_REQUEST and _FLOOR_SAME else {
         "model": "fake-model", "max_tokens": 64,
         "messages": [{"role": "user", "content": text}]}
     if body.get("stream"):  # Keel streamed it: so does the floor, to the final message
@@ -447,9 +447,10 @@ async def walk_runs(client: Client, session_id: str, first_run_id: str) -> list[
                      "status": desc.status.name if desc.status else "?"})
         last = history.events[-1] if history.events else None
         run_id = None
-        field = "workflow_execution_continued_as_new_event_attributes"
-        if last is not None and last.HasField(field):
-            run_id = getattr(last, field).new_execution_run_id
+        if last is not None and last.HasField(
+                "workflow_execution_continued_as_new_event_attributes"):
+            continued = last.workflow_execution_continued_as_new_event_attributes
+            run_id = continued.new_execution_run_id
     return runs
 
 

@@ -63,6 +63,7 @@ async def measure(url: str, scope: str, queries: list[dict], repeat: int) -> dic
         docs = (await (await conn.execute(
             "SELECT count(*) FILTER (WHERE scope = %s), count(*) FROM memory_docs",
             (scope,))).fetchone())
+        assert docs is not None  # an aggregate gives one row
     return {"recall_at_5": round(r5 / len(queries), 3), "mrr": round(mrr / len(queries), 3),
             "p50_ms": round(statistics.median(times), 1),
             "p95_ms": round(percentile(times, 95), 1),

@@ -110,9 +110,9 @@ async def run_config(client: Any, settings: Any, workers: int, sessions: int,
         players = [asyncio.create_task(play(n)) for n in range(sessions)]
         # The clock starts once every session has had its warm-up turn answered.
         while not await _all_warm(queue, sessions):
-            failed = [p for p in players if p.done() and p.exception()]
+            failed = [err for p in players if p.done() and (err := p.exception())]
             if failed:
-                raise failed[0].exception()  # type: ignore[misc]
+                raise failed[0]
             await asyncio.sleep(0.2)
         cpu0 = {p.pid: cpu_seconds(p.pid) for p in [vault, *procs]}
         own0, (busy0, total0) = time.process_time(), machine_busy()
@@ -192,6 +192,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                            "turns_per_session": args.turns, "runs": []}
     try:
         async with bench_stack(model) as (client, settings):
+            assert settings.database_url is not None  # bench_stack sets it
             _DB["url"] = settings.database_url
             for workers, sessions in ([(1, 10)] if args.quick else CONFIGS):
                 print(f"{workers} session worker(s), {sessions} sessions, "

@@ -50,7 +50,7 @@ from temporalio.client import Client, WorkflowHandle  # noqa: E402
 
 from bench.bench_runtime import bench_stack, machine, write_json  # noqa: E402
 from bench.bench_throughput import wait_for_pollers  # noqa: E402
-from bench.common import percentile, table  # noqa: E402
+from bench.common import percentile, shown, table  # noqa: E402
 from bench.floor_worker import MINIMAL  # noqa: E402
 from bench.procs import child_matching, cpu_seconds, postmaster_pid, tree_cpu  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
@@ -328,4 +328,4 @@ if __name__ == "__main__":
     result = asyncio.run(main(parser.parse_args()))
     report(result)
     path = write_json(result_name := parser.parse_args().out, result)
-    print(f"figures written to {path.relative_to(ROOT)} ({result_name})")
+    print(f"figures written to {shown(path)} ({result_name})")

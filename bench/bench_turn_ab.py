@@ -40,7 +40,7 @@ from temporalio.client import Client  # noqa: E402
 
 from bench.bench_runtime import bench_stack, machine, write_json  # noqa: E402
 from bench.bench_throughput import wait_for_pollers  # noqa: E402
-from bench.common import percentile  # noqa: E402
+from bench.common import percentile, shown  # noqa: E402
 from bench.procs import child_matching, cpu_seconds, postmaster_pid, tree_cpu  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
@@ -156,4 +156,4 @@ if __name__ == "__main__":
               f"{r['p90_ms']} ms; CPU per turn {r['cpu_ms_mean']} ms (worker "
               f"{r['worker_cpu_ms_mean']})")
     print(f"B / A: {result['b_over_a']}; load {result['load_average']}")
-    print(f"figures written to {write_json(parsed.out, result).relative_to(ROOT)}")
+    print(f"figures written to {shown(write_json(parsed.out, result))}")

@@ -43,6 +43,12 @@ def source_commit() -> str:
     return out.stdout.strip() or "unknown"
 
 
+def shown(path: Path) -> Path:
+    """A results file as a benchmark names it when done: from the repository's root when it
+    lies under it (every default), else as given (an absolute `--out`)."""
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
 def cancel_on_sigterm() -> None:
     """A `timeout` or `kill` cancels the run, so the stack still stops and is removed."""
     task = asyncio.current_task()

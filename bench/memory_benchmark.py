@@ -78,7 +78,7 @@ from temporalio.client import Client  # noqa: E402
 
 from activities.db import close_pools  # noqa: E402
 from activities.offline.model import respond as offline_respond  # noqa: E402
-from bench.common import cancel_on_sigterm, source_commit, table  # noqa: E402
+from bench.common import cancel_on_sigterm, shown, source_commit, table  # noqa: E402
 from bench.task_payloads import task_payloads  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from keel.devstack import running_stack  # noqa: E402
@@ -511,9 +511,9 @@ async def check_session(conn: AsyncConnection, sc: Scenario, d: Drive) -> dict[s
             if row["type"] != "user":
                 harness_hits.append(f"#{e['seq']} is a {row['type']} message")
             original: bytes = row["content_text"].encode()
-            text: bytes = e["text"].encode()
-            same = text == original and not e["cut"]
-            prefix = bool(e["cut"]) and original.startswith(text)
+            kept: bytes = e["text"].encode()
+            same = kept == original and not e["cut"]
+            prefix = bool(e["cut"]) and original.startswith(kept)
             shown = e["text"] in ck["rendered"]
             if (same or prefix) and shown:
                 exact += 1
@@ -956,4 +956,4 @@ if __name__ == "__main__":
     path = RESULTS_DIR / (arguments.out or f"{name}.json")
     path.write_text(json.dumps(result, indent=2, default=str) + "\n")
     say(f"\ntotal {result['total_seconds']} s at commit {result['machine']['commit']}; "
-        f"figures written to {path.relative_to(ROOT)}")
+        f"figures written to {shown(path)}")

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Unpack
+from typing import Any, Unpack
 
 from temporalio.client import Client
 
@@ -20,14 +20,14 @@ from schemas.session import SessionConfig
 from workers.worker import Role, build_worker
 
 
-def make_settings(database_url: str, data_dir: Path, base_url: str | None = None,
-                  **model: object) -> KeelSettings:
+def make_settings(database_url: str | None, data_dir: Path, base_url: str | None = None,
+                  **model: Any) -> KeelSettings:  # more of ModelSettings' fields
     return KeelSettings(
         database_url=database_url,
         data_dir=data_dir,
         task_queue=f"keel-test-{uuid.uuid4().hex[:8]}",
         model=ModelSettings(base_url=base_url, api_key="test-key" if base_url else None,
-                            request_timeout_s=20, **model),  # type: ignore[arg-type]
+                            request_timeout_s=20, **model),
     )
 
 

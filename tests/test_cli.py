@@ -59,8 +59,10 @@ async def keel(env: dict[str, str], *args: str, input: str | None = None,
 
 def harness_rows(database_url: str, session_id: str) -> int:
     with psycopg.connect(database_url) as conn:
-        return conn.execute("SELECT count(*) FROM messages WHERE session_id=%s AND"
-                            " type='harness'", (session_id,)).fetchone()[0]
+        row = conn.execute("SELECT count(*) FROM messages WHERE session_id=%s AND"
+                           " type='harness'", (session_id,)).fetchone()
+        assert row is not None  # count(*) gives one row
+        return row[0]
 
 
 async def test_session_commands_end_to_end(client, settings, cli_env, database_url, tmp_path):

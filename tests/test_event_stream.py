@@ -25,6 +25,7 @@ from schemas.events import (
     EventType,
     InputRecorded,
     SessionEnded,
+    SessionEvent,
     TextDelta,
     TurnEnded,
     event_json,
@@ -32,6 +33,7 @@ from schemas.events import (
 from tests.event_stream_workflow import EventStreamWorkflow, Say, StreamInput, generate
 
 TIMEOUT = 60
+Seen = tuple[int, SessionEvent | EventsMissed]  # (offset, event) as a subscriber gets it
 
 
 @asynccontextmanager
@@ -48,7 +50,7 @@ class Collector:
     def __init__(self, client: Client, session_id: str, after: int = 0,
                  transport: Transport = Transport.UPDATE) -> None:
         self.transport = transport
-        self.items: list[tuple[int, object]] = []
+        self.items: list[Seen] = []
         self.received_at: list[datetime] = []
         self.changed = asyncio.Event()
         self.task = asyncio.create_task(self._run(client, session_id, after))
@@ -67,7 +69,7 @@ class Collector:
                 await self.changed.wait()
         await asyncio.wait_for(loop(), timeout)
 
-    async def done(self) -> list[tuple[int, object]]:
+    async def done(self) -> list[Seen]:
         await asyncio.wait_for(self.task, TIMEOUT)
         return self.items
 
@@ -92,20 +94,22 @@ async def run_turn(handle: WorkflowHandle, live: Collector, turn: int, **kw) -> 
     await live.wait_for(turn_ended(turn))
 
 
-def dumps(items: list[tuple[int, object]]) -> list[tuple[int, bytes]]:
-    return [(o, event_json(e)) for o, e in items]  # type: ignore[arg-type]
+def dumps(items: list[Seen]) -> list[tuple[int, bytes]]:
+    """Each event's stored bytes; a notice of missed events (never stored) as its JSON."""
+    return [(o, e.model_dump_json().encode() if isinstance(e, EventsMissed) else event_json(e))
+            for o, e in items]
 
 
-def check_turns(items: list[tuple[int, object]], turns: int) -> None:
+def check_turns(items: list[Seen], turns: int) -> None:
     """Offsets 0.. with no gap or repeat; each turn's events in order, its deltas spelling
     out exactly its reply."""
     assert [o for o, _ in items] == list(range(len(items)))
-    events = [e for _, e in items]
-    assert not any(isinstance(e, EventsMissed) for e in events)
+    assert not any(isinstance(e, EventsMissed) for _, e in items)
+    events = [e for _, e in items if not isinstance(e, EventsMissed)]  # all of them
     for turn in range(1, turns + 1):
         mine = [e for e in events if getattr(e, "turn", None) == turn
                 and e.type not in (EventType.SESSION_STOPPED, EventType.SESSION_ENDED)]
-        kinds = [e.type for e in mine]  # type: ignore[attr-defined]
+        kinds = [e.type for e in mine]
         deltas = [e for e in mine if isinstance(e, TextDelta)]
         assert kinds == [EventType.INPUT_RECORDED, EventType.TURN_STARTED,
                          *[EventType.TEXT_DELTA] * len(deltas), EventType.TOOL_CALLED,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 from temporalio.exceptions import ApplicationError
@@ -17,13 +18,15 @@ from schemas.config import KeelSettings, ModelSettings
 FRAGMENTS = ["Reviewed ", "PR #101: ", "approve."]
 
 
-def _events() -> list[dict]:
-    start = {"id": "msg_s1", "type": "message", "role": "assistant", "model": "fake",
-             "content": [], "stop_reason": None, "stop_sequence": None,
-             "usage": {"input_tokens": 12, "output_tokens": 1}}
-    out = [{"type": "message_start", "message": start},
-           {"type": "content_block_start", "index": 0,
-            "content_block": {"type": "text", "text": ""}}]
+def _events() -> list[dict[str, Any]]:
+    start: dict[str, Any] = {
+        "id": "msg_s1", "type": "message", "role": "assistant", "model": "fake",
+        "content": [], "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": 12, "output_tokens": 1}}
+    out: list[dict[str, Any]] = [
+        {"type": "message_start", "message": start},
+        {"type": "content_block_start", "index": 0,
+         "content_block": {"type": "text", "text": ""}}]
     out += [{"type": "content_block_delta", "index": 0,
              "delta": {"type": "text_delta", "text": t}} for t in FRAGMENTS]
     out += [{"type": "content_block_stop", "index": 0},
@@ -76,6 +79,7 @@ class _Server:
     @property
     def settings(self) -> ModelSettings:
         host, port = self.http.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET socket's name: never bytes
         return ModelSettings(base_url=f"http://{host}:{port}", api_key="k", request_timeout_s=10)
 
 

@@ -121,7 +121,7 @@ def test_make_storable_json_always_gives_what_jsonb_takes(value):
     assert (notes == []) == (storable_json_problem(value) is None)
 
 
-def test_json_walk_names_the_place_and_keeps_colliding_keys():
+def test_json_walk_names_the_place_and_keeps_colliding_keys() -> None:
     value = {"path": "a", "content": ["ok", {"k\x00": 1, f"k{REPLACEMENT}": 2}], "n": math.inf}
     assert storable_json_problem(value) == (
         'at ["content"][1]: a key is unstorable: the text has a NUL character (U+0000) '
@@ -213,7 +213,7 @@ def test_binary_rules_hold_for_any_bytes(data, offset, length):
 
 
 @FAST
-@given(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cc",)), max_size=500))
+@given(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cc"]), max_size=500))
 def test_utf8_text_without_controls_is_never_binary(text):
     assert describe_binary(text.encode("utf-8"), "f") is None
 

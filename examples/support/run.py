@@ -32,7 +32,9 @@ async def main() -> None:
     os.environ.setdefault("KEEL_DATA_DIR", str(ROOT / ".keel-example"))
     settings = KeelSettings.from_env()
     spec = spec_from_text((HERE / "agent.toml").read_text(), ".toml")
-    spec.mcp_servers[0].stdio.command = sys.executable  # type: ignore[union-attr]
+    docs = spec.mcp_servers[0].stdio
+    assert docs is not None  # agent.toml runs the docs server over stdio
+    docs.command = sys.executable
     async with running_stack(settings) as stack:
         settings = settings.model_copy(update={"database_url": stack.database_url})
         env = {**os.environ, "TEMPORAL_ADDRESS": stack.temporal_address,

@@ -17,7 +17,7 @@ async def _notify(url: str, *payloads: str) -> None:
             await other.execute("SELECT pg_notify('keel_test', %s)", (payload,))
 
 
-async def test_notifications_arrive_in_order_those_during_a_query_too(database_url):
+async def test_notifications_arrive_in_order_those_during_a_query_too(database_url) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         heard = Notifications(conn)
         await conn.execute("LISTEN keel_test")

@@ -64,7 +64,7 @@ def _plain(messages: list) -> list[str]:
             for m in messages for b in m["content"]]
 
 
-def test_an_old_output_is_shrunk_once_and_each_turn_starts_with_the_last_ones_request():
+def test_an_old_output_is_shrunk_once_and_each_turn_starts_with_the_last_ones_request() -> None:
     history: list[RecordRow] = []
     forms: dict[int, list[str]] = {}
     previous: list[str] | None = None

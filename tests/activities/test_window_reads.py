@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.model_call import ModelCallInput, read_window
+from activities.model_call import MemoryStep, ModelAsk, ModelCallInput, WindowSpan, read_window
 from activities.prompt import SessionPrompt
 from activities.window import WindowLoader
 from schemas.checkpoint.policy import ModelWindow
@@ -40,10 +40,12 @@ def _seed(url: str) -> None:
 
 def _call(*, checkpoint: str | None, start: int = 6, upto: int = 9,
           reply: int = 10) -> ModelCallInput:
-    return ModelCallInput(session_id=SID, turn=2, reply_seq=reply, window_start_seq=start,
-                          upto_seq=upto, checkpoint_id=checkpoint, model="m",
-                          window=ModelWindow(context_window=16_000, max_output_tokens=512),
-                          memory_scope="new")
+    return ModelCallInput(
+        session_id=SID, turn=2, reply_seq=reply,
+        span=WindowSpan(start_seq=start, upto_seq=upto, checkpoint_id=checkpoint),
+        ask=ModelAsk(model="m",
+                     window=ModelWindow(context_window=16_000, max_output_tokens=512)),
+        memory=MemoryStep(scope="new"))
 
 
 async def test_one_read_gives_the_window_the_reply_and_the_scope(database_url):
@@ -56,7 +58,7 @@ async def test_one_read_gives_the_window_the_reply_and_the_scope(database_url):
         assert reads.checkpoint_text == "the checkpoint"
         assert reads.reply is not None and reads.reply.text == "row 10"
         assert reads.scope == "new"
-        loader = WindowLoader(SessionPrompt(lambda: None, offline=True))  # type: ignore[arg-type, return-value]
+        loader = WindowLoader(SessionPrompt(lambda: None, offline=True))
         rows, text = await loader.rows(conn, SID, 6, 9, "ck-1")
         assert [r.seq for r in rows] == [1, 6, 7, 9] and text == "the checkpoint"
 

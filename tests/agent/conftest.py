@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas.mcp import McpServerSpec
+from schemas.mcp import McpHttp, McpServerSpec
 from tests.harness import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,8 +24,9 @@ BAD = str(SERVERS / "bad_server.py")
 
 
 def docs_stdio(name: str = "docs", script: str = DOCS, **timeouts: float) -> McpServerSpec:
-    return McpServerSpec(name=name, stdio={"command": sys.executable, "args": [script]},
-                         **{"connect_s": 10, "list_s": 10, "call_s": 5, **timeouts})
+    return McpServerSpec.model_validate({
+        "name": name, "stdio": {"command": sys.executable, "args": [script]},
+        "connect_s": 10, "list_s": 10, "call_s": 5, **timeouts})
 
 
 def free_port() -> int:
@@ -80,6 +81,6 @@ def docs_http() -> Iterator[McpServerSpec]:
                 proc.kill()
                 raise RuntimeError("docs server did not listen") from None
             time.sleep(0.1)
-    yield McpServerSpec(name="webdocs", http={"url": f"http://127.0.0.1:{port}/mcp"},
+    yield McpServerSpec(name="webdocs", http=McpHttp(url=f"http://127.0.0.1:{port}/mcp"),
                         connect_s=5, list_s=5, call_s=5)
     stop_process(proc)

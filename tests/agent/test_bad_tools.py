@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from keel.client import AgentSpecRefusedError, NotPendingError
-from schemas.agent import AgentSpec, ApprovalRules, ServiceTool
+from schemas.agent import AgentSpec, ApprovalPolicy, ApprovalRules, ServiceTool
 from tests.agent.conftest import BAD, docs_stdio
 from tests.agent.service_worker import misbehaving_toolset
 from tests.fake_anthropic import text_message, tool_use_message
@@ -131,7 +131,7 @@ async def test_service_worker_down_fails_clearly(client, settings, fake_anthropi
     (AgentSpec(tools=[ServiceTool(name="read_file", activity="a", task_queue="q")]),
      "declared twice"),
     (AgentSpec(provider="moon"), "provider profile 'moon' is unknown"),
-    (AgentSpec(approvals=ApprovalRules(tools={"ghost": "ask"})), "no such tool"),
+    (AgentSpec(approvals=ApprovalRules(tools={"ghost": ApprovalPolicy.ASK})), "no such tool"),
 ])
 async def test_refused_spec_starts_nothing(client, settings, spec, said):
     async with keel_worker(client, settings) as keel:

@@ -49,8 +49,10 @@ async def service(client: Client, converter) -> AsyncIterator[AgentSpec]:
 
 def tool_result(database_url: str, session_id: str) -> tuple[str, dict]:
     with psycopg.connect(database_url) as conn:
-        return conn.execute("SELECT content_text, content FROM messages WHERE session_id=%s"
-                            " AND type='tool_result'", (session_id,)).fetchone()
+        row = conn.execute("SELECT content_text, content FROM messages WHERE session_id=%s"
+                           " AND type='tool_result'", (session_id,)).fetchone()
+        assert row is not None, "no tool result recorded"
+        return row
 
 
 async def test_a_5mb_service_result_is_cut_for_the_model_and_kept_whole_in_parts(

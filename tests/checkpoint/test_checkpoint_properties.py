@@ -14,11 +14,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from schemas.checkpoint import CheckpointCheck, resolve_checkpoint
-from schemas.checkpoint.budgets import MIND_SECTION_BASE, CheckpointBudgets
+from schemas.checkpoint.budgets import CheckpointBudgets
 from schemas.checkpoint.memo import MemoCandidate, assemble_memo, parse_checklist, render_checklist
 from schemas.checkpoint.mind import MindDocument, entry_survives
 from schemas.checkpoint.policy import Fit, ModelWindow, checkpoint_threshold, fit
 from schemas.checkpoint.problems import MIND_STRUCTURE_KINDS
+from schemas.checkpoint.scale import MIND_SECTION_BASE
 from schemas.edits import EditError, apply_exact_edit
 from schemas.tokens import count_tokens
 from tests.checkpoint.test_now import NOW

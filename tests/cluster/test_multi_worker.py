@@ -70,8 +70,10 @@ def _start(role: str, env: dict[str, str], data_dir: Path, log: Path) -> subproc
 
 def _vault_locks(database_url: str) -> int:
     with psycopg.connect(database_url) as conn:
-        return conn.execute("SELECT count(*) FROM pg_locks WHERE locktype='advisory'"
-                            " AND classid=7246002 AND granted").fetchone()[0]
+        row = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype='advisory'"
+                           " AND classid=7246002 AND granted").fetchone()
+        assert row is not None  # count(*) gives one row
+        return row[0]
 
 
 async def _wait_for_pollers(client, queue: str, pids: set[str]) -> None:

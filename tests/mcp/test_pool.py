@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 from temporalio.exceptions import ApplicationError
@@ -38,7 +39,7 @@ async def pool() -> AsyncIterator[McpPool]:
     assert server_pids(POOL) == []
 
 
-def pool_spec(**fields: object) -> McpServerSpec:
+def pool_spec(**fields: Any) -> McpServerSpec:  # stdio_spec's keywords, passed on
     return stdio_spec(POOL, name="pool", **fields)
 
 

@@ -91,7 +91,7 @@ def test_a_child_spec_gets_half_of_what_its_parent_has_left():
     child = child_spec(parent, parent.sub_agents[0], 1, Spend(usd=0.2))
     assert child.budget is not None and child.budget.session is not None
     assert child.budget.session.usd == pytest.approx(0.8 * CHILD_SHARE)
-    assert child.budget.turn == parent.budget.turn  # type: ignore[union-attr]
+    assert child.budget.turn == parent.budget.turn
     assert child_budget(None, Spend(usd=1)) is None
     assert child_spec(AgentSpec(sub_agents=parent.sub_agents), parent.sub_agents[0],
                       1).budget is None

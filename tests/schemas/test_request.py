@@ -75,7 +75,7 @@ def test_the_turns_boundary_is_a_breakpoint_the_next_turn_reads_back():
     assert len(marked(full)) + 1 <= 4 and "hi" in marked(full)
 
 
-def test_append_user_joins_the_users_last_message():
+def test_append_user_joins_the_users_last_message() -> None:
     messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": "a"}]}]
     append_user(messages, [{"type": "text", "text": "b"}])
     assert messages == [{"role": "user", "content": [{"type": "text", "text": "a"},

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from schemas.agent import BUILTIN_TOOL_NAMES, AgentSpec, input_problem, spec_problems
 from schemas.mcp import McpServerSpec
@@ -18,7 +18,7 @@ from schemas.strict import STORED, arg_secret_problems, secret_problem, url_prob
 TOKEN = "sk-live0123456789abcdefghijklmnop"
 
 
-def refusal(data: dict, model: type = AgentSpec) -> str:
+def refusal(data: dict, model: type[BaseModel] = AgentSpec) -> str:
     with pytest.raises(ValidationError) as err:
         model.model_validate(data)
     text = str(err.value)

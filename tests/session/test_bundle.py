@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -42,7 +42,7 @@ async def other_temporal(client: Client) -> AsyncIterator[Client]:
     """Another Temporal namespace: none of the first stack's workflow ids are there."""
     namespace = f"keel-other-{uuid.uuid4().hex[:6]}"
     await client.workflow_service.register_namespace(RegisterNamespaceRequest(
-        namespace=namespace, workflow_execution_retention_period=timedelta(days=1)))
+        namespace=namespace, workflow_execution_retention_period=Duration(seconds=24 * 3600)))
     for _ in range(50):
         try:
             other = await Client.connect(client.service_client.config.target_host,

@@ -47,7 +47,7 @@ def _one_write(body: dict) -> dict:
 
 @pytest.mark.parametrize("step", CASES)
 async def test_sigkill_at_a_boundary_loses_and_duplicates_nothing(
-        step, temporal_env, database_url, fake_anthropic, tmp_path):
+        step, temporal_env, database_url, fake_anthropic, tmp_path) -> None:
     checkpointing = step in CHECKPOINT
     fake_anthropic.responder = (CheckpointModel(good_checkpoint) if checkpointing
                                 else _one_write)
@@ -109,6 +109,7 @@ async def test_sigkill_at_a_boundary_loses_and_duplicates_nothing(
                             " ORDER BY seq", (sid,)).fetchall()
         checkpoints = conn.execute("SELECT count(*), count(DISTINCT checkpoint_id)"
                                    " FROM checkpoints").fetchone()
+        assert checkpoints is not None  # an aggregate gives one row
     ids = [i for _, i in rows]
     assert len(ids) == len(set(ids))
     assert sum(1 for t, _ in rows if t == "user") == len(seqs)

@@ -186,7 +186,7 @@ async def test_every_update_refuses_bad_input_and_the_session_goes_on(
 
 
 async def test_signals_and_queries_with_bad_input_end_in_a_notice_or_an_error(
-        client, settings, database_url):
+        client, settings, database_url) -> None:
     """A malformed signal, one with an id too long for the record's index, one with no
     argument and one of a name the session does not have each leave a notice naming what
     was wrong; a query of an unknown name fails for its caller; the session answers
@@ -249,7 +249,7 @@ async def test_keel_client_refuses_the_same_before_sending():
 
     with pytest.raises(MessageRejectedError, match="the input id has 300 characters"):
         refuse_before_sending("hi", input_id="i" * 300)
-    session = SessionHandle(None, None)  # type: ignore[arg-type]  # no call is made
+    session = SessionHandle(None, None)  # no call is made
     with pytest.raises(MessageRejectedError, match="the decision's note has 5000"):
         await session.decide("c1", True, note="n" * 5000)
     with pytest.raises(MessageRejectedError, match="the end request's reason has 5000"):

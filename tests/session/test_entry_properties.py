@@ -132,12 +132,14 @@ entry = st.one_of(
 
 def _count(database_url: str, sid: str) -> int:
     with psycopg.connect(database_url) as conn:
-        return conn.execute("SELECT count(*) FROM messages WHERE session_id=%s"
-                            " AND type IN ('harness', 'notice')", (sid,)).fetchone()[0]
+        row = conn.execute("SELECT count(*) FROM messages WHERE session_id=%s"
+                           " AND type IN ('harness', 'notice')", (sid,)).fetchone()
+        assert row is not None  # count(*) gives one row
+        return row[0]
 
 
 async def test_random_input_at_every_entry_point(client, database_url, fake_anthropic,
-                                                 tmp_path):
+                                                 tmp_path) -> None:
     fake_anthropic.responder = lambda body: text_message("ok")
     config = make_settings(database_url, tmp_path, fake_anthropic.base_url)
     loop = asyncio.get_running_loop()

@@ -91,7 +91,7 @@ def structure(items: list[tuple[int, Any]]) -> list[str]:
 
 
 async def test_a_turn_with_tools_a_watch_and_a_checkpoint_arrive_in_order(
-        client, settings, fake_anthropic):
+        client, settings, fake_anthropic) -> None:
     fake_anthropic.responder = CheckpointModel(good_checkpoint, ordinary=ordinary)
     cfg = session_config(settings, context_window=WINDOW, max_output_tokens=OUTPUT)
     async with keel_worker(client, settings) as keel:

@@ -46,7 +46,7 @@ def _rows(database_url: str, sid: str) -> list[tuple[Any, ...]]:
 
 
 async def test_random_text_through_every_handler(client, database_url, fake_anthropic,
-                                                 tmp_path):
+                                                 tmp_path) -> None:
     fake_anthropic.responder = lambda body: text_message("ok")
     config = make_settings(database_url, tmp_path, fake_anthropic.base_url)
     loop = asyncio.get_running_loop()

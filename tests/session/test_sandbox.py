@@ -88,7 +88,7 @@ def test_only_a_converter_that_takes_no_context_is_told_there_is_none(tmp_path) 
 
 
 async def test_a_converter_that_takes_contexts_still_gets_them(
-        client, database_url, fake_anthropic, tmp_path):
+        client, database_url, fake_anthropic, tmp_path) -> None:
     seen: list[SerializationContext] = []
     converter = dataclasses.replace(pydantic_data_converter,
                                     payload_codec=_ContextRecorder(seen))

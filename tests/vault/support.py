@@ -7,6 +7,7 @@ import json
 import shutil
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from temporalio.testing import ActivityEnvironment
@@ -20,9 +21,9 @@ CORPUS = Path(__file__).resolve().parent / "fixtures" / "search_corpus"
 
 
 def make_ctx(tmp_path: Path, database_url: str, model: ModelSettings | None = None,
-             **memory: object) -> MemoryContext:
-    values: dict[str, object] = {"timezone": "UTC", "git_push": False, **memory}
-    mem = MemorySettings(vault_dir=tmp_path / "vault", **values)  # type: ignore[arg-type]
+             **memory: Any) -> MemoryContext:  # more of MemorySettings' fields
+    values: dict[str, Any] = {"timezone": "UTC", "git_push": False, **memory}
+    mem = MemorySettings(vault_dir=tmp_path / "vault", **values)
     settings = KeelSettings(data_dir=tmp_path, database_url=database_url,
                             model=model or ModelSettings(), memory=mem)
     return MemoryContext(settings=settings, database_url=database_url)

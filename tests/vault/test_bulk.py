@@ -44,7 +44,7 @@ async def _rows(conn: psycopg.AsyncConnection, scope: str) -> list[tuple]:
 
 @needs_model
 async def test_a_bulk_load_gives_the_rows_and_hits_of_one_by_one_and_rebuilds_the_index(
-        database_url, monkeypatch):
+        database_url, monkeypatch) -> None:
     monkeypatch.setattr(dense, "BULK_DEFER_MIN", 10)
     embedder = load_embedder(BUILTIN)
     docs = _docs(40)
@@ -121,7 +121,7 @@ async def test_a_failed_bulk_load_still_leaves_the_index_and_small_loads_keep_it
 
 @needs_model
 async def test_a_vault_reindex_loads_in_bulk_what_file_by_file_indexing_gives(
-        database_url, tmp_path, monkeypatch):
+        database_url, tmp_path, monkeypatch) -> None:
     import json
     import shutil
 

@@ -50,7 +50,7 @@ def _drainer(ctx, database_url: str, told: list[tuple[str, str]],
 
 
 async def test_queued_transcripts_are_written_in_order_and_a_second_drain_adds_nothing(
-        tmp_path, database_url):
+        tmp_path, database_url) -> None:
     ctx = vault_ctx(tmp_path, database_url)
     insert_messages(database_url, "s1", [
         (1, "user", "The deploy key lives in the team vault.", T0),
@@ -78,7 +78,7 @@ async def test_queued_transcripts_are_written_in_order_and_a_second_drain_adds_n
 
 
 async def test_a_failing_row_is_retried_holds_its_session_back_then_is_said_and_dropped(
-        tmp_path, database_url):
+        tmp_path, database_url) -> None:
     ctx = vault_ctx(tmp_path, database_url)
     insert_messages(database_url, "s1", [(1, "user", "First words of s1.", T0),
                                          (3, "user", "Later words of s1.", T0)])

@@ -20,6 +20,7 @@ from workflows.doctor import DoctorWorkflow
 from workflows.rollup import (
     DailyRollupWorkflow,
     MonthlyRollupWorkflow,
+    RollupWorkflow,
     WeeklyRollupWorkflow,
     YearlyRollupWorkflow,
 )
@@ -49,7 +50,7 @@ class MemoryClockWorkflow:
             at = inp.first_run + timedelta(days=day)
             # A day of simulated time passes in a moment on the time-skipping server.
             await workflow.sleep(timedelta(days=1) if day else timedelta(seconds=1))
-            runs: list[tuple[type, RollupKind, timedelta]] = [
+            runs: list[tuple[type[RollupWorkflow], RollupKind, timedelta]] = [
                 (DailyRollupWorkflow, RollupKind.DAILY, timedelta(0))]
             if at.weekday() == 6:
                 runs.append((WeeklyRollupWorkflow, RollupKind.WEEKLY, timedelta(minutes=15)))

@@ -46,7 +46,7 @@ def files_text(root) -> str:
 
 
 async def test_a_week_of_rollups_per_scope_with_one_broken_vault(
-        time_skipping_env, tmp_path, database_url, fake_anthropic, webhook):  # noqa: F811
+        time_skipping_env, tmp_path, database_url, fake_anthropic, webhook) -> None:  # noqa: F811
     fake_anthropic.responder = offline_rollup.respond
     ctx = make_ctx(tmp_path, database_url,
                    ModelSettings(base_url=fake_anthropic.base_url, api_key="test"),

@@ -253,7 +253,7 @@ async def test_without_pgvector_the_worker_ranks_the_same(database_url):
                                                         strict=True))
 
 
-async def test_bm25_scores_are_okapi_over_weighted_term_counts(ctx):
+async def test_bm25_scores_are_okapi_over_weighted_term_counts(ctx) -> None:
     """The SQL's term frequencies (title x3, tags x2, body x1; a long word's light stem
     matching its variants) give the Okapi BM25 a plain computation gives."""
     import math

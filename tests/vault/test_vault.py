@@ -264,8 +264,8 @@ async def test_the_vault_lock_waits_for_another_holder(tmp_path) -> None:
     import os
 
     from activities.vault.store import Vault
-    from schemas.config import MemorySettings
     from schemas.vault.schema import LOCK_FILE
+    from schemas.vault.settings import MemorySettings
 
     vault = Vault(root=tmp_path / "vault", settings=MemorySettings(vault_dir=tmp_path / "vault"))
     async with vault.lock():
