@@ -250,7 +250,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 plain_s, team_s = await start("plain"), await start("team")
                 await turns(plain_s, "warm up", 2)
                 await turns(team_s, "delegate: warm up", 1)
-                plain, team = [], []
+                plain: list[float] = []
+                team: list[float] = []
                 before = [counts(await history(client, s.session_id))
                           for s in (plain_s, team_s)]
                 cpu = [0.0, 0.0]  # this process's (client, worker, fake API), per kind

@@ -151,8 +151,8 @@ EARLY_SCENARIO = "history-initiative-early"
 INITIATIVE_SCENARIOS = (INITIATIVE_SCENARIO, "history-initiative-fast",
                         "history-initiative-ahead", EARLY_SCENARIO)
 # The faults of the early answer (tests.faults), armed for its one call.
+EARLY_ARMED: list[bool] = [False]
 EARLY_FAULTS = DelegationFaults(armed=lambda: EARLY_ARMED[0])
-EARLY_ARMED = [False]
 INITIATIVE_AGENT = AgentSpec(
     instructions="You keep track of CI and hand research to a sub-agent.",
     wakeups=WakeupLimits(min_interval_s=1, max_active=5, expiry_s=3600),

@@ -44,7 +44,9 @@ class DelegationFaults(Interceptor):
         """`client` with its signals through these faults (the worker's, for activities).
         Not this object itself: a client's interceptor that is a worker's too is taken by
         the worker as well, and would intercept every activity twice."""
-        return Client(**{**client.config(), "interceptors": [_ClientFaults(self)]})
+        config = client.config()
+        config["interceptors"] = [_ClientFaults(self)]
+        return Client(**config)
 
     def intercept_activity(self, next: ActivityInboundInterceptor,
                            ) -> ActivityInboundInterceptor:

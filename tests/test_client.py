@@ -32,6 +32,7 @@ from keel.client import (
     SessionStoppedError,
     session_config,
 )
+from schemas.config import KeelSettings
 from schemas.session import Rejection, SessionConfig
 from tests.checkpoint_model import CheckpointModel
 from tests.fake_anthropic import text_message
@@ -69,7 +70,7 @@ def test_public_names():
     assert issubclass(SessionStoppedError, MessageRejectedError)
 
 
-def test_session_config_takes_typed_overrides(settings):
+def test_session_config_takes_typed_overrides(settings: KeelSettings) -> None:
     # Every field but the one Keel sets itself: a child session's task (the delegate tool).
     assert SessionOverrides.__optional_keys__ == set(SessionConfig.model_fields) - {"delegated"}
     config = session_config(settings, context_window=8000, record_timeout_s=3)

@@ -131,6 +131,7 @@ class FakeAnthropic:
     @property
     def base_url(self) -> str:
         host, port = self._server.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET socket's name (typed str | bytes)
         return f"http://{host}:{port}"
 
     def start(self) -> FakeAnthropic:
