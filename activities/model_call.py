@@ -69,7 +69,7 @@ __all__ = [
     "INPUT_NOT_RECORDED", "RECALL_STEP_S", "RECORD_STEP_S", "FirstSteps", "LoadedRequest",
     "MemoryStep", "ModelAsk", "ModelCallInput", "ModelCallResult", "RecordStep",
     "RoomSteps", "SizedRequest", "WindowReads", "WindowSpan", "build_request",
-    "insert_interrupted", "insert_reply", "mirror_scope", "queue_reply_transcript",
+    "insert_interrupted", "insert_reply", "queue_reply_transcript",
     "read_window", "recall_step", "record_first",
     "refusal", "reply_from_row", "retried_elsewhere", "size_request", "transcribes",
 ]
@@ -294,15 +294,6 @@ _MIRROR_SCOPE = (
     " AND memory_scope IS DISTINCT FROM %(scope)s RETURNING memory_scope)"
     " SELECT memory_scope FROM upd UNION ALL SELECT memory_scope FROM sessions"
     " WHERE session_id = %(id)s AND NOT EXISTS (SELECT 1 FROM upd)")
-
-
-async def mirror_scope(conn: AsyncConnection, session_id: str, scope: str | None,
-                       ) -> str | None:
-    """The session's memory scope mirrored on its row, and what the row says now: one
-    statement."""
-    row = await (await conn.execute(_MIRROR_SCOPE, {"scope": scope, "id": session_id})
-                 ).fetchone()
-    return row[0] if row else None
 
 
 @dataclass
