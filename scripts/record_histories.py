@@ -20,6 +20,8 @@ handler a running session meets:
   finishing), a turn interrupted mid-stream by a message sent with policy `interrupt`, a
   second stopped by the `interrupt` Update, a message refused with policy `reject`, a
   turn budget refused, and the end;
+- `history-budget-interrupt-activity`: the same, recorded under the patch
+  `interrupt-by-activity` (the stop sent by an ordinary activity, not a local one);
 - `history-rewind-waits`: on the fake Messages API, the rewind's newer paths: a rewind
   while a call waits on a person (the wait cancelled, the turn ended, a wakeup the
   abandoned branch scheduled cancelled), a message sent while a rewind runs (held, then
@@ -95,6 +97,7 @@ AGENT_SCENARIO = "history-agent-approval"
 CARRY_SCENARIO = "history-carry"
 BRANCH_SCENARIO = "history-branch"
 BUDGET_SCENARIO = "history-budget-interrupt"
+BUDGET_SCENARIOS = (BUDGET_SCENARIO, "history-budget-interrupt-activity")
 LONG = " ".join(f"word{n}" for n in range(600))
 
 
@@ -380,7 +383,7 @@ async def main() -> None:
                   REWIND_SCENARIO: rewind_model}
         fake = (FakeAnthropic(models[session_id]) if session_id in models
                 else FakeAnthropic()).start()
-        if session_id in (BUDGET_SCENARIO, *models):  # a fake API on loopback
+        if session_id in (*BUDGET_SCENARIOS, *models):  # a fake API on loopback
             settings = settings.model_copy(update={"model": ModelSettings(
                 base_url=fake.base_url, api_key="recorder", request_timeout_s=30)})
         async with running_stack(settings) as stack:
@@ -392,7 +395,7 @@ async def main() -> None:
                     interceptors=[faults] if faults else []), Worker(
                     stack.client, task_queue=SUPPORT_QUEUE, activities=service.activities()):
                 keel = KeelClient(stack.client, settings.task_queue, settings)
-                if session_id == BUDGET_SCENARIO:
+                if session_id in BUDGET_SCENARIOS:
                     session = await budget_scenario(keel, fake, session_id)
                 else:
                     scenario = {AGENT_SCENARIO: agent_scenario, CARRY_SCENARIO: carry_scenario,

@@ -3,8 +3,8 @@
 Invariants:
 - A turn is asked to stop by a message sent with policy `interrupt` (after it is recorded)
   or by the `interrupt` Update (a stop button). The running model call, if any, is stopped
-  at once through `SessionActivities.interrupt_model_call`, a local activity
-  (activities.interrupt): its
+  at once through `SessionActivities.interrupt_model_call`, an ordinary activity
+  (activities.interrupt; a local one before `INTERRUPT_BY_ACTIVITY`): its
   reply is recorded with what streamed so far, marked interrupted, and the turn ends there.
   A tool call already started finishes and is recorded; the reply's calls not yet started
   get a "not run" result (every call keeps exactly one result), a call waiting on a
@@ -27,12 +27,15 @@ with workflow.unsafe.imports_passed_through():
     from schemas.interrupt import BusyAction, busy_action, choose_policy, rejected_text
     from schemas.session import Rejection, SessionPhase, UserMessage
     from workflows.failures import reason
-    from workflows.options import INTERRUPT_CALL
+    from workflows.options import INTERRUPT_CALL, INTERRUPT_LOCAL_CALL
     from workflows.run import SessionRun
 
-__all__ = ["INTERRUPT_PATCH", "Interrupter"]
+__all__ = ["INTERRUPT_BY_ACTIVITY", "INTERRUPT_PATCH", "Interrupter"]
 
 INTERRUPT_PATCH = "interrupt-turn"
+# The stop sent by an ordinary activity: a local one holds the workflow task open while it
+# runs, so one stuck on a database going down would hold the whole session.
+INTERRUPT_BY_ACTIVITY = "interrupt-by-activity"
 
 
 class Interrupter:
@@ -86,11 +89,14 @@ class Interrupter:
         seq = self.calling
         if seq is not None and seq not in self._sent:
             self._sent.add(seq)
+            stop = InterruptInput(session_id=self.run.state.session_id, reply_seq=seq)
             try:
-                await workflow.execute_local_activity_method(
-                    SessionActivities.interrupt_model_call,
-                    InterruptInput(session_id=self.run.state.session_id, reply_seq=seq),
-                    **INTERRUPT_CALL)
+                if workflow.patched(INTERRUPT_BY_ACTIVITY):
+                    await workflow.execute_activity_method(
+                        SessionActivities.interrupt_model_call, stop, **INTERRUPT_CALL)
+                else:  # recorded before: a local activity
+                    await workflow.execute_local_activity_method(
+                        SessionActivities.interrupt_model_call, stop, **INTERRUPT_LOCAL_CALL)
             except ActivityError as err:  # the call ends on its own; the turn still stops
                 self.run.last_error = f"the model call could not be interrupted: {reason(err)}"
         return True

@@ -111,11 +111,14 @@ MODEL_CALL = ActivityConfig(start_to_close_timeout=timedelta(minutes=10),
                             schedule_to_close_timeout=timedelta(minutes=30),
                             heartbeat_timeout=HEARTBEAT, retry_policy=MODEL_RETRY)
 # Stopping a model call: one row and a notification, quick or not at all (the call ends on
-# its own either way). A local activity: it runs at once on the worker that holds the
-# workflow task, with no round trip through the server's activity queue.
-INTERRUPT_CALL = LocalActivityConfig(start_to_close_timeout=timedelta(seconds=10),
-                                     schedule_to_close_timeout=timedelta(seconds=30),
-                                     retry_policy=DB_RETRY)
+# its own either way). An ordinary activity, as every step is; sessions that interrupted
+# before `workflows.interrupt.INTERRUPT_BY_ACTIVITY` ran it as a local activity, and replay so.
+INTERRUPT_CALL = ActivityConfig(start_to_close_timeout=timedelta(seconds=10),
+                                schedule_to_close_timeout=timedelta(seconds=30),
+                                retry_policy=DB_RETRY)
+INTERRUPT_LOCAL_CALL = LocalActivityConfig(start_to_close_timeout=timedelta(seconds=10),
+                                           schedule_to_close_timeout=timedelta(seconds=30),
+                                           retry_policy=DB_RETRY)
 TOOL_CALL = ActivityConfig(start_to_close_timeout=timedelta(seconds=60),
                            schedule_to_close_timeout=timedelta(minutes=10),
                            retry_policy=DB_RETRY)
