@@ -1,10 +1,12 @@
 """Interrupting a running turn (the policy's rules are pure, in `schemas.interrupt`).
 
 Invariants:
-- A turn is asked to stop by a message sent with policy `interrupt` (after it is recorded)
+- A turn is asked to stop by a message sent with policy `interrupt` (as it is recorded)
   or by the `interrupt` Update (a stop button). The running model call, if any, is stopped
   at once through `SessionActivities.interrupt_model_call`, an ordinary activity
-  (activities.interrupt; a local one before `INTERRUPT_BY_ACTIVITY`): its
+  (activities.interrupt) that the asking handler does not wait for: the message is
+  recorded meanwhile, and a stop button answers at once (before `INTERRUPT_BY_ACTIVITY`,
+  a local activity, awaited): its
   reply is recorded with what streamed so far, marked interrupted, and the turn ends there.
   A tool call already started finishes and is recorded; the reply's calls not yet started
   get a "not run" result (every call keeps exactly one result), a call waiting on a
@@ -17,6 +19,8 @@ Invariants:
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
@@ -46,6 +50,7 @@ class Interrupter:
         self.calling: int | None = None  # the reply seq of the model call in flight
         self.requested_in: int | None = None  # the turn a stop was asked in
         self._sent: set[int] = set()  # calls already told to stop
+        self._sending: set[asyncio.Task[None]] = set()  # stops on their way
 
     # ----- what a message does ------------------------------------------------------------
 
@@ -90,13 +95,23 @@ class Interrupter:
         if seq is not None and seq not in self._sent:
             self._sent.add(seq)
             stop = InterruptInput(session_id=self.run.state.session_id, reply_seq=seq)
-            try:
-                if workflow.patched(INTERRUPT_BY_ACTIVITY):
-                    await workflow.execute_activity_method(
-                        SessionActivities.interrupt_model_call, stop, **INTERRUPT_CALL)
-                else:  # recorded before: a local activity
-                    await workflow.execute_local_activity_method(
-                        SessionActivities.interrupt_model_call, stop, **INTERRUPT_LOCAL_CALL)
-            except ActivityError as err:  # the call ends on its own; the turn still stops
-                self.run.last_error = f"the model call could not be interrupted: {reason(err)}"
+            if workflow.patched(INTERRUPT_BY_ACTIVITY):
+                # Not awaited: the message that asked is recorded meanwhile (its activity
+                # goes out in the same workflow task), and a stop button answers at once.
+                task = asyncio.create_task(self._send(stop))
+                self._sending.add(task)
+                task.add_done_callback(self._sending.discard)
+            else:  # recorded before: a local activity, awaited
+                await self._send(stop)
         return True
+
+    async def _send(self, stop: InterruptInput) -> None:
+        try:
+            if workflow.patched(INTERRUPT_BY_ACTIVITY):
+                await workflow.execute_activity_method(
+                    SessionActivities.interrupt_model_call, stop, **INTERRUPT_CALL)
+            else:
+                await workflow.execute_local_activity_method(
+                    SessionActivities.interrupt_model_call, stop, **INTERRUPT_LOCAL_CALL)
+        except ActivityError as err:  # the call ends on its own; the turn still stops
+            self.run.last_error = f"the model call could not be interrupted: {reason(err)}"
