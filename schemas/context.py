@@ -127,11 +127,32 @@ def assemble_messages(
     in the record; the API needs the results first, so such inputs are placed right after
     the results they waited on. A tool call whose result never came gets an error result.
     """
+    messages, notes, _ = assemble_with_boundary(rows, checkpoint_text=checkpoint_text,
+                                                memory_block=memory_block)
+    return messages, notes
+
+
+def assemble_with_boundary(
+    rows: list[RecordRow],
+    *,
+    checkpoint_text: str | None = None,
+    memory_block: str | None = None,
+    boundary_seq: int | None = None,
+) -> tuple[list[dict[str, Any]], list[str], int]:
+    """`assemble_messages`, and the number of content blocks the rows before
+    `boundary_seq` alone would assemble into (0 without a boundary): counted on the way,
+    in the same pass, as that assembly would end there (its calls still waiting given
+    their error results, the opening line when it would begin with the assistant)."""
     built = _Assembly()
     if checkpoint_text:
         built.add("user", [_text_block(checkpoint_text)])
+    before: int | None = None if boundary_seq is not None else 0
     for row in sorted(rows, key=lambda r: r.seq):
+        if before is None and boundary_seq is not None and row.seq >= boundary_seq:
+            before = built.blocks_if_ended()
         built.take(row)
+    if before is None:
+        before = built.blocks_if_ended()
     built.flush_results(force=True)
     messages = built.messages
     if messages and messages[0]["role"] != "user":
@@ -139,7 +160,7 @@ def assemble_messages(
             "(The conversation continues from earlier messages kept in the record.)")]})
     if memory_block:
         _place_memory(messages, memory_block)
-    return messages, built.notes
+    return messages, built.notes, before
 
 
 class _Assembly:
@@ -158,6 +179,14 @@ class _Assembly:
             self.messages[-1]["content"].extend(blocks)
         else:
             self.messages.append({"role": role, "content": list(blocks)})
+
+    def blocks_if_ended(self) -> int:
+        """The content blocks the messages would have were the assembly to end here."""
+        blocks = sum(len(m["content"]) for m in self.messages)
+        if not self.messages:
+            return 0
+        opening = 1 if self.messages[0]["role"] != "user" else 0
+        return blocks + len(self.awaiting) + len(self.results) + len(self.deferred) + opening
 
     def flush_results(self, force: bool) -> None:
         if self.awaiting and not force:
@@ -314,7 +343,8 @@ def with_cache_breakpoints(
     stable end of one request is a prefix of the next turn's request, so the next turn
     reads it from the cache."""
     system_blocks = [{"type": "text", "text": system, "cache_control": dict(CACHE_CONTROL)}]
-    out = [{"role": m["role"], "content": [dict(b) for b in m["content"]]} for m in messages]
+    # New messages and block lists; a block is copied only where a breakpoint goes on it.
+    out = [{"role": m["role"], "content": list(m["content"])} for m in messages]
     flat = [(i, j) for i, m in enumerate(out) for j in range(len(m["content"]))]
     if not flat:
         return system_blocks, out
@@ -335,7 +365,7 @@ def with_cache_breakpoints(
         marks.append(stable)
     marks.append(flat[-1])
     for i, j in dict.fromkeys(marks[-(MAX_BREAKPOINTS - 1):]):
-        out[i]["content"][j]["cache_control"] = dict(CACHE_CONTROL)
+        out[i]["content"][j] = {**out[i]["content"][j], "cache_control": dict(CACHE_CONTROL)}
     return system_blocks, out
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from schemas.context import assemble_messages, with_cache_breakpoints
+from schemas.context import assemble_with_boundary, with_cache_breakpoints
 from schemas.messages import RecordRow
 
 __all__ = ["append_user", "block_count", "checkpoint_round_messages", "model_call_request",
@@ -102,14 +102,12 @@ def model_call_request(*, model: str, max_tokens: int, system: str, rows: list[R
     `turn_first_seq`: the turn's first row. The blocks before it are what the next turn's
     pre-pass leaves as they are now, so a breakpoint at their end is read back from the
     cache by the next turn even when the pre-pass shrinks this turn's tool outputs."""
-    messages, notes = assemble_messages(rows, checkpoint_text=checkpoint_text,
-                                        memory_block=memory_block or None)
+    # `before`: the blocks the rows before the turn assemble into on their own (showing a
+    # call as text keeps its count of blocks), counted in the same pass.
+    messages, notes, before = assemble_with_boundary(
+        rows, checkpoint_text=checkpoint_text, memory_block=memory_block or None,
+        boundary_seq=turn_first_seq)
     messages = offered_calls_only(messages, tools)
-    before = 0
-    if turn_first_seq is not None:
-        earlier, _ = assemble_messages([r for r in rows if r.seq < turn_first_seq],
-                                       checkpoint_text=checkpoint_text)
-        before = sum(len(m["content"]) for m in offered_calls_only(earlier, tools))
     system_blocks, messages = with_cache_breakpoints(
         system, messages, checkpoint_text=checkpoint_text, volatile_text=memory_block or None,
         turn_boundary=before)

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from schemas.context import assemble_messages, with_cache_breakpoints
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas.context import assemble_messages, assemble_with_boundary, with_cache_breakpoints
 from schemas.messages import MessageType, RecordRow
 from schemas.request import (
     append_user,
     block_count,
     checkpoint_round_messages,
     model_call_request,
+    offered_calls_only,
     turn_request,
 )
 from tests.fake_anthropic.cache import PromptCache
@@ -137,3 +142,64 @@ def test_the_flush_and_the_checkpoint_turn_read_the_whole_conversation_from_the_
     assert usages[0].cache_creation >= conversation_tokens  # the flush writes it once
     assert usages[1].cache_read == conversation_tokens  # the checkpoint turn reads it all
     assert usages[1].cache_creation < 50  # and writes only its own words
+
+
+# A window as the record can hold it: inputs between a call and its result, calls whose
+# result never came, results whose call is outside the window, calls of tools the request
+# does not offer, notices.
+_ROW_KINDS = st.sampled_from(["user", "call", "offered_call", "two_calls", "result",
+                              "stray_result", "notice", "text_reply"])
+
+
+def _window(kinds: list[str]) -> list[RecordRow]:
+    rows: list[RecordRow] = []
+    open_calls: list[str] = []
+    for seq, kind in enumerate(kinds, start=1):
+        if kind == "user":
+            rows.append(RecordRow(seq=seq, type=MessageType.USER, text=f"u{seq}"))
+        elif kind in ("call", "offered_call", "two_calls"):
+            names = {"call": ["made_up"], "offered_call": ["read_file"],
+                     "two_calls": ["read_file", "made_up"]}[kind]
+            open_calls = [f"c{seq}-{i}" for i in range(len(names))]
+            blocks: list[dict[str, Any]] = [
+                {"type": "tool_use", "id": call_id, "name": name, "input": {}}
+                for call_id, name in zip(open_calls, names, strict=True)]
+            rows.append(RecordRow(seq=seq, type=MessageType.ASSISTANT, text="",
+                                  content=[{"type": "text", "text": f"a{seq}"}, *blocks]))
+        elif kind == "result" and open_calls:
+            rows.append(RecordRow(seq=seq, type=MessageType.TOOL_RESULT, text=f"r{seq}",
+                                  content={"tool_use_id": open_calls.pop(0)}))
+        elif kind == "stray_result":
+            rows.append(RecordRow(seq=seq, type=MessageType.TOOL_RESULT, text="late",
+                                  content={"tool_use_id": "gone"}))
+        elif kind == "notice":
+            rows.append(RecordRow(seq=seq, type=MessageType.NOTICE, text="n"))
+        else:
+            rows.append(RecordRow(seq=seq, type=MessageType.ASSISTANT, text=f"t{seq}",
+                                  content=[{"type": "text", "text": f"t{seq}"}]))
+    return rows
+
+
+@settings(max_examples=300, deadline=None)
+@given(kinds=st.lists(_ROW_KINDS, max_size=24), cut=st.integers(0, 26),
+       checkpoint=st.sampled_from([None, "ckpt"]))
+def test_the_turn_boundary_counts_the_blocks_the_earlier_rows_make_on_their_own(
+        kinds, cut, checkpoint):
+    """One pass counts what assembling the earlier rows apart would (its spec, below)."""
+    rows = _window(kinds)
+    earlier, _ = assemble_messages([r for r in rows if r.seq < cut],
+                                   checkpoint_text=checkpoint)
+    expected = sum(len(m["content"]) for m in offered_calls_only(earlier, TOOLS))
+    messages, notes, before = assemble_with_boundary(rows, checkpoint_text=checkpoint,
+                                                     boundary_seq=cut)
+    assert before == expected
+    assert (messages, notes) == assemble_messages(rows, checkpoint_text=checkpoint)
+
+
+def test_breakpoints_leave_the_messages_they_were_given_as_they_were():
+    messages, _ = assemble_messages(_rows(), checkpoint_text="ckpt")
+    before = json.dumps(messages)
+    _, marked = with_cache_breakpoints("sys", messages, checkpoint_text="ckpt",
+                                       turn_boundary=2)
+    assert json.dumps(messages) == before
+    assert sum("cache_control" in b for m in marked for b in m["content"]) == 3
