@@ -182,9 +182,9 @@ class _Assembly:
 
     def blocks_if_ended(self) -> int:
         """The content blocks the messages would have were the assembly to end here."""
-        blocks = sum(len(m["content"]) for m in self.messages)
-        if not self.messages:
+        if not self.messages:  # nothing waits or is deferred before a first message
             return 0
+        blocks = sum(len(m["content"]) for m in self.messages)
         opening = 1 if self.messages[0]["role"] != "user" else 0
         return blocks + len(self.awaiting) + len(self.results) + len(self.deferred) + opening
 

@@ -98,16 +98,16 @@ class Interrupter:
             if workflow.patched(INTERRUPT_BY_ACTIVITY):
                 # Not awaited: the message that asked is recorded meanwhile (its activity
                 # goes out in the same workflow task), and a stop button answers at once.
-                task = asyncio.create_task(self._send(stop))
+                task = asyncio.create_task(self._send(stop, by_activity=True))
                 self._sending.add(task)
                 task.add_done_callback(self._sending.discard)
             else:  # recorded before: a local activity, awaited
-                await self._send(stop)
+                await self._send(stop, by_activity=False)
         return True
 
-    async def _send(self, stop: InterruptInput) -> None:
+    async def _send(self, stop: InterruptInput, *, by_activity: bool) -> None:
         try:
-            if workflow.patched(INTERRUPT_BY_ACTIVITY):
+            if by_activity:
                 await workflow.execute_activity_method(
                     SessionActivities.interrupt_model_call, stop, **INTERRUPT_CALL)
             else:

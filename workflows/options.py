@@ -116,9 +116,10 @@ MODEL_CALL = ActivityConfig(start_to_close_timeout=timedelta(minutes=10),
 INTERRUPT_CALL = ActivityConfig(start_to_close_timeout=timedelta(seconds=10),
                                 schedule_to_close_timeout=timedelta(seconds=30),
                                 retry_policy=DB_RETRY)
-INTERRUPT_LOCAL_CALL = LocalActivityConfig(start_to_close_timeout=timedelta(seconds=10),
-                                           schedule_to_close_timeout=timedelta(seconds=30),
-                                           retry_policy=DB_RETRY)
+INTERRUPT_LOCAL_CALL = LocalActivityConfig(
+    start_to_close_timeout=INTERRUPT_CALL["start_to_close_timeout"],
+    schedule_to_close_timeout=INTERRUPT_CALL["schedule_to_close_timeout"],
+    retry_policy=DB_RETRY)
 TOOL_CALL = ActivityConfig(start_to_close_timeout=timedelta(seconds=60),
                            schedule_to_close_timeout=timedelta(minutes=10),
                            retry_policy=DB_RETRY)
