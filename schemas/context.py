@@ -344,7 +344,9 @@ def with_cache_breakpoints(
     reads it from the cache."""
     system_blocks = [{"type": "text", "text": system, "cache_control": dict(CACHE_CONTROL)}]
     # New messages and block lists; a block is copied only where a breakpoint goes on it.
-    out = [{"role": m["role"], "content": list(m["content"])} for m in messages]
+    # (A message whose content is a string is the one text block the API reads it as.)
+    out = [{"role": m["role"], "content": list(m["content"]) if isinstance(m["content"], list)
+            else [_text_block(str(m["content"]))]} for m in messages]
     flat = [(i, j) for i, m in enumerate(out) for j in range(len(m["content"]))]
     if not flat:
         return system_blocks, out

@@ -203,3 +203,9 @@ def test_breakpoints_leave_the_messages_they_were_given_as_they_were():
                                        turn_boundary=2)
     assert json.dumps(messages) == before
     assert sum("cache_control" in b for m in marked for b in m["content"]) == 3
+
+
+def test_a_message_given_as_a_string_is_one_text_block_when_marked():
+    _, marked = with_cache_breakpoints("sys", [{"role": "user", "content": "hello"}])
+    assert marked == [{"role": "user", "content": [
+        {"type": "text", "text": "hello", "cache_control": {"type": "ephemeral"}}]}]
