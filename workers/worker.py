@@ -27,6 +27,9 @@ Invariants:
 - The session workflow runs under `workers.entry_guard.EntryGuard` (the SDK's sandbox
   inside), which sets right what the workflow's code cannot take: an Update no answer can
   carry, a run started with more than one argument.
+- A served process (`serve_until`) freezes its heap once its workers poll: what start-up
+  made (the modules of Temporal's SDK, pydantic, the model SDK, Keel's own) lives as long
+  as the process, so the garbage collector's full passes stop walking it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from enum import StrEnum
@@ -333,6 +337,10 @@ async def serve_until(workers: KeelWorkers, stop: asyncio.Event,
         return False
     stopping.cancel()
     entering.result()
+    # Start-up's objects (~270k) out of the collector's way: a full pass over them holds
+    # the process (every task and activity in it) for ~130 ms; frozen, ~0.
+    gc.collect()
+    gc.freeze()
     try:
         await ready()
         await stop.wait()
