@@ -5,6 +5,7 @@ ends its children. Real Temporal (dev server), real PostgreSQL, the fake API."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from typing import Any
 
@@ -12,10 +13,12 @@ import psycopg
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 
+from keel.client import session_config
 from schemas.agent import CHILD_NOTE, AgentSpec, ApprovalPolicy, ApprovalRules
 from schemas.budget import BudgetLimits, BudgetSpec
 from schemas.initiative import SubAgent
 from schemas.session import SessionPhase
+from tests.checkpoint_model import CheckpointModel, good_checkpoint
 from tests.fake_anthropic import ErrorStep, text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
 
@@ -166,6 +169,44 @@ async def test_child_that_outlives_its_timeout_is_ended(
     timeout = [r for r in rows(database_url, "team-slow")
                if (r[1] or "").startswith("[Harness: agent run ")]
     assert len(timeout) == 1 and "did not answer within 2 s; it was ended" in timeout[0][2]
+
+
+FILLER = " ".join(f"note{i % 89}" for i in range(900))  # about 1,800 tokens
+
+
+async def test_a_child_that_outgrows_its_window_checkpoints_and_still_answers(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    """The child's work (notes written at length, a round at a time) outgrows its 12k
+    window mid-task: it takes a checkpoint, goes on from its condensed window, and its
+    answer reaches the waiting parent as any child's does."""
+    calls = itertools.count()
+
+    def child(body: dict[str, Any]) -> Any:
+        n = next(calls)  # the child's ordinary calls (its checkpoint turn is answered apart)
+        if n < 8:
+            return tool_use_message([("write_file", {"path": f"notes{n}.md",
+                                                     "content": FILLER})])
+        return text_message("the answer is 42, from the notes")
+
+    fake_anthropic.responder = CheckpointModel(good_checkpoint, ordinary=team(child))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session("team-cp", agent=spec(), config=session_config(
+            settings, context_window=12_000, max_output_tokens=512))
+        outcome = await asyncio.wait_for(parent.ask("find the answer"), 120)
+        assert "parent done" in outcome.reply_text and "42" in outcome.reply_text
+        [child_run] = (await parent.status()).children
+        assert child_run.done == "answered"
+        child_status = await keel.session(child_run.session_id).status()
+        assert child_status.checkpoint_count >= 1 and child_status.ended
+        assert (await parent.status()).checkpoint_count == 0  # the work was the child's
+        await parent.end()
+    answer = [r for r in rows(database_url, "team-cp")
+              if (r[1] or "").startswith("[Harness: agent run ")]
+    assert len(answer) == 1 and answer[0][2] == "the answer is 42, from the notes"
+    # The task is the child's first input, in the parent's voice, kept past its checkpoint.
+    first = rows(database_url, child_run.session_id)[0]
+    assert first[0] == "harness" and first[1].endswith("from #team-cp]")
 
 
 async def test_parent_ended_mid_wait_ends_its_child(
