@@ -19,6 +19,10 @@ Invariants:
   committed completes first) and sweeps every `SWEEP_S` besides (a notification
   sent while it was reconnecting, a row whose retry came due); a lost connection is opened
   again after a pause, never a crash of the worker.
+- Stopping has an end: the drainer is cancelled, and cancelled again past `STOP_GRACE_S`
+  (psycopg answers a cancel by asking the server to cancel the query and waiting for it,
+  a wait a server that does not answer would make endless); past a second grace it is
+  left behind, said in the log, and the worker goes on stopping.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ SWEEP_S = 2.0
 SETTLE_S = 0.015  # after a notification, before the drain (see `_drain_forever`)
 BATCH = 50
 RECONNECT_S = 1.0
+STOP_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -106,10 +111,17 @@ class TranscriptDrainer:
     async def stop(self) -> None:
         """Stop writing now (the vault's lock is lost: another worker may own it)."""
         task, self._task = self._task, None
-        if task is not None:
+        if task is None:
+            return
+        for _ in range(2):  # a second cancel ends a wait the first one started
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            done, _ = await asyncio.wait({task}, timeout=STOP_GRACE_S)
+            if done:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    task.result()  # retrieved: its end is this stop
+                return
+        log.warning("transcript outbox of %s: the drainer did not stop in %g s; left behind",
+                    self.vault_queue, 2 * STOP_GRACE_S)
 
     async def _run(self) -> None:
         while True:

@@ -6,10 +6,12 @@ holds its session's later rows back, then is said to the session and dropped."""
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime
 
 import psycopg
 
+from activities.vault import outbox
 from activities.vault.outbox import (
     MAX_ATTEMPTS,
     QueuedTranscript,
@@ -123,3 +125,39 @@ async def test_the_running_drainer_writes_on_notification(tmp_path, database_url
                 await asyncio.sleep(0.02)
         await asyncio.wait_for(drained(), 30)
     assert "Heard at once." in ctx.vault.path(DAY).read_text()
+
+
+async def test_stopping_ends_even_when_the_first_cancel_starts_a_wait_of_its_own(
+        tmp_path, database_url, monkeypatch) -> None:
+    """As psycopg does: a cancelled query waits for the server to end it. A server that
+    never answers must not hold the worker's stop: a second cancel ends that wait, and a
+    drain that outlives both is left behind."""
+    monkeypatch.setattr(outbox, "STOP_GRACE_S", 0.2)
+    ctx = vault_ctx(tmp_path, database_url)
+    for cancels_needed in (2, 3):
+        seen = 0
+        draining = asyncio.Event()
+
+        async def drain_once(cancels_needed: int = cancels_needed,
+                             draining: asyncio.Event = draining) -> int:
+            nonlocal seen
+            draining.set()
+            while True:
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    seen += 1
+                    if seen >= cancels_needed:
+                        raise
+
+        drainer = _drainer(ctx, database_url, [])
+        monkeypatch.setattr(drainer, "drain_once", drain_once)
+        async with drainer.running():
+            await asyncio.wait_for(draining.wait(), 30)  # connected, listening, draining
+            task = drainer._task
+            started = time.monotonic()
+        assert time.monotonic() - started < 1.0
+        assert seen == min(cancels_needed, 2)
+        assert task is not None and task.done() == (cancels_needed == 2)
+        task.cancel()  # the one left behind: ended here, not by the loop's close
+        await asyncio.wait({task})
