@@ -80,11 +80,28 @@ def database_url(pg_admin_url: str, migrated_template: str) -> Iterator[str]:
 TASKS_DUMP_AFTER_S = float(os.environ.get("KEEL_TEST_TASKS_DUMP_S", "200"))
 
 
+def _awaiting(task: asyncio.Task[object]) -> list[str]:
+    """Where a suspended task waits, outermost first: every coroutine it awaits in turn
+    (a task's own stack shows only its outermost frame), then what the innermost awaits."""
+    where: list[str] = []
+    awaited: object = task.get_coro()
+    for _ in range(40):
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None) \
+            or getattr(awaited, "ag_frame", None)
+        if frame is None:
+            break
+        where.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None) \
+            or getattr(awaited, "ag_await", None)
+    where.append(f"  awaiting {awaited!r}"[:400])
+    return where
+
+
 def _dump_tasks() -> None:
     print(f"\n+++ asyncio tasks after {TASKS_DUMP_AFTER_S:g} s +++", file=sys.stderr)
     for task in asyncio.all_tasks():
         print(f"--- {task!r}", file=sys.stderr)
-        task.print_stack(limit=12, file=sys.stderr)
+        print("\n".join(_awaiting(task)), file=sys.stderr)
 
 
 @pytest.fixture(autouse=True)
