@@ -20,8 +20,8 @@ Invariants:
   sent while it was reconnecting, a row whose retry came due); a lost connection is opened
   again after a pause, never a crash of the worker.
 - Stopping has an end: the drainer is cancelled, and cancelled again past `STOP_GRACE_S`
-  (psycopg answers a cancel by asking the server to cancel the query and waiting for it,
-  a wait a server that does not answer would make endless); past a second grace it is
+  (a cancelled step may wait on something of its own while it unwinds: psycopg, for one,
+  waits up to 10 s for the server to end a cancelled query); past a second grace it is
   left behind, said in the log, and the worker goes on stopping.
 """
 

@@ -129,9 +129,9 @@ async def test_the_running_drainer_writes_on_notification(tmp_path, database_url
 
 async def test_stopping_ends_even_when_the_first_cancel_starts_a_wait_of_its_own(
         tmp_path, database_url, monkeypatch) -> None:
-    """As psycopg does: a cancelled query waits for the server to end it. A server that
-    never answers must not hold the worker's stop: a second cancel ends that wait, and a
-    drain that outlives both is left behind."""
+    """A drain that answers a cancel by waiting on something of its own (as psycopg waits
+    for the server to end a cancelled query) must not hold the worker's stop: a second
+    cancel ends that wait, and a drain that outlives both is left behind."""
     monkeypatch.setattr(outbox, "STOP_GRACE_S", 0.2)
     ctx = vault_ctx(tmp_path, database_url)
     for cancels_needed in (2, 3):
