@@ -57,6 +57,7 @@ from activities.mcp_pool import McpPool
 from activities.model import AnthropicBackend, ModelBackend, ModelBackends
 from activities.offline import OfflineBackend
 from activities.session import SessionActivities
+from activities.tasks import stop_task
 from activities.vault.cards import VaultActivities
 from activities.vault.doctor import DoctorActivities
 from activities.vault.outbox import TranscriptDrainer
@@ -88,6 +89,7 @@ MEMORY_WORKFLOWS: list[type] = [*ROLLUP_WORKFLOWS.values(), DoctorWorkflow,
                                  MemoryNightlyWorkflow]
 # How often the vault worker checks its lock connection and republishes changed files.
 VAULT_BEAT_S = 5.0
+VAULT_BEAT_STOP_S = 5.0  # a grace of the beat's stop (activities.tasks)
 # One advisory lock key space for vault ownership (the key is the vault queue's hash).
 _VAULT_LOCK_CLASS = 7_246_002
 
@@ -293,9 +295,7 @@ class KeelWorkers:
             try:
                 yield True
             finally:
-                beat.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await beat
+                await stop_task(beat, grace_s=VAULT_BEAT_STOP_S, what="the vault's beat")
         finally:
             await conn.close()  # the lock goes with the connection
 

@@ -19,10 +19,9 @@ Invariants:
   committed completes first) and sweeps every `SWEEP_S` besides (a notification
   sent while it was reconnecting, a row whose retry came due); a lost connection is opened
   again after a pause, never a crash of the worker.
-- Stopping has an end: the drainer is cancelled, and cancelled again past `STOP_GRACE_S`
-  (a cancelled step may wait on something of its own while it unwinds: psycopg, for one,
-  waits up to 10 s for the server to end a cancelled query); past a second grace it is
-  left behind, said in the log, and the worker goes on stopping.
+- Stopping has an end (`activities.tasks.stop_task`, `STOP_GRACE_S` a grace): a drain may
+  wait on something of its own while it unwinds from a cancel (psycopg, for one, waits up
+  to 10 s for the server to end a cancelled query).
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ from psycopg import AsyncConnection
 
 from activities.db import get_pool
 from activities.listen import Notifications
+from activities.tasks import stop_task
 from activities.vault.turn import MemoryActivities, TranscriptsInput
 
 __all__ = ["CHANNEL", "MAX_ATTEMPTS", "QueuedTranscript", "TranscriptDrainer",
@@ -111,17 +111,9 @@ class TranscriptDrainer:
     async def stop(self) -> None:
         """Stop writing now (the vault's lock is lost: another worker may own it)."""
         task, self._task = self._task, None
-        if task is None:
-            return
-        for _ in range(2):  # a second cancel ends a wait the first one started
-            task.cancel()
-            done, _ = await asyncio.wait({task}, timeout=STOP_GRACE_S)
-            if done:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    task.result()  # retrieved: its end is this stop
-                return
-        log.warning("transcript outbox of %s: the drainer did not stop in %g s; left behind",
-                    self.vault_queue, 2 * STOP_GRACE_S)
+        if task is not None:
+            await stop_task(task, grace_s=STOP_GRACE_S,
+                            what=f"the transcript drainer of {self.vault_queue}")
 
     async def _run(self) -> None:
         while True:
