@@ -26,12 +26,14 @@ from psycopg import AsyncConnection
 
 from activities.db import on_close
 from activities.listen import Notifications
+from activities.tasks import stop_task
 
 __all__ = ["CHANNEL", "InterruptWatcher", "send_interrupt", "stop_on_interrupt", "watcher"]
 
 CHANNEL = "keel_interrupt"
 READY_WAIT_S = 5.0  # a call waits at most this for the listener before reading the table
 RECONNECT_S = 1.0
+STOP_GRACE_S = 5.0  # a grace of the listener's stop (activities.tasks)
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 Key = tuple[str, int]
@@ -60,9 +62,7 @@ class InterruptWatcher:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await stop_task(self._task, grace_s=STOP_GRACE_S, what="the interrupt listener")
 
     async def _listen(self) -> None:
         while True:
