@@ -54,7 +54,8 @@ from schemas.session import SessionState
 
 __all__ = ["drop_staged", "export_bundle", "import_bundle", "read_bundle", "undo_import"]
 
-_ROWS = ("SELECT to_jsonb(m) - 'session_id' FROM messages m WHERE session_id = %s"
+# A row's `rev` is this database's (migration 010): a bundle carries none.
+_ROWS = ("SELECT to_jsonb(m) - 'session_id' - 'rev' FROM messages m WHERE session_id = %s"
          " ORDER BY seq")
 _CHECKPOINTS = ("SELECT to_jsonb(c) - 'session_id' FROM checkpoints c WHERE session_id = %s"
                 " ORDER BY record_seq, checkpoint_id")

@@ -18,38 +18,77 @@ from temporalio.exceptions import ApplicationError
 
 from activities.prompt import SessionPrompt
 from activities.record import LIVE, ROW_COLUMNS, to_row
+from activities.row_cache import HeldRows, Key, row_cache
 from schemas.messages import RecordRow
 
 __all__ = ["LoadedWindow", "PendingRows", "WindowLoader", "window_rows"]
 
 # A window's rows: from its start up to `upto`, and before its start the rows its
 # checkpoint carried (this turn's own messages, kept verbatim); plus one more seq a caller
-# asks about (`also`: a model call's reply, which a retry finds recorded).
+# asks about (`also`: a model call's reply, which a retry finds recorded). Every row comes
+# with its revision; its columns only when the revision is above the newest this worker
+# holds of the session (activities.row_cache): the others it holds already, or reads next.
+_FRESH = "rev > %(known)s"
+_COLUMNS = ", ".join(f"CASE WHEN {_FRESH} THEN {column} END AS {name}" for column, name in (
+    ("type", "type"), ("content_text", "text"), ("source_line", "source_line"),
+    ("content", "content"), ("token_count", "token_count"), ("turn", "turn")))
 _WINDOW_ROWS = (
-    f"SELECT {ROW_COLUMNS} FROM messages WHERE session_id = %(sid)s AND {LIVE}"
+    f"SELECT seq, rev, {_COLUMNS} FROM messages WHERE session_id = %(sid)s AND {LIVE}"
     " AND (seq BETWEEN %(start)s AND %(upto)s OR seq = %(also)s"
     " OR (seq < %(start)s AND seq IN (SELECT jsonb_array_elements_text(carried_seqs)::bigint"
     " FROM checkpoints WHERE checkpoint_id = %(cp)s))) ORDER BY seq")
+# The rows a read named at a revision this worker does not hold (written by another worker
+# below the newest revision seen here, or evicted): read whole, as they are now.
+_ROWS_AT = (f"SELECT {ROW_COLUMNS}, rev FROM messages WHERE session_id = %s"
+            f" AND seq = ANY(%s) AND {LIVE} ORDER BY seq")
+
+
+def _database(conn: AsyncConnection) -> str:
+    info = conn.info
+    return f"{info.host}:{info.port}/{info.dbname}"
 
 
 class PendingRows:
     """A window's rows asked for (in a pipeline, sent with what goes beside them)."""
 
-    def __init__(self, cursor: AsyncCursor[dict[str, Any]]) -> None:
+    def __init__(self, conn: AsyncConnection, cursor: AsyncCursor[dict[str, Any]],
+                 key: Key, held: HeldRows) -> None:
+        self._conn = conn
         self._cursor = cursor
+        self._key = key
+        self._held = held
 
     async def fetch(self) -> list[RecordRow]:
-        return [to_row(r) for r in await self._cursor.fetchall()]
+        named = await self._cursor.fetchall()
+        rows: dict[int, tuple[int, RecordRow]] = {}
+        missing: list[int] = []
+        for r in named:
+            row = to_row(r) if r["type"] is not None else self._held.get(r["seq"], r["rev"])
+            if row is None:
+                missing.append(r["seq"])
+            else:
+                rows[r["seq"]] = (r["rev"], row)
+        if missing:
+            async with self._conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(_ROWS_AT, (self._key[1], missing))
+                rows.update((r["seq"], (r["rev"], to_row(r))) for r in await cur.fetchall())
+        kept = [rows[r["seq"]] for r in named if r["seq"] in rows]
+        row_cache.keep(self._key, kept)
+        return [row for _, row in kept]
 
 
 async def window_rows(conn: AsyncConnection, session_id: str, window_start: int, upto: int,
                       checkpoint_id: str | None, also: int | None = None) -> PendingRows:
     """Ask for a window's rows in order, the checkpoint's carried ones first: one
-    statement, whose cost follows the window, not the record."""
+    statement, whose cost follows the window, not the record; the rows this worker holds
+    at the revision the record names are not sent again, nor decoded (activities.row_cache)."""
+    key = (_database(conn), session_id)
+    held = row_cache.held(key)
     cursor = conn.cursor(row_factory=dict_row)
     await cursor.execute(_WINDOW_ROWS, {"sid": session_id, "start": window_start,
-                                        "upto": upto, "also": also, "cp": checkpoint_id})
-    return PendingRows(cursor)
+                                        "upto": upto, "also": also, "cp": checkpoint_id,
+                                        "known": held.newest_rev})
+    return PendingRows(conn, cursor, key, held)
 
 
 class LoadedWindow(BaseModel):

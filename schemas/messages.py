@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 HARNESS_PREFIX = "[Harness:"
 
@@ -187,7 +187,11 @@ def user_display_prefix(text: str, user_name: str) -> str | None:
 
 
 class RecordRow(BaseModel):
-    """One row of the conversation of record, as context assembly needs it."""
+    """One row of the conversation of record, as context assembly needs it. Frozen: a
+    worker shares one row between the windows it reads (activities.row_cache); a changed
+    row is a copy (`model_copy(update=...)`)."""
+
+    model_config = ConfigDict(frozen=True)
 
     seq: int
     type: MessageType

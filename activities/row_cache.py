@@ -1,0 +1,124 @@
+"""A worker's copy of the window rows it read last, checked against the record on every read.
+
+Invariants:
+- The record says, on every read, which rows a window holds, in what order, and each one's
+  revision (`rev`, migration 010: every insert and update of a message takes a new one).
+  A row is taken from this copy only when the read names the same (seq, rev) for it; equal
+  revisions are equal rows, so a window read here is the window the record holds.
+- Content only ever comes from PostgreSQL: a row this worker does not hold at the revision
+  the read names (a new row, an edited one, one evicted, one another worker wrote with a
+  revision below the newest this worker has seen) is read from the record in the same call.
+- Bounded: at most `max_chars` (about; text and content) across sessions, the sessions
+  least recently read dropped first. A session keeps only the rows of its last read, so a
+  checkpoint that moves the window's start frees what moved out.
+- A row is shared between the reads that take it: `RecordRow` is frozen, and its content
+  is read, never written (the request's assembly copies what it marks).
+
+Why: every model call reads its whole window; decoding it (JSON, then the row model) is
+O(window) CPU a call, ~0.2 s at 10,000 rows, and a turn may make dozens of calls.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from schemas.messages import RecordRow
+
+__all__ = ["DEFAULT_MAX_CHARS", "HeldRows", "Key", "RowCache", "clear", "row_cache", "row_chars"]
+
+# About 64M characters of rows (sixteen 1M-token windows); KEEL_ROW_CACHE_CHARS=0 turns
+# the cache off (every read decodes every row, as before).
+DEFAULT_MAX_CHARS = 64_000_000
+# What a row costs beyond its text, about: its content's structure, the row model.
+ROW_OVERHEAD_CHARS = 200
+
+Key = tuple[str, str]  # (the database, as the connection names it; the session)
+
+
+def row_chars(row: RecordRow) -> int:
+    """About what holding the row costs, in characters (text, and content counted as its
+    tokens' worth: a tool call's input, a result's metadata)."""
+    return len(row.text) + 4 * row.token_count + ROW_OVERHEAD_CHARS
+
+
+@dataclass
+class HeldRows:
+    """One session's rows as this worker read them last, by seq: (rev, row)."""
+
+    rows: dict[int, tuple[int, RecordRow]] = field(default_factory=dict)
+    newest_rev: int = -1  # the highest revision among them
+    chars: int = 0
+
+    def get(self, seq: int, rev: int) -> RecordRow | None:
+        held = self.rows.get(seq)
+        return held[1] if held is not None and held[0] == rev else None
+
+
+class RowCache:
+    """Sessions' rows held between reads, least recently read evicted first."""
+
+    def __init__(self, max_chars: int = DEFAULT_MAX_CHARS) -> None:
+        self.max_chars = max_chars
+        self._held: OrderedDict[Key, HeldRows] = OrderedDict()
+        self._chars = 0
+        # Activities share one event loop, but a process may run workers on several
+        # (tests do): the bookkeeping is kept whole under a lock.
+        self._lock = threading.Lock()
+
+    @property
+    def chars(self) -> int:
+        return self._chars
+
+    def held(self, key: Key) -> HeldRows:
+        """What this worker holds of the session (empty when nothing), marked as just used."""
+        with self._lock:
+            found = self._held.get(key)
+            if found is None:
+                return HeldRows()
+            self._held.move_to_end(key)
+            return found
+
+    def keep(self, key: Key, rows: list[tuple[int, RecordRow]]) -> None:
+        """The session's rows as just read, (rev, row), in place of what was held."""
+        held = HeldRows()
+        for rev, row in rows:
+            held.rows[row.seq] = (rev, row)
+            held.newest_rev = max(held.newest_rev, rev)
+            held.chars += row_chars(row)
+        with self._lock:
+            old = self._held.pop(key, None)
+            if old is not None:
+                self._chars -= old.chars
+            if held.chars > self.max_chars:
+                return  # larger than the whole cache (or the cache is off): not held
+            self._held[key] = held
+            self._chars += held.chars
+            while self._chars > self.max_chars:
+                _, dropped = self._held.popitem(last=False)
+                self._chars -= dropped.chars
+
+    def clear(self) -> None:
+        with self._lock:
+            self._held.clear()
+            self._chars = 0
+
+
+def _max_chars_from_env() -> int:
+    value = os.environ.get("KEEL_ROW_CACHE_CHARS", "").strip()
+    try:
+        return int(value) if value else DEFAULT_MAX_CHARS
+    except ValueError:
+        raise ValueError(f"KEEL_ROW_CACHE_CHARS must be a whole number, not {value!r}"
+                         ) from None
+
+
+# One per worker process.
+row_cache = RowCache(_max_chars_from_env())
+
+
+def clear() -> None:
+    """Forget every held row (a benchmark's cold read; a test)."""
+    row_cache.clear()
