@@ -139,10 +139,15 @@ ROW_COLUMNS = "seq, type, content_text AS text, source_line, content, token_coun
 
 
 def to_row(r: dict[str, Any]) -> RecordRow:
-    return RecordRow(
-        seq=r["seq"], type=MessageType(r["type"]), text=r["text"], source_line=r["source_line"],
-        content=r["content"], token_count=r["token_count"], turn=r["turn"],
-    )
+    return record_row(r["seq"], r["type"], r["text"], r["source_line"], r["content"],
+                      r["token_count"], r["turn"])
+
+
+def record_row(seq: int, kind: str, text: str, source_line: str | None, content: Any,
+               token_count: int, turn: int | None) -> RecordRow:
+    """A row from ROW_COLUMNS' values, in their order."""
+    return RecordRow(seq=seq, type=MessageType(kind), text=text, source_line=source_line,
+                     content=content, token_count=token_count, turn=turn)
 
 
 async def load_rows(

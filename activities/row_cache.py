@@ -83,11 +83,9 @@ class RowCache:
 
     def keep(self, key: Key, rows: list[tuple[int, RecordRow]]) -> None:
         """The session's rows as just read, (rev, row), in place of what was held."""
-        held = HeldRows()
-        for rev, row in rows:
-            held.rows[row.seq] = (rev, row)
-            held.newest_rev = max(held.newest_rev, rev)
-            held.chars += row_chars(row)
+        held = HeldRows(rows={row.seq: (rev, row) for rev, row in rows},
+                        newest_rev=max((rev for rev, _ in rows), default=-1),
+                        chars=sum(row_chars(row) for _, row in rows))
         with self._lock:
             old = self._held.pop(key, None)
             if old is not None:

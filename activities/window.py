@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError
 
 from activities.prompt import SessionPrompt
-from activities.record import LIVE, ROW_COLUMNS, to_row
+from activities.record import LIVE, ROW_COLUMNS, record_row, to_row
 from activities.row_cache import HeldRows, Key, row_cache
 from schemas.messages import RecordRow
 
@@ -51,7 +51,7 @@ def _database(conn: AsyncConnection) -> str:
 class PendingRows:
     """A window's rows asked for (in a pipeline, sent with what goes beside them)."""
 
-    def __init__(self, conn: AsyncConnection, cursor: AsyncCursor[dict[str, Any]],
+    def __init__(self, conn: AsyncConnection, cursor: AsyncCursor[tuple[Any, ...]],
                  key: Key, held: HeldRows) -> None:
         self._conn = conn
         self._cursor = cursor
@@ -59,20 +59,20 @@ class PendingRows:
         self._held = held
 
     async def fetch(self) -> list[RecordRow]:
-        named = await self._cursor.fetchall()
-        rows: dict[int, tuple[int, RecordRow]] = {}
-        missing: list[int] = []
-        for r in named:
-            row = to_row(r) if r["type"] is not None else self._held.get(r["seq"], r["rev"])
-            if row is None:
-                missing.append(r["seq"])
-            else:
-                rows[r["seq"]] = (r["rev"], row)
+        held = self._held.get
+        # (seq, rev, then the row's columns: all None when not sent)
+        found = [(seq, rev, held(seq, rev) if kind is None else
+                  record_row(seq, kind, text, source_line, content, tokens, turn))
+                 for seq, rev, kind, text, source_line, content, tokens, turn
+                 in await self._cursor.fetchall()]
+        missing = [seq for seq, _, row in found if row is None]
         if missing:
             async with self._conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(_ROWS_AT, (self._key[1], missing))
-                rows.update((r["seq"], (r["rev"], to_row(r))) for r in await cur.fetchall())
-        kept = [rows[r["seq"]] for r in named if r["seq"] in rows]
+                now = {r["seq"]: (r["seq"], r["rev"], to_row(r)) for r in await cur.fetchall()}
+            found = [now.get(entry[0], entry) if entry[2] is None else entry
+                     for entry in found]
+        kept = [(rev, row) for _, rev, row in found if row is not None]
         row_cache.keep(self._key, kept)
         return [row for _, row in kept]
 
@@ -84,7 +84,7 @@ async def window_rows(conn: AsyncConnection, session_id: str, window_start: int,
     at the revision the record names are not sent again, nor decoded (activities.row_cache)."""
     key = (_database(conn), session_id)
     held = row_cache.held(key)
-    cursor = conn.cursor(row_factory=dict_row)
+    cursor = conn.cursor()
     await cursor.execute(_WINDOW_ROWS, {"sid": session_id, "start": window_start,
                                         "upto": upto, "also": also, "cp": checkpoint_id,
                                         "known": held.newest_rev})
