@@ -44,6 +44,7 @@ from schemas.messages import MessageType  # noqa: E402
 from schemas.request import model_call_request  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
+SIZES, READS = "400,2000,4000,10000", 15
 TOOLS = [{"name": "read_file", "description": "Read a file of the workspace.",
           "input_schema": {"type": "object", "properties": {"path": {"type": "string"}},
                            "required": ["path"]}}]
@@ -144,10 +145,14 @@ async def measure(url: str, sizes: list[int], reads: int) -> list[dict[str, Any]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="400,2000,4000,10000")
-    parser.add_argument("--reads", type=int, default=15)
-    parser.add_argument("--out", default="window.json")
+    parser.add_argument("--sizes", default=SIZES)
+    parser.add_argument("--reads", type=int, default=READS)
+    parser.add_argument("--out", help="results file name in bench/results (default:"
+                        " window.json, or window-custom.json for other sizes or reads)")
     args = parser.parse_args()
+    if args.out is None:
+        full = args.sizes == SIZES and args.reads == READS
+        args.out = "window.json" if full else "window-custom.json"
     tmp = Path(tempfile.mkdtemp(prefix="keel-bench-window-"))
     os.chmod(tmp, 0o755)
     try:
