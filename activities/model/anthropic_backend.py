@@ -5,18 +5,24 @@ rate-limited, timed-out and 5xx calls raise a retryable error (honouring `retry-
 a request the API refuses (400, 401, 403, 404, 413, 422) is non-retryable, because the
 same request would be refused again. A reply is checked before it is returned
 (`checked_reply`), streamed or not: streaming changes nothing about the reply, and a
-retried stream streams again from the start. This module knows nothing of the offline
-model (`activities.offline`); the worker's `ModelBackends` chooses between the two.
+retried stream streams again from the start. The body is encoded here, once, as the SDK
+encodes it (compact UTF-8 JSON), and posted through the SDK's client: its `messages.create`
+and `.stream` would walk and copy the whole body twice first (its transform, then its
+request preparation), which costs as much CPU as the encoding again and grows with the
+window (~10 ms a call at 600 KB). This module knows nothing of the offline model
+(`activities.offline`); the worker's `ModelBackends` chooses between the two.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import anthropic
-from anthropic.types import Message
+from anthropic.lib.streaming import AsyncMessageStreamManager
+from anthropic.types import Message, RawMessageStreamEvent
 from temporalio.exceptions import ApplicationError
 
 from activities.model.backend import RETRYABLE_STATUS, api_refusal, safe_on_text
@@ -28,9 +34,24 @@ from schemas.model import (
     MODEL_TIMEOUT,
 )
 
-__all__ = ["RETRYABLE_STATUS", "AnthropicBackend", "checked_reply", "model_error"]
+__all__ = ["RETRYABLE_STATUS", "AnthropicBackend", "checked_reply", "encoded_body",
+           "model_error"]
 
 _ClientKey = tuple[str | None, str | None, float]
+MESSAGES_PATH = "/v1/messages"
+# As the SDK's own encoder: compact, UTF-8, no NaN (a request is plain JSON values).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def encoded_body(request: dict[str, Any], *, stream: bool) -> bytes:
+    """A Messages API request's body (a plain dict: model, system, messages, tools); a
+    request that is not JSON (a value JSON cannot hold, text UTF-8 cannot) is a
+    non-retryable error: the same request would fail again."""
+    try:
+        return _ENCODER.encode({**request, "stream": True} if stream else request).encode()
+    except (TypeError, ValueError) as err:  # UnicodeEncodeError is a ValueError
+        raise ApplicationError(f"the model request cannot be sent as JSON: {err}",
+                               type=MODEL_ERROR, non_retryable=True) from err
 
 
 class AnthropicBackend:
@@ -55,7 +76,8 @@ class AnthropicBackend:
     async def create(self, settings: ModelSettings, request: dict[str, Any]) -> Message:
         """Send one Messages API request (a plain dict: model, system, messages, tools)."""
         try:
-            message = await self._client(settings).messages.create(**request)
+            message = await self._client(settings).post(
+                MESSAGES_PATH, cast_to=Message, content=encoded_body(request, stream=False))
         except anthropic.APIError as err:
             raise model_error(err) from err
         return checked_reply(message)
@@ -63,8 +85,11 @@ class AnthropicBackend:
     async def stream(self, settings: ModelSettings, request: dict[str, Any],
                      on_text: Callable[[str], None]) -> Message:
         """The same request streamed: its text to `on_text` as the SDK produces it."""
+        events = self._client(settings).post(
+            MESSAGES_PATH, cast_to=Message, content=encoded_body(request, stream=True),
+            stream=True, stream_cls=anthropic.AsyncStream[RawMessageStreamEvent])
         try:
-            async with self._client(settings).messages.stream(**request) as stream:
+            async with AsyncMessageStreamManager(events) as stream:
                 async for text in stream.text_stream:
                     safe_on_text(on_text, text)
                 message = await stream.get_final_message()
