@@ -343,32 +343,71 @@ def with_cache_breakpoints(
     stable end of one request is a prefix of the next turn's request, so the next turn
     reads it from the cache."""
     system_blocks = [{"type": "text", "text": system, "cache_control": dict(CACHE_CONTROL)}]
-    # New messages and block lists; a block is copied only where a breakpoint goes on it.
-    # (A message whose content is a string is the one text block the API reads it as.)
-    out = [{"role": m["role"], "content": list(m["content"]) if isinstance(m["content"], list)
-            else [_text_block(str(m["content"]))]} for m in messages]
-    flat = [(i, j) for i, m in enumerate(out) for j in range(len(m["content"]))]
-    if not flat:
+    # A message whose content is a string is the one text block the API reads it as.
+    out = [m if isinstance(m["content"], list)
+           else {"role": m["role"], "content": [_text_block(str(m["content"]))]}
+           for m in messages]
+    blocks = _BlockIndex(out)
+    if not blocks.total:
         return system_blocks, out
     marks: list[tuple[int, int]] = []
     if checkpoint_text and out[0]["content"][0].get("text") == checkpoint_text:
         marks.append((0, 0))
-    if 0 < turn_boundary < len(flat):
-        marks.append(flat[turn_boundary - 1])
+    if 0 < turn_boundary < blocks.total:
+        marks.append(blocks.at(turn_boundary - 1))
     stable: tuple[int, int] | None = None
     if volatile_text:
-        at = next((k for k, (i, j) in enumerate(flat)
-                   if out[i]["content"][j].get("text") == volatile_text), None)
+        at = blocks.first_text(volatile_text)
         if at is not None and at > 0:
-            stable = flat[at - 1]
-    elif stable_blocks is not None and 0 < stable_blocks <= len(flat):
-        stable = flat[stable_blocks - 1]
+            stable = blocks.at(at - 1)
+    elif stable_blocks is not None and 0 < stable_blocks <= blocks.total:
+        stable = blocks.at(stable_blocks - 1)
     if stable is not None:
         marks.append(stable)
-    marks.append(flat[-1])
+    marks.append(blocks.at(blocks.total - 1))
+    # The messages given stay as they were: a message is copied (its block list, and the
+    # block marked) only where a breakpoint goes; the others are shared.
+    copied: set[int] = set()
     for i, j in dict.fromkeys(marks[-(MAX_BREAKPOINTS - 1):]):
+        if i not in copied and out[i] is messages[i]:
+            out[i] = {"role": out[i]["role"], "content": list(out[i]["content"])}
+        copied.add(i)
         out[i]["content"][j] = {**out[i]["content"][j], "cache_control": dict(CACHE_CONTROL)}
     return system_blocks, out
+
+
+class _BlockIndex:
+    """Content blocks counted across messages, in order, without listing them."""
+
+    def __init__(self, messages: list[dict[str, Any]]) -> None:
+        self.messages = messages
+        self.sizes = [len(m["content"]) for m in messages]
+        self.total = sum(self.sizes)
+
+    def at(self, k: int) -> tuple[int, int]:
+        """(message, block) of the k-th block (0-based; 0 <= k < total), from the end
+        when it is nearer (the marks mostly fall on the last blocks)."""
+        if k >= self.total // 2:
+            back = self.total - 1 - k
+            for i in range(len(self.sizes) - 1, -1, -1):
+                if back < self.sizes[i]:
+                    return i, self.sizes[i] - 1 - back
+                back -= self.sizes[i]
+        for i, size in enumerate(self.sizes):
+            if k < size:
+                return i, k
+            k -= size
+        raise IndexError(k)
+
+    def first_text(self, text: str) -> int | None:
+        """The index of the first block whose text is `text`, if any."""
+        k = 0
+        for m in self.messages:
+            for b in m["content"]:
+                if b.get("text") == text:
+                    return k
+                k += 1
+        return None
 
 
 LEFT_OUT_NOTE = (
