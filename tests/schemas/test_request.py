@@ -209,3 +209,35 @@ def test_a_message_given_as_a_string_is_one_text_block_when_marked():
     _, marked = with_cache_breakpoints("sys", [{"role": "user", "content": "hello"}])
     assert marked == [{"role": "user", "content": [
         {"type": "text", "text": "hello", "cache_control": {"type": "ephemeral"}}]}]
+
+
+_TEXTS = st.sampled_from(["a", "b", "ckpt", "recall"])
+_MESSAGES = st.lists(st.one_of(
+    _TEXTS, st.lists(_TEXTS.map(lambda t: {"type": "text", "text": t}), min_size=1,
+                     max_size=4)), max_size=8).map(
+    lambda contents: [{"role": "user" if i % 2 == 0 else "assistant", "content": c}
+                      for i, c in enumerate(contents)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(messages=_MESSAGES, checkpoint=st.sampled_from([None, "ckpt"]),
+       volatile=st.sampled_from([None, "recall"]), stable=st.sampled_from([None, 1, 2, 5]),
+       boundary=st.integers(min_value=0, max_value=12))
+def test_breakpoints_mark_at_most_three_blocks_the_last_always_and_change_nothing_else(
+        messages: list[dict[str, Any]], checkpoint: str | None, volatile: str | None,
+        stable: int | None, boundary: int) -> None:
+    before = json.dumps(messages)
+    system, marked = with_cache_breakpoints(
+        "sys", messages, checkpoint_text=checkpoint, volatile_text=volatile,
+        stable_blocks=stable, turn_boundary=boundary)
+    assert json.dumps(messages) == before and "cache_control" in system[0]
+    flat = [b for m in marked for b in m["content"]]
+    marks = [k for k, b in enumerate(flat) if "cache_control" in b]
+    assert len(marks) <= 3 and (not flat or marks[-1] == len(flat) - 1)
+    if 0 < boundary < len(flat) and not volatile and stable is None:
+        assert boundary - 1 in marks  # nothing but the last competes with it
+    # Without the marks, the messages given (a string content as its one text block).
+    plain = [{"role": m["role"], "content": [{k: v for k, v in b.items() if k != "cache_control"}
+                                             for b in m["content"]]} for m in marked]
+    assert plain == [{"role": m["role"], "content": m["content"] if isinstance(
+        m["content"], list) else [{"type": "text", "text": m["content"]}]} for m in messages]
