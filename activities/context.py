@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 from activities.db import get_pool
 from activities.model import ModelBackend
 from activities.prompt import SessionPrompt
+from activities.row_cache import row_cache
 from activities.vault.embedder import Embedder, embedder_for
 from activities.vault.store import MemoryContext
 from activities.window import WindowLoader
@@ -42,6 +43,8 @@ class SessionContext:
         self.windows = WindowLoader(self.prompt)
         # The deployment's embedding model (None: BM25 only), loaded once per process.
         self.embedder: Embedder | None = embedder_for(settings.memory)
+        # The process's one row cache (activities.window reads through it), sized here.
+        row_cache.max_chars = settings.row_cache_chars
 
     async def connection(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """A connection from the pool (`async with await ctx.connection() as conn`)."""

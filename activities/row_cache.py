@@ -20,18 +20,18 @@ O(window) CPU a call, ~0.2 s at 10,000 rows, and a turn may make dozens of calls
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from schemas.config import DEFAULT_ROW_CACHE_CHARS
 from schemas.messages import RecordRow
 
 __all__ = ["DEFAULT_MAX_CHARS", "HeldRows", "Key", "RowCache", "clear", "row_cache", "row_chars"]
 
-# About 64M characters of rows (sixteen 1M-token windows); KEEL_ROW_CACHE_CHARS=0 turns
-# the cache off (every read decodes every row, as before).
-DEFAULT_MAX_CHARS = 64_000_000
+# KeelSettings.row_cache_chars (KEEL_ROW_CACHE_CHARS; 0 turns the cache off: every read
+# decodes every row) sets it when the worker's session context is built.
+DEFAULT_MAX_CHARS = DEFAULT_ROW_CACHE_CHARS
 # What a row costs beyond its text, about: its content's structure, the row model.
 ROW_OVERHEAD_CHARS = 200
 
@@ -104,17 +104,8 @@ class RowCache:
             self._chars = 0
 
 
-def _max_chars_from_env() -> int:
-    value = os.environ.get("KEEL_ROW_CACHE_CHARS", "").strip()
-    try:
-        return int(value) if value else DEFAULT_MAX_CHARS
-    except ValueError:
-        raise ValueError(f"KEEL_ROW_CACHE_CHARS must be a whole number, not {value!r}"
-                         ) from None
-
-
 # One per worker process.
-row_cache = RowCache(_max_chars_from_env())
+row_cache = RowCache()
 
 
 def clear() -> None:

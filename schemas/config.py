@@ -21,6 +21,8 @@ from schemas.vault.settings import MemorySettings
 
 DEFAULT_TASK_QUEUE = "keel-sessions"
 DEFAULT_MODEL = "claude-sonnet-5"
+# About 64M characters of window rows a worker keeps (sixteen 1M-token windows).
+DEFAULT_ROW_CACHE_CHARS = 64_000_000
 VAULT_QUEUE_SUFFIX = "-vault"
 
 
@@ -108,6 +110,9 @@ class KeelSettings(BaseModel):
     workspace_store: WorkspaceStoreKind = WorkspaceStoreKind.LOCAL
     max_file_bytes: int = 10_000_000  # one workspace file
     max_workspace_bytes: int = 200_000_000  # all of one session's files together
+    # About how much of the window rows it read a worker keeps between model calls
+    # (activities.row_cache; 0: none).
+    row_cache_chars: int = Field(default=DEFAULT_ROW_CACHE_CHARS, ge=0)
     data_dir: Path = Path(".keel")
     model: ModelSettings = Field(default_factory=ModelSettings)
     max_message_chars: int = 200_000
@@ -198,6 +203,7 @@ class KeelSettings(BaseModel):
             workspace_store=WorkspaceStoreKind(store),
             max_file_bytes=opt_int("KEEL_MAX_FILE_BYTES") or 10_000_000,
             max_workspace_bytes=opt_int("KEEL_MAX_WORKSPACE_BYTES") or 200_000_000,
+            row_cache_chars=_or(opt_int("KEEL_ROW_CACHE_CHARS"), DEFAULT_ROW_CACHE_CHARS),
             data_dir=data_dir,
             model=model,
             max_message_chars=opt_int("KEEL_MAX_MESSAGE_CHARS") or 200_000,
@@ -253,3 +259,8 @@ def memory_from_env(data_dir: Path, e: dict[str, str]) -> MemorySettings:
         if e.get(name):
             values[key] = e[name]
     return MemorySettings(**values)
+
+
+def _or(value: int | None, default: int) -> int:
+    """`value` when set (0 included), else `default`."""
+    return default if value is None else value

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from pydantic import ValidationError
 
 from activities.record import NewRow, ensure_session, insert_row
 from activities.row_cache import RowCache, row_cache, row_chars
 from activities.window import window_rows
+from schemas.config import DEFAULT_ROW_CACHE_CHARS, KeelSettings
 from schemas.messages import MessageType, RecordRow
 
 SID = "cache-1"
@@ -147,3 +149,11 @@ def test_a_held_row_cannot_be_changed_in_place():
     with pytest.raises(Exception, match="frozen"):
         setattr(row, "text", "changed")  # noqa: B010 (the assignment under test)
     assert row.model_copy(update={"text": "copy"}).text == "copy" and row.text == "x" * 10
+
+
+def test_the_bound_comes_from_the_settings_and_zero_turns_the_cache_off():
+    assert KeelSettings.from_env({}).row_cache_chars == DEFAULT_ROW_CACHE_CHARS
+    assert KeelSettings.from_env({"KEEL_ROW_CACHE_CHARS": "0"}).row_cache_chars == 0
+    assert KeelSettings.from_env({"KEEL_ROW_CACHE_CHARS": "1000"}).row_cache_chars == 1000
+    with pytest.raises(ValidationError, match="row_cache_chars"):
+        KeelSettings.from_env({"KEEL_ROW_CACHE_CHARS": "-1"})
