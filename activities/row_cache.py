@@ -15,7 +15,7 @@ Invariants:
   is read, never written (the request's assembly copies what it marks).
 
 Why: every model call reads its whole window; decoding it (JSON, then the row model) is
-O(window) CPU a call, ~0.2 s at 10,000 rows, and a turn may make dozens of calls.
+O(window) CPU a call (0.1 to 0.2 s at 10,000 rows), and a turn may make dozens of calls.
 """
 
 from __future__ import annotations
@@ -27,11 +27,8 @@ from dataclasses import dataclass, field
 from schemas.config import DEFAULT_ROW_CACHE_CHARS
 from schemas.messages import RecordRow
 
-__all__ = ["DEFAULT_MAX_CHARS", "HeldRows", "Key", "RowCache", "clear", "row_cache", "row_chars"]
+__all__ = ["HeldRows", "Key", "RowCache", "row_cache", "row_chars"]
 
-# KeelSettings.row_cache_chars (KEEL_ROW_CACHE_CHARS; 0 turns the cache off: every read
-# decodes every row) sets it when the worker's session context is built.
-DEFAULT_MAX_CHARS = DEFAULT_ROW_CACHE_CHARS
 # What a row costs beyond its text, about: its content's structure, the row model.
 ROW_OVERHEAD_CHARS = 200
 
@@ -60,7 +57,7 @@ class HeldRows:
 class RowCache:
     """Sessions' rows held between reads, least recently read evicted first."""
 
-    def __init__(self, max_chars: int = DEFAULT_MAX_CHARS) -> None:
+    def __init__(self, max_chars: int = DEFAULT_ROW_CACHE_CHARS) -> None:
         self.max_chars = max_chars
         self._held: OrderedDict[Key, HeldRows] = OrderedDict()
         self._chars = 0
@@ -104,10 +101,6 @@ class RowCache:
             self._chars = 0
 
 
-# One per worker process.
+# One per worker process, sized by KeelSettings.row_cache_chars (KEEL_ROW_CACHE_CHARS; 0
+# turns it off: every read decodes every row) when the worker's session context is built.
 row_cache = RowCache()
-
-
-def clear() -> None:
-    """Forget every held row (a benchmark's cold read; a test)."""
-    row_cache.clear()

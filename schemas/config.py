@@ -21,7 +21,8 @@ from schemas.vault.settings import MemorySettings
 
 DEFAULT_TASK_QUEUE = "keel-sessions"
 DEFAULT_MODEL = "claude-sonnet-5"
-# About 64M characters of window rows a worker keeps (sixteen 1M-token windows).
+# About 64M characters of window rows a worker keeps (text and content: about eight
+# 1M-token windows).
 DEFAULT_ROW_CACHE_CHARS = 64_000_000
 VAULT_QUEUE_SUFFIX = "-vault"
 
