@@ -6,10 +6,10 @@ several sizes on an embedded PostgreSQL (no Temporal, no model): the read (`read
 one pipeline: the scope, the checkpoint's text, the rows, decoded) and the build
 (`model_call_request`), each call's CPU in this process (`time.process_time`) and wall time,
 the median of `--reads` calls, each after a full garbage collection (so one call's garbage
-is not collected in the next's time). Between two reads one row is appended, as a turn
-does. `off`: the worker's row cache turned off (every row decoded on every read, as before
-it); `cold`: a worker's first read of the session (its row cache empty); `warm`: every
-read after it.
+is not collected in the next's time). Before each warm read one row is appended, as a
+turn's input is. `off`: the worker's row cache turned off (every row decoded on every
+read, as before it); `cold`: a worker's first read of the session (its row cache empty);
+`warm`: a read after it.
 
     .venv/bin/python bench/bench_window.py            # 400, 2,000, 4,000 and 10,000 rows
 """
@@ -130,13 +130,14 @@ async def measure(url: str, sizes: list[int], reads: int) -> list[dict[str, Any]
                 off.append(await one_read(conn, call_input(sid, upto)))
                 row_cache.max_chars = limit
                 cold.append(await one_read(conn, call_input(sid, upto)))
-                warm_sample = await one_read(conn, call_input(sid, upto))
-                if i:  # the first pair warms the interpreter's own caches
-                    warm.append(warm_sample)
+                # A turn's new input between two reads: the warm read decodes it alone.
                 extra = NewRow(session_id=sid, seq=upto + 1, input_id=f"more-{upto + 1}",
                                type=MessageType.USER, text=_text(30, i), turn=9999)
                 await insert_row(conn, extra)
                 upto += 1
+                warm_sample = await one_read(conn, call_input(sid, upto))
+                if i:  # the first round warms the interpreter's own caches
+                    warm.append(warm_sample)
             out.append({"rows": size, "off": medians(off[1:]), "cold": medians(cold[1:]),
                         "warm": medians(warm)})
             print(json.dumps(out[-1]), flush=True)
