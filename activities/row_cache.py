@@ -80,7 +80,7 @@ class RowCache:
 
     def keep(self, key: Key, rows: list[tuple[int, RecordRow]]) -> None:
         """The session's rows as just read, (rev, row), in place of what was held."""
-        held = HeldRows(rows={row.seq: (rev, row) for rev, row in rows},
+        held = HeldRows(rows={entry[1].seq: entry for entry in rows},
                         newest_rev=max((rev for rev, _ in rows), default=-1),
                         chars=sum(row_chars(row) for _, row in rows))
         with self._lock:

@@ -60,21 +60,26 @@ class PendingRows:
 
     async def fetch(self) -> list[RecordRow]:
         held = self._held.get
+        kept: list[tuple[int, RecordRow]] = []  # (rev, row), in the window's order (seq)
+        missing: list[int] = []
         # (seq, rev, then the row's columns: all None when not sent)
-        found = [(seq, rev, held(seq, rev) if kind is None else
-                  record_row(seq, kind, text, source_line, content, tokens, turn))
-                 for seq, rev, kind, text, source_line, content, tokens, turn
-                 in await self._cursor.fetchall()]
-        missing = [seq for seq, _, row in found if row is None]
-        if missing:
-            async with self._conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(_ROWS_AT, (self._key[1], missing))
-                now = {r["seq"]: (r["seq"], r["rev"], to_row(r)) for r in await cur.fetchall()}
-            found = [now.get(entry[0], entry) if entry[2] is None else entry
-                     for entry in found]
-        kept = [(rev, row) for _, rev, row in found if row is not None]
+        for seq, rev, kind, text, source_line, content, tokens, turn in (
+                await self._cursor.fetchall()):
+            row = (held(seq, rev) if kind is None else
+                   record_row(seq, kind, text, source_line, content, tokens, turn))
+            if row is None:
+                missing.append(seq)
+            else:
+                kept.append((rev, row))
+        if missing:  # rare: read whole, as they are now, and put in their places
+            kept = sorted(kept + await self._read_whole(missing), key=lambda e: e[1].seq)
         row_cache.keep(self._key, kept)
         return [row for _, row in kept]
+
+    async def _read_whole(self, seqs: list[int]) -> list[tuple[int, RecordRow]]:
+        async with self._conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_ROWS_AT, (self._key[1], seqs))
+            return [(r["rev"], to_row(r)) for r in await cur.fetchall()]
 
 
 async def window_rows(conn: AsyncConnection, session_id: str, window_start: int, upto: int,
