@@ -5,6 +5,10 @@ Invariants:
   revision (`rev`, migration 010: every insert and update of a message takes a new one).
   A row is taken from this copy only when the read names the same (seq, rev) for it; equal
   revisions are equal rows, so a window read here is the window the record holds.
+- Rows are held per server run (activities.window.server_of: the database, and when its
+  server started): a server that restarted or took over after a failover may have lost
+  the newest writes and hand their revisions out again, so nothing held from another run
+  is taken for it.
 - Content only ever comes from PostgreSQL: a row this worker does not hold at the revision
   the read names (a new row, an edited one, one evicted, one another worker wrote with a
   revision below the newest this worker has seen) is read from the record in the same call.
@@ -32,7 +36,7 @@ __all__ = ["HeldRows", "Key", "RowCache", "row_cache", "row_chars"]
 # What a row costs beyond its text, about: its content's structure, the row model.
 ROW_OVERHEAD_CHARS = 200
 
-Key = tuple[str, str]  # (the database, as the connection names it; the session)
+Key = tuple[str, str]  # (the server run, activities.window.server_of; the session)
 
 
 def row_chars(row: RecordRow) -> int:

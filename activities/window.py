@@ -9,6 +9,7 @@ a prompt or tool list built after a load carries that scope's core memory and to
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from psycopg import AsyncConnection, AsyncCursor
@@ -21,7 +22,7 @@ from activities.record import LIVE, ROW_COLUMNS, record_row, to_row
 from activities.row_cache import HeldRows, Key, row_cache
 from schemas.messages import RecordRow
 
-__all__ = ["LoadedWindow", "PendingRows", "WindowLoader", "window_rows"]
+__all__ = ["LoadedWindow", "PendingRows", "WindowLoader", "server_of", "window_rows"]
 
 # A window's rows: from its start up to `upto`, and before its start the rows its
 # checkpoint carried (this turn's own messages, kept verbatim); plus one more seq a caller
@@ -43,9 +44,20 @@ _ROWS_AT = (f"SELECT {ROW_COLUMNS}, rev FROM messages WHERE session_id = %s"
             f" AND seq = ANY(%s) AND {LIVE} ORDER BY seq")
 
 
-def _database(conn: AsyncConnection) -> str:
-    info = conn.info
-    return f"{info.host}:{info.port}/{info.dbname}"
+# Each connection's server, as the row cache names it: the database and when its server
+# started. A server that restarted or took over after a failover may have lost the newest
+# writes, and with them revisions it hands out again, so what a worker holds from another
+# run of the server is never taken for this one's. Asked once per connection.
+SERVERS: weakref.WeakKeyDictionary[AsyncConnection, str] = weakref.WeakKeyDictionary()
+
+
+async def server_of(conn: AsyncConnection) -> str:
+    found = SERVERS.get(conn)
+    if found is None:
+        row = await (await conn.execute("SELECT pg_postmaster_start_time()::text")).fetchone()
+        info = conn.info
+        found = SERVERS[conn] = f"{info.host}:{info.port}/{info.dbname}@{row[0] if row else ''}"
+    return found
 
 
 class PendingRows:
@@ -87,7 +99,7 @@ async def window_rows(conn: AsyncConnection, session_id: str, window_start: int,
     """Ask for a window's rows in order, the checkpoint's carried ones first: one
     statement, whose cost follows the window, not the record; the rows this worker holds
     at the revision the record names are not sent again, nor decoded (activities.row_cache)."""
-    key = (_database(conn), session_id)
+    key = (await server_of(conn), session_id)
     held = row_cache.held(key)
     cursor = conn.cursor()
     await cursor.execute(_WINDOW_ROWS, {"sid": session_id, "start": window_start,

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from activities.record import NewRow, ensure_session, insert_row
 from activities.row_cache import RowCache, row_cache, row_chars
-from activities.window import window_rows
+from activities.window import SERVERS, server_of, window_rows
 from schemas.config import DEFAULT_ROW_CACHE_CHARS, KeelSettings
 from schemas.messages import MessageType, RecordRow
 
@@ -80,7 +80,7 @@ async def test_rows_rewound_deleted_or_moved_out_are_gone(database_url):
         assert [r.seq for r in await _read(conn)] == [1, 2, 3, 5, 7, 8]
         # A checkpoint moves the window's start: what moved out is no longer held.
         assert [r.seq for r in await _read(conn, start=5)] == [5, 7, 8]
-        held = row_cache.held((f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}", SID))
+        held = row_cache.held((await server_of(conn), SID))
         assert sorted(held.rows) == [5, 7, 8]
 
 
@@ -91,11 +91,28 @@ async def test_a_row_named_below_the_newest_revision_is_read_whole(database_url)
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         await _seed(conn)
         await _read(conn)
-        held = row_cache.held((f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}", SID))
+        held = row_cache.held((await server_of(conn), SID))
         del held.rows[2], held.rows[7]
         again = await _read(conn)
         assert again == await _uncached(conn)
         assert [r.text for r in again if r.seq in (2, 7)] == ["row 2", "row 7"]
+
+
+async def test_rows_held_from_another_run_of_the_server_are_not_taken(database_url):
+    """A server that restarted, or a replica that took over, may hand out revisions again
+    (the newest writes lost): what a worker held before is not taken for it. Here a write
+    that keeps its revision (the trigger off) stands for such a reuse."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await _seed(conn)
+        await _read(conn)
+        await conn.execute("ALTER TABLE messages DISABLE TRIGGER messages_rev")
+        await conn.execute("UPDATE messages SET content_text = 'after the failover' WHERE"
+                           " session_id = %s AND seq = 3", (SID,))
+        await conn.execute("ALTER TABLE messages ENABLE TRIGGER messages_rev")
+        SERVERS[conn] = (await server_of(conn)).replace("@", "@another start, not ")
+        again = await _read(conn)
+        assert [r.text for r in again if r.seq == 3] == ["after the failover"]
+        assert again == await _uncached(conn)
 
 
 async def test_every_write_takes_a_new_revision_whatever_the_statement_says(database_url):
