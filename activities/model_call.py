@@ -31,16 +31,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anthropic.types import Message
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncCursor
 from pydantic import BaseModel, Field, model_validator
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.context import SessionContext
-from activities.record import Inserted, NewRow, RecordInput, ensure_session, insert_row
+from activities.record import (
+    Inserted,
+    NewRow,
+    RecordInput,
+    ensure_session,
+    insert_row,
+    send_insert,
+)
 from activities.vault.outbox import QueuedTranscript, queue_transcript
 from activities.vault.search import recall
-from activities.window import LoadedWindow, window_rows
+from activities.window import LoadedWindow, PendingRows, window_rows
 from activities.workspace import PromptFiles
 from schemas.agent import AgentSpec
 from schemas.checkpoint.policy import Fit, ModelWindow, fit
@@ -70,8 +77,8 @@ __all__ = [
     "MemoryStep", "ModelAsk", "ModelCallInput", "ModelCallResult", "RecordStep",
     "RoomSteps", "SizedRequest", "WindowReads", "WindowSpan", "build_request",
     "insert_interrupted", "insert_reply", "queue_reply_transcript",
-    "read_window", "recall_step", "record_first",
-    "refusal", "reply_from_row", "retried_elsewhere", "size_request", "transcribes",
+    "read_window", "recall_step", "record_and_read", "refusal", "reply_from_row",
+    "retried_elsewhere", "send_window_reads", "size_request", "transcribes",
 ]
 
 # The model call's record step failed: nothing else was done (the workflow records the
@@ -206,22 +213,27 @@ class ModelCallResult(BaseModel):
 
 # ----- record first, recall ---------------------------------------------------------------
 
-async def record_first(ctx: SessionContext, step: RecordStep, stack: AsyncExitStack,
-                       ) -> tuple[AsyncConnection, list[Inserted]]:
-    """The call's connection (entered into `stack`, held to the end of the call) and the
-    record step of a turn's first model call: every input written on it, or
-    INPUT_NOT_RECORDED (non-retryable) when the record does not answer in time (the
-    connection's checkout included)."""
-    inputs = step.inputs
+async def record_and_read(ctx: SessionContext, data: ModelCallInput, stack: AsyncExitStack,
+                          ) -> tuple[AsyncConnection, list[Inserted], WindowReads]:
+    """The call's connection (entered into `stack`, held to the end of the call), the
+    record step of a turn's first model call (every input written on it, or
+    INPUT_NOT_RECORDED, non-retryable, when the record does not answer in time, the
+    connection's checkout included) and the window's reads: sent behind the last input's
+    insert, in its pipeline, so that they see it and one round trip serves both."""
+    inputs = data.first.inputs
     if not inputs:
-        return await stack.enter_async_context(await ctx.connection()), []
+        conn = await stack.enter_async_context(await ctx.connection())
+        return conn, [], await read_window(conn, data)
     try:
-        async with asyncio.timeout(min(step.within_s, RECORD_STEP_S)):
+        async with asyncio.timeout(min(data.first.within_s, RECORD_STEP_S)):
             conn = await stack.enter_async_context(await ctx.connection())
             async with conn.pipeline():
-                # Pipelined: the session's row goes with the first insert, one round trip.
+                # The session's row goes with the first insert.
                 await ensure_session(conn, inputs[0].session_id, inputs[0].user_name)
-                return conn, [await insert_row(conn, row) for row in inputs]
+                recorded = [await insert_row(conn, row) for row in inputs[:-1]]
+                last = await send_insert(conn, inputs[-1])
+                reads = await send_window_reads(conn, data)
+                recorded.append(await last.result())
     except ApplicationError:
         raise
     except Exception as err:  # down, refused, timed out, a constraint: not recorded
@@ -229,6 +241,7 @@ async def record_first(ctx: SessionContext, step: RecordStep, stack: AsyncExitSt
                   else f"{type(err).__name__}: {err}")
         raise ApplicationError(f"the record did not take the input: {reason}",
                                type=INPUT_NOT_RECORDED, non_retryable=True) from err
+    return conn, recorded, await reads.fetch()
 
 
 def retried_elsewhere(step: RecordStep, recorded: list[Inserted]) -> bool:
@@ -309,23 +322,41 @@ class WindowReads:
 async def read_window(conn: AsyncConnection, data: ModelCallInput) -> WindowReads:
     """The scope mirrored, the checkpoint's text, the window's rows and the reply's seq
     (a retry finds its reply recorded), in one pipeline: one round trip."""
-    sid, span = data.session_id, data.span
     async with conn.pipeline():
-        scope = await conn.execute(_MIRROR_SCOPE, {"scope": data.memory.scope, "id": sid})
-        checkpoint = await conn.execute(
-            "SELECT rendered FROM checkpoints WHERE checkpoint_id = %s",
-            (span.checkpoint_id,)) if span.checkpoint_id else None
-        rows = await window_rows(conn, sid, span.start_seq, span.upto_seq,
-                                 span.checkpoint_id, data.reply_seq)
-        found_scope = await scope.fetchone()
-        found = await checkpoint.fetchone() if checkpoint is not None else None
-        loaded = await rows.fetch()
-    if checkpoint is not None and found is None:
-        raise ApplicationError(f"checkpoint {span.checkpoint_id} missing", non_retryable=True)
-    reply = next((r for r in loaded if r.seq == data.reply_seq), None)
-    return WindowReads(scope=found_scope[0] if found_scope else None,
-                       rows=[r for r in loaded if r.seq != data.reply_seq],
-                       checkpoint_text=found[0] if found else None, reply=reply)
+        return await (await send_window_reads(conn, data)).fetch()
+
+
+class SentReads:
+    """The window's reads sent (in a pipeline); `fetch()` takes their answers."""
+
+    def __init__(self, data: ModelCallInput, scope: AsyncCursor[Any],
+                 checkpoint: AsyncCursor[Any] | None, rows: PendingRows) -> None:
+        self._data, self._scope, self._checkpoint, self._rows = data, scope, checkpoint, rows
+
+    async def fetch(self) -> WindowReads:
+        span, reply_seq = self._data.span, self._data.reply_seq
+        found_scope = await self._scope.fetchone()
+        found = await self._checkpoint.fetchone() if self._checkpoint is not None else None
+        loaded = await self._rows.fetch()
+        if self._checkpoint is not None and found is None:
+            raise ApplicationError(f"checkpoint {span.checkpoint_id} missing",
+                                   non_retryable=True)
+        return WindowReads(scope=found_scope[0] if found_scope else None,
+                           rows=[r for r in loaded if r.seq != reply_seq],
+                           checkpoint_text=found[0] if found else None,
+                           reply=next((r for r in loaded if r.seq == reply_seq), None))
+
+
+async def send_window_reads(conn: AsyncConnection, data: ModelCallInput) -> SentReads:
+    """`read_window`'s statements, sent (in the caller's pipeline), not read yet."""
+    sid, span = data.session_id, data.span
+    scope = await conn.execute(_MIRROR_SCOPE, {"scope": data.memory.scope, "id": sid})
+    checkpoint = await conn.execute(
+        "SELECT rendered FROM checkpoints WHERE checkpoint_id = %s",
+        (span.checkpoint_id,)) if span.checkpoint_id else None
+    rows = await window_rows(conn, sid, span.start_seq, span.upto_seq,
+                             span.checkpoint_id, data.reply_seq)
+    return SentReads(data, scope, checkpoint, rows)
 
 
 async def build_request(ctx: SessionContext, data: ModelCallInput, reads: WindowReads,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import dict_row
 from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError
@@ -82,6 +82,25 @@ def unstorable(row: NewRow) -> str | None:
 
 async def insert_row(conn: AsyncConnection, row: NewRow) -> Inserted:
     """Insert once: a retry with the same input id returns the row already there."""
+    return await (await send_insert(conn, row)).result()
+
+
+class SentInsert:
+    """An insert sent (in a pipeline, queued with what goes beside it); `result()` reads
+    its outcome, and asks what a conflict means."""
+
+    def __init__(self, conn: AsyncConnection, row: NewRow, cursor: AsyncCursor[Any],
+                 tokens: int) -> None:
+        self._conn, self._row, self._cursor, self._tokens = conn, row, cursor, tokens
+
+    async def result(self) -> Inserted:
+        if await self._cursor.fetchone() is not None:
+            return Inserted(seq=self._row.seq, token_count=self._tokens)
+        return await _already_there(self._conn, self._row)
+
+
+async def send_insert(conn: AsyncConnection, row: NewRow) -> SentInsert:
+    """The row's insert, once (ON CONFLICT DO NOTHING), sent; its outcome not read yet."""
     problem = unstorable(row)
     if problem:
         raise ApplicationError(f"seq {row.seq} cannot be stored: {problem}",
@@ -95,8 +114,12 @@ async def insert_row(conn: AsyncConnection, row: NewRow) -> Inserted:
         (row.session_id, row.seq, row.input_id, row.type.value, row.source_line, row.text,
          json.dumps(row.content) if row.content is not None else None, tokens, row.turn),
     )
-    if await cur.fetchone() is not None:
-        return Inserted(seq=row.seq, token_count=tokens)
+    return SentInsert(conn, row, cur, tokens)
+
+
+async def _already_there(conn: AsyncConnection, row: NewRow) -> Inserted:
+    """An insert that found its seq or its input id taken: the same input (a retry), or
+    an error no retry fixes."""
     existing = await (await conn.execute(
         # A rewound row's id is free again (migration 007): only a live row is this input.
         "SELECT seq, token_count FROM messages WHERE session_id=%s AND input_id=%s"

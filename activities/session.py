@@ -56,14 +56,14 @@ from activities.model_call import (
     ModelCallResult,
     RecordStep,
     RoomSteps,
+    WindowReads,
     WindowSpan,
     build_request,
     insert_interrupted,
     insert_reply,
     queue_reply_transcript,
-    read_window,
     recall_step,
-    record_first,
+    record_and_read,
     refusal,
     reply_from_row,
     retried_elsewhere,
@@ -186,10 +186,10 @@ class SessionActivities:
                                                              data.memory.scope))
         try:
             async with AsyncExitStack() as stack:
-                conn, recorded = await record_first(self.ctx, data.first, stack)
+                conn, recorded, reads = await record_and_read(self.ctx, data, stack)
                 if retried_elsewhere(data.first, recorded):
                     return ModelCallResult(recorded=recorded)
-                return await self._answer(conn, data, recorded, recalling, files)
+                return await self._answer(conn, data, recorded, reads, recalling, files)
         finally:
             for task in (recalling, files):
                 if not task.done():
@@ -200,7 +200,8 @@ class SessionActivities:
                 await files
 
     async def _answer(self, conn: AsyncConnection, data: ModelCallInput,
-                      recorded: list[Inserted], recalling: asyncio.Task[FirstSteps],
+                      recorded: list[Inserted], reads: WindowReads,
+                      recalling: asyncio.Task[FirstSteps],
                       files: asyncio.Task[PromptFiles]) -> ModelCallResult:
         """The model call's steps after the record: the window, the size, the model's
         reply recorded with its transcript's queue row."""
@@ -210,7 +211,6 @@ class SessionActivities:
             first.recorded = recorded
             return first
 
-        reads = await read_window(conn, data)
         if reads.reply is not None:  # a retry after the reply was recorded: do not ask
             # the model again (its transcript was queued with it, in the same transaction)
             reply = reply_from_row(reads.reply, data.ask.model)

@@ -6,15 +6,26 @@ turn's loader (`WindowLoader.rows`) reads the same rows."""
 from __future__ import annotations
 
 import json
+from contextlib import AsyncExitStack
 
 import psycopg
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.model_call import MemoryStep, ModelAsk, ModelCallInput, WindowSpan, read_window
+from activities.model_call import (
+    MemoryStep,
+    ModelAsk,
+    ModelCallInput,
+    RecordStep,
+    WindowSpan,
+    read_window,
+    record_and_read,
+)
 from activities.prompt import SessionPrompt
+from activities.record import RecordInput
 from activities.window import WindowLoader
 from schemas.checkpoint.policy import ModelWindow
+from schemas.messages import MessageType
 
 SID = "reads-1"
 
@@ -72,3 +83,35 @@ async def test_one_read_gives_the_window_the_reply_and_the_scope(database_url):
         row = conn.execute("SELECT memory_scope FROM sessions WHERE session_id = %s",
                            (SID,)).fetchone()
         assert row == ("new",)
+
+
+class _Connections:
+    """What `record_and_read` asks of the session's context: a connection of the record."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    async def connection(self) -> psycopg.AsyncConnection:
+        return await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+
+
+@pytest.mark.parametrize("inputs", [1, 3])
+async def test_the_first_calls_record_and_window_read_together_see_the_inputs(
+        database_url, inputs: int) -> None:
+    """The record step and the window's read share one pipeline, the reads sent behind
+    the last input: the window holds every input just recorded, and a retry of the same
+    call records nothing twice."""
+    _seed(database_url)
+    rows = [RecordInput(session_id=SID, seq=11 + i, input_id=f"in-new-{i}",
+                        type=MessageType.USER, text=f"new {i}", turn=3) for i in range(inputs)]
+    call = _call(checkpoint="ck-1", upto=10 + inputs, reply=11 + inputs).model_copy(
+        update={"first": RecordStep(inputs=rows)})
+    for attempt in range(2):
+        async with AsyncExitStack() as stack:
+            conn, recorded, reads = await record_and_read(
+                _Connections(database_url), call, stack)  # type: ignore[arg-type]
+            assert [r.seq for r in recorded] == [11 + i for i in range(inputs)]
+            assert all(r.duplicate == bool(attempt) for r in recorded)
+            assert [r.seq for r in reads.rows] == [1, 6, 7, 9, 10, *[r.seq for r in rows]]
+            assert reads.rows[-1].text == f"new {inputs - 1}"
+            assert reads.checkpoint_text == "the checkpoint" and not conn.closed
