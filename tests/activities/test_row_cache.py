@@ -8,6 +8,7 @@ import psycopg
 import pytest
 from pydantic import ValidationError
 
+from activities.db import apply_migrations
 from activities.record import NewRow, ensure_session, insert_row
 from activities.row_cache import RowCache, row_cache, row_chars
 from activities.window import SERVERS, server_of, window_rows
@@ -174,3 +175,24 @@ def test_the_bound_comes_from_the_settings_and_zero_turns_the_cache_off():
     assert KeelSettings.from_env({"KEEL_ROW_CACHE_CHARS": "1000"}).row_cache_chars == 1000
     with pytest.raises(ValidationError, match="row_cache_chars"):
         KeelSettings.from_env({"KEEL_ROW_CACHE_CHARS": "-1"})
+
+
+async def test_a_record_from_before_the_revisions_gets_them_and_reads_the_same(database_url):
+    """Migration 010 on a database whose sessions hold messages already: each row gets its
+    own revision, and windows read (and read again, from the cache) as they did."""
+    with psycopg.connect(database_url, autocommit=True) as conn:  # as before migration 010
+        conn.execute("DROP TRIGGER messages_rev ON messages")
+        conn.execute("DROP FUNCTION messages_next_rev()")
+        conn.execute("ALTER TABLE messages DROP COLUMN rev")
+        conn.execute("DROP SEQUENCE message_rev")
+        conn.execute("DELETE FROM schema_migrations WHERE name = '010_message_rev.sql'")
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await _seed(conn)
+    assert apply_migrations(database_url) == ["010_message_rev.sql"]
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        revs = [r[0] for r in await (await conn.execute(
+            "SELECT rev FROM messages WHERE session_id = %s", (SID,))).fetchall()]
+        assert len(revs) == 8 and len(set(revs)) == 8
+        first = await _read(conn)
+        assert [r.text for r in first] == [f"row {n}" for n in range(1, 9)]
+        assert await _read(conn) == first == await _uncached(conn)
