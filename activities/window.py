@@ -48,13 +48,20 @@ _ROWS_AT = (f"SELECT {ROW_COLUMNS}, rev FROM messages WHERE session_id = %s"
 # started. A server that restarted or took over after a failover may have lost the newest
 # writes, and with them revisions it hands out again, so what a worker holds from another
 # run of the server is never taken for this one's. Asked once per connection.
+# Never an error (it is asked in the caller's pipeline, beside an input's insert): a role
+# that may not call the function (a privilege is checked when a statement starts, whether
+# or not the call is reached) does not, and its rows are held per database alone.
+_MAY_ASK = "SELECT has_function_privilege('pg_postmaster_start_time()', 'execute')"
+_SERVER_STARTED = "SELECT pg_postmaster_start_time()::text"
 SERVERS: weakref.WeakKeyDictionary[AsyncConnection, str] = weakref.WeakKeyDictionary()
 
 
 async def server_of(conn: AsyncConnection) -> str:
     found = SERVERS.get(conn)
     if found is None:
-        row = await (await conn.execute("SELECT pg_postmaster_start_time()::text")).fetchone()
+        may = await (await conn.execute(_MAY_ASK)).fetchone()
+        row = (await (await conn.execute(_SERVER_STARTED)).fetchone()
+               if may and may[0] else None)
         info = conn.info
         found = SERVERS[conn] = f"{info.host}:{info.port}/{info.dbname}@{row[0] if row else ''}"
     return found

@@ -196,3 +196,23 @@ async def test_a_record_from_before_the_revisions_gets_them_and_reads_the_same(d
         first = await _read(conn)
         assert [r.text for r in first] == [f"row {n}" for n in range(1, 9)]
         assert await _read(conn) == first == await _uncached(conn)
+
+
+async def test_a_role_that_may_not_ask_when_its_server_started_still_reads(database_url):
+    """The server's start is asked beside an input's insert: for a role that may not ask
+    it, the answer is none, never an error that would undo the insert."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await _seed(conn, rows=2)
+        await conn.execute("CREATE ROLE keel_limited NOLOGIN")
+        await conn.execute("GRANT SELECT ON messages, checkpoints TO keel_limited")
+        await conn.execute("REVOKE EXECUTE ON FUNCTION pg_postmaster_start_time() FROM PUBLIC")
+        try:
+            await conn.execute("SET ROLE keel_limited")
+            SERVERS.pop(conn, None)
+            assert (await server_of(conn)).endswith("@")
+            assert [r.seq for r in await _read(conn)] == [1, 2]
+        finally:
+            await conn.execute("RESET ROLE")
+            await conn.execute("GRANT EXECUTE ON FUNCTION pg_postmaster_start_time() TO PUBLIC")
+            await conn.execute("REVOKE ALL ON messages, checkpoints FROM keel_limited")
+            await conn.execute("DROP ROLE keel_limited")
