@@ -194,13 +194,19 @@ async def load_rows(
 
 
 async def load_seqs(conn: AsyncConnection, session_id: str, seqs: list[int]) -> list[RecordRow]:
+    return [row for _, row in await load_seqs_at(conn, session_id, seqs)]
+
+
+async def load_seqs_at(conn: AsyncConnection, session_id: str, seqs: list[int],
+                       ) -> list[tuple[int, RecordRow]]:
+    """The live rows at `seqs`, in order, each with its revision (migration 010)."""
     if not seqs:
         return []
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
-            f"SELECT {ROW_COLUMNS} FROM messages WHERE session_id=%s AND seq = ANY(%s)"
+            f"SELECT {ROW_COLUMNS}, rev FROM messages WHERE session_id=%s AND seq = ANY(%s)"
             f" AND {LIVE} ORDER BY seq", (session_id, seqs))
-        return [to_row(r) for r in await cur.fetchall()]
+        return [(r["rev"], to_row(r)) for r in await cur.fetchall()]
 
 
 async def reply_part(conn: AsyncConnection, session_id: str, seq: int,

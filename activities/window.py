@@ -13,12 +13,11 @@ import weakref
 from typing import Any
 
 from psycopg import AsyncConnection, AsyncCursor
-from psycopg.rows import dict_row
 from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError
 
 from activities.prompt import SessionPrompt
-from activities.record import LIVE, ROW_COLUMNS, record_row, to_row
+from activities.record import LIVE, load_seqs_at, record_row
 from activities.row_cache import HeldRows, Key, row_cache
 from schemas.messages import RecordRow
 
@@ -38,10 +37,6 @@ _WINDOW_ROWS = (
     " AND (seq BETWEEN %(start)s AND %(upto)s OR seq = %(also)s"
     " OR (seq < %(start)s AND seq IN (SELECT jsonb_array_elements_text(carried_seqs)::bigint"
     " FROM checkpoints WHERE checkpoint_id = %(cp)s))) ORDER BY seq")
-# The rows a read named at a revision this worker does not hold (written by another worker
-# below the newest revision seen here, or evicted): read whole, as they are now.
-_ROWS_AT = (f"SELECT {ROW_COLUMNS}, rev FROM messages WHERE session_id = %s"
-            f" AND seq = ANY(%s) AND {LIVE} ORDER BY seq")
 
 
 # Each connection's server, as the row cache names it: the database and when its server
@@ -90,15 +85,14 @@ class PendingRows:
                 missing.append(seq)
             else:
                 kept.append((rev, row))
-        if missing:  # rare: read whole, as they are now, and put in their places
-            kept = sorted(kept + await self._read_whole(missing), key=lambda e: e[1].seq)
+        # Rare: rows named at a revision this worker does not hold (written by another
+        # worker below the newest revision seen here, or evicted): read whole, as they are
+        # now, and put in their places.
+        if missing:
+            whole = await load_seqs_at(self._conn, self._key[1], missing)
+            kept = sorted(kept + whole, key=lambda e: e[1].seq)
         row_cache.keep(self._key, kept)
         return [row for _, row in kept]
-
-    async def _read_whole(self, seqs: list[int]) -> list[tuple[int, RecordRow]]:
-        async with self._conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(_ROWS_AT, (self._key[1], seqs))
-            return [(r["rev"], to_row(r)) for r in await cur.fetchall()]
 
 
 async def window_rows(conn: AsyncConnection, session_id: str, window_start: int, upto: int,
