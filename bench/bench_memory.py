@@ -41,7 +41,7 @@ import psycopg
 from activities.db import apply_migrations, close_pools
 from activities.offline import rollup as offline_rollup
 from activities.vault.rollup import RollupActivities, RollupStepInput
-from activities.vault.search import _UPSERT, MAX_INDEXED_CHARS, IndexDoc, rebuild_statistics, search
+from activities.vault.search import _UPSERT, IndexDoc, doc_params, rebuild_statistics, search
 from bench.common import source_commit
 from keel.devstack import start_embedded_postgres
 from schemas.config import ModelSettings
@@ -111,13 +111,7 @@ async def bulk_index(url: str, docs: list[IndexDoc], scope: str = "default") -> 
         async with conn.cursor() as cur:
             for start in range(0, len(docs), 2_000):
                 batch = docs[start:start + 2_000]
-                params = []
-                for d in batch:
-                    p = d.model_dump(exclude={"links"})
-                    p["hash"] = d.content_hash()
-                    p["max_chars"] = MAX_INDEXED_CHARS
-                    p["scope"] = scope
-                    params.append(p)
+                params = [doc_params(d, scope=scope) for d in batch]
                 await cur.executemany(_UPSERT, params)
         await conn.execute("SET session_replication_role = origin")
         await rebuild_statistics(conn, scope=scope)

@@ -72,6 +72,7 @@ from schemas.vault.search import (
     term_patterns,
     term_range,
 )
+from schemas.vault.terms import TERMS_VERSION, extra_terms
 
 __all__ = ["Embedder", "HashingEmbedder", "IndexDoc", "embed_pending", "index_document",
            "index_documents", "load_embedder", "recall", "search"]
@@ -120,16 +121,19 @@ ON CONFLICT (scope, path) DO UPDATE SET
 WHERE memory_docs.content_hash <> EXCLUDED.content_hash
 """
 
+# The document's tsvector: the parser's words and the extra ones (schemas.vault.terms),
+# by `memory_doc_tsv` (infra/migrations/011_search_terms.sql).
+_TSV = ("memory_doc_tsv({p}title{s}, {p}tags{s}, {p}body{s}, %(max_chars)s, {p}x_title{s},"
+        " {p}x_tags{s}, {p}x_body{s})")
+
 _UPSERT = """
 INSERT INTO memory_docs (scope, path, kind, title, tags, body, card_key, card_type, status,
-                         penalised, session_id, seq, content_hash, tsv, doc_len)
+                         penalised, session_id, seq, content_hash, tsv, doc_len, terms_version)
 SELECT %(scope)s, %(path)s, %(kind)s, %(title)s, %(tags)s, %(body)s, %(card_key)s, %(card_type)s,
        %(status)s, %(penalised)s, %(session_id)s, %(seq)s, %(hash)s, v.tsv,
-       (SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(v.tsv) u)
-FROM (SELECT setweight(to_tsvector('simple', %(title)s), 'A')
-          || setweight(to_tsvector('simple', %(tags)s), 'B')
-          || setweight(to_tsvector('simple', left(%(body)s, %(max_chars)s)), 'D') AS tsv
-      OFFSET 0) v
+       (SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(v.tsv) u),
+       %(terms_version)s
+FROM (SELECT """ + _TSV.format(p="%(", s=")s") + """ AS tsv OFFSET 0) v
 """ + _ON_CONFLICT
 
 
@@ -141,30 +145,40 @@ FROM (SELECT setweight(to_tsvector('simple', %(title)s), 'A')
 # server time.
 _UPSERT_MANY = """
 INSERT INTO memory_docs (scope, path, kind, title, tags, body, card_key, card_type, status,
-                         penalised, session_id, seq, content_hash, tsv, doc_len)
+                         penalised, session_id, seq, content_hash, tsv, doc_len, terms_version)
 SELECT %(scope)s, r.path, r.kind, r.title, r.tags, r.body, r.card_key, r.card_type, r.status,
        r.penalised, r.session_id, r.seq, r.hash, v.tsv,
-       (SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(v.tsv) u)
+       (SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(v.tsv) u),
+       %(terms_version)s
 FROM unnest(%(path)b::text[], %(kind)b::text[], %(title)b::text[], %(tags)b::text[],
             %(body)b::text[], %(card_key)b::text[], %(card_type)b::text[], %(status)b::text[],
             %(penalised)b::boolean[], %(session_id)b::text[], %(seq)b::bigint[],
-            %(hash)b::text[])
+            %(hash)b::text[], %(x_title)b::text[], %(x_tags)b::text[], %(x_body)b::text[])
      AS r(path, kind, title, tags, body, card_key, card_type, status, penalised, session_id,
-          seq, hash)
-CROSS JOIN LATERAL (
-    SELECT setweight(to_tsvector('simple', r.title), 'A')
-           || setweight(to_tsvector('simple', r.tags), 'B')
-           || setweight(to_tsvector('simple', left(r.body, %(max_chars)s)), 'D') AS tsv
-    OFFSET 0) v
+          seq, hash, x_title, x_tags, x_body)
+CROSS JOIN LATERAL (SELECT """ + _TSV.format(p="r.", s="") + """ AS tsv OFFSET 0) v
 """ + _ON_CONFLICT
 _COLUMNS = ("path", "kind", "title", "tags", "body", "card_key", "card_type", "status",
-            "penalised", "session_id", "seq", "hash")
+            "penalised", "session_id", "seq", "hash", "x_title", "x_tags", "x_body")
 
 
 def _clean(text: str) -> str:
     # PostgreSQL text cannot hold NUL; lone surrogates (from undecodable bytes) cannot be
     # sent either.
     return text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
+
+
+def doc_params(doc: IndexDoc, *, scope: str, digest: str | None = None) -> dict[str, Any]:
+    """A document's row as the upserts take it: its texts cleaned, its extra search
+    words (`x_*`, schemas.vault.terms) beside them."""
+    p: dict[str, Any] = doc.model_dump(exclude={"links"})
+    for key in ("title", "tags", "body"):
+        p[key] = _clean(p[key])
+    p.update(x_title=extra_terms(p["title"]), x_tags=extra_terms(p["tags"]),
+             x_body=extra_terms(p["body"][:MAX_INDEXED_CHARS]),
+             hash=digest or doc.content_hash(), max_chars=MAX_INDEXED_CHARS, scope=scope,
+             terms_version=TERMS_VERSION)
+    return p
 
 
 async def index_document(conn: AsyncConnection, doc: IndexDoc, *, scope: str,
@@ -192,18 +206,14 @@ async def index_documents(conn: AsyncConnection, docs: Sequence[IndexDoc], *, sc
         digest = doc.content_hash()
         if old.get(doc.path) == digest:
             continue
-        p: dict[str, Any] = doc.model_dump(exclude={"links"})
-        for key in ("title", "tags", "body"):
-            p[key] = _clean(p[key])
-        p.update(hash=digest, max_chars=MAX_INDEXED_CHARS, scope=scope)
-        params.append(p)
+        params.append(doc_params(doc, scope=scope, digest=digest))
     if not params:
         return 0
     changed = {p["path"] for p in params}
     links = [(scope, d.card_key or d.path, dst) for d in unique if d.path in changed
              for dst in sorted(set(d.links)) if dst != (d.card_key or d.path)]
     batch: dict[str, Any] = {c: [p[c] for p in params] for c in _COLUMNS}
-    batch.update(scope=scope, max_chars=MAX_INDEXED_CHARS)
+    batch.update(scope=scope, max_chars=MAX_INDEXED_CHARS, terms_version=TERMS_VERSION)
     # The batch embeds (in a thread when large) while its documents are written.
     chunks = None if embedder is None else await start_chunks(
         conn, [ChunkSource(p["path"], p["kind"], p["title"], p["body"], p["session_id"],
@@ -362,11 +372,18 @@ ORDER BY sc.bm25 DESC, sc.path
 """
 
 
-_LEXEMES = "SELECT lexeme FROM unnest(to_tsvector('simple', %s)) ORDER BY lexeme"
+# A query's words: the parser's and its extra ones, as a document's (schemas.vault.terms).
+_LEXEMES = ("SELECT lexeme FROM unnest(to_tsvector('simple', %s)"
+            " || to_tsvector('simple', %s)) ORDER BY lexeme")
+
+
+def _lexeme_params(query: str) -> tuple[str, str]:
+    text = _clean(query)
+    return text, extra_terms(text)
 
 
 async def query_lexemes(conn: AsyncConnection, query: str) -> list[str]:
-    cur = await conn.execute(_LEXEMES, (_clean(query),))
+    cur = await conn.execute(_LEXEMES, _lexeme_params(query))
     return [r[0] for r in await cur.fetchall()][:MAX_QUERY_TERMS]
 
 
@@ -482,7 +499,7 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
         dense_query = await plan_dense(conn, embedder, qvec, scope=scope, kinds=kinds,
                                        exclude_session=exclude_session, limit=dense_pool(k))
     async with conn.pipeline():
-        words = await conn.execute(_LEXEMES, (_clean(query),))
+        words = await conn.execute(_LEXEMES, _lexeme_params(query))
         near = (None if dense_query is None
                 else await conn.execute(dense_query.statement, dense_query.params))
     lexemes = [r[0] for r in await words.fetchall()][:MAX_QUERY_TERMS]

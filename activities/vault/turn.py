@@ -59,6 +59,7 @@ from activities.vault.store import (
     daily_doc,
     scope_vaults,
 )
+from activities.vault.terms_upgrade import TERMS_BATCH, upgrade_terms
 from schemas.tokens import count_tokens
 from schemas.vault.recall import RecallInput, RecallResult
 from schemas.vault.rollup import (
@@ -306,7 +307,15 @@ async def catch_up_hand_edits(ctx: MemoryContext) -> int:
                                            scope=scope)
                 if done < RECALL_EMBED_LIMIT:
                     _EMBEDDED.add(key)
+            for _ in range(TERMS_BATCHES_A_BEAT):  # a vault indexed by an older Keel
+                if await upgrade_terms(conn, scope=scope) < TERMS_BATCH:
+                    break
     return changed
+
+
+# Batches of documents indexed again with the current search words, a scope a beat: a
+# large vault upgraded by an older Keel's index is done over a few beats, not in one.
+TERMS_BATCHES_A_BEAT = 10
 
 
 # (database, scope, model) whose pending documents this process has embedded: the beat

@@ -1,0 +1,27 @@
+-- Long memory's documents are found by more words than PostgreSQL's `simple` parser
+-- gives (schemas.vault.terms): the character pairs of Chinese, Japanese, Thai and the
+-- other scripts written without spaces, the parts of compound tokens (paths, methods,
+-- tickets, versions), the folded forms of accented words, emoji. Keel computes those
+-- extra words for each document (they take Python's Unicode tables) and `memory_doc_tsv`
+-- indexes them beside the parser's own, weighted as the column they come from, minus the
+-- words the parser already found (so a word is not counted twice).
+--
+-- `terms_version` says which version of the extra words a document was indexed with:
+-- documents indexed before this migration are 0 and are indexed again, in batches, by the
+-- vault worker's beat (activities.vault.search.upgrade_terms); the partial index finds
+-- them without reading the others.
+ALTER TABLE memory_docs ADD COLUMN IF NOT EXISTS terms_version smallint NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS memory_docs_terms_due ON memory_docs (scope, path)
+    WHERE terms_version < 1;
+
+CREATE OR REPLACE FUNCTION memory_doc_tsv(title text, tags text, body text, max_chars int,
+                                          x_title text, x_tags text, x_body text)
+RETURNS tsvector LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT own || ts_delete(extra, tsvector_to_array(own))
+    FROM (SELECT setweight(to_tsvector('simple', title), 'A')
+                 || setweight(to_tsvector('simple', tags), 'B')
+                 || setweight(to_tsvector('simple', left(body, max_chars)), 'D') AS own,
+                 setweight(to_tsvector('simple', x_title), 'A')
+                 || setweight(to_tsvector('simple', x_tags), 'B')
+                 || setweight(to_tsvector('simple', x_body), 'D') AS extra) t
+$$;

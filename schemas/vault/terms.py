@@ -1,0 +1,152 @@
+"""The words a text is found by beside PostgreSQL's own: what was said is found by the
+words a person would search it with.
+
+Long memory indexes with PostgreSQL's `simple` parser, which keeps a whole run of
+letters as one word. Four kinds of what people write are then found by no word of it:
+Chinese, Japanese, Thai and the other scripts written without spaces (a sentence is one
+run), compound tokens (a path `src/keel/loader.py`, a method `KeelLoader.readAll`, a
+ticket `JIRA-4821`, whose number the parser reads as `-4821`, a version `v2.14.3`), words
+with accents or compatibility forms searched without them (`café` as `cafe`, `ёж` as `еж`,
+full-width `ＡＰＩ`), and emoji. `extra_terms` writes, for a text, the words it should
+also be found by, as text the same parser reads: the runs of a spaceless script as
+overlapping character pairs (the usual bigram indexing of CJK search), a compound
+token's parts (at separators and at camel case), a word's folded form, an emoji's code
+point. A document is indexed with its extra terms (minus those the parser found itself)
+and a query searches with its own, so both sides meet on the same words.
+
+Pure and bounded: the extra text of a document is at most `MAX_EXTRA_CHARS` (a
+tsvector holds 1 MB); what it leaves out is the end of a very long document, which is
+still found by its parser's words.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+__all__ = ["MAX_EXTRA_CHARS", "TERMS_VERSION", "extra_terms"]
+
+# Bumped when `extra_terms` changes what it writes: documents indexed under an older
+# version are indexed again (activities.vault.search.upgrade_terms).
+TERMS_VERSION = 1
+
+MAX_EXTRA_CHARS = 60_000
+
+# Scripts written without spaces between words: Han (with its radicals, compatibility
+# and extension blocks), Hiragana, Katakana (and its half-width forms), Hangul (its words
+# carry particles: 데이터베이스를), Thai, Lao, Khmer, Myanmar, Tibetan.
+_SPACELESS = (
+    "\u0e00-\u0eff"  # Thai, Lao
+    "\u0f00-\u0fff"  # Tibetan
+    "\u1000-\u109f"  # Myanmar
+    "\u1100-\u11ff"  # Hangul Jamo
+    "\u1780-\u17ff"  # Khmer
+    "\u2e80-\u2fdf"  # CJK radicals, Kangxi radicals
+    "\u3005-\u3007"  # 々 〆 〇
+    "\u3040-\u30ff"  # Hiragana, Katakana
+    "\u3130-\u318f"  # Hangul compatibility Jamo
+    "\u31f0-\u31ff"  # Katakana phonetic extensions
+    "\u3400-\u4dbf"  # CJK extension A
+    "\u4e00-\u9fff"  # CJK unified ideographs
+    "\uac00-\ud7af"  # Hangul syllables
+    "\uf900-\ufaff"  # CJK compatibility ideographs
+    "\uff66-\uff9f"  # half-width Katakana
+    "\U00020000-\U0003134f"  # CJK extensions B to G
+)
+_SPACELESS_RUN = re.compile(f"[{_SPACELESS}]+")
+# Emoji and pictographs (each found by its code point, once a text).
+_PICTOGRAPH = re.compile("[\u2600-\u27bf\u2b00-\u2bff\U0001f000-\U0001faff]")
+# A compound token: a run without spaces, cut at whatever is not a letter or digit.
+_TOKEN = re.compile(r"\S+")
+_PART = re.compile(r"[^\W_]+")
+# A compound's segments between path, address and query separators (`loader.py` in
+# `src/keel/loader.py`, `example.com` in an address), found by the parser as one word.
+_SEGMENT = re.compile(r"[^\W_](?:[\w.\-]*[^\W_])?")
+# Dotted numbers (versions, addresses) inside a token: `v2.14.3` holds `2.14.3`.
+_DOTTED = re.compile(r"(?<![\d.])\d+(?:\.\d+)+")
+# Camel case: `readAll` -> read, All; `HTTPServer` -> HTTP, Server; `KeelLoader` -> Keel,
+# Loader. Parts of two letters or more are kept.
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+
+
+# Letters whose marks are dropped: Latin and Greek (café, άλφα); and Cyrillic ё, which
+# is commonly written е. Other marks make other letters (й is not и) and stay.
+_FOLD_BASES = re.compile("[A-Za-z\u00c0-\u024f\u0370-\u03ff\u1f00-\u1fff\u0401\u0451]")
+
+
+def _folded(word: str) -> str:
+    """The word in its compatibility form (full-width ＡＰＩ is API) and without the marks
+    of a Latin or Greek letter, nor the diaeresis of ё."""
+    out: list[str] = []
+    for ch in unicodedata.normalize("NFKC", word):
+        if _FOLD_BASES.match(ch):
+            ch = "".join(c for c in unicodedata.normalize("NFD", ch)
+                         if not unicodedata.combining(c))
+        out.append(ch)
+    return "".join(out)
+
+
+def _pairs(run: str) -> list[str]:
+    if len(run) == 1:
+        return [run]
+    return [run[i:i + 2] for i in range(len(run) - 1)]
+
+
+def _token_terms(token: str) -> list[str]:
+    """The extra words of one space-free token (its spaceless runs aside)."""
+    out: list[str] = []
+    parts = _PART.findall(token)
+    if len(parts) > 1:  # a compound: its segments, parts and dotted numbers
+        segments = _SEGMENT.findall(token)
+        if len(segments) > 1:
+            out.extend(s for s in segments if not s.isalnum())
+        out.extend(p for p in parts if len(p) > 1 or not p.isascii())
+        out.extend(m.group() for m in _DOTTED.finditer(token))
+    for part in parts:
+        if not part.isascii():
+            folded = _folded(part)
+            if folded != part:
+                out.append(folded)
+        if not part.isalpha() or part.islower() or part.isupper():
+            continue
+        camel = [p for p in _CAMEL.findall(part) if len(p) > 1]
+        if len(camel) > 1:
+            out.extend(camel)
+    return out
+
+
+def extra_terms(text: str, limit: int = MAX_EXTRA_CHARS) -> str:
+    """The extra words `text` is found by, space-separated, at most `limit` characters
+    (cut at a word). The same function serves documents and queries."""
+    if not text:
+        return ""
+    words: list[str] = []
+    size = 0
+
+    def add(word: str) -> bool:
+        nonlocal size
+        size += len(word) + 1
+        if size > limit:
+            return False
+        words.append(word)
+        return True
+
+    for m in _SPACELESS_RUN.finditer(text):
+        for pair in _pairs(m.group()):
+            if not add(pair):
+                return " ".join(words)
+    seen_symbols: set[str] = set()
+    for ch in _PICTOGRAPH.findall(text):
+        if ch not in seen_symbols:
+            seen_symbols.add(ch)
+            if not add(f"u{ord(ch):x}"):
+                return " ".join(words)
+    for m in _TOKEN.finditer(text):
+        token = m.group()
+        if token.isascii() and token.isalnum() and (token[1:].islower() or token.isupper()
+                                                    or token.isdigit()):
+            continue  # the common case: a plain word has no extra terms
+        for word in _token_terms(_SPACELESS_RUN.sub(" ", token)):
+            if not add(word):
+                return " ".join(words)
+    return " ".join(words)

@@ -1,0 +1,120 @@
+"""What was said is found (schemas.vault.terms on the real PostgreSQL): text in scripts
+written without spaces, compound tokens, accents, emoji, by BM25 alone; and a vault
+indexed before the extra words (migration 011) indexed again on the vault worker's beat,
+its statistics exact."""
+
+import psycopg
+import pytest
+
+from activities.db import apply_migrations
+from activities.vault.search import IndexDoc, index_documents, rebuild_statistics, search
+from activities.vault.terms_upgrade import upgrade_terms
+from activities.vault.turn import catch_up_hand_edits
+from tests.vault.support import load_corpus, vault_ctx
+
+SAID = {
+    "notes/zh.md": "我们决定把数据库迁移到新的服务器上，周五之前完成。",
+    "notes/ja.md": "来週の会議で新しいデプロイ手順を説明します。",
+    "notes/th.md": "เราจะย้ายฐานข้อมูลไปยังเซิร์ฟเวอร์ใหม่",
+    "notes/ko.md": "다음 주에 데이터베이스를 새 서버로 옮깁니다.",
+    "notes/code.md": "The bug is in parse_config_file in src/keel/loader.py, see "
+                     "KeelLoader.readAll().",
+    "notes/ver.md": "Upgrade to v2.14.3 on host 10.0.4.17 fixed it; ticket JIRA-4821.",
+    "notes/mail.md": "Send the invoice to anna.petrova@example.com by Monday.",
+    "notes/accents.md": "Le café près de la gare ferme à midi. Ёлка стоит в зале.",
+    "notes/emoji.md": "Deploy went 🚀 smoothly, but the alarm fired at 3am.",
+    "notes/filler.md": "Lunch options near the office include sushi and pizza.",
+}
+FOUND_BY = [
+    ("数据库", "notes/zh.md"), ("数据库迁移", "notes/zh.md"), ("服务器", "notes/zh.md"),
+    ("デプロイ", "notes/ja.md"), ("会議", "notes/ja.md"), ("ฐานข้อมูล", "notes/th.md"),
+    ("데이터베이스", "notes/ko.md"),
+    ("loader.py", "notes/code.md"), ("readAll", "notes/code.md"),
+    ("KeelLoader", "notes/code.md"), ("loader", "notes/code.md"),
+    ("2.14.3", "notes/ver.md"), ("v2.14.3", "notes/ver.md"), ("4821", "notes/ver.md"),
+    ("JIRA-4821", "notes/ver.md"), ("10.0.4.17", "notes/ver.md"),
+    ("anna.petrova@example.com", "notes/mail.md"), ("example.com", "notes/mail.md"),
+    ("cafe pres de la gare", "notes/accents.md"), ("елка", "notes/accents.md"),
+    ("🚀", "notes/emoji.md"),
+]
+
+# The search index as Keel wrote it before migration 011: the parser's words alone.
+_OLD_TSV = """
+UPDATE memory_docs SET tsv = v.tsv, terms_version = 0,
+    doc_len = (SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(v.tsv) u)
+FROM (SELECT path, setweight(to_tsvector('simple', title), 'A')
+             || setweight(to_tsvector('simple', tags), 'B')
+             || setweight(to_tsvector('simple', left(body, 100000)), 'D') AS tsv
+      FROM memory_docs) v
+WHERE memory_docs.path = v.path
+"""
+
+
+@pytest.fixture
+def ctx(tmp_path, database_url):
+    return vault_ctx(tmp_path, database_url)
+
+
+async def _first(conn, query):
+    return [h.path for h in await search(conn, query, scope="default", k=3)]
+
+
+async def test_what_was_said_is_found_by_the_words_a_person_searches_with(ctx):
+    pool = await ctx.pool()
+    async with pool.connection() as conn:
+        await index_documents(conn, [IndexDoc(path=p, kind="daily", body=b)
+                                     for p, b in SAID.items()], scope="default")
+        for query, path in FOUND_BY:
+            assert (await _first(conn, query))[:1] == [path], query
+        # Nothing is found by a word it does not hold.
+        assert await _first(conn, "服务") != ["notes/ja.md"]
+        assert await _first(conn, "4822") == []
+
+
+async def _df(conn) -> dict[str, int]:
+    rows = await (await conn.execute(
+        "SELECT term, df FROM memory_terms WHERE scope = 'default' AND df > 0")).fetchall()
+    return dict(rows)
+
+
+async def test_a_vault_indexed_before_the_extra_words_is_indexed_again_on_the_beat(
+        ctx, database_url):
+    """Migration 011 on a database whose vault was indexed by the parser alone: every
+    document is due, the beat indexes it again (the documents' text, hash and statistics
+    exact), and what was said is found; the corpus ranks as before."""
+    queries = await load_corpus(ctx)
+    for path, body in SAID.items():
+        target = ctx.vault.root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(f"# {path}\n\n{body}\n", encoding="utf-8")
+    pool = await ctx.pool()
+    async with pool.connection() as conn:
+        await ctx.vault.reindex(conn)
+        current = {r[0]: r[1:] for r in await (await conn.execute(
+            "SELECT path, tsv::text, doc_len, content_hash FROM memory_docs")).fetchall()}
+        ranked_now = [await _first(conn, q["query"]) for q in queries]
+    with psycopg.connect(database_url, autocommit=True) as conn:  # as before migration 011
+        conn.execute(_OLD_TSV)
+        conn.execute("DROP INDEX memory_docs_terms_due")
+        conn.execute("ALTER TABLE memory_docs DROP COLUMN terms_version")
+        conn.execute("DROP FUNCTION memory_doc_tsv")
+        conn.execute("DELETE FROM schema_migrations WHERE name = '011_search_terms.sql'")
+    assert apply_migrations(database_url) == ["011_search_terms.sql"]
+    async with pool.connection() as conn:
+        due = (await (await conn.execute(
+            "SELECT count(*) FROM memory_docs WHERE terms_version = 0")).fetchone())[0]
+        assert due == len(current) > 10
+        assert await _first(conn, "数据库") == []
+        assert await upgrade_terms(conn, scope="default", limit=3) == 3  # one batch
+    await catch_up_hand_edits(ctx)  # the beat does the rest
+    async with pool.connection() as conn:
+        after = {r[0]: r[1:] for r in await (await conn.execute(
+            "SELECT path, tsv::text, doc_len, content_hash FROM memory_docs")).fetchall()}
+        assert after == current
+        assert await upgrade_terms(conn, scope="default") == 0
+        for query, path in FOUND_BY[:3]:
+            assert (await _first(conn, query))[:1] == [f"notes/{path.split('/')[1]}"]
+        assert [await _first(conn, q["query"]) for q in queries] == ranked_now
+        kept = await _df(conn)
+        await rebuild_statistics(conn, scope="default")
+        assert await _df(conn) == kept

@@ -1,0 +1,72 @@
+"""The extra search words (schemas.vault.terms), without a server: what each kind of
+text adds, that a plain word adds nothing, that any text gives a bounded answer."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas.vault.terms import MAX_EXTRA_CHARS, extra_terms
+
+
+def words(text: str) -> list[str]:
+    return extra_terms(text).split()
+
+
+def test_spaceless_scripts_are_found_by_character_pairs():
+    assert words("数据库迁移") == ["数据", "据库", "库迁", "迁移"]
+    assert words("会") == ["会"]  # a run of one is itself
+    assert words("来週の会議") == ["来週", "週の", "の会", "会議"]
+    assert "ฐา" in words("ฐานข้อมูล")
+    assert "베이" in words("데이터베이스를")
+    # Runs inside a compound token are paired apart from its Latin parts.
+    assert words("数据库API调用") == ["数据", "据库", "调用"]
+
+
+def test_compound_tokens_are_found_by_their_parts():
+    assert words("src/keel/loader.py") == ["loader.py", "src", "keel", "loader", "py"]
+    assert "4821" in words("JIRA-4821.")  # the parser reads the number as -4821
+    got = words("v2.14.3 on 10.0.4.17")
+    assert "2.14.3" in got and "10.0.4.17" in got and "14" in got
+    assert words("anna.petrova@example.com")[:2] == ["anna.petrova", "example.com"]
+    assert words("parse_config_file") == ["parse", "config", "file"]
+
+
+def test_camel_case_is_split_where_a_person_reads_words():
+    assert words("readAll") == ["read", "All"]
+    assert words("HTTPServer") == ["HTTP", "Server"]
+    assert words("parseJSON") == ["parse", "JSON"]
+    assert "Loader" in words("KeelLoader.readAll()")
+
+
+def test_accents_and_compatibility_forms_are_folded_where_a_person_drops_them():
+    assert words("café naïve") == ["cafe", "naive"]
+    assert words("Ёлка") == ["Елка"]
+    assert words("ＡＰＩ") == ["API"]
+    assert words("άλφα") == ["αλφα"]
+    assert words("йогурт") == []  # й is not и: left as written
+
+
+def test_emoji_are_found_by_their_code_point_once():
+    assert words("Deploy 🚀 went 🚀 fine ✅") == ["u1f680", "u2705"]
+
+
+def test_plain_words_add_nothing():
+    assert extra_terms("The deploy is Friday, at 10 in the morning. OK?") == ""
+    assert extra_terms("") == ""
+
+
+def test_the_extra_words_are_bounded_and_cut_at_a_word():
+    text = "数据库迁移到新的服务器" * 20_000
+    out = extra_terms(text)
+    assert 0 < len(out) <= MAX_EXTRA_CHARS
+    assert all(len(w) == 2 for w in out.split())
+    assert len(extra_terms(text, limit=10)) <= 10
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=300),
+       st.integers(min_value=0, max_value=200))
+def test_any_text_gives_words_within_the_limit(text, limit):
+    out = extra_terms(text, limit=limit)
+    assert len(out) <= limit
+    assert out == out.strip() and "  " not in out
+    assert extra_terms(text, limit=limit) == out  # the same words every time
