@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterator
 
 __all__ = ["MAX_EXTRA_CHARS", "TERMS_VERSION", "extra_terms"]
 
@@ -57,13 +58,32 @@ _SPACELESS_RUN = re.compile(f"[{_SPACELESS}]+")
 # Emoji and pictographs (each found by its code point, once a text).
 _PICTOGRAPH = re.compile("[\u2600-\u27bf\u2b00-\u2bff\U0001f000-\U0001faff]")
 # A compound token: a run without spaces, cut at whatever is not a letter or digit.
-_TOKEN = re.compile(r"\S+")
+# Text of lower-case words and digits alone has no extra words (checked in one pass).
+_PLAIN = re.compile(r"[a-z0-9\s]*")
 _PART = re.compile(r"[^\W_]+")
 # A compound's segments between path, address and query separators (`loader.py` in
 # `src/keel/loader.py`, `example.com` in an address), found by the parser as one word.
 _SEGMENT = re.compile(r"[^\W_](?:[\w.\-]*[^\W_])?")
 # Dotted numbers (versions, addresses) inside a token: `v2.14.3` holds `2.14.3`.
 _DOTTED = re.compile(r"(?<![\d.])\d+(?:\.\d+)+")
+# Punctuation a token may carry at its edges without being a compound ("Paris?", "(see").
+_EDGES = "\"'()[]{}<>.,;:!?*`~|"
+# Letters that fold: accented Latin, Greek, ё, compatibility forms (ligatures, full-width,
+# super- and subscripts, number forms, circled).
+_FOLDABLE = re.compile(
+    "[\u00c0-\u024f\u0370-\u03ff\u1f00-\u1fff\u0401\u0451\u2070-\u209f\u2150-\u218f"
+    "\u2460-\u24ff\ufb00-\ufb4f\uff01-\uff5e]")
+# Words with no extra words, whole tokens with their edge punctuation: a lower-case,
+# capitalised or upper-case ASCII word (with an apostrophe's ending), a number; and, when
+# the text has no letter that folds, a word of non-ASCII letters.
+_OPEN = "[\"'(\\[{<*`]*"
+_CLOSE = "[\"'.,;:!?)\\]}>*`]*"
+_SIMPLE_ASCII = re.compile(
+    rf"(?<!\S){_OPEN}(?:[A-Z]?[a-z]+(?:'[a-z]+)?|[A-Z]+|[0-9]+){_CLOSE}(?!\S)")
+_SIMPLE_ANY = re.compile(
+    rf"(?<!\S){_OPEN}(?:[A-Z]?[a-z]+(?:'[a-z]+)?|[A-Z]+|[0-9]+|[^\W\d_A-Za-z]+){_CLOSE}(?!\S)")
+# Any character that is in a spaceless script or a pictograph (one pass finds none).
+_SPECIAL = re.compile(f"[{_SPACELESS}\u2600-\u27bf\u2b00-\u2bff\U0001f000-\U0001faff]")
 # Camel case: `readAll` -> read, All; `HTTPServer` -> HTTP, Server; `KeelLoader` -> Keel,
 # Loader. Parts of two letters or more are kept.
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
@@ -93,15 +113,25 @@ def _pairs(run: str) -> list[str]:
 
 
 def _token_terms(token: str) -> list[str]:
-    """The extra words of one space-free token (its spaceless runs aside)."""
+    """The extra words of one space-free token (its spaceless runs aside). Most tokens of
+    prose have none and leave at the first tests."""
+    core = token.strip(_EDGES)
+    if "'" in core or "\u2019" in core:  # they're, Let's: the parser splits these itself
+        core = core.replace("'", "").replace("\u2019", "")
+    if core.isalnum():  # one word: only camel case or folding can add to it
+        if core.isascii():
+            if core.islower() or core.isupper() or core[1:].islower() or core.isdigit():
+                return []
+        elif _FOLDABLE.search(core) is None:
+            return []
     out: list[str] = []
-    parts = _PART.findall(token)
+    parts = _PART.findall(core)
     if len(parts) > 1:  # a compound: its segments, parts and dotted numbers
-        segments = _SEGMENT.findall(token)
+        segments = _SEGMENT.findall(core)
         if len(segments) > 1:
             out.extend(s for s in segments if not s.isalnum())
         out.extend(p for p in parts if len(p) > 1 or not p.isascii())
-        out.extend(m.group() for m in _DOTTED.finditer(token))
+        out.extend(m.group() for m in _DOTTED.finditer(core))
     for part in parts:
         if not part.isascii():
             folded = _folded(part)
@@ -118,35 +148,32 @@ def _token_terms(token: str) -> list[str]:
 def extra_terms(text: str, limit: int = MAX_EXTRA_CHARS) -> str:
     """The extra words `text` is found by, space-separated, at most `limit` characters
     (cut at a word). The same function serves documents and queries."""
-    if not text:
+    if not text or _PLAIN.fullmatch(text):  # lower-case words alone: nothing to add
         return ""
-    words: list[str] = []
-    size = 0
-
-    def add(word: str) -> bool:
-        nonlocal size
+    out: list[str] = []
+    size = -1  # the joined length: a space before every word but the first
+    for word in _extra_words(text):
         size += len(word) + 1
         if size > limit:
-            return False
-        words.append(word)
-        return True
+            break
+        out.append(word)
+    return " ".join(out)
 
-    for m in _SPACELESS_RUN.finditer(text):
-        for pair in _pairs(m.group()):
-            if not add(pair):
-                return " ".join(words)
-    seen_symbols: set[str] = set()
-    for ch in _PICTOGRAPH.findall(text):
-        if ch not in seen_symbols:
-            seen_symbols.add(ch)
-            if not add(f"u{ord(ch):x}"):
-                return " ".join(words)
-    for m in _TOKEN.finditer(text):
-        token = m.group()
-        if token.isascii() and token.isalnum() and (token[1:].islower() or token.isupper()
-                                                    or token.isdigit()):
-            continue  # the common case: a plain word has no extra terms
-        for word in _token_terms(_SPACELESS_RUN.sub(" ", token)):
-            if not add(word):
-                return " ".join(words)
-    return " ".join(words)
+
+def _extra_words(text: str) -> Iterator[str]:
+    rest = text
+    if _SPECIAL.search(text):
+        if _SPACELESS_RUN.search(text):
+            for m in _SPACELESS_RUN.finditer(text):
+                yield from _pairs(m.group())
+            rest = _SPACELESS_RUN.sub(" ", text)
+        seen: set[str] = set()
+        for ch in _PICTOGRAPH.findall(text):
+            if ch not in seen:
+                seen.add(ch)
+                yield f"u{ord(ch):x}"
+    # The words of prose that have no extra words go in one pass of the regular expression
+    # engine; Python sees only the tokens left.
+    simple = _SIMPLE_ASCII if _FOLDABLE.search(rest) else _SIMPLE_ANY
+    for token in simple.sub(" ", rest).split():
+        yield from _token_terms(token)
