@@ -14,14 +14,23 @@ ALTER TABLE memory_docs ADD COLUMN IF NOT EXISTS terms_version smallint NOT NULL
 CREATE INDEX IF NOT EXISTS memory_docs_terms_due ON memory_docs (scope, path)
     WHERE terms_version < 1;
 
+-- PL/pgSQL: a SQL function with a FROM is not inlined and cost twice the parse itself (5,000
+-- documents of ~1 KB: 960-1,470 ms against 450-500 for the bare expression, 460-500 here);
+-- a document without extra words (most prose) returns at the first test.
 CREATE OR REPLACE FUNCTION memory_doc_tsv(title text, tags text, body text, max_chars int,
                                           x_title text, x_tags text, x_body text)
-RETURNS tsvector LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT own || ts_delete(extra, tsvector_to_array(own))
-    FROM (SELECT setweight(to_tsvector('simple', title), 'A')
-                 || setweight(to_tsvector('simple', tags), 'B')
-                 || setweight(to_tsvector('simple', left(body, max_chars)), 'D') AS own,
-                 setweight(to_tsvector('simple', x_title), 'A')
-                 || setweight(to_tsvector('simple', x_tags), 'B')
-                 || setweight(to_tsvector('simple', x_body), 'D') AS extra) t
+RETURNS tsvector LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    own tsvector := setweight(to_tsvector('simple', title), 'A')
+                    || setweight(to_tsvector('simple', tags), 'B')
+                    || setweight(to_tsvector('simple', left(body, max_chars)), 'D');
+BEGIN
+    IF x_title = '' AND x_tags = '' AND x_body = '' THEN
+        RETURN own;
+    END IF;
+    RETURN own || ts_delete(setweight(to_tsvector('simple', x_title), 'A')
+                            || setweight(to_tsvector('simple', x_tags), 'B')
+                            || setweight(to_tsvector('simple', x_body), 'D'),
+                            tsvector_to_array(own));
+END
 $$;
