@@ -291,8 +291,10 @@ class MemoryActivities:
 async def catch_up_hand_edits(ctx: MemoryContext) -> int:
     """Re-index what changed on disk in every scope's vault since this process last looked
     (hand edits; the writers' own appends excluded), then embed what is pending: after a
-    change, and until a scope's backlog (a vault indexed before its model) is done. Run by
-    the vault worker on its beat, off every turn; returns how many documents changed."""
+    change, and until a scope's backlog (a vault indexed before its model) is done; and
+    index again, a batch at a time, the documents indexed with older search words
+    (activities.vault.terms_upgrade). Run by the vault worker on its beat, off every turn;
+    returns how many documents changed."""
     embedder = embedder_for(ctx.memory)
     pool = await ctx.pool()
     changed = 0
@@ -307,7 +309,10 @@ async def catch_up_hand_edits(ctx: MemoryContext) -> int:
                                            scope=scope)
                 if done < RECALL_EMBED_LIMIT:
                     _EMBEDDED.add(key)
-            for _ in range(TERMS_BATCHES_A_BEAT):  # a vault indexed by an older Keel
+        # A vault indexed by an older Keel: its search columns alone, outside the vault's
+        # lock (each update checks the document's hash), so no append waits on it.
+        async with pool.connection() as conn:
+            for _ in range(TERMS_BATCHES_A_BEAT):
                 if await upgrade_terms(conn, scope=scope) < TERMS_BATCH:
                     break
     return changed
@@ -315,7 +320,7 @@ async def catch_up_hand_edits(ctx: MemoryContext) -> int:
 
 # Batches of documents indexed again with the current search words, a scope a beat: a
 # large vault upgraded by an older Keel's index is done over a few beats, not in one.
-TERMS_BATCHES_A_BEAT = 10
+TERMS_BATCHES_A_BEAT = 5
 
 
 # (database, scope, model) whose pending documents this process has embedded: the beat
