@@ -7,11 +7,12 @@ Chinese, Japanese, Thai and the other scripts written without spaces (a sentence
 run), compound tokens (a path `src/keel/loader.py`, a method `KeelLoader.readAll`, a
 ticket `JIRA-4821`, whose number the parser reads as `-4821`, a version `v2.14.3`), words
 with accents or compatibility forms searched without them (`café` as `cafe`, `ёж` as `еж`,
-full-width `ＡＰＩ`), and emoji. `extra_terms` writes, for a text, the words it should
+full-width `ＡＰＩ`), words written joined or apart (`e-mail` and `email`, `O'Brien` and
+`obrien`, `$12,500` and `12500`), and emoji. `extra_terms` writes, for a text, the words it should
 also be found by, as text the same parser reads: the runs of a spaceless script as
 overlapping character pairs (the usual bigram indexing of CJK search), a compound
-token's parts (at separators and at camel case), a word's folded form, an emoji's code
-point. A document is indexed with its extra terms (minus those the parser found itself)
+token's parts (at separators and at camel case) and its joined form, a word's folded form,
+an emoji's code point. A document is indexed with its extra terms (minus those the parser found itself)
 and a query searches with its own, so both sides meet on the same words.
 
 Pure and bounded: the extra text of a document is at most `MAX_EXTRA_CHARS` (a
@@ -66,6 +67,13 @@ _PART = re.compile(r"[^\W_]+")
 _SEGMENT = re.compile(r"[^\W_](?:[\w.\-]*[^\W_])?")
 # Dotted numbers (versions, addresses) inside a token: `v2.14.3` holds `2.14.3`.
 _DOTTED = re.compile(r"(?<![\d.])\d+(?:\.\d+)+")
+# Numbers in groups of three: `12,500` is also 12500, `1.000.000` 1000000.
+_GROUPED = re.compile(r"(?<![\d.,])\d{1,3}(?:([,.])\d{3})(?:\1\d{3})*(?![\d]|[.,]\d)")
+_NOT_DIGIT = re.compile(r"\D")
+# Words joined by hyphens (up to four): found written as one word too.
+_HYPHENATED = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+){1,3}")
+# A name's apostrophe (O'Brien, D'Angelo), not a contraction's (they're, we'll, don't).
+_NAME_APOSTROPHE = re.compile(r"(?<![^\W\d_]{2})[^\W\d_]['\u2019][^\W\d_]{3,}")
 # Punctuation a token may carry at its edges without being a compound ("Paris?", "(see").
 _EDGES = "\"'()[]{}<>.,;:!?*`~|"
 # Letters that fold: accented Latin, Greek, ё, compatibility forms (ligatures, full-width,
@@ -116,22 +124,28 @@ def _token_terms(token: str) -> list[str]:
     """The extra words of one space-free token (its spaceless runs aside). Most tokens of
     prose have none and leave at the first tests."""
     core = token.strip(_EDGES)
+    out: list[str] = []
     if "'" in core or "\u2019" in core:  # they're, Let's: the parser splits these itself
-        core = core.replace("'", "").replace("\u2019", "")
+        joined = core.replace("'", "").replace("\u2019", "")
+        if _NAME_APOSTROPHE.search(core):  # O'Brien is also found as obrien
+            out.append(joined)
+        core = joined
     if core.isalnum():  # one word: only camel case or folding can add to it
         if core.isascii():
             if core.islower() or core.isupper() or core[1:].islower() or core.isdigit():
-                return []
+                return out
         elif _FOLDABLE.search(core) is None:
-            return []
-    out: list[str] = []
+            return out
     parts = _PART.findall(core)
-    if len(parts) > 1:  # a compound: its segments, parts and dotted numbers
+    if len(parts) > 1:  # a compound: its segments, parts, dotted and grouped numbers
         segments = _SEGMENT.findall(core)
         if len(segments) > 1:
             out.extend(s for s in segments if not s.isalnum())
         out.extend(p for p in parts if len(p) > 1 or not p.isascii())
         out.extend(m.group() for m in _DOTTED.finditer(core))
+        out.extend(_NOT_DIGIT.sub("", m.group()) for m in _GROUPED.finditer(core))
+        if _HYPHENATED.fullmatch(core):  # e-mail, follow-up: also email, followup
+            out.append(core.replace("-", ""))
     for part in parts:
         if not part.isascii():
             folded = _folded(part)

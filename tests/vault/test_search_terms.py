@@ -23,6 +23,7 @@ SAID = {
     "notes/mail.md": "Send the invoice to anna.petrova@example.com by Monday.",
     "notes/accents.md": "Le café près de la gare ferme à midi. Ёлка стоит в зале.",
     "notes/emoji.md": "Deploy went 🚀 smoothly, but the alarm fired at 3am.",
+    "notes/joined.md": "O'Brien wants a follow-up on the e-mail budget of $12,500.",
     "notes/filler.md": "Lunch options near the office include sushi and pizza.",
 }
 FOUND_BY = [
@@ -36,6 +37,8 @@ FOUND_BY = [
     ("anna.petrova@example.com", "notes/mail.md"), ("example.com", "notes/mail.md"),
     ("cafe pres de la gare", "notes/accents.md"), ("елка", "notes/accents.md"),
     ("🚀", "notes/emoji.md"),
+    ("obrien", "notes/joined.md"), ("followup email", "notes/joined.md"),
+    ("12500", "notes/joined.md"),
 ]
 
 # The search index as Keel wrote it before migration 011: the parser's words alone.

@@ -28,6 +28,15 @@ def test_compound_tokens_are_found_by_their_parts():
     assert "2.14.3" in got and "10.0.4.17" in got and "14" in got
     assert words("anna.petrova@example.com")[:2] == ["anna.petrova", "example.com"]
     assert words("parse_config_file") == ["parse", "config", "file"]
+    assert "12500" in words("$12,500") and "1000000" in words("1.000.000")
+    assert "125" not in words("1,25") and "10.0.4.17" in words("10.0.4.17")
+
+
+def test_joined_words_are_found_written_as_one():
+    assert "email" in words("e-mail") and "followup" in words("follow-up")
+    assert "state-of-the-art" not in words("state-of-the-art-thing")  # parts only
+    assert words("O'Brien") == ["OBrien"]
+    assert words("they're we'll don't Let's") == []  # the parser splits contractions
 
 
 def test_camel_case_is_split_where_a_person_reads_words():
