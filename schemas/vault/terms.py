@@ -1,23 +1,25 @@
 """The words a text is found by beside PostgreSQL's own: what was said is found by the
 words a person would search it with.
 
-Long memory indexes with PostgreSQL's `simple` parser, which keeps a whole run of
-letters as one word. Four kinds of what people write are then found by no word of it:
-Chinese, Japanese, Thai and the other scripts written without spaces (a sentence is one
-run), compound tokens (a path `src/keel/loader.py`, a method `KeelLoader.readAll`, a
-ticket `JIRA-4821`, whose number the parser reads as `-4821`, a version `v2.14.3`), words
-with accents or compatibility forms searched without them (`café` as `cafe`, `ёж` as `еж`,
-full-width `ＡＰＩ`), words written joined or apart (`e-mail` and `email`, `O'Brien` and
-`obrien`, `$12,500` and `12500`), and emoji. `extra_terms` writes, for a text, the words it should
-also be found by, as text the same parser reads: the runs of a spaceless script as
-overlapping character pairs (the usual bigram indexing of CJK search), a compound
-token's parts (at separators and at camel case) and its joined form, a word's folded form,
-an emoji's code point. A document is indexed with its extra terms (minus those the parser found itself)
-and a query searches with its own, so both sides meet on the same words.
+Long memory indexes with PostgreSQL's `simple` parser, which keeps a whole run of letters
+as one word. Five kinds of what people write are then found by no word of it: Chinese,
+Japanese, Thai and the other scripts written without spaces (a sentence is one run);
+compound tokens (a path `src/keel/loader.py`, a method `KeelLoader.readAll`, a ticket
+`JIRA-4821`, whose number the parser reads as `-4821`, a version `v2.14.3`); words with
+accents or compatibility forms searched without them (`café` as `cafe`, `ёж` as `еж`,
+full-width `ＡＰＩ`); words written joined or apart (`e-mail` and `email`, `O'Brien` and
+`obrien`, `$12,500` and `12500`); and emoji. `extra_terms` writes, for a text, the words
+it should also be found by, as text the same parser reads: the runs of a spaceless script
+as overlapping character pairs (the usual bigram indexing of CJK search), a compound
+token's parts (at separators and at camel case) and its joined form, a word's folded
+form, an emoji's code point. A document is indexed with its extra words (minus those the
+parser found itself) and a query searches with its own, so both sides meet on the same
+words.
 
-Pure and bounded: the extra text of a document is at most `MAX_EXTRA_CHARS` (a
-tsvector holds 1 MB); what it leaves out is the end of a very long document, which is
-still found by its parser's words.
+Pure and bounded: the extra text of a document is at most `MAX_EXTRA_CHARS` (a tsvector
+holds 1 MB); what it leaves out is the end of a very long document, which is still found
+by its parser's words. Linear in the text: plain prose goes through the regular
+expression engine in one pass, and only the tokens that can add words reach Python.
 """
 
 from __future__ import annotations
