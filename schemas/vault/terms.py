@@ -92,8 +92,13 @@ _SIMPLE_ASCII = re.compile(
     rf"(?<!\S){_OPEN}(?:[A-Z]?[a-z]+(?:'[a-z]+)?|[A-Z]+|[0-9]+){_CLOSE}(?!\S)")
 _SIMPLE_ANY = re.compile(
     rf"(?<!\S){_OPEN}(?:[A-Z]?[a-z]+(?:'[a-z]+)?|[A-Z]+|[0-9]+|[^\W\d_A-Za-z]+){_CLOSE}(?!\S)")
-# Any character that is in a spaceless script or a pictograph (one pass finds none).
-_SPECIAL = re.compile(f"[{_SPACELESS}\u2600-\u27bf\u2b00-\u2bff\U0001f000-\U0001faff]")
+# What an ASCII token with extra words holds one of: punctuation, an underscore, a capital
+# (one class, one scan; non-ASCII letters are checked by _UNUSUAL).
+_NOT_PLAIN = re.compile("[^a-z0-9\\s\u0080-\U0010ffff]")
+# A character of a spaceless script, a pictograph or a letter that folds (one scan finds
+# none in most text that is not ASCII).
+_UNUSUAL = re.compile(f"[{_SPACELESS}\u2600-\u27bf\u2b00-\u2bff\U0001f000-\U0001faff"
+                      f"{_FOLDABLE.pattern[1:-1]}]")
 # Camel case: `readAll` -> read, All; `HTTPServer` -> HTTP, Server; `KeelLoader` -> Keel,
 # Loader. Parts of two letters or more are kept.
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
@@ -178,7 +183,8 @@ def extra_terms(text: str, limit: int = MAX_EXTRA_CHARS) -> str:
 
 def _extra_words(text: str) -> Iterator[str]:
     rest = text
-    if _SPECIAL.search(text):
+    foldable = False
+    if not text.isascii() and _UNUSUAL.search(text):
         if _SPACELESS_RUN.search(text):
             for m in _SPACELESS_RUN.finditer(text):
                 yield from _pairs(m.group())
@@ -188,8 +194,11 @@ def _extra_words(text: str) -> Iterator[str]:
             if ch not in seen:
                 seen.add(ch)
                 yield f"u{ord(ch):x}"
+        foldable = _FOLDABLE.search(rest) is not None
+    if not foldable and _NOT_PLAIN.search(rest) is None:
+        return  # lower-case words of any alphabet, digits: nothing to add (one scan)
     # The words of prose that have no extra words go in one pass of the regular expression
     # engine; Python sees only the tokens left.
-    simple = _SIMPLE_ASCII if _FOLDABLE.search(rest) else _SIMPLE_ANY
+    simple = _SIMPLE_ASCII if foldable else _SIMPLE_ANY
     for token in simple.sub(" ", rest).split():
         yield from _token_terms(token)
