@@ -77,6 +77,10 @@ from schemas.vault.terms import TERMS_VERSION, extra_terms
 __all__ = ["Embedder", "HashingEmbedder", "IndexDoc", "embed_pending", "index_document",
            "index_documents", "load_embedder", "recall", "search"]
 
+# A query's words looked up in the index: its first, in the order written (a long message
+# as a recall query); of them, the MAX_QUERY_TERMS rarest that memory holds choose and
+# score the candidates (the others only lower every document's coverage alike).
+MAX_QUERY_WORDS = 64
 MAX_QUERY_TERMS = 32
 # A term in more than this share of all documents (and in more than a pool's worth) does
 # not choose candidates, it only scores them: at 5% a query at 10,000 documents spent most
@@ -327,13 +331,16 @@ qidf AS (
                   WHERE m.scope = %(scope)s AND m.term ~>=~ qt.lo AND m.term ~<~ qt.hi
                     AND m.term LIKE qt.pattern) d
 ),
+chosen AS (
+    SELECT * FROM qidf WHERE df > 0 ORDER BY idf DESC, i LIMIT {MAX_QUERY_TERMS}
+),
 -- Candidates come from the informative terms: a word in most documents would fill the
 -- pool with documents that only share it (ts_rank knows no IDF). Common words still
 -- count in the score below.
 informative AS (
-    SELECT q.* FROM qidf q, stats s
+    SELECT q.* FROM chosen q, stats s
     WHERE q.df <= greatest(%(pool)s, s.n * {COMMON_TERM_SHARE})
-       OR NOT EXISTS (SELECT 1 FROM qidf q2
+       OR NOT EXISTS (SELECT 1 FROM chosen q2
                       WHERE q2.df <= greatest(%(pool)s, s.n * {COMMON_TERM_SHARE}))
 ),
 cand AS (
@@ -356,7 +363,7 @@ scored AS (
                / (t.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * c.doc_len / s.avgdl)))
                AS bm25,
            sum(q.idf) AS matched_idf
-    FROM cand c CROSS JOIN qidf q CROSS JOIN stats s
+    FROM cand c CROSS JOIN chosen q CROSS JOIN stats s
     CROSS JOIN LATERAL (
         SELECT {_TF_SCALE} * ts_rank_cd('{_TF_WEIGHTS}', c.tsv, q.term, 0)::float8 AS tf) t
     WHERE c.tsv @@ q.term
@@ -372,9 +379,10 @@ ORDER BY sc.bm25 DESC, sc.path
 """
 
 
-# A query's words: the parser's and its extra ones, as a document's (schemas.vault.terms).
+# A query's words: the parser's and its extra ones, as a document's (schemas.vault.terms),
+# in the order written.
 _LEXEMES = ("SELECT lexeme FROM unnest(to_tsvector('simple', %s)"
-            " || to_tsvector('simple', %s)) ORDER BY lexeme")
+            " || to_tsvector('simple', %s)) ORDER BY positions[1], lexeme")
 
 
 def _lexeme_params(query: str) -> tuple[str, str]:
@@ -384,7 +392,7 @@ def _lexeme_params(query: str) -> tuple[str, str]:
 
 async def query_lexemes(conn: AsyncConnection, query: str) -> list[str]:
     cur = await conn.execute(_LEXEMES, _lexeme_params(query))
-    return [r[0] for r in await cur.fetchall()][:MAX_QUERY_TERMS]
+    return [r[0] for r in await cur.fetchall()][:MAX_QUERY_WORDS]
 
 
 async def bm25_candidates(conn: AsyncConnection, query: str, *, scope: str,
@@ -502,7 +510,7 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
         words = await conn.execute(_LEXEMES, _lexeme_params(query))
         near = (None if dense_query is None
                 else await conn.execute(dense_query.statement, dense_query.params))
-    lexemes = [r[0] for r in await words.fetchall()][:MAX_QUERY_TERMS]
+    lexemes = [r[0] for r in await words.fetchall()][:MAX_QUERY_WORDS]
     dense: list[DenseHit] = []
     if near is not None and dense_query is not None:
         dense = dense_results(dense_query, await near.fetchall())

@@ -121,3 +121,22 @@ async def test_a_vault_indexed_before_the_extra_words_is_indexed_again_on_the_be
         kept = await _df(conn)
         await rebuild_statistics(conn, scope="default")
         assert await _df(conn) == kept
+
+
+async def test_a_long_message_is_searched_by_its_rarest_words_memory_holds(ctx):
+    """A recall query is a whole message: its first words in the order written are looked
+    up, and the rarest of them that memory holds choose the documents (not the first 32
+    in alphabetical order, which left out every word after `m` in a long message)."""
+    common = [f"word{i}" for i in range(40)]
+    docs = [IndexDoc(path=f"notes/common{i}.md", kind="daily",
+                     body=" ".join(common[i % 40:] + common[:i % 40])) for i in range(20)]
+    docs.append(IndexDoc(path="notes/zeppelin.md", kind="daily",
+                         body="The zeppelin exhibit opens in March, word1 word2."))
+    pool = await ctx.pool()
+    async with pool.connection() as conn:
+        await index_documents(conn, docs, scope="default")
+        message = " ".join(common) + " zeppelin"  # 41 words, the rare one last of all
+        assert (await _first(conn, message))[:1] == ["notes/zeppelin.md"]
+        # Past the words looked up, a word is not searched.
+        tail = " ".join(f"filler{i}" for i in range(70)) + " zeppelin"
+        assert "notes/zeppelin.md" not in await _first(conn, tail)
