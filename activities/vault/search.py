@@ -82,6 +82,7 @@ __all__ = ["Embedder", "HashingEmbedder", "IndexDoc", "embed_pending", "index_do
 # score the candidates (the others only lower every document's coverage alike).
 MAX_QUERY_WORDS = 64
 MAX_QUERY_TERMS = 32
+QUERY_EXTRA_CHARS = 8_000
 # A term in more than this share of all documents (and in more than a pool's worth) does
 # not choose candidates, it only scores them: at 5% a query at 10,000 documents spent most
 # of its time ranking the documents of its commonest words.
@@ -386,8 +387,10 @@ _LEXEMES = ("SELECT lexeme FROM unnest(to_tsvector('simple', %s)"
 
 
 def _lexeme_params(query: str) -> tuple[str, str]:
+    # The extra words of the query's beginning only: past MAX_QUERY_WORDS words none of a
+    # query's words is looked up anyway (a tool's query of a megabyte costs no more).
     text = _clean(query)
-    return text, extra_terms(text)
+    return text, extra_terms(text[:QUERY_EXTRA_CHARS])
 
 
 async def query_lexemes(conn: AsyncConnection, query: str) -> list[str]:
