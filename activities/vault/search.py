@@ -126,11 +126,6 @@ ON CONFLICT (scope, path) DO UPDATE SET
 WHERE memory_docs.content_hash <> EXCLUDED.content_hash
 """
 
-# The document's tsvector: the parser's words and the extra ones (schemas.vault.terms),
-# by `memory_doc_tsv` (infra/migrations/011_search_terms.sql).
-_TSV = ("memory_doc_tsv({p}title{s}, {p}tags{s}, {p}body{s}, %(max_chars)s, {p}x_title{s},"
-        " {p}x_tags{s}, {p}x_body{s})")
-
 _UPSERT = """
 INSERT INTO memory_docs (scope, path, kind, title, tags, body, card_key, card_type, status,
                          penalised, session_id, seq, content_hash, tsv, doc_len, terms_version)
@@ -138,7 +133,9 @@ SELECT %(scope)s, %(path)s, %(kind)s, %(title)s, %(tags)s, %(body)s, %(card_key)
        %(status)s, %(penalised)s, %(session_id)s, %(seq)s, %(hash)s, v.tsv,
        (SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(v.tsv) u),
        %(terms_version)s
-FROM (SELECT """ + _TSV.format(p="%(", s=")s") + """ AS tsv OFFSET 0) v
+-- The parser's words and the extra ones (schemas.vault.terms), by migration 011's function.
+FROM (SELECT memory_doc_tsv(%(title)s, %(tags)s, %(body)s, %(max_chars)s, %(x_title)s,
+                            %(x_tags)s, %(x_body)s) AS tsv OFFSET 0) v
 """ + _ON_CONFLICT
 
 
@@ -161,7 +158,10 @@ FROM unnest(%(path)b::text[], %(kind)b::text[], %(title)b::text[], %(tags)b::tex
             %(hash)b::text[], %(x_title)b::text[], %(x_tags)b::text[], %(x_body)b::text[])
      AS r(path, kind, title, tags, body, card_key, card_type, status, penalised, session_id,
           seq, hash, x_title, x_tags, x_body)
-CROSS JOIN LATERAL (SELECT """ + _TSV.format(p="r.", s="") + """ AS tsv OFFSET 0) v
+CROSS JOIN LATERAL (
+    SELECT memory_doc_tsv(r.title, r.tags, r.body, %(max_chars)s, r.x_title, r.x_tags,
+                          r.x_body) AS tsv
+    OFFSET 0) v
 """ + _ON_CONFLICT
 _COLUMNS = ("path", "kind", "title", "tags", "body", "card_key", "card_type", "status",
             "penalised", "session_id", "seq", "hash", "x_title", "x_tags", "x_body")

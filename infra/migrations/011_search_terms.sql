@@ -8,7 +8,7 @@
 --
 -- `terms_version` says which version of the extra words a document was indexed with:
 -- documents indexed before this migration are 0 and are indexed again, in batches, by the
--- vault worker's beat (activities.vault.search.upgrade_terms); the partial index finds
+-- vault worker's beat (activities.vault.terms_upgrade); the partial index finds
 -- them without reading the others.
 ALTER TABLE memory_docs ADD COLUMN IF NOT EXISTS terms_version smallint NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS memory_docs_terms_due ON memory_docs (scope, path)

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 __all__ = ["MAX_EXTRA_CHARS", "TERMS_VERSION", "extra_terms"]
 
 # Bumped when `extra_terms` changes what it writes: documents indexed under an older
-# version are indexed again (activities.vault.search.upgrade_terms).
+# version are indexed again (activities.vault.terms_upgrade).
 TERMS_VERSION = 1
 
 MAX_EXTRA_CHARS = 60_000
@@ -59,10 +59,9 @@ _SPACELESS = (
 )
 _SPACELESS_RUN = re.compile(f"[{_SPACELESS}]+")
 # Emoji and pictographs (each found by its code point, once a text).
-_PICTOGRAPH = re.compile("[\u2600-\u27bf\u2b00-\u2bff\U0001f000-\U0001faff]")
-# A compound token: a run without spaces, cut at whatever is not a letter or digit.
-# Text of lower-case words and digits alone has no extra words (checked in one pass).
-_PLAIN = re.compile(r"[a-z0-9\s]*")
+_PICTOGRAPHS = "\u2600-\u27bf\u2b00-\u2bff\U0001f000-\U0001faff"
+_PICTOGRAPH = re.compile(f"[{_PICTOGRAPHS}]")
+# A token's parts: its runs of letters and digits.
 _PART = re.compile(r"[^\W_]+")
 # A compound's segments between path, address and query separators (`loader.py` in
 # `src/keel/loader.py`, `example.com` in an address), found by the parser as one word.
@@ -88,17 +87,15 @@ _FOLDABLE = re.compile(
 # the text has no letter that folds, a word of non-ASCII letters.
 _OPEN = "[\"'(\\[{<*`]*"
 _CLOSE = "[\"'.,;:!?)\\]}>*`]*"
-_SIMPLE_ASCII = re.compile(
-    rf"(?<!\S){_OPEN}(?:[A-Z]?[a-z]+(?:'[a-z]+)?|[A-Z]+|[0-9]+){_CLOSE}(?!\S)")
-_SIMPLE_ANY = re.compile(
-    rf"(?<!\S){_OPEN}(?:[A-Z]?[a-z]+(?:'[a-z]+)?|[A-Z]+|[0-9]+|[^\W\d_A-Za-z]+){_CLOSE}(?!\S)")
+_ASCII_WORD = "[A-Z]?[a-z]+(?:'[a-z]+)?|[A-Z]+|[0-9]+"
+_SIMPLE_ASCII = re.compile(rf"(?<!\S){_OPEN}(?:{_ASCII_WORD}){_CLOSE}(?!\S)")
+_SIMPLE_ANY = re.compile(rf"(?<!\S){_OPEN}(?:{_ASCII_WORD}|[^\W\d_A-Za-z]+){_CLOSE}(?!\S)")
 # What an ASCII token with extra words holds one of: punctuation, an underscore, a capital
 # (one class, one scan; non-ASCII letters are checked by _UNUSUAL).
 _NOT_PLAIN = re.compile("[^a-z0-9\\s\u0080-\U0010ffff]")
 # A character of a spaceless script, a pictograph or a letter that folds (one scan finds
 # none in most text that is not ASCII).
-_UNUSUAL = re.compile(f"[{_SPACELESS}\u2600-\u27bf\u2b00-\u2bff\U0001f000-\U0001faff"
-                      f"{_FOLDABLE.pattern[1:-1]}]")
+_UNUSUAL = re.compile(f"[{_SPACELESS}{_PICTOGRAPHS}{_FOLDABLE.pattern[1:-1]}]")
 # Camel case: `readAll` -> read, All; `HTTPServer` -> HTTP, Server; `KeelLoader` -> Keel,
 # Loader. Parts of two letters or more are kept.
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
@@ -169,7 +166,7 @@ def _token_terms(token: str) -> list[str]:
 def extra_terms(text: str, limit: int = MAX_EXTRA_CHARS) -> str:
     """The extra words `text` is found by, space-separated, at most `limit` characters
     (cut at a word). The same function serves documents and queries."""
-    if not text or _PLAIN.fullmatch(text):  # lower-case words alone: nothing to add
+    if not text:
         return ""
     out: list[str] = []
     size = -1  # the joined length: a space before every word but the first
