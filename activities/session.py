@@ -121,6 +121,10 @@ class ToolInput(BaseModel):
     result_seq: int
     upto_seq: int
     memory_scope: str | None = DEFAULT_SCOPE  # the session's; None: no long memory
+    # The first seq of the session's live window (its start, or its turn's first input
+    # when a checkpoint carried that): memory_search leaves out the session's own entries
+    # from there on, not those checkpoints moved out. None: all of them (as before).
+    live_from_seq: int | None = None
 
 
 class ToolResultInput(BaseModel):
@@ -403,7 +407,8 @@ class SessionActivities:
                 return ToolOutput("query is empty", is_error=True)
             hits = await search(conn, query, scope=memory.scope,
                                 k=max(1, min(int(args.get("limit", 5)), 10)),
-                                exclude_session=data.session_id, embedder=self.ctx.embedder)
+                                exclude_session=data.session_id,
+                                live_from_seq=data.live_from_seq, embedder=self.ctx.embedder)
             await touch_documents(conn, [h.path for h in hits], scope=memory.scope)
             return ToolOutput(fence_memory(hits) or f"nothing in long memory for {query!r}")
         try:

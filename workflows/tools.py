@@ -189,6 +189,8 @@ class ToolRunner:
         self.initiative: dict[str, InitiativeTool] = {}  # name -> its handler
         # Queues a row for the turn's next model call to record (workflows.inbox `fold_row`).
         self.fold_row: Callable[[RecordInput], None] | None = None
+        # The first seq of the live window, as the turn sees it (workflows.turn).
+        self.live_from_seq: Callable[[], int | None] = lambda: None
 
     # ----- MCP tool lists ---------------------------------------------------------------
 
@@ -454,7 +456,8 @@ class ToolRunner:
                 ToolInput(session_id=state.session_id, turn=state.turn,
                           assistant_seq=reply.seq, tool_use_id=call.id, result_seq=seq,
                           upto_seq=state.recorded_upto,
-                          memory_scope=state.config.memory_scope),
+                          memory_scope=state.config.memory_scope,
+                          live_from_seq=self.live_from_seq()),
                 **tool_call(call.name))
             state.context_tokens += outcome.token_count
             self.run.events.emit(ToolResult, turn=state.turn, tool_use_id=call.id,

@@ -153,6 +153,9 @@ class Turns:
         self.run = run
         self.inbox = inbox
         self.tools = tools
+        # memory_search leaves out the session's own entries from its live window on: the
+        # window's start, or this turn's first input when a checkpoint carried it.
+        tools.live_from_seq = lambda: min(run.state.window_start_seq, self.turn.first_seq)
         self.observer = observer
         self.outcomes = outcomes  # seq -> the turn that answered it (its callers wait)
         self.chain = CheckpointChain(run.state, self.memory_flush_failed)

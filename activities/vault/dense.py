@@ -369,8 +369,8 @@ class DenseQuery:
 
 async def plan_dense(conn: AsyncConnection, embedder: Embedder, qvec: list[float], *,
                      scope: str, kinds: list[str] | None = None,
-                     exclude_session: str | None = None, limit: int = 50
-                     ) -> DenseQuery | None:
+                     exclude_session: str | None = None, limit: int = 50,
+                     live_from_seq: int | None = None) -> DenseQuery | None:
     """The search for the documents nearest `qvec` (the query's vector), or None for a
     query with no vector. Settles the connection's settings first (statements only the
     first time a connection sees a model or a scope)."""
@@ -378,9 +378,13 @@ async def plan_dense(conn: AsyncConnection, embedder: Embedder, qvec: list[float
         return None
     filters = ("scope = %(scope)s AND model = %(model)s"
                " AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))"
-               " AND (%(ex)s::text IS NULL OR session_id IS DISTINCT FROM %(ex)s::text)")
+               " AND (%(ex)s::text IS NULL OR session_id IS DISTINCT FROM %(ex)s::text"
+               # The excluded session's entries checkpoints moved out of its window.
+               " OR EXISTS (SELECT 1 FROM memory_docs d WHERE d.scope = %(scope)s"
+               " AND d.path = memory_chunks.path AND d.seq < %(ex_from)s::bigint))")
     params: dict[str, Any] = {"scope": scope, "model": embedder.name, "kinds": kinds,
-                              "ex": exclude_session, "n": 2 * limit}
+                              "ex": exclude_session, "ex_from": live_from_seq,
+                              "n": 2 * limit}
     if await vector_type(conn) != "vector":
         return DenseQuery(
             "SELECT path, chunk, start_char, end_char, heading, penalised, embedding"

@@ -353,7 +353,8 @@ cand AS (
         WHERE d.scope = %(scope)s AND d.tsv @@ to_tsquery('simple', q.tsq)
           AND (%(kinds)s::text[] IS NULL OR d.kind = ANY(%(kinds)s::text[]))
           AND (%(exclude_session)s::text IS NULL
-               OR d.session_id IS DISTINCT FROM %(exclude_session)s::text)
+               OR d.session_id IS DISTINCT FROM %(exclude_session)s::text
+               OR d.seq < %(live_from)s::bigint)
         ORDER BY d.doc_len, d.path
         LIMIT %(pool)s
     ) c
@@ -401,14 +402,15 @@ async def query_lexemes(conn: AsyncConnection, query: str) -> list[str]:
 async def bm25_candidates(conn: AsyncConnection, query: str, *, scope: str,
                           kinds: list[str] | None = None,
                           exclude_session: str | None = None, pool: int | None = None,
-                          ) -> list[Candidate]:
+                          live_from_seq: int | None = None) -> list[Candidate]:
     return await _bm25(conn, await query_lexemes(conn, query), scope=scope, kinds=kinds,
-                       exclude_session=exclude_session, pool=pool or candidate_pool(10))
+                       exclude_session=exclude_session, live_from_seq=live_from_seq,
+                       pool=pool or candidate_pool(10))
 
 
 async def _bm25(conn: AsyncConnection, lexemes: list[str], *, scope: str,
                 kinds: list[str] | None, exclude_session: str | None, pool: int,
-                ) -> list[Candidate]:
+                live_from_seq: int | None = None) -> list[Candidate]:
     terms = term_patterns(lexemes)
     if not terms:
         return []
@@ -417,7 +419,8 @@ async def _bm25(conn: AsyncConnection, lexemes: list[str], *, scope: str,
         "patterns": [p for _, p, _ in terms],
         "tsqs": [q for _, _, q in terms],
         "los": [lo for lo, _ in ranges], "his": [hi for _, hi in ranges],
-        "kinds": kinds, "exclude_session": exclude_session, "pool": pool, "scope": scope,
+        "kinds": kinds, "exclude_session": exclude_session, "live_from": live_from_seq,
+        "pool": pool, "scope": scope,
     })
     return [Candidate(path=path, card_key=key, penalised=pen,
                                       bm25=float(bm25), coverage=float(cov or 0.0),
@@ -497,10 +500,15 @@ async def _hits(conn: AsyncConnection, lexemes: list[str], ranked: list[Fused],
 async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
                  kinds: list[str] | None = None, exclude_session: str | None = None,
                  use_graph: bool = True, embedder: Embedder | None = None,
-                 use_lexical: bool = True) -> list[MemoryHit]:
+                 use_lexical: bool = True, live_from_seq: int | None = None,
+                 ) -> list[MemoryHit]:
     """The k best documents for `query`: BM25 with the graph rerank, fused by reciprocal
     rank with the dense ranking when there is an embedder (`use_lexical=False`: the dense
     ranking alone, for benchmarks).
+
+    `exclude_session`: that session's transcript entries are left out; with
+    `live_from_seq`, only those from that seq on (its live window: the entries checkpoints
+    moved out of it are searched like any other session's).
 
     Round trips: the query's words and the dense search (one pipeline), BM25, the graph
     (only when cards are among BM25's best), the returned hits' text."""
@@ -508,7 +516,8 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
     if embedder is not None:
         qvec = (await embed_texts(embedder, [query]))[0]
         dense_query = await plan_dense(conn, embedder, qvec, scope=scope, kinds=kinds,
-                                       exclude_session=exclude_session, limit=dense_pool(k))
+                                       exclude_session=exclude_session,
+                                       live_from_seq=live_from_seq, limit=dense_pool(k))
     async with conn.pipeline():
         words = await conn.execute(_LEXEMES, _lexeme_params(query))
         near = (None if dense_query is None
@@ -521,7 +530,7 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
     if use_lexical:
         ranked = await lexical_ranking(conn, lexemes, scope=scope, kinds=kinds,
                                        exclude_session=exclude_session, use_graph=use_graph,
-                                       pool=candidate_pool(k))
+                                       pool=candidate_pool(k), live_from_seq=live_from_seq)
     if embedder is None:
         fused = [Fused(path=r.path, score=r.score, lexical_rank=i,
                                        lexical=r.score, bm25=r.bm25, hop=r.hop,
@@ -535,10 +544,12 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
 
 async def lexical_ranking(conn: AsyncConnection, lexemes: list[str], *, scope: str,
                           kinds: list[str] | None, exclude_session: str | None,
-                          use_graph: bool, pool: int) -> list[Ranked]:
+                          use_graph: bool, pool: int,
+                          live_from_seq: int | None = None) -> list[Ranked]:
     """BM25 over the documents, then the graph rerank from the top cards."""
     candidates = await _bm25(conn, lexemes, scope=scope, kinds=kinds,
-                             exclude_session=exclude_session, pool=pool)
+                             exclude_session=exclude_session, pool=pool,
+                             live_from_seq=live_from_seq)
     edges: list[tuple[str, str]] = []
     neighbours: list[Candidate] = []
     if use_graph and candidates:

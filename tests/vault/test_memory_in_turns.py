@@ -1,13 +1,17 @@
 """Long memory in the session's turns: the agent's write_card and memory_search tools,
-recall fenced in <memory-context>, and an echo of the fence scrubbed from the reply."""
+recall fenced in <memory-context>, an echo of the fence scrubbed from the reply, and a
+session's own words found again once a checkpoint moved them out of its window."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from typing import Any
 
 import psycopg
 import pytest
 
+from tests.checkpoint_model import CheckpointModel, good_checkpoint, texts
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
 
@@ -61,3 +65,47 @@ async def test_cards_written_by_the_agent_are_recalled_in_a_later_session(
     assert day[0] >= 5
     transcripts = list((tmp_path / "vault" / "daily").glob("*.md"))
     assert transcripts and "Dana Whitfield moved" in transcripts[0].read_text()
+
+
+async def _indexed(database_url: str, session_id: str, seq: int) -> None:
+    """Wait until the vault worker indexed the session's transcript entry at `seq`."""
+    for _ in range(300):
+        with psycopg.connect(database_url) as conn:
+            if conn.execute("SELECT 1 FROM memory_docs WHERE session_id = %s AND seq = %s",
+                            (session_id, seq)).fetchone():
+                return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"entry {seq} of {session_id} was never indexed")
+
+
+async def test_a_session_finds_its_own_words_a_checkpoint_moved_out(
+        client, settings, fake_anthropic, database_url):
+    """memory_search leaves out what is in the session's window, and finds the session's
+    own earlier reply once a checkpoint moved it out (the mind keeps the gist, the vault
+    the words)."""
+    results: list[str] = []
+
+    def ordinary(body: dict[str, Any]) -> dict[str, Any]:
+        last = body["messages"][-1]
+        said = " ".join(texts(last))
+        if any(isinstance(b, dict) and b.get("type") == "tool_result"
+               for b in last["content"]):
+            results.append(said)
+            return text_message("Searched.")
+        if "search your memory" in said:
+            return tool_use_message([("memory_search", {"query": "launch code word"})])
+        if "code word" in said:
+            return text_message("The launch code word is PELICAN.")
+        return text_message("noted")
+
+    fake_anthropic.responder = CheckpointModel(good_checkpoint, ordinary=ordinary)
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"own-{uuid.uuid4().hex[:8]}")
+        answered = await session.ask("Tell me the launch code word.")
+        await _indexed(database_url, session.session_id, answered.reply_seq)
+        await session.ask("Please search your memory for the launch code word.")
+        assert len(results) == 1 and "PELICAN" not in results[0]  # in the window: left out
+        await session.checkpoint_now()
+        assert (await session.state()).window_start_seq > answered.reply_seq
+        await session.ask("Please search your memory for the launch code word again.")
+    assert len(results) == 2 and "PELICAN" in results[1]

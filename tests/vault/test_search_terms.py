@@ -7,7 +7,13 @@ import psycopg
 import pytest
 
 from activities.db import apply_migrations
-from activities.vault.search import IndexDoc, index_documents, rebuild_statistics, search
+from activities.vault.search import (
+    IndexDoc,
+    index_documents,
+    load_embedder,
+    rebuild_statistics,
+    search,
+)
 from activities.vault.terms_upgrade import upgrade_terms
 from activities.vault.turn import catch_up_hand_edits
 from tests.vault.support import load_corpus, vault_ctx
@@ -140,3 +146,31 @@ async def test_a_long_message_is_searched_by_its_rarest_words_memory_holds(ctx):
         # Past the words looked up, a word is not searched.
         tail = " ".join(f"filler{i}" for i in range(70)) + " zeppelin"
         assert "notes/zeppelin.md" not in await _first(conn, tail)
+
+
+@pytest.mark.parametrize("dense", [False, True])
+async def test_a_session_searches_its_own_entries_that_checkpoints_moved_out(ctx, dense):
+    """memory_search leaves out the session's own transcript entries from its live window
+    on (they are in its context), not those checkpoints moved out of it; another session's
+    are searched whole. Without a window start, all of the session's are left out. BM25,
+    and the dense ranking alone."""
+    embedder = load_embedder("hashing") if dense else None
+    said = [("s1", 2, "the launch code word is pelican"),
+            ("s1", 10, "the launch code word is heron"),
+            ("s1", 20, "the launch code word is osprey"),
+            ("s2", 5, "the launch code word is albatross")]
+    pool = await ctx.pool()
+    async with pool.connection() as conn:
+        await index_documents(conn, [IndexDoc(
+            path=f"daily/2026-12-05.md#{sid}:{seq}", kind="daily", body=text, session_id=sid,
+            seq=seq) for sid, seq, text in said], scope="default", embedder=embedder)
+
+        async def found(live_from):
+            hits = await search(conn, "launch code word", scope="default", k=10,
+                                exclude_session="s1", live_from_seq=live_from,
+                                embedder=embedder, use_lexical=not dense)
+            return sorted(h.path.split("#")[1] for h in hits)
+
+        assert await found(10) == ["s1:2", "s2:5"]
+        assert await found(21) == ["s1:10", "s1:2", "s1:20", "s2:5"]
+        assert await found(None) == ["s2:5"]
