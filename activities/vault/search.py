@@ -22,7 +22,7 @@ nothing of one scope is read, ranked by or written into another.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -194,18 +194,23 @@ async def index_document(conn: AsyncConnection, doc: IndexDoc, *, scope: str,
 
 async def index_documents(conn: AsyncConnection, docs: Sequence[IndexDoc], *, scope: str,
                           embedder: Embedder | None = None,
-                          defer_stats: bool = False) -> int:
+                          defer_stats: bool = False,
+                          known: Mapping[str, str] | None = None) -> int:
     """Index many documents in one transaction (pipelined statements); with an embedder
     their chunks are embedded and stored too. Documents whose hash is unchanged are not
     touched. Returns how many were new or changed.
 
     `defer_stats`: the statistics triggers leave BM25's statistics alone for this batch;
     only for a bulk load (activities.vault.bulk), which marks its scope's recount due
-    first and recounts at its end."""
+    first and recounts at its end.
+    `known`: the indexed hashes of the documents' paths as the caller just read them (a
+    path absent is not indexed); None: read here. One gone stale meanwhile costs nothing
+    wrong: the upsert rewrites a document only when its hash differs."""
     if not docs:
         return 0
     unique = list({d.path: d for d in docs}.values())
-    old = await _hashes_of(conn, [d.path for d in unique], scope)
+    old = (known if known is not None
+           else await _hashes_of(conn, [d.path for d in unique], scope))
     params: list[dict[str, Any]] = []
     for doc in unique:
         digest = doc.content_hash()

@@ -382,7 +382,7 @@ class Vault:
         old = await indexed_hashes(conn, rel, scope=self.scope)
         changed = await index_documents(
             conn, [d for d in docs if old.get(d.path) != d.content_hash()], scope=self.scope,
-            embedder=self.embedder)
+            embedder=self.embedder, known=old)
         keep = {d.path for d in docs}
         stale = [p for p in old if p not in keep and (p == rel or p.startswith(rel + "#"))]
         return changed + await delete_documents(conn, stale, scope=self.scope)

@@ -247,9 +247,9 @@ class MemoryActivities:
         """Append what is not there yet (the index row, else the file's tail, says), then
         index every entry whose index row is missing, in one batch. Under the vault lock."""
         docs = [e.doc for e in entries if e is not None]
-        indexed = {path for (path,) in await (await conn.execute(
-            "SELECT path FROM memory_docs WHERE scope = %s AND path = ANY(%s)",
-            (vault.scope, [d.path for d in docs]))).fetchall()}
+        indexed: dict[str, str] = dict(await (await conn.execute(
+            "SELECT path, content_hash FROM memory_docs WHERE scope = %s AND path = ANY(%s)",
+            (vault.scope, [d.path for d in docs]))).fetchall())
         results: list[TranscriptResult] = []
         for e in entries:
             if e is None:
@@ -270,7 +270,7 @@ class MemoryActivities:
             results.append(TranscriptResult(path=e.rel, appended=True))
         await index_documents(conn, [e.doc for e in entries
                                      if e is not None and e.doc.path not in indexed],
-                              scope=vault.scope, embedder=self._embedder)
+                              scope=vault.scope, embedder=self._embedder, known=indexed)
         return results
 
     @activity.defn(name="append_transcript")
