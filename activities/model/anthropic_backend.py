@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import anthropic
+from anthropic import RequestOptions
 from anthropic.lib.streaming import AsyncMessageStreamManager
 from anthropic.types import Message, RawMessageStreamEvent
 from temporalio.exceptions import ApplicationError
@@ -54,6 +55,18 @@ def encoded_body(request: dict[str, Any], *, stream: bool) -> bytes:
                                type=MODEL_ERROR, non_retryable=True) from err
 
 
+def _call_span(request: dict[str, Any]) -> RequestOptions:
+    """The SDK's own call span, as `messages.create` names it: with a tracer provider set,
+    the SDK records the call (its usage from the response) and sends its trace context; a
+    bare `post` makes none. Its request attributes are given here (the body goes encoded,
+    so the SDK cannot read them from it)."""
+    attributes = {name: request[key] for name, key in (
+        ("gen_ai.request.model", "model"), ("gen_ai.request.max_tokens", "max_tokens"))
+        if isinstance(request.get(key), str | int)}
+    return cast(RequestOptions, {"span_name": "anthropic.messages.create",
+                                 "span_route": MESSAGES_PATH, "span_attributes": attributes})
+
+
 class AnthropicBackend:
     """The Messages API through the SDK; one client per (base URL, key, timeout)."""
 
@@ -77,7 +90,8 @@ class AnthropicBackend:
         """Send one Messages API request (a plain dict: model, system, messages, tools)."""
         try:
             message = await self._client(settings).post(
-                MESSAGES_PATH, cast_to=Message, content=encoded_body(request, stream=False))
+                MESSAGES_PATH, cast_to=Message, content=encoded_body(request, stream=False),
+                options=_call_span(request))
         except anthropic.APIError as err:
             raise model_error(err) from err
         return checked_reply(message)
@@ -87,7 +101,8 @@ class AnthropicBackend:
         """The same request streamed: its text to `on_text` as the SDK produces it."""
         events = self._client(settings).post(
             MESSAGES_PATH, cast_to=Message, content=encoded_body(request, stream=True),
-            stream=True, stream_cls=anthropic.AsyncStream[RawMessageStreamEvent])
+            options=_call_span(request), stream=True,
+            stream_cls=anthropic.AsyncStream[RawMessageStreamEvent])
         try:
             async with AsyncMessageStreamManager(events) as stream:
                 async for text in stream.text_stream:
