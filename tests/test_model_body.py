@@ -15,7 +15,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from activities.model import AnthropicBackend
-from activities.model.anthropic_backend import MESSAGES_PATH, _call_span, encoded_body
+from activities.model.anthropic_backend import MESSAGES_PATH, call_span, encoded_body
 from schemas.config import ModelSettings
 
 REPLY = {"id": "msg_1", "type": "message", "role": "assistant", "model": "fake",
@@ -122,7 +122,7 @@ async def test_the_call_is_the_sdks_own_span(wire) -> None:
                                    open_telemetry={"tracer_provider": provider})
     await sdk.messages.create(**REQUEST)
     await sdk.post(MESSAGES_PATH, cast_to=anthropic.types.Message,
-                   content=encoded_body(REQUEST, stream=False), options=_call_span(REQUEST))
+                   content=encoded_body(REQUEST, stream=False), options=call_span(REQUEST))
     theirs, ours = spans.get_finished_spans()
     assert ours.name == theirs.name == "anthropic.messages.create"
     mine, sdks = dict(ours.attributes or {}), dict(theirs.attributes or {})

@@ -9,7 +9,9 @@ retried stream streams again from the start. The body is encoded here, once, as 
 encodes it (compact UTF-8 JSON), and posted through the SDK's client: its `messages.create`
 and `.stream` would walk and copy the whole body twice first (its transform, then its
 request preparation), which costs as much CPU as the encoding again and grows with the
-window (~10 ms a call at 600 KB). This module knows nothing of the offline model
+window (~10 ms a call at 600 KB). The post carries the span options `messages.create`
+gives, so with a tracer provider set the SDK still records its call span and sends its
+trace context (`call_span`). This module knows nothing of the offline model
 (`activities.offline`); the worker's `ModelBackends` chooses between the two.
 """
 
@@ -55,7 +57,7 @@ def encoded_body(request: dict[str, Any], *, stream: bool) -> bytes:
                                type=MODEL_ERROR, non_retryable=True) from err
 
 
-def _call_span(request: dict[str, Any]) -> RequestOptions:
+def call_span(request: dict[str, Any]) -> RequestOptions:
     """The SDK's own call span, as `messages.create` names it: with a tracer provider set,
     the SDK records the call (its usage from the response) and sends its trace context; a
     bare `post` makes none. Its request attributes are given here (the body goes encoded,
@@ -91,7 +93,7 @@ class AnthropicBackend:
         try:
             message = await self._client(settings).post(
                 MESSAGES_PATH, cast_to=Message, content=encoded_body(request, stream=False),
-                options=_call_span(request))
+                options=call_span(request))
         except anthropic.APIError as err:
             raise model_error(err) from err
         return checked_reply(message)
@@ -101,7 +103,7 @@ class AnthropicBackend:
         """The same request streamed: its text to `on_text` as the SDK produces it."""
         events = self._client(settings).post(
             MESSAGES_PATH, cast_to=Message, content=encoded_body(request, stream=True),
-            options=_call_span(request), stream=True,
+            options=call_span(request), stream=True,
             stream_cls=anthropic.AsyncStream[RawMessageStreamEvent])
         try:
             async with AsyncMessageStreamManager(events) as stream:
