@@ -25,8 +25,10 @@ __all__ = ["TERMS_BATCH", "upgrade_terms"]
 # documents, a few KB each, and the extra words are bounded).
 TERMS_BATCH = 200
 
+# The version is written into the statement, not sent as a parameter: a plan made for any
+# parameter (psycopg prepares a statement run often) could not use the partial index.
 _DUE = ("SELECT path, title, tags, left(body, %s), content_hash FROM memory_docs"
-        " WHERE scope = %s AND terms_version < %s ORDER BY path LIMIT %s")
+        f" WHERE scope = %s AND terms_version < {TERMS_VERSION} ORDER BY path LIMIT %s")
 
 # The hash is checked by the UPDATE itself, so a document written since it was read (the
 # row's newest version, re-checked under its lock) is left alone.
@@ -55,7 +57,7 @@ async def upgrade_terms(conn: AsyncConnection, *, scope: str,
     older version; returns how many were due (fewer than `limit`: none is left)."""
     async with conn.transaction():
         rows = await (await conn.execute(
-            _DUE, (MAX_INDEXED_CHARS, scope, TERMS_VERSION, limit))).fetchall()
+            _DUE, (MAX_INDEXED_CHARS, scope, limit))).fetchall()
         if rows:
             await conn.execute(_UPDATE, {
                 "path": [r[0] for r in rows], "hash": [r[4] for r in rows],
