@@ -367,11 +367,9 @@ def with_cache_breakpoints(
     marks.append(blocks.at(blocks.total - 1))
     # The messages given stay as they were: a message is copied (its block list, and the
     # block marked) only where a breakpoint goes; the others are shared.
-    copied: set[int] = set()
     for i, j in dict.fromkeys(marks[-(MAX_BREAKPOINTS - 1):]):
-        if i not in copied and out[i] is messages[i]:
+        if out[i] is messages[i]:  # not copied yet (a copy is never the message given)
             out[i] = {"role": out[i]["role"], "content": list(out[i]["content"])}
-        copied.add(i)
         out[i]["content"][j] = {**out[i]["content"][j], "cache_control": dict(CACHE_CONTROL)}
     return system_blocks, out
 
