@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import io
 import os
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -31,26 +30,33 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
                                 reason="needs the system's chromium (apt-get install chromium)")
 
-SHOTS = Path(os.environ.get("KEEL_UI_SHOTS") or tempfile.mkdtemp(prefix="keel-ui-shots-"))
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the screenshots go: $KEEL_UI_SHOTS, else pytest's own temporary folder (which
+    keeps the last few runs' and removes older ones; a folder of our own was never removed)."""
+    where = Path(os.environ.get("KEEL_UI_SHOTS") or tmp_path_factory.mktemp("ui-shots"))
+    print(f"\nUI screenshots: {where}")
+    return where
 
 
 @pytest.fixture(scope="module")
 async def browser():
     from playwright.async_api import async_playwright
 
-    print(f"\nUI screenshots: {SHOTS}")
     async with async_playwright() as pw:
         b = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         yield b
         await b.close()
 
 
-async def shot(page, name: str, full_page: bool = True) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=full_page)
+async def shot(page, shots: Path, name: str, full_page: bool = True) -> None:
+    shots.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(shots / f"{name}.png"), full_page=full_page)
 
 
-async def test_demo_session_in_the_browser(client, database_url, tmp_path, browser):
+async def test_demo_session_in_the_browser(client, database_url, tmp_path, browser, shots):
     settings = make_settings(database_url, tmp_path)
     session_id = f"ui-{uuid.uuid4().hex[:6]}"
     async with keel_worker(client, settings) as keel:
@@ -72,7 +78,7 @@ async def test_demo_session_in_the_browser(client, database_url, tmp_path, brows
             assert "idle" in await row.inner_text()
             assert (await row.locator("a", has_text="Temporal UI").get_attribute("href")
                     == f"http://127.0.0.1:8233/namespaces/default/workflows/{session_id}")
-            await shot(page, "1-sessions")
+            await shot(page, shots, "1-sessions")
 
             # The timeline lists every checkpoint the record holds.
             await page.goto(f"{base}/sessions/{session_id}/checkpoints")
@@ -80,7 +86,7 @@ async def test_demo_session_in_the_browser(client, database_url, tmp_path, brows
             ids = {await li.get_attribute("data-checkpoint")
                    for li in await page.locator(".timeline .cp").all()}
             assert ids == {r[0] for r in stored}
-            await shot(page, "2-checkpoints")
+            await shot(page, shots, "2-checkpoints")
 
             # A checkpoint's mind diff shows the offline model's edit against the previous.
             await page.goto(f"{base}/sessions/{session_id}/checkpoints/2")
@@ -95,7 +101,7 @@ async def test_demo_session_in_the_browser(client, database_url, tmp_path, brows
                      await page.locator("#mind-diff .d-added").all_inner_texts()]
             assert any(a.strip() and a in minds[1] and a not in minds[0].splitlines()
                        for a in added), added
-            await shot(page, "3-checkpoint-mind-diff")
+            await shot(page, shots, "3-checkpoint-mind-diff")
 
             # A memo entry links to its message in the record.
             link = page.locator("ul.memo li a.seq").first
@@ -107,7 +113,7 @@ async def test_demo_session_in_the_browser(client, database_url, tmp_path, brows
             assert "user" in await message.locator(".type").inner_text()
             memo_words = entry.split(" ", 1)[1][:40]
             assert memo_words in await message.locator(".text").inner_text()
-            await shot(page, "4-memo-link-in-record", full_page=False)
+            await shot(page, shots, "4-memo-link-in-record", full_page=False)
 
             # The record reads as a conversation: a harness input under its source line
             # (on the page of the record that holds it: how many rows the later turns add
@@ -137,9 +143,9 @@ async def test_demo_session_in_the_browser(client, database_url, tmp_path, brows
             await page.locator(f"#m{accepted.seq} ~ .msg-assistant").first.wait_for(
                 timeout=10_000)
             assert await page.locator("#record .msg").count() > shown_before
-            await shot(page, "5a-session-top", full_page=False)
+            await shot(page, shots, "5a-session-top", full_page=False)
             await live.scroll_into_view_if_needed()
-            await shot(page, "5b-session-live-turn", full_page=False)
+            await shot(page, shots, "5b-session-live-turn", full_page=False)
 
             # The user's own words only.
             await page.click("#filter-user")
@@ -150,12 +156,12 @@ async def test_demo_session_in_the_browser(client, database_url, tmp_path, brows
             response = await page.goto(f"{base}/vault?q=queue")
             assert response.status == 200
             assert "Results for" in await page.inner_text("main")
-            await shot(page, "9-vault")
+            await shot(page, shots, "9-vault")
             await page.close()
 
 
 async def test_an_approval_clicked_in_the_page_resumes_the_session(client, database_url,
-                                                                     tmp_path, browser):
+                                                                     tmp_path, browser, shots):
     settings = make_settings(database_url, tmp_path)
     async with waiting_for_approval(client, settings) as w:
         keel, handle, session_id, waiting = w.keel, w.handle, w.session_id, w.pending
@@ -165,7 +171,7 @@ async def test_an_approval_clicked_in_the_page_resumes_the_session(client, datab
             await page.goto(f"{url.removesuffix('/sessions')}/sessions/{session_id}")
             box = page.locator(f".approval[data-call='{waiting[0].call_id}']")
             await box.wait_for()
-            await shot(page, "11-approval-pending", full_page=False)
+            await shot(page, shots, "11-approval-pending", full_page=False)
             await box.locator("button.approve").click()
             await page.wait_for_url(f"**/sessions/{session_id}")
             outcome = await asyncio.wait_for(handle.wait_reply(w.asked_seq), 30)
@@ -187,7 +193,7 @@ def _insert_session(conn, session_id: str, messages: int, markup: bool = False) 
              "<b>not bold</b>", session_id))
 
 
-async def test_bad_input(client, database_url, tmp_path, browser):
+async def test_bad_input(client, database_url, tmp_path, browser, shots):
     settings = make_settings(database_url, tmp_path)
     with psycopg.connect(database_url, autocommit=True) as conn:
         _insert_session(conn, "fresh", 3, markup=True)
@@ -204,7 +210,7 @@ async def test_bad_input(client, database_url, tmp_path, browser):
         assert response.status == 404
         assert "no session 'no-such-session'" in await page.inner_text("main")
         assert (await page.goto(f"{base}/sessions/no-such-session/checkpoints")).status == 404
-        await shot(page, "6-unknown-session")
+        await shot(page, shots, "6-unknown-session")
 
         # A session with no checkpoint yet, and markup in a message: shown as text.
         response = await page.goto(f"{base}/sessions/fresh")
@@ -218,7 +224,7 @@ async def test_bad_input(client, database_url, tmp_path, browser):
         assert "No checkpoint yet" in await page.inner_text("main")
         assert (await page.goto(f"{base}/sessions/fresh/checkpoints/1")).status == 404
         await page.goto(f"{base}/sessions/fresh")
-        await shot(page, "7-no-checkpoint-and-markup")
+        await shot(page, shots, "7-no-checkpoint-and-markup")
 
         # A huge record: one page of it, the latest, quickly; earlier pages by link.
         started = time.monotonic()
@@ -230,7 +236,7 @@ async def test_bad_input(client, database_url, tmp_path, browser):
         await page.click("text=← earlier")
         assert await page.locator("#m29800").count() == 1
         assert await page.locator("#m30000").count() == 0
-        await shot(page, "8-huge-record-paged", full_page=False)
+        await shot(page, shots, "8-huge-record-paged", full_page=False)
 
         # A POST from elsewhere is refused: no CSRF token, or a foreign Origin.
         api = page.context.request
@@ -260,5 +266,5 @@ async def test_bad_input(client, database_url, tmp_path, browser):
         await shown.locator("summary").click()
         assert "owner was j.okafor" in await shown.locator(".history").inner_text()
         assert "<i>mara.k</i>" in await shown.inner_text()
-        await shot(page, "10-vault-card-history")
+        await shot(page, shots, "10-vault-card-history")
         await page.close()
