@@ -410,7 +410,8 @@ class SessionActivities:
                                 exclude_session=data.session_id,
                                 live_from_seq=data.live_from_seq, embedder=self.ctx.embedder)
             await touch_documents(conn, [h.path for h in hits], scope=memory.scope)
-            return ToolOutput(fence_memory(hits) or f"nothing in long memory for {query!r}")
+            found = fence_memory(hits) or f"nothing in long memory for {query!r}"
+            return ToolOutput("\n".join(filter(None, (hits.spelling_note(), found))))
         try:
             fact = CardFact.model_validate(args)
         except ValidationError as err:

@@ -22,7 +22,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 if TYPE_CHECKING:
-    from schemas.vault.recall import MemoryHit
+    from schemas.vault.recall import SearchHits
 
 MAX_PAGE = 1_000
 
@@ -110,7 +110,7 @@ def read_session_page(database_url: str, session_id: str, *, from_seq: int = 1,
 
 
 async def search_memory(database_url: str, query: str, *, scope: str, k: int
-                        ) -> list[MemoryHit]:
+                        ) -> SearchHits:
     """The `k` best hits for `query` in one scope's long memory (`keel vault search`): the
     vault's own search (BM25 + graph rerank) on a connection of its own."""
     from activities.vault.search import search  # the vault's search loads only here

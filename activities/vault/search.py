@@ -38,11 +38,13 @@ from activities.vault.dense import (
     store_chunks,
 )
 from activities.vault.embedder import Embedder, HashingEmbedder, load_embedder
+from activities.vault.spelling import corrections
 from schemas.vault.recall import (
     SNIPPET_MAX_CHARS,
     MemoryHit,
     RecallInput,
     RecallResult,
+    SearchHits,
 )
 from schemas.vault.recall import (
     fence_memory as fence_memory,
@@ -506,17 +508,21 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
                  kinds: list[str] | None = None, exclude_session: str | None = None,
                  use_graph: bool = True, embedder: Embedder | None = None,
                  use_lexical: bool = True, live_from_seq: int | None = None,
-                 ) -> list[MemoryHit]:
+                 spelling: bool = True) -> SearchHits:
     """The k best documents for `query`: BM25 with the graph rerank, fused by reciprocal
     rank with the dense ranking when there is an embedder (`use_lexical=False`: the dense
     ranking alone, for benchmarks).
+
+    `spelling`: a query word memory lacks is searched as the word one edit away that it
+    holds (activities.vault.spelling), and the hits say which (`SearchHits.corrected`).
 
     `exclude_session`: that session's transcript entries are left out; with
     `live_from_seq`, only those from that seq on (its live window: the entries checkpoints
     moved out of it are searched like any other session's).
 
-    Round trips: the query's words and the dense search (one pipeline), BM25, the graph
-    (only when cards are among BM25's best), the returned hits' text."""
+    Round trips: the query's words and the dense search (one pipeline), the spelling's one
+    or two (only for a query with a word it takes), BM25, the graph (only when cards are
+    among BM25's best), the returned hits' text."""
     dense_query = None
     if embedder is not None:
         qvec = (await embed_texts(embedder, [query]))[0]
@@ -532,6 +538,10 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
     if near is not None and dense_query is not None:
         dense = dense_results(dense_query, await near.fetchall())
     ranked: list[Ranked] = []
+    corrected: dict[str, str] = {}
+    if use_lexical and spelling:
+        corrected = await corrections(conn, lexemes, scope=scope)
+        lexemes = [corrected.get(w, w) for w in lexemes]
     if use_lexical:
         ranked = await lexical_ranking(conn, lexemes, scope=scope, kinds=kinds,
                                        exclude_session=exclude_session, use_graph=use_graph,
@@ -544,7 +554,7 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
     else:
         floor = getattr(embedder, "floor", DENSE_FLOOR) if use_lexical else -1.0
         fused = fuse(ranked, dense, floor=floor)[:k]
-    return await _hits(conn, lexemes, fused, scope)
+    return SearchHits(await _hits(conn, lexemes, fused, scope), corrected)
 
 
 async def lexical_ranking(conn: AsyncConnection, lexemes: list[str], *, scope: str,
@@ -571,13 +581,15 @@ async def recall(conn: AsyncConnection, inp: RecallInput, *, scope: str,
     """The `<memory-context>` block for a turn's query ("" when nothing matches): a read of
     the index only, in `scope` (already checked). The session's own messages are left out
     (its window and checkpoint carry them); an input without content words recalls nothing;
-    a snippet is shown once. The hits' access count is the caller's to touch."""
+    a snippet is shown once. The hits' access count is the caller's to touch. No word is
+    corrected: a turn's message is not a search someone typed, and a name memory has not
+    met yet would be taken for one it has."""
     if not wants_recall(inp.query):
         return RecallResult(block="", hits=0)
     k = max(1, min(inp.k, MAX_RECALL_K))
-    hits = await search(conn, inp.query, scope=scope, k=2 * k, kinds=RECALL_KINDS,
-                        exclude_session=inp.session_id, embedder=embedder)
-    hits = distinct_snippets(hits, k)
+    found = await search(conn, inp.query, scope=scope, k=2 * k, kinds=RECALL_KINDS,
+                         exclude_session=inp.session_id, embedder=embedder, spelling=False)
+    hits = distinct_snippets(found, k)
     return RecallResult(block=fence_memory(hits), hits=len(hits),
                         sources=[h.path for h in hits])
 

@@ -45,6 +45,7 @@ class VaultView:
     today: str = ""
     transcript: str = ""
     hits: list[Any] = field(default_factory=list)
+    spelling: str = ""  # which words the search took as misspelt, and searched as what
 
 
 def _read(vault: Vault) -> VaultView:
@@ -87,5 +88,6 @@ async def vault_view(settings: KeelSettings, pool: AsyncConnectionPool | None,
     view = await asyncio.to_thread(_read, vault)
     if query and pool is not None:
         async with pool.connection() as conn:
-            view.hits = await search(conn, query, scope=scope, k=SEARCH_K)
+            hits = await search(conn, query, scope=scope, k=SEARCH_K)
+            view.hits, view.spelling = list(hits), hits.spelling_note()
     return view

@@ -11,6 +11,7 @@ optional with defaults.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel, Field
 
@@ -56,6 +57,24 @@ class MemoryHit(BaseModel):
     heading: str = ""
     # What the hit was ranked by: fused, lexical_rank, lexical, bm25, dense_rank, dense, hop.
     components: dict[str, float] = Field(default_factory=dict)
+
+
+class SearchHits(list[MemoryHit]):
+    """A search's hits, best first, and the query's words it searched as corrected (a word
+    memory lacks -> the word one edit away it searched instead; schemas.vault.spelling).
+    A list, so a caller that wants only the hits takes it as one."""
+
+    def __init__(self, hits: Iterable[MemoryHit] = (),
+                 corrected: Mapping[str, str] | None = None) -> None:
+        super().__init__(hits)
+        self.corrected: dict[str, str] = dict(corrected or {})
+
+    def spelling_note(self) -> str:
+        """One line saying which words were searched as what; "" when none was."""
+        if not self.corrected:
+            return ""
+        said = ", ".join(f'"{new}" for "{old}"' for old, new in self.corrected.items())
+        return f"(searched {said}: no memory holds the word as written)"
 
 
 def _neutralise(text: str) -> str:

@@ -45,7 +45,7 @@ async def test_cards_written_by_the_agent_are_recalled_in_a_later_session(
         assert "Contoso" in card and "## History" in card and "Northwind" in card.split(
             "## History", 1)[1]
         fake_anthropic.push(
-            tool_use_message([("memory_search", {"query": "Dana employer"})]),
+            tool_use_message([("memory_search", {"query": "Dana Whitfeild employer"})]),
             text_message("<memory-context>leaked</memory-context>She works at Contoso."),
         )
         second = await keel.start_session(f"b-{uuid.uuid4().hex[:8]}")
@@ -59,6 +59,8 @@ async def test_cards_written_by_the_agent_are_recalled_in_a_later_session(
     assert last[0]["type"] == "tool_result"  # tool results still open their message
     search_result = last[0]["content"]
     assert "Contoso" in search_result
+    # The misspelt name was searched as the one memory holds, and the result says so.
+    assert search_result.startswith('(searched "whitfield" for "whitfeild"'), search_result
     assert outcome.reply_text == "She works at Contoso."  # the echoed fence is scrubbed
     with psycopg.connect(database_url) as conn:
         day = conn.execute("SELECT count(*) FROM messages WHERE type='assistant'").fetchone()

@@ -42,6 +42,9 @@ async def test_vault_commands_take_the_scope(client, settings, env, database_url
     found = await keel(env, "vault", "search", "kettle order", "--scope", "bob")
     assert found.exit_code == 0, found.output
     assert "B-2002" in found.output and "A-1001" not in found.output
+    misspelt = await keel(env, "vault", "search", "ketle", "--scope", "bob")
+    assert misspelt.exit_code == 0, misspelt.output
+    assert '"kettle" for "ketle"' in misspelt.output and "B-2002" in misspelt.output
     bad = await keel(env, "vault", "search", "kettle", "--scope", "../alice")
     assert bad.exit_code == 1 and "not a valid scope id" in bad.output
 

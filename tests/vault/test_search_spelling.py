@@ -1,0 +1,98 @@
+"""A misspelt search finds what was said (activities.vault.spelling on the real
+PostgreSQL): a word memory lacks is searched as the word one edit away that it holds, the
+hits say so, a word memory holds is never corrected, the turn's recall corrects nothing,
+and another scope's words are never used."""
+
+import pytest
+
+from activities.vault.search import IndexDoc, index_documents, recall, search
+from activities.vault.spelling import corrections
+from schemas.vault.recall import RecallInput
+from tests.vault.support import vault_ctx
+
+SAID = {
+    "notes/shipment.md": "We receive the shipment from Rotterdam on Friday morning.",
+    "notes/deploy.md": "The deployment runbook lives in the ops repository.",
+    "notes/nicholas.md": "Nicholas moved to Berlin and starts at the clinic in March.",
+    "notes/relief.md": "The relief fund pays out twice a year.",
+    "notes/form.md": "Fill in the tax form before you leave the office.",
+    "notes/from.md": "A letter came from the bank about the mortgage.",
+    "notes/budget.md": "Квартальный бюджет утвердили в понедельник.",
+}
+
+
+@pytest.fixture
+def ctx(tmp_path, database_url):
+    return vault_ctx(tmp_path, database_url)
+
+
+async def _indexed(ctx, scope="default"):
+    pool = await ctx.pool()
+    async with pool.connection() as conn:
+        await index_documents(conn, [IndexDoc(path=p, kind="daily", body=b)
+                                     for p, b in SAID.items()], scope=scope)
+    return pool
+
+
+async def test_a_misspelt_word_finds_what_was_said(ctx):
+    pool = await _indexed(ctx)
+    async with pool.connection() as conn:
+        for query, path, corrected in [
+            ("recieve shipment", "notes/shipment.md", {"recieve": "receive"}),  # swapped
+            ("recieve", "notes/shipment.md", {"recieve": "receive"}),
+            # `runbok` is found by its light stem's prefix (runbo-) as it is: not corrected.
+            ("deploymnet runbok", "notes/deploy.md", {"deploymnet": "deployment"}),
+            ("shpment", "notes/shipment.md", {"shpment": "shipment"}),  # dropped
+            ("Nicolas Berlin", "notes/nicholas.md", {"nicolas": "nicholas"}),
+            ("Rottterdam", "notes/shipment.md", {"rottterdam": "rotterdam"}),  # doubled
+            ("бьюджет", "notes/budget.md", {"бьюджет": "бюджет"}),  # Cyrillic
+        ]:
+            hits = await search(conn, query, scope="default", k=3)
+            assert [h.path for h in hits][:1] == [path], query
+            assert hits.corrected == corrected, query
+            note = hits.spelling_note()
+            assert all(f'"{new}" for "{old}"' in note for old, new in corrected.items())
+            # The snippet is cut around the word searched.
+            assert next(iter(corrected.values())) in hits[0].snippet.lower(), query
+            # Without the correction a misspelt word alone finds nothing.
+            plain = await search(conn, query, scope="default", k=3, spelling=False)
+            assert plain.corrected == {}
+            if " " not in query:
+                assert list(plain) == [], query
+
+
+async def test_a_word_memory_holds_is_searched_as_written(ctx):
+    pool = await _indexed(ctx)
+    async with pool.connection() as conn:
+        # `form` is held (and one edit from the held `from`): never corrected.
+        hits = await search(conn, "form", scope="default", k=3)
+        assert hits.corrected == {} and hits.spelling_note() == ""
+        assert [h.path for h in hits][:1] == ["notes/form.md"]
+        # A long word held by its light stem's prefix (as BM25 finds it) is held.
+        assert await corrections(conn, ["deployments", "receives"], scope="default") == {}
+        # A word nothing one edit away is held as: nothing searched instead, nothing found.
+        hits = await search(conn, "xylophone", scope="default", k=3)
+        assert hits.corrected == {} and list(hits) == []
+        # Numbers, short words and scripts without spaces are not corrected.
+        assert await corrections(conn, ["4821", "frm", "数据库"], scope="default") == {}
+
+
+async def test_another_scopes_words_are_never_used(ctx):
+    await _indexed(ctx, scope="alice")
+    pool = await _indexed(ctx, scope="default")
+    async with pool.connection() as conn:
+        # (`relief` goes too: `relieve`, one edit away, finds it by its stem's prefix.)
+        await conn.execute("DELETE FROM memory_docs WHERE scope = 'default'"
+                           " AND path IN ('notes/shipment.md', 'notes/relief.md')")
+        # `receive` is alice's word now, not default's.
+        assert await corrections(conn, ["recieve"], scope="default") == {}
+        assert await corrections(conn, ["recieve"], scope="alice") == {"recieve": "receive"}
+
+
+async def test_the_turns_recall_corrects_nothing(ctx):
+    pool = await _indexed(ctx)
+    async with pool.connection() as conn:
+        query = "deploymnet Rottterdam"
+        assert (await search(conn, query, scope="default", k=3)).corrected
+        got = await recall(conn, RecallInput(session_id="s-1", query=query), scope="default")
+        assert got.hits == 0 and got.block == "", got
