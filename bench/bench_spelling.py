@@ -131,7 +131,9 @@ async def quality(url: str, convs: list[dict[str, Any]]) -> dict[str, Any]:
             rank = plain_bm25(conv["texts"], conv["paths"])
             for q in misspelt_questions(conv, first):
                 asked[q["kind"]] += 1
-                for kind, text in (("as written", q["clean"]), (q["kind"], q["question"])):
+                for kind, text in (("as written", q["clean"]),
+                                   (f"{q['kind']}, as written", q["clean"]),
+                                   (q["kind"], q["question"])):
                     tallies[(kind, "plain BM25")].add(rank(text), q["evidence"],
                                                       conv["session_of"])
                     for on in (False, True):
@@ -147,7 +149,8 @@ async def quality(url: str, convs: list[dict[str, Any]]) -> dict[str, Any]:
     by_kind: dict[str, dict[str, Any]] = {}
     for (kind, mode), tally in sorted(tallies.items()):
         s = tally.summary()
-        by_kind.setdefault(kind, {"questions": asked[kind] if kind in asked
+        base = kind.removesuffix(", as written")
+        by_kind.setdefault(kind, {"questions": asked[base] if base in asked
                                   else sum(asked.values())})[mode] = {
             k: s[k] for k in ("turn_hit10", "turn_mrr", "session_hit10")}
     for kind in asked:
