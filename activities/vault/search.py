@@ -12,7 +12,9 @@ here downloads a model.
 Cost: the candidate pool follows the hits asked for (`candidate_pool(k)`), not the scope's
 size, and snippets are cut from the returned documents only, in Python. A search is three
 round trips (the query's words beside the dense search, one pipeline; BM25; the returned
-hits' text), four when cards among BM25's best bring the graph walk (one more pipeline).
+hits' text), four when cards among BM25's best bring the graph walk (one more pipeline),
+and the spelling's one or two (activities.vault.spelling) when a query word could be
+misspelt; the turn's recall corrects nothing.
 
 Scopes: every function takes the memory scope it works in, as a required keyword, and
 every statement filters by it (documents, term statistics, corpus size, links, chunks):
@@ -520,9 +522,7 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
     `live_from_seq`, only those from that seq on (its live window: the entries checkpoints
     moved out of it are searched like any other session's).
 
-    Round trips: the query's words and the dense search (one pipeline), the spelling's one
-    or two (only for a query with a word it takes), BM25, the graph (only when cards are
-    among BM25's best), the returned hits' text."""
+    Round trips: as the module says."""
     dense_query = None
     if embedder is not None:
         qvec = (await embed_texts(embedder, [query]))[0]
