@@ -9,7 +9,8 @@ Invariants:
   document frequency above 0 in the scope. A held word is never corrected.
 - Reads only `memory_terms` of the scope asked, by its primary key's range: one statement
   when every word tried is held, two when some is not (the candidates of all of them in
-  one), none when no word of the query is one `correctable` takes.
+  one, at most `MAX_CANDIDATES`), none when no word of the query is one `correctable`
+  takes. So a search's cost stays bounded whatever its query.
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from psycopg import AsyncConnection
 from schemas.vault.search import term_patterns, term_range
 from schemas.vault.spelling import MAX_CORRECTED, best_correction, correctable, one_edit
 
-__all__ = ["corrections"]
+__all__ = ["MAX_CANDIDATES", "corrections"]
+
+# The candidates one statement looks up at most (about six words of nine letters; ~1 ms
+# each hundred at 100,000 documents): a query of many long misspelt words corrects its
+# first ones.
+MAX_CANDIDATES = 3_000
 
 # For each word: the documents holding it as a word of its own, and those holding any
 # word BM25 finds it by.
@@ -61,12 +67,18 @@ async def corrections(conn: AsyncConnection, lexemes: Sequence[str], *, scope: s
     lacking = [w for w in tried if w not in held]
     if not lacking:
         return {}
-    candidates = {w: one_edit(w) for w in lacking}
+    candidates: dict[str, list[str]] = {}
+    budget = MAX_CANDIDATES
+    for word in lacking:  # in the order written, each whose candidates still fit
+        edits = one_edit(word)
+        if len(edits) <= budget:
+            candidates[word], budget = edits, budget - len(edits)
     known = await _held(conn, sorted({c for cs in candidates.values() for c in cs}),
                         scope=scope)
     out: dict[str, str] = {}
-    for word in lacking:
-        best = best_correction(word, {c: known[c] for c in candidates[word] if c in known})
-        if best is not None:
+    for word, edits in candidates.items():
+        best = best_correction(word, {c: known[c] for c in edits if c in known})
+        # A word the query already searches (an accent's folded form) says nothing new.
+        if best is not None and best not in lexemes:
             out[word] = best
     return out

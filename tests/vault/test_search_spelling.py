@@ -6,8 +6,9 @@ and another scope's words are never used."""
 import pytest
 
 from activities.vault.search import IndexDoc, index_documents, recall, search
-from activities.vault.spelling import corrections
+from activities.vault.spelling import MAX_CANDIDATES, corrections
 from schemas.vault.recall import RecallInput
+from schemas.vault.spelling import one_edit
 from tests.vault.support import vault_ctx
 
 SAID = {
@@ -18,6 +19,8 @@ SAID = {
     "notes/form.md": "Fill in the tax form before you leave the office.",
     "notes/from.md": "A letter came from the bank about the mortgage.",
     "notes/budget.md": "Квартальный бюджет утвердили в понедельник.",
+    "notes/cafe.md": "Meet at the cafe by the station.",
+    "notes/long.md": "internationalisations counterrevolutionaries electroencephalographs",
 }
 
 
@@ -96,3 +99,23 @@ async def test_the_turns_recall_corrects_nothing(ctx):
         assert (await search(conn, query, scope="default", k=3)).corrected
         got = await recall(conn, RecallInput(session_id="s-1", query=query), scope="default")
         assert got.hits == 0 and got.block == "", got
+
+
+async def test_the_correction_is_bounded_and_says_only_what_is_new(ctx):
+    pool = await _indexed(ctx)
+    async with pool.connection() as conn:
+        # Three long misspelt words and a short one: the candidates of the first two fit
+        # one statement's bound, the third's do not (it is searched as written), the short
+        # word's still do.
+        typos = ["internationalisatoins", "counterrevolutionareis", "electroencephalogrpahs",
+                 "recieve"]
+        sizes = [len(one_edit(w)) for w in typos]
+        assert sizes[0] + sizes[1] <= MAX_CANDIDATES < sizes[0] + sizes[1] + sizes[2]
+        assert sizes[0] + sizes[1] + sizes[3] <= MAX_CANDIDATES
+        assert await corrections(conn, typos, scope="default") == {
+            "internationalisatoins": "internationalisations",
+            "counterrevolutionareis": "counterrevolutionaries", "recieve": "receive"}
+        # `café` is in no document, but its folded form `cafe`, which the query searches
+        # anyway, is: found, and nothing said of a correction.
+        hits = await search(conn, "café", scope="default", k=3)
+        assert [h.path for h in hits][:1] == ["notes/cafe.md"] and hits.corrected == {}
