@@ -98,6 +98,10 @@ async def test_a_demo_session_over_http(client, database_url, tmp_path):
             assert {kind for kind, _ in MESSAGE.findall(own)} == {"user"}
             vault = await http.get(f"{base}/vault?q=queue")
             assert vault.status_code == 200 and "Results for" in vault.text
+            # A misspelt search is searched as the word memory holds, and the page says so.
+            misspelt = (await http.get(f"{base}/vault?q=qeue")).text
+            note = misspelt.split('class="dim spelling">', 1)[1].split("</p>", 1)[0]
+            assert note.startswith("(searched &#34;queue&#34; for &#34;qeue&#34;"), note
 
 
 async def test_an_approval_decided_over_http(client, database_url, tmp_path):
