@@ -3,9 +3,20 @@ PostgreSQL): a word memory lacks is searched as the word one edit away that it h
 hits say so, a word memory holds is never corrected, the turn's recall corrects nothing,
 and another scope's words are never used."""
 
-import pytest
+import asyncio
 
-from activities.vault.search import IndexDoc, index_documents, recall, search
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from activities.vault.search import (
+    IndexDoc,
+    index_documents,
+    query_lexemes,
+    recall,
+    search,
+)
 from activities.vault.spelling import MAX_CANDIDATES, corrections
 from schemas.vault.recall import RecallInput
 from schemas.vault.spelling import one_edit
@@ -119,3 +130,38 @@ async def test_the_correction_is_bounded_and_says_only_what_is_new(ctx):
         # anyway, is: found, and nothing said of a correction.
         hits = await search(conn, "café", scope="default", k=3)
         assert [h.path for h in hits][:1] == ["notes/cafe.md"] and hits.corrected == {}
+
+
+
+def test_any_query_is_searched_and_only_its_own_words_are_corrected(database_url):
+    """Every character, every size: a search answers, and what it says it corrected are
+    words of the query, each searched as a word one edit away."""
+
+    async def connected(work):
+        async with await psycopg.AsyncConnection.connect(database_url,
+                                                         autocommit=True) as conn:
+            return await work(conn)
+
+    asyncio.run(connected(lambda conn: index_documents(
+        conn, [IndexDoc(path=p, kind="daily", body=b) for p, b in SAID.items()],
+        scope="default")))
+
+    async def one(conn, query):
+        hits = await search(conn, query, scope="default", k=3)
+        words = await query_lexemes(conn, query)
+        for old, new in hits.corrected.items():
+            assert old in words and new in one_edit(old), (query, old, new)
+
+    # Typos of the notes' words (every 17th of their candidates) among any text.
+    typos = [c for w in ("receive", "shipment", "deployment", "nicholas", "rotterdam",
+                         "бюджет", "clinic") for c in one_edit(w)[::17]]
+
+    @settings(max_examples=60, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.text(max_size=300)
+           | st.lists(st.sampled_from(typos) | st.text(max_size=12), max_size=6).map(
+               " ".join))
+    def check(query):
+        asyncio.run(connected(lambda conn: one(conn, query)))
+
+    check()
