@@ -12,6 +12,11 @@ swapped, a letter dropped, a letter doubled, a letter replaced by its neighbour 
 keyboard (Damerau's four single edits, about four typos in five), and two edits at once (a
 swap and a drop: the corrector's known limit, reported on its own). The misspelt word is
 always one the conversation lacks, so a hit for it can come only from its correction.
+Those typos are made here; as an instrument the correction was not tuned on, the
+questions are asked once more with a misspelling people really wrote: the rarest of the
+question's words that codespell's list (its `dictionary.txt`, ~65,000 misspellings seen in
+code and prose, each with its one correction) misspells, replaced by one of its listed
+misspellings ("real typo"; some are two or more edits away).
 
 Ranked three ways (k=10): plain BM25 (bench_recall's, the reference), Keel's search (BM25
 + graph, no embedder) with the spelling correction off, and on. Reported per kind: turn
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import importlib.resources
 import json
 import math
 import os
@@ -60,8 +66,10 @@ from bench.bench_recall import (
 )
 from bench.common import percentile, source_commit, table
 from keel.devstack import start_embedded_postgres
+from schemas.vault.spelling import one_edit
 
 KINDS = ("swapped", "dropped", "doubled", "neighbour key", "two edits")
+REAL = "real typo (codespell)"
 _ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
 _KEY = {ch: row[i + 1] if i + 1 < len(row) else row[i - 1]
         for row in _ROWS for i, ch in enumerate(row)}
@@ -109,6 +117,44 @@ def misspelt_questions(conv: dict[str, Any], first: int) -> list[dict[str, Any]]
     return out
 
 
+def real_typos() -> dict[str, list[str]]:
+    """codespell's misspellings by the word they misspell: lower-case words of letters
+    with exactly one correction."""
+    text = (importlib.resources.files("codespell_lib") / "data" / "dictionary.txt"
+            ).read_text(encoding="utf-8")
+    out: dict[str, list[str]] = collections.defaultdict(list)
+    for line in text.splitlines():
+        typo, _, fixes = line.partition("->")
+        fix = [f.strip() for f in fixes.split(",") if f.strip()]
+        if len(fix) == 1 and typo.isalpha() and fix[0].isalpha() and typo.islower() \
+                and fix[0].islower():
+            out[fix[0]].append(typo)
+    return {word: sorted(typos) for word, typos in out.items()}
+
+
+def really_misspelt(conv: dict[str, Any], first: int, typos: dict[str, list[str]]
+                    ) -> list[dict[str, Any]]:
+    """Each question of `conv` with its rarest word that codespell misspells replaced by
+    one of those misspellings (one the conversation lacks), chosen by the question's
+    number."""
+    toks = [set(_WORD.findall(t.lower())) for t in conv["texts"].values()]
+    df = collections.Counter(w for t in toks for w in t)
+    out = []
+    for n, (question, evidence) in enumerate(conv["questions"], start=first):
+        words = [w for w in dict.fromkeys(_WORD.findall(question.lower()))
+                 if df[w] and any(not df[t] for t in typos.get(w, ()))]
+        if not words:
+            continue
+        word = max(words, key=lambda w: (math.log(len(toks) / df[w]), w))
+        options = [t for t in typos[word] if not df[t]]
+        typo = options[n % len(options)]
+        at = question.lower().index(word)
+        out.append({"question": question[:at] + typo + question[at + len(word):],
+                    "clean": question, "evidence": evidence, "kind": REAL, "word": word,
+                    "typo": typo})
+    return out
+
+
 async def ranked(conn: Any, question: str, scope: str, spelling: bool,
                  ms: list[float]) -> tuple[list[str], dict[str, str]]:
     t0 = time.perf_counter()
@@ -117,47 +163,67 @@ async def ranked(conn: Any, question: str, scope: str, spelling: bool,
     return [h.path for h in hits], hits.corrected
 
 
+class Run:
+    """The tallies of one run: per (what was asked, ranking), and the latencies."""
+
+    def __init__(self) -> None:
+        self.tallies: dict[tuple[str, str], Tally] = collections.defaultdict(Tally)
+        self.restored: collections.Counter[str] = collections.Counter()
+        self.asked: collections.Counter[str] = collections.Counter()
+        self.one_edit: collections.Counter[str] = collections.Counter()
+        self.ms: dict[str, list[float]] = collections.defaultdict(list)
+
+    async def ask(self, conn: Any, rank: Any, conv: dict[str, Any], scope: str,
+                  q: dict[str, Any]) -> None:
+        """One question as written and misspelt, ranked three ways."""
+        self.asked[q["kind"]] += 1
+        self.one_edit[q["kind"]] += q["typo"] in one_edit(q["word"])
+        asked = [(f"{q['kind']}, as written", q["clean"]), (q["kind"], q["question"])]
+        if q["kind"] != REAL:
+            asked.insert(0, ("as written", q["clean"]))
+        for kind, text in asked:
+            self.tallies[(kind, "plain BM25")].add(rank(text), q["evidence"],
+                                                   conv["session_of"])
+            for on in (False, True):
+                label = "spelling on" if on else "spelling off"
+                typed = "as written" if text is q["clean"] else "misspelt"
+                got, corrected = await ranked(conn, text, scope, on,
+                                              self.ms[f"{label}, {typed}"])
+                self.tallies[(kind, f"keel, {label}")].add(got, q["evidence"],
+                                                          conv["session_of"])
+                if on and typed == "misspelt":
+                    self.restored[q["kind"]] += corrected.get(q["typo"]) == q["word"]
+
+    def summary(self) -> dict[str, Any]:
+        by_kind: dict[str, dict[str, Any]] = {}
+        made = sum(n for kind, n in self.asked.items() if kind != REAL)
+        for (kind, mode), tally in sorted(self.tallies.items()):
+            s = tally.summary()
+            base = kind.removesuffix(", as written")
+            by_kind.setdefault(kind, {"questions": self.asked.get(base, made)})[mode] = {
+                k: s[k] for k in ("turn_hit10", "turn_mrr", "session_hit10")}
+        for kind, n in self.asked.items():
+            by_kind[kind]["restored"] = round(self.restored[kind] / n, 4)
+            by_kind[kind]["one_edit_share"] = round(self.one_edit[kind] / n, 4)
+        return {"questions": made, "real_typo_questions": self.asked[REAL],
+                "by_kind": by_kind,
+                "latency_ms": {k: {"p50": round(statistics.median(v), 2),
+                                   "p95": round(percentile(v, 95), 2)}
+                               for k, v in self.ms.items()}}
+
+
 async def quality(url: str, convs: list[dict[str, Any]]) -> dict[str, Any]:
-    tallies: dict[tuple[str, str], Tally] = collections.defaultdict(Tally)
-    restored: collections.Counter[str] = collections.Counter()
-    asked: collections.Counter[str] = collections.Counter()
-    ms: dict[str, list[float]] = collections.defaultdict(list)
-    first = 0
+    typos, run, first = real_typos(), Run(), 0
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         for i, conv in enumerate(convs):
             await index_bulk(conn, conv["docs"], scope=f"rt{i}", embedder=None)
         await conn.execute("ANALYZE")
         for i, conv in enumerate(convs):
             rank = plain_bm25(conv["texts"], conv["paths"])
-            for q in misspelt_questions(conv, first):
-                asked[q["kind"]] += 1
-                for kind, text in (("as written", q["clean"]),
-                                   (f"{q['kind']}, as written", q["clean"]),
-                                   (q["kind"], q["question"])):
-                    tallies[(kind, "plain BM25")].add(rank(text), q["evidence"],
-                                                      conv["session_of"])
-                    for on in (False, True):
-                        label = "spelling on" if on else "spelling off"
-                        got, corrected = await ranked(
-                            conn, text, f"rt{i}", on,
-                            ms[f"{label}, {'as written' if text is q['clean'] else 'misspelt'}"])
-                        tallies[(kind, f"keel, {label}")].add(got, q["evidence"],
-                                                             conv["session_of"])
-                        if on and text is q["question"]:
-                            restored[q["kind"]] += corrected.get(q["typo"]) == q["word"]
+            for q in misspelt_questions(conv, first) + really_misspelt(conv, first, typos):
+                await run.ask(conn, rank, conv, f"rt{i}", q)
             first += len(conv["questions"])
-    by_kind: dict[str, dict[str, Any]] = {}
-    for (kind, mode), tally in sorted(tallies.items()):
-        s = tally.summary()
-        base = kind.removesuffix(", as written")
-        by_kind.setdefault(kind, {"questions": asked[base] if base in asked
-                                  else sum(asked.values())})[mode] = {
-            k: s[k] for k in ("turn_hit10", "turn_mrr", "session_hit10")}
-    for kind in asked:
-        by_kind[kind]["restored"] = round(restored[kind] / asked[kind], 4)
-    return {"questions": sum(asked.values()), "by_kind": by_kind,
-            "latency_ms": {k: {"p50": round(statistics.median(v), 2),
-                               "p95": round(percentile(v, 95), 2)} for k, v in ms.items()}}
+    return run.summary()
 
 
 async def latency_at(admin: str, convs: list[dict[str, Any]], size: int) -> dict[str, Any]:
@@ -195,10 +261,12 @@ def report(q: dict[str, Any], speed: dict[str, Any] | None) -> None:
         rows.append([kind, f["questions"],
                      *(f"{100 * f[m]['turn_hit10']:.1f}" for m in modes),
                      *(f"{f[m]['turn_mrr']:.3f}" for m in modes[1:]),
-                     f"{100 * f['restored']:.1f}" if "restored" in f else ""])
-    print(table(f"{q['questions']} questions, each as written and misspelt, k={K}",
+                     f"{100 * f['restored']:.1f}" if "restored" in f else "",
+                     f"{100 * f['one_edit_share']:.0f}" if "one_edit_share" in f else ""])
+    print(table(f"{q['questions']} questions, each as written and misspelt ("
+                f"{q['real_typo_questions']} with a real typo), k={K}",
                 ["asked", "n", "plain hit@10", "keel off", "keel on", "MRR off", "MRR on",
-                 "restored %"], rows))
+                 "restored %", "one edit %"], rows))
     print("latency ms (p50 / p95), the conversations' scopes: " + "; ".join(
         f"{k} {v['p50']} / {v['p95']}" for k, v in q["latency_ms"].items()))
     if speed:
