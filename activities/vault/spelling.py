@@ -7,9 +7,11 @@ Invariants:
 - A word counts as held exactly when BM25 would score it: looked up as `_bm25` looks it up
   (a long word by its light stem's prefix, `term_patterns` / `term_range`), with a
   document frequency above 0 in the scope. A held word is never corrected.
-- Reads only `memory_terms` of the scope asked, by its primary key's range: one statement
-  when every word tried is held, two when some is not (the candidates of all of them in
-  one, at most `MAX_CANDIDATES`), none when no word of the query is one `correctable`
+- Reads only `memory_terms` of the scope asked, by its primary key: one statement when
+  every word tried is held, two when some is not (the candidates of all of them in one,
+  at most `MAX_CANDIDATES`, looked up as words of their own), three when a word has no
+  candidate memory holds as a word of its own (its candidates then looked up as BM25
+  would, by their stems' prefixes), none when no word of the query is one `correctable`
   takes. So a search's cost stays bounded whatever its query.
 """
 
@@ -29,14 +31,15 @@ __all__ = ["MAX_CANDIDATES", "corrections"]
 # first ones.
 MAX_CANDIDATES = 3_000
 
-# For each word: the documents holding it as a word of its own, and those holding any
-# word BM25 finds it by.
+# For each word: the documents holding it as a word of its own, those holding any word
+# BM25 finds it by, and the commonest of those words.
 _HELD = """
-SELECT c.i, d.df, d.exact
+SELECT c.i, d.df, d.exact, d.top
 FROM unnest(%(words)s::text[], %(pats)s::text[], %(los)s::text[], %(his)s::text[])
      WITH ORDINALITY AS c(word, pat, lo, hi, i)
 CROSS JOIN LATERAL (
-    SELECT sum(m.df) AS df, coalesce(sum(m.df) FILTER (WHERE m.term = c.word), 0) AS exact
+    SELECT sum(m.df) AS df, coalesce(sum(m.df) FILTER (WHERE m.term = c.word), 0) AS exact,
+           (array_agg(m.term ORDER BY m.df DESC, m.term))[1] AS top
     FROM memory_terms m
     WHERE m.scope = %(scope)s AND m.term ~>=~ c.lo AND m.term ~<~ c.hi AND m.term LIKE c.pat
 ) d
@@ -44,10 +47,16 @@ WHERE d.df > 0
 """
 
 
+_EXACTLY = """
+SELECT term, df FROM memory_terms
+WHERE scope = %(scope)s AND term = ANY(%(words)s::text[]) AND df > 0
+"""
+
+
 async def _held(conn: AsyncConnection, words: Sequence[str], *, scope: str
-                ) -> dict[str, tuple[int, int]]:
-    """word -> (documents holding it exactly, documents BM25 finds it in), for the words
-    memory holds."""
+                ) -> dict[str, tuple[int, int, str]]:
+    """word -> (documents holding it exactly, documents BM25 finds it in, the commonest
+    word it finds), for the words memory holds."""
     if not words:
         return {}
     terms = term_patterns(list(words))
@@ -55,7 +64,35 @@ async def _held(conn: AsyncConnection, words: Sequence[str], *, scope: str
     cur = await conn.execute(_HELD, {
         "words": [lex for lex, _, _ in terms], "pats": [p for _, p, _ in terms],
         "los": [lo for lo, _ in ranges], "his": [hi for _, hi in ranges], "scope": scope})
-    return {terms[i - 1][0]: (int(exact), int(df)) for i, df, exact in await cur.fetchall()}
+    return {terms[i - 1][0]: (int(exact), int(df), top)
+            for i, df, exact, top in await cur.fetchall()}
+
+
+async def _exactly(conn: AsyncConnection, words: Sequence[str], *, scope: str
+                   ) -> dict[str, int]:
+    """word -> the documents holding it as a word of its own, for those memory holds: one
+    scan of the primary key for all of them."""
+    cur = await conn.execute(_EXACTLY, {"words": list(words), "scope": scope})
+    return {term: int(df) for term, df in await cur.fetchall()}
+
+
+def _choose(candidates: dict[str, list[str]], known: dict[str, tuple[int, int, str]],
+            lexemes: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """The corrections `known` decides, and the words it finds none for. A candidate held
+    only by its stem's prefix is searched as the commonest word it finds there (`decisons`
+    as `decision`, not as the candidate `decisions` nobody wrote)."""
+    out: dict[str, str] = {}
+    none: list[str] = []
+    for word, edits in candidates.items():
+        best = best_correction(word, {c: known[c][:2] for c in edits if c in known})
+        if best is None:
+            none.append(word)
+            continue
+        exact, _, top = known[best]
+        best = best if exact else top
+        if best not in lexemes:  # one the query already searches (an accent's folded
+            out[word] = best     # form) says nothing new
+    return out, none
 
 
 async def corrections(conn: AsyncConnection, lexemes: Sequence[str], *, scope: str
@@ -73,12 +110,14 @@ async def corrections(conn: AsyncConnection, lexemes: Sequence[str], *, scope: s
         edits = one_edit(word)
         if len(edits) <= budget:
             candidates[word], budget = edits, budget - len(edits)
-    known = await _held(conn, sorted({c for cs in candidates.values() for c in cs}),
-                        scope=scope)
-    out: dict[str, str] = {}
-    for word, edits in candidates.items():
-        best = best_correction(word, {c: known[c] for c in edits if c in known})
-        # A word the query already searches (an accent's folded form) says nothing new.
-        if best is not None and best not in lexemes:
-            out[word] = best
-    return out
+    # Words memory holds as they are first (one index scan); only a word none of whose
+    # candidates is one looks them up by their stems' prefixes (a range scan each).
+    exact = await _exactly(conn, sorted({c for cs in candidates.values() for c in cs}),
+                           scope=scope)
+    out, none = _choose(candidates, {c: (df, df, c) for c, df in exact.items()}, lexemes)
+    if none:
+        rest = {w: candidates[w] for w in none}
+        known = await _held(conn, sorted({c for cs in rest.values() for c in cs}),
+                            scope=scope)
+        out.update(_choose(rest, known, lexemes)[0])
+    return {w: out[w] for w in candidates if w in out}

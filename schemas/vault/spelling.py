@@ -17,9 +17,9 @@ Invariants:
   spaces is searched by character pairs (schemas.vault.terms), where one edit is another
   word, and a short word is one edit from too many.
 - The choice is deterministic: a candidate memory holds as a word of its own before one it
-  holds only by its light stem's prefix (as BM25 looks a long word up: `deploymet` would
-  find `deployment`), then the one in the most documents, then the first in code-point
-  order.
+  holds only by its light stem's prefix (as BM25 looks a long word up: `decisions` finds
+  `decision`; the caller then searches the word memory holds), then the one in the most
+  documents, then the first in code-point order.
 - Pure and bounded: at most `54 n + 25` candidates for an n-letter Latin word.
 """
 
