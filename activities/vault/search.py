@@ -82,9 +82,10 @@ __all__ = ["Embedder", "HashingEmbedder", "IndexDoc", "embed_pending", "index_do
            "index_documents", "load_embedder", "recall", "search"]
 
 # A query's words looked up in the index: its first, in the order written (a long message
-# as a recall query); of them, the MAX_QUERY_TERMS rarest that memory holds choose and
-# score the candidates (the others only lower every document's coverage alike).
-MAX_QUERY_WORDS = 64
+# as a recall query), a word's stem beside it (about one word in three has one: 96 looks
+# up some 64 written words); of them, the MAX_QUERY_TERMS rarest that memory holds choose
+# and score the candidates (the others only lower every document's coverage alike).
+MAX_QUERY_WORDS = 96
 MAX_QUERY_TERMS = 32
 QUERY_EXTRA_CHARS = 8_000
 # A term in more than this share of all documents (and in more than a pool's worth) does
@@ -390,22 +391,38 @@ ORDER BY sc.bm25 DESC, sc.path
 """
 
 
-# A query's words: the parser's and its extra ones, as a document's (schemas.vault.terms),
-# in the order written.
-_LEXEMES = ("SELECT lexeme FROM unnest(to_tsvector('simple', %s)"
-            " || to_tsvector('simple', %s)) ORDER BY positions[1], lexeme")
+# A query's words as a document's (migration 012's `memory_doc_tsv`): the parser's, each
+# followed by its English stem where that differs, in the order written, then the extra
+# ones (schemas.vault.terms); and whether the parser found the word itself (only such a
+# word is one the query wrote, and spelling corrects only those).
+_LEXEMES = """
+SELECT lexeme, bool_or(own) FROM (
+    SELECT lexeme, positions[1] AS at, true AS own FROM unnest(to_tsvector('simple', %(q)s))
+    UNION ALL
+    SELECT lexeme, positions[1], false FROM unnest(to_tsvector('english', %(q)s))
+    UNION ALL
+    SELECT lexeme, 1000000 + positions[1], false FROM unnest(to_tsvector('simple', %(x)s))
+) w
+GROUP BY lexeme ORDER BY min(at), bool_or(own) DESC, lexeme
+"""
 
 
-def _lexeme_params(query: str) -> tuple[str, str]:
+def _lexeme_params(query: str) -> dict[str, str]:
     # The extra words of the query's beginning only: past MAX_QUERY_WORDS words none of a
     # query's words is looked up anyway (a tool's query of a megabyte costs no more).
     text = _clean(query)
-    return text, extra_terms(text[:QUERY_EXTRA_CHARS])
+    return {"q": text, "x": extra_terms(text[:QUERY_EXTRA_CHARS])}
+
+
+def _words(rows: Sequence[tuple[str, bool]]) -> tuple[list[str], list[str]]:
+    """The query's words looked up, and of them those the query wrote."""
+    rows = rows[:MAX_QUERY_WORDS]
+    return [w for w, _ in rows], [w for w, own in rows if own]
 
 
 async def query_lexemes(conn: AsyncConnection, query: str) -> list[str]:
     cur = await conn.execute(_LEXEMES, _lexeme_params(query))
-    return [r[0] for r in await cur.fetchall()][:MAX_QUERY_WORDS]
+    return _words(await cur.fetchall())[0]
 
 
 async def bm25_candidates(conn: AsyncConnection, query: str, *, scope: str,
@@ -533,14 +550,14 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
         words = await conn.execute(_LEXEMES, _lexeme_params(query))
         near = (None if dense_query is None
                 else await conn.execute(dense_query.statement, dense_query.params))
-    lexemes = [r[0] for r in await words.fetchall()][:MAX_QUERY_WORDS]
+    lexemes, written = _words(await words.fetchall())
     dense: list[DenseHit] = []
     if near is not None and dense_query is not None:
         dense = dense_results(dense_query, await near.fetchall())
     ranked: list[Ranked] = []
     corrected: dict[str, str] = {}
     if use_lexical and spelling:
-        corrected = await corrections(conn, lexemes, scope=scope)
+        corrected = await corrections(conn, written, scope=scope, searched=lexemes)
         lexemes = [corrected.get(w, w) for w in lexemes]
     if use_lexical:
         ranked = await lexical_ranking(conn, lexemes, scope=scope, kinds=kinds,

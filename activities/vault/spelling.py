@@ -22,7 +22,13 @@ from collections.abc import Sequence
 from psycopg import AsyncConnection
 
 from schemas.vault.search import term_patterns, term_range
-from schemas.vault.spelling import MAX_CORRECTED, best_correction, correctable, one_edit
+from schemas.vault.spelling import (
+    MAX_CORRECTED,
+    best_correction,
+    correctable,
+    nearest,
+    one_edit,
+)
 
 __all__ = ["MAX_CANDIDATES", "corrections"]
 
@@ -32,14 +38,14 @@ __all__ = ["MAX_CANDIDATES", "corrections"]
 MAX_CANDIDATES = 3_000
 
 # For each word: the documents holding it as a word of its own, those holding any word
-# BM25 finds it by, and the commonest of those words.
+# BM25 finds it by, and the commonest 20 of those words.
 _HELD = """
 SELECT c.i, d.df, d.exact, d.top
 FROM unnest(%(words)s::text[], %(pats)s::text[], %(los)s::text[], %(his)s::text[])
      WITH ORDINALITY AS c(word, pat, lo, hi, i)
 CROSS JOIN LATERAL (
     SELECT sum(m.df) AS df, coalesce(sum(m.df) FILTER (WHERE m.term = c.word), 0) AS exact,
-           (array_agg(m.term ORDER BY m.df DESC, m.term))[1] AS top
+           (array_agg(m.term ORDER BY m.df DESC, m.term))[1:20] AS top
     FROM memory_terms m
     WHERE m.scope = %(scope)s AND m.term ~>=~ c.lo AND m.term ~<~ c.hi AND m.term LIKE c.pat
 ) d
@@ -54,9 +60,9 @@ WHERE scope = %(scope)s AND term = ANY(%(words)s::text[]) AND df > 0
 
 
 async def _held(conn: AsyncConnection, words: Sequence[str], *, scope: str
-                ) -> dict[str, tuple[int, int, str]]:
+                ) -> dict[str, tuple[int, int, list[str]]]:
     """word -> (documents holding it exactly, documents BM25 finds it in, the commonest
-    word it finds), for the words memory holds."""
+    words it finds), for the words memory holds."""
     if not words:
         return {}
     terms = term_patterns(list(words))
@@ -76,11 +82,11 @@ async def _exactly(conn: AsyncConnection, words: Sequence[str], *, scope: str
     return {term: int(df) for term, df in await cur.fetchall()}
 
 
-def _choose(candidates: dict[str, list[str]], known: dict[str, tuple[int, int, str]],
+def _choose(candidates: dict[str, list[str]], known: dict[str, tuple[int, int, list[str]]],
             lexemes: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     """The corrections `known` decides, and the words it finds none for. A candidate held
-    only by its stem's prefix is searched as the commonest word it finds there (`decisons`
-    as `decision`, not as the candidate `decisions` nobody wrote)."""
+    only by its stem's prefix is searched as the word it finds there nearest to what was
+    written (`decisons` as `decision`, not as the candidate `decisions` nobody wrote)."""
     out: dict[str, str] = {}
     none: list[str] = []
     for word, edits in candidates.items():
@@ -88,18 +94,21 @@ def _choose(candidates: dict[str, list[str]], known: dict[str, tuple[int, int, s
         if best is None:
             none.append(word)
             continue
-        exact, _, top = known[best]
-        best = best if exact else top
+        exact, _, held = known[best]
+        best = best if exact else nearest(word, held)
         if best not in lexemes:  # one the query already searches (an accent's folded
             out[word] = best     # form) says nothing new
     return out, none
 
 
-async def corrections(conn: AsyncConnection, lexemes: Sequence[str], *, scope: str
-                      ) -> dict[str, str]:
-    """For each of the query's first `MAX_CORRECTED` correctable words that memory lacks,
-    the word one edit away to search instead (those with none are left out)."""
+async def corrections(conn: AsyncConnection, lexemes: Sequence[str], *, scope: str,
+                      searched: Sequence[str] = ()) -> dict[str, str]:
+    """For each of the query's first `MAX_CORRECTED` correctable words that memory lacks
+    (`lexemes`: the words the query wrote), the word one edit away to search instead
+    (those with none are left out). `searched`: every word the query is looked up by
+    beside them (stems, folded forms); a correction among them is not said."""
     tried = [w for w in dict.fromkeys(lexemes) if correctable(w)][:MAX_CORRECTED]
+    lexemes = [*lexemes, *searched]
     held = await _held(conn, tried, scope=scope)
     lacking = [w for w in tried if w not in held]
     if not lacking:
@@ -114,7 +123,7 @@ async def corrections(conn: AsyncConnection, lexemes: Sequence[str], *, scope: s
     # candidates is one looks them up by their stems' prefixes (a range scan each).
     exact = await _exactly(conn, sorted({c for cs in candidates.values() for c in cs}),
                            scope=scope)
-    out, none = _choose(candidates, {c: (df, df, c) for c, df in exact.items()}, lexemes)
+    out, none = _choose(candidates, {c: (df, df, [c]) for c, df in exact.items()}, lexemes)
     if none:
         rest = {w: candidates[w] for w in none}
         known = await _held(conn, sorted({c for cs in rest.values() for c in cs}),

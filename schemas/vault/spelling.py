@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 __all__ = ["MAX_CORRECTED", "MAX_LETTERS", "MIN_LETTERS", "best_correction", "correctable",
-           "one_edit"]
+           "edit_distance", "nearest", "one_edit"]
 
 MIN_LETTERS = 4
 MAX_LETTERS = 24
@@ -97,3 +97,24 @@ def best_correction(word: str, known: Mapping[str, tuple[int, int]]) -> str | No
     if not found:
         return None
     return min(found, key=lambda f: (-f[0], -f[1], f[2]))[2]
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Edits from `a` to `b`, a swap of neighbours counting one (optimal string alignment)."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], prev2[j - 2] + 1)
+        prev2, prev = prev, row
+    return prev[len(b)]
+
+
+def nearest(word: str, held: list[str]) -> str:
+    """Of the words memory holds that a candidate finds by its stem's prefix (`held`, the
+    commonest first), the one closest to what was written, then the commonest: a stem
+    (`decis`) is not shown for `decisons` when `decision` is there."""
+    return min(enumerate(held), key=lambda h: (edit_distance(word, h[1]), h[0]))[1]

@@ -30,9 +30,10 @@ from collections.abc import Iterator
 
 __all__ = ["MAX_EXTRA_CHARS", "TERMS_VERSION", "extra_terms"]
 
-# Bumped when `extra_terms` changes what it writes: documents indexed under an older
-# version are indexed again (activities.vault.terms_upgrade).
-TERMS_VERSION = 1
+# Bumped when what a document is indexed by changes (what `extra_terms` writes, or the
+# database's `memory_doc_tsv`: 2 added the English stems, migration 012): documents
+# indexed under an older version are indexed again (activities.vault.terms_upgrade).
+TERMS_VERSION = 2
 
 MAX_EXTRA_CHARS = 60_000
 

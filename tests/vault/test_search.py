@@ -13,6 +13,7 @@ from activities.vault.search import (
     embed_pending,
     index_documents,
     load_embedder,
+    query_lexemes,
     recall,
     search,
 )
@@ -255,7 +256,8 @@ async def test_without_pgvector_the_worker_ranks_the_same(database_url):
 
 async def test_bm25_scores_are_okapi_over_weighted_term_counts(ctx) -> None:
     """The SQL's term frequencies (title x3, tags x2, body x1; a long word's light stem
-    matching its variants) give the Okapi BM25 a plain computation gives."""
+    matching its variants; a word's English stem indexed beside it) give the Okapi BM25 a
+    plain computation over the same words gives."""
     import math
 
     from schemas.vault.search import BM25_B, BM25_K1
@@ -272,14 +274,34 @@ async def test_bm25_scores_are_okapi_over_weighted_term_counts(ctx) -> None:
                                      for p, (t, g, b) in docs.items()], scope="okapi")
         got = {c.path: c.bm25 for c in await bm25_candidates(
             conn, "harvest festival food", scope="okapi")}
-    # "festival" has 8 letters: its stem "festiv" also matches "festivals".
-    terms = {"harvest": lambda w: w == "harvest", "festival": lambda w: w.startswith("festiv"),
-             "food": lambda w: w == "food"}
-    words = {p: [(w, weight) for text, weight in zip(fields, (3.0, 2.0, 1.0), strict=True)
-                 for w in text.replace(",", " ").split()] for p, fields in docs.items()}
+        query = await query_lexemes(conn, "harvest festival food")
+
+        async def occurrences(config: str, text: str) -> list[str]:
+            cur = await conn.execute(f"SELECT u.lexeme FROM unnest(to_tsvector('{config}', %s))"
+                                     " u, unnest(u.positions) p", (text,))
+            return [r[0] for r in await cur.fetchall()]
+
+        # A document's words: each occurrence of the parser's, and of each English stem
+        # the parser did not find itself, weighted as its column.
+        words: dict[str, list[tuple[str, float]]] = {}
+        for path, fields in docs.items():
+            own = [[(w, weight) for w in await occurrences("simple", text)]
+                   for text, weight in zip(fields, (3.0, 2.0, 1.0), strict=True)]
+            held = {w for ws in own for w, _ in ws}
+            stems = [(w, weight) for text, weight in zip(fields, (3.0, 2.0, 1.0), strict=True)
+                     for w in await occurrences("english", text) if w not in held]
+            words[path] = [o for ws in own for o in ws] + stems
+    # "festival" (8 letters) also matches "festivals" by its light stem "festiv", and so
+    # does its English stem `festiv` by its own light stem "festi".
+    assert query == ["harvest", "festival", "festiv", "food"]
     avgdl = sum(len(ws) for ws in words.values()) / len(words)
     expected: dict[str, float] = {}
-    for match in terms.values():
+    for lexeme in query:
+        stem = stem_prefix(lexeme)
+
+        def match(w: str, lexeme: str = lexeme, stem: str | None = stem) -> bool:
+            return w.startswith(stem) if stem else w == lexeme
+
         # A stem's document frequency: its forms' frequencies summed (at most the corpus).
         forms = {w for ws in words.values() for w, _ in ws if match(w)}
         df = min(len(docs), sum(any(w == f for w, _ in ws) for f in forms

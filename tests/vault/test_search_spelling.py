@@ -63,7 +63,8 @@ async def test_a_misspelt_word_finds_what_was_said(ctx):
             ("Rottterdam", "notes/shipment.md", {"rottterdam": "rotterdam"}),  # doubled
             ("бьюджет", "notes/budget.md", {"бьюджет": "бюджет"}),  # Cyrillic
             # No word one edit away is held as it is; `decisions` is, by its stem's
-            # prefix (decisio-), as BM25 would find `decision`: searched as that word.
+            # prefix (decisio-), as BM25 would find `decision`: searched as that word
+            # (and the misspelt word's own English stem, decison, finds it already).
             ("decisons", "notes/decision.md", {"decisons": "decision"}),
         ]:
             hits = await search(conn, query, scope="default", k=3)
@@ -76,7 +77,7 @@ async def test_a_misspelt_word_finds_what_was_said(ctx):
             # Without the correction a misspelt word alone finds nothing.
             plain = await search(conn, query, scope="default", k=3, spelling=False)
             assert plain.corrected == {}
-            if " " not in query:
+            if " " not in query and query != "decisons":
                 assert list(plain) == [], query
 
 

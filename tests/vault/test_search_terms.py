@@ -1,13 +1,14 @@
 """What was said is found (schemas.vault.terms on the real PostgreSQL): text in scripts
-written without spaces, compound tokens, accents, emoji, by BM25 alone; and a vault
-indexed before the extra words (migration 011) indexed again on the vault worker's beat,
-its statistics exact."""
+written without spaces, compound tokens, accents, emoji, English words by their stems, by
+BM25 alone; and a vault indexed before the extra words (migrations 011 and 012) indexed
+again on the vault worker's beat, its statistics exact."""
 
 import psycopg
 import pytest
 
 from activities.db import apply_migrations
 from activities.vault.search import (
+    MAX_QUERY_WORDS,
     IndexDoc,
     index_documents,
     load_embedder,
@@ -31,6 +32,7 @@ SAID = {
     "notes/emoji.md": "Deploy went 🚀 smoothly, but the alarm fired at 3am.",
     "notes/joined.md": "O'Brien wants a follow-up on the e-mail budget of $12,500.",
     "notes/filler.md": "Lunch options near the office include sushi and pizza.",
+    "notes/stems.md": "Maria was buying groceries for the weekly meetings, happily.",
 }
 FOUND_BY = [
     ("数据库", "notes/zh.md"), ("数据库迁移", "notes/zh.md"), ("服务器", "notes/zh.md"),
@@ -45,6 +47,9 @@ FOUND_BY = [
     ("🚀", "notes/emoji.md"),
     ("obrien", "notes/joined.md"), ("followup email", "notes/joined.md"),
     ("12500", "notes/joined.md"),
+    # English words by their stems (migration 012): forms the text never wrote.
+    ("buy groceries", "notes/stems.md"), ("buys", "notes/stems.md"),
+    ("meeting", "notes/stems.md"), ("grocery", "notes/stems.md"), ("happy", "notes/stems.md"),
 ]
 
 # The search index as Keel wrote it before migration 011: the parser's words alone.
@@ -104,11 +109,12 @@ async def test_a_vault_indexed_before_the_extra_words_is_indexed_again_on_the_be
         ranked_now = [await _first(conn, q["query"]) for q in queries]
     with psycopg.connect(database_url, autocommit=True) as conn:  # as before migration 011
         conn.execute(_OLD_TSV)
-        conn.execute("DROP INDEX memory_docs_terms_due")
+        conn.execute("DROP INDEX memory_docs_terms_due_2")
         conn.execute("ALTER TABLE memory_docs DROP COLUMN terms_version")
         conn.execute("DROP FUNCTION memory_doc_tsv")
-        conn.execute("DELETE FROM schema_migrations WHERE name = '011_search_terms.sql'")
-    assert apply_migrations(database_url) == ["011_search_terms.sql"]
+        conn.execute("DELETE FROM schema_migrations WHERE name IN"
+                     " ('011_search_terms.sql', '012_word_stems.sql')")
+    assert apply_migrations(database_url) == ["011_search_terms.sql", "012_word_stems.sql"]
     async with pool.connection() as conn:
         due = (await (await conn.execute(
             "SELECT count(*) FROM memory_docs WHERE terms_version = 0")).fetchone())[0]
@@ -144,7 +150,7 @@ async def test_a_long_message_is_searched_by_its_rarest_words_memory_holds(ctx):
         message = " ".join(common) + " zeppelin"  # 41 words, the rare one last of all
         assert (await _first(conn, message))[:1] == ["notes/zeppelin.md"]
         # Past the words looked up, a word is not searched.
-        tail = " ".join(f"filler{i}" for i in range(70)) + " zeppelin"
+        tail = " ".join(f"filler{i}" for i in range(MAX_QUERY_WORDS + 6)) + " zeppelin"
         assert "notes/zeppelin.md" not in await _first(conn, tail)
 
 

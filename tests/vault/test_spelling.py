@@ -9,6 +9,8 @@ from schemas.vault.spelling import (
     MIN_LETTERS,
     best_correction,
     correctable,
+    edit_distance,
+    nearest,
     one_edit,
 )
 
@@ -85,3 +87,14 @@ def test_the_candidate_chosen():
     assert best_correction("abcd", {"abce": (1, 1), "abcf": (1, 1)}) == "abce"
     assert best_correction("abcd", {"abce": (0, 0)}) is None
     assert best_correction("abcd", {}) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="abcde", max_size=8), st.text(alphabet="abcde", max_size=8))
+def test_the_edit_distance_is_the_reference(a, b):
+    assert edit_distance(a, b) == _distance(a, b)
+
+
+def test_the_word_shown_for_a_stem_match_is_the_nearest_held():
+    assert nearest("decisons", ["decis", "decision", "decisive"]) == "decision"
+    assert nearest("abcd", ["abce", "abcf"]) == "abce"  # equally near: the commoner
