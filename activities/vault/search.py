@@ -13,7 +13,7 @@ Cost: the candidate pool follows the hits asked for (`candidate_pool(k)`), not t
 size, and snippets are cut from the returned documents only, in Python. A search is three
 round trips (the query's words beside the dense search, one pipeline; BM25; the returned
 hits' text), four when cards among BM25's best bring the graph walk (one more pipeline),
-and the spelling's one or two (activities.vault.spelling) when a query word could be
+and the spelling's one to three (activities.vault.spelling) when a query word could be
 misspelt; the turn's recall corrects nothing.
 
 Scopes: every function takes the memory scope it works in, as a required keyword, and
@@ -82,9 +82,10 @@ __all__ = ["Embedder", "HashingEmbedder", "IndexDoc", "embed_pending", "index_do
            "index_documents", "load_embedder", "recall", "search"]
 
 # A query's words looked up in the index: its first, in the order written (a long message
-# as a recall query), a word's stem beside it (about one word in three has one: 96 looks
-# up some 64 written words); of them, the MAX_QUERY_TERMS rarest that memory holds choose
-# and score the candidates (the others only lower every document's coverage alike).
+# as a recall query), a word's stem beside it where that differs (for about one word in
+# four of REALTALK's messages: 96 looks up some 75 written words); of them, the
+# MAX_QUERY_TERMS rarest that memory holds choose and score the candidates (the others
+# only lower every document's coverage alike).
 MAX_QUERY_WORDS = 96
 MAX_QUERY_TERMS = 32
 QUERY_EXTRA_CHARS = 8_000

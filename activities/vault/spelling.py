@@ -1,4 +1,6 @@
-"""A searched word memory lacks, corrected to the word memory holds one edit away.
+"""A searched word memory lacks, corrected to the word memory holds one edit away (or,
+when memory holds such a word only by its light stem's prefix, the word found there that is
+nearest to what was written).
 
 The rule is `schemas.vault.spelling`'s (which words, which candidates, which one wins);
 this reads what it needs from one scope's term statistics (`memory_terms`).
