@@ -1,8 +1,8 @@
 """memory_search: Okapi BM25 in PostgreSQL's own full-text index, the graph rerank, and
 the dense ranking fused with it by reciprocal rank (hybrid mode).
 
-Candidates come from the GIN index (`simple` configuration, so any language indexes alike),
-BM25 scores them with the document-frequency table the triggers keep current, and the
+BM25 (activities.vault.bm25: candidates from the GIN index, the `simple` parser's words so
+any language indexes alike, English words with their stems too) ranks first, and the
 ranking rules of `schemas.vault.search` finish the order. With an embedder (the built-in
 static model by default when installed, activities.vault.embedder) the dense ranking of the
 documents' chunks (activities.vault.dense) is fused in; every hit names its document, its
@@ -30,6 +30,13 @@ from typing import Any
 from psycopg import AsyncConnection
 from pydantic import BaseModel, Field
 
+from activities.vault.bm25 import (
+    LEXEMES,
+    bm25,
+    clean_text,
+    lexeme_params,
+    words_of,
+)
 from activities.vault.dense import (
     ChunkSource,
     dense_results,
@@ -58,9 +65,6 @@ from schemas.vault.recall_rules import (
     wants_recall,
 )
 from schemas.vault.search import (
-    BM25_B,
-    BM25_K1,
-    COLUMN_WEIGHTS,
     DENSE_FLOOR,
     GRAPH_SEEDS,
     Candidate,
@@ -73,26 +77,12 @@ from schemas.vault.search import (
     fuse,
     rerank,
     snippet_span,
-    term_patterns,
-    term_range,
 )
 from schemas.vault.terms import TERMS_VERSION, extra_terms
 
 __all__ = ["Embedder", "HashingEmbedder", "IndexDoc", "embed_pending", "index_document",
            "index_documents", "load_embedder", "recall", "search"]
 
-# A query's words looked up in the index: its first, in the order written (a long message
-# as a recall query), a word's stem beside it where that differs (for about one word in
-# four of REALTALK's messages: 96 looks up some 75 written words); of them, the
-# MAX_QUERY_TERMS rarest that memory holds choose and score the candidates (the others
-# only lower every document's coverage alike).
-MAX_QUERY_WORDS = 96
-MAX_QUERY_TERMS = 32
-QUERY_EXTRA_CHARS = 8_000
-# A term in more than this share of all documents (and in more than a pool's worth) does
-# not choose candidates, it only scores them: at 5% a query at 10,000 documents spent most
-# of its time ranking the documents of its commonest words.
-COMMON_TERM_SHARE = 0.01
 # A tsvector holds at most 1 MB; bodies past this are indexed by their beginning only.
 MAX_INDEXED_CHARS = 100_000
 # How much of a returned document the snippet is cut from.
@@ -173,18 +163,12 @@ _COLUMNS = ("path", "kind", "title", "tags", "body", "card_key", "card_type", "s
             "penalised", "session_id", "seq", "hash", "x_title", "x_tags", "x_body")
 
 
-def _clean(text: str) -> str:
-    # PostgreSQL text cannot hold NUL; lone surrogates (from undecodable bytes) cannot be
-    # sent either.
-    return text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
-
-
 def doc_params(doc: IndexDoc, *, scope: str, digest: str | None = None) -> dict[str, Any]:
     """A document's row as the upserts take it: its texts cleaned, its extra search
     words (`x_*`, schemas.vault.terms) beside them."""
     p: dict[str, Any] = doc.model_dump(exclude={"links"})
     for key in ("title", "tags", "body"):
-        p[key] = _clean(p[key])
+        p[key] = clean_text(p[key])
     p.update(x_title=extra_terms(p["title"]), x_tags=extra_terms(p["tags"]),
              x_body=extra_terms(p["body"][:MAX_INDEXED_CHARS]),
              hash=digest or doc.content_hash(), max_chars=MAX_INDEXED_CHARS, scope=scope,
@@ -308,153 +292,6 @@ async def indexed_hashes(conn: AsyncConnection, prefix: str = "", *, scope: str
     return {p: h for p, h in await cur.fetchall()}
 
 
-# --- BM25 ---------------------------------------------------------------------------------
-
-# The term frequency of a query term in a document, column weights applied, is what
-# ts_rank_cd gives for that term alone with no normalisation: every occurrence is a cover
-# of its own and adds its weight. The weights are COLUMN_WEIGHTS / 4 in {D, C, B, A} order
-# (ts_rank_cd takes weights up to 1; quarters are exact in binary, so 4x the rank is the
-# weighted count exactly). One call per (candidate, term) in C, where unnesting every
-# candidate's tsvector to match its lexemes cost half the statement.
-_TF_SCALE = 4
-_TF_WEIGHTS = "{" + ",".join(str(COLUMN_WEIGHTS[w] / _TF_SCALE) for w in "DCBA") + "}"
-
-_BM25 = f"""
-WITH qt AS (
-    SELECT t.i, t.pattern, t.tsq, t.tsq::tsquery AS term, t.lo, t.hi
-    FROM unnest(%(patterns)s::text[], %(tsqs)s::text[], %(los)s::text[], %(his)s::text[])
-         WITH ORDINALITY AS t(pattern, tsq, lo, hi, i)
-),
-stats AS (
-    SELECT greatest(n_docs, 1)::float8 AS n,
-           greatest(total_len::float8 / greatest(n_docs, 1), 1) AS avgdl
-    FROM (SELECT coalesce((SELECT n_docs FROM memory_stats WHERE scope = %(scope)s), 0)
-                 AS n_docs,
-                 coalesce((SELECT total_len FROM memory_stats WHERE scope = %(scope)s), 0)
-                 AS total_len) ms
-),
-qidf AS (
-    SELECT qt.i, qt.tsq, qt.term, d.df, ln(1 + (s.n - d.df + 0.5) / (d.df + 0.5)) AS idf
-    FROM qt, stats s,
-         LATERAL (SELECT least(coalesce(sum(m.df), 0), s.n) AS df
-                  FROM memory_terms m
-                  -- The range lets the (scope, term text_pattern_ops) index find the
-                  -- prefix: a LIKE on a pattern from a row cannot.
-                  WHERE m.scope = %(scope)s AND m.term ~>=~ qt.lo AND m.term ~<~ qt.hi
-                    AND m.term LIKE qt.pattern) d
-),
-chosen AS (
-    SELECT * FROM qidf WHERE df > 0 ORDER BY idf DESC, i LIMIT {MAX_QUERY_TERMS}
-),
--- Candidates come from the informative terms: a word in most documents would fill the
--- pool with documents that only share it (ts_rank knows no IDF). Common words still
--- count in the score below.
-informative AS (
-    SELECT q.* FROM chosen q, stats s
-    WHERE q.df <= greatest(%(pool)s, s.n * {COMMON_TERM_SHARE})
-       OR NOT EXISTS (SELECT 1 FROM chosen q2
-                      WHERE q2.df <= greatest(%(pool)s, s.n * {COMMON_TERM_SHARE}))
-),
-cand AS (
-    SELECT DISTINCT ON (c.path) c.path, c.tsv, c.doc_len, c.card_key, c.penalised
-    FROM informative q
-    CROSS JOIN LATERAL (
-        SELECT d.path, d.tsv, d.doc_len, d.card_key, d.penalised
-        FROM memory_docs d
-        WHERE d.scope = %(scope)s AND d.tsv @@ to_tsquery('simple', q.tsq)
-          AND (%(kinds)s::text[] IS NULL OR d.kind = ANY(%(kinds)s::text[]))
-          AND (%(exclude_session)s::text IS NULL
-               OR d.session_id IS DISTINCT FROM %(exclude_session)s::text
-               OR d.seq < %(live_from)s::bigint)
-        ORDER BY d.doc_len, d.path
-        LIMIT %(pool)s
-    ) c
-),
-scored AS (
-    SELECT c.path, c.card_key, c.penalised,
-           sum(q.idf * t.tf * ({BM25_K1} + 1)
-               / (t.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * c.doc_len / s.avgdl)))
-               AS bm25,
-           sum(q.idf) AS matched_idf
-    FROM cand c CROSS JOIN chosen q CROSS JOIN stats s
-    CROSS JOIN LATERAL (
-        SELECT {_TF_SCALE} * ts_rank_cd('{_TF_WEIGHTS}', c.tsv, q.term, 0)::float8 AS tf) t
-    WHERE c.tsv @@ q.term
-    GROUP BY c.path, c.card_key, c.penalised
-)
-SELECT sc.path, sc.card_key, sc.penalised, sc.bm25,
-       sc.matched_idf / nullif((SELECT sum(idf) FROM qidf), 0) AS coverage,
-       CASE WHEN sc.card_key IS NULL THEN 0
-            ELSE (SELECT count(*) FROM memory_links l
-                  WHERE l.scope = %(scope)s AND l.dst = sc.card_key) END AS incoming
-FROM scored sc
-ORDER BY sc.bm25 DESC, sc.path
-"""
-
-
-# A query's words as a document's (migration 012's `memory_doc_tsv`): the parser's, each
-# followed by its English stem where that differs, in the order written, then the extra
-# ones (schemas.vault.terms); and whether the parser found the word itself (only such a
-# word is one the query wrote, and spelling corrects only those).
-_LEXEMES = """
-SELECT lexeme, bool_or(own) FROM (
-    SELECT lexeme, positions[1] AS at, true AS own FROM unnest(to_tsvector('simple', %(q)s))
-    UNION ALL
-    SELECT lexeme, positions[1], false FROM unnest(to_tsvector('english', %(q)s))
-    UNION ALL
-    SELECT lexeme, 1000000 + positions[1], false FROM unnest(to_tsvector('simple', %(x)s))
-) w
-GROUP BY lexeme ORDER BY min(at), bool_or(own) DESC, lexeme
-"""
-
-
-def _lexeme_params(query: str) -> dict[str, str]:
-    # The extra words of the query's beginning only: past MAX_QUERY_WORDS words none of a
-    # query's words is looked up anyway (a tool's query of a megabyte costs no more).
-    text = _clean(query)
-    return {"q": text, "x": extra_terms(text[:QUERY_EXTRA_CHARS])}
-
-
-def _words(rows: Sequence[tuple[str, bool]]) -> tuple[list[str], list[str]]:
-    """The query's words looked up, and of them those the query wrote."""
-    rows = rows[:MAX_QUERY_WORDS]
-    return [w for w, _ in rows], [w for w, own in rows if own]
-
-
-async def query_lexemes(conn: AsyncConnection, query: str) -> list[str]:
-    cur = await conn.execute(_LEXEMES, _lexeme_params(query))
-    return _words(await cur.fetchall())[0]
-
-
-async def bm25_candidates(conn: AsyncConnection, query: str, *, scope: str,
-                          kinds: list[str] | None = None,
-                          exclude_session: str | None = None, pool: int | None = None,
-                          live_from_seq: int | None = None) -> list[Candidate]:
-    return await _bm25(conn, await query_lexemes(conn, query), scope=scope, kinds=kinds,
-                       exclude_session=exclude_session, live_from_seq=live_from_seq,
-                       pool=pool or candidate_pool(10))
-
-
-async def _bm25(conn: AsyncConnection, lexemes: list[str], *, scope: str,
-                kinds: list[str] | None, exclude_session: str | None, pool: int,
-                live_from_seq: int | None = None) -> list[Candidate]:
-    terms = term_patterns(lexemes)
-    if not terms:
-        return []
-    ranges = [term_range(lex) for lex, _, _ in terms]
-    cur = await conn.execute(_BM25, {
-        "patterns": [p for _, p, _ in terms],
-        "tsqs": [q for _, _, q in terms],
-        "los": [lo for lo, _ in ranges], "his": [hi for _, hi in ranges],
-        "kinds": kinds, "exclude_session": exclude_session, "live_from": live_from_seq,
-        "pool": pool, "scope": scope,
-    })
-    return [Candidate(path=path, card_key=key, penalised=pen,
-                                      bm25=float(bm25), coverage=float(cov or 0.0),
-                                      incoming=int(inc))
-            for path, key, pen, bm25, cov, inc in await cur.fetchall()]
-
-
 # The link edges within two hops of the seed cards (hop 1: edges touching a seed; hop 2:
 # edges touching a card hop 1 reached), and the cards they reach.
 _EDGES = """
@@ -548,10 +385,10 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
                                        exclude_session=exclude_session,
                                        live_from_seq=live_from_seq, limit=dense_pool(k))
     async with conn.pipeline():
-        words = await conn.execute(_LEXEMES, _lexeme_params(query))
+        words = await conn.execute(LEXEMES, lexeme_params(query))
         near = (None if dense_query is None
                 else await conn.execute(dense_query.statement, dense_query.params))
-    lexemes, written = _words(await words.fetchall())
+    lexemes, written = words_of(await words.fetchall())
     dense: list[DenseHit] = []
     if near is not None and dense_query is not None:
         dense = dense_results(dense_query, await near.fetchall())
@@ -580,7 +417,7 @@ async def lexical_ranking(conn: AsyncConnection, lexemes: list[str], *, scope: s
                           use_graph: bool, pool: int,
                           live_from_seq: int | None = None) -> list[Ranked]:
     """BM25 over the documents, then the graph rerank from the top cards."""
-    candidates = await _bm25(conn, lexemes, scope=scope, kinds=kinds,
+    candidates = await bm25(conn, lexemes, scope=scope, kinds=kinds,
                              exclude_session=exclude_session, pool=pool,
                              live_from_seq=live_from_seq)
     edges: list[tuple[str, str]] = []

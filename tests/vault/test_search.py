@@ -5,15 +5,14 @@ positions, bulk indexing."""
 
 import pytest
 
+from activities.vault.bm25 import bm25_candidates, query_lexemes
 from activities.vault.embedder import BUILTIN, builtin_available
 from activities.vault.search import (
     HashingEmbedder,
     IndexDoc,
-    bm25_candidates,
     embed_pending,
     index_documents,
     load_embedder,
-    query_lexemes,
     recall,
     search,
 )

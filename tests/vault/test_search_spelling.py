@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from activities.vault.bm25 import query_lexemes
 from activities.vault.search import (
     IndexDoc,
     index_documents,
-    query_lexemes,
     recall,
     search,
 )

@@ -7,8 +7,8 @@ import psycopg
 import pytest
 
 from activities.db import apply_migrations
+from activities.vault.bm25 import MAX_QUERY_WORDS
 from activities.vault.search import (
-    MAX_QUERY_WORDS,
     IndexDoc,
     index_documents,
     load_embedder,
