@@ -8,7 +8,8 @@ Invariants:
 - A document written meanwhile is left as its writer left it (the update checks the hash
   it read), and it was written at the current version anyway. Batches commit one by one:
   a worker killed half way leaves the rest for its successor's next beat.
-- Cost: the partial index `memory_docs_terms_due` lists the documents still due, so a beat
+- Cost: the partial index of the documents still due (`memory_docs_terms_due_2`, its
+  predicate the version's: migration 012 made it for version 2) lists them, so a beat
   with nothing due costs one index probe per scope.
 """
 

@@ -180,3 +180,19 @@ async def test_a_session_searches_its_own_entries_that_checkpoints_moved_out(ctx
         assert await found(10) == ["s1:2", "s2:5"]
         assert await found(21) == ["s1:10", "s1:2", "s1:20", "s2:5"]
         assert await found(None) == ["s2:5"]
+
+
+async def test_the_documents_due_are_found_by_the_partial_index_of_the_version(ctx):
+    """The due documents' statement and the migration's partial index name the same
+    version: a TERMS_VERSION bump without a new index would walk every document."""
+    from activities.vault.terms_upgrade import _DUE
+    from schemas.vault.terms import TERMS_VERSION
+
+    pool = await ctx.pool()
+    async with pool.connection() as conn:
+        await conn.execute("SET enable_seqscan = off")
+        for generic in ("force_custom_plan", "force_generic_plan"):
+            await conn.execute(f"SET plan_cache_mode = {generic}")
+            plan = "\n".join(r[0] for r in await (await conn.execute(
+                "EXPLAIN " + _DUE, (100_000, "default", 10))).fetchall())
+            assert f"memory_docs_terms_due_{TERMS_VERSION}" in plan, plan
