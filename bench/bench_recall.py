@@ -34,7 +34,8 @@ graph's health (`ann_self_recall`).
 Last, the project's own search corpus (tests/vault/fixtures/search_corpus, English and
 Russian notes and cards with known answers): recall@5 and MRR with and without the embedder,
 so hybrid mode is seen not to cost the cases BM25 and the graph already get right.
-Written to bench/results/recall.json (recall-custom.json for other options).
+Written to bench/results/recall.json (recall-custom.json for other options, or `--out NAME`:
+a check that should not replace a committed file).
 """
 
 from __future__ import annotations
@@ -417,6 +418,9 @@ async def main() -> None:
     p.add_argument("--sizes", default=None, help="default 10000,100000 (none with --heldout)")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--embedder", default="minilm-l6-static-256")
+    p.add_argument("--out", default=None,
+                   help="results file name in bench/results (default: recall.json, "
+                        "recall-heldout.json, or recall-custom.json for other options)")
     args = p.parse_args()
     sizes = args.sizes if args.sizes is not None else "" if args.heldout else "10000,100000"
     folder = args.data / "locomo" if args.heldout else args.data
@@ -457,7 +461,8 @@ async def main() -> None:
            "speed": speeds, "corpus": corpus_figures,
            "total_seconds": round(time.perf_counter() - started, 1)}
     default = (args.sizes, args.repeat, args.embedder) == (None, 1, "minilm-l6-static-256")
-    path = RESULTS / ("recall-custom.json" if not default
+    path = RESULTS / (f"{args.out}.json" if args.out
+                      else "recall-custom.json" if not default
                       else "recall-heldout.json" if args.heldout else "recall.json")
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"total {out['total_seconds']} s at commit {commit}; written to "
