@@ -135,3 +135,18 @@ def test_the_backend_is_chosen_by_the_settings_profile() -> None:
     assert backends.for_settings(ModelSettings(base_url="http://127.0.0.1:1")) is real
     assert backends.for_settings(keyed.model) is real
     assert backends.for_settings(keyed.model_for("offline")) is offline
+
+
+async def test_closing_the_backend_closes_its_clients(sse) -> None:
+    """A worker that stops closes the SDK clients its model calls opened (their
+    connections), instead of leaving them to the collector."""
+    backend = AnthropicBackend()
+    await backend.stream(sse.settings, REQUEST, lambda _: None)
+    (client,) = backend._clients.values()
+    assert not client.is_closed()
+    await ModelBackends(real=backend, offline=OfflineBackend()).aclose()
+    assert client.is_closed() and backend._clients == {}
+    # A request after it opens a client again.
+    message = await backend.stream(sse.settings, REQUEST, lambda _: None)
+    assert message.content[0].text == "".join(FRAGMENTS)  # type: ignore[union-attr]
+    await backend.aclose()

@@ -210,7 +210,9 @@ class KeelWorkers:
         self.drainer: TranscriptDrainer | None = None  # the vault's transcript outbox
 
     async def __aenter__(self) -> KeelWorkers:
-        # Closed last: after every worker, and so every MCP activity, has stopped.
+        # Closed last: after every worker, and so every MCP activity and model call, has
+        # stopped.
+        self._stack.push_async_callback(self.context.model.aclose)
         self._stack.push_async_callback(self.mcp_pool.close)
         try:
             for worker in self.workers:  # the session queue first: it needs no lock

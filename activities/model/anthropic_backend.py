@@ -88,6 +88,12 @@ class AnthropicBackend:
             self._clients[key] = client
         return client
 
+    async def aclose(self) -> None:
+        """Close every client and its connections (a later request opens a new one)."""
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.close()
+
     async def create(self, settings: ModelSettings, request: dict[str, Any]) -> Message:
         """Send one Messages API request (a plain dict: model, system, messages, tools)."""
         try:

@@ -44,6 +44,10 @@ class ModelBackend(Protocol):
         """Send one request with streaming; returns the complete reply."""
         ...
 
+    async def aclose(self) -> None:
+        """Close what it holds open (connections); called once, when its worker stops."""
+        ...
+
 
 def api_refusal(status: int, message: str,
                 retry_after: timedelta | None = None) -> ApplicationError:
@@ -89,3 +93,7 @@ class ModelBackends:
     async def stream(self, settings: ModelSettings, request: dict[str, Any],
                      on_text: Callable[[str], None]) -> Message:
         return await self.for_settings(settings).stream(settings, request, on_text)
+
+    async def aclose(self) -> None:
+        await self.real.aclose()
+        await self.offline.aclose()

@@ -27,6 +27,9 @@ __all__ = ["OfflineBackend"]
 class OfflineBackend:
     """Answers every request by rule, counted and refused as the API would."""
 
+    async def aclose(self) -> None:
+        """Nothing is held open."""
+
     async def create(self, settings: ModelSettings, request: dict[str, Any]) -> Message:
         accounting = Accounting(skew=settings.offline_token_skew)
         prompt = accounting.request(request)
