@@ -129,7 +129,8 @@ SELECT %(scope)s, %(path)s, %(kind)s, %(title)s, %(tags)s, %(body)s, %(card_key)
        %(status)s, %(penalised)s, %(session_id)s, %(seq)s, %(hash)s, v.tsv,
        (SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(v.tsv) u),
        %(terms_version)s
--- The parser's words and the extra ones (schemas.vault.terms), by migration 011's function.
+-- The parser's words, their English stems and the extra words (schemas.vault.terms), by
+-- `memory_doc_tsv` (migrations 011 and 012).
 FROM (SELECT memory_doc_tsv(%(title)s, %(tags)s, %(body)s, %(max_chars)s, %(x_title)s,
                             %(x_tags)s, %(x_body)s) AS tsv OFFSET 0) v
 """ + _ON_CONFLICT

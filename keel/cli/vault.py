@@ -141,8 +141,8 @@ def vault_search(query: str, scope: ScopeOption = "default",
             hits = await search_memory(url, query, scope=_check_scope(scope), k=max(1, limit))
         except psycopg.Error as err:
             raise CliError(f"PostgreSQL: {err}") from None
-        if hits.spelling_note():
-            console.print(f"[dim]{escape(hits.spelling_note())}[/]")
+        if note := hits.spelling_note():
+            console.print(f"[dim]{escape(note)}[/]")
         if not hits:
             console.print(f"[dim]nothing in {scope}'s memory for {query!r}[/]")
         for hit in hits:

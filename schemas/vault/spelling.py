@@ -20,7 +20,8 @@ Invariants:
   holds only by its light stem's prefix (as BM25 looks a long word up: `decisions` finds
   `decision`; the caller then searches the word memory holds), then the one in the most
   documents, then the first in code-point order.
-- Pure and bounded: at most `54 n + 25` candidates for an n-letter Latin word.
+- Pure and bounded: at most `54 n + 25` candidates for an n-letter word of a-z; each
+  distinct letter of the word outside its script's base alphabet adds `2 n + 1` more.
 """
 
 from __future__ import annotations
