@@ -3,8 +3,9 @@ rank.
 
 Invariants:
 - A query is looked up by the words a document is indexed by (migrations 011 and 012's
-  `memory_doc_tsv`): the `simple` parser's, each with its English stem where that differs,
-  then its extra words (schemas.vault.terms); `words_of` says which of them the query wrote.
+  `memory_doc_tsv`): the `simple` parser's, each with its stems where they differ (in
+  English and in the other languages its scope holds), then its extra words
+  (schemas.vault.terms); `words_of` says which of them the query wrote.
 - Candidates come from the GIN index by the query's informative words only (its commonest
   words score them but do not choose them); BM25 scores them with the document-frequency
   table (`memory_terms`) the triggers keep exact, the column weights applied, a long word
@@ -135,15 +136,22 @@ ORDER BY sc.bm25 DESC, sc.path
 """
 
 
-# A query's words as a document's (migration 012's `memory_doc_tsv`): the parser's, each
-# followed by its English stem where that differs, in the order written, then the extra
-# ones (schemas.vault.terms); and whether the parser found the word itself (only such a
-# word is one the query wrote, and spelling corrects only those).
+# A query's words as a document's (migration 013's `memory_doc_tsv`): the parser's, each
+# followed by its stems where they differ, in the order written, then the extra ones
+# (schemas.vault.terms); and whether the parser found the word itself (only such a word
+# is one the query wrote, and spelling corrects only those). The stems are English's and
+# those of every other language the scope holds documents in (`memory_languages`): a
+# query too short to tell its language meets a document on the stem it was indexed by.
 LEXEMES = """
 SELECT lexeme, bool_or(own) FROM (
     SELECT lexeme, positions[1] AS at, true AS own FROM unnest(to_tsvector('simple', %(q)s))
     UNION ALL
-    SELECT lexeme, positions[1], false FROM unnest(to_tsvector('english', %(q)s))
+    SELECT v.lexeme, v.positions[1], false
+    FROM (SELECT 'english'::regconfig AS cfg
+          UNION ALL
+          SELECT l.language::regconfig FROM memory_languages l
+          WHERE l.scope = %(scope)s AND l.language <> 'english') c,
+         unnest(to_tsvector(c.cfg, %(q)s)) v
     UNION ALL
     SELECT lexeme, 1000000 + positions[1], false FROM unnest(to_tsvector('simple', %(x)s))
 ) w
@@ -151,11 +159,11 @@ GROUP BY lexeme ORDER BY min(at), bool_or(own) DESC, lexeme
 """
 
 
-def lexeme_params(query: str) -> dict[str, str]:
+def lexeme_params(query: str, scope: str) -> dict[str, str]:
     # The extra words of the query's beginning only: past MAX_QUERY_WORDS words none of a
     # query's words is looked up anyway (a tool's query of a megabyte costs no more).
     text = clean_text(query)
-    return {"q": text, "x": extra_terms(text[:QUERY_EXTRA_CHARS])}
+    return {"q": text, "x": extra_terms(text[:QUERY_EXTRA_CHARS]), "scope": scope}
 
 
 def words_of(rows: Sequence[tuple[str, bool]]) -> tuple[list[str], list[str]]:
@@ -164,8 +172,8 @@ def words_of(rows: Sequence[tuple[str, bool]]) -> tuple[list[str], list[str]]:
     return [w for w, _ in rows], [w for w, own in rows if own]
 
 
-async def query_lexemes(conn: AsyncConnection, query: str) -> list[str]:
-    cur = await conn.execute(LEXEMES, lexeme_params(query))
+async def query_lexemes(conn: AsyncConnection, query: str, scope: str) -> list[str]:
+    cur = await conn.execute(LEXEMES, lexeme_params(query, scope))
     return words_of(await cur.fetchall())[0]
 
 
@@ -173,7 +181,7 @@ async def bm25_candidates(conn: AsyncConnection, query: str, *, scope: str,
                           kinds: list[str] | None = None,
                           exclude_session: str | None = None, pool: int | None = None,
                           live_from_seq: int | None = None) -> list[Candidate]:
-    return await bm25(conn, await query_lexemes(conn, query), scope=scope, kinds=kinds,
+    return await bm25(conn, await query_lexemes(conn, query, scope), scope=scope, kinds=kinds,
                        exclude_session=exclude_session, live_from_seq=live_from_seq,
                        pool=pool or candidate_pool(10))
 

@@ -48,6 +48,7 @@ from activities.vault.dense import (
 )
 from activities.vault.embedder import Embedder, HashingEmbedder, load_embedder
 from activities.vault.spelling import corrections
+from schemas.vault.language import SAMPLE_CHARS, stem_language
 from schemas.vault.recall import (
     SNIPPET_MAX_CHARS,
     MemoryHit,
@@ -118,21 +119,23 @@ ON CONFLICT (scope, path) DO UPDATE SET
     card_key = EXCLUDED.card_key, card_type = EXCLUDED.card_type, status = EXCLUDED.status,
     penalised = EXCLUDED.penalised, session_id = EXCLUDED.session_id, seq = EXCLUDED.seq,
     content_hash = EXCLUDED.content_hash, tsv = EXCLUDED.tsv, doc_len = EXCLUDED.doc_len,
+    terms_version = EXCLUDED.terms_version, stem_language = EXCLUDED.stem_language,
     indexed_at = now()
 WHERE memory_docs.content_hash <> EXCLUDED.content_hash
 """
 
 _UPSERT = """
 INSERT INTO memory_docs (scope, path, kind, title, tags, body, card_key, card_type, status,
-                         penalised, session_id, seq, content_hash, tsv, doc_len, terms_version)
+                         penalised, session_id, seq, content_hash, tsv, doc_len, terms_version,
+                         stem_language)
 SELECT %(scope)s, %(path)s, %(kind)s, %(title)s, %(tags)s, %(body)s, %(card_key)s, %(card_type)s,
        %(status)s, %(penalised)s, %(session_id)s, %(seq)s, %(hash)s, v.tsv,
        (SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(v.tsv) u),
-       %(terms_version)s
--- The parser's words, their English stems and the extra words (schemas.vault.terms), by
--- `memory_doc_tsv` (migrations 011 and 012).
+       %(terms_version)s, %(lang)s
+-- The parser's words, their stems in the document's language and the extra words
+-- (schemas.vault.terms), by `memory_doc_tsv` (migrations 011 to 013).
 FROM (SELECT memory_doc_tsv(%(title)s, %(tags)s, %(body)s, %(max_chars)s, %(x_title)s,
-                            %(x_tags)s, %(x_body)s) AS tsv OFFSET 0) v
+                            %(x_tags)s, %(x_body)s, %(lang)s::regconfig) AS tsv OFFSET 0) v
 """ + _ON_CONFLICT
 
 
@@ -144,34 +147,44 @@ FROM (SELECT memory_doc_tsv(%(title)s, %(tags)s, %(body)s, %(max_chars)s, %(x_ti
 # server time.
 _UPSERT_MANY = """
 INSERT INTO memory_docs (scope, path, kind, title, tags, body, card_key, card_type, status,
-                         penalised, session_id, seq, content_hash, tsv, doc_len, terms_version)
+                         penalised, session_id, seq, content_hash, tsv, doc_len, terms_version,
+                         stem_language)
 SELECT %(scope)s, r.path, r.kind, r.title, r.tags, r.body, r.card_key, r.card_type, r.status,
        r.penalised, r.session_id, r.seq, r.hash, v.tsv,
        (SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(v.tsv) u),
-       %(terms_version)s
+       %(terms_version)s, r.lang
 FROM unnest(%(path)b::text[], %(kind)b::text[], %(title)b::text[], %(tags)b::text[],
             %(body)b::text[], %(card_key)b::text[], %(card_type)b::text[], %(status)b::text[],
             %(penalised)b::boolean[], %(session_id)b::text[], %(seq)b::bigint[],
-            %(hash)b::text[], %(x_title)b::text[], %(x_tags)b::text[], %(x_body)b::text[])
+            %(hash)b::text[], %(x_title)b::text[], %(x_tags)b::text[], %(x_body)b::text[],
+            %(lang)b::text[])
      AS r(path, kind, title, tags, body, card_key, card_type, status, penalised, session_id,
-          seq, hash, x_title, x_tags, x_body)
+          seq, hash, x_title, x_tags, x_body, lang)
 CROSS JOIN LATERAL (
     SELECT memory_doc_tsv(r.title, r.tags, r.body, %(max_chars)s, r.x_title, r.x_tags,
-                          r.x_body) AS tsv
+                          r.x_body, r.lang::regconfig) AS tsv
     OFFSET 0) v
 """ + _ON_CONFLICT
 _COLUMNS = ("path", "kind", "title", "tags", "body", "card_key", "card_type", "status",
-            "penalised", "session_id", "seq", "hash", "x_title", "x_tags", "x_body")
+            "penalised", "session_id", "seq", "hash", "x_title", "x_tags", "x_body", "lang")
+
+
+def doc_language(title: str, body: str) -> str:
+    """The language a document's words are stemmed in, by its title and its body's
+    beginning."""
+    return stem_language(f"{title}\n{body[:SAMPLE_CHARS]}")
 
 
 def doc_params(doc: IndexDoc, *, scope: str, digest: str | None = None) -> dict[str, Any]:
     """A document's row as the upserts take it: its texts cleaned, its extra search
-    words (`x_*`, schemas.vault.terms) beside them."""
+    words (`x_*`, schemas.vault.terms) and its language (schemas.vault.language) beside
+    them."""
     p: dict[str, Any] = doc.model_dump(exclude={"links"})
     for key in ("title", "tags", "body"):
         p[key] = clean_text(p[key])
     p.update(x_title=extra_terms(p["title"]), x_tags=extra_terms(p["tags"]),
              x_body=extra_terms(p["body"][:MAX_INDEXED_CHARS]),
+             lang=doc_language(p["title"], p["body"]),
              hash=digest or doc.content_hash(), max_chars=MAX_INDEXED_CHARS, scope=scope,
              terms_version=TERMS_VERSION)
     return p
@@ -386,7 +399,7 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
                                        exclude_session=exclude_session,
                                        live_from_seq=live_from_seq, limit=dense_pool(k))
     async with conn.pipeline():
-        words = await conn.execute(LEXEMES, lexeme_params(query))
+        words = await conn.execute(LEXEMES, lexeme_params(query, scope))
         near = (None if dense_query is None
                 else await conn.execute(dense_query.statement, dense_query.params))
     lexemes, written = words_of(await words.fetchall())

@@ -8,8 +8,8 @@ Invariants:
 - A document written meanwhile is left as its writer left it (the update checks the hash
   it read), and it was written at the current version anyway. Batches commit one by one:
   a worker killed half way leaves the rest for its successor's next beat.
-- Cost: the partial index of the documents still due (`memory_docs_terms_due_2`, its
-  predicate the version's: migration 012 made it for version 2) lists them, so a beat
+- Cost: the partial index of the documents still due (`memory_docs_terms_due_3`, its
+  predicate the version's: migration 013 made it for version 3) lists them, so a beat
   with nothing due costs one index probe per scope.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from psycopg import AsyncConnection
 
-from activities.vault.search import MAX_INDEXED_CHARS
+from activities.vault.search import MAX_INDEXED_CHARS, doc_language
 from schemas.vault.terms import TERMS_VERSION, extra_terms
 
 __all__ = ["TERMS_BATCH", "upgrade_terms"]
@@ -36,17 +36,18 @@ _DUE = ("SELECT path, title, tags, left(body, %s), content_hash FROM memory_docs
 _UPDATE = """
 WITH r AS (
     SELECT * FROM unnest(%(path)s::text[], %(hash)s::text[], %(x_title)s::text[],
-                         %(x_tags)s::text[], %(x_body)s::text[])
-        AS r(path, hash, x_title, x_tags, x_body)
+                         %(x_tags)s::text[], %(x_body)s::text[], %(lang)s::text[])
+        AS r(path, hash, x_title, x_tags, x_body, lang)
 ), v AS (
-    SELECT m.path, r.hash, memory_doc_tsv(m.title, m.tags, m.body, %(max_chars)s, r.x_title,
-                                          r.x_tags, r.x_body) AS tsv
+    SELECT m.path, r.hash, r.lang,
+           memory_doc_tsv(m.title, m.tags, m.body, %(max_chars)s, r.x_title, r.x_tags,
+                          r.x_body, r.lang::regconfig) AS tsv
     FROM r JOIN memory_docs m ON m.scope = %(scope)s AND m.path = r.path
 )
 UPDATE memory_docs d
 SET tsv = v.tsv,
     doc_len = (SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(v.tsv) u),
-    terms_version = %(version)s
+    terms_version = %(version)s, stem_language = v.lang
 FROM v
 WHERE d.scope = %(scope)s AND d.path = v.path AND d.content_hash = v.hash
 """
@@ -65,5 +66,6 @@ async def upgrade_terms(conn: AsyncConnection, *, scope: str,
                 "x_title": [extra_terms(r[1]) for r in rows],
                 "x_tags": [extra_terms(r[2]) for r in rows],
                 "x_body": [extra_terms(r[3]) for r in rows],
+                "lang": [doc_language(r[1], r[3]) for r in rows],
                 "version": TERMS_VERSION, "max_chars": MAX_INDEXED_CHARS, "scope": scope})
     return len(rows)

@@ -31,9 +31,10 @@ from collections.abc import Iterator
 __all__ = ["MAX_EXTRA_CHARS", "TERMS_VERSION", "extra_terms"]
 
 # Bumped when what a document is indexed by changes (what `extra_terms` writes, or the
-# database's `memory_doc_tsv`: 2 added the English stems, migration 012): documents
-# indexed under an older version are indexed again (activities.vault.terms_upgrade).
-TERMS_VERSION = 2
+# database's `memory_doc_tsv`: 2 added the English stems, migration 012; 3 the stems of a
+# document's own language, migration 013): documents indexed under an older version are
+# indexed again (activities.vault.terms_upgrade).
+TERMS_VERSION = 3
 
 MAX_EXTRA_CHARS = 60_000
 

@@ -273,7 +273,7 @@ async def test_bm25_scores_are_okapi_over_weighted_term_counts(ctx) -> None:
                                      for p, (t, g, b) in docs.items()], scope="okapi")
         got = {c.path: c.bm25 for c in await bm25_candidates(
             conn, "harvest festival food", scope="okapi")}
-        query = await query_lexemes(conn, "harvest festival food")
+        query = await query_lexemes(conn, "harvest festival food", "okapi")
 
         async def occurrences(config: str, text: str) -> list[str]:
             cur = await conn.execute(f"SELECT u.lexeme FROM unnest(to_tsvector('{config}', %s))"

@@ -154,7 +154,7 @@ def test_any_query_is_searched_and_only_its_own_words_are_corrected(database_url
 
     async def one(conn, query):
         hits = await search(conn, query, scope="default", k=3)
-        words = await query_lexemes(conn, query)
+        words = await query_lexemes(conn, query, "default")
         for old, new in hits.corrected.items():
             # One edit away, or the word memory holds that such a word finds by its light
             # stem's prefix.

@@ -109,12 +109,20 @@ async def test_a_vault_indexed_before_the_extra_words_is_indexed_again_on_the_be
         ranked_now = [await _first(conn, q["query"]) for q in queries]
     with psycopg.connect(database_url, autocommit=True) as conn:  # as before migration 011
         conn.execute(_OLD_TSV)
-        conn.execute("DROP INDEX memory_docs_terms_due_2")
-        conn.execute("ALTER TABLE memory_docs DROP COLUMN terms_version")
-        conn.execute("DROP FUNCTION memory_doc_tsv")
-        conn.execute("DELETE FROM schema_migrations WHERE name IN"
-                     " ('011_search_terms.sql', '012_word_stems.sql')")
-    assert apply_migrations(database_url) == ["011_search_terms.sql", "012_word_stems.sql"]
+        conn.execute("DROP INDEX memory_docs_terms_due_3")
+        conn.execute("ALTER TABLE memory_docs DROP COLUMN terms_version,"
+                     " DROP COLUMN stem_language")
+        conn.execute("DROP TABLE memory_languages")
+        conn.execute("DROP TRIGGER memory_docs_languages_ins ON memory_docs")
+        conn.execute("DROP TRIGGER memory_docs_languages_upd ON memory_docs")
+        conn.execute("DROP FUNCTION memory_docs_languages")
+        conn.execute("DROP FUNCTION memory_doc_tsv(text, text, text, int, text, text, text)")
+        conn.execute("DROP FUNCTION memory_doc_tsv(text, text, text, int, text, text, text,"
+                     " regconfig)")
+        conn.execute("DELETE FROM schema_migrations WHERE name IN ('011_search_terms.sql',"
+                     " '012_word_stems.sql', '013_stem_languages.sql')")
+    assert apply_migrations(database_url) == ["011_search_terms.sql", "012_word_stems.sql",
+                                              "013_stem_languages.sql"]
     async with pool.connection() as conn:
         due = (await (await conn.execute(
             "SELECT count(*) FROM memory_docs WHERE terms_version = 0")).fetchone())[0]
