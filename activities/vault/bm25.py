@@ -3,9 +3,10 @@ rank.
 
 Invariants:
 - A query is looked up by the words a document is indexed by (migrations 011 and 012's
-  `memory_doc_tsv`): the `simple` parser's, each with its stems where they differ (in
-  English and in the other languages its scope holds), then its extra words
-  (schemas.vault.terms); `words_of` says which of them the query wrote.
+  `memory_doc_tsv`): the `simple` parser's, each with its stems where they differ (in its
+  own language; in English and the other languages its scope holds when its own cannot be
+  told), then its extra words (schemas.vault.terms); `words_of` says which of them the
+  query wrote.
 - Candidates come from the GIN index by the query's informative words only (its commonest
   words score them but do not choose them); BM25 scores them with the document-frequency
   table (`memory_terms`) the triggers keep exact, the column weights applied, a long word
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 
 from psycopg import AsyncConnection
 
+from schemas.vault.language import told_language
 from schemas.vault.search import (
     BM25_B,
     BM25_K1,
@@ -139,18 +141,21 @@ ORDER BY sc.bm25 DESC, sc.path
 # A query's words as a document's (migration 013's `memory_doc_tsv`): the parser's, each
 # followed by its stems where they differ, in the order written, then the extra ones
 # (schemas.vault.terms); and whether the parser found the word itself (only such a word
-# is one the query wrote, and spelling corrects only those). The stems are English's and
-# those of every other language the scope holds documents in (`memory_languages`): a
-# query too short to tell its language meets a document on the stem it was indexed by.
+# is one the query wrote, and spelling corrects only those). The stems are those of the
+# language the query is written in (schemas.vault.language); when that cannot be told,
+# English's and those of every other language the scope holds documents in
+# (`memory_languages`): a query too short to tell meets a document on the stem it was
+# indexed by.
 LEXEMES = """
 SELECT lexeme, bool_or(own) FROM (
     SELECT lexeme, positions[1] AS at, true AS own FROM unnest(to_tsvector('simple', %(q)s))
     UNION ALL
     SELECT v.lexeme, v.positions[1], false
-    FROM (SELECT 'english'::regconfig AS cfg
+    FROM (SELECT coalesce(%(told)s::text, 'english')::regconfig AS cfg
           UNION ALL
           SELECT l.language::regconfig FROM memory_languages l
-          WHERE l.scope = %(scope)s AND l.language <> 'english') c,
+          WHERE %(told)s::text IS NULL AND l.scope = %(scope)s
+            AND l.language <> 'english') c,
          unnest(to_tsvector(c.cfg, %(q)s)) v
     UNION ALL
     SELECT lexeme, 1000000 + positions[1], false FROM unnest(to_tsvector('simple', %(x)s))
@@ -159,11 +164,12 @@ GROUP BY lexeme ORDER BY min(at), bool_or(own) DESC, lexeme
 """
 
 
-def lexeme_params(query: str, scope: str) -> dict[str, str]:
+def lexeme_params(query: str, scope: str) -> dict[str, str | None]:
     # The extra words of the query's beginning only: past MAX_QUERY_WORDS words none of a
     # query's words is looked up anyway (a tool's query of a megabyte costs no more).
     text = clean_text(query)
-    return {"q": text, "x": extra_terms(text[:QUERY_EXTRA_CHARS]), "scope": scope}
+    return {"q": text, "x": extra_terms(text[:QUERY_EXTRA_CHARS]), "scope": scope,
+            "told": told_language(text)}
 
 
 def words_of(rows: Sequence[tuple[str, bool]]) -> tuple[list[str], list[str]]:

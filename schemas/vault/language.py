@@ -5,8 +5,10 @@ Long memory finds an inflected word by its stem (`compramos` by `compré`, `кн
 `книги`), and a stemmer is a language's: English's leaves Spanish and Russian words as
 they are. A document is stemmed in the language its text is written in; a query is
 looked up by its words' stems in English and in every language its scope holds
-documents in (activities.vault.bm25), so the two sides meet on the stem whichever
-language a short query is in.
+documents in when its own language cannot be told (activities.vault.bm25), so the two
+sides meet on the stem whichever language a short query is in; a query clearly in one
+language is stemmed in that one alone (an English question's words are not also cut by
+six other stemmers into stems of other languages' words).
 
 Invariants:
 - Pure, bounded and deterministic: the first `SAMPLE_CHARS` characters decide, and the
@@ -29,7 +31,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-__all__ = ["SAMPLE_CHARS", "STEM_LANGUAGES", "stem_language"]
+__all__ = ["SAMPLE_CHARS", "STEM_LANGUAGES", "stem_language", "told_language"]
 
 # A text's beginning says its language: some 300 words for its function words, and fewer
 # letters for its script (a script is the same throughout). A chat message is read whole
@@ -155,25 +157,32 @@ def _votes(text: str) -> Counter[str]:
 
 
 def stem_language(text: str) -> str:
-    """The Snowball stemmer (a PostgreSQL text-search configuration) for `text`'s words."""
+    """The Snowball stemmer (a PostgreSQL text-search configuration) for `text`'s words:
+    the language it is written in, English when that cannot be told."""
+    return told_language(text) or "english"
+
+
+def told_language(text: str) -> str | None:
+    """The language `text` is clearly written in, of those with a stemmer here; None when
+    it cannot be told (too few words, or a script with no stemmer here)."""
     sample = text[:SAMPLE_CHARS].lower()
     script, count, letters = _scripts(sample)
     if not letters:
-        return "english"
+        return None
     if script != "LATIN":
         language = _SCRIPTS.get(script)
         if language is None or 2 * count <= letters:
-            return "english"
+            return None
         barred = {"russian": _NOT_RUSSIAN, "arabic": _NOT_ARABIC}.get(language, frozenset())
-        return "english" if barred.intersection(sample) else language
+        return None if barred.intersection(sample) else language
     if len(_VIETNAMESE.findall(sample)) * 20 > count:
-        return "english"
+        return None
     votes = _votes(text[:SAMPLE_CHARS])
     for ch in set(sample).intersection(_LETTERS):
         votes[_LETTERS[ch]] += 1
     english = votes.pop("english", 0)
-    if not votes:
-        return "english"
     # Ties go to the language listed first above (a fixed order: deterministic).
-    best = max(votes, key=lambda lang: (votes[lang], -list(_WORDS).index(lang)))
-    return best if votes[best] >= 2 and votes[best] > english else "english"
+    best = max(votes, key=lambda lang: (votes[lang], -list(_WORDS).index(lang)), default="")
+    if best and votes[best] >= 2 and votes[best] > english:
+        return best
+    return "english" if english >= 2 and english >= votes.get(best, 0) else None

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.vault.language import SAMPLE_CHARS, STEM_LANGUAGES, stem_language
+from schemas.vault.language import SAMPLE_CHARS, STEM_LANGUAGES, stem_language, told_language
 
 WRITTEN = {
     "english": "We moved the database to the new server before Friday, as planned.",
@@ -78,3 +78,13 @@ def test_any_text_gets_a_stemmer_named_here_by_its_beginning_only(text, tail):
     assert stem_language(text) == got
     long = (text + " ") * (SAMPLE_CHARS // (len(text) + 1) + 1)
     assert stem_language(long[:SAMPLE_CHARS] + tail) == stem_language(long[:SAMPLE_CHARS])
+
+
+def test_a_language_is_told_only_when_the_text_says_it():
+    """A query's own language (its stems alone) when the text says it, None when it
+    cannot be told: then the query is stemmed in every language its scope holds."""
+    for language, text in WRITTEN.items():
+        assert told_language(text) == language
+    for text in NO_STEMMER + ["hablo", "Kind", "ok thanks", "Whitfield budget"]:
+        assert told_language(text) is None, text
+    assert told_language("Where did we put the budget for the launch?") == "english"

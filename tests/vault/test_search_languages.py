@@ -1,8 +1,8 @@
 """What was said in another language is found by its words' other forms
 (schemas.vault.language and migration 013 on the real PostgreSQL): a document is stemmed in
-its own language, a query in English and in every language its scope holds, so `hablo`
-finds `hablé`, `книгу` finds `книги`, `Haus` finds `Häuser`; English vaults are as before,
-and a scope's languages are its own."""
+its own language, a query in its own when that can be told and else in English and every
+language its scope holds, so `hablo` finds `hablé`, `книгу` finds `книги`, `Haus` finds
+`Häuser`; English vaults are as before, and a scope's languages are its own."""
 
 import pytest
 
@@ -75,6 +75,10 @@ async def test_an_english_scope_searches_as_before_and_a_scope_keeps_its_languag
             "hablo", "habl", "comer", "com"]
         assert await _first(conn, "hablo", "english") == []
         assert await _first(conn, "hablo", "spanish") == ["notes/es.md"]
+        # A query whose language is clear is stemmed in it alone, whatever the scope holds.
+        english = await query_lexemes(conn, "where are the meetings of the team", "spanish")
+        assert english == ["where", "are", "the", "meetings", "meet", "of", "team"]
+        assert "habl" in await query_lexemes(conn, "hablé con el director", "english")
         # Rewritten in English: stemmed in English; the scope keeps listing Spanish.
         await index_documents(conn, [IndexDoc(path="notes/es.md", kind="note",
                                               body="Yesterday I talked with the director.")],
