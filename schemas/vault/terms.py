@@ -60,6 +60,13 @@ _SPACELESS = (
     "\U00020000-\U0003134f"  # CJK extensions B to G
 )
 _SPACELESS_RUN = re.compile(f"[{_SPACELESS}]+")
+# The marks of those scripts written on a letter (Thai, Lao, Khmer, Myanmar, Tibetan vowel
+# signs and tones; Japanese voicing marks as separate characters), and a letter with them.
+_MARKS = "".join(chr(c) for c in range(0x0E00, 0x3100)
+                 if unicodedata.category(chr(c)).startswith("M") and re.match(
+                     f"[{_SPACELESS}]", chr(c)))
+_MARK = re.compile(f"[{_MARKS}]")
+_CLUSTER = re.compile(f"[^{_MARKS}][{_MARKS}]*|[{_MARKS}]+")
 # Emoji and pictographs (each found by its code point, once a text).
 _PICTOGRAPHS = "\u2600-\u27bf\u2b00-\u2bff\U0001f000-\U0001faff"
 _PICTOGRAPH = re.compile(f"[{_PICTOGRAPHS}]")
@@ -121,9 +128,15 @@ def _folded(word: str) -> str:
 
 
 def _pairs(run: str) -> list[str]:
-    if len(run) == 1:
-        return [run]
-    return [run[i:i + 2] for i in range(len(run) - 1)]
+    """Overlapping pairs of a run's characters as a reader sees them: a letter with the
+    marks written on it (Thai's vowels and tones above and below) is one; pairs of bare
+    code points would index a tone mark and a vowel sign as a word."""
+    if not _MARK.search(run):
+        return [run] if len(run) == 1 else [run[i:i + 2] for i in range(len(run) - 1)]
+    chars = _CLUSTER.findall(run)
+    if len(chars) == 1:
+        return chars
+    return [chars[i] + chars[i + 1] for i in range(len(chars) - 1)]
 
 
 def _token_terms(token: str) -> list[str]:

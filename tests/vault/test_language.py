@@ -85,6 +85,6 @@ def test_a_language_is_told_only_when_the_text_says_it():
     cannot be told: then the query is stemmed in every language its scope holds."""
     for language, text in WRITTEN.items():
         assert told_language(text) == language
-    for text in NO_STEMMER + ["hablo", "Kind", "ok thanks", "Whitfield budget"]:
+    for text in [*NO_STEMMER, "hablo", "Kind", "ok thanks", "Whitfield budget"]:
         assert told_language(text) is None, text
     assert told_language("Where did we put the budget for the launch?") == "english"

@@ -16,6 +16,9 @@ def test_spaceless_scripts_are_found_by_character_pairs():
     assert words("会") == ["会"]  # a run of one is itself
     assert words("来週の会議") == ["来週", "週の", "の会", "会議"]
     assert "ฐา" in words("ฐานข้อมูล")
+    # A letter with the marks written on it is one character: `ข้อ`, not `ข้` and `้อ`.
+    assert words("ฐานข้อมูล") == ["ฐา", "าน", "นข้", "ข้อ", "อมู", "มูล"]
+    assert words("ได้กี่") == ["ได้", "ด้กี่"]
     assert "베이" in words("데이터베이스를")
     # Runs inside a compound token are paired apart from its Latin parts.
     assert words("数据库API调用") == ["数据", "据库", "调用"]
@@ -79,3 +82,14 @@ def test_any_text_gives_words_within_the_limit(text, limit):
     assert len(out) <= limit
     assert out == out.strip() and "  " not in out
     assert extra_terms(text, limit=limit) == out  # the same words every time
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(min_codepoint=0x0E00, max_codepoint=0x0E7F), max_size=40))
+def test_no_pair_of_a_spaceless_run_starts_with_a_mark_its_run_did_not(text):
+    import unicodedata
+
+    for word in words(text):
+        if unicodedata.category(word[0]).startswith("M"):
+            assert text.lstrip().startswith(word[0]), (text, word)
+
