@@ -32,8 +32,9 @@ __all__ = ["MAX_EXTRA_CHARS", "TERMS_VERSION", "extra_terms"]
 
 # Bumped when what a document is indexed by changes (what `extra_terms` writes, or the
 # database's `memory_doc_tsv`: 2 added the English stems, migration 012; 3 the stems of a
-# document's own language, migration 013): documents indexed under an older version are
-# indexed again (activities.vault.terms_upgrade).
+# document's own language, migration 013, and the pairs of Thai and its neighbours by the
+# characters a reader sees): documents indexed under an older version are indexed again
+# (activities.vault.terms_upgrade).
 TERMS_VERSION = 3
 
 MAX_EXTRA_CHARS = 60_000
