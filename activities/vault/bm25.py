@@ -2,7 +2,7 @@
 rank.
 
 Invariants:
-- A query is looked up by the words a document is indexed by (migrations 011 and 012's
+- A query is looked up by the words a document is indexed by (migrations 011 to 013's
   `memory_doc_tsv`): the `simple` parser's, each with its stems where they differ (in its
   own language; in English and the other languages its scope holds when its own cannot be
   told), then its extra words (schemas.vault.terms); `words_of` says which of them the

@@ -64,8 +64,7 @@ _SPACELESS_RUN = re.compile(f"[{_SPACELESS}]+")
 # The marks of those scripts written on a letter (Thai, Lao, Khmer, Myanmar, Tibetan vowel
 # signs and tones; Japanese voicing marks as separate characters), and a letter with them.
 _MARKS = "".join(chr(c) for c in range(0x0E00, 0x3100)
-                 if unicodedata.category(chr(c)).startswith("M") and re.match(
-                     f"[{_SPACELESS}]", chr(c)))
+                 if unicodedata.category(chr(c)).startswith("M") and _SPACELESS_RUN.match(chr(c)))
 _MARK = re.compile(f"[{_MARKS}]")
 _CLUSTER = re.compile(f"[^{_MARKS}][{_MARKS}]*|[{_MARKS}]+")
 # Emoji and pictographs (each found by its code point, once a text).
