@@ -31,10 +31,10 @@ from schemas.vault.search import (
     term_patterns,
     term_range,
 )
-from schemas.vault.terms import extra_terms
+from schemas.vault.terms import extra_terms, folded_from
 
 __all__ = ["LEXEMES", "MAX_QUERY_TERMS", "MAX_QUERY_WORDS", "bm25", "bm25_candidates",
-           "clean_text", "lexeme_params", "query_lexemes", "words_of"]
+           "clean_text", "lexeme_params", "query_lexemes", "query_words", "words_of"]
 
 # A query's words looked up in the index: its first, in the order written (a long message
 # as a recall query), a word's stem beside it where that differs (for about one word in
@@ -67,9 +67,10 @@ _TF_WEIGHTS = "{" + ",".join(str(COLUMN_WEIGHTS[w] / _TF_SCALE) for w in "DCBA")
 
 _BM25 = f"""
 WITH qt AS (
-    SELECT t.i, t.pattern, t.tsq, t.tsq::tsquery AS term, t.lo, t.hi
-    FROM unnest(%(patterns)s::text[], %(tsqs)s::text[], %(los)s::text[], %(his)s::text[])
-         WITH ORDINALITY AS t(pattern, tsq, lo, hi, i)
+    SELECT t.i, t.pattern, t.tsq, t.tsq::tsquery AS term, t.lo, t.hi, t.fold
+    FROM unnest(%(patterns)s::text[], %(tsqs)s::text[], %(los)s::text[], %(his)s::text[],
+                %(folds)s::int[])
+         WITH ORDINALITY AS t(pattern, tsq, lo, hi, fold, i)
 ),
 stats AS (
     SELECT greatest(n_docs, 1)::float8 AS n,
@@ -80,7 +81,8 @@ stats AS (
                  AS total_len) ms
 ),
 qidf AS (
-    SELECT qt.i, qt.tsq, qt.term, d.df, ln(1 + (s.n - d.df + 0.5) / (d.df + 0.5)) AS idf
+    SELECT qt.i, qt.fold, qt.tsq, qt.term, d.df, ln(1 + (s.n - d.df + 0.5) / (d.df + 0.5))
+           AS idf
     FROM qt, stats s,
          LATERAL (SELECT least(coalesce(sum(m.df), 0), s.n) AS df
                   FROM memory_terms m
@@ -89,8 +91,14 @@ qidf AS (
                   WHERE m.scope = %(scope)s AND m.term ~>=~ qt.lo AND m.term ~<~ qt.hi
                     AND m.term LIKE qt.pattern) d
 ),
+-- A word's folded form (schemas.vault.terms.folded_from) only when the word as written is
+-- held by no document.
+usable AS (
+    SELECT q.* FROM qidf q
+    WHERE NOT EXISTS (SELECT 1 FROM qidf w WHERE w.i = q.fold AND w.df > 0)
+),
 chosen AS (
-    SELECT * FROM qidf WHERE df > 0 ORDER BY idf DESC, i LIMIT {MAX_QUERY_TERMS}
+    SELECT * FROM usable WHERE df > 0 ORDER BY idf DESC, i LIMIT {MAX_QUERY_TERMS}
 ),
 -- Candidates come from the informative terms: a word in most documents would fill the
 -- pool with documents that only share it (ts_rank knows no IDF). Common words still
@@ -129,7 +137,7 @@ scored AS (
     GROUP BY c.path, c.card_key, c.penalised
 )
 SELECT sc.path, sc.card_key, sc.penalised, sc.bm25,
-       sc.matched_idf / nullif((SELECT sum(idf) FROM qidf), 0) AS coverage,
+       sc.matched_idf / nullif((SELECT sum(idf) FROM usable), 0) AS coverage,
        CASE WHEN sc.card_key IS NULL THEN 0
             ELSE (SELECT count(*) FROM memory_links l
                   WHERE l.scope = %(scope)s AND l.dst = sc.card_key) END AS incoming
@@ -179,27 +187,37 @@ def words_of(rows: Sequence[tuple[str, bool]]) -> tuple[list[str], list[str]]:
 
 
 async def query_lexemes(conn: AsyncConnection, query: str, scope: str) -> list[str]:
+    return (await query_words(conn, query, scope))[0]
+
+
+async def query_words(conn: AsyncConnection, query: str,
+                      scope: str) -> tuple[list[str], list[str]]:
     cur = await conn.execute(LEXEMES, lexeme_params(query, scope))
-    return words_of(await cur.fetchall())[0]
+    return words_of(await cur.fetchall())
 
 
 async def bm25_candidates(conn: AsyncConnection, query: str, *, scope: str,
                           kinds: list[str] | None = None,
                           exclude_session: str | None = None, pool: int | None = None,
                           live_from_seq: int | None = None) -> list[Candidate]:
-    return await bm25(conn, await query_lexemes(conn, query, scope), scope=scope, kinds=kinds,
+    lexemes, written = await query_words(conn, query, scope)
+    return await bm25(conn, lexemes, scope=scope, kinds=kinds, written=written,
                        exclude_session=exclude_session, live_from_seq=live_from_seq,
                        pool=pool or candidate_pool(10))
 
 
 async def bm25(conn: AsyncConnection, lexemes: list[str], *, scope: str,
                 kinds: list[str] | None, exclude_session: str | None, pool: int,
-                live_from_seq: int | None = None) -> list[Candidate]:
+                live_from_seq: int | None = None,
+                written: Sequence[str] = ()) -> list[Candidate]:
+    """`written`: the lexemes the query wrote itself (words_of), whose folded forms are
+    looked up only when they are held by no document."""
     terms = term_patterns(lexemes)
     if not terms:
         return []
     ranges = [term_range(lex) for lex, _, _ in terms]
     cur = await conn.execute(_BM25, {
+        "folds": folded_from([lex for lex, _, _ in terms], written),
         "patterns": [p for _, p, _ in terms],
         "tsqs": [q for _, _, q in terms],
         "los": [lo for lo, _ in ranges], "his": [hi for _, hi in ranges],

@@ -411,10 +411,12 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
     if use_lexical and spelling:
         corrected = await corrections(conn, written, scope=scope, searched=lexemes)
         lexemes = [corrected.get(w, w) for w in lexemes]
+        written = [corrected.get(w, w) for w in written]
     if use_lexical:
         ranked = await lexical_ranking(conn, lexemes, scope=scope, kinds=kinds,
                                        exclude_session=exclude_session, use_graph=use_graph,
-                                       pool=candidate_pool(k), live_from_seq=live_from_seq)
+                                       pool=candidate_pool(k), live_from_seq=live_from_seq,
+                                       written=written)
     if embedder is None:
         fused = [Fused(path=r.path, score=r.score, lexical_rank=i,
                                        lexical=r.score, bm25=r.bm25, hop=r.hop,
@@ -429,11 +431,12 @@ async def search(conn: AsyncConnection, query: str, *, scope: str, k: int = 5,
 async def lexical_ranking(conn: AsyncConnection, lexemes: list[str], *, scope: str,
                           kinds: list[str] | None, exclude_session: str | None,
                           use_graph: bool, pool: int,
-                          live_from_seq: int | None = None) -> list[Ranked]:
+                          live_from_seq: int | None = None,
+                          written: Sequence[str] = ()) -> list[Ranked]:
     """BM25 over the documents, then the graph rerank from the top cards."""
     candidates = await bm25(conn, lexemes, scope=scope, kinds=kinds,
                              exclude_session=exclude_session, pool=pool,
-                             live_from_seq=live_from_seq)
+                             live_from_seq=live_from_seq, written=written)
     edges: list[tuple[str, str]] = []
     neighbours: list[Candidate] = []
     if use_graph and candidates:

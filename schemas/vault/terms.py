@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 
-__all__ = ["MAX_EXTRA_CHARS", "TERMS_VERSION", "extra_terms"]
+__all__ = ["MAX_EXTRA_CHARS", "TERMS_VERSION", "extra_terms", "folded_from"]
 
 # Bumped when what a document is indexed by changes (what `extra_terms` writes, or the
 # database's `memory_doc_tsv`: 2 added the English stems, migration 012; 3 the stems of a
@@ -125,6 +125,23 @@ def _folded(word: str) -> str:
                          if not unicodedata.combining(c))
         out.append(ch)
     return "".join(out)
+
+
+def folded_from(lexemes: Sequence[str], written: Collection[str]) -> list[int | None]:
+    """For each of a query's lexemes, the 1-based place among them of the word the query
+    wrote that it is the folded form of (`cafe` of `café`), or None: a lexeme the query
+    wrote itself, or no word's fold. The search looks such a form up only when the word
+    as written is held by no document (activities.vault.bm25): where `café` is held, its
+    fold would also match every word that differs from it by a mark alone (in Vietnamese,
+    `của`, `cửa` and `cua` are three words)."""
+    place = {lex: i for i, lex in enumerate(lexemes, start=1)}
+    own = set(written)
+    out: list[int | None] = [None] * len(lexemes)
+    for word in own.intersection(place):
+        i = place.get(_folded(word))
+        if i is not None and lexemes[i - 1] not in own and out[i - 1] is None:
+            out[i - 1] = place[word]
+    return out
 
 
 def _pairs(run: str) -> list[str]:

@@ -204,3 +204,28 @@ async def test_the_documents_due_are_found_by_the_partial_index_of_the_version(c
             plan = "\n".join(r[0] for r in await (await conn.execute(
                 "EXPLAIN " + _DUE, (100_000, "default", 10))).fetchall())
             assert f"memory_docs_terms_due_{TERMS_VERSION}" in plan, plan
+
+
+async def test_a_folded_form_is_searched_only_for_a_word_memory_does_not_hold_as_written(ctx):
+    """`café` finds a note that wrote `cafe` when no note holds `café`; where one does, its
+    fold is not searched: in Vietnamese `có` (has) and `cô` (she) fold alike."""
+    pool = await ctx.pool()
+    async with pool.connection() as conn:
+        await index_documents(conn, [
+            IndexDoc(path="notes/she.md", kind="note", body="Cô ấy đến muộn."),
+            IndexDoc(path="notes/has.md", kind="note", body="Tôi có một ý tưởng."),
+            IndexDoc(path="notes/plain.md", kind="note", body="Meet at the cafe."),
+        ], scope="folds")
+
+        async def found(query):
+            return sorted(h.path for h in await search(conn, query, scope="folds", k=3,
+                                                       spelling=False))
+
+        assert await found("cô") == ["notes/she.md"]
+        assert await found("có") == ["notes/has.md"]
+        assert await found("co") == ["notes/has.md", "notes/she.md"]  # typed without marks
+        assert await found("café") == ["notes/plain.md"]  # no note holds `café`
+        await index_documents(conn, [IndexDoc(path="notes/accent.md", kind="note",
+                                              body="Le café ferme à midi.")], scope="folds")
+        assert await found("café") == ["notes/accent.md"]
+        assert await found("cafe") == ["notes/accent.md", "notes/plain.md"]

@@ -93,3 +93,14 @@ def test_no_pair_of_a_spaceless_run_starts_with_a_mark_its_run_did_not(text):
         if unicodedata.category(word[0]).startswith("M"):
             assert text.lstrip().startswith(word[0]), (text, word)
 
+
+
+def test_a_query_lexeme_names_the_written_word_it_is_the_fold_of():
+    from schemas.vault.terms import folded_from
+
+    assert folded_from(["café", "cafe", "noon"], ["café", "noon"]) == [None, 1, None]
+    # A fold the query also wrote itself is its own word.
+    assert folded_from(["café", "cafe"], ["café", "cafe"]) == [None, None]
+    assert folded_from(["ёлка", "елка"], ["ёлка"]) == [None, 1]
+    assert folded_from(["có", "cô", "co"], ["có", "cô"]) == [None, None, 1]
+    assert folded_from(["plain"], ["plain"]) == [None]
