@@ -6,7 +6,8 @@ Invariants:
   `memory_doc_tsv`): the `simple` parser's, each with its stems where they differ (in its
   own language; in English and the other languages its scope holds when its own cannot be
   told), then its extra words (schemas.vault.terms); `words_of` says which of them the
-  query wrote.
+  query wrote. A written word's folded form (`cafe` of `café`) is looked up only when the
+  word as written is held by no document.
 - Candidates come from the GIN index by the query's informative words only (its commonest
   words score them but do not choose them); BM25 scores them with the document-frequency
   table (`memory_terms`) the triggers keep exact, the column weights applied, a long word

@@ -133,11 +133,12 @@ def folded_from(lexemes: Sequence[str], written: Collection[str]) -> list[int | 
     wrote itself, or no word's fold. The search looks such a form up only when the word
     as written is held by no document (activities.vault.bm25): where `café` is held, its
     fold would also match every word that differs from it by a mark alone (in Vietnamese,
-    `của`, `cửa` and `cua` are three words)."""
+    `có`, `cô` and `co` are three words). Two written words with one fold: the first
+    written names it."""
     place = {lex: i for i, lex in enumerate(lexemes, start=1)}
     own = set(written)
     out: list[int | None] = [None] * len(lexemes)
-    for word in own.intersection(place):
+    for word in (lex for lex in lexemes if lex in own):  # in order: the same every run
         i = place.get(_folded(word))
         if i is not None and lexemes[i - 1] not in own and out[i - 1] is None:
             out[i - 1] = place[word]
