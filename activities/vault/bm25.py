@@ -125,13 +125,19 @@ cand AS (
         LIMIT %(pool)s
     ) c
 ),
+-- Each candidate's vector read once: a stored one is compressed (or out of line), and every
+-- match and rank below would decompress it again (a long Thai note: 27 us a term against 5).
+held AS MATERIALIZED (
+    SELECT c.path, c.tsv || ''::tsvector AS tsv, c.doc_len, c.card_key, c.penalised
+    FROM cand c
+),
 scored AS (
     SELECT c.path, c.card_key, c.penalised,
            sum(q.idf * t.tf * ({BM25_K1} + 1)
                / (t.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * c.doc_len / s.avgdl)))
                AS bm25,
            sum(q.idf) AS matched_idf
-    FROM cand c CROSS JOIN chosen q CROSS JOIN stats s
+    FROM held c CROSS JOIN chosen q CROSS JOIN stats s
     CROSS JOIN LATERAL (
         SELECT {_TF_SCALE} * ts_rank_cd('{_TF_WEIGHTS}', c.tsv, q.term, 0)::float8 AS tf) t
     WHERE c.tsv @@ q.term

@@ -256,21 +256,28 @@ async def test_without_pgvector_the_worker_ranks_the_same(database_url):
 async def test_bm25_scores_are_okapi_over_weighted_term_counts(ctx) -> None:
     """The SQL's term frequencies (title x3, tags x2, body x1; a long word's light stem
     matching its variants; a word's English stem indexed beside it) give the Okapi BM25 a
-    plain computation over the same words gives."""
+    plain computation over the same words gives. A long note's vector, which the table
+    stores apart (TOAST), is scored as a short one's is."""
     import math
 
     from schemas.vault.search import BM25_B, BM25_K1
 
+    filler = " ".join(f"entry{i:04d}" for i in range(600))
     docs = {
         "a.md": ("harvest festival", "harvest", "the harvest came late this harvest year"),
         "b.md": ("notes", "", "a festival of lights, festivals every winter, festival food"),
         "c.md": ("market", "food", "late market food and the harvest moon"),
         "d.md": ("weather", "", "rain all week and no sun at all"),
+        "e.md": ("ledger", "", f"the festival food {filler} and the harvest festivals"),
     }
     pool = await ctx.pool()
     async with pool.connection() as conn:
         await index_documents(conn, [IndexDoc(path=p, kind="note", title=t, tags=g, body=b)
                                      for p, (t, g, b) in docs.items()], scope="okapi")
+        # Past 2,032 bytes a row's vector is stored compressed or out of line (TOAST).
+        cur = await conn.execute("SELECT pg_column_size(tsv) FROM memory_docs"
+                                 " WHERE scope = 'okapi' AND path = 'e.md'")
+        assert (await cur.fetchone() or (0,))[0] > 2032
         got = {c.path: c.bm25 for c in await bm25_candidates(
             conn, "harvest festival food", scope="okapi")}
         query = await query_lexemes(conn, "harvest festival food", "okapi")
