@@ -25,10 +25,8 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,8 +40,7 @@ from activities.vault.bulk import index_bulk
 from activities.vault.search import IndexDoc, search
 from bench.bench_memory import fresh_database
 from bench.bench_recall import RESULTS, K, _load, plain_bm25
-from bench.common import source_commit, table
-from keel.devstack import start_embedded_postgres, stop_embedded_postgres
+from bench.common import source_commit, table, throwaway_postgres
 
 LANGUAGES = ("en", "es", "de", "ru", "el", "tr", "ro", "ar", "hi", "vi", "th", "zh")
 
@@ -129,17 +126,11 @@ async def main() -> None:
     args = p.parse_args()
     langs = [x for x in args.langs.split(",") if x]
     commit = source_commit()  # the code measured: read before the run
-    pg_dir = Path(tempfile.mkdtemp(prefix="keel-bench-pg-"))
-    os.chmod(pg_dir, 0o755)
-    try:
-        admin = start_embedded_postgres(pg_dir)
+    with throwaway_postgres() as admin:
         url = fresh_database(admin, "keel_bench_languages")
         load_before = _load()
         figures = await run(url, args.data, langs)
         figures["load"] = load_before + _load()
-    finally:
-        stop_embedded_postgres(pg_dir)
-        shutil.rmtree(pg_dir, ignore_errors=True)
     report(figures)
     name = args.out or "languages"
     (RESULTS / f"{name}.json").write_text(json.dumps({

@@ -67,8 +67,7 @@ from activities.vault.embedder import load_embedder
 from activities.vault.search import IndexDoc, recall, search
 from activities.vault.store import daily_doc
 from bench.bench_memory import filler_docs, fresh_database
-from bench.common import ROOT, percentile, source_commit, table
-from keel.devstack import start_embedded_postgres
+from bench.common import ROOT, percentile, source_commit, table, throwaway_postgres
 from schemas.vault.recall import RecallInput
 from schemas.vault.rollup import transcript_entry
 from schemas.vault.search import recall_at_k, reciprocal_rank
@@ -430,12 +429,9 @@ async def main() -> None:
     dataset = ("LoCoMo (danny911kr/REALTALK, data/locomo/Chat_*.json, categories 1-4)"
                if args.heldout else "REALTALK (danny911kr/REALTALK, data/Chat_*.json)")
     embedder = load_embedder(args.embedder)
-    pg_dir = Path(tempfile.mkdtemp(prefix="keel-bench-pg-"))
-    os.chmod(pg_dir, 0o755)
     commit = source_commit()
     started = time.perf_counter()
-    try:
-        admin = start_embedded_postgres(pg_dir)
+    with throwaway_postgres() as admin:
         load = _load()
         q = await quality(fresh_database(admin, "bench_recall_quality"), convs, embedder)
         print_quality(q, dataset.split(" (")[0])
@@ -444,8 +440,6 @@ async def main() -> None:
             speeds.append(await speed(admin, convs, embedder, n, args.repeat))
             print_speed(speeds[-1:])
         corpus_figures = await corpus(admin, embedder)
-    finally:
-        shutil.rmtree(pg_dir, ignore_errors=True)
     print(f"search corpus ({corpus_figures['queries']} queries): BM25 + graph recall@5 "
           f"{corpus_figures['bm25']['recall_at_5']} MRR {corpus_figures['bm25']['mrr']}; "
           f"fused recall@5 {corpus_figures['fused']['recall_at_5']} MRR "

@@ -25,11 +25,9 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,8 +44,7 @@ from activities.vault.search import IndexDoc, search  # noqa: E402
 from bench.bench_languages import load  # noqa: E402
 from bench.bench_memory import filler_docs, fresh_database  # noqa: E402
 from bench.bench_recall import RESULTS, _load, load_conversations  # noqa: E402
-from bench.common import percentile, source_commit, table  # noqa: E402
-from keel.devstack import start_embedded_postgres, stop_embedded_postgres  # noqa: E402
+from bench.common import percentile, source_commit, table, throwaway_postgres  # noqa: E402
 
 K = 10
 
@@ -140,17 +137,11 @@ async def main() -> None:
                           capture_output=True, text=True).stdout.strip()
     a, b = f"before ({base})", f"after ({commit})"
     statements = {a: base_statement(args.base), b: bm25_module._BM25}
-    pg_dir = Path(tempfile.mkdtemp(prefix="keel-bench-pg-"))
-    os.chmod(pg_dir, 0o755)
-    try:
-        admin = start_embedded_postgres(pg_dir)
+    with throwaway_postgres() as admin:
         url = fresh_database(admin, "keel_bench_search_ab")
         load_before = _load()
         sets = await run(url, args, statements)
         load_after = _load()
-    finally:
-        stop_embedded_postgres(pg_dir)
-        shutil.rmtree(pg_dir, ignore_errors=True)
     report(sets, a, b)
     (RESULTS / f"{args.out}.json").write_text(json.dumps({
         "benchmark": "search A/B: the BM25 statement of two commits, in turn, per question",

@@ -37,10 +37,8 @@ import json
 import math
 import os
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -64,8 +62,7 @@ from bench.bench_recall import (
     load_locomo,
     plain_bm25,
 )
-from bench.common import percentile, source_commit, table
-from keel.devstack import start_embedded_postgres
+from bench.common import percentile, source_commit, table, throwaway_postgres
 from schemas.vault.spelling import one_edit
 
 KINDS = ("swapped", "dropped", "doubled", "neighbour key", "two edits")
@@ -285,15 +282,10 @@ async def main() -> None:
     convs = (load_locomo if args.heldout else load_conversations)(folder)
     if not convs:
         sys.exit(f"no Chat_*.json in {folder}")
-    pg_dir = Path(tempfile.mkdtemp(prefix="keel-bench-pg-"))
-    os.chmod(pg_dir, 0o755)
     commit, load, started = source_commit(), _load(), time.perf_counter()
-    try:
-        admin = start_embedded_postgres(pg_dir)
+    with throwaway_postgres() as admin:
         q = await quality(fresh_database(admin, "bench_spelling"), convs)
         speed = await latency_at(admin, convs, args.size) if args.size else None
-    finally:
-        shutil.rmtree(pg_dir, ignore_errors=True)
     report(q, speed)
     out = {"benchmark": "spelling",
            "machine": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
