@@ -40,7 +40,8 @@ from activities.vault.bulk import index_bulk
 from activities.vault.search import IndexDoc, search
 from bench.bench_memory import fresh_database
 from bench.bench_recall import RESULTS, K, _load, plain_bm25
-from bench.common import source_commit, table, throwaway_postgres
+from bench.common import source_commit, table
+from keel.devstack import temporary_postgres
 
 LANGUAGES = ("en", "es", "de", "ru", "el", "tr", "ro", "ar", "hi", "vi", "th", "zh")
 
@@ -126,7 +127,7 @@ async def main() -> None:
     args = p.parse_args()
     langs = [x for x in args.langs.split(",") if x]
     commit = source_commit()  # the code measured: read before the run
-    with throwaway_postgres() as admin:
+    with temporary_postgres("keel-bench-pg-") as admin:
         url = fresh_database(admin, "keel_bench_languages")
         load_before = _load()
         figures = await run(url, args.data, langs)

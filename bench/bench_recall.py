@@ -67,7 +67,8 @@ from activities.vault.embedder import load_embedder
 from activities.vault.search import IndexDoc, recall, search
 from activities.vault.store import daily_doc
 from bench.bench_memory import filler_docs, fresh_database
-from bench.common import ROOT, percentile, source_commit, table, throwaway_postgres
+from bench.common import ROOT, percentile, source_commit, table
+from keel.devstack import temporary_postgres
 from schemas.vault.recall import RecallInput
 from schemas.vault.rollup import transcript_entry
 from schemas.vault.search import recall_at_k, reciprocal_rank
@@ -431,7 +432,7 @@ async def main() -> None:
     embedder = load_embedder(args.embedder)
     commit = source_commit()
     started = time.perf_counter()
-    with throwaway_postgres() as admin:
+    with temporary_postgres("keel-bench-pg-") as admin:
         load = _load()
         q = await quality(fresh_database(admin, "bench_recall_quality"), convs, embedder)
         print_quality(q, dataset.split(" (")[0])

@@ -44,7 +44,8 @@ from activities.vault.search import IndexDoc, search  # noqa: E402
 from bench.bench_languages import load  # noqa: E402
 from bench.bench_memory import filler_docs, fresh_database  # noqa: E402
 from bench.bench_recall import RESULTS, _load, load_conversations  # noqa: E402
-from bench.common import percentile, source_commit, table, throwaway_postgres  # noqa: E402
+from bench.common import percentile, source_commit, table  # noqa: E402
+from keel.devstack import temporary_postgres  # noqa: E402
 
 K = 10
 
@@ -137,7 +138,7 @@ async def main() -> None:
                           capture_output=True, text=True).stdout.strip()
     a, b = f"before ({base})", f"after ({commit})"
     statements = {a: base_statement(args.base), b: bm25_module._BM25}
-    with throwaway_postgres() as admin:
+    with temporary_postgres("keel-bench-pg-") as admin:
         url = fresh_database(admin, "keel_bench_search_ab")
         load_before = _load()
         sets = await run(url, args, statements)

@@ -62,7 +62,8 @@ from bench.bench_recall import (
     load_locomo,
     plain_bm25,
 )
-from bench.common import percentile, source_commit, table, throwaway_postgres
+from bench.common import percentile, source_commit, table
+from keel.devstack import temporary_postgres
 from schemas.vault.spelling import one_edit
 
 KINDS = ("swapped", "dropped", "doubled", "neighbour key", "two edits")
@@ -283,7 +284,7 @@ async def main() -> None:
     if not convs:
         sys.exit(f"no Chat_*.json in {folder}")
     commit, load, started = source_commit(), _load(), time.perf_counter()
-    with throwaway_postgres() as admin:
+    with temporary_postgres("keel-bench-pg-") as admin:
         q = await quality(fresh_database(admin, "bench_spelling"), convs)
         speed = await latency_at(admin, convs, args.size) if args.size else None
     report(q, speed)

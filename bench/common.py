@@ -1,16 +1,11 @@
-"""What every benchmark script prints with: percentiles, plain tables, the commit measured;
-and the throwaway PostgreSQL the search benchmarks run on."""
+"""What every benchmark script prints with: percentiles, plain tables, the commit measured."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import signal
 import subprocess
-import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,17 +55,3 @@ def cancel_on_sigterm() -> None:
     if task is not None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
 
-
-@contextmanager
-def throwaway_postgres() -> Iterator[str]:
-    """An embedded PostgreSQL in a folder of its own for this block, its admin URL; stopped
-    and its folder removed after, whatever the block raised."""
-    from keel.devstack import start_embedded_postgres, stop_embedded_postgres
-
-    pg_dir = Path(tempfile.mkdtemp(prefix="keel-bench-pg-"))
-    os.chmod(pg_dir, 0o755)
-    try:
-        yield start_embedded_postgres(pg_dir)
-    finally:
-        stop_embedded_postgres(pg_dir)
-        shutil.rmtree(pg_dir, ignore_errors=True)

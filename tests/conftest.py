@@ -9,12 +9,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -23,12 +20,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.db import apply_migrations, close_pools
-from keel.devstack import (
-    start_embedded_postgres,
-    stop_embedded_postgres,
-    temporal_cli_path,
-    temporal_test_server_path,
-)
+from keel.devstack import temporal_cli_path, temporal_test_server_path, temporary_postgres
 from tests.fake_anthropic import FakeAnthropic
 
 _db_counter = itertools.count(1)
@@ -42,15 +34,10 @@ for _name in ("COLUMNS", "LINES"):
 
 @pytest.fixture(scope="session")
 def pg_admin_url() -> Iterator[str]:
-    # Stopped and removed at the end: each test process's server is ~1 GB on disk, and a
-    # machine that runs the suite again and again would fill up.
-    data_dir = Path(tempfile.mkdtemp(prefix="keel-test-pg-"))
-    os.chmod(data_dir, 0o755)
-    try:
-        yield start_embedded_postgres(data_dir)
-    finally:
-        stop_embedded_postgres(data_dir)
-        shutil.rmtree(data_dir, ignore_errors=True)
+    # Stopped and removed at the end: a machine that runs the suite again and again would
+    # fill up.
+    with temporary_postgres("keel-test-pg-") as admin:
+        yield admin
 
 
 @pytest.fixture(scope="session")
