@@ -54,4 +54,3 @@ def cancel_on_sigterm() -> None:
     task = asyncio.current_task()
     if task is not None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-
