@@ -163,17 +163,14 @@ async def bench_writes(writes: int, sizes: tuple[int, ...] = (10, 50_000)) -> di
 
     from activities.db import apply_migrations, close_pools
     from activities.workspace import PostgresStore
-    from keel.devstack import start_embedded_postgres
+    from keel.devstack import temporary_postgres
 
-    folder = Path(tempfile.mkdtemp(prefix="keel-bench-ws-"))
-    os.chmod(folder, 0o755)
-    admin = start_embedded_postgres(folder)
-    name = f"bench_ws_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = admin.replace("/postgres?", f"/{name}?")
-    apply_migrations(url)
-    try:
+    with temporary_postgres("keel-bench-ws-") as admin:
+        name = f"bench_ws_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        url = admin.replace("/postgres?", f"/{name}?")
+        apply_migrations(url)
         with psycopg.connect(url) as conn:
             for n in sizes:
                 with conn.cursor().copy("COPY workspace_files (scope, path, version, data,"
@@ -185,17 +182,17 @@ async def bench_writes(writes: int, sizes: tuple[int, ...] = (10, 50_000)) -> di
             conn.execute("ANALYZE workspace_files")
         store = PostgresStore(url, 10_000_000, 10_000_000_000)
         times: dict[int, list[float]] = {n: [] for n in sizes}
-        for i in range(writes + 5):
-            for n in sizes:  # alternately: drift weighs on both alike
-                started = time.perf_counter()
-                await store.write(f"files-{n}", f"notes/{i:05d}.md", b"a note\n" * 20,
-                                  op_id=f"bench-{n}-{i}")
-                if i >= 5:
-                    times[n].append(time.perf_counter() - started)
-        await close_pools()
+        try:
+            for i in range(writes + 5):
+                for n in sizes:  # alternately: drift weighs on both alike
+                    started = time.perf_counter()
+                    await store.write(f"files-{n}", f"notes/{i:05d}.md", b"a note\n" * 20,
+                                      op_id=f"bench-{n}-{i}")
+                    if i >= 5:
+                        times[n].append(time.perf_counter() - started)
+        finally:
+            await close_pools()  # before the server stops under the pool
         return {f"write_in_{n}_files": summary(t) for n, t in times.items()}
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 async def main() -> None:

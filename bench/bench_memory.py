@@ -43,7 +43,7 @@ from activities.offline import rollup as offline_rollup
 from activities.vault.rollup import RollupActivities, RollupStepInput
 from activities.vault.search import _UPSERT, IndexDoc, doc_params, rebuild_statistics, search
 from bench.common import source_commit
-from keel.devstack import start_embedded_postgres
+from keel.devstack import temporary_postgres
 from schemas.config import ModelSettings
 from schemas.tokens import count_tokens
 from schemas.vault.rollup import RollupKind, transcript_entry
@@ -294,25 +294,22 @@ async def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--per-day", type=int, default=40, help="exchanges a day")
     args = parser.parse_args()
-    pg_dir = Path(tempfile.mkdtemp(prefix="keel-bench-pg-"))
-    os.chmod(pg_dir, 0o755)
-    admin = start_embedded_postgres(pg_dir)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     print(f"# Keel long-memory figures ({datetime.now(UTC):%Y-%m-%d}, "
           f"{os.cpu_count()} CPUs, embedded PostgreSQL)\n")
     commit = source_commit()  # the code measured: read before the run
-    figures = await search_figures(admin, sizes, args.repeat)
-    path = (RESULTS if (args.sizes, args.repeat) == ("10000,100000", 3)
-            else RESULTS.with_name("memory-search-custom.json"))
-    path.write_text(json.dumps({
-        "benchmark": "memory-search",
-        "machine": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                    "cpus": os.cpu_count(), "python": platform.python_version(),
-                    "commit": commit},
-        "sizes": sizes, "repeat": args.repeat, **figures}, indent=2) + "\n")
-    print(f"\nsearch figures written to {path.relative_to(ROOT)} at commit {commit}")
-    await weekly_figures(admin, args.per_day)
-
+    with temporary_postgres("keel-bench-pg-") as admin:
+        figures = await search_figures(admin, sizes, args.repeat)
+        path = (RESULTS if (args.sizes, args.repeat) == ("10000,100000", 3)
+                else RESULTS.with_name("memory-search-custom.json"))
+        path.write_text(json.dumps({
+            "benchmark": "memory-search",
+            "machine": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                        "cpus": os.cpu_count(), "python": platform.python_version(),
+                        "commit": commit},
+            "sizes": sizes, "repeat": args.repeat, **figures}, indent=2) + "\n")
+        print(f"\nsearch figures written to {path.relative_to(ROOT)} at commit {commit}")
+        await weekly_figures(admin, args.per_day)
 
 if __name__ == "__main__":
     asyncio.run(main())

@@ -13,7 +13,7 @@ among synthetic filler documents (bench/bench_memory.py's corpus machinery):
 
 Printed: recall@5 and MRR of the corpus queries, p50 / p95 latency of a recall query (k=5,
 BM25 + graph rerank). Written to bench/results/scopes.json. Not a test: nothing fails on a
-bad number. It starts its own embedded PostgreSQL in a temporary folder.
+bad number. It starts its own embedded PostgreSQL in a temporary folder, removed after.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from activities.db import close_pools
 from activities.vault.search import search
 from bench.bench_memory import bulk_index, filler_docs, fresh_database
 from bench.common import ROOT, percentile, source_commit, table
-from keel.devstack import start_embedded_postgres
+from keel.devstack import temporary_postgres
 from schemas.vault.search import recall_at_k, reciprocal_rank
 from tests.vault.support import load_corpus, make_ctx
 
@@ -99,18 +99,16 @@ async def main() -> None:
     p.add_argument("--scopes", type=int, default=10)
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args()
-    pg_dir = Path(tempfile.mkdtemp(prefix="keel-bench-pg-"))
-    os.chmod(pg_dir, 0o755)
-    admin = start_embedded_postgres(pg_dir)
     started = time.perf_counter()
     commit = source_commit()  # the code measured, not whatever is checked out at the end
     total = args.per_scope * args.scopes
-    layouts = [
-        await layout(admin, "one-scope", ["default"], total, args.repeat),
-        await layout(admin, "many-scopes", [f"s{i}" for i in range(args.scopes)],
-                     args.per_scope, args.repeat),
-        await layout(admin, "one-small-scope", ["default"], args.per_scope, args.repeat),
-    ]
+    with temporary_postgres("keel-bench-pg-") as admin:
+        layouts = [
+            await layout(admin, "one-scope", ["default"], total, args.repeat),
+            await layout(admin, "many-scopes", [f"s{i}" for i in range(args.scopes)],
+                         args.per_scope, args.repeat),
+            await layout(admin, "one-small-scope", ["default"], args.per_scope, args.repeat),
+        ]
     out: dict[str, Any] = {
         "benchmark": "scopes",
         "machine": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),

@@ -21,10 +21,8 @@ import asyncio
 import gc
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -39,7 +37,7 @@ from activities.model_call import ModelCallInput, read_window  # noqa: E402
 from activities.record import NewRow, ensure_session, insert_row  # noqa: E402
 from activities.row_cache import row_cache  # noqa: E402
 from bench.common import shown, source_commit, table  # noqa: E402
-from keel.devstack import start_embedded_postgres, stop_embedded_postgres  # noqa: E402
+from keel.devstack import temporary_postgres  # noqa: E402
 from schemas.messages import MessageType  # noqa: E402
 from schemas.request import model_call_request  # noqa: E402
 
@@ -154,17 +152,11 @@ def main() -> None:
     if args.out is None:
         full = args.sizes == SIZES and args.reads == READS
         args.out = "window.json" if full else "window-custom.json"
-    tmp = Path(tempfile.mkdtemp(prefix="keel-bench-window-"))
-    os.chmod(tmp, 0o755)
-    try:
-        admin = start_embedded_postgres(tmp)
+    with temporary_postgres("keel-bench-window-") as admin:
         apply_migrations(admin)
         started = time.time()
         results = asyncio.run(measure(admin, [int(s) for s in args.sizes.split(",")],
                                       args.reads))
-    finally:
-        stop_embedded_postgres(tmp)
-        shutil.rmtree(tmp, ignore_errors=True)
     print(table("A window's read and the request's build, by rows (median ms)",
                 ["rows", "read CPU, cache off", "cold", "warm", "warm wall", "build CPU"],
                 [[r["rows"], r["off"]["read_cpu_ms"], r["cold"]["read_cpu_ms"],
