@@ -7,12 +7,14 @@ session worker processes (plus the one vault worker) at 10 and 50 concurrent ses
 The stack is the embedded one (Temporal dev server, embedded PostgreSQL) in a temporary
 folder; the workers are real `python -m workers.main` processes on a fresh task queue per
 run, with the PostgreSQL workspace store, as on a cluster. The model is the fake Messages
-API answering at once, so a turn costs only Keel: the user's update, the memory recall and
-transcripts on the vault queue, the model activity (record load, context assembly, the
-reply's insert), the workflow tasks. Each session plays its turns back to back after a
-warm-up turn; a run's clock starts when every session is warm and stops when all are done
-(turns/s = timed turns / that time; latency = send to reply of each timed turn). CPU
-seconds per process class (from /proc) say what limits each run.
+API answering at once, so a turn costs only Keel: the user's update, the model activity
+(the record step, long memory's recall, the window, the reply's insert), the workflow
+tasks, and after the reply the transcript the vault worker appends and indexes. Each
+session plays its turns back to back after a warm-up turn; a run's clock starts when every
+session is warm and stops when all are done (turns/s = timed turns / that time; latency =
+send to reply of each timed turn). CPU seconds of every process of the run (the workers,
+the Temporal dev server, PostgreSQL, this process with the client and the fake model; from
+/proc) say what limits each run.
 Figures go to stdout and bench/results/throughput.json.
 """
 
@@ -39,6 +41,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest  # noqa: 
 
 from bench.bench_runtime import bench_stack, machine, write_json  # noqa: E402
 from bench.common import percentile, table  # noqa: E402
+from bench.procs import child_matching, cpu_seconds, postmaster_pid, tree_cpu  # noqa: E402
 from keel.client import KeelClient  # noqa: E402
 from schemas.config import ModelSettings  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic, text_message  # noqa: E402
@@ -47,13 +50,14 @@ CONFIGS = [(1, 10), (1, 50), (3, 10), (3, 50)]  # (session workers, concurrent s
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process and its waited-for children, from /proc."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return sum(int(x) for x in fields[11:15]) / TICK
+def stack_cpu(settings: Any) -> dict[str, float]:
+    """CPU seconds so far of the stack's own processes: the Temporal dev server and
+    PostgreSQL (its postmaster and every backend)."""
+    temporal = child_matching(os.getpid(), ["temporal", "start-dev"])
+    pg = postmaster_pid(Path(settings.data_dir) / "postgres")
+    if temporal is None or pg is None:
+        raise RuntimeError(f"stack processes not found (temporal {temporal}, pg {pg})")
+    return {"temporal_server": tree_cpu(temporal), "postgres": tree_cpu(pg)}
 
 
 def machine_busy() -> tuple[float, float]:
@@ -115,6 +119,7 @@ async def run_config(client: Any, settings: Any, workers: int, sessions: int,
                 raise failed[0]
             await asyncio.sleep(0.2)
         cpu0 = {p.pid: cpu_seconds(p.pid) for p in [vault, *procs]}
+        stack0 = stack_cpu(settings)
         own0, (busy0, total0) = time.process_time(), machine_busy()
         t_start = time.perf_counter()
         go.set()
@@ -122,6 +127,7 @@ async def run_config(client: Any, settings: Any, workers: int, sessions: int,
         elapsed = time.perf_counter() - t_start
         busy1, total1 = machine_busy()
         cpu = {p.pid: cpu_seconds(p.pid) - cpu0[p.pid] for p in [vault, *procs]}
+        stack = {k: v - stack0[k] for k, v in stack_cpu(settings).items()}
         own = time.process_time() - own0
         counted = len(latencies)
     finally:
@@ -142,6 +148,8 @@ async def run_config(client: Any, settings: Any, workers: int, sessions: int,
             "session_workers": round(session_cpu, 1),
             "per_session_worker": [round(cpu[p.pid], 1) for p in procs],
             "vault_worker": round(cpu[vault.pid], 1),
+            "temporal_server": round(stack["temporal_server"], 1),
+            "postgres": round(stack["postgres"], 1),
             "bench_process (client + fake model)": round(own, 1),
         },
         "machine_busy_percent": round(100 * busy_share, 0),
@@ -149,6 +157,11 @@ async def run_config(client: Any, settings: Any, workers: int, sessions: int,
         "cpu_ms_per_turn": {
             "session_workers": round(1000 * session_cpu / max(counted, 1), 1),
             "vault_worker": round(1000 * cpu[vault.pid] / max(counted, 1), 1),
+            "temporal_server": round(1000 * stack["temporal_server"] / max(counted, 1), 1),
+            "postgres": round(1000 * stack["postgres"] / max(counted, 1), 1),
+            "bench_process": round(1000 * own / max(counted, 1), 1),
+            "all": round(1000 * (session_cpu + cpu[vault.pid] + sum(stack.values()) + own)
+                         / max(counted, 1), 1),
         },
     }
 
@@ -169,19 +182,24 @@ _DB: dict[str, str] = {}
 
 
 def limit_of(r: dict[str, Any]) -> str:
-    """What held the run back, from where the CPU went."""
-    cores = r["machine_cores"]
+    """What held the run back, from where the CPU went: the machine's cores when the
+    processes measured kept them nearly all busy (naming the largest users), one process
+    when it kept a core busy, else the chain of round trips a turn waits on."""
+    cores, seconds = r["machine_cores"], r["seconds"]
     cpu = r["cpu_seconds"]
-    per = max(cpu["per_session_worker"]) / r["seconds"]
-    vault = cpu["vault_worker"] / r["seconds"]
-    if r["machine_busy_percent"] >= 90:
-        return (f"the machine's {cores} cores ({r['machine_busy_percent']:.0f}% busy; Temporal "
-                f"dev server, PostgreSQL, workers and client share them)")
-    if vault >= 0.85:
-        return f"the one vault worker ({vault:.0%} of a core: recall + transcripts per turn)"
-    if per >= 0.85:
-        return f"a session worker's one Python core ({per:.0%})"
-    return "latency: each turn is a chain of round trips (update, workflow tasks, activities)"
+    users = {"Temporal server": cpu["temporal_server"], "PostgreSQL": cpu["postgres"],
+             "session workers": cpu["session_workers"], "vault worker": cpu["vault_worker"],
+             "client + fake model": cpu["bench_process (client + fake model)"]}
+    busy = sum(users.values()) / seconds  # cores the measured processes kept busy
+    largest = ", ".join(f"{name} {used / seconds:.2f}" for name, used in
+                        sorted(users.items(), key=lambda kv: -kv[1])[:3])
+    one = max([*cpu["per_session_worker"], cpu["vault_worker"]]) / seconds
+    if busy >= 0.8 * cores or r["machine_busy_percent"] >= 90:
+        return f"the machine's {cores} cores ({busy:.2f} busy with this run: {largest})"
+    if one >= 0.85:
+        return f"one Python worker's core ({one:.0%})"
+    return (f"latency: each turn is a chain of round trips ({busy:.2f} cores busy: "
+            f"{largest})")
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -222,11 +240,14 @@ def report(out: dict[str, Any]) -> None:
         f"per session after a warm-up turn, "
         f"{out['machine']['cpus']} cores, plus one vault worker in every run)",
         ["session workers", "sessions", "turns/s", "median ms", "p90 ms",
-         "CPU ms/turn sessions", "CPU ms/turn vault", "machine busy", "limited by"],
+         "CPU ms/turn: all", "sessions", "vault", "Temporal", "PostgreSQL", "client+fake",
+         "machine busy", "limited by (cores used)"],
         [[r["session_workers"], r["sessions"], r["turns_per_second"], r["median_turn_ms"],
-          r["p90_turn_ms"], r["cpu_ms_per_turn"]["session_workers"],
-          r["cpu_ms_per_turn"]["vault_worker"], f"{r['machine_busy_percent']:.0f}%",
-          r["limited_by"]] for r in out["runs"] if "error" not in r]))
+          r["p90_turn_ms"], *(r["cpu_ms_per_turn"][k] for k in (
+              "all", "session_workers", "vault_worker", "temporal_server", "postgres",
+              "bench_process")),
+          f"{r['machine_busy_percent']:.0f}%", r["limited_by"]]
+         for r in out["runs"] if "error" not in r]))
     for r in out["runs"]:
         if "error" in r:
             print(f"{r['session_workers']} workers, {r['sessions']} sessions: {r['error']}")
