@@ -237,8 +237,6 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     cancel_on_sigterm()
     out: dict[str, Any] = {
         "benchmark": "branch", "machine": machine(), "rows": args.rows, "files": args.files,
-        "note": "measured on a shared 2-core machine while other helpers ran their own "
-                "tests and benchmarks on it: figures are noisy, upper rather than typical",
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
     session_id = f"bench-branch-{uuid.uuid4().hex[:6]}"
     async with bench_stack(ModelSettings()) as (client, settings):
