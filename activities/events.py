@@ -20,6 +20,16 @@ A reply that comes whole within the first `interval` (the usual short one) costs
 at all: `finish()` hands back the text not yet cut into a delta as a `DeltaTail`, which the
 activity returns and the workflow publishes itself with the reply (one publish signal and its
 workflow task fewer per such turn). Only what was already cut is flushed.
+
+Nothing is sent while nobody reads the stream: the publisher asks the workflow at once and
+every `WATCH_EVERY` (the `stream_watchers` query: no history, no workflow task) whether a
+reader follows it (`StreamWatchers.reading`: a poll waiting, one asked near the newest
+event, or one taken since the last asking); until one does, the text only gathers. A reply
+nobody watched comes back as a `whole` tail, which the workflow publishes from the reply's
+own text in the result (its first REPLY_INLINE_CHARS; a reader mends the rest from the
+turn's end, as for any delta missed); a reader who arrives mid-reply gets the text so far
+at once, then the rest as it comes. A publisher that cannot ask (an older workflow, a
+timeout) sends as if watched.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 
@@ -34,7 +45,15 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from schemas.events import DELTA_CHARS, TOPIC, DeltaTail, TextDelta, event_payload
+from schemas.events import (
+    DELTA_CHARS,
+    TOPIC,
+    DeltaTail,
+    StreamWatchers,
+    TextDelta,
+    event_payload,
+)
+from schemas.session import Handler
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +65,12 @@ SEND_TIMEOUT = timedelta(seconds=5)  # one signal; on timeout the batch is retri
 CLOSE_TIMEOUT = timedelta(seconds=5)  # what the activity's end waits for unsent deltas
 LOG_EVERY = 50  # failed sends between two log lines
 MAX_RETRY = timedelta(minutes=2)  # one batch is dropped after this; < workflows.events TTL
+# How often an unwatched reply asks again whether someone reads (a reader polling by query
+# every 100 ms is seen at the second asking), and how long one asking may take.
+WATCH_EVERY = timedelta(milliseconds=500)
+WATCH_TIMEOUT = timedelta(seconds=2)
+
+Watchers = Callable[[], Awaitable[StreamWatchers]]
 
 
 class DeltaPublisher:
@@ -53,7 +78,8 @@ class DeltaPublisher:
 
     def __init__(self, client: Client, workflow_id: str, session_id: str, turn: int | None,
                  reply_seq: int, *, attempt: int = 1, interval: timedelta = INTERVAL,
-                 max_chars: int = MAX_CHARS) -> None:
+                 max_chars: int = MAX_CHARS, watchers: Watchers | None = None) -> None:
+        """`watchers` asks who reads the stream; None: publish as if someone always did."""
         self.session_id = session_id
         self.turn = turn
         self.reply_seq = reply_seq
@@ -75,6 +101,11 @@ class DeltaPublisher:
         self._closing = False
         self.failures = 0  # sends that failed (each logged)
         self.published = 0  # deltas handed to the stream client
+        self._watchers = watchers
+        self.watched = watchers is None  # once True, for the rest of the reply
+        self._polls: int | None = None  # the workflow's poll count at the last asking
+        self._looked = asyncio.Event()  # the first asking has its answer
+        self._stop = asyncio.Event()
 
     @classmethod
     def for_activity(cls, session_id: str, turn: int | None, reply_seq: int, *,
@@ -84,8 +115,15 @@ class DeltaPublisher:
         info = activity.info()
         if info.workflow_id is None:
             raise RuntimeError("DeltaPublisher.for_activity needs a workflow's activity")
-        return cls(activity.client(), info.workflow_id, session_id, turn, reply_seq,
-                   attempt=info.attempt, interval=interval, max_chars=max_chars)
+        client = activity.client()
+        handle = client.get_workflow_handle(info.workflow_id)
+
+        async def watchers() -> StreamWatchers:
+            return await handle.query(Handler.STREAM_WATCHERS, result_type=StreamWatchers,
+                                      rpc_timeout=WATCH_TIMEOUT)
+        return cls(client, info.workflow_id, session_id, turn, reply_seq,
+                   attempt=info.attempt, interval=interval, max_chars=max_chars,
+                   watchers=watchers)
 
     # ----- the producer's side --------------------------------------------------------------
 
@@ -143,7 +181,31 @@ class DeltaPublisher:
                 log.warning("text deltas for reply #%s not sent (%d failures; will retry): %r",
                             self.reply_seq, self.failures, err)
 
+    async def _look(self) -> bool:
+        """Whether someone reads the stream: a poll waiting now, or one taken since the last
+        asking. Without an answer, yes (the deltas go out as they always did)."""
+        if self.watched or self._watchers is None:
+            self._looked.set()
+            return True
+        try:
+            seen = await asyncio.wait_for(self._watchers(), WATCH_TIMEOUT.total_seconds())
+        except Exception as err:  # an older workflow has no such query; a slow one
+            log.debug("stream readers of reply #%s unknown (%r): publishing", self.reply_seq,
+                      err)
+            self.watched = True
+        else:
+            self.watched = seen.reading(self._polls)
+            self._polls = seen.polls
+        self._looked.set()
+        return self.watched
+
     async def _run(self) -> None:
+        # Nobody reads yet: the text gathers, and the workflow is asked again now and then.
+        while not self._closing and not await self._look():
+            try:
+                await asyncio.wait_for(self._stop.wait(), WATCH_EVERY.total_seconds())
+            except TimeoutError:
+                pass
         # Stopped by `_closing`, not by cancellation: on Python 3.11 `asyncio.wait_for` can
         # swallow a cancel that lands as its inner wait completes, and the loop would spin on.
         while not self._closing:
@@ -184,6 +246,18 @@ class DeltaPublisher:
         was sent): the caller passes it on to the workflow, which publishes it itself. What
         was cut already is flushed as `close` does. Never raises."""
         tail = None
+        if not self.watched and self._backlog and not self._looked.is_set():
+            # A long reply written faster than the first asking's answer (a fake model, the
+            # offline one): whether a reader waits decides how it goes out.
+            try:
+                await asyncio.wait_for(self._looked.wait(), WATCH_TIMEOUT.total_seconds())
+            except TimeoutError:
+                pass
+        if not self.watched and self._backlog:
+            # Nobody read while it was written: the workflow publishes the reply's text.
+            self._parts, self._chars, self._backlog = [], 0, ""
+            await self.close()
+            return DeltaTail(attempt=self.attempt, whole=True)
         if self._parts and not self._backlog:
             text = "".join(self._parts)
             self._parts, self._chars = [], 0
@@ -196,8 +270,11 @@ class DeltaPublisher:
         """Send what is left, waiting at most `CLOSE_TIMEOUT`. Never raises."""
         self._closing = True
         self._wake.set()
+        self._stop.set()
         if self._task is not None:
             task, self._task = self._task, None
+            if not self.watched:  # an asking still in flight is not worth the wait
+                task.cancel()
             await asyncio.wait({task}, timeout=CLOSE_TIMEOUT.total_seconds())
             if not task.done():
                 task.cancel()

@@ -1,6 +1,6 @@
 """Streaming benchmark: what the event stream costs a turn, and how fast a delta arrives.
 
-    .venv/bin/python bench/bench_stream.py            # ~1-2 min on 2 cores
+    .venv/bin/python bench/bench_stream.py            # ~40 s on 2 cores
     .venv/bin/python bench/bench_stream.py --quick    # a smoke run
 
 One embedded stack (PostgreSQL + Temporal dev server), a fake Messages API answering at
@@ -8,12 +8,16 @@ once with a reply of `--chars` characters (streamed as SSE when asked), and two 
 their own task queues, the same but for `ModelSettings.stream`. Turns alternate between:
 
   off     a session on the worker that does not stream (one create() call, no deltas)
-  on      a session on the streaming worker, nobody subscribed
+  on      a session on the streaming worker, nobody subscribed (so no delta is sent)
   on+sub  a session on the streaming worker with one subscriber (SessionHandle.events)
 
 a. A turn's wall time (SessionHandle.ask: send + wait_reply) in each mode, side by side.
 b. Delta latency: from a TextDelta leaving the model activity (its `at`, stamped when the
    batch is cut) to the subscriber receiving it, same host, same clock.
+c. A reply written as a model writes (`--paced` seconds between the fake's streamed events,
+   three words each: 2,000 characters in ~2.7 s at 0.02), `--paced-turns` turns in the
+   `on` and `on+sub` sessions: history events, workflow tasks and publish signals a turn,
+   read from the sessions' histories.
 
 Figures go to stdout and bench/results/stream.json (stream-quick.json for --quick).
 """
@@ -25,6 +29,7 @@ import asyncio
 import sys
 import time
 import uuid
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,6 +51,7 @@ from tests.fake_anthropic import FakeAnthropic, text_message  # noqa: E402
 from workers.worker import build_worker  # noqa: E402
 
 MODES = ("off", "on", "on+sub")
+PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"  # an activity's publish to the stream
 
 
 def say(text: str) -> None:
@@ -104,6 +110,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     if i + 1 == args.warmup:
                         latencies.clear()
                 await asyncio.sleep(1.0)  # the last deltas reach the reader
+                out["paced"] = await paced(client, fake, sessions, args)
                 reader.cancel()
     finally:
         fake.stop()
@@ -122,6 +129,41 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+async def history_counts(client: Any, session_id: str) -> Counter[str]:
+    history = await client.get_workflow_handle(session_id).fetch_history()
+    counts: Counter[str] = Counter(events=len(history.events))
+    for e in history.events:
+        if e.HasField("workflow_task_completed_event_attributes"):
+            counts["tasks"] += 1
+        if (e.HasField("workflow_execution_signaled_event_attributes")
+                and e.workflow_execution_signaled_event_attributes.signal_name
+                == PUBLISH_SIGNAL):
+            counts["signals"] += 1
+    return counts
+
+
+async def paced(client: Any, fake: FakeAnthropic, sessions: dict[str, SessionHandle],
+                args: argparse.Namespace) -> dict[str, Any]:
+    """Per turn, in a session nobody reads and in one with a subscriber, when the reply
+    takes seconds to write: what its history holds."""
+    fake.stream_delay_s = args.paced
+    out: dict[str, Any] = {"delay_s": args.paced, "turns": args.paced_turns}
+    try:
+        for mode in ("on", "on+sub"):
+            before = await history_counts(client, sessions[mode].session_id)
+            start = time.perf_counter()
+            for i in range(args.paced_turns):
+                await sessions[mode].ask(f"paced {i}")
+            took = (time.perf_counter() - start) / args.paced_turns
+            after = await history_counts(client, sessions[mode].session_id)
+            out[mode] = {"turn_s": round(took, 2), **{
+                f"{k}_per_turn": round((after[k] - before[k]) / args.paced_turns, 1)
+                for k in ("events", "tasks", "signals")}}
+    finally:
+        fake.stream_delay_s = 0.0
+    return out
+
+
 def report(out: dict[str, Any]) -> None:
     t = out["turn_ms"]
     say("")
@@ -129,7 +171,7 @@ def report(out: dict[str, Any]) -> None:
               f"{out['reply_chars']} chars, {out['turns_per_mode']} turns per mode",
               ["mode", "median ms", "p90 ms"],
               [["off: no streaming (create)", t["off"]["median"], t["off"]["p90"]],
-               ["on: streamed, deltas published, nobody subscribed", t["on"]["median"],
+               ["on: streamed, nobody subscribed", t["on"]["median"],
                 t["on"]["p90"]],
                ["on+sub: streamed, one subscriber", t["on+sub"]["median"],
                 t["on+sub"]["p90"]]]))
@@ -140,6 +182,14 @@ def report(out: dict[str, Any]) -> None:
     say(table("b. Delta latency: TextDelta cut in the activity -> the subscriber has it",
               ["median ms", "p90 ms", "max ms", "deltas", "deltas a turn"],
               [[d["median"], d["p90"], d["max"], d["n"], out["deltas_per_turn"]]]))
+    pc = out["paced"]
+    say("")
+    say(table(f"c. A reply written over seconds ({pc['delay_s']} s between streamed events), "
+              f"{pc['turns']} turns: per turn",
+              ["mode", "turn s", "history events", "workflow tasks", "publish signals"],
+              [[mode, pc[mode]["turn_s"], pc[mode]["events_per_turn"],
+                pc[mode]["tasks_per_turn"], pc[mode]["signals_per_turn"]]
+               for mode in ("on", "on+sub")]))
 
 
 def parse_args() -> argparse.Namespace:
@@ -147,6 +197,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--turns", type=int, default=40, help="measured turns per mode")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--chars", type=int, default=2000, help="the reply's length")
+    p.add_argument("--paced", type=float, default=0.02,
+                   help="seconds between the fake's streamed events in part c")
+    p.add_argument("--paced-turns", type=int, default=3)
     p.add_argument("--quick", action="store_true")
     args = p.parse_args()
     args.name = "stream"

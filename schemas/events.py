@@ -142,12 +142,49 @@ class TextDelta(_Event):
 class DeltaTail(BaseModel):
     """The end of a reply's text that its model activity never sent as a delta (a short reply
     is all tail): returned with the reply, and published by the workflow as the attempt's
-    last `TextDelta` (activities.events.DeltaPublisher.finish)."""
+    last `TextDelta`s (activities.events.DeltaPublisher.finish). `whole`: nobody watched the
+    stream while the reply was written, so no delta went out and the tail is the reply's
+    text itself, which the result already carries (`ModelReply.text`), not a copy."""
 
     attempt: int = 1
     index: int = 0
     start: int = 0
     text: DeltaText = ""
+    whole: bool = False
+
+
+def tail_deltas(tail: DeltaTail, reply_text: str) -> list[tuple[int, int, str]]:
+    """(index, start, text) of each `TextDelta` a tail is published as: its text, or the
+    reply's from `start` on when it is `whole`, in pieces of at most DELTA_CHARS."""
+    text = reply_text[tail.start:] if tail.whole else tail.text
+    return [(tail.index + i, tail.start + at, text[at:at + DELTA_CHARS])
+            for i, at in enumerate(range(0, len(text), DELTA_CHARS))]
+
+
+class StreamWatchers(BaseModel):
+    """Who reads the session's stream, as its workflow knows it (workflows.events): polls by
+    Update waiting now; every poll (Update or Query) taken so far in this worker's copy of
+    the run; the furthest offset a poll asked from (-1: none) and the stream's next offset.
+    The model activity publishes text deltas only while someone reads (`reading`)."""
+
+    waiting: int = 0
+    polls: int = 0
+    latest: int = -1
+    offset: int = 0
+
+    def reading(self, polls_before: int | None = None) -> bool:
+        """A reader waits on a poll now, or asked from within the newest READER_LAG events
+        (one following the session re-polls as each event lands), or polled since a
+        previous look saw `polls_before`."""
+        return (self.waiting > 0
+                or (self.latest >= 0 and self.offset - self.latest <= READER_LAG)
+                or (polls_before is not None and self.polls > polls_before))
+
+
+# How far behind the stream's newest event a reader's last poll may have asked from and the
+# reader still count as following it: a turn's first events (input, start, recall) land
+# before its model call asks, each answering the waiting poll.
+READER_LAG = 16
 
 
 class ToolCalled(_Event):

@@ -69,6 +69,7 @@ class Handler(StrEnum):
     WAKEUPS = "wakeups"  # query: list[Wakeup]
     CANCEL_WAKEUP = "cancel_wakeup"  # update: CancelWakeup -> list[Wakeup]
     PARENT_ENDED = "parent_ended"  # signal: a child's parent ended (EndSession)
+    STREAM_WATCHERS = "stream_watchers"  # query: StreamWatchers (activities.events)
     # signal: AgentRunInput, a child's answer told by its final model call
     CHILD_ANSWER = "child_answer"
     # The vault worker gave up on a transcript the session's model call queued

@@ -21,13 +21,16 @@ with workflow.unsafe.imports_passed_through():
 
     from activities.events import DeltaPublisher
     from schemas.events import (
+        DeltaTail,
         InputRecorded,
         SessionEnded,
         SessionStopped,
+        TextDelta,
         ToolCalled,
         ToolResult,
         TurnEnded,
         TurnStarted,
+        tail_deltas,
     )
     from workflows.events import SessionEvents
 
@@ -57,16 +60,22 @@ class GenerateInput(BaseModel):
     gap_ms: int = 0
 
 
+class Generated(BaseModel):
+    text: str
+    tail: DeltaTail | None = None  # what no delta carried, for the workflow to publish
+
+
 @activity.defn
-async def generate(data: GenerateInput) -> str:
-    """The model call: streams its chunks as text deltas while "generating" them."""
+async def generate(data: GenerateInput) -> Generated:
+    """The model call: streams its chunks as text deltas while "generating" them (while
+    someone reads the stream), handing back the tail as the session's model call does."""
     async with DeltaPublisher.for_activity(data.session_id, data.turn, data.reply_seq,
                                            max_chars=200) as deltas:
         for chunk in data.chunks:
             if data.gap_ms:
                 await asyncio.sleep(data.gap_ms / 1000)
             deltas.add(chunk)
-    return "".join(data.chunks)
+        return Generated(text="".join(data.chunks), tail=await deltas.finish())
 
 
 @workflow.defn
@@ -138,11 +147,17 @@ class EventStreamWorkflow:
         reply_seq = self.next_seq
         self.next_seq += 1
         self.events.emit(TurnStarted, turn=self.turn, input_seqs=[reply_seq - 1])
-        text = await workflow.execute_activity(
+        generated = await workflow.execute_activity(
             generate, GenerateInput(session_id=self.input.session_id, turn=self.turn,
                                     reply_seq=reply_seq, chunks=msg.chunks,
                                     gap_ms=msg.gap_ms),
             start_to_close_timeout=timedelta(seconds=60))
+        text = generated.text
+        if generated.tail is not None:  # as workflows.turn publishes it
+            for index, start, piece in tail_deltas(generated.tail, text):
+                self.events.emit(TextDelta, turn=self.turn, reply_seq=reply_seq,
+                                 attempt=generated.tail.attempt, index=index, start=start,
+                                 text=piece)
         call = {"path": "notes.md", "content": text}
         self.events.emit(ToolCalled, turn=self.turn, tool_use_id=f"tu-{self.turn}",
                          name="write_file", input=json.dumps(call))

@@ -38,9 +38,15 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
+    from temporalio.contrib.workflow_streams import (
+        PollInput,
+        PollResult,
+        WorkflowStream,
+        WorkflowStreamState,
+    )
 
-    from schemas.events import TOPIC, SessionEvent, event_payload
+    from schemas.events import TOPIC, SessionEvent, StreamWatchers, event_payload
+    from schemas.session import Handler
 
 __all__ = ["SessionEvents"]
 RETAIN_EVENTS = 1_000
@@ -48,6 +54,9 @@ RETAIN_BYTES = 256_000  # of stored payload bytes carried in the continue-as-new
 # Dedup state of an activity publisher idle this long is dropped at continue-as-new. It must
 # exceed the longest a publisher retries one batch (activities.events.MAX_RETRY).
 PUBLISHER_TTL = timedelta(minutes=5)
+# The stream's poll, an Update (a reader waiting) and a Query (a reader polling) of one name
+# (temporalio.contrib.workflow_streams._stream._POLL).
+STREAM_POLL = "__temporal_workflow_stream_poll"
 
 
 class SessionEvents:
@@ -63,6 +72,44 @@ class SessionEvents:
         # workflow's own __init__.
         self.stream = WorkflowStream(prior)
         self.topic = self.stream.topic(TOPIC)
+        self.watchers = StreamWatchers()
+        self._watch_polls()
+
+    # ----- who reads ------------------------------------------------------------------------
+
+    def _watch_polls(self) -> None:
+        """Count the stream's polls around the stream's own handlers, and answer the model
+        activity's question (activities.events): while nobody reads, it sends no deltas,
+        each of which would be a signal, a workflow task and four history events. The
+        counts decide no command: a replay that rebuilds them otherwise changes nothing."""
+        on_poll = workflow.get_update_handler(STREAM_POLL)
+        read_now = workflow.get_query_handler(STREAM_POLL)
+        assert on_poll is not None and read_now is not None  # WorkflowStream set them
+        watchers = self.watchers
+
+        async def poll(payload: PollInput) -> PollResult:
+            watchers.polls += 1
+            watchers.latest = max(watchers.latest, payload.from_offset)
+            watchers.waiting += 1
+            try:
+                result: PollResult = await on_poll(payload)
+                return result
+            finally:
+                watchers.waiting -= 1
+
+        def query(payload: PollInput) -> PollResult:
+            # A query may not change what the run decides; these counts never do.
+            watchers.polls += 1
+            watchers.latest = max(watchers.latest, payload.from_offset)
+            result: PollResult = read_now(payload)
+            return result
+
+        workflow.set_update_handler(STREAM_POLL, poll, validator=self.stream._validate_poll)
+        workflow.set_query_handler(STREAM_POLL, query)
+        workflow.set_query_handler(Handler.STREAM_WATCHERS, self.watched)
+
+    def watched(self) -> StreamWatchers:
+        return self.watchers.model_copy(update={"offset": self.offset()})
 
     # ----- publishing -----------------------------------------------------------------------
 

@@ -62,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         TextDelta,
         TurnEnded,
         TurnStarted,
+        tail_deltas,
     )
     from schemas.messages import MessageType, ModelReply
     from schemas.session import SessionPhase, TurnInProgress, TurnOutcome
@@ -428,11 +429,12 @@ class Turns:
         if call.recall is not None:
             self._took_recall(result)
             call.recall = None  # searched once a turn; later calls send its block
-        if result.stream_tail is not None and result.stream_tail.text:
+        if result.stream_tail is not None:
             tail = result.stream_tail
-            self.run.events.emit(TextDelta, turn=state.turn, reply_seq=seq,
-                                 attempt=tail.attempt, index=tail.index, start=tail.start,
-                                 text=tail.text)
+            for index, start, text in tail_deltas(tail, result.reply.text if result.reply
+                                                  else ""):
+                self.run.events.emit(TextDelta, turn=state.turn, reply_seq=seq,
+                                     attempt=tail.attempt, index=index, start=start, text=text)
         if result.reply is not None:
             self._account(result, result.reply)
             self.budget.charge(result.reply)

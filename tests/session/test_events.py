@@ -20,12 +20,14 @@ from schemas.events import (
     CheckpointStored,
     EventType,
     InputRecorded,
+    StreamWatchers,
     TextDelta,
     ToolCalled,
     ToolResult,
     TurnEnded,
     TurnStarted,
 )
+from schemas.session import Handler
 from tests.checkpoint_model import CheckpointModel, good_checkpoint, texts
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
@@ -147,6 +149,55 @@ async def test_a_turn_with_tools_a_watch_and_a_checkpoint_arrive_in_order(
     # A late reader from offset 3 gets everything from there, the same events.
     assert [o for o, _ in late.items[:5]] == [3, 4, 5, 6, 7]
     assert [(o, e) for o, e in late.items] == items[3:3 + len(late.items)]
+
+
+PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"  # the stream's publish from activities
+
+
+async def _publish_signals(client: Any, session_id: str) -> int:
+    history = await client.get_workflow_handle(session_id).fetch_history()
+    return sum(1 for e in history.events
+               if e.HasField("workflow_execution_signaled_event_attributes")
+               and e.workflow_execution_signaled_event_attributes.signal_name == PUBLISH_SIGNAL)
+
+
+async def test_a_reply_streams_while_read_and_costs_no_signal_when_nobody_reads(
+        client, settings, fake_anthropic) -> None:
+    """A reply of ~2,400 characters written over about a second, as a model writes: with
+    nobody reading, the model call sends no delta (no publish signal in the history, where
+    each would be a workflow task and four events) and the workflow publishes the reply's
+    text at once with it, so a reader afterwards still finds the deltas; with a reader
+    following, the deltas reach it while the reply is being written."""
+    reply = " ".join(f"word{i}" for i in range(300))
+    fake_anthropic.responder = lambda body: text_message(reply)
+    fake_anthropic.stream_delay_s = 0.01
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"ev-{uuid.uuid4().hex[:8]}")
+        outcome = await session.ask("Tell me everything.")
+        assert outcome.reply_text == reply
+        assert await _publish_signals(client, session.session_id) == 0
+        late = Reader(keel, session.session_id)
+        await late.until(lambda r: r.of(EventType.TURN_ENDED))
+        late.stop()
+        deltas: list[TextDelta] = late.of(EventType.TEXT_DELTA)
+        assert "".join(d.text for d in deltas) == reply
+        assert [d.start for d in deltas] == [sum(len(x.text) for x in deltas[:i])
+                                             for i in range(len(deltas))]
+
+        reader = Reader(keel, session.session_id, after=await session.event_offset())
+        for _ in range(200):  # until the session sees the reader's poll waiting
+            if (await session.handle.query(Handler.STREAM_WATCHERS,
+                                           result_type=StreamWatchers)).waiting:
+                break
+            await asyncio.sleep(0.05)
+        ask = asyncio.create_task(session.ask("Again, please."))
+        await reader.until(lambda r: r.of(EventType.TEXT_DELTA))
+        assert not ask.done()  # the text reached the reader before the reply was whole
+        assert (await ask).reply_text == reply
+        await reader.until(lambda r: r.of(EventType.TURN_ENDED))
+        reader.stop()
+        assert "".join(d.text for d in reader.of(EventType.TEXT_DELTA)) == reply
+        assert await _publish_signals(client, session.session_id) > 0
 
 
 async def test_the_stream_goes_on_across_continue_as_new(client, settings, fake_anthropic):
