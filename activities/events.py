@@ -182,8 +182,9 @@ class DeltaPublisher:
                             self.reply_seq, self.failures, err)
 
     async def _look(self) -> bool:
-        """Whether someone reads the stream: a poll waiting now, or one taken since the last
-        asking. Without an answer, yes (the deltas go out as they always did)."""
+        """Whether someone reads the stream (`StreamWatchers.reading`, against the polls
+        counted at the last asking). Without an answer, yes: the deltas go out as they
+        always did."""
         if self.watched or self._watchers is None:
             self._looked.set()
             return True

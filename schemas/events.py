@@ -172,6 +172,11 @@ class StreamWatchers(BaseModel):
     latest: int = -1
     offset: int = 0
 
+    def saw(self, from_offset: int) -> None:
+        """A poll, asking for the events from `from_offset` on."""
+        self.polls += 1
+        self.latest = max(self.latest, from_offset)
+
     def reading(self, polls_before: int | None = None) -> bool:
         """A reader waits on a poll now, or asked from within the newest READER_LAG events
         (one following the session re-polls as each event lands), or polled since a

@@ -88,8 +88,7 @@ class SessionEvents:
         watchers = self.watchers
 
         async def poll(payload: PollInput) -> PollResult:
-            watchers.polls += 1
-            watchers.latest = max(watchers.latest, payload.from_offset)
+            watchers.saw(payload.from_offset)
             watchers.waiting += 1
             try:
                 result: PollResult = await on_poll(payload)
@@ -98,17 +97,16 @@ class SessionEvents:
                 watchers.waiting -= 1
 
         def query(payload: PollInput) -> PollResult:
-            # A query may not change what the run decides; these counts never do.
-            watchers.polls += 1
-            watchers.latest = max(watchers.latest, payload.from_offset)
+            # A query may not change what the run decides; these counts decide nothing.
+            watchers.saw(payload.from_offset)
             result: PollResult = read_now(payload)
             return result
 
         workflow.set_update_handler(STREAM_POLL, poll, validator=self.stream._validate_poll)
         workflow.set_query_handler(STREAM_POLL, query)
-        workflow.set_query_handler(Handler.STREAM_WATCHERS, self.watched)
+        workflow.set_query_handler(Handler.STREAM_WATCHERS, self.readers)
 
-    def watched(self) -> StreamWatchers:
+    def readers(self) -> StreamWatchers:
         return self.watchers.model_copy(update={"offset": self.offset()})
 
     # ----- publishing -----------------------------------------------------------------------

@@ -56,3 +56,7 @@ def test_the_stream_is_read_by_a_waiting_poll_a_recent_one_or_new_polls() -> Non
     # ...unless it polled since the last look (a reader by query arriving mid-reply).
     assert StreamWatchers(polls=8, latest=0, offset=90).reading(polls_before=7)
     assert not StreamWatchers(polls=7, latest=0, offset=90).reading(polls_before=7)
+    seen = StreamWatchers(offset=50)
+    seen.saw(45)
+    seen.saw(3)  # a reader from the start: the furthest asked stays
+    assert (seen.polls, seen.latest) == (2, 45) and seen.reading()
