@@ -201,7 +201,10 @@ class DeltaPublisher:
         return self.watched
 
     async def _run(self) -> None:
-        # Nobody reads yet: the text gathers, and the workflow is asked again now and then.
+        # A short reply (the usual one) is whole within the first interval and goes out as
+        # the tail whoever reads: it asks nothing. Past that, until someone reads, the text
+        # gathers and the workflow is asked again now and then.
+        await self._tick(self.interval)
         while not self._closing and not await self._look():
             try:
                 await asyncio.wait_for(self._stop.wait(), WATCH_EVERY.total_seconds())

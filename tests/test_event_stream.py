@@ -11,6 +11,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHandle
@@ -278,6 +279,35 @@ async def test_a_publisher_that_cannot_publish_never_fails_its_caller(client: Cl
             deltas.add("x" * 150)
             await asyncio.sleep(0.05)
     assert deltas.published >= 4 and deltas.failures >= 1  # logged, not raised
+
+
+async def test_a_publisher_asks_who_reads_only_past_a_short_reply(client: Client) -> None:
+    """A short reply goes out as the tail without asking; a long one nobody reads sends
+    nothing and comes back as a whole tail; a long one someone reads is published."""
+    asked: list[str] = []
+
+    def answering(seen: StreamWatchers):
+        async def watchers() -> StreamWatchers:
+            asked.append("asked")
+            return seen
+        return watchers
+
+    async def written(text: str, seen: StreamWatchers) -> tuple[DeltaPublisher, Any]:
+        deltas = DeltaPublisher(client, f"no-such-{uuid.uuid4().hex[:8]}", "s", 1, 2,
+                                watchers=answering(seen))
+        async with deltas:
+            await asyncio.sleep(0.03)  # the model's first token takes a moment
+            deltas.add(text)
+            return deltas, await deltas.finish()
+
+    short, tail = await written("A short reply.", StreamWatchers())
+    assert tail is not None and (tail.text, tail.whole) == ("A short reply.", False)
+    assert asked == [] and short.published == 0
+    unread, tail = await written("x" * 1_000, StreamWatchers())
+    assert tail is not None and tail.whole and tail.text == ""
+    assert asked and unread.published == 0
+    read, tail = await written("x" * 1_000, StreamWatchers(waiting=1))
+    assert tail is None and read.published >= 1
 
 
 async def test_a_reply_written_at_once_goes_out_in_small_signals(client: Client) -> None:
