@@ -41,7 +41,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest  # noqa: 
 
 from bench.bench_runtime import bench_stack, machine, write_json  # noqa: E402
 from bench.common import percentile, table  # noqa: E402
-from bench.procs import child_matching, cpu_seconds, postmaster_pid, tree_cpu  # noqa: E402
+from bench.procs import cpu_seconds, stack_processes, tree_cpu  # noqa: E402
 from keel.client import KeelClient  # noqa: E402
 from schemas.config import ModelSettings  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic, text_message  # noqa: E402
@@ -53,11 +53,9 @@ TICK = os.sysconf("SC_CLK_TCK")
 def stack_cpu(settings: Any) -> dict[str, float]:
     """CPU seconds so far of the stack's own processes: the Temporal dev server and
     PostgreSQL (its postmaster and every backend)."""
-    temporal = child_matching(os.getpid(), ["temporal", "start-dev"])
-    pg = postmaster_pid(Path(settings.data_dir) / "postgres")
-    if temporal is None or pg is None:
-        raise RuntimeError(f"stack processes not found (temporal {temporal}, pg {pg})")
-    return {"temporal_server": tree_cpu(temporal), "postgres": tree_cpu(pg)}
+    pids = stack_processes(Path(settings.data_dir))
+    return {"temporal_server": cpu_seconds(pids["temporal_server"]),
+            "postgres": tree_cpu(pids["postgres"])}
 
 
 def machine_busy() -> tuple[float, float]:

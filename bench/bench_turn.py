@@ -52,7 +52,7 @@ from bench.bench_runtime import bench_stack, machine, write_json  # noqa: E402
 from bench.bench_throughput import wait_for_pollers  # noqa: E402
 from bench.common import percentile, shown, table  # noqa: E402
 from bench.floor_worker import MINIMAL  # noqa: E402
-from bench.procs import child_matching, cpu_seconds, postmaster_pid, tree_cpu  # noqa: E402
+from bench.procs import cpu_seconds, stack_processes, tree_cpu  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic, text_message  # noqa: E402
@@ -64,11 +64,7 @@ class Stack:
     """The processes whose CPU a call is charged with, read together."""
 
     def __init__(self, settings: KeelSettings, keel: int, floor: int) -> None:
-        temporal = child_matching(os.getpid(), ["temporal", "start-dev"])
-        pg = postmaster_pid(Path(settings.data_dir) / "postgres")
-        if temporal is None or pg is None:
-            raise RuntimeError(f"stack processes not found (temporal {temporal}, pg {pg})")
-        self.pids = {"temporal_server": temporal, "postgres": pg, "keel_worker": keel,
+        self.pids = {**stack_processes(Path(settings.data_dir)), "keel_worker": keel,
                      "floor_worker": floor}
 
     def read(self) -> dict[str, float]:

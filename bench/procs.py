@@ -74,3 +74,13 @@ def postmaster_pid(pgdata: Path) -> int | None:
         return int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
     except (OSError, ValueError):
         return None
+
+
+def stack_processes(data_dir: Path) -> dict[str, int]:
+    """The embedded stack this process started under `data_dir`: the Temporal dev server and
+    PostgreSQL's postmaster (whose tree holds the backends; read it with `tree_cpu`)."""
+    temporal = child_matching(os.getpid(), ["temporal", "start-dev"])
+    pg = postmaster_pid(data_dir / "postgres")
+    if temporal is None or pg is None:
+        raise RuntimeError(f"stack processes not found (temporal {temporal}, pg {pg})")
+    return {"temporal_server": temporal, "postgres": pg}
