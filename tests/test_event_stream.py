@@ -66,16 +66,16 @@ class Collector:
             self.changed.set()
 
     async def attached(self, handle: WorkflowHandle, timeout: float = TIMEOUT) -> None:
-        """Until the workflow sees this reader (a poll waiting, or polls taken since), so a
-        reply written after it streams from its first delta (activities.events)."""
+        """Until the workflow counts this reader (`StreamWatchers.reading`), so a reply
+        written after it streams from its first delta (activities.events)."""
         async def loop() -> None:
-            first = None
+            before = None
             while True:
                 seen = await handle.query(Handler.STREAM_WATCHERS,
                                           result_type=StreamWatchers)
-                if seen.waiting or (first is not None and seen.polls > first):
+                if seen.reading(before):
                     return
-                first = seen.polls if first is None else first
+                before = seen.polls if before is None else before
                 await asyncio.sleep(0.05)
         await asyncio.wait_for(loop(), timeout)
 
