@@ -49,9 +49,9 @@ from schemas.config import ModelSettings  # noqa: E402
 from schemas.events import TextDelta  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic, text_message  # noqa: E402
 from workers.worker import build_worker  # noqa: E402
+from workflows.events import STREAM_PUBLISH  # noqa: E402
 
 MODES = ("off", "on", "on+sub")
-PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"  # an activity's publish to the stream
 
 
 def say(text: str) -> None:
@@ -137,7 +137,7 @@ async def history_counts(client: Any, session_id: str) -> Counter[str]:
             counts["tasks"] += 1
         if (e.HasField("workflow_execution_signaled_event_attributes")
                 and e.workflow_execution_signaled_event_attributes.signal_name
-                == PUBLISH_SIGNAL):
+                == STREAM_PUBLISH):
             counts["signals"] += 1
     return counts
 

@@ -54,9 +54,10 @@ RETAIN_BYTES = 256_000  # of stored payload bytes carried in the continue-as-new
 # Dedup state of an activity publisher idle this long is dropped at continue-as-new. It must
 # exceed the longest a publisher retries one batch (activities.events.MAX_RETRY).
 PUBLISHER_TTL = timedelta(minutes=5)
-# The stream's poll, an Update (a reader waiting) and a Query (a reader polling) of one name
-# (temporalio.contrib.workflow_streams._stream._POLL).
+# The stream's poll, an Update (a reader waiting) and a Query (a reader polling) of one name,
+# and the signal an activity publishes by (temporalio.contrib.workflow_streams._stream).
 STREAM_POLL = "__temporal_workflow_stream_poll"
+STREAM_PUBLISH = "__temporal_workflow_stream_publish"
 
 
 class SessionEvents:

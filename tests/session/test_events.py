@@ -32,6 +32,7 @@ from tests.checkpoint_model import CheckpointModel, good_checkpoint, texts
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
 from tests.session.test_worker_crash import polling, start_worker
+from workflows.events import STREAM_PUBLISH
 
 TIMEOUT = 90
 WINDOW, OUTPUT = 12_000, 512
@@ -151,14 +152,11 @@ async def test_a_turn_with_tools_a_watch_and_a_checkpoint_arrive_in_order(
     assert [(o, e) for o, e in late.items] == items[3:3 + len(late.items)]
 
 
-PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"  # the stream's publish from activities
-
-
 async def _publish_signals(client: Any, session_id: str) -> int:
     history = await client.get_workflow_handle(session_id).fetch_history()
     return sum(1 for e in history.events
                if e.HasField("workflow_execution_signaled_event_attributes")
-               and e.workflow_execution_signaled_event_attributes.signal_name == PUBLISH_SIGNAL)
+               and e.workflow_execution_signaled_event_attributes.signal_name == STREAM_PUBLISH)
 
 
 async def test_a_reply_streams_while_read_and_costs_no_signal_when_nobody_reads(
