@@ -12,11 +12,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Unpack
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 
 from keel.client import KeelClient, SessionOverrides, session_config
 from schemas.config import KeelSettings, ModelSettings
-from schemas.session import SessionConfig
+from schemas.events import StreamWatchers
+from schemas.session import Handler, SessionConfig
 from workers.worker import Role, build_worker
 
 
@@ -65,3 +66,18 @@ async def output_until(proc: subprocess.Popen[str], marker: str, within_s: float
             break
         seen += line
     return seen
+
+
+async def reader_seen(handle: WorkflowHandle, timeout_s: float = 60) -> None:
+    """Until the session counts a reader of its stream (`StreamWatchers.reading`, the rule
+    the model call's publisher applies), so a reply written after it streams from its first
+    delta (activities.events)."""
+    async def loop() -> None:
+        before = None
+        while True:
+            seen = await handle.query(Handler.STREAM_WATCHERS, result_type=StreamWatchers)
+            if seen.reading(before):
+                return
+            before = seen.polls if before is None else before
+            await asyncio.sleep(0.05)
+    await asyncio.wait_for(loop(), timeout_s)

@@ -32,8 +32,8 @@ from schemas.events import (
     TurnEnded,
     event_json,
 )
-from schemas.session import Handler
 from tests.event_stream_workflow import EventStreamWorkflow, Say, StreamInput, generate
+from tests.harness import reader_seen
 
 TIMEOUT = 60
 Seen = tuple[int, SessionEvent | EventsMissed]  # (offset, event) as a subscriber gets it
@@ -64,20 +64,6 @@ class Collector:
             self.items.append((offset, event))
             self.received_at.append(datetime.now(UTC))
             self.changed.set()
-
-    async def attached(self, handle: WorkflowHandle, timeout: float = TIMEOUT) -> None:
-        """Until the workflow counts this reader (`StreamWatchers.reading`), so a reply
-        written after it streams from its first delta (activities.events)."""
-        async def loop() -> None:
-            before = None
-            while True:
-                seen = await handle.query(Handler.STREAM_WATCHERS,
-                                          result_type=StreamWatchers)
-                if seen.reading(before):
-                    return
-                before = seen.polls if before is None else before
-                await asyncio.sleep(0.05)
-        await asyncio.wait_for(loop(), timeout)
 
     async def wait_for(self, pred, timeout: float = TIMEOUT) -> None:
         async def loop() -> None:
@@ -232,7 +218,7 @@ async def test_delta_latency(client: Client, transport) -> None:
     async with stream_worker(client, queue):
         handle = await start(client, queue)
         live = Collector(client, handle.id, transport=transport)
-        await live.attached(handle)
+        await reader_seen(handle)
         await handle.execute_update(EventStreamWorkflow.say, Say(
             chunks=[f"<{i}>".ljust(200, ".") for i in range(50)], gap_ms=200))
         await live.wait_for(turn_ended(1))
@@ -318,7 +304,7 @@ async def test_a_reply_written_at_once_goes_out_in_small_signals(client: Client)
     async with stream_worker(client, queue):
         handle = await start(client, queue)
         live = Collector(client, handle.id)
-        await live.attached(handle)
+        await reader_seen(handle)
         await handle.execute_update(EventStreamWorkflow.say, Say(chunks=[reply]))
         await live.wait_for(turn_ended(1))
         await handle.signal(EventStreamWorkflow.stop, "done")
@@ -342,7 +328,7 @@ async def test_a_worker_stopped_mid_reply_restarts_the_deltas_as_a_new_attempt(
     async with stream_worker(client, queue):
         handle = await start(client, queue)
         live = Collector(client, handle.id)
-        await live.attached(handle)
+        await reader_seen(handle)
         await handle.execute_update(EventStreamWorkflow.say, Say(chunks=reply, gap_ms=100))
         await live.wait_for(lambda items: sum(isinstance(e, TextDelta) for _, e in items) >= 5)
     async with stream_worker(client, queue):
@@ -403,7 +389,7 @@ async def test_an_update_reader_past_the_runs_update_limit_goes_on_by_query(
     async with stream_worker(client, queue):
         handle = await start(client, queue)
         live = Collector(client, handle.id, transport=Transport.UPDATE)
-        await live.attached(handle)
+        await reader_seen(handle)
         await handle.execute_update(EventStreamWorkflow.say, Say(
             chunks=[f"[t1c{i}]".ljust(200, "x") for i in range(40)], gap_ms=120))
         await live.wait_for(turn_ended(1), 30)

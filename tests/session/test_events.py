@@ -20,17 +20,15 @@ from schemas.events import (
     CheckpointStored,
     EventType,
     InputRecorded,
-    StreamWatchers,
     TextDelta,
     ToolCalled,
     ToolResult,
     TurnEnded,
     TurnStarted,
 )
-from schemas.session import Handler
 from tests.checkpoint_model import CheckpointModel, good_checkpoint, texts
 from tests.fake_anthropic import text_message, tool_use_message
-from tests.harness import keel_worker, make_settings
+from tests.harness import keel_worker, make_settings, reader_seen
 from tests.session.test_worker_crash import polling, start_worker
 from workflows.events import STREAM_PUBLISH
 
@@ -183,11 +181,7 @@ async def test_a_reply_streams_while_read_and_costs_no_signal_when_nobody_reads(
                                              for i in range(len(deltas))]
 
         reader = Reader(keel, session.session_id, after=await session.event_offset())
-        for _ in range(200):  # until the session sees the reader's poll waiting
-            if (await session.handle.query(Handler.STREAM_WATCHERS,
-                                           result_type=StreamWatchers)).waiting:
-                break
-            await asyncio.sleep(0.05)
+        await reader_seen(session.handle)
         ask = asyncio.create_task(session.ask("Again, please."))
         await reader.until(lambda r: r.of(EventType.TEXT_DELTA))
         assert not ask.done()  # the text reached the reader before the reply was whole
