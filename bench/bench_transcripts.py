@@ -144,7 +144,10 @@ async def main() -> None:
     started = time.perf_counter()
     with temporary_postgres("keel-bench-pg-") as admin:
         with psycopg.connect(admin) as conn:  # the server's folder: its postmaster.pid
-            pgdata = Path(str(conn.execute("SHOW data_directory").fetchone()[0]))
+            row = conn.execute("SHOW data_directory").fetchone()
+        if row is None:
+            raise SystemExit("the server did not say its data folder")
+        pgdata = Path(str(row[0]))
         figures = await run(admin, pgdata, args.sessions, args.turns)
     out = {"benchmark": "transcripts",
            "machine": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
