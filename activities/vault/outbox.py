@@ -9,9 +9,13 @@ Invariants:
   and no workflow task after the reply: the turn is over when its caller has the answer.
 - One drainer per vault queue, in the process that holds the vault's lock (workers.worker),
   so the vault keeps its single writer. It takes due rows in id order (a session's entries
-  land in the order they were recorded), appends each as `append_transcripts` does
-  (idempotent: a row drained twice after a crash appends nothing twice), and deletes it.
-- A row that fails is tried again with backoff; past `MAX_ATTEMPTS` it is said to the
+  land in the order they were recorded), appends them as `append_transcripts` does
+  (idempotent: a row drained twice after a crash appends nothing twice), and deletes them.
+  The rows waiting together are written together, a scope at a time (one vault lock, one
+  index batch, each day file written once): the one writer's cost a row falls as a busy
+  deployment's backlog grows, so the vault keeps up with many session workers.
+- A write that fails is done again row by row, so only the row at fault waits; a row that
+  fails is tried again with backoff; past `MAX_ATTEMPTS` it is said to the
   session (the `transcript_failed` signal: `last_error` and an ErrorEvent where "memory")
   and dropped: the record keeps the messages and the nightly rollup reads the record too.
   Nothing here can hold a turn up: the session never waits on the outbox.
@@ -80,6 +84,22 @@ async def queue_transcript(conn: AsyncConnection, vault_queue: str,
         (vault_queue, item.session_id, item.scope, item.reply_seq, item.seqs, item.recalled,
          CHANNEL, vault_queue))
     return True
+
+
+@dataclass(frozen=True)
+class _Row:
+    """A row of `transcript_outbox` as the drainer takes it."""
+
+    id: int
+    session_id: str
+    scope: str
+    seqs: list[int]
+    recalled: list[str]
+    attempts: int
+
+    def transcripts(self) -> TranscriptsInput:
+        return TranscriptsInput(session_id=self.session_id, seqs=list(self.seqs),
+                                scope=self.scope, recalled=list(self.recalled))
 
 
 # What the drainer does with a row that failed for good: tell its session.
@@ -152,43 +172,58 @@ class TranscriptDrainer:
             self._wake.clear()
 
     async def drain_once(self) -> int:
-        """Write the due rows (up to BATCH); how many were taken."""
+        """Write the due rows (up to BATCH); how many were taken. A scope's rows go in one
+        write (`MemoryActivities.append_queued`: one vault lock, one index batch); when
+        that fails, row by row, so only the row at fault waits its retry."""
         pool = await get_pool(self.database_url)
         async with pool.connection() as conn:
             # A session's rows in order: none is taken while an earlier one waits its retry.
-            rows = await (await conn.execute(
+            rows = [_Row(*row) for row in await (await conn.execute(
                 "SELECT id, session_id, scope, seqs, recalled, attempts FROM transcript_outbox t"
                 " WHERE vault_queue = %s AND next_try_at <= now() AND NOT EXISTS ("
                 "  SELECT 1 FROM transcript_outbox e WHERE e.session_id = t.session_id"
                 "  AND e.id < t.id AND e.next_try_at > now())"
-                " ORDER BY id LIMIT %s", (self.vault_queue, BATCH))).fetchall()
-            failed: set[str] = set()  # a session whose row failed: its later rows wait
-            for row_id, session_id, scope, seqs, recalled, attempts in rows:
-                if session_id in failed:
+                " ORDER BY id LIMIT %s", (self.vault_queue, BATCH))).fetchall()]
+            scopes: dict[str, list[_Row]] = {}
+            for row in rows:  # a session keeps its scope: its rows stay in order
+                scopes.setdefault(row.scope, []).append(row)
+            for scope, group in scopes.items():
+                if len(group) > 1 and await self._write_together(conn, scope, group):
                     continue
-                if not await self._write(conn, row_id, session_id, scope, list(seqs),
-                                         list(recalled), attempts):
-                    failed.add(session_id)
+                failed: set[str] = set()  # a session whose row failed: its later rows wait
+                for row in group:
+                    if row.session_id not in failed and not await self._write(conn, row):
+                        failed.add(row.session_id)
         return len(rows)
 
-    async def _write(self, conn: AsyncConnection, row_id: int, session_id: str, scope: str,
-                     seqs: list[int], recalled: list[str], attempts: int) -> bool:
+    async def _write_together(self, conn: AsyncConnection, scope: str,
+                              group: list[_Row]) -> bool:
         try:
-            await self.memory.append_transcripts(TranscriptsInput(
-                session_id=session_id, seqs=seqs, scope=scope, recalled=recalled))
+            await self.memory.append_queued(scope, [row.transcripts() for row in group])
+        except Exception as err:  # one row at fault, or all: row by row tells which
+            log.info("transcript outbox of %s: %d rows of scope %s one by one: %s",
+                     self.vault_queue, len(group), scope, err)
+            return False
+        await conn.execute("DELETE FROM transcript_outbox WHERE id = ANY(%s)",
+                           ([row.id for row in group],))
+        return True
+
+    async def _write(self, conn: AsyncConnection, row: _Row) -> bool:
+        try:
+            await self.memory.append_transcripts(row.transcripts())
         except Exception as err:  # the vault, the index, a message gone: retried, then said
-            attempts += 1
+            attempts = row.attempts + 1
             reason = f"{type(err).__name__}: {err}"[:500]
             if attempts < MAX_ATTEMPTS:
                 await conn.execute(
                     "UPDATE transcript_outbox SET attempts = %s, last_error = %s,"
                     " next_try_at = now() + make_interval(secs => %s) WHERE id = %s",
-                    (attempts, reason, BACKOFF_S[min(attempts, len(BACKOFF_S)) - 1], row_id))
+                    (attempts, reason, BACKOFF_S[min(attempts, len(BACKOFF_S)) - 1], row.id))
                 return False
-            what = f"#{seqs[0]}-#{seqs[-1]}" if seqs else "recalled notes"
-            await self._report(session_id, f"the transcript of {what} could not be written: "
-                                           f"{reason}")
-        await conn.execute("DELETE FROM transcript_outbox WHERE id = %s", (row_id,))
+            what = f"#{row.seqs[0]}-#{row.seqs[-1]}" if row.seqs else "recalled notes"
+            await self._report(row.session_id, f"the transcript of {what} could not be "
+                                               f"written: {reason}")
+        await conn.execute("DELETE FROM transcript_outbox WHERE id = %s", (row.id,))
         return True
 
     async def _report(self, session_id: str, message: str) -> None:

@@ -467,8 +467,10 @@ async def recall(conn: AsyncConnection, inp: RecallInput, *, scope: str,
 
 
 async def touch_documents(conn: AsyncConnection, paths: list[str], *, scope: str) -> None:
-    """Count a recall: decay keeps recalled cards relevant."""
+    """Count recalls (a path named twice was recalled twice): decay keeps recalled cards
+    relevant."""
     if paths:
         await conn.execute(
-            "UPDATE memory_docs SET access_count = access_count + 1, last_access = now()"
-            " WHERE scope = %s AND path = ANY(%s)", (scope, paths))
+            "UPDATE memory_docs d SET access_count = d.access_count + c.n, last_access = now()"
+            " FROM (SELECT p, count(*) AS n FROM unnest(%s::text[]) p GROUP BY p) c"
+            " WHERE d.scope = %s AND d.path = c.p", (paths, scope))

@@ -21,16 +21,19 @@ Where each runs, and what a turn pays:
   the vault's markdown files, re-indexing only the files that changed since this process
   last looked; a file the writers appended to themselves does not count as changed. The
   doctor's reindex remains the full scan.
-- `append_transcripts` writes a turn's messages (and counts its recall's hits), after the
-  reply, in one ordinary activity on the vault queue; its check for an entry already
-  written costs the same however long the day is (the index row, else the file's last
-  MiB).
+- The daily transcript is written after the reply by the vault worker's outbox drainer
+  (activities.vault.outbox), several turns of a scope in one go (`append_queued`), and
+  their recall's hits counted; `append_transcripts` is the same write of one turn as an
+  activity (histories from before the outbox, a call that queued nothing). The check for
+  an entry already written costs the same however long the day is (the index row, else
+  the file's last MiB, read once a write).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -219,55 +222,74 @@ class MemoryActivities:
         """A turn's messages appended in one go, in seq order, each as `append_transcript`
         does (idempotent: a retry appends only what is missing), under one vault lock and
         indexed (and embedded for hybrid search) in one batch."""
+        return (await self.append_queued(inp.scope, [inp]))[0]
+
+    async def append_queued(self, scope: str,
+                            items: Sequence[TranscriptsInput]) -> list[TranscriptsResult]:
+        """Several turns' messages of one scope (of one session or many), appended in the
+        order given, each as `append_transcripts` appends it, under one vault lock and
+        indexed in one batch, their recall's hits counted in one statement: what the
+        outbox's drainer writes in one go (activities.vault.outbox). A message missing
+        from the record fails the whole call before anything is written."""
+        wanted = [(i.session_id, seq) for i in items for seq in i.seqs]
         pool = await self.ctx.pool()
         async with pool.connection() as conn:
-            found = {seq: row for seq, *row in await (await conn.execute(
-                "SELECT seq, type, source_line, content_text, created_at FROM messages"
-                " WHERE session_id = %s AND seq = ANY(%s)", (inp.session_id, inp.seqs)
-            )).fetchall()}
-        missing = [seq for seq in inp.seqs if seq not in found]
-        if missing:
-            raise ValueError(f"no message {missing[0]} in session {inp.session_id}")
-        vault = self.ctx.scoped(inp.scope).vault
+            found = {(sid, seq): row for sid, seq, *row in await (await conn.execute(
+                "SELECT session_id, seq, type, source_line, content_text, created_at"
+                " FROM messages WHERE (session_id, seq) IN"
+                " (SELECT * FROM unnest(%s::text[], %s::bigint[]))",
+                ([sid for sid, _ in wanted], [seq for _, seq in wanted]))).fetchall()}
+        missing = next((key for key in wanted if key not in found), None)
+        if missing is not None:
+            raise ValueError(f"no message {missing[1]} in session {missing[0]}")
+        vault = self.ctx.scoped(scope).vault
         if not vault.ensured():
             await asyncio.to_thread(vault.ensure)
-        entries = [_entry(vault, inp.session_id, seq, *found[seq]) for seq in inp.seqs]
-        results = [TranscriptResult(path="", appended=False) for _ in inp.seqs]
+        entries = [_entry(vault, sid, seq, *found[sid, seq]) for sid, seq in wanted]
+        results = [TranscriptResult(path="", appended=False) for _ in wanted]
         if any(entries):
             async with vault.lock(), pool.connection() as conn:
-                results = await self._append_entries(conn, vault, inp.session_id, entries)
-        if inp.recalled:
+                results = await self._append_entries(conn, vault, entries)
+        recalled = [path for i in items for path in i.recalled]
+        if recalled:
             async with pool.connection() as conn:
-                await touch_documents(conn, inp.recalled, scope=vault.scope)
-        embedded = sum(r.appended for r in results) if self._embedder is not None else 0
-        return TranscriptsResult(results=results, embedded=embedded)
+                await touch_documents(conn, recalled, scope=vault.scope)
+        out, at = [], 0
+        for i in items:
+            mine, at = results[at:at + len(i.seqs)], at + len(i.seqs)
+            embedded = sum(r.appended for r in mine) if self._embedder is not None else 0
+            out.append(TranscriptsResult(results=mine, embedded=embedded))
+        return out
 
-    async def _append_entries(self, conn: AsyncConnection, vault: Vault, session_id: str,
+    async def _append_entries(self, conn: AsyncConnection, vault: Vault,
                               entries: list[_Entry | None]) -> list[TranscriptResult]:
-        """Append what is not there yet (the index row, else the file's tail, says), then
-        index every entry whose index row is missing, in one batch. Under the vault lock."""
+        """Append what is not there yet (the index row, else the file's tail, says), each
+        file written once, then index every entry whose index row is missing, in one
+        batch. Under the vault lock."""
         docs = [e.doc for e in entries if e is not None]
         indexed: dict[str, str] = dict(await (await conn.execute(
             "SELECT path, content_hash FROM memory_docs WHERE scope = %s AND path = ANY(%s)",
             (vault.scope, [d.path for d in docs]))).fetchall())
+        tails: dict[str, bytes | None] = {}  # a file's tail before this batch (None: no file)
+        pending: dict[str, list[str]] = {}  # what each file gets, in order
+        taken: set[str] = set()  # the entries appended by this batch
         results: list[TranscriptResult] = []
         for e in entries:
             if e is None:
                 results.append(TranscriptResult(path="", appended=False))
                 continue
-            path = vault.path(e.rel)
-            if path.exists() and (e.doc.path in indexed
-                                  or _in_tail(path, entry_marker(session_id, e.seq))):
+            if e.rel not in tails:
+                tails[e.rel] = _tail(vault.path(e.rel))
+            tail = tails[e.rel]
+            if e.doc.path in taken or _in_file(e, tail, indexed):
                 results.append(TranscriptResult(path=e.rel, appended=False))
                 continue
-            if path.exists():
-                before = vault.file_stamp(e.rel)
-                with path.open("ab") as f:
-                    f.write(e.text.encode("utf-8"))
-                vault.note_own_write(e.rel, before)
-            else:
-                atomic_write(path, f"# {e.day}\n{e.text}")
+            pending.setdefault(e.rel, [] if tail is not None else [f"# {e.day}\n"]).append(
+                e.text)
+            taken.add(e.doc.path)
             results.append(TranscriptResult(path=e.rel, appended=True))
+        for rel, texts in pending.items():
+            _append(vault, rel, "".join(texts), create=tails[rel] is None)
         await index_documents(conn, [e.doc for e in entries
                                      if e is not None and e.doc.path not in indexed],
                               scope=vault.scope, embedder=self._embedder, known=indexed)
@@ -335,6 +357,7 @@ TRANSCRIPT_TAIL_BYTES = 1 << 20
 class _Entry:
     """One message as its daily transcript entry: the file, the text, its index doc."""
 
+    session_id: str
     seq: int
     rel: str
     day: str
@@ -354,14 +377,37 @@ def _entry(vault: Vault, session_id: str, seq: int, kind: str, source_line: str 
     day = local.date().isoformat()
     rel = f"{DAILY_DIR}/{day}.md"
     entry = transcript_entry(session_id, seq, local, role, text)
-    return _Entry(seq=seq, rel=rel, day=day, text=entry,
+    return _Entry(session_id=session_id, seq=seq, rel=rel, day=day, text=entry,
                   doc=daily_doc(rel, session_id, seq, entry.strip()))
 
 
-def _in_tail(path: Path, marker: str) -> bool:
-    """Whether `marker` is in the file's last TRANSCRIPT_TAIL_BYTES (a bounded read)."""
-    with path.open("rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        f.seek(max(0, size - TRANSCRIPT_TAIL_BYTES))
-        return marker.encode("utf-8") in f.read()
+def _in_file(e: _Entry, tail: bytes | None, indexed: Mapping[str, str]) -> bool:
+    """Whether an entry is in its file already: its index row (written right after the
+    append) says so, else its marker in the file's tail (an append that crashed before
+    its index row); never when there is no file."""
+    return tail is not None and (
+        e.doc.path in indexed or entry_marker(e.session_id, e.seq).encode("utf-8") in tail)
+
+
+def _tail(path: Path) -> bytes | None:
+    """A file's last TRANSCRIPT_TAIL_BYTES (a bounded read), None when there is no file."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - TRANSCRIPT_TAIL_BYTES))
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _append(vault: Vault, rel: str, text: str, *, create: bool) -> None:
+    """Append `text` to a vault file (a new one written whole, atomically), telling the
+    vault's refresh that this writer made the change."""
+    path = vault.path(rel)
+    if create:
+        atomic_write(path, text)
+        return
+    before = vault.file_stamp(rel)
+    with path.open("ab") as f:
+        f.write(text.encode("utf-8"))
+    vault.note_own_write(rel, before)

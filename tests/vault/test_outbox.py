@@ -11,13 +11,14 @@ from datetime import UTC, datetime
 
 import psycopg
 
-from activities.vault import outbox
+from activities.vault import outbox, turn
 from activities.vault.outbox import (
     MAX_ATTEMPTS,
     QueuedTranscript,
     TranscriptDrainer,
     queue_transcript,
 )
+from activities.vault.search import IndexDoc
 from activities.vault.turn import MemoryActivities
 from schemas.vault.scope import DEFAULT_SCOPE
 from tests.vault.support import insert_messages, vault_ctx
@@ -29,11 +30,11 @@ DAY = "daily/2026-06-01.md"
 
 
 async def _queue(database_url: str, session_id: str, reply_seq: int, seqs: list[int],
-                 recalled: list[str] | None = None) -> None:
+                 recalled: list[str] | None = None, scope: str = DEFAULT_SCOPE) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         async with conn.transaction():
             await queue_transcript(conn, QUEUE, QueuedTranscript(
-                session_id=session_id, scope=DEFAULT_SCOPE, reply_seq=reply_seq, seqs=seqs,
+                session_id=session_id, scope=scope, reply_seq=reply_seq, seqs=seqs,
                 recalled=recalled or []))
 
 
@@ -77,6 +78,49 @@ async def test_queued_transcripts_are_written_in_order_and_a_second_drain_adds_n
     assert await drainer.drain_once() == 1
     again = ctx.vault.path(DAY).read_text()
     assert again == text and again.count("The deploy key lives") == 1
+
+
+async def test_a_backlog_is_written_a_scope_at_a_time_in_one_index_batch(
+        tmp_path, database_url, monkeypatch) -> None:
+    """Rows of several sessions waiting together (a busy deployment) are written in one go
+    a scope: each entry in its own scope's day file, in the order recorded, one index
+    batch a scope (the vault writer's cost a row falls as the backlog grows), and a note
+    two turns recalled counted twice."""
+    ctx = vault_ctx(tmp_path, database_url)
+    batches: list[tuple[str, int]] = []
+    index = turn.index_documents
+
+    async def counted(conn, docs, *, scope, **kw):
+        batches.append((scope, len(docs)))
+        return await index(conn, docs, scope=scope, **kw)
+    monkeypatch.setattr(turn, "index_documents", counted)
+    pool = await ctx.pool()
+    async with pool.connection() as aconn:
+        await index(aconn, [IndexDoc(path="notes/deploy.md", kind="note", title="Deploy",
+                                    body="The deploy key lives in the team vault.")],
+                    scope=DEFAULT_SCOPE)
+    for sid in ("s1", "s2", "s3"):
+        insert_messages(database_url, sid, [(1, "user", f"{sid} asks about the deploy.", T0),
+                                            (2, "assistant", f"{sid} is answered.", T0),
+                                            (3, "user", f"{sid} says thanks.", T0)])
+    await _queue(database_url, "s1", 2, [1, 2], recalled=["notes/deploy.md"])
+    await _queue(database_url, "s3", 2, [1, 2], scope="team")
+    await _queue(database_url, "s2", 2, [1, 2], recalled=["notes/deploy.md"])
+    await _queue(database_url, "s1", 4, [3])
+    await _queue(database_url, "s3", 4, [3], scope="team")
+    told: list[tuple[str, str]] = []
+    assert await _drainer(ctx, database_url, told).drain_once() == 5
+    assert _outbox(database_url) == [] and told == []
+    assert sorted(batches) == [(DEFAULT_SCOPE, 5), ("team", 3)]
+    mine = ctx.vault.path(DAY).read_text()
+    order = [mine.index(s) for s in ("s1 asks", "s1 is answered", "s2 asks",
+                                     "s2 is answered", "s1 says thanks")]
+    assert order == sorted(order) and "s3" not in mine
+    team = ctx.scoped("team").vault.path(DAY).read_text()
+    assert [team.count(f"s3 {w}") for w in ("asks", "is answered", "says")] == [1, 1, 1]
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT access_count FROM memory_docs WHERE path = %s",
+                            ("notes/deploy.md",)).fetchone() == (2,)
 
 
 async def test_a_failing_row_is_retried_holds_its_session_back_then_is_said_and_dropped(
