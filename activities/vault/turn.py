@@ -279,7 +279,7 @@ class MemoryActivities:
                 results.append(TranscriptResult(path="", appended=False))
                 continue
             if e.rel not in tails:
-                tails[e.rel] = _tail(vault.path(e.rel))
+                tails[e.rel] = _unindexed_tail(vault, e.rel)
             tail = tails[e.rel]
             if e.doc.path in taken or _in_file(e, tail, indexed):
                 results.append(TranscriptResult(path=e.rel, appended=False))
@@ -293,6 +293,8 @@ class MemoryActivities:
         await index_documents(conn, [e.doc for e in entries
                                      if e is not None and e.doc.path not in indexed],
                               scope=vault.scope, embedder=self._embedder, known=indexed)
+        for rel in tails:
+            _ALL_INDEXED[vault.path(rel)] = vault.file_stamp(rel)
         return results
 
     @activity.defn(name="append_transcript")
@@ -387,6 +389,22 @@ def _in_file(e: _Entry, tail: bytes | None, indexed: Mapping[str, str]) -> bool:
     its index row); never when there is no file."""
     return tail is not None and (
         e.doc.path in indexed or entry_marker(e.session_id, e.seq).encode("utf-8") in tail)
+
+
+# A day file as this process left it after a write whose entries were all indexed: while
+# it is still so (its mtime and size), no entry lies in it unindexed, and the next write
+# need not read its tail. A crash or a failed index between an append and its index row,
+# another writer, a hand edit: each changes the stamp or leaves it unrecorded.
+_ALL_INDEXED: dict[Path, tuple[int, int] | None] = {}
+
+
+def _unindexed_tail(vault: Vault, rel: str) -> bytes | None:
+    """Where an entry written but not indexed could lie: the file's tail, empty when this
+    process saw every entry of it indexed, None when there is no file."""
+    stamp = vault.file_stamp(rel)
+    if stamp is None:
+        return None
+    return b"" if _ALL_INDEXED.get(vault.path(rel)) == stamp else _tail(vault.path(rel))
 
 
 def _tail(path: Path) -> bytes | None:

@@ -8,6 +8,9 @@ from __future__ import annotations
 import shutil
 from datetime import UTC, datetime
 
+import pytest
+
+from activities.vault import turn
 from activities.vault.turn import (
     MemoryActivities,
     RecallInput,
@@ -75,3 +78,31 @@ async def test_own_appends_leave_nothing_for_the_catch_up_and_hand_edits_do(
     found = await run_activity(acts.recall_memory,
                                RecallInput(session_id="s2", query="marmalade recipe"))
     assert found.hits >= 1
+
+
+async def test_an_entry_appended_but_never_indexed_is_not_appended_again(
+        tmp_path, database_url, monkeypatch):
+    """The index failed after the append (the database gone for a moment, a worker killed):
+    the next write finds the entry in the file's tail, in this process too (which may skip
+    reading the tail only while it saw every entry of the file indexed)."""
+    ctx = vault_ctx(tmp_path, database_url)
+    insert_messages(database_url, "s1", [(1, "user", "First words.", T0),
+                                         (2, "user", "Second words.", T0),
+                                         (3, "user", "Third words.", T0)])
+    acts = MemoryActivities(ctx, model_backends())
+    await acts.append_transcripts(TranscriptsInput(session_id="s1", seqs=[1]))
+    index = turn.index_documents
+
+    async def fails(*args, **kwargs):
+        raise OSError("the database went away")
+    monkeypatch.setattr(turn, "index_documents", fails)
+    with pytest.raises(OSError):
+        await acts.append_transcripts(TranscriptsInput(session_id="s1", seqs=[2]))
+    monkeypatch.setattr(turn, "index_documents", index)
+    again = await acts.append_queued("default", [
+        TranscriptsInput(session_id="s1", seqs=[2]), TranscriptsInput(session_id="s1", seqs=[3])])
+    assert [r.appended for done in again for r in done.results] == [False, True]
+    text = ctx.vault.path("daily/2026-06-01.md").read_text()
+    assert [text.count(w) for w in ("First words.", "Second words.", "Third words.")] == [1, 1, 1]
+    found = await acts.recall_memory(RecallInput(session_id="s2", query="Second words"))
+    assert "daily/2026-06-01.md#s1:2" in found.sources  # indexed by the write after
