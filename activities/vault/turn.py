@@ -293,8 +293,7 @@ class MemoryActivities:
         await index_documents(conn, [e.doc for e in entries
                                      if e is not None and e.doc.path not in indexed],
                               scope=vault.scope, embedder=self._embedder, known=indexed)
-        for rel in tails:
-            _ALL_INDEXED[vault.path(rel)] = vault.file_stamp(rel)
+        _ALL_INDEXED[vault.root] = {rel: vault.file_stamp(rel) for rel in tails}
         return results
 
     @activity.defn(name="append_transcript")
@@ -391,11 +390,12 @@ def _in_file(e: _Entry, tail: bytes | None, indexed: Mapping[str, str]) -> bool:
         e.doc.path in indexed or entry_marker(e.session_id, e.seq).encode("utf-8") in tail)
 
 
-# A day file as this process left it after a write whose entries were all indexed: while
-# it is still so (its mtime and size), no entry lies in it unindexed, and the next write
-# need not read its tail. A crash or a failed index between an append and its index row,
-# another writer, a hand edit: each changes the stamp or leaves it unrecorded.
-_ALL_INDEXED: dict[Path, tuple[int, int] | None] = {}
+# The day files of a vault as this process left them after its last write, whose entries
+# were all indexed: while a file is still so (its mtime and size), no entry lies in it
+# unindexed, and the next write need not read its tail. A crash or a failed index between
+# an append and its index row, another writer, a hand edit: each changes the stamp or
+# leaves it unrecorded. Only the last write's files are kept: one or two a scope.
+_ALL_INDEXED: dict[Path, dict[str, tuple[int, int] | None]] = {}
 
 
 def _unindexed_tail(vault: Vault, rel: str) -> bytes | None:
@@ -404,7 +404,8 @@ def _unindexed_tail(vault: Vault, rel: str) -> bytes | None:
     stamp = vault.file_stamp(rel)
     if stamp is None:
         return None
-    return b"" if _ALL_INDEXED.get(vault.path(rel)) == stamp else _tail(vault.path(rel))
+    seen = _ALL_INDEXED.get(vault.root, {}).get(rel)
+    return b"" if seen == stamp else _tail(vault.path(rel))
 
 
 def _tail(path: Path) -> bytes | None:
