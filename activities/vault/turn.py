@@ -279,7 +279,7 @@ class MemoryActivities:
                 results.append(TranscriptResult(path="", appended=False))
                 continue
             if e.rel not in tails:
-                tails[e.rel] = _unindexed_tail(vault, e.rel)
+                tails[e.rel] = _tail(vault.path(e.rel))
             tail = tails[e.rel]
             if e.doc.path in taken or _in_file(e, tail, indexed):
                 results.append(TranscriptResult(path=e.rel, appended=False))
@@ -293,7 +293,6 @@ class MemoryActivities:
         await index_documents(conn, [e.doc for e in entries
                                      if e is not None and e.doc.path not in indexed],
                               scope=vault.scope, embedder=self._embedder, known=indexed)
-        _ALL_INDEXED[vault.root] = {rel: vault.file_stamp(rel) for rel in tails}
         return results
 
     @activity.defn(name="append_transcript")
@@ -388,24 +387,6 @@ def _in_file(e: _Entry, tail: bytes | None, indexed: Mapping[str, str]) -> bool:
     its index row); never when there is no file."""
     return tail is not None and (
         e.doc.path in indexed or entry_marker(e.session_id, e.seq).encode("utf-8") in tail)
-
-
-# The day files of a vault as this process left them after its last write, whose entries
-# were all indexed: while a file is still so (its mtime and size), no entry lies in it
-# unindexed, and the next write need not read its tail. A crash or a failed index between
-# an append and its index row, another writer, a hand edit: each changes the stamp or
-# leaves it unrecorded. Only the last write's files are kept: one or two a scope.
-_ALL_INDEXED: dict[Path, dict[str, tuple[int, int] | None]] = {}
-
-
-def _unindexed_tail(vault: Vault, rel: str) -> bytes | None:
-    """Where an entry written but not indexed could lie: the file's tail, empty when this
-    process saw every entry of it indexed, None when there is no file."""
-    stamp = vault.file_stamp(rel)
-    if stamp is None:
-        return None
-    seen = _ALL_INDEXED.get(vault.root, {}).get(rel)
-    return b"" if seen == stamp else _tail(vault.path(rel))
 
 
 def _tail(path: Path) -> bytes | None:

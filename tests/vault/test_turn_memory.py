@@ -82,9 +82,9 @@ async def test_own_appends_leave_nothing_for_the_catch_up_and_hand_edits_do(
 
 async def test_an_entry_appended_but_never_indexed_is_not_appended_again(
         tmp_path, database_url, monkeypatch):
-    """The index failed after the append (the database gone for a moment, a worker killed):
-    the next write finds the entry in the file's tail, in this process too (which may skip
-    reading the tail only while it saw every entry of the file indexed)."""
+    """The index failed after the append (the database gone for a moment): the next write,
+    a batch of two turns, finds the first in the file's tail, indexes it, and appends only
+    the second."""
     ctx = vault_ctx(tmp_path, database_url)
     insert_messages(database_url, "s1", [(1, "user", "First words.", T0),
                                          (2, "user", "Second words.", T0),
