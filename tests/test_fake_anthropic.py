@@ -168,6 +168,22 @@ def test_a_one_hour_entry_outlives_five_minutes(client, clock):
     assert triple(ask(client, system=system))[0] == 0
 
 
+def test_a_one_hour_breakpoint_after_a_five_minute_one_is_refused(client):
+    """The API's order rule (its own words): every 1h breakpoint before any 5m one, in the
+    order tools, system, messages; an unmarked breakpoint is a 5m one."""
+    long_then_short = [user(BIG), {"role": "assistant", "content": "ok"},
+                       {"role": "user", "content": cached_system("more", ttl="5m")}]
+    ask(client, system=cached_system(ttl="1h"), messages=long_then_short)
+    for system, marked in (({}, "1h"), ({"ttl": "5m"}, "1h")):
+        with pytest.raises(anthropic.BadRequestError) as err:
+            ask(client, system=cached_system(**system),
+                messages=[{"role": "user", "content": cached_system("more", ttl=marked)}])
+        assert err.value.body["error"]["message"] == (
+            "messages.0.content.0.cache_control.ttl: a ttl='1h' cache_control block must not"
+            " come after a ttl='5m' cache_control block. Note that blocks are processed in"
+            " the following order: `tools`, `system`, `messages`.")
+
+
 def conversation(turns: int) -> list[dict]:
     messages: list[dict] = [user(BIG)]
     for i in range(turns):

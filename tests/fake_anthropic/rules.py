@@ -179,7 +179,15 @@ def check_cache_control(body: dict[str, Any],
             return f"{b.where}.cache_control.ephemeral.ttl: Input should be '5m' or '1h'"
         if b.kind == "thinking":
             return f"{b.where}.thinking.cache_control: Extra inputs are not permitted"
-    found = len(breakpoints(body, blocks))
+    points = breakpoints(body, blocks)
+    short = False  # a 5-minute breakpoint came before (tools, system, messages: in order)
+    for index, ttl in points:
+        if ttl == "1h" and short:
+            return (f"{blocks[index].where}.cache_control.ttl: a ttl='1h' cache_control block"
+                    " must not come after a ttl='5m' cache_control block. Note that blocks"
+                    " are processed in the following order: `tools`, `system`, `messages`.")
+        short = short or ttl == "5m"
+    found = len(points)
     if found > MAX_CACHE_BREAKPOINTS:
         return (f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be"
                 f" provided. Found {found}.")
