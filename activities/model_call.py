@@ -105,6 +105,7 @@ class ModelAsk(BaseModel):
     usage_ratio: float = 1.0  # the API's count over Keel's estimate, from the last call
     agent: AgentSpec | None = None  # instructions, tools, provider
     mcp_tools: list[McpTool] = Field(default_factory=list)
+    cache_ttl: str = "5m"  # the lifetime of the request's cache entries (schemas.cache_ttl)
 
     @property
     def instructions(self) -> str:
@@ -440,9 +441,12 @@ def _reply_blocks(message: Message) -> tuple[list[dict[str, Any]], list[str]]:
 
 def _usage(message: Message) -> Usage:
     usage = message.usage
+    by_ttl = getattr(usage, "cache_creation", None)  # absent from older API versions
     return Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
                  cache_read_input_tokens=usage.cache_read_input_tokens or 0,
-                 cache_creation_input_tokens=usage.cache_creation_input_tokens or 0)
+                 cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
+                 cache_creation_1h_input_tokens=getattr(
+                     by_ttl, "ephemeral_1h_input_tokens", 0) or 0)
 
 
 async def insert_reply(conn: AsyncConnection, data: ModelCallInput,

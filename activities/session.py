@@ -231,7 +231,8 @@ class SessionActivities:
             model=data.ask.model, max_tokens=data.ask.window.max_output_tokens,
             system=loaded.window.system, rows=sized.rows,
             checkpoint_text=loaded.window.checkpoint_text, memory_block=block,
-            tools=loaded.tools, turn_first_seq=data.span.keep_recent_seq)
+            tools=loaded.tools, turn_first_seq=data.span.keep_recent_seq,
+            cache_ttl=data.ask.cache_ttl)
         try:
             message, tail, partial = await self._ask_model(conn, data, request)
         except ApplicationError as err:

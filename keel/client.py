@@ -71,6 +71,7 @@ from schemas.agent import (
     check_spec,
 )
 from schemas.branch import ForkDone, ImportDone, RewindDone, RewindRequest
+from schemas.cache_ttl import CacheTtl
 from schemas.config import KeelSettings
 from schemas.events import SessionEvent
 from schemas.interrupt import InterruptPolicy
@@ -142,6 +143,7 @@ class SessionOverrides(TypedDict, total=False):
     record_timeout_s: int
     continue_as_new_after_events: int
     memory_scope: str | None  # whose long memory (schemas.vault.scope); None: none
+    prompt_cache_ttl: CacheTtl  # auto (the default), 5m or 1h (schemas.cache_ttl)
     agent: AgentSpec | None  # prefer `start_session(agent=...)`: it checks the spec
 
 

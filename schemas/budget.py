@@ -53,12 +53,18 @@ MTOK = 1_000_000
 
 
 class ModelPrice(BaseModel):
-    """Dollars per million tokens: input, output, cache reads, cache writes (5 minutes)."""
+    """Dollars per million tokens: input, output, cache reads, cache writes of five minutes
+    and of an hour (unset: twice the input's, Anthropic's list shape)."""
 
     input: float = Field(ge=0)
     output: float = Field(ge=0)
     cache_read: float = Field(ge=0)
     cache_write: float = Field(ge=0)
+    cache_write_1h: float | None = Field(default=None, ge=0)
+
+    @property
+    def hour_write(self) -> float:
+        return self.cache_write_1h if self.cache_write_1h is not None else self.input * 2
 
 
 def _price(inp: float, out: float) -> ModelPrice:
@@ -96,7 +102,9 @@ def cost_usd(usage: Usage, price: ModelPrice | None) -> float:
         return 0.0
     return (usage.input_tokens * price.input + usage.output_tokens * price.output
             + usage.cache_read_input_tokens * price.cache_read
-            + usage.cache_creation_input_tokens * price.cache_write) / MTOK
+            + (usage.cache_creation_input_tokens - usage.cache_creation_1h_input_tokens)
+            * price.cache_write
+            + usage.cache_creation_1h_input_tokens * price.hour_write) / MTOK
 
 
 class Spend(BaseModel):

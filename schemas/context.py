@@ -328,7 +328,7 @@ MAX_BREAKPOINTS = 4
 def with_cache_breakpoints(
     system: str, messages: list[dict[str, Any]], *, checkpoint_text: str | None = None,
     volatile_text: str | None = None, stable_blocks: int | None = None,
-    turn_boundary: int = 0,
+    turn_boundary: int = 0, ttl: str = "5m",
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The request's system blocks and messages with cache breakpoints (a copy).
 
@@ -341,8 +341,10 @@ def with_cache_breakpoints(
     last user message); and the last block.
     With all five, the recollection gives way (the turn boundary's prefix holds it). The
     stable end of one request is a prefix of the next turn's request, so the next turn
-    reads it from the cache."""
-    system_blocks = [{"type": "text", "text": system, "cache_control": dict(CACHE_CONTROL)}]
+    reads it from the cache. Every breakpoint has the lifetime `ttl` (schemas.cache_ttl):
+    "5m" is the API's default and is not written out."""
+    control = dict(CACHE_CONTROL) if ttl == "5m" else {**CACHE_CONTROL, "ttl": ttl}
+    system_blocks = [{"type": "text", "text": system, "cache_control": dict(control)}]
     # A message whose content is a string is the one text block the API reads it as.
     out = [m if isinstance(m["content"], list)
            else {"role": m["role"], "content": [_text_block(str(m["content"]))]}
@@ -370,7 +372,7 @@ def with_cache_breakpoints(
     for i, j in dict.fromkeys(marks[-(MAX_BREAKPOINTS - 1):]):
         if out[i] is messages[i]:  # not copied yet (a copy is never the message given)
             out[i] = {"role": out[i]["role"], "content": list(out[i]["content"])}
-        out[i]["content"][j] = {**out[i]["content"][j], "cache_control": dict(CACHE_CONTROL)}
+        out[i]["content"][j] = {**out[i]["content"][j], "cache_control": dict(control)}
     return system_blocks, out
 
 

@@ -224,6 +224,8 @@ class Usage(BaseModel):
     output_tokens: int = 0
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
+    # Of the cache writes, those kept an hour (billed higher; schemas.cache_ttl).
+    cache_creation_1h_input_tokens: int = 0
 
     @property
     def context_tokens(self) -> int:

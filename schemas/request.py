@@ -94,14 +94,15 @@ def offered_calls_only(messages: list[dict[str, Any]],
 
 def model_call_request(*, model: str, max_tokens: int, system: str, rows: list[RecordRow],
                        checkpoint_text: str | None, memory_block: str,
-                       tools: list[dict[str, Any]],
-                       turn_first_seq: int | None = None) -> tuple[dict[str, Any], list[str]]:
+                       tools: list[dict[str, Any]], turn_first_seq: int | None = None,
+                       cache_ttl: str = "5m") -> tuple[dict[str, Any], list[str]]:
     """A session's model call over `rows`, with this turn's recall fenced beside the
     newest input; and the assembly's notes (what it had to leave out or mend).
 
     `turn_first_seq`: the turn's first row. The blocks before it are what the next turn's
     pre-pass leaves as they are now, so a breakpoint at their end is read back from the
-    cache by the next turn even when the pre-pass shrinks this turn's tool outputs."""
+    cache by the next turn even when the pre-pass shrinks this turn's tool outputs.
+    `cache_ttl`: the lifetime of its cache entries (schemas.cache_ttl)."""
     # `before`: the blocks the rows before the turn assemble into on their own (showing a
     # call as text keeps its count of blocks), counted in the same pass.
     messages, notes, before = assemble_with_boundary(
@@ -110,7 +111,7 @@ def model_call_request(*, model: str, max_tokens: int, system: str, rows: list[R
     messages = offered_calls_only(messages, tools)
     system_blocks, messages = with_cache_breakpoints(
         system, messages, checkpoint_text=checkpoint_text, volatile_text=memory_block or None,
-        turn_boundary=before)
+        turn_boundary=before, ttl=cache_ttl)
     return _request(model, max_tokens, system_blocks, messages, tools), notes
 
 

@@ -6,6 +6,7 @@ defaults, never rename or remove one.
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from schemas.agent import AgentSpec, ApprovalDecision, PendingApproval
 from schemas.budget import BudgetRequest, BudgetState, Spend
+from schemas.cache_ttl import CacheTtl
 from schemas.initiative import ChildRun, DelegatedTask, Wakeup
 from schemas.interrupt import InterruptPolicy
 from schemas.mcp import McpTool
@@ -137,6 +139,9 @@ class SessionConfig(BaseModel):
     # starting service's id; schemas.vault.scope). None: no long memory at all. Fixed for
     # the session's life: a run carrying state with another scope is refused.
     memory_scope: str | None = DEFAULT_SCOPE
+    # How long the prompt cache keeps the session's context (schemas.cache_ttl): `auto`
+    # asks for an hour once its inputs come further apart than five minutes.
+    prompt_cache_ttl: CacheTtl = CacheTtl.AUTO
 
     @field_validator("memory_scope")
     @classmethod
@@ -261,6 +266,10 @@ class SessionState(BaseModel):
     wakeups_made: int = 0
     children: list[ChildRun] = Field(default_factory=list)
     delegated_seq: int | None = None
+    # When the last turn ended (workflow time), and the gaps between turns so far (seconds,
+    # the last few): how long the prompt cache should keep the context (schemas.cache_ttl).
+    last_turn_end: datetime | None = None
+    turn_gaps_s: list[float] = Field(default_factory=list)
 
     # ----- sequence numbers: every input, reply, result and notice gets the next one -----
 

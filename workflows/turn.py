@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         SessionActivities,
         WindowSpan,
     )
+    from schemas.cache_ttl import remember_gap, turn_cache_ttl
     from schemas.checkpoint.policy import (
         RoomStep,
         RoomTried,
@@ -107,6 +108,7 @@ class TurnState:
     recall_failed: str | None = None  # why that search failed, said after the reply
     recalled: list[str] = field(default_factory=list)  # the vault paths it found
     progress: TurnInProgress | None = None  # what goes over continue-as-new mid-turn
+    cache_ttl: str = "5m"  # the lifetime of its requests' cache entries (schemas.cache_ttl)
 
 
 class DelegationHooks(Protocol):
@@ -196,12 +198,16 @@ class Turns:
             first_seq = min(first) if first else state.next_seq
             self.run.events.emit(TurnStarted, turn=state.turn, input_seqs=first)
             self.interrupts.start_turn()
+            if state.last_turn_end is not None:  # how long the context waited for this turn
+                state.turn_gaps_s = remember_gap(
+                    state.turn_gaps_s, (workflow.now() - state.last_turn_end).total_seconds())
         self.budget.start_turn()
         self.observer.turn_started()
         # The turn's progress, kept where a continue-as-new during an approval wait finds it.
         progress = carried or TurnInProgress(
             reply=ModelReply(seq=0, stop_reason=None), next_call=0, first_seq=first_seq)
-        self.turn = TurnState(first_seq=first_seq, progress=progress)
+        self.turn = TurnState(first_seq=first_seq, progress=progress, cache_ttl=turn_cache_ttl(
+            state.config.prompt_cache_ttl, state.turn_gaps_s))
         return progress
 
     async def _converse(self, progress: TurnInProgress, *, first: bool,
@@ -271,6 +277,7 @@ class Turns:
             del self.outcomes[old]
         run.phase = run.settled_phase()
         run.publish_summary()
+        state.last_turn_end = workflow.now()
         # The caller has its reply; what is left is written after it.
         if self.turn.recall_failed:
             await run.record_notice(
@@ -369,7 +376,7 @@ class Turns:
                             checkpoint_id=state.checkpoint_id, keep_recent_seq=turn.first_seq),
             ask=ModelAsk(model=state.config.model, window=run.window,
                          usage_ratio=state.usage_ratio, agent=state.config.agent,
-                         mcp_tools=state.mcp_tools),
+                         mcp_tools=state.mcp_tools, cache_ttl=turn.cache_ttl),
             room=RoomSteps(asked=call.tried.asked, cut_newest_output=call.tried.output_cut),
             memory=MemoryStep(scope=state.config.memory_scope, block=turn.memory_block,
                               recall=call.recall, transcribe=self._transcribe(upto)),

@@ -1,0 +1,85 @@
+"""How long a session's prompt-cache entries live (schemas.cache_ttl), how a request marks
+them (schemas.context.with_cache_breakpoints) and what an hour's write costs
+(schemas.budget): pure rules, no server."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from schemas.budget import DEFAULT_PRICES, cost_usd
+from schemas.cache_ttl import RECENT_GAPS, CacheTtl, remember_gap, turn_cache_ttl
+from schemas.context import with_cache_breakpoints
+from schemas.messages import Usage
+from tests.fake_anthropic.prompt import prompt_blocks
+from tests.fake_anthropic.rules import check_cache_control
+
+MIN = 60.0
+
+
+def test_auto_asks_for_an_hour_once_a_quarter_of_the_gaps_outlast_five_minutes() -> None:
+    assert turn_cache_ttl(CacheTtl.AUTO, []) is CacheTtl.SHORT  # nothing seen yet
+    assert turn_cache_ttl(CacheTtl.AUTO, [20, 40, 15]) is CacheTtl.SHORT  # a busy session
+    assert turn_cache_ttl(CacheTtl.AUTO, [12 * MIN]) is CacheTtl.LONG
+    assert turn_cache_ttl(CacheTtl.AUTO, [30, 30, 30, 20 * MIN]) is CacheTtl.LONG  # 1 in 4
+    assert turn_cache_ttl(CacheTtl.AUTO, [30, 30, 30, 30, 20 * MIN]) is CacheTtl.SHORT
+    # Gaps over an hour outlast an hour's entry too: they do not call for it.
+    assert turn_cache_ttl(CacheTtl.AUTO, [3 * 3600, 5 * 3600]) is CacheTtl.SHORT
+    assert turn_cache_ttl(CacheTtl.AUTO, [5 * MIN]) is CacheTtl.SHORT  # read in time
+    # Only the recent gaps count: a session that got busy goes back to five minutes.
+    old_habit = [20 * MIN] * 4 + [10.0] * RECENT_GAPS
+    assert turn_cache_ttl(CacheTtl.AUTO, old_habit) is CacheTtl.SHORT
+
+
+@given(st.lists(st.floats(0, 10 * 3600), max_size=20))
+def test_a_fixed_lifetime_is_kept_whatever_the_gaps(gaps: list[float]) -> None:
+    assert turn_cache_ttl(CacheTtl.SHORT, gaps) is CacheTtl.SHORT
+    assert turn_cache_ttl(CacheTtl.LONG, gaps) is CacheTtl.LONG
+
+
+@given(st.lists(st.floats(-10, 10 * 3600), max_size=30))
+def test_the_gaps_remembered_are_the_last_few(gaps: list[float]) -> None:
+    kept: list[float] = []
+    for gap in gaps:
+        kept = remember_gap(kept, gap)
+    assert len(kept) == min(len(gaps), RECENT_GAPS)
+    assert all(g >= 0 for g in kept)
+
+
+def _conversation() -> list[dict]:
+    return [{"role": "user", "content": "the recollection"},
+            {"role": "assistant", "content": "noted"},
+            {"role": "user", "content": [{"type": "text", "text": "the newest input"},
+                                         {"type": "text", "text": "<memory-context>"}]}]
+
+
+def test_an_hours_breakpoints_are_all_an_hour_and_the_api_takes_their_order() -> None:
+    system, messages = with_cache_breakpoints(
+        "sys", _conversation(), checkpoint_text="the recollection",
+        volatile_text="<memory-context>", turn_boundary=2, ttl="1h")
+    body = {"model": "claude-sonnet-5", "max_tokens": 10, "system": system,
+            "messages": messages}
+    controls = [b.cache_control for b in prompt_blocks(body) if b.cache_control is not None]
+    assert len(controls) == 4
+    assert controls == [{"type": "ephemeral", "ttl": "1h"}] * 4
+    assert check_cache_control(body) is None
+    # Five minutes, the default, is not written out: the bytes Keel always sent.
+    short_system, short = with_cache_breakpoints(
+        "sys", _conversation(), checkpoint_text="the recollection",
+        volatile_text="<memory-context>", turn_boundary=2)
+    assert with_cache_breakpoints(
+        "sys", _conversation(), checkpoint_text="the recollection",
+        volatile_text="<memory-context>", turn_boundary=2, ttl="5m") == (short_system, short)
+    assert "ttl" not in str(short_system) + str(short)
+
+
+def test_an_hours_cache_write_costs_twice_the_input() -> None:
+    price = DEFAULT_PRICES["claude-sonnet"]  # $3 input, $3.75 a 5-minute write
+    short = Usage(cache_creation_input_tokens=1_000_000)
+    hour = Usage(cache_creation_input_tokens=1_000_000,
+                 cache_creation_1h_input_tokens=1_000_000)
+    mixed = Usage(cache_creation_input_tokens=1_000_000,
+                  cache_creation_1h_input_tokens=400_000)
+    assert (cost_usd(short, price), cost_usd(hour, price)) == (3.75, 6.0)
+    assert round(cost_usd(mixed, price), 6) == round(0.6 * 3.75 + 0.4 * 6.0, 6)
+    assert cost_usd(hour, price.model_copy(update={"cache_write_1h": 5.0})) == 5.0

@@ -1,0 +1,82 @@
+"""A session whose inputs come more than five minutes apart keeps its context in the prompt
+cache for an hour (schemas.cache_ttl): after two ten-minute gaps its third turn reads the
+conversation from the cache, where a session held to five minutes writes it all again.
+
+Time is skipped (Temporal's time-skipping server, so the session's clock sees the gaps) and
+the fake API's clock moves with it (its cache entries expire as the real API's do). The
+time-skipping server takes no Updates: turns are asked by Task signals."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import psycopg
+
+from keel.client import session_config
+from schemas.agent import AgentSpec
+from schemas.cache_ttl import CacheTtl
+from tests.fake_anthropic import FakeAnthropic, ManualClock, text_message
+from tests.harness import keel_worker, make_settings
+
+GAP_S = 600
+# Instructions long enough that the prefix is one the API caches (its minimum length).
+SPEC = AgentSpec(instructions="You watch a release and note what changes. " * 300)
+
+
+def _replies(database_url: str, session_id: str) -> int:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT count(*) FROM messages WHERE session_id = %s"
+                           " AND type = 'assistant'", (session_id,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+async def _turn(session: Any, database_url: str, turn: int) -> None:
+    await session.task(f"t{turn}", "Release watch", f"check {turn}: what changed?")
+    deadline = time.monotonic() + 60
+    while _replies(database_url, session.session_id) < turn:
+        assert time.monotonic() < deadline, f"turn {turn} got no reply"
+        await asyncio.sleep(0.1)
+
+
+def _ttls(body: dict[str, Any]) -> set[str]:
+    marks = [b.get("cache_control") for b in body["system"]] + [
+        b.get("cache_control") for m in body["messages"] if isinstance(m["content"], list)
+        for b in m["content"]]
+    return {str(c.get("ttl", "5m")) for c in marks if c}
+
+
+async def test_a_session_with_long_gaps_reads_its_context_from_the_cache_after_them(
+        time_skipping_env, database_url, tmp_path) -> None:
+    clock = ManualClock(1_000.0)
+    fake = FakeAnthropic(lambda body: text_message("noted"), clock=clock).start()
+    try:
+        settings = make_settings(database_url, tmp_path, fake.base_url)
+        async with keel_worker(time_skipping_env.client, settings) as keel:
+            seen: dict[CacheTtl, list[tuple[set[str], Any]]] = {}
+            for mode in (CacheTtl.AUTO, CacheTtl.SHORT):
+                fake.cache.clear()
+                session = await keel.start_session(
+                    f"ttl-{mode.name.lower()}", agent=SPEC,
+                    config=session_config(settings, prompt_cache_ttl=mode))
+                first = len(fake.requests)
+                for turn in (1, 2, 3):
+                    if turn > 1:  # the session and the API both see ten minutes go by
+                        await time_skipping_env.sleep(GAP_S)
+                        clock.advance(GAP_S)
+                    await _turn(session, database_url, turn)
+                seen[mode] = list(zip([_ttls(b) for b in fake.requests[first:]],
+                                      fake.usages[first:], strict=True))
+    finally:
+        fake.stop()
+    auto, short = seen[CacheTtl.AUTO], seen[CacheTtl.SHORT]
+    assert [ttls for ttls, _ in auto] == [{"5m"}, {"1h"}, {"1h"}]  # no gap seen before turn 2
+    assert [ttls for ttls, _ in short] == [{"5m"}] * 3
+    # Turn 2 follows the first gap either way: everything written again.
+    assert auto[1][1].cache_read == short[1][1].cache_read == 0
+    # Turn 3: written for an hour by turn 2, the context is read back; kept five minutes,
+    # it expired and is written again, whole.
+    read, written = auto[2][1].cache_read, short[2][1].cache_creation
+    assert read >= 0.9 * written and short[2][1].cache_read == 0
+    assert auto[2][1].cache_creation == auto[2][1].creation_1h < 0.05 * written  # the new
