@@ -11,6 +11,7 @@ the default lifetime policy (`auto`, schemas.cache_ttl) and one held to five min
 - busy: 30 s between turns (an agent at work: five minutes never lapse);
 - watch: a Watch every 10 minutes;
 - person: a person replying after 1 to 30 minutes (drawn, the same draws both sides);
+- bursts: a person at work, 20 s between turns, and a 15-minute break every sixth gap;
 - sparse: 90 minutes between turns (an hour lapses too).
 
 Every turn is a Task input answered with a 200-word reply, over 3,000 words of
@@ -66,6 +67,7 @@ def cadences(turns: int) -> dict[str, list[float]]:
     draws = random.Random(7)
     return {"busy": [30.0] * (turns - 1), "watch": [600.0] * (turns - 1),
             "person": [draws.uniform(60, 1800) for _ in range(turns - 1)],
+            "bursts": [900.0 if i % 6 == 5 else 20.0 for i in range(turns - 1)],
             "sparse": [5400.0] * (turns - 1)}
 
 

@@ -270,6 +270,7 @@ class SessionState(BaseModel):
     # the last few): how long the prompt cache should keep the context (schemas.cache_ttl).
     last_turn_end: datetime | None = None
     turn_gaps_s: list[float] = Field(default_factory=list)
+    turn_written: list[int] = Field(default_factory=list)  # input tokens billed, a turn
 
     # ----- sequence numbers: every input, reply, result and notice gets the next one -----
 

@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
         SessionActivities,
         WindowSpan,
     )
-    from schemas.cache_ttl import remember_gap, turn_cache_ttl
+    from schemas.cache_ttl import remember_gap, remember_written, turn_cache_ttl
     from schemas.checkpoint.policy import (
         RoomStep,
         RoomTried,
@@ -207,7 +207,8 @@ class Turns:
         progress = carried or TurnInProgress(
             reply=ModelReply(seq=0, stop_reason=None), next_call=0, first_seq=first_seq)
         self.turn = TurnState(first_seq=first_seq, progress=progress, cache_ttl=turn_cache_ttl(
-            state.config.prompt_cache_ttl, state.turn_gaps_s))
+            state.config.prompt_cache_ttl, state.turn_gaps_s, state.context_tokens,
+            state.turn_written))
         return progress
 
     async def _converse(self, progress: TurnInProgress, *, first: bool,
@@ -278,6 +279,7 @@ class Turns:
         run.phase = run.settled_phase()
         run.publish_summary()
         state.last_turn_end = workflow.now()
+        state.turn_written = remember_written(state.turn_written, self.observer.input_tokens)
         # The caller has its reply; what is left is written after it.
         if self.turn.recall_failed:
             await run.record_notice(

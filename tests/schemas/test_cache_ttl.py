@@ -31,6 +31,22 @@ def test_auto_asks_for_an_hour_once_a_quarter_of_the_gaps_outlast_five_minutes()
     assert turn_cache_ttl(CacheTtl.AUTO, old_habit) is CacheTtl.SHORT
 
 
+def test_measured_it_asks_for_an_hour_when_the_hour_costs_less() -> None:
+    """A person's bursts of work (short gaps) and breaks (one in eight over five minutes):
+    the break's rewrite of a 100k context outweighs 0.75x of a 5k turn's writes eight
+    times over, so the hour; a small context whose turns write much keeps five minutes."""
+    bursts = [10.0] * 7 + [20 * MIN]
+    assert turn_cache_ttl(CacheTtl.AUTO, bursts) is CacheTtl.SHORT  # unmeasured: a quarter
+    assert turn_cache_ttl(CacheTtl.AUTO, bursts, 100_000, [5_000] * 8) is CacheTtl.LONG
+    assert turn_cache_ttl(CacheTtl.AUTO, bursts, 10_000, [20_000] * 8) is CacheTtl.SHORT
+    # A turn that wrote the whole context again after a break is not a usual turn.
+    rewrote = [5_000] * 7 + [100_000]
+    assert turn_cache_ttl(CacheTtl.AUTO, bursts, 100_000, rewrote) is CacheTtl.LONG
+    # No gap an hour bridges and five minutes do not: five minutes, whatever the sizes.
+    assert turn_cache_ttl(CacheTtl.AUTO, [10.0] * 8, 100_000, [10] * 8) is CacheTtl.SHORT
+    assert turn_cache_ttl(CacheTtl.AUTO, [2 * 3600.0] * 8, 10**6, [10] * 8) is CacheTtl.SHORT
+
+
 @given(st.lists(st.floats(0, 10 * 3600), max_size=20))
 def test_a_fixed_lifetime_is_kept_whatever_the_gaps(gaps: list[float]) -> None:
     assert turn_cache_ttl(CacheTtl.SHORT, gaps) is CacheTtl.SHORT
