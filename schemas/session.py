@@ -140,7 +140,7 @@ class SessionConfig(BaseModel):
     # the session's life: a run carrying state with another scope is refused.
     memory_scope: str | None = DEFAULT_SCOPE
     # How long the prompt cache keeps the session's context (schemas.cache_ttl): `auto`
-    # asks for an hour once its inputs come further apart than five minutes.
+    # asks for an hour when its model calls wait on one another past five minutes.
     prompt_cache_ttl: CacheTtl = CacheTtl.AUTO
 
     @field_validator("memory_scope")
@@ -266,11 +266,12 @@ class SessionState(BaseModel):
     wakeups_made: int = 0
     children: list[ChildRun] = Field(default_factory=list)
     delegated_seq: int | None = None
-    # When the last turn ended (workflow time), and the gaps between turns so far (seconds,
-    # the last few): how long the prompt cache should keep the context (schemas.cache_ttl).
-    last_turn_end: datetime | None = None
-    turn_gaps_s: list[float] = Field(default_factory=list)
-    turn_written: list[int] = Field(default_factory=list)  # input tokens billed, a turn
+    # When the last model call was asked (workflow time), the waits between calls so far
+    # (seconds) and what the calls billed as input (tokens), the last few of each: how long
+    # the prompt cache should keep the context (schemas.cache_ttl).
+    last_call_at: datetime | None = None
+    call_gaps_s: list[float] = Field(default_factory=list)
+    call_written: list[int] = Field(default_factory=list)
 
     # ----- sequence numbers: every input, reply, result and notice gets the next one -----
 

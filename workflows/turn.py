@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
         SessionActivities,
         WindowSpan,
     )
-    from schemas.cache_ttl import remember_gap, remember_written, turn_cache_ttl
+    from schemas.cache_ttl import cache_ttl, remember_gap, remember_written
     from schemas.checkpoint.policy import (
         RoomStep,
         RoomTried,
@@ -108,7 +108,6 @@ class TurnState:
     recall_failed: str | None = None  # why that search failed, said after the reply
     recalled: list[str] = field(default_factory=list)  # the vault paths it found
     progress: TurnInProgress | None = None  # what goes over continue-as-new mid-turn
-    cache_ttl: str = "5m"  # the lifetime of its requests' cache entries (schemas.cache_ttl)
 
 
 class DelegationHooks(Protocol):
@@ -198,17 +197,12 @@ class Turns:
             first_seq = min(first) if first else state.next_seq
             self.run.events.emit(TurnStarted, turn=state.turn, input_seqs=first)
             self.interrupts.start_turn()
-            if state.last_turn_end is not None:  # how long the context waited for this turn
-                state.turn_gaps_s = remember_gap(
-                    state.turn_gaps_s, (workflow.now() - state.last_turn_end).total_seconds())
         self.budget.start_turn()
         self.observer.turn_started()
         # The turn's progress, kept where a continue-as-new during an approval wait finds it.
         progress = carried or TurnInProgress(
             reply=ModelReply(seq=0, stop_reason=None), next_call=0, first_seq=first_seq)
-        self.turn = TurnState(first_seq=first_seq, progress=progress, cache_ttl=turn_cache_ttl(
-            state.config.prompt_cache_ttl, state.turn_gaps_s, state.context_tokens,
-            state.turn_written))
+        self.turn = TurnState(first_seq=first_seq, progress=progress)
         return progress
 
     async def _converse(self, progress: TurnInProgress, *, first: bool,
@@ -278,8 +272,6 @@ class Turns:
             del self.outcomes[old]
         run.phase = run.settled_phase()
         run.publish_summary()
-        state.last_turn_end = workflow.now()
-        state.turn_written = remember_written(state.turn_written, self.observer.input_tokens)
         # The caller has its reply; what is left is written after it.
         if self.turn.recall_failed:
             await run.record_notice(
@@ -353,7 +345,7 @@ class Turns:
             seq = state.allocate_seq()
             try:
                 self.interrupts.calling = seq
-                data = self._model_call_input(seq, upto, call)
+                data = self._model_call_input(seq, upto, call, self._cache_ttl())
                 call.transcribe = data.memory.transcribe
                 result: ModelCallResult = await workflow.execute_activity_method(
                     SessionActivities.call_model, data, **MODEL_CALL)
@@ -369,7 +361,19 @@ class Turns:
                 return ended
             upto = state.recorded_upto
 
-    def _model_call_input(self, seq: int, upto: int, call: _Call) -> ModelCallInput:
+    def _cache_ttl(self) -> str:
+        """This call's cache lifetime (schemas.cache_ttl): the wait since the session's last
+        call (between turns, for a person's approval, a child, a long tool) remembered."""
+        state, now = self.run.state, workflow.now()
+        if state.last_call_at is not None:
+            state.call_gaps_s = remember_gap(state.call_gaps_s,
+                                             (now - state.last_call_at).total_seconds())
+        state.last_call_at = now
+        return cache_ttl(state.config.prompt_cache_ttl, state.call_gaps_s,
+                         state.context_tokens, state.call_written)
+
+    def _model_call_input(self, seq: int, upto: int, call: _Call,
+                          ttl: str) -> ModelCallInput:
         """The model call's input: the one place it is built."""
         run, state, turn = self.run, self.run.state, self.turn
         return ModelCallInput(
@@ -378,7 +382,7 @@ class Turns:
                             checkpoint_id=state.checkpoint_id, keep_recent_seq=turn.first_seq),
             ask=ModelAsk(model=state.config.model, window=run.window,
                          usage_ratio=state.usage_ratio, agent=state.config.agent,
-                         mcp_tools=state.mcp_tools, cache_ttl=turn.cache_ttl),
+                         mcp_tools=state.mcp_tools, cache_ttl=ttl),
             room=RoomSteps(asked=call.tried.asked, cut_newest_output=call.tried.output_cut),
             memory=MemoryStep(scope=state.config.memory_scope, block=turn.memory_block,
                               recall=call.recall, transcribe=self._transcribe(upto)),
@@ -472,6 +476,9 @@ class Turns:
         actual = reply.usage.context_tokens
         state.usage_ratio = learned_ratio(state.usage_ratio, actual, result.estimated_tokens)
         state.last_usage_tokens = actual
+        state.call_written = remember_written(  # what the call billed as input
+            state.call_written, reply.usage.input_tokens + reply.usage.cache_creation_input_tokens,
+            state.call_gaps_s[-1] if state.call_gaps_s else None)
         state.context_tokens = (actual or result.estimated_tokens) + reply.reply_tokens
 
     async def _stop_too_long(self) -> None:

@@ -8,7 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas.budget import DEFAULT_PRICES, cost_usd
-from schemas.cache_ttl import RECENT_GAPS, CacheTtl, remember_gap, turn_cache_ttl
+from schemas.cache_ttl import (
+    RECENT_GAPS,
+    CacheTtl,
+    cache_ttl,
+    remember_gap,
+    remember_written,
+)
 from schemas.context import with_cache_breakpoints
 from schemas.messages import Usage
 from tests.fake_anthropic.prompt import prompt_blocks
@@ -18,17 +24,17 @@ MIN = 60.0
 
 
 def test_auto_asks_for_an_hour_once_a_quarter_of_the_gaps_outlast_five_minutes() -> None:
-    assert turn_cache_ttl(CacheTtl.AUTO, []) is CacheTtl.SHORT  # nothing seen yet
-    assert turn_cache_ttl(CacheTtl.AUTO, [20, 40, 15]) is CacheTtl.SHORT  # a busy session
-    assert turn_cache_ttl(CacheTtl.AUTO, [12 * MIN]) is CacheTtl.LONG
-    assert turn_cache_ttl(CacheTtl.AUTO, [30, 30, 30, 20 * MIN]) is CacheTtl.LONG  # 1 in 4
-    assert turn_cache_ttl(CacheTtl.AUTO, [30, 30, 30, 30, 20 * MIN]) is CacheTtl.SHORT
+    assert cache_ttl(CacheTtl.AUTO, []) is CacheTtl.SHORT  # nothing seen yet
+    assert cache_ttl(CacheTtl.AUTO, [20, 40, 15]) is CacheTtl.SHORT  # a busy session
+    assert cache_ttl(CacheTtl.AUTO, [12 * MIN]) is CacheTtl.LONG
+    assert cache_ttl(CacheTtl.AUTO, [30, 30, 30, 20 * MIN]) is CacheTtl.LONG  # 1 in 4
+    assert cache_ttl(CacheTtl.AUTO, [30, 30, 30, 30, 20 * MIN]) is CacheTtl.SHORT
     # Gaps over an hour outlast an hour's entry too: they do not call for it.
-    assert turn_cache_ttl(CacheTtl.AUTO, [3 * 3600, 5 * 3600]) is CacheTtl.SHORT
-    assert turn_cache_ttl(CacheTtl.AUTO, [5 * MIN]) is CacheTtl.SHORT  # read in time
+    assert cache_ttl(CacheTtl.AUTO, [3 * 3600, 5 * 3600]) is CacheTtl.SHORT
+    assert cache_ttl(CacheTtl.AUTO, [5 * MIN]) is CacheTtl.SHORT  # read in time
     # Only the recent gaps count: a session that got busy goes back to five minutes.
     old_habit = [20 * MIN] * 4 + [10.0] * RECENT_GAPS
-    assert turn_cache_ttl(CacheTtl.AUTO, old_habit) is CacheTtl.SHORT
+    assert cache_ttl(CacheTtl.AUTO, old_habit) is CacheTtl.SHORT
 
 
 def test_measured_it_asks_for_an_hour_when_the_hour_costs_less() -> None:
@@ -36,21 +42,31 @@ def test_measured_it_asks_for_an_hour_when_the_hour_costs_less() -> None:
     the break's rewrite of a 100k context outweighs 0.75x of a 5k turn's writes eight
     times over, so the hour; a small context whose turns write much keeps five minutes."""
     bursts = [10.0] * 7 + [20 * MIN]
-    assert turn_cache_ttl(CacheTtl.AUTO, bursts) is CacheTtl.SHORT  # unmeasured: a quarter
-    assert turn_cache_ttl(CacheTtl.AUTO, bursts, 100_000, [5_000] * 8) is CacheTtl.LONG
-    assert turn_cache_ttl(CacheTtl.AUTO, bursts, 10_000, [20_000] * 8) is CacheTtl.SHORT
+    assert cache_ttl(CacheTtl.AUTO, bursts) is CacheTtl.SHORT  # unmeasured: a quarter
+    assert cache_ttl(CacheTtl.AUTO, bursts, 100_000, [5_000] * 8) is CacheTtl.LONG
+    assert cache_ttl(CacheTtl.AUTO, bursts, 10_000, [20_000] * 8) is CacheTtl.SHORT
     # A turn that wrote the whole context again after a break is not a usual turn.
     rewrote = [5_000] * 7 + [100_000]
-    assert turn_cache_ttl(CacheTtl.AUTO, bursts, 100_000, rewrote) is CacheTtl.LONG
+    assert cache_ttl(CacheTtl.AUTO, bursts, 100_000, rewrote) is CacheTtl.LONG
     # No gap an hour bridges and five minutes do not: five minutes, whatever the sizes.
-    assert turn_cache_ttl(CacheTtl.AUTO, [10.0] * 8, 100_000, [10] * 8) is CacheTtl.SHORT
-    assert turn_cache_ttl(CacheTtl.AUTO, [2 * 3600.0] * 8, 10**6, [10] * 8) is CacheTtl.SHORT
+    assert cache_ttl(CacheTtl.AUTO, [10.0] * 8, 100_000, [10] * 8) is CacheTtl.SHORT
+    assert cache_ttl(CacheTtl.AUTO, [2 * 3600.0] * 8, 10**6, [10] * 8) is CacheTtl.SHORT
 
 
 @given(st.lists(st.floats(0, 10 * 3600), max_size=20))
 def test_a_fixed_lifetime_is_kept_whatever_the_gaps(gaps: list[float]) -> None:
-    assert turn_cache_ttl(CacheTtl.SHORT, gaps) is CacheTtl.SHORT
-    assert turn_cache_ttl(CacheTtl.LONG, gaps) is CacheTtl.LONG
+    assert cache_ttl(CacheTtl.SHORT, gaps) is CacheTtl.SHORT
+    assert cache_ttl(CacheTtl.LONG, gaps) is CacheTtl.LONG
+
+
+def test_only_a_usual_calls_writes_are_remembered() -> None:
+    """A session's first call and a call after a wait past five minutes write the whole
+    context: not what a call usually writes."""
+    written = remember_written([], 4_000, None)  # the first call
+    written = remember_written(written, 4_100, 20 * MIN)  # after a wait: a rewrite
+    assert written == []
+    assert remember_written(written, 150, 2.0) == [150]
+    assert remember_written([10] * RECENT_GAPS, 150, 2.0) == [10] * (RECENT_GAPS - 1) + [150]
 
 
 @given(st.lists(st.floats(-10, 10 * 3600), max_size=30))

@@ -1,6 +1,7 @@
-"""A session whose inputs come more than five minutes apart keeps its context in the prompt
-cache for an hour (schemas.cache_ttl): after two ten-minute gaps its third turn reads the
-conversation from the cache, where a session held to five minutes writes it all again.
+"""A session whose calls wait more than five minutes for one another keeps its context in
+the prompt cache for an hour (schemas.cache_ttl): after two ten-minute gaps between turns
+its third turn reads the conversation from the cache, where a session held to five minutes
+writes it all again; a wait for a person's approval inside a turn counts the same.
 
 Time is skipped (Temporal's time-skipping server, so the session's clock sees the gaps) and
 the fake API's clock moves with it (its cache entries expire as the real API's do). The
@@ -14,10 +15,11 @@ from typing import Any
 
 import psycopg
 
+from examples.support.service import toolset
 from keel.client import session_config
-from schemas.agent import AgentSpec
+from schemas.agent import AgentSpec, ApprovalRules
 from schemas.cache_ttl import CacheTtl
-from tests.fake_anthropic import FakeAnthropic, ManualClock, text_message
+from tests.fake_anthropic import FakeAnthropic, ManualClock, text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
 
 GAP_S = 600
@@ -80,3 +82,45 @@ async def test_a_session_with_long_gaps_reads_its_context_from_the_cache_after_t
     read, written = auto[2][1].cache_read, short[2][1].cache_creation
     assert read >= 0.9 * written and short[2][1].cache_read == 0
     assert auto[2][1].cache_creation == auto[2][1].creation_1h < 0.05 * written  # the new
+
+
+def _refund_or_answer(body: dict[str, Any]) -> dict[str, Any]:
+    last = body["messages"][-1]["content"]
+    if isinstance(last, list) and any(b.get("type") == "tool_result" for b in last):
+        return text_message("No refund, then.")
+    return tool_use_message([("refund", {"order_id": "A-1001", "amount_cents": 2599})])
+
+
+async def test_a_wait_for_a_persons_approval_counts_as_a_wait(
+        time_skipping_env, database_url, tmp_path) -> None:
+    """Each turn asks for a refund, which waits ten minutes on a person (then the policy's
+    default, deny, applies). The call after the first wait learned it: from then on the
+    context is kept an hour, and the call after the second wait reads it back."""
+    spec = SPEC.model_copy(update={
+        "tools": toolset("no-worker-needed").declarations(),
+        "approvals": ApprovalRules(timeout_s=GAP_S, on_timeout="deny")})
+    clock = ManualClock(1_000.0)
+    fake = FakeAnthropic(_refund_or_answer, clock=clock).start()
+    try:
+        settings = make_settings(database_url, tmp_path, fake.base_url)
+        async with keel_worker(time_skipping_env.client, settings) as keel:
+            session = await keel.start_session("ttl-approval", agent=spec)
+            for turn in (1, 2):
+                await session.task(f"t{turn}", "Refunds", f"refund A-1001, try {turn}")
+                for _ in range(600):  # the refund's call, waiting on a person
+                    if await session.pending():
+                        break
+                    await asyncio.sleep(0.05)
+                clock.advance(GAP_S + 1)  # first: the call after the wait comes at once
+                await time_skipping_env.sleep(GAP_S + 1)
+                deadline = time.monotonic() + 60
+                while _replies(database_url, session.session_id) < 2 * turn:
+                    assert time.monotonic() < deadline, f"turn {turn} got no reply"
+                    await asyncio.sleep(0.1)
+    finally:
+        fake.stop()
+    ttls = [_ttls(body) for body in fake.requests]
+    assert ttls == [{"5m"}, {"1h"}, {"1h"}, {"1h"}]
+    after_first, after_second = fake.usages[1], fake.usages[3]
+    assert after_first.cache_read == 0  # the first wait outlived the five minutes
+    assert after_second.cache_read >= 0.9 * after_second.total_input
