@@ -26,13 +26,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import random
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +40,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.db import apply_migrations, close_pools
+from bench.bench_runtime import machine
 from bench.common import ROOT, shown, source_commit, table
 from keel.client import KeelClient, session_config
 from keel.devstack import temporal_test_server_path, temporary_postgres
@@ -157,9 +155,7 @@ async def main() -> None:
                   f["auto"]["cache_read_share"], f["five_minutes"]["cache_read_share"]]
                  for name, f in figures.items()]))
     out = {"benchmark": "cache-ttl",
-           "machine": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                       "cpus": os.cpu_count(), "python": platform.python_version(),
-                       "commit": commit},
+           "machine": {**machine(), "commit": commit},
            "turns": args.turns, "cadences": figures,
            "total_seconds": round(time.perf_counter() - started, 1)}
     path = args.out or (RESULTS if args.turns == 24 else

@@ -28,7 +28,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -45,6 +44,7 @@ from activities.vault.embedder import embedder_for
 from activities.vault.outbox import QueuedTranscript, TranscriptDrainer, queue_transcript
 from activities.vault.turn import MemoryActivities
 from bench.bench_memory import filler_docs, fresh_database
+from bench.bench_runtime import machine
 from bench.common import ROOT, shown, source_commit, table
 from bench.procs import postmaster_pid, tree_cpu
 from keel.devstack import temporary_postgres
@@ -150,9 +150,7 @@ async def main() -> None:
         pgdata = Path(str(row[0]))
         figures = await run(admin, pgdata, args.sessions, args.turns)
     out = {"benchmark": "transcripts",
-           "machine": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                       "cpus": os.cpu_count(), "python": platform.python_version(),
-                       "commit": commit, "load_average": list(os.getloadavg())},
+           "machine": {**machine(), "commit": commit, "load_average": list(os.getloadavg())},
            "sessions": args.sessions, "turns": args.turns, **figures,
            "total_seconds": round(time.perf_counter() - started, 1)}
     print(table("The vault worker's transcript drain (a row = one turn: two entries)",
