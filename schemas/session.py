@@ -15,7 +15,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from schemas.agent import AgentSpec, ApprovalDecision, PendingApproval
 from schemas.budget import BudgetRequest, BudgetState, Spend
-from schemas.cache_ttl import CacheTtl
+from schemas.cache_ttl import CacheTtl, cache_ttl, remember_gap, remember_written
 from schemas.initiative import ChildRun, DelegatedTask, Wakeup
 from schemas.interrupt import InterruptPolicy
 from schemas.mcp import McpTool
@@ -272,6 +272,24 @@ class SessionState(BaseModel):
     last_call_at: datetime | None = None
     call_gaps_s: list[float] = Field(default_factory=list)
     call_written: list[int] = Field(default_factory=list)
+
+    # ----- model calls: how long the prompt cache should keep the context ----------------
+
+    def call_asked(self, now: datetime) -> CacheTtl:
+        """A model call asked at `now` (workflow time): the wait since the session's last
+        call remembered (between turns, for a person's approval, a child, a long tool), and
+        the call's cache lifetime (schemas.cache_ttl)."""
+        if self.last_call_at is not None:
+            self.call_gaps_s = remember_gap(self.call_gaps_s,
+                                            (now - self.last_call_at).total_seconds())
+        self.last_call_at = now
+        return cache_ttl(self.config.prompt_cache_ttl, self.call_gaps_s, self.context_tokens,
+                         self.call_written)
+
+    def call_billed(self, tokens: int) -> None:
+        """What the last call billed as input (uncached and cache writes), remembered."""
+        self.call_written = remember_written(
+            self.call_written, tokens, self.call_gaps_s[-1] if self.call_gaps_s else None)
 
     # ----- sequence numbers: every input, reply, result and notice gets the next one -----
 

@@ -43,7 +43,6 @@ with workflow.unsafe.imports_passed_through():
         SessionActivities,
         WindowSpan,
     )
-    from schemas.cache_ttl import cache_ttl, remember_gap, remember_written
     from schemas.checkpoint.policy import (
         RoomStep,
         RoomTried,
@@ -345,7 +344,8 @@ class Turns:
             seq = state.allocate_seq()
             try:
                 self.interrupts.calling = seq
-                data = self._model_call_input(seq, upto, call, self._cache_ttl())
+                ttl = state.call_asked(workflow.now())  # its cache lifetime
+                data = self._model_call_input(seq, upto, call, ttl)
                 call.transcribe = data.memory.transcribe
                 result: ModelCallResult = await workflow.execute_activity_method(
                     SessionActivities.call_model, data, **MODEL_CALL)
@@ -360,17 +360,6 @@ class Turns:
             if ended is not None:
                 return ended
             upto = state.recorded_upto
-
-    def _cache_ttl(self) -> str:
-        """This call's cache lifetime (schemas.cache_ttl): the wait since the session's last
-        call (between turns, for a person's approval, a child, a long tool) remembered."""
-        state, now = self.run.state, workflow.now()
-        if state.last_call_at is not None:
-            state.call_gaps_s = remember_gap(state.call_gaps_s,
-                                             (now - state.last_call_at).total_seconds())
-        state.last_call_at = now
-        return cache_ttl(state.config.prompt_cache_ttl, state.call_gaps_s,
-                         state.context_tokens, state.call_written)
 
     def _model_call_input(self, seq: int, upto: int, call: _Call,
                           ttl: str) -> ModelCallInput:
@@ -476,9 +465,7 @@ class Turns:
         actual = reply.usage.context_tokens
         state.usage_ratio = learned_ratio(state.usage_ratio, actual, result.estimated_tokens)
         state.last_usage_tokens = actual
-        state.call_written = remember_written(  # what the call billed as input
-            state.call_written, reply.usage.input_tokens + reply.usage.cache_creation_input_tokens,
-            state.call_gaps_s[-1] if state.call_gaps_s else None)
+        state.call_billed(reply.usage.input_tokens + reply.usage.cache_creation_input_tokens)
         state.context_tokens = (actual or result.estimated_tokens) + reply.reply_tokens
 
     async def _stop_too_long(self) -> None:
