@@ -283,6 +283,10 @@ class SessionState(BaseModel):
             self.call_gaps_s = remember_gap(self.call_gaps_s,
                                             (now - self.last_call_at).total_seconds())
         self.last_call_at = now
+        return self.cache_ttl_now()
+
+    def cache_ttl_now(self) -> CacheTtl:
+        """The lifetime a call asked now would get (the wait before it aside)."""
         return cache_ttl(self.config.prompt_cache_ttl, self.call_gaps_s, self.context_tokens,
                          self.call_written)
 
@@ -402,6 +406,9 @@ class SessionStatus(BaseModel):
     # A child's run's result only: its answer, when its parent hears it so
     # (`DelegatedTask.answer_in_result`).
     answer: AgentRunInput | None = None
+    # The prompt cache's lifetime a call asked now would get, and the session's setting.
+    prompt_cache_ttl: CacheTtl = CacheTtl.SHORT
+    prompt_cache_setting: CacheTtl = CacheTtl.AUTO
 
 
 class CancelWakeup(BaseModel):

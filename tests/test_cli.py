@@ -88,8 +88,10 @@ async def test_session_commands_end_to_end(client, settings, cli_env, database_u
 
         out = await keel(cli_env, "status", sid)
         assert sid in out and "idle" in out and "checkpoints" in out
+        assert "kept 5m (auto)" in out  # turns seconds apart: the API's default lifetime
         status = json.loads(await keel(cli_env, "status", sid, "--json"))
         assert status["session_id"] == sid and status["turn"] >= 3
+        assert (status["prompt_cache_ttl"], status["prompt_cache_setting"]) == ("5m", "auto")
 
         out = await keel(cli_env, "record", sid)
         assert '[Harness: Watch w-1 "CI status"] CI is green' in out

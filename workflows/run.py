@@ -82,6 +82,8 @@ class SessionRun:
             budget_request=state.budget.request,
             wakeups=list(state.wakeups), children=list(state.children),
             parent_session=delegated.parent_session if delegated else None,
+            prompt_cache_ttl=state.cache_ttl_now(),
+            prompt_cache_setting=state.config.prompt_cache_ttl,
         )
 
     def publish_summary(self) -> None:

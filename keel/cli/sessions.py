@@ -225,6 +225,8 @@ def status_table(status: SessionStatus) -> Table:
           for p in status.pending_approvals],
         *([("last error", status.last_error)] if status.last_error else []),
         ("spent", status.spent.said()),
+        ("prompt cache", f"kept {status.prompt_cache_ttl.value} "
+                         f"({status.prompt_cache_setting.value})"),
         *([("budget", f"paused: the {status.budget_request.scope.value}'s budget is "
                       f"reached ({'; '.join(status.budget_request.reached)}), request "
                       f"{status.budget_request.request_id}")]

@@ -70,6 +70,9 @@ async def test_a_session_with_long_gaps_reads_its_context_from_the_cache_after_t
                     await _turn(session, database_url, turn)
                 seen[mode] = list(zip([_ttls(b) for b in fake.requests[first:]],
                                       fake.usages[first:], strict=True))
+                status = await session.status()  # what `keel status` shows
+                assert (status.prompt_cache_ttl, status.prompt_cache_setting) == (
+                    CacheTtl.LONG if mode is CacheTtl.AUTO else CacheTtl.SHORT, mode)
     finally:
         fake.stop()
     auto, short = seen[CacheTtl.AUTO], seen[CacheTtl.SHORT]
