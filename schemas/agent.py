@@ -32,6 +32,7 @@ import jsonschema
 from pydantic import BaseModel, Field
 
 from schemas.budget import BudgetSpec, Spend, child_budget
+from schemas.cache_ttl import CacheTtl
 from schemas.initiative import (
     INITIATIVE_TOOL_NAMES,
     DelegationLimits,
@@ -112,6 +113,9 @@ class AgentSpec(SpecModel):
     wakeups: WakeupLimits | None = None  # None: no wakeup tools (schemas.initiative)
     sub_agents: list[SubAgent] = Field(default_factory=list)  # the delegate tool's agents
     delegation: DelegationLimits = Field(default_factory=DelegationLimits)
+    # How long the prompt cache keeps the context (schemas.cache_ttl); None: the session's
+    # setting (`auto` unless its service chose).
+    prompt_cache_ttl: CacheTtl | None = None
 
 
 class AgentSpecError(ValueError):

@@ -164,6 +164,8 @@ class SessionConfig(BaseModel):
             update["context_window"] = spec.context_window
         if spec.max_output_tokens:
             update["max_output_tokens"] = spec.max_output_tokens
+        if spec.prompt_cache_ttl:
+            update["prompt_cache_ttl"] = spec.prompt_cache_ttl
         return self.model_copy(update=update)
 
     def window(self) -> ModelWindow:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from schemas.agent import spec_from_text
 from schemas.budget import DEFAULT_PRICES, cost_usd
 from schemas.cache_ttl import (
     RECENT_GAPS,
@@ -17,6 +18,7 @@ from schemas.cache_ttl import (
 )
 from schemas.context import with_cache_breakpoints
 from schemas.messages import Usage
+from schemas.session import SessionConfig
 from tests.fake_anthropic.prompt import prompt_blocks
 from tests.fake_anthropic.rules import check_cache_control
 
@@ -115,3 +117,13 @@ def test_an_hours_cache_write_costs_twice_the_input() -> None:
     assert (cost_usd(short, price), cost_usd(hour, price)) == (3.75, 6.0)
     assert round(cost_usd(mixed, price), 6) == round(0.6 * 3.75 + 0.4 * 6.0, 6)
     assert cost_usd(hour, price.model_copy(update={"cache_write_1h": 5.0})) == 5.0
+
+
+def test_an_agent_spec_may_fix_the_lifetime_and_one_that_says_nothing_keeps_it() -> None:
+    spec = spec_from_text('instructions = "You watch a release."\nprompt_cache_ttl = "1h"\n',
+                          ".toml")
+    config = SessionConfig().with_agent(spec)
+    assert config.prompt_cache_ttl is CacheTtl.LONG
+    assert config.with_agent(spec.model_copy(update={"prompt_cache_ttl": None})
+                             ).prompt_cache_ttl is CacheTtl.LONG  # as a model left unset
+    assert SessionConfig().with_agent(None).prompt_cache_ttl is CacheTtl.AUTO
