@@ -204,6 +204,9 @@ class ModelCallResult(BaseModel):
     stream_tail: DeltaTail | None = None  # the reply's text no delta carried yet
     # The API refused the request as too long: its count, and Keel's estimate of it.
     refused: TooLong | None = None
+    # The API (a provider's) refused an hour's cache lifetime; it took the request with
+    # the default (schemas.cache_ttl): the session asks for five minutes from now on.
+    cache_ttl_refused: bool = False
     # The reply's transcript (the inputs it answers, the reply, the recall's hits) is queued
     # for the vault worker: the session writes none of it.
     transcribed: bool = False
@@ -258,6 +261,7 @@ class FirstSteps:
     recorded: list[Inserted]
     recall: RecallResult | None = None
     recall_failed: str | None = None
+    cache_ttl_refused: bool = False  # the API took the request only without the hour
 
     def result(self, *, reply: ModelReply | None = None, size: Fit = Fit.FITS,
                estimated_tokens: int = 0, output_cut: bool = False,
@@ -268,7 +272,7 @@ class FirstSteps:
             reply=reply, fit=size, estimated_tokens=estimated_tokens, output_cut=output_cut,
             notes=notes or [], replaced=replaced or [], recorded=self.recorded,
             recall=self.recall, recall_failed=self.recall_failed, stream_tail=stream_tail,
-            refused=refused, transcribed=transcribed)
+            refused=refused, transcribed=transcribed, cache_ttl_refused=self.cache_ttl_refused)
 
 
 async def recall_step(ctx: SessionContext, memory: MemoryStep) -> FirstSteps:

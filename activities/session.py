@@ -88,6 +88,7 @@ from activities.vault.store import VaultError
 from activities.workspace import PromptFiles, StoreError
 from schemas.agent import cut_result, result_text
 from schemas.budget import cost_usd, price_for
+from schemas.cache_ttl import lifetime_refused, short_lived
 from schemas.checkpoint.policy import Fit, sendable
 from schemas.events import SHORT_OUTPUT_CHARS, DeltaTail, cut
 from schemas.events import cut as cut_preview
@@ -234,7 +235,7 @@ class SessionActivities:
             tools=loaded.tools, turn_first_seq=data.span.keep_recent_seq,
             cache_ttl=data.ask.cache_ttl)
         try:
-            message, tail, partial = await self._ask_model(conn, data, request)
+            message, tail, partial = await self._ask_model_within(conn, data, request, first)
         except ApplicationError as err:
             if err.type != PROMPT_TOO_LONG:
                 raise
@@ -261,6 +262,22 @@ class SessionActivities:
             reply=reply, size=sized.size, estimated_tokens=sized.estimate,
             output_cut=sized.output_cut, notes=sized.notes + notes, replaced=replaced,
             stream_tail=tail, transcribed=transcribed))
+
+    async def _ask_model_within(self, conn: AsyncConnection, data: ModelCallInput,
+                                request: dict[str, Any], first: FirstSteps,
+                                ) -> tuple[Message | None, DeltaTail | None, str]:
+        """`_ask_model`; when the API refused the request's hour-long cache lifetime (a
+        provider that does not take it), the same request with the default, once, and
+        the result says so (the session stops asking)."""
+        try:
+            return await self._ask_model(conn, data, request)
+        except ApplicationError as err:
+            if not lifetime_refused(err.type, str(err), data.ask.cache_ttl):
+                raise
+            activity.logger.warning("the model API refused the hour's cache lifetime (%s):"
+                                    " asking with the default", err)
+        first.cache_ttl_refused = True
+        return await self._ask_model(conn, data, short_lived(request))
 
     async def _ask_model(self, conn: AsyncConnection, data: ModelCallInput,
                          request: dict[str, Any],

@@ -27,9 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import StrEnum
+from typing import Any
 
-__all__ = ["LONG_S", "RECENT_GAPS", "SHORT_S", "CacheTtl", "cache_ttl", "remember_gap",
-           "remember_written"]
+from schemas.model import http_error_type
+
+__all__ = ["LONG_S", "RECENT_GAPS", "SHORT_S", "CacheTtl", "cache_ttl", "lifetime_refused",
+           "remember_gap", "remember_written", "short_lived"]
 
 SHORT_S = 300.0  # the API's default lifetime, refreshed by every read
 LONG_S = 3600.0
@@ -79,3 +82,29 @@ def remember_written(written: list[int], tokens: int, waited_s: float | None) ->
     if waited_s is None or waited_s > SHORT_S:
         return written
     return [*written, max(tokens, 0)][-RECENT_GAPS:]
+
+
+def lifetime_refused(error_type: str | None, message: str, ttl: str) -> bool:
+    """Whether the API refused a request for its cache lifetime: a 400 about `ttl` to a
+    request that asked for more than the default (a provider or proxy that does not take
+    the hour, or the order rule)."""
+    return ttl != CacheTtl.SHORT and error_type == http_error_type(400) and "ttl" in message
+
+
+def short_lived(request: dict[str, Any]) -> dict[str, Any]:
+    """`request` with every cache breakpoint at the API's default lifetime (a copy where a
+    breakpoint changes; the blocks without one are shared)."""
+    def plain(block: Any) -> Any:
+        control = block.get("cache_control") if isinstance(block, dict) else None
+        if not isinstance(control, dict) or "ttl" not in control:
+            return block
+        return {**block, "cache_control": {k: v for k, v in control.items() if k != "ttl"}}
+
+    out = dict(request)
+    for key in ("system", "tools"):
+        if isinstance(request.get(key), list):
+            out[key] = [plain(b) for b in request[key]]
+    out["messages"] = [
+        {**m, "content": [plain(b) for b in m["content"]]} if isinstance(m.get("content"), list)
+        else m for m in request.get("messages", [])]
+    return out

@@ -274,6 +274,7 @@ class SessionState(BaseModel):
     last_call_at: datetime | None = None
     call_gaps_s: list[float] = Field(default_factory=list)
     call_written: list[int] = Field(default_factory=list)
+    cache_ttl_refused: bool = False  # the API (a provider's) took no hour: asked no more
 
     # ----- model calls: how long the prompt cache should keep the context ----------------
 
@@ -289,6 +290,8 @@ class SessionState(BaseModel):
 
     def cache_ttl_now(self) -> CacheTtl:
         """The lifetime a call asked now would get (the wait before it aside)."""
+        if self.cache_ttl_refused:
+            return CacheTtl.SHORT
         return cache_ttl(self.config.prompt_cache_ttl, self.call_gaps_s, self.context_tokens,
                          self.call_written)
 

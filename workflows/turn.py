@@ -466,6 +466,7 @@ class Turns:
         state.usage_ratio = learned_ratio(state.usage_ratio, actual, result.estimated_tokens)
         state.last_usage_tokens = actual
         state.call_billed(reply.usage.input_tokens + reply.usage.cache_creation_input_tokens)
+        state.cache_ttl_refused |= result.cache_ttl_refused
         state.context_tokens = (actual or result.estimated_tokens) + reply.reply_tokens
 
     async def _stop_too_long(self) -> None:

@@ -13,8 +13,10 @@ from schemas.cache_ttl import (
     RECENT_GAPS,
     CacheTtl,
     cache_ttl,
+    lifetime_refused,
     remember_gap,
     remember_written,
+    short_lived,
 )
 from schemas.context import with_cache_breakpoints
 from schemas.messages import Usage
@@ -127,3 +129,19 @@ def test_an_agent_spec_may_fix_the_lifetime_and_one_that_says_nothing_keeps_it()
     assert config.with_agent(spec.model_copy(update={"prompt_cache_ttl": None})
                              ).prompt_cache_ttl is CacheTtl.LONG  # as a model left unset
     assert SessionConfig().with_agent(None).prompt_cache_ttl is CacheTtl.AUTO
+
+
+def test_a_request_asked_again_with_the_default_lifetime() -> None:
+    system, messages = with_cache_breakpoints("sys", _conversation(), ttl="1h")
+    request = {"model": "m", "max_tokens": 10, "system": system, "messages": messages,
+               "tools": [{"name": "t", "input_schema": {"type": "object"}}]}
+    again = short_lived(request)
+    system5, messages5 = with_cache_breakpoints("sys", _conversation())
+    assert again == {**request, "system": system5, "messages": messages5}
+    assert "ttl" in str(request) and "ttl" not in str(again)  # the request given unchanged
+    order = ("messages.4.content.0.cache_control.ttl: a ttl='1h' cache_control block must"
+             " not come after a ttl='5m' cache_control block.")
+    assert lifetime_refused("ModelHTTP400", f"model API answered 400: {order}", "1h")
+    assert not lifetime_refused("ModelHTTP400", order, "5m")  # it asked for no hour
+    assert not lifetime_refused("ModelHTTP400", "messages: roles must alternate", "1h")
+    assert not lifetime_refused("ModelHTTP529", "overloaded ttl", "1h")

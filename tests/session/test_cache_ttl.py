@@ -19,7 +19,13 @@ from examples.support.service import toolset
 from keel.client import session_config
 from schemas.agent import AgentSpec, ApprovalRules
 from schemas.cache_ttl import CacheTtl
-from tests.fake_anthropic import FakeAnthropic, ManualClock, text_message, tool_use_message
+from tests.fake_anthropic import (
+    ErrorStep,
+    FakeAnthropic,
+    ManualClock,
+    text_message,
+    tool_use_message,
+)
 from tests.harness import keel_worker, make_settings
 
 GAP_S = 600
@@ -127,3 +133,31 @@ async def test_a_wait_for_a_persons_approval_counts_as_a_wait(
     after_first, after_second = fake.usages[1], fake.usages[3]
     assert after_first.cache_read == 0  # the first wait outlived the five minutes
     assert after_second.cache_read >= 0.9 * after_second.total_input
+
+
+async def test_a_provider_that_takes_no_hour_is_asked_with_the_default_and_no_more(
+        time_skipping_env, database_url, tmp_path) -> None:
+    """A provider (a proxy, an older API) that refuses the `ttl` field: the call that asked
+    for the hour is sent again at once with the default and answered; the session asks
+    for the hour no more, and says so."""
+    refusal = "messages.1.content.0.cache_control.ttl: Extra inputs are not permitted"
+
+    def no_hour(body: dict[str, Any]) -> Any:
+        return ErrorStep(400, "invalid_request_error", refusal) if "1h" in _ttls(body) \
+            else text_message("noted")
+    clock = ManualClock(1_000.0)
+    fake = FakeAnthropic(no_hour, clock=clock).start()
+    try:
+        settings = make_settings(database_url, tmp_path, fake.base_url)
+        async with keel_worker(time_skipping_env.client, settings) as keel:
+            session = await keel.start_session("ttl-refused", agent=SPEC)
+            for turn in (1, 2, 3):
+                if turn > 1:
+                    await time_skipping_env.sleep(GAP_S)
+                    clock.advance(GAP_S)
+                await _turn(session, database_url, turn)
+            status = await session.status()
+    finally:
+        fake.stop()
+    assert [_ttls(body) for body in fake.requests] == [{"5m"}, {"1h"}, {"5m"}, {"5m"}]
+    assert status.prompt_cache_ttl is CacheTtl.SHORT and status.last_error is None
