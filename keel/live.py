@@ -53,14 +53,20 @@ def model_label(model: str | None) -> str:
 
 
 def footer(ended: TurnEnded) -> str | None:
-    """Context use, where the checkpoint starts, the model: one dim line."""
+    """Context use, where the checkpoint starts, how much of the turn's input the prompt
+    cache held (and how long it keeps it now), the model: one dim line."""
     if not ended.context_window or ended.context_tokens is None:
         return None
     pct = 100 * ended.context_tokens / max(1, ended.context_window)
     at = (f" · checkpoint at {ended.checkpoint_threshold:,}"
           if ended.checkpoint_threshold else "")
+    billed = (ended.cached_tokens or 0) + (ended.uncached_tokens or 0)
+    cache = ""
+    if billed and ended.model != OFFLINE_MODEL_NAME:  # the offline model caches nothing
+        kept = f", kept {ended.cache_ttl}" if ended.cache_ttl else ""
+        cache = f" · cache {100 * (ended.cached_tokens or 0) / billed:.0f}% read{kept}"
     return (f"context {pct:.0f}% ({ended.context_tokens:,} / {ended.context_window:,})"
-            f"{at} · {model_label(ended.model)}")
+            f"{at}{cache} · {model_label(ended.model)}")
 
 
 class LiveView:

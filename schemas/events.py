@@ -124,6 +124,11 @@ class TurnEnded(_Event):
     context_tokens: int | None = None
     context_window: int | None = None
     checkpoint_threshold: int | None = None
+    # The turn's input as the API billed it: read from the prompt cache, and the rest
+    # (uncached and written); the cache lifetime the session's next call gets.
+    cached_tokens: int | None = None
+    uncached_tokens: int | None = None
+    cache_ttl: Name | None = None
 
 
 class TextDelta(_Event):

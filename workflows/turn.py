@@ -263,7 +263,10 @@ class Turns:
                         reply_preview=outcome.reply_text, error=error,
                         model=self.observer.model, context_tokens=state.context_tokens,
                         context_window=state.config.context_window,
-                        checkpoint_threshold=run.window.threshold)
+                        checkpoint_threshold=run.window.threshold,
+                        cached_tokens=self.observer.cached_tokens,
+                        uncached_tokens=self.observer.input_tokens,
+                        cache_ttl=state.cache_ttl_now().value)
         self.observer.turn_ended(error=error)
         for seq in progress.answered:
             self.outcomes[seq] = outcome
