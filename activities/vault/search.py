@@ -348,8 +348,9 @@ async def _graph_around(conn: AsyncConnection, seeds: list[str], exclude: set[st
 
 async def _hits(conn: AsyncConnection, lexemes: list[str], ranked: list[Fused],
                 scope: str) -> list[MemoryHit]:
-    """The hits as shown: a snippet of the best chunk (dense) or of the first query word,
-    cut in Python from the returned documents only."""
+    """The hits as shown: a snippet of the best chunk (dense; a chunk shorter than a snippet
+    with what follows it) or of the first query word, cut in Python from the returned
+    documents only."""
     if not ranked:
         return []
     cur = await conn.execute(
@@ -363,6 +364,8 @@ async def _hits(conn: AsyncConnection, lexemes: list[str], ranked: list[Fused],
             continue
         _, kind, title, body = info[f.path]
         lo, hi = (f.chunk.start, f.chunk.end) if f.chunk else (0, len(body))
+        if f.chunk:  # a short chunk (a heading alone) shows what follows it too
+            hi = max(hi, lo + SNIPPET_MAX_CHARS)
         lo, hi = min(lo, len(body)), min(hi, len(body))
         if kind == "card" and not f.chunk:
             a, b = 0, min(len(body), SNIPPET_MAX_CHARS)

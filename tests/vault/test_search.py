@@ -172,6 +172,27 @@ async def test_hybrid_finds_a_paraphrase_deep_in_a_long_note_and_says_where(ctx)
 
 
 @needs_model
+async def test_a_card_found_by_its_title_chunk_shows_its_facts(ctx):
+    """The dense ranking may find a card by its title heading alone, a chunk of its own
+    (chunks never cross a heading) that says nothing: the hit shows what follows it, up to
+    the snippet's length, so the card's facts reach the turn."""
+    body = ("# Dana Whitfield\n\n## Facts\n- **employer**: Dana works at Contoso now"
+            " (EXTRACTED, 2026-12-06)\n\n## History\n- 2026-12-06→2026-12-06: employer: Dana"
+            " works at Northwind Traders (EXTRACTED)\n")
+    card = IndexDoc(path="cards/contacts/Dana Whitfield.md", kind="card",
+                    title="Dana Whitfield", body=body, card_key="Dana Whitfield")
+    embedder = load_embedder(BUILTIN)
+    pool = await ctx.pool()
+    async with pool.connection() as conn:
+        await index_documents(conn, [card], scope="default", embedder=embedder)
+        (hit,) = await search(conn, "Where does Dana Whitfield work?", scope="default",
+                              k=3, embedder=embedder)
+    assert hit.heading == "Dana Whitfield" and hit.chunk == 0  # the title heading alone
+    assert hit.snippet == body[hit.start:hit.end] and hit.start == 0
+    assert "Dana works at Contoso now" in hit.snippet
+
+
+@needs_model
 async def test_bulk_indexing_keeps_vectors_in_step_and_unrelated_queries_recall_nothing(ctx):
     embedder = load_embedder(BUILTIN)
     docs = [IndexDoc(path=f"daily/2026-06-01.md#s:{i}", kind="daily", title="2026-06-01 s",
