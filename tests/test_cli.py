@@ -65,6 +65,17 @@ def harness_rows(database_url: str, session_id: str) -> int:
         return row[0]
 
 
+async def test_start_may_fix_the_prompt_caches_lifetime(client, settings, cli_env):
+    sid = f"ttl-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings):
+        await keel(cli_env, "start", "--id", sid, "--cache-ttl", "1h")
+        status = json.loads(await keel(cli_env, "status", sid, "--json"))
+        assert "kept 1h (1h)" in await keel(cli_env, "status", sid)
+    assert (status["prompt_cache_ttl"], status["prompt_cache_setting"]) == ("1h", "1h")
+    out = await keel(cli_env, "start", "--id", sid + "-x", "--cache-ttl", "2h", code=2)
+    assert "2h" in out  # refused by the command line, nothing started
+
+
 async def test_session_commands_end_to_end(client, settings, cli_env, database_url, tmp_path):
     sid = f"cli-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings):

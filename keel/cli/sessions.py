@@ -26,6 +26,7 @@ from keel.client import SessionHandle
 from keel.console import console, error, key_values, one_line, working
 from keel.live import LiveView
 from schemas.agent import AgentSpec, spec_from_text
+from schemas.cache_ttl import CacheTtl
 from schemas.interrupt import InterruptPolicy
 from schemas.session import SessionStatus, SessionSummary
 
@@ -44,9 +45,12 @@ def start(
     instructions: Annotated[Path | None, typer.Option(
         "--instructions", help="A text file with the agent's instructions.")] = None,
     model: Annotated[str | None, typer.Option("--model", help="The model's name.")] = None,
+    cache_ttl: Annotated[CacheTtl | None, typer.Option(
+        "--cache-ttl", help="How long the prompt cache keeps the context (default: auto).")
+                         ] = None,
 ) -> None:
     """Start a session, optionally with its first message (acknowledged in the same call)."""
-    spec = _agent_spec(agent, instructions, model)
+    spec = _agent_spec(agent, instructions, model, cache_ttl)
 
     async def main() -> None:
         keel = await connect(load_settings())
@@ -64,10 +68,10 @@ def start(
     run(main())
 
 
-def _agent_spec(agent: Path | None, instructions: Path | None,
-                model: str | None) -> AgentSpec | None:
-    """The spec from `--agent`, with `--instructions` and `--model` on top."""
-    if agent is None and instructions is None and model is None:
+def _agent_spec(agent: Path | None, instructions: Path | None, model: str | None,
+                cache_ttl: CacheTtl | None = None) -> AgentSpec | None:
+    """The spec from `--agent`, with `--instructions`, `--model` and `--cache-ttl` on top."""
+    if agent is None and instructions is None and model is None and cache_ttl is None:
         return None
     try:
         spec = spec_from_text(agent.read_text(), agent.suffix) if agent else AgentSpec()
@@ -78,6 +82,8 @@ def _agent_spec(agent: Path | None, instructions: Path | None,
         raise typer.Exit(1) from None
     if model:
         spec = spec.model_copy(update={"model": model})
+    if cache_ttl:
+        spec = spec.model_copy(update={"prompt_cache_ttl": cache_ttl})
     return spec
 
 
