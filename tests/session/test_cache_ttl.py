@@ -11,18 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
+from temporalio.testing import WorkflowEnvironment
 
 from examples.support.service import toolset
-from keel.client import session_config
+from keel.client import KeelClient, session_config
 from schemas.agent import AgentSpec, ApprovalRules
 from schemas.cache_ttl import CacheTtl
 from tests.fake_anthropic import (
     ErrorStep,
     FakeAnthropic,
     ManualClock,
+    Responder,
     text_message,
     tool_use_message,
 )
@@ -55,32 +61,52 @@ def _ttls(body: dict[str, Any]) -> set[str]:
     return {str(c.get("ttl", "5m")) for c in marks if c}
 
 
-async def test_a_session_with_long_gaps_reads_its_context_from_the_cache_after_them(
-        time_skipping_env, database_url, tmp_path) -> None:
+@dataclass
+class _Stack:
+    keel: KeelClient
+    fake: FakeAnthropic
+    wait: Callable[[], Awaitable[None]]  # ten minutes on both clocks
+
+
+@asynccontextmanager
+async def _stack(env: WorkflowEnvironment, database_url: str, tmp_path: Path,
+                 responder: Responder) -> AsyncIterator[_Stack]:
+    """A worker on the time-skipping server and the fake API, whose clock a wait moves
+    first (a call the wait releases finds the API's five minutes gone), then Temporal's."""
     clock = ManualClock(1_000.0)
-    fake = FakeAnthropic(lambda body: text_message("noted"), clock=clock).start()
+    fake = FakeAnthropic(responder, clock=clock).start()
+
+    async def wait() -> None:
+        clock.advance(GAP_S)
+        await env.sleep(GAP_S)
     try:
         settings = make_settings(database_url, tmp_path, fake.base_url)
-        async with keel_worker(time_skipping_env.client, settings) as keel:
-            seen: dict[CacheTtl, list[tuple[set[str], Any]]] = {}
-            for mode in (CacheTtl.AUTO, CacheTtl.SHORT):
-                fake.cache.clear()
-                session = await keel.start_session(
-                    f"ttl-{mode.name.lower()}", agent=SPEC,
-                    config=session_config(settings, prompt_cache_ttl=mode))
-                first = len(fake.requests)
-                for turn in (1, 2, 3):
-                    if turn > 1:  # the session and the API both see ten minutes go by
-                        await time_skipping_env.sleep(GAP_S)
-                        clock.advance(GAP_S)
-                    await _turn(session, database_url, turn)
-                seen[mode] = list(zip([_ttls(b) for b in fake.requests[first:]],
-                                      fake.usages[first:], strict=True))
-                status = await session.status()  # what `keel status` shows
-                assert (status.prompt_cache_ttl, status.prompt_cache_setting) == (
-                    CacheTtl.LONG if mode is CacheTtl.AUTO else CacheTtl.SHORT, mode)
+        async with keel_worker(env.client, settings) as keel:
+            yield _Stack(keel, fake, wait)
     finally:
         fake.stop()
+
+
+async def test_a_session_with_long_gaps_reads_its_context_from_the_cache_after_them(
+        time_skipping_env, database_url, tmp_path) -> None:
+    async with _stack(time_skipping_env, database_url, tmp_path,
+                      lambda body: text_message("noted")) as stack:
+        fake, seen = stack.fake, {}
+        for mode in (CacheTtl.AUTO, CacheTtl.SHORT):
+            fake.cache.clear()
+            session = await stack.keel.start_session(
+                f"ttl-{mode.name.lower()}", agent=SPEC,
+                config=session_config(stack.keel.settings, prompt_cache_ttl=mode))
+            first = len(fake.requests)
+            for turn in (1, 2, 3):
+                if turn > 1:  # the session and the API both see ten minutes go by
+                    await stack.wait()
+                await _turn(session, database_url, turn)
+            seen[mode] = list(zip([_ttls(b) for b in fake.requests[first:]],
+                                  fake.usages[first:], strict=True))
+            status = await session.status()  # what `keel status` shows
+            assert (status.prompt_cache_ttl, status.prompt_cache_setting) == (
+                CacheTtl.LONG if mode is CacheTtl.AUTO else CacheTtl.SHORT, mode)
     auto, short = seen[CacheTtl.AUTO], seen[CacheTtl.SHORT]
     assert [ttls for ttls, _ in auto] == [{"5m"}, {"1h"}, {"1h"}]  # no gap seen before turn 2
     assert [ttls for ttls, _ in short] == [{"5m"}] * 3
@@ -108,28 +134,22 @@ async def test_a_wait_for_a_persons_approval_counts_as_a_wait(
     spec = SPEC.model_copy(update={
         "tools": toolset("no-worker-needed").declarations(),
         "approvals": ApprovalRules(timeout_s=GAP_S, on_timeout="deny")})
-    clock = ManualClock(1_000.0)
-    fake = FakeAnthropic(_refund_or_answer, clock=clock).start()
-    try:
-        settings = make_settings(database_url, tmp_path, fake.base_url)
-        async with keel_worker(time_skipping_env.client, settings) as keel:
-            session = await keel.start_session("ttl-approval", agent=spec)
-            for turn in (1, 2):
-                await session.task(f"t{turn}", "Refunds", f"refund A-1001, try {turn}")
-                for _ in range(600):  # the refund's call, waiting on a person
-                    if await session.pending():
-                        break
-                    await asyncio.sleep(0.05)
-                clock.advance(GAP_S + 1)  # first: the call after the wait comes at once
-                await time_skipping_env.sleep(GAP_S + 1)
-                deadline = time.monotonic() + 60
-                while _replies(database_url, session.session_id) < 2 * turn:
-                    assert time.monotonic() < deadline, f"turn {turn} got no reply"
-                    await asyncio.sleep(0.1)
-    finally:
-        fake.stop()
-    ttls = [_ttls(body) for body in fake.requests]
-    assert ttls == [{"5m"}, {"1h"}, {"1h"}, {"1h"}]
+    async with _stack(time_skipping_env, database_url, tmp_path,
+                      _refund_or_answer) as stack:
+        session = await stack.keel.start_session("ttl-approval", agent=spec)
+        for turn in (1, 2):
+            await session.task(f"t{turn}", "Refunds", f"refund A-1001, try {turn}")
+            for _ in range(600):  # the refund's call, waiting on a person
+                if await session.pending():
+                    break
+                await asyncio.sleep(0.05)
+            await stack.wait()  # the policy's timeout passes: the call after it comes now
+            deadline = time.monotonic() + 60
+            while _replies(database_url, session.session_id) < 2 * turn:
+                assert time.monotonic() < deadline, f"turn {turn} got no reply"
+                await asyncio.sleep(0.1)
+        fake = stack.fake
+    assert [_ttls(body) for body in fake.requests] == [{"5m"}, {"1h"}, {"1h"}, {"1h"}]
     after_first, after_second = fake.usages[1], fake.usages[3]
     assert after_first.cache_read == 0  # the first wait outlived the five minutes
     assert after_second.cache_read >= 0.9 * after_second.total_input
@@ -145,19 +165,13 @@ async def test_a_provider_that_takes_no_hour_is_asked_with_the_default_and_no_mo
     def no_hour(body: dict[str, Any]) -> Any:
         return ErrorStep(400, "invalid_request_error", refusal) if "1h" in _ttls(body) \
             else text_message("noted")
-    clock = ManualClock(1_000.0)
-    fake = FakeAnthropic(no_hour, clock=clock).start()
-    try:
-        settings = make_settings(database_url, tmp_path, fake.base_url)
-        async with keel_worker(time_skipping_env.client, settings) as keel:
-            session = await keel.start_session("ttl-refused", agent=SPEC)
-            for turn in (1, 2, 3):
-                if turn > 1:
-                    await time_skipping_env.sleep(GAP_S)
-                    clock.advance(GAP_S)
-                await _turn(session, database_url, turn)
-            status = await session.status()
-    finally:
-        fake.stop()
-    assert [_ttls(body) for body in fake.requests] == [{"5m"}, {"1h"}, {"5m"}, {"5m"}]
+    async with _stack(time_skipping_env, database_url, tmp_path, no_hour) as stack:
+        session = await stack.keel.start_session("ttl-refused", agent=SPEC)
+        for turn in (1, 2, 3):
+            if turn > 1:
+                await stack.wait()
+            await _turn(session, database_url, turn)
+        status = await session.status()
+        requests = stack.fake.requests
+    assert [_ttls(body) for body in requests] == [{"5m"}, {"1h"}, {"5m"}, {"5m"}]
     assert status.prompt_cache_ttl is CacheTtl.SHORT and status.last_error is None
