@@ -172,6 +172,7 @@ async def test_one_trace_per_turn_with_its_activities_as_children(
     first = turns[0]
     assert first.attributes["keel.model"] and first.attributes["keel.tool_calls"] == 1
     assert first.attributes["keel.output_tokens"] > 0
+    assert first.attributes["keel.cache_ttl"] == "5m"  # turns seconds apart
     assert first.parent is None  # a trace of its own
     in_trace = [s for s in spans if s.context.trace_id == first.context.trace_id]
     names = [s.name for s in in_trace]
@@ -203,6 +204,7 @@ async def test_one_log_line_per_turn_with_its_figures(client, database_url, tmp_
     assert turn["level"] == "info" and turn["model"]
     assert turn["tool_calls"] == 1 and turn["model_calls"] == 2
     assert turn["input_tokens"] > 0 and turn["output_tokens"] > 0
+    assert turn["cache_ttl"] == "5m"
     assert "cached_tokens" in turn and turn["checkpoint"] is False
     assert turn["duration_s"] >= 0
 

@@ -142,6 +142,7 @@ class TurnObserver:
         duration = (workflow.now() - self._started).total_seconds()
         fields = {**self._ids(), "model": self.model, "input_tokens": self.input_tokens,
                   "cached_tokens": self.cached_tokens, "output_tokens": self.output_tokens,
+                  "cache_ttl": self.state.cache_ttl_now().value,
                   "model_calls": self.model_calls, "tool_calls": self.tool_calls,
                   "checkpoint": self.checkpoints > 0, "duration_s": round(duration, 3),
                   "usd": round(self.state.budget.turn_spent.usd, 6),
@@ -151,7 +152,7 @@ class TurnObserver:
         if self._span is not None:
             _close(self._span, {
                 "keel.model": self.model, "keel.input_tokens": self.input_tokens,
-                "keel.cached_tokens": self.cached_tokens,
+                "keel.cached_tokens": self.cached_tokens, "keel.cache_ttl": fields["cache_ttl"],
                 "keel.output_tokens": self.output_tokens,
                 "keel.tool_calls": self.tool_calls, "keel.checkpoints": self.checkpoints,
                 **({"keel.error": error} if error else {})})
