@@ -12,7 +12,10 @@ ceiling on a deployment's turns per second. Two ways rows reach the drainer:
 - **one row a drain**: a quiet deployment, each turn's row drained on its own (the
   drainer wakes on the reply's notification);
 - **a backlog**: many sessions replying at once, the rows waiting when the drainer wakes
-  (drained as the running worker does: a drain of up to `BATCH` rows after another).
+  (drained as the running worker does: a drain of up to `BATCH` rows after another);
+- **arriving at a rate** (20 and 50 a second), the drainer running as the vault worker
+  runs it (woken by each reply's notification, then its settle), with the settle it has
+  (15 ms) and a longer one (100 ms): what a longer settle would save.
 
 Printed and written (`bench/results/transcripts.json`): rows (turns) a second, and CPU per
 row of the drainer's process and of PostgreSQL (every backend, from /proc). Messages are
@@ -53,6 +56,11 @@ from tests.vault.support import insert_messages, vault_ctx
 from workers.worker import model_backends
 
 RESULTS = ROOT / "bench" / "results" / "transcripts.json"
+# Rows arriving one by one at a rate, the drainer running (woken by each commit's
+# notification, then waiting its settle): the rates of a quiet and a busy deployment, each
+# with the settle the drainer has (15 ms) and a longer one.
+PACED = [(20, 0.015), (20, 0.1), (50, 0.015), (50, 0.1)]
+PACED_ROWS = 120
 QUEUE = "keel-vault"
 DAY = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
 
@@ -110,8 +118,9 @@ async def run(admin: str, pgdata: Path, sessions: int, turns: int) -> dict[str, 
             raise SystemExit(f"a transcript failed: {session_id}: {message}")
         drainer = TranscriptDrainer(url, QUEUE, memory, told)
         order = [(s, t) for t in range(turns) for s in range(sessions)]  # turns interleave
-        third = len(order) // 3
-        warm, single, backlog = order[:third], order[third:2 * third], order[2 * third:]
+        paced, rest = order[-len(PACED) * PACED_ROWS:], order[:-len(PACED) * PACED_ROWS]
+        third = len(rest) // 3
+        warm, single, backlog = rest[:third], rest[third:2 * third], rest[2 * third:]
         await queue_rows(url, warm)  # a day already under way
         while await drainer.drain_once():
             pass
@@ -126,17 +135,49 @@ async def run(admin: str, pgdata: Path, sessions: int, turns: int) -> dict[str, 
         while await drainer.drain_once():
             pass
         many = meter.per_row(before, len(backlog))
-        entries = (ctx.vault.root / "daily" / "2026-06-01.md").read_text().count("\n### ")
+        arriving = {}
+        for i, (rate, settle) in enumerate(PACED):
+            rows = paced[i * PACED_ROWS:(i + 1) * PACED_ROWS]
+            arriving[f"{rate}/s, settle {int(settle * 1000)} ms"] = await drain_paced(
+                url, meter, TranscriptDrainer(url, QUEUE, memory, told, settle_s=settle),
+                rows, rate)
+        entries = (ctx.vault.root / "daily" / "2026-06-01.md").read_text().count(
+            "<!-- keel:")
     await close_pools()
+    if entries != 2 * len(order):
+        raise SystemExit(f"{entries} entries in the day file, {2 * len(order)} queued")
     embedder = embedder_for(ctx.memory)
-    return {"one_row_a_drain": one, "backlog": many, "entries_in_day_file": entries,
+    return {"one_row_a_drain": one, "backlog": many, "arriving": arriving,
+            "entries_in_day_file": entries,
             "embedder": embedder.name if embedder is not None else None}
+
+
+async def drain_paced(url: str, meter: Meter, drainer: TranscriptDrainer,
+                      rows: list[tuple[int, int]], rate: float) -> dict[str, float]:
+    """Rows queued one by one at `rate` a second (each in its own transaction, whose
+    commit notifies) while the drainer runs as the vault worker runs it; until the queue
+    is empty."""
+    async with drainer.running():
+        while not drainer.sweeps:  # listening, its first sweep done
+            await asyncio.sleep(0.01)
+        sweeps, before = drainer.sweeps, meter.read()
+        start = time.perf_counter()
+        for n, row in enumerate(rows):
+            await asyncio.sleep(max(0.0, start + n / rate - time.perf_counter()))
+            await queue_rows(url, [row])
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            while (await (await conn.execute(
+                    "SELECT count(*) FROM transcript_outbox")).fetchone() or (0,))[0]:
+                await asyncio.sleep(0.01)
+        figures = meter.per_row(before, len(rows))
+        figures["rows_per_drain"] = round(len(rows) / max(1, drainer.sweeps - sweeps), 2)
+    return figures
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=20)
-    parser.add_argument("--turns", type=int, default=45, help="exchanges a session")
+    parser.add_argument("--turns", type=int, default=70, help="exchanges a session")
     parser.add_argument("--out", type=Path, help="results file (default: "
                         "bench/results/transcripts.json for the default run)")
     args = parser.parse_args()
@@ -159,8 +200,9 @@ async def main() -> None:
                 [[name, f["rows"], f["rows_per_second"], f["drainer_cpu_ms_per_row"],
                   f["postgres_cpu_ms_per_row"]]
                  for name, f in (("one a drain", figures["one_row_a_drain"]),
-                                 ("as a backlog", figures["backlog"]))]))
-    default = (args.sessions, args.turns) == (20, 45)
+                                 ("as a backlog", figures["backlog"]),
+                                 *figures["arriving"].items())]))
+    default = (args.sessions, args.turns) == (20, 70)
     path = args.out or (RESULTS if default else RESULTS.with_name("transcripts-custom.json"))
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"total {out['total_seconds']} s at commit {commit}; written to {shown(path)}")
