@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import typer
 from typer.testing import CliRunner, Result
 
 from keel.cli import app
@@ -183,6 +184,22 @@ async def test_clear_errors(cli_env):
     assert result.exit_code == 1 and "DATABASE_URL" in result.output
     out = await keel(cli_env, "status", f"nope-{uuid.uuid4().hex[:6]}", code=1)
     assert "not found" in out
+
+
+@pytest.mark.parametrize("group", [(), ("vault",)])
+def test_a_command_list_shows_each_summary_whole(group: tuple[str, ...]) -> None:
+    """`keel --help` lists every command with its docstring's first paragraph on one line
+    (wide enough not to wrap): a summary wrapped in the source is not cut at its breaks."""
+    result = CliRunner().invoke(app, [*group, "--help"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    command = typer.main.get_command(app)
+    for name in group:
+        command = command.commands[name]  # type: ignore[attr-defined]
+    lines = result.output.splitlines()
+    for name, sub in command.commands.items():  # type: ignore[attr-defined]
+        first = " ".join((sub.help or "").split("\n\n", 1)[0].split())
+        line = next(x for x in lines if re.match(rf"[│|]?\s*{re.escape(name)}\s", x))
+        assert first and first in line, (name, line)
 
 
 async def test_commands_find_the_dev_stack_from_its_stack_file(cli_env, tmp_path):

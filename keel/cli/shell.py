@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import inspect
 import os
 import re
 import signal
 import sys
 import traceback
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from contextlib import suppress
 from typing import Any, NoReturn, TypeVar
 
@@ -33,6 +34,7 @@ from schemas.config import KeelSettings
 __all__ = [
     "INTERRUPTED",
     "CliError",
+    "Commands",
     "KeelApp",
     "connect",
     "database_url",
@@ -46,9 +48,32 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-class KeelApp(typer.Typer):
+def summary(doc: str | None) -> str | None:
+    """A docstring's first paragraph on one line: what a command list shows. Typer's rich
+    help keeps a paragraph's line breaks there, so a summary wrapped in the source came out
+    broken mid-sentence."""
+    if not doc:
+        return None
+    return " ".join(inspect.cleandoc(doc).split("\n\n", 1)[0].split())
+
+
+class Commands(typer.Typer):
+    """A command group whose list shows each command's summary as one paragraph."""
+
+    def command(self, name: str | None = None, **kwargs: Any) -> Callable[[F], F]:
+        register = super().command
+
+        def decorate(f: F) -> F:
+            if "short_help" not in kwargs:
+                kwargs["short_help"] = summary(kwargs.get("help") or f.__doc__)
+            return register(name, **kwargs)(f)
+        return decorate
+
+
+class KeelApp(Commands):
     """The console-script entry point (`keel = "keel.cli:app"`), ending the process itself.
 
     Temporal's Rust core keeps threads that may call back into Python while the

@@ -17,14 +17,14 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from keel.cli.shell import CliError, connect, database_url, load_settings, run
+from keel.cli.shell import CliError, Commands, connect, database_url, load_settings, run
 from keel.console import console, one_line, working
 from keel.record import TranscriptBacklog, search_memory, transcript_backlog
 from schemas.config import KeelSettings
 
 __all__ = ["vault_app"]
 
-vault_app = typer.Typer(name="vault", no_args_is_help=True,
+vault_app = Commands(name="vault", no_args_is_help=True,
                         help="Long memory: list scopes; doctor, rollup and search one scope.")
 
 ScopeOption = Annotated[str, typer.Option("--scope", help="Whose memory (a scope id).")]
