@@ -275,6 +275,9 @@ class SessionState(BaseModel):
     call_gaps_s: list[float] = Field(default_factory=list)
     call_written: list[int] = Field(default_factory=list)
     cache_ttl_refused: bool = False  # the API (a provider's) took no hour: asked no more
+    # The model that answered the last call, as the reply named it (the offline model
+    # answers a session configured for another when the worker has no API key).
+    answered_by: str | None = None
 
     # ----- model calls: how long the prompt cache should keep the context ----------------
 
@@ -414,6 +417,7 @@ class SessionStatus(BaseModel):
     # The prompt cache's lifetime a call asked now would get, and the session's setting.
     prompt_cache_ttl: CacheTtl = CacheTtl.SHORT
     prompt_cache_setting: CacheTtl = CacheTtl.AUTO
+    answered_by: str | None = None  # the model that answered the last call
 
 
 class CancelWakeup(BaseModel):

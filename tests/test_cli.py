@@ -25,6 +25,7 @@ from typer.testing import CliRunner, Result
 
 from keel.cli import app
 from keel.client import KeelClient
+from schemas.model import OFFLINE_MODEL_NAME
 from tests.harness import keel_worker, make_settings, output_until
 
 
@@ -80,9 +81,11 @@ async def test_start_may_fix_the_prompt_caches_lifetime(client, settings, cli_en
 async def test_session_commands_end_to_end(client, settings, cli_env, database_url, tmp_path):
     sid = f"cli-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings):
-        out = await keel(cli_env, "start", "--id", sid, "--message", "Hello, who are you?")
+        out = await keel(cli_env, "start", sid, "Hello, who are you?")  # as `send` takes it
         assert f"started session {sid}" in out and "seq 1" in out
         await keel(cli_env, "start", "--id", sid, code=1)  # never a second session
+        out = await keel(cli_env, "start", "other", "Hi", "--message", "Hi", code=2)
+        assert "given twice" in out
 
         out = await keel(cli_env, "send", sid, "What can you do?", "--wait")
         assert out.splitlines()[0].startswith("seq ")
@@ -101,9 +104,12 @@ async def test_session_commands_end_to_end(client, settings, cli_env, database_u
         out = await keel(cli_env, "status", sid)
         assert sid in out and "idle" in out and "checkpoints" in out
         assert "kept 5m (auto)" in out  # turns seconds apart: the API's default lifetime
+        # No API key on the worker: the offline model answered, and status says so.
+        assert f"{settings.model.name}, answered by the offline deterministic model" in out
         status = json.loads(await keel(cli_env, "status", sid, "--json"))
         assert status["session_id"] == sid and status["turn"] >= 3
         assert (status["prompt_cache_ttl"], status["prompt_cache_setting"]) == ("5m", "auto")
+        assert status["answered_by"] == OFFLINE_MODEL_NAME
 
         out = await keel(cli_env, "record", sid)
         assert '[Harness: Watch w-1 "CI status"] CI is green' in out

@@ -84,6 +84,7 @@ class SessionRun:
             parent_session=delegated.parent_session if delegated else None,
             prompt_cache_ttl=state.cache_ttl_now(),
             prompt_cache_setting=state.config.prompt_cache_ttl,
+            answered_by=state.answered_by,
         )
 
     def publish_summary(self) -> None:

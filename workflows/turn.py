@@ -470,6 +470,7 @@ class Turns:
         state.last_usage_tokens = actual
         state.call_billed(reply.usage.input_tokens + reply.usage.cache_creation_input_tokens)
         state.cache_ttl_refused |= result.cache_ttl_refused
+        state.answered_by = reply.model or state.answered_by
         state.context_tokens = (actual or result.estimated_tokens) + reply.reply_tokens
 
     async def _stop_too_long(self) -> None:

@@ -24,10 +24,11 @@ from keel.cli.shell import connect, load_settings, run, session_handle
 from keel.cli.waiting import needs_worker, say
 from keel.client import SessionHandle
 from keel.console import console, error, key_values, one_line, working
-from keel.live import LiveView
+from keel.live import LiveView, model_label
 from schemas.agent import AgentSpec, spec_from_text
 from schemas.cache_ttl import CacheTtl
 from schemas.interrupt import InterruptPolicy
+from schemas.model import OFFLINE_MODEL_NAME
 from schemas.session import SessionStatus, SessionSummary
 
 __all__ = ["QUERIES", "SignalKind", "compact", "compact_line", "end", "list_", "query_command",
@@ -37,6 +38,8 @@ __all__ = ["QUERIES", "SignalKind", "compact", "compact_line", "end", "list_", "
 def start(
     session_id: Annotated[str | None, typer.Argument(help="Session id (default: new).")
                           ] = None,
+    text: Annotated[str | None, typer.Argument(
+        help="The first message (as `keel send` takes its text; or --message).")] = None,
     id: Annotated[str | None, typer.Option("--id", help="Session id (default: new).")] = None,
     message: Annotated[str | None, typer.Option("--message", "-m",
                                                 help="First message.")] = None,
@@ -50,6 +53,10 @@ def start(
                          ] = None,
 ) -> None:
     """Start a session, optionally with its first message (acknowledged in the same call)."""
+    if text is not None and message is not None:
+        error("the first message is given twice (TEXT and --message): give it once")
+        raise typer.Exit(2)
+    message = message if text is None else text
     spec = _agent_spec(agent, instructions, model, cache_ttl)
 
     async def main() -> None:
@@ -212,6 +219,19 @@ def signal_(
     run(main(value))
 
 
+def model_line(status: SessionStatus) -> str:
+    """The session's model, and the one that answered when another did: the offline model
+    stands in for it on a worker with no API key (spend is still counted at the session's
+    model's prices, so budgets can be tried offline)."""
+    answered = status.answered_by
+    if answered is None or answered.startswith(status.model):  # a dated name of the alias
+        return status.model
+    if answered == OFFLINE_MODEL_NAME:
+        return (f"{status.model}, answered by the {model_label(answered)}: the worker has "
+                f"no API key (spend at {status.model}'s prices)")
+    return f"{status.model} (answered by {answered})"
+
+
 def status_table(status: SessionStatus) -> Table:
     pct = 100 * status.context_tokens / max(1, status.context_window)
     return key_values([
@@ -224,7 +244,7 @@ def status_table(status: SessionStatus) -> Table:
         ("pending inputs", status.pending_inputs),
         ("window starts at", f"#{status.window_start_seq}"),
         ("last seq", status.last_seq),
-        ("model", status.model),
+        ("model", model_line(status)),
         *([("stopped", status.stopped_reason)] if status.stopped_reason else []),
         *[("awaiting approval", f"{p.tool} (call {p.call_id}) since "
                                 f"{p.since.isoformat(timespec='seconds')}")
