@@ -65,6 +65,7 @@ from schemas.vault.recall_rules import (
     distinct_snippets,
     wants_recall,
 )
+from schemas.vault.rollup import without_markers
 from schemas.vault.search import (
     DENSE_FLOOR,
     GRAPH_SEEDS,
@@ -372,7 +373,8 @@ async def _hits(conn: AsyncConnection, lexemes: list[str], ranked: list[Fused],
         else:
             a, b = snippet_span(body, lexemes, lo, hi, SNIPPET_MAX_CHARS)
         out.append(MemoryHit(
-            path=f.path, kind=kind, title=title, snippet=body[a:b], score=round(f.score, 6),
+            path=f.path, kind=kind, title=title, snippet=without_markers(body[a:b]),
+            score=round(f.score, 6),
             via_link=f.via_link, chunk=f.chunk.chunk if f.chunk else None, start=a, end=b,
             heading=f.chunk.heading if f.chunk else "", components=f.components()))
     return out

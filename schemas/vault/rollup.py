@@ -396,6 +396,17 @@ def entry_marker(session_id: str, seq: int) -> str:
     return f"<!-- keel:{session_id}:{seq} -->"
 
 
+# An entry heading's marker as a snippet may hold it: whole, or cut off by the snippet's end.
+_SHOWN_MARK_RE = re.compile(r"(?m)^(####[^\n]*?) ?<!-- keel:(?:[^\s:]+:\d+ -->$|[^\n>]*\Z)")
+
+
+def without_markers(text: str) -> str:
+    """Text as a person or the model reads it: the entry headings' markers (there for the
+    vault's writer to find an entry again) left out; the heading's time, speaker and
+    session stay, and a message's own text is never touched."""
+    return _SHOWN_MARK_RE.sub(r"\1", text)
+
+
 def transcript_entry(session_id: str, seq: int, when: datetime, speaker: str, text: str) -> str:
     """One message as it goes in daily/YYYY-MM-DD.md, word for word, found again by marker."""
     body = text.rstrip("\n")

@@ -16,6 +16,7 @@ from schemas.vault.rollup import (
     request_kind,
     split_transcript,
     transcript_entry,
+    without_markers,
 )
 from schemas.vault.schema import Confidence, parse_schema
 
@@ -50,6 +51,12 @@ def test_transcript_entries_are_found_by_marker_only_at_headings():
                                                "quote: <!-- keel:s1:7 --> inside")
     text += transcript_entry("s1", 2, datetime(2026, 6, 1, 9, 1), "assistant", "ok")
     assert [(s, q) for s, q, _ in split_transcript(text)] == [("s1", 1), ("s1", 2)]
+    # As a snippet shows it: the headings without their markers, the message as written.
+    shown = without_markers(text)
+    assert "#### 09:00:00 · user · s1\n" in shown and "#### 09:01:00 · assistant · s1\n" in shown
+    assert "quote: <!-- keel:s1:7 --> inside" in shown and shown.count("<!--") == 1
+    cut = text[:text.index("keel:s1:2") + 6]  # a snippet ending inside a marker
+    assert without_markers(cut).endswith("#### 09:01:00 · assistant · s1")
 
 
 def test_due_periods_and_request_marker():

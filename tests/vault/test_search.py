@@ -218,6 +218,8 @@ async def test_bulk_indexing_keeps_vectors_in_step_and_unrelated_queries_recall_
         await conn.execute("DELETE FROM memory_docs WHERE path = %s", (changed.path,))
         left = await (await conn.execute("SELECT count(*) FROM memory_chunks")).fetchone()
     assert cat.sources[0] == docs[0].path
+    # The recalled entry shows its heading's time, speaker and session, not its marker.
+    assert "#### 09:00:00 · user · s\n" in cat.block and "<!--" not in cat.block
     assert unrelated.block == "" and unrelated.hits == 0
     assert stale == (0,)  # a changed document's old vectors go at once
     assert left == (2,)  # a deleted document's chunks go with it
