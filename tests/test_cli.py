@@ -149,7 +149,7 @@ async def test_session_commands_end_to_end(client, settings, cli_env, database_u
 async def test_chat(client, settings, cli_env):
     sid = f"chat-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings):
-        out = await keel(cli_env, "chat", "--id", sid,
+        out = await keel(cli_env, "chat", sid,  # as every command takes SESSION (or --id)
                          input="Hello there\n/status\n/mind\n/bogus\n/quit\n")
     assert f"started session {sid}" in out
     assert "[offline model]" in out

@@ -31,12 +31,14 @@ CHAT_HELP = ("/new starts a fresh session · /status /mind /memo /now show its s
              "the turn · /quit leaves (the session keeps running)")
 
 
-def chat(id: Annotated[str | None, typer.Option("--id", help="Session to join or start.")]
+def chat(session: Annotated[str | None, typer.Argument(
+             help="Session to join or start (default: a new one).")] = None,
+         id: Annotated[str | None, typer.Option("--id", help="The same, as an option.")]
          = None) -> None:
     """Talk to a session interactively."""
     async def main() -> None:
         talk = _Chat(await connect(load_settings()), ChatView(console, whole_turns=True))
-        await talk.open(id, help_after=True)
+        await talk.open(session or id, help_after=True)
         try:
             while (text := await talk.prompt()) not in (None, "/quit", "/exit"):
                 if text:
