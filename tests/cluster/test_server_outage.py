@@ -1,0 +1,117 @@
+"""A Temporal server that goes away mid-turn (a crash, a restart for an upgrade) loses
+nothing: the model call in flight finishes, its reply is recorded once and the turn
+completes when the server is back; a message sent while it is away is refused to its
+sender (never recorded behind their back); the session takes the next message as before.
+
+Real parts: a Temporal dev server process of the test's own, on a fixed port with its
+SQLite file (what `keel dev` runs), killed with SIGKILL and started again on that file;
+PostgreSQL; Keel's worker; the real SDK talking to the fake Messages API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+
+from keel.devstack import temporal_cli_path
+from tests.fake_anthropic import text_message
+from tests.harness import keel_worker, make_settings
+
+# Away for longer than the SDK retries one call (the send below is refused after ~6 s of
+# them), and then some.
+AWAY_S = 2.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _Server:
+    """`temporal server start-dev` on one port and one database file, startable again."""
+
+    def __init__(self, db: Path) -> None:
+        self.port, self.db = _free_port(), db
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [temporal_cli_path(), "server", "start-dev", "--headless", "--log-level", "error",
+             "--port", str(self.port), "--ui-port", str(_free_port()),
+             "--db-filename", str(self.db)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    async def client(self) -> Client:
+        for _ in range(300):
+            try:
+                return await Client.connect(f"127.0.0.1:{self.port}",
+                                            data_converter=pydantic_data_converter)
+            except RuntimeError:
+                await asyncio.sleep(0.1)
+        raise AssertionError("the Temporal dev server did not start")
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[_Server]:
+    srv = _Server(tmp_path / "temporal.sqlite")
+    srv.start()
+    yield srv
+    srv.kill()
+
+
+def _record(database_url: str, session_id: str) -> list[tuple[str, str]]:
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute("SELECT type, content::text FROM messages WHERE session_id = %s"
+                            " ORDER BY seq", (session_id,)).fetchall()
+    return [(kind, text) for kind, text in rows]
+
+
+async def test_a_server_outage_mid_turn_loses_nothing(server, database_url, fake_anthropic,
+                                                      tmp_path) -> None:
+    calling = threading.Event()  # the model call is in flight
+    release = threading.Event()  # ... and answers when the test says so
+
+    def slow_answer(body: dict) -> dict:
+        calling.set()
+        release.wait(60)
+        return text_message(f"answer {len(body['messages'])}")
+    fake_anthropic.responder = slow_answer
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    sid = f"outage-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(await server.client(), settings) as keel:
+        session = await keel.start_session(sid)
+        await session.send("first question")
+        assert await asyncio.to_thread(calling.wait, 30), "the model call never came"
+
+        server.kill()  # the call is in flight; its session's server is gone
+        release.set()  # the reply comes while nobody can hear the activity finish
+        with pytest.raises(RPCError):
+            await session.send("sent while the server is away")
+        await asyncio.sleep(AWAY_S)
+        server.start()
+
+        second = await asyncio.wait_for(session.ask("second question"), timeout=90)
+        status = await session.status()
+    assert second.error is None and second.reply_text == "answer 3"
+    assert status.last_error is None and status.turn == 2
+    record = _record(database_url, sid)
+    assert [kind for kind, _ in record] == ["user", "assistant", "user", "assistant"]
+    assert "sent while the server is away" not in str(record)
+    assert len(fake_anthropic.requests) == 2  # the first call was not made again
