@@ -146,6 +146,28 @@ async def test_session_commands_end_to_end(client, settings, cli_env, database_u
         assert "record_inputs" in out
 
 
+async def test_text_from_standard_input(client, settings, cli_env, database_url):
+    """`-` as the text reads standard input: a message longer than one command-line argument
+    may be (128 KiB on Linux) arrives whole; input that is not UTF-8 is refused, not sent."""
+    sid = f"stdin-{uuid.uuid4().hex[:8]}"
+    long = "Plan for Ana (vegetarian) — día 1: café ☕. " * 4_000  # ~180k chars, ~190 KB
+    async with keel_worker(client, settings):
+        await keel(cli_env, "start", sid, "-", input="The first message, piped in.\n")
+        out = await keel(cli_env, "send", sid, "-", input=long)
+        assert out.startswith("seq ")
+        await keel(cli_env, "signal", sid, "watch", "-", "--id", "w", "--name", "Feed",
+                   input="a Watch's text, piped")
+        out = await keel(cli_env, "send", sid, "-", input=b"caf\xe9 latin-1", code=1)
+        assert "not UTF-8" in out and "nothing was sent" in out
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute("SELECT type, content_text FROM messages WHERE session_id = %s"
+                            " AND type IN ('user', 'harness') ORDER BY seq", (sid,)).fetchall()
+    assert [(kind, len(text)) for kind, text in rows][:2] == [
+        ("user", len("The first message, piped in.\n")), ("user", len(long))]
+    assert rows[1][1] == long and "a Watch's text, piped" in rows[2][1]
+    assert len(rows) == 3
+
+
 async def test_chat(client, settings, cli_env):
     sid = f"chat-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings):

@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from keel.cli.initiative import wakeup_when
-from keel.cli.shell import connect, load_settings, run, session_handle
+from keel.cli.shell import connect, given_text, load_settings, run, session_handle
 from keel.cli.waiting import needs_worker, say
 from keel.client import SessionHandle
 from keel.console import console, error, key_values, one_line, working
@@ -39,7 +39,7 @@ def start(
     session_id: Annotated[str | None, typer.Argument(help="Session id (default: new).")
                           ] = None,
     text: Annotated[str | None, typer.Argument(
-        help="The first message (as `keel send` takes its text; or --message).")] = None,
+        help="The first message (or --message); - reads it from standard input.")] = None,
     id: Annotated[str | None, typer.Option("--id", help="Session id (default: new).")] = None,
     message: Annotated[str | None, typer.Option("--message", "-m",
                                                 help="First message.")] = None,
@@ -59,7 +59,8 @@ def start(
     message = message if text is None else text
     spec = _agent_spec(agent, instructions, model, cache_ttl)
 
-    async def main() -> None:
+    async def main(message: str | None) -> None:
+        message = None if message is None else given_text(message)
         keel = await connect(load_settings())
         sid = session_id or id
         if message is None:
@@ -72,7 +73,7 @@ def start(
         verb = "joined" if joined else "started"
         console.print(f"{verb} session [bold]{handle.session_id}[/]; message recorded "
                       f"as seq {accepted.seq}")
-    run(main())
+    run(main(message))
 
 
 def _agent_spec(agent: Path | None, instructions: Path | None, model: str | None,
@@ -161,7 +162,7 @@ def compact(session: str) -> None:
 
 def send(
     session: str,
-    text: str,
+    text: Annotated[str, typer.Argument(help="The message; - reads it from standard input.")],
     wait: Annotated[bool, typer.Option("--wait", "-w", help="Wait for the reply.")] = False,
     on_busy: Annotated[InterruptPolicy | None, typer.Option(
         "--on-busy", help="While a turn runs: enqueue (wait), interrupt (stop it) or "
@@ -169,7 +170,8 @@ def send(
 ) -> None:
     """Send the user's message; prints its seq (and, with --wait, the reply as it streams,
     its tool calls and results, checkpoints, and a footer of context use)."""
-    async def main() -> None:
+    async def main(text: str) -> None:
+        text = given_text(text)
         handle = await session_handle(session)
         if not wait or on_busy is not None:
             accepted = await needs_worker(handle, handle.send(text, on_busy=on_busy))
@@ -178,7 +180,7 @@ def send(
                 console.print(escape((await handle.wait_reply(accepted.seq)).reply_text))
             return
         await needs_worker(handle, say(handle, text, LiveView(console, whole_turns=True)))
-    run(main())
+    run(main(text))
 
 
 class SignalKind(StrEnum):
@@ -191,7 +193,8 @@ class SignalKind(StrEnum):
 def signal_(
     session: str,
     kind: SignalKind,
-    text: str,
+    text: Annotated[str, typer.Argument(help="The input's text; - reads it from standard "
+                                             "input.")],
     id: Annotated[str, typer.Option("--id", help="Watch / task / run id.")],
     name: Annotated[str | None, typer.Option("--name", help="Watch or task name.")] = None,
     from_: Annotated[str | None, typer.Option("--from",
@@ -207,12 +210,13 @@ def signal_(
         raise typer.Exit(2)
 
     async def main(value: str) -> None:
+        text_ = given_text(text)
         handle = await session_handle(session)
         signals: dict[SignalKind, Callable[[], Awaitable[None]]] = {
-            SignalKind.watch: lambda: handle.watch(id, value, text),
-            SignalKind.task: lambda: handle.task(id, value, text),
-            SignalKind.agent_run: lambda: handle.agent_run(id, value, text),
-            SignalKind.callback: lambda: handle.callback(id, value, text),
+            SignalKind.watch: lambda: handle.watch(id, value, text_),
+            SignalKind.task: lambda: handle.task(id, value, text_),
+            SignalKind.agent_run: lambda: handle.agent_run(id, value, text_),
+            SignalKind.callback: lambda: handle.callback(id, value, text_),
         }
         await signals[kind]()
         console.print(f"signalled {kind.value} {id} to {session}")

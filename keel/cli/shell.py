@@ -40,6 +40,7 @@ __all__ = [
     "database_url",
     "fail",
     "failure_line",
+    "given_text",
     "install_stop_signals",
     "load_settings",
     "refusal_line",
@@ -141,6 +142,24 @@ def run(main: Coroutine[Any, Any, T]) -> T:
         raise typer.Exit(130) from None
     except Exception as err:
         fail(err)
+
+
+STDIN = "-"  # a text argument that says: read it from standard input
+
+
+def given_text(text: str) -> str:
+    """A command's text argument, or standard input's whole text when it is `-` (a long
+    message: one argument of the command line holds at most 128 KiB on Linux)."""
+    if text != STDIN:
+        return text
+    data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise CliError(f"standard input is not UTF-8 text (byte {err.start}): nothing was "
+                       "sent") from None
 
 
 def fail(err: Exception) -> NoReturn:
