@@ -25,6 +25,7 @@ from schemas.files import FileData, FileEntry, FileVersion, read_problem
 from schemas.session import Rejection
 
 KEPT_RESULTS_DIR = ".keel/results"  # whole tool results, under Keel's read-only folder
+KEPT_INPUTS_DIR = ".keel/inputs"  # whole background inputs over the input limits
 
 
 def kept_result_path(call_id: str) -> str:

@@ -45,6 +45,7 @@ from activities.record import (
     insert_row,
     send_insert,
 )
+from activities.results import cut_input
 from activities.vault.outbox import QueuedTranscript, queue_transcript
 from activities.vault.search import recall
 from activities.window import LoadedWindow, PendingRows, window_rows
@@ -228,6 +229,7 @@ async def record_and_read(ctx: SessionContext, data: ModelCallInput, stack: Asyn
     if not inputs:
         conn = await stack.enter_async_context(await ctx.connection())
         return conn, [], await read_window(conn, data)
+    inputs = [await cut_input(ctx.store, row) for row in inputs]  # a folded one over limits
     try:
         async with asyncio.timeout(min(data.first.within_s, RECORD_STEP_S)):
             conn = await stack.enter_async_context(await ctx.connection())

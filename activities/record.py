@@ -18,6 +18,7 @@ from psycopg.rows import dict_row
 from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError
 
+from schemas.input_size import InputLimits
 from schemas.messages import REPLY_INLINE_CHARS, MessageType, RecordRow
 from schemas.session import ReplyPart
 from schemas.text import storable_json_problem, storable_problem
@@ -42,6 +43,9 @@ class RecordInput(NewRow):
     """An input to record (the `record_input` activity, or a model call's record step)."""
 
     user_name: str = "user"  # for the session row, written with the first input
+    # A background input's limits: over them it is recorded cut and kept whole in the
+    # workspace (schemas.input_size); None for a user's message (refused over them).
+    cut_over: InputLimits | None = None
 
 
 class Inserted(BaseModel):

@@ -5,6 +5,8 @@ session's workspace store, under Keel's read-only `.keel/` folder.
   when it is larger than one file may be, in numbered parts beside it
   (`<call id>.part-1.txt`, ...), each at most the store's per-file limit; the cut result in
   the record names them. Written once per call id (the op id), so a retry writes nothing.
+  A background input over the input limits (schemas.input_size) is kept the same way at
+  `.keel/inputs/seq-<seq>-<digest>.txt`, named by its recorded cut.
 - A service tool's result larger than a payload should be is kept by the service's worker
   as the serialized Temporal payload at `payloads/<sha256>.bin` of the store's scope
   `RESULTS_SCOPE` (`write_payload`, used by `workers.payload_refs.ResultStorage`), not in
@@ -20,12 +22,14 @@ import re
 
 from temporalio.api.common.v1 import Payload
 
-from activities.files import KEPT_RESULTS_DIR, kept_result_path
+from activities.files import KEPT_INPUTS_DIR, KEPT_RESULTS_DIR
+from activities.record import RecordInput
 from activities.tools import workspace_path
-from activities.workspace import WorkspaceStore
+from activities.workspace import StoreError, WorkspaceStore
+from schemas.input_size import cut_line, kept_prefix, over_limits
 
-__all__ = ["MAX_PAYLOAD_BYTES", "RESULTS_SCOPE", "keep_whole", "payload_path", "read_payload",
-           "split_utf8", "write_payload"]
+__all__ = ["MAX_PAYLOAD_BYTES", "RESULTS_SCOPE", "cut_input", "keep_whole", "payload_path",
+           "read_payload", "split_utf8", "write_payload"]
 
 RESULTS_SCOPE = "_tool_results"  # a scope of its own, beside the sessions' workspaces
 PAYLOADS_DIR = "payloads"
@@ -77,17 +81,38 @@ def split_utf8(data: bytes, limit: int) -> list[bytes]:
     return pieces
 
 
-async def keep_whole(store: WorkspaceStore, session_id: str, call_id: str, text: str) -> str:
-    """Keep `text` whole for call `call_id`; returns where, as the cut line says it."""
+async def keep_whole(store: WorkspaceStore, session_id: str, call_id: str, text: str, *,
+                     folder: str = KEPT_RESULTS_DIR, what: str = "result") -> str:
+    """Keep `text` whole for call `call_id` (a tool's result; or, with `folder` and `what`,
+    a background input's text); returns where, as the cut line says it."""
     safe = workspace_path(call_id.replace("/", "_"))
     data = text.encode(errors="replace")
     if len(data) <= store.max_file_bytes:
-        path = kept_result_path(safe)
-        await store.write(session_id, path, data, op_id=f"result-{call_id}")
-        return f"the whole result is in {path}; read it with read_file"
+        path = f"{folder}/{safe}.txt"
+        await store.write(session_id, path, data, op_id=f"{what}-{call_id}")
+        return f"the whole {what} is in {path}; read it with read_file"
     parts = split_utf8(data, store.max_file_bytes)
     for n, part in enumerate(parts, start=1):
-        await store.write(session_id, f"{KEPT_RESULTS_DIR}/{safe}.part-{n}.txt", part,
-                          op_id=f"result-{call_id}-part-{n}")
-    return (f"the whole result is in {len(parts)} parts, {KEPT_RESULTS_DIR}/{safe}.part-1.txt "
+        await store.write(session_id, f"{folder}/{safe}.part-{n}.txt", part,
+                          op_id=f"{what}-{call_id}-part-{n}")
+    return (f"the whole {what} is in {len(parts)} parts, {folder}/{safe}.part-1.txt "
             f"to .part-{len(parts)}.txt; read them with read_file")
+
+
+async def cut_input(store: WorkspaceStore, data: RecordInput) -> RecordInput:
+    """`data` as it is recorded: a background input over its limits (`cut_over`; nobody
+    to refuse it to) cut, with a line saying where the whole is kept in the session's
+    workspace; anything else as it came. Named by its seq and digest: a retry writes
+    nothing new."""
+    limits = data.cut_over
+    if limits is None or over_limits(data.text, limits) is None:
+        return data
+    kept = kept_prefix(data.text, limits)
+    digest = hashlib.sha256(data.text.encode()).hexdigest()[:12]
+    try:
+        where = await keep_whole(store, data.session_id, f"seq-{data.seq}-{digest}", data.text,
+                                 folder=KEPT_INPUTS_DIR, what="input")
+    except StoreError as err:
+        where = f"the rest could not be kept ({err})"
+    return data.model_copy(update={
+        "text": kept + cut_line(len(kept), len(data.text), where), "cut_over": None})

@@ -81,7 +81,7 @@ from activities.record import (
     load_seqs,
     reply_part,
 )
-from activities.results import keep_whole, read_payload
+from activities.results import cut_input, keep_whole, read_payload
 from activities.tools import ToolContext, ToolOutput, execute_tool
 from activities.vault.search import search, touch_documents
 from activities.vault.store import VaultError
@@ -165,6 +165,7 @@ class SessionActivities:
 
     @activity.defn
     async def record_input(self, data: RecordInput) -> Inserted:
+        data = await cut_input(self.ctx.store, data)
         async with await self.ctx.connection() as conn:
             await ensure_session(conn, data.session_id, data.user_name)
             return await insert_row(conn, data)

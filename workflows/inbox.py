@@ -106,7 +106,10 @@ class Inbox:
         input_id: str | None, *, patient: bool, lost: str,
     ) -> MessageAccepted:
         """Record one input at the next seq. When the record cannot take it in time, the
-        seq is fenced with a notice saying `lost` and why, and RECORD_FAILED is raised."""
+        seq is fenced with a notice saying `lost` and why, and RECORD_FAILED is raised.
+        A background input over the input limits is recorded cut and kept whole in the
+        workspace (schemas.input_size): it has nobody to refuse it to, and one input must
+        not fill the window (a user's message over them was refused before it came here)."""
         state = self.run.state
         if self.fencing:
             await self._wait_fenced(patient)
@@ -114,7 +117,9 @@ class Inbox:
         input_id = input_id or f"{kind}-{workflow.uuid4()}"
         record = RecordInput(session_id=state.session_id, seq=seq, input_id=input_id,
                              type=type_, text=text, source_line=source_line,
-                             user_name=state.config.user_name, turn=state.turn + 1)
+                             user_name=state.config.user_name, turn=state.turn + 1,
+                             cut_over=self.run.input_limits()
+                             if type_ is MessageType.HARNESS else None)
         try:
             if patient:
                 # A background input has nobody waiting and is tried for longer (an hour):
@@ -242,7 +247,7 @@ class Inbox:
         self.unrecorded[seq] = RecordInput(
             session_id=state.session_id, seq=seq, input_id=input_id, type=MessageType.HARNESS,
             text=text, source_line=source_line, user_name=state.config.user_name,
-            turn=state.turn + 1)
+            turn=state.turn + 1, cut_over=self.run.input_limits())
         state.settle_seq(seq)
         state.pending.append(PendingInput(seq=seq, kind=kind, query=text[:RECALL_QUERY_CHARS]))
         self.run.events.emit(InputRecorded, turn=state.turn + 1, kind=kind, seq=seq,

@@ -22,6 +22,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.session import RecordInput, SessionActivities
     from schemas.agent import session_tools
+    from schemas.input_size import InputLimits, input_limits
     from schemas.messages import MessageType
     from schemas.session import SessionPhase, SessionState, SessionStatus
     from schemas.text import make_storable
@@ -50,6 +51,10 @@ class SessionRun:
         task = asyncio.create_task(work)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    def input_limits(self) -> InputLimits:
+        """How large one input may be in this session's context (schemas.input_size)."""
+        return input_limits(self.state.config.max_message_chars, self.window.hard_limit)
 
     def settled_phase(self) -> SessionPhase:
         """The phase between turns: ended, stopped, or idle."""

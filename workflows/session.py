@@ -62,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.events import SessionEnded
     from schemas.files import FileData, FileEntry, FileVersion, ListFiles, PutFile, ReadFile
     from schemas.initiative import Wakeup
+    from schemas.input_size import over_limits
     from schemas.interrupt import BusyAction
     from schemas.session import (
         MAX_INPUT_ID_CHARS,
@@ -83,7 +84,6 @@ with workflow.unsafe.imports_passed_through():
         text_limits,
     )
     from schemas.text import payload_problem, storable_problem
-    from schemas.tokens import count_tokens
     from schemas.vault.scope import scope_changed
     from workflows.branch import Rewinder
     from workflows.carry import continue_as_new, query_text, read_reply, restore_texts
@@ -211,21 +211,12 @@ class SessionWorkflow:
         if self.turns.interrupts.action(message) is BusyAction.REFUSE:
             refusal, kind = self.turns.interrupts.refusal()
             raise ApplicationError(refusal, type=kind, non_retryable=True)
-        limit = state.config.max_message_chars
-        if len(message.text) > limit:
-            raise rejected(
-                f"the message has {len(message.text)} characters; the limit is {limit}. "
-                "Put long material in a file in the workspace and refer to it."
-            )
         # A message must leave room for the rest of the context and the reply, or no
-        # checkpoint could ever make it fit. Counting is pure and deterministic.
-        token_limit = self.session.window.hard_limit // 2
-        tokens = count_tokens(message.text)
-        if tokens > token_limit:
-            raise rejected(
-                f"the message has {tokens} tokens; on this model a message may have at most "
-                f"{token_limit}. Put long material in a file in the workspace and refer to it."
-            )
+        # checkpoint could ever make it fit (schemas.input_size; pure and deterministic).
+        too_much = over_limits(message.text, self.session.input_limits())
+        if too_much:
+            raise rejected(f"the message has {too_much}. Put long material in a file in the "
+                           "workspace and refer to it.")
 
     # Every signal comes through this one handler, its payloads raw, however many there
     # are: a malformed one reaches the session (which records what was wrong) instead of

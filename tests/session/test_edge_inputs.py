@@ -6,6 +6,7 @@ the next message."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 
@@ -13,7 +14,9 @@ import psycopg
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
-from keel.client import MessageRejectedError
+from activities.workspace import open_store
+from keel.client import MessageRejectedError, session_config
+from schemas.input_size import input_limits, kept_prefix, over_limits
 from schemas.session import SESSION_WORKFLOW, SessionInput
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
@@ -112,6 +115,39 @@ async def test_watch_with_nul_is_recorded_replaced_and_later_inputs_answered(
     assert outcome.reply_text == "ok" and status.pending_inputs == 0
     harness = [r for r in rows_of(database_url, session.session_id) if r[1] == "harness"]
     assert harness[0][3] == "usage\ufffd high\n[Keel: 1 NUL character replaced with U+FFFD]"
+
+
+async def test_a_background_input_over_the_limits_is_recorded_cut_and_kept_whole(
+        client, settings, fake_anthropic, database_url):
+    """A Task whose text alone would fill the window (a signal: nobody to refuse it to) is
+    recorded cut to the input limits, ending in a line that says where the whole is; the
+    whole is in the session's workspace as sent; the turn it starts is answered and the
+    session goes on. Before, it was recorded whole and the session stopped for good ("This
+    conversation has grown too long to continue")."""
+    fake_anthropic.responder = lambda body: text_message("noted")
+    config = session_config(settings, context_window=20_000)
+    limits = input_limits(config.max_message_chars, config.window().hard_limit)
+    text = "".join(f"line {i}: the nightly export moved 4,200 rows ✓\n" for i in range(3_000))
+    assert over_limits(text, limits) and len(text) < config.max_message_chars  # by tokens
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"cut-{uuid.uuid4().hex[:8]}", config=config)
+        await session.task("t-1", "Nightly export", text)
+        status = await idle(session, 1)
+        outcome = await session.ask("anything odd in it?")
+        status = await idle(session, 2)
+    assert outcome.reply_text == "noted" and status.stopped_reason is None
+    (task,) = [r for r in rows_of(database_url, session.session_id) if r[1] == "harness"]
+    recorded, kept = task[3], kept_prefix(text, limits)
+    line = re.fullmatch(r"\n\[Keel: input cut at (\d+) of (\d+) characters; the whole input "
+                        r"is in (\.keel/inputs/seq-\d+-[0-9a-f]{12}\.txt); read it with "
+                        r"read_file\]", recorded[len(kept):])
+    assert recorded.startswith(kept) and line, recorded[len(kept) - 80:]
+    assert (int(line[1]), int(line[2])) == (len(kept), len(text))
+    assert over_limits(recorded, limits) is None
+    whole = await open_store(settings).read(session.session_id, line[3])
+    assert whole is not None and whole.data.decode() == text
+    assert any("Nightly export" in str(b) and "input cut at" in str(b)
+               for m in fake_anthropic.requests[0]["messages"] for b in m["content"])
 
 
 async def test_user_message_with_nul_is_rejected_at_once(client, settings, fake_anthropic,

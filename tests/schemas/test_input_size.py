@@ -1,0 +1,50 @@
+"""The input limits (schemas.input_size): one rule for a user's message (refused over them)
+and a background input (recorded cut, kept whole): what is over, and that a cut input with
+its line is within both limits whatever the text and the reason given."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas.input_size import (
+    CUT_REASON_CHARS,
+    InputLimits,
+    cut_line,
+    input_limits,
+    kept_prefix,
+    over_limits,
+)
+from schemas.tokens import count_tokens
+
+
+def test_the_limits_are_the_characters_and_half_the_hard_limit() -> None:
+    assert input_limits(200_000, 171_000) == InputLimits(chars=200_000, tokens=85_500)
+    limits = InputLimits(chars=1_000, tokens=50)
+    assert over_limits("word " * 40, limits) is None
+    assert over_limits("x" * 1_001, limits) == "1001 characters; the limit is 1000"
+    many = "alpha beta gamma delta " * 20  # 460 characters, ~80 tokens
+    assert over_limits(many, limits) == (
+        f"{count_tokens(many)} tokens; on this model one may have at most 50")
+
+
+def test_a_cut_names_its_counts_and_a_long_reason_is_cut_too() -> None:
+    assert cut_line(10, 99, "the whole input is in .keel/inputs/seq-3-ab.txt") == (
+        "\n[Keel: input cut at 10 of 99 characters; "
+        "the whole input is in .keel/inputs/seq-3-ab.txt]")
+    long = cut_line(1, 2, "the rest could not be kept (" + "why " * 200 + ")")
+    assert len(long) < CUT_REASON_CHARS + 60 and long.endswith("…]")
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(min_size=0, max_size=6_000),
+       chars=st.integers(min_value=450, max_value=5_000),
+       tokens=st.integers(min_value=150, max_value=2_000),
+       reason=st.one_of(st.text(max_size=60), st.text(min_size=300, max_size=600)))
+def test_a_cut_input_with_its_line_is_within_both_limits(text: str, chars: int, tokens: int,
+                                                         reason: str) -> None:
+    limits = InputLimits(chars=chars, tokens=tokens)
+    kept = kept_prefix(text, limits)
+    assert text.startswith(kept)
+    recorded = kept + cut_line(len(kept), len(text), reason)
+    assert over_limits(recorded, limits) is None, (len(recorded), count_tokens(recorded))
