@@ -9,17 +9,38 @@ Invariants (pure, deterministic: the workflow applies them):
 - A background input over them has nobody to tell, and losing it would lose what the
   sender said: it is recorded cut to `kept_prefix` (within both limits, with room for the
   line saying where the rest is) and kept whole in the session's workspace.
+- What every request carries whatever the conversation (the system prompt with the agent's
+  instructions, the tool definitions) may take at most half the hard limit too: an agent
+  over it is refused at start and by `set_agent` (`agent_fit_problem`), where before its
+  session stopped on its first message, saying the conversation had grown too long.
 """
 
 from __future__ import annotations
 
+import json
+
 from pydantic import BaseModel
 
+from schemas.agent import AgentSpec, session_tools
+from schemas.context import SystemPromptParts, build_system_prompt
+from schemas.session import SessionConfig
 from schemas.tokens import count_tokens, truncate_to_tokens
+from schemas.tools import AGENT_TOOLS
 
-__all__ = ["CUT_LINE_CHARS", "CUT_LINE_ROOM", "CUT_REASON_CHARS", "CUT_REASON_TOKENS",
-           "InputLimits", "cut_line", "input_limits", "kept_prefix",
-           "over_limits"]
+__all__ = [
+    "CUT_LINE_CHARS",
+    "CUT_LINE_ROOM",
+    "CUT_REASON_CHARS",
+    "CUT_REASON_TOKENS",
+    "InputLimits",
+    "agent_fit_problem",
+    "agent_tokens",
+    "config_fit_problem",
+    "cut_line",
+    "input_limits",
+    "kept_prefix",
+    "over_limits",
+]
 
 # What is kept free under the limits for the line a cut input ends with (its counts, and
 # where the whole is or why it could not be kept, that reason cut to CUT_REASON_CHARS).
@@ -63,3 +84,31 @@ def cut_line(kept: int, whole: int, where: str) -> str:
     if short != where:
         where = short + "…"
     return f"\n[Keel: input cut at {kept} of {whole} characters; {where}]"
+
+
+def agent_tokens(spec: AgentSpec) -> int:
+    """What `spec` adds to every request: Keel's system prompt with its instructions, and
+    the tool definitions (the built-ins and its service tools; MCP tools are listed later,
+    and long memory's few are left out)."""
+    system = build_system_prompt(SystemPromptParts(instructions=spec.instructions))
+    tools = session_tools(list(AGENT_TOOLS), spec, [])
+    return count_tokens(system) + count_tokens(json.dumps(tools, ensure_ascii=False))
+
+
+def agent_fit_problem(spec: AgentSpec, context_window: int, hard_limit: int) -> str | None:
+    """Why a session with a window of `context_window` tokens (its hard limit
+    `hard_limit`) cannot run `spec`, or None."""
+    tokens, limit = agent_tokens(spec), max(hard_limit // 2, 1)
+    if tokens <= limit:
+        return None
+    return (f"the agent's instructions and tool definitions take {tokens} tokens with "
+            f"Keel's system prompt; a session with a window of {context_window} tokens may "
+            f"give them at most {limit}, to leave room for the conversation: shorten them, "
+            "or give the session a larger window")
+
+
+def config_fit_problem(config: SessionConfig) -> str | None:
+    """`agent_fit_problem` for a session's config (None: no agent, or it fits)."""
+    if config.agent is None:
+        return None
+    return agent_fit_problem(config.agent, config.context_window, config.window().hard_limit)

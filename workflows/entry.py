@@ -32,6 +32,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from schemas.agent import BUILTIN_TOOL_NAMES, AgentSpecError, check_spec
+    from schemas.input_size import config_fit_problem
     from schemas.session import ARGUMENTS_ENCODING, Rejection, SessionInput
     from schemas.strict import STORED
     from workflows.failures import decode_problem
@@ -44,6 +45,9 @@ M = TypeVar("M", bound=BaseModel)
 # A fresh start the lenient reading would take but the strict one refuses (an unknown spec
 # field, a spec check_spec refuses): refused from this patch on.
 REFUSE_PATCH = "refuse-bad-start-input"
+# A fresh start whose agent leaves no room in its window (schemas.input_size): refused from
+# this patch on (before, its session stopped on the first message).
+FIT_PATCH = "refuse-agent-over-window"
 
 
 def payload_json(raw: RawValue | None, no_payload: RawValue) -> bytes:
@@ -120,12 +124,16 @@ def start_input(raw: RawValue | None, no_payload: RawValue) -> StartInput:
     except ValidationError as err:
         problem = f"the session's input is refused: {decode_problem(err)}"
     else:
-        spec = strict.state.config.agent if strict.state else strict.config.agent
+        config = strict.state.config if strict.state else strict.config
         try:
-            if spec is not None:
-                check_spec(spec, BUILTIN_TOOL_NAMES)
+            if config.agent is not None:
+                check_spec(config.agent, BUILTIN_TOOL_NAMES)
         except AgentSpecError as err:
             problem = str(err)
+        else:
+            too_big = config_fit_problem(config)
+            if too_big and workflow.patched(FIT_PATCH):
+                problem = str(AgentSpecError([too_big]))
     if problem and workflow.patched(REFUSE_PATCH):
         return StartInput(placeholder, f"{problem}; nothing was written",
                           type=Rejection.AGENT_SPEC_REFUSED)

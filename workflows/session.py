@@ -62,7 +62,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.events import SessionEnded
     from schemas.files import FileData, FileEntry, FileVersion, ListFiles, PutFile, ReadFile
     from schemas.initiative import Wakeup
-    from schemas.input_size import over_limits
+    from schemas.input_size import agent_fit_problem, over_limits
     from schemas.interrupt import BusyAction
     from schemas.session import (
         MAX_INPUT_ID_CHARS,
@@ -360,6 +360,10 @@ class SessionWorkflow:
         try:
             spec = AgentSpec.model_validate_json(payload_json(data, NO_PAYLOAD))
             check_spec(spec, BUILTIN_NAMES)
+            window = self.session.window
+            too_big = agent_fit_problem(spec, window.context_window, window.hard_limit)
+            if too_big:
+                raise AgentSpecError([too_big])
         except (ValidationError, ValueError) as err:
             if isinstance(err, AgentSpecError):
                 raise ApplicationError(str(err), type=Rejection.AGENT_SPEC_REFUSED,

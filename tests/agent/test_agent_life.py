@@ -134,6 +134,27 @@ async def test_set_agent_shapes_the_next_turn(client, settings, fake_anthropic,
                     if r[1] == "notice"]) == 1
 
 
+async def test_an_agent_that_leaves_no_room_in_the_window_is_refused(client, settings):
+    """Instructions within their characters' limit, but more than half of what a small
+    window holds: refused at start (before anything starts) and by set_agent (the agent
+    stays), where before the session stopped on its first message."""
+    small = session_config(settings, context_window=10_000)
+    long = AgentSpec(instructions="Check the release notes twice. " * 1_500)
+    async with keel_worker(client, settings) as keel:
+        sid = f"fit-{uuid.uuid4().hex[:8]}"
+        with pytest.raises(AgentSpecRefusedError, match="window of 10000 tokens may give"):
+            await keel.start_session(sid, agent=long, config=small)
+        assert not await keel.session(sid).is_running()  # nothing was started
+        session = await keel.start_session(sid, agent=AgentSpec(instructions="Be brief."),
+                                           config=small)
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await session.handle.execute_update(Handler.SET_AGENT, long,
+                                                result_type=SessionStatus)
+        assert refused.value.cause.type == Rejection.AGENT_SPEC_REFUSED
+        assert "leave room for the conversation" in refused.value.cause.message
+        assert (await session.agent() or AgentSpec()).instructions == "Be brief."
+
+
 # ----- MCP: listed once, again only on refresh ------------------------------------------
 
 async def test_refresh_mcp_lists_again_and_only_then(client, settings, fake_anthropic,

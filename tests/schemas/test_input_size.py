@@ -7,14 +7,18 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from schemas.agent import AgentSpec
 from schemas.input_size import (
     CUT_REASON_CHARS,
     InputLimits,
+    agent_tokens,
+    config_fit_problem,
     cut_line,
     input_limits,
     kept_prefix,
     over_limits,
 )
+from schemas.session import SessionConfig
 from schemas.tokens import count_tokens
 
 
@@ -48,3 +52,18 @@ def test_a_cut_input_with_its_line_is_within_both_limits(text: str, chars: int, 
     assert text.startswith(kept)
     recorded = kept + cut_line(len(kept), len(text), reason)
     assert over_limits(recorded, limits) is None, (len(recorded), count_tokens(recorded))
+
+
+def test_an_agent_must_leave_half_the_window_to_the_conversation() -> None:
+    small, big = SessionConfig(context_window=10_000), SessionConfig(context_window=200_000)
+    long = AgentSpec(instructions="Check the release notes twice. " * 1_500)  # 46,500 chars
+    assert agent_tokens(AgentSpec()) < agent_tokens(long)
+    assert config_fit_problem(small) is None  # no agent: Keel's own prompt fits
+    assert config_fit_problem(big.with_agent(long)) is None
+    problem = config_fit_problem(small.with_agent(long))
+    limit = small.window().hard_limit // 2
+    assert problem == (
+        f"the agent's instructions and tool definitions take {agent_tokens(long)} tokens "
+        f"with Keel's system prompt; a session with a window of 10000 tokens may give them "
+        f"at most {limit}, to leave room for the conversation: shorten them, or give the "
+        "session a larger window")

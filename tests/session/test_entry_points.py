@@ -90,6 +90,10 @@ STARTS: list[tuple[Any, str, str]] = [
      "AgentSpecRefused", "http.url"),
     (lambda sid: {"session_id": sid, **agent(instructions="x" * 60_000)},
      "AgentSpecRefused", "instructions have 60000 characters"),
+    # Within the characters' limit, but more than a 10,000-token window leaves for them.
+    (lambda sid: {"session_id": sid, "config": {"context_window": 10_000, "agent": {
+        "instructions": "Check the release notes twice. " * 1_500}}},
+     "AgentSpecRefused", "a session with a window of 10000 tokens may give them at most"),
 ]
 
 
