@@ -65,6 +65,32 @@ class SystemPromptParts(BaseModel):
     instructions: str = ""
 
 
+# What the AGENTS.md files may take of the system prompt together (every request carries
+# it, and no checkpoint can shrink it): past it a file is cut, and the files after it are
+# named only, each with its size, to be read with read_file. About 10,000 tokens of English.
+AGENTS_MD_MAX_CHARS = 40_000
+
+
+def agents_sections(docs: list[WorkspaceDoc], budget: int = AGENTS_MD_MAX_CHARS
+                    ) -> list[str]:
+    """The AGENTS.md files' sections, in order, within `budget` characters together."""
+    out = []
+    for doc in docs:
+        text = doc.text.strip()
+        if len(text) <= budget:
+            out.append(f"## {doc.path}\n{text}")
+            budget -= len(text)
+        elif budget >= 1_000:  # worth a head: the rest is a read away
+            out.append(f"## {doc.path}\n{text[:budget]}\n[Keel: cut at {budget} of "
+                       f"{len(text)} characters; read the whole with read_file]")
+            budget = 0
+        else:
+            out.append(f"## {doc.path}\n[Keel: not carried here ({len(text)} characters, "
+                       "past what the system prompt holds of AGENTS.md files); read it with "
+                       "read_file]")
+    return out
+
+
 def build_system_prompt(parts: SystemPromptParts) -> str:
     out = [parts.identity]
     if parts.offline_notice:
@@ -77,8 +103,7 @@ def build_system_prompt(parts: SystemPromptParts) -> str:
         out.append(
             "## Skills\nLoad a skill's full text with the `load_skill` tool.\n" + catalog
         )
-    for doc in parts.agents_md:
-        out.append(f"## {doc.path}\n{doc.text.strip()}")
+    out += agents_sections(parts.agents_md)
     if parts.core_memory.strip():
         out.append("## Core memory (CORE.md)\n" + parts.core_memory.strip())
     return "\n\n".join(out)
