@@ -12,7 +12,8 @@ Invariants (pure, deterministic: the workflow applies them):
 - What every request carries whatever the conversation (the system prompt with the agent's
   instructions, the tool definitions) may take at most half the hard limit too: an agent
   over it is refused at start and by `set_agent` (`agent_fit_problem`), where before its
-  session stopped on its first message, saying the conversation had grown too long.
+  session stopped on its first message, saying the conversation had grown too long. MCP
+  tools, listed later, are kept in the order listed while they fit it (`fit_mcp_tools`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pydantic import BaseModel
 
 from schemas.agent import AgentSpec, session_tools
 from schemas.context import SystemPromptParts, build_system_prompt
+from schemas.mcp import McpTool
 from schemas.session import SessionConfig
 from schemas.tokens import count_tokens, truncate_to_tokens
 from schemas.tools import AGENT_TOOLS
@@ -37,6 +39,7 @@ __all__ = [
     "agent_tokens",
     "config_fit_problem",
     "cut_line",
+    "fit_mcp_tools",
     "input_limits",
     "kept_prefix",
     "over_limits",
@@ -112,3 +115,20 @@ def config_fit_problem(config: SessionConfig) -> str | None:
     if config.agent is None:
         return None
     return agent_fit_problem(config.agent, config.context_window, config.window().hard_limit)
+
+
+def fit_mcp_tools(spec: AgentSpec, tools: list[McpTool], hard_limit: int
+                  ) -> tuple[list[McpTool], list[str]]:
+    """The MCP tools a session can carry, in the order listed, while the agent's share of
+    every request stays within half the hard limit; and the names of those left out."""
+    used, limit = agent_tokens(spec), max(hard_limit // 2, 1)
+    kept: list[McpTool] = []
+    left: list[str] = []
+    for tool in tools:
+        cost = count_tokens(json.dumps(tool.to_anthropic(), ensure_ascii=False))
+        if used + cost <= limit:
+            kept.append(tool)
+            used += cost
+        else:
+            left.append(tool.name)
+    return kept, left

@@ -86,6 +86,7 @@ with workflow.unsafe.imports_passed_through():
         cut,
     )
     from schemas.initiative import INITIATIVE_TOOL_NAMES
+    from schemas.input_size import fit_mcp_tools
     from schemas.interrupt import NOT_RUN_TEXT
     from schemas.messages import MessageType, ModelReply, ToolCall
     from schemas.session import SessionPhase
@@ -103,6 +104,10 @@ with workflow.unsafe.imports_passed_through():
 
 __all__ = ["BUILTIN_NAMES", "CheckpointWhileWaiting", "ContinueAsNewWaiting", "ToolRunner",
            "WaitDecision"]
+
+# MCP tools whose definitions would take more than the agent's half of the window are left
+# out (schemas.input_size), said in the listing's notice: from this patch on.
+MCP_FIT_PATCH = "mcp-tools-fit-the-window"
 
 
 @dataclass(frozen=True)
@@ -213,6 +218,12 @@ class ToolRunner:
                 continue
             tools.extend(listed.tools)
             problems.extend(listed.problems)
+        kept, left = fit_mcp_tools(spec, tools, self.run.window.hard_limit)
+        if left and workflow.patched(MCP_FIT_PATCH):  # else every request would be refused
+            tools = kept
+            problems.append(f"{len(left)} MCP tools left out ({', '.join(left[:10])}"
+                            f"{', …' if len(left) > 10 else ''}): their definitions would "
+                            "take more of the window than the conversation may give them")
         state.mcp_tools, state.mcp_problems, state.mcp_listed = tools, problems, True
         if problems:
             await self.run.record_notice("MCP: " + "; ".join(problems))

@@ -20,6 +20,7 @@ SERVERS = Path(__file__).parent / "servers"
 DOCS = str(Path(__file__).resolve().parents[2] / "examples" / "support" / "docs_server.py")
 BAD = str(SERVERS / "bad_server.py")
 POOL = str(SERVERS / "pool_server.py")
+WIDE = str(SERVERS / "wide_server.py")
 HTTP_KEY = "docs-key-7f3a9c1e55"  # what the HTTP server demands in X-Docs-Key
 
 

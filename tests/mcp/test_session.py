@@ -14,10 +14,11 @@ import psycopg
 import pytest
 
 from activities.workspace import open_store
+from keel.client import session_config
 from schemas.agent import AgentSpec
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
-from tests.mcp.conftest import POOL, server_pids, stdio_spec
+from tests.mcp.conftest import POOL, WIDE, server_pids, stdio_spec
 
 
 @pytest.fixture
@@ -62,3 +63,31 @@ async def test_a_warm_server_across_turns_and_a_5_mb_result_kept_whole(
     # The model read the cut text, not five megabytes.
     sent = json.dumps(fake_anthropic.requests[1]["messages"][-1])
     assert f"of {chars} characters" in sent and len(sent) < 100_000
+
+
+async def test_mcp_tools_past_the_agents_half_of_the_window_are_left_out_and_said(
+        client, settings, fake_anthropic, database_url):
+    """A server listing 200 tools (~130 tokens each) to a session with a 20,000-token
+    window: the tools that fit the agent's half of it are carried, in the order listed,
+    the rest left out and said in the listing's notice; the turn is answered. Before,
+    every request carried all of them, over the window, and the session stopped."""
+    fake_anthropic.responder = lambda body: text_message("ok")
+    spec = AgentSpec(mcp_servers=[stdio_spec(WIDE, name="wide", args=("200",))])
+    config = session_config(settings, context_window=20_000)
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"wide-{uuid.uuid4().hex[:8]}", agent=spec,
+                                           config=config)
+        outcome = await session.ask("Where is item K-7?")
+        status = await session.status()
+    assert outcome.error is None and outcome.reply_text == "ok"
+    assert status.stopped_reason is None
+    names = [t["name"] for t in fake_anthropic.requests[0]["tools"]
+             if t["name"].startswith("mcp__wide__")]
+    assert 10 < len(names) < 200
+    assert names == [f"mcp__wide__tool_{i:03}" for i in range(len(names))]  # listed order
+    with psycopg.connect(database_url) as conn:
+        notices = [r[0] for r in conn.execute(
+            "SELECT content_text FROM messages WHERE session_id=%s AND type='notice'",
+            (session.session_id,)).fetchall()]
+    assert any(f"{200 - len(names)} MCP tools left out (mcp__wide__tool_{len(names):03}"
+               in n for n in notices), notices

@@ -4,6 +4,8 @@ its line is within both limits whatever the text and the reason given."""
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,10 +16,12 @@ from schemas.input_size import (
     agent_tokens,
     config_fit_problem,
     cut_line,
+    fit_mcp_tools,
     input_limits,
     kept_prefix,
     over_limits,
 )
+from schemas.mcp import McpTool
 from schemas.session import SessionConfig
 from schemas.tokens import count_tokens
 
@@ -67,3 +71,16 @@ def test_an_agent_must_leave_half_the_window_to_the_conversation() -> None:
         f"with Keel's system prompt; a session with a window of 10000 tokens may give them "
         f"at most {limit}, to leave room for the conversation: shorten them, or give the "
         "session a larger window")
+
+
+def test_mcp_tools_are_kept_in_order_while_they_fit_the_agents_half() -> None:
+    tools = [McpTool(name=f"mcp__s__t{i}", server="s", original_name=f"t{i}",
+                     description="Looks one record up by its key. " * 10) for i in range(80)]
+    spec, hard_limit = AgentSpec(), 12_000
+    kept, left = fit_mcp_tools(spec, tools, hard_limit)
+    assert kept == tools[:len(kept)] and left == [t.name for t in tools[len(kept):]]
+    assert 0 < len(kept) < len(tools)
+    kept_tokens = sum(count_tokens(json.dumps(t.to_anthropic(), ensure_ascii=False))
+                      for t in kept)
+    assert agent_tokens(spec) + kept_tokens <= hard_limit // 2
+    assert fit_mcp_tools(spec, tools, 200_000) == (tools, [])
