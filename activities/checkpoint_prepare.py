@@ -161,7 +161,8 @@ async def prepare(ctx: SessionContext, conn: AsyncConnection,
         return PrepareResult(ok=True, cut_seq=done[0], candidates=done[1])
     budgets = data.budgets()
     window = await ctx.windows.load(conn, data.session_id, data.window_start_seq,
-                                    data.upto_seq, data.checkpoint_id, data.instructions)
+                                    data.upto_seq, data.checkpoint_id, data.instructions,
+                                    hard_limit=data.window.hard_limit)
     live = [r for r in window.rows if r.seq >= data.window_start_seq]
     shown_rows = prepass(window.rows, keep_recent_seq=data.turn_first_seq).rows
     previous = await attempts.previous(conn, data.checkpoint_id)

@@ -63,7 +63,7 @@ async def _conversation(ctx: SessionContext, conn: AsyncConnection, attempt: dic
     prefix every request of the attempt (the memory flush, the rounds) shares."""
     window = await ctx.windows.load(
         conn, meta.session_id, meta.window_start_seq, meta.upto_seq, meta.checkpoint_id,
-        meta.instructions)
+        meta.instructions, hard_limit=meta.window.hard_limit)
     rows = prepass(window.rows, keep_recent_seq=meta.turn_first_seq).rows
     if meta.portion < 1.0:
         # Too large for a checkpoint turn: it sees only the part it condenses.

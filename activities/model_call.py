@@ -229,7 +229,8 @@ async def record_and_read(ctx: SessionContext, data: ModelCallInput, stack: Asyn
     if not inputs:
         conn = await stack.enter_async_context(await ctx.connection())
         return conn, [], await read_window(conn, data)
-    inputs = [await cut_input(ctx.store, row) for row in inputs]  # a folded one over limits
+    if any(row.cut_over for row in inputs):  # a folded background input over the limits
+        inputs = [await cut_input(ctx.store, row) for row in inputs]
     try:
         async with asyncio.timeout(min(data.first.within_s, RECORD_STEP_S)):
             conn = await stack.enter_async_context(await ctx.connection())
@@ -372,7 +373,8 @@ async def build_request(ctx: SessionContext, data: ModelCallInput, reads: Window
     sid = data.session_id
     ctx.prompt.remember_scope(sid, reads.scope)
     window = LoadedWindow(
-        system=await ctx.prompt.system_prompt(sid, data.ask.instructions, files),
+        system=await ctx.prompt.system_prompt(sid, data.ask.instructions, files,
+                                              data.ask.window.hard_limit),
         rows=reads.rows, checkpoint_text=reads.checkpoint_text)
     tools = await ctx.prompt.tools(data.memory.scope, data.ask.agent, data.ask.mcp_tools,
                                    files)

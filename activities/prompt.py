@@ -23,7 +23,13 @@ from activities.vault.store import TEMPLATE_DIR
 from activities.vault_share import shared_path, shared_vault_text
 from activities.workspace import PromptFiles, WorkspaceStore
 from schemas.agent import AgentSpec, session_tools
-from schemas.context import SkillEntry, SystemPromptParts, WorkspaceDoc, build_system_prompt
+from schemas.context import (
+    SkillEntry,
+    SystemPromptParts,
+    WorkspaceDoc,
+    agents_md_budget,
+    build_system_prompt,
+)
 from schemas.mcp import McpTool
 from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL
 from schemas.vault.rollup import write_card_tool
@@ -103,10 +109,12 @@ class SessionPrompt:
         return await self.tools(self._scopes.get(session_id), agent, mcp_tools)
 
     async def system_prompt(self, session_id: str, instructions: str = "",
-                            files: PromptFiles | None = None) -> str:
+                            files: PromptFiles | None = None,
+                            hard_limit: int | None = None) -> str:
         """The system prompt, with the core memory of the session's scope (as last read
         from its row by a window load; none when not known) and the agent's instructions.
-        `files`: `files(session_id)` read already."""
+        `files`: `files(session_id)` read already. `hard_limit`: the session's window's,
+        which bounds its AGENTS.md files (schemas.context.agents_md_budget)."""
         if files is None:
             files = await self.files(session_id)
         agents = [WorkspaceDoc(path=path, text=data.decode("utf-8", errors="replace"))
@@ -117,7 +125,7 @@ class SessionPrompt:
             skills=skills, agents_md=agents,
             core_memory=await self.core_memory(self._scopes.get(session_id), files),
             offline_notice=OFFLINE_NOTICE if self._offline else "",
-            instructions=instructions))
+            instructions=instructions, agents_md_tokens=agents_md_budget(hard_limit)))
 
     async def core_memory(self, scope: str | None = DEFAULT_SCOPE,
                           files: PromptFiles | None = None) -> str:

@@ -130,13 +130,14 @@ class WindowLoader:
         return scope
 
     async def load(self, conn: AsyncConnection, session_id: str, window_start: int,
-                   upto: int, checkpoint_id: str | None,
-                   instructions: str = "") -> LoadedWindow:
+                   upto: int, checkpoint_id: str | None, instructions: str = "", *,
+                   hard_limit: int | None = None) -> LoadedWindow:
         await self.session_scope(conn, session_id)
         rows, checkpoint_text = await self.rows(conn, session_id, window_start, upto,
                                                 checkpoint_id)
-        return LoadedWindow(system=await self._prompt.system_prompt(session_id, instructions),
-                            rows=rows, checkpoint_text=checkpoint_text)
+        system = await self._prompt.system_prompt(session_id, instructions,
+                                                  hard_limit=hard_limit)
+        return LoadedWindow(system=system, rows=rows, checkpoint_text=checkpoint_text)
 
     async def rows(self, conn: AsyncConnection, session_id: str, window_start: int,
                    upto: int, checkpoint_id: str | None,

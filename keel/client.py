@@ -74,7 +74,6 @@ from schemas.branch import ForkDone, ImportDone, RewindDone, RewindRequest
 from schemas.cache_ttl import CacheTtl
 from schemas.config import KeelSettings
 from schemas.events import SessionEvent
-from schemas.input_size import config_fit_problem
 from schemas.interrupt import InterruptPolicy
 from schemas.session import (
     MAX_INPUT_ID_CHARS,
@@ -465,9 +464,15 @@ class KeelClient:
             except AgentSpecError as err:
                 raise AgentSpecRefusedError(str(err)) from None
             config = config.with_agent(agent)
-        too_big = config_fit_problem(config)
-        if too_big:  # refused here too: the session would stop on its first message
-            raise AgentSpecRefusedError(str(AgentSpecError([too_big])))
+        if config.agent is not None:
+            # Refused here too, before anything starts (the session would refuse it: its
+            # window leaves the agent no room). Imported here: counting loads the
+            # tokenizer, which a client that sets no agent does not need.
+            from schemas.input_size import config_fit_problem
+
+            too_big = config_fit_problem(config)
+            if too_big:
+                raise AgentSpecRefusedError(str(AgentSpecError([too_big])))
         return SessionInput(session_id=session_id, config=config)
 
     async def list_sessions(self, query: str | None = None) -> list[SessionSummary]:

@@ -53,6 +53,14 @@ class WorkspaceDoc(BaseModel):
     text: str
 
 
+# What the AGENTS.md files may take of the system prompt together, in tokens (every
+# request carries it, and no checkpoint can shrink it): at most this, and at most a quarter
+# of the session's hard limit. Past it a file is cut, and the files after it are named
+# only, each with its size, to be read with read_file.
+AGENTS_MD_MAX_TOKENS = 10_000
+AGENTS_MD_MIN_HEAD_TOKENS = 250  # less left than this: the file is named, not cut
+
+
 class SystemPromptParts(BaseModel):
     identity: str = IDENTITY
     rules: list[str] = Field(default_factory=lambda: list(RULES))
@@ -63,26 +71,30 @@ class SystemPromptParts(BaseModel):
     # The service's instructions for this session's agent (AgentSpec.instructions): after
     # Keel's identity and rules, before anything else; never condensed.
     instructions: str = ""
+    agents_md_tokens: int = AGENTS_MD_MAX_TOKENS  # agents_md_budget(the hard limit)
 
 
-# What the AGENTS.md files may take of the system prompt together (every request carries
-# it, and no checkpoint can shrink it): past it a file is cut, and the files after it are
-# named only, each with its size, to be read with read_file. About 10,000 tokens of English.
-AGENTS_MD_MAX_CHARS = 40_000
+def agents_md_budget(hard_limit: int | None) -> int:
+    """The AGENTS.md files' tokens for a session whose hard limit is `hard_limit`."""
+    if hard_limit is None:
+        return AGENTS_MD_MAX_TOKENS
+    return max(min(AGENTS_MD_MAX_TOKENS, hard_limit // 4), 0)
 
 
-def agents_sections(docs: list[WorkspaceDoc], budget: int = AGENTS_MD_MAX_CHARS
+def agents_sections(docs: list[WorkspaceDoc], budget: int = AGENTS_MD_MAX_TOKENS
                     ) -> list[str]:
-    """The AGENTS.md files' sections, in order, within `budget` characters together."""
+    """The AGENTS.md files' sections, in order, within `budget` tokens together."""
     out = []
     for doc in docs:
         text = doc.text.strip()
-        if len(text) <= budget:
+        tokens = count_tokens(text)
+        if tokens <= budget:
             out.append(f"## {doc.path}\n{text}")
-            budget -= len(text)
-        elif budget >= 1_000:  # worth a head: the rest is a read away
-            out.append(f"## {doc.path}\n{text[:budget]}\n[Keel: cut at {budget} of "
-                       f"{len(text)} characters; read the whole with read_file]")
+            budget -= tokens
+        elif budget >= AGENTS_MD_MIN_HEAD_TOKENS:  # worth a head: the rest is a read away
+            head = truncate_to_tokens(text, budget)
+            out.append(f"## {doc.path}\n{head}\n[Keel: cut at {len(head)} of {len(text)} "
+                       "characters; read the whole with read_file]")
             budget = 0
         else:
             out.append(f"## {doc.path}\n[Keel: not carried here ({len(text)} characters, "
@@ -103,7 +115,7 @@ def build_system_prompt(parts: SystemPromptParts) -> str:
         out.append(
             "## Skills\nLoad a skill's full text with the `load_skill` tool.\n" + catalog
         )
-    out += agents_sections(parts.agents_md)
+    out += agents_sections(parts.agents_md, parts.agents_md_tokens)
     if parts.core_memory.strip():
         out.append("## Core memory (CORE.md)\n" + parts.core_memory.strip())
     return "\n\n".join(out)

@@ -36,7 +36,7 @@ from schemas.config import KeelSettings
 from schemas.session import Rejection, SessionConfig
 from tests.checkpoint_model import CheckpointModel
 from tests.fake_anthropic import text_message
-from tests.harness import keel_worker, make_settings
+from tests.harness import keel_worker, make_settings, start_flooded
 from workflows.turn import TOO_LONG_MESSAGE
 
 
@@ -159,15 +159,15 @@ async def test_refusals_of_an_ended_session(client, settings):
 
 async def test_a_session_that_stopped_itself_says_why(client, database_url, fake_anthropic,
                                                       tmp_path):
-    """Grown too long (one background input larger than the window, checkpoints that
-    fail): the run completes with its stopped reason, which the refusal carries."""
+    """Grown too long (instructions, AGENTS.md files and a background input, each within
+    its limit, together larger than the window; checkpoints that fail): the run completes
+    with its stopped reason, which the refusal carries."""
     fake_anthropic.context_window = 12_000
     fake_anthropic.responder = CheckpointModel(lambda turn: text_message("no now"))
     settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
     config = session_config(settings, context_window=12_000, max_output_tokens=512)
     async with keel_worker(client, settings) as keel:
-        session = await keel.start_session(f"cl-{uuid.uuid4().hex[:8]}", config=config)
-        await session.watch("w-1", "log tail", " ".join(f"x{i % 83}" for i in range(7_000)))
+        session = await start_flooded(keel, settings, f"cl-{uuid.uuid4().hex[:8]}", config)
         final = await session.handle.result()
         assert final.stopped_reason == TOO_LONG_MESSAGE
         with pytest.raises(SessionStoppedError, match="grown too long") as stopped:

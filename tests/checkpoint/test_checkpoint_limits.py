@@ -12,7 +12,7 @@ import pytest
 from keel.client import MessageRejectedError, session_config
 from tests.checkpoint_model import CheckpointModel
 from tests.fake_anthropic import text_message, tool_use_message
-from tests.harness import keel_worker, make_settings
+from tests.harness import keel_worker, make_settings, start_flooded
 from workflows.turn import TOO_LONG_MESSAGE
 
 WINDOW, OUTPUT = 12_000, 512
@@ -96,10 +96,8 @@ async def test_nothing_left_to_move_stops_with_the_too_long_message(
         client, settings, fake_anthropic, database_url):
     fake_anthropic.responder = CheckpointModel(failing_checkpoints)
     cfg = session_config(settings, context_window=WINDOW, max_output_tokens=OUTPUT)
-    flood = " ".join(f"x{i % 83}" for i in range(7_000))  # one background input > window
     async with keel_worker(client, settings) as keel:
-        session = await keel.start_session(f"l-{uuid.uuid4().hex[:8]}", config=cfg)
-        await session.watch("w-1", "log tail", flood)
+        session = await start_flooded(keel, settings, f"l-{uuid.uuid4().hex[:8]}", cfg)
         for _ in range(200):
             status = await session.status()
             if status.stopped_reason:

@@ -1,18 +1,21 @@
 """The system prompt's AGENTS.md files (schemas.context.agents_sections): carried whole up
-to AGENTS_MD_MAX_CHARS together; past it the file that crosses is cut with a line saying
-so and the files after it are named, each with its size, never dropped unsaid. Every
-request carries the system prompt and no checkpoint can shrink it: before, one large
-AGENTS.md left no room in the window and the session stopped on its next message."""
+to their budget (AGENTS_MD_MAX_TOKENS, and at most a quarter of the session's hard limit)
+together; past it the file that crosses is cut with a line saying so and the files after
+it are named, each with its size, never dropped unsaid. Every request carries the system
+prompt and no checkpoint can shrink it: before, one large AGENTS.md left no room in the
+window and the session stopped on its next message."""
 
 from __future__ import annotations
 
 from schemas.context import (
-    AGENTS_MD_MAX_CHARS,
+    AGENTS_MD_MAX_TOKENS,
     SystemPromptParts,
     WorkspaceDoc,
+    agents_md_budget,
     agents_sections,
     build_system_prompt,
 )
+from schemas.tokens import count_tokens
 
 
 def test_small_files_are_carried_whole_in_order() -> None:
@@ -23,17 +26,23 @@ def test_small_files_are_carried_whole_in_order() -> None:
         in prompt
 
 
+def test_the_budget_is_a_quarter_of_a_small_window() -> None:
+    assert agents_md_budget(None) == agents_md_budget(190_000) == AGENTS_MD_MAX_TOKENS
+    assert agents_md_budget(11_488) == 2_872
+
+
 def test_past_the_budget_a_file_is_cut_and_the_next_ones_named() -> None:
-    big = "- rule\n" * 8_000  # 56,000 characters
+    big = "- rule: check the release notes\n" * 3_000  # ~21,000 tokens
     docs = [WorkspaceDoc(path="AGENTS.md", text="Root rules."),
             WorkspaceDoc(path="vendor/AGENTS.md", text=big),
             WorkspaceDoc(path="z/AGENTS.md", text="Z rules.")]
-    root, cut, named = agents_sections(docs)
+    root, cut, named = agents_sections(docs, 5_000)
     assert root == "## AGENTS.md\nRoot rules."
-    kept = AGENTS_MD_MAX_CHARS - len("Root rules.")
-    assert cut.startswith("## vendor/AGENTS.md\n- rule\n") and cut.endswith(
-        f"[Keel: cut at {kept} of {len(big.strip())} characters; read the whole with "
-        "read_file]")
+    head = cut.split("\n", 1)[1].rsplit("\n[Keel:", 1)[0]
+    assert big.startswith(head) and count_tokens(head) == 5_000 - count_tokens("Root rules.")
+    assert cut.endswith(f"[Keel: cut at {len(head)} of {len(big.strip())} characters; read "
+                        "the whole with read_file]")
     assert named == ("## z/AGENTS.md\n[Keel: not carried here (8 characters, past what the "
                      "system prompt holds of AGENTS.md files); read it with read_file]")
-    assert sum(len(s) for s in (root, cut, named)) < AGENTS_MD_MAX_CHARS + 500
+    prompt = build_system_prompt(SystemPromptParts(agents_md=docs, agents_md_tokens=5_000))
+    assert count_tokens(prompt) < 5_000 + 600  # Keel's own part and the three headings
