@@ -43,9 +43,22 @@ RULES = [
 ]
 
 
+# A skill's description as the catalog shows it: at most what the Agent Skills format
+# allows (1,024 characters); the skill's text is a `load_skill` away.
+SKILL_DESCRIPTION_CHARS = 1_024
+
+
 class SkillEntry(BaseModel):
     name: str
     description: str
+
+    def line(self) -> str:
+        """The skill's catalog line, its description cut to the format's limit (its name
+        whole: `load_skill` takes it)."""
+        description = " ".join(self.description.split())
+        if len(description) > SKILL_DESCRIPTION_CHARS:
+            description = description[:SKILL_DESCRIPTION_CHARS - 1] + "…"
+        return f"- {self.name}: {description}"
 
 
 class WorkspaceDoc(BaseModel):
@@ -111,7 +124,7 @@ def build_system_prompt(parts: SystemPromptParts) -> str:
     if parts.instructions.strip():
         out.append("## Instructions for this session\n" + parts.instructions.strip())
     if parts.skills:
-        catalog = "\n".join(f"- {s.name}: {s.description}" for s in parts.skills)
+        catalog = "\n".join(s.line() for s in parts.skills)
         out.append(
             "## Skills\nLoad a skill's full text with the `load_skill` tool.\n" + catalog
         )

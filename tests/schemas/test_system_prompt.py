@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from schemas.context import (
     AGENTS_MD_MAX_TOKENS,
+    SKILL_DESCRIPTION_CHARS,
+    SkillEntry,
     SystemPromptParts,
     WorkspaceDoc,
     agents_md_budget,
@@ -46,3 +48,12 @@ def test_past_the_budget_a_file_is_cut_and_the_next_ones_named() -> None:
                      "system prompt holds of AGENTS.md files); read it with read_file]")
     prompt = build_system_prompt(SystemPromptParts(agents_md=docs, agents_md_tokens=5_000))
     assert count_tokens(prompt) < 5_000 + 600  # Keel's own part and the three headings
+
+
+def test_a_skills_description_is_cut_to_the_formats_limit() -> None:
+    long = SkillEntry(name="release-notes", description="Writes release notes. " * 200)
+    short = SkillEntry(name="triage", description="Sorts new issues.")
+    prompt = build_system_prompt(SystemPromptParts(skills=[long, short]))
+    line = next(x for x in prompt.splitlines() if x.startswith("- release-notes: "))
+    assert len(line) == len("- release-notes: ") + SKILL_DESCRIPTION_CHARS
+    assert line.endswith("…") and "- triage: Sorts new issues." in prompt
