@@ -28,6 +28,7 @@ from keel.demo import drive_session
 from keel.ui.app import UiContext, create_app
 from keel.ui.security import UnsafeBindError, check_bind
 from keel.ui.server import ui_server
+from schemas.model import OFFLINE_MODEL_NAME
 from tests.harness import keel_worker, make_settings, output_until
 from tests.ui.support import waiting_for_approval
 
@@ -87,6 +88,8 @@ async def test_a_demo_session_over_http(client, database_url, tmp_path):
             assert page.status_code == 200 and "keel_csrf" in page.headers["set-cookie"]
             status = await keel.session(session_id).status()
             assert f'id="gauge-threshold">{status.checkpoint_threshold:,}<' in page.text
+            # No API key on the worker: the page says the offline model answered.
+            assert f'id="answered-by">{OFFLINE_MODEL_NAME}<' in page.text
             last = max(int(seq) for _, seq in MESSAGE.findall(page.text))
             accepted = await keel.session(session_id).send("Live: what is <b>next</b>?")
             row = await _live_record(
