@@ -11,6 +11,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 
 from rich.console import Console
 from rich.markup import escape
@@ -55,3 +56,24 @@ def key_values(rows: list[tuple[str, object]], title: str | None = None) -> Tabl
 def redact_url(url: str) -> str:
     """A database URL without its password, for printing."""
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def ago(when: str, now: datetime) -> str:
+    """An ISO time as a person scans a list: the local clock time (today) or the date and
+    time, and how long ago; the text as given when it is no time."""
+    try:
+        moment = datetime.fromisoformat(when)
+    except ValueError:
+        return when
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    local, seconds = moment.astimezone(now.tzinfo), (now - moment).total_seconds()
+    shown = (local.strftime("%H:%M:%S") if local.date() == now.date()
+             else local.strftime("%Y-%m-%d %H:%M"))
+    if seconds < 0:
+        return shown
+    for unit, size in (("day", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size:
+            n = int(seconds // size)
+            return f"{shown} ({n} {unit}{'s' if unit == 'day' and n > 1 else ''} ago)"
+    return f"{shown} (just now)"

@@ -11,6 +11,7 @@ import json
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -23,7 +24,7 @@ from keel.cli.initiative import wakeup_when
 from keel.cli.shell import connect, given_text, load_settings, run, session_handle
 from keel.cli.waiting import needs_worker, say
 from keel.client import SessionHandle
-from keel.console import console, error, key_values, one_line, working
+from keel.console import ago, console, error, key_values, one_line, working
 from keel.live import LiveView, model_label
 from schemas.agent import AgentSpec, spec_from_text
 from schemas.cache_ttl import CacheTtl
@@ -104,10 +105,11 @@ def list_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] =
             console.print_json(json.dumps([s.model_dump(mode="json") for s in sessions]))
             return
         table = Table("session", "phase", "turn", "context", "checkpoints", "last activity")
+        now = datetime.now().astimezone()
         for s, depth in session_tree(sessions):
             table.add_row("  " * depth + ("└ " if depth else "") + s.session_id, s.phase,
                           str(s.turn), f"{s.context_percent:.0f}%", str(s.checkpoints),
-                          s.last_activity)
+                          ago(s.last_activity, now))
         console.print(table)
     run(main())
 
