@@ -40,7 +40,7 @@ from temporalio.client import Client  # noqa: E402
 
 from bench.bench_runtime import bench_stack, machine, write_json  # noqa: E402
 from bench.bench_throughput import wait_for_pollers  # noqa: E402
-from bench.common import percentile, shown  # noqa: E402
+from bench.common import percentile, shown, source_commit  # noqa: E402
 from bench.procs import child_matching, cpu_seconds, postmaster_pid, tree_cpu  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
@@ -111,7 +111,8 @@ async def run_on(client: Client, settings: KeelSettings, fake: FakeAnthropic,
             p.terminate()
         for p in procs.values():
             p.wait(30)
-    out: dict[str, Any] = {"roots": {n: str(r) for n, r in roots.items()}}
+    out: dict[str, Any] = {"roots": {n: str(r) for n, r in roots.items()},
+                           "commits": {n: source_commit(r) for n, r in roots.items()}}
     for n in SERIES:
         times = got[n]["time"]
         out[n] = {"median_ms": round(statistics.median(times) * 1000, 2),

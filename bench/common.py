@@ -33,10 +33,10 @@ def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) 
     return "\n".join([title, line(cells[0]), rule, *(line(r) for r in cells[1:])])
 
 
-def source_commit() -> str:
-    """The checked-out commit (read only), so a figure can be traced to its code."""
+def source_commit(root: Path = ROOT) -> str:
+    """The commit checked out at `root` (read only), so a figure can be traced to its code."""
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
                              capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
