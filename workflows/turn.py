@@ -83,7 +83,7 @@ __all__ = ["MAX_OUTCOMES", "TOO_LONG_MESSAGE", "TurnEnd", "TurnState", "Turns"]
 
 TOO_LONG_MESSAGE = (
     "This conversation has grown too long to continue reliably. "
-    "Start a new session with /new."
+    "Start a new session with /new, or fork this one from an earlier point (keel fork)."
 )
 
 MAX_OUTCOMES = 64

@@ -110,7 +110,7 @@ async def test_nothing_left_to_move_stops_with_the_too_long_message(
     assert result.stopped_reason == TOO_LONG_MESSAGE
     notices = db(database_url, "SELECT content_text FROM messages WHERE type='notice'")
     assert notices[-1][0] == TOO_LONG_MESSAGE
-    assert "Start a new session with /new." in TOO_LONG_MESSAGE
+    assert "Start a new session with /new, or fork this one" in TOO_LONG_MESSAGE
 
 
 async def test_a_message_that_cannot_fit_is_refused_before_recording(
