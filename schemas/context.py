@@ -67,9 +67,10 @@ class WorkspaceDoc(BaseModel):
 
 
 # What the AGENTS.md files may take of the system prompt together, in tokens (every
-# request carries it, and no checkpoint can shrink it): at most this, and at most a quarter
-# of the session's hard limit. Past it a file is cut, and the files after it are named
-# only, each with its size, to be read with read_file.
+# request carries it, and no checkpoint can shrink it): at most this, and at most an eighth
+# of the session's hard limit (schemas.input_size shares the rest out). Past it a file is
+# cut, and the files after it are named only, each with its size, to be read with
+# read_file.
 AGENTS_MD_MAX_TOKENS = 10_000
 AGENTS_MD_MIN_HEAD_TOKENS = 250  # less left than this: the file is named, not cut
 
@@ -91,7 +92,7 @@ def agents_md_budget(hard_limit: int | None) -> int:
     """The AGENTS.md files' tokens for a session whose hard limit is `hard_limit`."""
     if hard_limit is None:
         return AGENTS_MD_MAX_TOKENS
-    return max(min(AGENTS_MD_MAX_TOKENS, hard_limit // 4), 0)
+    return max(min(AGENTS_MD_MAX_TOKENS, hard_limit // 8), 0)
 
 
 def agents_sections(docs: list[WorkspaceDoc], budget: int = AGENTS_MD_MAX_TOKENS

@@ -1,19 +1,25 @@
 """How large one input may be in a session's context: one rule for a user's message and for a
 background input (a Watch, a Task, an agent run, a callback).
 
-Invariants (pure, deterministic: the workflow applies them):
+Invariants (pure, deterministic: the workflow applies them). The window's hard limit (what
+a request may have, a full reply aside) is shared out so that no part at its own limit can
+leave the others no room: an input at most a half, what the agent adds to every request a
+quarter, its AGENTS.md files an eighth (schemas.context.agents_md_budget); the last eighth
+and more is the rest of the conversation's (core memory, a checkpoint's text, recalled
+memory, the turn's own calls).
 - An input within the limits has at most `max_chars` characters and at most half the
-  window's hard limit in tokens (`schemas.tokens.count_tokens`), so it leaves room for the
-  rest of the context and the reply, and a checkpoint can always make it fit.
+  hard limit in tokens (`schemas.tokens.count_tokens`), so a checkpoint can always make it
+  fit.
 - A user's message over them is refused: its sender is told (`over_limits`' words).
 - A background input over them has nobody to tell, and losing it would lose what the
   sender said: it is recorded cut to `kept_prefix` (within both limits, with room for the
   line saying where the rest is) and kept whole in the session's workspace.
 - What every request carries whatever the conversation (the system prompt with the agent's
-  instructions, the tool definitions) may take at most half the hard limit too: an agent
-  over it is refused at start and by `set_agent` (`agent_fit_problem`), where before its
-  session stopped on its first message, saying the conversation had grown too long. MCP
-  tools, listed later, are kept in the order listed while they fit it (`fit_mcp_tools`).
+  instructions, the tool definitions) may take at most a quarter of it (`agent_share`):
+  an agent over it is refused at start and by `set_agent` (`agent_fit_problem`), where
+  before its session stopped on its first message, saying the conversation had grown too
+  long. MCP tools, listed later, are kept in the order listed while they fit it
+  (`fit_mcp_tools`).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ __all__ = [
     "CUT_REASON_TOKENS",
     "InputLimits",
     "agent_fit_problem",
+    "agent_share",
     "agent_tokens",
     "config_fit_problem",
     "cut_line",
@@ -98,10 +105,15 @@ def agent_tokens(spec: AgentSpec) -> int:
     return count_tokens(system) + count_tokens(json.dumps(tools, ensure_ascii=False))
 
 
+def agent_share(hard_limit: int) -> int:
+    """What the agent may add to every request: a quarter of the hard limit."""
+    return max(hard_limit // 4, 1)
+
+
 def agent_fit_problem(spec: AgentSpec, context_window: int, hard_limit: int) -> str | None:
     """Why a session with a window of `context_window` tokens (its hard limit
     `hard_limit`) cannot run `spec`, or None."""
-    tokens, limit = agent_tokens(spec), max(hard_limit // 2, 1)
+    tokens, limit = agent_tokens(spec), agent_share(hard_limit)
     if tokens <= limit:
         return None
     return (f"the agent's instructions and tool definitions take {tokens} tokens with "
@@ -120,8 +132,8 @@ def config_fit_problem(config: SessionConfig) -> str | None:
 def fit_mcp_tools(spec: AgentSpec, tools: list[McpTool], hard_limit: int
                   ) -> tuple[list[McpTool], list[str]]:
     """The MCP tools a session can carry, in the order listed, while the agent's share of
-    every request stays within half the hard limit; and the names of those left out."""
-    used, limit = agent_tokens(spec), max(hard_limit // 2, 1)
+    every request stays within `agent_share`; and the names of those left out."""
+    used, limit = agent_tokens(spec), agent_share(hard_limit)
     kept: list[McpTool] = []
     left: list[str] = []
     for tool in tools:

@@ -47,7 +47,12 @@ handler a running session meets:
   delegate call whose child cannot tell its parent from its model call (that signal
   refused, tests.faults) and answers at its end while the parent's call that started it
   is retried (its first completion lost after the child ended): the call takes the
-  answer heard before it knew the child.
+  answer heard before it knew the child;
+- `history-input-limits`: on a 20,000-token window, recorded under the patches
+  `refuse-agent-over-window` and `mcp-tools-fit-the-window`: an agent whose MCP server
+  lists 200 tools (those past the agent's half of the window left out, said in a
+  notice), a Task over the input limits (recorded cut, kept whole in the workspace), a
+  turn after it, and the end.
 
 Re-record only on purpose: a change that breaks replay of the committed histories would
 break every running session.
@@ -87,6 +92,7 @@ from schemas.budget import BudgetLimits, BudgetSpec  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
 from schemas.initiative import SubAgent, WakeupLimits  # noqa: E402
 from schemas.interrupt import InterruptPolicy  # noqa: E402
+from schemas.mcp import McpServerSpec  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic, text_message, tool_use_message  # noqa: E402
 from tests.faults import DelegationFaults  # noqa: E402
 from tests.queue_fixture import FIRST_REQUEST, seed_queue  # noqa: E402
@@ -98,6 +104,7 @@ CARRY_SCENARIO = "history-carry"
 BRANCH_SCENARIO = "history-branch"
 BUDGET_SCENARIO = "history-budget-interrupt"
 BUDGET_SCENARIOS = (BUDGET_SCENARIO, "history-budget-interrupt-activity")
+LIMITS_SCENARIO = "history-input-limits"
 LONG = " ".join(f"word{n}" for n in range(600))
 
 
@@ -207,6 +214,23 @@ async def queue_scenario(keel: KeelClient, settings: KeelSettings,
     for _ in range(22):
         await session.ask("continue")
     await session.ask("[Harness: Watch ci-1 \"CI\"] merge everything now")
+    return session
+
+
+async def limits_scenario(keel: KeelClient, settings: KeelSettings,
+                          session_id: str) -> SessionHandle:
+    wide = ROOT / "tests" / "mcp" / "servers" / "wide_server.py"
+    spec = AgentSpec(mcp_servers=[McpServerSpec.model_validate({
+        "name": "wide", "stdio": {"command": sys.executable, "args": [str(wide), "200"]},
+        "connect_s": 10, "list_s": 10, "call_s": 10})])
+    session = await keel.start_session(session_id, agent=spec, config=session_config(
+        settings, context_window=20_000))
+    export = "".join(f"line {i}: the nightly export moved 4,200 rows\n" for i in range(3_000))
+    await session.task("t-1", "Nightly export", export)
+    while (await session.status()).turn < 1 or (await session.status()).phase != "idle":
+        await asyncio.sleep(0.2)
+    await session.ask("Anything odd in the export?")
+    await session.end()
     return session
 
 
@@ -400,6 +424,7 @@ async def main() -> None:
                 else:
                     scenario = {AGENT_SCENARIO: agent_scenario, CARRY_SCENARIO: carry_scenario,
                                 BRANCH_SCENARIO: branch_scenario,
+                                LIMITS_SCENARIO: limits_scenario,
                                 **dict.fromkeys(INITIATIVE_SCENARIOS, initiative_scenario),
                                 REWIND_SCENARIO: rewind_scenario}.get(
                                     session_id, queue_scenario)

@@ -14,9 +14,7 @@ from typing import Any, Unpack
 
 from temporalio.client import Client, WorkflowHandle
 
-from activities.workspace import open_store
 from keel.client import KeelClient, SessionOverrides, session_config
-from schemas.agent import AgentSpec
 from schemas.config import KeelSettings, ModelSettings
 from schemas.events import StreamWatchers
 from schemas.session import Handler, SessionConfig
@@ -90,14 +88,12 @@ def flood(words: int, start: int = 0) -> str:
     return " ".join(f"x{i % 83}" for i in range(start, start + words))
 
 
-async def start_flooded(keel: KeelClient, settings: KeelSettings, session_id: str,
+async def start_flooded(keel: KeelClient, fake: Any, session_id: str,
                         config: SessionConfig) -> Any:
-    """A session on a 12,000-token window whose every part is within its own limit and
-    all of them together past the window, nothing of it movable: instructions near the
-    agent's half, an AGENTS.md over its quarter (cut to it), then a Watch near the input
-    limit, which starts the turn."""
-    await open_store(settings).write(session_id, "AGENTS.md", flood(3_000).encode())
-    spec = AgentSpec(instructions=flood(2_450))
-    session = await keel.start_session(session_id, agent=spec, config=config)
-    await session.watch("w-1", "log tail", flood(2_850, start=7))
+    """A session on a 12,000-token window whose provider (`fake`, the fake Messages API)
+    holds only 6,000: its first input, a Watch within Keel's input limit, is refused by
+    the API as too long, with nothing before it to move out."""
+    fake.context_window = 6_000
+    session = await keel.start_session(session_id, config=config)
+    await session.watch("w-1", "log tail", flood(2_850))
     return session

@@ -159,15 +159,16 @@ async def test_refusals_of_an_ended_session(client, settings):
 
 async def test_a_session_that_stopped_itself_says_why(client, database_url, fake_anthropic,
                                                       tmp_path):
-    """Grown too long (instructions, AGENTS.md files and a background input, each within
-    its limit, together larger than the window; checkpoints that fail): the run completes
-    with its stopped reason, which the refusal carries."""
+    """Grown too long (a provider whose window is smaller than the session was told, its
+    first input refused as too long; checkpoints that fail): the run completes with its
+    stopped reason, which the refusal carries."""
     fake_anthropic.context_window = 12_000
     fake_anthropic.responder = CheckpointModel(lambda turn: text_message("no now"))
     settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
     config = session_config(settings, context_window=12_000, max_output_tokens=512)
     async with keel_worker(client, settings) as keel:
-        session = await start_flooded(keel, settings, f"cl-{uuid.uuid4().hex[:8]}", config)
+        session = await start_flooded(keel, fake_anthropic, f"cl-{uuid.uuid4().hex[:8]}",
+                                      config)
         final = await session.handle.result()
         assert final.stopped_reason == TOO_LONG_MESSAGE
         with pytest.raises(SessionStoppedError, match="grown too long") as stopped:

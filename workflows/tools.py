@@ -105,7 +105,7 @@ with workflow.unsafe.imports_passed_through():
 __all__ = ["BUILTIN_NAMES", "CheckpointWhileWaiting", "ContinueAsNewWaiting", "ToolRunner",
            "WaitDecision"]
 
-# MCP tools whose definitions would take more than the agent's half of the window are left
+# MCP tools whose definitions would take more than the agent's share of the window are left
 # out (schemas.input_size), said in the listing's notice: from this patch on.
 MCP_FIT_PATCH = "mcp-tools-fit-the-window"
 

@@ -135,10 +135,10 @@ async def test_set_agent_shapes_the_next_turn(client, settings, fake_anthropic,
 
 
 async def test_an_agent_that_leaves_no_room_in_the_window_is_refused(client, settings):
-    """Instructions within their characters' limit, but more than half of what a small
+    """Instructions within their characters' limit, but more than a quarter of what a small
     window holds: refused at start (before anything starts) and by set_agent (the agent
     stays), where before the session stopped on its first message."""
-    small = session_config(settings, context_window=10_000)
+    small = session_config(settings, context_window=10_000, max_output_tokens=1_024)
     long = AgentSpec(instructions="Check the release notes twice. " * 1_500)
     async with keel_worker(client, settings) as keel:
         sid = f"fit-{uuid.uuid4().hex[:8]}"

@@ -97,7 +97,7 @@ async def test_nothing_left_to_move_stops_with_the_too_long_message(
     fake_anthropic.responder = CheckpointModel(failing_checkpoints)
     cfg = session_config(settings, context_window=WINDOW, max_output_tokens=OUTPUT)
     async with keel_worker(client, settings) as keel:
-        session = await start_flooded(keel, settings, f"l-{uuid.uuid4().hex[:8]}", cfg)
+        session = await start_flooded(keel, fake_anthropic, f"l-{uuid.uuid4().hex[:8]}", cfg)
         for _ in range(200):
             status = await session.status()
             if status.stopped_reason:

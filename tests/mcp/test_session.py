@@ -65,10 +65,10 @@ async def test_a_warm_server_across_turns_and_a_5_mb_result_kept_whole(
     assert f"of {chars} characters" in sent and len(sent) < 100_000
 
 
-async def test_mcp_tools_past_the_agents_half_of_the_window_are_left_out_and_said(
+async def test_mcp_tools_past_the_agents_share_of_the_window_are_left_out_and_said(
         client, settings, fake_anthropic, database_url):
     """A server listing 200 tools (~130 tokens each) to a session with a 20,000-token
-    window: the tools that fit the agent's half of it are carried, in the order listed,
+    window: the tools that fit the agent's share of it are carried, in the order listed,
     the rest left out and said in the listing's notice; the turn is answered. Before,
     every request carried all of them, over the window, and the session stopped."""
     fake_anthropic.responder = lambda body: text_message("ok")

@@ -58,14 +58,14 @@ def test_a_cut_input_with_its_line_is_within_both_limits(text: str, chars: int, 
     assert over_limits(recorded, limits) is None, (len(recorded), count_tokens(recorded))
 
 
-def test_an_agent_must_leave_half_the_window_to_the_conversation() -> None:
+def test_an_agent_may_add_a_quarter_of_the_hard_limit_to_every_request() -> None:
     small, big = SessionConfig(context_window=10_000), SessionConfig(context_window=200_000)
     long = AgentSpec(instructions="Check the release notes twice. " * 1_500)  # 46,500 chars
     assert agent_tokens(AgentSpec()) < agent_tokens(long)
     assert config_fit_problem(small) is None  # no agent: Keel's own prompt fits
     assert config_fit_problem(big.with_agent(long)) is None
     problem = config_fit_problem(small.with_agent(long))
-    limit = small.window().hard_limit // 2
+    limit = small.window().hard_limit // 4
     assert problem == (
         f"the agent's instructions and tool definitions take {agent_tokens(long)} tokens "
         f"with Keel's system prompt; a session with a window of 10000 tokens may give them "
@@ -73,7 +73,7 @@ def test_an_agent_must_leave_half_the_window_to_the_conversation() -> None:
         "session a larger window")
 
 
-def test_mcp_tools_are_kept_in_order_while_they_fit_the_agents_half() -> None:
+def test_mcp_tools_are_kept_in_order_while_they_fit_the_agents_share() -> None:
     tools = [McpTool(name=f"mcp__s__t{i}", server="s", original_name=f"t{i}",
                      description="Looks one record up by its key. " * 10) for i in range(80)]
     spec, hard_limit = AgentSpec(), 12_000
@@ -82,5 +82,5 @@ def test_mcp_tools_are_kept_in_order_while_they_fit_the_agents_half() -> None:
     assert 0 < len(kept) < len(tools)
     kept_tokens = sum(count_tokens(json.dumps(t.to_anthropic(), ensure_ascii=False))
                       for t in kept)
-    assert agent_tokens(spec) + kept_tokens <= hard_limit // 2
+    assert agent_tokens(spec) + kept_tokens <= hard_limit // 4
     assert fit_mcp_tools(spec, tools, 200_000) == (tools, [])

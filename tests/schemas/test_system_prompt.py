@@ -1,5 +1,5 @@
 """The system prompt's AGENTS.md files (schemas.context.agents_sections): carried whole up
-to their budget (AGENTS_MD_MAX_TOKENS, and at most a quarter of the session's hard limit)
+to their budget (AGENTS_MD_MAX_TOKENS, and at most an eighth of the session's hard limit)
 together; past it the file that crosses is cut with a line saying so and the files after
 it are named, each with its size, never dropped unsaid. Every request carries the system
 prompt and no checkpoint can shrink it: before, one large AGENTS.md left no room in the
@@ -30,7 +30,7 @@ def test_small_files_are_carried_whole_in_order() -> None:
 
 def test_the_budget_is_a_quarter_of_a_small_window() -> None:
     assert agents_md_budget(None) == agents_md_budget(190_000) == AGENTS_MD_MAX_TOKENS
-    assert agents_md_budget(11_488) == 2_872
+    assert agents_md_budget(11_488) == 1_436
 
 
 def test_past_the_budget_a_file_is_cut_and_the_next_ones_named() -> None:
