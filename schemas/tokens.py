@@ -37,6 +37,13 @@ def _encoded_length(text: str) -> int:
     return len(_encoding().encode(text, disallowed_special=()))
 
 
+def warm_tokenizer() -> None:
+    """Load the tokenizer's file now, outside any workflow: tiktoken imports its encoding's
+    module on first use, and inside a workflow's sandbox that import is refused (the task
+    fails). A worker calls this at start, and so does every replayer."""
+    _encoding()
+
+
 def count_tokens(text: str) -> int:
     """Tokens in `text`; special-token strings are counted as plain text."""
     if not text:

@@ -69,7 +69,7 @@ from activities.wakeups import create_wakeup_schedule, delete_wakeup_schedule
 from activities.workspace import open_store
 from schemas.config import KeelSettings
 from schemas.session import Handler, TranscriptFailed
-from schemas.tokens import count_tokens
+from schemas.tokens import warm_tokenizer
 from workers.build_id import keel_build_id
 from workers.bytecode import precompile_workflow_modules
 from workers.entry_guard import EntryGuard, ignores_context
@@ -357,7 +357,7 @@ def build_worker(client: Client, settings: KeelSettings,
                  role: Role = Role.BOTH, wait_for_vault: bool = True) -> KeelWorkers:
     """The workers of `role`; with `wait_for_vault=False` the vault queue is served only
     when no other process owns it (the demo beside a running cluster)."""
-    count_tokens("warm")  # load the tokenizer file now, not inside a workflow task
+    warm_tokenizer()  # its file loaded now, not inside a workflow task
     # Payload references another client's external storage wrote are read as unresolved
     # payloads, never a failed task (workers.payload_refs).
     return KeelWorkers(worker_client(client), settings, role, interceptors,

@@ -135,8 +135,10 @@ def _replay_workflows() -> list[type]:
 
 async def _replay_all(session: str, histories: list[WorkflowHistory]) -> bool:
     """Replay each history, saying how each went; True when all replay deterministically."""
+    from schemas.tokens import warm_tokenizer
     from workers.payload_refs import worker_converter
 
+    warm_tokenizer()  # as a worker does: the workflow counts tokens
     # The worker's own converter: a foreign payload reference replays as it ran.
     replayer = Replayer(workflows=_replay_workflows(),
                         data_converter=worker_converter(pydantic_data_converter))

@@ -14,6 +14,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from schemas.tokens import warm_tokenizer
 from workflows.branch import ForkWorkflow
 from workflows.session import SessionWorkflow
 
@@ -26,6 +27,7 @@ def test_histories_are_committed():
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_history_replays(path: Path):
+    warm_tokenizer()  # as a worker and `keel replay` do, whatever this process ran before
     history = WorkflowHistory.from_json(path.stem.split("@")[0], path.read_text())
     replayer = Replayer(workflows=[SessionWorkflow, ForkWorkflow],
                         data_converter=pydantic_data_converter)
