@@ -205,6 +205,8 @@ class ModelCallResult(BaseModel):
     stream_tail: DeltaTail | None = None  # the reply's text no delta carried yet
     # The API refused the request as too long: its count, and Keel's estimate of it.
     refused: TooLong | None = None
+    # Not sent (or refused): what every request carries of its estimate (`fixed_tokens`).
+    fixed_tokens: int = 0
     # The API (a provider's) refused an hour's cache lifetime; it took the request with
     # the default (schemas.cache_ttl): the session asks for five minutes from now on.
     cache_ttl_refused: bool = False
@@ -270,12 +272,14 @@ class FirstSteps:
                estimated_tokens: int = 0, output_cut: bool = False,
                notes: list[str] | None = None, replaced: list[str] | None = None,
                stream_tail: DeltaTail | None = None,
-               refused: TooLong | None = None, transcribed: bool = False) -> ModelCallResult:
+               refused: TooLong | None = None, transcribed: bool = False,
+               fixed_tokens: int = 0) -> ModelCallResult:
         return ModelCallResult(
             reply=reply, fit=size, estimated_tokens=estimated_tokens, output_cut=output_cut,
             notes=notes or [], replaced=replaced or [], recorded=self.recorded,
             recall=self.recall, recall_failed=self.recall_failed, stream_tail=stream_tail,
-            refused=refused, transcribed=transcribed, cache_ttl_refused=self.cache_ttl_refused)
+            refused=refused, transcribed=transcribed, cache_ttl_refused=self.cache_ttl_refused,
+            fixed_tokens=fixed_tokens)
 
 
 async def recall_step(ctx: SessionContext, memory: MemoryStep) -> FirstSteps:
@@ -398,6 +402,14 @@ def _estimate(loaded: LoadedRequest, rows: list[RecordRow], ratio: float) -> int
                           [window.checkpoint_text or "", loaded.memory_block],
                           tools=loaded.tools)
     return int(raw * max(ratio, 0.5))
+
+
+def fixed_tokens(loaded: LoadedRequest, data: ModelCallInput) -> int:
+    """What every request of the session carries, estimated as `_estimate` does: Keel's
+    system prompt (instructions, AGENTS.md files, core memory) and the tool definitions.
+    Said when a request cannot be sent, so a stop can name what takes the room."""
+    raw = estimate_tokens(loaded.window.system, [], [], tools=loaded.tools)
+    return int(raw * max(data.ask.usage_ratio, 0.5))
 
 
 def size_request(loaded: LoadedRequest, data: ModelCallInput) -> SizedRequest:

@@ -59,6 +59,7 @@ from activities.model_call import (
     WindowReads,
     WindowSpan,
     build_request,
+    fixed_tokens,
     insert_interrupted,
     insert_reply,
     queue_reply_transcript,
@@ -228,7 +229,8 @@ class SessionActivities:
         loaded.memory_block = block
         sized = size_request(loaded, data)
         if not sendable(sized.size, room_asked=data.room.asked):
-            return first.result(size=sized.size, estimated_tokens=sized.estimate)
+            return first.result(size=sized.size, estimated_tokens=sized.estimate,
+                                fixed_tokens=fixed_tokens(loaded, data))
         request, notes = model_call_request(
             model=data.ask.model, max_tokens=data.ask.window.max_output_tokens,
             system=loaded.window.system, rows=sized.rows,
@@ -243,7 +245,8 @@ class SessionActivities:
             # Not a failure: the ladder's input. The API's count corrects the estimate
             # and the session makes room (workflows.turn).
             return first.result(size=Fit.OVER_LIMIT, estimated_tokens=sized.estimate,
-                                refused=refusal(err, sized.estimate))
+                                refused=refusal(err, sized.estimate),
+                                fixed_tokens=fixed_tokens(loaded, data))
         price = price_for(data.ask.model, self.ctx.settings.prices)
         # The reply and its transcript's queue row: both recorded or neither (sent as a
         # pipeline: two round trips for the transaction's four statements).

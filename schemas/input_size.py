@@ -50,6 +50,7 @@ __all__ = [
     "input_limits",
     "kept_prefix",
     "over_limits",
+    "room_taken",
 ]
 
 # What is kept free under the limits for the line a cut input ends with (its counts, and
@@ -144,3 +145,16 @@ def fit_mcp_tools(spec: AgentSpec, tools: list[McpTool], hard_limit: int
         else:
             left.append(tool.name)
     return kept, left
+
+
+def room_taken(estimate: int, hard_limit: int, fixed: int,
+               counted: int | None = None, maximum: int | None = None) -> str:
+    """What a request that cannot be sent takes, for the notice of a stop: its size (the
+    API's count when it refused it, else Keel's estimate) against what one may have, and
+    how much of it every request carries."""
+    size = (f"the API counted {counted:,} tokens against its {maximum:,}"
+            if counted and maximum else f"about {estimate:,} tokens of the {hard_limit:,} "
+                                        "one may have")
+    return (f"The next request: {size}; about {fixed:,} of them are what every request "
+            "carries (Keel's system prompt with the agent's instructions and AGENTS.md "
+            "files, and the tool definitions).")

@@ -64,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         TurnStarted,
         tail_deltas,
     )
+    from schemas.input_size import room_taken
     from schemas.messages import MessageType, ModelReply
     from schemas.session import SessionPhase, TurnInProgress, TurnOutcome
     from schemas.vault.recall import RecallInput
@@ -458,7 +459,7 @@ class Turns:
             state.context_tokens = counted
             self.observer.refused_as_too_long(counted)
         if not await self._make_room(result, call.tried, upto):
-            await self._stop_too_long()
+            await self._stop_too_long(result)
             return CallEnd(None, TOO_LONG_MESSAGE, upto)
         return None
 
@@ -473,11 +474,16 @@ class Turns:
         state.answered_by = reply.model or state.answered_by
         state.context_tokens = (actual or result.estimated_tokens) + reply.reply_tokens
 
-    async def _stop_too_long(self) -> None:
+    async def _stop_too_long(self, result: ModelCallResult) -> None:
+        """The session stops: nothing more can be moved out of a request that cannot be
+        sent. Its notice says what the request takes (schemas.input_size.room_taken)."""
         run = self.run
         run.state.stopped_reason = TOO_LONG_MESSAGE
         run.events.emit(SessionStopped, turn=run.state.turn, reason=TOO_LONG_MESSAGE)
-        await run.record_notice(TOO_LONG_MESSAGE)
+        refused = result.refused
+        await run.record_notice(f"{TOO_LONG_MESSAGE} " + room_taken(
+            result.estimated_tokens, run.window.hard_limit, result.fixed_tokens,
+            refused.prompt_tokens if refused else None, refused.maximum if refused else None))
         run.phase = SessionPhase.STOPPED
 
     # ----- long memory -------------------------------------------------------------------

@@ -4,6 +4,7 @@ newest tool output, and stop with the "too long" message when nothing more can m
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 
 import psycopg
@@ -109,7 +110,17 @@ async def test_nothing_left_to_move_stops_with_the_too_long_message(
         result = await session.handle.result()
     assert result.stopped_reason == TOO_LONG_MESSAGE
     notices = db(database_url, "SELECT content_text FROM messages WHERE type='notice'")
-    assert notices[-1][0] == TOO_LONG_MESSAGE
+    # The notice says what the request took: the API's count against its maximum (the
+    # provider's window of 6,000 tokens), and the part every request carries, which no
+    # checkpoint could move.
+    said = re.fullmatch(re.escape(TOO_LONG_MESSAGE) + r" The next request: the API counted "
+                        r"([\d,]+) tokens against its ([\d,]+); about ([\d,]+) of them are "
+                        r"what every request carries \(Keel's system prompt with the agent's "
+                        r"instructions and AGENTS\.md files, and the tool definitions\)\.",
+                        notices[-1][0])
+    assert said, notices[-1][0]
+    counted, maximum, fixed = (int(g.replace(",", "")) for g in said.groups())
+    assert counted > maximum == 6_000 and 300 < fixed < 3_000
     assert "Start a new session with /new, or fork this one" in TOO_LONG_MESSAGE
 
 

@@ -20,6 +20,7 @@ from schemas.input_size import (
     input_limits,
     kept_prefix,
     over_limits,
+    room_taken,
 )
 from schemas.mcp import McpTool
 from schemas.session import SessionConfig
@@ -84,3 +85,12 @@ def test_mcp_tools_are_kept_in_order_while_they_fit_the_agents_share() -> None:
                       for t in kept)
     assert agent_tokens(spec) + kept_tokens <= hard_limit // 4
     assert fit_mcp_tools(spec, tools, 200_000) == (tools, [])
+
+
+def test_a_stop_says_what_the_request_takes() -> None:
+    assert room_taken(12_345, 11_488, 2_100) == (
+        "The next request: about 12,345 tokens of the 11,488 one may have; about 2,100 of "
+        "them are what every request carries (Keel's system prompt with the agent's "
+        "instructions and AGENTS.md files, and the tool definitions).")
+    assert room_taken(12_345, 11_488, 2_100, counted=7_430, maximum=6_000).startswith(
+        "The next request: the API counted 7,430 tokens against its 6,000; about 2,100 ")
