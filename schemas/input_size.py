@@ -31,6 +31,7 @@ from pydantic import BaseModel
 from schemas.agent import AgentSpec, session_tools
 from schemas.context import SystemPromptParts, build_system_prompt
 from schemas.mcp import McpTool
+from schemas.model import TooLong
 from schemas.session import SessionConfig
 from schemas.tokens import count_tokens, truncate_to_tokens
 from schemas.tools import AGENT_TOOLS
@@ -148,10 +149,11 @@ def fit_mcp_tools(spec: AgentSpec, tools: list[McpTool], hard_limit: int
 
 
 def room_taken(estimate: int, hard_limit: int, fixed: int,
-               counted: int | None = None, maximum: int | None = None) -> str:
+               refused: TooLong | None = None) -> str:
     """What a request that cannot be sent takes, for the notice of a stop: its size (the
     API's count when it refused it, else Keel's estimate) against what one may have, and
     how much of it every request carries."""
+    counted, maximum = (refused.prompt_tokens, refused.maximum) if refused else (None, None)
     size = (f"the API counted {counted:,} tokens against its {maximum:,}"
             if counted and maximum else f"about {estimate:,} tokens of the {hard_limit:,} "
                                         "one may have")

@@ -475,15 +475,12 @@ class Turns:
         state.context_tokens = (actual or result.estimated_tokens) + reply.reply_tokens
 
     async def _stop_too_long(self, result: ModelCallResult) -> None:
-        """The session stops: nothing more can be moved out of a request that cannot be
-        sent. Its notice says what the request takes (schemas.input_size.room_taken)."""
+        """Nothing more can be moved out of a request that cannot be sent: stopped."""
         run = self.run
         run.state.stopped_reason = TOO_LONG_MESSAGE
         run.events.emit(SessionStopped, turn=run.state.turn, reason=TOO_LONG_MESSAGE)
-        refused = result.refused
         await run.record_notice(f"{TOO_LONG_MESSAGE} " + room_taken(
-            result.estimated_tokens, run.window.hard_limit, result.fixed_tokens,
-            refused.prompt_tokens if refused else None, refused.maximum if refused else None))
+            result.estimated_tokens, run.window.hard_limit, result.fixed_tokens, result.refused))
         run.phase = SessionPhase.STOPPED
 
     # ----- long memory -------------------------------------------------------------------

@@ -23,6 +23,7 @@ from schemas.input_size import (
     room_taken,
 )
 from schemas.mcp import McpTool
+from schemas.model import TooLong
 from schemas.session import SessionConfig
 from schemas.tokens import count_tokens
 
@@ -92,5 +93,6 @@ def test_a_stop_says_what_the_request_takes() -> None:
         "The next request: about 12,345 tokens of the 11,488 one may have; about 2,100 of "
         "them are what every request carries (Keel's system prompt with the agent's "
         "instructions and AGENTS.md files, and the tool definitions).")
-    assert room_taken(12_345, 11_488, 2_100, counted=7_430, maximum=6_000).startswith(
+    refused = TooLong(prompt_tokens=7_430, maximum=6_000, estimate=12_345)
+    assert room_taken(12_345, 11_488, 2_100, refused).startswith(
         "The next request: the API counted 7,430 tokens against its 6,000; about 2,100 ")
