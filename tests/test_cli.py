@@ -179,6 +179,19 @@ async def test_chat(client, settings, cli_env):
     assert f"left {sid}" in out
 
 
+async def test_chat_takes_a_message_of_several_lines(client, settings, cli_env,
+                                                    database_url):
+    """A line ending in a backslash goes on on the next: one message, not one a line."""
+    sid = f"lines-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings):
+        await keel(cli_env, "chat", sid,
+                   input="Plan for Friday:\\\n- deploy at 10\\\n- tell ops\n/quit\n")
+    with psycopg.connect(database_url) as conn:
+        users = conn.execute("SELECT content_text FROM messages WHERE session_id = %s AND"
+                             " type = 'user' ORDER BY seq", (sid,)).fetchall()
+    assert users == [("Plan for Friday:\n- deploy at 10\n- tell ops",)]
+
+
 async def test_chat_compact_takes_a_checkpoint_and_says_before_and_after(client, settings,
                                                                          cli_env):
     import re

@@ -27,8 +27,10 @@ from keel.console import console, error
 __all__ = ["CHAT_HELP", "chat"]
 
 CHAT_HELP = ("/new starts a fresh session · /status /mind /memo /now show its state · "
-             "/compact takes a checkpoint now · Ctrl-C while a reply comes interrupts "
-             "the turn · /quit leaves (the session keeps running)")
+             "/compact takes a checkpoint now · a line ending in \\ goes on on the next · "
+             "Ctrl-C while a reply comes interrupts the turn · /quit leaves (the session "
+             "keeps running)")
+CONTINUED = "\\"  # a line ending so goes on on the next: one message of several lines
 
 
 def chat(session: Annotated[str | None, typer.Argument(
@@ -73,15 +75,20 @@ class _Chat:
         self.reader = await chat_reader(self.handle, self.view)
 
     async def prompt(self) -> str | None:
-        """The person's next line, stripped; None when they leave (end of input, Ctrl-C)."""
+        """The person's next message, stripped: a line, or several when each but the last
+        ends in a backslash (dropped); None when they leave (end of input, Ctrl-C)."""
+        lines: list[str] = []
         try:
             self.view.prompting = True
             line = await asyncio.to_thread(Prompt.ask, "[bold]you[/]", console=console)
+            while line.endswith(CONTINUED):
+                lines.append(line[:-len(CONTINUED)])
+                line = await asyncio.to_thread(Prompt.ask, "[dim]...[/]", console=console)
         except (EOFError, KeyboardInterrupt):
             return None
         finally:
             self.view.prompting = False
-        return line.strip()
+        return "\n".join([*lines, line]).strip()
 
     async def dispatch(self, text: str) -> None:
         """A slash command, or a message for the session (`//` starts a message)."""
