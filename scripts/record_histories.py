@@ -227,7 +227,7 @@ async def limits_scenario(keel: KeelClient, settings: KeelSettings,
         settings, context_window=20_000))
     export = "".join(f"line {i}: the nightly export moved 4,200 rows\n" for i in range(3_000))
     await session.task("t-1", "Nightly export", export)
-    while (await session.status()).turn < 1 or (await session.status()).phase != "idle":
+    while (status := await session.status()).turn < 1 or status.phase != "idle":
         await asyncio.sleep(0.2)
     await session.ask("Anything odd in the export?")
     await session.end()

@@ -14,10 +14,11 @@ from typing import Any, Unpack
 
 from temporalio.client import Client, WorkflowHandle
 
-from keel.client import KeelClient, SessionOverrides, session_config
+from keel.client import KeelClient, SessionHandle, SessionOverrides, session_config
 from schemas.config import KeelSettings, ModelSettings
 from schemas.events import StreamWatchers
 from schemas.session import Handler, SessionConfig
+from tests.fake_anthropic import FakeAnthropic
 from workers.worker import Role, build_worker
 
 
@@ -83,13 +84,13 @@ async def reader_seen(handle: WorkflowHandle, timeout_s: float = 60) -> None:
     await asyncio.wait_for(loop(), timeout_s)
 
 
-def flood(words: int, start: int = 0) -> str:
+def flood(words: int) -> str:
     """Text of ~2 tokens a word that no search or summary shrinks."""
-    return " ".join(f"x{i % 83}" for i in range(start, start + words))
+    return " ".join(f"x{i % 83}" for i in range(words))
 
 
-async def start_flooded(keel: KeelClient, fake: Any, session_id: str,
-                        config: SessionConfig) -> Any:
+async def start_flooded(keel: KeelClient, fake: FakeAnthropic, session_id: str,
+                        config: SessionConfig) -> SessionHandle:
     """A session on a 12,000-token window whose provider (`fake`, the fake Messages API)
     holds only 6,000: its first input, a Watch within Keel's input limit, is refused by
     the API as too long, with nothing before it to move out."""
