@@ -422,3 +422,27 @@ async def test_chat_shows_a_watch_and_its_reply_while_the_person_is_idle(client,
         finally:
             chat.close()
 
+
+
+async def test_chat_reads_a_pasted_text_as_one_message(client, settings, cli_env,
+                                                       database_url):
+    """A terminal marks a paste (bracketed paste); its lines are one message, where each was
+    sent as its own. A line typed after it is a message of its own."""
+    sid = f"paste-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings):
+        chat = Pty([str(Path(sys.executable).parent / "keel"), "chat", sid],
+                   {**os.environ, **cli_env, "TERM": "xterm"})
+        try:
+            await chat.expect("you")
+            chat.send("\x1b[200~Plan for Friday:\r- deploy at 10\r- tell ops\x1b[201~\r")
+            screen = await chat.expect("offline deterministic model")  # the turn's footer
+            chat.send("Thanks.\r")
+            await chat.expect("offline deterministic model", since=len(screen))
+            chat.send("/quit\r")
+            await chat.expect(f"left {sid}")
+        finally:
+            chat.close()
+    with psycopg.connect(database_url) as conn:
+        users = conn.execute("SELECT content_text FROM messages WHERE session_id = %s AND"
+                             " type = 'user' ORDER BY seq", (sid,)).fetchall()
+    assert users == [("Plan for Friday:\n- deploy at 10\n- tell ops",), ("Thanks.",)]

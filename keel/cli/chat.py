@@ -3,7 +3,9 @@
 Invariants: one subscriber per session for the whole chat, so background inputs and the
 replies to them show whenever they come; leaving the chat never ends the session; a refused
 message or checkpoint is one error line and the chat goes on. Ctrl-C while a turn runs
-interrupts the turn (the session's `interrupt`); at the prompt it leaves.
+interrupts the turn (the session's `interrupt`); at the prompt it leaves. A text pasted at
+the prompt is one message, whatever its lines (the terminal's bracketed paste, read by GNU
+readline), as is a message typed with each line but the last ending in a backslash.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def chat(session: Annotated[str | None, typer.Argument(
          = None) -> None:
     """Talk to a session interactively."""
     async def main() -> None:
+        _line_editing()
         talk = _Chat(await connect(load_settings()), ChatView(console, whole_turns=True))
         await talk.open(session or id, help_after=True)
         try:
@@ -49,6 +52,24 @@ def chat(session: Annotated[str | None, typer.Argument(
             talk.reader.cancel()
         console.print(f"[dim]left {talk.handle.session_id}; it keeps running.[/]")
     run(main())
+
+
+def _line_editing() -> None:
+    """Line editing and history at the prompt, and a pasted text read whole.
+
+    Importing `readline` gives `input()` (which the prompt reads with) GNU readline on a
+    terminal. CPython turns readline's bracketed paste off; on, the terminal marks a paste
+    and readline returns it as one line with its newlines, where a paste was read a line at
+    a time, each line a message starting its own turn. Lines typed ahead are not marked, so
+    they stay separate messages. libedit (macOS) and Windows have no such setting: there a
+    paste stays line by line, and a backslash at a line's end still joins lines.
+    """
+    try:
+        import readline
+    except ImportError:  # Windows, or a Python built without it
+        return
+    if "libedit" not in (readline.__doc__ or ""):
+        readline.parse_and_bind("set enable-bracketed-paste on")
 
 
 class _Chat:
