@@ -69,6 +69,11 @@ class AgentSpecRefusedError(KeelError):
     """The agent spec was refused (invalid schema, duplicate tool, unknown profile)."""
 
 
+class ConfigRefusedError(KeelError, ValueError):
+    """A session's config refused before it starts: its window leaves no room for Keel's
+    own prompt, or a full reply leaves a request nothing (schemas.input_size)."""
+
+
 class FileRefusedError(KeelError):
     """A file call the workspace refused: a path outside it or in Keel's own folder, a size
     over a limit (the store's sentence), or a store that did not answer."""

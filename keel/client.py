@@ -45,6 +45,7 @@ from keel._control import SessionControls
 from keel._errors import (
     AgentSpecRefusedError,
     BranchRefusedError,
+    ConfigRefusedError,
     FileRefusedError,
     KeelError,
     MessageRejectedError,
@@ -109,6 +110,7 @@ TEXTS_WAIT_S = 30  # a mind / memo / now query while a new run reads them back
 __all__ = [
     "AgentSpecRefusedError",
     "BranchRefusedError",
+    "ConfigRefusedError",
     "EventsMissed",
     "FileRefusedError",
     "KeelClient",
@@ -464,15 +466,16 @@ class KeelClient:
             except AgentSpecError as err:
                 raise AgentSpecRefusedError(str(err)) from None
             config = config.with_agent(agent)
-        if config.agent is not None:
-            # Refused here too, before anything starts (the session would refuse it: its
-            # window leaves the agent no room). Imported here: counting loads the
-            # tokenizer, which a client that sets no agent does not need.
-            from schemas.input_size import config_fit_problem
+        # Refused here too, before anything starts (the session would refuse it: its window
+        # leaves its agent, or Keel's own prompt, no room). Imported here: counting may load
+        # the tokenizer, which a light client need not import.
+        from schemas.input_size import config_fit_problem
 
-            too_big = config_fit_problem(config)
-            if too_big:
-                raise AgentSpecRefusedError(str(AgentSpecError([too_big])))
+        too_big = config_fit_problem(config)
+        if too_big and config.agent is not None:
+            raise AgentSpecRefusedError(str(AgentSpecError([too_big])))
+        if too_big:
+            raise ConfigRefusedError(f"the session's config is refused: {too_big}")
         return SessionInput(session_id=session_id, config=config)
 
     async def list_sessions(self, query: str | None = None) -> list[SessionSummary]:

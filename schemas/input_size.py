@@ -18,8 +18,9 @@ memory, the turn's own calls).
   instructions, the tool definitions) may take at most a quarter of it (`agent_share`):
   an agent over it is refused at start and by `set_agent` (`agent_fit_problem`), where
   before its session stopped on its first message, saying the conversation had grown too
-  long. MCP tools, listed later, are kept in the order listed while they fit it
-  (`fit_mcp_tools`).
+  long; so is a session without one whose window leaves Keel's own prompt no room, or
+  whose full reply leaves the request nothing. MCP tools, listed later, are kept in the
+  order listed while they fit it (`fit_mcp_tools`).
 """
 
 from __future__ import annotations
@@ -98,13 +99,20 @@ def cut_line(kept: int, whole: int, where: str) -> str:
     return f"\n[Keel: input cut at {kept} of {whole} characters; {where}]"
 
 
-def agent_tokens(spec: AgentSpec) -> int:
-    """What `spec` adds to every request: Keel's system prompt with its instructions, and
-    the tool definitions (the built-ins and its service tools; MCP tools are listed later,
-    and long memory's few are left out)."""
-    system = build_system_prompt(SystemPromptParts(instructions=spec.instructions))
+def _fixed_text(spec: AgentSpec | None) -> tuple[str, str]:
+    """Keel's system prompt with `spec`'s instructions, and the tool definitions as sent (the
+    built-ins and its service tools; MCP tools are listed later, and long memory's few are
+    left out)."""
+    system = build_system_prompt(SystemPromptParts(
+        instructions=spec.instructions if spec else ""))
     tools = session_tools(list(AGENT_TOOLS), spec, [])
-    return count_tokens(system) + count_tokens(json.dumps(tools, ensure_ascii=False))
+    return system, json.dumps(tools, ensure_ascii=False)
+
+
+def agent_tokens(spec: AgentSpec | None) -> int:
+    """What `spec` adds to every request (None: a session without an agent, Keel's own
+    prompt and built-in tools)."""
+    return sum(count_tokens(text) for text in _fixed_text(spec))
 
 
 def agent_share(hard_limit: int) -> int:
@@ -112,22 +120,35 @@ def agent_share(hard_limit: int) -> int:
     return max(hard_limit // 4, 1)
 
 
-def agent_fit_problem(spec: AgentSpec, context_window: int, hard_limit: int) -> str | None:
+def agent_fit_problem(spec: AgentSpec | None, context_window: int, hard_limit: int
+                      ) -> str | None:
     """Why a session with a window of `context_window` tokens (its hard limit
-    `hard_limit`) cannot run `spec`, or None."""
-    tokens, limit = agent_tokens(spec), agent_share(hard_limit)
+    `hard_limit`: the window less a full reply) cannot run `spec` (None: no agent), or
+    None."""
+    if hard_limit <= 0:
+        return (f"a reply of up to {context_window - hard_limit} tokens leaves nothing of a "
+                f"window of {context_window} tokens for the request: give the session a "
+                "larger window or a smaller max_output_tokens")
+    limit = agent_share(hard_limit)
+    # A token is at least one byte: text of at most `limit` bytes fits uncounted (a
+    # client need not load the tokenizer for a session of a usual window).
+    if sum(len(text.encode("utf-8", "surrogatepass")) for text in _fixed_text(spec)) <= limit:
+        return None
+    tokens = agent_tokens(spec)
     if tokens <= limit:
         return None
-    return (f"the agent's instructions and tool definitions take {tokens} tokens with "
-            f"Keel's system prompt; a session with a window of {context_window} tokens may "
-            f"give them at most {limit}, to leave room for the conversation: shorten them, "
-            "or give the session a larger window")
+    what = ("the agent's instructions and tool definitions take" if spec else
+            "Keel's system prompt and built-in tool definitions take")
+    them = " with Keel's system prompt" if spec else ""
+    fix = "shorten them, or give the session a larger window" if spec else \
+        "give the session a larger window"
+    return (f"{what} {tokens} tokens{them}; a session with a window of {context_window} "
+            f"tokens may give them at most {limit}, to leave room for the conversation: "
+            f"{fix}")
 
 
 def config_fit_problem(config: SessionConfig) -> str | None:
-    """`agent_fit_problem` for a session's config (None: no agent, or it fits)."""
-    if config.agent is None:
-        return None
+    """`agent_fit_problem` for a session's config, with or without its agent."""
     return agent_fit_problem(config.agent, config.context_window, config.window().hard_limit)
 
 

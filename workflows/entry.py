@@ -3,8 +3,9 @@ argument. Every entry point takes its payload raw and decodes it here, so bad in
 any client (another SDK, the Temporal CLI, plain JSON) ends in a known state instead of a
 workflow task retried without end:
 
-- a start whose input does not decode, or names an agent spec Keel refuses (an unknown
-  field, a secret, a bad schema), fails at once with the reason (`StartInput.refused`);
+- a start whose input does not decode, names an agent spec Keel refuses (an unknown
+  field, a secret, a bad schema), or asks for a window that leaves it no room, fails at
+  once with the reason (`StartInput.refused`);
 - an Update whose argument does not decode is refused by its validator with
   `Rejection.MALFORMED_INPUT`, naming the field and never quoting the value;
 - a signal's payload is decoded the same way by the inbox, which records a notice.
@@ -33,7 +34,7 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from schemas.agent import BUILTIN_TOOL_NAMES, AgentSpecError, check_spec
     from schemas.input_size import config_fit_problem
-    from schemas.session import ARGUMENTS_ENCODING, Rejection, SessionInput
+    from schemas.session import ARGUMENTS_ENCODING, Rejection, SessionConfig, SessionInput
     from schemas.strict import STORED
     from workflows.failures import decode_problem
 
@@ -48,6 +49,22 @@ REFUSE_PATCH = "refuse-bad-start-input"
 # A fresh start whose agent leaves no room in its window (schemas.input_size): refused from
 # this patch on (before, its session stopped on the first message).
 FIT_PATCH = "refuse-agent-over-window"
+# The same for a session without an agent whose window leaves Keel's own prompt no room, or
+# whose full reply leaves a request nothing: refused from this patch on.
+WINDOW_PATCH = "refuse-window-without-room"
+
+
+def _fit_problem(config: SessionConfig) -> str | None:
+    """Why `config`'s window leaves its session no room (schemas.input_size), from the
+    patch that refuses it."""
+    too_big = config_fit_problem(config)
+    if too_big is None:
+        return None
+    if config.agent is not None:
+        return str(AgentSpecError([too_big])) if workflow.patched(FIT_PATCH) else None
+    if workflow.patched(WINDOW_PATCH):
+        return f"the session's config is refused: {too_big}"
+    return None
 
 
 def payload_json(raw: RawValue | None, no_payload: RawValue) -> bytes:
@@ -131,9 +148,9 @@ def start_input(raw: RawValue | None, no_payload: RawValue) -> StartInput:
         except AgentSpecError as err:
             problem = str(err)
         else:
-            too_big = config_fit_problem(config)
-            if too_big and workflow.patched(FIT_PATCH):
-                problem = str(AgentSpecError([too_big]))
+            problem = _fit_problem(config)
+            if problem and config.agent is None:  # the window's fault, not an agent's
+                return StartInput(placeholder, f"{problem}; nothing was written")
     if problem and workflow.patched(REFUSE_PATCH):
         return StartInput(placeholder, f"{problem}; nothing was written",
                           type=Rejection.AGENT_SPEC_REFUSED)

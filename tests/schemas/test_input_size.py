@@ -64,7 +64,7 @@ def test_an_agent_may_add_a_quarter_of_the_hard_limit_to_every_request() -> None
     small, big = SessionConfig(context_window=10_000), SessionConfig(context_window=200_000)
     long = AgentSpec(instructions="Check the release notes twice. " * 1_500)  # 46,500 chars
     assert agent_tokens(AgentSpec()) < agent_tokens(long)
-    assert config_fit_problem(small) is None  # no agent: Keel's own prompt fits
+    assert config_fit_problem(SessionConfig(context_window=16_000)) is None  # no agent
     assert config_fit_problem(big.with_agent(long)) is None
     problem = config_fit_problem(small.with_agent(long))
     limit = small.window().hard_limit // 4
@@ -73,6 +73,26 @@ def test_an_agent_may_add_a_quarter_of_the_hard_limit_to_every_request() -> None
         f"with Keel's system prompt; a session with a window of 10000 tokens may give them "
         f"at most {limit}, to leave room for the conversation: shorten them, or give the "
         "session a larger window")
+
+
+def test_a_window_must_leave_room_for_keels_own_prompt_and_a_request() -> None:
+    # Without an agent, Keel's own prompt and built-in tools take a quarter at most too.
+    own = agent_tokens(None)
+    assert 0 < own < agent_tokens(AgentSpec(instructions="Be brief."))
+    tight = SessionConfig(context_window=10_000)  # a hard limit of 1,808: a quarter is 452
+    assert config_fit_problem(tight) == (
+        f"Keel's system prompt and built-in tool definitions take {own} tokens; a session "
+        "with a window of 10000 tokens may give them at most 452, to leave room for the "
+        "conversation: give the session a larger window")
+    smallest = 4 * own + tight.max_output_tokens
+    assert config_fit_problem(SessionConfig(context_window=smallest)) is None
+    assert config_fit_problem(SessionConfig(context_window=smallest - 4)) is not None
+    # A full reply that takes the whole window leaves a request nothing, agent or not.
+    for agent in (None, AgentSpec()):
+        config = SessionConfig(context_window=8_000, max_output_tokens=8_192, agent=agent)
+        assert config_fit_problem(config) == (
+            "a reply of up to 8192 tokens leaves nothing of a window of 8000 tokens for the "
+            "request: give the session a larger window or a smaller max_output_tokens")
 
 
 def test_mcp_tools_are_kept_in_order_while_they_fit_the_agents_share() -> None:

@@ -94,6 +94,13 @@ STARTS: list[tuple[Any, str, str]] = [
     (lambda sid: {"session_id": sid, "config": {"context_window": 10_000, "agent": {
         "instructions": "Check the release notes twice. " * 1_500}}},
      "AgentSpecRefused", "a session with a window of 10000 tokens may give them at most"),
+    # No agent: Keel's own prompt takes more than a 3,000-token window leaves for it.
+    (lambda sid: {"session_id": sid, "config": {"context_window": 3_000,
+                                                "max_output_tokens": 512}},
+     "MalformedInput", "Keel's system prompt and built-in tool definitions take"),
+    # A full reply as large as the window leaves a request nothing.
+    (lambda sid: {"session_id": sid, "config": {"context_window": 8_000}},
+     "MalformedInput", "a reply of up to 8192 tokens leaves nothing of a window of 8000"),
 ]
 
 
