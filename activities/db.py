@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -20,6 +22,30 @@ _closers: list[Callable[[], Awaitable[None]]] = []
 
 def migration_files() -> list[Path]:
     return sorted(MIGRATIONS_DIR.glob("*.sql"))
+
+
+log = logging.getLogger("keel.worker")
+# Between tries while PostgreSQL does not answer: doubling from the first, then capped.
+RETRY_FIRST_S, RETRY_MAX_S = 0.5, 5.0
+
+
+def wait_for_database(database_url: str, wait_s: float) -> None:
+    """Return once PostgreSQL at `database_url` takes a connection, trying again for up to
+    `wait_s` seconds (a server starting beside a worker); then its last error."""
+    deadline, pause = time.monotonic() + wait_s, RETRY_FIRST_S
+    while True:
+        try:
+            psycopg.connect(database_url, connect_timeout=5).close()
+            return
+        except psycopg.OperationalError as err:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            log.warning("PostgreSQL (DATABASE_URL) does not answer (%s); trying again for "
+                        "%.0f s more", first[:200], left)
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, RETRY_MAX_S)
 
 
 def apply_migrations(database_url: str) -> list[str]:

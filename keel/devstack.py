@@ -23,9 +23,9 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.db import apply_migrations
+from activities.db import apply_migrations, wait_for_database
 from schemas.config import KeelSettings
-from workers.connect import connect
+from workers.connect import connect, connect_when_up
 
 
 def _venv_binary(name: str) -> str:
@@ -100,6 +100,16 @@ def read_stack_file(data_dir: Path) -> dict[str, str] | None:
         return None
     found: dict[str, str] = json.loads(path.read_text())
     return found
+
+
+async def wait_for_servers(settings: KeelSettings) -> None:
+    """Return once the configured PostgreSQL and Temporal answer, waiting for each up to
+    `settings.connect_wait_s` (a worker starting beside them); their last error then. A
+    person's command does not call this: it fails at once, saying why."""
+    if settings.database_url:
+        wait_for_database(settings.database_url, settings.connect_wait_s)
+    if settings.temporal_address:
+        await connect_when_up(settings)
 
 
 @asynccontextmanager

@@ -119,6 +119,9 @@ class KeelSettings(BaseModel):
     max_message_chars: int = 200_000
     user_name: str = "user"
     log_format: str = "console"  # console | json
+    # How long a worker waits at start for Temporal and PostgreSQL to answer (a server
+    # starting beside it); 0: it fails at once. Commands a person runs never wait.
+    connect_wait_s: float = 120.0
     otel_exporter: str | None = None  # None | console | otlp
     # Long memory; by default the vault is data_dir/vault on the server's time zone.
     memory: MemorySettings = Field(default_factory=lambda data: default_memory(data["data_dir"]))
@@ -210,6 +213,7 @@ class KeelSettings(BaseModel):
             max_message_chars=opt_int("KEEL_MAX_MESSAGE_CHARS") or 200_000,
             user_name=e.get("KEEL_USER_NAME", "user"),
             log_format=e.get("KEEL_LOG_FORMAT", "console"),
+            connect_wait_s=float(e.get("KEEL_CONNECT_WAIT_S") or 120.0),
             otel_exporter=e.get("KEEL_OTEL_EXPORTER") or None,
             memory=memory_from_env(data_dir, e),
             providers=providers_from_env(e),

@@ -340,16 +340,25 @@ async def _take(items, n):
             return
 
 
-async def test_unreachable_postgres_is_one_line(cli_env):
-    env = {**os.environ, **cli_env, "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
+@pytest.mark.parametrize("wait_s", ["0", "2"])
+async def test_unreachable_postgres_is_one_line(cli_env, wait_s):
+    """A worker waits for its servers for KEEL_CONNECT_WAIT_S, saying so in its log; then
+    (or at once, with 0) one line says what is wrong."""
+    env = {**os.environ, **cli_env, "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+           "KEEL_CONNECT_WAIT_S": wait_s}
+    started = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
         str(Path(sys.executable).parent / "keel"), "worker", env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(proc.communicate(), 60)
     text = out.decode()
     assert proc.returncode == 1, text
-    assert "PostgreSQL is unreachable" in text and "DATABASE_URL" in text
-    assert "Traceback" not in text and len(text.strip().splitlines()) <= 2, text
+    assert time.monotonic() - started >= float(wait_s)
+    lines = text.strip().splitlines()
+    assert "PostgreSQL is unreachable" in lines[-1] and "DATABASE_URL" in lines[-1]
+    waits = [line for line in lines[:-1] if "does not answer" in line]
+    assert "Traceback" not in text and len(lines) - len(waits) <= 2, text
+    assert bool(waits) == (wait_s != "0"), text
 
 
 class Pty:

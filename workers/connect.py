@@ -10,10 +10,16 @@ Invariants:
   read here, at connect time, so settings carry paths and can be printed safely.
 - Imports temporalio and our settings only: no psycopg, no anthropic, no other module of
   workers/ (the client helper `keel.client` builds on it and must stay light).
+- A command a person waits on connects once and says why it could not; a worker starting
+  beside its server (a compose stack coming up, a host's reboot) waits for it
+  (`connect_when_up`, `KeelSettings.connect_wait_s`), where it failed at once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from pathlib import Path
 
 from temporalio.client import Client
@@ -22,7 +28,11 @@ from temporalio.service import TLSConfig
 
 from schemas.config import KeelSettings, TemporalTLS
 
-__all__ = ["TLSSettingsError", "connect", "tls_config"]
+__all__ = ["TLSSettingsError", "connect", "connect_when_up", "tls_config"]
+
+log = logging.getLogger("keel.worker")
+# Between tries while a server does not answer: doubling from the first, then capped.
+RETRY_FIRST_S, RETRY_MAX_S = 0.5, 5.0
 
 
 class TLSSettingsError(ValueError):
@@ -66,3 +76,22 @@ async def connect(settings: KeelSettings, address: str | None = None, *,
     return await Client.connect(target, namespace=settings.temporal_namespace,
                                 data_converter=pydantic_data_converter,
                                 tls=tls_config(tls), api_key=tls.api_key, lazy=lazy)
+
+
+async def connect_when_up(settings: KeelSettings, wait_s: float | None = None) -> Client:
+    """`connect`, tried again while Temporal does not answer, for up to `wait_s` seconds
+    (else `settings.connect_wait_s`); then its last failure. A setting that cannot work (no
+    address, a TLS file missing) fails at once."""
+    wait_s = settings.connect_wait_s if wait_s is None else wait_s
+    deadline, pause = time.monotonic() + wait_s, RETRY_FIRST_S
+    while True:
+        try:
+            return await connect(settings)
+        except RuntimeError as err:  # Client.connect's "Failed client connect: ..."
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise
+            log.warning("Temporal at %s does not answer (%s); trying again for %.0f s more",
+                        settings.temporal_address, str(err)[:200], left)
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, RETRY_MAX_S)

@@ -11,12 +11,12 @@ import asyncio
 import signal
 import sys
 
-from activities.db import apply_migrations
+from activities.db import apply_migrations, wait_for_database
 from schemas.config import KeelSettings
-from workers.connect import connect
+from workers.connect import connect_when_up
 from workers.observability import configure_logging, shutdown_tracing, worker_interceptors
-from workers.schedules import ensure_memory_schedules
-from workers.worker import Role, build_worker, serve_until
+from workers.schedules import keep_memory_schedules
+from workers.worker import Role, WorkerFailedError, build_worker, serve_until
 
 
 async def main(role: Role = Role.SESSIONS) -> None:
@@ -24,8 +24,10 @@ async def main(role: Role = Role.SESSIONS) -> None:
     configure_logging(settings)
     if not settings.temporal_address or not settings.database_url:
         raise SystemExit("a worker needs TEMPORAL_ADDRESS and DATABASE_URL")
+    # Both servers may be starting beside this worker: it waits for them (connect_wait_s).
+    wait_for_database(settings.database_url, settings.connect_wait_s)
     apply_migrations(settings.database_url)
-    client = await connect(settings)
+    client = await connect_when_up(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -34,10 +36,14 @@ async def main(role: Role = Role.SESSIONS) -> None:
                            role=role)
 
     async def ready() -> None:
-        await ensure_memory_schedules(client, settings)
+        await keep_memory_schedules(client, settings)
 
-    await serve_until(workers, stop, ready)
-    shutdown_tracing()
+    try:
+        await serve_until(workers, stop, ready)
+    except WorkerFailedError as err:  # exit 1: whatever supervises it starts it again
+        raise SystemExit(f"{err}; this worker has stopped") from None
+    finally:
+        shutdown_tracing()
 
 
 if __name__ == "__main__":

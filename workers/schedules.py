@@ -9,10 +9,15 @@ inside its own child run.
 Client code, run by the worker process at start-up. Cron specs run in the configured time
 zone (server-local by default). A run missed while
 the worker was down starts when it returns, within the catch-up window; a run still going
-when the next is due makes that one skip, never overlap.
+when the next is due makes that one skip, never overlap. A Temporal server that is away
+when a worker starts (restarting beside it) delays the schedules, never the worker:
+`keep_memory_schedules` tries again until the server answers.
 """
 
 from __future__ import annotations
+
+import asyncio
+import logging
 
 from pydantic import BaseModel
 from temporalio.client import (
@@ -26,6 +31,7 @@ from temporalio.client import (
     ScheduleUpdate,
     ScheduleUpdateInput,
 )
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.vault.clock import local_timezone_name
 from schemas.config import KeelSettings
@@ -35,6 +41,13 @@ from schemas.vault.settings import MemorySettings
 from workflows.nightly import MemoryNightlyWorkflow
 
 SCHEDULE_PREFIX = "keel-memory-"
+# A server away: the schedules are tried again after these waits (doubling, then capped).
+RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
+# What a server that is away (or not yet up) answers; anything else will not pass by waiting.
+TRANSIENT = frozenset({RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED,
+                       RPCStatusCode.RESOURCE_EXHAUSTED})
+
+log = logging.getLogger(__name__)
 
 
 def schedule_id(settings: KeelSettings, name: str) -> str:
@@ -87,4 +100,25 @@ async def ensure_memory_schedules(client: Client, settings: KeelSettings
     return out
 
 
-__all__ = ["RollupKind", "ensure_memory_schedules", "memory_schedules"]
+async def keep_memory_schedules(client: Client, settings: KeelSettings,
+                                first_s: float = RETRY_FIRST_S) -> list[EnsuredSchedule]:
+    """`ensure_memory_schedules`, tried again while Temporal is away; [] (logged) when it
+    refuses them for good (a namespace that allows no schedules): the worker serves
+    sessions either way, and the rollups wait for a start that can make them."""
+    wait = first_s
+    while True:
+        try:
+            return await ensure_memory_schedules(client, settings)
+        except RPCError as err:
+            if err.status not in TRANSIENT:
+                log.error("the memory schedules were refused (%s): the nightly rollups and "
+                          "the doctor will not run until a worker can create them", err)
+                return []
+            log.warning("the memory schedules wait for Temporal (%s); trying again in "
+                        "%.0f s", err, wait)
+        await asyncio.sleep(wait)
+        wait = min(wait * 2, RETRY_MAX_S)
+
+
+__all__ = ["RollupKind", "ensure_memory_schedules", "keep_memory_schedules",
+           "memory_schedules"]

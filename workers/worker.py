@@ -29,7 +29,10 @@ Invariants:
   carry, a run started with more than one argument.
 - A served process (`serve_until`) freezes its heap once its workers poll: what start-up
   made (the modules of Temporal's SDK, pydantic, the model SDK, Keel's own) lives as long
-  as the process, so the garbage collector's full passes stop walking it.
+  as the process, so the garbage collector's full passes stop walking it. Start-up's last
+  step (`ready`: the memory schedules) runs beside the workers and never ends them; a
+  worker that stops on its own (the SDK's fatal error) ends the process
+  (`WorkerFailedError`), so its supervisor starts it again.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import concurrent.futures
 import contextlib
 import gc
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -190,9 +193,13 @@ class KeelWorkers:
         self.context = SessionContext(settings, model=model_backends())
         # Warm MCP sessions for the session queue's MCP activities; closed on exit.
         self.mcp_pool = McpPool()
+        # Set when a worker stops on its own (`serve_until` ends the process).
+        self.failed = asyncio.Event()
+        self.failure: BaseException | None = None
         common: dict[str, Any] = {"interceptors": list(interceptors),
                                   "activity_executor": activity_executor,
-                                  "build_id": keel_build_id()}
+                                  "build_id": keel_build_id(),
+                                  "on_fatal_error": self._fatal}
         if role in (Role.SESSIONS, Role.BOTH):
             # Every new session (a child's too) imports these afresh: compile them once.
             precompile_workflow_modules([SessionWorkflow, ForkWorkflow, WakeupFireWorkflow])
@@ -244,6 +251,11 @@ class KeelWorkers:
 
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
+
+    async def _fatal(self, err: BaseException) -> None:
+        log.error("a worker stopped polling: %s", err)
+        self.failure = self.failure or err
+        self.failed.set()
 
     async def _transcript_failed(self, session_id: str, message: str) -> None:
         """Tell a session its queued transcript could not be written (workflows.transcript)."""
@@ -324,11 +336,19 @@ class KeelWorkers:
                     log.warning("indexing the vaults' hand edits failed: %s", err)
 
 
+class WorkerFailedError(RuntimeError):
+    """A worker of this process stopped polling for good (the SDK's fatal error): the
+    process ends, so whatever supervises it starts it again, never a process that lives on
+    serving nothing."""
+
+
 async def serve_until(workers: KeelWorkers, stop: asyncio.Event,
-                      ready: Callable[[], Awaitable[None]]) -> bool:
-    """Run `workers` until `stop` is set, calling `ready` once they all poll. A stand-by
-    vault worker waits for the lock inside; `stop` ends the wait too. False: stopped
-    before the workers were ready."""
+                      ready: Callable[[], Coroutine[Any, Any, None]]) -> bool:
+    """Run `workers` until `stop` is set, calling `ready` once they all poll (beside
+    them: a `ready` still waiting on a server does not hold them up, and its failure is
+    logged, not fatal). A stand-by vault worker waits for the lock inside; `stop` ends the
+    wait too. False: stopped before the workers were ready. `WorkerFailedError` when a
+    worker stops on its own."""
     entering = asyncio.create_task(workers.__aenter__())
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait([entering, stopping], return_when=asyncio.FIRST_COMPLETED)
@@ -337,18 +357,28 @@ async def serve_until(workers: KeelWorkers, stop: asyncio.Event,
         with contextlib.suppress(asyncio.CancelledError):
             await entering
         return False
-    stopping.cancel()
     entering.result()
     # Start-up's objects (~270k) out of the collector's way: a full pass over them holds
     # the process (every task and activity in it) for ~130 ms; frozen, ~0.
     gc.collect()
     gc.freeze()
+    readying = asyncio.create_task(ready())
+    readying.add_done_callback(_log_failure)
+    failing = asyncio.create_task(workers.failed.wait())
     try:
-        await ready()
-        await stop.wait()
+        await asyncio.wait([stopping, failing], return_when=asyncio.FIRST_COMPLETED)
     finally:
+        for task in (readying, stopping, failing):
+            task.cancel()
         await workers.__aexit__(None, None, None)
+    if workers.failure is not None and not stop.is_set():
+        raise WorkerFailedError(f"a worker stopped: {workers.failure}") from workers.failure
     return True
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("start-up's last step failed: %s", task.exception())
 
 
 def build_worker(client: Client, settings: KeelSettings,

@@ -74,10 +74,15 @@ async def _serve(settings: KeelSettings, *, ui: bool, require_configured: bool,
     """The stack (embedded, or the configured one), Keel's UI if asked, and a worker, until
     Ctrl-C or SIGTERM."""
     from activities.db import close_pools
-    from keel.devstack import running_stack
+    from keel.devstack import running_stack, wait_for_servers
     from workers.observability import shutdown_tracing
 
     stop = asyncio.Event()
+    if settings.temporal_address or settings.database_url:
+        # Configured servers may be starting beside this worker: it waits for them first,
+        # while Ctrl-C and SIGTERM still end it as they do by default.
+        with working("Waiting for Temporal and PostgreSQL to answer…"):
+            await wait_for_servers(settings)
     install_stop_signals(stop)
     if not require_configured:
         await _refuse_second_dev(settings)
@@ -139,8 +144,8 @@ def _banner(stack: Stack, settings: KeelSettings, *, role: str, ui_address: str 
 async def _run_worker(stack: Stack, settings: KeelSettings, role: str,
                       stop: asyncio.Event) -> None:
     from workers.observability import worker_interceptors
-    from workers.schedules import ensure_memory_schedules
-    from workers.worker import Role, build_worker, serve_until
+    from workers.schedules import keep_memory_schedules
+    from workers.worker import Role, WorkerFailedError, build_worker, serve_until
 
     worker = build_worker(stack.client, settings,
                           interceptors=worker_interceptors(settings), role=Role(role))
@@ -149,11 +154,16 @@ async def _run_worker(stack: Stack, settings: KeelSettings, role: str,
                       "(a second vault worker stands by here)…[/]")
 
     async def ready() -> None:
-        # The nightly rollups and the doctor, as Temporal Schedules (created or updated).
-        await ensure_memory_schedules(stack.client, settings)
         console.print("[green]worker running[/] — Ctrl-C to stop")
+        # The nightly rollups and the doctor, as Temporal Schedules (created or updated;
+        # tried again while the server is away).
+        await keep_memory_schedules(stack.client, settings)
 
-    if await serve_until(worker, stop, ready):
+    try:
+        served = await serve_until(worker, stop, ready)
+    except WorkerFailedError as err:  # one line, exit 1: its supervisor starts it again
+        raise CliError(f"{err}; this worker has stopped") from None
+    if served:
         console.print("stopping: worker…")
     console.print("stopping: " + ("connections…" if not stack.embedded else
                                   "Temporal dev server, PostgreSQL…"))

@@ -2,6 +2,8 @@
 nothing: the model call in flight finishes, its reply is recorded once and the turn
 completes when the server is back; a message sent while it is away is refused to its
 sender (never recorded behind their back); the session takes the next message as before.
+A worker started before its server waits for it; the schedules it makes at start wait out
+a server away.
 
 Real parts: a Temporal dev server process of the test's own, on a fixed port with its
 SQLite file (what `keel dev` runs), killed with SIGKILL and started again on that file;
@@ -11,12 +13,16 @@ PostgreSQL; Keel's worker; the real SDK talking to the fake Messages API.
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import socket
 import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import psycopg
 import pytest
@@ -24,9 +30,13 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
+from keel.client import KeelClient
 from keel.devstack import temporal_cli_path
 from tests.fake_anthropic import text_message
 from tests.harness import keel_worker, make_settings
+from workers.schedules import keep_memory_schedules, memory_schedules
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # Away for longer than the SDK retries one call (the send below is refused after ~6 s of
 # them), and then some.
@@ -115,3 +125,58 @@ async def test_a_server_outage_mid_turn_loses_nothing(server, database_url, fake
     assert [kind for kind, _ in record] == ["user", "assistant", "user", "assistant"]
     assert "sent while the server is away" not in str(record)
     assert len(fake_anthropic.requests) == 2  # the first call was not made again
+
+
+async def test_a_worker_started_before_its_servers_waits_for_them(
+        tmp_path, database_url, fake_anthropic) -> None:
+    """A worker started while Temporal is not up yet (a compose stack coming up, a host's
+    reboot) waits for it and then serves, where it failed at once."""
+    fake_anthropic.responder = lambda body: text_message("served")
+    srv = _Server(tmp_path / "temporal.sqlite")  # not started yet
+    queue = f"early-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "TEMPORAL_ADDRESS": f"127.0.0.1:{srv.port}",
+           "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": queue,
+           "KEEL_DATA_DIR": str(tmp_path / "data"), "ANTHROPIC_BASE_URL":
+           fake_anthropic.base_url, "ANTHROPIC_API_KEY": "test-key",
+           "KEEL_CONNECT_WAIT_S": "60"}
+    log = (tmp_path / "worker.log").open("w+")
+    worker = subprocess.Popen([sys.executable, "-m", "workers.main", "sessions"], env=env,
+                              stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        await asyncio.sleep(3)
+        assert worker.poll() is None, _text(log)  # still waiting, not failed
+        srv.start()
+        settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+        keel = KeelClient(await srv.client(), queue, settings)
+        session = await keel.start_session(f"early-{uuid.uuid4().hex[:8]}")
+        reply = await asyncio.wait_for(session.ask("are you there?"), timeout=60)
+        assert reply.reply_text == "served"
+        worker.terminate()
+        assert await asyncio.to_thread(worker.wait, 30) == 0, _text(log)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        srv.kill()
+    assert "does not answer" in _text(log)
+
+
+async def test_the_memory_schedules_wait_out_a_server_away(server, tmp_path, caplog) -> None:
+    """The schedules a worker makes at start are made once the server is back, not lost
+    with the worker (before, the worker process ended on the first refusal)."""
+    settings = make_settings(None, tmp_path)
+    client = await server.client()
+    server.kill()
+    caplog.set_level(logging.WARNING, logger="workers.schedules")
+    keeping = asyncio.create_task(keep_memory_schedules(client, settings, first_s=0.2))
+    await asyncio.sleep(12)  # past the SDK's own retries of one call (~10 s)
+    assert not keeping.done()
+    server.start()
+    made = await asyncio.wait_for(keeping, timeout=60)
+    assert sorted(m.schedule_id for m in made) == sorted(memory_schedules(settings))
+    assert "wait for Temporal" in caplog.text
+
+
+def _text(log: IO[str]) -> str:
+    log.flush()
+    log.seek(0)
+    return log.read()
