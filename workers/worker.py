@@ -328,6 +328,10 @@ class KeelWorkers:
                 for worker in self.workers:
                     if worker.task_queue == self.settings.vault_task_queue:
                         await worker.shutdown()
+                if self.role is Role.VAULT:  # it serves nothing now: its process ends, and
+                    # started again it waits for PostgreSQL and takes the lock (or stands by)
+                    await self._fatal(RuntimeError(f"the vault lock connection was lost "
+                                                   f"({err})"))
                 return
             if self._memory is not None:
                 try:

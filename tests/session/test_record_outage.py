@@ -1,9 +1,11 @@
 """PostgreSQL stopped and started again under a running session (a dedicated embedded
-server, so the shared one is never touched): what the caller is told stays true."""
+server, so the shared one is never touched): what the caller is told stays true, and a vault
+worker whose lock went with it ends its process."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import shutil
 import tempfile
@@ -20,7 +22,7 @@ from keel.client import RecordFailedError, session_config
 from keel.devstack import start_embedded_postgres
 from tests.fake_anthropic import text_message
 from tests.harness import keel_worker, make_settings
-from workers.worker import Role
+from workers.worker import Role, WorkerFailedError, build_worker, serve_until
 
 
 class Postgres:
@@ -140,3 +142,30 @@ async def test_an_ask_its_turn_could_not_record_is_said_in_time_and_kept_out(
     seen = [b.get("text", "") for m in fake_anthropic.requests[-1]["messages"]
             for b in m["content"] if isinstance(b, dict)]
     assert not any("lost in the outage" in t for t in seen)
+
+
+async def test_a_vault_worker_that_loses_its_lock_ends_its_process(client, own_postgres,
+                                                                   tmp_path):
+    """The vault worker stops writing the vault the moment its lock connection goes (a
+    stand-by may take the lock); serving nothing then, it ends its process (exit 1 under
+    `keel worker --vault`) for its supervisor to start again, where it lingered."""
+    settings = make_settings(own_postgres.url, tmp_path)
+    built = build_worker(client, settings, role=Role.VAULT)
+    ready = asyncio.Event()
+
+    async def serving() -> None:
+        ready.set()
+
+    served = asyncio.create_task(serve_until(built, asyncio.Event(), serving))
+    try:
+        await asyncio.wait_for(ready.wait(), 60)
+        assert built.serves_vault
+        own_postgres.stop()
+        with pytest.raises(WorkerFailedError, match="vault lock connection was lost"):
+            await asyncio.wait_for(served, 60)
+        assert all(w.is_shutdown for w in built.workers)
+    finally:
+        served.cancel()
+        gc.unfreeze()  # serve_until froze this test process's heap
+        own_postgres.start()
+        await close_pools()
