@@ -22,7 +22,6 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import psycopg
 import pytest
@@ -139,11 +138,16 @@ async def test_a_worker_started_before_its_servers_waits_for_them(
            "KEEL_DATA_DIR": str(tmp_path / "data"), "ANTHROPIC_BASE_URL":
            fake_anthropic.base_url, "ANTHROPIC_API_KEY": "test-key",
            "KEEL_CONNECT_WAIT_S": "60"}
-    log = (tmp_path / "worker.log").open("w+")
-    worker = subprocess.Popen([sys.executable, "-m", "workers.main", "sessions"], env=env,
-                              stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    log = tmp_path / "worker.log"
+    with log.open("a") as out:  # its own handle: reading the file never moves its writes
+        worker = subprocess.Popen([sys.executable, "-m", "workers.main", "sessions"],
+                                  env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     try:
-        await asyncio.sleep(3)
+        for _ in range(600):  # until it says it waits (its start takes seconds under load)
+            if "does not answer" in _text(log) or worker.poll() is not None:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1)
         assert worker.poll() is None, _text(log)  # still waiting, not failed
         srv.start()
         settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
@@ -157,7 +161,7 @@ async def test_a_worker_started_before_its_servers_waits_for_them(
         if worker.poll() is None:
             worker.kill()
         srv.kill()
-    assert "does not answer" in _text(log)
+    assert "does not answer" in _text(log)  # it said why it waited
 
 
 async def test_the_memory_schedules_wait_out_a_server_away(server, tmp_path, caplog) -> None:
@@ -176,7 +180,5 @@ async def test_the_memory_schedules_wait_out_a_server_away(server, tmp_path, cap
     assert "wait for Temporal" in caplog.text
 
 
-def _text(log: IO[str]) -> str:
-    log.flush()
-    log.seek(0)
-    return log.read()
+def _text(log: Path) -> str:
+    return log.read_text(errors="replace")
