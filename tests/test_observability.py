@@ -111,6 +111,26 @@ def test_console_format_is_the_default(tmp_path, log_stream):
     assert "plain line" in out and not out.lstrip().startswith("{")
 
 
+@pytest.mark.parametrize("log_format", ["console", "json"])
+def test_a_traceback_never_shows_its_frames_locals(tmp_path, log_stream, log_format):
+    """A failed activity's traceback is logged; its frames' locals (a model client's API
+    key, a user's message) are not: structlog shows them by default, and did here."""
+    settings = make_settings("postgresql://unused", tmp_path)
+    settings.log_format = log_format
+    configure_logging(settings, stream=log_stream)
+
+    def call_model(api_key: str, text: str) -> None:
+        raise ConnectionError("the model API did not answer")
+    key, words = f"sk-ant-{uuid.uuid4().hex}", f"my PIN is {uuid.uuid4().int % 10_000}"
+    try:  # made at run time: the traceback's source lines cannot show them either
+        call_model(key, words)
+    except ConnectionError:
+        logging.getLogger("keel.test").exception("the call failed")
+    out = log_stream.getvalue()
+    assert "the model API did not answer" in out and "call_model" in out  # the traceback
+    assert key not in out and words not in out, out
+
+
 def test_no_tracing_unless_configured(tmp_path):
     settings = make_settings("postgresql://unused", tmp_path)
     assert tracing_interceptors(settings) == []

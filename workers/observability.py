@@ -4,7 +4,7 @@ Logging: structlog renders every line, stdlib logging included (Temporal's own l
 `activity.logger`, `workflow.logger`), so one process writes one format: a readable
 console line by default, one JSON object per line with `KEEL_LOG_FORMAT=json`. Each line
 logged on behalf of a session carries `session_id` (the workflow id), `run_id` and, when
-known, `turn`.
+known, `turn`. A traceback never shows its frames' locals (a key, a user's words).
 
 Workflow code never calls `workflow.info()` for this: inside a workflow the context comes
 only from the `temporal_workflow` extra that `workflow.logger` attaches to its records
@@ -31,6 +31,7 @@ from collections.abc import Mapping, MutableMapping
 from typing import Any, TextIO
 
 import structlog
+import structlog.tracebacks
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
@@ -136,12 +137,17 @@ def configure_logging(settings: KeelSettings, *, level: str | int | None = None,
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,  # configure_logging may run again (tests)
     )
+    # Tracebacks without their frames' locals, in both formats (structlog shows them by
+    # default): a model call's frames hold the API key and the conversation's text.
     renderer: Any = (structlog.processors.JSONRenderer() if as_json else
-                     structlog.dev.ConsoleRenderer(colors=bool(getattr(out, "isatty", None)
-                                                               and out.isatty())))
+                     structlog.dev.ConsoleRenderer(
+                         colors=bool(getattr(out, "isatty", None) and out.isatty()),
+                         exception_formatter=structlog.dev.RichTracebackFormatter(
+                             show_locals=False)))
     final: list[Any] = [structlog.stdlib.ProcessorFormatter.remove_processors_meta]
     if as_json:
-        final.append(structlog.processors.dict_tracebacks)
+        final.append(structlog.processors.ExceptionRenderer(
+            structlog.tracebacks.ExceptionDictTransformer(show_locals=False)))
     final.append(renderer)
     handler = logging.StreamHandler(out) if stream is not None else _StderrHandler()
     handler.set_name(_HANDLER_NAME)
