@@ -47,6 +47,7 @@ from schemas.branch import (
 )
 from schemas.checkpoint.memo import MemoAssembly
 from schemas.config import WorkspaceStoreKind
+from schemas.session import session_id_problem
 
 __all__ = ["BranchActivities", "check_point", "fork_copy", "live_checkpoints",
            "rewind_marks"]
@@ -185,6 +186,8 @@ async def fork_copy(conn: AsyncConnection, data: ForkCopy, *, versions: bool) ->
             raise refused(f"request {data.request_id} made {done[0]} {done[1]}, not a fork "
                           f"{data.new_session}")
         return ForkDone.model_validate(done[2])
+    if problem := session_id_problem(data.new_session):
+        raise refused(f"{problem}; pick another id")
     await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
     if await (await conn.execute("SELECT 1 FROM sessions WHERE session_id = %s",
                                  (data.new_session,))).fetchone():

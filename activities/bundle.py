@@ -50,7 +50,7 @@ from schemas.bundle_memory import (
     renamed_entry,
     renamed_op,
 )
-from schemas.session import SessionState
+from schemas.session import SessionState, session_id_problem
 
 __all__ = ["drop_staged", "export_bundle", "import_bundle", "read_bundle", "undo_import"]
 
@@ -203,6 +203,8 @@ async def import_bundle(database_url: str, bundle: bytes, new_id: str | None,
     same files)."""
     header, parts = read_bundle(bundle)
     session_id = new_id or header.session_id
+    if problem := session_id_problem(session_id):
+        raise BranchError(f"{problem}; import it under another id")
     done = await _import(database_url, header, parts, session_id, request_id)
     if memory is not None and (done.cards or done.entries):
         await memory(done)

@@ -69,9 +69,10 @@ class AgentSpecRefusedError(KeelError):
     """The agent spec was refused (invalid schema, duplicate tool, unknown profile)."""
 
 
-class ConfigRefusedError(KeelError, ValueError):
-    """A session's config refused before it starts: its window leaves no room for Keel's
-    own prompt, or a full reply leaves a request nothing (schemas.input_size)."""
+class StartRefusedError(KeelError, ValueError):
+    """A session refused before anything starts: its id cannot name a session
+    (schemas.session.session_id_problem), or its window leaves Keel's own prompt no room
+    or a full reply leaves a request nothing (schemas.input_size)."""
 
 
 class FileRefusedError(KeelError):

@@ -33,7 +33,13 @@ from schemas.bundle_memory import (
     BundleMemoryRequest,
     conflict_text,
 )
-from schemas.session import SESSION_WORKFLOW, Handler, SessionInput, SessionState
+from schemas.session import (
+    SESSION_WORKFLOW,
+    Handler,
+    SessionInput,
+    SessionState,
+    session_id_problem,
+)
 
 if TYPE_CHECKING:
     from activities.workspace import LocalStore
@@ -66,6 +72,8 @@ async def fork_session(keel: KeelClient, session_id: str, *, at_seq: int | None 
     if at_seq is not None and checkpoint is not None:
         raise BranchRefusedError("give a seq or a checkpoint, not both")
     new_id = new_id or f"{session_id}-fork-{uuid.uuid4().hex[:8]}"
+    if bad_id := session_id_problem(new_id):  # the fork would refuse it, after a round trip
+        raise BranchRefusedError(f"{bad_id}; pick another id")
     request_id = request_id or f"fork-{uuid.uuid4().hex}"
     state = await session_state(keel.session(session_id))
     data = ForkCopy(request_id=request_id, origin=session_id, new_session=new_id,

@@ -45,7 +45,6 @@ from keel._control import SessionControls
 from keel._errors import (
     AgentSpecRefusedError,
     BranchRefusedError,
-    ConfigRefusedError,
     FileRefusedError,
     KeelError,
     MessageRejectedError,
@@ -58,6 +57,7 @@ from keel._errors import (
     SessionExistsError,
     SessionNotFoundError,
     SessionStoppedError,
+    StartRefusedError,
     already_started,
     raise_if_cancelled,
     refusals,
@@ -98,6 +98,7 @@ from schemas.session import (
     TurnOutcome,
     UserMessage,
     WatchInput,
+    session_id_problem,
     text_limits,
 )
 from schemas.text import payload_problem, storable_problem
@@ -110,7 +111,6 @@ TEXTS_WAIT_S = 30  # a mind / memo / now query while a new run reads them back
 __all__ = [
     "AgentSpecRefusedError",
     "BranchRefusedError",
-    "ConfigRefusedError",
     "EventsMissed",
     "FileRefusedError",
     "KeelClient",
@@ -127,6 +127,7 @@ __all__ = [
     "SessionNotFoundError",
     "SessionOverrides",
     "SessionStoppedError",
+    "StartRefusedError",
     "Transport",
     "session_config",
 ]
@@ -459,6 +460,8 @@ class KeelClient:
 
     def _input(self, session_id: str, config: SessionConfig | None,
                agent: AgentSpec | None = None) -> SessionInput:
+        if bad_id := session_id_problem(session_id):  # the session would refuse it
+            raise StartRefusedError(bad_id)
         config = config or session_config(self.settings)
         if agent is not None:
             try:  # refused here, before anything is started
@@ -475,7 +478,7 @@ class KeelClient:
         if too_big and config.agent is not None:
             raise AgentSpecRefusedError(str(AgentSpecError([too_big])))
         if too_big:
-            raise ConfigRefusedError(f"the session's config is refused: {too_big}")
+            raise StartRefusedError(f"the session's config is refused: {too_big}")
         return SessionInput(session_id=session_id, config=config)
 
     async def list_sessions(self, query: str | None = None) -> list[SessionSummary]:

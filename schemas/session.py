@@ -6,6 +6,7 @@ defaults, never rename or remove one.
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -109,6 +110,33 @@ ARGUMENTS_ENCODING = b"keel/arguments"
 # note or a reason becomes a line of the record.
 MAX_INPUT_ID_CHARS = 256
 MAX_NOTE_CHARS = 4_000
+# A session's id names its workspace folder (one path part: at most 255 bytes on common
+# file systems) and stands in the vault's entry markers (`<!-- keel:<id>:<seq> -->`).
+MAX_SESSION_ID_BYTES = 255
+
+
+def session_id_problem(session_id: str) -> str | None:
+    """Why `session_id` cannot name a session, or None. Refused: what cannot be a folder's
+    name (empty, `.`, `..`, a slash or backslash, too long), control characters and lone
+    surrogates (they break a log line, a terminal, UTF-8), a leading `_` (Keel's own
+    workspaces, `_shared` among them: a session so named wrote where every session reads)
+    and `-->` (it would end a vault marker)."""
+    if not session_id:
+        return "a session id may not be empty"
+    size = len(session_id.encode("utf-8", "surrogatepass"))
+    if size > MAX_SESSION_ID_BYTES:
+        return (f"the session id has {size} bytes in UTF-8; the limit is "
+                f"{MAX_SESSION_ID_BYTES}")
+    if session_id in (".", ".."):
+        return f"{session_id!r} cannot be a session id"
+    for bad, what in (("/", "a slash"), ("\\", "a backslash"), ("-->", "'-->'")):
+        if bad in session_id:
+            return f"a session id may not hold {what}"
+    if any(unicodedata.category(c) in ("Cc", "Cs") for c in session_id):
+        return "a session id may not hold control characters or lone surrogates"
+    if session_id.startswith("_"):
+        return "a session id may not start with '_' (Keel's own workspaces do)"
+    return None
 
 
 def text_limits(**fields: tuple[str, int]) -> str | None:

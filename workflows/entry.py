@@ -4,8 +4,8 @@ any client (another SDK, the Temporal CLI, plain JSON) ends in a known state ins
 workflow task retried without end:
 
 - a start whose input does not decode, names an agent spec Keel refuses (an unknown
-  field, a secret, a bad schema), or asks for a window that leaves it no room, fails at
-  once with the reason (`StartInput.refused`);
+  field, a secret, a bad schema), asks for a window that leaves it no room, or comes under
+  an id that cannot name a session, fails at once with the reason (`StartInput.refused`);
 - an Update whose argument does not decode is refused by its validator with
   `Rejection.MALFORMED_INPUT`, naming the field and never quoting the value;
 - a signal's payload is decoded the same way by the inbox, which records a notice.
@@ -34,7 +34,13 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from schemas.agent import BUILTIN_TOOL_NAMES, AgentSpecError, check_spec
     from schemas.input_size import config_fit_problem
-    from schemas.session import ARGUMENTS_ENCODING, Rejection, SessionConfig, SessionInput
+    from schemas.session import (
+        ARGUMENTS_ENCODING,
+        Rejection,
+        SessionConfig,
+        SessionInput,
+        session_id_problem,
+    )
     from schemas.strict import STORED
     from workflows.failures import decode_problem
 
@@ -52,6 +58,9 @@ FIT_PATCH = "refuse-agent-over-window"
 # The same for a session without an agent whose window leaves Keel's own prompt no room, or
 # whose full reply leaves a request nothing: refused from this patch on.
 WINDOW_PATCH = "refuse-window-without-room"
+# A fresh start under an id that cannot name a session (schemas.session.session_id_problem:
+# a folder it cannot be, Keel's own `_shared`): refused from this patch on.
+SESSION_ID_PATCH = "refuse-bad-session-id"
 
 
 def _fit_problem(config: SessionConfig) -> str | None:
@@ -135,6 +144,8 @@ def start_input(raw: RawValue | None, no_payload: RawValue) -> StartInput:
                                        f"{decode_problem(lenient)}; nothing was written")
     if workflow.info().continued_run_id is not None:
         return StartInput(lenient)
+    if (bad_id := session_id_problem(workflow_id)) and workflow.patched(SESSION_ID_PATCH):
+        return StartInput(placeholder, f"{bad_id}; nothing was written")
     problem: str | None = None
     try:
         strict = SessionInput.model_validate_json(data)

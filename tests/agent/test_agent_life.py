@@ -23,8 +23,8 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from examples.support.service import toolset
 from keel.client import (
     AgentSpecRefusedError,
-    ConfigRefusedError,
     SessionHandle,
+    StartRefusedError,
     session_config,
 )
 from schemas.agent import AgentSpec, ApprovalRules, ServiceTool
@@ -152,7 +152,7 @@ async def test_an_agent_that_leaves_no_room_in_the_window_is_refused(client, set
         assert not await keel.session(sid).is_running()  # nothing was started
         # Without an agent, a window too small for Keel's own prompt is refused the same way.
         tiny = session_config(settings, context_window=3_000, max_output_tokens=512)
-        with pytest.raises(ConfigRefusedError, match="Keel's system prompt and built-in"):
+        with pytest.raises(StartRefusedError, match="Keel's system prompt and built-in"):
             await keel.start_session(sid, config=tiny)
         assert not await keel.session(sid).is_running()
         session = await keel.start_session(sid, agent=AgentSpec(instructions="Be brief."),

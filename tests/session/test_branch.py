@@ -10,8 +10,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from temporalio.client import WorkflowFailureError
 
 from keel.client import BranchRefusedError, KeelClient, NotPendingError, SessionHandle
+from schemas.branch import FORK_WORKFLOW, ForkCopy, ForkDone
 from schemas.config import WorkspaceStoreKind
 from tests.checkpoint_model import CheckpointModel, good_checkpoint, texts
 from tests.fake_anthropic import text_message, tool_use_message
@@ -126,6 +128,17 @@ async def test_fork_is_refused_inside_a_tool_round_and_past_the_record(
             await keel.fork(session.session_id, at_seq=99)
         with pytest.raises(BranchRefusedError, match="no checkpoint 1"):
             await keel.fork(session.session_id, checkpoint=1)
+        # Under an id that cannot name a session: refused by the client, and by the fork's
+        # own step when another client asks for it.
+        with pytest.raises(BranchRefusedError, match="may not hold a slash"):
+            await keel.fork(session.session_id, new_id="tenant/fork")
+        state = await session.state()
+        with pytest.raises(WorkflowFailureError) as failed:
+            await client.execute_workflow(FORK_WORKFLOW, ForkCopy(
+                request_id=f"raw-{uuid.uuid4().hex}", origin=session.session_id,
+                new_session="..", origin_state=state), id=f"raw-{uuid.uuid4().hex[:8]}",
+                task_queue=settings.task_queue, result_type=ForkDone)
+        assert "cannot be a session id" in str(failed.value.cause)
 
 
 async def test_a_fork_that_fails_midway_leaves_nothing_and_a_retry_makes_one(

@@ -91,6 +91,11 @@ async def test_import_under_a_new_id_beside_its_origin(
         bundle = await keel.export_session(session.session_id)
         with pytest.raises(BranchRefusedError, match="exists already"):
             await keel.import_session(bundle)
+        # Not under an id that cannot name a session (the workspace every session reads).
+        with pytest.raises(BranchRefusedError, match="may not start with '_'"):
+            await keel.import_session(bundle, "_shared")
+        assert db(database_url, "SELECT count(*) FROM sessions WHERE session_id = %s",
+                  "_shared") == [(0,)]
         copy_id = f"{session.session_id}-copy"
         # Another transaction holds the workspace's table: the import gets as far as the
         # files, waits its lock timeout and fails; nothing of it is left.

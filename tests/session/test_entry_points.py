@@ -27,6 +27,7 @@ from temporalio.client import (
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
+from keel.client import StartRefusedError
 from keel.devstack import temporal_cli_path
 from schemas.session import SESSION_WORKFLOW
 from tests.fake_anthropic import text_message
@@ -140,6 +141,27 @@ async def test_a_start_through_the_temporal_cli_fails_with_the_reason(client, se
         with pytest.raises(WorkflowFailureError) as failed:
             await asyncio.wait_for(client.get_workflow_handle(sid).result(), BOUND_S)
     assert "config.memory_scope" in str(failed.value.cause)
+
+
+async def test_a_start_under_an_id_that_cannot_name_a_session_is_refused(
+        client, settings, database_url):
+    """`_shared` is the workspace every session reads (a session so named wrote its files
+    there); `a/b` and `..` cannot be a folder (their first turn failed again and again)."""
+    async with keel_worker(client, settings) as keel:
+        for sid, says in (("_shared", "may not start with '_'"), ("a/b", "a slash"),
+                          ("..", "cannot be a session id")):
+            with pytest.raises(StartRefusedError, match=says):  # Keel's client first
+                await keel.start_session(sid)
+            handle = await plain_json(client).start_workflow(  # then any other client
+                SESSION_WORKFLOW, {"session_id": sid, "config": {}}, id=sid,
+                task_queue=settings.task_queue)
+            with pytest.raises(WorkflowFailureError) as failed:
+                await asyncio.wait_for(handle.result(), BOUND_S)
+            cause = failed.value.cause
+            assert isinstance(cause, ApplicationError) and says in cause.message, cause
+            assert cause.type == "MalformedInput"
+            assert rows(database_url, sid) == []
+            assert no_failed_task(await handle.fetch_history())
 
 
 # (update, argument(s), the refusal's type, words it says)
