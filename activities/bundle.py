@@ -33,6 +33,7 @@ from activities.branch import LOCK_TIMEOUT
 from activities.workspace import LocalStore, StoredFile
 from schemas.branch import (
     BUNDLE_VERSION,
+    MAX_BUNDLE_BYTES,
     BranchError,
     BundleHeader,
     ImportDone,
@@ -42,6 +43,7 @@ from schemas.branch import (
     line_kinds,
     line_of,
     renamed_checkpoint,
+    unpacked,
 )
 from schemas.bundle_memory import (
     MEMORY_KINDS,
@@ -135,16 +137,16 @@ async def export_bundle(database_url: str, state: SessionState,
     for lines in parts.values():
         body.extend(lines)
     body.append(bundle_line("end", {"counts": {k: len(v) for k, v in parts.items()}}))
-    return gzip.compress(b"".join(body), compresslevel=6, mtime=0)
+    raw = b"".join(body)
+    if len(raw) > MAX_BUNDLE_BYTES:  # an import would refuse it
+        raise BranchError(f"{session_id}'s bundle would hold {len(raw):,} bytes unpacked; "
+                          f"a bundle may hold at most {MAX_BUNDLE_BYTES:,}")
+    return gzip.compress(raw, compresslevel=6, mtime=0)
 
 
 def read_bundle(bundle: bytes) -> tuple[BundleHeader, dict[str, list[dict[str, Any]]]]:
     """A bundle's header and its lines by kind; `BranchError` for what is no bundle."""
-    try:
-        raw = gzip.decompress(bundle)
-    except (OSError, EOFError) as err:
-        raise BranchError(f"not a Keel session bundle (not gzip: {err})") from None
-    lines = raw.split(b"\n")
+    lines = unpacked(bundle).split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
     if not lines:
@@ -231,7 +233,11 @@ async def _import(database_url: str, header: BundleHeader,
                                      (session_id,))).fetchone():
             raise BranchError(f"session {session_id} exists already in this deployment; "
                               "import it under another id (--id)")
-        _renamed(header, parts, session_id)
+        try:
+            _renamed(header, parts, session_id)
+        except (KeyError, TypeError, AttributeError) as err:  # a line without its fields
+            raise BranchError(f"the bundle's lines are malformed ({type(err).__name__}: "
+                              f"{str(err)[:200]})") from None
         result = await _write(conn, header, parts, session_id)
         await _stage_memory(conn, header, parts, session_id, request_id, result)
         await conn.execute(

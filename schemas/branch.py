@@ -28,9 +28,10 @@ Invariants:
 from __future__ import annotations
 
 import json
+import zlib
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from schemas.bundle_memory import MEMORY_KINDS, MEMORY_VERSION
 from schemas.session import SessionConfig, SessionState
@@ -40,6 +41,11 @@ BUNDLE_VERSION = 1  # a bundle without memory lines (with them: MEMORY_VERSION, 
 # Each version this Keel reads (an older one would be listed here with its reader).
 READABLE_VERSIONS = frozenset({1, MEMORY_VERSION})
 LINE_KINDS = ("row", "checkpoint", "rewind", "file")
+# The most a bundle may hold unpacked: an import reads it whole into memory, so a small
+# file that unpacks to gigabytes (a gzip bomb) is refused as it unpacks, and an export
+# refuses what an import would.
+MAX_BUNDLE_BYTES = 1 << 30
+_UNPACK_STEP = 1 << 20
 
 
 def line_kinds(version: int) -> tuple[str, ...]:
@@ -255,6 +261,28 @@ def bundle_line(kind: str, body: dict[str, Any]) -> bytes:
                        ensure_ascii=False) + "\n").encode()
 
 
+def unpacked(bundle: bytes, limit: int = MAX_BUNDLE_BYTES) -> bytes:
+    """A bundle's lines, unpacked (gzip, one member or several) up to `limit` bytes;
+    `BranchError` for what is no gzip, is cut short, or unpacks to more."""
+    out, data = bytearray(), bundle
+    while data:
+        unpacker = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            while data and not unpacker.eof:
+                out += unpacker.decompress(data, _UNPACK_STEP)
+                data = unpacker.unconsumed_tail
+                if len(out) > limit:
+                    raise BranchError(f"the bundle unpacks to more than {limit:,} bytes, "
+                                      "the most a bundle may hold")
+        except zlib.error as err:
+            raise BranchError(f"not a Keel session bundle (not gzip: {err})") from None
+        if not unpacker.eof:
+            raise BranchError("not a Keel session bundle (not gzip: it ends before its "
+                              "end-of-stream marker)")
+        data = unpacker.unused_data
+    return bytes(out)
+
+
 def line_of(raw: bytes) -> tuple[str, dict[str, Any]]:
     """A line's kind and its object; `BranchError` for a line that is none."""
     try:
@@ -283,7 +311,13 @@ def check_header(line: bytes) -> BundleHeader:
             f"bundle format version {version!r} is {relation} the versions this Keel reads "
             f"({', '.join(str(v) for v in sorted(READABLE_VERSIONS))}); export it again "
             "with this Keel's version, or import it with the Keel that wrote it")
-    return BundleHeader.model_validate(raw)
+    try:
+        return BundleHeader.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise BranchError(f"the bundle's header is malformed: {where}: {first['msg']} "
+                          f"({err.error_count()} problem(s))") from None
 
 
 def check_end(line: bytes | None, seen: dict[str, int],

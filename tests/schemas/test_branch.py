@@ -3,6 +3,7 @@ fork takes, the state it starts from, and the bundle's lines and versions."""
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
@@ -23,6 +24,7 @@ from schemas.branch import (
     round_problem,
     state_at,
     tool_call_ids,
+    unpacked,
 )
 from schemas.session import SessionConfig, SessionState
 
@@ -158,3 +160,26 @@ def test_memory_lines_keep_to_the_vaults_folders_and_follow_a_new_id():
     assert is_session_op("flush:s1:1-2:0", "s1", set())
     assert not is_session_op("flush:s10:1-2:0", "s1", set())
     assert not is_session_op("rollup:daily:2026-01-02:0", "s1", set())
+
+
+def test_a_bundle_unpacks_within_its_limit_or_is_refused_as_it_unpacks() -> None:
+    lines = b"".join(bundle_line("row", {"seq": i}) for i in range(100))
+    assert unpacked(gzip.compress(lines)) == lines
+    assert unpacked(gzip.compress(lines[:500]) + gzip.compress(lines[500:])) == lines
+    # A small file that unpacks to far more (a gzip bomb): refused past the limit, having
+    # unpacked little more than the limit.
+    bomb = gzip.compress(b"\0" * 50_000_000)
+    assert len(bomb) < 100_000
+    with pytest.raises(BranchError, match="unpacks to more than 1,000,000 bytes"):
+        unpacked(bomb, limit=1_000_000)
+    for broken, says in ((b"hello", "not gzip"), (gzip.compress(lines)[:-30], "not gzip"),
+                         (gzip.compress(lines)[:40], "ends before")):
+        with pytest.raises(BranchError, match=says):
+            unpacked(broken)
+
+
+def test_a_header_without_its_fields_is_refused_naming_them() -> None:
+    line = json.dumps({"line": "header", "data": {"format": BUNDLE_FORMAT,
+                                                  "version": 1}}).encode()
+    with pytest.raises(BranchError, match="header is malformed: session_id: Field required"):
+        check_header(line)

@@ -135,6 +135,13 @@ async def test_a_bundle_of_another_version_is_refused_with_it_named(
         newer = gzip.compress(bundle.replace(b'"version":1', b'"version":7', 1))
         with pytest.raises(BranchRefusedError, match="version 7 is newer"):
             await KeelClient.import_session(keel, newer, "elsewhere")
+        # A line without the fields its kind has: refused saying so, nothing written.
+        lines = bundle.splitlines(keepends=True)
+        odd = b"".join([*lines[:-1], b'{"data":{"seq":1},"line":"rewind"}\n', lines[-1]
+                        .replace(b'"rewind":0', b'"rewind":1')])
+        with pytest.raises(BranchRefusedError, match="lines are malformed"):
+            await KeelClient.import_session(keel, gzip.compress(odd), "elsewhere")
+        assert not await keel.session("elsewhere").is_running()
 
 
 async def test_a_workspace_in_local_folders_goes_along(client, fake_anthropic, database_url,
