@@ -44,7 +44,14 @@ from activities.mcp_pool import ConnectFailed, McpPool, PoolBusy, PoolClosed, Wa
 from activities.tools import workspace_path
 from activities.workspace import WorkspaceStore
 from schemas.agent import DEFAULT_OUTPUT_CAP_CHARS, cut_result
-from schemas.mcp import KEEP_RESULT_S, McpServerSpec, McpTool, make_tool, pool_owner
+from schemas.mcp import (
+    KEEP_RESULT_S,
+    McpServerSpec,
+    McpTool,
+    make_tool,
+    pool_owner,
+    worker_problem,
+)
 
 # --- contracts -----------------------------------------------------------------------------
 
@@ -58,6 +65,7 @@ class McpFailure(StrEnum):
     UNREACHABLE = "unreachable"  # could not start the process / connect to the URL
     CRASHED = "crashed"  # the connection closed under a request
     PROTOCOL = "protocol"  # the server answered with an MCP error or something unreadable
+    REFUSED = "refused"  # this worker does not reach it (schemas.mcp.worker_problem)
 
 
 MCP_UNAVAILABLE = "McpUnavailable"  # ApplicationError.type of a failed listing
@@ -356,9 +364,17 @@ class McpActivities:
     result is cut at MAX_RESULT_CHARS and the workflow keeps what it gets)."""
 
     def __init__(self, pool: McpPool | None = None,
-                 store: Callable[[], WorkspaceStore] | None = None) -> None:
+                 store: Callable[[], WorkspaceStore] | None = None,
+                 stdio_commands: tuple[str, ...] | None = None) -> None:
         self.pool = pool if pool is not None else McpPool(keep=False)
         self.store = store
+        self.stdio_commands = stdio_commands  # KeelSettings.mcp_stdio_commands
+
+    def _resolve(self, spec: McpServerSpec) -> dict[str, str]:
+        """The spec's variables, once this worker has agreed to reach its server."""
+        if problem := worker_problem(spec, self.stdio_commands):
+            raise _Fault(McpFailure.REFUSED, f"{problem}; the session goes on without it")
+        return resolve_env(spec)
 
     @activity.defn
     async def list_mcp_tools(self, data: ListMcpToolsInput) -> ListMcpToolsResult:
@@ -376,7 +392,7 @@ class McpActivities:
             return out
 
         try:
-            secrets.update(resolve_env(spec))
+            secrets.update(self._resolve(spec))
             return await with_server(self.pool, spec, secrets,
                                      pool_owner(spec, data.session_id), "tools/list",
                                      spec.list_s, work, fresh=data.refresh)
@@ -393,7 +409,7 @@ class McpActivities:
             return await session.client.call_tool(data.tool, data.arguments)
 
         try:
-            secrets.update(resolve_env(spec))
+            secrets.update(self._resolve(spec))
             result = await with_server(self.pool, spec, secrets,
                                        pool_owner(spec, data.session_id),
                                        f"tools/call {data.tool}", spec.call_s, work)

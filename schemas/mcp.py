@@ -8,6 +8,8 @@ Invariants:
   belongs (`schemas.strict.SpecModel`), and `server_secret_problems` finds a secret written
   into a value (an argument, the URL, a name that is a token).
 - A spec has exactly one transport, `stdio` or `http`.
+- A worker reaches a server only as its operator allows (`worker_problem`): never handing
+  it one of Keel's own credentials, and a stdio command only from its list when it has one.
 - Warm client sessions are shared only as the declaration allows (`pool_owner`): by default
   a warm session to a server serves one Keel session, and only a declaration that says
   `sharing = "shared"` lets every session of a worker with the same declaration (and the
@@ -209,6 +211,36 @@ def server_secret_problems(spec: McpServerSpec) -> list[str]:
                 problems.append(f"{where}: http.header_env[{header!r}]: {why}")
     return [f"{p}; a spec names secrets, never holds them (put the value in the worker's "
             "environment and name the variable)" for p in problems]
+
+
+# The variables that hold Keel's own credentials (the model API's key, the record's and
+# Temporal's access, the web UI's token, every provider profile's key): a worker never
+# passes one to an MCP server, whatever its declaration names, so a spec cannot send them
+# to a command or a URL of its choosing.
+KEEL_CREDENTIALS = frozenset({"ANTHROPIC_API_KEY", "DATABASE_URL", "TEMPORAL_API_KEY",
+                              "TEMPORAL_TLS_KEY", "KEEL_UI_TOKEN"})
+_PROVIDER_KEY_RE = re.compile(r"^KEEL_PROVIDER_[A-Za-z0-9_]+_API_KEY$")
+
+
+def keel_credential(name: str) -> bool:
+    return name in KEEL_CREDENTIALS or bool(_PROVIDER_KEY_RE.match(name))
+
+
+def worker_problem(spec: McpServerSpec, stdio_commands: tuple[str, ...] | None) -> str | None:
+    """Why this worker will not reach `spec`'s server, or None: it names one of Keel's own
+    credentials, or it is a stdio command outside the worker's `stdio_commands` (None:
+    any command; empty: none). A command is matched as written, never by its base name
+    (`/tmp/x/python` is not `python`)."""
+    if owned := [name for name in spec.env_names() if keel_credential(name)]:
+        return (f"MCP server {spec.name} names {', '.join(owned)}, Keel's own "
+                "credential(s): a worker never passes them to an MCP server")
+    if spec.stdio is None or stdio_commands is None or spec.stdio.command in stdio_commands:
+        return None
+    if not stdio_commands:
+        return (f"MCP server {spec.name} is a stdio command, and this worker starts none "
+                "(KEEL_MCP_STDIO_COMMANDS=none)")
+    return (f"MCP server {spec.name} runs a command this worker does not start (it starts "
+            f"{', '.join(stdio_commands)}: KEEL_MCP_STDIO_COMMANDS)")
 
 
 def _server_name_parses(server: str) -> bool:

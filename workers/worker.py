@@ -116,7 +116,8 @@ def session_activities(context: SessionContext,
     session per activity) and the context's workspace store (for whole results)."""
     session = SessionActivities(context)
     checkpoint = CheckpointActivities(context)
-    mcp = McpActivities(mcp_pool, store=lambda: context.store)
+    mcp = McpActivities(mcp_pool, store=lambda: context.store,
+                        stdio_commands=context.settings.mcp_stdio_commands)
     files = FileActivities(context.settings)
     branch = BranchActivities(context)
     return [

@@ -270,3 +270,46 @@ def test_contracts_round_trip_through_the_data_converter(monkeypatch):
     assert all(HTTP_KEY.encode() not in p.data for p in payloads)
     back = converter.from_payloads(payloads, [type(v) for v in values])
     assert back == values
+
+
+# --- what a worker reaches ------------------------------------------------------------------
+
+
+async def test_a_worker_starts_only_the_stdio_commands_it_lists(tmp_path):
+    """KEEL_MCP_STDIO_COMMANDS: a command outside the list is never started (the spec's
+    author would run any program on the worker's host); listed, it runs as before."""
+    import sys
+
+    marker = tmp_path / "ran"
+    other = McpServerSpec.model_validate({  # a command of the spec author's choosing
+        "name": "other", "stdio": {"command": "/bin/sh", "args": ["-c", f"touch {marker}"]},
+        "connect_s": 5, "list_s": 5, "call_s": 5})
+    only_python = McpActivities(stdio_commands=(sys.executable,))
+    listed = await ActivityEnvironment().run(only_python.list_mcp_tools,
+                                             ListMcpToolsInput(server=stdio_spec()))
+    assert any(t.name == "mcp__docs__search_docs" for t in listed.tools)
+    for worker, says in ((only_python, "runs a command this worker does not start"),
+                         (McpActivities(stdio_commands=()), "this worker starts none")):
+        with pytest.raises(ApplicationError) as info:
+            await ActivityEnvironment().run(worker.list_mcp_tools,
+                                            ListMcpToolsInput(server=other))
+        assert info.value.details[0] == McpFailure.REFUSED and says in str(info.value)
+        result = await ActivityEnvironment().run(worker.call_mcp_tool, CallMcpToolInput(
+            server=other, tool="search_docs", arguments={"query": "x"}))
+        assert result.is_error and result.failure == McpFailure.REFUSED
+    assert not marker.exists()  # nothing was started
+
+
+@pytest.mark.parametrize("name", ["ANTHROPIC_API_KEY", "DATABASE_URL",
+                                  "KEEL_PROVIDER_FAST_API_KEY"])
+async def test_a_worker_never_hands_its_own_credentials_to_a_server(monkeypatch, name,
+                                                                    docs_http_url):
+    """A spec may name any variable, but not Keel's own credentials: they would go to a
+    command or a URL of the spec author's choosing."""
+    secret = "sk-ant-the-workers-own-key"
+    monkeypatch.setenv(name, secret)
+    for spec in (stdio_spec(env_names=(name,)),
+                 http_spec(docs_http_url, header_env={"X-Api-Key": name})):
+        result = await call(spec, "env_probe", name=name)
+        assert result.is_error and result.failure == McpFailure.REFUSED, result
+        assert f"names {name}, Keel's own" in result.text and secret not in result.text
