@@ -218,8 +218,7 @@ def server_secret_problems(spec: McpServerSpec) -> list[str]:
 # passes one to an MCP server, whatever its declaration names, so a spec cannot send them
 # to a command or a URL of its choosing.
 KEEL_CREDENTIALS = frozenset({"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "DATABASE_URL",
-                              "TEMPORAL_API_KEY",
-                              "TEMPORAL_TLS_KEY", "KEEL_UI_TOKEN"})
+                              "TEMPORAL_API_KEY", "TEMPORAL_TLS_KEY", "KEEL_UI_TOKEN"})
 _PROVIDER_KEY_RE = re.compile(r"^KEEL_PROVIDER_[A-Za-z0-9_]+_API_KEY$")
 
 
