@@ -71,8 +71,9 @@ class AgentSpecRefusedError(KeelError):
 
 class StartRefusedError(KeelError, ValueError):
     """A session refused before anything starts: its id cannot name a session
-    (schemas.session.session_id_problem), or its window leaves Keel's own prompt no room
-    or a full reply leaves a request nothing (schemas.input_size)."""
+    (schemas.session.session_id_problem), its config holds a value it cannot work with
+    (`config_bounds_problem`), or its window leaves Keel's own prompt no room or a full
+    reply leaves a request nothing (schemas.input_size)."""
 
 
 class FileRefusedError(KeelError):

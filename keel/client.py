@@ -98,6 +98,7 @@ from schemas.session import (
     TurnOutcome,
     UserMessage,
     WatchInput,
+    config_bounds_problem,
     session_id_problem,
     text_limits,
 )
@@ -477,8 +478,8 @@ class KeelClient:
         too_big = config_fit_problem(config)
         if too_big and config.agent is not None:
             raise AgentSpecRefusedError(str(AgentSpecError([too_big])))
-        if too_big:
-            raise StartRefusedError(f"the session's config is refused: {too_big}")
+        if problem := config_bounds_problem(config) or too_big:
+            raise StartRefusedError(f"the session's config is refused: {problem}")
         return SessionInput(session_id=session_id, config=config)
 
     async def list_sessions(self, query: str | None = None) -> list[SessionSummary]:

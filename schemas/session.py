@@ -20,7 +20,12 @@ from schemas.cache_ttl import CacheTtl, cache_ttl, remember_gap, remember_writte
 from schemas.initiative import ChildRun, DelegatedTask, Wakeup
 from schemas.interrupt import InterruptPolicy
 from schemas.mcp import McpTool
-from schemas.messages import HarnessKind, ModelReply
+from schemas.messages import (
+    HARNESS_PREFIX,
+    HarnessKind,
+    ModelReply,
+    looks_like_source_line,
+)
 from schemas.vault.scope import DEFAULT_SCOPE, check_scope
 
 if TYPE_CHECKING:  # the checkpoint rules load the tokenizer; a client needs neither
@@ -202,6 +207,41 @@ class SessionConfig(BaseModel):
         return ModelWindow(context_window=self.context_window,
                            max_output_tokens=self.max_output_tokens,
                            price_step_tokens=self.price_step_tokens)
+
+
+# What a session's config may hold at start (`config_bounds_problem`): each a bound past
+# which the session could not work (a reply of no tokens, a record that never answers in
+# time, a user's name that reads as a source line), not a preference.
+_INT_BOUNDS: dict[str, tuple[int, int]] = {
+    "context_window": (1_024, 100_000_000),
+    "max_output_tokens": (1, 10_000_000),
+    "max_message_chars": (1, 100_000_000),
+    "max_tool_rounds_per_turn": (1, 10_000),
+    "record_timeout_s": (1, 86_400),
+    "continue_as_new_after_events": (0, 1_000_000_000),
+}
+MAX_MODEL_CHARS, MAX_USER_NAME_CHARS = 256, 64
+
+
+def config_bounds_problem(config: SessionConfig) -> str | None:
+    """Why a session cannot start with `config`, by its values alone, or None (its window
+    against what it carries: schemas.input_size.config_fit_problem). Checked at start
+    only: a session carried over keeps what it started with."""
+    for name, (low, high) in _INT_BOUNDS.items():
+        value = getattr(config, name)
+        if not low <= value <= high:
+            return f"config.{name} is {value}; it may be from {low:,} to {high:,}"
+    if config.price_step_tokens is not None and config.price_step_tokens < 1:
+        return f"config.price_step_tokens is {config.price_step_tokens}; it may be 1 or more"
+    for name, value, most in (("model", config.model, MAX_MODEL_CHARS),
+                              ("user_name", config.user_name, MAX_USER_NAME_CHARS)):
+        if not value.strip() or len(value) > most:
+            return f"config.{name} has {len(value)} characters; it may have 1 to {most}"
+        if any(unicodedata.category(c) in ("Cc", "Cs") for c in value):
+            return f"config.{name} may not hold control characters or lone surrogates"
+    if looks_like_source_line(config.user_name) or HARNESS_PREFIX in config.user_name:
+        return "config.user_name reads as a source line; a user's name may not"
+    return None
 
 
 class PendingInput(BaseModel):

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         Rejection,
         SessionConfig,
         SessionInput,
+        config_bounds_problem,
         session_id_problem,
     )
     from schemas.strict import STORED
@@ -55,25 +56,31 @@ REFUSE_PATCH = "refuse-bad-start-input"
 # A fresh start whose agent leaves no room in its window (schemas.input_size): refused from
 # this patch on (before, its session stopped on the first message).
 FIT_PATCH = "refuse-agent-over-window"
-# The same for a session without an agent whose window leaves Keel's own prompt no room, or
-# whose full reply leaves a request nothing: refused from this patch on.
-WINDOW_PATCH = "refuse-window-without-room"
+# A fresh start whose config a session cannot work with (schemas.session.
+# config_bounds_problem), or whose window leaves Keel's own prompt no room or a full reply
+# leaves a request nothing (schemas.input_size): refused from this patch on.
+CONFIG_PATCH = "refuse-unworkable-config"
 # A fresh start under an id that cannot name a session (schemas.session.session_id_problem:
 # a folder it cannot be, Keel's own `_shared`): refused from this patch on.
 SESSION_ID_PATCH = "refuse-bad-session-id"
 
 
-def _fit_problem(config: SessionConfig) -> str | None:
-    """Why `config`'s window leaves its session no room (schemas.input_size), from the
-    patch that refuses it."""
+def _config_refused(config: SessionConfig, placeholder: SessionInput) -> StartInput | None:
+    """A fresh start refused for its config, from the patch that refuses it: an agent that
+    leaves no room (as a spec is refused), values a session cannot work with
+    (schemas.session.config_bounds_problem), a window that leaves Keel's own prompt no room
+    (schemas.input_size); None: it may start."""
     too_big = config_fit_problem(config)
-    if too_big is None:
+    if too_big is not None and config.agent is not None:  # checked first, as before
+        if workflow.patched(FIT_PATCH) and workflow.patched(REFUSE_PATCH):
+            return StartInput(placeholder, f"{AgentSpecError([too_big])}; nothing was written",
+                              type=Rejection.AGENT_SPEC_REFUSED)
         return None
-    if config.agent is not None:
-        return str(AgentSpecError([too_big])) if workflow.patched(FIT_PATCH) else None
-    if workflow.patched(WINDOW_PATCH):
-        return f"the session's config is refused: {too_big}"
-    return None
+    problem = config_bounds_problem(config) or too_big
+    if problem is None or not workflow.patched(CONFIG_PATCH):
+        return None
+    return StartInput(placeholder, f"the session's config is refused: {problem}; nothing "
+                                   "was written")
 
 
 def payload_json(raw: RawValue | None, no_payload: RawValue) -> bytes:
@@ -159,9 +166,8 @@ def start_input(raw: RawValue | None, no_payload: RawValue) -> StartInput:
         except AgentSpecError as err:
             problem = str(err)
         else:
-            problem = _fit_problem(config)
-            if problem and config.agent is None:  # the window's fault, not an agent's
-                return StartInput(placeholder, f"{problem}; nothing was written")
+            if refused := _config_refused(config, placeholder):
+                return refused
     if problem and workflow.patched(REFUSE_PATCH):
         return StartInput(placeholder, f"{problem}; nothing was written",
                           type=Rejection.AGENT_SPEC_REFUSED)
