@@ -3,7 +3,8 @@ call may run on another worker.
 
 Two implementations, chosen by `KeelSettings.workspace_store`:
 - `LocalStore`: a folder per session under `data_dir/workspaces` (the embedded default; one
-  worker, or workers sharing that folder).
+  worker, or workers sharing that folder), named by its id (`folder_name`: a long one
+  shortened with its digest).
 - `PostgresStore`: the `workspace_files` table (any worker on any host).
 
 Invariants, the same for both:
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import posixpath
@@ -180,6 +182,21 @@ class _Limits:
             raise _limit_error("the workspace", others + size, self.max_workspace_bytes)
 
 
+# A file system's limit on one path part is 255 bytes; a session id may be longer
+# (schemas.session.MAX_SESSION_ID_BYTES).
+_FOLDER_NAME_BYTES = 200
+
+
+def folder_name(scope: str) -> str:
+    """The folder of `scope`: its id, or for an id too long to be one path part, its start
+    and its digest (ids that never had a folder of their own: a write into one failed)."""
+    raw = scope.encode("utf-8", "surrogatepass")
+    if len(raw) <= _FOLDER_NAME_BYTES:
+        return scope
+    start = raw[:100].decode("utf-8", "ignore")
+    return f"{start}~{hashlib.sha256(raw).hexdigest()[:32]}"
+
+
 class LocalStore(_Limits):
     """A folder per scope; the shared scope is `shared_root` (the data folder)."""
 
@@ -191,7 +208,7 @@ class LocalStore(_Limits):
 
     def folder(self, scope: str) -> Path:
         _check_scope(scope)
-        return self.shared_root if scope == SHARED_SCOPE else self.root / scope
+        return self.shared_root if scope == SHARED_SCOPE else self.root / folder_name(scope)
 
     def _file(self, scope: str, path: str) -> tuple[Path, str]:
         rel = clean_path(path)

@@ -115,14 +115,16 @@ ARGUMENTS_ENCODING = b"keel/arguments"
 # note or a reason becomes a line of the record.
 MAX_INPUT_ID_CHARS = 256
 MAX_NOTE_CHARS = 4_000
-# A session's id names its workspace folder (one path part: at most 255 bytes on common
-# file systems) and stands in the vault's entry markers (`<!-- keel:<id>:<seq> -->`).
-MAX_SESSION_ID_BYTES = 255
+# A session's id is its workflow id (Temporal's default limit on one: 1,000 bytes), names
+# its workspace folder (one path part; activities.workspace shortens a long one) and stands
+# in the vault's entry markers (`<!-- keel:<id>:<seq> -->`).
+MAX_SESSION_ID_BYTES = 1_000
 
 
 def session_id_problem(session_id: str) -> str | None:
     """Why `session_id` cannot name a session, or None. Refused: what cannot be a folder's
-    name (empty, `.`, `..`, a slash or backslash, too long), control characters and lone
+    name (empty, `.`, `..`, a slash or backslash), what Temporal would refuse as a
+    workflow id (too long), control characters and lone
     surrogates (they break a log line, a terminal, UTF-8), a leading `_` (Keel's own
     workspaces, `_shared` among them: a session so named wrote where every session reads)
     and `-->` (it would end a vault marker)."""

@@ -110,3 +110,22 @@ async def test_a_kept_result_may_pass_the_file_limit_not_the_workspace_limit(
         await store.write("s1", "notes.txt", b"n" * 1500)
     with pytest.raises(StoreLimitError, match="the workspace would be 2,500 bytes"):
         await store.write("s1", f"{KEPT_RESULTS_PREFIX}toolu_2.txt", b"r" * 1000)
+
+
+@pytest.mark.parametrize("kind", ["local", "postgres"])
+async def test_a_session_of_a_long_id_has_a_workspace_of_its_own(kind, tmp_path, database_url):
+    """A session id may be as long as a workflow id (1,000 bytes); a folder's name may not
+    pass 255: the local store names it by the id's start and digest, apart from every
+    other id's, where a write failed (File name too long)."""
+    store = (LocalStore(tmp_path / "w", tmp_path, 10_000, 100_000) if kind == "local"
+             else PostgresStore(database_url, 10_000, 100_000))
+    long_a = "ü" * 300 + "-a"  # 602 bytes
+    long_b = "ü" * 300 + "-b"  # the same start
+    assert await store.write(long_a, "notes.txt", b"a") == 1
+    assert await store.write(long_b, "notes.txt", b"b") == 1
+    for scope, data in ((long_a, b"a"), (long_b, b"b")):
+        found = await store.read(scope, "notes.txt")
+        assert found is not None and found.data == data
+    if kind == "local":
+        names = [p.name for p in (tmp_path / "w").iterdir()]
+        assert len(names) == 2 and all(len(n.encode()) <= 255 for n in names)
