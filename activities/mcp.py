@@ -46,6 +46,7 @@ from activities.workspace import WorkspaceStore
 from schemas.agent import DEFAULT_OUTPUT_CAP_CHARS, cut_result
 from schemas.mcp import (
     KEEP_RESULT_S,
+    McpReach,
     McpServerSpec,
     McpTool,
     make_tool,
@@ -365,14 +366,14 @@ class McpActivities:
 
     def __init__(self, pool: McpPool | None = None,
                  store: Callable[[], WorkspaceStore] | None = None,
-                 stdio_commands: tuple[str, ...] | None = None) -> None:
+                 reach: McpReach | None = None) -> None:
         self.pool = pool if pool is not None else McpPool(keep=False)
         self.store = store
-        self.stdio_commands = stdio_commands  # KeelSettings.mcp_stdio_commands
+        self.reach = reach or McpReach()  # KeelSettings.mcp_reach(): what it may start
 
     def _resolve(self, spec: McpServerSpec) -> dict[str, str]:
         """The spec's variables, once this worker has agreed to reach its server."""
-        if problem := worker_problem(spec, self.stdio_commands):
+        if problem := worker_problem(spec, self.reach):
             raise _Fault(McpFailure.REFUSED, f"{problem}; the session goes on without it")
         return resolve_env(spec)
 

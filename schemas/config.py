@@ -122,9 +122,11 @@ class KeelSettings(BaseModel):
     # How long a worker waits at start for Temporal and PostgreSQL to answer (a server
     # starting beside it); 0: it fails at once. Commands a person runs never wait.
     connect_wait_s: float = 120.0
-    # The stdio MCP commands this worker starts, as written in a spec (None: any; empty:
-    # none); KEEL_MCP_STDIO_COMMANDS, comma-separated, or `none`.
+    # The stdio MCP commands this worker starts, as written in a spec, and the HTTP hosts it
+    # reaches (`*` patterns) (None: any; empty: none); KEEL_MCP_STDIO_COMMANDS and
+    # KEEL_MCP_HTTP_HOSTS, comma-separated, or `none`.
     mcp_stdio_commands: tuple[str, ...] | None = None
+    mcp_http_hosts: tuple[str, ...] | None = None
     otel_exporter: str | None = None  # None | console | otlp
     # Long memory; by default the vault is data_dir/vault on the server's time zone.
     memory: MemorySettings = Field(default_factory=lambda data: default_memory(data["data_dir"]))
@@ -217,7 +219,8 @@ class KeelSettings(BaseModel):
             user_name=e.get("KEEL_USER_NAME", "user"),
             log_format=e.get("KEEL_LOG_FORMAT", "console"),
             connect_wait_s=float(e.get("KEEL_CONNECT_WAIT_S") or 120.0),
-            mcp_stdio_commands=stdio_commands_from_env(e.get("KEEL_MCP_STDIO_COMMANDS")),
+            mcp_stdio_commands=allowed_from_env(e.get("KEEL_MCP_STDIO_COMMANDS")),
+            mcp_http_hosts=allowed_from_env(e.get("KEEL_MCP_HTTP_HOSTS")),
             otel_exporter=e.get("KEEL_OTEL_EXPORTER") or None,
             memory=memory_from_env(data_dir, e),
             providers=providers_from_env(e),
@@ -225,9 +228,9 @@ class KeelSettings(BaseModel):
         )
 
 
-def stdio_commands_from_env(value: str | None) -> tuple[str, ...] | None:
-    """KEEL_MCP_STDIO_COMMANDS: unset, any command; `none`, no stdio server at all; else
-    the commands, comma-separated, as a spec writes them."""
+def allowed_from_env(value: str | None) -> tuple[str, ...] | None:
+    """KEEL_MCP_STDIO_COMMANDS, KEEL_MCP_HTTP_HOSTS: unset, anything; `none`, nothing;
+    else the entries, comma-separated."""
     if value is None or not value.strip():
         return None
     if value.strip().lower() == "none":

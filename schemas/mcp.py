@@ -8,8 +8,9 @@ Invariants:
   belongs (`schemas.strict.SpecModel`), and `server_secret_problems` finds a secret written
   into a value (an argument, the URL, a name that is a token).
 - A spec has exactly one transport, `stdio` or `http`.
-- A worker reaches a server only as its operator allows (`worker_problem`): never handing
-  it one of Keel's own credentials, and a stdio command only from its list when it has one.
+- A worker reaches a server only as its operator allows (`worker_problem`, `McpReach`):
+  never handing it one of Keel's own credentials, a stdio command or an HTTP host only
+  from its lists when it has them.
 - Warm client sessions are shared only as the declaration allows (`pool_owner`): by default
   a warm session to a server serves one Keel session, and only a declaration that says
   `sharing = "shared"` lets every session of a worker with the same declaration (and the
@@ -27,7 +28,9 @@ from __future__ import annotations
 
 import json
 import re
+from fnmatch import fnmatchcase
 from typing import Any, Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -226,21 +229,37 @@ def keel_credential(name: str) -> bool:
     return name in KEEL_CREDENTIALS or bool(_PROVIDER_KEY_RE.match(name))
 
 
-def worker_problem(spec: McpServerSpec, stdio_commands: tuple[str, ...] | None) -> str | None:
+class McpReach(BaseModel):
+    """What a worker's operator lets it reach (KEEL_MCP_STDIO_COMMANDS, KEEL_MCP_HTTP_HOSTS):
+    None, anything; empty, nothing of that transport."""
+
+    stdio_commands: tuple[str, ...] | None = None  # as a spec writes them
+    http_hosts: tuple[str, ...] | None = None  # a URL's host name, `*` patterns allowed
+
+
+def worker_problem(spec: McpServerSpec, reach: McpReach) -> str | None:
     """Why this worker will not reach `spec`'s server, or None: it names one of Keel's own
-    credentials, or it is a stdio command outside the worker's `stdio_commands` (None:
-    any command; empty: none). A command is matched as written, never by its base name
-    (`/tmp/x/python` is not `python`)."""
+    credentials, or its command or host is outside what the worker's `reach` allows. A
+    command is matched as written, never by its base name (`/tmp/x/python` is not
+    `python`); a host by its name (`*.corp.example` patterns), never by its port."""
     if owned := [name for name in spec.env_names() if keel_credential(name)]:
         return (f"MCP server {spec.name} names {', '.join(owned)}, Keel's own "
                 "credential(s): a worker never passes them to an MCP server")
-    if spec.stdio is None or stdio_commands is None or spec.stdio.command in stdio_commands:
+    if spec.stdio is not None:
+        what, allowed, setting = "runs a command", reach.stdio_commands, "STDIO_COMMANDS"
+        ok = allowed is None or spec.stdio.command in allowed
+    else:
+        assert spec.http is not None
+        host = (urlsplit(spec.http.url).hostname or "").lower()
+        what, allowed, setting = "is at a host", reach.http_hosts, "HTTP_HOSTS"
+        ok = allowed is None or any(fnmatchcase(host, p.lower()) for p in allowed)
+    if ok:
         return None
-    if not stdio_commands:
-        return (f"MCP server {spec.name} is a stdio command, and this worker starts none "
-                "(KEEL_MCP_STDIO_COMMANDS=none)")
-    return (f"MCP server {spec.name} runs a command this worker does not start (it starts "
-            f"{', '.join(stdio_commands)}: KEEL_MCP_STDIO_COMMANDS)")
+    if not allowed:
+        return (f"MCP server {spec.name} {what}, and this worker reaches none of that kind "
+                f"(KEEL_MCP_{setting}=none)")
+    return (f"MCP server {spec.name} {what} this worker does not reach (it reaches "
+            f"{', '.join(allowed or ())}: KEEL_MCP_{setting})")
 
 
 def _server_name_parses(server: str) -> bool:

@@ -71,6 +71,7 @@ from activities.vault_share import publish_vault_files
 from activities.wakeups import create_wakeup_schedule, delete_wakeup_schedule
 from activities.workspace import open_store
 from schemas.config import KeelSettings
+from schemas.mcp import McpReach
 from schemas.session import Handler, TranscriptFailed
 from schemas.tokens import warm_tokenizer
 from workers.build_id import keel_build_id
@@ -116,8 +117,9 @@ def session_activities(context: SessionContext,
     session per activity) and the context's workspace store (for whole results)."""
     session = SessionActivities(context)
     checkpoint = CheckpointActivities(context)
-    mcp = McpActivities(mcp_pool, store=lambda: context.store,
-                        stdio_commands=context.settings.mcp_stdio_commands)
+    settings = context.settings
+    mcp = McpActivities(mcp_pool, store=lambda: context.store, reach=McpReach(
+        stdio_commands=settings.mcp_stdio_commands, http_hosts=settings.mcp_http_hosts))
     files = FileActivities(context.settings)
     branch = BranchActivities(context)
     return [

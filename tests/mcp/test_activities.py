@@ -23,7 +23,7 @@ from activities.mcp import (
     McpCallResult,
     McpFailure,
 )
-from schemas.mcp import McpServerSpec
+from schemas.mcp import McpReach, McpServerSpec
 from tests.mcp.conftest import BAD, HTTP_KEY, bad_server_pids, free_port, http_spec, stdio_spec
 
 acts = McpActivities()
@@ -284,12 +284,13 @@ async def test_a_worker_starts_only_the_stdio_commands_it_lists(tmp_path):
     other = McpServerSpec.model_validate({  # a command of the spec author's choosing
         "name": "other", "stdio": {"command": "/bin/sh", "args": ["-c", f"touch {marker}"]},
         "connect_s": 5, "list_s": 5, "call_s": 5})
-    only_python = McpActivities(stdio_commands=(sys.executable,))
+    only_python = McpActivities(reach=McpReach(stdio_commands=(sys.executable,)))
     listed = await ActivityEnvironment().run(only_python.list_mcp_tools,
                                              ListMcpToolsInput(server=stdio_spec()))
     assert any(t.name == "mcp__docs__search_docs" for t in listed.tools)
-    for worker, says in ((only_python, "runs a command this worker does not start"),
-                         (McpActivities(stdio_commands=()), "this worker starts none")):
+    for worker, says in ((only_python, "runs a command this worker does not reach"),
+                         (McpActivities(reach=McpReach(stdio_commands=())),
+                          "reaches none of that kind (KEEL_MCP_STDIO_COMMANDS=none)")):
         with pytest.raises(ApplicationError) as info:
             await ActivityEnvironment().run(worker.list_mcp_tools,
                                             ListMcpToolsInput(server=other))
@@ -298,6 +299,23 @@ async def test_a_worker_starts_only_the_stdio_commands_it_lists(tmp_path):
             server=other, tool="search_docs", arguments={"query": "x"}))
         assert result.is_error and result.failure == McpFailure.REFUSED
     assert not marker.exists()  # nothing was started
+
+
+async def test_a_worker_reaches_only_the_http_hosts_it_lists(docs_http_url, key_env):
+    """KEEL_MCP_HTTP_HOSTS: a URL outside the list (a cloud's metadata address, a database
+    port on the worker's own network) is never requested; listed, it is reached."""
+    spec = keyed_http(docs_http_url)  # on 127.0.0.1
+    for hosts in (("127.0.0.1",), ("127.0.0.*", "docs.example.com")):
+        allowed = McpActivities(reach=McpReach(http_hosts=hosts))
+        assert not (await ActivityEnvironment().run(allowed.call_mcp_tool, CallMcpToolInput(
+            server=spec, tool="search_docs", arguments={"query": "x"}))).is_error
+    for hosts, says in ((("docs.example.com",), "is at a host this worker does not reach"),
+                        ((), "KEEL_MCP_HTTP_HOSTS=none")):
+        refused = McpActivities(reach=McpReach(http_hosts=hosts))
+        result = await ActivityEnvironment().run(refused.call_mcp_tool, CallMcpToolInput(
+            server=spec, tool="search_docs", arguments={"query": "x"}))
+        assert result.is_error and result.failure == McpFailure.REFUSED
+        assert says in result.text
 
 
 @pytest.mark.parametrize("name", ["ANTHROPIC_API_KEY", "DATABASE_URL",

@@ -13,10 +13,12 @@ from schemas.config import KeelSettings
     ("none", ()),  # no stdio MCP server at all
     ("python, npx ,/opt/mcp/bin/server", ("python", "npx", "/opt/mcp/bin/server")),
 ])
-def test_the_stdio_commands_a_worker_starts(value: str | None,
+def test_the_stdio_commands_and_http_hosts_a_worker_reaches(value: str | None,
                                             commands: tuple[str, ...] | None) -> None:
-    env = {} if value is None else {"KEEL_MCP_STDIO_COMMANDS": value}
-    assert KeelSettings.from_env(env).mcp_stdio_commands == commands
+    env = {} if value is None else {"KEEL_MCP_STDIO_COMMANDS": value,
+                                    "KEEL_MCP_HTTP_HOSTS": value}
+    settings = KeelSettings.from_env(env)
+    assert settings.mcp_stdio_commands == settings.mcp_http_hosts == commands
 
 
 def test_a_worker_waits_for_its_servers_unless_told_not_to() -> None:
