@@ -52,7 +52,10 @@ handler a running session meets:
   `refuse-agent-over-window` and `mcp-tools-fit-the-window`: an agent whose MCP server
   lists 200 tools (those past the agent's half of the window left out, said in a
   notice), a Task over the input limits (recorded cut, kept whole in the workspace), a
-  turn after it, and the end.
+  turn after it, and the end;
+- `history-refused-config`: a start from a client that is not Keel's, with a config no
+  session can work with (a reply of 0 tokens), refused by the session under the patch
+  `refuse-unworkable-config`: the run fails at once, nothing written.
 
 Re-record only on purpose: a change that breaks replay of the committed histories would
 break every running session.
@@ -61,6 +64,7 @@ break every running session.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
@@ -70,6 +74,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from temporalio.client import Client, WorkflowFailureError  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
 from examples.support.service import TASK_QUEUE as SUPPORT_QUEUE  # noqa: E402
@@ -93,6 +98,7 @@ from schemas.config import KeelSettings, ModelSettings  # noqa: E402
 from schemas.initiative import SubAgent, WakeupLimits  # noqa: E402
 from schemas.interrupt import InterruptPolicy  # noqa: E402
 from schemas.mcp import McpServerSpec  # noqa: E402
+from schemas.session import SESSION_WORKFLOW  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic, text_message, tool_use_message  # noqa: E402
 from tests.faults import DelegationFaults  # noqa: E402
 from tests.queue_fixture import FIRST_REQUEST, seed_queue  # noqa: E402
@@ -105,6 +111,7 @@ BRANCH_SCENARIO = "history-branch"
 BUDGET_SCENARIO = "history-budget-interrupt"
 BUDGET_SCENARIOS = (BUDGET_SCENARIO, "history-budget-interrupt-activity")
 LIMITS_SCENARIO = "history-input-limits"
+REFUSED_SCENARIO = "history-refused-config"
 LONG = " ".join(f"word{n}" for n in range(600))
 
 
@@ -232,6 +239,19 @@ async def limits_scenario(keel: KeelClient, settings: KeelSettings,
     await session.ask("Anything odd in the export?")
     await session.end()
     return session
+
+
+async def refused_scenario(keel: KeelClient, settings: KeelSettings,
+                           session_id: str) -> SessionHandle:
+    """A start refused for its config (a reply of 0 tokens) by the session itself: sent by
+    a client that is not Keel's, since Keel's own refuses it before anything starts."""
+    plain = Client(keel.client.service_client, namespace=keel.client.namespace)
+    handle = await plain.start_workflow(
+        SESSION_WORKFLOW, {"session_id": session_id, "config": {"max_output_tokens": 0}},
+        id=session_id, task_queue=settings.task_queue)
+    with contextlib.suppress(WorkflowFailureError):
+        await handle.result()
+    return keel.session(session_id)
 
 
 async def carry_scenario(keel: KeelClient, settings: KeelSettings,
@@ -425,13 +445,15 @@ async def main() -> None:
                     scenario = {AGENT_SCENARIO: agent_scenario, CARRY_SCENARIO: carry_scenario,
                                 BRANCH_SCENARIO: branch_scenario,
                                 LIMITS_SCENARIO: limits_scenario,
+                                REFUSED_SCENARIO: refused_scenario,
                                 **dict.fromkeys(INITIATIVE_SCENARIOS, initiative_scenario),
                                 REWIND_SCENARIO: rewind_scenario}.get(
                                     session_id, queue_scenario)
                     session = await scenario(keel, settings, session_id)
-                status = await session.status()
-                print(f"{session_id}: {status.checkpoint_count} checkpoints, "
-                      f"turn {status.turn}")
+                if session_id != REFUSED_SCENARIO:  # a failed start answers no query
+                    status = await session.status()
+                    print(f"{session_id}: {status.checkpoint_count} checkpoints, "
+                          f"turn {status.turn}")
                 OUT.mkdir(parents=True, exist_ok=True)
                 if session_id == CARRY_SCENARIO:
                     runs = sorted([r async for r in stack.client.list_workflows(
