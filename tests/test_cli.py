@@ -361,6 +361,26 @@ async def test_unreachable_postgres_is_one_line(cli_env, wait_s):
     assert bool(waits) == (wait_s != "0"), text
 
 
+async def test_a_namespace_the_server_lacks_is_one_line(cli_env):
+    """A worker on a namespace the server does not have waits for it (a stack's setup may
+    be making it), then says so and exits; before, it ran on, serving nothing, its polls
+    refused without a word. A command says which setting to check."""
+    env = {**os.environ, **cli_env, "TEMPORAL_NAMESPACE": "no-such-namespace",
+           "KEEL_CONNECT_WAIT_S": "1"}
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "keel"), "worker", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    text = out.decode()
+    assert proc.returncode == 1, text
+    last = text.strip().splitlines()[-1]
+    assert "has no namespace 'no-such-namespace': check TEMPORAL_NAMESPACE" in last, text
+    assert "Traceback" not in text
+    listed = await keel({**cli_env, "TEMPORAL_NAMESPACE": "no-such-namespace"}, "list",
+                        code=1)
+    assert "Check TEMPORAL_NAMESPACE" in listed and "session id" not in listed
+
+
 class Pty:
     """A command on a pseudo-terminal, read as a person would see it."""
 

@@ -22,13 +22,15 @@ import logging
 import time
 from pathlib import Path
 
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import TLSConfig
+from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
 from schemas.config import KeelSettings, TemporalTLS
 
-__all__ = ["TLSSettingsError", "connect", "connect_when_up", "tls_config"]
+__all__ = ["NoNamespaceError", "TLSSettingsError", "connect", "connect_when_up", "has_namespace",
+           "tls_config"]
 
 log = logging.getLogger("keel.worker")
 # Between tries while a server does not answer: doubling from the first, then capped.
@@ -79,19 +81,42 @@ async def connect(settings: KeelSettings, address: str | None = None, *,
 
 
 async def connect_when_up(settings: KeelSettings, wait_s: float | None = None) -> Client:
-    """`connect`, tried again while Temporal does not answer, for up to `wait_s` seconds
-    (else `settings.connect_wait_s`); then its last failure. A setting that cannot work (no
+    """`connect`, tried again while Temporal does not answer or lacks the namespace (a
+    stack whose setup makes it), for up to `wait_s` seconds (else
+    `settings.connect_wait_s`); then its last failure. A setting that cannot work (no
     address, a TLS file missing) fails at once."""
     wait_s = settings.connect_wait_s if wait_s is None else wait_s
     deadline, pause = time.monotonic() + wait_s, RETRY_FIRST_S
     while True:
         try:
-            return await connect(settings)
+            client = await connect(settings)
+            await has_namespace(client)
+            return client
         except RuntimeError as err:  # Client.connect's "Failed client connect: ..."
             left = deadline - time.monotonic()
             if left <= 0:
                 raise
-            log.warning("Temporal at %s does not answer (%s); trying again for %.0f s more",
-                        settings.temporal_address, str(err)[:200], left)
+            why = str(err) if isinstance(err, NoNamespaceError) else \
+                f"Temporal at {settings.temporal_address} does not answer ({str(err)[:200]})"
+            log.warning("%s; trying again for %.0f s more", why, left)
             await asyncio.sleep(min(pause, left))
             pause = min(pause * 2, RETRY_MAX_S)
+
+
+class NoNamespaceError(RuntimeError):
+    """The Temporal server has no namespace of the settings' name."""
+
+
+async def has_namespace(client: Client) -> None:
+    """`NoNamespaceError` when the server lacks the client's namespace: a worker polling
+    one would run on, serving nothing, its polls refused without a word."""
+    try:
+        await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=client.namespace))
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise NoNamespaceError(
+                f"Temporal at {client.service_client.config.target_host} has no namespace "
+                f"{client.namespace!r}: check TEMPORAL_NAMESPACE, or create it (`temporal "
+                f"operator namespace create --namespace {client.namespace}`)") from None
+        raise

@@ -13,7 +13,7 @@ import sys
 
 from activities.db import apply_migrations, wait_for_database
 from schemas.config import KeelSettings
-from workers.connect import connect_when_up
+from workers.connect import NoNamespaceError, connect_when_up
 from workers.observability import configure_logging, shutdown_tracing, worker_interceptors
 from workers.schedules import keep_memory_schedules
 from workers.worker import Role, WorkerFailedError, build_worker, serve_until
@@ -27,7 +27,10 @@ async def main(role: Role = Role.SESSIONS) -> None:
     # Both servers may be starting beside this worker: it waits for them (connect_wait_s).
     wait_for_database(settings.database_url, settings.connect_wait_s)
     apply_migrations(settings.database_url)
-    client = await connect_when_up(settings)
+    try:
+        client = await connect_when_up(settings)
+    except NoNamespaceError as err:  # one line, not a traceback: a setting to fix
+        raise SystemExit(str(err)) from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

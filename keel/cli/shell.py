@@ -30,6 +30,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from keel.client import KeelClient, KeelError, SessionHandle
 from keel.console import error, one_line, working
 from schemas.config import KeelSettings
+from workers.connect import NoNamespaceError
 
 __all__ = [
     "INTERRUPTED",
@@ -178,6 +179,8 @@ def failure_line(err: BaseException) -> str | None:
         return refusal_line(err)
     if isinstance(err, RPCError):
         return _temporal_line(err)
+    if isinstance(err, NoNamespaceError):  # a worker's start (workers.connect)
+        return str(err)
     if isinstance(err, psycopg.OperationalError):
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         return (f"PostgreSQL is unreachable ({first}): check DATABASE_URL, or start the "
@@ -199,6 +202,8 @@ def failure_line(err: BaseException) -> str | None:
 
 
 def _temporal_line(err: RPCError) -> str:
+    if err.status == RPCStatusCode.NOT_FOUND and err.message.startswith("Namespace "):
+        return f"Temporal: {err.message} Check TEMPORAL_NAMESPACE."
     if err.status == RPCStatusCode.NOT_FOUND:
         return f"not found: {err.message} (is the session id right?)"
     if err.status == RPCStatusCode.UNAVAILABLE:
