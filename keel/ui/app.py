@@ -13,6 +13,8 @@ Invariants:
 - Every page is bounded: the record is shown a page at a time (`page_size` rows, picked by
   seq on the record's key), whatever the record's length.
 - Templates autoescape: text with markup in it is shown as text, never rendered.
+- A session or call id in a path holds no control character (`_Segment`): such a path
+  matches no route (404), never reaching a query.
 - `keel.ui.security.Guard` wraps the app: Host check on loopback, the access token when one
   is set; every POST carries the process's CSRF token (form field and SameSite cookie)
   and a same-origin Origin (or Referer).
@@ -21,6 +23,7 @@ Invariants:
 from __future__ import annotations
 
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
@@ -33,20 +36,37 @@ from keel.ui.security import Guard
 __all__ = ["UiContext", "create_app"]
 
 
+class _Segment(Convertor[str]):
+    """A path segment that can name a session or a call: no control character (a NUL in a
+    query would be PostgreSQL's error, a 500). Anything else matches no route: a 404."""
+
+    regex = "[^/\x00-\x1f\x7f]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("segment", _Segment())
+
+
 def create_app(ctx: UiContext) -> ASGIApp:
     """The UI over `ctx`, behind its guard."""
     routes = [
         Route("/", pages.home),
         Route("/sessions", pages.sessions),
-        Route("/sessions/{session_id}", pages.session_page),
-        Route("/sessions/{session_id}/approvals", pages.approvals_fragment),
-        Route("/sessions/{session_id}/approvals/{call_id}", pages.decide, methods=["POST"]),
-        Route("/sessions/{session_id}/branch", pages.branch, methods=["POST"]),
-        Route("/sessions/{session_id}/interrupt", pages.interrupt, methods=["POST"]),
-        Route("/sessions/{session_id}/budget", pages.budget, methods=["POST"]),
-        Route("/sessions/{session_id}/checkpoints", pages.timeline),
-        Route("/sessions/{session_id}/checkpoints/{number:int}", pages.checkpoint_page),
-        Route("/sessions/{session_id}/live", live),
+        Route("/sessions/{session_id:segment}", pages.session_page),
+        Route("/sessions/{session_id:segment}/approvals", pages.approvals_fragment),
+        Route("/sessions/{session_id:segment}/approvals/{call_id:segment}", pages.decide,
+              methods=["POST"]),
+        Route("/sessions/{session_id:segment}/branch", pages.branch, methods=["POST"]),
+        Route("/sessions/{session_id:segment}/interrupt", pages.interrupt, methods=["POST"]),
+        Route("/sessions/{session_id:segment}/budget", pages.budget, methods=["POST"]),
+        Route("/sessions/{session_id:segment}/checkpoints", pages.timeline),
+        Route("/sessions/{session_id:segment}/checkpoints/{number:int}", pages.checkpoint_page),
+        Route("/sessions/{session_id:segment}/live", live),
         Route("/vault", pages.vault_page),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]

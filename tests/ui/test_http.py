@@ -152,6 +152,9 @@ async def test_bad_input_over_http(client, database_url, tmp_path):
         for path in ("checkpoints", "checkpoints/1"):
             assert (await http.get(f"{base}/sessions/no-such-session/{path}")
                     ).status_code == 404
+        # A control character in the id (a NUL was PostgreSQL's error: a 500): no route.
+        for bad in ("%00", "a%00b", "a%0Ab", "fresh%00/checkpoints"):
+            assert (await http.get(f"{base}/sessions/{bad}")).status_code == 404, bad
 
         fresh = await http.get(f"{base}/sessions/fresh")
         assert fresh.status_code == 200 and "No checkpoint yet" in fresh.text
