@@ -7,6 +7,7 @@ restart). With them set, nothing here runs and the same code talks to the real s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -102,6 +103,37 @@ def read_stack_file(data_dir: Path) -> dict[str, str] | None:
     return found
 
 
+def stop_orphaned_stack(data_dir: Path, grace_s: float = 10.0) -> list[int]:
+    """The pids of the Temporal dev servers a `keel dev` left running on `data_dir` when it
+    was killed (SIGKILL, the OOM killer: its own cleanup never ran), stopped now, and its
+    stack file removed; [] when the `keel dev` that wrote the file still runs, or nothing
+    was left. Two dev servers on one SQLite file must never run, and an orphan would hold
+    the data folder until someone found its process."""
+    import psutil
+
+    found = read_stack_file(data_dir)
+    if found is None:
+        return []
+    owner = int(found.get("pid") or 0)
+    if owner and psutil.pid_exists(owner) and owner != os.getpid():
+        return []  # a running `keel dev` (running_dev_stack tells the person)
+    sqlite = str((data_dir / "temporal.sqlite").resolve())
+    orphans = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = proc.info.get("cmdline") or []
+        if "start-dev" in cmdline and any(sqlite in arg for arg in cmdline):
+            orphans.append(proc)
+    for proc in orphans:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(orphans, timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    (data_dir / STACK_FILE).unlink(missing_ok=True)
+    return [proc.pid for proc in orphans]
+
+
 async def wait_for_servers(settings: KeelSettings) -> None:
     """Return once the configured PostgreSQL and Temporal answer, waiting for each up to
     `settings.connect_wait_s` (a worker starting beside them); their last error then. A
@@ -135,7 +167,9 @@ async def running_stack(settings: KeelSettings, *, ui: bool = False) -> AsyncIte
     )
     address = env.client.service_client.config.target_host
     stack_file = data_dir / STACK_FILE
-    stack_file.write_text(json.dumps({"temporal_address": address, "database_url": database_url}))
+    # The owner's pid: a `keel dev` started after this one was killed stops what it left.
+    stack_file.write_text(json.dumps({"temporal_address": address, "database_url": database_url,
+                                      "pid": str(os.getpid())}))
     try:
         yield Stack(env.client, database_url, address, embedded=True)
     finally:

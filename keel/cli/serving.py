@@ -112,6 +112,12 @@ async def _serve(settings: KeelSettings, *, ui: bool, require_configured: bool,
 
 async def _refuse_second_dev(settings: KeelSettings) -> None:
     from keel.demo import running_dev_stack
+    from keel.devstack import stop_orphaned_stack
+
+    if not (settings.temporal_address or settings.database_url) and (
+            stopped := stop_orphaned_stack(settings.data_dir)):
+        console.print(f"[dim]a `keel dev` that was killed left its Temporal dev server "
+                      f"running (pid {', '.join(map(str, stopped))}): stopped it[/]")
 
     if other := await running_dev_stack(settings):
         raise CliError(f"`keel dev` is already running in {settings.data_dir} (Temporal at "
