@@ -115,8 +115,8 @@ def stop_orphaned_stack(data_dir: Path, grace_s: float = 10.0) -> list[int]:
     if found is None:
         return []
     owner = int(found.get("pid") or 0)
-    if owner and psutil.pid_exists(owner) and owner != os.getpid():
-        return []  # a running `keel dev` (running_dev_stack tells the person)
+    if not owner or (psutil.pid_exists(owner) and owner != os.getpid()):
+        return []  # a running `keel dev`, or one too old to say (running_dev_stack tells)
     sqlite = str((data_dir / "temporal.sqlite").resolve())
     orphans = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
