@@ -55,7 +55,10 @@ handler a running session meets:
   turn after it, and the end;
 - `history-refused-config`: a start from a client that is not Keel's, with a config no
   session can work with (a reply of 0 tokens), refused by the session under the patch
-  `refuse-unworkable-config`: the run fails at once, nothing written.
+  `refuse-unworkable-config`: the run fails at once, nothing written;
+- `history-refused-id` (saved as `_history-refused-id`, its workflow id): the same for a
+  start under an id a session may not have (a leading `_` is Keel's own workspaces'),
+  under the patch `refuse-bad-session-id`.
 
 Re-record only on purpose: a change that breaks replay of the committed histories would
 break every running session.
@@ -112,6 +115,7 @@ BUDGET_SCENARIO = "history-budget-interrupt"
 BUDGET_SCENARIOS = (BUDGET_SCENARIO, "history-budget-interrupt-activity")
 LIMITS_SCENARIO = "history-input-limits"
 REFUSED_SCENARIO = "history-refused-config"
+REFUSED_ID_SCENARIO = "history-refused-id"  # saved as `_history-refused-id.json`
 LONG = " ".join(f"word{n}" for n in range(600))
 
 
@@ -252,6 +256,19 @@ async def refused_scenario(keel: KeelClient, settings: KeelSettings,
     with contextlib.suppress(WorkflowFailureError):
         await handle.result()
     return keel.session(session_id)
+
+
+async def refused_id_scenario(keel: KeelClient, settings: KeelSettings,
+                              session_id: str) -> SessionHandle:
+    """A start under an id no session may have (`_...`: Keel's own workspaces), refused
+    by the session itself, from a client that is not Keel's."""
+    bad_id = f"_{session_id}"
+    plain = Client(keel.client.service_client, namespace=keel.client.namespace)
+    handle = await plain.start_workflow(SESSION_WORKFLOW, {"session_id": bad_id}, id=bad_id,
+                                        task_queue=settings.task_queue)
+    with contextlib.suppress(WorkflowFailureError):
+        await handle.result()
+    return keel.session(bad_id)
 
 
 async def carry_scenario(keel: KeelClient, settings: KeelSettings,
@@ -446,11 +463,12 @@ async def main() -> None:
                                 BRANCH_SCENARIO: branch_scenario,
                                 LIMITS_SCENARIO: limits_scenario,
                                 REFUSED_SCENARIO: refused_scenario,
+                                REFUSED_ID_SCENARIO: refused_id_scenario,
                                 **dict.fromkeys(INITIATIVE_SCENARIOS, initiative_scenario),
                                 REWIND_SCENARIO: rewind_scenario}.get(
                                     session_id, queue_scenario)
                     session = await scenario(keel, settings, session_id)
-                if session_id != REFUSED_SCENARIO:  # a failed start answers no query
+                if session_id not in (REFUSED_SCENARIO, REFUSED_ID_SCENARIO):  # no query
                     status = await session.status()
                     print(f"{session_id}: {status.checkpoint_count} checkpoints, "
                           f"turn {status.turn}")
@@ -464,7 +482,8 @@ async def main() -> None:
                         (OUT / f"{session_id}@{suffix}.json").write_text(history.to_json())
                 else:
                     history = await session.handle.fetch_history()
-                    (OUT / f"{session_id}.json").write_text(history.to_json())
+                    # Named by its workflow id, which the replay test reads from the name.
+                    (OUT / f"{session.session_id}.json").write_text(history.to_json())
         fake.stop()
 
 
