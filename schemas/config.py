@@ -122,6 +122,10 @@ class KeelSettings(BaseModel):
     # How long a worker waits at start for Temporal and PostgreSQL to answer (a server
     # starting beside it); 0: it fails at once. Commands a person runs never wait.
     connect_wait_s: float = 120.0
+    # How long a stopping worker lets the activities it runs finish (a model call, a tool
+    # call) before cancelling them: a rolling deploy's SIGTERM no longer cancels a reply
+    # half streamed, to be asked for again on another worker.
+    shutdown_grace_s: float = 30.0
     # The stdio MCP commands this worker starts, as written in a spec, and the HTTP hosts it
     # reaches (`*` patterns) (None: any; empty: none); KEEL_MCP_STDIO_COMMANDS and
     # KEEL_MCP_HTTP_HOSTS, comma-separated, or `none`.
@@ -219,6 +223,7 @@ class KeelSettings(BaseModel):
             user_name=e.get("KEEL_USER_NAME", "user"),
             log_format=e.get("KEEL_LOG_FORMAT", "console"),
             connect_wait_s=float(e.get("KEEL_CONNECT_WAIT_S") or 120.0),
+            shutdown_grace_s=float(e.get("KEEL_SHUTDOWN_GRACE_S") or 30.0),
             mcp_stdio_commands=allowed_from_env(e.get("KEEL_MCP_STDIO_COMMANDS")),
             mcp_http_hosts=allowed_from_env(e.get("KEEL_MCP_HTTP_HOSTS")),
             otel_exporter=e.get("KEEL_OTEL_EXPORTER") or None,

@@ -28,6 +28,7 @@ def make_settings(database_url: str | None, data_dir: Path, base_url: str | None
         database_url=database_url,
         data_dir=data_dir,
         task_queue=f"keel-test-{uuid.uuid4().hex[:8]}",
+        shutdown_grace_s=0,  # a test's worker stops at once, whatever it left in flight
         model=ModelSettings(base_url=base_url, api_key="test-key" if base_url else None,
                             request_timeout_s=20, **model),
     )

@@ -43,6 +43,7 @@ import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -202,7 +203,10 @@ class KeelWorkers:
         common: dict[str, Any] = {"interceptors": list(interceptors),
                                   "activity_executor": activity_executor,
                                   "build_id": keel_build_id(),
-                                  "on_fatal_error": self._fatal}
+                                  "on_fatal_error": self._fatal,
+                                  # A stop lets the calls in flight finish, up to this.
+                                  "graceful_shutdown_timeout": timedelta(
+                                      seconds=settings.shutdown_grace_s)}
         if role in (Role.SESSIONS, Role.BOTH):
             # Every new session (a child's too) imports these afresh: compile them once.
             precompile_workflow_modules([SessionWorkflow, ForkWorkflow, WakeupFireWorkflow])

@@ -165,10 +165,18 @@ async def _run_worker(stack: Stack, settings: KeelSettings, role: str,
         # tried again while the server is away).
         await keep_memory_schedules(stack.client, settings)
 
+    async def say_stopping() -> None:
+        await stop.wait()
+        console.print(f"stopping: the calls in flight may finish first (up to "
+                      f"{settings.shutdown_grace_s:g} s; Ctrl-C again stops now)…")
+
+    saying = asyncio.create_task(say_stopping())
     try:
         served = await serve_until(worker, stop, ready)
     except WorkerFailedError as err:  # one line, exit 1: its supervisor starts it again
         raise CliError(f"{err}; this worker has stopped") from None
+    finally:
+        saying.cancel()
     if served:
         console.print("stopping: worker…")
     console.print("stopping: " + ("connections…" if not stack.embedded else

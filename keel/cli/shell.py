@@ -253,7 +253,13 @@ async def session_handle(session_id: str) -> SessionHandle:
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:
-    """Ctrl-C and SIGTERM set `stop`, so everything started is stopped in order."""
+    """Ctrl-C and SIGTERM set `stop`, so everything started is stopped in order; a second
+    one has its default effect (Ctrl-C: interrupted now), for a person who will not wait
+    for what runs to finish."""
     loop = asyncio.get_running_loop()
+
+    def first(sig: signal.Signals) -> None:
+        stop.set()
+        loop.remove_signal_handler(sig)
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, first, sig)
