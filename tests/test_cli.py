@@ -340,19 +340,24 @@ async def _take(items, n):
             return
 
 
-@pytest.mark.parametrize("wait_s", ["0", "2"])
-async def test_unreachable_postgres_is_one_line(cli_env, wait_s):
-    """A worker waits for its servers for KEEL_CONNECT_WAIT_S, saying so in its log; then
-    (or at once, with 0) one line says what is wrong."""
-    env = {**os.environ, **cli_env, "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
-           "KEEL_CONNECT_WAIT_S": wait_s}
-    started = time.monotonic()
+async def _failed_worker(env: dict[str, str]) -> str:
+    """What `keel worker` printed, having exited 1, under `env` (over this process's)."""
     proc = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).parent / "keel"), "worker", env=env,
+        str(Path(sys.executable).parent / "keel"), "worker", env={**os.environ, **env},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(proc.communicate(), 60)
     text = out.decode()
     assert proc.returncode == 1, text
+    return text
+
+
+@pytest.mark.parametrize("wait_s", ["0", "2"])
+async def test_unreachable_postgres_is_one_line(cli_env, wait_s):
+    """A worker waits for its servers for KEEL_CONNECT_WAIT_S, saying so in its log; then
+    (or at once, with 0) one line says what is wrong."""
+    started = time.monotonic()
+    text = await _failed_worker({**cli_env, "KEEL_CONNECT_WAIT_S": wait_s,
+                                 "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"})
     assert time.monotonic() - started >= float(wait_s)
     lines = text.strip().splitlines()
     assert "PostgreSQL is unreachable" in lines[-1] and "DATABASE_URL" in lines[-1]
@@ -365,14 +370,8 @@ async def test_a_namespace_the_server_lacks_is_one_line(cli_env):
     """A worker on a namespace the server does not have waits for it (a stack's setup may
     be making it), then says so and exits; before, it ran on, serving nothing, its polls
     refused without a word. A command says which setting to check."""
-    env = {**os.environ, **cli_env, "TEMPORAL_NAMESPACE": "no-such-namespace",
-           "KEEL_CONNECT_WAIT_S": "1"}
-    proc = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).parent / "keel"), "worker", env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    out, _ = await asyncio.wait_for(proc.communicate(), 60)
-    text = out.decode()
-    assert proc.returncode == 1, text
+    text = await _failed_worker({**cli_env, "TEMPORAL_NAMESPACE": "no-such-namespace",
+                                 "KEEL_CONNECT_WAIT_S": "1"})
     last = text.strip().splitlines()[-1]
     assert "has no namespace 'no-such-namespace': check TEMPORAL_NAMESPACE" in last, text
     assert "Traceback" not in text
