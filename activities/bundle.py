@@ -11,7 +11,8 @@ Invariants:
 - An import is one transaction with its request id (`branch_requests`): all of it or none
   of it is written; a retry with the same request id returns what the first wrote. A
   session id in use is refused. Under a new id, the ids that must be unique across
-  sessions (checkpoints, rewinds) are renamed the way a fork renames them.
+  sessions (checkpoints, rewinds) are renamed the way a fork renames them. A user's row
+  that reads as a source line gets its user's name before it, as a received one does.
 - Long memory (a version 2 bundle, schemas.bundle_memory) never touches the vault here:
   an export reads the lines the vault's activity staged for its request
   (`bundle_memory`), in the same snapshot as the rest; an import's transaction stages the
@@ -52,7 +53,9 @@ from schemas.bundle_memory import (
     renamed_entry,
     renamed_op,
 )
+from schemas.messages import user_display_prefix
 from schemas.session import SessionState, session_id_problem
+from schemas.tokens import count_tokens
 
 __all__ = ["drop_staged", "export_bundle", "import_bundle", "read_bundle", "undo_import"]
 
@@ -194,6 +197,19 @@ def _renamed(header: BundleHeader, parts: dict[str, list[dict[str, Any]]],
             op["op_id"] = renamed_op(str(op["op_id"]), old, new_id)
 
 
+def _unforged(rows: list[dict[str, Any]], user_name: str) -> None:
+    """A user's row whose text reads as a source line, and has no name before it, gets its
+    user's name, as the session gives one it receives (workflows.inbox): a bundle's rows
+    never pass a user's words for a harness input (in place)."""
+    for row in rows:
+        if row["type"] != "user" or row.get("source_line"):
+            continue
+        text = str(row.get("content_text") or "")
+        if prefix := user_display_prefix(text, user_name):
+            row["source_line"] = prefix
+            row["token_count"] = count_tokens(f"{prefix} {text}")
+
+
 async def import_bundle(database_url: str, bundle: bytes, new_id: str | None,
                         request_id: str, local: LocalStore | None = None,
                         memory: Callable[[ImportDone], Awaitable[None]] | None = None,
@@ -235,6 +251,7 @@ async def _import(database_url: str, header: BundleHeader,
                               "import it under another id (--id)")
         try:
             _renamed(header, parts, session_id)
+            _unforged(parts["row"], header.user_name)
         except (KeyError, TypeError, AttributeError) as err:  # a line without its fields
             raise BranchError(f"the bundle's lines are malformed ({type(err).__name__}: "
                               f"{str(err)[:200]})") from None
