@@ -159,9 +159,14 @@ async def test_text_from_standard_input(client, settings, cli_env, database_url)
                    input="a Watch's text, piped")
         out = await keel(cli_env, "send", sid, "-", input=b"caf\xe9 latin-1", code=1)
         assert "not UTF-8" in out and "nothing was sent" in out
-    with psycopg.connect(database_url) as conn:
-        rows = conn.execute("SELECT type, content_text FROM messages WHERE session_id = %s"
-                            " AND type IN ('user', 'harness') ORDER BY seq", (sid,)).fetchall()
+        for _ in range(300):  # a signal is recorded after its sender is answered
+            with psycopg.connect(database_url) as conn:
+                rows = conn.execute("SELECT type, content_text FROM messages WHERE"
+                                    " session_id = %s AND type IN ('user', 'harness')"
+                                    " ORDER BY seq", (sid,)).fetchall()
+            if len(rows) >= 3:
+                break
+            await asyncio.sleep(0.1)
     assert [(kind, len(text)) for kind, text in rows][:2] == [
         ("user", len("The first message, piped in.\n")), ("user", len(long))]
     assert rows[1][1] == long and "a Watch's text, piped" in rows[2][1]
