@@ -318,6 +318,11 @@ class SessionActivities:
 
     @activity.defn
     async def run_tool(self, data: ToolInput) -> ToolOutcome:
+        # Heartbeats: a worker that dies mid-call is seen in seconds (TOOL_CALL's heartbeat
+        # timeout), where its start-to-close held the turn a minute.
+        return await with_heartbeat(self._run_tool(data))
+
+    async def _run_tool(self, data: ToolInput) -> ToolOutcome:
         async with await self.ctx.connection() as conn:
             input_id = f"result-{data.tool_use_id}"
             existing = await (await conn.execute(

@@ -122,7 +122,7 @@ INTERRUPT_LOCAL_CALL = LocalActivityConfig(
     retry_policy=DB_RETRY)
 TOOL_CALL = ActivityConfig(start_to_close_timeout=timedelta(seconds=60),
                            schedule_to_close_timeout=timedelta(minutes=10),
-                           retry_policy=DB_RETRY)
+                           heartbeat_timeout=HEARTBEAT, retry_policy=DB_RETRY)
 CHECKPOINT_STEP = ActivityConfig(start_to_close_timeout=timedelta(minutes=2),
                                  schedule_to_close_timeout=timedelta(minutes=30),
                                  retry_policy=CHECKPOINT_STEP_RETRY)
