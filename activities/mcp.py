@@ -369,7 +369,8 @@ class McpActivities:
                  reach: McpReach | None = None) -> None:
         self.pool = pool if pool is not None else McpPool(keep=False)
         self.store = store
-        self.reach = reach or McpReach()  # KeelSettings.mcp_reach(): what it may start
+        # What the worker's settings let it start or request (workers.worker builds it).
+        self.reach = reach or McpReach()
 
     def _resolve(self, spec: McpServerSpec) -> dict[str, str]:
         """The spec's variables, once this worker has agreed to reach its server."""

@@ -112,7 +112,11 @@ def _fixed_text(spec: AgentSpec | None) -> tuple[str, str]:
 def agent_tokens(spec: AgentSpec | None) -> int:
     """What `spec` adds to every request (None: a session without an agent, Keel's own
     prompt and built-in tools)."""
-    return sum(count_tokens(text) for text in _fixed_text(spec))
+    return _tokens(_fixed_text(spec))
+
+
+def _tokens(texts: tuple[str, str]) -> int:
+    return sum(count_tokens(text) for text in texts)
 
 
 def agent_share(hard_limit: int) -> int:
@@ -129,12 +133,12 @@ def agent_fit_problem(spec: AgentSpec | None, context_window: int, hard_limit: i
         return (f"a reply of up to {context_window - hard_limit} tokens leaves nothing of a "
                 f"window of {context_window} tokens for the request: give the session a "
                 "larger window or a smaller max_output_tokens")
-    limit = agent_share(hard_limit)
+    limit, texts = agent_share(hard_limit), _fixed_text(spec)
     # A token is at least one byte: text of at most `limit` bytes fits uncounted (a
     # client need not load the tokenizer for a session of a usual window).
-    if sum(len(text.encode("utf-8", "surrogatepass")) for text in _fixed_text(spec)) <= limit:
+    if sum(len(text.encode("utf-8", "surrogatepass")) for text in texts) <= limit:
         return None
-    tokens = agent_tokens(spec)
+    tokens = _tokens(texts)
     if tokens <= limit:
         return None
     what = ("the agent's instructions and tool definitions take" if spec else
