@@ -4,6 +4,7 @@ process a test started."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 import time
 import uuid
@@ -13,8 +14,10 @@ from pathlib import Path
 from typing import Any, Unpack
 
 from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
 
 from keel.client import KeelClient, SessionHandle, SessionOverrides, session_config
+from keel.devstack import temporal_cli_path
 from schemas.config import KeelSettings, ModelSettings
 from schemas.events import StreamWatchers
 from schemas.session import Handler, SessionConfig
@@ -99,3 +102,40 @@ async def start_flooded(keel: KeelClient, fake: FakeAnthropic, session_id: str,
     session = await keel.start_session(session_id, config=config)
     await session.watch("w-1", "log tail", flood(2_850))
     return session
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class DevServer:
+    """`temporal server start-dev` on one port and one database file (as `keel dev` runs
+    it), startable again: a test's own server, to stop, kill or leave behind."""
+
+    def __init__(self, db: Path) -> None:
+        self.port, self.db = free_port(), db
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> subprocess.Popen[bytes]:
+        self.proc = subprocess.Popen(
+            [temporal_cli_path(), "server", "start-dev", "--headless", "--log-level", "error",
+             "--port", str(self.port), "--ui-port", str(free_port()),
+             "--db-filename", str(self.db)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return self.proc
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    async def client(self) -> Client:
+        for _ in range(300):
+            try:
+                return await Client.connect(f"127.0.0.1:{self.port}",
+                                            data_converter=pydantic_data_converter)
+            except RuntimeError:
+                await asyncio.sleep(0.1)
+        raise AssertionError("the Temporal dev server did not start")

@@ -5,7 +5,6 @@ refused to start ("already running"), leaving the person to find the process."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -13,22 +12,13 @@ from pathlib import Path
 
 import psutil
 
-from keel.devstack import STACK_FILE, stop_orphaned_stack, temporal_cli_path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from keel.devstack import STACK_FILE, stop_orphaned_stack
+from tests.harness import DevServer
 
 
 def _dev_server(data_dir: Path) -> subprocess.Popen[bytes]:
     """A dev server on the data folder's SQLite file, as `keel dev` starts it."""
-    return subprocess.Popen(
-        [temporal_cli_path(), "server", "start-dev", "--headless", "--port",
-         str(_free_port()), "--ui-port", str(_free_port()), "--db-filename",
-         str((data_dir / "temporal.sqlite").resolve())],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return DevServer((data_dir / "temporal.sqlite").resolve()).start()
 
 
 def _stack_file(data_dir: Path, owner: int) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -25,14 +24,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
 from keel.client import KeelClient
-from keel.devstack import temporal_cli_path
 from tests.fake_anthropic import text_message
-from tests.harness import keel_worker, make_settings
+from tests.harness import DevServer, keel_worker, make_settings
 from workers.schedules import keep_memory_schedules, memory_schedules
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,44 +38,9 @@ ROOT = Path(__file__).resolve().parents[2]
 AWAY_S = 2.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class _Server:
-    """`temporal server start-dev` on one port and one database file, startable again."""
-
-    def __init__(self, db: Path) -> None:
-        self.port, self.db = _free_port(), db
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [temporal_cli_path(), "server", "start-dev", "--headless", "--log-level", "error",
-             "--port", str(self.port), "--ui-port", str(_free_port()),
-             "--db-filename", str(self.db)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    async def client(self) -> Client:
-        for _ in range(300):
-            try:
-                return await Client.connect(f"127.0.0.1:{self.port}",
-                                            data_converter=pydantic_data_converter)
-            except RuntimeError:
-                await asyncio.sleep(0.1)
-        raise AssertionError("the Temporal dev server did not start")
-
-
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[_Server]:
-    srv = _Server(tmp_path / "temporal.sqlite")
+def server(tmp_path: Path) -> Iterator[DevServer]:
+    srv = DevServer(tmp_path / "temporal.sqlite")
     srv.start()
     yield srv
     srv.kill()
@@ -131,7 +92,7 @@ async def test_a_worker_started_before_its_servers_waits_for_them(
     """A worker started while Temporal is not up yet (a compose stack coming up, a host's
     reboot) waits for it and then serves, where it failed at once."""
     fake_anthropic.responder = lambda body: text_message("served")
-    srv = _Server(tmp_path / "temporal.sqlite")  # not started yet
+    srv = DevServer(tmp_path / "temporal.sqlite")  # not started yet
     queue = f"early-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "TEMPORAL_ADDRESS": f"127.0.0.1:{srv.port}",
            "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": queue,
