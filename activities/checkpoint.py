@@ -44,7 +44,7 @@ from activities.checkpoint_payloads import (
 from activities.checkpoint_prepare import prepare
 from activities.checkpoint_store import check, move_half, store_model_checkpoint
 from activities.context import SessionContext
-from activities.heartbeat import with_heartbeat
+from activities.heartbeat import beating, with_heartbeat
 from activities.model_call import refusal
 from schemas.model import PROMPT_TOO_LONG
 
@@ -61,6 +61,7 @@ class CheckpointActivities:
         self.ctx = ctx
 
     @activity.defn
+    @beating
     async def prepare_checkpoint(self, data: PrepareInput) -> PrepareResult:
         async with await self.ctx.connection() as conn:
             return await prepare(self.ctx, conn, data)
@@ -97,6 +98,7 @@ class CheckpointActivities:
         return await with_heartbeat(self.ctx.model.create(model, request))
 
     @activity.defn
+    @beating
     async def validate_checkpoint(self, attempt_id: str) -> CheckResult:
         async with await self.ctx.connection() as conn:
             attempt = await attempts.attempt(conn, attempt_id)
@@ -109,11 +111,13 @@ class CheckpointActivities:
             return CheckResult(problems=found.problems)
 
     @activity.defn
+    @beating
     async def store_checkpoint(self, data: StoreInput) -> StoreResult:
         async with await self.ctx.connection() as conn:
             return await store_model_checkpoint(self.ctx, conn, data)
 
     @activity.defn
+    @beating
     async def move_earliest_half(self, data: MoveInput) -> StoreResult:
         async with await self.ctx.connection() as conn:
             return await move_half(self.ctx, conn, data)

@@ -45,7 +45,7 @@ from temporalio.exceptions import ApplicationError
 from activities.context import SessionContext
 from activities.delegate_ahead import start_ahead, tell_parent
 from activities.events import DeltaPublisher
-from activities.heartbeat import with_heartbeat
+from activities.heartbeat import beating, with_heartbeat
 from activities.interrupt import send_interrupt, stop_on_interrupt, watcher
 from activities.model_call import (
     INPUT_NOT_RECORDED,
@@ -165,6 +165,7 @@ class SessionActivities:
         self.ctx = ctx
 
     @activity.defn
+    @beating
     async def record_input(self, data: RecordInput) -> Inserted:
         data = await cut_input(self.ctx.store, data)
         async with await self.ctx.connection() as conn:
@@ -178,6 +179,7 @@ class SessionActivities:
             await send_interrupt(conn, data.session_id, data.reply_seq)
 
     @activity.defn
+    @beating
     async def fence_seq(self, data: FenceInput) -> Inserted:
         """The tombstone over a seq the session gave up on (see activities.record)."""
         async with await self.ctx.connection() as conn:
@@ -369,6 +371,7 @@ class SessionActivities:
             return await reply_part(conn, data.session_id, data.seq, data.start)
 
     @activity.defn
+    @beating
     async def record_tool_result(self, data: ToolResultInput) -> ToolOutcome:
         """Record a result made elsewhere (service tool, MCP, refusal); idempotent by the
         call's id. A result over its cap is cut, and the line says so; one that came by

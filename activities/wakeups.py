@@ -30,6 +30,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.heartbeat import beating
 from schemas.initiative import Wakeup, interval_offset, interval_schedule_start
 
 __all__ = ["WAKEUP_FIRE_WORKFLOW", "WakeupFire", "WakeupScheduleInput",
@@ -56,6 +57,7 @@ def wakeup_schedule_id(session_id: str, wakeup_id: str) -> str:
 
 
 @activity.defn(name="create_wakeup_schedule")
+@beating
 async def create_wakeup_schedule(data: WakeupScheduleInput) -> str:
     wakeup = data.wakeup
     sid = wakeup_schedule_id(data.session_id, wakeup.id)
@@ -79,6 +81,7 @@ async def create_wakeup_schedule(data: WakeupScheduleInput) -> str:
 
 
 @activity.defn(name="delete_wakeup_schedule")
+@beating
 async def delete_wakeup_schedule(schedule_id: str) -> None:
     try:
         await activity.client().get_schedule_handle(schedule_id).delete()

@@ -9,6 +9,9 @@ Why the numbers:
 - The model is slow and sometimes overloaded: ten minutes an attempt, half an hour in all,
   and a heartbeat so a dead worker is noticed in seconds, not at the attempt's end.
 - The record is PostgreSQL: a retry soon, with a cap on the wait between tries.
+- Every step a worker's death can catch mid-way beats (`HEARTBEAT`; the activity is
+  `@beating`): Temporal sees the dead worker in seconds and another worker retries, where
+  the attempt's start-to-close (30 s to record, 2 min a checkpoint step) held the turn.
 - Long memory helps a turn but must never hold one up: three tries, then go on without.
 - No step is a local activity. A plain turn's record and recall run inside its model call
   (activities.session, with their own bounds there), which saves the round trips a local
@@ -86,7 +89,7 @@ def record_user_input(record_timeout_s: int) -> ActivityConfig:
     """A user's message: a caller is waiting, so give up in time and say so."""
     return ActivityConfig(start_to_close_timeout=RECORD_ATTEMPT,
                           schedule_to_close_timeout=timedelta(seconds=record_timeout_s),
-                          retry_policy=DB_RETRY)
+                          heartbeat_timeout=HEARTBEAT, retry_policy=DB_RETRY)
 
 
 # A background input has nobody waiting: it is retried for an hour (a database restart, a
@@ -94,18 +97,21 @@ def record_user_input(record_timeout_s: int) -> ActivityConfig:
 # (their seqs come after it), so it must end.
 RECORD_BACKGROUND = ActivityConfig(start_to_close_timeout=RECORD_ATTEMPT,
                                    schedule_to_close_timeout=timedelta(hours=1),
+                                   heartbeat_timeout=HEARTBEAT,
                                    retry_policy=DB_RETRY)
 # The fence over a seq the session gave up on (a tombstone notice the late insert collides
 # with): the seq stays unsettled until it is written, so no window reads past it.
 # Inputs wait for it, so it is tried often.
 RECORD_FENCE = ActivityConfig(start_to_close_timeout=RECORD_ATTEMPT,
                               schedule_to_close_timeout=timedelta(hours=1),
+                              heartbeat_timeout=HEARTBEAT,
                               retry_policy=RetryPolicy(
                                   initial_interval=timedelta(seconds=1),
                                   maximum_interval=timedelta(seconds=5),
                                   non_retryable_error_types=NEVER_RETRY))
 RECORD_NOTICE = ActivityConfig(start_to_close_timeout=RECORD_ATTEMPT,
                                schedule_to_close_timeout=timedelta(minutes=5),
+                               heartbeat_timeout=HEARTBEAT,
                                retry_policy=DB_RETRY)
 MODEL_CALL = ActivityConfig(start_to_close_timeout=timedelta(minutes=10),
                             schedule_to_close_timeout=timedelta(minutes=30),
@@ -125,6 +131,7 @@ TOOL_CALL = ActivityConfig(start_to_close_timeout=timedelta(seconds=60),
                            heartbeat_timeout=HEARTBEAT, retry_policy=DB_RETRY)
 CHECKPOINT_STEP = ActivityConfig(start_to_close_timeout=timedelta(minutes=2),
                                  schedule_to_close_timeout=timedelta(minutes=30),
+                                 heartbeat_timeout=HEARTBEAT,
                                  retry_policy=CHECKPOINT_STEP_RETRY)
 CHECKPOINT_ROUND = ActivityConfig(start_to_close_timeout=timedelta(minutes=10),
                                   schedule_to_close_timeout=timedelta(minutes=30),
@@ -133,6 +140,7 @@ CHECKPOINT_ROUND = ActivityConfig(start_to_close_timeout=timedelta(minutes=10),
 # With the vault worker down, a turn goes on without memory after two minutes.
 MEMORY_TURN = ActivityConfig(start_to_close_timeout=timedelta(seconds=30),
                              schedule_to_close_timeout=timedelta(minutes=2),
+                             heartbeat_timeout=HEARTBEAT,
                              retry_policy=BEST_EFFORT_RETRY)
 # The flush calls the model: it beats, so a worker that died mid-flush is noticed in
 # seconds and the flush retried elsewhere, not after its five-minute attempt.
@@ -183,6 +191,7 @@ MCP_LIST_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_atte
                              non_retryable_error_types=["McpUnavailable"])
 RECORD_TOOL_RESULT = ActivityConfig(start_to_close_timeout=RECORD_ATTEMPT,
                                     schedule_to_close_timeout=timedelta(minutes=10),
+                                    heartbeat_timeout=HEARTBEAT,
                                     retry_policy=DB_RETRY)
 
 

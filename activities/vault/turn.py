@@ -44,7 +44,7 @@ from temporalio import activity
 
 from activities.checkpoint_turn import flush_request
 from activities.context import SessionContext
-from activities.heartbeat import with_heartbeat
+from activities.heartbeat import beating, with_heartbeat
 from activities.model import ModelBackend
 from activities.vault.embedder import embedder_for
 from activities.vault.rollup import apply_facts_of, ask_model, store_plan, stored_plan
@@ -218,6 +218,7 @@ class MemoryActivities:
         plan.model_calls = 1
         return plan
     @activity.defn(name="append_transcripts")
+    @beating
     async def append_transcripts(self, inp: TranscriptsInput) -> TranscriptsResult:
         """A turn's messages appended in one go, in seq order, each as `append_transcript`
         does (idempotent: a retry appends only what is missing), under one vault lock and
