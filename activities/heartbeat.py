@@ -45,7 +45,10 @@ async def _beat_every(interval: float) -> None:
 
 
 async def with_heartbeat(awaitable: Awaitable[T]) -> T:
-    """Await a long call while telling Temporal the activity is alive."""
+    """Await a long call while telling Temporal the activity is alive (outside an
+    activity, as the vault's transcript outbox calls a step, just await it)."""
+    if not activity.in_activity():
+        return await awaitable
     heart = asyncio.create_task(_beat_every(beat_interval()))
     try:
         return await awaitable
