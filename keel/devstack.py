@@ -3,12 +3,16 @@
 With TEMPORAL_ADDRESS and DATABASE_URL unset, Keel starts both itself under the data
 folder (the dev server keeps its state in a SQLite file there, so sessions survive a
 restart). With them set, nothing here runs and the same code talks to the real services.
+A dev server that stops while its block runs (the OOM killer, a crash) is started again on
+its own port and file: the workers' polls reconnect and the sessions go on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import logging
 import os
 import shutil
 import sys
@@ -27,6 +31,8 @@ from temporalio.testing import WorkflowEnvironment
 from activities.db import apply_migrations, wait_for_database
 from schemas.config import KeelSettings
 from workers.connect import connect, connect_when_up
+
+log = logging.getLogger(__name__)
 
 
 def _venv_binary(name: str) -> str:
@@ -144,6 +150,85 @@ async def wait_for_servers(settings: KeelSettings) -> None:
         await connect_when_up(settings)
 
 
+# How often the embedded dev server is looked at, and how long a restart may take.
+WATCH_S = 1.0
+DEV_SERVER_START = timedelta(seconds=60)  # the SDK waits 5 s: a loaded machine is slower
+
+
+class EmbeddedTemporal:
+    """The Temporal dev server of `running_stack`, on one SQLite file; `keep()` starts it
+    again on the same port (and UI port) whenever its process is gone."""
+
+    def __init__(self, settings: KeelSettings, *, ui: bool) -> None:
+        self.settings, self.ui = settings, ui
+        self.sqlite = str((settings.data_dir / "temporal.sqlite").resolve())
+        self.env: WorkflowEnvironment | None = None
+        self.port: int | None = None
+        self.pid: int | None = None
+        self.restarts = 0
+
+    async def start(self) -> WorkflowEnvironment:
+        self.env = await WorkflowEnvironment.start_local(
+            namespace=self.settings.temporal_namespace,
+            data_converter=pydantic_data_converter,
+            dev_server_existing_path=temporal_cli_path(),
+            dev_server_database_filename=self.sqlite, ui=self.ui, port=self.port,
+            dev_server_log_level="error", dev_server_startup_timeout=DEV_SERVER_START)
+        address = self.env.client.service_client.config.target_host
+        self.port = int(address.rpartition(":")[2])
+        self.pid = self._find_pid()
+        return self.env
+
+    def _find_pid(self) -> int | None:
+        """The dev server process: this process's child running `start-dev` on our file."""
+        import psutil
+
+        for child in psutil.Process().children():
+            with contextlib.suppress(psutil.Error):
+                cmdline = child.cmdline()
+                if "start-dev" in cmdline and any(self.sqlite in a for a in cmdline):
+                    return child.pid
+        return None
+
+    def alive(self) -> bool:
+        import psutil
+
+        if self.pid is None:
+            return True  # not found at start: nothing to watch
+        try:
+            return psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    async def keep(self) -> None:
+        """Watch the server, restarting it when it stops, until cancelled."""
+        while True:
+            await asyncio.sleep(WATCH_S)
+            if self.alive():
+                continue
+            log.warning("the embedded Temporal dev server (pid %s) stopped: starting it "
+                        "again on port %s", self.pid, self.port)
+            await self._forget()
+            try:
+                await self.start()
+            except Exception as err:  # the port taken, the binary gone: tried again
+                log.error("the embedded Temporal dev server did not start again: %s", err)
+                self.pid = None
+                await asyncio.sleep(WATCH_S * 5)
+                continue
+            self.restarts += 1
+            log.warning("the embedded Temporal dev server runs again (pid %s)", self.pid)
+
+    async def _forget(self) -> None:
+        env, self.env = self.env, None
+        if env is not None:
+            with contextlib.suppress(Exception):  # its process is already gone
+                await env.shutdown()
+
+    async def stop(self) -> None:
+        await self._forget()
+
+
 @asynccontextmanager
 async def running_stack(settings: KeelSettings, *, ui: bool = False) -> AsyncIterator[Stack]:
     """Connect to the configured services, or start the embedded ones for this block."""
@@ -155,23 +240,18 @@ async def running_stack(settings: KeelSettings, *, ui: bool = False) -> AsyncIte
         client = await connect(settings)
         yield Stack(client, database_url, settings.temporal_address, embedded=False)
         return
-    env = await WorkflowEnvironment.start_local(
-        namespace=settings.temporal_namespace,
-        data_converter=pydantic_data_converter,
-        dev_server_existing_path=temporal_cli_path(),
-        dev_server_database_filename=str((data_dir / "temporal.sqlite").resolve()),
-        ui=ui,
-        dev_server_log_level="error",
-        # The SDK waits 5 s by default: a loaded machine starts it slower than that.
-        dev_server_startup_timeout=timedelta(seconds=60),
-    )
+    server = EmbeddedTemporal(settings, ui=ui)
+    env = await server.start()
     address = env.client.service_client.config.target_host
     stack_file = data_dir / STACK_FILE
     # The owner's pid: a `keel dev` started after this one was killed stops what it left.
     stack_file.write_text(json.dumps({"temporal_address": address, "database_url": database_url,
                                       "pid": str(os.getpid())}))
+    keeping = asyncio.create_task(server.keep())
     try:
         yield Stack(env.client, database_url, address, embedded=True)
     finally:
+        keeping.cancel()
+        await asyncio.wait({keeping})
         stack_file.unlink(missing_ok=True)
-        await env.shutdown()
+        await server.stop()

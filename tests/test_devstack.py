@@ -1,19 +1,27 @@
 """keel.devstack: a `keel dev` killed without its cleanup (SIGKILL, the OOM killer) leaves
 its Temporal dev server running on the data folder; the next `keel dev` stops it, where it
-refused to start ("already running"), leaving the person to find the process."""
+refused to start ("already running"), leaving the person to find the process. A dev
+server killed under a running `keel dev` is started again on its port and file, where the
+workers polled a dead address until the person restarted `keel dev`."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import psutil
+import psycopg
 
+from keel import devstack
 from keel.devstack import STACK_FILE, stop_orphaned_stack
-from tests.harness import DevServer
+from tests.fake_anthropic import text_message
+from tests.harness import DevServer, keel_worker, make_settings
 
 
 def _dev_server(data_dir: Path) -> subprocess.Popen[bytes]:
@@ -60,3 +68,34 @@ def test_a_running_keel_dev_is_left_alone(tmp_path: Path) -> None:
         for proc in (server, owner):
             proc.kill()
             proc.wait(15)
+
+
+async def test_a_dev_server_that_stops_is_started_again_and_the_session_goes_on(
+        tmp_path: Path, database_url: str, fake_anthropic, monkeypatch) -> None:
+    monkeypatch.setattr(devstack, "WATCH_S", 0.2)
+    fake_anthropic.responder = lambda body: text_message("heard")
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with devstack.running_stack(settings) as stack, \
+            keel_worker(stack.client, settings) as keel:
+        session = await keel.start_session("survives-its-server")
+        assert (await asyncio.wait_for(session.ask("first"), 60)).error is None
+        first = _dev_server_pids(tmp_path)
+        assert len(first) == 1
+        os.kill(first[0], signal.SIGKILL)  # the OOM killer's way
+        answer = await asyncio.wait_for(session.ask("second"), 120)
+        assert answer.error is None
+        again = _dev_server_pids(tmp_path)
+        assert len(again) == 1 and again != first
+        assert stack.temporal_address == stack.client.service_client.config.target_host
+        with psycopg.connect(database_url) as conn:  # one session, both turns recorded
+            users = conn.execute("SELECT content_text FROM messages WHERE session_id=%s AND"
+                                 " type='user' ORDER BY seq", (session.session_id,)).fetchall()
+        assert [t for (t,) in users] == ["first", "second"]
+    assert _dev_server_pids(tmp_path) == []  # stopped with its block
+
+
+def _dev_server_pids(data_dir: Path) -> list[int]:
+    sqlite = str((data_dir / "temporal.sqlite").resolve())
+    return [p.pid for p in psutil.Process().children()
+            if p.status() != psutil.STATUS_ZOMBIE
+            and "start-dev" in p.cmdline() and any(sqlite in a for a in p.cmdline())]
