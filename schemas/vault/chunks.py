@@ -63,14 +63,16 @@ def sections(body: str) -> list[tuple[int, int, str]]:
 
 
 def split_span(text: str, start: int, end: int, limit: int) -> list[tuple[int, int]]:
-    """Cut text[start:end] into spans of at most `limit` characters at the best breaks."""
-    if end - start <= limit:
-        return [(start, end)]
-    for pattern in _BREAKS:
-        cut = _last_break(pattern, text, start, start + limit)
-        if cut is not None:
-            return [(start, cut), *split_span(text, cut, end, limit)]
-    return [(start, start + limit), *split_span(text, start + limit, end, limit)]
+    """Cut text[start:end] into spans of at most `limit` characters at the best breaks
+    (a loop, not a recursion: a section of megabytes is thousands of spans)."""
+    spans: list[tuple[int, int]] = []
+    while end - start > limit:
+        cut = next((c for c in (_last_break(p, text, start, start + limit) for p in _BREAKS)
+                    if c is not None), start + limit)
+        spans.append((start, cut))
+        start = cut
+    spans.append((start, end))
+    return spans
 
 
 def _last_break(pattern: re.Pattern[str], text: str, lo: int, hi: int) -> int | None:

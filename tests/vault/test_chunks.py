@@ -49,6 +49,14 @@ def test_a_long_note_is_chunked_to_its_end_with_nothing_cut():
     assert len(spans) <= MAX_CHUNKS and _covers(huge, spans)
 
 
+def test_a_section_of_megabytes_is_chunked_whole() -> None:
+    # 4 MB under one heading: ~3,500 first-pass spans (a recursion per span once failed
+    # a vault's whole reindex with RecursionError from 1.2 MB on).
+    body = "# Pasted log\n" + "aardvark lorem ipsum dolor sit amet " * 120_000
+    spans = chunk_spans(body)
+    assert len(spans) <= MAX_CHUNKS and _covers(body, spans)
+
+
 def test_a_transcript_entry_embeds_as_speaker_and_words():
     from datetime import UTC, datetime
 
