@@ -130,7 +130,9 @@ class DoctorActivities:
                 details=[f"{p.where}: {p.problem}" for p in schema_problems])
         today = vault.local_date(inp.as_of)
         fixed = 0
-        problems: list[str] = []  # for a person: files the doctor may not repair
+        problems: list[str] = [  # for a person: files the doctor may not repair
+            f"{rel}: a symbolic link, never read (Keel reads only the vault's own files); "
+            "left as it is" for rel in await asyncio.to_thread(vault.linked_files)]
         fix_notes: list[str] = []
         pool = await ctx.pool()
         async with vault.lock(), pool.connection() as conn:
@@ -163,7 +165,7 @@ class DoctorActivities:
                     await vault.index_file(conn, rel)
         summary = f"{fixed} card(s) re-canonicalised"
         if problems:
-            summary += f"; {len(problems)} card(s) need a person"
+            summary += f"; {len(problems)} file(s) need a person"
         return StepResult(step="enforce", ok=True, alert=bool(problems), summary=summary,
                           details=problems, data={"fixed": fixed, "fixes": fix_notes})
 

@@ -90,6 +90,14 @@ class ReadText:
     bad_sequences: int = 0
 
 
+# Folders of the vault that hold no notes: git's, the graph's, Obsidian's own.
+_NOT_NOTES = frozenset({".git", GRAPH_DIR, ".obsidian", ".trash"})
+
+
+def _path_order(rel: str) -> tuple[str, ...]:
+    return Path(rel).parts
+
+
 def read_text(path: Path) -> ReadText:
     raw = path.read_bytes()
     try:
@@ -239,13 +247,28 @@ class Vault:
     # --- files --------------------------------------------------------------------------
 
     def markdown_files(self) -> list[str]:
-        out = []
-        for p in sorted(self.root.rglob("*.md")):
-            rel = self.rel(p)
-            if rel.startswith((".git/", GRAPH_DIR + "/", ".obsidian/", ".trash/")):
-                continue
-            out.append(rel)
-        return out
+        """The vault's own markdown files (relative paths, in path order)."""
+        return self._walk()[0]
+
+    def linked_files(self) -> list[str]:
+        """The markdown names in the vault that are symbolic links: never read (one may
+        point anywhere on the worker's host, whose text would reach the model, or back
+        into the vault, a loop); the doctor names them for a person."""
+        return self._walk()[1]
+
+    def _walk(self) -> tuple[list[str], list[str]]:
+        files: list[str] = []
+        links: list[str] = []
+        for folder, dirs, names in os.walk(self.root):  # a linked folder is not entered
+            here = Path(folder).relative_to(self.root)
+            dirs[:] = [d for d in dirs if (here / d).as_posix() not in _NOT_NOTES]
+            for name in names:
+                if name.endswith(".md"):
+                    rel = (here / name).as_posix()
+                    (links if os.path.islink(os.path.join(folder, name)) else files).append(rel)
+            links += [(here / d).as_posix() + "/" for d in dirs
+                      if os.path.islink(os.path.join(folder, d))]
+        return sorted(files, key=_path_order), sorted(links, key=_path_order)
 
     def card_files(self) -> list[str]:
         return [r for r in self.markdown_files() if r.startswith(CARDS_DIR + "/")]

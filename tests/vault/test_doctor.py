@@ -11,6 +11,7 @@ from temporalio.client import ScheduleOverlapPolicy
 from temporalio.worker import Worker
 
 from activities.vault.doctor import DoctorActivities, DoctorStepInput
+from activities.vault.search import search
 from schemas.vault.card import split_frontmatter
 from schemas.vault.doctor import DoctorInput, DoctorReport
 from schemas.vault.nightly import NightlyReport
@@ -119,6 +120,38 @@ async def test_doctor_repairs_what_it_may_and_reports_the_rest(client, tmp_path,
     assert report.notified and len(hook.posts) == 1
     text = hook.posts[0]["text"]
     assert "CORE.md is" in text and "recipe" in text
+
+
+async def test_symbolic_links_are_named_for_a_person_and_never_read(client, tmp_path,
+                                                                  database_url):
+    # A link to a host file (its text must never reach memory, and so the model) and a
+    # link back into the vault (a loop): every step failed on either before (a path
+    # outside the vault; RecursionError).
+    ctx = make_ctx(tmp_path, database_url)
+    ctx.vault.ensure()
+    root = ctx.vault.root
+    secret = tmp_path / "host-secret.md"
+    secret.write_text("# Host file\nhunter-credential-7731\n")
+    (root / "cards/notes/Outside.md").symlink_to(secret)
+    (root / "cards/notes/loop").symlink_to(root)
+    ctx.vault.write("cards/notes/Own words.md", "# Own words\nwombat orchard ledger\n")
+    assert ctx.vault.linked_files() == ["cards/notes/Outside.md", "cards/notes/loop/"]
+    assert "cards/notes/Own words.md" in ctx.vault.markdown_files()
+    queue = f"doctor-{uuid.uuid4()}"
+    async with Worker(client, task_queue=queue, workflows=MEMORY_WORKFLOWS,
+                      activities=memory_activities(ctx.settings, database_url=database_url)):
+        report = await client.execute_workflow(
+            DoctorWorkflow.run, DoctorInput(as_of=AS_OF), id=f"doctor-{uuid.uuid4()}",
+            task_queue=queue)
+    assert all(s.ok for s in report.steps), report.text()
+    details = "\n".join(next(s for s in report.steps if s.step == "enforce").details)
+    assert "cards/notes/Outside.md: a symbolic link, never read" in details
+    assert "cards/notes/loop/: a symbolic link, never read" in details
+    assert secret.read_text() == "# Host file\nhunter-credential-7731\n"  # left as it is
+    async with ctx.connection() as conn:
+        assert not await search(conn, "hunter-credential-7731", scope=ctx.scope, k=5)
+        found = await search(conn, "wombat orchard ledger", scope=ctx.scope, k=5)
+    assert [h.path for h in found] == ["cards/notes/Own words.md"]
 
 
 async def test_broken_schema_is_reported_and_no_card_changes(tmp_path, database_url):
