@@ -256,11 +256,11 @@ def _core_block(vault: Vault) -> str:
 
 
 def _summary_paths(vault: Vault, kind: RollupKind) -> dict[str, str]:
-    """Stem -> vault path of each summary of one kind."""
-    folder = vault.root / SUMMARIES_DIR / kind.value
-    if not folder.exists():
-        return {}
-    return {p.stem: vault.rel(p) for p in sorted(folder.glob("*.md"))}
+    """Stem -> vault path of each summary of one kind (the vault's own files: a symbolic
+    link is never read, as `Vault.markdown_files` says)."""
+    folder = f"{SUMMARIES_DIR}/{kind.value}/"
+    return {rel[len(folder):-3]: rel for rel in vault.markdown_files()
+            if rel.startswith(folder) and "/" not in rel[len(folder):]}
 
 
 def _sources(vault: Vault, period: Period) -> tuple[RollupKind | None, list[str]]:

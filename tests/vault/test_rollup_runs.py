@@ -223,3 +223,19 @@ def test_offline_rules_extract_facts_in_english_and_russian():
     assert core["goals"] == ["g1"] and "corrected" in core["lessons"][0]
     assert "Anna Petrova works at Acme Corp." in dict(calls)["write_summary"]["summary"]
     assert offline_rollup.respond({"system": "You are helpful.", "messages": []}) is None
+
+
+def test_a_summary_that_is_a_symbolic_link_is_never_read(tmp_path, database_url):
+    # A link to a host file in summaries/ failed every rollup that read summaries (a path
+    # outside the vault); now only the vault's own files are.
+    from activities.vault.rollup import _summary_paths
+
+    ctx = make_ctx(tmp_path, database_url)
+    ctx.vault.ensure()
+    folder = f"summaries/{RollupKind.DAILY.value}"
+    ctx.vault.write(f"{folder}/2026-06-01.md", "# 2026-06-01\n- the spare key\n")
+    outside = tmp_path / "elsewhere.md"
+    outside.write_text("# not the vault's\n")
+    (ctx.vault.root / folder / "2026-06-02.md").symlink_to(outside)
+    assert _summary_paths(ctx.vault, RollupKind.DAILY) == {
+        "2026-06-01": f"{folder}/2026-06-01.md"}
