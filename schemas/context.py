@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from schemas.messages import MessageType, RecordRow
 from schemas.tokens import count_tokens, truncate_to_tokens
+from schemas.vault.schema import CORE_MAX_CHARS
 
 # Roles, separators and block framing cost a few tokens per message beyond their text.
 MESSAGE_OVERHEAD_TOKENS = 4
@@ -73,6 +74,25 @@ class WorkspaceDoc(BaseModel):
 # read_file.
 AGENTS_MD_MAX_TOKENS = 10_000
 AGENTS_MD_MIN_HEAD_TOKENS = 250  # less left than this: the file is named, not cut
+
+
+# CORE.md rides in every request. The rollup keeps it within its cap; a hand edit may pass
+# it, and the doctor then asks a person to shorten it. Until they do, every request carries
+# at most this much of it (a pasted document must not fill the window or stop the session).
+CORE_PROMPT_MAX_CHARS = 4 * CORE_MAX_CHARS
+
+
+def core_section(text: str) -> str:
+    """CORE.md as the system prompt carries it: whole up to `CORE_PROMPT_MAX_CHARS`, else
+    its head to a line end within that, and a line saying so."""
+    text = text.strip()
+    if len(text) <= CORE_PROMPT_MAX_CHARS:
+        return text
+    head = text[:CORE_PROMPT_MAX_CHARS]
+    head = head[:head.rfind("\n")] if "\n" in head else head
+    return (f"{head.rstrip()}\n[Keel: CORE.md is {len(text):,} characters, past its "
+            f"{CORE_MAX_CHARS:,}-character cap: cut here. The doctor has asked a person to "
+            "shorten it; memory_search finds the rest.]")
 
 
 class SystemPromptParts(BaseModel):
@@ -131,7 +151,7 @@ def build_system_prompt(parts: SystemPromptParts) -> str:
         )
     out += agents_sections(parts.agents_md, parts.agents_md_tokens)
     if parts.core_memory.strip():
-        out.append("## Core memory (CORE.md)\n" + parts.core_memory.strip())
+        out.append("## Core memory (CORE.md)\n" + core_section(parts.core_memory))
     return "\n\n".join(out)
 
 

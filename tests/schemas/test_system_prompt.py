@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from schemas.context import (
     AGENTS_MD_MAX_TOKENS,
+    CORE_PROMPT_MAX_CHARS,
     SKILL_DESCRIPTION_CHARS,
     SkillEntry,
     SystemPromptParts,
@@ -57,3 +58,23 @@ def test_a_skills_description_is_cut_to_the_formats_limit() -> None:
     line = next(x for x in prompt.splitlines() if x.startswith("- release-notes: "))
     assert len(line) == len("- release-notes: ") + SKILL_DESCRIPTION_CHARS
     assert line.endswith("…") and "- triage: Sorts new issues." in prompt
+
+
+def test_a_core_md_past_its_cap_by_a_hand_edit_is_carried_whole_until_four_caps() -> None:
+    over = "# Core\n\n## Facts\n" + "- prefers tea in the morning\n" * 50  # ~1,500 chars
+    prompt = build_system_prompt(SystemPromptParts(core_memory=over))
+    assert over.strip() in prompt and "Keel: CORE.md" not in prompt
+
+
+def test_a_pasted_core_md_is_cut_at_a_line_and_says_so() -> None:
+    # 487 KB written into CORE.md by hand went whole into every request (~111,000 tokens
+    # of a 200k window; a 32k session could send nothing).
+    facts = [f"- fact number {i} about the user and their preferences" for i in range(8000)]
+    core = "# Core\n\n## Facts\n" + "\n".join(facts)
+    prompt = build_system_prompt(SystemPromptParts(core_memory=core))
+    section = prompt.split("## Core memory (CORE.md)\n", 1)[1]
+    head, note = section.rsplit("\n", 1)
+    assert len(head) <= CORE_PROMPT_MAX_CHARS and core.startswith(head)
+    assert head.endswith(facts[head.count("\n- fact") - 1])  # whole lines only
+    assert note.startswith(f"[Keel: CORE.md is {len(core):,} characters, past its 1,200")
+    assert count_tokens(prompt) < 2_000
