@@ -6,7 +6,6 @@ defaults, never rename or remove one.
 
 from __future__ import annotations
 
-import unicodedata
 from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -26,6 +25,7 @@ from schemas.messages import (
     ModelReply,
     looks_like_source_line,
 )
+from schemas.text import has_controls
 from schemas.vault.scope import DEFAULT_SCOPE, check_scope
 
 if TYPE_CHECKING:  # the checkpoint rules load the tokenizer; a client needs neither
@@ -121,12 +121,6 @@ MAX_NOTE_CHARS = 4_000
 MAX_SESSION_ID_BYTES = 1_000
 
 
-def _controls(text: str) -> bool:
-    """Whether `text` holds a control character or a lone surrogate (a name or an id may
-    not: they break a log line, a terminal, UTF-8)."""
-    return any(unicodedata.category(c) in ("Cc", "Cs") for c in text)
-
-
 def session_id_problem(session_id: str) -> str | None:
     """Why `session_id` cannot name a session, or None. Refused: what cannot be a folder's
     name (empty, `.`, `..`, a slash or backslash), what Temporal would refuse as a
@@ -145,7 +139,7 @@ def session_id_problem(session_id: str) -> str | None:
     for bad, what in (("/", "a slash"), ("\\", "a backslash"), ("-->", "'-->'")):
         if bad in session_id:
             return f"a session id may not hold {what}"
-    if _controls(session_id):
+    if has_controls(session_id):
         return "a session id may not hold control characters or lone surrogates"
     if session_id.startswith("_"):
         return "a session id may not start with '_' (Keel's own workspaces do)"
@@ -245,7 +239,7 @@ def config_bounds_problem(config: SessionConfig) -> str | None:
                               ("user_name", config.user_name, MAX_USER_NAME_CHARS)):
         if not value.strip() or len(value) > most:
             return f"config.{name} has {len(value)} characters; it may have 1 to {most}"
-        if _controls(value):
+        if has_controls(value):
             return f"config.{name} may not hold control characters or lone surrogates"
     if looks_like_source_line(config.user_name) or HARNESS_PREFIX in config.user_name:
         return "config.user_name reads as a source line; a user's name may not"

@@ -20,7 +20,15 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from typing import Any
+
+
+def has_controls(text: str) -> bool:
+    """Whether `text` holds a control character or a lone surrogate: a name, an id or a
+    path may not (they break a log line, a terminal, a listing, UTF-8)."""
+    return any(unicodedata.category(c) in ("Cc", "Cs") for c in text)
+
 
 # -- storable text -----------------------------------------------------------------------
 
