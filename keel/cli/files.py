@@ -20,6 +20,7 @@ from rich.markup import escape
 from keel.cli.shell import CliError, database_url, load_settings, run
 from keel.console import console
 from schemas.config import KeelSettings
+from schemas.files import limit_text
 
 if TYPE_CHECKING:  # the store's code loads only when a command opens one
     from activities.workspace import WorkspaceStore
@@ -89,8 +90,24 @@ def put(
                                          help="The local file to copy in.")],
 ) -> None:
     """Copy a local file into a session's workspace (`_shared skills/NAME/SKILL.md` adds a
-    skill every session sees)."""
+    skill every session sees); a PATH ending in / is a folder, the file keeps its name."""
+    settings = load_settings()
+    target = path + file.name if path.endswith(("/", "\\")) else path
+
     async def main(store: WorkspaceStore) -> None:
-        version = await store.write(session, path, file.read_bytes())
-        console.print(f"put {path} into {session} (v{version})")
-    run(_with_store(load_settings(), main))
+        version = await store.write(session, target, _read_within(file, target, settings))
+        console.print(f"put {escape(target)} into {session} (v{version})")
+    run(_with_store(settings, main))
+
+
+def _read_within(file: Path, target: str, settings: KeelSettings) -> bytes:
+    """The file's bytes, never more than the store could take (a file of gigabytes is
+    refused by its size, not read whole first); the store's own check decides the rest."""
+    from activities.workspace import KEPT_RESULT_MAX_BYTES
+
+    most = max(settings.max_file_bytes, KEPT_RESULT_MAX_BYTES)
+    with file.open("rb") as f:
+        data = f.read(most + 1)
+    if len(data) > most:
+        raise CliError(limit_text(repr(target), file.stat().st_size, settings.max_file_bytes))
+    return data

@@ -56,3 +56,15 @@ async def test_put_then_the_agent_then_files(client, database_url, fake_anthropi
     assert not (tmp_path / "cli" / "workspaces").exists()  # nothing went to a local folder
     refused = await asyncio.to_thread(keel, "put", sid, "../escape.md", str(local), code=1)
     assert "outside the session's workspace" in refused
+    # A PATH ending in / is a folder: the file keeps its name there (it became a file
+    # named "docs" before).
+    assert f"put docs/notes.md into {sid} (v1)" in await asyncio.to_thread(
+        keel, "put", sid, "docs/", str(local))
+    assert await asyncio.to_thread(keel, "files", sid, "docs/notes.md") == (
+        "hello from the user\n")
+    # A file past anything the store takes is refused by its size, not read whole first.
+    huge = tmp_path / "huge.bin"
+    with huge.open("wb") as f:
+        f.truncate(70 * 1024 * 1024)  # sparse: 70 MiB that take no disk
+    refused = await asyncio.to_thread(keel, "put", sid, "huge.bin", str(huge), code=1)
+    assert "'huge.bin' would be 73,400,320 bytes; the limit is 10,000,000 bytes" in refused
