@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio.client import WorkflowHandle
 
 from keel._errors import MessageRejectedError, refusals
@@ -22,6 +23,7 @@ from schemas.session import (
     SessionStatus,
     text_limits,
 )
+from schemas.strict import first_problem
 
 __all__ = ["SessionControls"]
 
@@ -38,8 +40,11 @@ class SessionControls:
                            by: str = "user", note: str = "") -> SessionStatus:
         """Raise the reached budget by these amounts; the paused turn goes on (and pauses
         again if that is not enough). `NoBudgetRequestError` when none is pending."""
-        raise_by = BudgetLimits(usd=usd, input_tokens=input_tokens,
-                                cached_tokens=cached_tokens, output_tokens=output_tokens)
+        try:
+            raise_by = BudgetLimits(usd=usd, input_tokens=input_tokens,
+                                    cached_tokens=cached_tokens, output_tokens=output_tokens)
+        except ValidationError as err:
+            raise MessageRejectedError(f"the budget answer: {first_problem(err)}") from None
         return await self._answer(BudgetAnswer(request_id=request_id, raise_by=raise_by,
                                                by=by, note=note))
 

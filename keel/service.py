@@ -34,6 +34,7 @@ from pydantic import BaseModel, ValidationError, create_model
 from temporalio import activity
 
 from schemas.agent import ApprovalPolicy, ServiceTool, ServiceToolCall, ServiceToolResult
+from schemas.strict import first_problem
 
 __all__ = ["ServiceToolCall", "ServiceToolResult", "ServiceToolset"]
 
@@ -102,11 +103,8 @@ class ServiceToolset:
                 try:
                     args = model.model_validate(call.input)
                 except ValidationError as err:
-                    first = err.errors()[0]
-                    where = ".".join(str(p) for p in first["loc"]) or "(the input)"
                     return ServiceToolResult(
-                        text=f"input does not match at field '{where}': {first['msg']}",
-                        is_error=True)
+                        text=f"the input does not match: {first_problem(err)}", is_error=True)
                 kwargs: dict[str, Any] = {}
                 if whole:
                     params = [p for p in inspect.signature(fn).parameters if p != call_param]

@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from schemas.bundle_memory import MEMORY_KINDS, MEMORY_VERSION
 from schemas.session import SessionConfig, SessionState
+from schemas.strict import first_problem
 
 BUNDLE_FORMAT = "keel-session-bundle"
 BUNDLE_VERSION = 1  # a bundle without memory lines (with them: MEMORY_VERSION, 2)
@@ -314,10 +315,7 @@ def check_header(line: bytes) -> BundleHeader:
     try:
         return BundleHeader.model_validate(raw)
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise BranchError(f"the bundle's header is malformed: {where}: {first['msg']} "
-                          f"({err.error_count()} problem(s))") from None
+        raise BranchError(f"the bundle's header is malformed: {first_problem(err)}") from None
 
 
 def check_end(line: bytes | None, seen: dict[str, int],

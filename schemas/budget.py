@@ -136,7 +136,8 @@ def spend_of(usage: Usage, usd: float) -> Spend:
 class BudgetLimits(SpecModel):
     """Limits on spend; a field left out is no limit."""
 
-    usd: float | None = Field(default=None, ge=0)
+    # Finite: JSON has no infinity (it would arrive as null, no limit at all).
+    usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     input_tokens: int | None = Field(default=None, ge=0)
     cached_tokens: int | None = Field(default=None, ge=0)
     output_tokens: int | None = Field(default=None, ge=0)

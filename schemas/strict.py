@@ -26,7 +26,7 @@ import re
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, model_validator
 
 __all__ = ["STORED", "SpecModel", "arg_secret_problems", "names_secret", "secret_problem",
            "url_problem"]
@@ -72,6 +72,15 @@ _TOKEN_SHAPES: list[tuple[str, re.Pattern[str]]] = [
 ]
 # A reference to a variable, not a value: `$TOKEN`, `${TOKEN}`, `%TOKEN%`.
 _REFERENCE = re.compile(r"^(\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|%[A-Za-z_][A-Za-z0-9_]*%)$")
+
+
+def first_problem(err: ValidationError, whole: str = "(the input)") -> str:
+    """A validation error's first problem in one line, `where: what` (`whole` names the
+    place when it is the value itself), never the value: a refusal's sentence."""
+    first = err.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or whole
+    more = f" ({err.error_count()} problems)" if err.error_count() > 1 else ""
+    return f"{where}: {first['msg']}{more}"
 
 
 def secret_problem(value: str) -> str | None:

@@ -44,5 +44,12 @@ async def test_budget_and_interrupt_commands(client, settings, cli_env,  # noqa:
         assert outcome.reply_text == "Finished after the raise."
         refused = await keel(cli_env, "budget", sid, "--refuse", code=1)
         assert "no budget request is pending in this session" in refused
+        # Amounts no budget can be raised by: one line each (a pydantic traceback was
+        # printed; "inf" travelled as null, no limit, and was answered "not both").
+        for bad in (["--raise", "-5"], ["--output-tokens", "-100"]):
+            said = await keel(cli_env, "budget", sid, *bad, code=2)
+            assert "greater than or equal to 0" in said and "Traceback" not in said
+        said = await keel(cli_env, "budget", sid, "--raise", "inf", code=1)
+        assert "the budget answer: usd: Input should be a finite number" in said
         stopped = await keel(cli_env, "interrupt", sid)
         assert "the session is idle" in stopped

@@ -39,13 +39,13 @@ def _show(status: SessionStatus) -> None:
 def budget(
     session: str,
     raise_: Annotated[float | None, typer.Option(
-        "--raise", help="Raise the reached budget by this many dollars.")] = None,
+        "--raise", min=0, help="Raise the reached budget by this many dollars.")] = None,
     output_tokens: Annotated[int | None, typer.Option(
-        "--output-tokens", help="Raise its output-token limit by this many.")] = None,
+        "--output-tokens", min=0, help="Raise its output-token limit by this many.")] = None,
     input_tokens: Annotated[int | None, typer.Option(
-        "--input-tokens", help="Raise its input-token limit by this many.")] = None,
+        "--input-tokens", min=0, help="Raise its input-token limit by this many.")] = None,
     cached_tokens: Annotated[int | None, typer.Option(
-        "--cached-tokens", help="Raise its cached-token limit by this many.")] = None,
+        "--cached-tokens", min=0, help="Raise its cached-token limit by this many.")] = None,
     refuse: Annotated[bool, typer.Option(
         "--refuse", help="Refuse a raise: the paused turn ends.")] = False,
     note: Annotated[str, typer.Option("--note", help="Said in the record.")] = "",

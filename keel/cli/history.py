@@ -31,7 +31,7 @@ from keel.cli.shell import (
 from keel.cli.waiting import needs_worker
 from keel.console import console, error, one_line, working
 from keel.live import LiveView, event_dict
-from keel.record import RecordEntry, read_session_page
+from keel.record import MAX_PAGE, RecordEntry, read_session_page
 
 __all__ = ["record", "replay", "tail"]
 
@@ -40,7 +40,7 @@ def record(
     session: str,
     user: Annotated[bool, typer.Option("--user", help="Only the user's own messages.")] = False,
     from_seq: Annotated[int, typer.Option("--from", help="First seq.")] = 1,
-    limit: Annotated[int, typer.Option(help="Most rows (at most 1,000).")] = 200,
+    limit: Annotated[int, typer.Option(min=1, max=MAX_PAGE, help="Most rows.")] = 200,
     full: Annotated[bool, typer.Option("--full", help="Whole texts, not one line.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object a row.")] = False,
 ) -> None:

@@ -37,7 +37,8 @@ __all__ = ["demo", "dev", "ui_command", "worker"]
 def dev(ui: Annotated[bool, typer.Option(help="Start the Temporal Web UI too.")] = True,
         keel_ui: Annotated[bool, typer.Option(help="Serve Keel's own UI (`keel ui`) too.")]
         = True,
-        ui_port: Annotated[int, typer.Option(help="Port of Keel's UI (on 127.0.0.1).")]
+        ui_port: Annotated[int, typer.Option(min=0, max=65_535,
+                                             help="Port of Keel's UI (on 127.0.0.1).")]
         = 8765,
         ) -> None:
     """Start the embedded stack (or use TEMPORAL_ADDRESS / DATABASE_URL) and a worker."""
@@ -211,7 +212,7 @@ def demo(
 def ui_command(
     host: Annotated[str, typer.Option(help="Address to bind; anything but loopback needs "
                                            "a token.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port (0: any free one).")] = 8765,
+    port: Annotated[int, typer.Option(min=0, max=65_535, help="Port (0: any free one).")] = 8765,
     token: Annotated[str | None, typer.Option(
         envvar="KEEL_UI_TOKEN", help="Access token, required off loopback.")] = None,
     temporal_ui: Annotated[str | None, typer.Option(

@@ -131,14 +131,15 @@ def vault_rollup(kind: Annotated[_Kind, typer.Argument(help="Which rollup.")] = 
 
 @vault_app.command("search")
 def vault_search(query: str, scope: ScopeOption = "default",
-                 limit: Annotated[int, typer.Option(help="Most hits.")] = 5) -> None:
+                 limit: Annotated[int, typer.Option(min=1, max=100, help="Most hits.")] = 5,
+                 ) -> None:
     """Search one scope's long memory (BM25 + graph rerank), read from PostgreSQL."""
     settings = load_settings()
 
     async def main() -> None:
         url = database_url(settings)
         try:
-            hits = await search_memory(url, query, scope=_check_scope(scope), k=max(1, limit))
+            hits = await search_memory(url, query, scope=_check_scope(scope), k=limit)
         except psycopg.Error as err:
             raise CliError(f"PostgreSQL: {err}") from None
         if note := hits.spelling_note():
