@@ -3,8 +3,8 @@
 With TEMPORAL_ADDRESS and DATABASE_URL unset, Keel starts both itself under the data
 folder (the dev server keeps its state in a SQLite file there, so sessions survive a
 restart). With them set, nothing here runs and the same code talks to the real services.
-A dev server that stops while its block runs (the OOM killer, a crash) is started again on
-its own port and file: the workers' polls reconnect and the sessions go on.
+An embedded server that stops while its block runs (the OOM killer, a crash) is started
+again on its own port, socket and files: the workers reconnect and the sessions go on.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ import shutil
 import sys
 import tempfile
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Protocol
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -55,7 +56,9 @@ def temporal_test_server_path() -> str:
 
 
 def start_embedded_postgres(data_dir: Path) -> str:
-    """Start (or reuse) the embedded PostgreSQL under `data_dir`; returns its URL."""
+    """Start (or reuse) the embedded PostgreSQL under `data_dir`; returns its URL. Its
+    postmaster found dead (a crash) is started again: the library keeps one handle per
+    folder in a process and would hand back the dead one as running."""
     warnings.filterwarnings("ignore", module="platformdirs")
     os.environ.setdefault("XDG_RUNTIME_DIR", str(Path("/tmp") / f"keel-runtime-{os.getuid()}"))
     Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True)
@@ -64,6 +67,7 @@ def start_embedded_postgres(data_dir: Path) -> str:
     pgdata = (data_dir / "postgres").resolve()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+    server.ensure_postgres_running()  # a no-op when it runs
     return server.get_uri("postgres")
 
 
@@ -150,14 +154,27 @@ async def wait_for_servers(settings: KeelSettings) -> None:
         await connect_when_up(settings)
 
 
-# How often the embedded dev server is looked at, and how long a restart may take.
+# How often the embedded servers are looked at, and how long a dev server's start may take.
 WATCH_S = 1.0
 DEV_SERVER_START = timedelta(seconds=60)  # the SDK waits 5 s: a loaded machine is slower
 
 
+def _running(pid: int | None) -> bool:
+    import psutil
+
+    if pid is None:
+        return True  # not known: nothing to watch
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 class EmbeddedTemporal:
-    """The Temporal dev server of `running_stack`, on one SQLite file; `keep()` starts it
-    again on the same port (and UI port) whenever its process is gone."""
+    """The Temporal dev server of `running_stack`, on one SQLite file; `start()` again
+    puts it on the same port (and UI port)."""
+
+    name = "Temporal dev server"
 
     def __init__(self, settings: KeelSettings, *, ui: bool) -> None:
         self.settings, self.ui = settings, ui
@@ -165,7 +182,6 @@ class EmbeddedTemporal:
         self.env: WorkflowEnvironment | None = None
         self.port: int | None = None
         self.pid: int | None = None
-        self.restarts = 0
 
     async def start(self) -> WorkflowEnvironment:
         self.env = await WorkflowEnvironment.start_local(
@@ -191,54 +207,84 @@ class EmbeddedTemporal:
         return None
 
     def alive(self) -> bool:
-        import psutil
+        return _running(self.pid)
 
-        if self.pid is None:
-            return True  # not found at start: nothing to watch
-        try:
-            return psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
-
-    async def keep(self) -> None:
-        """Watch the server, restarting it when it stops, until cancelled."""
-        while True:
-            await asyncio.sleep(WATCH_S)
-            if self.alive():
-                continue
-            log.warning("the embedded Temporal dev server (pid %s) stopped: starting it "
-                        "again on port %s", self.pid, self.port)
-            await self._forget()
-            try:
-                await self.start()
-            except Exception as err:  # the port taken, the binary gone: tried again
-                log.error("the embedded Temporal dev server did not start again: %s", err)
-                self.pid = None
-                await asyncio.sleep(WATCH_S * 5)
-                continue
-            self.restarts += 1
-            log.warning("the embedded Temporal dev server runs again (pid %s)", self.pid)
-
-    async def _forget(self) -> None:
-        env, self.env = self.env, None
-        if env is not None:
-            with contextlib.suppress(Exception):  # its process is already gone
-                await env.shutdown()
+    async def restart(self) -> None:
+        await self.stop()
+        self.pid = None
+        await self.start()
 
     async def stop(self) -> None:
-        await self._forget()
+        env, self.env = self.env, None
+        if env is not None:
+            with contextlib.suppress(Exception):  # its process may be gone already
+                await env.shutdown()
+
+
+class EmbeddedPostgres:
+    """The embedded PostgreSQL under the data folder: its postmaster's pid is in its lock
+    file; started again on the same folder and socket, its data as the crash left it
+    (PostgreSQL replays its log)."""
+
+    name = "PostgreSQL"
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.pid = self._read_pid()
+
+    def _read_pid(self) -> int | None:
+        lock = (self.data_dir / "postgres" / "postmaster.pid").resolve()
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            return int(lock.read_text().split("\n", 1)[0])
+        return None
+
+    def alive(self) -> bool:
+        return _running(self.pid)
+
+    async def restart(self) -> None:
+        await asyncio.to_thread(start_embedded_postgres, self.data_dir)
+        self.pid = self._read_pid()
+
+
+class _Server(Protocol):
+    name: str
+
+    def alive(self) -> bool: ...
+
+    async def restart(self) -> None: ...
+
+
+async def keep_running(servers: Sequence[_Server]) -> None:
+    """Start each embedded server again whenever its process is gone (the OOM killer, a
+    crash), saying so, until cancelled. The workers' connections come back by themselves."""
+    while True:
+        await asyncio.sleep(WATCH_S)
+        for server in servers:
+            if server.alive():
+                continue
+            log.warning("the embedded %s is not running: starting it again", server.name)
+            try:
+                await server.restart()
+            except Exception as err:  # a port taken, a binary gone: tried again next time
+                log.error("the embedded %s did not start again: %s", server.name, err)
+                continue
+            if server.alive():  # else its old process is not yet reaped: next time
+                log.warning("the embedded %s runs again", server.name)
 
 
 @asynccontextmanager
 async def running_stack(settings: KeelSettings, *, ui: bool = False) -> AsyncIterator[Stack]:
-    """Connect to the configured services, or start the embedded ones for this block."""
+    """Connect to the configured services, or start the embedded ones for this block (and
+    start them again whenever they stop, while it runs)."""
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
     database_url = settings.database_url or start_embedded_postgres(data_dir)
     apply_migrations(database_url)
+    watched: list[_Server] = [] if settings.database_url else [EmbeddedPostgres(data_dir)]
     if settings.temporal_address:
         client = await connect(settings)
-        yield Stack(client, database_url, settings.temporal_address, embedded=False)
+        async with _kept(watched):
+            yield Stack(client, database_url, settings.temporal_address, embedded=False)
         return
     server = EmbeddedTemporal(settings, ui=ui)
     env = await server.start()
@@ -247,11 +293,19 @@ async def running_stack(settings: KeelSettings, *, ui: bool = False) -> AsyncIte
     # The owner's pid: a `keel dev` started after this one was killed stops what it left.
     stack_file.write_text(json.dumps({"temporal_address": address, "database_url": database_url,
                                       "pid": str(os.getpid())}))
-    keeping = asyncio.create_task(server.keep())
     try:
-        yield Stack(env.client, database_url, address, embedded=True)
+        async with _kept([*watched, server]):
+            yield Stack(env.client, database_url, address, embedded=True)
+    finally:
+        stack_file.unlink(missing_ok=True)
+        await server.stop()
+
+
+@asynccontextmanager
+async def _kept(servers: list[_Server]) -> AsyncIterator[None]:
+    keeping = asyncio.create_task(keep_running(servers))
+    try:
+        yield
     finally:
         keeping.cancel()
         await asyncio.wait({keeping})
-        stack_file.unlink(missing_ok=True)
-        await server.stop()

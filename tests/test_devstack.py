@@ -99,3 +99,30 @@ def _dev_server_pids(data_dir: Path) -> list[int]:
     return [p.pid for p in psutil.Process().children()
             if p.status() != psutil.STATUS_ZOMBIE
             and "start-dev" in p.cmdline() and any(sqlite in a for a in p.cmdline())]
+
+
+async def test_an_embedded_postgres_that_stops_is_started_again_with_its_data(
+        monkeypatch) -> None:
+    monkeypatch.setattr(devstack, "WATCH_S", 0.2)
+    with devstack.temporary_postgres("keel-pg-watch-") as url:
+        data_dir = Path(url.split("host=", 1)[1]).parent
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE kept (note text)")
+            conn.execute("INSERT INTO kept VALUES ('written before the crash')")
+        server = devstack.EmbeddedPostgres(data_dir)
+        first = server.pid
+        assert first is not None and server.alive()
+        keeping = asyncio.create_task(devstack.keep_running([server]))
+        try:
+            os.kill(first, signal.SIGKILL)  # the postmaster: its backends follow it
+            for _ in range(300):
+                await asyncio.sleep(0.1)
+                if server.pid != first and server.alive():
+                    break
+            assert server.pid != first and server.alive()
+            with psycopg.connect(url) as conn:
+                rows = conn.execute("SELECT note FROM kept").fetchall()
+            assert rows == [("written before the crash",)]
+        finally:
+            keeping.cancel()
+            await asyncio.wait({keeping})
