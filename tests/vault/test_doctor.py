@@ -124,9 +124,9 @@ async def test_doctor_repairs_what_it_may_and_reports_the_rest(client, tmp_path,
 
 async def test_symbolic_links_are_named_for_a_person_and_never_read(client, tmp_path,
                                                                   database_url):
-    # A link to a host file (its text must never reach memory, and so the model) and a
-    # link back into the vault (a loop): every step failed on either before (a path
-    # outside the vault; RecursionError).
+    # A link to a host file (its text must never reach memory, and so the model) failed
+    # every step before (a path outside the vault); a link back into the vault (a loop)
+    # was passed over without a word. Both are now named, neither is read.
     ctx = make_ctx(tmp_path, database_url)
     ctx.vault.ensure()
     root = ctx.vault.root
