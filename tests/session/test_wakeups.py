@@ -178,6 +178,9 @@ async def test_client_cancels_and_end_drops(temporal_env, database_url, fake_ant
         except NotPendingError:
             pass
         await session.end()
+        # The end's notices are recorded as the session completes, after the update has
+        # answered: wait for that before this worker stops (its grace is 0 in tests).
+        await asyncio.wait_for(session.handle.result(), 60)
     notices = [r[2] for r in rows(database_url, "wake-cancel") if r[0] == "notice"]
     assert any("w1 was cancelled" in n for n in notices)
     assert any("wakeups were dropped: w2" in n for n in notices)
