@@ -53,6 +53,7 @@ from schemas.bundle_memory import (
     renamed_entry,
     renamed_op,
 )
+from schemas.files import normal_path, workspace_path_problem
 from schemas.messages import user_display_prefix
 from schemas.session import SessionState, session_id_problem
 from schemas.tokens import count_tokens
@@ -147,6 +148,17 @@ async def export_bundle(database_url: str, state: SessionState,
     return gzip.compress(raw, compresslevel=6, mtime=0)
 
 
+def _file_path_problem(path: Any) -> str | None:
+    """A bundle's file whose path no workspace may hold (an export writes only paths a
+    store took, normalised): refused before anything is written, where the local store
+    refused it after the import's transaction, leaving the session without its files."""
+    if not isinstance(path, str):
+        return "the bundle has a file line without its path"
+    problem = workspace_path_problem(path) or (
+        None if normal_path(path) == path else f"{path!r} is not a normal path")
+    return f"the bundle's file: {problem}" if problem else None
+
+
 def read_bundle(bundle: bytes) -> tuple[BundleHeader, dict[str, list[dict[str, Any]]]]:
     """A bundle's header and its lines by kind; `BranchError` for what is no bundle."""
     lines = unpacked(bundle).split(b"\n")
@@ -163,6 +175,8 @@ def read_bundle(bundle: bytes) -> tuple[BundleHeader, dict[str, list[dict[str, A
             raise BranchError(f"the bundle has a line of unknown kind {kind!r} (format "
                               f"version {header.version})")
         if kind in MEMORY_KINDS and (problem := path_problem(kind, str(item.get("path")))):
+            raise BranchError(problem)
+        if kind == "file" and (problem := _file_path_problem(item.get("path"))):
             raise BranchError(problem)
         parts[kind].append(item)
     check_end(lines[-1] if len(lines) > 1 else None, {k: len(v) for k, v in parts.items()},

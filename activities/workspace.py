@@ -45,7 +45,6 @@ import contextlib
 import hashlib
 import json
 import os
-import posixpath
 import tempfile
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -53,8 +52,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from schemas.config import KeelSettings, WorkspaceStoreKind
-from schemas.files import limit_text
-from schemas.text import has_controls
+from schemas.files import limit_text, normal_path, workspace_path_problem
 
 SHARED_SCOPE = "_shared"
 SHARED_SKILLS = "skills/"  # a shared skill is skills/<name>/SKILL.md of the shared scope
@@ -92,32 +90,12 @@ class FileInfo:
     version: int
 
 
-# A file's path in a workspace, in UTF-8 bytes: each part (a folder's or file's name) and
-# the whole. Both stores hold the same names: a part must leave room, under a filesystem's
-# 255, for the local store's temporary name beside it.
-MAX_PATH_PART_BYTES = 200
-MAX_PATH_BYTES = 1_024
-
-
 def clean_path(rel: str) -> str:
-    """`rel` normalised inside its scope, or `StoreError`: never outside it, never a
-    control character (a newline in a name would forge a line of a listing, or of the
-    system prompt's AGENTS.md headings), never a name the local store cannot hold."""
-    if not rel or "\x00" in rel:
-        raise StoreError("a path is required")
-    if has_controls(rel):
-        raise StoreError(f"{rel!r}: a path may not hold a control character (a newline, a "
-                         "tab, an escape); refused")
-    norm = posixpath.normpath(rel.replace("\\", "/"))
-    if norm.startswith("/") or norm == ".." or norm.startswith("../") or norm == ".":
-        raise StoreError(f"{rel!r} is outside the session's workspace; refused")
-    size = len(norm.encode("utf-8"))
-    longest = max(len(part.encode("utf-8")) for part in norm.split("/"))
-    if size > MAX_PATH_BYTES or longest > MAX_PATH_PART_BYTES:
-        shown = repr(rel) if len(rel) <= 80 else repr(rel[:80]) + "…"
-        raise StoreError(f"{shown}: a path may have at most {MAX_PATH_BYTES:,} bytes, "
-                         f"each name in it {MAX_PATH_PART_BYTES}; refused")
-    return norm
+    """`rel` normalised inside its scope, or `StoreError` (the rule:
+    schemas.files.workspace_path_problem)."""
+    if problem := workspace_path_problem(rel):
+        raise StoreError(problem)
+    return normal_path(rel)
 
 
 def is_agents_file(rel: str) -> bool:

@@ -26,6 +26,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from schemas.text import has_controls
 from schemas.vault.schema import CARDS_DIR, DAILY_DIR
 
 __all__ = ["BUNDLE_MEMORY_WORKFLOW", "MEMORY_KINDS", "MEMORY_VERSION", "BundleMemoryDone",
@@ -108,7 +109,8 @@ def entry_block(text: str) -> str:
 def path_problem(kind: str, path: str) -> str | None:
     """Why a memory line's path is not one an import may write (None: it may)."""
     parts = path.split("/")
-    if path.startswith("/") or ".." in parts or "" in parts or "\\" in path:
+    if path.startswith("/") or ".." in parts or "" in parts or "\\" in path \
+            or has_controls(path):
         return f"the bundle's {kind} path {path!r} is not a plain path inside the vault"
     if kind == "card" and (parts[0] != CARDS_DIR or not path.endswith(".md")):
         return f"the bundle's card path {path!r} is not a card under {CARDS_DIR}/"

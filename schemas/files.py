@@ -11,19 +11,56 @@ Invariants:
   schemas.text's payload budget. Larger files go through `keel put` / `keel files`, which
   use the store directly.
 - Bytes travel as URL-safe base64 in JSON (a plain-JSON client sends and reads them so).
+- One rule for a path (`workspace_path_problem`, `normal_path`): relative, inside its
+  workspace, no control character, a name both stores (and a filesystem) can hold. The
+  stores, the agent's tools and an imported bundle's files all answer to it.
 
 These models travel in Temporal histories: add fields only as optional with defaults.
 """
 
 from __future__ import annotations
 
+import posixpath
+
 from pydantic import BaseModel, ConfigDict
 
-from schemas.text import PAYLOAD_LIMIT_BYTES
+from schemas.text import PAYLOAD_LIMIT_BYTES, has_controls
 
 # base64 makes 4 bytes of 3: the encoded file fits the payload budget of one message.
 FILE_CALL_MAX_BYTES = PAYLOAD_LIMIT_BYTES * 3 // 4
 _BYTES_AS_BASE64 = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
+
+# A file's path in a workspace, in UTF-8 bytes: each part (a folder's or file's name) and
+# the whole. Both stores hold the same names: a part must leave room, under a filesystem's
+# 255, for the local store's temporary name beside it.
+MAX_PATH_PART_BYTES = 200
+MAX_PATH_BYTES = 1_024
+
+
+def normal_path(rel: str) -> str:
+    """`rel` as the stores keep it: POSIX separators, `.` and `..` resolved."""
+    return posixpath.normpath(rel.replace("\\", "/"))
+
+
+def workspace_path_problem(rel: str) -> str | None:
+    """Why `rel` cannot name a file of a workspace, or None: empty, outside it, a control
+    character (a newline in a name would forge a line of a listing, or of the system
+    prompt's AGENTS.md headings), a name past what the local store can hold."""
+    if not rel or "\x00" in rel:
+        return "a path is required"
+    if has_controls(rel):
+        return (f"{rel!r}: a path may not hold a control character (a newline, a tab, an "
+                "escape); refused")
+    norm = normal_path(rel)
+    if norm.startswith("/") or norm == ".." or norm.startswith("../") or norm == ".":
+        return f"{rel!r} is outside the session's workspace; refused"
+    longest = max(len(part.encode("utf-8")) for part in norm.split("/"))
+    if len(norm.encode("utf-8")) > MAX_PATH_BYTES or longest > MAX_PATH_PART_BYTES:
+        shown = repr(rel) if len(rel) <= 80 else repr(rel[:80]) + "…"
+        return (f"{shown}: a path may have at most {MAX_PATH_BYTES:,} bytes, each name in it "
+                f"{MAX_PATH_PART_BYTES}; refused")
+    return None
 
 
 def limit_text(what: str, size: int, limit: int) -> str:

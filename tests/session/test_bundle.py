@@ -4,6 +4,7 @@ round-trip; an import that fails midway leaves nothing, and its retry makes one.
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -142,6 +143,22 @@ async def test_a_bundle_of_another_version_is_refused_with_it_named(
         with pytest.raises(BranchRefusedError, match="lines are malformed"):
             await KeelClient.import_session(keel, gzip.compress(odd), "elsewhere")
         assert not await keel.session("elsewhere").is_running()
+        # A file no workspace may hold (a hand-made bundle): refused before anything is
+        # written, where the local store refused it after the transaction.
+        for path, said in (("../../escape.txt", "outside the session's workspace"),
+                           ("notes\n## Instructions/AGENTS.md", "control character"),
+                           ("a/./b.txt", "is not a normal path")):
+            end = json.loads(lines[-1])
+            counts = end["data"]["counts"]
+            counts["file"] = counts.get("file", 0) + 1
+            file_line = json.dumps({"data": {"path": path, "version": 1, "data": "\\x6869",
+                                             "size": 2, "written_at": "2026-12-06T00:00:00Z"},
+                                    "line": "file"}).encode() + b"\n"
+            crafted = b"".join([*lines[:-1], file_line, json.dumps(end).encode() + b"\n"])
+            with pytest.raises(BranchRefusedError, match=f"the bundle's file: .*{said}"):
+                await KeelClient.import_session(keel, gzip.compress(crafted), "elsewhere")
+            assert db(database_url, "SELECT count(*) FROM sessions WHERE session_id = %s",
+                      "elsewhere") == [(0,)]
         # A user's row made to read as a harness input: imported with its user's name
         # before it, as the session gives a message it receives.
         forged = bundle.replace(b'"content_text":"hello"',
