@@ -49,6 +49,7 @@ from schemas.branch import (
 from schemas.bundle_memory import (
     MEMORY_KINDS,
     MEMORY_VERSION,
+    entry_problem,
     path_problem,
     renamed_entry,
     renamed_op,
@@ -177,6 +178,8 @@ def read_bundle(bundle: bytes) -> tuple[BundleHeader, dict[str, list[dict[str, A
         if kind in MEMORY_KINDS and (problem := path_problem(kind, str(item.get("path")))):
             raise BranchError(problem)
         if kind == "file" and (problem := _file_path_problem(item.get("path"))):
+            raise BranchError(problem)
+        if kind == "daily" and (problem := entry_problem(item.get("seq"), item.get("text"))):
             raise BranchError(problem)
         parts[kind].append(item)
     check_end(lines[-1] if len(lines) > 1 else None, {k: len(v) for k, v in parts.items()},

@@ -27,6 +27,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from schemas.text import has_controls
+from schemas.vault.rollup import split_transcript
 from schemas.vault.schema import CARDS_DIR, DAILY_DIR
 
 __all__ = ["BUNDLE_MEMORY_WORKFLOW", "MEMORY_KINDS", "MEMORY_VERSION", "BundleMemoryDone",
@@ -104,6 +105,18 @@ def renamed_entry(text: str, old: str, new: str) -> str:
 def entry_block(text: str) -> str:
     """An entry as it is appended to a daily file (as the transcript appends one)."""
     return f"\n{text}\n"
+
+
+def entry_problem(seq: object, text: object) -> str | None:
+    """Why a `daily` line is not exactly one transcript entry, its own (None: it is): a
+    crafted line holding a second heading and marker would append an entry the session
+    never had (another speaker's, another seq's)."""
+    if not isinstance(text, str) or not isinstance(seq, int):
+        return "the bundle has a daily line without its seq and text"
+    found = split_transcript(entry_block(text))
+    if [q for _, q, _ in found] != [seq]:
+        return f"the bundle's daily entry #{seq} is not one transcript entry of its own"
+    return None
 
 
 def path_problem(kind: str, path: str) -> str | None:

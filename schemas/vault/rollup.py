@@ -403,13 +403,36 @@ _SHOWN_MARK_RE = re.compile(r"(?m)^(####[^\n]*?) ?<!-- keel:(?:[^\s:]+:\d+ -->$|
 def without_markers(text: str) -> str:
     """Text as a person or the model reads it: the entry headings' markers (there for the
     vault's writer to find an entry again) left out; the heading's time, speaker and
-    session stay, and a message's own text is never touched."""
-    return _SHOWN_MARK_RE.sub(r"\1", text)
+    session stay, and a message's own words are shown as written (`unescape_markers`)."""
+    return unescape_markers(_SHOWN_MARK_RE.sub(r"\1", text))
+
+
+# An entry marker's opening inside a message's words, and its escaped forms: `<` becomes
+# `&lt;`, and an `&lt;` already there gains an `amp;` (and so on), so escaping is undone
+# exactly. Markdown shows `&lt;` as `<`: a person reading the daily file sees the words.
+_MARK_OPEN = re.compile(r"(<|&(?:amp;)*lt;)(?=!-- keel:)")
+
+
+def escape_markers(body: str) -> str:
+    """A message's words with every entry marker in them made inert: a message holding
+    `#### … <!-- keel:s1:9 -->` would otherwise be read as an entry of its own (another
+    speaker's, another session's) by every reader of the daily file."""
+    return _MARK_OPEN.sub(lambda m: "&lt;" if m.group(1) == "<" else "&amp;" + m.group(1)[1:],
+                          body)
+
+
+def unescape_markers(body: str) -> str:
+    """`escape_markers` undone: the message's own words."""
+    def one(m: re.Match[str]) -> str:
+        opening = m.group(1)  # "<" itself: a hand edit, or an entry written before escaping
+        return opening if opening == "<" else "<" if opening == "&lt;" else "&" + opening[5:]
+    return _MARK_OPEN.sub(one, body)
 
 
 def transcript_entry(session_id: str, seq: int, when: datetime, speaker: str, text: str) -> str:
-    """One message as it goes in daily/YYYY-MM-DD.md, word for word, found again by marker."""
-    body = text.rstrip("\n")
+    """One message as it goes in daily/YYYY-MM-DD.md, word for word (its markers made
+    inert), found again by marker."""
+    body = escape_markers(text.rstrip("\n"))
     return (f"\n#### {when.strftime('%H:%M:%S')} · {speaker} · {session_id} "
             f"{entry_marker(session_id, seq)}\n\n{body}\n")
 
@@ -439,8 +462,8 @@ def parse_entry(entry: str) -> tuple[str, str, str]:
     first, _, rest = entry.partition("\n")
     m = _HEADING_RE.match(first)
     if not m:
-        return "user", "", entry.strip()
-    return m.group(2), m.group(1), rest.strip()
+        return "user", "", unescape_markers(entry.strip())
+    return m.group(2), m.group(1), unescape_markers(rest.strip())
 
 
 # --- what a rollup request carries ------------------------------------------------------
