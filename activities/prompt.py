@@ -29,6 +29,7 @@ from schemas.context import (
     WorkspaceDoc,
     agents_md_budget,
     build_system_prompt,
+    skills_budget,
 )
 from schemas.mcp import McpTool
 from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL
@@ -125,7 +126,8 @@ class SessionPrompt:
             skills=skills, agents_md=agents,
             core_memory=await self.core_memory(self._scopes.get(session_id), files),
             offline_notice=OFFLINE_NOTICE if self._offline else "",
-            instructions=instructions, agents_md_tokens=agents_md_budget(hard_limit)))
+            instructions=instructions, agents_md_tokens=agents_md_budget(hard_limit),
+            skills_tokens=skills_budget(hard_limit)))
 
     async def core_memory(self, scope: str | None = DEFAULT_SCOPE,
                           files: PromptFiles | None = None) -> str:

@@ -95,6 +95,47 @@ def core_section(text: str) -> str:
             "shorten it; memory_search finds the rest.]")
 
 
+# What the skills catalog may take of the system prompt, in tokens: at most this, and at
+# most a sixteenth of the session's hard limit (from the share schemas.input_size leaves the
+# rest of the conversation). Past it a skill is named without its description, and past
+# that counted: `load_skill` takes any of them by name.
+SKILLS_MAX_TOKENS = 4_000
+
+
+def skills_budget(hard_limit: int | None) -> int:
+    """The skills catalog's tokens for a session whose hard limit is `hard_limit`."""
+    if hard_limit is None:
+        return SKILLS_MAX_TOKENS
+    return max(min(SKILLS_MAX_TOKENS, hard_limit // 16), 0)
+
+
+def skills_section(skills: list[SkillEntry], budget: int = SKILLS_MAX_TOKENS) -> str:
+    """The catalog: each skill's line while they fit `budget`, then names alone while they
+    fit, then how many more there are (shared skills are a folder anyone may fill)."""
+    lines: list[str] = []
+    left = budget
+    for skill in skills:
+        cost = count_tokens(skill.line()) + 1
+        if cost > left:
+            break
+        lines.append(skill.line())
+        left -= cost
+    names: list[str] = []
+    for skill in skills[len(lines):]:
+        cost = count_tokens(skill.name) + 1
+        if cost > left:
+            break
+        names.append(skill.name)
+        left -= cost
+    rest = len(skills) - len(lines) - len(names)
+    if names or rest:
+        more = f"; {rest:,} more not named" if rest else ""
+        lines.append(f"[Keel: past what the system prompt holds of the catalog: "
+                     f"{', '.join(names) or 'none named'}{more}; load_skill takes a name]")
+    return ("## Skills\nLoad a skill's full text with the `load_skill` tool.\n"
+            + "\n".join(lines))
+
+
 class SystemPromptParts(BaseModel):
     identity: str = IDENTITY
     rules: list[str] = Field(default_factory=lambda: list(RULES))
@@ -106,6 +147,7 @@ class SystemPromptParts(BaseModel):
     # Keel's identity and rules, before anything else; never condensed.
     instructions: str = ""
     agents_md_tokens: int = AGENTS_MD_MAX_TOKENS  # agents_md_budget(the hard limit)
+    skills_tokens: int = SKILLS_MAX_TOKENS  # skills_budget(the hard limit)
 
 
 def agents_md_budget(hard_limit: int | None) -> int:
@@ -145,10 +187,7 @@ def build_system_prompt(parts: SystemPromptParts) -> str:
     if parts.instructions.strip():
         out.append("## Instructions for this session\n" + parts.instructions.strip())
     if parts.skills:
-        catalog = "\n".join(s.line() for s in parts.skills)
-        out.append(
-            "## Skills\nLoad a skill's full text with the `load_skill` tool.\n" + catalog
-        )
+        out.append(skills_section(parts.skills, parts.skills_tokens))
     out += agents_sections(parts.agents_md, parts.agents_md_tokens)
     if parts.core_memory.strip():
         out.append("## Core memory (CORE.md)\n" + core_section(parts.core_memory))

@@ -5,8 +5,9 @@ Invariants (pure, deterministic: the workflow applies them). The window's hard l
 a request may have, a full reply aside) is shared out so that no part at its own limit can
 leave the others no room: an input at most a half, what the agent adds to every request a
 quarter, its AGENTS.md files an eighth (schemas.context.agents_md_budget); the last eighth
-and more is the rest of the conversation's (core memory, a checkpoint's text, recalled
-memory, the turn's own calls).
+and more is the rest of the conversation's (core memory, at most a sixteenth for the skills
+catalog (schemas.context.skills_budget), a checkpoint's text, recalled memory, the turn's
+own calls).
 - An input within the limits has at most `max_chars` characters and at most half the
   hard limit in tokens (`schemas.tokens.count_tokens`), so a checkpoint can always make it
   fit.

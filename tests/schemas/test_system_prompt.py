@@ -11,12 +11,15 @@ from schemas.context import (
     AGENTS_MD_MAX_TOKENS,
     CORE_PROMPT_MAX_CHARS,
     SKILL_DESCRIPTION_CHARS,
+    SKILLS_MAX_TOKENS,
     SkillEntry,
     SystemPromptParts,
     WorkspaceDoc,
     agents_md_budget,
     agents_sections,
     build_system_prompt,
+    skills_budget,
+    skills_section,
 )
 from schemas.tokens import count_tokens
 
@@ -78,3 +81,22 @@ def test_a_pasted_core_md_is_cut_at_a_line_and_says_so() -> None:
     assert head.endswith(facts[head.count("\n- fact") - 1])  # whole lines only
     assert note.startswith(f"[Keel: CORE.md is {len(core):,} characters, past its 1,200")
     assert count_tokens(prompt) < 2_000
+
+
+def test_a_catalog_of_many_skills_stays_within_its_budget_and_names_the_rest() -> None:
+    # 300 shared skills with full descriptions went whole into every request (61,500
+    # tokens): a 16k session could send nothing.
+    skills = [SkillEntry(name=f"skill-{i}", description="Does one careful thing. " * 40)
+              for i in range(300)]
+    prompt = build_system_prompt(SystemPromptParts(skills=skills))
+    section = prompt.split("## Skills\n", 1)[1]
+    assert count_tokens(section) <= SKILLS_MAX_TOKENS + 60
+    assert "- skill-0: Does one careful thing." in section
+    assert section.rstrip().endswith("load_skill takes a name]")
+    shown = section.count("\n- skill-")
+    named = section.rsplit("of the catalog: ", 1)[1].split("; ", 1)[0].split(", ")
+    assert 0 < shown < 300 and "more not named" in section
+    assert named[0] == f"skill-{shown}"  # the order kept: lines, then names, then a count
+    small = skills_section(skills[:2], skills_budget(16_000))
+    assert "[Keel:" not in small and small.count("\n- skill-") == 2
+    assert skills_budget(16_000) == 1_000 and skills_budget(None) == SKILLS_MAX_TOKENS
