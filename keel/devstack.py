@@ -113,6 +113,11 @@ def read_stack_file(data_dir: Path) -> dict[str, str] | None:
     return found
 
 
+def _dev_server_on(cmdline: list[str], sqlite: str) -> bool:
+    """Whether a process's command line is a Temporal dev server on the SQLite file."""
+    return "start-dev" in cmdline and any(sqlite in arg for arg in cmdline)
+
+
 def stop_orphaned_stack(data_dir: Path, grace_s: float = 10.0) -> list[int]:
     """The pids of the Temporal dev servers a `keel dev` left running on `data_dir` when it
     was killed (SIGKILL, the OOM killer: its own cleanup never ran), stopped now, and its
@@ -130,8 +135,7 @@ def stop_orphaned_stack(data_dir: Path, grace_s: float = 10.0) -> list[int]:
     sqlite = str((data_dir / "temporal.sqlite").resolve())
     orphans = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
-        cmdline = proc.info.get("cmdline") or []
-        if "start-dev" in cmdline and any(sqlite in arg for arg in cmdline):
+        if _dev_server_on(proc.info.get("cmdline") or [], sqlite):
             orphans.append(proc)
     for proc in orphans:
         with contextlib.suppress(psutil.Error):
@@ -201,8 +205,7 @@ class EmbeddedTemporal:
 
         for child in psutil.Process().children():
             with contextlib.suppress(psutil.Error):
-                cmdline = child.cmdline()
-                if "start-dev" in cmdline and any(self.sqlite in a for a in cmdline):
+                if _dev_server_on(child.cmdline(), self.sqlite):
                     return child.pid
         return None
 
