@@ -259,8 +259,8 @@ def _summary_paths(vault: Vault, kind: RollupKind) -> dict[str, str]:
     """Stem -> vault path of each summary of one kind (the vault's own files: a symbolic
     link is never read, as `Vault.markdown_files` says)."""
     folder = f"{SUMMARIES_DIR}/{kind.value}/"
-    return {rel[len(folder):-3]: rel for rel in vault.markdown_files()
-            if rel.startswith(folder) and "/" not in rel[len(folder):]}
+    return {rel[len(folder):-3]: rel for rel in vault.markdown_files(under=folder)
+            if "/" not in rel[len(folder):]}
 
 
 def _sources(vault: Vault, period: Period) -> tuple[RollupKind | None, list[str]]:

@@ -246,9 +246,10 @@ class Vault:
 
     # --- files --------------------------------------------------------------------------
 
-    def markdown_files(self) -> list[str]:
-        """The vault's own markdown files (relative paths, in path order)."""
-        return self._walk()[0]
+    def markdown_files(self, under: str = "") -> list[str]:
+        """The vault's own markdown files (relative paths, in path order), all of them or
+        those in the folder `under`."""
+        return self._walk(under)[0]
 
     def linked_files(self) -> list[str]:
         """The markdown names in the vault that are symbolic links: never read (one may
@@ -256,10 +257,14 @@ class Vault:
         into the vault, a loop); the doctor names them for a person."""
         return self._walk()[1]
 
-    def _walk(self) -> tuple[list[str], list[str]]:
+    def _walk(self, under: str = "") -> tuple[list[str], list[str]]:
         files: list[str] = []
         links: list[str] = []
-        for folder, dirs, names in os.walk(self.root):  # a linked folder is not entered
+        start = self.root / under
+        # A folder that is (or lies under) a link is not the vault's own: not entered.
+        if under and (not start.is_dir() or start.resolve() != self.root.resolve() / under):
+            return files, links
+        for folder, dirs, names in os.walk(start):  # a linked folder is not entered
             here = Path(folder).relative_to(self.root)
             dirs[:] = [d for d in dirs if (here / d).as_posix() not in _NOT_NOTES]
             for name in names:

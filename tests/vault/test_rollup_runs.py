@@ -2,6 +2,7 @@
 the fake Messages API (answering by the offline rollup rules); catch-up; the offline rules."""
 
 import json
+import shutil
 import threading
 import uuid
 from datetime import UTC, date, datetime, timedelta
@@ -239,3 +240,12 @@ def test_a_summary_that_is_a_symbolic_link_is_never_read(tmp_path, database_url)
     (ctx.vault.root / folder / "2026-06-02.md").symlink_to(outside)
     assert _summary_paths(ctx.vault, RollupKind.DAILY) == {
         "2026-06-01": f"{folder}/2026-06-01.md"}
+    # A summaries folder that is itself a link to a host folder: not entered.
+    host = tmp_path / "host-folder"
+    host.mkdir()
+    (host / "2026-W23.md").write_text("# not the vault's\n")
+    weekly = ctx.vault.root / f"summaries/{RollupKind.WEEKLY.value}"
+    if weekly.exists():
+        shutil.rmtree(weekly)  # the template's (a .gitkeep)
+    weekly.symlink_to(host, target_is_directory=True)
+    assert _summary_paths(ctx.vault, RollupKind.WEEKLY) == {}
