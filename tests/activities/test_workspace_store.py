@@ -149,7 +149,7 @@ async def test_a_path_is_a_name_both_stores_can_hold(kind, tmp_path, database_ur
     for bad in ("ü" * 101 + ".txt", "/".join(["d" * 200] * 6)):
         with pytest.raises(StoreError, match="a path may have at most 1,024 bytes"):
             await store.write("s1", bad, b"x")
-    fine = "/".join(["é" * 99] * 5) + "/Ωmega notes.txt"  # 1,009 bytes, 198 a name
+    fine = "/".join(["é" * 99] * 5) + "/Ωmega notes.txt"  # 1,011 bytes, 198 a name
     assert await store.write("s1", fine, b"kept") == 1
     found = await store.read("s1", fine)
     assert found is not None and found.data == b"kept"
