@@ -39,6 +39,7 @@ from schemas.events import (
     TurnInterrupted,
     TurnStarted,
 )
+from schemas.messages import stop_note
 from schemas.model import OFFLINE_MODEL_NAME
 from schemas.session import TurnOutcome
 
@@ -211,6 +212,8 @@ class LiveView:
             self._mend(e.reply_seq, e.reply_preview, e.reply_chars)
         if e.error:
             self._line(f"[red]{escape(e.error)}[/]")
+        if note := stop_note(e.stop_reason):
+            self._line(f"[yellow]({escape(note)})[/]")
         if self.mid_line:
             self.console.print()
             self.mid_line = False
@@ -253,6 +256,8 @@ class LiveView:
                 self._line(f"[red]{escape(outcome.error)}[/]")
             if outcome.stopped_reason and outcome.stopped_reason != outcome.error:
                 self._line(f"[yellow]{escape(outcome.stopped_reason)}[/]")
+            if note := stop_note(outcome.stop_reason):
+                self._line(f"[yellow]({escape(note)})[/]")
 
 
 def event_dict(offset: int, event: Any) -> dict[str, Any]:

@@ -129,6 +129,7 @@ class TurnEnded(_Event):
     cached_tokens: int | None = None
     uncached_tokens: int | None = None
     cache_ttl: Name | None = None
+    stop_reason: Name | None = None  # the last reply's (TurnOutcome.stop_reason)
 
 
 class TextDelta(_Event):

@@ -242,6 +242,23 @@ def inline_reply(text: str) -> str:
     return text[:REPLY_INLINE_CHARS]
 
 
+# The API's stop reasons that mean the reply is not the whole answer, and what to tell
+# the person (the reply itself is kept as the model wrote it).
+_STOP_NOTES = {
+    "max_tokens": "the reply stops at the output limit (max_output_tokens): ask it to go on, "
+                  "or raise the limit",
+    "model_context_window_exceeded": "the reply stops where the model's context window "
+                                     "ended: ask it to go on",
+    "refusal": "the model declined to answer this",
+}
+
+
+def stop_note(stop_reason: str | None) -> str | None:
+    """What a person should know of a reply that stopped for `stop_reason`, or None when
+    the reply is whole (`end_turn`, `tool_use`, a stop sequence)."""
+    return _STOP_NOTES.get(stop_reason or "")
+
+
 class ModelReply(BaseModel):
     """What the model-call activity returns: small, never the conversation."""
 

@@ -273,6 +273,9 @@ class TurnOutcome(BaseModel):
     retry: bool = False
     interrupted: bool = False  # a new message stopped this turn (schemas.interrupt)
     spent: Spend | None = None  # what the turn spent (schemas.budget)
+    # The API's stop reason for the last reply: "max_tokens" is a reply cut at the output
+    # limit (schemas.messages.stop_note says what to tell a person).
+    stop_reason: str | None = None
 
 
 class TurnInProgress(BaseModel):

@@ -258,7 +258,7 @@ class Turns:
             reply_cut=chars > len(reply.text) if reply else False, reply_chars=chars,
             error=error, stopped_reason=state.stopped_reason,
             interrupted=self.interrupts.requested or bool(reply and reply.interrupted),
-            spent=state.budget.turn_spent)
+            spent=state.budget.turn_spent, stop_reason=reply.stop_reason if reply else None)
         run.events.emit(TurnEnded, turn=state.turn, reply_seq=outcome.reply_seq,
                         reply_chars=chars,
                         reply_preview=outcome.reply_text, error=error,
@@ -267,7 +267,8 @@ class Turns:
                         checkpoint_threshold=run.window.threshold,
                         cached_tokens=self.observer.cached_tokens,
                         uncached_tokens=self.observer.input_tokens,
-                        cache_ttl=state.cache_ttl_now().value)
+                        cache_ttl=state.cache_ttl_now().value,
+                        stop_reason=outcome.stop_reason)
         self.observer.turn_ended(error=error)
         for seq in progress.answered:
             self.outcomes[seq] = outcome
