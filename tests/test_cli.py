@@ -430,6 +430,10 @@ def _read_some(fd: int) -> bytes:
     return os.read(fd, 4096) if ready else b""
 
 
+# How a turn's footer ends when the offline model answered (keel.live.footer).
+FOOTER_END = "(keel-offline-model)"
+
+
 async def test_chat_shows_a_watch_and_its_reply_while_the_person_is_idle(client, settings,
                                                                          cli_env):
     sid = f"pty-{uuid.uuid4().hex[:8]}"
@@ -439,13 +443,16 @@ async def test_chat_shows_a_watch_and_its_reply_while_the_person_is_idle(client,
         try:
             await chat.expect("you")
             chat.send("Hello from the terminal\r")
-            screen = await chat.expect("offline deterministic model")  # the footer
+            # The turn's footer: its model's name in brackets. The reply's own text says
+            # "offline deterministic model" too, and a Watch sent on that match raced the
+            # turn's end (its footer then came after the Watch's line).
+            screen = await chat.expect(FOOTER_END)
             assert "keel: [offline model]" in screen
             before = len(screen)
             # The person is idle at the prompt; a Watch fires and the session answers it.
             await k.session(sid).watch("ci-7", "CI status", "The main build is green.")
             screen = await chat.expect('[Harness: Watch ci-7 "CI status"]', since=before)
-            screen = await chat.expect("context ", since=screen.index("ci-7", before))
+            screen = await chat.expect(FOOTER_END, since=screen.index("ci-7", before))
             later = screen[before:]
             assert '[Harness: Watch ci-7 "CI status"]' in later
             assert later.count("offline deterministic model") >= 1, later
@@ -468,9 +475,9 @@ async def test_chat_reads_a_pasted_text_as_one_message(client, settings, cli_env
         try:
             await chat.expect("you")
             chat.send("\x1b[200~Plan for Friday:\r- deploy at 10\r- tell ops\x1b[201~\r")
-            screen = await chat.expect("offline deterministic model")  # the turn's footer
+            screen = await chat.expect(FOOTER_END)  # the turn's footer
             chat.send("Thanks.\r")
-            await chat.expect("offline deterministic model", since=len(screen))
+            await chat.expect(FOOTER_END, since=len(screen))
             chat.send("/quit\r")
             await chat.expect(f"left {sid}")
         finally:
