@@ -30,13 +30,9 @@ from temporalio import activity
 
 from activities.heartbeat import with_heartbeat
 from activities.vault.bulk import index_bulk
+from activities.vault.files import atomic_write, read_text
 from activities.vault.search import IndexDoc, index_documents
-from activities.vault.store import (
-    MemoryContext,
-    Vault,
-    atomic_write,
-    read_text,
-)
+from activities.vault.store import MemoryContext, Vault
 from schemas.branch import tool_call_ids
 from schemas.bundle_memory import (
     BundleMemoryDone,

@@ -17,7 +17,8 @@ from temporalio import activity
 
 from activities.vault.dense import embed_pending
 from activities.vault.embedder import embedder_for
-from activities.vault.store import MemoryContext, Vault, read_text
+from activities.vault.files import read_text
+from activities.vault.store import MemoryContext, Vault
 from schemas.vault.card import (
     FrontmatterError,
     canonical_meta,

@@ -22,7 +22,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.model import ModelBackend
-from activities.vault.store import MemoryContext, Vault, read_text
+from activities.vault.files import read_text
+from activities.vault.store import MemoryContext, Vault
 from schemas.tokens import count_tokens
 from schemas.vault.card import CardFact
 from schemas.vault.rollup import (

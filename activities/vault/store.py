@@ -18,7 +18,6 @@ import contextlib
 import fcntl
 import os
 import shutil
-import tempfile
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from activities.db import get_pool
 from activities.vault.bulk import index_bulk
 from activities.vault.clock import local_timezone_name
 from activities.vault.embedder import Embedder, embedder_for
+from activities.vault.files import atomic_write, read_text, walk_notes
 from activities.vault.search import IndexDoc, delete_documents, index_documents, indexed_hashes
 from schemas.config import KeelSettings
 from schemas.vault.card import (
@@ -80,46 +80,6 @@ _ensure_lock = threading.Lock()
 
 class VaultError(Exception):
     """A vault problem a person has to look at; the message says what and where."""
-
-
-@dataclass
-class ReadText:
-    text: str
-    # Invalid UTF-8 sequences read as U+FFFD. The file itself is never rewritten from such
-    # a reading: that would turn the bad bytes into replacement characters for good.
-    bad_sequences: int = 0
-
-
-# Folders of the vault that hold no notes: git's, the graph's, Obsidian's own.
-_NOT_NOTES = frozenset({".git", GRAPH_DIR, ".obsidian", ".trash"})
-
-
-def _path_order(rel: str) -> tuple[str, ...]:
-    return Path(rel).parts
-
-
-def read_text(path: Path) -> ReadText:
-    raw = path.read_bytes()
-    try:
-        return ReadText(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        text = raw.decode("utf-8", errors="replace")
-        already = raw.decode("utf-8", errors="ignore").count("\ufffd")
-        return ReadText(text, bad_sequences=text.count("\ufffd") - already)
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write all or nothing: a crash never leaves half a card."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".keel-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 class OpOutcome(BaseModel):
@@ -258,22 +218,7 @@ class Vault:
         return self._walk()[1]
 
     def _walk(self, under: str = "") -> tuple[list[str], list[str]]:
-        files: list[str] = []
-        links: list[str] = []
-        start = self.root / under
-        # A folder that is (or lies under) a link is not the vault's own: not entered.
-        if under and (not start.is_dir() or start.resolve() != self.root.resolve() / under):
-            return files, links
-        for folder, dirs, names in os.walk(start):  # a linked folder is not entered
-            here = Path(folder).relative_to(self.root)
-            dirs[:] = [d for d in dirs if (here / d).as_posix() not in _NOT_NOTES]
-            for name in names:
-                if name.endswith(".md"):
-                    rel = (here / name).as_posix()
-                    (links if os.path.islink(os.path.join(folder, name)) else files).append(rel)
-            links += [(here / d).as_posix() + "/" for d in dirs
-                      if os.path.islink(os.path.join(folder, d))]
-        return sorted(files, key=_path_order), sorted(links, key=_path_order)
+        return walk_notes(self.root, under)
 
     def card_files(self) -> list[str]:
         return [r for r in self.markdown_files() if r.startswith(CARDS_DIR + "/")]

@@ -47,6 +47,7 @@ from activities.context import SessionContext
 from activities.heartbeat import beating, with_heartbeat
 from activities.model import ModelBackend
 from activities.vault.embedder import embedder_for
+from activities.vault.files import atomic_write
 from activities.vault.rollup import apply_facts_of, ask_model, store_plan, stored_plan
 from activities.vault.search import (
     IndexDoc,
@@ -55,13 +56,7 @@ from activities.vault.search import (
     recall,
     touch_documents,
 )
-from activities.vault.store import (
-    MemoryContext,
-    Vault,
-    atomic_write,
-    daily_doc,
-    scope_vaults,
-)
+from activities.vault.store import MemoryContext, Vault, daily_doc, scope_vaults
 from activities.vault.terms_upgrade import TERMS_BATCH, upgrade_terms
 from schemas.tokens import count_tokens
 from schemas.vault.recall import RecallInput, RecallResult

@@ -16,8 +16,9 @@ from urllib.parse import quote
 
 from psycopg_pool import AsyncConnectionPool
 
+from activities.vault.files import read_text
 from activities.vault.search import search
-from activities.vault.store import Vault, read_text
+from activities.vault.store import Vault
 from schemas.config import KeelSettings
 from schemas.vault.card import HISTORY_HEADING, parse_card
 from schemas.vault.schema import CORE_FILE, DAILY_DIR
