@@ -209,16 +209,13 @@ class Vault:
     def markdown_files(self, under: str = "") -> list[str]:
         """The vault's own markdown files (relative paths, in path order), all of them or
         those in the folder `under`."""
-        return self._walk(under)[0]
+        return walk_notes(self.root, under)[0]
 
     def linked_files(self) -> list[str]:
         """The markdown names in the vault that are symbolic links: never read (one may
         point anywhere on the worker's host, whose text would reach the model, or back
         into the vault, a loop); the doctor names them for a person."""
-        return self._walk()[1]
-
-    def _walk(self, under: str = "") -> tuple[list[str], list[str]]:
-        return walk_notes(self.root, under)
+        return walk_notes(self.root)[1]
 
     def card_files(self) -> list[str]:
         return [r for r in self.markdown_files() if r.startswith(CARDS_DIR + "/")]
