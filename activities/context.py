@@ -16,7 +16,7 @@ from contextlib import AbstractAsyncContextManager
 from psycopg import AsyncConnection
 from temporalio.exceptions import ApplicationError
 
-from activities.db import get_pool
+from activities.db import connection
 from activities.model import ModelBackend
 from activities.prompt import SessionPrompt
 from activities.row_cache import row_cache
@@ -47,10 +47,11 @@ class SessionContext:
         row_cache.max_chars = settings.row_cache_chars
 
     async def connection(self) -> AbstractAsyncContextManager[AsyncConnection]:
-        """A connection from the pool (`async with await ctx.connection() as conn`)."""
+        """A connection from the pool (`async with await ctx.connection() as conn`), waited
+        for within the activity's attempt (activities.db.connection)."""
         if not self.settings.database_url:
             raise ApplicationError("DATABASE_URL is not set", non_retryable=True)
-        return (await get_pool(self.settings.database_url)).connection()
+        return connection(self.settings.database_url)
 
     @property
     def store(self) -> WorkspaceStore:

@@ -1,15 +1,28 @@
-"""PostgreSQL access: one async pool per process, migrations applied in order on start."""
+"""PostgreSQL access: one async pool per process, migrations applied in order on start.
+
+Invariant: a connection an activity waits for never outlasts its attempt. `connection`
+waits on the pool no longer than the attempt has left (less a margin to say why); when
+none comes it raises `DATABASE_UNAVAILABLE` naming PostgreSQL's own reason (one direct
+connection tried: refused, no such socket, a password), or that every pooled connection is
+in use. So a step that gives up says what the operator must mend, not "StartToClose
+timeout".
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "infra" / "migrations"
 # One lock id for every Keel process, so concurrent workers migrate one at a time.
@@ -71,17 +84,78 @@ def apply_migrations(database_url: str) -> list[str]:
     return applied_now
 
 
-async def get_pool(database_url: str) -> AsyncConnectionPool:
-    """The process-wide pool for `database_url`, opened on first use."""
+# How long a caller outside an activity (the CLI, the UI) waits for a pooled connection.
+POOL_WAIT_S = 30.0
+# What an activity keeps of its attempt to find out and say why no connection came.
+REASON_MARGIN_S = 4.0
+# The one direct connection that finds PostgreSQL's reason waits at most this.
+PROBE_TIMEOUT_S = 3
+DATABASE_UNAVAILABLE = "DatabaseUnavailable"
+
+
+async def get_pool(database_url: str, timeout: float = POOL_WAIT_S) -> AsyncConnectionPool:
+    """The process-wide pool for `database_url`, opened on first use; `PoolTimeout` when it
+    has no connection by `timeout` from the call (the wait behind another caller opening it
+    is at most that caller's), and the next call tries again."""
+    if (pool := _pools.get(database_url)) is not None:
+        return pool
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
     async with _pool_lock:
         pool = _pools.get(database_url)
         if pool is None:
             pool = AsyncConnectionPool(
                 database_url, min_size=1, max_size=10, open=False, kwargs={"autocommit": True}
             )
-            await pool.open(wait=True, timeout=30)
+            try:
+                await pool.open(wait=True, timeout=max(0.1, deadline - loop.time()))
+            except BaseException:  # a timeout closes it; a cancel must too
+                await pool.close()
+                raise
             _pools[database_url] = pool
         return pool
+
+
+def wait_left() -> float:
+    """How long a connection may be waited for here: in an activity, what its attempt has
+    left less `REASON_MARGIN_S` (at least a second); elsewhere `POOL_WAIT_S`."""
+    if not activity.in_activity():
+        return POOL_WAIT_S
+    info = activity.info()
+    if info.start_to_close_timeout is None:
+        return POOL_WAIT_S
+    spent = (datetime.now(UTC) - info.started_time).total_seconds()
+    left = info.start_to_close_timeout.total_seconds() - spent - REASON_MARGIN_S
+    return max(1.0, min(POOL_WAIT_S, left))
+
+
+async def unavailable_reason(database_url: str) -> str:
+    """Why no pooled connection came: PostgreSQL's own words from one direct connection,
+    or, when that connection is taken, that the pool's connections are all in use."""
+    try:
+        conn = await psycopg.AsyncConnection.connect(database_url,
+                                                     connect_timeout=PROBE_TIMEOUT_S)
+    except psycopg.Error as err:
+        lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+        return f"PostgreSQL does not answer: {' '.join(lines)[:300] or type(err).__name__}"
+    await conn.close()
+    return ("PostgreSQL answers, but every connection of this worker's pool stayed in use "
+            "(the worker is busier than its pool)")
+
+
+@asynccontextmanager
+async def connection(database_url: str) -> AsyncIterator[AsyncConnection]:
+    """A connection from the process's pool, given back when the block ends; waited for no
+    longer than `wait_left`, then `DATABASE_UNAVAILABLE` (retryable) with the reason."""
+    async with AsyncExitStack() as stack:
+        try:
+            wait = wait_left()
+            pool = await get_pool(database_url, timeout=wait)
+            conn = await stack.enter_async_context(pool.connection(timeout=wait))
+        except PoolTimeout:  # the pool's own words ("couldn't get a connection") say less
+            raise ApplicationError(await unavailable_reason(database_url),
+                                   type=DATABASE_UNAVAILABLE) from None
+        yield conn
 
 
 def on_close(closer: Callable[[], Awaitable[None]]) -> None:

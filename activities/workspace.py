@@ -367,9 +367,9 @@ class PostgresStore(_Limits):
         """The worker's pool (activities.db); a connection of its own for a one-off caller
         such as the CLI (`pooled=False`)."""
         if self.pooled:
-            from activities.db import get_pool
+            from activities.db import connection
 
-            async with (await get_pool(self.database_url)).connection() as conn:
+            async with connection(self.database_url) as conn:
                 yield conn
             return
         import psycopg

@@ -135,8 +135,7 @@ class DoctorActivities:
             f"{rel}: a symbolic link, never read (Keel reads only the vault's own files); "
             "left as it is" for rel in await asyncio.to_thread(vault.linked_files)]
         fix_notes: list[str] = []
-        pool = await ctx.pool()
-        async with vault.lock(), pool.connection() as conn:
+        async with vault.lock(), ctx.connection() as conn:
             for rel in vault.card_files():
                 read = read_text(vault.path(rel))
                 if read.bad_sequences:
@@ -206,8 +205,7 @@ class DoctorActivities:
         ctx = self.ctx.scoped(inp.scope)
         vault = ctx.vault
         schema = vault.require_schema()
-        pool = await ctx.pool()
-        async with pool.connection() as conn:
+        async with ctx.connection() as conn:
             cur = await conn.execute(
                 "SELECT path, access_count, last_access FROM memory_docs"
                 " WHERE scope = %s AND kind = 'card'", (vault.scope,))
@@ -215,7 +213,7 @@ class DoctorActivities:
         as_of = inp.as_of.astimezone(vault.tz()).date()
         changed = 0
         tiers: dict[str, int] = {}
-        async with vault.lock(), pool.connection() as conn:
+        async with vault.lock(), ctx.connection() as conn:
             for rel in vault.card_files():
                 read = read_text(vault.path(rel))
                 if read.bad_sequences:

@@ -30,7 +30,7 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError
 
-from activities.db import get_pool
+from activities.db import connection, get_pool
 from activities.vault.bulk import index_bulk
 from activities.vault.clock import local_timezone_name
 from activities.vault.embedder import Embedder, embedder_for
@@ -537,9 +537,9 @@ class MemoryContext:
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConnection]:
-        """A connection from the database's pool, given back when the block ends."""
-        pool = await self.pool()
-        async with pool.connection() as conn:
+        """A connection from the database's pool, given back when the block ends (waited
+        for within the activity's attempt: activities.db.connection)."""
+        async with connection(self.database_url) as conn:
             yield conn
 
 

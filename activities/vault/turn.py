@@ -148,8 +148,7 @@ class MemoryActivities:
         search.recall), its hits' access counted. For tools and benchmarks: a turn recalls
         inside its model call and counts the access with its transcript."""
         ctx = self.ctx.scoped(inp.scope)  # the scope checked; its vault is never opened
-        pool = await ctx.pool()
-        async with pool.connection() as conn:
+        async with ctx.connection() as conn:
             found = await recall(conn, inp, scope=ctx.scope, embedder=self._embedder)
             await touch_documents(conn, found.sources, scope=ctx.scope)
         return found
@@ -228,8 +227,7 @@ class MemoryActivities:
         outbox's drainer writes in one go (activities.vault.outbox). A message missing
         from the record fails the whole call before anything is written."""
         wanted = [(i.session_id, seq) for i in items for seq in i.seqs]
-        pool = await self.ctx.pool()
-        async with pool.connection() as conn:
+        async with self.ctx.connection() as conn:
             found = {(sid, seq): row for sid, seq, *row in await (await conn.execute(
                 "SELECT session_id, seq, type, source_line, content_text, created_at"
                 " FROM messages WHERE (session_id, seq) IN"
@@ -244,11 +242,11 @@ class MemoryActivities:
         entries = [_entry(vault, sid, seq, *found[sid, seq]) for sid, seq in wanted]
         results = [TranscriptResult(path="", appended=False) for _ in wanted]
         if any(entries):
-            async with vault.lock(), pool.connection() as conn:
+            async with vault.lock(), self.ctx.connection() as conn:
                 results = await self._append_entries(conn, vault, entries)
         recalled = [path for i in items for path in i.recalled]
         if recalled:
-            async with pool.connection() as conn:
+            async with self.ctx.connection() as conn:
                 await touch_documents(conn, recalled, scope=vault.scope)
         out, at = [], 0
         for i in items:
@@ -314,11 +312,10 @@ async def catch_up_hand_edits(ctx: MemoryContext) -> int:
     (activities.vault.terms_upgrade). Run by the vault worker on its beat, off every turn;
     returns how many documents changed."""
     embedder = embedder_for(ctx.memory)
-    pool = await ctx.pool()
     changed = 0
     for scope in scope_vaults(ctx.memory):
         vault = ctx.scoped(scope).vault
-        async with vault.lock(), pool.connection() as conn:
+        async with vault.lock(), ctx.connection() as conn:
             here = await vault.refresh(conn)
             changed += here
             key = (ctx.database_url, scope, embedder.name if embedder else "")
@@ -329,7 +326,7 @@ async def catch_up_hand_edits(ctx: MemoryContext) -> int:
                     _EMBEDDED.add(key)
         # A vault indexed by an older Keel: its search columns alone, outside the vault's
         # lock (each update checks the document's hash), so no append waits on it.
-        async with pool.connection() as conn:
+        async with ctx.connection() as conn:
             for _ in range(TERMS_BATCHES_A_BEAT):
                 if await upgrade_terms(conn, scope=scope) < TERMS_BATCH:
                     break

@@ -17,7 +17,8 @@ from workers.worker import Role
 async def test_database_gone_rejects_the_message_then_nothing_is_lost(
         client, database_url, fake_anthropic, tmp_path):
     """Tried: a worker whose PostgreSQL is unreachable. The caller is told the message was
-    not recorded; once the database is back, the same message is recorded exactly once."""
+    not recorded and why, in PostgreSQL's words; once the database is back, the same
+    message is recorded exactly once."""
     fake_anthropic.responder = lambda body: text_message("back")
     broken = make_settings(database_url.replace("keel_test_", "gone_"), tmp_path,
                            fake_anthropic.base_url)
@@ -26,10 +27,12 @@ async def test_database_gone_rejects_the_message_then_nothing_is_lost(
     # Sessions only: the vault worker needs its database to hold the vault's lock.
     async with keel_worker(client, broken, role=Role.SESSIONS) as keel:
         session = await keel.start_session(sid, config=config)
-        with pytest.raises(MessageRejectedError, match="could not be recorded"):
+        with pytest.raises(MessageRejectedError, match="could not be recorded") as caught:
             await session.send("keep this", input_id="msg-1")
         status = await session.status()
     assert status.pending_inputs == 0 and status.stopped_reason is None
+    assert "PostgreSQL does not answer" in str(caught.value)
+    assert 'database "gone_' in str(caught.value) and "does not exist" in str(caught.value)
     healthy = broken.model_copy(update={"database_url": database_url})
     async with keel_worker(client, healthy) as keel:
         session = keel.session(sid)

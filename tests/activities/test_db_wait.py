@@ -1,0 +1,97 @@
+"""A step that gets no connection says why, inside its attempt (activities.db.connection):
+PostgreSQL's own reason when it refuses, "in use" when the worker's pool is busy, never the
+attempt's "StartToClose timeout". Real PostgreSQL; the activity's attempt from Temporal's
+ActivityEnvironment."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.db import DATABASE_UNAVAILABLE, REASON_MARGIN_S, connection, get_pool
+
+ATTEMPT_S = 6.0  # the waits below are this less REASON_MARGIN_S: two seconds
+
+
+def _attempt_env() -> ActivityEnvironment:
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, start_to_close_timeout=timedelta(seconds=ATTEMPT_S),
+                                   started_time=datetime.now(UTC))
+    return env
+
+
+@activity.defn
+async def select_one(database_url: str) -> int:
+    async with connection(database_url) as conn:
+        row = await (await conn.execute("SELECT 1")).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+async def _refused(database_url: str) -> tuple[ApplicationError, float]:
+    started = time.monotonic()
+    with pytest.raises(ApplicationError) as caught:
+        await _attempt_env().run(select_one, database_url)
+    return caught.value, time.monotonic() - started
+
+
+@pytest.fixture
+async def closed_database(database_url: str, pg_admin_url: str) -> AsyncIterator[str]:
+    """The test's database with its pool open, then closed to connections and its
+    sessions ended: the pool's connections break and none comes back (an outage as the
+    pool sees it). The step that meets the pool's broken connection fails with the
+    server's words (and the pool drops it); the next waits. Opened again after."""
+    assert await _attempt_env().run(select_one, database_url) == 1
+    name = conninfo_to_dict(database_url)["dbname"]
+    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                      " WHERE datname = %s", (name,))
+    with pytest.raises(psycopg.OperationalError, match="terminating connection"):
+        await _attempt_env().run(select_one, database_url)
+    yield database_url
+    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+
+
+async def test_an_outage_is_named_by_postgresql_within_the_attempt(closed_database):
+    err, took = await _refused(closed_database)
+    assert err.type == DATABASE_UNAVAILABLE and not err.non_retryable
+    assert "PostgreSQL does not answer" in err.message
+    assert "is not currently accepting connections" in err.message  # the server's words
+    assert took < ATTEMPT_S - 1  # the attempt's own timeout never came
+
+
+async def test_a_server_that_is_not_there_is_named_when_the_pool_first_opens(tmp_path):
+    url = f"postgresql://postgres:@/postgres?host={tmp_path}"  # no server on this socket
+    err, took = await _refused(url)
+    assert err.type == DATABASE_UNAVAILABLE
+    assert "No such file or directory" in err.message and str(tmp_path) in err.message
+    assert took < ATTEMPT_S - 1
+
+
+async def test_a_busy_pool_is_said_to_be_busy_not_down(database_url):
+    pool = await get_pool(database_url)
+    async with AsyncExitStack() as held:  # every connection the pool may open, taken
+        for _ in range(pool.max_size):
+            await held.enter_async_context(pool.connection())
+        err, took = await _refused(database_url)
+    assert err.type == DATABASE_UNAVAILABLE
+    assert "every connection of this worker's pool stayed in use" in err.message
+    assert ATTEMPT_S - REASON_MARGIN_S - 0.5 < took < ATTEMPT_S - 1
+    assert await _attempt_env().run(select_one, database_url) == 1  # given back: served
+
+
+async def test_outside_an_activity_the_wait_is_the_pool_s_own(database_url):
+    async with connection(database_url) as conn:  # the CLI's and the UI's callers
+        assert await (await conn.execute("SELECT 2")).fetchone() == (2,)
