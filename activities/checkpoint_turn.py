@@ -21,6 +21,7 @@ from psycopg import AsyncConnection
 from activities import checkpoint_attempts as attempts
 from activities.checkpoint_payloads import PrepareInput, RoundInput, RoundResult
 from activities.context import SessionContext
+from activities.record import taken_tool_ids
 from activities.tools import ToolContext, execute_tool
 from activities.window import LoadedWindow
 from schemas.checkpoint.policy import (
@@ -45,7 +46,7 @@ from schemas.checkpoint.request import (
 from schemas.context import MESSAGE_OVERHEAD_TOKENS, assemble_messages, leave_out_output
 from schemas.request import append_user, block_count, checkpoint_round_messages, turn_request
 from schemas.tokens import count_tokens, truncate_to_tokens
-from schemas.tools import CHECKPOINT_TOOL_NAMES
+from schemas.tools import CHECKPOINT_TOOL_NAMES, unique_tool_ids
 
 __all__ = ["CHECKPOINT_REFUSAL", "PlannedRound", "flush_request", "round_request", "run_round"]
 
@@ -240,6 +241,11 @@ async def run_round(ctx: SessionContext, conn: AsyncConnection, attempt: dict[st
     blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
     blocks = [b for b in blocks if b.get("type") in ("text", "tool_use")]
     session_id = attempt["session_id"]
+    # Ids the API has seen in this turn's requests: the conversation's calls, the rounds'.
+    taken = await taken_tool_ids(conn, session_id, blocks) | {
+        b.get("id") for past in attempt["rounds"][1:] for b in past.get("assistant", [])
+        if b.get("type") == "tool_use"}
+    unique_tool_ids(blocks, taken, attempt["upto_seq"])
     # The files as the previous round left them, from the database: a retried round
     # starts from the same text (edits are never applied twice), on any worker.
     mind_text, memo_text = attempts.files_state(attempt)

@@ -44,6 +44,7 @@ from activities.record import (
     ensure_session,
     insert_row,
     send_insert,
+    taken_tool_ids,
 )
 from activities.results import cut_input
 from activities.vault.outbox import QueuedTranscript, queue_transcript
@@ -70,6 +71,7 @@ from schemas.messages import (
 from schemas.model import TooLong
 from schemas.text import make_storable, make_storable_json
 from schemas.tokens import count_tokens
+from schemas.tools import unique_tool_ids
 from schemas.vault.recall import RecallInput, RecallResult, scrub_memory_echo
 from schemas.vault.scope import DEFAULT_SCOPE
 
@@ -471,8 +473,14 @@ def _usage(message: Message) -> Usage:
 
 async def insert_reply(conn: AsyncConnection, data: ModelCallInput,
                        message: Message) -> tuple[ModelReply, list[str]]:
-    """The reply inserted at its seq (once), and what of it was replaced."""
+    """The reply inserted at its seq (once), and what of it was replaced. Its tool calls
+    carry ids no live call of the session has (schemas.tools.unique_tool_ids: one indexed
+    look-up, for a reply that calls tools)."""
     blocks, replaced = _reply_blocks(message)
+    if any(b["type"] == "tool_use" for b in blocks):
+        taken = await taken_tool_ids(conn, data.session_id, blocks)
+        for note in unique_tool_ids(blocks, taken, data.reply_seq):
+            activity.logger.warning("reply #%s: %s", data.reply_seq, note)
     text = "\n".join(b["text"] for b in blocks if b["type"] == "text")
     tool_text = " ".join(json.dumps(b.get("input", {})) for b in blocks
                          if b["type"] == "tool_use")

@@ -143,6 +143,20 @@ async def _already_there(conn: AsyncConnection, row: NewRow) -> Inserted:
     return Inserted(seq=existing[0], token_count=existing[1], duplicate=True)
 
 
+async def taken_tool_ids(conn: AsyncConnection, session_id: str,
+                         blocks: list[dict[str, Any]]) -> set[str]:
+    """Which of these tool_use blocks' ids a live call of the session has already: its
+    result is recorded under `result-<id>` (one look-up in the live input-id index)."""
+    ids = [b["id"] for b in blocks if b.get("type") == "tool_use" and isinstance(b.get("id"),
+                                                                                str)]
+    if not ids:
+        return set()
+    rows = await (await conn.execute(
+        "SELECT input_id FROM messages WHERE session_id = %s AND input_id = ANY(%s)"
+        " AND rewound_by IS NULL", (session_id, [f"result-{i}" for i in ids]))).fetchall()
+    return {row[0].removeprefix("result-") for row in rows}
+
+
 async def fence_seq(conn: AsyncConnection, fence: FenceInput) -> Inserted:
     """Write the tombstone notice at `fence.seq`, over anything a late attempt put there;
     the late attempt's own insert, if it comes after, collides with it."""

@@ -1,7 +1,13 @@
-"""The agent's tools, as the Messages API sees them. Execution lives in activities/tools.py."""
+"""The agent's tools, as the Messages API sees them. Execution lives in activities/tools.py.
+
+Invariant: every tool call in the record has an id the API takes and no other live call of
+its session has (`unique_tool_ids`, applied as a reply is recorded): a call's result is
+recorded under its id, and the API refuses a request whose ids repeat.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 AGENT_TOOLS: list[dict[str, Any]] = [
@@ -72,3 +78,34 @@ CHECKPOINT_TOOL_NAMES = frozenset({"read_file", "edit_file"})
 
 FILE_READ_TOOLS = {"read_file"}
 FILE_WRITE_TOOLS = {"write_file", "edit_file"}
+
+
+# What the Messages API takes as a tool_use id ("String should match pattern").
+TOOL_ID_PATTERN = "^[a-zA-Z0-9_-]+$"
+_TOOL_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+
+def unique_tool_ids(blocks: list[dict[str, Any]], taken: set[str], seq: int) -> list[str]:
+    """Each tool_use block's id made one the API takes and none of `taken` (the session's
+    earlier calls) or of this reply's other calls has (in place); the notes of ids given
+    anew. A provider that numbers its calls per reply ("call_0"), one whose ids hold other
+    characters ("functions.read:0"), or the offline model counting again after a restart
+    would otherwise have the call's result taken for the earlier call's, and every later
+    request refused ("`tool_use` ids must be unique")."""
+    seen: set[str] = set()
+    notes: list[str] = []
+    for i, block in enumerate(blocks):
+        if block.get("type") != "tool_use":
+            continue
+        old = block.get("id")
+        if not (isinstance(old, str) and _TOOL_ID.fullmatch(old)) or old in taken \
+                or old in seen:
+            new, n = f"toolu_keel_{seq}_{i}", 0
+            while new in taken or new in seen:
+                n += 1
+                new = f"toolu_keel_{seq}_{i}_{n}"
+            block["id"] = new
+            notes.append(f"tool call id {str(old)[:80]!r} given anew as {new!r} (the API "
+                         "takes each id once per conversation, of letters, digits, _ and -)")
+        seen.add(block["id"])
+    return notes

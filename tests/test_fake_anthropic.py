@@ -392,6 +392,10 @@ def test_missing_fields(fake, body, message):
     ({"messages": [user("hi"), {"role": "assistant", "content": [TOOL_USE, TOOL_USE]},
                    {"role": "user", "content": [RESULT]}]},
      "messages.1.content.1: `tool_use` ids must be unique"),
+    ({"messages": [user("hi"), {"role": "assistant", "content": [
+        {**TOOL_USE, "id": "functions.read_file:0"}]},
+        {"role": "user", "content": [{**RESULT, "tool_use_id": "functions.read_file:0"}]}]},
+     "messages.1.content.0.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'"),
     ({"messages": [user("hi"), ASKED, {"role": "user", "content": [RESULT]}]},
      "Requests which include tool_use or tool_result blocks must define tools."),
     ({"messages": [user("hi"), ASKED, {"role": "user", "content": [RESULT]}],

@@ -62,3 +62,57 @@ async def test_calls_of_tools_no_longer_offered_reach_the_model_as_text(
             " ORDER BY seq LIMIT 1", (session.session_id,)).fetchone()
     assert [b["name"] for b in content if b["type"] == "tool_use"] == [
         "read_file", "mcp__docs__search_docs", "invented_tool"]
+
+
+def _with_ids(message: dict, *ids: str) -> dict:
+    uses = [b for b in message["content"] if b["type"] == "tool_use"]
+    for block, new in zip(uses, ids, strict=True):
+        block["id"] = new
+    return message
+
+
+async def test_a_provider_that_numbers_its_calls_per_reply_loses_no_result(
+        client, database_url, fake_anthropic, tmp_path):
+    """A provider (or a proxy) that numbers its calls per reply, "call_0" each time, or
+    names them outside the API's pattern: each call's result is recorded after it, and no
+    request repeats an id (the API refuses "`tool_use` ids must be unique"). Before, the
+    second "call_0" was answered with the first's result, its own was lost, and every
+    later request was refused."""
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    fake_anthropic.push(
+        _with_ids(tool_use_message([("read_file", {"path": "a.txt"})]), "call_0"),
+        text_message("read a"),
+        _with_ids(tool_use_message([("read_file", {"path": "b.txt"}),
+                                    ("read_file", {"path": "c.txt"})]), "call_0", "call_0"),
+        text_message("read b and c"),
+        _with_ids(tool_use_message([("read_file", {"path": "d.txt"})]),
+                  "functions.read_file:0"),
+        text_message("read d"))
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"ids-{uuid.uuid4().hex[:8]}")
+        replies = [(await session.ask(text)).reply_text
+                   for text in ("Read a.", "Read b and c.", "Read d.")]
+    assert replies == ["read a", "read b and c", "read d"]
+    assert not fake_anthropic.rejections
+    last = fake_anthropic.requests[-1]
+    ids = [b["id"] for b in blocks(last, "tool_use")]
+    assert len(ids) == 4 and len(set(ids)) == 4
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute("SELECT seq, type, content, content_text FROM messages"
+                            " WHERE session_id=%s ORDER BY seq",
+                            (session.session_id,)).fetchall()
+    seqs = [seq for seq, *_ in rows]
+    assert seqs == list(range(1, len(rows) + 1))  # no seq left empty
+    answered = {}
+    for (_, kind, content, _), (_, next_kind, next_content, text) in zip(rows, rows[1:]):
+        if kind == "assistant" and next_kind == "tool_result":
+            call = next(b for b in content if b["type"] == "tool_use")
+            answered[call["input"]["path"]] = (call["id"] == next_content["tool_use_id"], text)
+    results = {path: text for path, (_, text) in answered.items()}
+    assert all(paired for paired, _ in answered.values())
+    assert set(results) == {"a.txt", "b.txt", "d.txt"}  # c.txt's result follows b.txt's
+    for path in ("a.txt", "b.txt", "d.txt"):
+        assert path in results[path]
+    c_result = [text for _, kind, content, text in rows
+                if kind == "tool_result" and "c.txt" in text]
+    assert len(c_result) == 1

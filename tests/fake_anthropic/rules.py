@@ -26,6 +26,10 @@ from tests.fake_anthropic.prompt import Block, message_blocks, prompt_blocks, sy
 MAX_CACHE_BREAKPOINTS = 4
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 TOOL_NAME_PATTERN = "^[a-zA-Z0-9_-]{1,128}$"
+# A tool_use block's id and a tool_result's tool_use_id (the API's answer to an id from
+# another provider, quoted in anomalyco/opencode#1279).
+TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+TOOL_ID_PATTERN = "^[a-zA-Z0-9_-]+$"
 
 
 def check_fields(body: Any, *, count_tokens_endpoint: bool = False) -> str | None:
@@ -82,6 +86,10 @@ def _check_tool_pairing(messages: list[dict[str, Any]]) -> str | None:
     for i, m in enumerate(messages):
         blocks = message_blocks(m)
         for j, b in enumerate(blocks):
+            for kind, field in (("tool_use", "id"), ("tool_result", "tool_use_id")):
+                if b.get("type") == kind and not TOOL_ID.match(str(b.get(field))):
+                    return (f"messages.{i}.content.{j}.{kind}.{field}: String should match"
+                            f" pattern '{TOOL_ID_PATTERN}'")
             if b.get("type") == "tool_use":
                 if str(b.get("id")) in seen:
                     return f"messages.{i}.content.{j}: `tool_use` ids must be unique"
