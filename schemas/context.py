@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from schemas.messages import MessageType, RecordRow
 from schemas.tokens import count_tokens, truncate_to_tokens
+from schemas.tools import unique_tool_ids
 from schemas.vault.schema import CORE_MAX_CHARS
 
 # Roles, separators and block framing cost a few tokens per message beyond their text.
@@ -281,6 +282,10 @@ class _Assembly:
         self.notes: list[str] = []
         self.messages: list[dict[str, Any]] = []
         self.awaiting: list[str] = []  # tool_use ids still without a result
+        # Every call id the request holds so far, and the current reply's ids given anew
+        # (a record written before ids were made unique: its results follow the old id).
+        self.used: set[str] = set()
+        self.renamed: dict[str, str] = {}
         self.results: list[dict[str, Any]] = []
         self.deferred: list[dict[str, Any]] = []
 
@@ -315,10 +320,16 @@ class _Assembly:
         if row.type == MessageType.ASSISTANT:
             self.flush_results(force=True)
             blocks = _assistant_blocks(row)
-            self.add("assistant", blocks)
+            olds = [b.get("id") for b in blocks if b.get("type") == "tool_use"]
+            unique_tool_ids(blocks, self.used, row.seq)  # the API refuses a repeated id
             self.awaiting = _tool_use_ids(blocks)
+            self.renamed = {old: new for old, new in zip(olds, self.awaiting, strict=True)
+                            if isinstance(old, str) and old not in self.awaiting}
+            self.used.update(self.awaiting)
+            self.add("assistant", blocks)
         elif row.type == MessageType.TOOL_RESULT:
             block = _result_block(row)
+            block["tool_use_id"] = self.renamed.get(block["tool_use_id"], block["tool_use_id"])
             if block["tool_use_id"] in self.awaiting:
                 self.awaiting.remove(block["tool_use_id"])
                 self.results.append(block)
