@@ -90,6 +90,11 @@ POOL_WAIT_S = 30.0
 REASON_MARGIN_S = 4.0
 # The one direct connection that finds PostgreSQL's reason waits at most this.
 PROBE_TIMEOUT_S = 3
+# How long the pool keeps trying one lost connection again (its pauses double from 1 s)
+# before it gives up; the next caller then starts a fresh try at once. The library's 5
+# minutes let the pauses grow past a minute, so a pool came back that long after
+# PostgreSQL did.
+RECONNECT_S = 5.0
 DATABASE_UNAVAILABLE = "DatabaseUnavailable"
 
 
@@ -105,8 +110,8 @@ async def get_pool(database_url: str, timeout: float = POOL_WAIT_S) -> AsyncConn
         pool = _pools.get(database_url)
         if pool is None:
             pool = AsyncConnectionPool(
-                database_url, min_size=1, max_size=10, open=False, kwargs={"autocommit": True}
-            )
+                database_url, min_size=1, max_size=10, open=False, kwargs={"autocommit": True},
+                reconnect_timeout=RECONNECT_S)
             try:
                 await pool.open(wait=True, timeout=max(0.1, deadline - loop.time()))
             except BaseException:  # a timeout closes it; a cancel must too
@@ -139,8 +144,8 @@ async def unavailable_reason(database_url: str) -> str:
         lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
         return f"PostgreSQL does not answer: {' '.join(lines)[:300] or type(err).__name__}"
     await conn.close()
-    return ("PostgreSQL answers, but every connection of this worker's pool stayed in use "
-            "(the worker is busier than its pool)")
+    return ("PostgreSQL answers, but no connection of this worker's pool came free in time "
+            "(all in use, or being opened again after an outage)")
 
 
 @asynccontextmanager

@@ -5,6 +5,7 @@ ActivityEnvironment."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator
@@ -87,7 +88,7 @@ async def test_a_busy_pool_is_said_to_be_busy_not_down(database_url):
             await held.enter_async_context(pool.connection())
         err, took = await _refused(database_url)
     assert err.type == DATABASE_UNAVAILABLE
-    assert "every connection of this worker's pool stayed in use" in err.message
+    assert "no connection of this worker's pool came free in time" in err.message
     assert ATTEMPT_S - REASON_MARGIN_S - 0.5 < took < ATTEMPT_S - 1
     assert await _attempt_env().run(select_one, database_url) == 1  # given back: served
 
@@ -95,3 +96,26 @@ async def test_a_busy_pool_is_said_to_be_busy_not_down(database_url):
 async def test_outside_an_activity_the_wait_is_the_pool_s_own(database_url):
     async with connection(database_url) as conn:  # the CLI's and the UI's callers
         assert await (await conn.execute("SELECT 2")).fetchone() == (2,)
+
+
+OUTAGE_S = 20.0  # long enough for the library's pauses between tries to pass 10 s
+
+
+async def test_the_pool_is_back_as_soon_as_postgresql_is(database_url, pg_admin_url):
+    """An outage of OUTAGE_S during which a step waited: the first step after it gets a
+    connection at once. Before, the pool's pauses between tries had doubled to 16 s by
+    then, and the step waited out its whole attempt."""
+    assert await _attempt_env().run(select_one, database_url) == 1
+    name = conninfo_to_dict(database_url)["dbname"]
+    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                      " WHERE datname = %s", (name,))
+        with pytest.raises(psycopg.OperationalError):  # the pool learns of it: it tries again
+            await _attempt_env().run(select_one, database_url)
+        await _refused(database_url)  # a step waits: the pool grows, its tries back off
+        await asyncio.sleep(OUTAGE_S)
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    started = time.monotonic()
+    assert await _attempt_env().run(select_one, database_url) == 1
+    assert time.monotonic() - started < 2.0
