@@ -163,6 +163,30 @@ async def connection(database_url: str) -> AsyncIterator[AsyncConnection]:
         yield conn
 
 
+class Outage:
+    """What a listener that reconnects every second says while PostgreSQL is away: one
+    warning when it loses it, one line when it has it again, not a warning a second."""
+
+    def __init__(self, what: str, logger: logging.Logger) -> None:
+        self.what, self.log = what, logger
+        self.since: float | None = None
+
+    def lost(self, err: BaseException, retry_s: float) -> None:
+        first = " ".join(str(err).split())[:300] or type(err).__name__
+        if self.since is None:
+            self.since = time.monotonic()
+            self.log.warning("%s lost PostgreSQL (%s); trying again every %.0f s", self.what,
+                             first, retry_s)
+        else:
+            self.log.debug("%s still without PostgreSQL: %s", self.what, first)
+
+    def back(self) -> None:
+        if self.since is not None:
+            self.log.warning("%s has PostgreSQL again, after %.0f s", self.what,
+                             time.monotonic() - self.since)
+            self.since = None
+
+
 def on_close(closer: Callable[[], Awaitable[None]]) -> None:
     """Run `closer` whenever the pools are closed (a listener of its own, say)."""
     _closers.append(closer)

@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from psycopg import AsyncConnection
 
-from activities.db import on_close
+from activities.db import Outage, on_close
 from activities.listen import Notifications
 from activities.tasks import stop_task
 
@@ -55,6 +55,7 @@ class InterruptWatcher:
         self.waiting: dict[Key, asyncio.Event] = {}
         self.ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._outage = Outage("the interrupt listener", log)
 
     def _start(self) -> None:
         if self._task is None or self._task.done():
@@ -71,6 +72,7 @@ class InterruptWatcher:
                                                          autocommit=True) as conn:
                     heard = Notifications(conn)
                     await conn.execute(f"LISTEN {CHANNEL}")
+                    self._outage.back()
                     self.ready.set()
                     await self._recheck(conn, list(self.waiting))
                     async for note in heard:
@@ -82,7 +84,7 @@ class InterruptWatcher:
                 raise
             except Exception as err:  # the database went away: listen again, re-read
                 self.ready.clear()
-                log.warning("interrupt listener lost its connection: %r", err)
+                self._outage.lost(err, RECONNECT_S)
                 await asyncio.sleep(RECONNECT_S)
 
     async def _recheck(self, conn: AsyncConnection, keys: list[Key]) -> None:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import AsyncConnection
 
-from activities.db import get_pool
+from activities.db import Outage, get_pool
 from activities.listen import Notifications
 from activities.tasks import stop_task
 from activities.vault.turn import MemoryActivities, TranscriptsInput
@@ -139,12 +139,14 @@ class TranscriptDrainer:
                             what=f"the transcript drainer of {self.vault_queue}")
 
     async def _run(self) -> None:
+        outage = Outage(f"the transcript outbox of {self.vault_queue}", log)
         while True:
             try:
                 async with await AsyncConnection.connect(
                         self.database_url, autocommit=True) as conn:
                     heard = Notifications(conn)
                     await conn.execute(f"LISTEN {CHANNEL}")
+                    outage.back()
                     listener = asyncio.create_task(self._listen(heard))
                     try:
                         await self._drain_forever()
@@ -153,7 +155,7 @@ class TranscriptDrainer:
                         with contextlib.suppress(asyncio.CancelledError, psycopg.Error):
                             await listener
             except (psycopg.Error, OSError) as err:
-                log.warning("transcript outbox of %s: %s; trying again", self.vault_queue, err)
+                outage.lost(err, RECONNECT_S)
                 await asyncio.sleep(RECONNECT_S)
 
     async def _listen(self, heard: Notifications) -> None:

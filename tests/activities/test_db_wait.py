@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -19,7 +20,13 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.db import DATABASE_UNAVAILABLE, REASON_MARGIN_S, connection, get_pool
+from activities.db import (
+    DATABASE_UNAVAILABLE,
+    REASON_MARGIN_S,
+    Outage,
+    connection,
+    get_pool,
+)
 
 ATTEMPT_S = 6.0  # the waits below are this less REASON_MARGIN_S: two seconds
 
@@ -119,3 +126,15 @@ async def test_the_pool_is_back_as_soon_as_postgresql_is(database_url, pg_admin_
     started = time.monotonic()
     assert await _attempt_env().run(select_one, database_url) == 1
     assert time.monotonic() - started < 2.0
+
+
+def test_a_listener_says_once_that_postgresql_is_away_and_once_that_it_is_back(caplog):
+    outage = Outage("the interrupt listener", logging.getLogger("keel.test"))
+    with caplog.at_level(logging.WARNING, logger="keel.test"):
+        for _ in range(30):  # thirty seconds of tries
+            outage.lost(psycopg.OperationalError("connection refused"), 1.0)
+        outage.back()
+        outage.back()  # connected, nothing lost since
+    assert [r.getMessage() for r in caplog.records] == [
+        "the interrupt listener lost PostgreSQL (connection refused); trying again every 1 s",
+        "the interrupt listener has PostgreSQL again, after 0 s"]
