@@ -222,6 +222,11 @@ class KeelWorkers:
         self._stack = contextlib.AsyncExitStack()
         self._memory: MemoryContext | None = None  # the vault worker's, for its beat
         self.drainer: TranscriptDrainer | None = None  # the vault's transcript outbox
+        # What serves the vault queue now (its lock, worker, drainer and beat); set when
+        # the beat lost the lock's connection, for `_keep_vault` to serve it again.
+        self._vault_stack = contextlib.AsyncExitStack()
+        self._vault_lost = asyncio.Event()
+        self._keeper: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> KeelWorkers:
         # Closed last: after every worker, and so every MCP activity and model call, has
@@ -232,25 +237,10 @@ class KeelWorkers:
             for worker in self.workers:  # the session queue first: it needs no lock
                 await self._stack.enter_async_context(worker)
             if self.role in (Role.VAULT, Role.BOTH):
-                self.serves_vault = await self._stack.enter_async_context(
-                    self._vault_owner())
-                if self.serves_vault:  # built only now: Temporal registers it when built
-                    assert self.settings.database_url
-                    self._memory = MemoryContext(settings=self.settings,
-                                                 database_url=self.settings.database_url)
-                    vault = Worker(
-                        self.client, task_queue=self.settings.vault_task_queue,
-                        workflows=MEMORY_WORKFLOWS,
-                        activities=vault_activities(self.context, self._memory),
-                        max_concurrent_activities=50, **self._common)
-                    self.workers.append(vault)
-                    await self._stack.enter_async_context(vault)
-                    # Stopped before the vault worker is (the exit stack runs backwards).
-                    self.drainer = TranscriptDrainer(
-                        self.settings.database_url, self.settings.vault_task_queue,
-                        MemoryActivities(self._memory, self.context.model),
-                        self._transcript_failed)
-                    await self._stack.enter_async_context(self.drainer.running())
+                self._stack.push_async_callback(self._stop_vault)
+                self.serves_vault = await self._serve_vault()
+            if self.role is Role.BOTH and self.wait_for_vault:
+                self._keeper = asyncio.create_task(self._keep_vault())
         except BaseException:
             await self._stack.aclose()
             raise
@@ -258,6 +248,62 @@ class KeelWorkers:
 
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
+
+    async def _serve_vault(self, *, again: bool = False) -> bool:
+        """Take the vault lock (`_vault_owner`) and serve the vault queue: its worker (built
+        only now: Temporal registers it when built) and the transcript outbox's drainer,
+        all held by `_vault_stack`. False: not served."""
+        stack = contextlib.AsyncExitStack()
+        try:
+            if not await stack.enter_async_context(self._vault_owner(again=again)):
+                await stack.aclose()
+                return False
+            assert self.settings.database_url
+            if self._memory is None:
+                self._memory = MemoryContext(settings=self.settings,
+                                             database_url=self.settings.database_url)
+            vault = Worker(
+                self.client, task_queue=self.settings.vault_task_queue,
+                workflows=MEMORY_WORKFLOWS,
+                activities=vault_activities(self.context, self._memory),
+                max_concurrent_activities=50, **self._common)
+            self.workers.append(vault)
+            stack.callback(self.workers.remove, vault)
+            await stack.enter_async_context(vault)
+            # Stopped before the vault worker is (the exit stack runs backwards).
+            self.drainer = TranscriptDrainer(
+                self.settings.database_url, self.settings.vault_task_queue,
+                MemoryActivities(self._memory, self.context.model), self._transcript_failed)
+            await stack.enter_async_context(self.drainer.running())
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._vault_stack = stack
+        return True
+
+    async def _keep_vault(self) -> None:
+        """One process serving both queues: the vault queue served again whenever it is
+        not (its lock's connection lost when PostgreSQL restarted, or PostgreSQL away at
+        start), once the lock can be taken; a stand-by waits for it inside."""
+        while True:
+            if self.serves_vault:
+                await self._vault_lost.wait()
+                self._vault_lost.clear()
+                await self._vault_stack.aclose()
+                self.serves_vault = False
+            await asyncio.sleep(VAULT_BEAT_S)
+            try:
+                self.serves_vault = await self._serve_vault(again=True)
+            except Exception as err:  # PostgreSQL still away: the next beat tries again
+                log.debug("the vault queue is not served yet: %s", err)
+                continue
+            if self.serves_vault:
+                log.warning("the vault queue %s is served again", self.settings.vault_task_queue)
+
+    async def _stop_vault(self) -> None:
+        if self._keeper is not None:
+            await stop_task(self._keeper, grace_s=VAULT_BEAT_STOP_S, what="the vault keeper")
+        await self._vault_stack.aclose()
 
     async def _fatal(self, err: BaseException) -> None:
         log.error("a worker stopped polling: %s", err)
@@ -270,9 +316,10 @@ class KeelWorkers:
             Handler.TRANSCRIPT_FAILED, TranscriptFailed(message=message))
 
     @contextlib.asynccontextmanager
-    async def _vault_owner(self) -> AsyncIterator[bool]:
+    async def _vault_owner(self, *, again: bool = False) -> AsyncIterator[bool]:
         """Hold the vault lock while the vault worker runs; publish the shared files.
-        Yields False (and holds nothing) when the lock is taken and we may not wait."""
+        Yields False (and holds nothing) when the lock is taken and we may not wait.
+        `again`: the keeper's retry, which raises while PostgreSQL is away."""
         import psycopg
 
         settings = self.settings
@@ -281,10 +328,11 @@ class KeelWorkers:
             conn = await psycopg.AsyncConnection.connect(settings.database_url,
                                                          autocommit=True)
         except psycopg.OperationalError as err:
-            if self.role is Role.VAULT:
+            if self.role is Role.VAULT or again:
                 raise  # a vault worker that cannot prove it owns the vault does not start
-            # One process serving both: the sessions run; long memory waits for a restart
-            # (its activities give up after MEMORY_TURN's deadline, turns go on).
+            # One process serving both: the sessions run; long memory waits for PostgreSQL
+            # (`_keep_vault`; its activities give up after MEMORY_TURN's deadline meanwhile,
+            # turns go on).
             log.error("vault queue %s not served: PostgreSQL unreachable (%s)",
                       settings.vault_task_queue, err)
             yield False
@@ -339,6 +387,7 @@ class KeelWorkers:
                     # started again it waits for PostgreSQL and takes the lock (or stands by)
                     await self._fatal(RuntimeError(f"the vault lock connection was lost "
                                                    f"({err})"))
+                self._vault_lost.set()  # one process serving both: `_keep_vault` takes it
                 return
             if self._memory is not None:
                 try:

@@ -1,6 +1,7 @@
 """PostgreSQL stopped and started again under a running session (a dedicated embedded
-server, so the shared one is never touched): what the caller is told stays true, and a vault
-worker whose lock went with it ends its process."""
+server, so the shared one is never touched): what the caller is told stays true, a vault
+worker whose lock went with it ends its process, and one process serving both queues serves
+the vault again."""
 
 from __future__ import annotations
 
@@ -18,11 +19,17 @@ import psycopg
 import pytest
 
 from activities.db import apply_migrations, close_pools
-from keel.client import RecordFailedError, session_config
+from keel.client import KeelClient, RecordFailedError, session_config
 from keel.devstack import start_embedded_postgres
 from tests.fake_anthropic import text_message
 from tests.harness import keel_worker, make_settings
-from workers.worker import Role, WorkerFailedError, build_worker, serve_until
+from workers.worker import (
+    _VAULT_LOCK_CLASS,
+    Role,
+    WorkerFailedError,
+    build_worker,
+    serve_until,
+)
 
 
 class Postgres:
@@ -169,3 +176,43 @@ async def test_a_vault_worker_that_loses_its_lock_ends_its_process(client, own_p
         gc.unfreeze()  # serve_until froze this test process's heap
         own_postgres.start()
         await close_pools()
+
+
+def _vault_lock_holder(database_url: str) -> int | None:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = %s"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            (_VAULT_LOCK_CLASS,)).fetchone()
+    return row[0] if row else None
+
+
+async def test_one_process_serving_both_queues_serves_the_vault_again(
+        client, database_url, fake_anthropic, tmp_path):
+    """`keel dev`'s process (both queues) when PostgreSQL ends the vault lock's connection
+    (a restart, `keel dev` starting its embedded server again): it stops writing the vault
+    at once, takes the lock again and serves the vault queue; a turn's transcript reaches
+    the vault after. Before, long memory stopped until the process was restarted."""
+    fake_anthropic.responder = lambda body: text_message("noted")
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    built = build_worker(client, settings)
+    async with built:
+        holder = _vault_lock_holder(database_url)
+        assert built.serves_vault and holder is not None
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (holder,))
+        deadline = time.monotonic() + 40
+        while (_vault_lock_holder(database_url) in (None, holder) or not built.serves_vault) \
+                and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        assert _vault_lock_holder(database_url) not in (None, holder)
+        vault_workers = [w for w in built.workers if w.task_queue == settings.vault_task_queue]
+        assert len(vault_workers) == 1 and not vault_workers[0].is_shutdown
+        keel = KeelClient(client, settings.task_queue, settings)
+        session = await keel.start_session(f"again-{uuid.uuid4().hex[:8]}")
+        await session.ask("the harbour code is 4471")
+        daily = settings.memory.vault_dir / "daily"
+        while time.monotonic() < deadline + 30 and not any(
+                "harbour code is 4471" in p.read_text() for p in daily.glob("*.md")):
+            await asyncio.sleep(0.5)
+        assert any("harbour code is 4471" in p.read_text() for p in daily.glob("*.md"))
