@@ -16,6 +16,9 @@ Invariants:
   indexes the hand edits of every scope's vault (`catch_up_hand_edits`), which recall no
   longer does per turn; beside it, the transcript outbox's drainer
   (activities.vault.outbox) writes the daily transcripts the sessions' model calls queued.
+  When the lock's connection is lost it stops writing at once; a vault-only process then
+  ends, and one serving both queues (`keel dev`) takes the lock again and serves the vault
+  queue with a new worker (`_keep_vault`).
 - The model backend is chosen here, once per process (`model_backends`): the real adapter,
   and the offline model for a provider profile with no key and no URL; every activity that
   asks the model is given it.
