@@ -486,3 +486,24 @@ async def test_chat_reads_a_pasted_text_as_one_message(client, settings, cli_env
         users = conn.execute("SELECT content_text FROM messages WHERE session_id = %s AND"
                              " type = 'user' ORDER BY seq", (sid,)).fetchall()
     assert users == [("Plan for Friday:\n- deploy at 10\n- tell ops",), ("Thanks.",)]
+
+
+async def test_tail_from_past_the_end_says_it_waits(client, settings, cli_env):
+    sid = f"tp-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as k:
+        session = await k.start_session(sid)
+        await session.ask("hello")
+        newest = await session.event_offset()
+        proc = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).parent / "keel"), "tail", sid, "--from",
+            str(newest + 500), "--json", env={**os.environ, **cli_env},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        assert proc.stderr is not None
+        said = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
+        proc.terminate()
+        await proc.wait()
+    assert said == (f"offset {newest + 500} is past the session's next event ({newest}):"
+                    " waiting for it\n")
+    out = await keel(cli_env, "tail", sid, "--from", "-3", code=2)
+    assert "Invalid value for '--from'" in out and "greater than or equal to 0" in " ".join(
+        out.split())

@@ -171,15 +171,20 @@ async def _replay_one(replayer: Replayer, session: str, history: WorkflowHistory
 def tail(
     session: str,
     from_: Annotated[int | None, typer.Option(
-        "--from", help="First offset to show (default: only what happens from now).")] = None,
+        "--from", min=0,
+        help="First offset to show (default: only what happens from now).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object a line.")] = False,
 ) -> None:
     """Follow a session's events: inputs, streamed replies, tool calls, checkpoints, errors.
     Ends when the session ends; Ctrl-C leaves."""
     async def main() -> None:
         handle = await session_handle(session)
-        after = from_ if from_ is not None else await needs_worker(
-            handle, handle.event_offset())
+        newest = await needs_worker(handle, handle.event_offset())
+        after = from_ if from_ is not None else newest
+        if after > newest:  # said (on stderr: --json stays JSON), so a mistyped offset
+            # is not taken for a quiet session
+            print(f"offset {after} is past the session's next event ({newest}): waiting "
+                  "for it", file=sys.stderr, flush=True)
         view = LiveView(console)
         async for offset, event in handle.events(after=after):
             if as_json:
