@@ -507,3 +507,17 @@ async def test_tail_from_past_the_end_says_it_waits(client, settings, cli_env):
     out = await keel(cli_env, "tail", sid, "--from", "-3", code=2)
     assert "Invalid value for '--from'" in out and "greater than or equal to 0" in " ".join(
         out.split())
+
+
+async def test_names_and_words_that_look_like_markup_are_shown_as_they_are(
+        client, settings, cli_env):
+    """A session id, a file, a query holding what the terminal library reads as markup
+    ("[b]", "[/x]") is printed as typed: before, "[b]mark" was shown as "mark" and a query
+    with a closing tag ended the command with a MarkupError."""
+    sid = f"[b]mark-{uuid.uuid4().hex[:6]}"
+    async with keel_worker(client, settings):
+        out = await keel(cli_env, "start", sid, "hello")
+        assert f"started session {sid};" in " ".join(out.split())
+        assert sid in await keel(cli_env, "list")
+        out = await keel(cli_env, "vault", "search", "[/x] zzzqqq")
+        assert "[/x] zzzqqq" in out and "Traceback" not in out

@@ -38,9 +38,9 @@ def pending(session: str,
         children = any(sid != session for sid, _ in tree)
         table = Table("call id", "tool", "input", "since", *(["session"] if children else []))
         for sid, c in tree:
-            table.add_row(c.call_id, c.tool, escape(json.dumps(c.input)[:200]),
+            table.add_row(escape(c.call_id), escape(c.tool), escape(json.dumps(c.input)[:200]),
                           c.since.isoformat(timespec="seconds"),
-                          *([sid if sid != session else ""] if children else []))
+                          *([escape(sid) if sid != session else ""] if children else []))
         console.print(table)
     run(main())
 
@@ -52,7 +52,7 @@ def approve(session: str, call_id: str,
     async def main() -> None:
         done = await (await session_handle(session)).approve(
             call_id, by=by or os.environ.get("USER", ""))
-        console.print(f"approved {done.tool} (call {done.call_id})")
+        console.print(f"approved {escape(done.tool)} (call {escape(done.call_id)})")
     run(main())
 
 
@@ -64,5 +64,5 @@ def deny(session: str, call_id: str,
     async def main() -> None:
         done = await (await session_handle(session)).deny(
             call_id, note, by=by or os.environ.get("USER", ""))
-        console.print(f"denied {done.tool} (call {done.call_id})")
+        console.print(f"denied {escape(done.tool)} (call {escape(done.call_id)})")
     run(main())

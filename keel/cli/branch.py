@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from keel import branching
 from keel.cli.shell import connect, database_url, load_settings, run
@@ -38,7 +39,7 @@ def fork(
                                request_id=request_id)
         files = f"{done.files_copied} file(s)" if done.workspace_versions else \
             "no files (the local workspace store keeps no versions)"
-        console.print(f"forked [bold]{done.session_id}[/] from {session} at seq "
+        console.print(f"forked [bold]{escape(done.session_id)}[/] from {escape(session)} at seq "
                       f"{done.at_seq}: {done.rows_copied} row(s), {files}")
     run(main())
 
@@ -51,7 +52,7 @@ def rewind(session: str,
         keel = await connect(load_settings())
         done = await keel.session(session).rewind(to)
         span = f" (#{done.first_rewound} to #{done.last_rewound})" if done.rows_rewound else ""
-        console.print(f"rewound {session} to seq {done.to_seq}: {done.rows_rewound} row(s) "
+        console.print(f"rewound {escape(session)} to seq {done.to_seq}: {done.rows_rewound} row(s) "
                       f"marked rewound{span}, {done.files_restored} file(s) restored")
     run(main())
 
@@ -70,7 +71,7 @@ def export(session: str,
         data = await branching.export_session(keel, session, output,
                                               database_url=database_url(settings),
                                               with_memory=with_memory)
-        console.print(f"exported {session} to {output} ({len(data):,} bytes)")
+        console.print(f"exported {escape(session)} to {escape(str(output))} ({len(data):,} bytes)")
     run(main())
 
 
@@ -86,7 +87,7 @@ def import_(bundle: Path,
                                               database_url=database_url(settings))
         memory = f", {done.cards} card(s), {done.entries} daily-note entries" if (
             done.cards or done.entries) else ""
-        console.print(f"imported [bold]{done.session_id}[/]: {done.rows} row(s), "
+        console.print(f"imported [bold]{escape(done.session_id)}[/]: {done.rows} row(s), "
                       f"{done.checkpoints} checkpoint(s), {done.file_versions} file "
                       f"version(s){memory}")
     run(main())

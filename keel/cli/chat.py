@@ -50,7 +50,7 @@ def chat(session: Annotated[str | None, typer.Argument(
                     await talk.dispatch(text)
         finally:
             talk.reader.cancel()
-        console.print(f"[dim]left {talk.handle.session_id}; it keeps running.[/]")
+        console.print(f"[dim]left {escape(talk.handle.session_id)}; it keeps running.[/]")
     run(main())
 
 
@@ -86,11 +86,11 @@ class _Chat:
         """Start the session (or join it, when it exists) and subscribe to its events."""
         try:
             self.handle = await self.keel.start_session(session_id)
-            console.print(f"[dim]started session[/] [bold]{self.handle.session_id}[/]")
+            console.print(f"[dim]started session[/] [bold]{escape(self.handle.session_id)}[/]")
         except SessionExistsError:
             assert session_id is not None
             self.handle = self.keel.session(session_id)
-            console.print(f"[dim]joined session[/] [bold]{session_id}[/]")
+            console.print(f"[dim]joined session[/] [bold]{escape(session_id)}[/]")
         if help_after:
             console.print(f"[dim]{CHAT_HELP}[/]")
         self.reader = await chat_reader(self.handle, self.view)

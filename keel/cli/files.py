@@ -61,7 +61,7 @@ def files(
 async def _list(store: WorkspaceStore, session: str) -> None:
     found = await store.list(session)
     if not found:
-        console.print(f"[dim]no files in the workspace of {session}[/]")
+        console.print(f"[dim]no files in the workspace of {escape(session)}[/]")
     for f in found:
         console.print(f"{f.size:>10,}  v{f.version:<4} {escape(f.path)}")
 
@@ -72,7 +72,7 @@ async def _show(store: WorkspaceStore, session: str, path: str, out: Path | None
         raise CliError(f"no file {path!r} in the workspace of {session}")
     if out is not None:
         out.write_bytes(stored.data)
-        console.print(f"saved {path} (v{stored.version}, {len(stored.data):,} bytes) "
+        console.print(f"saved {escape(str(path))} (v{stored.version}, {len(stored.data):,} bytes) "
                       f"to {out}")
         return
     try:

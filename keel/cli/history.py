@@ -65,7 +65,7 @@ def record(
             sys.stdout.write(json.dumps(line) + "\n")
         return
     if not rows:
-        console.print(f"[dim]no messages for {session} from seq {from_seq}[/]")
+        console.print(f"[dim]no messages for {escape(session)} from seq {from_seq}[/]")
         return
     _print_rows(rows, full)
 
@@ -119,7 +119,7 @@ async def _fetch_histories(session: str, run_id: str | None, save: Path | None
         for n, history in enumerate(histories, 1):
             path = save / f"{session}-run{n}.json"
             path.write_text(history.to_json())
-            console.print(f"saved run {n} to {path}")
+            console.print(f"saved run {n} to {escape(str(path))}")
     return histories
 
 
@@ -158,10 +158,11 @@ async def _replay_one(replayer: Replayer, session: str, history: WorkflowHistory
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     run_id = history.run_id
     if result.replay_failure is None:
-        console.print(f"[bold green]✓ {session} (run {run_id}) replays deterministically[/]"
+        console.print(f"[bold green]✓ {escape(session)} (run {escape(run_id)}) replays "
+                      "deterministically[/]"
                       f" ({events} events{', ended in continue-as-new' if cont else ''})")
         return True
-    console.print(f"[bold red]✗ {session} (run {run_id}) does not replay "
+    console.print(f"[bold red]✗ {escape(session)} (run {escape(run_id)}) does not replay "
                   f"deterministically[/]")
     console.print(escape(f"{type(result.replay_failure).__name__}: "
                          f"{result.replay_failure}"))

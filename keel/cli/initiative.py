@@ -49,7 +49,7 @@ def wakeups(session: str,
             return
         table = Table("id", "when", "expires", "fired", "note")
         for w in found:
-            table.add_row(w.id, wakeup_when(w), w.expires.isoformat(timespec="seconds"),
+            table.add_row(escape(w.id), wakeup_when(w), w.expires.isoformat(timespec="seconds"),
                           str(w.fired), escape(w.note))
         console.print(table)
     run(main())

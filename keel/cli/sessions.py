@@ -66,13 +66,13 @@ def start(
         sid = session_id or id
         if message is None:
             handle = await keel.start_session(sid, agent=spec)
-            console.print(f"started session [bold]{handle.session_id}[/]")
+            console.print(f"started session [bold]{escape(handle.session_id)}[/]")
             return
         sid = sid or f"session-{uuid.uuid4().hex[:12]}"
         joined = await keel.session(sid).is_running()
         handle, accepted = await keel.start_with_message(sid, message, agent=spec)
         verb = "joined" if joined else "started"
-        console.print(f"{verb} session [bold]{handle.session_id}[/]; message recorded "
+        console.print(f"{verb} session [bold]{escape(handle.session_id)}[/]; message recorded "
                       f"as seq {accepted.seq}")
     run(main(message))
 
@@ -107,7 +107,7 @@ def list_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] =
         table = Table("session", "phase", "turn", "context", "checkpoints", "last activity")
         now = datetime.now().astimezone()
         for s, depth in session_tree(sessions):
-            table.add_row("  " * depth + ("└ " if depth else "") + s.session_id, s.phase,
+            table.add_row("  " * depth + ("└ " if depth else "") + escape(s.session_id), s.phase,
                           str(s.turn), f"{s.context_percent:.0f}%", str(s.checkpoints),
                           ago(s.last_activity, now))
         console.print(table)
@@ -136,7 +136,7 @@ def end(session: str,
     """End a session: it finishes its handlers and completes with its final status."""
     async def main() -> None:
         final = await (await session_handle(session)).end(reason)
-        console.print(f"ended session [bold]{final.session_id}[/] after turn {final.turn}")
+        console.print(f"ended session [bold]{escape(final.session_id)}[/] after turn {final.turn}")
     run(main())
 
 
@@ -221,7 +221,7 @@ def signal_(
             SignalKind.callback: lambda: handle.callback(id, value, text_),
         }
         await signals[kind]()
-        console.print(f"signalled {kind.value} {id} to {session}")
+        console.print(f"signalled {kind.value} {escape(id)} to {escape(session)}")
     run(main(value))
 
 

@@ -59,7 +59,7 @@ def vault_list() -> None:
             f"{waiting.queued}" + (f" ([red]{waiting.retrying} retrying: "
                                    f"{escape(one_line(waiting.last_error or '', 80))}[/])"
                                    if waiting.retrying else ""))
-        table.add_row(scope, str(path) if path else "[red]no vault yet[/]",
+        table.add_row(escape(scope), escape(str(path)) if path else "[red]no vault yet[/]",
                       str(len(core.read_text()) if core and core.exists() else 0),
                       "yes" if path and (path / ".git").exists() else "[red]not a repository[/]",
                       queued)
@@ -145,7 +145,8 @@ def vault_search(query: str, scope: ScopeOption = "default",
         if note := hits.spelling_note():
             console.print(f"[dim]{escape(note)}[/]")
         if not hits:
-            console.print(f"[dim]nothing in {scope}'s memory for {query!r}[/]")
+            console.print(f"[dim]nothing in {escape(scope)}'s memory for "
+                          f"{escape(one_line(query, 120))}[/]")
         for hit in hits:
             console.print(f"[cyan]{escape(hit.path)}[/] [dim]{hit.score:.3f}[/]  "
                           f"{escape(one_line(hit.snippet, 160))}")
