@@ -1,6 +1,7 @@
 """The vault's files on disk: read (bad UTF-8 counted, never rewritten from), written all
 or nothing, and walked for its own markdown notes (a symbolic link is never followed or
-read: one may point anywhere on the worker's host, or back into the vault).
+read: one may point anywhere on the worker's host, or back into the vault); and git's lock
+files a stopped git left behind, which would refuse every later commit.
 """
 
 from __future__ import annotations
@@ -8,12 +9,17 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from schemas.vault.schema import GRAPH_DIR
 
-__all__ = ["ReadText", "atomic_write", "read_text", "walk_notes"]
+__all__ = ["ReadText", "atomic_write", "read_text", "remove_stale_git_locks", "walk_notes"]
+
+# Far past the longest git step Keel runs on a vault (120 s): a lock file this old is no
+# git at work, Keel's (the vault worker holds the vault's lock) or a person's.
+STALE_GIT_LOCK_S = 600.0
 
 
 @dataclass
@@ -75,3 +81,22 @@ def walk_notes(root: Path, under: str = "") -> tuple[list[str], list[str]]:
         links += [(here / d).as_posix() + "/" for d in dirs
                   if os.path.islink(os.path.join(folder, d))]
     return sorted(files, key=_path_order), sorted(links, key=_path_order)
+
+
+def remove_stale_git_locks(root: Path, older_than_s: float = STALE_GIT_LOCK_S,
+                           since: float | None = None) -> list[str]:
+    """Remove git's lock files in `root`'s repository (the index's, HEAD's, a branch's)
+    older than `older_than_s`, or, with `since`, made at or after it (a git Keel itself
+    just stopped); what was removed, for a person."""
+    git = root / ".git"
+    removed = []
+    now = time.time()
+    for lock in [git / "index.lock", git / "HEAD.lock", *(git / "refs").glob("**/*.lock")]:
+        with contextlib.suppress(FileNotFoundError):
+            made = lock.lstat().st_mtime
+            if now - made >= older_than_s or (since is not None and made >= since):
+                lock.unlink()
+                removed.append(f"{lock.relative_to(root)} ({now - made:.0f} s old) removed: "
+                               "a git stopped mid-way left it, and git would refuse every "
+                               "commit while it stays")
+    return removed

@@ -19,6 +19,7 @@ import fcntl
 import os
 import shutil
 import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -34,7 +35,12 @@ from activities.db import connection, get_pool
 from activities.vault.bulk import index_bulk
 from activities.vault.clock import local_timezone_name
 from activities.vault.embedder import Embedder, embedder_for
-from activities.vault.files import atomic_write, read_text, walk_notes
+from activities.vault.files import (
+    atomic_write,
+    read_text,
+    remove_stale_git_locks,
+    walk_notes,
+)
 from activities.vault.search import IndexDoc, delete_documents, index_documents, indexed_hashes
 from schemas.config import KeelSettings
 from schemas.vault.card import (
@@ -247,6 +253,7 @@ class Vault:
         return done.stdout
 
     async def git(self, *args: str, timeout: float = 120) -> tuple[int, str]:
+        started = time.time()
         proc = await asyncio.create_subprocess_exec(
             "git", "-C", str(self.root), *args, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
@@ -255,6 +262,8 @@ class Vault:
             out, _ = await asyncio.wait_for(proc.communicate(), timeout)
         except TimeoutError:
             proc.kill()
+            await proc.wait()
+            remove_stale_git_locks(self.root, since=started)  # what the killed git held
             return 124, f"git {args[0]} timed out after {timeout:.0f}s"
         return proc.returncode or 0, out.decode("utf-8", "replace").strip()
 
@@ -276,11 +285,12 @@ class Vault:
         problem = await self.git_problem()
         if problem:
             return GitResult(problem=problem)
+        notes = remove_stale_git_locks(self.root)
         rc, out = await self.git("add", "-A")
         if rc != 0:
-            return GitResult(problem=f"git add failed: {out}")
+            return GitResult(problem=f"git add failed: {out}", notes=notes)
         rc, status = await self.git("status", "--porcelain")
-        result = GitResult()
+        result = GitResult(notes=notes)
         if status.strip():
             rc, out = await self.git("-c", f"user.name={GIT_USER[0]}",
                                      "-c", f"user.email={GIT_USER[1]}",

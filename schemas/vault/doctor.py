@@ -43,4 +43,6 @@ class DoctorReport(BaseModel):
             lines.append(f"- {s.step}: {'ok' if s.ok else 'FAILED'}: {s.summary}")
             if s.alert:
                 lines.extend(f"  - {d}" for d in s.details[:10])
+        if self.commit is not None:
+            lines.extend(f"- commit: {note}" for note in self.commit.notes)
         return "\n".join(lines)

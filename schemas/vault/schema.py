@@ -159,3 +159,4 @@ class GitResult(BaseModel):
     commit: str | None = None
     problem: str | None = None
     push_problem: str | None = None
+    notes: list[str] = Field(default_factory=list)  # what was set right first (a stale lock)

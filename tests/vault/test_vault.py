@@ -1,7 +1,9 @@
 """The vault activities on a real PostgreSQL and a real git repository: cards through the
 ledger, the transcript, recall, the memory flush (model faked by the fake Messages API)."""
 
+import os
 import subprocess
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -285,3 +287,27 @@ async def test_the_vault_lock_waits_for_another_holder(tmp_path) -> None:
     os.close(other)
     await asyncio.wait_for(task, 5)
     assert entered.is_set()
+
+
+async def test_a_git_lock_left_by_a_killed_commit_is_cleared_and_the_vault_committed(
+        tmp_path, database_url):
+    """A vault worker killed mid-commit (or a git Keel stopped at its timeout) leaves
+    `.git/index.lock`; git then refuses every later commit ("Unable to create ... File
+    exists"), night after night. A lock older than any git step Keel runs is taken for
+    stale, removed and said; a fresh one (a person's git at work) is left alone."""
+    c = make_ctx(tmp_path, database_url)
+    c.vault.ensure()
+    lock = c.vault.root / ".git" / "index.lock"
+    commit = RollupActivities(c, model_backends()).commit_vault
+    c.vault.write("cards/notes/X.md", "# X\n")
+    lock.write_text("")
+    result = await run_activity(commit, CommitInput(message="while a person commits"))
+    assert not result.committed and result.problem and "index.lock" in result.problem
+    assert lock.exists()  # fresh: not ours to remove
+    stale = time.time() - 3600
+    os.utime(lock, (stale, stale))
+    result = await run_activity(commit, CommitInput(message="after the kill"))
+    assert result.committed and not result.problem, result
+    assert not lock.exists()
+    assert any("index.lock" in note and "removed" in note for note in result.notes)
+    assert "after the kill" in git(c.vault.root, "log", "--oneline", "-1")
