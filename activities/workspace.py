@@ -45,6 +45,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -57,6 +58,9 @@ from schemas.files import limit_text, normal_path, workspace_path_problem
 SHARED_SCOPE = "_shared"
 SHARED_SKILLS = "skills/"  # a shared skill is skills/<name>/SKILL.md of the shared scope
 _OPS_FILE = ".keel/store-ops.json"  # LocalStore's versions and applied ops, per scope
+# A write's file before it is renamed into place (what a killed worker may leave behind).
+_PARTIAL_PREFIX = ".keel-"
+_PARTIAL = re.compile(r"\.keel-[a-z0-9_]{8}\.tmp")
 AGENTS_FILE = "AGENTS.md"
 AGENTS_INDEX = ".keel/agents-md.json"  # the paths of the AGENTS.md files written, a JSON list
 # Whole tool results (activities.files.KEPT_RESULTS_DIR) may be larger than other files: an
@@ -306,12 +310,16 @@ class LocalStore(_Limits):
         if not start.is_dir():
             return []
         versions = self._ops(scope)["versions"]
+        inside = base.resolve()
         found = []
         for p in sorted(start.rglob("*")):
             rel = p.relative_to(base).as_posix()
-            if p.is_file() and rel != _OPS_FILE and rel.startswith(prefix):
-                found.append(FileInfo(rel, p.stat().st_size,
-                                      int(versions.get(rel, 1))))
+            if not p.is_file() or rel == _OPS_FILE or not rel.startswith(prefix) \
+                    or _PARTIAL.fullmatch(p.name):  # a write a killed worker left half done
+                continue
+            if p.is_symlink() and inside not in p.resolve().parents:
+                continue  # a link a person made to a host file: never read, so not listed
+            found.append(FileInfo(rel, p.stat().st_size, int(versions.get(rel, 1))))
         return found
 
     async def list(self, scope: str, prefix: str = "") -> list[FileInfo]:
@@ -342,7 +350,7 @@ class LocalStore(_Limits):
 
 def _atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_PARTIAL_PREFIX, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -154,3 +154,21 @@ async def test_a_path_is_a_name_both_stores_can_hold(kind, tmp_path, database_ur
     found = await store.read("s1", fine)
     assert found is not None and found.data == b"kept"
     assert [f.path for f in await store.list("s1")] == [fine]
+
+
+async def test_the_local_listing_shows_only_files_it_would_read(tmp_path):
+    """A half-written file a killed worker left (the write's temporary name) and a link a
+    person made to a host file: neither is listed (`keel files`, the agent's list_files,
+    an export), as neither is ever read. A link inside the workspace is."""
+    store = LocalStore(tmp_path / "w", tmp_path, 10_000, 100_000)
+    await store.write("s1", "notes/a.md", b"alpha")
+    folder = store.folder("s1")
+    (folder / "notes" / ".keel-k3x9_a2q.tmp").write_bytes(b"alp")  # killed mid-write
+    (tmp_path / "host.txt").write_text("the host's")
+    (folder / "notes" / "host.md").symlink_to(tmp_path / "host.txt")
+    (folder / "notes" / "same.md").symlink_to(folder / "notes" / "a.md")
+    assert [f.path for f in await store.list("s1")] == ["notes/a.md", "notes/same.md"]
+    assert not [p for p in (folder / "notes").iterdir() if p.name.startswith(".keel-")
+                and p.name != ".keel-k3x9_a2q.tmp"]  # a write leaves no file of its own
+    with pytest.raises(StoreError, match="outside the session's workspace"):
+        await store.read("s1", "notes/host.md")
