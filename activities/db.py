@@ -3,9 +3,10 @@
 Invariant: a connection an activity waits for never outlasts its attempt. `connection`
 waits on the pool no longer than the attempt has left (less a margin to say why); when
 none comes it raises `DATABASE_UNAVAILABLE` naming PostgreSQL's own reason (one direct
-connection tried: refused, no such socket, a password), or that every pooled connection is
-in use. So a step that gives up says what the operator must mend, not "StartToClose
-timeout".
+connection tried: refused, no such socket, a password), or that no pooled connection came
+free. So a step that gives up says what the operator must mend, not "StartToClose timeout".
+The pool gives up on a lost connection within `RECONNECT_S`, so the next step after an
+outage starts a fresh try at once.
 """
 
 from __future__ import annotations
