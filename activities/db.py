@@ -150,12 +150,14 @@ async def unavailable_reason(database_url: str) -> str:
 
 
 @asynccontextmanager
-async def connection(database_url: str) -> AsyncIterator[AsyncConnection]:
+async def connection(database_url: str, wait_s: float | None = None,
+                     ) -> AsyncIterator[AsyncConnection]:
     """A connection from the process's pool, given back when the block ends; waited for no
-    longer than `wait_left`, then `DATABASE_UNAVAILABLE` (retryable) with the reason."""
+    longer than `wait_s` (default `wait_left`), then `DATABASE_UNAVAILABLE` (retryable)
+    with the reason."""
     async with AsyncExitStack() as stack:
         try:
-            wait = wait_left()
+            wait = wait_left() if wait_s is None else wait_s
             pool = await get_pool(database_url, timeout=wait)
             conn = await stack.enter_async_context(pool.connection(timeout=wait))
         except PoolTimeout:  # the pool's own words ("couldn't get a connection") say less

@@ -18,18 +18,25 @@ Invariants:
 - `keel.ui.security.Guard` wraps the app: Host check on loopback, the access token when one
   is set; every POST carries the process's CSRF token (form field and SameSite cookie)
   and a same-origin Origin (or Referer).
+- PostgreSQL away is a page that says so in its own words (503) within `DB_WAIT_S`, not a
+  bare "Internal Server Error" after the pool's half a minute.
 """
 
 from __future__ import annotations
 
+import psycopg
 from starlette.applications import Starlette
 from starlette.convertors import Convertor, register_url_convertor
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
+from temporalio.exceptions import ApplicationError
 
+from activities.db import DATABASE_UNAVAILABLE
 from keel.ui import pages
-from keel.ui.context import HERE, UiContext
+from keel.ui.context import HERE, UiContext, render
 from keel.ui.live import live
 from keel.ui.security import Guard
 
@@ -52,6 +59,17 @@ class _Segment(Convertor[str]):
 register_url_convertor("segment", _Segment())
 
 
+async def _database_away(request: Request, exc: Exception) -> Response:
+    """PostgreSQL away (`activities.db.connection`'s reason, or a connection it broke):
+    a 503 page naming it; any other failure stays a 500."""
+    if isinstance(exc, ApplicationError) and exc.type != DATABASE_UNAVAILABLE:
+        raise exc  # the server's own 500, its traceback logged
+    reason = exc.message if isinstance(exc, ApplicationError) else \
+        f"PostgreSQL: {' '.join(str(exc).split())[:300]}"
+    return render(request, "error.html", status_code=503,
+                  title="The record cannot be read now", message=reason)
+
+
 def create_app(ctx: UiContext) -> ASGIApp:
     """The UI over `ctx`, behind its guard."""
     routes = [
@@ -70,6 +88,7 @@ def create_app(ctx: UiContext) -> ASGIApp:
         Route("/vault", pages.vault_page),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, exception_handlers={
+        ApplicationError: _database_away, psycopg.OperationalError: _database_away})
     app.state.ctx = ctx
     return Guard(app, ctx)

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import json
 import secrets
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader
-from psycopg_pool import AsyncConnectionPool
+from psycopg import AsyncConnection
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from activities.db import get_pool
+from activities.db import connection
 from keel.client import KeelClient
 from keel.ui.security import CSRF_COOKIE
 from schemas.config import KeelSettings
@@ -29,6 +30,8 @@ from schemas.config import KeelSettings
 __all__ = ["HERE", "UiContext", "make_env", "render", "ui"]
 
 HERE = Path(__file__).parent
+# How long a page waits for a connection of the record's pool.
+DB_WAIT_S = 5.0
 
 
 def make_env() -> Environment:
@@ -63,9 +66,11 @@ class UiContext:
         ns = self.settings.temporal_namespace
         return f"{self.temporal_ui.rstrip('/')}/namespaces/{ns}/workflows/{session_id}"
 
-    async def pool(self) -> AsyncConnectionPool:
-        """The process-wide pool of the record's database (opened on first use)."""
-        return await get_pool(self.database_url)
+    def connection(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        """A connection of the process-wide pool (`async with ctx.connection() as conn`),
+        waited for at most `DB_WAIT_S`: a page a person waits on says PostgreSQL is away
+        (`keel.ui.app`'s 503) rather than hang for the pool's half a minute."""
+        return connection(self.database_url, wait_s=DB_WAIT_S)
 
 
 def ui(request: Request) -> UiContext:

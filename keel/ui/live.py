@@ -59,7 +59,7 @@ async def _record_rows(ctx: UiContext, session_id: str, after_seq: int, out: Out
                        ) -> None:
     last = after_seq
     while True:
-        async with (await ctx.pool()).connection() as conn:
+        async with ctx.connection() as conn:
             rows = await read_record_async(conn, session_id, from_seq=last + 1, limit=100)
         if rows:
             last = rows[-1].seq

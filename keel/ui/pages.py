@@ -60,7 +60,7 @@ async def session_status(handle: SessionHandle) -> SessionStatus | None:
 
 
 async def _known(ctx: UiContext, session_id: str) -> bool:
-    async with (await ctx.pool()).connection() as conn:
+    async with ctx.connection() as conn:
         return await session_exists(conn, session_id)
 
 
@@ -83,7 +83,7 @@ async def _listed(ctx: UiContext) -> dict[str, SessionSummary]:
 async def sessions(request: Request) -> HTMLResponse:
     ctx = ui(request)
     phase = request.query_params.get("phase") or ""
-    async with (await ctx.pool()).connection() as conn:
+    async with ctx.connection() as conn:
         recorded = {r[0]: r for r in await known_sessions(conn)}
     listed = await _listed(ctx)
     # Sessions visibility does not list are asked for their status, one query each.
@@ -115,7 +115,7 @@ async def _record_page(ctx: UiContext, session_id: str, from_seq: int | None,
                        user_only: bool) -> dict[str, Any]:
     """One page of the record (the latest, unless `from_seq` says where) and its pager."""
     size = ctx.page_size
-    async with (await ctx.pool()).connection() as conn:
+    async with ctx.connection() as conn:
         count, last_seq = await record_extent(conn, session_id)
         start = from_seq if from_seq is not None else (
             1 if user_only else max(1, last_seq - size + 1))
@@ -131,7 +131,7 @@ async def _record_page(ctx: UiContext, session_id: str, from_seq: int | None,
 
 async def _checkpoints(ctx: UiContext, session_id: str, *, texts: bool = True
                        ) -> list[CheckpointEntry]:
-    async with (await ctx.pool()).connection() as conn:
+    async with ctx.connection() as conn:
         return await read_checkpoints(conn, session_id, texts=texts)
 
 
@@ -148,7 +148,7 @@ async def session_page(request: Request) -> HTMLResponse:
     gauge = Gauge(status.context_tokens, status.checkpoint_threshold,
                   status.context_window) if status else None
     waiting = await approvals.pending(handle)
-    async with (await ctx.pool()).connection() as conn:
+    async with ctx.connection() as conn:
         origin = await session_origin(conn, session_id)
     return render(request, "session.html", title=session_id, session_id=session_id,
                   status=status, gauge=gauge, record=record, checkpoints=checkpoints,
@@ -281,7 +281,7 @@ async def checkpoint_page(request: Request) -> HTMLResponse:
 async def vault_page(request: Request) -> HTMLResponse:
     ctx = ui(request)
     query = (request.query_params.get("q") or "").strip()
-    view = await vault_view(ctx.settings, await ctx.pool() if query else None, query)
+    view = await vault_view(ctx.settings, ctx.connection if query else None, query)
     return render(request, "vault.html", title="Vault", view=view, query=query,
                   hit_link=hit_link)
 

@@ -9,12 +9,14 @@ and its search only; the database is asked only when there is a query.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from psycopg_pool import AsyncConnectionPool
+from psycopg import AsyncConnection
 
 from activities.vault.files import read_text
 from activities.vault.search import search
@@ -82,13 +84,15 @@ def hit_link(path: str) -> str | None:
     return f"/sessions/{quote(session_id, safe='')}?from={seq}#m{seq}"
 
 
-async def vault_view(settings: KeelSettings, pool: AsyncConnectionPool | None,
+async def vault_view(settings: KeelSettings,
+                     connect: Callable[[], AbstractAsyncContextManager[AsyncConnection]] | None,
                      query: str = "", scope: str = DEFAULT_SCOPE) -> VaultView:
-    """One memory scope's vault (the default scope's unless asked), and its search only."""
+    """One memory scope's vault (the default scope's unless asked), and its search only
+    (through `connect`, a connection of the record's pool)."""
     vault = Vault(settings.memory.vault_dir_for(scope), settings.memory, scope=scope)
     view = await asyncio.to_thread(_read, vault)
-    if query and pool is not None:
-        async with pool.connection() as conn:
+    if query and connect is not None:
+        async with connect() as conn:
             hits = await search(conn, query, scope=scope, k=SEARCH_K)
             view.hits, view.spelling = list(hits), hits.spelling_note()
     return view

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx2 as httpx
 import psycopg
+import psycopg.conninfo
 import pytest
 from rich.console import Console
 
@@ -241,3 +242,33 @@ async def test_a_token_is_required_when_set(client, database_url, tmp_path):
         first = http.get("/vault?token=s3cret")
         assert first.status_code == 303 and first.headers["location"] == "/vault"
         assert http.get("/vault").status_code == 200  # the cookie carries it now
+
+
+async def test_postgresql_away_is_a_page_that_says_so(client, database_url, pg_admin_url,
+                                                      tmp_path):
+    """The record's database closed under a running UI: each page answers 503 within a
+    few seconds, in PostgreSQL's words; before, a bare "Internal Server Error" after the
+    pool's 30 s. Open again, the page is back."""
+    settings = make_settings(database_url, tmp_path)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        _insert_session(conn, "fresh", 3)
+    name = psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
+    keel = KeelClient(client, settings.task_queue, settings)
+    async with (ui_server(keel, settings, database_url, port=0) as url,
+                httpx.AsyncClient(timeout=40) as http):
+        page = f"{url}/fresh"
+        assert (await http.get(page)).status_code == 200
+        with psycopg.connect(pg_admin_url, autocommit=True) as admin:
+            admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                          " WHERE datname = %s", (name,))
+            try:
+                for _ in range(2):  # the pool's broken connection, then none to be had
+                    started = time.monotonic()
+                    away = await http.get(page)
+                    assert away.status_code == 503 and time.monotonic() - started < 10
+                    assert "The record cannot be read now" in away.text
+                assert "is not currently accepting connections" in away.text
+            finally:
+                admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        assert (await http.get(page)).status_code == 200
