@@ -8,11 +8,13 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, Unpack
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -43,6 +45,22 @@ async def keel_worker(client: Client, settings: KeelSettings,
     worker = build_worker(client, settings, role=role)
     async with worker:
         yield KeelClient(client, settings.task_queue, settings)
+
+
+@contextmanager
+def database_closed(admin_url: str, database_url: str) -> Iterator[None]:
+    """The database at `database_url` closed to connections and its sessions ended for
+    the block (an outage as its clients see it: their connections break, none comes back),
+    then open again; the shared server is never stopped."""
+    name = conninfo_to_dict(database_url)["dbname"]
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                      " WHERE datname = %s", (name,))
+        try:
+            yield
+        finally:
+            admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
 
 
 def small_config(settings: KeelSettings, **overrides: Unpack[SessionOverrides]) -> SessionConfig:

@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
@@ -27,6 +26,7 @@ from activities.db import (
     connection,
     get_pool,
 )
+from tests.harness import database_closed
 
 ATTEMPT_S = 6.0  # the waits below are this less REASON_MARGIN_S: two seconds
 
@@ -60,16 +60,10 @@ async def closed_database(database_url: str, pg_admin_url: str) -> AsyncIterator
     pool sees it). The step that meets the pool's broken connection fails with the
     server's words (and the pool drops it); the next waits. Opened again after."""
     assert await _attempt_env().run(select_one, database_url) == 1
-    name = conninfo_to_dict(database_url)["dbname"]
-    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
-        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                      " WHERE datname = %s", (name,))
-    with pytest.raises(psycopg.OperationalError, match="terminating connection"):
-        await _attempt_env().run(select_one, database_url)
-    yield database_url
-    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
-        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    with database_closed(pg_admin_url, database_url):
+        with pytest.raises(psycopg.OperationalError, match="terminating connection"):
+            await _attempt_env().run(select_one, database_url)
+        yield database_url
 
 
 async def test_an_outage_is_named_by_postgresql_within_the_attempt(closed_database):
@@ -113,16 +107,11 @@ async def test_the_pool_is_back_as_soon_as_postgresql_is(database_url, pg_admin_
     connection at once. Before, the pool's pauses between tries had doubled to 16 s by
     then, and the step waited out its whole attempt."""
     assert await _attempt_env().run(select_one, database_url) == 1
-    name = conninfo_to_dict(database_url)["dbname"]
-    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
-        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                      " WHERE datname = %s", (name,))
+    with database_closed(pg_admin_url, database_url):
         with pytest.raises(psycopg.OperationalError):  # the pool learns of it: it tries again
             await _attempt_env().run(select_one, database_url)
         await _refused(database_url)  # a step waits: the pool grows, its tries back off
         await asyncio.sleep(OUTAGE_S)
-        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
     started = time.monotonic()
     assert await _attempt_env().run(select_one, database_url) == 1
     assert time.monotonic() - started < 2.0

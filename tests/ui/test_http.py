@@ -20,7 +20,6 @@ from pathlib import Path
 
 import httpx2 as httpx
 import psycopg
-import psycopg.conninfo
 import pytest
 from rich.console import Console
 
@@ -30,7 +29,7 @@ from keel.ui.app import UiContext, create_app
 from keel.ui.security import UnsafeBindError, check_bind
 from keel.ui.server import ui_server
 from schemas.model import OFFLINE_MODEL_NAME
-from tests.harness import keel_worker, make_settings, output_until
+from tests.harness import database_closed, keel_worker, make_settings, output_until
 from tests.ui.support import waiting_for_approval
 
 MESSAGE = re.compile(r'<article class="msg msg-(\w+)" id="m(\d+)"')
@@ -252,23 +251,16 @@ async def test_postgresql_away_is_a_page_that_says_so(client, database_url, pg_a
     settings = make_settings(database_url, tmp_path)
     with psycopg.connect(database_url, autocommit=True) as conn:
         _insert_session(conn, "fresh", 3)
-    name = psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
     keel = KeelClient(client, settings.task_queue, settings)
     async with (ui_server(keel, settings, database_url, port=0) as url,
                 httpx.AsyncClient(timeout=40) as http):
         page = f"{url}/fresh"
         assert (await http.get(page)).status_code == 200
-        with psycopg.connect(pg_admin_url, autocommit=True) as admin:
-            admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                          " WHERE datname = %s", (name,))
-            try:
-                for _ in range(2):  # the pool's broken connection, then none to be had
-                    started = time.monotonic()
-                    away = await http.get(page)
-                    assert away.status_code == 503 and time.monotonic() - started < 10
-                    assert "The record cannot be read now" in away.text
-                assert "is not currently accepting connections" in away.text
-            finally:
-                admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        with database_closed(pg_admin_url, database_url):
+            for _ in range(2):  # the pool's broken connection, then none to be had
+                started = time.monotonic()
+                away = await http.get(page)
+                assert away.status_code == 503 and time.monotonic() - started < 10
+                assert "The record cannot be read now" in away.text
+            assert "is not currently accepting connections" in away.text
         assert (await http.get(page)).status_code == 200
