@@ -15,8 +15,12 @@ from pathlib import Path
 
 from schemas.vault.schema import GRAPH_DIR
 
-__all__ = ["ReadText", "atomic_write", "read_text", "remove_stale_git_locks", "walk_notes"]
+__all__ = ["PARTIAL_GLOB", "ReadText", "atomic_write", "read_text", "remove_stale_git_locks",
+           "walk_notes"]
 
+# A write's file before it is renamed into place: never committed (what a killed worker
+# left half written is not the vault's).
+PARTIAL_GLOB = ".keel-*.tmp"
 # Far past the longest git step Keel runs on a vault (120 s): a lock file this old is no
 # git at work, Keel's (the vault worker holds the vault's lock) or a person's.
 STALE_GIT_LOCK_S = 600.0
@@ -51,7 +55,7 @@ def read_text(path: Path) -> ReadText:
 def atomic_write(path: Path, text: str) -> None:
     """Write all or nothing: a crash never leaves half a card."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".keel-", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".keel-", suffix=".tmp")  # PARTIAL_GLOB
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)

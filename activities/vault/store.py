@@ -36,6 +36,7 @@ from activities.vault.bulk import index_bulk
 from activities.vault.clock import local_timezone_name
 from activities.vault.embedder import Embedder, embedder_for
 from activities.vault.files import (
+    PARTIAL_GLOB,
     atomic_write,
     read_text,
     remove_stale_git_locks,
@@ -286,7 +287,7 @@ class Vault:
         if problem:
             return GitResult(problem=problem)
         notes = remove_stale_git_locks(self.root)
-        rc, out = await self.git("add", "-A")
+        rc, out = await self.git("add", "-A", "--", ".", f":(exclude,glob)**/{PARTIAL_GLOB}")
         if rc != 0:
             return GitResult(problem=f"git add failed: {out}", notes=notes)
         rc, status = await self.git("status", "--porcelain")

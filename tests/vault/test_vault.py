@@ -311,3 +311,18 @@ async def test_a_git_lock_left_by_a_killed_commit_is_cleared_and_the_vault_commi
     assert not lock.exists()
     assert any("index.lock" in note and "removed" in note for note in result.notes)
     assert "after the kill" in git(c.vault.root, "log", "--oneline", "-1")
+
+
+async def test_a_half_written_file_a_killed_worker_left_is_never_committed(
+        tmp_path, database_url):
+    c = make_ctx(tmp_path, database_url)
+    c.vault.ensure()
+    (c.vault.root / "cards" / "notes" / ".keel-a1b2c3d4.tmp").write_text("# Hal")
+    (c.vault.root / ".keel-zzzz9999.tmp").write_text("")
+    c.vault.write("cards/notes/Whole.md", "# Whole\n")
+    result = await run_activity(RollupActivities(c, model_backends()).commit_vault,
+                                CommitInput(message="nightly"))
+    assert result.committed, result
+    tracked = git(c.vault.root, "ls-files").split()
+    assert "cards/notes/Whole.md" in tracked
+    assert not [path for path in tracked if path.endswith(".tmp")]
