@@ -87,6 +87,7 @@ class LiveView:
         self.turn_inputs: dict[int, list[int]] = {}  # turn -> the seqs it answers
         self.last_offset = -1
         self.finished = False  # session_ended seen
+        self.errors_shown: set[tuple[int | None, str]] = set()  # (turn, message) printed
 
     # ----- output helpers -------------------------------------------------------------------
 
@@ -195,8 +196,14 @@ class LiveView:
     def _on_TurnInterrupted(self, e: TurnInterrupted) -> None:
         self._line("[dim]interrupting the turn[/]")
 
+    def _error(self, turn: int | None, message: str) -> None:
+        """A turn's error, once: the error event and the turn's end carry the same."""
+        if (turn, message) not in self.errors_shown:
+            self.errors_shown.add((turn, message))
+            self._line(f"[red]{escape(one_line(message, 300))}[/]")
+
     def _on_ErrorEvent(self, e: ErrorEvent) -> None:
-        self._line(f"[red]{escape(one_line(e.message, 300))}[/]")
+        self._error(e.turn, e.message)
 
     def _on_SessionStopped(self, e: SessionStopped) -> None:
         self._line(f"[yellow]{escape(e.reason)}[/]")
@@ -211,7 +218,7 @@ class LiveView:
         if e.reply_seq is not None:
             self._mend(e.reply_seq, e.reply_preview, e.reply_chars)
         if e.error:
-            self._line(f"[red]{escape(e.error)}[/]")
+            self._error(e.turn, e.error)
         if note := stop_note(e.stop_reason):
             self._line(f"[yellow]({escape(note)})[/]")
         if self.mid_line:

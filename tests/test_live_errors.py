@@ -1,0 +1,39 @@
+"""A turn's error is printed once by the live view (keel.live.LiveView): the session emits
+it as an error event and again on the turn's end."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from keel.live import LiveView
+from schemas.events import ErrorEvent, TurnEnded, TurnStarted
+
+AT = "2026-12-06T05:00:00Z"
+FAILED = "The model call failed: ModelConnection: model API unreachable: Connection refused"
+
+
+def _view() -> tuple[LiveView, io.StringIO]:
+    out = io.StringIO()
+    return LiveView(Console(file=out, width=200, color_system=None)), out
+
+
+def test_a_turns_error_is_one_line_though_two_events_carry_it() -> None:
+    view, out = _view()
+    view.show(0, TurnStarted.model_validate({"session_id": "s", "at": AT, "turn": 1}))
+    view.show(1, ErrorEvent.model_validate({"session_id": "s", "at": AT, "turn": 1,
+                                            "message": FAILED, "where": "model"}))
+    view.show(2, TurnEnded.model_validate({"session_id": "s", "at": AT, "turn": 1,
+                                           "error": FAILED}))
+    assert out.getvalue().count(FAILED) == 1
+
+
+def test_the_same_error_in_another_turn_is_printed_again() -> None:
+    view, out = _view()
+    for turn in (1, 2):
+        view.show(turn, TurnStarted.model_validate({"session_id": "s", "at": AT,
+                                                    "turn": turn}))
+        view.show(10 + turn, TurnEnded.model_validate({"session_id": "s", "at": AT,
+                                                       "turn": turn, "error": FAILED}))
+    assert out.getvalue().count(FAILED) == 2
