@@ -49,6 +49,7 @@ from schemas.events import (
     DELTA_CHARS,
     TOPIC,
     DeltaTail,
+    SessionEvent,
     StreamWatchers,
     TextDelta,
     event_payload,
@@ -289,3 +290,19 @@ class DeltaPublisher:
         except Exception as err:
             self.failures += 1
             log.warning("last text deltas for reply #%s dropped: %r", self.reply_seq, err)
+
+
+async def publish_event(event: SessionEvent) -> None:
+    """One event onto the stream of the workflow that scheduled this activity, sent now
+    (a model call's failed attempt, say). Never fails or holds the activity past
+    `SEND_TIMEOUT`: a send that fails is logged; the stream is a live view."""
+    info = activity.info()
+    if info.workflow_id is None:
+        return
+    try:
+        stream = WorkflowStreamClient.create(activity.client(), info.workflow_id,
+                                             max_retry_duration=SEND_TIMEOUT)
+        stream.topic(TOPIC).publish(event_payload(event))
+        await asyncio.wait_for(stream.flush(), SEND_TIMEOUT.total_seconds())
+    except Exception as err:
+        log.warning("%s event not published: %r", event.type, err)

@@ -19,6 +19,7 @@ from rich.markup import escape
 from keel.console import one_line
 from keel.events import EventsMissed
 from schemas.events import (
+    MODEL_RETRYING,
     ApprovalDecided,
     ApprovalNeeded,
     BudgetAnswered,
@@ -203,6 +204,9 @@ class LiveView:
             self._line(f"[red]{escape(one_line(message, 300))}[/]")
 
     def _on_ErrorEvent(self, e: ErrorEvent) -> None:
+        if e.where == MODEL_RETRYING:  # the turn goes on: said, not as its failure
+            self._line(f"[yellow]{escape(one_line(e.message, 300))}[/]")
+            return
         self._error(e.turn, e.message)
 
     def _on_SessionStopped(self, e: SessionStopped) -> None:

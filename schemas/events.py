@@ -257,7 +257,12 @@ class RecallFound(_Event):
 class ErrorEvent(_Event):
     type: Literal[EventType.ERROR] = EventType.ERROR
     message: Reason = ""
-    where: Name = ""  # "model", "tool", "record", "checkpoint", ...
+    where: Name = ""  # "model", "tool", "record", "checkpoint", MODEL_RETRYING, ...
+
+
+# An ErrorEvent's `where` for a model call's attempt that failed, another following (the
+# model activity publishes it; the turn goes on).
+MODEL_RETRYING = "model_retrying"
 
 
 class SessionStopped(_Event):

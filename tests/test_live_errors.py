@@ -37,3 +37,13 @@ def test_the_same_error_in_another_turn_is_printed_again() -> None:
         view.show(10 + turn, TurnEnded.model_validate({"session_id": "s", "at": AT,
                                                        "turn": turn, "error": FAILED}))
     assert out.getvalue().count(FAILED) == 2
+
+
+def test_a_failed_attempt_is_said_and_the_turn_goes_on() -> None:
+    view, out = _view()
+    note = "the model API failed (attempt 1 of 12: Overloaded); asking again"
+    view.show(0, TurnStarted.model_validate({"session_id": "s", "at": AT, "turn": 1}))
+    view.show(1, ErrorEvent.model_validate({"session_id": "s", "at": AT, "turn": 1,
+                                            "message": note, "where": "model_retrying"}))
+    view.show(2, TurnEnded.model_validate({"session_id": "s", "at": AT, "turn": 1}))
+    assert out.getvalue().count(note) == 1 and not view.errors_shown

@@ -39,6 +39,7 @@ from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityConfig, LocalActivityConfig
 
 from schemas.config import vault_queue
+from schemas.model import MODEL_CALL_ATTEMPTS
 
 # A worker that misses four beats is gone; the activity beats at a quarter of this
 # (see activities.heartbeat.with_heartbeat, which reads it from activity.info()).
@@ -60,7 +61,8 @@ DB_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1),
                        maximum_interval=timedelta(seconds=30),
                        non_retryable_error_types=NEVER_RETRY)
 MODEL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), backoff_coefficient=2.0,
-                          maximum_interval=timedelta(seconds=60), maximum_attempts=12,
+                          maximum_interval=timedelta(seconds=60),
+                          maximum_attempts=MODEL_CALL_ATTEMPTS,
                           non_retryable_error_types=NEVER_RETRY)
 CHECKPOINT_STEP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1),
                                     maximum_interval=timedelta(seconds=30), maximum_attempts=10,

@@ -235,3 +235,26 @@ async def test_a_message_asked_during_a_turn_is_recorded_at_once_and_a_retry_onc
     texts = [(r[1], r[3]) for r in rows(database_url, session.session_id)]
     assert texts == [("user", "a slow one"), ("assistant", "re: slow"),
                      ("user", "asked during"), ("assistant", "re: during")]
+
+
+async def test_a_failed_attempt_is_told_on_the_stream_while_the_call_tries_again(
+        client, settings, fake_anthropic):
+    """A model API that fails (overloaded, away) is tried again for minutes: the session's
+    readers hear of each failed attempt at once (`keel send --wait`, `keel chat`), not only
+    of the turn's end. Before, nothing showed until the retries ran out (7 min)."""
+    fake_anthropic.push(ErrorStep(529, "overloaded_error", "Overloaded"),
+                        text_message("after retry"))
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"s-{uuid.uuid4().hex[:8]}")
+        outcome = await session.ask("hello")
+        events = []
+        async for _, event in session.events(after=0):
+            events.append(event)
+            if event.type == "turn_ended":
+                break
+    assert outcome.reply_text == "after retry" and outcome.error is None
+    told = [e for e in events if e.type == "error"]
+    assert len(told) == 1 and told[0].where == "model_retrying" and told[0].turn == 1
+    assert "attempt 1 of 12" in told[0].message and "Overloaded" in told[0].message
+    assert [e.type for e in events].index("error") < [e.type for e in events].index(
+        "turn_ended")
