@@ -88,7 +88,7 @@ class LiveView:
         self.turn_inputs: dict[int, list[int]] = {}  # turn -> the seqs it answers
         self.last_offset = -1
         self.finished = False  # session_ended seen
-        self.errors_shown: set[tuple[int | None, str]] = set()  # (turn, message) printed
+        self.errors_shown: set[tuple[int | None, str]] = set()  # (turn, line) printed
 
     # ----- output helpers -------------------------------------------------------------------
 
@@ -198,10 +198,12 @@ class LiveView:
         self._line("[dim]interrupting the turn[/]")
 
     def _error(self, turn: int | None, message: str) -> None:
-        """A turn's error, once: the error event and the turn's end carry the same."""
-        if (turn, message) not in self.errors_shown:
-            self.errors_shown.add((turn, message))
-            self._line(f"[red]{escape(one_line(message, 300))}[/]")
+        """A turn's error, once: the error event, the turn's end and the outcome carry the
+        same (each cut to its own length: compared as printed)."""
+        shown = one_line(message, 300)
+        if (turn, shown) not in self.errors_shown:
+            self.errors_shown.add((turn, shown))
+            self._line(f"[red]{escape(shown)}[/]")
 
     def _on_ErrorEvent(self, e: ErrorEvent) -> None:
         if e.where == MODEL_RETRYING:  # the turn goes on: said, not as its failure
@@ -264,7 +266,7 @@ class LiveView:
             self.mid_line = False
         if outcome.turn not in self.ended:
             if outcome.error:
-                self._line(f"[red]{escape(outcome.error)}[/]")
+                self._error(outcome.turn, outcome.error)
             if outcome.stopped_reason and outcome.stopped_reason != outcome.error:
                 self._line(f"[yellow]{escape(outcome.stopped_reason)}[/]")
             if note := stop_note(outcome.stop_reason):
