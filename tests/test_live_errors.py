@@ -9,6 +9,7 @@ from rich.console import Console
 
 from keel.live import LiveView
 from schemas.events import ErrorEvent, TurnEnded, TurnStarted
+from schemas.session import TurnOutcome
 
 AT = "2026-12-06T05:00:00Z"
 FAILED = "The model call failed: ModelConnection: model API unreachable: Connection refused"
@@ -47,3 +48,15 @@ def test_a_failed_attempt_is_said_and_the_turn_goes_on() -> None:
                                             "message": note, "where": "model_retrying"}))
     view.show(2, TurnEnded.model_validate({"session_id": "s", "at": AT, "turn": 1}))
     assert out.getvalue().count(note) == 1 and not view.errors_shown
+
+
+def test_the_outcome_repeats_no_error_its_events_showed() -> None:
+    """`keel send --wait` prints the outcome's error when the turn's end was not seen: the
+    error event's (cut to its 500 characters) is the same error."""
+    view, out = _view()
+    long = FAILED + " (last attempt: " + "x" * 600 + ")"
+    view.show(0, TurnStarted.model_validate({"session_id": "s", "at": AT, "turn": 1}))
+    view.show(1, ErrorEvent.model_validate({"session_id": "s", "at": AT, "turn": 1,
+                                            "message": long, "where": "model"}))
+    view.show_outcome(TurnOutcome(turn=1, error=long))
+    assert out.getvalue().count(FAILED) == 1
