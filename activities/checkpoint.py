@@ -44,9 +44,10 @@ from activities.checkpoint_payloads import (
 from activities.checkpoint_prepare import prepare
 from activities.checkpoint_store import check, move_half, store_model_checkpoint
 from activities.context import SessionContext
+from activities.events import tell_retrying
 from activities.heartbeat import beating, with_heartbeat
 from activities.model_call import refusal
-from schemas.model import PROMPT_TOO_LONG
+from schemas.model import CHECKPOINT_CALL_ATTEMPTS, PROMPT_TOO_LONG
 
 __all__ = [
     "CheckResult", "CheckpointActivities", "MoveInput", "PrepareInput", "PrepareResult",
@@ -83,6 +84,8 @@ class CheckpointActivities:
                 message = await self._ask_model(attempts.meta(attempt), planned.request)
             except ApplicationError as err:
                 if err.type != PROMPT_TOO_LONG:
+                    await tell_retrying(attempt["session_id"], None, err,
+                                        CHECKPOINT_CALL_ATTEMPTS)
                     raise
                 # The API's count: the session corrects its estimate, the turn keeps what
                 # its rounds wrote (workflows.checkpoint).

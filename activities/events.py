@@ -44,16 +44,20 @@ from types import TracebackType
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.exceptions import ApplicationError
 
 from schemas.events import (
     DELTA_CHARS,
+    MODEL_RETRYING,
     TOPIC,
     DeltaTail,
+    ErrorEvent,
     SessionEvent,
     StreamWatchers,
     TextDelta,
     event_payload,
 )
+from schemas.model import retry_note
 from schemas.session import Handler
 
 log = logging.getLogger(__name__)
@@ -306,3 +310,16 @@ async def publish_event(event: SessionEvent) -> None:
         await asyncio.wait_for(stream.flush(), SEND_TIMEOUT.total_seconds())
     except Exception as err:
         log.warning("%s event not published: %r", event.type, err)
+
+
+async def tell_retrying(session_id: str, turn: int | None, err: ApplicationError,
+                        attempts: int) -> None:
+    """A model call's failed attempt another will follow (of `attempts`), told on the
+    session's stream at once: a person waiting would otherwise see nothing for the
+    retries' minutes (an API away is tried for about seven)."""
+    if err.non_retryable:
+        return
+    note = retry_note(activity.info().attempt, err.message, attempts)
+    if note is not None:
+        await publish_event(ErrorEvent(session_id=session_id, at=datetime.now(UTC), turn=turn,
+                                       message=note, where=MODEL_RETRYING))

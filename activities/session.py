@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 from contextlib import AsyncExitStack, suppress
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from anthropic.types import Message
@@ -44,7 +44,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.context import SessionContext
 from activities.delegate_ahead import start_ahead, tell_parent
-from activities.events import DeltaPublisher, publish_event
+from activities.events import DeltaPublisher, tell_retrying
 from activities.heartbeat import beating, with_heartbeat
 from activities.interrupt import send_interrupt, stop_on_interrupt, watcher
 from activities.model_call import (
@@ -91,10 +91,10 @@ from schemas.agent import cut_result, result_text
 from schemas.budget import cost_usd, price_for
 from schemas.cache_ttl import lifetime_refused, short_lived
 from schemas.checkpoint.policy import Fit, sendable
-from schemas.events import MODEL_RETRYING, SHORT_OUTPUT_CHARS, DeltaTail, ErrorEvent, cut
+from schemas.events import SHORT_OUTPUT_CHARS, DeltaTail, cut
 from schemas.events import cut as cut_preview
 from schemas.messages import MessageType, ModelReply
-from schemas.model import PROMPT_TOO_LONG, retry_note
+from schemas.model import MODEL_CALL_ATTEMPTS, PROMPT_TOO_LONG
 from schemas.request import model_call_request
 from schemas.session import ReadReply, ReplyPart
 from schemas.text import make_storable, make_storable_json
@@ -243,7 +243,7 @@ class SessionActivities:
             message, tail, partial = await self._ask_model_within(conn, data, request, first)
         except ApplicationError as err:
             if err.type != PROMPT_TOO_LONG:
-                await _say_retrying(data, err)
+                await tell_retrying(data.session_id, data.turn, err, MODEL_CALL_ATTEMPTS)
                 raise
             # Not a failure: the ladder's input. The API's count corrects the estimate
             # and the session makes room (workflows.turn).
@@ -490,15 +490,3 @@ async def _delegation(data: ModelCallInput, reply: ModelReply,
         result.started_ahead = await start_ahead(step.ahead, data.ask.agent, reply)
         result.told_parent = await tell_parent(data.session_id, step.tell, reply)
     return result
-
-
-async def _say_retrying(data: ModelCallInput, err: ApplicationError) -> None:
-    """A failed attempt another will follow, told on the session's stream at once (a
-    person waiting would otherwise see nothing for the retries' minutes: an API away is
-    tried for about seven)."""
-    if err.non_retryable:
-        return
-    note = retry_note(activity.info().attempt, err.message)
-    if note is not None:
-        await publish_event(ErrorEvent(session_id=data.session_id, at=datetime.now(UTC),
-                                       turn=data.turn, message=note, where=MODEL_RETRYING))

@@ -25,20 +25,22 @@ def http_error_type(status: int) -> str:
     return f"ModelHTTP{status}"
 
 
-# How many times a turn's model call is tried (workflows.options.MODEL_RETRY): an attempt
-# before the last that fails in a way another may not tells the session's readers so.
+# How many times a turn's model call, and a checkpoint round's, is tried (workflows.options
+# MODEL_RETRY, CHECKPOINT_MODEL_RETRY): an attempt before the last that fails in a way
+# another may not tells the session's readers so.
 MODEL_CALL_ATTEMPTS = 12
+CHECKPOINT_CALL_ATTEMPTS = 8
 
 
-def retry_note(attempt: int, message: str) -> str | None:
-    """What a reader of the session is told when attempt `attempt` of a model call failed
-    and another follows; None after the last (the turn's failure says it then)."""
-    if attempt >= MODEL_CALL_ATTEMPTS:
+def retry_note(attempt: int, message: str, attempts: int = MODEL_CALL_ATTEMPTS) -> str | None:
+    """What a reader of the session is told when attempt `attempt` of `attempts` of a
+    model call failed and another follows; None after the last (the failure says it
+    then)."""
+    if attempt >= attempts:
         return None
     why = " ".join(message.split())
     why = why if len(why) <= 200 else why[:199] + "…"
-    return (f"the model API failed (attempt {attempt} of {MODEL_CALL_ATTEMPTS}: {why});"
-            " asking again")
+    return f"the model API failed (attempt {attempt} of {attempts}: {why}); asking again"
 
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import uuid
 from typing import Any
@@ -11,6 +12,8 @@ import psycopg
 import pytest
 
 from keel.client import MessageRejectedError, SessionExistsError
+from schemas.checkpoint.request import REQUEST_MARKER as MARKER
+from tests.checkpoint_model import CheckpointModel, good_checkpoint
 from tests.fake_anthropic import ErrorStep, text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
 
@@ -258,3 +261,32 @@ async def test_a_failed_attempt_is_told_on_the_stream_while_the_call_tries_again
     assert "attempt 1 of 12" in told[0].message and "Overloaded" in told[0].message
     assert [e.type for e in events].index("error") < [e.type for e in events].index(
         "turn_ended")
+
+
+async def test_a_checkpoint_rounds_failed_attempt_is_told_too(client, settings, fake_anthropic):
+    """A checkpoint's model call is tried again as well (8 attempts): a person waiting on
+    the checkpoint hears of the failed one at once."""
+    model = CheckpointModel(good_checkpoint)
+    failed: list[bool] = []
+
+    def responder(body: dict[str, Any]) -> Any:
+        if MARKER in json.dumps(body.get("messages", [])) and not failed:
+            failed.append(True)
+            return ErrorStep(529, "overloaded_error", "Overloaded")
+        return model(body)
+    fake_anthropic.responder = responder
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"s-{uuid.uuid4().hex[:8]}")
+        await session.ask("hello")
+        status = await session.checkpoint_now()
+        told = [e async for _, e in _until_stored(session)]
+    assert status.checkpoint_count == 1 and failed
+    retries = [e for e in told if e.type == "error" and e.where == "model_retrying"]
+    assert len(retries) == 1 and "attempt 1 of 8" in retries[0].message
+
+
+async def _until_stored(session):
+    async for offset, event in session.events(after=0):
+        yield offset, event
+        if event.type == "checkpoint_stored":
+            return
