@@ -521,3 +521,33 @@ async def test_names_and_words_that_look_like_markup_are_shown_as_they_are(
         assert sid in await keel(cli_env, "list")
         out = await keel(cli_env, "vault", "search", "[/x] zzzqqq")
         assert "[/x] zzzqqq" in out and "Traceback" not in out
+
+
+async def test_chat_reads_a_text_pasted_while_a_reply_comes_as_one_message(
+        client, settings, cli_env, database_url):
+    """Off the prompt (a reply streaming), the chat keeps the terminal marking pastes, so a
+    text pasted then reaches the next prompt whole; before, readline had turned the marks
+    off with the line it returned, and each pasted line was a message of its own."""
+    sid = f"paste2-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings):
+        chat = Pty([str(Path(sys.executable).parent / "keel"), "chat", sid],
+                   {**os.environ, **cli_env, "TERM": "xterm"})
+        try:
+            await chat.expect("you")
+            chat.send("Start the review.\r")
+            await chat.expect("keel: [offline model]")
+            raw = chat.seen[chat.seen.index("Start the review."):]
+            off = raw.index("\x1b[?2004l")  # readline, returning the line
+            assert "\x1b[?2004h" in raw[off:raw.index("[offline model]")], repr(raw[:300])
+            # What a terminal that marks pastes sends while the reply comes.
+            chat.send("\x1b[200~Notes:\r- one\r- two\x1b[201~\r")
+            screen = await chat.expect(FOOTER_END)  # the first turn's footer
+            await chat.expect(FOOTER_END, since=screen.index(FOOTER_END) + len(FOOTER_END))
+            chat.send("/quit\r")
+            await chat.expect(f"left {sid}")
+        finally:
+            chat.close()
+    with psycopg.connect(database_url) as conn:
+        users = conn.execute("SELECT content_text FROM messages WHERE session_id = %s AND"
+                             " type = 'user' ORDER BY seq", (sid,)).fetchall()
+    assert users == [("Start the review.",), ("Notes:\n- one\n- two",)]

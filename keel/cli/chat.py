@@ -5,13 +5,16 @@ replies to them show whenever they come; leaving the chat never ends the session
 message or checkpoint is one error line and the chat goes on. Ctrl-C while a turn runs
 interrupts the turn (the session's `interrupt`); at the prompt it leaves. A text pasted at
 the prompt is one message, whatever its lines (the terminal's bracketed paste, read by GNU
-readline), as is a message typed with each line but the last ending in a backslash.
+readline), and so is one pasted while a reply streams (the terminal is kept marking pastes
+then, and the next prompt reads it); as is a message typed with each line but the last
+ending in a backslash.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
@@ -33,6 +36,9 @@ CHAT_HELP = ("/new starts a fresh session · /status /mind /memo /now show its s
              "Ctrl-C while a reply comes interrupts the turn · /quit leaves (the session "
              "keeps running)")
 CONTINUED = "\\"  # a line ending so goes on on the next: one message of several lines
+# While this is on, a terminal marks a paste (readline turns it on as it reads a line, and
+# off as it returns one).
+PASTES_MARKED = "\x1b[?2004h"
 
 
 def chat(session: Annotated[str | None, typer.Argument(
@@ -41,21 +47,23 @@ def chat(session: Annotated[str | None, typer.Argument(
          = None) -> None:
     """Talk to a session interactively."""
     async def main() -> None:
-        _line_editing()
+        marks_pastes = _line_editing()
         talk = _Chat(await connect(load_settings()), ChatView(console, whole_turns=True))
         await talk.open(session or id, help_after=True)
         try:
             while (text := await talk.prompt()) not in (None, "/quit", "/exit"):
                 if text:
-                    await talk.dispatch(text)
+                    with _pastes_marked_meanwhile(marks_pastes):
+                        await talk.dispatch(text)
         finally:
             talk.reader.cancel()
         console.print(f"[dim]left {escape(talk.handle.session_id)}; it keeps running.[/]")
     run(main())
 
 
-def _line_editing() -> None:
-    """Line editing and history at the prompt, and a pasted text read whole.
+def _line_editing() -> bool:
+    """Line editing and history at the prompt, and a pasted text read whole (True: the
+    terminal's marks of a paste are read).
 
     Importing `readline` gives `input()` (which the prompt reads with) GNU readline on a
     terminal. CPython turns readline's bracketed paste off; on, the terminal marks a paste
@@ -67,9 +75,35 @@ def _line_editing() -> None:
     try:
         import readline
     except ImportError:  # Windows, or a Python built without it
+        return False
+    if "libedit" in (readline.__doc__ or ""):
+        return False
+    readline.parse_and_bind("set enable-bracketed-paste on")
+    return True
+
+
+@contextmanager
+def _pastes_marked_meanwhile(marks_pastes: bool) -> Iterator[None]:
+    """While a turn runs (off the prompt): the terminal goes on marking a paste, so a text
+    pasted now reaches the next prompt whole, where readline reads its marks, not a line at
+    a time, each line a message of its own; the marks the terminal echoes meanwhile are not
+    shown as "^[[200~" (ECHOCTL off, put back before the prompt)."""
+    if not (marks_pastes and sys.stdin.isatty() and sys.stdout.isatty()):
+        yield
         return
-    if "libedit" not in (readline.__doc__ or ""):
-        readline.parse_and_bind("set enable-bracketed-paste on")
+    import termios
+
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    quiet = [*saved]
+    quiet[3] = saved[3] & ~termios.ECHOCTL
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    sys.stdout.write(PASTES_MARKED)
+    sys.stdout.flush()
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
 class _Chat:
