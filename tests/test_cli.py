@@ -191,10 +191,7 @@ async def test_chat_takes_a_message_of_several_lines(client, settings, cli_env,
     async with keel_worker(client, settings):
         await keel(cli_env, "chat", sid,
                    input="Plan for Friday:\\\n- deploy at 10\\\n- tell ops\n/quit\n")
-    with psycopg.connect(database_url) as conn:
-        users = conn.execute("SELECT content_text FROM messages WHERE session_id = %s AND"
-                             " type = 'user' ORDER BY seq", (sid,)).fetchall()
-    assert users == [("Plan for Friday:\n- deploy at 10\n- tell ops",)]
+    assert _user_messages(database_url, sid) == [("Plan for Friday:\n- deploy at 10\n- tell ops",)]
 
 
 async def test_chat_compact_takes_a_checkpoint_and_says_before_and_after(client, settings,
@@ -434,6 +431,18 @@ def _read_some(fd: int) -> bytes:
 FOOTER_END = "(keel-offline-model)"
 
 
+def _chat(cli_env: dict[str, str], sid: str) -> Pty:
+    """`keel chat SID` on a pseudo-terminal."""
+    return Pty([str(Path(sys.executable).parent / "keel"), "chat", sid],
+               {**os.environ, **cli_env, "TERM": "xterm"})
+
+
+def _user_messages(database_url: str, sid: str) -> list[tuple[str]]:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute("SELECT content_text FROM messages WHERE session_id = %s AND"
+                            " type = 'user' ORDER BY seq", (sid,)).fetchall()
+
+
 async def test_chat_shows_a_watch_and_its_reply_while_the_person_is_idle(client, settings,
                                                                          cli_env):
     sid = f"pty-{uuid.uuid4().hex[:8]}"
@@ -470,8 +479,7 @@ async def test_chat_reads_a_pasted_text_as_one_message(client, settings, cli_env
     sent as its own. A line typed after it is a message of its own."""
     sid = f"paste-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings):
-        chat = Pty([str(Path(sys.executable).parent / "keel"), "chat", sid],
-                   {**os.environ, **cli_env, "TERM": "xterm"})
+        chat = _chat(cli_env, sid)
         try:
             await chat.expect("you")
             chat.send("\x1b[200~Plan for Friday:\r- deploy at 10\r- tell ops\x1b[201~\r")
@@ -482,10 +490,8 @@ async def test_chat_reads_a_pasted_text_as_one_message(client, settings, cli_env
             await chat.expect(f"left {sid}")
         finally:
             chat.close()
-    with psycopg.connect(database_url) as conn:
-        users = conn.execute("SELECT content_text FROM messages WHERE session_id = %s AND"
-                             " type = 'user' ORDER BY seq", (sid,)).fetchall()
-    assert users == [("Plan for Friday:\n- deploy at 10\n- tell ops",), ("Thanks.",)]
+    assert _user_messages(database_url, sid) == [
+        ("Plan for Friday:\n- deploy at 10\n- tell ops",), ("Thanks.",)]
 
 
 async def test_tail_from_past_the_end_says_it_waits(client, settings, cli_env):
@@ -530,8 +536,7 @@ async def test_chat_reads_a_text_pasted_while_a_reply_comes_as_one_message(
     off with the line it returned, and each pasted line was a message of its own."""
     sid = f"paste2-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings):
-        chat = Pty([str(Path(sys.executable).parent / "keel"), "chat", sid],
-                   {**os.environ, **cli_env, "TERM": "xterm"})
+        chat = _chat(cli_env, sid)
         try:
             await chat.expect("you")
             chat.send("Start the review.\r")
@@ -547,7 +552,4 @@ async def test_chat_reads_a_text_pasted_while_a_reply_comes_as_one_message(
             await chat.expect(f"left {sid}")
         finally:
             chat.close()
-    with psycopg.connect(database_url) as conn:
-        users = conn.execute("SELECT content_text FROM messages WHERE session_id = %s AND"
-                             " type = 'user' ORDER BY seq", (sid,)).fetchall()
-    assert users == [("Start the review.",), ("Notes:\n- one\n- two",)]
+    assert _user_messages(database_url, sid) == [("Start the review.",), ("Notes:\n- one\n- two",)]
