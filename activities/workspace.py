@@ -44,23 +44,18 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import os
-import re
-import tempfile
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from activities.disk import atomic_write_bytes, is_partial
 from schemas.config import KeelSettings, WorkspaceStoreKind
 from schemas.files import limit_text, normal_path, workspace_path_problem
 
 SHARED_SCOPE = "_shared"
 SHARED_SKILLS = "skills/"  # a shared skill is skills/<name>/SKILL.md of the shared scope
 _OPS_FILE = ".keel/store-ops.json"  # LocalStore's versions and applied ops, per scope
-# A write's file before it is renamed into place (what a killed worker may leave behind).
-_PARTIAL_PREFIX = ".keel-"
-_PARTIAL = re.compile(r"\.keel-[a-z0-9_]{8}\.tmp")
 AGENTS_FILE = "AGENTS.md"
 AGENTS_INDEX = ".keel/agents-md.json"  # the paths of the AGENTS.md files written, a JSON list
 # Whole tool results (activities.files.KEPT_RESULTS_DIR) may be larger than other files: an
@@ -230,7 +225,7 @@ class LocalStore(_Limits):
         return found
 
     def _save_ops(self, scope: str, ops: dict[str, dict[str, int]]) -> None:
-        _atomic(self.folder(scope) / _OPS_FILE, json.dumps(ops).encode())
+        atomic_write_bytes(self.folder(scope) / _OPS_FILE, json.dumps(ops).encode())
 
     async def applied(self, scope: str, op_id: str) -> int | None:
         found = self._ops(scope)["ops"].get(op_id)
@@ -253,7 +248,7 @@ class LocalStore(_Limits):
                 return int(ops["ops"][op_id])
             others = await asyncio.to_thread(self._others_size, scope, rel, ops)
             self._check(rel, len(data), others)
-            await asyncio.to_thread(_atomic, target, data)
+            await asyncio.to_thread(atomic_write_bytes, target, data)
             version = int(ops["versions"].get(rel, 0)) + 1
             ops["versions"][rel] = version
             if op_id is not None:
@@ -263,7 +258,7 @@ class LocalStore(_Limits):
                 index_path = self.folder(scope) / AGENTS_INDEX
                 known = _indexed(index_path.read_bytes() if index_path.is_file() else None)
                 if rel not in known:
-                    _atomic(index_path, json.dumps(sorted([*known, rel])).encode())
+                    atomic_write_bytes(index_path, json.dumps(sorted([*known, rel])).encode())
             return version
 
     async def agents_files(self, scope: str) -> dict[str, bytes]:
@@ -315,7 +310,7 @@ class LocalStore(_Limits):
         for p in sorted(start.rglob("*")):
             rel = p.relative_to(base).as_posix()
             if not p.is_file() or rel == _OPS_FILE or not rel.startswith(prefix) \
-                    or _PARTIAL.fullmatch(p.name):  # a write a killed worker left half done
+                    or is_partial(p.name):  # a write a killed worker left half done
                 continue
             if p.is_symlink() and inside not in p.resolve().parents:
                 continue  # a link a person made to a host file: never read, so not listed
@@ -343,21 +338,9 @@ class LocalStore(_Limits):
             ops = self._ops(scope)
             for f in files:
                 target, rel = self._file(scope, f.path)
-                await asyncio.to_thread(_atomic, target, f.data)
+                await asyncio.to_thread(atomic_write_bytes, target, f.data)
                 ops["versions"][rel] = f.version
             self._save_ops(scope, ops)
-
-
-def _atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_PARTIAL_PREFIX, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class PostgresStore(_Limits):

@@ -8,19 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from activities.disk import atomic_write_bytes
 from schemas.vault.schema import GRAPH_DIR
 
-__all__ = ["PARTIAL_GLOB", "ReadText", "atomic_write", "read_text", "remove_stale_git_locks",
-           "walk_notes"]
+__all__ = ["ReadText", "atomic_write", "read_text", "remove_stale_git_locks", "walk_notes"]
 
-# A write's file before it is renamed into place: never committed (what a killed worker
-# left half written is not the vault's).
-PARTIAL_GLOB = ".keel-*.tmp"
 # Far past the longest git step Keel runs on a vault (120 s): a lock file this old is no
 # git at work, Keel's (the vault worker holds the vault's lock) or a person's.
 STALE_GIT_LOCK_S = 600.0
@@ -53,17 +49,8 @@ def read_text(path: Path) -> ReadText:
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Write all or nothing: a crash never leaves half a card."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".keel-", suffix=".tmp")  # PARTIAL_GLOB
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Write all or nothing: a crash never leaves half a card (activities.disk)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def walk_notes(root: Path, under: str = "") -> tuple[list[str], list[str]]:

@@ -32,11 +32,11 @@ from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError
 
 from activities.db import connection, get_pool
+from activities.disk import PARTIAL_GLOB
 from activities.vault.bulk import index_bulk
 from activities.vault.clock import local_timezone_name
 from activities.vault.embedder import Embedder, embedder_for
 from activities.vault.files import (
-    PARTIAL_GLOB,
     atomic_write,
     read_text,
     remove_stale_git_locks,
