@@ -31,6 +31,7 @@ import psycopg
 from psycopg import AsyncConnection
 
 from activities.branch import LOCK_TIMEOUT
+from activities.session_delete import delete_session_rows
 from activities.workspace import LocalStore, StoredFile
 from schemas.branch import (
     BUNDLE_VERSION,
@@ -344,21 +345,15 @@ async def _stage_memory(conn: AsyncConnection, header: BundleHeader,
 
 
 async def undo_import(database_url: str, session_id: str, request_id: str) -> None:
-    """An import whose session never ran taken back whole (its memory was refused): its
-    rows, checkpoints, rewinds, workspace and request, and what it staged."""
+    """An import whose session never ran taken back whole (its memory was refused): all
+    the session owns (activities.session_delete), its request and what it staged."""
     async with await psycopg.AsyncConnection.connect(database_url) as conn, \
             conn.transaction():
-        await conn.execute("SELECT set_config('keel.branch_copy', 'on', true)")
-        for sql in ("DELETE FROM workspace_files WHERE scope = %(s)s",
-                    "DELETE FROM workspace_file_versions WHERE scope = %(s)s",
-                    "DELETE FROM messages WHERE session_id = %(s)s",
-                    "DELETE FROM checkpoints WHERE session_id = %(s)s",
-                    "DELETE FROM session_rewinds WHERE session_id = %(s)s",
-                    "DELETE FROM sessions WHERE session_id = %(s)s",
-                    "DELETE FROM branch_requests WHERE request_id = %(r)s",
+        await delete_session_rows(conn, session_id)
+        for sql in ("DELETE FROM branch_requests WHERE request_id = %(r)s",
                     "DELETE FROM bundle_memory WHERE request_id = %(r)s"
                     " AND direction = 'import'"):
-            await conn.execute(sql, {"s": session_id, "r": request_id})
+            await conn.execute(sql, {"r": request_id})
 
 
 async def drop_staged(database_url: str, request_id: str) -> None:

@@ -86,6 +86,11 @@ class BranchRefusedError(KeelError):
     tool round, a session not idle, a bundle of a version this Keel does not read."""
 
 
+class DeleteRefusedError(KeelError):
+    """A deletion refused: the session is running (and was not to be stopped), no session
+    has the id, or there is no database to delete its record from."""
+
+
 class NoSuchInputError(KeelError):
     """`wait_reply` for a seq the session never gave out."""
 

@@ -39,12 +39,13 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from keel import branching
+from keel import branching, deletion
 from keel._approvals import SessionApprovals
 from keel._control import SessionControls
 from keel._errors import (
     AgentSpecRefusedError,
     BranchRefusedError,
+    DeleteRefusedError,
     FileRefusedError,
     KeelError,
     MessageRejectedError,
@@ -64,6 +65,7 @@ from keel._errors import (
     start_with_message_refused,
 )
 from keel._files import SessionFiles
+from keel.deletion import SessionDeleted
 from keel.events import EventsMissed, Transport, session_events, stream_offset
 from schemas.agent import (
     BUILTIN_TOOL_NAMES,
@@ -112,6 +114,7 @@ TEXTS_WAIT_S = 30  # a mind / memo / now query while a new run reads them back
 __all__ = [
     "AgentSpecRefusedError",
     "BranchRefusedError",
+    "DeleteRefusedError",
     "EventsMissed",
     "FileRefusedError",
     "KeelClient",
@@ -123,6 +126,7 @@ __all__ = [
     "NotPendingError",
     "RecordFailedError",
     "SessionBusyError",
+    "SessionDeleted",
     "SessionExistsError",
     "SessionHandle",
     "SessionNotFoundError",
@@ -569,6 +573,14 @@ class KeelClient:
                              request_id: str | None = None) -> ImportDone:
         """A bundle's session started here, under `new_id` or its own id."""
         return await branching.import_session(self, bundle, new_id, request_id=request_id)
+
+    async def delete_session(self, session_id: str, *, force: bool = False,
+                             database_url: str | None = None) -> SessionDeleted:
+        """Delete a session and all it owns: its record, workspace, wakeups and workflow
+        histories (keel.deletion). A running one only with `force`, which stops it first;
+        its sub-agents' sessions and its long memory stay (the result names them)."""
+        return await deletion.delete_session(self, session_id, force=force,
+                                             database_url=database_url)
 
     async def histories(self, session_id: str, run_id: str | None = None
                         ) -> list[WorkflowHistory]:

@@ -174,6 +174,14 @@ def _running(pid: int | None) -> bool:
         return False
 
 
+# A deleted workflow (`keel delete`) is removed once its task queues' ack levels pass its
+# close; they move every 30 s by default, so a deleted session would stay listed that long.
+DEV_SERVER_CONFIG = [
+    "--dynamic-config-value", 'history.transferProcessorUpdateAckInterval="1s"',
+    "--dynamic-config-value", 'history.visibilityProcessorUpdateAckInterval="1s"',
+]
+
+
 class EmbeddedTemporal:
     """The Temporal dev server of `running_stack`, on one SQLite file; `start()` again
     puts it on the same port (and UI port)."""
@@ -193,7 +201,8 @@ class EmbeddedTemporal:
             data_converter=pydantic_data_converter,
             dev_server_existing_path=temporal_cli_path(),
             dev_server_database_filename=self.sqlite, ui=self.ui, port=self.port,
-            dev_server_log_level="error", dev_server_startup_timeout=DEV_SERVER_START)
+            dev_server_log_level="error", dev_server_startup_timeout=DEV_SERVER_START,
+            dev_server_extra_args=DEV_SERVER_CONFIG)
         address = self.env.client.service_client.config.target_host
         self.port = int(address.rpartition(":")[2])
         self.pid = self._find_pid()

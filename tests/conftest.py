@@ -20,7 +20,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.db import apply_migrations, close_pools
-from keel.devstack import temporal_cli_path, temporal_test_server_path, temporary_postgres
+from keel.devstack import (
+    DEV_SERVER_CONFIG,
+    temporal_cli_path,
+    temporal_test_server_path,
+    temporary_postgres,
+)
 from tests.fake_anthropic import FakeAnthropic
 
 _db_counter = itertools.count(1)
@@ -109,6 +114,7 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_startup_timeout=timedelta(seconds=60),
         dev_server_extra_args=[
             "--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=200",
+            *DEV_SERVER_CONFIG,  # keel dev's: a deleted workflow gone within seconds
         ],
     )
     yield env

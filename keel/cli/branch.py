@@ -1,13 +1,15 @@
-"""The branching commands: fork, rewind, export, import.
+"""The commands on a session as a whole: fork, rewind, export, import, delete.
 
-Invariants: each is a call on `keel.branching` (through the client) and one line saying
-what it did; the session and the record decide what is allowed (a refusal arrives as
-`BranchRefusedError` and is printed as its one line). Export and import read and write the
-record's database: DATABASE_URL, else the dev stack's.
+Invariants: each is a call on `keel.branching` or `keel.deletion` (through the client) and
+a line saying what it did; the session and the record decide what is allowed (a refusal
+arrives as `BranchRefusedError` or `DeleteRefusedError` and is printed as its one line).
+Export, import and delete read and write the record's database: DATABASE_URL, else the
+dev stack's. A deletion, which cannot be undone, is asked for once more unless --yes.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -15,10 +17,11 @@ import typer
 from rich.markup import escape
 
 from keel import branching
-from keel.cli.shell import connect, database_url, load_settings, run
+from keel.cli.shell import CliError, connect, database_url, load_settings, run
 from keel.console import console
+from keel.deletion import SessionDeleted
 
-__all__ = ["export", "fork", "import_", "rewind"]
+__all__ = ["delete", "export", "fork", "import_", "rewind"]
 
 
 def fork(
@@ -91,3 +94,45 @@ def import_(bundle: Path,
                       f"{done.checkpoints} checkpoint(s), {done.file_versions} file "
                       f"version(s){memory}")
     run(main())
+
+
+def delete(
+    session: str,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask again.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="A running session too: it is stopped first.")] = False,
+) -> None:
+    """Delete SESSION and all it owns: its record, checkpoints, workspace, wakeups and
+    workflow histories. Its long memory and its sub-agents' sessions stay. A running
+    session only with --force."""
+    async def main() -> None:
+        if not yes:
+            if not sys.stdin.isatty():
+                raise CliError(f"deleting {session} cannot be undone: pass --yes to "
+                               "delete it")
+            if not typer.confirm(f"Delete session {session} and all it owns? It cannot "
+                                 "be undone"):
+                console.print("nothing deleted")
+                return
+        settings = load_settings()
+        keel = await connect(settings)
+        done = await keel.delete_session(session, force=force,
+                                         database_url=database_url(settings))
+        for line in deleted_lines(done):
+            console.print(line)
+    run(main())
+
+
+def deleted_lines(done: SessionDeleted) -> list[str]:
+    """What a deletion took out, then what it left and why."""
+    stopped = " (it was running: stopped first)" if done.terminated else ""
+    lines = [f"deleted session [bold]{escape(done.session_id)}[/]{stopped}: {done.rows} "
+             f"row(s), {done.checkpoints} checkpoint(s), {done.files} workspace file(s), "
+             f"{done.schedules} wakeup schedule(s), {done.runs} workflow run(s)"]
+    if done.memory_scope:
+        lines.append(f"kept: the long memory of scope {escape(done.memory_scope)} (what the "
+                     "session wrote to its vault stays, in git too)")
+    if done.sub_agents:
+        lines.append("kept: its sub-agents' sessions " + ", ".join(
+            escape(s) for s in done.sub_agents) + " (delete each by its id)")
+    return lines

@@ -1,0 +1,202 @@
+"""Deleting a session: `delete_session(keel, session_id)`, or `keel delete SESSION`.
+
+Invariants:
+- A running session is deleted only when the caller says to stop it (`force`): it is
+  terminated first, so no turn of it starts again. Without `force` the refusal says how
+  to end it; nothing is deleted.
+- What the session owns goes, in this order: its record in the database (rows,
+  checkpoints, workspace and the rest: activities.session_delete, one transaction), its
+  local workspace folder, its wakeups' schedules and the runs they started, and every run
+  of its workflow from Temporal (histories: the user's words are in them too). Cut short
+  anywhere, deleting again finishes it; a session deleted whole is "unknown", and its id
+  may name a new session.
+- A step that was running when `force` stopped the session may still write; its record
+  refuses a row once the session's row is gone, and a second sweep a moment later takes
+  what else it wrote (a workspace file).
+- What is not the session's own stays and is named: its sub-agents' sessions (sessions
+  of their own) and its long memory (the scope's vault, kept in git, shared by every
+  session of the scope).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import time
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
+from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
+from keel._errors import DeleteRefusedError
+from schemas.session import SESSION_WORKFLOW, SessionPhase, session_id_problem
+
+if TYPE_CHECKING:
+    from keel.client import KeelClient
+
+__all__ = ["SessionDeleted", "delete_session"]
+
+ENDING_WAIT_S = 10.0  # an ended session finishing its handlers, before it is refused
+SWEEP_AFTER_S = 2.0  # after stopping a session, before looking again for what it wrote
+TERMINATED = "deleted on request"
+
+
+class SessionDeleted(BaseModel):
+    """What a deletion took out, and what it left because it is not the session's own."""
+
+    session_id: str
+    terminated: bool  # it was running, and `force` stopped it
+    runs: int  # workflow runs deleted from Temporal
+    rows: int  # conversation rows (rewound ones too)
+    checkpoints: int
+    files: int  # workspace files (each with its versions)
+    schedules: int  # wakeup schedules
+    memory_scope: str | None = None  # its long memory, which stays
+    sub_agents: list[str] = []  # its sub-agents' sessions, which stay
+
+
+async def delete_session(keel: KeelClient, session_id: str, *, force: bool = False,
+                         database_url: str | None = None) -> SessionDeleted:
+    """Delete `session_id` and all it owns (see the module's invariants);
+    `DeleteRefusedError` says why not."""
+    from activities.session_delete import RowsDeleted, delete_rows
+
+    if problem := session_id_problem(session_id):  # names no session (`_shared`: every
+        raise DeleteRefusedError(problem)          # session's workspace) is never deleted
+    url = database_url or keel.settings.database_url
+    if not url:
+        raise DeleteRefusedError("deleting a session deletes its record: set DATABASE_URL")
+    runs, newest = await _runs(keel, session_id)
+    terminated = await _stop(keel, session_id, newest, force)
+    removed: RowsDeleted = await delete_rows(str(url), session_id)
+    if terminated:  # what a step that was running wrote meanwhile
+        await asyncio.sleep(SWEEP_AFTER_S)
+        removed = removed.add(await delete_rows(str(url), session_id))
+    if not runs and not removed.found:
+        raise DeleteRefusedError(f"no session {session_id} in this deployment")
+    files = await _delete_local_folder(keel, session_id) + removed.counts.get("files", 0)
+    schedules = await _delete_wakeups(keel, session_id)
+    sub_agents = sorted({r.id async for r in keel.client.list_workflows(
+        f"ParentWorkflowId = '{_quoted(session_id)}'")})
+    for run_id in runs:
+        await _delete_run(keel, session_id, run_id)
+    return SessionDeleted(
+        session_id=session_id, terminated=terminated, runs=len(runs),
+        rows=removed.counts.get("rows", 0), checkpoints=removed.counts.get("checkpoints", 0),
+        files=files, schedules=schedules, memory_scope=removed.memory_scope,
+        sub_agents=sub_agents)
+
+
+def _quoted(value: str) -> str:
+    """A value inside a visibility query's single quotes."""
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+async def _runs(keel: KeelClient, session_id: str
+                ) -> tuple[list[str], WorkflowExecutionDescription | None]:
+    """Every run of the session's workflow Temporal keeps, and the newest as it stands now
+    (visibility may lag: a session just ended can still be listed as running; every
+    earlier run continued as new, closed)."""
+    runs = [wf.run_id async for wf in keel.client.list_workflows(
+        f"WorkflowId = '{_quoted(session_id)}' AND WorkflowType = '{SESSION_WORKFLOW}'")]
+    try:
+        newest = await keel.client.get_workflow_handle(session_id).describe()
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+        return [], None  # nothing of it is left in Temporal (a listing may still show it)
+    if newest.workflow_type != SESSION_WORKFLOW:
+        return runs, None
+    if newest.run_id not in runs:
+        runs.append(newest.run_id)
+    return runs, newest
+
+
+def _running(run: WorkflowExecutionDescription | None) -> bool:
+    return run is not None and run.status in (None, WorkflowExecutionStatus.RUNNING)
+
+
+async def _stop(keel: KeelClient, session_id: str,
+                newest: WorkflowExecutionDescription | None, force: bool) -> bool:
+    """Terminate the session's running run when `force`; refuse when not. A session that
+    was ended (its phase says so) is given ENDING_WAIT_S to finish its handlers first.
+    True when a run was stopped here."""
+    if newest is None or not _running(newest):
+        return False
+    handle = keel.client.get_workflow_handle(session_id, run_id=newest.run_id)
+    if ((await newest.memo()).get("keel") or {}).get("phase") == SessionPhase.ENDED:
+        deadline = time.monotonic() + ENDING_WAIT_S
+        while _running(newest) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            newest = await handle.describe()
+        if not _running(newest):
+            return False
+    if not force:
+        raise DeleteRefusedError(
+            f"session {session_id} is running: end it first (keel end {session_id}) and "
+            "delete it once it has ended, or delete it with --force to stop it now")
+    try:
+        await handle.terminate(reason=TERMINATED)
+    except RPCError as err:  # it ended meanwhile
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+    return True
+
+
+async def _delete_local_folder(keel: KeelClient, session_id: str) -> int:
+    """The session's folder under this machine's data folder, where a local workspace
+    store keeps it (whichever store is configured now: it may have been local before):
+    how many files it held."""
+    from activities.workspace import LocalStore
+
+    settings = keel.settings
+    store = LocalStore(settings.workspaces_dir, settings.data_dir, settings.max_file_bytes,
+                       settings.max_workspace_bytes)
+    folder = store.folder(session_id)
+    if folder.parent != settings.workspaces_dir or not folder.is_dir():
+        return 0
+    files = len(await store.list(session_id))
+    await asyncio.to_thread(shutil.rmtree, folder)
+    return files
+
+
+async def _delete_wakeups(keel: KeelClient, session_id: str) -> int:
+    """The session's wakeup schedules (`keel-wakeup-<session>-w<n>`: a wakeup's id has no
+    dash, so another session's never matches) and the runs they started."""
+    from activities.wakeups import WAKEUP_FIRE_WORKFLOW, wakeup_schedule_id
+
+    prefix = wakeup_schedule_id(session_id, "")
+    mine = re.compile(re.escape(prefix) + r"w\d+")
+    deleted = 0
+    async for listed in await keel.client.list_schedules(
+            f"ScheduleId STARTS_WITH '{_quoted(prefix)}'"):
+        if mine.fullmatch(listed.id):
+            try:
+                await keel.client.get_schedule_handle(listed.id).delete()
+                deleted += 1
+            except RPCError as err:
+                if err.status != RPCStatusCode.NOT_FOUND:
+                    raise
+    async for wf in keel.client.list_workflows(
+            f"WorkflowId STARTS_WITH '{_quoted(prefix)}' AND "
+            f"WorkflowType = '{WAKEUP_FIRE_WORKFLOW}'"):
+        if mine.match(wf.id):
+            await _delete_run(keel, wf.id, wf.run_id)
+    return deleted
+
+
+async def _delete_run(keel: KeelClient, workflow_id: str, run_id: str) -> None:
+    """One run out of Temporal: its history and its visibility record. A running one is
+    terminated by the server first (only a wakeup's fire can be, here)."""
+    try:
+        await keel.client.workflow_service.delete_workflow_execution(
+            DeleteWorkflowExecutionRequest(
+                namespace=keel.client.namespace,
+                workflow_execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id)))
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise

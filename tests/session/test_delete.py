@@ -1,0 +1,195 @@
+"""Deleting a session end to end, through a real worker, PostgreSQL and Temporal: what it
+owns is gone from every table, folder, schedule and history; what is not its own (a session
+whose id starts with its id) keeps everything; its id names a new session afterwards; a
+running one only when told to stop it; `keel delete` asks once more."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+from typer.testing import CliRunner
+
+from activities.wakeups import wakeup_schedule_id
+from keel.cli import app
+from keel.client import DeleteRefusedError, KeelClient, SessionHandle
+from schemas.agent import AgentSpec
+from schemas.config import WorkspaceStoreKind
+from schemas.initiative import WakeupLimits
+from tests.checkpoint_model import CheckpointModel, good_checkpoint, texts
+from tests.fake_anthropic import text_message, tool_use_message
+from tests.harness import keel_worker, make_settings
+from tests.session.test_branch import db
+
+AGENT = AgentSpec(instructions="You keep notes.",
+                  wakeups=WakeupLimits(min_interval_s=1, max_active=3, expiry_s=86_400))
+
+
+def answer(body: dict[str, Any]) -> dict[str, Any]:
+    """"write X" writes notes.txt; "wake me" makes an hourly wakeup; else an echo."""
+    last = body["messages"][-1]
+    if any(b.get("type") == "tool_result" for b in last["content"] if isinstance(b, dict)):
+        return text_message("done")
+    said = texts(last)[-1]
+    if said.startswith("write "):
+        return tool_use_message([("write_file", {"path": "notes.txt",
+                                                 "content": said[len("write "):]})])
+    if said == "wake me":
+        return tool_use_message([("schedule_wakeup", {"note": "look again",
+                                                      "every_s": 3600})])
+    return text_message(f"ok: {said}")
+
+
+@pytest.fixture
+def settings(database_url, fake_anthropic, tmp_path):
+    fake_anthropic.responder = CheckpointModel(good_checkpoint, ordinary=answer)
+    base = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    return base.model_copy(update={"workspace_store": WorkspaceStoreKind.POSTGRES})
+
+
+async def lived(keel: KeelClient, session_id: str) -> SessionHandle:
+    """A session with rows, a checkpoint, a workspace file and a recurring wakeup."""
+    session = await keel.start_session(session_id, agent=AGENT)
+    await session.ask("write one")
+    await session.ask("wake me")
+    await session.checkpoint_now()
+    await session.ask("write two")
+    return session
+
+
+def left_behind(database_url: str, session_id: str) -> dict[str, int]:
+    """Every table with a session_id or a scope column (whatever a later migration adds),
+    and how many of its rows name `session_id`; only the nonzero ones. Not the vault's
+    index (`memory_*`): long memory is the scope's, and stays."""
+    columns = db(database_url, "SELECT table_name, column_name FROM information_schema.columns"
+                 " WHERE table_schema = 'public' AND column_name IN ('session_id', 'scope')"
+                 " AND table_name NOT LIKE 'memory\\_%%'")
+    counts = {f"{table}.{column}": db(database_url, f"SELECT count(*) FROM {table} WHERE "
+                                      f"{column} = %s", session_id)[0][0]
+              for table, column in columns}
+    return {name: n for name, n in counts.items() if n}
+
+
+def durable(counts: dict[str, int]) -> dict[str, int]:
+    return {name: n for name, n in counts.items() if not name.startswith("transcript_outbox")}
+
+
+async def temporal_forgot(client: Client, session_id: str, within_s: float = 15) -> None:
+    """Temporal no longer has the workflow (deletion is carried out in the background)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            await client.get_workflow_handle(session_id).describe()
+        except RPCError as err:
+            assert err.status == RPCStatusCode.NOT_FOUND
+            return
+        assert time.monotonic() < deadline, f"{session_id} still in Temporal"
+        await asyncio.sleep(0.2)
+
+
+async def schedules(client: Client, session_id: str) -> list[str]:
+    prefix = wakeup_schedule_id(session_id, "")
+    return [s.id async for s in await client.list_schedules()
+            if s.id.startswith(prefix) and "-" not in s.id[len(prefix):]]
+
+
+async def test_a_deleted_session_leaves_nothing_and_its_id_is_free(
+        client, settings, fake_anthropic, database_url):
+    sid = f"del-{uuid.uuid4().hex[:8]}"
+    sibling = f"{sid}-b"  # starts with the deleted id: none of it may go
+    async with keel_worker(client, settings) as keel:
+        session = await lived(keel, sid)
+        await lived(keel, sibling)
+        kept = left_behind(database_url, sibling)
+        assert kept["messages.session_id"] and kept["checkpoints.session_id"]
+        assert kept["workspace_files.scope"] and await schedules(client, sibling)
+        with pytest.raises(DeleteRefusedError, match=f"{sid} is running: end it first"):
+            await keel.delete_session(sid)
+        assert left_behind(database_url, sid)["messages.session_id"] == 13  # nothing went
+        await session.end()
+        await session.handle.result()  # its last notice written
+        owned = left_behind(database_url, sid)
+
+        done = await keel.delete_session(sid)
+        # Its files are notes.txt and the checkpoint's own; ended, it had deleted its
+        # wakeup's schedule itself.
+        assert (done.terminated, done.checkpoints, done.files, done.schedules) == \
+            (False, 1, owned["workspace_files.scope"], 0)
+        assert done.rows == owned["messages.session_id"] and done.runs >= 1
+        assert left_behind(database_url, sid) == {}
+        assert await schedules(client, sid) == []
+        await temporal_forgot(client, sid)
+        assert await keel.histories(sid) == []
+        # What is not its own is all there (but the vault's queue, which drains).
+        assert durable(left_behind(database_url, sibling)) == durable(kept)
+        assert await schedules(client, sibling)
+        assert (await keel.session(sibling).read_file("notes.txt")).data == b"two"
+        with pytest.raises(DeleteRefusedError, match=f"no session {sid} in this"):
+            await keel.delete_session(sid)
+
+        # The id names a new session, which starts from nothing.
+        fresh = await keel.start_session(sid, agent=AGENT)
+        await fresh.ask("hello again")
+        request = next(r for r in fake_anthropic.requests
+                       if texts(r["messages"][-1])[-1:] == ["hello again"])
+        assert "write one" not in str(request["messages"])
+        assert await fresh.read_file("notes.txt") is None
+        assert [r[0] for r in db(database_url, "SELECT type FROM messages WHERE "
+                                 "session_id = %s ORDER BY seq", sid)] == ["user", "assistant"]
+        with pytest.raises(DeleteRefusedError, match="may not start with '_'"):
+            await keel.delete_session("_shared", force=True)
+        # Running: only when told to stop it; stopped so, it leaves its schedules to us.
+        await fresh.ask("wake me")
+        assert await schedules(client, sid)
+        done = await keel.delete_session(sid, force=True)
+        assert (done.terminated, done.rows, done.schedules) == (True, 6, 1)
+        assert await schedules(client, sid) == []
+        assert left_behind(database_url, sid) == {}
+        await temporal_forgot(client, sid)
+        await keel.delete_session(sibling, force=True)
+        assert left_behind(database_url, sibling) == {}
+
+
+async def test_keel_delete_asks_once_more_and_says_what_went(
+        client, database_url, fake_anthropic, tmp_path):
+    # The default local workspace store: the session's folder goes too.
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    fake_anthropic.responder = answer
+    env = {"TEMPORAL_ADDRESS": client.service_client.config.target_host,
+           "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": settings.task_queue,
+           "KEEL_DATA_DIR": str(tmp_path), "COLUMNS": "200"}
+
+    def keel(*args: str, code: int = 0) -> str:
+        result = CliRunner().invoke(app, list(args), env=env)
+        assert result.exit_code == code, (args, result.output, result.exception)
+        return " ".join(result.output.split())
+
+    sid = f"cli-del-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as kc:
+        session = await kc.start_session(sid)
+        await session.ask("write one")
+        assert (await session.read_file("notes.txt")) is not None
+        from activities.workspace import LocalStore, open_store
+
+        store = open_store(settings, pooled=False)
+        assert isinstance(store, LocalStore) and store.folder(sid).is_dir()
+        out = await asyncio.to_thread(keel, "delete", sid, code=1)
+        assert "cannot be undone: pass --yes" in out
+        out = await asyncio.to_thread(keel, "delete", sid, "--yes", code=1)
+        assert f"{sid} is running: end it first (keel end {sid})" in out
+        assert left_behind(database_url, sid)  # refused twice: nothing went
+        out = await asyncio.to_thread(keel, "delete", sid, "--yes", "--force")
+        assert (f"deleted session {sid} (it was running: stopped first): 4 row(s), "
+                "0 checkpoint(s), 1 workspace file(s), 0 wakeup schedule(s), 1 workflow "
+                "run(s)") in out
+        assert "kept: the long memory of scope" in out
+        assert not store.folder(sid).exists()
+        assert left_behind(database_url, sid) == {}
+        await temporal_forgot(client, sid)
+        out = await asyncio.to_thread(keel, "delete", sid, "--yes", code=1)
+        assert f"no session {sid} in this deployment" in out
