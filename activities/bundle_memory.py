@@ -17,6 +17,10 @@ Invariants:
   entry already there by its marker is not appended again), and the staged rows are
   deleted once all are written. The session's ops are
   recorded in `vault_ops` as applied, so an export from this vault finds its cards.
+- Forgetting a session (its deletion) takes its entries out of the daily files its index
+  rows name, each file rewritten whole with the rest byte for byte, then its entries'
+  index rows; run again, it finds nothing more. Its cards stay: they are the scope's
+  knowledge, which other sessions' turns read and edit.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from temporalio import activity
 from activities.heartbeat import with_heartbeat
 from activities.vault.bulk import index_bulk
 from activities.vault.files import atomic_write, read_text
-from activities.vault.search import IndexDoc, index_documents
+from activities.vault.search import IndexDoc, delete_documents, index_documents
 from activities.vault.store import MemoryContext, Vault
 from schemas.branch import tool_call_ids
 from schemas.bundle_memory import (
@@ -43,7 +47,7 @@ from schemas.bundle_memory import (
     entry_block,
     is_session_op,
 )
-from schemas.vault.rollup import entry_marker, split_transcript
+from schemas.vault.rollup import drop_session_entries, entry_marker, split_transcript
 
 __all__ = ["BundleMemoryActivities", "session_memory"]
 
@@ -165,6 +169,35 @@ class BundleMemoryActivities:
             await conn.execute("DELETE FROM bundle_memory WHERE request_id = %s"
                                " AND direction = 'import'", (data.request_id,))
         return BundleMemoryDone(cards=len(cards), entries=len(entries))
+
+    @activity.defn(name="forget_session_memory")
+    async def forget_session_memory(self, data: BundleMemoryRequest) -> BundleMemoryDone:
+        return await with_heartbeat(self._forget(data))
+
+    async def _forget(self, data: BundleMemoryRequest) -> BundleMemoryDone:
+        ctx = self.ctx.scoped(data.scope)
+        vault = ctx.vault
+        async with vault.lock(), ctx.connection() as conn:
+            docs = await (await conn.execute(
+                "SELECT path FROM memory_docs WHERE scope = %s AND kind = 'daily'"
+                " AND session_id = %s", (vault.scope, data.session_id))).fetchall()
+            removed, unreadable = 0, []
+            for rel in sorted({path.split("#", 1)[0] for (path,) in docs}):
+                target = vault.path(rel)
+                if not target.is_file():
+                    continue
+                found = read_text(target)
+                if found.bad_sequences:
+                    unreadable.append(rel)
+                    continue
+                text, dropped = drop_session_entries(found.text, data.session_id)
+                if dropped:
+                    before = vault.file_stamp(rel)
+                    await asyncio.to_thread(atomic_write, target, text)
+                    vault.note_own_write(rel, before)
+                    removed += dropped
+            await delete_documents(conn, [p for (p,) in docs], scope=vault.scope)
+        return BundleMemoryDone(entries=removed, unreadable=unreadable)
 
     async def _write_cards(self, conn: AsyncConnection, vault: Vault,
                            data: BundleMemoryRequest, cards: list[CardLine]) -> None:

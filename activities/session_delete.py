@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from activities.branch import LOCK_TIMEOUT
 
-__all__ = ["RowsDeleted", "delete_rows", "delete_session_rows"]
+__all__ = ["RowsDeleted", "delete_rows", "delete_session_rows", "memory_scope_of"]
 
 CONNECT_S = 10
 
@@ -85,3 +85,13 @@ async def delete_rows(database_url: str, session_id: str) -> RowsDeleted:
     async with await psycopg.AsyncConnection.connect(
             database_url, connect_timeout=CONNECT_S) as conn, conn.transaction():
         return await delete_session_rows(conn, session_id)
+
+
+async def memory_scope_of(database_url: str, session_id: str) -> str | None:
+    """The memory scope the session's row names (None: no row, or no long memory)."""
+    async with await psycopg.AsyncConnection.connect(
+            database_url, connect_timeout=CONNECT_S) as conn:
+        found = await (await conn.execute(
+            "SELECT memory_scope FROM sessions WHERE session_id = %s",
+            (session_id,))).fetchone()
+    return found[0] if found else None

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from keel.client import KeelClient, SessionHandle
     from schemas.branch import ImportDone
 
-__all__ = ["export_session", "fork_session", "import_session", "session_state"]
+__all__ = ["export_session", "fork_session", "import_session", "memory_call", "session_state"]
 
 
 async def session_state(session: SessionHandle) -> SessionState:
@@ -93,8 +93,9 @@ async def fork_session(keel: KeelClient, session_id: str, *, at_seq: int | None 
     return done
 
 
-async def _memory(keel: KeelClient, data: BundleMemoryRequest) -> BundleMemoryDone:
-    """The vault's side of a bundle's memory, once per request (a retry finds the same)."""
+async def memory_call(keel: KeelClient, data: BundleMemoryRequest) -> BundleMemoryDone:
+    """The vault's side of a session's memory (a bundle's, a deletion's: the BundleMemory
+    workflow), once per request (a retry finds the same)."""
     handle = await keel.client.start_workflow(
         BUNDLE_MEMORY_WORKFLOW, data, id=f"keel-bundle-memory-{data.request_id}",
         task_queue=keel.task_queue, result_type=BundleMemoryDone,
@@ -125,7 +126,7 @@ async def export_session(keel: KeelClient, session_id: str, path: Path | None = 
             raise BranchRefusedError(f"session {session_id} has no long memory (no memory "
                                      "scope): export it without its memory")
         staged = f"export-{uuid.uuid4().hex}"
-        await _memory(keel, BundleMemoryRequest(request_id=staged, direction="export",
+        await memory_call(keel, BundleMemoryRequest(request_id=staged, direction="export",
                                                 session_id=session_id, scope=scope))
     try:
         data = await export_bundle(url, state, _local(keel), staged)
@@ -153,7 +154,7 @@ async def import_session(keel: KeelClient, bundle: bytes, new_id: str | None = N
     async def memory(done: ImportDone) -> None:  # the vault writes what the import staged
         scope = done.state.config.memory_scope or ""
         try:
-            written = await _memory(keel, BundleMemoryRequest(
+            written = await memory_call(keel, BundleMemoryRequest(
                 request_id=request_id, direction="import", session_id=done.session_id,
                 scope=scope))
         except BranchRefusedError:  # the vault gave up (its retries spent): no half session

@@ -575,12 +575,15 @@ class KeelClient:
         return await branching.import_session(self, bundle, new_id, request_id=request_id)
 
     async def delete_session(self, session_id: str, *, force: bool = False,
-                             database_url: str | None = None) -> SessionDeleted:
-        """Delete a session and all it owns: its record, workspace, wakeups and workflow
-        histories (keel.deletion). A running one only with `force`, which stops it first;
-        its sub-agents' sessions and its long memory stay (the result names them)."""
+                             database_url: str | None = None,
+                             memory_scope: str | None = None) -> SessionDeleted:
+        """Delete a session and all it owns: its record, workspace, wakeups, workflow
+        histories and daily-note entries (keel.deletion). A running one only with `force`,
+        which stops it first; its sub-agents' sessions and the scope's cards stay (the
+        result names them)."""
         return await deletion.delete_session(self, session_id, force=force,
-                                             database_url=database_url)
+                                             database_url=database_url,
+                                             memory_scope=memory_scope)
 
     async def histories(self, session_id: str, run_id: str | None = None
                         ) -> list[WorkflowHistory]:

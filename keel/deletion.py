@@ -4,18 +4,21 @@ Invariants:
 - A running session is deleted only when the caller says to stop it (`force`): it is
   terminated first, so no turn of it starts again. Without `force` the refusal says how
   to end it; nothing is deleted.
-- What the session owns goes, in this order: its record in the database (rows,
-  checkpoints, workspace and the rest: activities.session_delete, one transaction), its
-  local workspace folder, its wakeups' schedules and the runs they started, and every run
-  of its workflow from Temporal (histories: the user's words are in them too). Cut short
-  anywhere, deleting again finishes it; a session deleted whole is "unknown", and its id
-  may name a new session.
+- What the session owns goes, in this order: its entries in its memory scope's daily
+  notes (through the vault's one writer; the vault not answering, nothing more is
+  deleted), its record in the database (rows, checkpoints, workspace and the rest:
+  activities.session_delete, one transaction), its entries again (a transcript drained
+  meanwhile), its local workspace folder, its wakeups' schedules and the runs they started,
+  and every run of its workflow from Temporal (histories: the user's words are in them
+  too). Cut short anywhere, deleting again finishes it; a session deleted whole is
+  "unknown", and its id may name a new session, whose daily-note entries then never meet
+  the old one's.
 - A step that was running when `force` stopped the session may still write; its record
   refuses a row once the session's row is gone, and a second sweep a moment later takes
   what else it wrote (a workspace file).
 - What is not the session's own stays and is named: its sub-agents' sessions (sessions
-  of their own) and its long memory (the scope's vault, kept in git, shared by every
-  session of the scope).
+  of their own) and the scope's cards and rollups (the scope's knowledge, which other
+  sessions read and edit). The vault's git history keeps what it committed.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import asyncio
 import re
 import shutil
 import time
+import uuid
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
@@ -32,14 +36,17 @@ from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from keel._errors import DeleteRefusedError
+from keel._errors import BranchRefusedError, DeleteRefusedError
 from schemas.session import SESSION_WORKFLOW, SessionPhase, session_id_problem
 
 if TYPE_CHECKING:
+    from activities.session_delete import RowsDeleted
     from keel.client import KeelClient
+    from schemas.bundle_memory import BundleMemoryDone
 
 __all__ = ["SessionDeleted", "delete_session"]
 
+MEMORY_WAIT_S = 120.0  # the vault's worker forgetting the session's entries
 ENDING_WAIT_S = 10.0  # an ended session finishing its handlers, before it is refused
 SWEEP_AFTER_S = 2.0  # after stopping a session, before looking again for what it wrote
 TERMINATED = "deleted on request"
@@ -55,16 +62,19 @@ class SessionDeleted(BaseModel):
     checkpoints: int
     files: int  # workspace files (each with its versions)
     schedules: int  # wakeup schedules
-    memory_scope: str | None = None  # its long memory, which stays
+    memory_scope: str | None = None  # its long memory: its cards and rollups stay
+    entries: int = 0  # its daily-note entries taken out of that memory
+    unreadable: list[str] = []  # daily files not UTF-8 throughout: left as they were
     sub_agents: list[str] = []  # its sub-agents' sessions, which stay
 
 
 async def delete_session(keel: KeelClient, session_id: str, *, force: bool = False,
-                         database_url: str | None = None) -> SessionDeleted:
+                         database_url: str | None = None,
+                         memory_scope: str | None = None) -> SessionDeleted:
     """Delete `session_id` and all it owns (see the module's invariants);
-    `DeleteRefusedError` says why not."""
-    from activities.session_delete import RowsDeleted, delete_rows
-
+    `DeleteRefusedError` says why not. `memory_scope`: forget the session's daily-note
+    entries there even when its record is gone already (a deletion whose vault did not
+    answer the first time)."""
     if problem := session_id_problem(session_id):  # names no session (`_shared`: every
         raise DeleteRefusedError(problem)          # session's workspace) is never deleted
     url = database_url or keel.settings.database_url
@@ -72,11 +82,9 @@ async def delete_session(keel: KeelClient, session_id: str, *, force: bool = Fal
         raise DeleteRefusedError("deleting a session deletes its record: set DATABASE_URL")
     runs, newest = await _runs(keel, session_id)
     terminated = await _stop(keel, session_id, newest, force)
-    removed: RowsDeleted = await delete_rows(str(url), session_id)
-    if terminated:  # what a step that was running wrote meanwhile
-        await asyncio.sleep(SWEEP_AFTER_S)
-        removed = removed.add(await delete_rows(str(url), session_id))
-    if not runs and not removed.found:
+    removed, forgotten = await _delete_record(keel, str(url), session_id, terminated,
+                                              memory_scope)
+    if not runs and not removed.found and forgotten is None:
         raise DeleteRefusedError(f"no session {session_id} in this deployment")
     files = await _delete_local_folder(keel, session_id) + removed.counts.get("files", 0)
     schedules = await _delete_wakeups(keel, session_id)
@@ -87,8 +95,54 @@ async def delete_session(keel: KeelClient, session_id: str, *, force: bool = Fal
     return SessionDeleted(
         session_id=session_id, terminated=terminated, runs=len(runs),
         rows=removed.counts.get("rows", 0), checkpoints=removed.counts.get("checkpoints", 0),
-        files=files, schedules=schedules, memory_scope=removed.memory_scope,
-        sub_agents=sub_agents)
+        files=files, schedules=schedules, memory_scope=removed.memory_scope or memory_scope,
+        entries=forgotten.entries if forgotten else 0,
+        unreadable=forgotten.unreadable if forgotten else [], sub_agents=sub_agents)
+
+
+async def _delete_record(keel: KeelClient, url: str, session_id: str, terminated: bool,
+                         scope: str | None) -> tuple[RowsDeleted, BundleMemoryDone | None]:
+    """The session's record (activities.session_delete) and its entries in long memory.
+    The vault is asked first (it not answering, nothing is deleted) and again after the
+    rows are gone: a transcript drained meanwhile read its rows before they went."""
+    from activities.session_delete import delete_rows, memory_scope_of
+    from schemas.bundle_memory import BundleMemoryDone
+
+    scope = await memory_scope_of(url, session_id) or scope
+    first = await _forget(keel, session_id, scope) if scope else None
+    removed = await delete_rows(url, session_id)
+    if terminated:  # what a step that was running wrote meanwhile
+        await asyncio.sleep(SWEEP_AFTER_S)
+        removed = removed.add(await delete_rows(url, session_id))
+    if not scope or first is None:
+        return removed, None
+    try:
+        again = await _forget(keel, session_id, scope)
+    except DeleteRefusedError as err:
+        raise DeleteRefusedError(
+            f"session {session_id}'s record is deleted, but its long memory was not asked "
+            f"again ({err}); delete it with --memory-scope {scope} once the vault "
+            "answers") from None
+    return removed, BundleMemoryDone(entries=first.entries + again.entries,
+                                     unreadable=sorted({*first.unreadable, *again.unreadable}))
+
+
+async def _forget(keel: KeelClient, session_id: str, scope: str) -> BundleMemoryDone:
+    """The session's daily-note entries out of the scope's vault, through the vault's one
+    writer (activities.bundle_memory); DeleteRefusedError when it does not answer."""
+    from keel.branching import memory_call
+    from schemas.bundle_memory import BundleMemoryRequest
+
+    request = BundleMemoryRequest(request_id=f"forget-{uuid.uuid4().hex}",
+                                  direction="forget", session_id=session_id, scope=scope)
+    try:
+        return await asyncio.wait_for(memory_call(keel, request), MEMORY_WAIT_S)
+    except TimeoutError:
+        raise DeleteRefusedError(
+            f"long memory (scope {scope}) did not answer in {MEMORY_WAIT_S:.0f} s: is a "
+            "vault worker running? Nothing more was deleted") from None
+    except BranchRefusedError as err:
+        raise DeleteRefusedError(f"long memory (scope {scope}) refused: {err}") from None
 
 
 def _quoted(value: str) -> str:

@@ -66,10 +66,11 @@ class DailyLine(BaseModel):
 
 class BundleMemoryRequest(BaseModel):
     """The vault activity's work: stage the memory lines of `session_id` for the export
-    `request_id`, or write those the import `request_id` staged."""
+    `request_id`, write those the import `request_id` staged, or take the session's
+    daily-note entries out of the vault (a deletion: keel.deletion)."""
 
     request_id: str
-    direction: Literal["export", "import"]
+    direction: Literal["export", "import", "forget"]
     session_id: str
     scope: str
 
@@ -78,6 +79,9 @@ class BundleMemoryDone(BaseModel):
     cards: int = 0
     entries: int = 0
     conflicts: list[str] = Field(default_factory=list)  # card files in the way (import)
+    # Daily files holding the session's entries that are not UTF-8 throughout (a hand
+    # edit): rewriting them would change other bytes, so they are left as they are.
+    unreadable: list[str] = Field(default_factory=list)
 
 
 def is_session_op(op_id: str, session_id: str, call_ids: set[str]) -> bool:

@@ -162,7 +162,7 @@ def memory_activities(settings: KeelSettings, *, database_url: str | None = None
     bundle = BundleMemoryActivities(ctx)
     return [
         vault.init_vault, vault.reindex_vault, vault.write_card, vault.list_memory_scopes,
-        bundle.stage_bundle_memory, bundle.write_bundle_memory,
+        bundle.stage_bundle_memory, bundle.write_bundle_memory, bundle.forget_session_memory,
         turn.recall_memory, turn.flush_memory, turn.append_transcript, turn.append_transcripts,
         rollup.plan_rollup_periods, rollup.plan_rollup, rollup.apply_rollup, rollup.notify,
         rollup.commit_vault,

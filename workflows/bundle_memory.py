@@ -3,9 +3,10 @@ vault's queue (the vault's one writer), for an export or an import of a session 
 memory (the lines: schemas.bundle_memory; the vault's side: activities.bundle_memory).
 
 Invariants:
-- The client starts it, named by the export's or the import's request id, and waits for
-  its result: the export then reads what the activity staged, the import learns whether
-  its cards were written or which were in the way. The activity is idempotent, so a
+- The client starts it, named by the export's, the import's or the deletion's request
+  id, and waits for its result: the export then reads what the activity staged, the
+  import learns whether its cards were written or which were in the way, the deletion how
+  many of the session's daily-note entries left the vault. The activity is idempotent, so a
   workflow started again for the same request finds the same outcome.
 - It touches no session's workflow and is not part of a session's history.
 """
@@ -44,8 +45,9 @@ MEMORY_CALL = ActivityConfig(
 class BundleMemoryWorkflow:
     @workflow.run
     async def run(self, data: BundleMemoryRequest) -> BundleMemoryDone:
-        method = (BundleMemoryActivities.stage_bundle_memory if data.direction == "export"
-                  else BundleMemoryActivities.write_bundle_memory)
+        method = {"export": BundleMemoryActivities.stage_bundle_memory,
+                  "import": BundleMemoryActivities.write_bundle_memory,
+                  "forget": BundleMemoryActivities.forget_session_memory}[data.direction]
         try:
             done: BundleMemoryDone = await workflow.execute_activity_method(
                 method, data, **on_vault_queue(MEMORY_CALL))

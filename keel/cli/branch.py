@@ -101,10 +101,13 @@ def delete(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask again.")] = False,
     force: Annotated[bool, typer.Option(
         "--force", help="A running session too: it is stopped first.")] = False,
+    memory_scope: Annotated[str | None, typer.Option(
+        "--memory-scope", help="Take its daily-note entries out of this scope's vault even "
+        "when its record is gone (a deletion whose vault did not answer).")] = None,
 ) -> None:
-    """Delete SESSION and all it owns: its record, checkpoints, workspace, wakeups and
-    workflow histories. Its long memory and its sub-agents' sessions stay. A running
-    session only with --force."""
+    """Delete SESSION and all it owns: its record, checkpoints, workspace, wakeups,
+    workflow histories and daily-note entries. The scope's cards and rollups and its
+    sub-agents' sessions stay. A running session only with --force."""
     async def main() -> None:
         if not yes:
             if not sys.stdin.isatty():
@@ -117,7 +120,8 @@ def delete(
         settings = load_settings()
         keel = await connect(settings)
         done = await keel.delete_session(session, force=force,
-                                         database_url=database_url(settings))
+                                         database_url=database_url(settings),
+                                         memory_scope=memory_scope)
         for line in deleted_lines(done):
             console.print(line)
     run(main())
@@ -130,8 +134,12 @@ def deleted_lines(done: SessionDeleted) -> list[str]:
              f"row(s), {done.checkpoints} checkpoint(s), {done.files} workspace file(s), "
              f"{done.schedules} wakeup schedule(s), {done.runs} workflow run(s)"]
     if done.memory_scope:
-        lines.append(f"kept: the long memory of scope {escape(done.memory_scope)} (what the "
-                     "session wrote to its vault stays, in git too)")
+        lines.append(f"long memory (scope {escape(done.memory_scope)}): {done.entries} "
+                     "daily-note entries taken out; its cards and rollups stay (and the "
+                     "vault's git history)")
+    if done.unreadable:
+        lines.append("left as they are (not UTF-8 throughout): " + ", ".join(
+            escape(p) for p in done.unreadable))
     if done.sub_agents:
         lines.append("kept: its sub-agents' sessions " + ", ".join(
             escape(s) for s in done.sub_agents) + " (delete each by its id)")

@@ -449,6 +449,29 @@ def split_transcript(text: str) -> list[tuple[str, int, str]]:
     return out
 
 
+def drop_session_entries(text: str, session_id: str) -> tuple[str, int]:
+    """A daily file's text without `session_id`'s marked entries (each from its heading up
+    to the next entry's heading, or the end), and how many went; the rest byte for byte,
+    so a file of other sessions' entries reads as if the session had never written there."""
+    marks = [m for m in ENTRY_MARK_RE.finditer(text) if _at_heading(text, m.start())]
+    kept: list[str] = []
+    at = dropped = 0
+    for i, m in enumerate(marks):
+        if m.group(1) != session_id:
+            continue
+        start = text.rfind("\n", 0, m.start()) + 1
+        end = (text.rfind("\n", 0, marks[i + 1].start()) + 1) if i + 1 < len(marks) else len(
+            text)
+        kept.append(text[at:start])
+        at, dropped = end, dropped + 1
+    if not dropped:
+        return text, 0
+    out = "".join(kept) + text[at:]
+    if at == len(text) and out.endswith("\n\n"):  # the last went: not its blank line
+        out = out[:-1]
+    return out, dropped
+
+
 def _at_heading(text: str, pos: int) -> bool:
     line_start = text.rfind("\n", 0, pos) + 1
     return text.startswith("#### ", line_start)

@@ -21,10 +21,12 @@ from keel.client import DeleteRefusedError, KeelClient, SessionHandle
 from schemas.agent import AgentSpec
 from schemas.config import WorkspaceStoreKind
 from schemas.initiative import WakeupLimits
+from schemas.vault.rollup import split_transcript
 from tests.checkpoint_model import CheckpointModel, good_checkpoint, texts
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
 from tests.session.test_branch import db
+from tests.session.test_bundle_memory import CARD_FILE, entries, rememberer, transcribed
 
 AGENT = AgentSpec(instructions="You keep notes.",
                   wakeups=WakeupLimits(min_interval_s=1, max_active=3, expiry_s=86_400))
@@ -174,6 +176,7 @@ async def test_keel_delete_asks_once_more_and_says_what_went(
         session = await kc.start_session(sid)
         await session.ask("write one")
         assert (await session.read_file("notes.txt")) is not None
+        await transcribed(tmp_path / "vault", sid, 4)  # its words in long memory
         from activities.workspace import LocalStore, open_store
 
         store = open_store(settings, pooled=False)
@@ -187,9 +190,55 @@ async def test_keel_delete_asks_once_more_and_says_what_went(
         assert (f"deleted session {sid} (it was running: stopped first): 4 row(s), "
                 "0 checkpoint(s), 1 workspace file(s), 0 wakeup schedule(s), 1 workflow "
                 "run(s)") in out
-        assert "kept: the long memory of scope" in out
+        assert ("long memory (scope default): 2 daily-note entries taken out; its cards and "
+                "rollups stay") in out
         assert not store.folder(sid).exists()
         assert left_behind(database_url, sid) == {}
         await temporal_forgot(client, sid)
         out = await asyncio.to_thread(keel, "delete", sid, "--yes", code=1)
         assert f"no session {sid} in this deployment" in out
+
+
+async def test_its_words_leave_long_memory_its_cards_stay_and_its_id_starts_afresh(
+        client, database_url, fake_anthropic, tmp_path):
+    fake_anthropic.responder = rememberer
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    vault = tmp_path / "vault"
+    sid = f"mem-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(sid)
+        await session.ask("remember Dana")  # a card; #1 to #4
+        await session.ask("the words of the first")  # #5, #6
+        await transcribed(vault, sid, 6)
+        sibling = await keel.start_session(f"{sid}-b")
+        await sibling.ask("the words of another")
+        await transcribed(vault, f"{sid}-b", 2)
+        card = (vault / CARD_FILE).read_bytes()
+        before = entries(vault, f"{sid}-b")
+        theirs = [f.read_text() for f in (vault / "daily").glob("*.md")]
+        mine = entries(vault, sid)
+        assert mine >= 4
+
+        await session.end()
+        done = await keel.delete_session(sid)
+        assert (done.memory_scope, done.entries, done.unreadable) == ("default", mine, [])
+        days = [f.read_text() for f in (vault / "daily").glob("*.md")]
+        assert entries(vault, sid) == 0 and "the words of the first" not in "".join(days)
+        assert entries(vault, f"{sid}-b") == before and "the words of another" in days[0]
+        assert [s for s, _, _ in split_transcript("".join(days))] == \
+            [s for s, _, _ in split_transcript("".join(theirs)) if s != sid]
+        assert db(database_url, "SELECT count(*) FROM memory_docs WHERE session_id = %s",
+                  sid) == [(0,)]
+        assert (vault / CARD_FILE).read_bytes() == card  # the scope's knowledge stays
+
+        # The same day, a new session under the id: its words are transcribed (before,
+        # the old entries' markers said its seqs were written already).
+        await temporal_forgot(client, sid)
+        fresh = await keel.start_session(sid)
+        await fresh.ask("the words of the second")
+        await transcribed(vault, sid, 2)
+        days = "".join(f.read_text() for f in (vault / "daily").glob("*.md"))
+        assert next(t for s, _, t in split_transcript(days) if s == sid).endswith(
+            "the words of the second")
+        await keel.delete_session(f"{sid}-b", force=True)
+        await keel.delete_session(sid, force=True)

@@ -11,6 +11,7 @@ from schemas.vault.rollup import (
     CoreDoc,
     CoreUpdate,
     RollupKind,
+    drop_session_entries,
     due_periods,
     escape_markers,
     merge_core,
@@ -85,6 +86,30 @@ def test_a_message_holding_an_entry_heading_stays_one_entry_word_for_word():
 def test_escaping_markers_is_undone_exactly(words: str) -> None:
     assert unescape_markers(escape_markers(words)) == words
     assert "<!-- keel:" not in escape_markers(words)
+
+
+_WORDS = st.lists(st.sampled_from(["<!-- keel:a:1 -->", "\n#### 09:00:00 · user · a ",
+                                   "\n\n", "x", " ", "keel:a:2", "#"]), max_size=12).map("".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "a-b", "b"]), _WORDS), max_size=8))
+def test_a_sessions_entries_leave_a_daily_file_and_the_rest_stays_byte_for_byte(
+        entries: list[tuple[str, str]]) -> None:
+    # A deleted session's words leave the daily notes; another's (one whose id starts
+    # with its id too) stay exactly as written, so the file reads as if "a" never wrote.
+    from datetime import datetime
+
+    def daily(kept: list[tuple[int, str, str]]) -> str:
+        return "# 2026-06-01\n" + "".join(transcript_entry(
+            sid, seq, datetime(2026, 6, 1, 9), "user", words) for seq, sid, words in kept)
+
+    numbered = [(seq, sid, words) for seq, (sid, words) in enumerate(entries, 1)]
+    text, dropped = drop_session_entries(daily(numbered), "a")
+    assert text == daily([e for e in numbered if e[1] != "a"])
+    assert dropped == sum(1 for _, sid, _ in numbered if sid == "a")
+    assert [(sid, seq) for sid, seq, _ in split_transcript(text)] == \
+        [(sid, seq) for seq, sid, _ in numbered if sid != "a"]
 
 
 def test_due_periods_and_request_marker():
