@@ -24,9 +24,6 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
-from temporalio.api.enums.v1 import TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
@@ -65,6 +62,7 @@ from keel._errors import (
     start_with_message_refused,
 )
 from keel._files import SessionFiles
+from keel._queues import POLLER_FRESH_S, polled_recently
 from keel.deletion import SessionDeleted
 from keel.events import EventsMissed, Transport, session_events, stream_offset
 from schemas.agent import (
@@ -107,8 +105,6 @@ from schemas.session import (
 from schemas.text import payload_problem, storable_problem
 from workers.connect import connect
 
-# A poller seen longer ago than this has gone (workers long-poll for 60 s).
-POLLER_FRESH_S = 90
 TEXTS_WAIT_S = 30  # a mind / memo / now query while a new run reads them back
 
 __all__ = [
@@ -342,21 +338,13 @@ class SessionHandle(SessionControls, SessionApprovals, SessionFiles):
 
     async def queue_without_worker(self, fresh_s: float = POLLER_FRESH_S) -> str | None:
         """The session's task queue when no worker has polled it in the last `fresh_s`
-        seconds (DescribeTaskQueue's pollers), else None; None too when the session cannot
-        be described (the call that needs the worker will say what is wrong)."""
+        seconds (keel._queues), else None; None too when the session cannot be described
+        (the call that needs the worker will say what is wrong)."""
         try:
             queue = (await self.handle.describe()).task_queue
         except RPCError:
             return None
-        described = await self.client.workflow_service.describe_task_queue(
-            DescribeTaskQueueRequest(namespace=self.client.namespace,
-                                     task_queue=TaskQueue(name=queue),
-                                     task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
-        now = time.time()
-        fresh = [p for p in described.pollers
-                 if not p.HasField("last_access_time")
-                 or now - p.last_access_time.ToSeconds() < fresh_s]
-        return None if fresh else queue
+        return None if await polled_recently(self.client, queue, fresh_s=fresh_s) else queue
 
     async def closed_as(self) -> str | None:
         """None while running; else Temporal's word for how it closed (completed,

@@ -37,6 +37,8 @@ from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionSta
 from temporalio.service import RPCError, RPCStatusCode
 
 from keel._errors import BranchRefusedError, DeleteRefusedError
+from keel._queues import polled_recently
+from schemas.config import vault_queue
 from schemas.session import SESSION_WORKFLOW, SessionPhase, session_id_problem
 
 if TYPE_CHECKING:
@@ -80,10 +82,14 @@ async def delete_session(keel: KeelClient, session_id: str, *, force: bool = Fal
     url = database_url or keel.settings.database_url
     if not url:
         raise DeleteRefusedError("deleting a session deletes its record: set DATABASE_URL")
+    from activities.session_delete import memory_scope_of
+
     runs, newest = await _runs(keel, session_id)
+    scope = await memory_scope_of(str(url), session_id) or memory_scope
+    if scope:  # before anything is stopped or deleted
+        await _vault_served(keel, scope)
     terminated = await _stop(keel, session_id, newest, force)
-    removed, forgotten = await _delete_record(keel, str(url), session_id, terminated,
-                                              memory_scope)
+    removed, forgotten = await _delete_record(keel, str(url), session_id, terminated, scope)
     if not runs and not removed.found and forgotten is None:
         raise DeleteRefusedError(f"no session {session_id} in this deployment")
     files = await _delete_local_folder(keel, session_id) + removed.counts.get("files", 0)
@@ -105,10 +111,9 @@ async def _delete_record(keel: KeelClient, url: str, session_id: str, terminated
     """The session's record (activities.session_delete) and its entries in long memory.
     The vault is asked first (it not answering, nothing is deleted) and again after the
     rows are gone: a transcript drained meanwhile read its rows before they went."""
-    from activities.session_delete import delete_rows, memory_scope_of
+    from activities.session_delete import delete_rows
     from schemas.bundle_memory import BundleMemoryDone
 
-    scope = await memory_scope_of(url, session_id) or scope
     first = await _forget(keel, session_id, scope) if scope else None
     removed = await delete_rows(url, session_id)
     if terminated:  # what a step that was running wrote meanwhile
@@ -125,6 +130,16 @@ async def _delete_record(keel: KeelClient, url: str, session_id: str, terminated
             "answers") from None
     return removed, BundleMemoryDone(entries=first.entries + again.entries,
                                      unreadable=sorted({*first.unreadable, *again.unreadable}))
+
+
+async def _vault_served(keel: KeelClient, scope: str) -> None:
+    """DeleteRefusedError when no vault worker serves the vault's queue: the session's
+    entries could not leave its long memory, so nothing is stopped or deleted."""
+    queue = vault_queue(keel.task_queue)
+    if not await polled_recently(keel.client, queue, activities=True):
+        raise DeleteRefusedError(
+            f"long memory (scope {scope}) has no vault worker: none polled {queue} lately "
+            "(keel dev runs one; on a cluster, keel worker --vault). Nothing was deleted")
 
 
 async def _forget(keel: KeelClient, session_id: str, scope: str) -> BundleMemoryDone:

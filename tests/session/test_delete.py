@@ -27,6 +27,7 @@ from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
 from tests.session.test_branch import db
 from tests.session.test_bundle_memory import CARD_FILE, entries, rememberer, transcribed
+from workers.worker import Role
 
 AGENT = AgentSpec(instructions="You keep notes.",
                   wakeups=WakeupLimits(min_interval_s=1, max_active=3, expiry_s=86_400))
@@ -242,3 +243,23 @@ async def test_its_words_leave_long_memory_its_cards_stay_and_its_id_starts_afre
             "the words of the second")
         await keel.delete_session(f"{sid}-b", force=True)
         await keel.delete_session(sid, force=True)
+
+
+async def test_without_a_vault_worker_nothing_is_deleted_and_it_says_why(
+        client, database_url, fake_anthropic, tmp_path):
+    fake_anthropic.responder = answer
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    sid = f"novault-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings, role=Role.SESSIONS) as keel:
+        session = await keel.start_session(sid)
+        await session.ask("hello")  # answered; its long memory cannot be reached
+        owned = left_behind(database_url, sid)
+        started = time.monotonic()
+        with pytest.raises(DeleteRefusedError, match=(
+                "long memory \\(scope default\\) has no vault worker: none polled "
+                f"{settings.task_queue}-vault lately")):
+            await keel.delete_session(sid, force=True)
+        assert time.monotonic() - started < 10  # said at once, not after a long wait
+        assert left_behind(database_url, sid) == owned
+        assert (await session.status()).turn == 1  # not even stopped
+        assert await session.is_running()
