@@ -69,6 +69,25 @@ class SessionDeleted(BaseModel):
     unreadable: list[str] = []  # daily files not UTF-8 throughout: left as they were
     sub_agents: list[str] = []  # its sub-agents' sessions, which stay
 
+    def summary(self) -> list[str]:
+        """What went, then what stayed and why, a line each (the command line and the web
+        UI say the same)."""
+        stopped = " (it was running: stopped first)" if self.terminated else ""
+        lines = [f"deleted session {self.session_id}{stopped}: {self.rows} row(s), "
+                 f"{self.checkpoints} checkpoint(s), {self.files} workspace file(s), "
+                 f"{self.schedules} wakeup schedule(s), {self.runs} workflow run(s)"]
+        if self.memory_scope:
+            lines.append(f"long memory (scope {self.memory_scope}): {self.entries} "
+                         "daily-note entries taken out; its cards and rollups stay (and "
+                         "the vault's git history)")
+        if self.unreadable:
+            lines.append("left as they are (not UTF-8 throughout): " + ", ".join(
+                self.unreadable))
+        if self.sub_agents:
+            lines.append("kept: its sub-agents' sessions " + ", ".join(self.sub_agents)
+                         + " (delete each by its id)")
+        return lines
+
 
 async def delete_session(keel: KeelClient, session_id: str, *, force: bool = False,
                          database_url: str | None = None,

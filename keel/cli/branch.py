@@ -19,7 +19,6 @@ from rich.markup import escape
 from keel import branching
 from keel.cli.shell import CliError, connect, database_url, load_settings, run
 from keel.console import console
-from keel.deletion import SessionDeleted
 
 __all__ = ["delete", "export", "fork", "import_", "rewind"]
 
@@ -122,25 +121,6 @@ def delete(
         done = await keel.delete_session(session, force=force,
                                          database_url=database_url(settings),
                                          memory_scope=memory_scope)
-        for line in deleted_lines(done):
-            console.print(line)
+        for line in done.summary():
+            console.print(escape(line))
     run(main())
-
-
-def deleted_lines(done: SessionDeleted) -> list[str]:
-    """What a deletion took out, then what it left and why."""
-    stopped = " (it was running: stopped first)" if done.terminated else ""
-    lines = [f"deleted session [bold]{escape(done.session_id)}[/]{stopped}: {done.rows} "
-             f"row(s), {done.checkpoints} checkpoint(s), {done.files} workspace file(s), "
-             f"{done.schedules} wakeup schedule(s), {done.runs} workflow run(s)"]
-    if done.memory_scope:
-        lines.append(f"long memory (scope {escape(done.memory_scope)}): {done.entries} "
-                     "daily-note entries taken out; its cards and rollups stay (and the "
-                     "vault's git history)")
-    if done.unreadable:
-        lines.append("left as they are (not UTF-8 throughout): " + ", ".join(
-            escape(p) for p in done.unreadable))
-    if done.sub_agents:
-        lines.append("kept: its sub-agents' sessions " + ", ".join(
-            escape(s) for s in done.sub_agents) + " (delete each by its id)")
-    return lines

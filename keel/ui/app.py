@@ -81,6 +81,8 @@ def create_app(ctx: UiContext) -> ASGIApp:
               methods=["POST"]),
         Route("/sessions/{session_id:segment}/branch", pages.branch, methods=["POST"]),
         Route("/sessions/{session_id:segment}/interrupt", pages.interrupt, methods=["POST"]),
+        Route("/sessions/{session_id:segment}/delete", pages.delete_page),
+        Route("/sessions/{session_id:segment}/delete", pages.delete, methods=["POST"]),
         Route("/sessions/{session_id:segment}/budget", pages.budget, methods=["POST"]),
         Route("/sessions/{session_id:segment}/checkpoints", pages.timeline),
         Route("/sessions/{session_id:segment}/checkpoints/{number:int}", pages.checkpoint_page),

@@ -4,7 +4,8 @@ checkpoints, one checkpoint's mind diff, and the vault.
 Each page is a module-level Starlette endpoint reading the app's `UiContext`
 (`keel.ui.context.ui`). It reads the session through `keel.client`, the record and the
 checkpoints through `keel.record` (there is no SQL in the UI), the vault through
-`keel.ui.vault`; it writes nothing but a person's decision on an approval.
+`keel.ui.vault`; it writes nothing but what a person asks on its pages (an approval's
+decision, a fork or rewind, a stop, a budget, a deletion, asked once more).
 
 Invariants:
 - Every page is bounded: the record is shown a page at a time (`page_size` rows, picked by
@@ -212,6 +213,33 @@ async def branch(request: Request) -> Response:
         return render(request, "error.html", status_code=409, title=title,
                       message=str(err))
     return HTMLResponse("action must be fork or rewind", status_code=400)
+
+
+async def delete_page(request: Request) -> Response:
+    """Deleting a session, asked once more: what goes and what stays, and the form."""
+    ctx = ui(request)
+    session_id = request.path_params["session_id"]
+    if not await _known(ctx, session_id):
+        return _not_found(request, session_id)
+    return render(request, "delete.html", title=f"Delete {session_id}?",
+                  session_id=session_id)
+
+
+async def delete(request: Request) -> Response:
+    """The deletion itself (keel.deletion): a page saying what went, or why not."""
+    ctx = ui(request)
+    session_id = request.path_params["session_id"]
+    form = await request.form()
+    if not csrf_ok(request, ctx.csrf, str(form.get("csrf", ""))):
+        return HTMLResponse("cross-site request refused", status_code=403)
+    try:
+        done = await ctx.keel.delete_session(session_id, force=form.get("force") == "on",
+                                             database_url=ctx.database_url)
+    except KeelError as err:  # running, no vault worker, unknown
+        return render(request, "error.html", status_code=409, title="Not deleted",
+                      message=str(err))
+    return render(request, "deleted.html", title=f"Deleted {session_id}",
+                  session_id=session_id, lines=done.summary())
 
 
 async def interrupt(request: Request) -> Response:
