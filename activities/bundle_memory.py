@@ -19,8 +19,9 @@ Invariants:
   recorded in `vault_ops` as applied, so an export from this vault finds its cards.
 - Forgetting a session (its deletion) takes its entries out of the daily files its index
   rows name, each file rewritten whole with the rest byte for byte, then its entries'
-  index rows; run again, it finds nothing more. Its cards stay: they are the scope's
-  knowledge, which other sessions' turns read and edit.
+  index rows, its card ops and its flush plans (whose ids name it); run again, it finds
+  nothing more. Its cards stay: they are the scope's knowledge, which other sessions'
+  turns read and edit.
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ from schemas.bundle_memory import (
     CardLine,
     CardOpLine,
     DailyLine,
+    card_op_id,
     entry_block,
     is_session_op,
+    owns_op,
 )
 from schemas.vault.rollup import drop_session_entries, entry_marker, split_transcript
 
@@ -67,7 +70,9 @@ async def _session_cards(conn: AsyncConnection, vault: Vault,
         "SELECT op_id, path, outcome FROM vault_ops WHERE scope = %s AND state = 'applied'"
         " AND path IS NOT NULL AND outcome IS DISTINCT FROM 'NOOP'"
         " AND (starts_with(op_id, %s) OR op_id = ANY(%s)) ORDER BY path, op_id",
-        (vault.scope, f"flush:{session_id}:", [f"tool:{c}" for c in calls]))).fetchall()
+        (vault.scope, f"flush:{session_id}:",
+         [f"tool:{c}" for c in calls] + [card_op_id(session_id, c) for c in calls])
+    )).fetchall()
     by_path: dict[str, list[CardOpLine]] = {}
     for op_id, path, outcome in ops:
         if is_session_op(op_id, session_id, calls):
@@ -101,6 +106,20 @@ async def session_memory(conn: AsyncConnection, vault: Vault,
                          session_id: str) -> tuple[list[CardLine], list[DailyLine]]:
     return (await _session_cards(conn, vault, session_id),
             await _session_entries(conn, vault, session_id))
+
+
+async def _forget_ops(conn: AsyncConnection, scope: str, session_id: str) -> None:
+    """The session's card ops and flush plans (their ids name it): a new session under its
+    id would have its own taken for them, as done already. The cards they wrote stay."""
+    for table, key in (("vault_ops", "op_id"), ("rollup_plans", "plan_id")):
+        found = await (await conn.execute(
+            f"SELECT {key} FROM {table} WHERE scope = %s AND (starts_with({key}, %s)"
+            f" OR starts_with({key}, %s))",
+            (scope, f"tool:{session_id}:", f"flush:{session_id}:"))).fetchall()
+        mine = [k for (k,) in found if owns_op(k, session_id)]
+        if mine:
+            await conn.execute(f"DELETE FROM {table} WHERE scope = %s AND {key} = ANY(%s)",
+                               (scope, mine))
 
 
 def _body(row: Any) -> dict[str, Any]:
@@ -197,6 +216,7 @@ class BundleMemoryActivities:
                     vault.note_own_write(rel, before)
                     removed += dropped
             await delete_documents(conn, [p for (p,) in docs], scope=vault.scope)
+            await _forget_ops(conn, vault.scope, data.session_id)
         return BundleMemoryDone(entries=removed, unreadable=unreadable)
 
     async def _write_cards(self, conn: AsyncConnection, vault: Vault,

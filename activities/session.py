@@ -89,6 +89,7 @@ from activities.vault.store import VaultError
 from activities.workspace import PromptFiles, StoreError
 from schemas.agent import cut_result, result_text
 from schemas.budget import cost_usd, price_for
+from schemas.bundle_memory import card_op_id
 from schemas.cache_ttl import lifetime_refused, short_lived
 from schemas.checkpoint.policy import Fit, sendable
 from schemas.events import SHORT_OUTPUT_CHARS, DeltaTail, cut
@@ -451,9 +452,11 @@ class SessionActivities:
         try:
             await asyncio.to_thread(vault.ensure)
             today = vault.local_date(datetime.now(vault.tz()))
-            # The op id is the call's own id: a retried activity writes the card once.
+            # The op id is the session's and the call's: a retried activity writes the
+            # card once, and another session's call of the same id writes its own.
             (out,) = await vault.apply_facts(await memory.pool(),
-                                             [(f"tool:{data.tool_use_id}", fact)], today)
+                                             [(card_op_id(data.session_id,
+                                                          data.tool_use_id), fact)], today)
         except (VaultError, ValueError, OSError) as err:
             return ToolOutput(f"write_card failed: {err}", is_error=True)
         return ToolOutput(f"{out.op.value} {out.path or ''} {out.note}".strip(),

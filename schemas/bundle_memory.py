@@ -5,8 +5,9 @@ Invariants:
 - A bundle with memory lines is version 2; a bundle without is version 1, byte for byte
   what it was before memory could go along.
 - The session's cards are the cards in its memory scope's vault that an op of the session
-  wrote: its write_card calls (`tool:<call id>`, the ids of its assistant rows' calls) and
-  its memory flushes (`flush:<session>:...`), each card as its file stands at the export.
+  wrote: its write_card calls (`tool:<session>:<call id>`, or `tool:<call id>` as written
+  before, the ids of its assistant rows' calls) and its memory flushes
+  (`flush:<session>:...`), each card as its file stands at the export.
   A card line carries the file's text and those ops, so the importing vault knows them as
   the session's and an export there finds the same cards again.
 - The session's daily-note entries are its marked entries in the vault's daily files
@@ -31,8 +32,9 @@ from schemas.vault.rollup import split_transcript
 from schemas.vault.schema import CARDS_DIR, DAILY_DIR
 
 __all__ = ["BUNDLE_MEMORY_WORKFLOW", "MEMORY_KINDS", "MEMORY_VERSION", "BundleMemoryDone",
-           "BundleMemoryRequest", "CardLine", "CardOpLine", "DailyLine", "conflict_text",
-           "entry_block", "is_session_op", "path_problem", "renamed_entry", "renamed_op"]
+           "BundleMemoryRequest", "CardLine", "CardOpLine", "DailyLine", "card_op_id",
+           "conflict_text", "entry_block", "is_session_op", "owns_op", "path_problem",
+           "renamed_entry", "renamed_op"]
 
 MEMORY_VERSION = 2  # the bundle format version of a bundle with memory lines
 MEMORY_KINDS = ("card", "daily")
@@ -84,17 +86,48 @@ class BundleMemoryDone(BaseModel):
     unreadable: list[str] = Field(default_factory=list)
 
 
+_CALL_ID = re.compile(r"[a-zA-Z0-9_-]+")  # the API's tool_use id (schemas.tools)
+_FLUSH_REST = re.compile(r"\d+-\d+(:\d+)?")  # a flush's plan (from-to) or op (from-to:n)
+
+
+def card_op_id(session_id: str, call_id: str) -> str:
+    """The vault op of a session's write_card call. The session's id is in it: call ids are
+    unique within a session only (a provider numbering its calls per reply says `call_0`
+    in every session), and a scope's vault applies each op id once, so another session's
+    card under the same call id was taken for written. Ops written before name the call
+    alone (`tool:<call id>`)."""
+    return f"tool:{session_id}:{call_id}"
+
+
 def is_session_op(op_id: str, session_id: str, call_ids: set[str]) -> bool:
-    """Whether a vault op is one of the session's: its write_card call, or its flush."""
+    """Whether a vault op is one of the session's: its write_card call (as named now, or
+    before), or its flush."""
     if op_id.startswith("tool:"):
-        return op_id[len("tool:"):] in call_ids
+        rest = op_id[len("tool:"):]
+        mine = f"{session_id}:"
+        return rest in call_ids or (rest.startswith(mine) and rest[len(mine):] in call_ids)
     return op_id.startswith(f"flush:{session_id}:")
+
+
+def owns_op(op_id: str, session_id: str) -> bool:
+    """Whether a vault op or plan id names `session_id` as its own (its write_card calls
+    as named now, its flushes), exactly: a session whose id starts with this one's
+    (`a:b` beside `a`) never matches, since a call id holds no colon and a flush's rest
+    is digits."""
+    for kind, rest_ok in (("tool", _CALL_ID), ("flush", _FLUSH_REST)):
+        prefix = f"{kind}:{session_id}:"
+        if op_id.startswith(prefix) and rest_ok.fullmatch(op_id[len(prefix):]):
+            return True
+    return False
 
 
 def renamed_op(op_id: str, old: str, new: str) -> str:
     """A session's op id under its new id (a call's id stays: the copied rows keep it)."""
-    prefix = f"flush:{old}:"
-    return f"flush:{new}:{op_id[len(prefix):]}" if op_id.startswith(prefix) else op_id
+    for kind in ("flush", "tool"):
+        prefix = f"{kind}:{old}:"
+        if owns_op(op_id, old) and op_id.startswith(prefix):
+            return f"{kind}:{new}:{op_id[len(prefix):]}"
+    return op_id
 
 
 def renamed_entry(text: str, old: str, new: str) -> str:

@@ -389,7 +389,9 @@ def merge_core(current: CoreDoc, update: CoreUpdate, today: str,
 
 # --- daily transcript entries -----------------------------------------------------------
 
-ENTRY_MARK_RE = re.compile(r"<!-- keel:([^\s:]+):(\d+) -->")
+# A session id may hold spaces and colons (never "-->" or a line break: session_id_problem):
+# the id is all up to the last ":<seq> -->" of the line.
+ENTRY_MARK_RE = re.compile(r"<!-- keel:([^\n]+?):(\d+) -->")
 
 
 def entry_marker(session_id: str, seq: int) -> str:
@@ -397,7 +399,7 @@ def entry_marker(session_id: str, seq: int) -> str:
 
 
 # An entry heading's marker as a snippet may hold it: whole, or cut off by the snippet's end.
-_SHOWN_MARK_RE = re.compile(r"(?m)^(####[^\n]*?) ?<!-- keel:(?:[^\s:]+:\d+ -->$|[^\n>]*\Z)")
+_SHOWN_MARK_RE = re.compile(r"(?m)^(####[^\n]*?) ?<!-- keel:(?:[^\n]+?:\d+ -->$|[^\n>]*\Z)")
 
 
 def without_markers(text: str) -> str:

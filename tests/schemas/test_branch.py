@@ -162,6 +162,25 @@ def test_memory_lines_keep_to_the_vaults_folders_and_follow_a_new_id():
     assert not is_session_op("rollup:daily:2026-01-02:0", "s1", set())
 
 
+@pytest.mark.parametrize("sid", ["s1", "s1:x", "s1 x", "a-b"])
+def test_a_sessions_card_ops_name_it_and_no_other(sid: str) -> None:
+    # A write_card call's op names its session: call ids repeat across sessions (call_0),
+    # and one whose id starts with this one's (s1:x beside s1) never matches.
+    from schemas.bundle_memory import card_op_id, is_session_op, owns_op, renamed_op
+
+    others = [o for o in ("s1", "s1:x", "s1 x", "a-b", "s1:x:y") if o != sid]
+    op = card_op_id(sid, "call_0")
+    assert is_session_op(op, sid, {"call_0"}) and owns_op(op, sid)
+    assert owns_op(f"flush:{sid}:3-9:0", sid) and owns_op(f"flush:{sid}:3-9", sid)
+    for other in others:
+        assert not is_session_op(card_op_id(other, "call_0"), sid, {"call_0"}), other
+        assert not owns_op(card_op_id(other, "call_0"), sid), other
+        assert not owns_op(f"flush:{other}:3-9:0", sid), other
+    assert renamed_op(op, sid, "new") == card_op_id("new", "call_0")
+    assert renamed_op(f"flush:{sid}:3-9:0", sid, "new") == "flush:new:3-9:0"
+    assert not owns_op("tool:call_0", sid)  # as written before: the call's id alone
+
+
 def test_a_bundle_unpacks_within_its_limit_or_is_refused_as_it_unpacks() -> None:
     lines = b"".join(bundle_line("row", {"seq": i}) for i in range(100))
     assert unpacked(gzip.compress(lines)) == lines

@@ -65,6 +65,17 @@ def test_transcript_entries_are_found_by_marker_only_at_headings():
     assert without_markers(cut).endswith("#### 09:01:00 · assistant · s1")
 
 
+def test_a_session_id_with_spaces_and_colons_marks_its_entries_too():
+    # Such ids are allowed; their entries were never found again (for an export's memory,
+    # a deletion), and a snippet showed their markers.
+    from datetime import datetime
+    text = "# 2026-06-01\n" + transcript_entry("team a:7", 3, datetime(2026, 6, 1, 9, 2),
+                                               "user", "our words")
+    assert [(s, q) for s, q, _ in split_transcript(text)] == [("team a:7", 3)]
+    assert "#### 09:02:00 · user · team a:7\n" in without_markers(text)
+    assert "<!--" not in without_markers(text)
+
+
 def test_a_message_holding_an_entry_heading_stays_one_entry_word_for_word():
     # A user's (or a Watch's) words holding a whole entry heading were read back as an
     # entry of its own: the assistant's, at a seq of the writer's choosing.
@@ -92,12 +103,16 @@ _WORDS = st.lists(st.sampled_from(["<!-- keel:a:1 -->", "\n#### 09:00:00 · user
                                    "\n\n", "x", " ", "keel:a:2", "#"]), max_size=12).map("".join)
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["a", "a-b", "b"]), _WORDS), max_size=8))
+_IDS = ["a", "a-b", "a:1", "a 1", "b"]  # ids may hold colons and spaces
+
+
+@pytest.mark.parametrize("gone", ["a", "a:1", "a 1"])
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_IDS), _WORDS), max_size=8))
 def test_a_sessions_entries_leave_a_daily_file_and_the_rest_stays_byte_for_byte(
-        entries: list[tuple[str, str]]) -> None:
+        gone: str, entries: list[tuple[str, str]]) -> None:
     # A deleted session's words leave the daily notes; another's (one whose id starts
-    # with its id too) stay exactly as written, so the file reads as if "a" never wrote.
+    # with its id too) stay exactly as written, so the file reads as if it never wrote.
     from datetime import datetime
 
     def daily(kept: list[tuple[int, str, str]]) -> str:
@@ -105,11 +120,13 @@ def test_a_sessions_entries_leave_a_daily_file_and_the_rest_stays_byte_for_byte(
             sid, seq, datetime(2026, 6, 1, 9), "user", words) for seq, sid, words in kept)
 
     numbered = [(seq, sid, words) for seq, (sid, words) in enumerate(entries, 1)]
-    text, dropped = drop_session_entries(daily(numbered), "a")
-    assert text == daily([e for e in numbered if e[1] != "a"])
-    assert dropped == sum(1 for _, sid, _ in numbered if sid == "a")
+    assert [(sid, seq) for sid, seq, _ in split_transcript(daily(numbered))] == \
+        [(sid, seq) for seq, sid, _ in numbered]
+    text, dropped = drop_session_entries(daily(numbered), gone)
+    assert text == daily([e for e in numbered if e[1] != gone])
+    assert dropped == sum(1 for _, sid, _ in numbered if sid == gone)
     assert [(sid, seq) for sid, seq, _ in split_transcript(text)] == \
-        [(sid, seq) for seq, sid, _ in numbered if sid != "a"]
+        [(sid, seq) for seq, sid, _ in numbered if sid != gone]
 
 
 def test_due_periods_and_request_marker():
