@@ -21,7 +21,7 @@ import asyncio
 import logging
 from typing import Any
 
-from starlette.datastructures import QueryParams
+from starlette.datastructures import FormData, QueryParams
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
@@ -158,6 +158,17 @@ async def session_page(request: Request) -> HTMLResponse:
                   pending=waiting, temporal=ctx.workflow_url(session_id))
 
 
+async def _own_form(request: Request) -> FormData | None:
+    """The posted form when one of the UI's own pages sent it (its CSRF token, its
+    origin: `csrf_ok`), else None and the caller answers `_refused()`."""
+    form = await request.form()
+    return form if csrf_ok(request, ui(request).csrf, str(form.get("csrf", ""))) else None
+
+
+def _refused() -> HTMLResponse:
+    return HTMLResponse("cross-site request refused", status_code=403)
+
+
 async def approvals_fragment(request: Request) -> HTMLResponse:
     session_id = request.path_params["session_id"]
     handle = ui(request).keel.session(session_id)
@@ -169,9 +180,9 @@ async def decide(request: Request) -> Response:
     ctx = ui(request)
     session_id = request.path_params["session_id"]
     call_id = request.path_params["call_id"]
-    form = await request.form()
-    if not csrf_ok(request, ctx.csrf, str(form.get("csrf", ""))):
-        return HTMLResponse("cross-site request refused", status_code=403)
+    form = await _own_form(request)
+    if form is None:
+        return _refused()
     decision = str(form.get("decision", ""))
     if decision not in ("approve", "deny"):
         return HTMLResponse("decision must be approve or deny", status_code=400)
@@ -190,9 +201,9 @@ async def branch(request: Request) -> Response:
     keel.branching) decides; a refusal is a page saying why."""
     ctx = ui(request)
     session_id = request.path_params["session_id"]
-    form = await request.form()
-    if not csrf_ok(request, ctx.csrf, str(form.get("csrf", ""))):
-        return HTMLResponse("cross-site request refused", status_code=403)
+    form = await _own_form(request)
+    if form is None:
+        return _refused()
     action = str(form.get("action", ""))
     try:
         seq = int(str(form.get("seq", "")))
@@ -229,9 +240,9 @@ async def delete(request: Request) -> Response:
     """The deletion itself (keel.deletion): a page saying what went, or why not."""
     ctx = ui(request)
     session_id = request.path_params["session_id"]
-    form = await request.form()
-    if not csrf_ok(request, ctx.csrf, str(form.get("csrf", ""))):
-        return HTMLResponse("cross-site request refused", status_code=403)
+    form = await _own_form(request)
+    if form is None:
+        return _refused()
     try:
         done = await ctx.keel.delete_session(session_id, force=form.get("force") == "on",
                                              database_url=ctx.database_url)
@@ -259,9 +270,9 @@ async def budget(request: Request) -> Response:
 async def _session_post(request: Request, act: Any) -> Response:
     ctx = ui(request)
     session_id = request.path_params["session_id"]
-    form = await request.form()
-    if not csrf_ok(request, ctx.csrf, str(form.get("csrf", ""))):
-        return HTMLResponse("cross-site request refused", status_code=403)
+    form = await _own_form(request)
+    if form is None:
+        return _refused()
     try:
         await act(ctx.keel.session(session_id), form)
     except (KeelError, ValueError) as err:  # nothing pending, a bad amount, ...

@@ -23,8 +23,9 @@ from schemas.config import WorkspaceStoreKind
 from schemas.initiative import WakeupLimits
 from schemas.vault.rollup import split_transcript
 from tests.checkpoint_model import CheckpointModel, good_checkpoint, texts
-from tests.fake_anthropic import text_message, tool_use_message
+from tests.fake_anthropic import tool_use_message
 from tests.harness import keel_worker, make_settings
+from tests.session.test_branch import answer as branch_answer
 from tests.session.test_branch import db
 from tests.session.test_bundle_memory import CARD_FILE, entries, rememberer, transcribed
 from workers.worker import Role
@@ -34,18 +35,12 @@ AGENT = AgentSpec(instructions="You keep notes.",
 
 
 def answer(body: dict[str, Any]) -> dict[str, Any]:
-    """"write X" writes notes.txt; "wake me" makes an hourly wakeup; else an echo."""
-    last = body["messages"][-1]
-    if any(b.get("type") == "tool_result" for b in last["content"] if isinstance(b, dict)):
-        return text_message("done")
-    said = texts(last)[-1]
-    if said.startswith("write "):
-        return tool_use_message([("write_file", {"path": "notes.txt",
-                                                 "content": said[len("write "):]})])
-    if said == "wake me":
+    """test_branch's turns ("write X" writes notes.txt), and "wake me" makes an hourly
+    wakeup."""
+    if texts(body["messages"][-1])[-1:] == ["wake me"]:
         return tool_use_message([("schedule_wakeup", {"note": "look again",
                                                       "every_s": 3600})])
-    return text_message(f"ok: {said}")
+    return branch_answer(body)
 
 
 @pytest.fixture
