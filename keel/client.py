@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import suppress
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
@@ -572,6 +573,11 @@ class KeelClient:
         return await deletion.delete_session(self, session_id, force=force,
                                              database_url=database_url,
                                              memory_scope=memory_scope)
+
+    async def sessions_ended_before(self, when: datetime) -> list[str]:
+        """The sessions whose newest run closed before `when`, oldest first (what a
+        retention policy deletes: keel.deletion.ended_before)."""
+        return await deletion.ended_before(self, when)
 
     async def histories(self, session_id: str, run_id: str | None = None
                         ) -> list[WorkflowHistory]:

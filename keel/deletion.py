@@ -28,6 +28,7 @@ import re
 import shutil
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from keel.client import KeelClient
     from schemas.bundle_memory import BundleMemoryDone
 
-__all__ = ["SessionDeleted", "delete_session"]
+__all__ = ["SessionDeleted", "delete_session", "ended_before"]
 
 MEMORY_WAIT_S = 120.0  # the vault's worker forgetting the session's entries
 ENDING_WAIT_S = 10.0  # an ended session finishing its handlers, before it is refused
@@ -177,6 +178,21 @@ async def _forget(keel: KeelClient, session_id: str, scope: str) -> BundleMemory
             "vault worker running? Nothing more was deleted") from None
     except BranchRefusedError as err:
         raise DeleteRefusedError(f"long memory (scope {scope}) refused: {err}") from None
+
+
+async def ended_before(keel: KeelClient, when: datetime) -> list[str]:
+    """The sessions whose newest run closed before `when` (ended, stopped, terminated or
+    failed), oldest first: what a retention policy deletes. A run that continued as new
+    is not an end (its session goes on), and a session running now is never listed."""
+    if when.tzinfo is None:
+        raise DeleteRefusedError("give the time with its offset (2026-11-01T00:00:00+00:00)")
+    found: dict[str, datetime] = {}
+    async for wf in keel.client.list_workflows(
+            f"WorkflowType = '{SESSION_WORKFLOW}' AND ExecutionStatus != 'Running' AND "
+            f"ExecutionStatus != 'ContinuedAsNew' AND CloseTime < "
+            f"'{when.astimezone(UTC).isoformat()}'"):
+        found.setdefault(wf.id, wf.close_time or wf.start_time)
+    return sorted(found, key=lambda sid: found[sid])
 
 
 def _quoted(value: str) -> str:

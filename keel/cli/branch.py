@@ -10,6 +10,7 @@ dev stack's. A deletion, which cannot be undone, is asked for once more unless -
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -18,7 +19,8 @@ from rich.markup import escape
 
 from keel import branching
 from keel.cli.shell import CliError, connect, database_url, load_settings, run
-from keel.console import console
+from keel.client import KeelClient, KeelError
+from keel.console import console, error
 
 __all__ = ["delete", "export", "fork", "import_", "rewind"]
 
@@ -96,31 +98,65 @@ def import_(bundle: Path,
 
 
 def delete(
-    session: str,
+    sessions: Annotated[list[str] | None, typer.Argument(
+        help="The sessions to delete.", show_default=False)] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask again.")] = False,
     force: Annotated[bool, typer.Option(
         "--force", help="A running session too: it is stopped first.")] = False,
+    ended_before: Annotated[datetime | None, typer.Option(
+        "--ended-before", formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S%z"],
+        help="Every session that ended before this day (UTC) or time: a retention "
+        "sweep.")] = None,
     memory_scope: Annotated[str | None, typer.Option(
         "--memory-scope", help="Take its daily-note entries out of this scope's vault even "
         "when its record is gone (a deletion whose vault did not answer).")] = None,
 ) -> None:
-    """Delete SESSION and all it owns: its record, checkpoints, workspace, wakeups,
-    workflow histories and daily-note entries. The scope's cards and rollups and its
-    sub-agents' sessions stay. A running session only with --force."""
+    """Delete SESSIONS and all they own: record, checkpoints, workspace, wakeups,
+    workflow histories and daily-note entries (--ended-before: every session that ended
+    before then). The scope's cards and rollups and sub-agents' sessions stay. A running
+    session only with --force."""
     async def main() -> None:
-        if not yes:
-            if not sys.stdin.isatty():
-                raise CliError(f"deleting {session} cannot be undone: pass --yes to "
-                               "delete it")
-            if not typer.confirm(f"Delete session {session} and all it owns? It cannot "
-                                 "be undone"):
-                console.print("nothing deleted")
-                return
         settings = load_settings()
         keel = await connect(settings)
-        done = await keel.delete_session(session, force=force,
-                                         database_url=database_url(settings),
-                                         memory_scope=memory_scope)
+        chosen = list(dict.fromkeys(sessions or []))
+        if ended_before is not None:
+            when = ended_before if ended_before.tzinfo else ended_before.replace(tzinfo=UTC)
+            chosen += [s for s in await keel.sessions_ended_before(when) if s not in chosen]
+            if not chosen:
+                console.print(f"no session ended before {when.isoformat()}")
+                return
+        if not chosen:
+            raise CliError("name the sessions to delete, or give --ended-before")
+        named = ", ".join(chosen[:5]) + (f" and {len(chosen) - 5} more" if len(chosen) > 5
+                                          else "")
+        if not yes:
+            if not sys.stdin.isatty():
+                raise CliError(f"deleting {named} cannot be undone: pass --yes to delete")
+            if not typer.confirm(f"Delete {named} and all they own? It cannot be undone"):
+                console.print("nothing deleted")
+                return
+        if not await _delete_each(keel, chosen, force, database_url(settings), memory_scope):
+            raise typer.Exit(1)
+    run(main())
+
+
+async def _delete_each(keel: KeelClient, chosen: list[str], force: bool, url: str,
+                       memory_scope: str | None) -> bool:
+    """Each session deleted in turn, its lines printed; one refused is said and the rest
+    go on. True when every one was deleted."""
+    failed = 0
+    for session in chosen:
+        try:
+            done = await keel.delete_session(session, force=force, database_url=url,
+                                             memory_scope=memory_scope)
+        except KeelError as err:
+            if len(chosen) == 1:
+                raise
+            error(f"{session}: {err}")
+            failed += 1
+            continue
         for line in done.summary():
             console.print(escape(line))
-    run(main())
+    if failed:
+        error(f"{failed} of {len(chosen)} sessions not deleted")
+    return not failed

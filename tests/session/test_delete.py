@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from tests.fake_anthropic import tool_use_message
 from tests.harness import keel_worker, make_settings
 from tests.session.test_branch import answer as branch_answer
 from tests.session.test_branch import db
+from tests.session.test_bundle import other_temporal  # noqa: F401
 from tests.session.test_bundle_memory import CARD_FILE, entries, rememberer, transcribed
 from workers.worker import Role
 
@@ -258,3 +260,56 @@ async def test_without_a_vault_worker_nothing_is_deleted_and_it_says_why(
         assert left_behind(database_url, sid) == owned
         assert (await session.status()).turn == 1  # not even stopped
         assert await session.is_running()
+
+
+async def test_a_retention_sweep_deletes_what_ended_before_a_time_and_nothing_else(
+        other_temporal, database_url, fake_anthropic, tmp_path):  # noqa: F811
+    # Its own namespace: the sweep sees this test's sessions only.
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    fake_anthropic.responder = answer
+    env = {"TEMPORAL_ADDRESS": other_temporal.service_client.config.target_host,
+           "TEMPORAL_NAMESPACE": other_temporal.namespace, "DATABASE_URL": database_url,
+           "KEEL_TASK_QUEUE": settings.task_queue, "KEEL_DATA_DIR": str(tmp_path),
+           "COLUMNS": "300"}
+
+    def keel(*args: str, code: int = 0) -> str:
+        result = CliRunner().invoke(app, list(args), env=env)
+        assert result.exit_code == code, (args, result.output, result.exception)
+        return " ".join(result.output.split())
+
+    tag = uuid.uuid4().hex[:6]
+    async with keel_worker(other_temporal, settings) as kc:
+        async def ended(name: str) -> str:
+            session = await kc.start_session(f"{name}-{tag}")
+            await session.ask("write one")
+            await session.end()
+            await session.handle.result()
+            return session.session_id
+
+        old = [await ended("old-a"), await ended("old-b")]
+        await asyncio.sleep(1.1)  # the cut is given to the second
+        cut = datetime.now(UTC)
+        await asyncio.sleep(1.1)
+        late = await ended("late")
+        running = await kc.start_session(f"running-{tag}")
+        await running.ask("still here")
+        for _ in range(100):  # visibility takes a moment to list a close
+            if len(await kc.sessions_ended_before(datetime.now(UTC))) == 3:
+                break
+            await asyncio.sleep(0.1)
+        assert await kc.sessions_ended_before(cut) == old  # oldest first
+        out = await asyncio.to_thread(keel, "delete", "--ended-before", "2000-01-01",
+                                      "--yes")
+        assert "no session ended before 2000-01-01T00:00:00+00:00" in out
+        out = await asyncio.to_thread(keel, "delete", "--ended-before",
+                                      cut.isoformat(timespec="seconds"), "--yes")
+        assert all(f"deleted session {sid}:" in out for sid in old), out
+        assert late not in out and running.session_id not in out
+        assert all(left_behind(database_url, sid) == {} for sid in old)
+        assert left_behind(database_url, late) and await running.is_running()
+        # A list with one refused: the others go, the refusal is said, exit 1.
+        out = await asyncio.to_thread(keel, "delete", running.session_id, late, "--yes",
+                                      code=1)
+        assert f"deleted session {late}:" in out
+        assert f"{running.session_id}: session {running.session_id} is running" in out
+        assert "1 of 2 sessions not deleted" in out
