@@ -565,14 +565,15 @@ class KeelClient:
 
     async def delete_session(self, session_id: str, *, force: bool = False,
                              database_url: str | None = None,
-                             memory_scope: str | None = None) -> SessionDeleted:
+                             memory_scope: str | None = None,
+                             sub_agents: bool = False) -> SessionDeleted:
         """Delete a session and all it owns: its record, workspace, wakeups, workflow
         histories and daily-note entries (keel.deletion). A running one only with `force`,
-        which stops it first; its sub-agents' sessions and the scope's cards stay (the
-        result names them)."""
+        which stops it first; its sub-agents' sessions only with `sub_agents`; the scope's
+        cards stay (the result names what stayed)."""
         return await deletion.delete_session(self, session_id, force=force,
                                              database_url=database_url,
-                                             memory_scope=memory_scope)
+                                             memory_scope=memory_scope, sub_agents=sub_agents)
 
     async def sessions_ended_before(self, when: datetime) -> list[str]:
         """The sessions whose newest run closed before `when`, oldest first (what a

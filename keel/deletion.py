@@ -17,7 +17,8 @@ Invariants:
   refuses a row once the session's row is gone, and a second sweep a moment later takes
   what else it wrote (a workspace file).
 - What is not the session's own stays and is named: its sub-agents' sessions (sessions
-  of their own) and the scope's cards and rollups (the scope's knowledge, which other
+  of their own, deleted first only when asked: `sub_agents`, and then theirs too) and the
+  scope's cards and rollups (the scope's knowledge, which other
   sessions read and edit). The vault's git history keeps what it committed.
 """
 
@@ -69,6 +70,7 @@ class SessionDeleted(BaseModel):
     entries: int = 0  # its daily-note entries taken out of that memory
     unreadable: list[str] = []  # daily files not UTF-8 throughout: left as they were
     sub_agents: list[str] = []  # its sub-agents' sessions, which stay
+    sub_agents_deleted: list[SessionDeleted] = []  # with `sub_agents`: theirs, first
 
     def summary(self) -> list[str]:
         """What went, then what stayed and why, a line each (the command line and the web
@@ -86,36 +88,64 @@ class SessionDeleted(BaseModel):
                 self.unreadable))
         if self.sub_agents:
             lines.append("kept: its sub-agents' sessions " + ", ".join(self.sub_agents)
-                         + " (delete each by its id)")
-        return lines
+                         + " (delete each by its id, or with --with-sub-agents)")
+        return [line for child in self.sub_agents_deleted for line in child.summary()] \
+            + lines
 
 
 async def delete_session(keel: KeelClient, session_id: str, *, force: bool = False,
-                         database_url: str | None = None,
-                         memory_scope: str | None = None) -> SessionDeleted:
+                         database_url: str | None = None, memory_scope: str | None = None,
+                         sub_agents: bool = False) -> SessionDeleted:
     """Delete `session_id` and all it owns (see the module's invariants);
     `DeleteRefusedError` says why not. `memory_scope`: forget the session's daily-note
     entries there even when its record is gone already (a deletion whose vault did not
-    answer the first time)."""
+    answer the first time). `sub_agents`: its sub-agents' sessions first, and theirs (one
+    refused, the session itself is untouched)."""
     if problem := session_id_problem(session_id):  # names no session (`_shared`: every
         raise DeleteRefusedError(problem)          # session's workspace) is never deleted
     url = database_url or keel.settings.database_url
     if not url:
         raise DeleteRefusedError("deleting a session deletes its record: set DATABASE_URL")
+    children = [await delete_session(keel, child, force=force, database_url=url,
+                                     sub_agents=True)
+                for child in await _children(keel, session_id)] if sub_agents else []
+    done = await _delete_one(keel, session_id, force, str(url), memory_scope,
+                             {c.session_id for c in children})
+    done.sub_agents_deleted = children
+    return done
+
+
+async def _children(keel: KeelClient, session_id: str) -> list[str]:
+    """The sessions it delegated to: their ids start `<session>.` (schemas.initiative.
+    child_session_id; a child may be started by an activity, so it is no child workflow in
+    Temporal's eyes) and their memo names it as parent (a session merely named so is not)."""
+    found: set[str] = set()
+    async for wf in keel.client.list_workflows(
+            f"WorkflowId STARTS_WITH '{_quoted(session_id)}.' AND "
+            f"WorkflowType = '{SESSION_WORKFLOW}'"):
+        if wf.id not in found and ((await wf.memo()).get("keel") or {}).get(
+                "parent") == session_id:
+            found.add(wf.id)
+    return sorted(found)
+
+
+async def _delete_one(keel: KeelClient, session_id: str, force: bool, url: str,
+                      memory_scope: str | None, gone: set[str]) -> SessionDeleted:
+    """`delete_session` of the session itself (`gone`: its sub-agents deleted first)."""
     from activities.session_delete import memory_scope_of
 
     runs, newest = await _runs(keel, session_id)
-    scope = await memory_scope_of(str(url), session_id) or memory_scope
+    scope = await memory_scope_of(url, session_id) or memory_scope
     if scope:  # before anything is stopped or deleted
         await _vault_served(keel, scope)
     terminated = await _stop(keel, session_id, newest, force)
-    removed, forgotten = await _delete_record(keel, str(url), session_id, terminated, scope)
+    removed, forgotten = await _delete_record(keel, url, session_id, terminated, scope)
     if not runs and not removed.found and forgotten is None:
         raise DeleteRefusedError(f"no session {session_id} in this deployment")
     files = await _delete_local_folder(keel, session_id) + removed.counts.get("files", 0)
     schedules = await _delete_wakeups(keel, session_id)
-    sub_agents = sorted({r.id async for r in keel.client.list_workflows(
-        f"ParentWorkflowId = '{_quoted(session_id)}'")})
+    # Visibility may still list a child deleted a moment ago.
+    sub_agents = [c for c in await _children(keel, session_id) if c not in gone]
     for run_id in runs:
         await _delete_run(keel, session_id, run_id)
     return SessionDeleted(

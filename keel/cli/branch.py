@@ -110,11 +110,14 @@ def delete(
     memory_scope: Annotated[str | None, typer.Option(
         "--memory-scope", help="Take its daily-note entries out of this scope's vault even "
         "when its record is gone (a deletion whose vault did not answer).")] = None,
+    with_sub_agents: Annotated[bool, typer.Option(
+        "--with-sub-agents", help="Its sub-agents' sessions too (and theirs), first.")
+                               ] = False,
 ) -> None:
     """Delete SESSIONS and all they own: record, checkpoints, workspace, wakeups,
     workflow histories and daily-note entries (--ended-before: every session that ended
-    before then). The scope's cards and rollups and sub-agents' sessions stay. A running
-    session only with --force."""
+    before then). The scope's cards and rollups stay, and sub-agents' sessions unless
+    --with-sub-agents. A running session only with --force."""
     async def main() -> None:
         settings = load_settings()
         keel = await connect(settings)
@@ -135,20 +138,21 @@ def delete(
             if not typer.confirm(f"Delete {named} and all they own? It cannot be undone"):
                 console.print("nothing deleted")
                 return
-        if not await _delete_each(keel, chosen, force, database_url(settings), memory_scope):
+        if not await _delete_each(keel, chosen, database_url(settings), force=force,
+                                  memory_scope=memory_scope, sub_agents=with_sub_agents):
             raise typer.Exit(1)
     run(main())
 
 
-async def _delete_each(keel: KeelClient, chosen: list[str], force: bool, url: str,
-                       memory_scope: str | None) -> bool:
+async def _delete_each(keel: KeelClient, chosen: list[str], url: str, *, force: bool,
+                       memory_scope: str | None, sub_agents: bool) -> bool:
     """Each session deleted in turn, its lines printed; one refused is said and the rest
     go on. True when every one was deleted."""
     failed = 0
     for session in chosen:
         try:
             done = await keel.delete_session(session, force=force, database_url=url,
-                                             memory_scope=memory_scope)
+                                             memory_scope=memory_scope, sub_agents=sub_agents)
         except KeelError as err:
             if len(chosen) == 1:
                 raise

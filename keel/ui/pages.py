@@ -244,8 +244,9 @@ async def delete(request: Request) -> Response:
     if form is None:
         return _refused()
     try:
-        done = await ctx.keel.delete_session(session_id, force=form.get("force") == "on",
-                                             database_url=ctx.database_url)
+        done = await ctx.keel.delete_session(
+            session_id, force=form.get("force") == "on", database_url=ctx.database_url,
+            sub_agents=form.get("sub_agents") == "on")
     except KeelError as err:  # running, no vault worker, unknown
         return render(request, "error.html", status_code=409, title="Not deleted",
                       message=str(err))

@@ -18,13 +18,13 @@ from typer.testing import CliRunner
 
 from activities.wakeups import wakeup_schedule_id
 from keel.cli import app
-from keel.client import DeleteRefusedError, KeelClient, SessionHandle
+from keel.client import DeleteRefusedError, KeelClient, SessionHandle, session_config
 from schemas.agent import AgentSpec
 from schemas.config import WorkspaceStoreKind
 from schemas.initiative import WakeupLimits
 from schemas.vault.rollup import split_transcript
 from tests.checkpoint_model import CheckpointModel, good_checkpoint, texts
-from tests.fake_anthropic import tool_use_message
+from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
 from tests.session.test_branch import answer as branch_answer
 from tests.session.test_branch import db
@@ -313,3 +313,36 @@ async def test_a_retention_sweep_deletes_what_ended_before_a_time_and_nothing_el
         assert f"deleted session {late}:" in out
         assert f"{running.session_id}: session {running.session_id} is running" in out
         assert "1 of 2 sessions not deleted" in out
+
+
+async def test_its_sub_agents_are_named_as_kept_or_deleted_first_when_asked(
+        client, database_url, fake_anthropic, tmp_path):
+    from tests.session.test_delegation import spec, team
+
+    fake_anthropic.responder = team(lambda body: text_message("the answer is 42"))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    tag = uuid.uuid4().hex[:6]
+    async with keel_worker(client, settings) as keel:
+        async def delegating(name: str) -> tuple[str, str]:
+            # No long memory: the first parent's words recalled would read as its answer.
+            parent = await keel.start_session(f"{name}-{tag}", agent=spec(), config=(
+                session_config(settings, memory_scope=None)))
+            await parent.ask("find the answer")
+            [child] = (await parent.status()).children
+            await parent.end()
+            await parent.handle.result()
+            return parent.session_id, child.session_id
+
+        parent, child = await delegating("keeps")
+        done = await keel.delete_session(parent)
+        assert done.sub_agents == [child] and done.sub_agents_deleted == []
+        assert f"kept: its sub-agents' sessions {child}" in done.summary()[-1]
+        assert left_behind(database_url, child)  # a session of its own: kept
+
+        parent, child = await delegating("takes")
+        done = await keel.delete_session(parent, sub_agents=True)
+        assert [c.session_id for c in done.sub_agents_deleted] == [child]
+        assert done.sub_agents == []  # none left to name
+        assert done.summary()[0].startswith(f"deleted session {child}:")
+        assert left_behind(database_url, child) == {} == left_behind(database_url, parent)
+        await temporal_forgot(client, child)
