@@ -15,7 +15,9 @@ Invariants:
   the old one's.
 - A step that was running when `force` stopped the session may still write; its record
   refuses a row once the session's row is gone, and a second sweep a moment later takes
-  what else it wrote (a workspace file).
+  what else a quick step wrote. A long one (a model call learns the session is gone at its
+  next heartbeat, ~20 s; a tool at its end) can still write a workspace file after that:
+  deleting again a minute later takes it.
 - What is not the session's own stays and is named: its sub-agents' sessions (sessions
   of their own, deleted first only when asked: `sub_agents`, and then theirs too) and the
   scope's cards and rollups (the scope's knowledge, which other
