@@ -202,6 +202,12 @@ class LocalStore(_Limits):
         self.max_file_bytes, self.max_workspace_bytes = max_file_bytes, max_workspace_bytes
         self._lock = asyncio.Lock()
 
+    @classmethod
+    def of(cls, settings: KeelSettings) -> LocalStore:
+        """The local store the settings describe (under their data folder)."""
+        return cls(settings.workspaces_dir, settings.data_dir, settings.max_file_bytes,
+                   settings.max_workspace_bytes)
+
     def folder(self, scope: str) -> Path:
         _check_scope(scope)
         return self.shared_root if scope == SHARED_SCOPE else self.root / folder_name(scope)
@@ -486,5 +492,4 @@ def open_store(settings: KeelSettings, database_url: str | None = None, *,
             raise StoreError("KEEL_WORKSPACE_STORE=postgres needs DATABASE_URL")
         return PostgresStore(url, settings.max_file_bytes, settings.max_workspace_bytes,
                              pooled=pooled)
-    return LocalStore(settings.workspaces_dir, settings.data_dir, settings.max_file_bytes,
-                      settings.max_workspace_bytes)
+    return LocalStore.of(settings)

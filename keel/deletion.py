@@ -43,7 +43,12 @@ from temporalio.service import RPCError, RPCStatusCode
 from keel._errors import BranchRefusedError, DeleteRefusedError
 from keel._queues import polled_recently
 from schemas.config import vault_queue
-from schemas.session import SESSION_WORKFLOW, SessionPhase, session_id_problem
+from schemas.session import (
+    SESSION_WORKFLOW,
+    SessionPhase,
+    session_id_problem,
+    visibility_quoted,
+)
 
 if TYPE_CHECKING:
     from activities.session_delete import RowsDeleted
@@ -123,7 +128,7 @@ async def _children(keel: KeelClient, session_id: str) -> list[str]:
     Temporal's eyes) and their memo names it as parent (a session merely named so is not)."""
     found: set[str] = set()
     async for wf in keel.client.list_workflows(
-            f"WorkflowId STARTS_WITH '{_quoted(session_id)}.' AND "
+            f"WorkflowId STARTS_WITH '{visibility_quoted(session_id)}.' AND "
             f"WorkflowType = '{SESSION_WORKFLOW}'"):
         if wf.id not in found and ((await wf.memo()).get("keel") or {}).get(
                 "parent") == session_id:
@@ -227,18 +232,13 @@ async def ended_before(keel: KeelClient, when: datetime) -> list[str]:
     return sorted(found, key=lambda sid: found[sid])
 
 
-def _quoted(value: str) -> str:
-    """A value inside a visibility query's single quotes."""
-    return value.replace("\\", "\\\\").replace("'", "\\'")
-
-
 async def _runs(keel: KeelClient, session_id: str
                 ) -> tuple[list[str], WorkflowExecutionDescription | None]:
     """Every run of the session's workflow Temporal keeps, and the newest as it stands now
     (visibility may lag: a session just ended can still be listed as running; every
     earlier run continued as new, closed)."""
     runs = [wf.run_id async for wf in keel.client.list_workflows(
-        f"WorkflowId = '{_quoted(session_id)}' AND WorkflowType = '{SESSION_WORKFLOW}'")]
+        f"WorkflowId = '{visibility_quoted(session_id)}' AND WorkflowType = '{SESSION_WORKFLOW}'")]
     try:
         newest = await keel.client.get_workflow_handle(session_id).describe()
     except RPCError as err:
@@ -290,8 +290,7 @@ async def _delete_local_folder(keel: KeelClient, session_id: str) -> int:
     from activities.workspace import LocalStore
 
     settings = keel.settings
-    store = LocalStore(settings.workspaces_dir, settings.data_dir, settings.max_file_bytes,
-                       settings.max_workspace_bytes)
+    store = LocalStore.of(settings)
     folder = store.folder(session_id)
     if folder.parent != settings.workspaces_dir or not folder.is_dir():
         return 0
@@ -309,7 +308,7 @@ async def _delete_wakeups(keel: KeelClient, session_id: str) -> int:
     mine = re.compile(re.escape(prefix) + r"w\d+")
     deleted = 0
     async for listed in await keel.client.list_schedules(
-            f"ScheduleId STARTS_WITH '{_quoted(prefix)}'"):
+            f"ScheduleId STARTS_WITH '{visibility_quoted(prefix)}'"):
         if mine.fullmatch(listed.id):
             try:
                 await keel.client.get_schedule_handle(listed.id).delete()
@@ -318,7 +317,7 @@ async def _delete_wakeups(keel: KeelClient, session_id: str) -> int:
                 if err.status != RPCStatusCode.NOT_FOUND:
                     raise
     async for wf in keel.client.list_workflows(
-            f"WorkflowId STARTS_WITH '{_quoted(prefix)}' AND "
+            f"WorkflowId STARTS_WITH '{visibility_quoted(prefix)}' AND "
             f"WorkflowType = '{WAKEUP_FIRE_WORKFLOW}'"):
         if mine.match(wf.id):
             await _delete_run(keel, wf.id, wf.run_id)

@@ -121,6 +121,12 @@ MAX_NOTE_CHARS = 4_000
 MAX_SESSION_ID_BYTES = 1_000
 
 
+def visibility_quoted(value: str) -> str:
+    """`value` inside a Temporal visibility query's single quotes: a session id may hold a
+    quote (`it's-42`), which would otherwise end the string ("malformed SQL query")."""
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
 def session_id_problem(session_id: str) -> str | None:
     """Why `session_id` cannot name a session, or None. Refused: what cannot be a folder's
     name (empty, `.`, `..`, a slash or backslash), what Temporal would refuse as a

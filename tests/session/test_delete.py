@@ -346,3 +346,24 @@ async def test_its_sub_agents_are_named_as_kept_or_deleted_first_when_asked(
         assert done.summary()[0].startswith(f"deleted session {child}:")
         assert left_behind(database_url, child) == {} == left_behind(database_url, parent)
         await temporal_forgot(client, child)
+
+
+async def test_a_session_id_holding_a_quote_is_replayed_and_deleted(
+        client, settings, database_url):
+    # Temporal's visibility query took the id's quote for the string's end ("malformed
+    # SQL query"): `keel replay` of such a session failed.
+    sid = f"it's-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(sid, config=session_config(settings,
+                                                                      memory_scope=None))
+        await session.ask("write one")
+        await session.end()
+        await session.handle.result()
+        for _ in range(50):  # visibility takes a moment to list the run
+            if await keel.histories(sid):
+                break
+            await asyncio.sleep(0.1)
+        assert len(await keel.histories(sid)) == 1
+        done = await keel.delete_session(sid)
+        assert done.runs == 1 and left_behind(database_url, sid) == {}
+        await temporal_forgot(client, sid)
