@@ -13,11 +13,13 @@ Invariants:
 - A command a person waits on connects once and says why it could not; a worker starting
   beside its server (a compose stack coming up, a host's reboot) waits for it
   (`connect_when_up`, `KeelSettings.connect_wait_s`), where it failed at once.
+- A process that made a client does not crash as it exits (below, `_pause_at_exit`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import time
 from pathlib import Path
@@ -35,6 +37,9 @@ __all__ = ["NoNamespaceError", "TLSSettingsError", "connect", "connect_when_up",
 log = logging.getLogger("keel.worker")
 # Between tries while a server does not answer: doubling from the first, then capped.
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 5.0
+# Why a process pauses at exit, and how long: see `_pause_at_exit`.
+EXIT_PAUSE_S = 0.05
+_exit_pause_registered = False
 
 
 class TLSSettingsError(ValueError):
@@ -74,10 +79,32 @@ async def connect(settings: KeelSettings, address: str | None = None, *,
     target = address or settings.temporal_address
     if not target:
         raise ValueError("no Temporal address")
+    _pause_at_exit()
     tls = settings.temporal_tls
     return await Client.connect(target, namespace=settings.temporal_namespace,
                                 data_converter=pydantic_data_converter,
                                 tls=tls_config(tls), api_key=tls.api_key, lazy=lazy)
+
+
+def _pause_at_exit() -> None:
+    """Register, once per process, a short pause that runs with the atexit handlers.
+
+    Each Temporal call ends on one of the Rust core's threads, which takes the GIL to hand
+    the result to asyncio and then lets go of the call's Python objects. A script whose last
+    call returns just before it ends (`asyncio.run(main())`, then the interpreter
+    finalizes) can reach finalization while that thread is still at it: the thread then
+    frees Python objects beside finalization's garbage collection, and the process dies
+    with SIGSEGV or "Fatal Python error: PyGILState_Release" (exit 139 or 134) after its
+    work was done (temporalio/sdk-python#300). Measured with the README's first client
+    snippet against `keel dev`: 14 of 92 runs died so, and 3 of 30 of a script ending on
+    50 calls at once; with this pause none of 60 and none of 40. The atexit handlers run
+    before finalization starts, and a sleep gives the GIL away, so the core's threads
+    finish first. (The CLI leaves by os._exit after the atexit handlers, `KeelApp`.)
+    """
+    global _exit_pause_registered
+    if not _exit_pause_registered:
+        _exit_pause_registered = True
+        atexit.register(time.sleep, EXIT_PAUSE_S)
 
 
 async def connect_when_up(settings: KeelSettings, wait_s: float | None = None) -> Client:
