@@ -100,9 +100,9 @@ from schemas.session import (
     UserMessage,
     WatchInput,
     config_bounds_problem,
+    id_clause,
     session_id_problem,
     text_limits,
-    visibility_quoted,
 )
 from schemas.text import payload_problem, storable_problem
 from workers.connect import connect
@@ -589,7 +589,7 @@ class KeelClient:
             runs = [run_id]
         else:
             found = [e async for e in self.client.list_workflows(
-                f"WorkflowId = '{visibility_quoted(session_id)}'")]
+                id_clause("WorkflowId", session_id)) if e.id == session_id]
             runs = [e.run_id for e in sorted(found, key=lambda e: e.start_time)]
         return [await self.client.get_workflow_handle(session_id, run_id=r).fetch_history()
                 for r in runs]

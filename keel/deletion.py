@@ -46,8 +46,8 @@ from schemas.config import vault_queue
 from schemas.session import (
     SESSION_WORKFLOW,
     SessionPhase,
+    id_clause,
     session_id_problem,
-    visibility_quoted,
 )
 
 if TYPE_CHECKING:
@@ -128,10 +128,10 @@ async def _children(keel: KeelClient, session_id: str) -> list[str]:
     Temporal's eyes) and their memo names it as parent (a session merely named so is not)."""
     found: set[str] = set()
     async for wf in keel.client.list_workflows(
-            f"WorkflowId STARTS_WITH '{visibility_quoted(session_id)}.' AND "
+            f"{id_clause('WorkflowId', session_id + '.', starts_with=True)} AND "
             f"WorkflowType = '{SESSION_WORKFLOW}'"):
-        if wf.id not in found and ((await wf.memo()).get("keel") or {}).get(
-                "parent") == session_id:
+        if wf.id.startswith(f"{session_id}.") and wf.id not in found and (
+                (await wf.memo()).get("keel") or {}).get("parent") == session_id:
             found.add(wf.id)
     return sorted(found)
 
@@ -238,7 +238,8 @@ async def _runs(keel: KeelClient, session_id: str
     (visibility may lag: a session just ended can still be listed as running; every
     earlier run continued as new, closed)."""
     runs = [wf.run_id async for wf in keel.client.list_workflows(
-        f"WorkflowId = '{visibility_quoted(session_id)}' AND WorkflowType = '{SESSION_WORKFLOW}'")]
+        f"{id_clause('WorkflowId', session_id)} AND WorkflowType = '{SESSION_WORKFLOW}'")
+        if wf.id == session_id]
     try:
         newest = await keel.client.get_workflow_handle(session_id).describe()
     except RPCError as err:
@@ -308,7 +309,7 @@ async def _delete_wakeups(keel: KeelClient, session_id: str) -> int:
     mine = re.compile(re.escape(prefix) + r"w\d+")
     deleted = 0
     async for listed in await keel.client.list_schedules(
-            f"ScheduleId STARTS_WITH '{visibility_quoted(prefix)}'"):
+            id_clause("ScheduleId", prefix, starts_with=True)):
         if mine.fullmatch(listed.id):
             try:
                 await keel.client.get_schedule_handle(listed.id).delete()
@@ -317,7 +318,7 @@ async def _delete_wakeups(keel: KeelClient, session_id: str) -> int:
                 if err.status != RPCStatusCode.NOT_FOUND:
                     raise
     async for wf in keel.client.list_workflows(
-            f"WorkflowId STARTS_WITH '{visibility_quoted(prefix)}' AND "
+            f"{id_clause('WorkflowId', prefix, starts_with=True)} AND "
             f"WorkflowType = '{WAKEUP_FIRE_WORKFLOW}'"):
         if mine.match(wf.id):
             await _delete_run(keel, wf.id, wf.run_id)

@@ -127,6 +127,18 @@ def visibility_quoted(value: str) -> str:
     return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
+def id_clause(field: str, value: str, *, starts_with: bool = False) -> str:
+    """A visibility query clause finding every record whose `field` (WorkflowId, ScheduleId)
+    is `value`, or starts with it: what it lists may hold more, so the caller keeps the exact
+    ones. Temporal's SQLite visibility (the dev server's) finds no string holding a double
+    quote, escaped or not (`WorkflowId = 'say"hi'` and `STARTS_WITH 'say"'` listed nothing,
+    `STARTS_WITH 'say'` listed it), so such a value is asked for by its part before the
+    first double quote."""
+    cut = value.split('"', 1)[0]
+    op = "STARTS_WITH" if starts_with or cut != value else "="
+    return f"{field} {op} '{visibility_quoted(cut)}'"
+
+
 def session_id_problem(session_id: str) -> str | None:
     """Why `session_id` cannot name a session, or None. Refused: what cannot be a folder's
     name (empty, `.`, `..`, a slash or backslash), what Temporal would refuse as a

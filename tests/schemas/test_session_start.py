@@ -12,6 +12,7 @@ from schemas.session import (
     MAX_SESSION_ID_BYTES,
     SessionConfig,
     config_bounds_problem,
+    id_clause,
     session_id_problem,
 )
 
@@ -81,3 +82,37 @@ def test_values_a_session_cannot_work_with_are_refused_naming_the_field(
         fields: dict[str, object], says: str) -> None:
     problem = config_bounds_problem(SessionConfig.model_validate(fields))
     assert problem is not None and says in problem, problem
+
+
+def _literal(clause: str) -> str:
+    """The string a visibility clause's single-quoted literal stands for; fails on a quote
+    that would end it early."""
+    body, out, i = clause[clause.index("'") + 1:-1], [], 0
+    assert clause.endswith("'")
+    while i < len(body):
+        if body[i] == "\\":
+            out.append(body[i + 1])
+            i += 2
+            continue
+        assert body[i] != "'", f"an unescaped quote ends the literal early: {clause}"
+        out.append(body[i])
+        i += 1
+    return "".join(out)
+
+
+@given(st.text(min_size=1, max_size=60).filter(lambda s: session_id_problem(s) is None),
+       st.booleans())
+def test_an_id_clause_lists_a_superset_the_caller_narrows(sid: str, starts_with: bool) -> None:
+    clause = id_clause("WorkflowId", sid, starts_with=starts_with)
+    asked = _literal(clause)
+    assert sid.startswith(asked)  # every record it must find is listed
+    assert '"' not in asked  # what the dev server's visibility cannot find, never asked for
+    if '"' not in sid:
+        assert asked == sid
+        assert clause.startswith("WorkflowId STARTS_WITH" if starts_with else "WorkflowId =")
+
+
+def test_an_id_with_a_double_quote_is_asked_for_by_its_part_before_it() -> None:
+    assert id_clause("WorkflowId", 'say"hi') == "WorkflowId STARTS_WITH 'say'"
+    assert id_clause("ScheduleId", "it's") == "ScheduleId = 'it\\'s'"
+    assert id_clause("WorkflowId", '"x') == "WorkflowId STARTS_WITH ''"

@@ -348,22 +348,31 @@ async def test_its_sub_agents_are_named_as_kept_or_deleted_first_when_asked(
         await temporal_forgot(client, child)
 
 
+@pytest.mark.parametrize("shape", ["it's-{}", 'say"{}', '"{}'])
 async def test_a_session_id_holding_a_quote_is_replayed_and_deleted(
-        client, settings, database_url):
-    # Temporal's visibility query took the id's quote for the string's end ("malformed
-    # SQL query"): `keel replay` of such a session failed.
-    sid = f"it's-{uuid.uuid4().hex[:8]}"
+        client, settings, database_url, shape):
+    # Temporal's visibility query took a single quote for the string's end ("malformed SQL
+    # query"), and the dev server's visibility finds no id holding a double quote: `keel
+    # replay` of such a session failed. A neighbour whose id starts as its does (what the
+    # query for a double-quoted id also lists) is neither replayed nor deleted with it.
+    tag = uuid.uuid4().hex[:8]
+    sid = shape.format(tag)
+    neighbour = f"{sid.split(chr(34))[0]}n-{tag}"
     async with keel_worker(client, settings) as keel:
-        session = await keel.start_session(sid, config=session_config(settings,
-                                                                      memory_scope=None))
-        await session.ask("write one")
-        await session.end()
-        await session.handle.result()
+        for each in (sid, neighbour):
+            session = await keel.start_session(each, config=session_config(
+                settings, memory_scope=None))
+            await session.ask("write one")
+            await session.end()
+            await session.handle.result()
         for _ in range(50):  # visibility takes a moment to list the run
-            if await keel.histories(sid):
+            if await keel.histories(sid) and await keel.histories(neighbour):
                 break
             await asyncio.sleep(0.1)
-        assert len(await keel.histories(sid)) == 1
+        assert [h.workflow_id for h in await keel.histories(sid)] == [sid]
         done = await keel.delete_session(sid)
         assert done.runs == 1 and left_behind(database_url, sid) == {}
         await temporal_forgot(client, sid)
+        assert [h.workflow_id for h in await keel.histories(neighbour)] == [neighbour]
+        assert left_behind(database_url, neighbour)
+        await keel.delete_session(neighbour)
