@@ -58,6 +58,7 @@ from schemas.config import vault_queue
 from schemas.context import estimate_tokens, fit_newest_tool_output
 from schemas.delegation import DelegateAhead, TellParent
 from schemas.events import SHORT_INPUT_CHARS, DeltaTail, cut
+from schemas.input_size import LargestPart
 from schemas.interrupt import INTERRUPTED_MARK, interrupted_text
 from schemas.mcp import McpTool
 from schemas.messages import (
@@ -76,12 +77,35 @@ from schemas.vault.recall import RecallInput, RecallResult, scrub_memory_echo
 from schemas.vault.scope import DEFAULT_SCOPE
 
 __all__ = [
-    "INPUT_NOT_RECORDED", "RECALL_STEP_S", "RECORD_STEP_S", "FirstSteps", "LoadedRequest",
-    "MemoryStep", "ModelAsk", "ModelCallInput", "ModelCallResult", "RecordStep",
-    "RoomSteps", "SizedRequest", "WindowReads", "WindowSpan", "build_request",
-    "insert_interrupted", "insert_reply", "queue_reply_transcript",
-    "read_window", "recall_step", "record_and_read", "refusal", "reply_from_row",
-    "retried_elsewhere", "send_window_reads", "size_request", "transcribes",
+    "INPUT_NOT_RECORDED",
+    "RECALL_STEP_S",
+    "RECORD_STEP_S",
+    "FirstSteps",
+    "LoadedRequest",
+    "MemoryStep",
+    "ModelAsk",
+    "ModelCallInput",
+    "ModelCallResult",
+    "RecordStep",
+    "RoomSteps",
+    "SizedRequest",
+    "WindowReads",
+    "WindowSpan",
+    "build_request",
+    "fixed_tokens",
+    "insert_interrupted",
+    "insert_reply",
+    "largest_part",
+    "queue_reply_transcript",
+    "read_window",
+    "recall_step",
+    "record_and_read",
+    "refusal",
+    "reply_from_row",
+    "retried_elsewhere",
+    "send_window_reads",
+    "size_request",
+    "transcribes",
 ]
 
 # The model call's record step failed: nothing else was done (the workflow records the
@@ -207,8 +231,10 @@ class ModelCallResult(BaseModel):
     stream_tail: DeltaTail | None = None  # the reply's text no delta carried yet
     # The API refused the request as too long: its count, and Keel's estimate of it.
     refused: TooLong | None = None
-    # Not sent (or refused): what every request carries of its estimate (`fixed_tokens`).
+    # Not sent (or refused): what every request carries of its estimate (`fixed_tokens`),
+    # and the largest of its rows (`largest_part`), for the notice if the session stops.
     fixed_tokens: int = 0
+    largest: LargestPart | None = None
     # The API (a provider's) refused an hour's cache lifetime; it took the request with
     # the default (schemas.cache_ttl): the session asks for five minutes from now on.
     cache_ttl_refused: bool = False
@@ -275,13 +301,13 @@ class FirstSteps:
                notes: list[str] | None = None, replaced: list[str] | None = None,
                stream_tail: DeltaTail | None = None,
                refused: TooLong | None = None, transcribed: bool = False,
-               fixed_tokens: int = 0) -> ModelCallResult:
+               fixed_tokens: int = 0, largest: LargestPart | None = None) -> ModelCallResult:
         return ModelCallResult(
             reply=reply, fit=size, estimated_tokens=estimated_tokens, output_cut=output_cut,
             notes=notes or [], replaced=replaced or [], recorded=self.recorded,
             recall=self.recall, recall_failed=self.recall_failed, stream_tail=stream_tail,
             refused=refused, transcribed=transcribed, cache_ttl_refused=self.cache_ttl_refused,
-            fixed_tokens=fixed_tokens)
+            fixed_tokens=fixed_tokens, largest=largest)
 
 
 async def recall_step(ctx: SessionContext, memory: MemoryStep) -> FirstSteps:
@@ -412,6 +438,16 @@ def fixed_tokens(loaded: LoadedRequest, data: ModelCallInput) -> int:
     Said when a request cannot be sent, so a stop can name what takes the room."""
     raw = estimate_tokens(loaded.window.system, [], [], tools=loaded.tools)
     return int(raw * max(data.ask.usage_ratio, 0.5))
+
+
+def largest_part(rows: list[RecordRow], data: ModelCallInput) -> LargestPart | None:
+    """The row of `rows` that takes the most of a request, estimated as `_estimate` does."""
+    sent = [r for r in rows if r.type not in (MessageType.NOTICE, MessageType.CHECKPOINT)]
+    if not sent:
+        return None
+    row = max(sent, key=lambda r: r.token_count)
+    return LargestPart(seq=row.seq, type=row.type,
+                       tokens=int(row.token_count * max(data.ask.usage_ratio, 0.5)))
 
 
 def size_request(loaded: LoadedRequest, data: ModelCallInput) -> SizedRequest:

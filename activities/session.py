@@ -62,6 +62,7 @@ from activities.model_call import (
     fixed_tokens,
     insert_interrupted,
     insert_reply,
+    largest_part,
     queue_reply_transcript,
     recall_step,
     record_and_read,
@@ -233,7 +234,8 @@ class SessionActivities:
         sized = size_request(loaded, data)
         if not sendable(sized.size, room_asked=data.room.asked):
             return first.result(size=sized.size, estimated_tokens=sized.estimate,
-                                fixed_tokens=fixed_tokens(loaded, data))
+                                fixed_tokens=fixed_tokens(loaded, data),
+                                largest=largest_part(sized.rows, data))
         request, notes = model_call_request(
             model=data.ask.model, max_tokens=data.ask.window.max_output_tokens,
             system=loaded.window.system, rows=sized.rows,
@@ -250,7 +252,8 @@ class SessionActivities:
             # and the session makes room (workflows.turn).
             return first.result(size=Fit.OVER_LIMIT, estimated_tokens=sized.estimate,
                                 refused=refusal(err, sized.estimate),
-                                fixed_tokens=fixed_tokens(loaded, data))
+                                fixed_tokens=fixed_tokens(loaded, data),
+                                largest=largest_part(sized.rows, data))
         price = price_for(data.ask.model, self.ctx.settings.prices)
         # The reply and its transcript's queue row: both recorded or neither (sent as a
         # pipeline: two round trips for the transaction's four statements).

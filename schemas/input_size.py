@@ -33,6 +33,7 @@ from pydantic import BaseModel
 from schemas.agent import AgentSpec, session_tools
 from schemas.context import SystemPromptParts, build_system_prompt
 from schemas.mcp import McpTool
+from schemas.messages import MessageType
 from schemas.model import TooLong
 from schemas.session import SessionConfig
 from schemas.tokens import count_tokens, truncate_to_tokens
@@ -44,6 +45,7 @@ __all__ = [
     "CUT_REASON_CHARS",
     "CUT_REASON_TOKENS",
     "InputLimits",
+    "LargestPart",
     "agent_fit_problem",
     "agent_share",
     "agent_tokens",
@@ -174,15 +176,34 @@ def fit_mcp_tools(spec: AgentSpec, tools: list[McpTool], hard_limit: int
     return kept, left
 
 
+class LargestPart(BaseModel):
+    """The largest row of a request that cannot be sent, by Keel's estimate: what a person
+    reads in the stop's notice to see what took the room (and where to fork before)."""
+
+    seq: int
+    type: MessageType
+    tokens: int
+
+
+_PART_NAMES = {MessageType.USER: "a message of the user", MessageType.HARNESS:
+               "a background input", MessageType.ASSISTANT: "a reply of the model",
+               MessageType.TOOL_RESULT: "a tool's result"}
+
+
 def room_taken(estimate: int, hard_limit: int, fixed: int,
-               refused: TooLong | None = None) -> str:
+               refused: TooLong | None = None, largest: LargestPart | None = None) -> str:
     """What a request that cannot be sent takes, for the notice of a stop: its size (the
-    API's count when it refused it, else Keel's estimate) against what one may have, and
-    how much of it every request carries."""
+    API's count when it refused it, else Keel's estimate) against what one may have, how
+    much of it every request carries, and the largest of the rest."""
     counted, maximum = (refused.prompt_tokens, refused.maximum) if refused else (None, None)
     size = (f"the API counted {counted:,} tokens against its {maximum:,}"
             if counted and maximum else f"about {estimate:,} tokens of the {hard_limit:,} "
                                         "one may have")
-    return (f"The next request: {size}; about {fixed:,} of them are what every request "
+    said = (f"The next request: {size}; about {fixed:,} of them are what every request "
             "carries (Keel's system prompt with the agent's instructions and AGENTS.md "
             "files, and the tool definitions).")
+    if largest is not None:
+        said += (f" The largest of the rest is #{largest.seq}, "
+                 f"{_PART_NAMES.get(largest.type, str(largest.type))}: about "
+                 f"{largest.tokens:,} tokens.")
+    return said

@@ -481,7 +481,8 @@ class Turns:
         run.state.stopped_reason = TOO_LONG_MESSAGE
         run.events.emit(SessionStopped, turn=run.state.turn, reason=TOO_LONG_MESSAGE)
         await run.record_notice(f"{TOO_LONG_MESSAGE} " + room_taken(
-            result.estimated_tokens, run.window.hard_limit, result.fixed_tokens, result.refused))
+            result.estimated_tokens, run.window.hard_limit, result.fixed_tokens, result.refused,
+            result.largest))
         run.phase = SessionPhase.STOPPED
 
     # ----- long memory -------------------------------------------------------------------

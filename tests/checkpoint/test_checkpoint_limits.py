@@ -111,16 +111,21 @@ async def test_nothing_left_to_move_stops_with_the_too_long_message(
     assert result.stopped_reason == TOO_LONG_MESSAGE
     notices = db(database_url, "SELECT content_text FROM messages WHERE type='notice'")
     # The notice says what the request took: the API's count against its maximum (the
-    # provider's window of 6,000 tokens), and the part every request carries, which no
-    # checkpoint could move.
+    # provider's window of 6,000 tokens), the part every request carries, which no
+    # checkpoint could move, and the largest of the rest, by its number.
     said = re.fullmatch(re.escape(TOO_LONG_MESSAGE) + r" The next request: the API counted "
                         r"([\d,]+) tokens against its ([\d,]+); about ([\d,]+) of them are "
                         r"what every request carries \(Keel's system prompt with the agent's "
-                        r"instructions and AGENTS\.md files, and the tool definitions\)\.",
+                        r"instructions and AGENTS\.md files, and the tool definitions\)\. "
+                        r"The largest of the rest is #(\d+), (.+): about ([\d,]+) tokens\.",
                         notices[-1][0])
     assert said, notices[-1][0]
-    counted, maximum, fixed = (int(g.replace(",", "")) for g in said.groups())
+    counted, maximum, fixed = (int(said[i].replace(",", "")) for i in (1, 2, 3))
     assert counted > maximum == 6_000 and 300 < fixed < 3_000
+    seq, kind, tokens = int(said[4]), said[5], int(said[6].replace(",", ""))
+    (watch,) = db(database_url, "SELECT seq, token_count FROM messages WHERE type='harness'")
+    assert (seq, kind) == (watch[0], "a background input")  # the flood, the one input
+    assert 0.5 * watch[1] <= tokens < counted
     assert "Start a new session with /new, or fork this one" in TOO_LONG_MESSAGE
 
 

@@ -13,6 +13,7 @@ from schemas.agent import AgentSpec
 from schemas.input_size import (
     CUT_REASON_CHARS,
     InputLimits,
+    LargestPart,
     agent_tokens,
     config_fit_problem,
     cut_line,
@@ -23,6 +24,7 @@ from schemas.input_size import (
     room_taken,
 )
 from schemas.mcp import McpTool
+from schemas.messages import MessageType
 from schemas.model import TooLong
 from schemas.session import SessionConfig
 from schemas.tokens import count_tokens
@@ -116,3 +118,7 @@ def test_a_stop_says_what_the_request_takes() -> None:
     refused = TooLong(prompt_tokens=7_430, maximum=6_000, estimate=12_345)
     assert room_taken(12_345, 11_488, 2_100, refused).startswith(
         "The next request: the API counted 7,430 tokens against its 6,000; about 2,100 ")
+    largest = LargestPart(seq=42, type=MessageType.TOOL_RESULT, tokens=8_250)
+    assert room_taken(12_345, 11_488, 2_100, refused, largest).endswith(
+        "and the tool definitions). The largest of the rest is #42, a tool's result: about "
+        "8,250 tokens.")
