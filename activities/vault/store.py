@@ -225,7 +225,9 @@ class Vault:
         return walk_notes(self.root)[1]
 
     def card_files(self) -> list[str]:
-        return [r for r in self.markdown_files() if r.startswith(CARDS_DIR + "/")]
+        """The cards (relative paths, in path order): only their folder is walked, not the
+        daily notes and rollups beside it."""
+        return self.markdown_files(CARDS_DIR)
 
     def find_card(self, title: str) -> str | None:
         key = link_key(card_filename(title))
