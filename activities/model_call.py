@@ -287,6 +287,15 @@ class FirstSteps:
             refused=refused, transcribed=transcribed, cache_ttl_refused=self.cache_ttl_refused,
             fixed_tokens=fixed_tokens, largest=largest)
 
+    def not_sent(self, sized: SizedRequest, loaded: LoadedRequest, data: ModelCallInput,
+                 refused: TooLong | None = None) -> ModelCallResult:
+        """A request too large to send, or refused by the API as too long: its size for the
+        ladder, and what takes its room for the notice if the session stops."""
+        return self.result(size=Fit.OVER_LIMIT if refused else sized.size,
+                           estimated_tokens=sized.estimate, refused=refused,
+                           fixed_tokens=fixed_tokens(loaded, data),
+                           largest=largest_part(sized.rows, data))
+
 
 async def recall_step(ctx: SessionContext, memory: MemoryStep) -> FirstSteps:
     """The recall step, on a connection of its own (it runs beside the record step and the

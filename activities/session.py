@@ -59,10 +59,8 @@ from activities.model_call import (
     WindowReads,
     WindowSpan,
     build_request,
-    fixed_tokens,
     insert_interrupted,
     insert_reply,
-    largest_part,
     queue_reply_transcript,
     recall_step,
     record_and_read,
@@ -92,7 +90,7 @@ from schemas.agent import cut_result, result_text
 from schemas.budget import cost_usd, price_for
 from schemas.bundle_memory import card_op_id
 from schemas.cache_ttl import lifetime_refused, short_lived
-from schemas.checkpoint.policy import Fit, sendable
+from schemas.checkpoint.policy import sendable
 from schemas.events import SHORT_OUTPUT_CHARS, DeltaTail, cut
 from schemas.events import cut as cut_preview
 from schemas.messages import MessageType, ModelReply
@@ -233,9 +231,7 @@ class SessionActivities:
         loaded.memory_block = block
         sized = size_request(loaded, data)
         if not sendable(sized.size, room_asked=data.room.asked):
-            return first.result(size=sized.size, estimated_tokens=sized.estimate,
-                                fixed_tokens=fixed_tokens(loaded, data),
-                                largest=largest_part(sized.rows, data))
+            return first.not_sent(sized, loaded, data)
         request, notes = model_call_request(
             model=data.ask.model, max_tokens=data.ask.window.max_output_tokens,
             system=loaded.window.system, rows=sized.rows,
@@ -250,10 +246,7 @@ class SessionActivities:
                 raise
             # Not a failure: the ladder's input. The API's count corrects the estimate
             # and the session makes room (workflows.turn).
-            return first.result(size=Fit.OVER_LIMIT, estimated_tokens=sized.estimate,
-                                refused=refusal(err, sized.estimate),
-                                fixed_tokens=fixed_tokens(loaded, data),
-                                largest=largest_part(sized.rows, data))
+            return first.not_sent(sized, loaded, data, refusal(err, sized.estimate))
         price = price_for(data.ask.model, self.ctx.settings.prices)
         # The reply and its transcript's queue row: both recorded or neither (sent as a
         # pipeline: two round trips for the transaction's four statements).
