@@ -31,7 +31,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.db import apply_migrations, wait_for_database
 from schemas.config import KeelSettings
-from workers.connect import connect, connect_when_up
+from workers.connect import connect, connect_when_up, pause_at_exit
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +196,7 @@ class EmbeddedTemporal:
         self.pid: int | None = None
 
     async def start(self) -> WorkflowEnvironment:
+        pause_at_exit()  # its client ends on the Rust core's threads too
         self.env = await WorkflowEnvironment.start_local(
             namespace=self.settings.temporal_namespace,
             data_converter=pydantic_data_converter,

@@ -27,6 +27,7 @@ from keel.devstack import (
     temporary_postgres,
 )
 from tests.fake_anthropic import FakeAnthropic
+from workers.connect import pause_at_exit
 
 _db_counter = itertools.count(1)
 
@@ -106,6 +107,7 @@ async def _close_pools_after_test() -> AsyncIterator[None]:
 
 @pytest.fixture(scope="session")
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    pause_at_exit()  # pytest's own exit, after the last call of the session's client
     env = await WorkflowEnvironment.start_local(
         data_converter=pydantic_data_converter,
         dev_server_existing_path=temporal_cli_path(),

@@ -13,7 +13,7 @@ Invariants:
 - A command a person waits on connects once and says why it could not; a worker starting
   beside its server (a compose stack coming up, a host's reboot) waits for it
   (`connect_when_up`, `KeelSettings.connect_wait_s`), where it failed at once.
-- A process that made a client does not crash as it exits (below, `_pause_at_exit`).
+- A process that made a client does not crash as it exits (below, `pause_at_exit`).
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 from schemas.config import KeelSettings, TemporalTLS
 
 __all__ = ["NoNamespaceError", "TLSSettingsError", "connect", "connect_when_up", "has_namespace",
-           "tls_config"]
+           "pause_at_exit", "tls_config"]
 
 log = logging.getLogger("keel.worker")
 # Between tries while a server does not answer: doubling from the first, then capped.
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 5.0
-# Why a process pauses at exit, and how long: see `_pause_at_exit`.
+# Why a process pauses at exit, and how long: see `pause_at_exit`.
 EXIT_PAUSE_S = 0.05
 _exit_pause_registered = False
 
@@ -79,15 +79,16 @@ async def connect(settings: KeelSettings, address: str | None = None, *,
     target = address or settings.temporal_address
     if not target:
         raise ValueError("no Temporal address")
-    _pause_at_exit()
+    pause_at_exit()
     tls = settings.temporal_tls
     return await Client.connect(target, namespace=settings.temporal_namespace,
                                 data_converter=pydantic_data_converter,
                                 tls=tls_config(tls), api_key=tls.api_key, lazy=lazy)
 
 
-def _pause_at_exit() -> None:
-    """Register, once per process, a short pause that runs with the atexit handlers.
+def pause_at_exit() -> None:
+    """Register, once per process, a short pause that runs with the atexit handlers
+    (`connect` does; so does whatever makes a client another way, a WorkflowEnvironment).
 
     Each Temporal call ends on one of the Rust core's threads, which takes the GIL to hand
     the result to asyncio and then lets go of the call's Python objects. A script whose last
