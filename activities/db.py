@@ -6,7 +6,9 @@ none comes it raises `DATABASE_UNAVAILABLE` naming PostgreSQL's own reason (one 
 connection tried: refused, no such socket, a password), or that no pooled connection came
 free. So a step that gives up says what the operator must mend, not "StartToClose timeout".
 The pool gives up on a lost connection within `RECONNECT_S`, so the next step after an
-outage starts a fresh try at once.
+outage starts a fresh try at once; and a pooled connection idle for more than
+`IDLE_CHECK_S` is tried before anyone gets it, so the first step after PostgreSQL restarted
+or failed over gets a live one instead of failing on its first statement.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+from weakref import WeakKeyDictionary
 
 import psycopg
 from psycopg import AsyncConnection
@@ -97,6 +101,40 @@ PROBE_TIMEOUT_S = 3
 # PostgreSQL did.
 RECONNECT_S = 5.0
 DATABASE_UNAVAILABLE = "DatabaseUnavailable"
+# A pooled connection given back longer ago than this is tried (an empty statement, one
+# round trip) before a caller gets it: PostgreSQL may have restarted, failed over or ended
+# it meanwhile, and the step that took it failed on its first statement ("terminating
+# connection ..."): an attempt lost and retried, its traceback in the worker's log, a
+# model call's record step handing its messages to the ordinary record. One in steady use
+# is not tried.
+IDLE_CHECK_S = 2.0
+
+
+class _Pool(AsyncConnectionPool):
+    """The process's pool, which tries a connection idle past `IDLE_CHECK_S` (or never
+    given back) before handing it out: a broken one is refused (the library drops it and
+    takes another once its pause of about a second has passed) and every other idle one
+    is tried at once in the background, so the next take does not meet a broken one too."""
+
+    def __init__(self, conninfo: str, **kwargs: Any) -> None:
+        self.returned: WeakKeyDictionary[AsyncConnection, float] = WeakKeyDictionary()
+        self._sweeps: set[asyncio.Task[None]] = set()
+        super().__init__(conninfo, check=self._idle_check, **kwargs)
+
+    async def putconn(self, conn: AsyncConnection) -> None:
+        self.returned[conn] = time.monotonic()
+        await super().putconn(conn)
+
+    async def _idle_check(self, conn: AsyncConnection) -> None:
+        if time.monotonic() - self.returned.get(conn, float("-inf")) <= IDLE_CHECK_S:
+            return
+        try:
+            await conn.execute("")
+        except psycopg.OperationalError:
+            sweep = asyncio.ensure_future(self.check())
+            self._sweeps.add(sweep)
+            sweep.add_done_callback(self._sweeps.discard)
+            raise
 
 
 async def get_pool(database_url: str, timeout: float = POOL_WAIT_S) -> AsyncConnectionPool:
@@ -110,9 +148,8 @@ async def get_pool(database_url: str, timeout: float = POOL_WAIT_S) -> AsyncConn
     async with _pool_lock:
         pool = _pools.get(database_url)
         if pool is None:
-            pool = AsyncConnectionPool(
-                database_url, min_size=1, max_size=10, open=False, kwargs={"autocommit": True},
-                reconnect_timeout=RECONNECT_S)
+            pool = _Pool(database_url, min_size=1, max_size=10, open=False,
+                         kwargs={"autocommit": True}, reconnect_timeout=RECONNECT_S)
             try:
                 await pool.open(wait=True, timeout=max(0.1, deadline - loop.time()))
             except BaseException:  # a timeout closes it; a cancel must too

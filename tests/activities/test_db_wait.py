@@ -15,12 +15,14 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.db import (
     DATABASE_UNAVAILABLE,
+    IDLE_CHECK_S,
     REASON_MARGIN_S,
     Outage,
     connection,
@@ -92,6 +94,28 @@ async def test_a_busy_pool_is_said_to_be_busy_not_down(database_url):
     assert "no connection of this worker's pool came free in time" in err.message
     assert ATTEMPT_S - REASON_MARGIN_S - 0.5 < took < ATTEMPT_S - 1
     assert await _attempt_env().run(select_one, database_url) == 1  # given back: served
+
+
+async def test_the_first_step_after_postgresql_ended_the_pool_s_connections_gets_a_live_one(
+        database_url, pg_admin_url):
+    """PostgreSQL restarted, failed over or ended its sessions while the pool's connections
+    sat idle: the next step gets a live connection and answers. Before, it failed on its
+    first statement ("terminating connection due to administrator command") and was
+    retried."""
+    async with AsyncExitStack() as held:  # three connections in the pool, all idle after
+        pool = await get_pool(database_url)
+        for _ in range(3):
+            await held.enter_async_context(pool.connection())
+    name = conninfo_to_dict(database_url)["dbname"]
+    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
+        ended = admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                              " WHERE datname = %s", (name,)).fetchone()
+    assert ended is not None and ended[0] >= 3
+    await asyncio.sleep(IDLE_CHECK_S + 0.2)
+    for _ in range(3):  # every step, not only the first
+        started = time.monotonic()
+        assert await _attempt_env().run(select_one, database_url) == 1
+        assert time.monotonic() - started < ATTEMPT_S - REASON_MARGIN_S
 
 
 async def test_outside_an_activity_the_wait_is_the_pool_s_own(database_url):
