@@ -19,13 +19,14 @@ Invariants:
   session (the `transcript_failed` signal: `last_error` and an ErrorEvent where "memory")
   and dropped: the record keeps the messages and the nightly rollup reads the record too.
   Nothing here can hold a turn up: the session never waits on the outbox.
-- The drainer wakes on a notification (and waits `SETTLE_S`, so the turn whose reply just
-  committed completes first and the replies of the next moments join its write: at 20
-  turns a second a drain takes ~3 rows instead of one, ~a third less of the drainer's CPU
-  a row, `bench/bench_transcripts.py`; a transcript is searchable ~0.1 s later, which no
-  turn waits for) and sweeps every `SWEEP_S` besides (a notification
-  sent while it was reconnecting, a row whose retry came due); a lost connection is opened
-  again after a pause, never a crash of the worker.
+- The drainer wakes on a notification and waits a moment, so the turn whose reply just
+  committed completes first: `QUIET_SETTLE_S` after a quiet spell (a person's pace: the
+  turn's after-reply work ends within ~20 ms of its reply), `SETTLE_S` while replies come
+  fast (woken again within `QUIET_S`), so the replies of the next moments join its write
+  (at 20 turns a second a drain takes ~3 rows instead of one, ~a third less of the
+  drainer's CPU a row, `bench/bench_transcripts.py`). It sweeps every `SWEEP_S` besides
+  (a notification sent while it was reconnecting, a row whose retry came due); a lost
+  connection is opened again after a pause, never a crash of the worker.
 - Stopping has an end (`activities.tasks.stop_task`, `STOP_GRACE_S` a grace): a drain may
   wait on something of its own while it unwinds from a cancel (psycopg, for one, waits up
   to 10 s for the server to end a cancelled query).
@@ -56,7 +57,9 @@ CHANNEL = "keel_transcripts"
 MAX_ATTEMPTS = 3  # as the transcript activity was retried (workflows.options.BEST_EFFORT_RETRY)
 BACKOFF_S = (1.0, 2.0)  # before the second and the third attempt
 SWEEP_S = 2.0
-SETTLE_S = 0.1  # after a notification, before the drain (see `_drain_forever`)
+# After a notification, before the drain (see `_drain_forever`): while replies come fast
+# (the last wake was less than QUIET_S ago), and after a quiet spell.
+SETTLE_S, QUIET_SETTLE_S, QUIET_S = 0.1, 0.015, 0.5
 BATCH = 50
 RECONNECT_S = 1.0
 STOP_GRACE_S = 5.0
@@ -164,6 +167,8 @@ class TranscriptDrainer:
                 self._wake.set()
 
     async def _drain_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        woken = float("-inf")
         while True:
             while await self.drain_once() == BATCH:
                 pass  # a backlog: the next batch at once
@@ -172,8 +177,10 @@ class TranscriptDrainer:
                 await asyncio.wait_for(self._wake.wait(), self.sweep_s)
             if self._wake.is_set():
                 # Woken by a reply's commit: its turn's last workflow task runs now, often
-                # in this process. Let it finish first (and other replies' rows join).
-                await asyncio.sleep(self.settle_s)
+                # in this process. Let it finish first; while replies come fast, wait
+                # longer so that the next ones join this write.
+                fast, woken = loop.time() - woken < QUIET_S, loop.time()
+                await asyncio.sleep(self.settle_s if fast else QUIET_SETTLE_S)
             self._wake.clear()
 
     async def drain_once(self) -> int:
