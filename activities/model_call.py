@@ -62,6 +62,7 @@ from schemas.input_size import LargestPart
 from schemas.interrupt import INTERRUPTED_MARK, interrupted_text
 from schemas.mcp import McpTool
 from schemas.messages import (
+    NOT_SENT,
     MessageType,
     ModelReply,
     RecordRow,
@@ -411,12 +412,17 @@ class SizedRequest:
     notes: list[str] = field(default_factory=list)
 
 
+def _scaled(raw: int, ratio: float) -> int:
+    """Keel's count of a part of a request, scaled by the API's count learned so far."""
+    return int(raw * max(ratio, 0.5))
+
+
 def _estimate(loaded: LoadedRequest, rows: list[RecordRow], ratio: float) -> int:
     window = loaded.window
     raw = estimate_tokens(window.system, rows,
                           [window.checkpoint_text or "", loaded.memory_block],
                           tools=loaded.tools)
-    return int(raw * max(ratio, 0.5))
+    return _scaled(raw, ratio)
 
 
 def fixed_tokens(loaded: LoadedRequest, data: ModelCallInput) -> int:
@@ -424,17 +430,17 @@ def fixed_tokens(loaded: LoadedRequest, data: ModelCallInput) -> int:
     system prompt (instructions, AGENTS.md files, core memory) and the tool definitions.
     Said when a request cannot be sent, so a stop can name what takes the room."""
     raw = estimate_tokens(loaded.window.system, [], [], tools=loaded.tools)
-    return int(raw * max(data.ask.usage_ratio, 0.5))
+    return _scaled(raw, data.ask.usage_ratio)
 
 
 def largest_part(rows: list[RecordRow], data: ModelCallInput) -> LargestPart | None:
     """The row of `rows` that takes the most of a request, estimated as `_estimate` does."""
-    sent = [r for r in rows if r.type not in (MessageType.NOTICE, MessageType.CHECKPOINT)]
+    sent = [r for r in rows if r.type not in NOT_SENT]
     if not sent:
         return None
     row = max(sent, key=lambda r: r.token_count)
     return LargestPart(seq=row.seq, type=row.type,
-                       tokens=int(row.token_count * max(data.ask.usage_ratio, 0.5)))
+                       tokens=_scaled(row.token_count, data.ask.usage_ratio))
 
 
 def size_request(loaded: LoadedRequest, data: ModelCallInput) -> SizedRequest:

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from schemas.messages import MessageType, RecordRow
+from schemas.messages import NOT_SENT, MessageType, RecordRow
 from schemas.tokens import count_tokens, truncate_to_tokens
 from schemas.tools import unique_tool_ids
 from schemas.vault.schema import CORE_MAX_CHARS
@@ -315,7 +315,7 @@ class _Assembly:
         self.awaiting, self.results, self.deferred = [], [], []
 
     def take(self, row: RecordRow) -> None:
-        if row.type in (MessageType.NOTICE, MessageType.CHECKPOINT):
+        if row.type in NOT_SENT:
             return
         if row.type == MessageType.ASSISTANT:
             self.flush_results(force=True)
@@ -380,7 +380,7 @@ def estimate_tokens(system: str, rows: list[RecordRow], extra_texts: list[str],
     total = count_tokens(system) + sum(count_tokens(t) for t in extra_texts if t)
     total += tools_tokens(tools)
     total += sum(r.token_count + MESSAGE_OVERHEAD_TOKENS for r in rows
-                 if r.type not in (MessageType.NOTICE, MessageType.CHECKPOINT))
+                 if r.type not in NOT_SENT)
     return total
 
 
@@ -420,7 +420,7 @@ def choose_cut(rows: list[RecordRow], keep_tokens: int, *, max_fraction: float =
     can move.
     """
     live = [r for r in sorted(rows, key=lambda r: r.seq)
-            if r.type not in (MessageType.NOTICE, MessageType.CHECKPOINT)]
+            if r.type not in NOT_SENT]
     if len(live) < 2:
         return None
     total = sum(r.token_count for r in live)
@@ -554,7 +554,7 @@ def cut_boundaries(rows: list[RecordRow]) -> list[int]:
     """The seqs a cut may fall before (choose_cut's rule): user or harness inputs, never
     the first row; assistant replies when there is no input to cut before."""
     live = [r for r in sorted(rows, key=lambda r: r.seq)
-            if r.type not in (MessageType.NOTICE, MessageType.CHECKPOINT)]
+            if r.type not in NOT_SENT]
     seqs = [r.seq for i, r in enumerate(live)
             if i > 0 and r.type in (MessageType.USER, MessageType.HARNESS)]
     return seqs or [r.seq for i, r in enumerate(live)

@@ -30,6 +30,11 @@ class MessageType(StrEnum):
     CHECKPOINT = "checkpoint"  # the recap row: the live window starts after the newest one
 
 
+# Rows never sent as messages: Keel's notices, and checkpoint rows (their recap rides in the
+# request as the checkpoint's text). Neither is counted in a request's estimate.
+NOT_SENT: frozenset[MessageType] = frozenset({MessageType.NOTICE, MessageType.CHECKPOINT})
+
+
 class HarnessKind(StrEnum):
     WATCH = "watch"
     TASK = "task"
