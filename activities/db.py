@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,13 @@ async def get_pool(database_url: str, timeout: float = POOL_WAIT_S) -> AsyncConn
         return pool
 
 
+# When the activity attempt running in this task started, by this worker's own clock (the
+# workers' interceptor sets it: workers.observability). The server's `started_time` gives
+# the time spent only on a worker whose clock agrees with the server's: one minutes ahead
+# would cut every wait to its floor, one behind would never cut it.
+ATTEMPT_STARTED: ContextVar[float | None] = ContextVar("keel_attempt_started", default=None)
+
+
 def wait_left() -> float:
     """How long a connection may be waited for here: in an activity, what its attempt has
     left less `REASON_MARGIN_S` (at least a second); elsewhere `POOL_WAIT_S`."""
@@ -167,7 +175,9 @@ def wait_left() -> float:
     info = activity.info()
     if info.start_to_close_timeout is None:
         return POOL_WAIT_S
-    spent = (datetime.now(UTC) - info.started_time).total_seconds()
+    started = ATTEMPT_STARTED.get()
+    spent = (time.monotonic() - started if started is not None
+             else (datetime.now(UTC) - info.started_time).total_seconds())
     left = info.start_to_close_timeout.total_seconds() - spent - REASON_MARGIN_S
     return max(1.0, min(POOL_WAIT_S, left))
 

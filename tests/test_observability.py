@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -20,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.opentelemetry import TracingInterceptor
     from temporalio.worker import Worker
 
+    from activities.db import ATTEMPT_STARTED
     from keel.client import KeelClient
     from tests.fake_anthropic import text_message, tool_use_message
     from tests.harness import make_settings
@@ -54,6 +56,37 @@ class LoggingWorkflow:
         workflow.logger.info("line from the workflow")
         return await workflow.execute_activity(
             log_step, data, start_to_close_timeout=timedelta(seconds=10))
+
+
+@activity.defn
+async def attempt_age(data: StepInput) -> float | None:
+    started = ATTEMPT_STARTED.get()
+    return None if started is None else time.monotonic() - started
+
+
+@workflow.defn
+class AttemptAgeWorkflow:
+    @workflow.run
+    async def run(self, data: StepInput) -> float | None:
+        return await workflow.execute_activity(
+            attempt_age, data, start_to_close_timeout=timedelta(seconds=10))
+
+
+async def test_a_worker_tells_its_activities_when_their_attempt_started_by_its_clock(
+        client, database_url, tmp_path):
+    """What activities.db.wait_left counts an attempt's time from (not the server's clock)."""
+    settings = make_settings(database_url, tmp_path)
+    ages = []
+    for interceptors in (worker_interceptors(settings), []):
+        async with Worker(client, task_queue=settings.task_queue,
+                          workflows=[AttemptAgeWorkflow], activities=[attempt_age],
+                          interceptors=interceptors):
+            sid = f"age-{uuid.uuid4().hex[:8]}"
+            ages.append(await client.execute_workflow(
+                AttemptAgeWorkflow.run, StepInput(session_id=sid, turn=1), id=sid,
+                task_queue=settings.task_queue))
+    assert ages[0] is not None and 0 <= ages[0] < 5
+    assert ages[1] is None  # without Keel's interceptor nobody tells it
 
 
 def undo_configure_logging(root_level: int) -> None:

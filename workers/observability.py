@@ -27,6 +27,7 @@ import contextvars
 import logging
 import os
 import sys
+import time
 from collections.abc import Mapping, MutableMapping
 from typing import Any, TextIO
 
@@ -51,6 +52,7 @@ from temporalio.worker import (
     WorkflowInterceptorClassInput,
 )
 
+from activities.db import ATTEMPT_STARTED
 from schemas.config import KeelSettings
 from workflows.observe import SPAN_CLOSE, SPAN_OPEN
 
@@ -184,14 +186,17 @@ class _ActivityContext(ActivityInboundInterceptor):
         arg = input.args[0] if input.args else None
         turn = getattr(arg, "turn", None)
         token = _turn.set(turn if isinstance(turn, int) else None)
+        started = ATTEMPT_STARTED.set(time.monotonic())
         try:
             return await super().execute_activity(input)
         finally:
+            ATTEMPT_STARTED.reset(started)
             _turn.reset(token)
 
 
 class ActivityContextInterceptor(Interceptor):
-    """Makes the session turn an activity serves known to the log processor."""
+    """Makes the session turn an activity serves known to the log processor, and when its
+    attempt started by this worker's clock to `activities.db.wait_left`."""
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
         return _ActivityContext(next)

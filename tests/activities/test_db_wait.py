@@ -21,12 +21,14 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.db import (
+    ATTEMPT_STARTED,
     DATABASE_UNAVAILABLE,
     IDLE_CHECK_S,
     REASON_MARGIN_S,
     Outage,
     connection,
     get_pool,
+    wait_left,
 )
 from tests.harness import database_closed
 
@@ -116,6 +118,27 @@ async def test_the_first_step_after_postgresql_ended_the_pool_s_connections_gets
         started = time.monotonic()
         assert await _attempt_env().run(select_one, database_url) == 1
         assert time.monotonic() - started < ATTEMPT_S - REASON_MARGIN_S
+
+
+@activity.defn
+async def wait_here() -> float:
+    return wait_left()
+
+
+async def test_the_wait_counts_the_attempt_by_the_worker_s_clock_not_the_server_s():
+    """The server's clock ten minutes behind this worker's (its `started_time` of the
+    attempt reads ten minutes ago): with the worker's own start, the wait is the attempt's
+    time less the margin, where before it was cut to its one-second floor."""
+    env = _attempt_env()
+    env.info = dataclasses.replace(env.info, started_time=datetime.now(UTC)
+                                   - timedelta(minutes=10))
+    assert await env.run(wait_here) == 1.0  # no worker's start: the server's clock rules
+    token = ATTEMPT_STARTED.set(time.monotonic())
+    try:
+        assert ATTEMPT_S - REASON_MARGIN_S - 0.5 < await env.run(wait_here) \
+            <= ATTEMPT_S - REASON_MARGIN_S
+    finally:
+        ATTEMPT_STARTED.reset(token)
 
 
 async def test_outside_an_activity_the_wait_is_the_pool_s_own(database_url):
