@@ -25,11 +25,13 @@ def http_error_type(status: int) -> str:
     return f"ModelHTTP{status}"
 
 
-# How many times a turn's model call, and a checkpoint round's, is tried (workflows.options
-# MODEL_RETRY, CHECKPOINT_MODEL_RETRY): an attempt before the last that fails in a way
-# another may not tells the session's readers so.
+# How many times a turn's model call, a checkpoint round's, and a best-effort step's (the
+# memory flush before a checkpoint among them) is tried (workflows.options MODEL_RETRY,
+# CHECKPOINT_MODEL_RETRY, BEST_EFFORT_RETRY): an attempt before the last that fails in a
+# way another may not tells the session's readers so.
 MODEL_CALL_ATTEMPTS = 12
 CHECKPOINT_CALL_ATTEMPTS = 8
+BEST_EFFORT_ATTEMPTS = 3
 
 
 def retry_note(attempt: int, message: str, attempts: int = MODEL_CALL_ATTEMPTS) -> str | None:

@@ -39,7 +39,7 @@ from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityConfig, LocalActivityConfig
 
 from schemas.config import vault_queue
-from schemas.model import CHECKPOINT_CALL_ATTEMPTS, MODEL_CALL_ATTEMPTS
+from schemas.model import BEST_EFFORT_ATTEMPTS, CHECKPOINT_CALL_ATTEMPTS, MODEL_CALL_ATTEMPTS
 
 # A worker that misses four beats is gone; the activity beats at a quarter of this
 # (see activities.heartbeat.with_heartbeat, which reads it from activity.info()).
@@ -71,7 +71,8 @@ CHECKPOINT_MODEL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2),
                                      maximum_interval=timedelta(seconds=60),
                                      maximum_attempts=CHECKPOINT_CALL_ATTEMPTS,
                                      non_retryable_error_types=NEVER_RETRY)
-BEST_EFFORT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3,
+BEST_EFFORT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1),
+                                maximum_attempts=BEST_EFFORT_ATTEMPTS,
                                 non_retryable_error_types=NEVER_RETRY)
 VAULT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1),
                           maximum_interval=timedelta(seconds=30), maximum_attempts=10,

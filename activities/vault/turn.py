@@ -41,9 +41,11 @@ from pathlib import Path
 from psycopg import AsyncConnection
 from pydantic import BaseModel, Field
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.checkpoint_turn import flush_request
 from activities.context import SessionContext
+from activities.events import tell_retrying
 from activities.heartbeat import beating, with_heartbeat
 from activities.model import ModelBackend
 from activities.vault.embedder import embedder_for
@@ -58,6 +60,7 @@ from activities.vault.search import (
 )
 from activities.vault.store import MemoryContext, Vault, daily_doc, scope_vaults
 from activities.vault.terms_upgrade import TERMS_BATCH, upgrade_terms
+from schemas.model import BEST_EFFORT_ATTEMPTS
 from schemas.tokens import count_tokens
 from schemas.vault.recall import RecallInput, RecallResult
 from schemas.vault.rollup import (
@@ -186,7 +189,8 @@ class MemoryActivities:
                                            ctx.memory.rollup_chunk_tokens, count_tokens)]
             period = vault.local_date(last_at)
             if inp.attempt_id:
-                made = await self._flush_in_session(ctx, inp.attempt_id, period)
+                made = await self._flush_in_session(ctx, inp.session_id, inp.attempt_id,
+                                                    period)
             else:
                 made = await ask_model(self.model, ctx, RollupKind.FLUSH, period, chunks, "")
             plan = await store_plan(pool, plan_id, made, scope=vault.scope)
@@ -194,7 +198,7 @@ class MemoryActivities:
         return FlushResult(added=result.added, superseded=result.superseded,
                            noop=result.noop, rejected=result.rejected + len(plan.rejected))
 
-    async def _flush_in_session(self, ctx: MemoryContext, attempt_id: str,
+    async def _flush_in_session(self, ctx: MemoryContext, session_id: str, attempt_id: str,
                                 period: str) -> RollupPlan:
         """One request with the checkpoint attempt's own prefix and the flush instruction
         after it; its write_card calls are the plan (any other call is listed as
@@ -205,7 +209,11 @@ class MemoryActivities:
         instruction = f"{marker(RollupKind.FLUSH, period)}\n{FLUSH_IN_SESSION}"
         request = await flush_request(self._session, attempt_id, instruction,
                                       ctx.memory.rollup_max_output_tokens)
-        reply = await self.model.create(ctx.settings.model, request)
+        try:
+            reply = await self.model.create(ctx.settings.model, request)
+        except ApplicationError as err:  # a person may wait on the checkpoint: say so
+            await tell_retrying(session_id, None, err, BEST_EFFORT_ATTEMPTS)
+            raise
         plan = read_plan_reply(RollupKind.FLUSH, period,
                                [b.model_dump() for b in reply.content],
                                ctx.vault.require_schema())

@@ -123,3 +123,26 @@ async def test_a_failed_flush_is_recorded_and_the_checkpoint_is_stored(
             "SELECT content_text FROM messages WHERE session_id=%s AND type='notice'"
             " ORDER BY seq", (session.session_id,)).fetchall()]
     assert notices == [status.last_error]
+
+
+async def test_a_flush_s_failed_attempt_is_told_on_the_stream_while_it_tries_again(
+        client, settings, fake_anthropic):
+    """The flush runs inside a checkpoint a person may wait on: its failed attempt (the API
+    overloaded) is told at once, as the turn's and the checkpoint's own are; the next one
+    answers and nothing is recorded as failed. Before, its retries were silent."""
+    model = CheckpointModel(good_checkpoint)
+    failed: list[bool] = []
+
+    def responder(body: dict[str, Any]) -> Any:
+        if is_flush(body) and not failed:
+            failed.append(True)
+            return ErrorStep(529, "overloaded_error", "Overloaded")
+        return model(body)
+
+    fake_anthropic.responder = responder
+    _session, status, outcomes, reader = await run_until_checkpoint(client, settings, model)
+    assert failed and status.checkpoint_count >= 1 and status.last_error is None
+    assert all(o.error is None for o in outcomes)
+    told = [e for e in reader.of(EventType.ERROR) if e.where == "model_retrying"]
+    assert len(told) == 1 and "attempt 1 of 3" in told[0].message
+    assert "Overloaded" in told[0].message
