@@ -380,7 +380,12 @@ class KeelWorkers:
             except Exception as err:
                 # The lock may be gone with the connection: stop writing the vault now,
                 # before a stand-by that took the lock starts writing it too.
-                log.error("vault lock connection lost (%s): stopping the vault worker", err)
+                if self.role is Role.VAULT:
+                    log.error("vault lock connection lost (%s): stopping the vault worker",
+                              err)
+                else:  # `_keep_vault` serves the vault again once it holds the lock again
+                    log.warning("vault lock connection lost (%s): the vault worker stops "
+                                "until this process holds the lock again", err)
                 if self.drainer is not None:
                     await self.drainer.stop()
                 for worker in self.workers:
