@@ -237,21 +237,18 @@ async def delete_page(request: Request) -> Response:
 
 
 async def delete(request: Request) -> Response:
-    """The deletion itself (keel.deletion): a page saying what went, or why not."""
+    """The deletion itself (keel.deletion): a page saying what went, or why not (running,
+    no vault worker, unknown)."""
     ctx = ui(request)
     session_id = request.path_params["session_id"]
-    form = await _own_form(request)
-    if form is None:
-        return _refused()
-    try:
+
+    async def act(_handle: Any, form: Any) -> Response:
         done = await ctx.keel.delete_session(
             session_id, force=form.get("force") == "on", database_url=ctx.database_url,
             sub_agents=form.get("sub_agents") == "on")
-    except KeelError as err:  # running, no vault worker, unknown
-        return render(request, "error.html", status_code=409, title="Not deleted",
-                      message=str(err))
-    return render(request, "deleted.html", title=f"Deleted {session_id}",
-                  session_id=session_id, lines=done.summary())
+        return render(request, "deleted.html", title=f"Deleted {session_id}",
+                      session_id=session_id, lines=done.summary())
+    return await _session_post(request, act, refused_title="Not deleted")
 
 
 async def interrupt(request: Request) -> Response:
@@ -268,17 +265,23 @@ async def budget(request: Request) -> Response:
     return await _session_post(request, answer)
 
 
-async def _session_post(request: Request, act: Any) -> Response:
+async def _session_post(request: Request, act: Any, refused_title: str = "Not done",
+                        ) -> Response:
+    """A form posted on a session's page, from this UI's own page (else refused): `act`
+    on the session's handle; its page (`act`'s response, else the session's again), or
+    why it was not done."""
     ctx = ui(request)
     session_id = request.path_params["session_id"]
     form = await _own_form(request)
     if form is None:
         return _refused()
     try:
-        await act(ctx.keel.session(session_id), form)
+        answer = await act(ctx.keel.session(session_id), form)
     except (KeelError, ValueError) as err:  # nothing pending, a bad amount, ...
-        return render(request, "error.html", status_code=409, title="Not done",
+        return render(request, "error.html", status_code=409, title=refused_title,
                       message=str(err))
+    if isinstance(answer, Response):
+        return answer
     return RedirectResponse(f"/sessions/{session_id}", status_code=303)
 
 
