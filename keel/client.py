@@ -28,6 +28,7 @@ from typing import Any, TypedDict, Unpack
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
+    WorkflowExecution,
     WorkflowHandle,
     WorkflowHistory,
     WorkflowQueryFailedError,
@@ -581,15 +582,17 @@ class KeelClient:
         retention policy deletes: keel.deletion.ended_before)."""
         return await deletion.ended_before(self, when)
 
+    async def runs(self, session_id: str) -> list[WorkflowExecution]:
+        """Every run of the workflow `session_id` Temporal's visibility lists, oldest first
+        (exactly that id: `id_clause` may list more)."""
+        found = [e async for e in self.client.list_workflows(
+            id_clause("WorkflowId", session_id)) if e.id == session_id]
+        return sorted(found, key=lambda e: e.start_time)
+
     async def histories(self, session_id: str, run_id: str | None = None
                         ) -> list[WorkflowHistory]:
         """The history of every run of a session, oldest first (a session continues as new
         to keep each one bounded), or of `run_id` only; empty for an unknown session."""
-        if run_id:
-            runs = [run_id]
-        else:
-            found = [e async for e in self.client.list_workflows(
-                id_clause("WorkflowId", session_id)) if e.id == session_id]
-            runs = [e.run_id for e in sorted(found, key=lambda e: e.start_time)]
+        runs = [run_id] if run_id else [e.run_id for e in await self.runs(session_id)]
         return [await self.client.get_workflow_handle(session_id, run_id=r).fetch_history()
                 for r in runs]

@@ -237,9 +237,8 @@ async def _runs(keel: KeelClient, session_id: str
     """Every run of the session's workflow Temporal keeps, and the newest as it stands now
     (visibility may lag: a session just ended can still be listed as running; every
     earlier run continued as new, closed)."""
-    runs = [wf.run_id async for wf in keel.client.list_workflows(
-        f"{id_clause('WorkflowId', session_id)} AND WorkflowType = '{SESSION_WORKFLOW}'")
-        if wf.id == session_id]
+    runs = [wf.run_id for wf in await keel.runs(session_id)
+            if wf.workflow_type == SESSION_WORKFLOW]
     try:
         newest = await keel.client.get_workflow_handle(session_id).describe()
     except RPCError as err:
