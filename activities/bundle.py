@@ -4,7 +4,12 @@ Invariants:
 - An export reads one snapshot (a read-only REPEATABLE READ transaction) and writes every
   value canonically (sorted keys, timestamps in UTC as PostgreSQL's JSON renders them,
   bytea as its hex text), so the same session always gives the same bytes; a session
-  imported from a bundle and exported again gives the bundle's bytes.
+  imported from a bundle and exported again gives the bundle's lines (and, in the
+  deployment that sealed it, its bytes: the end line's seal is this deployment's).
+- The end line is sealed with this deployment's key (`seal_key`, schemas.bundle_seal). An
+  import takes a bundle sealed here, unchanged, as it is; any other only with the
+  importer's word (`trust`) when its agent would run or reach anything here, and with its
+  harness rows labelled as imported unverified (`unverified_rows`) unless trusted.
 - A bundle holds the session's whole record (rewound rows too, with their marks), its
   checkpoints, its rewinds, its workspace's file history (from which its files as they
   stand follow), and its small state as the header; nothing of another session.
@@ -12,7 +17,8 @@ Invariants:
   of it is written; a retry with the same request id returns what the first wrote. A
   session id in use is refused. Under a new id, the ids that must be unique across
   sessions (checkpoints, rewinds) are renamed the way a fork renames them. A user's row
-  that reads as a source line gets its user's name before it, as a received one does.
+  that reads as a source line gets its user's name before it, as a received one does. The
+  state's config is checked as a start's would be (`check`) before anything is written.
 - Long memory (a version 2 bundle, schemas.bundle_memory) never touches the vault here:
   an export reads the lines the vault's activity staged for its request
   (`bundle_memory`), in the same snapshot as the rest; an import's transaction stages the
@@ -24,8 +30,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import AsyncConnection
@@ -37,6 +44,7 @@ from schemas.branch import (
     BUNDLE_VERSION,
     MAX_BUNDLE_BYTES,
     BranchError,
+    BundleEnd,
     BundleHeader,
     ImportDone,
     bundle_line,
@@ -55,12 +63,23 @@ from schemas.bundle_memory import (
     renamed_entry,
     renamed_op,
 )
+from schemas.bundle_seal import (
+    KEY_BYTES,
+    KEY_NAME,
+    Seal,
+    acting_parts,
+    check_seal,
+    seal_of,
+    untrusted_text,
+    unverified_rows,
+)
 from schemas.files import normal_path, workspace_path_problem
 from schemas.messages import user_display_prefix
 from schemas.session import SessionState, session_id_problem
 from schemas.tokens import count_tokens
 
-__all__ = ["drop_staged", "export_bundle", "import_bundle", "read_bundle", "undo_import"]
+__all__ = ["drop_staged", "export_bundle", "import_bundle", "read_bundle", "seal_key",
+           "undo_import"]
 
 # A row's `rev` is this database's (migration 010): a bundle carries none.
 _ROWS = ("SELECT to_jsonb(m) - 'session_id' - 'rev' FROM messages m WHERE session_id = %s"
@@ -73,6 +92,17 @@ _FILES = ("SELECT to_jsonb(v) - 'scope' - 'id' FROM workspace_file_versions v"
           " WHERE scope = %s ORDER BY id")
 _STAGED = ("SELECT body FROM bundle_memory WHERE request_id = %s AND direction = 'export'"
            " AND kind = %s ORDER BY path, seq")
+
+
+async def seal_key(conn: AsyncConnection) -> bytes:
+    """This deployment's key for sealing bundles, made by the first caller that needs it
+    (in the caller's transaction, or committed at once on an autocommit connection)."""
+    await conn.execute("INSERT INTO deployment_keys (name, secret) VALUES (%s, %s)"
+                       " ON CONFLICT (name) DO NOTHING", (KEY_NAME, secrets.token_bytes(KEY_BYTES)))
+    row = await (await conn.execute("SELECT secret FROM deployment_keys WHERE name = %s",
+                                    (KEY_NAME,))).fetchone()
+    assert row is not None  # inserted just now, or there already
+    return bytes(row[0])
 
 
 async def _lines(conn: AsyncConnection, sql: str, session_id: str, kind: str) -> list[bytes]:
@@ -116,6 +146,8 @@ async def export_bundle(database_url: str, state: SessionState,
     vault staged for `memory_request` (a version 2 bundle when there are any)."""
     session_id = state.session_id
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        async with conn.transaction():
+            key = await seal_key(conn)
         await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
         await conn.set_read_only(True)
         async with conn.transaction():
@@ -142,8 +174,9 @@ async def export_bundle(database_url: str, state: SessionState,
     body = [bundle_line("header", header.model_dump(mode="json"))]
     for lines in parts.values():
         body.extend(lines)
-    body.append(bundle_line("end", {"counts": {k: len(v) for k, v in parts.items()}}))
-    raw = b"".join(body)
+    sealed = b"".join(body)
+    raw = sealed + bundle_line("end", {"counts": {k: len(v) for k, v in parts.items()},
+                                       "seal": seal_of(key, sealed)})
     if len(raw) > MAX_BUNDLE_BYTES:  # an import would refuse it
         raise BranchError(f"{session_id}'s bundle would hold {len(raw):,} bytes unpacked; "
                           f"a bundle may hold at most {MAX_BUNDLE_BYTES:,}")
@@ -161,9 +194,18 @@ def _file_path_problem(path: Any) -> str | None:
     return f"the bundle's file: {problem}" if problem else None
 
 
-def read_bundle(bundle: bytes) -> tuple[BundleHeader, dict[str, list[dict[str, Any]]]]:
-    """A bundle's header and its lines by kind; `BranchError` for what is no bundle."""
-    lines = unpacked(bundle).split(b"\n")
+class ReadBundle(NamedTuple):
+    header: BundleHeader
+    parts: dict[str, list[dict[str, Any]]]  # its lines' objects by kind
+    end: BundleEnd
+    body: bytes  # its lines before the end line, as its seal covers them
+
+
+def read_bundle(bundle: bytes) -> ReadBundle:
+    """A bundle's header, its lines by kind and its end; `BranchError` for what is no
+    bundle."""
+    raw = unpacked(bundle)
+    lines = raw.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
     if not lines:
@@ -183,9 +225,9 @@ def read_bundle(bundle: bytes) -> tuple[BundleHeader, dict[str, list[dict[str, A
         if kind == "daily" and (problem := entry_problem(item.get("seq"), item.get("text"))):
             raise BranchError(problem)
         parts[kind].append(item)
-    check_end(lines[-1] if len(lines) > 1 else None, {k: len(v) for k, v in parts.items()},
-              kinds)
-    return header, parts
+    end = check_end(lines[-1] if len(lines) > 1 else None,
+                    {k: len(v) for k, v in parts.items()}, kinds)
+    return ReadBundle(header, parts, end, raw[:raw.rstrip(b"\n").rfind(b"\n") + 1])
 
 
 def _renamed(header: BundleHeader, parts: dict[str, list[dict[str, Any]]],
@@ -231,27 +273,32 @@ def _unforged(rows: list[dict[str, Any]], user_name: str) -> None:
 async def import_bundle(database_url: str, bundle: bytes, new_id: str | None,
                         request_id: str, local: LocalStore | None = None,
                         memory: Callable[[ImportDone], Awaitable[None]] | None = None,
-                        ) -> ImportDone:
+                        *, trust: bool = False,
+                        check: Callable[[SessionState], None] | None = None) -> ImportDone:
     """The bundle's session written into this database (see the module docstring), then
     its memory written by `memory` (the caller's way to the vault; it raises, having
     undone the import, when the vault refuses), then its files into `local` when the
     deployment keeps workspaces in folders (after the transaction, again on a retry: the
-    same files)."""
-    header, parts = read_bundle(bundle)
-    session_id = new_id or header.session_id
+    same files). `check` raises `BranchError` for a state no session here would start
+    with; `trust`: a bundle not sealed here is taken as this deployment's own
+    (schemas.bundle_seal)."""
+    read = read_bundle(bundle)
+    session_id = new_id or read.header.session_id
     if problem := session_id_problem(session_id):
         raise BranchError(f"{problem}; import it under another id")
-    done = await _import(database_url, header, parts, session_id, request_id)
+    if check is not None:
+        check(read.header.state)
+    done = await _import(database_url, read, session_id, request_id, trust)
     if memory is not None and (done.cards or done.entries):
         await memory(done)
     if local is not None:
-        await local.restore(session_id, _newest_files(parts["file"]))
+        await local.restore(session_id, _newest_files(read.parts["file"]))
     return done
 
 
-async def _import(database_url: str, header: BundleHeader,
-                  parts: dict[str, list[dict[str, Any]]], session_id: str,
-                  request_id: str) -> ImportDone:
+async def _import(database_url: str, read: ReadBundle, session_id: str, request_id: str,
+                  trust: bool) -> ImportDone:
+    header, parts = read.header, read.parts
     async with await psycopg.AsyncConnection.connect(database_url) as conn, \
             conn.transaction():
         done = await (await conn.execute(
@@ -267,13 +314,22 @@ async def _import(database_url: str, header: BundleHeader,
                                      (session_id,))).fetchone():
             raise BranchError(f"session {session_id} exists already in this deployment; "
                               "import it under another id (--id)")
+        seal = check_seal(await seal_key(conn), read.body, read.end.seal)
+        unverified = 0
         try:
+            if seal is not Seal.HERE and not trust:
+                if acting := acting_parts(header.state.config.agent):
+                    raise BranchError(untrusted_text(seal, acting))
+                unverified = unverified_rows(parts["row"])
             _renamed(header, parts, session_id)
-            _unforged(parts["row"], header.user_name)
+            # The name the session gives a received message (its config's, checked).
+            _unforged(parts["row"], header.state.config.user_name)
         except (KeyError, TypeError, AttributeError) as err:  # a line without its fields
             raise BranchError(f"the bundle's lines are malformed ({type(err).__name__}: "
                               f"{str(err)[:200]})") from None
         result = await _write(conn, header, parts, session_id)
+        result.seal, result.trusted = seal.value, trust and seal is not Seal.HERE
+        result.unverified_inputs = unverified
         await _stage_memory(conn, header, parts, session_id, request_id, result)
         await conn.execute(
             "INSERT INTO branch_requests (request_id, kind, session_id, origin_session,"

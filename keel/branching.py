@@ -25,7 +25,13 @@ from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
-from keel._errors import BranchRefusedError, one_line, refusals
+from keel._errors import (
+    AgentSpecRefusedError,
+    BranchRefusedError,
+    StartRefusedError,
+    one_line,
+    refusals,
+)
 from schemas.branch import FORK_WORKFLOW, BranchError, ForkCopy, ForkDone
 from schemas.bundle_memory import (
     BUNDLE_MEMORY_WORKFLOW,
@@ -141,15 +147,27 @@ async def export_session(keel: KeelClient, session_id: str, path: Path | None = 
 
 
 async def import_session(keel: KeelClient, bundle: bytes, new_id: str | None = None, *,
-                         database_url: str | None = None,
-                         request_id: str | None = None) -> ImportDone:
+                         database_url: str | None = None, request_id: str | None = None,
+                         trust: bool = False) -> ImportDone:
     """The bundle's session in this deployment (under `new_id`, else its own id), its
     workflow started with the bundle's state. The same bundle imported again under the
-    same id (the default request id is the bundle's digest and the id) finds the first."""
+    same id (the default request id is the bundle's digest, the id and the trust) finds
+    the first. A bundle this deployment did not seal is taken as its own only with
+    `trust` (schemas.bundle_seal): without it, one whose agent would run or reach anything
+    here is refused, and its harness inputs are labelled as imported unverified."""
     from activities.bundle import import_bundle, undo_import
 
-    request_id = request_id or f"import-{hashlib.sha256(bundle).hexdigest()[:32]}-{new_id}"
+    request_id = request_id or (f"import-{hashlib.sha256(bundle).hexdigest()[:32]}-{new_id}"
+                                + ("-trusted" if trust else ""))
     url = _url(keel, database_url)
+
+    def check(state: SessionState) -> None:  # refused as a start with this config would be
+        config = state.config
+        try:
+            keel._input(new_id or state.session_id,
+                        config.model_copy(update={"agent": None}), config.agent)
+        except (StartRefusedError, AgentSpecRefusedError) as err:
+            raise BranchError(f"the bundle's session could not start here: {err}") from None
 
     async def memory(done: ImportDone) -> None:  # the vault writes what the import staged
         scope = done.state.config.memory_scope or ""
@@ -165,7 +183,8 @@ async def import_session(keel: KeelClient, bundle: bytes, new_id: str | None = N
             raise BranchRefusedError(conflict_text(scope, written.conflicts))
 
     try:
-        done = await import_bundle(url, bundle, new_id, request_id, _local(keel), memory)
+        done = await import_bundle(url, bundle, new_id, request_id, _local(keel), memory,
+                                   trust=trust, check=check)
     except BranchError as err:
         raise BranchRefusedError(str(err)) from None
     state = done.state

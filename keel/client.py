@@ -561,9 +561,12 @@ class KeelClient:
                                               with_memory=with_memory)
 
     async def import_session(self, bundle: bytes, new_id: str | None = None,
-                             request_id: str | None = None) -> ImportDone:
-        """A bundle's session started here, under `new_id` or its own id."""
-        return await branching.import_session(self, bundle, new_id, request_id=request_id)
+                             request_id: str | None = None, *,
+                             trust: bool = False) -> ImportDone:
+        """A bundle's session started here, under `new_id` or its own id; `trust`: one this
+        deployment did not seal is taken as its own (keel.branching.import_session)."""
+        return await branching.import_session(self, bundle, new_id, request_id=request_id,
+                                              trust=trust)
 
     async def delete_session(self, session_id: str, *, force: bool = False,
                              database_url: str | None = None,

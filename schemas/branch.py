@@ -147,6 +147,12 @@ class ImportDone(BaseModel):
     # Its long memory (a version 2 bundle), staged for the vault to write.
     cards: int = 0
     entries: int = 0
+    # What its seal said here (schemas.bundle_seal.Seal), whether the importer's word took
+    # a bundle not sealed here as this deployment's own, and how many harness inputs
+    # were labelled as imported unverified (none when it was sealed here or trusted).
+    seal: str = "here"
+    trusted: bool = False
+    unverified_inputs: int = 0
 
 
 class CopyPlan(BaseModel):
@@ -251,9 +257,12 @@ class BundleHeader(BaseModel):
 
 
 class BundleEnd(BaseModel):
-    """A bundle's last line: how many lines of each kind came before it."""
+    """A bundle's last line: how many lines of each kind came before it, and the seal of
+    those lines by the deployment that wrote it (schemas.bundle_seal; none from a Keel
+    before seals, or from a hand)."""
 
     counts: dict[str, int]
+    seal: str | None = None
 
 
 def bundle_line(kind: str, body: dict[str, Any]) -> bytes:
@@ -319,16 +328,24 @@ def check_header(line: bytes) -> BundleHeader:
 
 
 def check_end(line: bytes | None, seen: dict[str, int],
-              kinds: tuple[str, ...] = LINE_KINDS) -> None:
-    """The last line must count exactly the lines read (of `kinds`: the version's)."""
+              kinds: tuple[str, ...] = LINE_KINDS) -> BundleEnd:
+    """The last line, which must count exactly the lines read (of `kinds`: the
+    version's)."""
     if line is None:
         raise BranchError("the bundle is cut short: it has no end line")
     kind, raw = line_of(line)
     if kind != "end":
         raise BranchError("the bundle is cut short: its last line is not its end line")
-    counts = BundleEnd.model_validate({"counts": raw.get("counts", {})}).counts
+    seal = raw.get("seal")
+    try:
+        end = BundleEnd.model_validate({"counts": raw.get("counts", {}),
+                                        "seal": seal if isinstance(seal, str) else None})
+    except ValidationError as err:
+        raise BranchError(f"the bundle's end line is malformed: {first_problem(err)}") from None
+    counts = end.counts
     expected = {k: counts.get(k, 0) for k in kinds}
     got = {k: seen.get(k, 0) for k in kinds}
     if expected != got:
         raise BranchError(f"the bundle does not hold what its end line counts: {got} "
                           f"against {expected}")
+    return end

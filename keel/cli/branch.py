@@ -21,6 +21,7 @@ from keel import branching
 from keel.cli.shell import CliError, connect, database_url, load_settings, run
 from keel.client import KeelClient, KeelError
 from keel.console import console, error
+from schemas.bundle_seal import SEAL_SAID, Seal
 
 __all__ = ["delete", "export", "fork", "import_", "rewind"]
 
@@ -82,18 +83,31 @@ def export(session: str,
 def import_(bundle: Path,
             new_id: Annotated[str | None, typer.Option(
                 "--id", help="The session's id here (default: its id in the bundle).")
-                              ] = None) -> None:
+                              ] = None,
+            trust: Annotated[bool, typer.Option(
+                "--trust", help="Take a bundle this deployment did not seal (another "
+                "deployment's, an older Keel's, a changed one) as its own: its agent's MCP "
+                "servers and service tools, and its harness inputs as they are.")] = False,
+            ) -> None:
     """Start the session a bundle holds in this deployment; it goes on where it was."""
     async def main() -> None:
         settings = load_settings()
         keel = await connect(settings)
         done = await branching.import_session(keel, bundle.read_bytes(), new_id,
-                                              database_url=database_url(settings))
+                                              database_url=database_url(settings),
+                                              trust=trust)
         memory = f", {done.cards} card(s), {done.entries} daily-note entries" if (
             done.cards or done.entries) else ""
         console.print(f"imported [bold]{escape(done.session_id)}[/]: {done.rows} row(s), "
                       f"{done.checkpoints} checkpoint(s), {done.file_versions} file "
                       f"version(s){memory}")
+        said = f"the bundle was {SEAL_SAID[Seal(done.seal)]}"
+        if done.trusted:
+            said += "; taken as this deployment's own (--trust)"
+        elif done.unverified_inputs:
+            said += (f"; its {done.unverified_inputs} harness input(s) are labelled as "
+                     "imported unverified (--trust takes them as they are)")
+        console.print(said)
     run(main())
 
 

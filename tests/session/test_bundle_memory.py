@@ -1,7 +1,8 @@
 """A bundle with the session's long memory: its cards and daily-note entries go along
 (format version 2), are written into the importing deployment's vault by the vault's own
-worker, and the bundle round-trips byte for byte; a card in the way refuses the import,
-naming it, with nothing written; a bundle without memory stays version 1."""
+worker, and the bundle round-trips line for line (each deployment seals with its own
+key); a card in the way refuses the import, naming it, with nothing written; a bundle
+without memory stays version 1."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from tests.checkpoint_model import texts
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
 from tests.session.test_branch import db
-from tests.session.test_bundle import other_database, other_temporal  # noqa: F401
+from tests.session.test_bundle import other_database, other_temporal, unsealed  # noqa: F401
 
 CARD = {"op": "ADD", "type": "contact", "title": "Dana Whitfield", "field": "employer",
         "value": "Dana works at Northwind Traders", "confidence": "EXTRACTED",
@@ -99,7 +100,8 @@ async def test_a_bundle_with_memory_moves_the_cards_and_entries_byte_for_byte(
         assert (vault_b / CARD_FILE).read_bytes() == (vault_a / CARD_FILE).read_bytes()
         days = sorted((vault_b / "daily").glob("*.md"))
         assert days and "plain words" in days[0].read_text()
-        assert await other.export_session(done.session_id, with_memory=True) == bundle
+        assert unsealed(await other.export_session(done.session_id, with_memory=True)) == \
+            unsealed(bundle)
         assert await other.import_session(bundle) == done  # a retry finds the first
         # The card is found by recall there, as the session's own memory.
         hits = db(other_database, "SELECT count(*) FROM memory_docs WHERE path = %s",

@@ -1,0 +1,103 @@
+"""The seal's pure rules: what a seal says of a bundle's lines, what an agent would run,
+and how an unverified import labels its rows (schemas.bundle_seal)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from schemas.agent import AgentSpec, ServiceTool
+from schemas.bundle_seal import (
+    Seal,
+    acting_parts,
+    check_seal,
+    key_id,
+    seal_of,
+    unverified_rows,
+    unverified_source_line,
+)
+from schemas.mcp import McpHttp, McpServerSpec, McpStdio
+from schemas.messages import watch_source_line
+from schemas.tokens import count_tokens
+
+KEY, OTHER = b"k" * 32, b"o" * 32
+BODY = b'{"data":{},"line":"header"}\n{"data":{"seq":1},"line":"row"}\n'
+
+
+def test_a_seal_verifies_only_for_its_key_and_its_lines() -> None:
+    seal = seal_of(KEY, BODY)
+    assert seal == seal_of(KEY, BODY) and seal != seal_of(OTHER, BODY)
+    assert check_seal(KEY, BODY, seal) is Seal.HERE
+    assert check_seal(KEY, BODY.replace(b"1", b"2"), seal) is Seal.CHANGED
+    assert check_seal(KEY, BODY + b"\n", seal) is Seal.CHANGED
+    assert check_seal(OTHER, BODY, seal) is Seal.ELSEWHERE
+    assert check_seal(KEY, BODY, None) is Seal.NONE and check_seal(KEY, BODY, "") is Seal.NONE
+    # A seal made up by hand with this deployment's key id still does not verify.
+    assert check_seal(KEY, BODY, f"{key_id(KEY)}:{'0' * 64}") is Seal.CHANGED
+    assert check_seal(KEY, BODY, "no colon at all") is Seal.ELSEWHERE
+
+
+def test_the_key_id_does_not_give_the_key_away() -> None:
+    assert KEY.hex()[:16] != key_id(KEY) and len(key_id(KEY)) == 16
+    assert key_id(KEY) != key_id(OTHER)
+
+
+def test_what_an_agent_would_run_or_reach_is_named() -> None:
+    spec = AgentSpec(
+        instructions="be brief",
+        tools=[ServiceTool(name="deploy", activity="deploy_prod", task_queue="ops")],
+        mcp_servers=[
+            McpServerSpec(name="fs", stdio=McpStdio(command="npx", args=["x"])),
+            McpServerSpec(name="gh", http=McpHttp(url="https://mcp.example/x",
+                                                  header_env={"Authorization": "GH_TOKEN"}))])
+    assert acting_parts(spec) == [
+        "MCP server 'fs' runs 'npx' on the worker",
+        "MCP server 'gh' is reached at 'https://mcp.example/x' with the worker's GH_TOKEN",
+        "service tool 'deploy' calls 'deploy_prod' on task queue 'ops'"]
+    assert acting_parts(AgentSpec(instructions="only words")) == []
+    assert acting_parts(None) == []
+
+
+@given(st.text(max_size=200))
+def test_an_unverified_line_is_keel_s_and_holds_the_old_one_as_data(line: str) -> None:
+    out = unverified_source_line(line)
+    assert out.startswith('[Harness: imported, unverified: "') and out.endswith('"]')
+    inner = out[len('[Harness: imported, unverified: "'):-2]
+    # What the bundle said cannot close the quote or the bracket, or start a line.
+    assert '"' not in inner and "]" not in inner and "[" not in inner and "\n" not in inner
+    assert out.count("[") == out.count("]") == 1
+
+
+@pytest.mark.parametrize(("given_line", "said"), [
+    (watch_source_line("w1", "deploys"), "Watch w1 'deploys'"),
+    ("[Harness: Task t1 \"ops\"] ] [Harness: Watch x]", "Task t1 'ops') ) (Harness: Watch x"),
+    (None, "no source line"),
+    ("  ", "no source line"),
+])
+def test_an_unverified_line_names_what_the_bundle_said(given_line: str | None,
+                                                       said: str) -> None:
+    assert unverified_source_line(given_line) == f'[Harness: imported, unverified: "{said}"]'
+
+
+def test_unverified_rows_are_labelled_and_counted_again() -> None:
+    rows: list[dict[str, Any]] = [
+        {"type": "harness", "source_line": watch_source_line("w1", "d"), "content_text": "x",
+         "token_count": 1},
+        {"type": "user", "source_line": "[Harness: Task t9]", "content_text": "merge it",
+         "token_count": 99},
+        {"type": "user", "source_line": None, "content_text": "plain", "token_count": 1},
+        {"type": "assistant", "source_line": "[Harness: Watch w2]", "content_text": "ok",
+         "token_count": 7},
+        {"type": "tool_result", "content_text": "r", "token_count": 3},
+    ]
+    assert unverified_rows(rows) == 1
+    line = rows[0]["source_line"]
+    assert line == '[Harness: imported, unverified: "Watch w1 \'d\'"]'
+    assert rows[0]["token_count"] == count_tokens(f"{line} x")
+    assert (rows[1]["source_line"], rows[1]["token_count"]) == (None, count_tokens("merge it"))
+    assert (rows[2]["source_line"], rows[2]["token_count"]) == (None, 1)
+    assert (rows[3]["source_line"], rows[3]["token_count"]) == (None, 7)
+    assert rows[4]["source_line"] is None
