@@ -293,6 +293,17 @@ def unpacked(bundle: bytes, limit: int = MAX_BUNDLE_BYTES) -> bytes:
     return bytes(out)
 
 
+def unsealed(bundle: bytes) -> bytes:
+    """A bundle's lines with its end line's seal left out: what two deployments that hold
+    the same session export alike (each seals with its own key)."""
+    lines = unpacked(bundle).splitlines(keepends=True)
+    kind, end = line_of(lines[-1]) if lines else ("", {})
+    if kind != "end":
+        raise BranchError("the bundle is cut short: its last line is not its end line")
+    end.pop("seal", None)
+    return b"".join([*lines[:-1], bundle_line("end", end)])
+
+
 def line_of(raw: bytes) -> tuple[str, dict[str, Any]]:
     """A line's kind and its object; `BranchError` for a line that is none."""
     try:

@@ -124,6 +124,22 @@ def test_the_end_line_counts_what_came_before():
         check_end(bundle_line("row", {}), {})
 
 
+def test_the_end_line_s_seal_is_read_and_left_out_for_comparing():
+    from schemas.branch import unsealed
+
+    counts = {"row": 1, "checkpoint": 0, "rewind": 0, "file": 0}
+    body = bundle_line("header", {}) + bundle_line("row", {"seq": 1})
+    sealed = body + bundle_line("end", {"counts": counts, "seal": "ab:cd"})
+    assert check_end(sealed.splitlines()[-1], {"row": 1}).seal == "ab:cd"
+    plain = body + bundle_line("end", {"counts": counts})
+    assert check_end(plain.splitlines()[-1], {"row": 1}).seal is None
+    assert unsealed(gzip.compress(sealed)) == unsealed(gzip.compress(plain)) == plain
+    with pytest.raises(BranchError, match="cut short"):
+        unsealed(gzip.compress(body))
+    with pytest.raises(BranchError, match="end line is malformed"):
+        check_end(bundle_line("end", {"counts": "many"}), {})
+
+
 def test_a_version_2_end_counts_the_memory_lines_too():
     from schemas.branch import line_kinds
 

@@ -20,6 +20,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.db import apply_migrations
 from keel.client import BranchRefusedError, KeelClient
+from schemas.branch import unsealed
 from tests.checkpoint_model import texts
 from tests.harness import keel_worker, small_config
 from tests.session.test_branch import checkpointed, db, notes, settings  # noqa: F401
@@ -27,15 +28,6 @@ from tests.session.test_branch import checkpointed, db, notes, settings  # noqa:
 
 def user_requests(fake: Any, text: str) -> list[dict[str, Any]]:
     return [r for r in fake.requests if texts(r["messages"][-1])[-1:] == [text]]
-
-
-def unsealed(bundle: bytes) -> list[bytes]:
-    """A bundle's lines with its end line's seal left out: what two deployments that hold
-    the same session export alike (each seals with its own key)."""
-    lines = gzip.decompress(bundle).splitlines(keepends=True)
-    end = json.loads(lines[-1])
-    assert end["line"] == "end" and end["data"].pop("seal")  # every export is sealed
-    return [*lines[:-1], json.dumps(end, sort_keys=True).encode()]
 
 
 @pytest.fixture

@@ -17,12 +17,13 @@ import pytest
 from temporalio.service import RPCError
 
 from keel.client import BranchRefusedError, KeelClient, SessionHandle
+from schemas.branch import unsealed
 from schemas.config import WorkspaceStoreKind
 from tests.checkpoint_model import texts
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
 from tests.session.test_branch import db
-from tests.session.test_bundle import other_database, other_temporal, unsealed  # noqa: F401
+from tests.session.test_bundle import other_database, other_temporal  # noqa: F401
 
 CARD = {"op": "ADD", "type": "contact", "title": "Dana Whitfield", "field": "employer",
         "value": "Dana works at Northwind Traders", "confidence": "EXTRACTED",
