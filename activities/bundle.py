@@ -8,8 +8,9 @@ Invariants:
   deployment that sealed it, its bytes: the end line's seal is this deployment's).
 - The end line is sealed with this deployment's key (`seal_key`, schemas.bundle_seal). An
   import takes a bundle sealed here, unchanged, as it is; any other only with the
-  importer's word (`trust`) when its agent would run or reach anything here, and with its
-  harness rows labelled as imported unverified (`unverified_rows`) unless trusted.
+  importer's word (`trust`) or the importer's own agent (`agent`) when its agent would run
+  or reach anything here, and with its harness rows labelled as imported unverified
+  (`unverified_rows`) unless trusted.
 - A bundle holds the session's whole record (rewound rows too, with their marks), its
   checkpoints, its rewinds, its workspace's file history (from which its files as they
   stand follow), and its small state as the header; nothing of another session.
@@ -40,6 +41,7 @@ from psycopg import AsyncConnection
 from activities.branch import LOCK_TIMEOUT
 from activities.session_delete import delete_session_rows
 from activities.workspace import LocalStore, StoredFile
+from schemas.agent import AgentSpec
 from schemas.branch import (
     BUNDLE_VERSION,
     MAX_BUNDLE_BYTES,
@@ -273,22 +275,26 @@ def _unforged(rows: list[dict[str, Any]], user_name: str) -> None:
 async def import_bundle(database_url: str, bundle: bytes, new_id: str | None,
                         request_id: str, local: LocalStore | None = None,
                         memory: Callable[[ImportDone], Awaitable[None]] | None = None,
-                        *, trust: bool = False,
+                        *, trust: bool = False, agent: AgentSpec | None = None,
                         check: Callable[[SessionState], None] | None = None) -> ImportDone:
     """The bundle's session written into this database (see the module docstring), then
     its memory written by `memory` (the caller's way to the vault; it raises, having
     undone the import, when the vault refuses), then its files into `local` when the
     deployment keeps workspaces in folders (after the transaction, again on a retry: the
-    same files). `check` raises `BranchError` for a state no session here would start
+    same files). `agent`: the session goes on with this agent (the importer's own) instead
+    of the bundle's. `check` raises `BranchError` for a state no session here would start
     with; `trust`: a bundle not sealed here is taken as this deployment's own
     (schemas.bundle_seal)."""
     read = read_bundle(bundle)
+    if agent is not None:
+        read.header.state.take_agent(agent)
     session_id = new_id or read.header.session_id
     if problem := session_id_problem(session_id):
         raise BranchError(f"{problem}; import it under another id")
     if check is not None:
         check(read.header.state)
-    done = await _import(database_url, read, session_id, request_id, trust)
+    done = await _import(database_url, read, session_id, request_id,
+                         trust=trust, own_agent=agent is not None)
     if memory is not None and (done.cards or done.entries):
         await memory(done)
     if local is not None:
@@ -297,7 +303,7 @@ async def import_bundle(database_url: str, bundle: bytes, new_id: str | None,
 
 
 async def _import(database_url: str, read: ReadBundle, session_id: str, request_id: str,
-                  trust: bool) -> ImportDone:
+                  *, trust: bool, own_agent: bool) -> ImportDone:
     header, parts = read.header, read.parts
     async with await psycopg.AsyncConnection.connect(database_url) as conn, \
             conn.transaction():
@@ -318,7 +324,7 @@ async def _import(database_url: str, read: ReadBundle, session_id: str, request_
         unverified = 0
         try:
             if seal is not Seal.HERE and not trust:
-                if acting := acting_parts(header.state.config.agent):
+                if not own_agent and (acting := acting_parts(header.state.config.agent)):
                     raise BranchError(untrusted_text(seal, acting))
                 unverified = unverified_rows(parts["row"])
             _renamed(header, parts, session_id)

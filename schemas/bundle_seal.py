@@ -13,7 +13,7 @@ Invariants:
   - its session's agent may not run a command, reach a server or call a service of this
     deployment without that word (`acting_parts` names each: an MCP server, with the
     worker's variables it would pass on, a service tool), so opening a bundle never runs
-    what it carries;
+    what it carries; the importer may give the session an agent of their own instead;
   - its harness rows keep their text, and their source line says they were imported
     unverified (`unverified_source_line`), so no bundle passes its text for a Watch, Task,
     agent run or callback this deployment received; a user's row gets its source line as
@@ -95,8 +95,9 @@ def acting_parts(agent: AgentSpec | None) -> list[str]:
 def untrusted_text(seal: Seal, parts: list[str]) -> str:
     """The refusal of a bundle that is not this deployment's own and would act here."""
     return (f"the bundle is {SEAL_SAID[seal]}, and the session it holds would act in this "
-            f"deployment: {'; '.join(parts)}. Import it with --trust (trust=True) if you "
-            "trust who made it and what it runs")
+            f"deployment: {'; '.join(parts)}. Import it with an agent of your own (--agent "
+            "FILE, agent=...), or with --trust (trust=True) if you trust who made it and "
+            "what it runs")
 
 
 def unverified_source_line(line: str | None) -> str:

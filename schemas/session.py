@@ -370,6 +370,14 @@ class SessionState(BaseModel):
     # answers a session configured for another when the worker has no API key).
     answered_by: str | None = None
 
+    def take_agent(self, spec: AgentSpec) -> None:
+        """`spec` is the session's agent from now on (its model and limits where it sets
+        them); the MCP tools are listed again when its servers are not the ones listed."""
+        before = self.config.agent
+        self.config = self.config.with_agent(spec)
+        if before is None or before.mcp_servers != spec.mcp_servers:
+            self.mcp_listed = False
+
     # ----- model calls: how long the prompt cache should keep the context ----------------
 
     def call_asked(self, now: datetime) -> CacheTtl:

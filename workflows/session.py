@@ -343,11 +343,8 @@ class SessionWorkflow:
     async def set_agent(self, data: RawValue = NO_PAYLOAD) -> SessionStatus:
         """A new agent for later turns; the record gets a notice so a reader sees when."""
         spec, state = arg(AgentSpec, data, NO_PAYLOAD), self.state
-        before = state.config.agent
-        state.config = state.config.with_agent(spec)
+        state.take_agent(spec)
         self.session.window = state.config.window()
-        if before is None or before.mcp_servers != spec.mcp_servers:
-            state.mcp_listed = False
         await self.session.record_notice(
             f"The agent changed for later turns: model {state.config.model}, "
             f"{len(spec.tools)} service tools, {len(spec.mcp_servers)} MCP servers, "

@@ -18,6 +18,7 @@ import typer
 from rich.markup import escape
 
 from keel import branching
+from keel.cli.sessions import read_agent_spec
 from keel.cli.shell import CliError, connect, database_url, load_settings, run
 from keel.client import KeelClient, KeelError
 from keel.console import console, error
@@ -88,14 +89,19 @@ def import_(bundle: Path,
                 "--trust", help="Take a bundle this deployment did not seal (another "
                 "deployment's, an older Keel's, a changed one) as its own: its agent's MCP "
                 "servers and service tools, and its harness inputs as they are.")] = False,
+            agent: Annotated[Path | None, typer.Option(
+                "--agent", help="Go on with this agent spec (a TOML or JSON file) instead "
+                "of the bundle's.")] = None,
             ) -> None:
     """Start the session a bundle holds in this deployment; it goes on where it was."""
+    spec = read_agent_spec(agent)
+
     async def main() -> None:
         settings = load_settings()
         keel = await connect(settings)
         done = await branching.import_session(keel, bundle.read_bytes(), new_id,
                                               database_url=database_url(settings),
-                                              trust=trust)
+                                              trust=trust, agent=spec)
         memory = f", {done.cards} card(s), {done.entries} daily-note entries" if (
             done.cards or done.entries) else ""
         console.print(f"imported [bold]{escape(done.session_id)}[/]: {done.rows} row(s), "
@@ -107,6 +113,8 @@ def import_(bundle: Path,
         elif done.unverified_inputs:
             said += (f"; its {done.unverified_inputs} harness input(s) are labelled as "
                      "imported unverified (--trust takes them as they are)")
+        if agent is not None:
+            said += f"; it goes on with the agent of {escape(str(agent))}"
         console.print(said)
     run(main())
 

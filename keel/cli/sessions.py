@@ -33,7 +33,8 @@ from schemas.model import OFFLINE_MODEL_NAME
 from schemas.session import SessionStatus, SessionSummary
 
 __all__ = ["QUERIES", "SignalKind", "compact", "compact_line", "end", "list_", "query_command",
-           "send", "session_tree", "signal_", "start", "status", "status_table"]
+           "read_agent_spec", "send", "session_tree", "signal_", "start", "status",
+           "status_table"]
 
 
 def start(
@@ -58,7 +59,7 @@ def start(
         error("the first message is given twice (TEXT and --message): give it once")
         raise typer.Exit(2)
     message = message if text is None else text
-    spec = _agent_spec(agent, instructions, model, cache_ttl)
+    spec = read_agent_spec(agent, instructions, model, cache_ttl)
 
     async def main(message: str | None) -> None:
         message = None if message is None else given_text(message)
@@ -77,8 +78,9 @@ def start(
     run(main(message))
 
 
-def _agent_spec(agent: Path | None, instructions: Path | None, model: str | None,
-                cache_ttl: CacheTtl | None = None) -> AgentSpec | None:
+def read_agent_spec(agent: Path | None, instructions: Path | None = None,
+                    model: str | None = None,
+                    cache_ttl: CacheTtl | None = None) -> AgentSpec | None:
     """The spec from `--agent`, with `--instructions`, `--model` and `--cache-ttl` on top."""
     if agent is None and instructions is None and model is None and cache_ttl is None:
         return None

@@ -116,3 +116,22 @@ def test_an_id_with_a_double_quote_is_asked_for_by_its_part_before_it() -> None:
     assert id_clause("WorkflowId", 'say"hi') == "WorkflowId STARTS_WITH 'say'"
     assert id_clause("ScheduleId", "it's") == "ScheduleId = 'it\\'s'"
     assert id_clause("WorkflowId", '"x') == "WorkflowId STARTS_WITH ''"
+
+
+def test_a_new_agent_is_taken_and_its_mcp_tools_listed_again_only_when_its_servers_changed(
+        ) -> None:
+    from schemas.agent import AgentSpec
+    from schemas.mcp import McpServerSpec, McpStdio
+    from schemas.session import SessionConfig, SessionState
+
+    fs = McpServerSpec(name="fs", stdio=McpStdio(command="fs-server"))
+    state = SessionState(session_id="s", config=SessionConfig().with_agent(
+        AgentSpec(mcp_servers=[fs])), mcp_listed=True)
+    state.take_agent(AgentSpec(instructions="terse", model="m-2", mcp_servers=[fs]))
+    assert state.mcp_listed and state.config.model == "m-2"
+    assert state.config.agent is not None and state.config.agent.instructions == "terse"
+    state.take_agent(AgentSpec(instructions="terse"))  # its server gone
+    assert not state.mcp_listed
+    fresh = SessionState(session_id="s", config=SessionConfig(), mcp_listed=True)
+    fresh.take_agent(AgentSpec())  # none before
+    assert not fresh.mcp_listed

@@ -4,6 +4,7 @@ each says what it did in one line, and a refusal in one line with exit 1."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import uuid
 
 from typer.testing import CliRunner
@@ -46,7 +47,23 @@ async def test_the_branch_commands(client, settings, fake_anthropic, database_ur
         assert f"exported {sid} to" in out and bundle.stat().st_size > 0
         out = await asyncio.to_thread(keel, "import", str(bundle), "--id", f"{sid}-i")
         assert f"imported {sid}-i: 8 row(s), 0 checkpoint(s)" in out
+        assert out.endswith("the bundle was sealed by this deployment")
         assert await notes(kc.session(f"{sid}-i")) == "one"
+        # Changed since it was sealed: said so; with --agent the session goes on with it.
+        changed = tmp_path / "changed.keel"
+        changed.write_bytes(gzip.compress(gzip.decompress(bundle.read_bytes()).replace(
+            b"write one", b"write ONE")))
+        (tmp_path / "agent.toml").write_text('instructions = "Answer in one line."\n')
+        out = await asyncio.to_thread(keel, "import", str(changed), "--id", f"{sid}-c",
+                                      "--agent", str(tmp_path / "agent.toml"))
+        assert out.endswith("the bundle was changed since this deployment sealed it; it "
+                            f"goes on with the agent of {tmp_path / 'agent.toml'}")
+        agent = await kc.session(f"{sid}-c").agent()
+        assert agent is not None and agent.instructions == "Answer in one line."
+        out = await asyncio.to_thread(keel, "import", str(changed), "--id", f"{sid}-t",
+                                      "--trust")
+        assert out.endswith("changed since this deployment sealed it; taken as this "
+                            "deployment's own (--trust)")
         refused = await asyncio.to_thread(keel, "import", str(bundle), "--id", f"{sid}-f",
                                           code=1)
         assert "exists already" in refused

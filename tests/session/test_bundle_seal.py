@@ -1,7 +1,8 @@
 """A bundle's seal (schemas.bundle_seal): one this deployment wrote, unchanged, is imported
 as it is; one sealed elsewhere, changed since or never sealed is someone else's account of
 a session: its agent does not run a command or call a service here without the importer's
-word (`trust`), and its harness inputs reach the model labelled as imported unverified."""
+word (`trust`; or the importer gives an agent of their own), and its harness inputs reach
+the model labelled as imported unverified."""
 
 from __future__ import annotations
 
@@ -93,6 +94,12 @@ async def test_a_bundle_not_sealed_here_whose_agent_would_act_needs_the_importer
                                                         "'keel-test-no-such-server'"):
                 await other.import_session(given)
         assert db(other_database, "SELECT count(*) FROM sessions") == [(0,)]
+        # With an agent of the importer's own instead of the bundle's: taken.
+        mine = AgentSpec(instructions="Answer in one line.")
+        done = await other.import_session(bundle, f"{sid}-mine", agent=mine)
+        assert (done.seal, done.trusted) == ("elsewhere", False)
+        assert await other.session(f"{sid}-mine").agent() == mine
+        assert (await other.session(f"{sid}-mine").state()).mcp_listed is False
         done = await other.import_session(bundle, trust=True)  # the importer's word
         assert (done.seal, done.trusted) == ("elsewhere", True)
         agent = await other.session(sid).agent()
