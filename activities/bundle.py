@@ -40,6 +40,7 @@ from psycopg import AsyncConnection
 
 from activities.branch import LOCK_TIMEOUT
 from activities.session_delete import delete_session_rows
+from activities.wakeups import wakeup_schedule_id
 from activities.workspace import LocalStore, StoredFile
 from schemas.agent import AgentSpec
 from schemas.branch import (
@@ -379,6 +380,9 @@ async def _write(conn: AsyncConnection, header: BundleHeader,
         state.checkpoint_id = renamed_checkpoint(state.checkpoint_id, header.session_id,
                                                  session_id)
     state.session_id = session_id
+    for wakeup in state.wakeups:  # its own schedules (made by the caller), never the origin's
+        if wakeup.schedule_id:
+            wakeup.schedule_id = wakeup_schedule_id(session_id, wakeup.id)
     return ImportDone(session_id=session_id, bundle_session=header.session_id,
                       rows=len(parts["row"]), checkpoints=len(parts["checkpoint"]),
                       file_versions=len(parts["file"]), state=state)

@@ -1,9 +1,11 @@
 """The Temporal Schedules behind recurring wakeups: made and deleted by the session's own
-worker, through the client its activities run with (`activity.client()`).
+worker, through the client its activities run with (`activity.client()`); made by an
+import for the wakeups its session brings (keel.branching).
 
 Invariants:
 - One schedule per recurring wakeup, its id `wakeup_schedule_id(session, wakeup)`: a retried
-  create finds it made and succeeds, a retried delete finds it gone and succeeds.
+  create finds it made and succeeds, a retried delete finds it gone and succeeds. A session
+  only ever holds its own schedules' ids (an import renames what its bundle's state held).
 - An interval's fires are the wakeup's creation (up to the whole second) plus whole
   intervals (`interval_offset`): the first comes one interval after it was scheduled,
   never while the schedule's own workflow is still starting.
@@ -20,6 +22,7 @@ from datetime import timedelta
 from pydantic import BaseModel
 from temporalio import activity
 from temporalio.client import (
+    Client,
     Schedule,
     ScheduleActionStartWorkflow,
     ScheduleAlreadyRunningError,
@@ -34,7 +37,8 @@ from activities.heartbeat import beating
 from schemas.initiative import Wakeup, interval_offset, interval_schedule_start
 
 __all__ = ["WAKEUP_FIRE_WORKFLOW", "WakeupFire", "WakeupScheduleInput",
-           "create_wakeup_schedule", "delete_wakeup_schedule", "wakeup_schedule_id"]
+           "create_wakeup_schedule", "delete_wakeup_schedule", "make_wakeup_schedule",
+           "wakeup_schedule_id"]
 
 WAKEUP_FIRE_WORKFLOW = "KeelWakeupFire"
 
@@ -59,6 +63,12 @@ def wakeup_schedule_id(session_id: str, wakeup_id: str) -> str:
 @activity.defn(name="create_wakeup_schedule")
 @beating
 async def create_wakeup_schedule(data: WakeupScheduleInput) -> str:
+    return await make_wakeup_schedule(activity.client(), data)
+
+
+async def make_wakeup_schedule(client: Client, data: WakeupScheduleInput) -> str:
+    """The wakeup's schedule made through `client` (there already: left as it is); its id.
+    The session's activity, and an import that brings a session with its wakeups."""
     wakeup = data.wakeup
     sid = wakeup_schedule_id(data.session_id, wakeup.id)
     spec = ScheduleSpec(
@@ -74,8 +84,8 @@ async def create_wakeup_schedule(data: WakeupScheduleInput) -> str:
             id=f"{sid}-fire", task_queue=data.task_queue),
         spec=spec, policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
     try:
-        await activity.client().create_schedule(sid, schedule)
-    except ScheduleAlreadyRunningError:  # this activity's own retry: it is there
+        await client.create_schedule(sid, schedule)
+    except ScheduleAlreadyRunningError:  # a retry (the activity's, the import's): it is there
         pass
     return sid
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -193,6 +194,7 @@ async def import_session(keel: KeelClient, bundle: bytes, new_id: str | None = N
     except BranchError as err:
         raise BranchRefusedError(str(err)) from None
     state = done.state
+    await _schedules(keel, state)
     try:
         await keel.client.start_workflow(
             SESSION_WORKFLOW, SessionInput(session_id=done.session_id, config=state.config,
@@ -203,6 +205,19 @@ async def import_session(keel: KeelClient, bundle: bytes, new_id: str | None = N
     except WorkflowAlreadyStartedError:
         pass  # a retried import whose session ran (and ended) already
     return done
+
+
+async def _schedules(keel: KeelClient, state: SessionState) -> None:
+    """The schedules of the recurring wakeups an imported session brings, made for it here
+    before it starts (a retried import finds them made); an expired one's is not made:
+    the session drops it."""
+    from activities.wakeups import WakeupScheduleInput, make_wakeup_schedule
+
+    now = datetime.now(UTC)
+    for wakeup in state.wakeups:
+        if wakeup.schedule_id and wakeup.expires > now:
+            await make_wakeup_schedule(keel.client, WakeupScheduleInput(
+                session_id=state.session_id, wakeup=wakeup, task_queue=keel.task_queue))
 
 
 def _local(keel: KeelClient) -> LocalStore | None:

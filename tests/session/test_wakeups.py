@@ -303,3 +303,40 @@ async def test_a_wakeup_hours_ahead_fires_on_the_time_skipping_server(
             await asyncio.sleep(0.1)
         assert any(r[2] == "woke up after six hours" for r in rows(database_url, "wake-skip"))
         assert wakeup.due is not None and await session.wakeups() == []
+
+
+async def test_an_imported_session_s_recurring_wakeup_goes_on_on_a_schedule_of_its_own(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    """Imported under a new id beside its origin, a session's recurring wakeup gets a
+    schedule that signals the copy; cancelling it there leaves the origin's alone."""
+    from temporalio.service import RPCError
+
+    from activities.wakeups import WakeupFire, wakeup_schedule_id
+
+    fake_anthropic.responder = scheduler({"note": "poll CI", "every_s": 60,
+                                          "expires_in_s": 3600})
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    client = temporal_env.client
+    async with keel_worker(client, settings) as keel:
+        origin = await keel.start_session("wake-origin", agent=FAST)
+        await origin.ask("poll CI every minute for an hour")
+        bundle = await keel.export_session("wake-origin")
+        done = await keel.import_session(bundle, "wake-copy")
+        copy = keel.session(done.session_id)
+        (wakeup,) = await copy.wakeups()
+        assert wakeup.schedule_id == wakeup_schedule_id("wake-copy", "w1")
+        action = (await client.get_schedule_handle(wakeup.schedule_id).describe()
+                  ).schedule.action
+        fire = await client.data_converter.decode(action.args, [WakeupFire])
+        assert fire == [WakeupFire(session_id="wake-copy", wakeup_id="w1")]
+        assert await copy.cancel_wakeup("w1") == []
+        try:
+            await client.get_schedule_handle(wakeup.schedule_id).describe()
+            raise AssertionError("the copy's schedule is deleted with its wakeup")
+        except RPCError:
+            pass
+        (kept,) = await origin.wakeups()
+        assert kept.schedule_id == wakeup_schedule_id("wake-origin", "w1")
+        await client.get_schedule_handle(kept.schedule_id).describe()  # still there
+        await origin.end()
+        await copy.end()
