@@ -375,17 +375,27 @@ async def _write(conn: AsyncConnection, header: BundleHeader,
             " (path) * FROM workspace_file_versions WHERE scope = %(session)s"
             " ORDER BY path, id DESC) v WHERE v.data IS NOT NULL", args)
     await conn.execute("SELECT set_config('keel.branch_copy', 'off', true)")
-    state = header.state
-    if state.checkpoint_id:
-        state.checkpoint_id = renamed_checkpoint(state.checkpoint_id, header.session_id,
-                                                 session_id)
-    state.session_id = session_id
-    for wakeup in state.wakeups:  # its own schedules (made by the caller), never the origin's
-        if wakeup.schedule_id:
-            wakeup.schedule_id = wakeup_schedule_id(session_id, wakeup.id)
+    state = _own_state(header.state, header.session_id, session_id)
     return ImportDone(session_id=session_id, bundle_session=header.session_id,
                       rows=len(parts["row"]), checkpoints=len(parts["checkpoint"]),
                       file_versions=len(parts["file"]), state=state)
+
+
+def _own_state(state: SessionState, origin: str, session_id: str) -> SessionState:
+    """The bundle's state as the imported session's own (in place): its ids renamed, and
+    nothing that runs elsewhere claimed. The recurring wakeups' schedules are its own (made
+    by the caller); a child still working answers the session that delegated to it, so the
+    copy neither lists nor ends it; and the copy answers no parent (a child's bundle goes
+    on as a session of its own)."""
+    if state.checkpoint_id:
+        state.checkpoint_id = renamed_checkpoint(state.checkpoint_id, origin, session_id)
+    state.session_id = session_id
+    for wakeup in state.wakeups:
+        if wakeup.schedule_id:
+            wakeup.schedule_id = wakeup_schedule_id(session_id, wakeup.id)
+    state.children = [c for c in state.children if c.done is not None]
+    state.config.delegated = None
+    return state
 
 
 async def _stage_memory(conn: AsyncConnection, header: BundleHeader,

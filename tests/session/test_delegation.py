@@ -557,3 +557,35 @@ async def test_a_child_of_a_parent_on_older_code_answers_at_its_end(
     answers = [r for r in rows(database_url, "team-old")
                if (r[1] or "").startswith("[Harness: agent run ")]
     assert [a[2] for a in answers] == ["answer for an old parent"]
+
+
+async def test_an_imported_copy_leaves_its_origin_s_running_children_alone(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    """A child still working belongs to the session that delegated to it: a copy imported
+    beside it does not list it, and ending the copy does not end it."""
+    fake_anthropic.responder = team(lambda body: tool_use_message(
+        [("write_file", {"path": "x.md", "content": "x"})]), wait=False)
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session("team-copy", agent=spec(600, child_asks=True))
+        await asyncio.wait_for(parent.ask("find the answer"), 60)
+        [child] = (await parent.status()).children
+        assert child.done is None  # it waits on a person's approval
+        copy = keel.session((await keel.import_session(
+            await keel.export_session("team-copy"), "team-copy-2")).session_id)
+        assert (await copy.status()).children == []
+        await copy.end()
+        assert await _closed(temporal_env.client, "team-copy-2") == \
+            WorkflowExecutionStatus.COMPLETED
+        await asyncio.sleep(1)
+        assert await _closed(temporal_env.client, child.session_id, within_s=0.2) == \
+            WorkflowExecutionStatus.RUNNING
+        await parent.end()
+        assert await _closed(temporal_env.client, child.session_id) == \
+            WorkflowExecutionStatus.COMPLETED
+        # The child's own bundle goes on as a session of its own: it answers no parent.
+        assert (await keel.session(child.session_id).state()).config.delegated is not None
+        alone = await keel.import_session(await keel.export_session(child.session_id),
+                                          "team-child-alone")
+        assert alone.state.config.delegated is None
+        assert (await keel.session("team-child-alone").state()).config.delegated is None
