@@ -55,6 +55,7 @@ from schemas.branch import (
     check_header,
     line_kinds,
     line_of,
+    own_config,
     renamed_checkpoint,
     unpacked,
 )
@@ -394,7 +395,7 @@ def _own_state(state: SessionState, origin: str, session_id: str) -> SessionStat
         if wakeup.schedule_id:
             wakeup.schedule_id = wakeup_schedule_id(session_id, wakeup.id)
     state.children = [c for c in state.children if c.done is not None]
-    state.config.delegated = None
+    state.config = own_config(state.config)
     return state
 
 

@@ -221,12 +221,19 @@ def renamed_checkpoint(checkpoint_id: str, old_session: str, new_session: str) -
     return f"{checkpoint_id}@{new_session}"
 
 
+def own_config(config: SessionConfig) -> SessionConfig:
+    """A branch's config (a fork's, an import's): its origin's, answering no parent: a
+    sub-agent's branch goes on as a session of its own (it would answer the origin's
+    parent, for a task the origin was given, and end)."""
+    return config.model_copy(update={"delegated": None})
+
+
 def state_at(session_id: str, config: SessionConfig, checkpoint: BranchCheckpoint | None,
              point: int, *, turn: int, checkpoint_count: int, checkpoint_attempts: int,
              checkpoint_id: str | None = None) -> SessionState:
     """The small state of a session that goes on from `point` (a fork's first run; the
     fields a rewind resets). `checkpoint_id`: the checkpoint's id in that session."""
-    state = SessionState(session_id=session_id, config=config, next_seq=point + 1,
+    state = SessionState(session_id=session_id, config=own_config(config), next_seq=point + 1,
                          recorded_upto=point, turn=turn, checkpoint_count=checkpoint_count,
                          checkpoint_attempts=checkpoint_attempts)
     if checkpoint is not None:

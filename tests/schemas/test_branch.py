@@ -78,6 +78,14 @@ def test_the_state_points_at_the_checkpoint():
         "ckpt:f:a20", "M", 900)
     bare = state_at("f", config, None, 5, turn=1, checkpoint_count=0, checkpoint_attempts=0)
     assert (bare.window_start_seq, bare.checkpoint_id, bare.mind_text) == (1, None, "")
+    # A sub-agent's branch answers no parent: it goes on as a session of its own.
+    from schemas.initiative import DelegatedTask
+
+    child = config.model_copy(update={"delegated": DelegatedTask(
+        parent_session="p", call_id="c1", agent="researcher", task="look it up")})
+    branch = state_at("f", child, None, 5, turn=1, checkpoint_count=0, checkpoint_attempts=0)
+    assert branch.config.delegated is None and branch.config.model == "m"
+    assert child.delegated is not None  # the origin's config is left as it was
 
 
 def test_checkpoint_ids_are_renamed_for_the_new_session():

@@ -589,3 +589,12 @@ async def test_an_imported_copy_leaves_its_origin_s_running_children_alone(
                                           "team-child-alone")
         assert alone.state.config.delegated is None
         assert (await keel.session("team-child-alone").state()).config.delegated is None
+        # So does a fork of it: its turn answers the person, and it goes on.
+        fork = keel.session((await keel.fork(child.session_id, at_seq=1)).session_id)
+        fake_anthropic.responder = lambda body: text_message("the fork answers")
+        assert (await asyncio.wait_for(fork.ask("go on"), 60)).reply_text == \
+            "the fork answers"
+        assert (await fork.state()).config.delegated is None
+        assert await _closed(temporal_env.client, fork.session_id, within_s=0.2) == \
+            WorkflowExecutionStatus.RUNNING
+        await fork.end()
