@@ -160,6 +160,8 @@ class ChildRun(BaseModel):
     # Started by the parent's model call (activities.delegate_ahead), not as a Temporal
     # child: its parent asks now and then whether it closed without answering.
     ahead: bool = False
+    # The assistant row whose delegate call started it: a rewind to before it ends it.
+    seq: int | None = None
 
 
 class WakeupRefused(ValueError):

@@ -20,7 +20,8 @@ Invariants:
   meanwhile is recorded at a seq past the marked ones (or, while the rewind waited on the
   cancelled turn, kept live by name: `keep_seqs`) and its turn runs on the rewound context.
 - The rewind cancels the wakeups a call in an abandoned row scheduled
-  (`rewind-cancels-wakeups`; `Wakeup.seq` says which row), and a notice names them.
+  (`rewind-cancels-wakeups`; `Wakeup.seq` says which row), and ends the sub-agents still
+  working that one started (`rewind-ends-children`; `ChildRun.seq`); a notice names them.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         rewind_cancelled_text,
     )
     from schemas.session import SESSION_WORKFLOW, SessionInput, SessionPhase
+    from workflows.delegation import Delegation
     from workflows.failures import reason
     from workflows.inbox import Inbox
     from workflows.interrupt import Interrupter
@@ -55,14 +57,16 @@ with workflow.unsafe.imports_passed_through():
     from workflows.tools import ToolRunner
     from workflows.wakeups import Wakeups
 
-__all__ = ["REWIND_CANCELS_WAITS", "REWIND_CANCELS_WAKEUPS", "REWIND_HOLDS_INPUTS",
-           "ForkWorkflow", "Rewinder"]
+__all__ = ["REWIND_CANCELS_WAITS", "REWIND_CANCELS_WAKEUPS", "REWIND_ENDS_CHILDREN",
+           "REWIND_HOLDS_INPUTS", "ForkWorkflow", "Rewinder"]
 
 # Behaviour new to sessions that may exist already (a replay of a rewind before takes the
 # old path): the rewind cancels an approval wait, holds the inputs, cancels wakeups.
 REWIND_CANCELS_WAITS = "rewind-cancels-waits"
 REWIND_HOLDS_INPUTS = "rewind-holds-inputs"
 REWIND_CANCELS_WAKEUPS = "rewind-cancels-wakeups"
+# The rewind ends the sub-agents still working that a call in an abandoned row started.
+REWIND_ENDS_CHILDREN = "rewind-ends-children"
 SETTLED = (SessionPhase.IDLE, SessionPhase.STOPPED, SessionPhase.ENDED)
 
 # A branch's transaction waits at most a few seconds for a lock (activities.branch) and
@@ -108,9 +112,9 @@ class Rewinder:
     """The session's rewind: the checks before, the activity, the state after."""
 
     def __init__(self, run: SessionRun, inbox: Inbox, tools: ToolRunner,
-                 interrupts: Interrupter, wakeups: Wakeups) -> None:
+                 interrupts: Interrupter, wakeups: Wakeups, delegation: Delegation) -> None:
         self.run, self.inbox, self.tools = run, inbox, tools
-        self.interrupts, self.wakeups = interrupts, wakeups
+        self.interrupts, self.wakeups, self.delegation = interrupts, wakeups, delegation
 
     def check(self, data: RewindRequest) -> None:
         """Refuse a rewind the session cannot take now, before anything is written."""
@@ -174,6 +178,8 @@ class Rewinder:
             run.rewinding = False
         if workflow.patched(REWIND_CANCELS_WAKEUPS):
             await self.wakeups.cancel_after(data.to_seq)
+        if workflow.patched(REWIND_ENDS_CHILDREN):
+            await self.delegation.end_after(data.to_seq)
         return done
 
     async def _call(self, data: RewindInput) -> RewindDone:

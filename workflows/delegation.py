@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -106,10 +106,11 @@ CHECK_FIRST_S, CHECK_MAX_S = 2.0, 60.0  # asking whether a child started ahead c
 class Delegation:
     """The parent's and the child's side of delegation in one session run."""
 
-    def __init__(self, run: SessionRun, inbox: Inbox,
-                 outcomes: dict[int, TurnOutcome]) -> None:
+    def __init__(self, run: SessionRun, inbox: Inbox, outcomes: dict[int, TurnOutcome],
+                 calling_seq: Callable[[], int | None] = lambda: None) -> None:
         self.run = run
         self.inbox = inbox
+        self.calling_seq = calling_seq  # the assistant row of the call running now
         self.outcomes = outcomes  # the turns' outcomes, by input seq (workflows.turn)
         self.changes = 0
         self.busy = False  # a timeout is being recorded: continue-as-new waits for it
@@ -178,6 +179,7 @@ class Delegation:
         state = self.run.state
         child = child_run(state.session_id, state.config, call, workflow.now())
         child.ahead = ahead = self.ahead.pop(call.id, None) == child.session_id
+        child.seq = self.calling_seq()
         by_result = False
         if not ahead:
             # A waiting call hears the answer from the child's completion (this run waits
@@ -457,6 +459,23 @@ class Delegation:
             if child.done is None:
                 child.done = "ended"
                 await self._end_child(child, "ended: its parent session ended")
+
+    async def end_after(self, seq: int) -> list[ChildRun]:
+        """A rewind to `seq`: the children still working that a call after it started are
+        ended (their answers would come into a context that never asked), and a notice
+        names them."""
+        gone = [c for c in self.run.state.children
+                if c.done is None and c.seq is not None and c.seq > seq]
+        for child in gone:
+            child.done = "ended"
+            await self._end_child(child, f"ended: the session that delegated to it was "
+                                         f"rewound to #{seq}, before its delegate call")
+        if gone:
+            self.run.publish_summary()
+            await self.run.record_notice(
+                f"The rewind to #{seq} ended the sub-agents its abandoned rows started: "
+                + "; ".join(f"{c.agent} (session {c.session_id})" for c in gone))
+        return gone
 
     # ----- the child ---------------------------------------------------------------------
 

@@ -134,9 +134,9 @@ class SessionWorkflow:
         self.turns = Turns(self.session, self.inbox, self.tools, TurnObserver(state), outcomes)
         # The agent's own initiative: its tools run here, its signals come to these.
         self.wakeups = Wakeups(self.session, self.inbox, self.tools.calling_seq)
+        self.delegation = Delegation(self.session, self.inbox, outcomes, self.tools.calling_seq)
         self.rewinder = Rewinder(self.session, self.inbox, self.tools, self.turns.interrupts,
-                                 self.wakeups)
-        self.delegation = Delegation(self.session, self.inbox, outcomes)
+                                 self.wakeups, self.delegation)
         self.tools.initiative = {**self.wakeups.tools(), **self.delegation.tools()}
         self.turns.delegation = self.delegation
         self.own_signals: dict[str, Any] = {Handler.WAKEUP: self.wakeups.signalled,

@@ -598,3 +598,27 @@ async def test_an_imported_copy_leaves_its_origin_s_running_children_alone(
         assert await _closed(temporal_env.client, fork.session_id, within_s=0.2) == \
             WorkflowExecutionStatus.RUNNING
         await fork.end()
+
+
+async def test_a_rewind_to_before_a_delegate_call_ends_the_child_it_started(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    """Nothing of the abandoned branch is left working: a sub-agent a call after the point
+    started is ended, and a notice names it; the parent goes on from the point."""
+    fake_anthropic.responder = team(lambda body: tool_use_message(
+        [("write_file", {"path": "x.md", "content": "x"})]), wait=False)
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session("team-rewind", agent=spec(600, child_asks=True))
+        await asyncio.wait_for(parent.ask("find the answer"), 60)  # #1 to #4
+        [child] = (await parent.status()).children
+        assert child.done is None and child.seq == 2  # the delegate call's row
+        await parent.rewind(1)
+        assert await _closed(temporal_env.client, child.session_id) == \
+            WorkflowExecutionStatus.COMPLETED
+        child_status = await keel.session(child.session_id).status()
+        assert child_status.ended and "rewound to #1" in (child_status.stopped_reason or "")
+        assert [c.done for c in (await parent.status()).children] == ["ended"]
+        await parent.end()
+    notices = [r[2] for r in rows(database_url, "team-rewind") if r[0] == "notice"]
+    assert any("rewind to #1 ended the sub-agents its abandoned rows started: researcher"
+               in n for n in notices), notices
