@@ -26,6 +26,9 @@ handler a running session meets:
   while a call waits on a person (the wait cancelled, the turn ended, a wakeup the
   abandoned branch scheduled cancelled), a message sent while a rewind runs (held, then
   answered on the rewound context), an input id of a rewound row sent again, and the end;
+- `history-rewind-children`: on the fake Messages API, a rewind to before a delegate call
+  whose child still works (waiting on a person): the child ended under the patch
+  `rewind-ends-children`, a notice, a turn after, and the end;
 - `history-initiative` (and its child, named by its own id): the agent's own
   initiative on the fake Messages API (tests/fake_anthropic, on loopback): a one-shot
   wakeup that fires, a recurring one that fires and expires, one a client cancels, a
@@ -396,6 +399,40 @@ async def rewind_scenario(keel: KeelClient, settings: KeelSettings,
     return session
 
 
+REWIND_CHILDREN_SCENARIO = "history-rewind-children"
+REWIND_CHILDREN_AGENT = REWIND_AGENT.model_copy(update={"sub_agents": [
+    SubAgent(name="researcher", instructions="You look things up.", timeout_s=600)]})
+
+
+def rewind_children_model(body: dict[str, Any]) -> dict[str, Any]:
+    """A child writes a file (which waits on a person); the parent delegates "delegate ..."
+    without waiting, and answers the rest as `rewind_model` does."""
+    system = body.get("system") or ""
+    if CHILD_NOTE in (system if isinstance(system, str) else
+                      " ".join(b.get("text", "") for b in system)):
+        return tool_use_message([("write_file", {"path": "found.md", "content": "x"})])
+    last = body["messages"][-1]["content"]
+    said = last if isinstance(last, str) else next(
+        (b["text"] for b in reversed(last) if b.get("type") == "text"), "")
+    if said.startswith("delegate"):
+        return tool_use_message([("delegate", {"agent": "researcher", "task": said,
+                                               "wait": False})])
+    return rewind_model(body)
+
+
+async def rewind_children_scenario(keel: KeelClient, settings: KeelSettings,
+                                   session_id: str) -> SessionHandle:
+    """A rewind to before a delegate call whose child still works (it waits on a person):
+    the child is ended and a notice names it (`rewind-ends-children`); a turn after."""
+    session = await keel.start_session(session_id, agent=REWIND_CHILDREN_AGENT)
+    await session.ask("hello")  # #1, #2
+    await session.ask("delegate the search")  # the delegate call at #4
+    await session.rewind(2)
+    await session.ask("after the rewind")
+    await session.end()
+    return session
+
+
 async def initiative_scenario(keel: KeelClient, settings: KeelSettings,
                               session_id: str) -> SessionHandle:
     session = await keel.start_session(session_id, agent=INITIATIVE_AGENT)
@@ -441,7 +478,8 @@ async def main() -> None:
         settings = KeelSettings(data_dir=Path(tmp), task_queue="keel-record")
         session_id = sys.argv[1] if len(sys.argv) > 1 else "history-queue-checkpoints"
         models = {**dict.fromkeys(INITIATIVE_SCENARIOS, initiative_model),
-                  REWIND_SCENARIO: rewind_model}
+                  REWIND_SCENARIO: rewind_model,
+                  REWIND_CHILDREN_SCENARIO: rewind_children_model}
         fake = (FakeAnthropic(models[session_id]) if session_id in models
                 else FakeAnthropic()).start()
         if session_id in (*BUDGET_SCENARIOS, *models):  # a fake API on loopback
@@ -465,7 +503,8 @@ async def main() -> None:
                                 REFUSED_SCENARIO: refused_scenario,
                                 REFUSED_ID_SCENARIO: refused_id_scenario,
                                 **dict.fromkeys(INITIATIVE_SCENARIOS, initiative_scenario),
-                                REWIND_SCENARIO: rewind_scenario}.get(
+                                REWIND_SCENARIO: rewind_scenario,
+                                REWIND_CHILDREN_SCENARIO: rewind_children_scenario}.get(
                                     session_id, queue_scenario)
                     session = await scenario(keel, settings, session_id)
                 if session_id not in (REFUSED_SCENARIO, REFUSED_ID_SCENARIO):  # no query
