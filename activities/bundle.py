@@ -8,9 +8,9 @@ Invariants:
   deployment that sealed it, its bytes: the end line's seal is this deployment's).
 - The end line is sealed with this deployment's key (`seal_key`, schemas.bundle_seal). An
   import takes a bundle sealed here, unchanged, as it is; any other only with the
-  importer's word (`trust`) or the importer's own agent (`agent`) when its agent would run
-  or reach anything here, and with its harness rows labelled as imported unverified
-  (`unverified_rows`) unless trusted.
+  importer's word (`trust`) when its agent would run or reach anything here (or with the
+  importer's own agent, `agent`) or it carries long memory, and with its harness rows
+  labelled as imported unverified (`unverified_rows`) unless trusted.
 - A bundle holds the session's whole record (rewound rows too, with their marks), its
   checkpoints, its rewinds, its workspace's file history (from which its files as they
   stand follow), and its small state as the header; nothing of another session.
@@ -73,6 +73,7 @@ from schemas.bundle_seal import (
     Seal,
     acting_parts,
     check_seal,
+    memory_parts,
     seal_of,
     untrusted_text,
     unverified_rows,
@@ -278,18 +279,22 @@ async def import_bundle(database_url: str, bundle: bytes, new_id: str | None,
                         request_id: str, local: LocalStore | None = None,
                         memory: Callable[[ImportDone], Awaitable[None]] | None = None,
                         *, trust: bool = False, agent: AgentSpec | None = None,
+                        with_memory: bool = True,
                         check: Callable[[SessionState], None] | None = None) -> ImportDone:
     """The bundle's session written into this database (see the module docstring), then
     its memory written by `memory` (the caller's way to the vault; it raises, having
     undone the import, when the vault refuses), then its files into `local` when the
     deployment keeps workspaces in folders (after the transaction, again on a retry: the
     same files). `agent`: the session goes on with this agent (the importer's own) instead
-    of the bundle's. `check` raises `BranchError` for a state no session here would start
-    with; `trust`: a bundle not sealed here is taken as this deployment's own
-    (schemas.bundle_seal)."""
+    of the bundle's; `with_memory=False`: the bundle's long memory is left out. `check`
+    raises `BranchError` for a state no session here would start with; `trust`: a bundle
+    not sealed here is taken as this deployment's own (schemas.bundle_seal)."""
     read = read_bundle(bundle)
     if agent is not None:
         read.header.state.take_agent(agent)
+    if not with_memory:
+        for kind in MEMORY_KINDS:
+            read.parts[kind] = []
     session_id = new_id or read.header.session_id
     if problem := session_id_problem(session_id):
         raise BranchError(f"{problem}; import it under another id")
@@ -326,8 +331,11 @@ async def _import(database_url: str, read: ReadBundle, session_id: str, request_
         unverified = 0
         try:
             if seal is not Seal.HERE and not trust:
-                if not own_agent and (acting := acting_parts(header.state.config.agent)):
-                    raise BranchError(untrusted_text(seal, acting))
+                agent = [] if own_agent else acting_parts(header.state.config.agent)
+                memory = memory_parts(header.state.config.memory_scope,
+                                      len(parts.get("card", [])), len(parts.get("daily", [])))
+                if agent or memory:
+                    raise BranchError(untrusted_text(seal, agent, memory))
                 unverified = unverified_rows(parts["row"])
             _renamed(header, parts, session_id)
             # The name the session gives a received message (its config's, checked).

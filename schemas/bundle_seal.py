@@ -14,6 +14,8 @@ Invariants:
     deployment without that word (`acting_parts` names each: an MCP server, with the
     worker's variables it would pass on, a service tool), so opening a bundle never runs
     what it carries; the importer may give the session an agent of their own instead;
+  - its long memory (cards, daily-note entries) is not written into a scope every session
+    of it recalls from without that word either (`memory_parts`);
   - its harness rows keep their text, and their source line says they were imported
     unverified (`unverified_source_line`), so no bundle passes its text for a Watch, Task,
     agent run or callback this deployment received; a user's row gets its source line as
@@ -92,12 +94,27 @@ def acting_parts(agent: AgentSpec | None) -> list[str]:
     return parts
 
 
-def untrusted_text(seal: Seal, parts: list[str]) -> str:
-    """The refusal of a bundle that is not this deployment's own and would act here."""
+def memory_parts(scope: str | None, cards: int, entries: int) -> list[str]:
+    """What a bundle's long memory would write here: into a scope every session of it
+    recalls from."""
+    if not cards and not entries:
+        return []
+    return [f"it writes {cards} card(s) and {entries} daily-note entries into memory scope "
+            f"{scope!r}, which every session of that scope recalls"]
+
+
+def untrusted_text(seal: Seal, agent_parts: list[str], memory: list[str]) -> str:
+    """The refusal of a bundle that is not this deployment's own and would act here: what
+    its agent would run or reach, what its memory would write."""
+    ways = ["with --trust (trust=True) if you trust who made it and what it "
+            + ("runs" if agent_parts else "remembers")]
+    if agent_parts and not memory:
+        ways.insert(0, "with an agent of your own (--agent FILE, agent=...)")
+    if memory:
+        ways.insert(0, "without its memory (--without-memory, with_memory=False)")
     return (f"the bundle is {SEAL_SAID[seal]}, and the session it holds would act in this "
-            f"deployment: {'; '.join(parts)}. Import it with an agent of your own (--agent "
-            "FILE, agent=...), or with --trust (trust=True) if you trust who made it and "
-            "what it runs")
+            f"deployment: {'; '.join(agent_parts + memory)}. Import it "
+            + ", or ".join(ways))
 
 
 def unverified_source_line(line: str | None) -> str:

@@ -92,6 +92,9 @@ def import_(bundle: Path,
             agent: Annotated[Path | None, typer.Option(
                 "--agent", help="Go on with this agent spec (a TOML or JSON file) instead "
                 "of the bundle's.")] = None,
+            without_memory: Annotated[bool, typer.Option(
+                "--without-memory", help="Leave the bundle's cards and daily-note entries "
+                "out.")] = False,
             ) -> None:
     """Start the session a bundle holds in this deployment; it goes on where it was."""
     spec = read_agent_spec(agent)
@@ -101,7 +104,8 @@ def import_(bundle: Path,
         keel = await connect(settings)
         done = await branching.import_session(keel, bundle.read_bytes(), new_id,
                                               database_url=database_url(settings),
-                                              trust=trust, agent=spec)
+                                              trust=trust, agent=spec,
+                                              with_memory=not without_memory)
         memory = f", {done.cards} card(s), {done.entries} daily-note entries" if (
             done.cards or done.entries) else ""
         console.print(f"imported [bold]{escape(done.session_id)}[/]: {done.rows} row(s), "

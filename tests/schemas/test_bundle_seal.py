@@ -101,3 +101,23 @@ def test_unverified_rows_are_labelled_and_counted_again() -> None:
     assert (rows[2]["source_line"], rows[2]["token_count"]) == (None, 1)
     assert (rows[3]["source_line"], rows[3]["token_count"]) == (None, 7)
     assert rows[4]["source_line"] is None
+
+
+def test_a_refusal_names_what_would_act_and_the_ways_to_import_it() -> None:
+    from schemas.bundle_seal import memory_parts, untrusted_text
+
+    assert memory_parts("team", 0, 0) == []
+    memory = memory_parts("team", 2, 40)
+    assert memory == ["it writes 2 card(s) and 40 daily-note entries into memory scope "
+                      "'team', which every session of that scope recalls"]
+    runs = ["MCP server 'fs' runs 'npx' on the worker"]
+    agent_only = untrusted_text(Seal.NONE, runs, [])
+    assert agent_only.startswith("the bundle is not sealed, and the session it holds would "
+                                 "act in this deployment: MCP server 'fs' runs 'npx'")
+    assert "with an agent of your own (--agent FILE" in agent_only
+    assert agent_only.endswith("--trust (trust=True) if you trust who made it and what it "
+                               "runs")
+    both = untrusted_text(Seal.ELSEWHERE, runs, memory)
+    assert "--agent" not in both  # an agent of one's own would not keep the memory out
+    assert "without its memory (--without-memory" in both and "memory scope 'team'" in both
+    assert untrusted_text(Seal.CHANGED, [], memory).endswith("what it remembers")

@@ -96,14 +96,25 @@ async def test_a_bundle_with_memory_moves_the_cards_and_entries_byte_for_byte(
     assert kinds(bundle).count("daily") == entries(vault_a, session.session_id) >= 4
     assert db(database_url, "SELECT count(*) FROM bundle_memory") == [(0,)]  # drained
     async with keel_worker(other_temporal, there) as other:
-        done = await other.import_session(bundle)
+        # Sealed by another deployment: its memory would go into a scope every session of
+        # it recalls from, so it is written only on the importer's word; without it, the
+        # session comes alone.
+        with pytest.raises(BranchRefusedError, match=(
+                r"sealed by another deployment.*writes 1 card\(s\) and \d+ daily-note "
+                r"entries into memory scope 'default'.*--without-memory.*--trust")):
+            await other.import_session(bundle)
+        alone = await other.import_session(bundle, f"{session.session_id}-alone",
+                                           with_memory=False)
+        assert (alone.seal, alone.cards, alone.entries) == ("elsewhere", 0, 0)
+        assert not (vault_b / CARD_FILE).exists()
+        done = await other.import_session(bundle, trust=True)
         assert (done.cards, done.entries) == (1, entries(vault_a, session.session_id))
         assert (vault_b / CARD_FILE).read_bytes() == (vault_a / CARD_FILE).read_bytes()
         days = sorted((vault_b / "daily").glob("*.md"))
         assert days and "plain words" in days[0].read_text()
         assert unsealed(await other.export_session(done.session_id, with_memory=True)) == \
             unsealed(bundle)
-        assert await other.import_session(bundle) == done  # a retry finds the first
+        assert await other.import_session(bundle, trust=True) == done  # finds the first
         # The card is found by recall there, as the session's own memory.
         hits = db(other_database, "SELECT count(*) FROM memory_docs WHERE path = %s",
                   str(CARD_FILE))
