@@ -88,7 +88,8 @@ def import_(bundle: Path,
             trust: Annotated[bool, typer.Option(
                 "--trust", help="Take a bundle this deployment did not seal (another "
                 "deployment's, an older Keel's, a changed one) as its own: its agent's MCP "
-                "servers and service tools, and its harness inputs as they are.")] = False,
+                "servers and service tools, its long memory, and its harness inputs as "
+                "they are.")] = False,
             agent: Annotated[Path | None, typer.Option(
                 "--agent", help="Go on with this agent spec (a TOML or JSON file) instead "
                 "of the bundle's.")] = None,
