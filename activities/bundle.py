@@ -7,7 +7,8 @@ Invariants:
   imported from a bundle and exported again gives the bundle's lines (and, in the
   deployment that sealed it, its bytes: the end line's seal is this deployment's).
 - The end line is sealed with this deployment's key (`seal_key`, schemas.bundle_seal). An
-  import takes a bundle sealed here, unchanged, as it is; any other only with the
+  import takes a bundle sealed here or by a deployment it trusts, unchanged, as it is; any
+  other only with the
   importer's word (`trust`) when its agent would run or reach anything here (or with the
   importer's own agent, `agent`) or it carries long memory, and with its harness rows
   labelled as imported unverified (`unverified_rows`) unless trusted.
@@ -32,7 +33,7 @@ from __future__ import annotations
 import gzip
 import json
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NamedTuple
 
 import psycopg
@@ -70,7 +71,7 @@ from schemas.bundle_memory import (
 from schemas.bundle_seal import (
     KEY_BYTES,
     KEY_NAME,
-    Seal,
+    OWN,
     acting_parts,
     check_seal,
     memory_parts,
@@ -279,7 +280,7 @@ async def import_bundle(database_url: str, bundle: bytes, new_id: str | None,
                         request_id: str, local: LocalStore | None = None,
                         memory: Callable[[ImportDone], Awaitable[None]] | None = None,
                         *, trust: bool = False, agent: AgentSpec | None = None,
-                        with_memory: bool = True,
+                        with_memory: bool = True, trusted_keys: Mapping[str, str] | None = None,
                         check: Callable[[SessionState], None] | None = None) -> ImportDone:
     """The bundle's session written into this database (see the module docstring), then
     its memory written by `memory` (the caller's way to the vault; it raises, having
@@ -288,7 +289,8 @@ async def import_bundle(database_url: str, bundle: bytes, new_id: str | None,
     same files). `agent`: the session goes on with this agent (the importer's own) instead
     of the bundle's; `with_memory=False`: the bundle's long memory is left out. `check`
     raises `BranchError` for a state no session here would start with; `trust`: a bundle
-    not sealed here is taken as this deployment's own (schemas.bundle_seal)."""
+    not sealed here or by a deployment of `trusted_keys` (name -> public key) is taken as
+    this deployment's own (schemas.bundle_seal)."""
     read = read_bundle(bundle)
     if agent is not None:
         read.header.state.take_agent(agent)
@@ -300,8 +302,8 @@ async def import_bundle(database_url: str, bundle: bytes, new_id: str | None,
         raise BranchError(f"{problem}; import it under another id")
     if check is not None:
         check(read.header.state)
-    done = await _import(database_url, read, session_id, request_id,
-                         trust=trust, own_agent=agent is not None)
+    done = await _import(database_url, read, session_id, request_id, trust=trust,
+                         own_agent=agent is not None, trusted_keys=trusted_keys or {})
     if memory is not None and (done.cards or done.entries):
         await memory(done)
     if local is not None:
@@ -310,7 +312,8 @@ async def import_bundle(database_url: str, bundle: bytes, new_id: str | None,
 
 
 async def _import(database_url: str, read: ReadBundle, session_id: str, request_id: str,
-                  *, trust: bool, own_agent: bool) -> ImportDone:
+                  *, trust: bool, own_agent: bool,
+                  trusted_keys: Mapping[str, str]) -> ImportDone:
     header, parts = read.header, read.parts
     async with await psycopg.AsyncConnection.connect(database_url) as conn, \
             conn.transaction():
@@ -327,15 +330,15 @@ async def _import(database_url: str, read: ReadBundle, session_id: str, request_
                                      (session_id,))).fetchone():
             raise BranchError(f"session {session_id} exists already in this deployment; "
                               "import it under another id (--id)")
-        seal = check_seal(await seal_key(conn), read.body, read.end.seal)
+        found = check_seal(await seal_key(conn), read.body, read.end.seal, trusted_keys)
         unverified = 0
         try:
-            if seal is not Seal.HERE and not trust:
+            if found.seal not in OWN and not trust:
                 agent = [] if own_agent else acting_parts(header.state.config.agent)
                 memory = memory_parts(header.state.config.memory_scope,
                                       len(parts.get("card", [])), len(parts.get("daily", [])))
                 if agent or memory:
-                    raise BranchError(untrusted_text(seal, agent, memory))
+                    raise BranchError(untrusted_text(found, agent, memory))
                 unverified = unverified_rows(parts["row"])
             _renamed(header, parts, session_id)
             # The name the session gives a received message (its config's, checked).
@@ -344,7 +347,8 @@ async def _import(database_url: str, read: ReadBundle, session_id: str, request_
             raise BranchError(f"the bundle's lines are malformed ({type(err).__name__}: "
                               f"{str(err)[:200]})") from None
         result = await _write(conn, header, parts, session_id)
-        result.seal, result.trusted = seal.value, trust and seal is not Seal.HERE
+        result.seal, result.sealed_by = found.seal.value, found.by
+        result.trusted = trust and found.seal not in OWN
         result.unverified_inputs = unverified
         await _stage_memory(conn, header, parts, session_id, request_id, result)
         await conn.execute(

@@ -54,7 +54,8 @@ if TYPE_CHECKING:
     from schemas.agent import AgentSpec
     from schemas.branch import ImportDone
 
-__all__ = ["export_session", "fork_session", "import_session", "memory_call", "session_state"]
+__all__ = ["export_session", "fork_session", "import_session", "memory_call",
+           "seal_public_key", "session_state"]
 
 
 async def session_state(session: SessionHandle) -> SessionState:
@@ -194,6 +195,7 @@ async def import_session(keel: KeelClient, bundle: bytes, new_id: str | None = N
     try:
         done = await import_bundle(url, bundle, new_id, request_id, _local(keel), memory,
                                    trust=trust, agent=agent, with_memory=with_memory,
+                                   trusted_keys=keel.settings.trusted_bundle_keys,
                                    check=check)
     except BranchError as err:
         raise BranchRefusedError(str(err)) from None
@@ -209,6 +211,19 @@ async def import_session(keel: KeelClient, bundle: bytes, new_id: str | None = N
     except WorkflowAlreadyStartedError:
         pass  # a retried import whose session ran (and ended) already
     return done
+
+
+async def seal_public_key(keel: KeelClient, database_url: str | None = None) -> str:
+    """This deployment's public key for bundle seals: what another deployment adds to its
+    KEEL_TRUSTED_BUNDLE_KEYS to take this one's bundles as its own (schemas.bundle_seal)."""
+    import psycopg
+
+    from activities.bundle import seal_key
+    from schemas.bundle_seal import public_key
+
+    async with await psycopg.AsyncConnection.connect(_url(keel, database_url),
+                                                     autocommit=True) as conn:
+        return public_key(await seal_key(conn))
 
 
 async def _schedules(keel: KeelClient, state: SessionState) -> None:

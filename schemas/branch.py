@@ -148,9 +148,10 @@ class ImportDone(BaseModel):
     cards: int = 0
     entries: int = 0
     # What its seal said here (schemas.bundle_seal.Seal), whether the importer's word took
-    # a bundle not sealed here as this deployment's own, and how many harness inputs
-    # were labelled as imported unverified (none when it was sealed here or trusted).
+    # a bundle not sealed here (nor by a deployment trusted here) as this deployment's
+    # own, and how many harness inputs were labelled as imported unverified.
     seal: str = "here"
+    sealed_by: str | None = None  # the trusted deployment that sealed it, by its name here
     trusted: bool = False
     unverified_inputs: int = 0
 

@@ -1,15 +1,16 @@
-"""A session bundle's seal: whether this deployment wrote it, unchanged. No I/O.
+"""A session bundle's seal: which deployment wrote it, and that nothing changed since. No I/O.
 
 Invariants:
-- A seal is `<key id>:<HMAC-SHA256 of the bundle's lines before its end line>`, written in
-  the end line (`seal`) with the deployment's own key (`deployment_keys`, migration 014).
-  The key id is a digest of the key, never the key: it tells "sealed by another
-  deployment" from "changed since this one sealed it". Readers that know no seal ignore
-  the field, so a sealed bundle is read by every Keel that reads its version.
-- An import takes a bundle as this deployment's own only when its seal verifies here
-  (`Seal.HERE`). Anything else (no seal, another deployment's, a seal that no longer
-  matches) is someone else's account of a session, and `--trust` is the person's word that
-  it may be taken as its own:
+- A seal is `ed25519:<public key>:<signature of the bundle's lines before its end line>`,
+  written in the end line (`seal`) with the deployment's own key (`deployment_keys`,
+  migration 014: made once, never leaves the database). The public key names the signer:
+  this deployment, one it trusts (`KEEL_TRUSTED_BUNDLE_KEYS`, name=key, the key as
+  `keel seal-key` prints it there), or another. Readers that know no seal ignore the field,
+  so a sealed bundle is read by every Keel that reads its version.
+- An import takes a bundle as this deployment's own only when its seal verifies with this
+  deployment's key or a trusted one (`OWN`). Anything else (no seal, an untrusted
+  deployment's, a seal that no longer matches its lines) is someone else's account of a
+  session, and `--trust` is the person's word that it may be taken as its own:
   - its session's agent may not run a command, reach a server or call a service of this
     deployment without that word (`acting_parts` names each: an MCP server, with the
     worker's variables it would pass on, a service tool), so opening a bundle never runs
@@ -24,53 +25,99 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
 
 from schemas.agent import AgentSpec
 from schemas.messages import HARNESS_PREFIX, MessageType
 from schemas.tokens import count_tokens
 
 KEY_NAME = "bundle-seal"
-KEY_BYTES = 32
-_ID_CHARS = 16
+KEY_BYTES = 32  # an Ed25519 private key
+SEAL_SCHEME = "ed25519"
+# Signed before the lines, so a seal signs a bundle and nothing else the key might sign.
+SEAL_CONTEXT = b"keel-session-bundle-seal\n"
 
 
 class Seal(StrEnum):
     HERE = "here"  # sealed by this deployment, unchanged since
-    ELSEWHERE = "elsewhere"  # sealed by another deployment's key
-    CHANGED = "changed"  # sealed by this deployment, changed since
+    TRUSTED = "trusted"  # sealed by a deployment this one trusts, unchanged since
+    ELSEWHERE = "elsewhere"  # sealed by a deployment this one does not trust
+    CHANGED = "changed"  # sealed here or by a trusted deployment, changed since
     NONE = "none"  # not sealed (an older Keel's bundle, or one made by hand)
 
 
-SEAL_SAID = {
-    Seal.HERE: "sealed by this deployment",
-    Seal.ELSEWHERE: "sealed by another deployment",
-    Seal.CHANGED: "changed since this deployment sealed it",
-    Seal.NONE: "not sealed",
-}
+def seal_said(seal: Seal, by: str | None = None) -> str:
+    """What an import found, in words: "the bundle was ..."."""
+    if seal is Seal.TRUSTED:
+        return f"sealed by {by}, a deployment this one trusts"
+    if seal is Seal.CHANGED:
+        return f"changed since {by or 'this deployment'} sealed it"
+    return {Seal.HERE: "sealed by this deployment",
+            Seal.ELSEWHERE: "sealed by a deployment this one does not trust",
+            Seal.NONE: "not sealed"}[seal]
 
 
-def key_id(key: bytes) -> str:
-    """The public name of a key: a digest, from which the key cannot be had."""
-    return hashlib.sha256(b"keel-bundle-seal-id:" + key).hexdigest()[:_ID_CHARS]
+# What an import takes as this deployment's own without the importer's word.
+OWN = frozenset({Seal.HERE, Seal.TRUSTED})
+
+
+class SealCheck(NamedTuple):
+    seal: Seal
+    by: str | None = None  # the trusted deployment's name (TRUSTED, or CHANGED since it)
+
+
+def public_key(key: bytes) -> str:
+    """The public half of a deployment's key, as hex: what another deployment trusts."""
+    return Ed25519PrivateKey.from_private_bytes(key).public_key().public_bytes_raw().hex()
 
 
 def seal_of(key: bytes, body: bytes) -> str:
     """The seal of a bundle whose lines before its end line are `body`."""
-    return f"{key_id(key)}:{hmac.new(key, body, hashlib.sha256).hexdigest()}"
+    signature = Ed25519PrivateKey.from_private_bytes(key).sign(SEAL_CONTEXT + body)
+    return f"{SEAL_SCHEME}:{public_key(key)}:{signature.hex()}"
 
 
-def check_seal(key: bytes, body: bytes, seal: str | None) -> Seal:
-    """What `seal` says of `body` to the holder of `key`."""
+def check_seal(key: bytes, body: bytes, seal: str | None,
+               trusted: Mapping[str, str] | None = None) -> SealCheck:
+    """What `seal` says of `body` to the deployment holding `key` and trusting the public
+    keys `trusted` (name -> hex)."""
     if not seal:
-        return Seal.NONE
-    named, _, _ = seal.partition(":")
-    if not hmac.compare_digest(named, key_id(key)):
-        return Seal.ELSEWHERE
-    return Seal.HERE if hmac.compare_digest(seal, seal_of(key, body)) else Seal.CHANGED
+        return SealCheck(Seal.NONE)
+    scheme, _, rest = seal.partition(":")
+    signer, _, signature = rest.partition(":")
+    own = public_key(key)
+    by = next((name for name, hexed in (trusted or {}).items()
+               if hexed.lower() == signer.lower()), None)
+    if scheme != SEAL_SCHEME or (signer.lower() != own and by is None):
+        return SealCheck(Seal.ELSEWHERE)
+    try:
+        Ed25519PublicKey.from_public_bytes(bytes.fromhex(signer)).verify(
+            bytes.fromhex(signature), SEAL_CONTEXT + body)
+    except (ValueError, InvalidSignature):
+        return SealCheck(Seal.CHANGED, by)
+    return SealCheck(Seal.HERE) if signer.lower() == own else SealCheck(Seal.TRUSTED, by)
+
+
+def trusted_keys_problem(keys: Mapping[str, str]) -> str | None:
+    """Why a deployment cannot trust `keys` (name -> public key hex), or None."""
+    for name, hexed in keys.items():
+        if not name or any(c in name for c in "=,") or not name.isprintable():
+            return f"a trusted deployment's name {name!r} is empty or holds '=', ',' or a " \
+                   "control character"
+        try:
+            Ed25519PublicKey.from_public_bytes(bytes.fromhex(hexed))
+        except ValueError:
+            return (f"the key trusted as {name!r} is not a public key as `keel seal-key` "
+                    "prints it (64 hex digits)")
+    return None
 
 
 def acting_parts(agent: AgentSpec | None) -> list[str]:
@@ -103,7 +150,7 @@ def memory_parts(scope: str | None, cards: int, entries: int) -> list[str]:
             f"{scope!r}, which every session of that scope recalls"]
 
 
-def untrusted_text(seal: Seal, agent_parts: list[str], memory: list[str]) -> str:
+def untrusted_text(check: SealCheck, agent_parts: list[str], memory: list[str]) -> str:
     """The refusal of a bundle that is not this deployment's own and would act here: what
     its agent would run or reach, what its memory would write."""
     ways = ["with --trust (trust=True) if you trust who made it and what it "
@@ -112,7 +159,7 @@ def untrusted_text(seal: Seal, agent_parts: list[str], memory: list[str]) -> str
         ways.insert(0, "with an agent of your own (--agent FILE, agent=...)")
     if memory:
         ways.insert(0, "without its memory (--without-memory, with_memory=False)")
-    return (f"the bundle is {SEAL_SAID[seal]}, and the session it holds would act in this "
+    return (f"the bundle is {seal_said(*check)}, and the session it holds would act in this "
             f"deployment: {'; '.join(agent_parts + memory)}. Import it "
             + ", or ".join(ways))
 

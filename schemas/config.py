@@ -140,6 +140,10 @@ class KeelSettings(BaseModel):
     # KEEL_PRICES (JSON: {"prefix": {"input": 3, "output": 15, "cache_read": 0.3,
     # "cache_write": 3.75}}) over them.
     prices: PriceTable = Field(default_factory=lambda: dict(DEFAULT_PRICES))
+    # Deployments whose sealed bundles an import takes as this one's own (schemas.
+    # bundle_seal): name -> public key, as `keel seal-key` prints it there;
+    # KEEL_TRUSTED_BUNDLE_KEYS="staging=<key>,laptop=<key>".
+    trusted_bundle_keys: dict[str, str] = Field(default_factory=dict)
 
     def provider_names(self) -> list[str]:
         return sorted({"default", "offline", *self.providers})
@@ -230,7 +234,27 @@ class KeelSettings(BaseModel):
             memory=memory_from_env(data_dir, e),
             providers=providers_from_env(e),
             prices=prices_from_env(e),
+            trusted_bundle_keys=trusted_keys_from_env(e.get("KEEL_TRUSTED_BUNDLE_KEYS")),
         )
+
+
+def trusted_keys_from_env(value: str | None) -> dict[str, str]:
+    """KEEL_TRUSTED_BUNDLE_KEYS: `name=key` entries, comma-separated; ValueError naming the
+    entry that is none."""
+    from schemas.bundle_seal import trusted_keys_problem
+
+    keys: dict[str, str] = {}
+    for entry in (value or "").split(","):
+        if not entry.strip():
+            continue
+        name, sep, key = entry.partition("=")
+        if not sep:
+            raise ValueError(f"KEEL_TRUSTED_BUNDLE_KEYS: {entry.strip()[:80]!r} is not "
+                             "name=key")
+        keys[name.strip()] = key.strip().lower()
+    if problem := trusted_keys_problem(keys):
+        raise ValueError(f"KEEL_TRUSTED_BUNDLE_KEYS: {problem}")
+    return keys
 
 
 def allowed_from_env(value: str | None) -> tuple[str, ...] | None:

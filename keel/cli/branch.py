@@ -22,9 +22,9 @@ from keel.cli.sessions import read_agent_spec
 from keel.cli.shell import CliError, connect, database_url, load_settings, run
 from keel.client import KeelClient, KeelError
 from keel.console import console, error
-from schemas.bundle_seal import SEAL_SAID, Seal
+from schemas.bundle_seal import Seal, seal_said
 
-__all__ = ["delete", "export", "fork", "import_", "rewind"]
+__all__ = ["delete", "export", "fork", "import_", "rewind", "seal_key"]
 
 
 def fork(
@@ -112,7 +112,7 @@ def import_(bundle: Path,
         console.print(f"imported [bold]{escape(done.session_id)}[/]: {done.rows} row(s), "
                       f"{done.checkpoints} checkpoint(s), {done.file_versions} file "
                       f"version(s){memory}")
-        said = f"the bundle was {SEAL_SAID[Seal(done.seal)]}"
+        said = f"the bundle was {seal_said(Seal(done.seal), done.sealed_by)}"
         if done.trusted:
             said += "; taken as this deployment's own (--trust)"
         elif done.unverified_inputs:
@@ -121,6 +121,17 @@ def import_(bundle: Path,
         if agent is not None:
             said += f"; it goes on with the agent of {escape(str(agent))}"
         console.print(said)
+    run(main())
+
+
+def seal_key() -> None:
+    """Print this deployment's public key for bundle seals: another deployment that lists
+    it in KEEL_TRUSTED_BUNDLE_KEYS (name=key) takes this one's bundles as its own."""
+    async def main() -> None:
+        settings = load_settings()
+        keel = await connect(settings)
+        key = await branching.seal_public_key(keel, database_url(settings))
+        console.print(key, soft_wrap=True, highlight=False)
     run(main())
 
 

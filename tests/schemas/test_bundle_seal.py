@@ -11,11 +11,15 @@ from hypothesis import strategies as st
 
 from schemas.agent import AgentSpec, ServiceTool
 from schemas.bundle_seal import (
+    OWN,
     Seal,
+    SealCheck,
     acting_parts,
     check_seal,
-    key_id,
+    public_key,
     seal_of,
+    seal_said,
+    trusted_keys_problem,
     unverified_rows,
     unverified_source_line,
 )
@@ -30,19 +34,40 @@ BODY = b'{"data":{},"line":"header"}\n{"data":{"seq":1},"line":"row"}\n'
 def test_a_seal_verifies_only_for_its_key_and_its_lines() -> None:
     seal = seal_of(KEY, BODY)
     assert seal == seal_of(KEY, BODY) and seal != seal_of(OTHER, BODY)
-    assert check_seal(KEY, BODY, seal) is Seal.HERE
-    assert check_seal(KEY, BODY.replace(b"1", b"2"), seal) is Seal.CHANGED
-    assert check_seal(KEY, BODY + b"\n", seal) is Seal.CHANGED
-    assert check_seal(OTHER, BODY, seal) is Seal.ELSEWHERE
-    assert check_seal(KEY, BODY, None) is Seal.NONE and check_seal(KEY, BODY, "") is Seal.NONE
-    # A seal made up by hand with this deployment's key id still does not verify.
-    assert check_seal(KEY, BODY, f"{key_id(KEY)}:{'0' * 64}") is Seal.CHANGED
-    assert check_seal(KEY, BODY, "no colon at all") is Seal.ELSEWHERE
+    assert seal.startswith(f"ed25519:{public_key(KEY)}:")
+    assert check_seal(KEY, BODY, seal) == SealCheck(Seal.HERE)
+    assert check_seal(KEY, BODY.replace(b"1", b"2"), seal) == SealCheck(Seal.CHANGED)
+    assert check_seal(KEY, BODY + b"\n", seal) == SealCheck(Seal.CHANGED)
+    assert check_seal(OTHER, BODY, seal) == SealCheck(Seal.ELSEWHERE)
+    assert check_seal(KEY, BODY, None).seal is Seal.NONE
+    assert check_seal(KEY, BODY, "").seal is Seal.NONE
+    # A seal made up by hand under this deployment's public key does not verify.
+    assert check_seal(KEY, BODY, f"ed25519:{public_key(KEY)}:{'0' * 128}").seal is \
+        Seal.CHANGED
+    assert check_seal(KEY, BODY, f"ed25519:{public_key(KEY)}:zz").seal is Seal.CHANGED
+    for odd in ("no colon at all", f"hmac:{public_key(KEY)}:00", "ed25519::"):
+        assert check_seal(KEY, BODY, odd).seal is Seal.ELSEWHERE
 
 
-def test_the_key_id_does_not_give_the_key_away() -> None:
-    assert KEY.hex()[:16] != key_id(KEY) and len(key_id(KEY)) == 16
-    assert key_id(KEY) != key_id(OTHER)
+def test_a_trusted_deployment_s_seal_is_taken_by_its_name() -> None:
+    theirs = seal_of(OTHER, BODY)
+    trusted = {"staging": public_key(OTHER).upper()}  # as pasted, in any case
+    assert check_seal(KEY, BODY, theirs, trusted) == SealCheck(Seal.TRUSTED, "staging")
+    assert check_seal(KEY, BODY + b"x", theirs, trusted) == SealCheck(Seal.CHANGED, "staging")
+    assert check_seal(KEY, BODY, theirs, {"prod": public_key(KEY)}).seal is Seal.ELSEWHERE
+    assert Seal.TRUSTED in OWN and Seal.HERE in OWN and Seal.CHANGED not in OWN
+    assert seal_said(Seal.TRUSTED, "staging") == \
+        "sealed by staging, a deployment this one trusts"
+    assert seal_said(Seal.CHANGED, "staging") == "changed since staging sealed it"
+    assert seal_said(Seal.CHANGED) == "changed since this deployment sealed it"
+
+
+def test_the_public_key_is_not_the_key_and_a_trust_list_is_checked() -> None:
+    assert len(public_key(KEY)) == 64 and KEY.hex() != public_key(KEY)
+    assert trusted_keys_problem({"staging": public_key(OTHER)}) is None
+    assert "64 hex digits" in (trusted_keys_problem({"staging": "abc"}) or "")
+    assert "64 hex digits" in (trusted_keys_problem({"staging": "zz" * 32}) or "")
+    assert "holds '='" in (trusted_keys_problem({"": public_key(OTHER)}) or "")
 
 
 def test_what_an_agent_would_run_or_reach_is_named() -> None:
@@ -111,13 +136,13 @@ def test_a_refusal_names_what_would_act_and_the_ways_to_import_it() -> None:
     assert memory == ["it writes 2 card(s) and 40 daily-note entries into memory scope "
                       "'team', which every session of that scope recalls"]
     runs = ["MCP server 'fs' runs 'npx' on the worker"]
-    agent_only = untrusted_text(Seal.NONE, runs, [])
+    agent_only = untrusted_text(SealCheck(Seal.NONE), runs, [])
     assert agent_only.startswith("the bundle is not sealed, and the session it holds would "
                                  "act in this deployment: MCP server 'fs' runs 'npx'")
     assert "with an agent of your own (--agent FILE" in agent_only
     assert agent_only.endswith("--trust (trust=True) if you trust who made it and what it "
                                "runs")
-    both = untrusted_text(Seal.ELSEWHERE, runs, memory)
+    both = untrusted_text(SealCheck(Seal.ELSEWHERE), runs, memory)
     assert "--agent" not in both  # an agent of one's own would not keep the memory out
     assert "without its memory (--without-memory" in both and "memory scope 'team'" in both
-    assert untrusted_text(Seal.CHANGED, [], memory).endswith("what it remembers")
+    assert untrusted_text(SealCheck(Seal.CHANGED), [], memory).endswith("what it remembers")

@@ -24,3 +24,17 @@ def test_the_stdio_commands_and_http_hosts_a_worker_reaches(value: str | None,
 def test_a_worker_waits_for_its_servers_unless_told_not_to() -> None:
     assert KeelSettings.from_env({}).connect_wait_s == 120.0
     assert KeelSettings.from_env({"KEEL_CONNECT_WAIT_S": "0"}).connect_wait_s == 0.0
+
+
+def test_trusted_bundle_keys_are_read_and_a_wrong_one_is_named() -> None:
+    from schemas.bundle_seal import public_key
+
+    one, two = public_key(b"a" * 32), public_key(b"b" * 32)
+    settings = KeelSettings.from_env({"KEEL_TRUSTED_BUNDLE_KEYS":
+                                      f" staging={one.upper()} ,, laptop = {two} "})
+    assert settings.trusted_bundle_keys == {"staging": one, "laptop": two}
+    assert KeelSettings.from_env({}).trusted_bundle_keys == {}
+    with pytest.raises(ValueError, match="'staging' is not name=key"):
+        KeelSettings.from_env({"KEEL_TRUSTED_BUNDLE_KEYS": "staging"})
+    with pytest.raises(ValueError, match="the key trusted as 'staging' is not a public key"):
+        KeelSettings.from_env({"KEEL_TRUSTED_BUNDLE_KEYS": "staging=abc"})

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import re
 import uuid
 
 from typer.testing import CliRunner
 
+from keel.branching import seal_public_key
 from keel.cli import app
 from tests.harness import keel_worker, small_config
 from tests.session.test_branch import notes, settings  # noqa: F401
@@ -48,6 +50,9 @@ async def test_the_branch_commands(client, settings, fake_anthropic, database_ur
         out = await asyncio.to_thread(keel, "import", str(bundle), "--id", f"{sid}-i")
         assert f"imported {sid}-i: 8 row(s), 0 checkpoint(s)" in out
         assert out.endswith("the bundle was sealed by this deployment")
+        # The public key another deployment lists to take this one's bundles as its own.
+        key = await asyncio.to_thread(keel, "seal-key")
+        assert re.fullmatch("[0-9a-f]{64}", key) and key == await seal_public_key(kc)
         assert await notes(kc.session(f"{sid}-i")) == "one"
         # Changed since it was sealed: said so; with --agent the session goes on with it.
         changed = tmp_path / "changed.keel"

@@ -96,12 +96,13 @@ async def test_a_bundle_with_memory_moves_the_cards_and_entries_byte_for_byte(
     assert kinds(bundle).count("daily") == entries(vault_a, session.session_id) >= 4
     assert db(database_url, "SELECT count(*) FROM bundle_memory") == [(0,)]  # drained
     async with keel_worker(other_temporal, there) as other:
-        # Sealed by another deployment: its memory would go into a scope every session of
-        # it recalls from, so it is written only on the importer's word; without it, the
-        # session comes alone.
+        # Sealed by a deployment this one does not trust: its memory would go into a scope
+        # every session of it recalls from, so it is written only on the importer's word;
+        # without it, the session comes alone.
         with pytest.raises(BranchRefusedError, match=(
-                r"sealed by another deployment.*writes 1 card\(s\) and \d+ daily-note "
-                r"entries into memory scope 'default'.*--without-memory.*--trust")):
+                r"sealed by a deployment this one does not trust.*writes 1 card\(s\) and "
+                r"\d+ daily-note entries into memory scope 'default'.*--without-memory.*"
+                r"--trust")):
             await other.import_session(bundle)
         alone = await other.import_session(bundle, f"{session.session_id}-alone",
                                            with_memory=False)

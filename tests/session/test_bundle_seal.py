@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
+from keel.branching import seal_public_key
 from keel.client import BranchRefusedError
 from schemas.agent import AgentSpec, ServiceTool
 from schemas.mcp import McpServerSpec, McpStdio
@@ -88,7 +89,7 @@ async def test_a_bundle_not_sealed_here_whose_agent_would_act_needs_the_importer
     there = settings.model_copy(update={"database_url": other_database,
                                         "task_queue": f"{settings.task_queue}-b"})
     async with keel_worker(other_temporal, there) as other:
-        for given, said in ((bundle, "sealed by another deployment"),
+        for given, said in ((bundle, "sealed by a deployment this one does not trust"),
                             (edited(bundle, without_seal), "not sealed")):
             with pytest.raises(BranchRefusedError, match=f"{said}.*MCP server 'fs' runs "
                                                         "'keel-test-no-such-server'"):
@@ -104,6 +105,16 @@ async def test_a_bundle_not_sealed_here_whose_agent_would_act_needs_the_importer
         assert (done.seal, done.trusted) == ("elsewhere", True)
         agent = await other.session(sid).agent()
         assert agent is not None and agent.mcp_servers == ACTING.mcp_servers
+    # A deployment that trusts the first one's public key takes its bundles as its own,
+    # unchanged ones only.
+    async with keel_worker(client, settings) as keel:
+        key = await seal_public_key(keel)
+    trusting = there.model_copy(update={"trusted_bundle_keys": {"origin": key}})
+    async with keel_worker(other_temporal, trusting) as other:
+        done = await other.import_session(bundle, f"{sid}-trusted")
+        assert (done.seal, done.sealed_by, done.trusted) == ("trusted", "origin", False)
+        with pytest.raises(BranchRefusedError, match="changed since origin sealed it"):
+            await other.import_session(changed, f"{sid}-changed")
 
 
 async def test_harness_inputs_of_a_bundle_not_sealed_here_reach_the_model_as_unverified(
