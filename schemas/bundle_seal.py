@@ -1,9 +1,10 @@
 """A session bundle's seal: which deployment wrote it, and that nothing changed since. No I/O.
 
 Invariants:
-- A seal is `ed25519:<public key>:<signature of the bundle's lines before its end line>`,
-  written in the end line (`seal`) with the deployment's own key (`deployment_keys`,
-  migration 014: made once, never leaves the database). The public key names the signer:
+- A seal is `ed25519:<public key>:<signature of a SHA-512 of the bundle's lines before its
+  end line>`, written in the end line (`seal`) with the deployment's own key
+  (`deployment_keys`, migration 014: made once, never leaves the database). The public
+  key names the signer:
   this deployment, one it trusts (`KEEL_TRUSTED_BUNDLE_KEYS`, name=key, the key as
   `keel seal-key` prints it there), or another. Readers that know no seal ignore the field,
   so a sealed bundle is read by every Keel that reads its version.
@@ -25,6 +26,7 @@ Invariants:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -42,7 +44,7 @@ from schemas.tokens import count_tokens
 KEY_NAME = "bundle-seal"
 KEY_BYTES = 32  # an Ed25519 private key
 SEAL_SCHEME = "ed25519"
-# Signed before the lines, so a seal signs a bundle and nothing else the key might sign.
+# Signed with the lines' digest, so a seal signs a bundle and nothing else the key might.
 SEAL_CONTEXT = b"keel-session-bundle-seal\n"
 
 
@@ -74,6 +76,12 @@ class SealCheck(NamedTuple):
     by: str | None = None  # the trusted deployment's name (TRUSTED, or CHANGED since it)
 
 
+def _digest(body: bytes) -> bytes:
+    """What a seal signs: a SHA-512 of the lines, in one pass and no copy of them (a bundle
+    may hold a gigabyte)."""
+    return hashlib.sha512(SEAL_CONTEXT + hashlib.sha512(body).digest()).digest()
+
+
 def public_key(key: bytes) -> str:
     """The public half of a deployment's key, as hex: what another deployment trusts."""
     return Ed25519PrivateKey.from_private_bytes(key).public_key().public_bytes_raw().hex()
@@ -81,7 +89,7 @@ def public_key(key: bytes) -> str:
 
 def seal_of(key: bytes, body: bytes) -> str:
     """The seal of a bundle whose lines before its end line are `body`."""
-    signature = Ed25519PrivateKey.from_private_bytes(key).sign(SEAL_CONTEXT + body)
+    signature = Ed25519PrivateKey.from_private_bytes(key).sign(_digest(body))
     return f"{SEAL_SCHEME}:{public_key(key)}:{signature.hex()}"
 
 
@@ -100,7 +108,7 @@ def check_seal(key: bytes, body: bytes, seal: str | None,
         return SealCheck(Seal.ELSEWHERE)
     try:
         Ed25519PublicKey.from_public_bytes(bytes.fromhex(signer)).verify(
-            bytes.fromhex(signature), SEAL_CONTEXT + body)
+            bytes.fromhex(signature), _digest(body))
     except (ValueError, InvalidSignature):
         return SealCheck(Seal.CHANGED, by)
     return SealCheck(Seal.HERE) if signer.lower() == own else SealCheck(Seal.TRUSTED, by)
