@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_turn.py                  # 80 turns per series
     .venv/bin/python bench/bench_turn.py --turns 20 --out turn-quick
+    .venv/bin/python bench/bench_turn.py --no-memory --out turn-no-memory  # no long memory
 
 One embedded stack (Temporal dev server, embedded PostgreSQL) in a temporary folder; the fake
 Messages API answering "ok" at once, in this process. Keel's side is a real worker process
@@ -212,8 +213,10 @@ async def run_on(client: Client, settings: KeelSettings, fake: FakeAnthropic,
             await wait_for_pollers(client, q, 1)
         stack = Stack(settings, keel_proc.pid, floor_proc.pid)
         keel = KeelClient(client, queue, settings)
+        config = session_config(settings, memory_scope=None) if args.no_memory else \
+            session_config(settings)
         session = await keel.start_session(f"bench-turn-{uuid.uuid4().hex[:6]}",
-                                           config=session_config(settings))
+                                           config=config)
         floor: WorkflowHandle[Any, Any] = await client.start_workflow(
             "BenchFloor", id=f"bench-floor-{uuid.uuid4().hex[:6]}", task_queue=floor_queue)
         result = await series(client, session, floor, fake, data, stack, args,
@@ -306,7 +309,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     load0 = os.getloadavg()
     out: dict[str, Any] = {"benchmark": "turn", "machine": machine(), "turns": args.turns,
-                           "warmup": args.warmup, "pause_s": args.pause}
+                           "warmup": args.warmup, "pause_s": args.pause,
+                           "long_memory": not args.no_memory}
     out.update(await run(args))
     out["load_average"] = [round(x, 2) for x in (*load0, *os.getloadavg())]
     out["total_seconds"] = round(time.perf_counter() - t0, 1)
@@ -321,6 +325,8 @@ if __name__ == "__main__":
     parser.add_argument("--out", default="turn", help="results file name in bench/results")
     parser.add_argument("--profile", default="", help="a folder: both workers run under "
                         "cProfile and leave keel.prof / floor.prof there")
+    parser.add_argument("--no-memory", action="store_true", help="the session without long "
+                        "memory (no daily transcript, no recall): what the vault's share is")
     result = asyncio.run(main(parser.parse_args()))
     report(result)
     path = write_json(result_name := parser.parse_args().out, result)
