@@ -83,6 +83,7 @@ from schemas.files import normal_path, workspace_path_problem
 from schemas.messages import user_display_prefix
 from schemas.session import SessionState, session_id_problem
 from schemas.tokens import count_tokens
+from schemas.vault.scope import ScopeError, check_scope
 
 __all__ = ["drop_staged", "export_bundle", "import_bundle", "read_bundle", "seal_key",
            "undo_import"]
@@ -281,13 +282,15 @@ async def import_bundle(database_url: str, bundle: bytes, new_id: str | None,
                         memory: Callable[[ImportDone], Awaitable[None]] | None = None,
                         *, trust: bool = False, agent: AgentSpec | None = None,
                         with_memory: bool = True, trusted_keys: Mapping[str, str] | None = None,
+                        memory_scope: str | None = None,
                         check: Callable[[SessionState], None] | None = None) -> ImportDone:
     """The bundle's session written into this database (see the module docstring), then
     its memory written by `memory` (the caller's way to the vault; it raises, having
     undone the import, when the vault refuses), then its files into `local` when the
     deployment keeps workspaces in folders (after the transaction, again on a retry: the
     same files). `agent`: the session goes on with this agent (the importer's own) instead
-    of the bundle's; `with_memory=False`: the bundle's long memory is left out. `check`
+    of the bundle's; `memory_scope`: it goes on in this scope instead of the bundle's (its
+    memory written there); `with_memory=False`: the bundle's long memory is left out. `check`
     raises `BranchError` for a state no session here would start with; `trust`: a bundle
     not sealed here or by a deployment of `trusted_keys` (name -> public key) is taken as
     this deployment's own (schemas.bundle_seal)."""
@@ -297,6 +300,13 @@ async def import_bundle(database_url: str, bundle: bytes, new_id: str | None,
     if not with_memory:
         for kind in MEMORY_KINDS:
             read.parts[kind] = []
+    if memory_scope is not None:
+        try:
+            read.header.memory_scope = check_scope(memory_scope)
+        except ScopeError as err:
+            raise BranchError(str(err)) from None
+        state = read.header.state
+        state.config = state.config.model_copy(update={"memory_scope": memory_scope})
     session_id = new_id or read.header.session_id
     if problem := session_id_problem(session_id):
         raise BranchError(f"{problem}; import it under another id")

@@ -152,7 +152,8 @@ async def export_session(keel: KeelClient, session_id: str, path: Path | None = 
 async def import_session(keel: KeelClient, bundle: bytes, new_id: str | None = None, *,
                          database_url: str | None = None, request_id: str | None = None,
                          trust: bool = False, agent: AgentSpec | None = None,
-                         with_memory: bool = True) -> ImportDone:
+                         with_memory: bool = True,
+                         memory_scope: str | None = None) -> ImportDone:
     """The bundle's session in this deployment (under `new_id`, else its own id), its
     workflow started with the bundle's state. The same bundle imported again under the
     same id (the default request id is the bundle's digest, the id and the trust) finds
@@ -160,13 +161,15 @@ async def import_session(keel: KeelClient, bundle: bytes, new_id: str | None = N
     `trust` (schemas.bundle_seal): without it, one whose agent would run or reach anything
     here is refused (unless `agent`, the importer's own, replaces it), as is one carrying
     long memory (unless `with_memory=False` leaves it out), and its harness inputs are
-    labelled as imported unverified."""
+    labelled as imported unverified. `memory_scope`: the scope it goes on in, instead of
+    the one the bundle names."""
     from activities.bundle import import_bundle, undo_import
 
     given = agent.model_dump_json().encode() if agent is not None else b""
     request_id = request_id or (f"import-{hashlib.sha256(bundle).hexdigest()[:32]}-{new_id}"
                                 + ("-trusted" if trust else "")
                                 + ("" if with_memory else "-without-memory")
+                                + (f"-scope-{memory_scope}" if memory_scope else "")
                                 + (f"-agent-{hashlib.sha256(given).hexdigest()[:16]}"
                                    if agent is not None else ""))
     url = _url(keel, database_url)
@@ -196,7 +199,7 @@ async def import_session(keel: KeelClient, bundle: bytes, new_id: str | None = N
         done = await import_bundle(url, bundle, new_id, request_id, _local(keel), memory,
                                    trust=trust, agent=agent, with_memory=with_memory,
                                    trusted_keys=keel.settings.trusted_bundle_keys,
-                                   check=check)
+                                   memory_scope=memory_scope, check=check)
     except BranchError as err:
         raise BranchRefusedError(str(err)) from None
     state = done.state

@@ -562,15 +562,13 @@ class KeelClient:
 
     async def import_session(self, bundle: bytes, new_id: str | None = None,
                              request_id: str | None = None, *, trust: bool = False,
-                             agent: AgentSpec | None = None,
-                             with_memory: bool = True) -> ImportDone:
-        """A bundle's session started here, under `new_id` or its own id; `trust`: one this
-        deployment did not seal is taken as its own; `agent`: the session goes on with
-        this agent instead of the bundle's; `with_memory=False`: without the bundle's long
-        memory (keel.branching.import_session)."""
-        return await branching.import_session(self, bundle, new_id, request_id=request_id,
-                                              trust=trust, agent=agent,
-                                              with_memory=with_memory)
+                             agent: AgentSpec | None = None, with_memory: bool = True,
+                             memory_scope: str | None = None) -> ImportDone:
+        """A bundle's session started here, under `new_id` or its own id (the options:
+        keel.branching.import_session)."""
+        return await branching.import_session(
+            self, bundle, new_id, request_id=request_id, trust=trust, agent=agent,
+            with_memory=with_memory, memory_scope=memory_scope)
 
     async def delete_session(self, session_id: str, *, force: bool = False,
                              database_url: str | None = None,

@@ -96,6 +96,9 @@ def import_(bundle: Path,
             without_memory: Annotated[bool, typer.Option(
                 "--without-memory", help="Leave the bundle's cards and daily-note entries "
                 "out.")] = False,
+            memory_scope: Annotated[str | None, typer.Option(
+                "--memory-scope", help="The long-memory scope it goes on in (default: the "
+                "one the bundle names).")] = None,
             ) -> None:
     """Start the session a bundle holds in this deployment; it goes on where it was."""
     spec = read_agent_spec(agent)
@@ -106,7 +109,8 @@ def import_(bundle: Path,
         done = await branching.import_session(keel, bundle.read_bytes(), new_id,
                                               database_url=database_url(settings),
                                               trust=trust, agent=spec,
-                                              with_memory=not without_memory)
+                                              with_memory=not without_memory,
+                                              memory_scope=memory_scope)
         memory = f", {done.cards} card(s), {done.entries} daily-note entries" if (
             done.cards or done.entries) else ""
         console.print(f"imported [bold]{escape(done.session_id)}[/]: {done.rows} row(s), "
@@ -120,6 +124,9 @@ def import_(bundle: Path,
                      "imported unverified (--trust takes them as they are)")
         if agent is not None:
             said += f"; it goes on with the agent of {escape(str(agent))}"
+        scope = done.state.config.memory_scope
+        said += (f"; its long memory is scope {escape(repr(scope))}" if scope else
+                 "; it has no long memory")
         console.print(said)
     run(main())
 

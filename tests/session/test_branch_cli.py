@@ -49,7 +49,7 @@ async def test_the_branch_commands(client, settings, fake_anthropic, database_ur
         assert f"exported {sid} to" in out and bundle.stat().st_size > 0
         out = await asyncio.to_thread(keel, "import", str(bundle), "--id", f"{sid}-i")
         assert f"imported {sid}-i: 8 row(s), 0 checkpoint(s)" in out
-        assert out.endswith("the bundle was sealed by this deployment")
+        assert out.endswith("the bundle was sealed by this deployment; it has no long memory")
         # The public key another deployment lists to take this one's bundles as its own.
         key = await asyncio.to_thread(keel, "seal-key")
         assert re.fullmatch("[0-9a-f]{64}", key) and key == await seal_public_key(kc)
@@ -62,13 +62,22 @@ async def test_the_branch_commands(client, settings, fake_anthropic, database_ur
         out = await asyncio.to_thread(keel, "import", str(changed), "--id", f"{sid}-c",
                                       "--agent", str(tmp_path / "agent.toml"))
         assert out.endswith("the bundle was changed since this deployment sealed it; it "
-                            f"goes on with the agent of {tmp_path / 'agent.toml'}")
+                            f"goes on with the agent of {tmp_path / 'agent.toml'}; it has "
+                            "no long memory")
         agent = await kc.session(f"{sid}-c").agent()
         assert agent is not None and agent.instructions == "Answer in one line."
         out = await asyncio.to_thread(keel, "import", str(changed), "--id", f"{sid}-t",
                                       "--trust")
         assert out.endswith("changed since this deployment sealed it; taken as this "
-                            "deployment's own (--trust)")
+                            "deployment's own (--trust); it has no long memory")
+        # In a memory scope the importer names, not the bundle's.
+        out = await asyncio.to_thread(keel, "import", str(bundle), "--id", f"{sid}-s",
+                                      "--memory-scope", "team-b")
+        assert out.endswith("; its long memory is scope 'team-b'")
+        assert (await kc.session(f"{sid}-s").state()).config.memory_scope == "team-b"
+        refused = await asyncio.to_thread(keel, "import", str(bundle), "--id", f"{sid}-x",
+                                          "--memory-scope", "Team B", code=1)
+        assert "'Team B' is not a valid scope id" in refused
         refused = await asyncio.to_thread(keel, "import", str(bundle), "--id", f"{sid}-f",
                                           code=1)
         assert "exists already" in refused
