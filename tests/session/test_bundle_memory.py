@@ -108,6 +108,14 @@ async def test_a_bundle_with_memory_moves_the_cards_and_entries_byte_for_byte(
                                            with_memory=False)
         assert (alone.seal, alone.cards, alone.entries) == ("elsewhere", 0, 0)
         assert not (vault_b / CARD_FILE).exists()
+        # In a scope the importer names: its memory goes there, not into the bundle's.
+        team_b = tmp_path / "b" / "vaults" / "team-b"
+        moved = await other.import_session(bundle, f"{session.session_id}-team-b",
+                                           trust=True, memory_scope="team-b")
+        assert (moved.cards, moved.state.config.memory_scope) == (1, "team-b")
+        assert (team_b / CARD_FILE).read_bytes() == (vault_a / CARD_FILE).read_bytes()
+        assert entries(team_b, moved.session_id) == entries(vault_a, session.session_id)
+        assert not (vault_b / CARD_FILE).exists()
         done = await other.import_session(bundle, trust=True)
         assert (done.cards, done.entries) == (1, entries(vault_a, session.session_id))
         assert (vault_b / CARD_FILE).read_bytes() == (vault_a / CARD_FILE).read_bytes()
@@ -117,9 +125,9 @@ async def test_a_bundle_with_memory_moves_the_cards_and_entries_byte_for_byte(
             unsealed(bundle)
         assert await other.import_session(bundle, trust=True) == done  # finds the first
         # The card is found by recall there, as the session's own memory.
-        hits = db(other_database, "SELECT count(*) FROM memory_docs WHERE path = %s",
-                  str(CARD_FILE))
-        assert hits == [(1,)]
+        hits = db(other_database, "SELECT scope FROM memory_docs WHERE path = %s"
+                  " ORDER BY scope", str(CARD_FILE))
+        assert hits == [("default",), ("team-b",)]  # each scope's own
         # Every imported entry indexed (one bulk load), with its vectors of its text now.
         indexed = db(other_database, "SELECT count(*) FROM memory_docs d WHERE kind ="
                      " 'daily' AND session_id = %s AND EXISTS (SELECT 1 FROM memory_chunks c"
