@@ -181,7 +181,17 @@ class KeelSettings(BaseModel):
 
         def opt_int(name: str) -> int | None:
             value = e.get(name)
-            return int(value) if value else None
+            try:
+                return int(value) if value else None
+            except ValueError:
+                raise ValueError(f"{name} is {(value or '')[:40]!r}, not a whole number") from None
+
+        def opt_float(name: str, default: float) -> float:
+            value = e.get(name)
+            try:
+                return float(value) if value else default
+            except ValueError:
+                raise ValueError(f"{name} is {(value or '')[:40]!r}, not a number") from None
 
         model = ModelSettings(
             name=e.get("KEEL_MODEL", DEFAULT_MODEL),
@@ -191,7 +201,7 @@ class KeelSettings(BaseModel):
             max_output_tokens=opt_int("KEEL_MAX_OUTPUT_TOKENS") or 8_192,
             price_step_tokens=opt_int("KEEL_PRICE_STEP_TOKENS"),
             stream=e.get("KEEL_STREAM", "1") not in ("0", "false", "no"),
-            offline_token_skew=float(e.get("KEEL_OFFLINE_TOKEN_SKEW") or 1.0),
+            offline_token_skew=opt_float("KEEL_OFFLINE_TOKEN_SKEW", 1.0),
         )
         data_dir = Path(e.get("KEEL_DATA_DIR", ".keel")).resolve()
         database_url = e.get("DATABASE_URL") or None
@@ -226,8 +236,8 @@ class KeelSettings(BaseModel):
             max_message_chars=opt_int("KEEL_MAX_MESSAGE_CHARS") or 200_000,
             user_name=e.get("KEEL_USER_NAME", "user"),
             log_format=e.get("KEEL_LOG_FORMAT", "console"),
-            connect_wait_s=float(e.get("KEEL_CONNECT_WAIT_S") or 120.0),
-            shutdown_grace_s=float(e.get("KEEL_SHUTDOWN_GRACE_S") or 30.0),
+            connect_wait_s=opt_float("KEEL_CONNECT_WAIT_S", 120.0),
+            shutdown_grace_s=opt_float("KEEL_SHUTDOWN_GRACE_S", 30.0),
             mcp_stdio_commands=allowed_from_env(e.get("KEEL_MCP_STDIO_COMMANDS")),
             mcp_http_hosts=allowed_from_env(e.get("KEEL_MCP_HTTP_HOSTS")),
             otel_exporter=e.get("KEEL_OTEL_EXPORTER") or None,

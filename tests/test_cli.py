@@ -382,6 +382,24 @@ async def test_a_namespace_the_server_lacks_is_one_line(cli_env):
     assert "Check TEMPORAL_NAMESPACE" in listed and "session id" not in listed
 
 
+@pytest.mark.parametrize(("variable", "value", "said"), [
+    ("KEEL_TRUSTED_BUNDLE_KEYS", "staging", "KEEL_TRUSTED_BUNDLE_KEYS: 'staging' is not "
+                                            "name=key"),
+    ("KEEL_PRICES", "{bad", "KEEL_PRICES is not a price table"),
+    ("KEEL_MAX_FILE_BYTES", "10MB", "KEEL_MAX_FILE_BYTES is '10MB', not a whole number"),
+])
+def test_a_setting_given_wrong_is_one_line_naming_it(tmp_path, variable, value, said):
+    """Whether the command reads its settings inside its run (`list`) or before (`vault
+    list`, `dev`): one line, exit 1, no traceback."""
+    env = {"KEEL_DATA_DIR": str(tmp_path), "COLUMNS": "200", variable: value}
+    for args in (["list"], ["vault", "list"], ["dev"]):
+        result = invoke(env, *args)
+        assert result.exit_code == 1, (args, result.output)
+        assert f"a setting is wrong: {said}" in result.output, (args, result.output)
+        assert "Traceback" not in result.output, (args, result.output)
+        assert isinstance(result.exception, SystemExit), (args, result.exception)
+
+
 class Pty:
     """A command on a pseudo-terminal, read as a person would see it."""
 

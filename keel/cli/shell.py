@@ -214,8 +214,14 @@ def _temporal_line(err: RPCError) -> str:
 
 
 def load_settings() -> KeelSettings:
-    """The settings from the environment (`KeelSettings.from_env`), read per command."""
-    return KeelSettings.from_env()
+    """The settings from the environment (`KeelSettings.from_env`), read per command; one
+    the environment gives wrong ends the command in one line naming it, exit 1 (inside
+    `run` or not: `dev`, `worker` and `vault` read them first)."""
+    try:
+        return KeelSettings.from_env()
+    except ValueError as err:
+        error(f"a setting is wrong: {one_line(str(err), width=10_000)}")
+        raise typer.Exit(1) from None
 
 
 def _temporal_address(settings: KeelSettings) -> str:

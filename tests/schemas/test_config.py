@@ -38,3 +38,15 @@ def test_trusted_bundle_keys_are_read_and_a_wrong_one_is_named() -> None:
         KeelSettings.from_env({"KEEL_TRUSTED_BUNDLE_KEYS": "staging"})
     with pytest.raises(ValueError, match="the key trusted as 'staging' is not a public key"):
         KeelSettings.from_env({"KEEL_TRUSTED_BUNDLE_KEYS": "staging=abc"})
+
+
+@pytest.mark.parametrize(("name", "value", "said"), [
+    ("KEEL_MAX_FILE_BYTES", "10MB", "KEEL_MAX_FILE_BYTES is '10MB', not a whole number"),
+    ("KEEL_CONTEXT_WINDOW", "200k", "KEEL_CONTEXT_WINDOW is '200k', not a whole number"),
+    ("KEEL_CONNECT_WAIT_S", "two minutes", "KEEL_CONNECT_WAIT_S is 'two minutes', not a "
+                                           "number"),
+])
+def test_a_number_the_environment_gives_wrong_is_named(name: str, value: str,
+                                                       said: str) -> None:
+    with pytest.raises(ValueError, match=said):
+        KeelSettings.from_env({name: value})
