@@ -81,7 +81,7 @@ from schemas.bundle_seal import (
 )
 from schemas.files import normal_path, workspace_path_problem
 from schemas.messages import user_display_prefix
-from schemas.session import SessionState, session_id_problem
+from schemas.session import TOO_LONG_MESSAGE, SessionState, session_id_problem
 from schemas.tokens import count_tokens
 from schemas.vault.scope import ScopeError, check_scope
 
@@ -408,8 +408,8 @@ def _own_state(state: SessionState, origin: str, session_id: str) -> SessionStat
     """The bundle's state as the imported session's own (in place): its ids renamed, and
     nothing that runs elsewhere claimed. The recurring wakeups' schedules are its own (made
     by the caller); a child still working answers the session that delegated to it, so the
-    copy neither lists nor ends it; and the copy answers no parent (a child's bundle goes
-    on as a session of its own)."""
+    copy neither lists nor ends it; the copy answers no parent (a child's bundle goes on
+    as a session of its own); and an ended session's copy goes on (an import starts it)."""
     if state.checkpoint_id:
         state.checkpoint_id = renamed_checkpoint(state.checkpoint_id, origin, session_id)
     state.session_id = session_id
@@ -418,6 +418,10 @@ def _own_state(state: SessionState, origin: str, session_id: str) -> SessionStat
             wakeup.schedule_id = wakeup_schedule_id(session_id, wakeup.id)
     state.children = [c for c in state.children if c.done is not None]
     state.config = own_config(state.config)
+    if state.ended:  # its origin's run was ended (on request, with its parent): this goes on
+        state.ended = False
+        if state.stopped_reason != TOO_LONG_MESSAGE:  # a context too long stays so
+            state.stopped_reason = None
     return state
 
 

@@ -172,6 +172,14 @@ def text_limits(**fields: tuple[str, int]) -> str | None:
     return None
 
 
+# Why a session stops when nothing more can be moved out of its context (workflows.turn):
+# a condition of its conversation, which a copy of it (an import) keeps.
+TOO_LONG_MESSAGE = (
+    "This conversation has grown too long to continue reliably. "
+    "Start a new session with /new, or fork this one from an earlier point (keel fork)."
+)
+
+
 class SessionConfig(BaseModel):
     """What a session needs to decide things; fixed at start, carried across runs."""
 

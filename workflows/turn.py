@@ -66,7 +66,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.input_size import room_taken
     from schemas.messages import MessageType, ModelReply
-    from schemas.session import SessionPhase, TurnInProgress, TurnOutcome
+    from schemas.session import TOO_LONG_MESSAGE, SessionPhase, TurnInProgress, TurnOutcome
     from schemas.vault.recall import RecallInput
     from schemas.vault.recall_rules import wants_recall
     from workflows.budget import BudgetGate, Gate
@@ -82,10 +82,6 @@ with workflow.unsafe.imports_passed_through():
 
 __all__ = ["MAX_OUTCOMES", "TOO_LONG_MESSAGE", "TurnEnd", "TurnState", "Turns"]
 
-TOO_LONG_MESSAGE = (
-    "This conversation has grown too long to continue reliably. "
-    "Start a new session with /new, or fork this one from an earlier point (keel fork)."
-)
 
 MAX_OUTCOMES = 64
 

@@ -205,3 +205,20 @@ async def test_a_workspace_in_local_folders_goes_along(client, fake_anthropic, d
         found = await moved.read_file("docs/a.md")
         assert found is not None and found.data == b"alpha, again" and found.version == 2
         assert unsealed(await other.export_session(done.session_id)) == unsealed(bundle)
+
+
+async def test_an_ended_session_s_import_goes_on(client, settings, fake_anthropic,  # noqa: F811
+                                                 database_url):
+    """An import starts the session its bundle holds: one whose run was ended goes on
+    (the end was its origin's run's), answering the next message."""
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(
+            f"b-{uuid.uuid4().hex[:8]}", config=small_config(settings, memory_scope=None))
+        await session.ask("hello")
+        await session.end()
+        bundle = await keel.export_session(session.session_id)
+        done = await keel.import_session(bundle, f"{session.session_id}-again")
+        assert not done.state.ended and done.state.stopped_reason is None
+        copy = keel.session(done.session_id)
+        assert (await copy.ask("go on")).reply_text
+        assert not (await copy.status()).ended
