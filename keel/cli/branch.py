@@ -22,7 +22,6 @@ from keel.cli.sessions import read_agent_spec
 from keel.cli.shell import CliError, connect, database_url, load_settings, run
 from keel.client import KeelClient, KeelError
 from keel.console import console, error
-from schemas.bundle_seal import Seal, seal_said
 
 __all__ = ["delete", "export", "fork", "import_", "rewind", "seal_key"]
 
@@ -116,6 +115,8 @@ def import_(bundle: Path,
         console.print(f"imported [bold]{escape(done.session_id)}[/]: {done.rows} row(s), "
                       f"{done.checkpoints} checkpoint(s), {done.file_versions} file "
                       f"version(s){memory}")
+        from schemas.bundle_seal import Seal, seal_said  # with the import (its crypto)
+
         said = f"the bundle was {seal_said(Seal(done.seal), done.sealed_by)}"
         if done.trusted:
             said += "; taken as this deployment's own (--trust)"
