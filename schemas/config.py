@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -25,6 +26,7 @@ DEFAULT_MODEL = "claude-sonnet-5"
 # 1M-token windows).
 DEFAULT_ROW_CACHE_CHARS = 64_000_000
 VAULT_QUEUE_SUFFIX = "-vault"
+N = TypeVar("N", int, float)
 
 
 def vault_queue(task_queue: str) -> str:
@@ -179,19 +181,20 @@ class KeelSettings(BaseModel):
     def from_env(cls, env: dict[str, str] | None = None) -> KeelSettings:
         e = dict(os.environ if env is None else env)
 
-        def opt_int(name: str) -> int | None:
+        def number(name: str, parse: Callable[[str], N], what: str) -> N | None:
+            """The variable `name` parsed, None when unset; one given wrong is named."""
             value = e.get(name)
             try:
-                return int(value) if value else None
+                return parse(value) if value else None
             except ValueError:
-                raise ValueError(f"{name} is {(value or '')[:40]!r}, not a whole number") from None
+                raise ValueError(f"{name} is {(value or '')[:40]!r}, not {what}") from None
+
+        def opt_int(name: str) -> int | None:
+            return number(name, int, "a whole number")
 
         def opt_float(name: str, default: float) -> float:
-            value = e.get(name)
-            try:
-                return float(value) if value else default
-            except ValueError:
-                raise ValueError(f"{name} is {(value or '')[:40]!r}, not a number") from None
+            found = number(name, float, "a number")
+            return default if found is None else found
 
         model = ModelSettings(
             name=e.get("KEEL_MODEL", DEFAULT_MODEL),
