@@ -1,4 +1,4 @@
-"""Calls waiting on a person, for `keel.client.SessionHandle`: here and in the sub-agents
+"""Calls waiting on a person, for `keel.handle.SessionHandle`: here and in the sub-agents
 working under the session.
 
 Invariant: one approver answers for a whole delegation tree: a decision for a call pending

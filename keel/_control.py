@@ -1,4 +1,4 @@
-"""A session's budget, its stop button and its wakeups, for `keel.client.SessionHandle`.
+"""A session's budget, its stop button and its wakeups, for `keel.handle.SessionHandle`.
 
 Invariant: thin calls of the session's Updates and queries by their names in
 `schemas.session` (`ANSWER_BUDGET`, `INTERRUPT`, `WAKEUPS`, `CANCEL_WAKEUP`); every

@@ -1,4 +1,4 @@
-"""A session's workspace files, for `keel.client.SessionHandle`: put, read, list.
+"""A session's workspace files, for `keel.handle.SessionHandle`: put, read, list.
 
 Invariant: thin calls of the session's Updates by their names in `schemas.session`
 (`PUT_FILE`, `READ_FILE`, `LIST_FILES`); a put the session would refuse for its size is

@@ -50,7 +50,8 @@ from schemas.session import (
 
 if TYPE_CHECKING:
     from activities.workspace import LocalStore
-    from keel.client import KeelClient, SessionHandle
+    from keel.client import KeelClient
+    from keel.handle import SessionHandle
     from schemas.agent import AgentSpec
     from schemas.branch import ImportDone
 
