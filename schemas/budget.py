@@ -40,6 +40,7 @@ __all__ = [
     "PriceTable",
     "Spend",
     "answered_notice",
+    "as_much_again",
     "budget_notice",
     "child_budget",
     "child_share",
@@ -196,6 +197,26 @@ class BudgetRequest(BaseModel):
     limits: BudgetLimits
     turn: int
     since: datetime
+
+
+def as_much_again(request: BudgetRequest) -> tuple[BudgetLimits, str]:
+    """The raise that lets a paused turn spend as much again of each limit it reached:
+    its spend past the limit, plus the limit (at least a cent, or a token), and
+    that allowance said ("20 output tokens"). Limits not reached are not raised; a raise
+    of one would not let the turn go on."""
+    limits, spent = request.limits, request.spent
+    raise_by: dict[str, float] = {}
+    said: list[str] = []
+    for name, least in (("usd", 0.01), ("input_tokens", 1), ("cached_tokens", 1),
+                        ("output_tokens", 1)):
+        limit, used = getattr(limits, name), getattr(spent, name)
+        if limit is None or used < limit:
+            continue
+        allowance = max(limit, least)
+        raise_by[name] = used - limit + allowance
+        said.append(f"${allowance:.4f}" if name == "usd"
+                    else f"{allowance:,} {name.replace('_', ' ')}")
+    return BudgetLimits.model_validate(raise_by), " and ".join(said)
 
 
 class BudgetAnswer(BaseModel):

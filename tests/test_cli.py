@@ -177,10 +177,12 @@ async def test_chat(client, settings, cli_env):
     sid = f"chat-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings):
         out = await keel(cli_env, "chat", sid,  # as every command takes SESSION (or --id)
-                         input="Hello there\n/status\n/mind\n/bogus\n/quit\n")
+                         input="Hello there\n/status\n/mind\n/help\n/bogus\n/quit\n")
     assert f"started session {sid}" in out
     assert "[offline model]" in out
-    assert "phase" in out and "no mind yet" in out and "unknown command" in out
+    assert "phase" in out and "no mind yet" in out
+    # The help shows at the start and at /help; only /bogus is unknown.
+    assert out.count("/compact takes a checkpoint") == 3 and out.count("unknown command") == 1
     assert f"left {sid}" in out
 
 

@@ -7,12 +7,14 @@ interrupts the turn (the session's `interrupt`); at the prompt it leaves. A text
 the prompt is one message, whatever its lines (the terminal's bracketed paste, read by GNU
 readline), and so is one pasted while a reply streams (the terminal is kept marking pastes
 then, and the next prompt reads it); as is a message typed with each line but the last
-ending in a backslash.
+ending in a backslash. What a turn waits on a person for (a tool call's approval, the
+sub-agents' too, a reached budget) is asked at once, in place (keel.cli.asking).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -23,6 +25,7 @@ import typer
 from rich.markup import escape
 from rich.prompt import Prompt
 
+from keel.cli.asking import Asker
 from keel.cli.sessions import compact_line, status_table
 from keel.cli.shell import connect, load_settings, refusal_line, run
 from keel.cli.waiting import ChatView, chat_reader, needs_worker, say
@@ -115,6 +118,7 @@ class _Chat:
     def __init__(self, keel: KeelClient, view: ChatView) -> None:
         self.keel = keel
         self.view = view
+        self.asker: Asker | None = None  # the running turn's
 
     async def open(self, session_id: str | None, *, help_after: bool = False) -> None:
         """Start the session (or join it, when it exists) and subscribe to its events."""
@@ -160,13 +164,18 @@ class _Chat:
         elif text in ("/mind", "/memo", "/now"):
             shown: str = await getattr(self.handle, text[1:])()
             console.print(escape(shown) if shown else f"[dim](no {text[1:]} yet)[/]")
+        elif text in ("/help", "/?"):
+            console.print(f"[dim]{CHAT_HELP}[/]")
         elif text.startswith("/") and not text.startswith("//"):
             console.print(f"[dim]unknown command; {CHAT_HELP}[/]")
         else:
+            self.asker = Asker(self.handle, by=os.environ.get("USER", "") or "user",
+                               set_prompt=self.view.asking)
+            self.view.on_waiting = self.asker.seen
             try:
                 with self._ctrl_c_interrupts():
-                    await needs_worker(self.handle, say(self.handle, text, self.view,
-                                                        self.reader))
+                    await needs_worker(self.handle, self.asker.during(
+                        say(self.handle, text, self.view, self.reader)))
             except MessageRejectedError as err:
                 error(refusal_line(err))
 
@@ -178,6 +187,8 @@ class _Chat:
         stops: list[asyncio.Task[None]] = []
 
         def stop() -> None:
+            if self.asker is not None:  # the interrupt denies the call it asks about
+                self.asker.withdraw()
             console.print("[dim]interrupting the turn…[/]")
             stops.append(loop.create_task(self._interrupt()))
         try:

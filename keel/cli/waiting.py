@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from contextlib import suppress
 from typing import Any, TypeVar
 
@@ -18,7 +18,15 @@ from temporalio.service import RPCError, RPCStatusCode
 from keel.cli.shell import CliError
 from keel.client import SessionHandle
 from keel.console import console
+from keel.events import EventsMissed
 from keel.live import LiveView
+from schemas.events import (
+    ApprovalDecided,
+    ApprovalNeeded,
+    BudgetAnswered,
+    BudgetReached,
+    SessionEvent,
+)
 from schemas.session import TurnOutcome
 
 __all__ = ["ChatView", "chat_reader", "follow", "needs_worker", "say"]
@@ -111,18 +119,37 @@ async def _show_outcome(view: LiveView, outcome: TurnOutcome, reader: asyncio.Ta
 
 
 class ChatView(LiveView):
-    """The chat's view: an event that arrives while the person is at the prompt is printed
-    above it, and the prompt is shown again."""
+    """The chat's view: an event that arrives while the person is at a prompt is printed
+    above it, and the prompt is shown again; an event about a wait on the person (an
+    approval, a reached budget, either answered) goes first to `on_waiting`
+    (keel.cli.asking asks them, and takes a question back once it is answered)."""
 
     prompting = False
+    prompt = "[bold]you[/]: "
+    on_waiting: Callable[[SessionEvent], None] | None = None
 
     def _line(self, markup: str) -> None:
         if self.prompting and not self.mid_line:
             self.console.print()
             super()._line(markup)
-            self.console.print("[bold]you[/]: ", end="")
+            self.console.print(self.prompt, end="")
             return
         super()._line(markup)
+
+    def _text(self, reply_seq: int, text: str) -> None:
+        if self.prompting and not self.mid_line:  # off the prompt's line; it comes back
+            self.console.print()                # after the reply's (`_line`)
+        super()._text(reply_seq, text)
+
+    def asking(self, prompt: str | None) -> None:
+        """A question's prompt is up (None: back to none)."""
+        self.prompting, self.prompt = prompt is not None, prompt or "[bold]you[/]: "
+
+    def show(self, offset: int, event: SessionEvent | EventsMissed) -> None:
+        if (self.on_waiting is not None and not self.paused and isinstance(
+                event, ApprovalNeeded | ApprovalDecided | BudgetReached | BudgetAnswered)):
+            self.on_waiting(event)
+        super().show(offset, event)
 
 
 async def chat_reader(handle: SessionHandle, view: LiveView) -> asyncio.Task[None]:

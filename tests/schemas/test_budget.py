@@ -4,7 +4,11 @@ turn, a child's share of what is left, and an answer that is one thing or the ot
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from schemas.agent import AgentSpec
@@ -12,11 +16,13 @@ from schemas.budget import (
     DEFAULT_PRICES,
     BudgetAnswer,
     BudgetLimits,
+    BudgetRequest,
     BudgetScope,
     BudgetSpec,
     BudgetState,
     ModelPrice,
     Spend,
+    as_much_again,
     child_share,
     cost_usd,
     price_for,
@@ -120,3 +126,54 @@ def test_prices_come_from_defaults_and_keel_prices():
     assert settings.prices["claude-sonnet"] == DEFAULT_PRICES["claude-sonnet"]
     with pytest.raises(ValueError, match="KEEL_PRICES"):
         KeelSettings.from_env({"KEEL_PRICES": '{"m": {"input": 1}}'})
+
+
+def _paused(state: BudgetState, spec: BudgetSpec) -> BudgetRequest:
+    scope, said = state.check(spec) or (None, [])
+    assert scope is not None, "the budget is not reached"
+    return BudgetRequest(request_id="b1", scope=scope, reached=said, spent=state.turn_spent
+                         if scope is BudgetScope.TURN else state.spent,
+                         limits=state.limits(spec, scope) or BudgetLimits(), turn=1,
+                         since=datetime(2026, 12, 6, tzinfo=UTC))
+
+
+def test_as_much_again_lets_the_turn_spend_each_reached_limit_once_more():
+    """The chat's "y" (keel.cli.asking): a limit overshot by a call is raised past the
+    overshoot, so the turn goes on (a raise by the limit alone left it reached: 40 of 40)."""
+    spec = BudgetSpec(turn=BudgetLimits(output_tokens=20, input_tokens=10_000))
+    state = BudgetState()
+    state.start_turn(1)
+    state.charge(Spend(output_tokens=40, input_tokens=4_000))
+    request = _paused(state, spec)
+    raise_by, said = as_much_again(request)
+    assert raise_by == BudgetLimits(output_tokens=40) and said == "20 output tokens"
+    state.grant(request.scope, raise_by)
+    assert state.check(spec) is None
+    state.charge(Spend(output_tokens=19))
+    assert state.check(spec) is None
+    state.charge(Spend(output_tokens=1))
+    assert state.check(spec) == (BudgetScope.TURN, ["60 of 60 output tokens"])
+
+
+def test_as_much_again_is_at_least_a_cent_or_a_token():
+    spec = BudgetSpec(session=BudgetLimits(usd=0.0, cached_tokens=0))
+    state = BudgetState()
+    request = _paused(state, spec)
+    raise_by, said = as_much_again(request)
+    assert raise_by == BudgetLimits(usd=0.01, cached_tokens=1)
+    assert said == "$0.0100 and 1 cached tokens"
+    state.grant(request.scope, raise_by)
+    assert state.check(spec) is None
+
+
+@given(limit=st.one_of(st.floats(0, 50, allow_nan=False), st.integers(0, 10**7)),
+       over=st.floats(0, 1e6, allow_nan=False), usd=st.booleans())
+def test_after_as_much_again_nothing_is_reached(limit, over, usd):
+    name = "usd" if usd else "output_tokens"
+    limit = float(limit) if usd else int(limit)
+    spent = limit + (over if usd else int(over))
+    spec = BudgetSpec(session=BudgetLimits(**{name: limit}))
+    state = BudgetState(spent=Spend(**{name: spent}))
+    request = _paused(state, spec)
+    state.grant(request.scope, as_much_again(request)[0])
+    assert state.check(spec) is None

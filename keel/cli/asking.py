@@ -1,0 +1,288 @@
+"""The chat asks its person what a running turn waits on: a tool call's approval (the
+session's or a sub-agent's under it) and a reached budget; the answer goes to the session
+and the turn goes on, where the chat used to sit silent until another terminal answered.
+
+Invariants: the session decides what waits and what an answer does (keel._approvals,
+keel._control); this only finds what waits (the session's events wake it at once, a status
+query every POLL_S finds the rest), asks once for each call or request, and sends the
+answer, an approval bound to the input the person was shown. A question whose wait ends
+otherwise (answered elsewhere, its timeout, Ctrl-C's interrupt) is withdrawn on a terminal
+and said to be over on a pipe, so the chat never waits on an answer nobody needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from rich.markup import escape
+
+from keel._errors import KeelError, NoBudgetRequestError, NotPendingError
+from keel.cli.shell import refusal_line
+from keel.console import console, error
+from keel.handle import SessionHandle
+from schemas.agent import PendingApproval
+from schemas.budget import BudgetRequest, as_much_again
+from schemas.events import ApprovalDecided, BudgetAnswered, SessionEvent
+from schemas.session import SessionStatus
+
+__all__ = ["Asker", "Question", "questions_waiting"]
+
+T = TypeVar("T")
+
+ANSWER_PROMPT = "[bold]answer[/]: "
+POLL_S = 1.0  # how soon a wait no event announced (a sub-agent's) is asked about
+SHOWN_INPUT_CHARS = 300
+YES = {"y", "yes"}
+NO = {"n", "no"}
+_PASTE_MARKS = re.compile(r"\x1b\[20[01]~")
+
+
+@dataclass(frozen=True)
+class Question:
+    """One wait a person can end: `key` names it (a call id, a budget request id)."""
+
+    key: str
+    prompt: str  # markup
+    answer: Callable[[str], Awaitable[str]]  # the person's line (not a bare y/n) -> said
+
+
+def questions_waiting(handle: SessionHandle, status: SessionStatus,
+                      children: list[tuple[str, PendingApproval]], by: str) -> list[Question]:
+    """What waits on a person in this session and the sub-agents under it, in order."""
+    out = [_approval(handle, handle.session_id, p, by) for p in status.pending_approvals]
+    out += [_approval(handle, sid, p, by) for sid, p in children if sid != handle.session_id]
+    if status.budget_request is not None:
+        out.append(_budget(handle, status.budget_request, by))
+    return out
+
+
+def _approval(handle: SessionHandle, sid: str, p: PendingApproval, by: str) -> Question:
+    shown = json.dumps(p.input, ensure_ascii=False)
+    if len(shown) > SHOWN_INPUT_CHARS:
+        shown = shown[:SHOWN_INPUT_CHARS] + "…"
+    whose = "" if sid == handle.session_id else f"sub-agent {escape(sid)}: "
+
+    async def answer(line: str) -> str:
+        approve, note = line.split(maxsplit=1)[0].lower() in YES, _note(line)
+        # Bound to the input shown: a call whose input differs is not decided by this.
+        done = await handle.decide(p.call_id, approve, note, input_digest=p.input_digest,
+                                   by=by)
+        return f"{'approved' if approve else 'denied'} {done.tool} (call {done.call_id})"
+
+    return Question(p.call_id, (
+        f"[yellow]{whose}approve[/] {escape(p.tool)} {escape(shown)}? "
+        "[bold]y[/] / [bold]n[/] (a note for the model may follow the n)"), answer)
+
+
+def _budget(handle: SessionHandle, request: BudgetRequest, by: str) -> Question:
+    raise_by, allowed = as_much_again(request)
+
+    async def answer(line: str) -> str:
+        if line.split(maxsplit=1)[0].lower() in NO:
+            await handle.refuse_budget(request_id=request.request_id, by=by, note=_note(line))
+            return f"the {request.scope.value}'s budget not raised: the turn ends"
+        await handle.raise_budget(raise_by.usd, input_tokens=raise_by.input_tokens,
+                                  cached_tokens=raise_by.cached_tokens,
+                                  output_tokens=raise_by.output_tokens,
+                                  request_id=request.request_id, by=by, note=_note(line))
+        return f"the {request.scope.value}'s budget raised: {allowed} more"
+
+    return Question(request.request_id, (
+        f"[yellow]the {request.scope.value}'s budget is reached[/] "
+        f"({escape('; '.join(request.reached))}): allow {escape(allowed)} more? "
+        "[bold]y[/] / [bold]n[/] (the turn ends)"), answer)
+
+
+def _note(line: str) -> str:
+    parts = line.split(maxsplit=1)
+    return parts[1].strip() if len(parts) > 1 else ""
+
+
+class Asker:
+    """Runs a turn's wait in the chat and asks the person what it waits on meanwhile."""
+
+    def __init__(self, handle: SessionHandle, *, by: str,
+                 set_prompt: Callable[[str | None], None]) -> None:
+        self.handle = handle
+        self.by = by
+        self.set_prompt = set_prompt  # the view reprints it under an event shown meanwhile
+        self.wake = asyncio.Event()
+        self.asked: set[str] = set()
+        self.up: str | None = None  # the key of the question the person sees now
+        self.stdin_closed = False
+
+    def seen(self, event: SessionEvent) -> None:
+        """An event about a wait on the person, before the view prints it: a new wait is
+        looked at now; the question up is taken back when its wait was answered."""
+        answered = (event.approval_id if isinstance(event, ApprovalDecided) else
+                    event.request_id if isinstance(event, BudgetAnswered) else None)
+        if answered is not None and answered == self.up:
+            self.withdraw()  # the event says who answered
+        self.wake.set()
+
+    def withdraw(self) -> None:
+        """Take back the question up, if any (its wait was answered, or is being ended)."""
+        if self.up is not None:
+            self.up = None
+            self.set_prompt(None)
+            console.print()  # the answer's line ends
+            self.wake.set()
+
+    async def during(self, turn: Awaitable[T]) -> T | None:
+        """`turn`'s result; meanwhile each wait on a person is asked about, once. None when
+        the person's input ended while the turn waits on them (the chat leaves then; the
+        session keeps waiting for an answer from elsewhere)."""
+        task = asyncio.ensure_future(turn)
+        try:
+            while not task.done() and not self.stdin_closed:
+                for question in await self._next(task):
+                    if task.done():
+                        break
+                    await self._ask(question, task)
+            return task.result() if task.done() else None
+        finally:
+            if not task.done():
+                task.cancel()
+                with suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def _next(self, turn: asyncio.Future[T]) -> list[Question]:
+        """The waits not asked about yet, once an event or POLL_S says to look."""
+        woken = asyncio.ensure_future(self.wake.wait())
+        try:
+            watched: set[asyncio.Future[Any]] = {turn, woken}
+            await asyncio.wait(watched, timeout=POLL_S,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+        self.wake.clear()
+        if turn.done() or self.stdin_closed:
+            return []
+        return [q for q in await self._waiting() if q.key not in self.asked]
+
+    async def _waiting(self) -> list[Question]:
+        try:
+            status = await self.handle.status()
+            children = await self.handle.tree_pending() if any(
+                c.done is None for c in status.children) else []
+        except KeelError:  # the session ended meanwhile: the turn says so
+            return []
+        return questions_waiting(self.handle, status, children, self.by)
+
+    async def _ask(self, question: Question, turn: asyncio.Future[T]) -> None:
+        self.asked.add(question.key)
+        while True:
+            line = await self._answer_line(question, turn)
+            if line is None:
+                return
+            word = line.split(maxsplit=1)[0].lower() if line.strip() else ""
+            if word in YES | NO:
+                break
+            console.print("[dim]y or n, please (that line was not sent to the session)[/]")
+        try:
+            console.print(f"[dim]{escape(await question.answer(line))}[/]")
+        except (NotPendingError, NoBudgetRequestError):
+            console.print("[dim]already answered elsewhere[/]")
+        except KeelError as err:  # the session ended meanwhile, say
+            error(refusal_line(err))
+
+    async def _answer_line(self, question: Question, turn: asyncio.Future[T]) -> str | None:
+        """The person's line, or None when the wait ended before it (or input did)."""
+        console.print(question.prompt, highlight=False)
+        self.up = question.key
+        self.set_prompt(ANSWER_PROMPT)
+        console.print(ANSWER_PROMPT, end="")
+        reading = asyncio.ensure_future(read_line())
+        try:
+            # A pipe's line is read to its end even when the question was answered:
+            # a thread reading on would take the chat's next line.
+            while not reading.done() and (self.up is not None or not can_withdraw()):
+                self.wake.clear()
+                woken = asyncio.ensure_future(self.wake.wait())
+                try:
+                    watched: set[asyncio.Future[Any]] = {reading, turn, woken}
+                    await asyncio.wait(watched, timeout=POLL_S,
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    woken.cancel()
+                if reading.done() or self.up is None or not can_withdraw():
+                    continue
+                if turn.done() or question.key not in {q.key for q in await self._waiting()}:
+                    console.print()
+                    console.print("[dim]no longer waiting: the turn ended[/]")
+                    return None
+            if self.up is None:  # answered elsewhere (`seen` said so)
+                return None
+            line = reading.result()
+        finally:
+            self.up = None
+            self.set_prompt(None)
+            if not reading.done():
+                reading.cancel()
+                with suppress(asyncio.CancelledError):
+                    await reading
+        if line is None:  # end of input: the call stays pending for another terminal
+            self.stdin_closed = True
+            sid = escape(self.handle.session_id)
+            console.print(f"[dim]no answer read; the turn waits (`keel pending {sid}`, "
+                          f"`keel budget {sid}`)[/]")
+        return line
+
+
+def can_withdraw() -> bool:
+    """A question can be taken back only where a line is read without a thread (a
+    terminal, on a loop that watches file descriptors); a pipe's line is read to its end."""
+    return _tty_fd() is not None
+
+
+def _tty_fd() -> int | None:
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # a test runner's stream
+        return None
+    return fd if os.isatty(fd) and hasattr(asyncio.get_running_loop(), "add_reader") else None
+
+
+async def read_line() -> str | None:
+    """One line from the person, without its newline (None at end of input). On a terminal
+    it is read from the descriptor as the loop sees it ready, so cancelling it leaves
+    nothing behind; elsewhere, through `input()` in a thread."""
+    fd = _tty_fd()
+    if fd is None:
+        return await _read_in_thread()
+    loop = asyncio.get_running_loop()
+    got: asyncio.Future[bytes] = loop.create_future()
+
+    def ready() -> None:
+        if not got.done():
+            try:  # the terminal's line discipline hands over one line at a time
+                got.set_result(os.read(fd, 4096))
+            except OSError as err:
+                got.set_exception(err)
+
+    try:
+        loop.add_reader(fd, ready)
+    except NotImplementedError:  # a loop without it: read in a thread
+        return await _read_in_thread()
+    try:
+        raw = await got
+    finally:
+        loop.remove_reader(fd)
+    if not raw:
+        return None
+    return _PASTE_MARKS.sub("", raw.decode(errors="replace")).rstrip("\r\n")
+
+
+async def _read_in_thread() -> str | None:
+    try:
+        return _PASTE_MARKS.sub("", await asyncio.to_thread(input))
+    except EOFError:
+        return None

@@ -1,0 +1,157 @@
+"""`keel chat` asks its person what a turn waits on (keel.cli.asking): each tool call's
+approval, a sub-agent's too, and a reached budget, answered in place and sent bound to the
+call shown; a question answered elsewhere or ended by Ctrl-C is taken back; input that
+ends while a question is up leaves the chat and the call pending. Before, the chat sat
+silent on "approval needed" until another terminal answered. Real Temporal, real
+PostgreSQL, the fake API; the chat as a command (piped) and on a pseudo-terminal."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import psycopg
+import pytest
+
+from schemas.agent import AgentSpec, ApprovalPolicy, ApprovalRules
+from schemas.budget import BudgetLimits, BudgetSpec
+from tests.fake_anthropic import text_message, tool_use_message
+from tests.harness import keel_worker, make_settings
+from tests.session.test_budget import BIG_INPUT, WRITE
+from tests.session.test_delegation import _last, spec, team
+from tests.test_cli import Pty, _chat, cli_env, keel  # noqa: F401 (a fixture)
+
+ASKS = AgentSpec(approvals=ApprovalRules(tools={"write_file": ApprovalPolicy.ASK}))
+
+
+@pytest.fixture
+def settings(database_url, fake_anthropic, tmp_path):
+    return make_settings(database_url, tmp_path, fake_anthropic.base_url)
+
+
+@pytest.fixture
+def env(cli_env):  # noqa: F811
+    return {**cli_env, "USER": "tester"}
+
+
+def _rows(database_url: str, sid: str) -> list[tuple[str, str]]:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute("SELECT type, content_text FROM messages WHERE session_id = %s"
+                            " ORDER BY seq", (sid,)).fetchall()
+
+
+def _two_writes(fake_anthropic) -> None:
+    fake_anthropic.push(
+        tool_use_message([("write_file", {"path": "a.md", "content": "first"})]),
+        tool_use_message([("write_file", {"path": "b.md", "content": "second"})]),
+        text_message("Both asked about."))
+
+
+async def test_the_chat_asks_for_each_approval_and_sends_the_answer(
+        client, settings, env, fake_anthropic, database_url):
+    _two_writes(fake_anthropic)
+    sid = f"ask-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as k:
+        await k.start_session(sid, agent=ASKS)
+        out = await keel(env, "chat", sid,
+                         input="Write two notes.\nmaybe\ny\nn not that one\n/quit\n")
+        assert await k.session(sid).pending() == []
+        assert (await k.session(sid).read_file("a.md")).data == b"first"
+        assert not [f for f in await k.session(sid).list_files() if f.path == "b.md"]
+    said = " ".join(out.split())
+    assert 'approve write_file {"path": "a.md", "content": "first"}? y / n' in said
+    assert "y or n, please (that line was not sent to the session)" in said
+    assert "approved write_file" in said and "approved by tester" in said
+    assert "denied write_file" in said and "denied by tester" in said
+    assert "keel: Both asked about." in said
+    rows = _rows(database_url, sid)
+    assert [text for kind, text in rows if kind == "user"] == ["Write two notes."]
+    results = [text for kind, text in rows if kind == "tool_result"]
+    assert "not that one" in results[-1] and "not that one" not in results[0]
+
+
+async def test_the_chat_asks_to_raise_a_reached_budget(client, settings, env,
+                                                      fake_anthropic):
+    spec_ = AgentSpec(budget=BudgetSpec(session=BudgetLimits(usd=0.2)))
+    fake_anthropic.push(tool_use_message([WRITE], input_tokens=BIG_INPUT),
+                        text_message("Finished after the raise."),
+                        tool_use_message([WRITE], input_tokens=BIG_INPUT))
+    async with keel_worker(client, settings) as k:
+        raised = (await k.start_session(f"b-{uuid.uuid4().hex[:8]}", agent=spec_)).session_id
+        out = await keel(env, "chat", raised, input="Write the notes.\ny\n/quit\n")
+        said = " ".join(out.split())
+        # $0.3003 spent of $0.20: as much again lets it spend another $0.20.
+        assert ("the session's budget is reached ($0.3003 of $0.2000): allow $0.2000 more?"
+                in said)
+        assert "budget raised by tester" in said and "keel: Finished after the raise." in said
+        status = await k.session(raised).status()
+        assert status.budget_request is None and status.phase.value == "idle"
+
+        refused = (await k.start_session(f"b-{uuid.uuid4().hex[:8]}", agent=spec_)).session_id
+        out = await keel(env, "chat", refused, input="Write them again.\nn too much\n/quit\n")
+        said = " ".join(out.split())
+        assert "budget not raised by tester" in said
+        assert "a raise was refused" in said
+
+
+async def test_a_sub_agent_s_approval_is_asked_in_its_parent_s_chat(
+        client, settings, env, fake_anthropic):
+    def child(body):
+        if "tool_result" in _last(body):
+            return text_message("wrote it")
+        return tool_use_message([("write_file", {"path": "x.md", "content": "x"})])
+
+    fake_anthropic.responder = team(child)
+    sid = f"team-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as k:
+        await k.start_session(sid, agent=spec(60, child_asks=True))
+        out = await keel(env, "chat", sid, input="write it\ny\n/quit\n")
+        await k.session(sid).end()
+    said = " ".join(out.split())
+    assert f"sub-agent {sid}.researcher." in said
+    assert 'approve write_file {"path": "x.md", "content": "x"}?' in said
+    assert "approved write_file" in said and "wrote it" in said
+
+
+async def test_input_ending_at_a_question_leaves_the_chat_and_the_call_pending(
+        client, settings, env, fake_anthropic):
+    _two_writes(fake_anthropic)
+    sid = f"eof-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as k:
+        await k.start_session(sid, agent=ASKS)
+        out = await asyncio.wait_for(keel(env, "chat", sid, input="Write two notes.\n"), 60)
+        [waiting] = await k.session(sid).pending()
+        await k.session(sid).end()
+    said = " ".join(out.split())
+    assert f"no answer read; the turn waits (`keel pending {sid}`" in said
+    assert f"left {sid}; it keeps running." in said
+    assert waiting.tool == "write_file" and waiting.input["path"] == "a.md"
+
+
+async def test_a_question_answered_elsewhere_is_taken_back_and_ctrl_c_ends_the_wait(
+        client, settings, env, fake_anthropic):
+    _two_writes(fake_anthropic)
+    sid = f"pty-ask-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as k:
+        await k.start_session(sid, agent=ASKS)
+        chat = _chat(env, sid)
+        try:
+            await chat.expect("you")
+            chat.send("Write two notes.\r")
+            await chat.expect("answer:")
+            [first] = await k.session(sid).pending()
+            await k.session(sid).approve(first.call_id, by="ops")
+            screen = await chat.expect("approved by ops")
+            after = screen.index("approved by ops")
+            screen = await chat.expect("answer:", since=after)  # the second call's
+            between = screen[after:screen.index("answer:", after)]
+            assert '"b.md"' in between  # taken back: no prompt left over before it
+            chat.send("\x03")  # Ctrl-C at the question: the turn is interrupted
+            screen = await chat.expect("you:", since=screen.index("answer:", after))
+            assert "denied by" in screen[after:]
+            chat.send("/quit\r")
+            await chat.expect(f"left {sid}")
+        finally:
+            chat.close()
+        assert await k.session(sid).pending() == []
+        assert not [f for f in await k.session(sid).list_files() if f.path == "b.md"]
