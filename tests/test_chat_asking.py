@@ -155,3 +155,56 @@ async def test_a_question_answered_elsewhere_is_taken_back_and_ctrl_c_ends_the_w
             chat.close()
         assert await k.session(sid).pending() == []
         assert not [f for f in await k.session(sid).list_files() if f.path == "b.md"]
+
+
+async def test_a_chat_joining_a_waiting_session_says_so_and_pending_asks(
+        client, settings, env, fake_anthropic):
+    """A turn started elsewhere (here by the client) waits on an approval: the chat that
+    joins says so, /pending asks, and a /pending with nothing waiting says that."""
+    fake_anthropic.push(
+        tool_use_message([("write_file", {"path": "a.md", "content": "first"})]),
+        text_message("Written."))
+    sid = f"join-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as k:
+        session = await k.start_session(sid, agent=ASKS)
+        accepted = await session.send("Write a note.")
+        for _ in range(100):
+            if await session.pending():
+                break
+            await asyncio.sleep(0.1)
+        out = await keel(env, "chat", sid, input="/pending\ny\n/pending\n/quit\n")
+        outcome = await asyncio.wait_for(session.wait_reply(accepted.seq), 30)
+    said = " ".join(out.split())
+    assert "the session waits on you (1 question): /pending asks" in said
+    assert 'approve write_file {"path": "a.md", "content": "first"}?' in said
+    assert "approved write_file" in said and "nothing waits on you" in said
+    assert outcome.reply_text == "Written."
+
+
+async def test_a_background_turn_s_approval_at_the_prompt_is_answered_with_pending(
+        client, settings, env, fake_anthropic):
+    """The person is idle at the prompt when a Watch's turn asks for an approval: the chat
+    says /pending asks, and /pending does."""
+    fake_anthropic.push(
+        text_message("Hello."),
+        tool_use_message([("write_file", {"path": "w.md", "content": "watched"})]),
+        text_message("Noted the build."))
+    sid = f"pty-bg-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as k:
+        await k.start_session(sid, agent=ASKS)
+        chat = _chat(env, sid)
+        try:
+            await chat.expect("you")
+            chat.send("Hi.\r")
+            screen = await chat.expect("Hello.")
+            await k.session(sid).watch("ci-1", "CI", "The build is red.")
+            screen = await chat.expect("/pending asks what waits on you", since=len(screen))
+            chat.send("/pending\r")
+            screen = await chat.expect("answer:", since=screen.rindex("/pending asks"))
+            chat.send("y\r")
+            await chat.expect("Noted the build.", since=screen.rindex("answer:"))
+            chat.send("/quit\r")
+            await chat.expect(f"left {sid}")
+        finally:
+            chat.close()
+        assert (await k.session(sid).read_file("w.md")).data == b"watched"

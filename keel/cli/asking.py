@@ -154,6 +154,17 @@ class Asker:
                 with suppress(asyncio.CancelledError, Exception):
                     await task
 
+    async def ask_waiting(self) -> int:
+        """Ask about each wait there is now (the chat's /pending, between turns): the turn
+        that waits goes on on its own; how many were asked."""
+        never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        questions = await self.waiting()
+        for question in questions:
+            if self.stdin_closed:
+                break
+            await self._ask(question, never)
+        return len(questions)
+
     async def _next(self, turn: asyncio.Future[T]) -> list[Question]:
         """The waits not asked about yet, once an event or POLL_S says to look."""
         woken = asyncio.ensure_future(self.wake.wait())
@@ -166,9 +177,10 @@ class Asker:
         self.wake.clear()
         if turn.done() or self.stdin_closed:
             return []
-        return [q for q in await self._waiting() if q.key not in self.asked]
+        return [q for q in await self.waiting() if q.key not in self.asked]
 
-    async def _waiting(self) -> list[Question]:
+    async def waiting(self) -> list[Question]:
+        """What waits on a person now, in this session and the sub-agents under it."""
         try:
             status = await self.handle.status()
             children = await self.handle.tree_pending() if any(
@@ -215,7 +227,7 @@ class Asker:
                     woken.cancel()
                 if reading.done() or self.up is None or not can_withdraw():
                     continue
-                if turn.done() or question.key not in {q.key for q in await self._waiting()}:
+                if turn.done() or question.key not in {q.key for q in await self.waiting()}:
                     console.print()
                     console.print("[dim]no longer waiting: the turn ended[/]")
                     return None

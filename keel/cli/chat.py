@@ -17,9 +17,9 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Annotated
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager, suppress
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -29,13 +29,21 @@ from keel.cli.asking import Asker
 from keel.cli.sessions import compact_line, status_table
 from keel.cli.shell import connect, load_settings, refusal_line, run
 from keel.cli.waiting import ChatView, chat_reader, needs_worker, say
-from keel.client import KeelClient, MessageRejectedError, SessionExistsError, SessionHandle
+from keel.client import (
+    KeelClient,
+    KeelError,
+    MessageRejectedError,
+    SessionExistsError,
+    SessionHandle,
+)
 from keel.console import console, error
+from schemas.session import TurnOutcome
 
 __all__ = ["CHAT_HELP", "chat"]
 
 CHAT_HELP = ("/new starts a fresh session · /status /mind /memo /now show its state · "
-             "/compact takes a checkpoint now · a line ending in \\ goes on on the next · "
+             "/compact takes a checkpoint now · /pending asks what waits on you · "
+             "a line ending in \\ goes on on the next · "
              "Ctrl-C while a reply comes interrupts the turn · /quit leaves (the session "
              "keeps running)")
 CONTINUED = "\\"  # a line ending so goes on on the next: one message of several lines
@@ -132,6 +140,10 @@ class _Chat:
         if help_after:
             console.print(f"[dim]{CHAT_HELP}[/]")
         self.reader = await chat_reader(self.handle, self.view)
+        with suppress(KeelError):  # joined mid-turn: say what waits on the person
+            if waits := len(await Asker(self.handle, by="", set_prompt=print).waiting()):
+                console.print(f"[yellow]the session waits on you[/] ({waits} question"
+                              f"{'s' if waits > 1 else ''}): /pending asks")
 
     async def prompt(self) -> str | None:
         """The person's next message, stripped: a line, or several when each but the last
@@ -164,20 +176,31 @@ class _Chat:
         elif text in ("/mind", "/memo", "/now"):
             shown: str = await getattr(self.handle, text[1:])()
             console.print(escape(shown) if shown else f"[dim](no {text[1:]} yet)[/]")
+        elif text == "/pending":
+            await self._asking(None)
         elif text in ("/help", "/?"):
             console.print(f"[dim]{CHAT_HELP}[/]")
         elif text.startswith("/") and not text.startswith("//"):
             console.print(f"[dim]unknown command; {CHAT_HELP}[/]")
         else:
-            self.asker = Asker(self.handle, by=os.environ.get("USER", "") or "user",
-                               set_prompt=self.view.asking)
-            self.view.on_waiting = self.asker.seen
-            try:
-                with self._ctrl_c_interrupts():
-                    await needs_worker(self.handle, self.asker.during(
-                        say(self.handle, text, self.view, self.reader)))
-            except MessageRejectedError as err:
-                error(refusal_line(err))
+            await self._asking(say(self.handle, text, self.view, self.reader))
+
+    async def _asking(self, turn: Coroutine[Any, Any, TurnOutcome] | None) -> None:
+        """Wait for `turn`, asking the person what it waits on meanwhile (keel.cli.asking);
+        None: ask about what waits now."""
+        self.asker = Asker(self.handle, by=os.environ.get("USER", "") or "user",
+                           set_prompt=self.view.asking)
+        self.view.on_waiting = self.asker.seen
+        try:
+            with self._ctrl_c_interrupts():
+                if turn is not None:
+                    await needs_worker(self.handle, self.asker.during(turn))
+                elif not await self.asker.ask_waiting():
+                    console.print("[dim]nothing waits on you[/]")
+        except MessageRejectedError as err:
+            error(refusal_line(err))
+        finally:
+            self.asker, self.view.on_waiting = None, None
 
     @contextmanager
     def _ctrl_c_interrupts(self) -> Iterator[None]:

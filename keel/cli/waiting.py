@@ -36,6 +36,7 @@ T = TypeVar("T")
 # A command that waits on a session says, after this long, when no worker polls its queue.
 NO_WORKER_AFTER_S = float(os.environ.get("KEEL_NO_WORKER_AFTER_S", "10"))
 CATCH_UP_S = 3.0  # how long a finished turn's events may trail its outcome
+YOU = "[bold]you[/]: "  # the chat's prompt
 
 
 async def needs_worker(handle: SessionHandle, call: Coroutine[Any, Any, T]) -> T:
@@ -125,7 +126,7 @@ class ChatView(LiveView):
     (keel.cli.asking asks them, and takes a question back once it is answered)."""
 
     prompting = False
-    prompt = "[bold]you[/]: "
+    prompt = YOU
     on_waiting: Callable[[SessionEvent], None] | None = None
 
     def _line(self, markup: str) -> None:
@@ -143,7 +144,19 @@ class ChatView(LiveView):
 
     def asking(self, prompt: str | None) -> None:
         """A question's prompt is up (None: back to none)."""
-        self.prompting, self.prompt = prompt is not None, prompt or "[bold]you[/]: "
+        self.prompting, self.prompt = prompt is not None, prompt or YOU
+
+    def _on_ApprovalNeeded(self, e: ApprovalNeeded) -> None:
+        super()._on_ApprovalNeeded(e)
+        self._answer_hint()
+
+    def _on_BudgetReached(self, e: BudgetReached) -> None:
+        super()._on_BudgetReached(e)
+        self._answer_hint()
+
+    def _answer_hint(self) -> None:
+        if self.prompting and self.prompt == YOU:  # between turns, a background input's
+            self._line("[dim]/pending asks what waits on you[/]")
 
     def show(self, offset: int, event: SessionEvent | EventsMissed) -> None:
         if (self.on_waiting is not None and not self.paused and isinstance(
