@@ -46,6 +46,7 @@ __all__ = [
     "child_share",
     "cost_usd",
     "price_for",
+    "raise_problem",
     "reached",
     "spend_of",
 ]
@@ -217,6 +218,31 @@ def as_much_again(request: BudgetRequest) -> tuple[BudgetLimits, str]:
         said.append(f"${allowance:.4f}" if name == "usd"
                     else f"{allowance:,} {name.replace('_', ' ')}")
     return BudgetLimits.model_validate(raise_by), " and ".join(said)
+
+
+def raise_problem(request: BudgetRequest, raise_by: BudgetLimits) -> str | None:
+    """Why a raise cannot let the paused turn go on, or None: each amount must be more than
+    nothing and raise a limit in force (a raise of one not in force would start a new limit
+    of that size), and one of them a limit the request reached. A raise that is only too
+    small is taken: the turn pauses again, saying so."""
+    raised_reached = False
+    for name, label in _LIMIT_LABELS.items():
+        amount, limit = getattr(raise_by, name), getattr(request.limits, name)
+        if amount is None:
+            continue
+        if amount <= 0:
+            return f"a raise is of more than nothing (the {label} by {amount:g})"
+        if limit is None:
+            return f"the {request.scope.value}'s budget has no {label} limit to raise"
+        raised_reached |= getattr(request.spent, name) >= limit
+    if not raised_reached:
+        return (f"the raise leaves what was reached as it was ({'; '.join(request.reached)}):"
+                " raise that")
+    return None
+
+
+_LIMIT_LABELS = {"usd": "dollars", "input_tokens": "input tokens",
+                 "cached_tokens": "cached tokens", "output_tokens": "output tokens"}
 
 
 class BudgetAnswer(BaseModel):

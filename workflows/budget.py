@@ -27,11 +27,13 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from schemas.budget import (
         BudgetAnswer,
+        BudgetLimits,
         BudgetRequest,
         BudgetScope,
         BudgetSpec,
         answered_notice,
         budget_notice,
+        raise_problem,
         spend_of,
     )
     from schemas.events import BudgetAnswered, BudgetReached
@@ -154,6 +156,11 @@ class BudgetGate:
                              raised=not answer.refuse, by=answer.by)
         await self.run.record_notice(answered_notice(request, answer))
         return request
+
+    def raise_problem(self, raise_by: BudgetLimits) -> str | None:
+        """Why a raise of the pending request cannot let its turn go on (schemas.budget)."""
+        request = self.run.state.budget.request
+        return raise_problem(request, raise_by) if request is not None else None
 
     def answer_problem(self, answer: BudgetAnswer) -> str | None:
         """Why `answer` cannot be taken, or None."""

@@ -409,6 +409,9 @@ class SessionWorkflow:
         if problem := self.turns.budget.answer_problem(answer):
             raise ApplicationError(problem, type=Rejection.NO_BUDGET_REQUEST,
                                    non_retryable=True)
+        if answer.raise_by is not None and (problem := self.turns.budget.raise_problem(
+                answer.raise_by)):
+            raise rejected(f"the budget answer: {problem}")
 
     @workflow.update(name=Handler.INTERRUPT)
     async def interrupt(self) -> SessionStatus:

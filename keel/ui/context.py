@@ -25,6 +25,7 @@ from starlette.responses import HTMLResponse
 from activities.db import connection
 from keel.client import KeelClient
 from keel.ui.security import CSRF_COOKIE
+from schemas.budget import as_much_again
 from schemas.config import KeelSettings
 
 __all__ = ["HERE", "UiContext", "make_env", "render", "ui"]
@@ -39,6 +40,7 @@ def make_env() -> Environment:
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True,
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["n"] = lambda v: f"{int(v or 0):,}"
+    env.filters["allowance"] = lambda request: as_much_again(request)[1]
     env.filters["when"] = lambda v: (v.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
                                      if isinstance(v, datetime) else "—")
     env.filters["pretty"] = lambda v: (json.dumps(v, indent=1, ensure_ascii=False)

@@ -25,7 +25,7 @@ from starlette.datastructures import FormData, QueryParams
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from keel.client import KeelError, SessionHandle
+from keel.client import KeelError, NoBudgetRequestError, SessionHandle
 from keel.record import (
     CheckpointEntry,
     known_sessions,
@@ -41,6 +41,7 @@ from keel.ui.context import UiContext, render, ui
 from keel.ui.security import csrf_ok
 from keel.ui.vault import hit_link, vault_view
 from keel.ui.views import Gauge, SessionRow, conversation, mind_diff
+from schemas.budget import as_much_again
 from schemas.checkpoint.mind import MindDocument
 from schemas.session import SessionPhase, SessionStatus, SessionSummary
 
@@ -257,11 +258,24 @@ async def interrupt(request: Request) -> Response:
 
 
 async def budget(request: Request) -> Response:
-    """A reached budget's answer: raise it by an amount in dollars, or refuse."""
+    """A reached budget's answer: allow as much again of what was reached (the request the
+    page showed: a request since then is not answered by it), raise the dollar limit by an
+    amount, or refuse. The session refuses a raise that cannot let the turn go on."""
     async def answer(handle: Any, form: Any) -> Any:
+        request_id = str(form.get("request_id") or "") or None
         if form.get("decision") == "refuse":
-            return await handle.refuse_budget(by=DECIDED_BY)
-        return await handle.raise_budget(float(str(form.get("usd") or 0)), by=DECIDED_BY)
+            return await handle.refuse_budget(request_id=request_id, by=DECIDED_BY)
+        if form.get("decision") == "again":
+            pending = (await handle.status()).budget_request
+            if pending is None or pending.request_id != (request_id or pending.request_id):
+                raise NoBudgetRequestError(f"budget request {request_id!r} is not pending")
+            return await handle.raise_budget(
+                **as_much_again(pending)[0].model_dump(), request_id=request_id,
+                by=DECIDED_BY)
+        usd = str(form.get("usd") or "").strip()
+        if not usd:
+            raise ValueError("give the dollars to raise the limit by, or allow as much again")
+        return await handle.raise_budget(float(usd), request_id=request_id, by=DECIDED_BY)
     return await _session_post(request, answer)
 
 

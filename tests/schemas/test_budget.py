@@ -26,6 +26,7 @@ from schemas.budget import (
     child_share,
     cost_usd,
     price_for,
+    raise_problem,
     reached,
     spend_of,
 )
@@ -177,3 +178,23 @@ def test_after_as_much_again_nothing_is_reached(limit, over, usd):
     request = _paused(state, spec)
     state.grant(request.scope, as_much_again(request)[0])
     assert state.check(spec) is None
+
+
+def test_a_raise_must_raise_a_reached_limit_by_something():
+    """A raise of a limit not in force started one of its size (a turn paused on output
+    tokens "raised" by $1 got a $1 limit and stayed paused), and a raise of nothing ($0 from
+    an empty form) started a $0 limit where none was, reached at once."""
+    spec = BudgetSpec(turn=BudgetLimits(output_tokens=50, input_tokens=10**6))
+    state = BudgetState()
+    state.start_turn(1)
+    state.charge(Spend(output_tokens=60, input_tokens=100))
+    request = _paused(state, spec)
+    assert raise_problem(request, BudgetLimits(usd=1.0)) == (
+        "the turn's budget has no dollars limit to raise")
+    assert raise_problem(request, BudgetLimits(output_tokens=0)) == (
+        "a raise is of more than nothing (the output tokens by 0)")
+    assert raise_problem(request, BudgetLimits(input_tokens=500)) == (
+        "the raise leaves what was reached as it was (60 of 50 output tokens): raise that")
+    assert raise_problem(request, BudgetLimits(output_tokens=5)) is None  # too small: taken
+    assert raise_problem(request, BudgetLimits(output_tokens=5, input_tokens=5)) is None
+    assert raise_problem(request, as_much_again(request)[0]) is None

@@ -16,7 +16,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from keel.client import NoBudgetRequestError, SessionHandle, session_config
+from keel.client import (
+    MessageRejectedError,
+    NoBudgetRequestError,
+    SessionHandle,
+    session_config,
+)
 from schemas.agent import AgentSpec
 from schemas.budget import BudgetLimits, BudgetSpec
 from schemas.session import SessionStatus
@@ -132,6 +137,34 @@ async def test_refused_raise_ends_the_turn_and_an_end_while_paused_too(
     assert final.ended
     assert len(fake_anthropic.requests) == 2  # one call each, none past the budget
     assert any("refused a raise" in n for n in notices(database_url, refused.session_id))
+
+
+async def test_a_raise_that_cannot_let_the_turn_go_on_is_refused_and_changes_nothing(
+        client, settings, fake_anthropic, database_url):
+    """A turn paused on its output tokens: a raise in dollars (no dollar limit in force)
+    and a raise of nothing are refused, saying why, the request still pending; before,
+    both were taken and started a new limit (the $0 one reached at once), and the turn
+    paused again."""
+    fake_anthropic.push(tool_use_message([WRITE]), tool_use_message([WRITE]),
+                        tool_use_message([WRITE]), text_message("Done."))
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(
+            f"budget-bad-raise-{uuid.uuid4().hex[:8]}",
+            agent=spec(turn=BudgetLimits(output_tokens=50)))
+        accepted = await session.send("Write three times.")
+        request = (await paused(session)).budget_request
+        assert request is not None
+        with pytest.raises(MessageRejectedError, match="has no dollars limit to raise"):
+            await session.raise_budget(1.0)
+        with pytest.raises(MessageRejectedError, match="a raise is of more than nothing"):
+            await session.raise_budget(output_tokens=0)
+        status = await session.status()
+        assert status.budget_request == request and status.phase == "awaiting_budget"
+        await session.raise_budget(output_tokens=100)
+        outcome = await asyncio.wait_for(session.wait_reply(accepted.seq), 30)
+    assert outcome.reply_text == "Done."
+    said = notices(database_url, session.session_id)
+    assert sum("raised it by" in n for n in said) == 1
 
 
 async def test_turn_budget_pauses_each_turn_that_spends_past_it(

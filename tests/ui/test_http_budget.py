@@ -36,9 +36,20 @@ async def test_budget_raised_and_a_turn_stopped_from_the_page(client, database_u
             base = url.removesuffix("/sessions")
             page = await http.get(f"{base}/sessions/{sid}")
             assert 'id="budget-request"' in page.text and "Budget reached" in page.text
+            # $0.3003 spent of $0.20: "as much again" is another $0.20.
+            assert "Allow $0.2000 more" in page.text
             (csrf, *_) = re.findall(r'name="csrf" value="([^"]+)"', page.text)
+            (request_id,) = re.findall(r'name="request_id" value="([^"]+)"', page.text)
+            # Raise with its field left empty: refused, saying why (it was a $0 raise).
+            empty = await http.post(f"{base}/sessions/{sid}/budget",
+                                    data={"csrf": csrf, "decision": "raise", "usd": "",
+                                          "request_id": request_id},
+                                    headers={"Origin": base})
+            assert empty.status_code == 409 and "give the dollars" in empty.text
+            assert (await handle.status()).budget_request is not None
             raised = await http.post(f"{base}/sessions/{sid}/budget",
-                                     data={"csrf": csrf, "decision": "raise", "usd": "1"},
+                                     data={"csrf": csrf, "decision": "again",
+                                           "request_id": request_id},
                                      headers={"Origin": base})
             assert raised.status_code == 303, raised.text
             outcome = await asyncio.wait_for(handle.wait_reply(accepted.seq), 30)
