@@ -180,15 +180,24 @@ class LiveView:
 
     def _on_ApprovalNeeded(self, e: ApprovalNeeded) -> None:
         self._line(f"[yellow]approval needed[/] {escape(e.approval_id)}: {escape(e.tool)} "
-                   f"{escape(one_line(e.summary, 120))}")
+                   f"{escape(one_line(e.summary, 120))}{self._approve_hint(e)}")
+
+    def _approve_hint(self, e: ApprovalNeeded) -> str:
+        """How to answer, where this view cannot ask (keel.cli.waiting.ChatView asks)."""
+        return (f"; the turn waits: keel approve {escape(e.session_id)} "
+                f"{escape(e.approval_id)}, or keel deny")
 
     def _on_ApprovalDecided(self, e: ApprovalDecided) -> None:
         verdict = "approved" if e.approved else "denied"
         self._line(f"[dim]{escape(e.approval_id)} {verdict} by {escape(e.by)}[/]")
 
     def _on_BudgetReached(self, e: BudgetReached) -> None:
-        self._line(f"[yellow]budget reached[/] ({escape(e.scope)}: {escape(e.reached)}): the "
-                   f"turn waits; keel budget SESSION --raise AMOUNT, or --refuse")
+        self._line(f"[yellow]budget reached[/] ({escape(e.scope)}: {escape(e.reached)})"
+                   f"{self._budget_hint(e)}")
+
+    def _budget_hint(self, e: BudgetReached) -> str:
+        return (f": the turn waits; keel budget {escape(e.session_id)} --raise AMOUNT, or "
+                "--refuse")
 
     def _on_BudgetAnswered(self, e: BudgetAnswered) -> None:
         self._line(f"[dim]budget {'raised' if e.raised else 'not raised'} by "

@@ -208,3 +208,25 @@ async def test_a_background_turn_s_approval_at_the_prompt_is_answered_with_pendi
         finally:
             chat.close()
         assert (await k.session(sid).read_file("w.md")).data == b"watched"
+
+
+async def test_send_wait_says_how_to_answer_what_its_turn_waits_on(
+        client, settings, env, fake_anthropic):
+    """`keel send --wait` cannot ask; its line says the command that answers, with the
+    session's id and the call's (the budget's said `keel budget SESSION` as a placeholder)."""
+    fake_anthropic.push(
+        tool_use_message([("write_file", {"path": "a.md", "content": "first"})]),
+        text_message("Written."))
+    sid = f"send-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as k:
+        session = await k.start_session(sid, agent=ASKS)
+        sending = asyncio.ensure_future(keel(env, "send", sid, "--wait", "Write a note."))
+        for _ in range(100):
+            if waiting := await session.pending():
+                break
+            await asyncio.sleep(0.1)
+        await session.approve(waiting[0].call_id, by="ops")
+        out = await asyncio.wait_for(sending, 30)
+    said = " ".join(out.split())
+    assert f"the turn waits: keel approve {sid} {waiting[0].call_id}, or keel deny" in said
+    assert "keel: Written." in said

@@ -60,3 +60,28 @@ def test_the_outcome_repeats_no_error_its_events_showed() -> None:
                                             "message": long, "where": "model"}))
     view.show_outcome(TurnOutcome(turn=1, error=long))
     assert out.getvalue().count(FAILED) == 1
+
+
+def test_a_wait_on_a_person_says_the_command_that_answers_it_with_the_session_s_id() -> None:
+    """`keel tail` and `send --wait` cannot ask; the line names the session (the budget's
+    said "SESSION"), and the chat's view, which asks, adds no command."""
+    from keel.cli.waiting import ChatView
+    from schemas.events import ApprovalNeeded, BudgetReached
+
+    needed = ApprovalNeeded.model_validate({"session_id": "s-9", "at": AT, "turn": 1,
+                                            "approval_id": "toolu_1", "tool": "deploy"})
+    reached = BudgetReached.model_validate({"session_id": "s-9", "at": AT, "turn": 1,
+                                            "request_id": "budget-1-1", "scope": "turn",
+                                            "reached": "60 of 50 output tokens"})
+    view, out = _view()
+    view.show(0, needed)
+    view.show(1, reached)
+    said = " ".join(out.getvalue().split())
+    assert "the turn waits: keel approve s-9 toolu_1, or keel deny" in said
+    assert "the turn waits; keel budget s-9 --raise AMOUNT, or --refuse" in said
+    chat_out = io.StringIO()
+    chat = ChatView(Console(file=chat_out, width=200, color_system=None))
+    chat.show(0, needed)
+    chat.show(1, reached)
+    shown = chat_out.getvalue()
+    assert "approval needed toolu_1: deploy" in shown and "keel " not in shown

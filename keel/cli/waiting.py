@@ -150,6 +150,13 @@ class ChatView(LiveView):
         super()._on_ApprovalNeeded(e)
         self._answer_hint()
 
+    # The chat asks (keel.cli.asking), or says /pending does: no command to copy.
+    def _approve_hint(self, e: ApprovalNeeded) -> str:
+        return ""
+
+    def _budget_hint(self, e: BudgetReached) -> str:
+        return ""
+
     def _on_BudgetReached(self, e: BudgetReached) -> None:
         super()._on_BudgetReached(e)
         self._answer_hint()
