@@ -1,9 +1,10 @@
 """The UI's one door to approvals: pending tool calls, approve, deny.
 
-Approvals belong to the session and its client (`SessionHandle.pending()`, `approve()`,
-`deny()`); nothing here decides anything itself. Invariants: a session that does not answer
-shows no pending call (the page still shows the record); every decision made here is
-recorded as made `by` the UI, and carries the digest of the input the person read.
+Approvals belong to the session and its client (`SessionHandle.tree_pending()`,
+`approve()`, `deny()`); nothing here decides anything itself. Invariants: a session that
+does not answer shows no pending call (the page still shows the record); every decision
+made here is recorded as made `by` the UI, and carries the digest of the input the person
+read.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ PENDING_TIMEOUT_S = 3.0
 DECIDED_BY = "keel ui"
 
 
-async def pending(handle: SessionHandle) -> list[PendingApproval]:
-    """The session's tool calls waiting for a person ([] when the session does not answer:
-    the record is still shown)."""
+async def pending(handle: SessionHandle) -> list[tuple[str, PendingApproval]]:
+    """The tool calls waiting for a person in the session and the sub-agents working under
+    it, by session id (a decision on the session's page reaches the sub-agent's call, as
+    `keel approve` does); [] when the session does not answer: the record is still shown."""
     try:
-        return list(await asyncio.wait_for(handle.pending(), PENDING_TIMEOUT_S))
+        return list(await asyncio.wait_for(handle.tree_pending(), PENDING_TIMEOUT_S))
     except (KeelError, RPCError, TimeoutError) as err:  # no such workflow, no worker
         log.debug("pending approvals of %s: %s", handle.session_id, err)
         return []

@@ -135,6 +135,47 @@ async def test_an_approval_decided_over_http(client, database_url, tmp_path):
             assert again.status_code == 409 and "Not decided" in again.text
 
 
+async def test_a_sub_agent_s_approval_is_decided_on_its_parent_s_page(
+        client, database_url, fake_anthropic, tmp_path):
+    """The parent's page lists its sub-agent's waiting call (it showed nothing: the
+    person saw the parent waiting on its child, and the child's call nowhere), and a
+    decision there reaches the child's call, as `keel approve PARENT` does."""
+    from tests.fake_anthropic import text_message, tool_use_message
+    from tests.session.test_delegation import _last, spec, team
+
+    def child(body):
+        if "tool_result" in _last(body):
+            return text_message("wrote it")
+        return tool_use_message([("write_file", {"path": "x.md", "content": "x"})])
+
+    fake_anthropic.responder = team(child)
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(client, settings) as keel:
+        parent = await keel.start_session(f"ui-team-{uuid.uuid4().hex[:8]}",
+                                          agent=spec(60, child_asks=True))
+        accepted = await parent.send("write it")
+        for _ in range(150):
+            if tree := await parent.tree_pending():
+                break
+            await asyncio.sleep(0.2)
+        [(holder, call)] = tree
+        async with (ui_server(keel, settings, database_url, port=0) as url,
+                    httpx.AsyncClient(timeout=20) as http):
+            base = url.removesuffix("/sessions")
+            page = await http.get(f"{base}/sessions/{parent.session_id}")
+            assert f'data-call="{call.call_id}"' in page.text
+            assert f'href="/sessions/{holder}"' in page.text and "sub-agent" in page.text
+            (csrf, *_) = re.findall(r'name="csrf" value="([^"]+)"', page.text)
+            decided = await http.post(
+                f"{base}/sessions/{parent.session_id}/approvals/{call.call_id}",
+                data={"csrf": csrf, "decision": "approve", "input_digest": call.input_digest},
+                headers={"Origin": base})
+            assert decided.status_code == 303, decided.text
+        outcome = await asyncio.wait_for(parent.wait_reply(accepted.seq), 60)
+        await parent.end()
+    assert "wrote it" in outcome.reply_text
+
+
 async def test_bad_input_over_http(client, database_url, tmp_path):
     settings = make_settings(database_url, tmp_path)
     with psycopg.connect(database_url, autocommit=True) as conn:
