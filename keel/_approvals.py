@@ -57,6 +57,17 @@ class SessionApprovals:
                 out += await self._child(child.session_id).tree_pending()
         return out
 
+    async def tree_statuses(self) -> list[tuple[Self, SessionStatus]]:
+        """This session's status and those of the sub-agents still working under it (and
+        theirs), each with its handle: what waits on a person across the tree, approvals
+        and reached budgets, in one status query a session."""
+        status = await self._status()
+        out = [(self, status)]
+        for child in status.children:
+            if child.done is None:
+                out += await self._child(child.session_id).tree_statuses()
+        return out
+
     def _child(self, session_id: str) -> Self:
         # A sub-agent's handle, of the same class (SessionHandle) as this one.
         return type(self)(self.client.get_workflow_handle(session_id), self.client)

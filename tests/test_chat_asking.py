@@ -13,6 +13,7 @@ import uuid
 import psycopg
 import pytest
 
+from keel.client import session_config
 from schemas.agent import AgentSpec, ApprovalPolicy, ApprovalRules
 from schemas.budget import BudgetLimits, BudgetSpec
 from tests.fake_anthropic import text_message, tool_use_message
@@ -230,3 +231,44 @@ async def test_send_wait_says_how_to_answer_what_its_turn_waits_on(
     said = " ".join(out.split())
     assert f"the turn waits: keel approve {sid} {waiting[0].call_id}, or keel deny" in said
     assert "keel: Written." in said
+
+
+async def test_a_sub_agent_s_reached_budget_is_asked_in_its_parent_s_chat(
+        client, settings, env, fake_anthropic):
+    """A sub-agent's budget (its share of what the parent had left) is reached: the parent
+    waits on it, and its chat asks about it as about the parent's own, where before
+    nothing in the parent's chat or `keel budget` said what it waited on."""
+    def child(body):
+        if "tool_result" in _last(body):
+            return text_message("researched")
+        return tool_use_message([WRITE], input_tokens=BIG_INPUT)  # $0.30 of its $0.10
+
+    fake_anthropic.responder = team(child)
+    sid = f"team-b-{uuid.uuid4().hex[:8]}"
+    budgeted = spec().model_copy(update={"budget": BudgetSpec(
+        session=BudgetLimits(usd=0.2))})
+    async with keel_worker(client, settings) as k:
+        # From outside: `keel budget PARENT` names the paused child and its command.
+        alone = session_config(settings, memory_scope=None)  # no recall of each other
+        again = await k.start_session(f"{sid}-2", alone, agent=budgeted)
+        await again.send("find it")
+        for _ in range(150):
+            if (tree := await again.tree_statuses())[1:] and tree[-1][1].budget_request:
+                break
+            await asyncio.sleep(0.2)
+        shown = " ".join((await keel(env, "budget", again.session_id)).split())
+        # In a chat: the child's pause, then the parent's own (the child's spend counts).
+        await k.start_session(sid, alone, agent=budgeted)
+        out = await keel(env, "chat", sid, input="find it\ny\ny\n/quit\n")
+        [child_run] = (await k.session(sid).status()).children
+        child_status = await k.session(child_run.session_id).status()
+        await k.session(sid).end()
+        await again.end()
+    said = " ".join(out.split())
+    assert f"sub-agent {child_run.session_id}: the session's budget is reached" in said
+    assert said.count("the session's budget raised: $") == 2
+    assert "parent done:" in said and "researched" in said
+    assert child_status.budget_request is None and child_status.spent.usd > 0.3
+    child_id = tree[-1][0].session_id
+    assert (f"sub-agent {child_id} paused: its session's budget is reached ($0.3003 of $"
+            in shown and f"keel budget {child_id} --raise AMOUNT, or --refuse" in shown)

@@ -47,28 +47,32 @@ _PASTE_MARKS = re.compile(r"\x1b\[20[01]~")
 
 @dataclass(frozen=True)
 class Question:
-    """One wait a person can end: `key` names it (a call id, a budget request id)."""
+    """One wait a person can end: `key` names it (its session's id / a call's or a budget
+    request's id: the ids are a session's own)."""
 
     key: str
     prompt: str  # markup
     answer: Callable[[str], Awaitable[str]]  # the person's line (not a bare y/n) -> said
 
 
-def questions_waiting(handle: SessionHandle, status: SessionStatus,
-                      children: list[tuple[str, PendingApproval]], by: str) -> list[Question]:
-    """What waits on a person in this session and the sub-agents under it, in order."""
-    out = [_approval(handle, handle.session_id, p, by) for p in status.pending_approvals]
-    out += [_approval(handle, sid, p, by) for sid, p in children if sid != handle.session_id]
-    if status.budget_request is not None:
-        out.append(_budget(handle, status.budget_request, by))
+def questions_waiting(tree: list[tuple[SessionHandle, SessionStatus]], by: str
+                      ) -> list[Question]:
+    """What waits on a person in a session and the sub-agents under it (`tree_statuses`,
+    the session first), in order: each one's calls, then its reached budget."""
+    top = tree[0][0].session_id
+    out: list[Question] = []
+    for handle, status in tree:
+        whose = "" if handle.session_id == top else f"sub-agent {escape(handle.session_id)}: "
+        out += [_approval(handle, whose, p, by) for p in status.pending_approvals]
+        if status.budget_request is not None:
+            out.append(_budget(handle, whose, status.budget_request, by))
     return out
 
 
-def _approval(handle: SessionHandle, sid: str, p: PendingApproval, by: str) -> Question:
+def _approval(handle: SessionHandle, whose: str, p: PendingApproval, by: str) -> Question:
     shown = json.dumps(p.input, ensure_ascii=False)
     if len(shown) > SHOWN_INPUT_CHARS:
         shown = shown[:SHOWN_INPUT_CHARS] + "…"
-    whose = "" if sid == handle.session_id else f"sub-agent {escape(sid)}: "
 
     async def answer(line: str) -> str:
         approve, note = line.split(maxsplit=1)[0].lower() in YES, _note(line)
@@ -77,12 +81,13 @@ def _approval(handle: SessionHandle, sid: str, p: PendingApproval, by: str) -> Q
                                    by=by)
         return f"{'approved' if approve else 'denied'} {done.tool} (call {done.call_id})"
 
-    return Question(p.call_id, (
+    return Question(f"{handle.session_id}/{p.call_id}", (
         f"[yellow]{whose}approve[/] {escape(p.tool)} {escape(shown)}? "
         "[bold]y[/] / [bold]n[/] (a note for the model may follow the n)"), answer)
 
 
-def _budget(handle: SessionHandle, request: BudgetRequest, by: str) -> Question:
+def _budget(handle: SessionHandle, whose: str, request: BudgetRequest, by: str
+            ) -> Question:
     raise_by, allowed = as_much_again(request)
 
     async def answer(line: str) -> str:
@@ -95,8 +100,8 @@ def _budget(handle: SessionHandle, request: BudgetRequest, by: str) -> Question:
                                   request_id=request.request_id, by=by, note=_note(line))
         return f"the {request.scope.value}'s budget raised: {allowed} more"
 
-    return Question(request.request_id, (
-        f"[yellow]the {request.scope.value}'s budget is reached[/] "
+    return Question(f"{handle.session_id}/{request.request_id}", (
+        f"[yellow]{whose}the {request.scope.value}'s budget is reached[/] "
         f"({escape('; '.join(request.reached))}): allow {escape(allowed)} more? "
         "[bold]y[/] / [bold]n[/] (the turn ends)"), answer)
 
@@ -124,7 +129,7 @@ class Asker:
         looked at now; the question up is taken back when its wait was answered."""
         answered = (event.approval_id if isinstance(event, ApprovalDecided) else
                     event.request_id if isinstance(event, BudgetAnswered) else None)
-        if answered is not None and answered == self.up:
+        if answered is not None and f"{event.session_id}/{answered}" == self.up:
             self.withdraw()  # the event says who answered
         self.wake.set()
 
@@ -182,12 +187,10 @@ class Asker:
     async def waiting(self) -> list[Question]:
         """What waits on a person now, in this session and the sub-agents under it."""
         try:
-            status = await self.handle.status()
-            children = await self.handle.tree_pending() if any(
-                c.done is None for c in status.children) else []
+            tree = await self.handle.tree_statuses()
         except KeelError:  # the session ended meanwhile: the turn says so
             return []
-        return questions_waiting(self.handle, status, children, self.by)
+        return questions_waiting(tree, self.by)
 
     async def _ask(self, question: Question, turn: asyncio.Future[T]) -> None:
         self.asked.add(question.key)

@@ -11,8 +11,10 @@ import os
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from keel.cli.shell import run, session_handle
+from keel.client import SessionHandle
 from keel.console import console, error
 from schemas.budget import Spend
 from schemas.session import SessionStatus
@@ -69,7 +71,21 @@ def budget(
         else:
             status = await handle.status()
         _show(status)
+        if not (refuse or raising):
+            await _sub_agents_paused(handle)
     run(main())
+
+
+async def _sub_agents_paused(handle: SessionHandle) -> None:
+    """A sub-agent paused on its budget holds its parent's turn: say which, and how to
+    answer it (its own session's `keel budget`)."""
+    for child, status in (await handle.tree_statuses())[1:]:
+        request = status.budget_request
+        if request is not None:
+            sid = escape(child.session_id)
+            console.print(f"[bold]sub-agent {sid} paused[/]: its {request.scope.value}'s "
+                          f"budget is reached ({escape('; '.join(request.reached))}); "
+                          f"keel budget {sid} --raise AMOUNT, or --refuse")
 
 
 def interrupt(session: str) -> None:

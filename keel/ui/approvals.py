@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass, field
 
 from temporalio.service import RPCError
 
 from keel.client import KeelError, SessionHandle
 from schemas.agent import PendingApproval
+from schemas.budget import BudgetRequest
 
-__all__ = ["DECIDED_BY", "decide", "pending"]
+__all__ = ["DECIDED_BY", "Waiting", "decide", "pending"]
 
 log = logging.getLogger(__name__)
 PENDING_TIMEOUT_S = 3.0
@@ -25,15 +27,33 @@ PENDING_TIMEOUT_S = 3.0
 DECIDED_BY = "keel ui"
 
 
-async def pending(handle: SessionHandle) -> list[tuple[str, PendingApproval]]:
+@dataclass
+class Waiting:
+    """What waits on a person in a session and the sub-agents working under it."""
+
+    calls: list[tuple[str, PendingApproval]] = field(default_factory=list)  # by session id
+    # A sub-agent paused on its budget holds the turn too; it is answered on its own page
+    # (the session's own pause has its form on the page already).
+    budgets: list[tuple[str, BudgetRequest]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.calls or self.budgets)
+
+
+async def pending(handle: SessionHandle) -> Waiting:
     """The tool calls waiting for a person in the session and the sub-agents working under
     it, by session id (a decision on the session's page reaches the sub-agent's call, as
-    `keel approve` does); [] when the session does not answer: the record is still shown."""
+    `keel approve` does), and the sub-agents paused on their budgets; nothing when the
+    session does not answer: the record is still shown."""
     try:
-        return list(await asyncio.wait_for(handle.tree_pending(), PENDING_TIMEOUT_S))
+        tree = await asyncio.wait_for(handle.tree_statuses(), PENDING_TIMEOUT_S)
     except (KeelError, RPCError, TimeoutError) as err:  # no such workflow, no worker
         log.debug("pending approvals of %s: %s", handle.session_id, err)
-        return []
+        return Waiting()
+    return Waiting(
+        calls=[(h.session_id, p) for h, status in tree for p in status.pending_approvals],
+        budgets=[(h.session_id, status.budget_request) for h, status in tree[1:]
+                 if status.budget_request is not None])
 
 
 async def decide(handle: SessionHandle, call_id: str, approved: bool, note: str = "",

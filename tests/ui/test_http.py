@@ -176,6 +176,40 @@ async def test_a_sub_agent_s_approval_is_decided_on_its_parent_s_page(
     assert "wrote it" in outcome.reply_text
 
 
+async def test_a_sub_agent_paused_on_its_budget_shows_on_its_parent_s_page(
+        client, database_url, fake_anthropic, tmp_path):
+    """The parent's turn waits on a child paused on its budget: the parent's page says so
+    and links the child's page, where its form is (it said nothing was waiting)."""
+    from schemas.budget import BudgetLimits, BudgetSpec
+    from tests.fake_anthropic import tool_use_message
+    from tests.session.test_budget import BIG_INPUT, WRITE
+    from tests.session.test_delegation import spec, team
+
+    fake_anthropic.responder = team(lambda body: tool_use_message([WRITE],
+                                                                  input_tokens=BIG_INPUT))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    budgeted = spec().model_copy(update={"budget": BudgetSpec(
+        session=BudgetLimits(usd=0.2))})
+    async with keel_worker(client, settings) as keel:
+        parent = await keel.start_session(f"ui-team-b-{uuid.uuid4().hex[:8]}", agent=budgeted)
+        await parent.send("find it")
+        for _ in range(150):
+            tree = await parent.tree_statuses()
+            if tree[1:] and tree[-1][1].budget_request is not None:
+                break
+            await asyncio.sleep(0.2)
+        child = tree[-1][0].session_id
+        async with (ui_server(keel, settings, database_url, port=0) as url,
+                    httpx.AsyncClient(timeout=20) as http):
+            base = url.removesuffix("/sessions")
+            page = await http.get(f"{base}/sessions/{parent.session_id}")
+            child_page = await http.get(f"{base}/sessions/{child}")
+        await parent.end()
+    assert f'data-budget="{child}"' in page.text and "Nothing is waiting" not in page.text
+    assert f'href="/sessions/{child}#budget-request"' in page.text
+    assert 'id="budget-again"' in child_page.text
+
+
 async def test_bad_input_over_http(client, database_url, tmp_path):
     settings = make_settings(database_url, tmp_path)
     with psycopg.connect(database_url, autocommit=True) as conn:
