@@ -141,7 +141,7 @@ class _Chat:
             console.print(f"[dim]{CHAT_HELP}[/]")
         self.reader = await chat_reader(self.handle, self.view)
         with suppress(KeelError):  # joined mid-turn: say what waits on the person
-            if waits := len(await Asker(self.handle, by="", set_prompt=print).waiting()):
+            if waits := len(await Asker(self.handle, by="", set_prompt=lambda _: None).waiting()):
                 console.print(f"[yellow]the session waits on you[/] ({waits} question"
                               f"{'s' if waits > 1 else ''}): /pending asks")
 
