@@ -272,3 +272,23 @@ async def test_a_sub_agent_s_reached_budget_is_asked_in_its_parent_s_chat(
     child_id = tree[-1][0].session_id
     assert (f"sub-agent {child_id} paused: its session's budget is reached ($0.3003 of $"
             in shown and f"keel budget {child_id} --raise AMOUNT, or --refuse" in shown)
+
+
+async def test_a_refused_answer_is_said_and_asked_again(client, settings, env,
+                                                       fake_anthropic):
+    """A denial's note over the session's bound is refused, saying so, and the question
+    comes again (it was taken as asked, and the chat waited on a call nobody answered)."""
+    fake_anthropic.push(
+        tool_use_message([("write_file", {"path": "a.md", "content": "first"})]),
+        text_message("Fine."))
+    sid = f"note-{uuid.uuid4().hex[:8]}"
+    long_note = "n " + "x" * 5_000
+    async with keel_worker(client, settings) as k:
+        await k.start_session(sid, agent=ASKS)
+        out = await asyncio.wait_for(keel(
+            env, "chat", sid, input=f"Write a note.\n{long_note}\nn too long, sorry\n/quit\n"),
+            60)
+    said = " ".join(out.split())
+    assert "the decision's note has 5000 characters; the limit is 4000" in said
+    assert said.count("approve write_file") == 2
+    assert "denied write_file" in said and "keel: Fine." in said

@@ -24,7 +24,14 @@ from typing import Any, TypeVar
 
 from rich.markup import escape
 
-from keel._errors import KeelError, NoBudgetRequestError, NotPendingError
+from keel._errors import (
+    KeelError,
+    MessageRejectedError,
+    NoBudgetRequestError,
+    NotPendingError,
+    RecordFailedError,
+    SessionStoppedError,
+)
 from keel.cli.shell import refusal_line
 from keel.console import console, error
 from keel.handle import SessionHandle
@@ -193,21 +200,29 @@ class Asker:
         return questions_waiting(tree, self.by)
 
     async def _ask(self, question: Question, turn: asyncio.Future[T]) -> None:
+        """Ask until an answer is taken, the wait ends, or input does: a line that is not
+        y or n, or an answer the session refuses (a note over its bound), asks again."""
         self.asked.add(question.key)
-        while True:
-            line = await self._answer_line(question, turn)
-            if line is None:
-                return
+        while (line := await self._answer_line(question, turn)) is not None:
             word = line.split(maxsplit=1)[0].lower() if line.strip() else ""
-            if word in YES | NO:
-                break
-            console.print("[dim]y or n, please (that line was not sent to the session)[/]")
-        try:
-            console.print(f"[dim]{escape(await question.answer(line))}[/]")
-        except (NotPendingError, NoBudgetRequestError):
-            console.print("[dim]already answered elsewhere[/]")
-        except KeelError as err:  # the session ended meanwhile, say
-            error(refusal_line(err))
+            if word not in YES | NO:
+                console.print("[dim]y or n, please (that line was not sent to the "
+                              "session)[/]")
+                continue
+            try:
+                console.print(f"[dim]{escape(await question.answer(line))}[/]")
+                return
+            except (NotPendingError, NoBudgetRequestError):
+                console.print("[dim]already answered elsewhere[/]")
+                return
+            except (SessionStoppedError, RecordFailedError) as err:  # not the answer's fault
+                error(refusal_line(err))
+                return
+            except MessageRejectedError as err:  # the answer itself: say why, ask again
+                error(refusal_line(err))
+            except KeelError as err:
+                error(refusal_line(err))
+                return
 
     async def _answer_line(self, question: Question, turn: asyncio.Future[T]) -> str | None:
         """The person's line, or None when the wait ended before it (or input did)."""
