@@ -178,8 +178,8 @@ async def import_session(keel: KeelClient, bundle: bytes, new_id: str | None = N
     def check(state: SessionState) -> None:  # refused as a start with this config would be
         config = state.config
         try:
-            keel._input(new_id or state.session_id,
-                        config.model_copy(update={"agent": None}), config.agent)
+            keel.start_input(new_id or state.session_id,
+                             config.model_copy(update={"agent": None}), config.agent)
         except (StartRefusedError, AgentSpecRefusedError) as err:
             raise BranchError(f"the bundle's session could not start here: {err}") from None
 

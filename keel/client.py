@@ -167,8 +167,12 @@ class KeelClient:
         """A handle on an existing session; no call is made until it is used."""
         return SessionHandle(self._handle(session_id), self.client, self.settings)
 
-    def _input(self, session_id: str, config: SessionConfig | None,
-               agent: AgentSpec | None = None) -> SessionInput:
+    def start_input(self, session_id: str, config: SessionConfig | None,
+                    agent: AgentSpec | None = None) -> SessionInput:
+        """What a start of `session_id` with `config` (else the settings') and `agent`
+        sends, checked here as the session would check it: `StartRefusedError` or
+        `AgentSpecRefusedError`, and nothing started, otherwise (an import checks its
+        bundle's session so, keel.branching)."""
         if bad_id := session_id_problem(session_id):  # the session would refuse it
             raise StartRefusedError(bad_id)
         config = config or session_config(self.settings)
@@ -222,7 +226,7 @@ class KeelClient:
         session_id = session_id or f"session-{uuid.uuid4().hex[:12]}"
         try:
             handle: WorkflowHandle[Any, SessionStatus] = await self.client.start_workflow(
-                SESSION_WORKFLOW, self._input(session_id, config, agent),
+                SESSION_WORKFLOW, self.start_input(session_id, config, agent),
                 id=session_id, task_queue=self.task_queue, result_type=SessionStatus,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
@@ -239,7 +243,7 @@ class KeelClient:
         running session of that id rather than starting a second, and never starts a new
         run under the id of one that has ended (`SessionStoppedError`)."""
         start: WithStartWorkflowOperation[Any, SessionStatus] = WithStartWorkflowOperation(
-            SESSION_WORKFLOW, self._input(session_id, config, agent),
+            SESSION_WORKFLOW, self.start_input(session_id, config, agent),
             id=session_id, task_queue=self.task_queue, result_type=SessionStatus,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
