@@ -33,7 +33,7 @@ from keel._errors import (
     one_line,
     refusals,
 )
-from schemas.branch import FORK_WORKFLOW, BranchError, ForkCopy, ForkDone
+from schemas.branch import FORK_WORKFLOW, BranchError, ForkCopy, ForkDone, live_wakeups
 from schemas.bundle_memory import (
     BUNDLE_MEMORY_WORKFLOW,
     BundleMemoryDone,
@@ -236,9 +236,8 @@ async def _schedules(keel: KeelClient, state: SessionState) -> None:
     the session drops it."""
     from activities.wakeups import WakeupScheduleInput, make_wakeup_schedule
 
-    now = datetime.now(UTC)
-    for wakeup in state.wakeups:
-        if wakeup.schedule_id and wakeup.expires > now:
+    for wakeup in live_wakeups(state, datetime.now(UTC)):
+        if wakeup.schedule_id:
             await make_wakeup_schedule(keel.client, WakeupScheduleInput(
                 session_id=state.session_id, wakeup=wakeup, task_queue=keel.task_queue))
 

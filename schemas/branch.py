@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import json
 import zlib
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
 from schemas.bundle_memory import MEMORY_KINDS, MEMORY_VERSION
+from schemas.initiative import Wakeup
 from schemas.session import SessionConfig, SessionState
 from schemas.strict import first_problem
 
@@ -227,6 +229,12 @@ def own_config(config: SessionConfig) -> SessionConfig:
     sub-agent's branch goes on as a session of its own (it would answer the origin's
     parent, for a task the origin was given, and end)."""
     return config.model_copy(update={"delegated": None})
+
+
+def live_wakeups(state: SessionState, now: datetime) -> list[Wakeup]:
+    """The wakeups an imported session goes on with: those not expired (the session drops
+    an expired one at its start; no schedule is made for it)."""
+    return [w for w in state.wakeups if w.expires > now]
 
 
 def state_at(session_id: str, config: SessionConfig, checkpoint: BranchCheckpoint | None,

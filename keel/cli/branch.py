@@ -22,6 +22,7 @@ from keel.cli.sessions import read_agent_spec
 from keel.cli.shell import CliError, connect, database_url, load_settings, run
 from keel.client import KeelClient, KeelError
 from keel.console import console, error
+from schemas.branch import live_wakeups
 
 __all__ = ["delete", "export", "fork", "import_", "rewind", "seal_key"]
 
@@ -128,6 +129,9 @@ def import_(bundle: Path,
         scope = done.state.config.memory_scope
         said += (f"; its long memory is scope {escape(repr(scope))}" if scope else
                  "; it has no long memory")
+        if woken := live_wakeups(done.state, datetime.now(UTC)):
+            said += (f"; its {len(woken)} wakeup(s) go on in it (keel wakeups "
+                     f"{escape(done.session_id)})")
         console.print(said)
     run(main())
 

@@ -226,3 +226,20 @@ def test_a_header_without_its_fields_is_refused_naming_them() -> None:
                                                   "version": 1}}).encode()
     with pytest.raises(BranchError, match="header is malformed: session_id: Field required"):
         check_header(line)
+
+
+def test_an_import_goes_on_with_the_wakeups_not_expired():
+    from datetime import UTC, datetime, timedelta
+
+    from schemas.branch import live_wakeups
+    from schemas.initiative import Wakeup
+
+    now = datetime(2026, 12, 6, 12, tzinfo=UTC)
+
+    def wakeup(id_: str, expires_in_h: float) -> Wakeup:
+        return Wakeup(id=id_, note="poll", created=now - timedelta(days=1),
+                      expires=now + timedelta(hours=expires_in_h), every_s=60)
+
+    state = SessionState(session_id="s", wakeups=[wakeup("w1", 1), wakeup("w2", -1),
+                                                  wakeup("w3", 0)])
+    assert [w.id for w in live_wakeups(state, now)] == ["w1"]

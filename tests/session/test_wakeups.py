@@ -338,5 +338,21 @@ async def test_an_imported_session_s_recurring_wakeup_goes_on_on_a_schedule_of_i
         (kept,) = await origin.wakeups()
         assert kept.schedule_id == wakeup_schedule_id("wake-origin", "w1")
         await client.get_schedule_handle(kept.schedule_id).describe()  # still there
+        # `keel import` says the wakeup came along, and where to see it.
+        from typer.testing import CliRunner
+
+        from keel.cli import app
+
+        bundle_file = tmp_path / "wake.keel"
+        bundle_file.write_bytes(bundle)
+        env = {"TEMPORAL_ADDRESS": client.service_client.config.target_host,
+               "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": settings.task_queue,
+               "KEEL_DATA_DIR": str(tmp_path / "cli"), "COLUMNS": "200"}
+        said = await asyncio.to_thread(CliRunner().invoke, app, [
+            "import", str(bundle_file), "--id", "wake-copy-2"], env=env)
+        assert said.exit_code == 0, said.output
+        assert ("its 1 wakeup(s) go on in it (keel wakeups wake-copy-2)"
+                in " ".join(said.output.split()))
+        await keel.session("wake-copy-2").end()
         await origin.end()
         await copy.end()
