@@ -31,7 +31,7 @@ from pathlib import Path
 from temporalio.worker import Worker
 
 from activities.mcp import CallMcpToolInput, ListMcpToolsInput, McpActivities
-from bench.common import source_commit, table
+from bench.common import cancel_on_sigterm, source_commit, table
 from examples.support.service import ORDERS, toolset
 from keel.client import KeelClient
 from keel.devstack import running_stack
@@ -73,6 +73,7 @@ async def interleaved(keel: KeelClient, specs: dict[str, AgentSpec], n: int
 
 
 async def main(n: int) -> None:
+    cancel_on_sigterm()
     load_before = os.getloadavg()[0]  # the machine's load, reported with the figures
     data = Path(tempfile.mkdtemp(prefix="keel-bench-tools-"))
     settings = KeelSettings.from_env({"KEEL_DATA_DIR": str(data)})

@@ -44,7 +44,7 @@ if str(ROOT) not in sys.path:
 from activities.db import close_pools  # noqa: E402
 from activities.offline import respond  # noqa: E402
 from activities.offline.accounting import message_blocks, system_blocks  # noqa: E402
-from bench.common import source_commit  # noqa: E402
+from bench.common import cancel_on_sigterm, source_commit  # noqa: E402
 from bench.memory_benchmark import (  # noqa: E402
     Scenario,
     drive,
@@ -131,6 +131,7 @@ def rewrites(requests: list[dict[str, Any]],
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    cancel_on_sigterm()
     commit = source_commit()  # the code measured: read before the run, not after it
     fake = FakeAnthropic(responder, context_window=args.window).start()
     tmp = Path(tempfile.mkdtemp(prefix="keel-cache-bench-"))

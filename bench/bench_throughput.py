@@ -40,7 +40,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue  # noqa: E402
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest  # noqa: E402
 
 from bench.bench_runtime import bench_stack, machine, write_json  # noqa: E402
-from bench.common import percentile, table  # noqa: E402
+from bench.common import cancel_on_sigterm, percentile, table  # noqa: E402
 from bench.procs import cpu_seconds, stack_processes, tree_cpu  # noqa: E402
 from keel.client import KeelClient  # noqa: E402
 from schemas.config import ModelSettings  # noqa: E402
@@ -201,6 +201,7 @@ def limit_of(r: dict[str, Any]) -> str:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
+    cancel_on_sigterm()
     fake = FakeAnthropic(lambda body: text_message("ok")).start()
     model = ModelSettings(name="fake-model", base_url=fake.base_url, api_key="x",
                           request_timeout_s=30)

@@ -51,7 +51,7 @@ from temporalio.client import Client, WorkflowHandle  # noqa: E402
 
 from bench.bench_runtime import bench_stack, machine, write_json  # noqa: E402
 from bench.bench_throughput import wait_for_pollers  # noqa: E402
-from bench.common import percentile, shown, table  # noqa: E402
+from bench.common import cancel_on_sigterm, percentile, shown, table  # noqa: E402
 from bench.floor_worker import MINIMAL  # noqa: E402
 from bench.procs import cpu_seconds, stack_processes, tree_cpu  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
@@ -306,6 +306,7 @@ def report(out: dict[str, Any]) -> None:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
+    cancel_on_sigterm()
     t0 = time.perf_counter()
     load0 = os.getloadavg()
     out: dict[str, Any] = {"benchmark": "turn", "machine": machine(), "turns": args.turns,

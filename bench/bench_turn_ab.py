@@ -40,7 +40,7 @@ from temporalio.client import Client  # noqa: E402
 
 from bench.bench_runtime import bench_stack, machine, write_json  # noqa: E402
 from bench.bench_throughput import wait_for_pollers  # noqa: E402
-from bench.common import percentile, shown, source_commit  # noqa: E402
+from bench.common import cancel_on_sigterm, percentile, shown, source_commit  # noqa: E402
 from bench.procs import child_matching, cpu_seconds, postmaster_pid, tree_cpu  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
@@ -126,6 +126,7 @@ async def run_on(client: Client, settings: KeelSettings, fake: FakeAnthropic,
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
+    cancel_on_sigterm()
     load0 = os.getloadavg()
     fake = FakeAnthropic(lambda body: text_message("ok")).start()
     model = ModelSettings(name="fake-model", base_url=fake.base_url, api_key="x",
