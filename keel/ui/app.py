@@ -81,6 +81,7 @@ def create_app(ctx: UiContext) -> ASGIApp:
               methods=["POST"]),
         Route("/sessions/{session_id:segment}/branch", pages.branch, methods=["POST"]),
         Route("/sessions/{session_id:segment}/interrupt", pages.interrupt, methods=["POST"]),
+        Route("/sessions/{session_id:segment}/send", pages.send, methods=["POST"]),
         Route("/sessions/{session_id:segment}/delete", pages.delete_page),
         Route("/sessions/{session_id:segment}/delete", pages.delete, methods=["POST"]),
         Route("/sessions/{session_id:segment}/budget", pages.budget, methods=["POST"]),

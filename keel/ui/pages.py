@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from keel.client import KeelError, NoBudgetRequestError, SessionHandle
+from keel.handle import refuse_before_sending
 from keel.record import (
     CheckpointEntry,
     known_sessions,
@@ -250,6 +251,17 @@ async def delete(request: Request) -> Response:
         return render(request, "deleted.html", title=f"Deleted {session_id}",
                       session_id=session_id, lines=done.summary())
     return await _session_post(request, act, refused_title="Not deleted")
+
+
+async def send(request: Request) -> Response:
+    """A message from the person at the page, recorded as the user's (the session's own
+    checks apply: an empty or oversized text is refused, saying why, and nothing is
+    recorded); the page follows the turn that answers it."""
+    async def say(handle: Any, form: Any) -> Any:
+        text = str(form.get("text") or "")
+        refuse_before_sending(text)
+        return await handle.send(text.replace("\r\n", "\n"))
+    return await _session_post(request, say, refused_title="Not sent")
 
 
 async def interrupt(request: Request) -> Response:

@@ -180,6 +180,30 @@ async def test_an_approval_clicked_in_the_page_resumes_the_session(client, datab
             await page.close()
 
 
+async def test_a_message_typed_in_the_page_is_answered_there(client, database_url, tmp_path,
+                                                            browser, shots):
+    """The person types in the session's page and sends; the page reloads following the
+    session, and the user's words and the reply appear without another reload."""
+    settings = make_settings(database_url, tmp_path)
+    sid = f"ui-type-{uuid.uuid4().hex[:6]}"
+    async with keel_worker(client, settings) as keel:
+        await keel.start_session(sid)
+        async with ui_server(keel, settings, database_url, port=0) as url:
+            page = await browser.new_page(viewport={"width": 1400, "height": 900})
+            await page.goto(f"{url.removesuffix('/sessions')}/sessions/{sid}")
+            await page.locator("#live-state", has_text="live").wait_for()
+            await page.fill("#send textarea", "Hello from the browser <b>page</b>")
+            await page.click("#send button")
+            await page.wait_for_url(f"**/sessions/{sid}")
+            mine = page.locator(".msg-user .text", has_text="Hello from the browser <b>page</b>")
+            await mine.wait_for(timeout=15_000)
+            reply = page.locator(".msg-assistant .text", has_text="[offline model]")
+            await reply.first.wait_for(timeout=15_000)
+            await shot(page, shots, "12-message-sent-from-the-page", full_page=False)
+            await page.close()
+        await keel.session(sid).end()
+
+
 def _insert_session(conn, session_id: str, messages: int, markup: bool = False) -> None:
     conn.execute("INSERT INTO sessions (session_id) VALUES (%s)", (session_id,))
     conn.execute(
