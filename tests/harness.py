@@ -8,10 +8,10 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any, Unpack
+from typing import Any, TypeVar, Unpack
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -25,6 +25,20 @@ from schemas.events import StreamWatchers
 from schemas.session import Handler, SessionConfig
 from tests.fake_anthropic import FakeAnthropic
 from workers.worker import Role, build_worker
+
+T = TypeVar("T")
+
+
+async def until(probe: Callable[[], Awaitable[T | None]], within_s: float = 30,
+                every_s: float = 0.1) -> T:
+    """`probe()`'s first truthy answer, asked every `every_s`; AssertionError after
+    `within_s` without one."""
+    deadline = time.monotonic() + within_s
+    while not (found := await probe()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{probe} found nothing within {within_s} s")
+        await asyncio.sleep(every_s)
+    return found
 
 
 def make_settings(database_url: str | None, data_dir: Path, base_url: str | None = None,

@@ -17,8 +17,8 @@ from keel.client import session_config
 from schemas.agent import AgentSpec, ApprovalPolicy, ApprovalRules
 from schemas.budget import BudgetLimits, BudgetSpec
 from tests.fake_anthropic import text_message, tool_use_message
-from tests.harness import keel_worker, make_settings
-from tests.session.test_budget import BIG_INPUT, WRITE
+from tests.harness import keel_worker, make_settings, until
+from tests.session.test_budget import BIG_INPUT, WRITE, paused_child
 from tests.session.test_delegation import _last, spec, team
 from tests.test_cli import Pty, _chat, cli_env, keel  # noqa: F401 (a fixture)
 
@@ -169,10 +169,7 @@ async def test_a_chat_joining_a_waiting_session_says_so_and_pending_asks(
     async with keel_worker(client, settings) as k:
         session = await k.start_session(sid, agent=ASKS)
         accepted = await session.send("Write a note.")
-        for _ in range(100):
-            if await session.pending():
-                break
-            await asyncio.sleep(0.1)
+        await until(session.pending)
         out = await keel(env, "chat", sid, input="/pending\ny\n/pending\n/quit\n")
         outcome = await asyncio.wait_for(session.wait_reply(accepted.seq), 30)
     said = " ".join(out.split())
@@ -222,10 +219,7 @@ async def test_send_wait_says_how_to_answer_what_its_turn_waits_on(
     async with keel_worker(client, settings) as k:
         session = await k.start_session(sid, agent=ASKS)
         sending = asyncio.ensure_future(keel(env, "send", sid, "--wait", "Write a note."))
-        for _ in range(100):
-            if waiting := await session.pending():
-                break
-            await asyncio.sleep(0.1)
+        waiting = await until(session.pending)
         await session.approve(waiting[0].call_id, by="ops")
         out = await asyncio.wait_for(sending, 30)
     said = " ".join(out.split())
@@ -252,10 +246,7 @@ async def test_a_sub_agent_s_reached_budget_is_asked_in_its_parent_s_chat(
         alone = session_config(settings, memory_scope=None)  # no recall of each other
         again = await k.start_session(f"{sid}-2", alone, agent=budgeted)
         await again.send("find it")
-        for _ in range(150):
-            if (tree := await again.tree_statuses())[1:] and tree[-1][1].budget_request:
-                break
-            await asyncio.sleep(0.2)
+        paused_one, _ = await paused_child(again)
         shown = " ".join((await keel(env, "budget", again.session_id)).split())
         # In a chat: the child's pause, then the parent's own (the child's spend counts).
         await k.start_session(sid, alone, agent=budgeted)
@@ -269,7 +260,7 @@ async def test_a_sub_agent_s_reached_budget_is_asked_in_its_parent_s_chat(
     assert said.count("the session's budget raised: $") == 2
     assert "parent done:" in said and "researched" in said
     assert child_status.budget_request is None and child_status.spent.usd > 0.3
-    child_id = tree[-1][0].session_id
+    child_id = paused_one.session_id
     assert (f"sub-agent {child_id} paused: its session's budget is reached ($0.3003 of $"
             in shown and f"keel budget {child_id} --raise AMOUNT, or --refuse" in shown)
 

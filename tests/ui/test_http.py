@@ -29,7 +29,7 @@ from keel.ui.app import UiContext, create_app
 from keel.ui.security import UnsafeBindError, check_bind
 from keel.ui.server import ui_server
 from schemas.model import OFFLINE_MODEL_NAME
-from tests.harness import database_closed, keel_worker, make_settings, output_until
+from tests.harness import database_closed, keel_worker, make_settings, output_until, until
 from tests.ui.support import waiting_for_approval
 
 MESSAGE = re.compile(r'<article class="msg msg-(\w+)" id="m(\d+)"')
@@ -154,11 +154,7 @@ async def test_a_sub_agent_s_approval_is_decided_on_its_parent_s_page(
         parent = await keel.start_session(f"ui-team-{uuid.uuid4().hex[:8]}",
                                           agent=spec(60, child_asks=True))
         accepted = await parent.send("write it")
-        for _ in range(150):
-            if tree := await parent.tree_pending():
-                break
-            await asyncio.sleep(0.2)
-        [(holder, call)] = tree
+        [(holder, call)] = await until(parent.tree_pending)
         async with (ui_server(keel, settings, database_url, port=0) as url,
                     httpx.AsyncClient(timeout=20) as http):
             base = url.removesuffix("/sessions")
@@ -182,7 +178,7 @@ async def test_a_sub_agent_paused_on_its_budget_shows_on_its_parent_s_page(
     and links the child's page, where its form is (it said nothing was waiting)."""
     from schemas.budget import BudgetLimits, BudgetSpec
     from tests.fake_anthropic import tool_use_message
-    from tests.session.test_budget import BIG_INPUT, WRITE
+    from tests.session.test_budget import BIG_INPUT, WRITE, paused_child
     from tests.session.test_delegation import spec, team
 
     fake_anthropic.responder = team(lambda body: tool_use_message([WRITE],
@@ -193,12 +189,7 @@ async def test_a_sub_agent_paused_on_its_budget_shows_on_its_parent_s_page(
     async with keel_worker(client, settings) as keel:
         parent = await keel.start_session(f"ui-team-b-{uuid.uuid4().hex[:8]}", agent=budgeted)
         await parent.send("find it")
-        for _ in range(150):
-            tree = await parent.tree_statuses()
-            if tree[1:] and tree[-1][1].budget_request is not None:
-                break
-            await asyncio.sleep(0.2)
-        child = tree[-1][0].session_id
+        child = (await paused_child(parent))[0].session_id
         async with (ui_server(keel, settings, database_url, port=0) as url,
                     httpx.AsyncClient(timeout=20) as http):
             base = url.removesuffix("/sessions")
