@@ -146,24 +146,17 @@ class ChatView(LiveView):
         """A question's prompt is up (None: back to none)."""
         self.prompting, self.prompt = prompt is not None, prompt or YOU
 
-    def _on_ApprovalNeeded(self, e: ApprovalNeeded) -> None:
-        super()._on_ApprovalNeeded(e)
-        self._answer_hint()
-
-    # The chat asks (keel.cli.asking), or says /pending does: no command to copy.
+    # The chat asks (keel.cli.asking) during its turn; between turns (a background input's)
+    # it says /pending does. No command to copy either way.
     def _approve_hint(self, e: ApprovalNeeded) -> str:
-        return ""
+        return self._pending_hint()
 
     def _budget_hint(self, e: BudgetReached) -> str:
-        return ""
+        return self._pending_hint()
 
-    def _on_BudgetReached(self, e: BudgetReached) -> None:
-        super()._on_BudgetReached(e)
-        self._answer_hint()
-
-    def _answer_hint(self) -> None:
-        if self.prompting and self.prompt == YOU:  # between turns, a background input's
-            self._line("[dim]/pending asks what waits on you[/]")
+    def _pending_hint(self) -> str:
+        return ("[dim]: /pending asks what waits on you[/]"
+                if self.prompting and self.prompt == YOU else "")
 
     def show(self, offset: int, event: SessionEvent | EventsMissed) -> None:
         if (self.on_waiting is not None and not self.paused and isinstance(
