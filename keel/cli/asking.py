@@ -179,17 +179,20 @@ class Asker:
 
     async def _next(self, turn: asyncio.Future[T]) -> list[Question]:
         """The waits not asked about yet, once an event or POLL_S says to look."""
-        woken = asyncio.ensure_future(self.wake.wait())
-        try:
-            watched: set[asyncio.Future[Any]] = {turn, woken}
-            await asyncio.wait(watched, timeout=POLL_S,
-                               return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            woken.cancel()
-        self.wake.clear()
+        await self._nap(turn)
         if turn.done() or self.stdin_closed:
             return []
         return [q for q in await self.waiting() if q.key not in self.asked]
+
+    async def _nap(self, *futures: asyncio.Future[Any]) -> None:
+        """Until one of `futures` is done, an event wakes this (`seen`), or POLL_S passes."""
+        woken = asyncio.ensure_future(self.wake.wait())
+        try:
+            await asyncio.wait({*futures, woken}, timeout=POLL_S,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+            self.wake.clear()
 
     async def waiting(self) -> list[Question]:
         """What waits on a person now, in this session and the sub-agents under it."""
@@ -235,14 +238,7 @@ class Asker:
             # A pipe's line is read to its end even when the question was answered:
             # a thread reading on would take the chat's next line.
             while not reading.done() and (self.up is not None or not can_withdraw()):
-                self.wake.clear()
-                woken = asyncio.ensure_future(self.wake.wait())
-                try:
-                    watched: set[asyncio.Future[Any]] = {reading, turn, woken}
-                    await asyncio.wait(watched, timeout=POLL_S,
-                                       return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    woken.cancel()
+                await self._nap(reading, turn)
                 if reading.done() or self.up is None or not can_withdraw():
                     continue
                 if turn.done() or question.key not in {q.key for q in await self.waiting()}:
