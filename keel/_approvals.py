@@ -51,11 +51,8 @@ class SessionApprovals:
     async def tree_pending(self) -> list[tuple[str, PendingApproval]]:
         """The calls waiting on a person here and in the sub-agents still working under this
         session (delegation), by session id: one approver answers for the whole tree."""
-        out = [(self.handle.id, p) for p in await self.pending()]
-        for child in (await self._status()).children:
-            if child.done is None:
-                out += await self._child(child.session_id).tree_pending()
-        return out
+        return [(handle.handle.id, p) for handle, status in await self.tree_statuses()
+                for p in status.pending_approvals]
 
     async def tree_statuses(self) -> list[tuple[Self, SessionStatus]]:
         """This session's status and those of the sub-agents still working under it (and

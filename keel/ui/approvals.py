@@ -1,6 +1,6 @@
 """The UI's one door to approvals: pending tool calls, approve, deny.
 
-Approvals belong to the session and its client (`SessionHandle.tree_pending()`,
+Approvals belong to the session and its client (`SessionHandle.tree_statuses()`,
 `approve()`, `deny()`); nothing here decides anything itself. Invariants: a session that
 does not answer shows no pending call (the page still shows the record); every decision
 made here is recorded as made `by` the UI, and carries the digest of the input the person

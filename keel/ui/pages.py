@@ -279,7 +279,7 @@ async def budget(request: Request) -> Response:
             return await handle.refuse_budget(request_id=request_id, by=DECIDED_BY)
         if form.get("decision") == "again":
             pending = (await handle.status()).budget_request
-            if pending is None or pending.request_id != (request_id or pending.request_id):
+            if pending is None or request_id not in (None, pending.request_id):
                 raise NoBudgetRequestError(f"budget request {request_id!r} is not pending")
             return await handle.raise_budget(
                 **as_much_again(pending)[0].model_dump(), request_id=request_id,
