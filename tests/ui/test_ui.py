@@ -204,6 +204,47 @@ async def test_a_message_typed_in_the_page_is_answered_there(client, database_ur
         await keel.session(sid).end()
 
 
+async def test_a_sub_agent_s_approval_appears_on_its_parent_s_open_page(
+        client, database_url, fake_anthropic, tmp_path, browser, shots):
+    """The parent's page is open when its sub-agent asks: the call appears there without a
+    reload (the child's events are on its own stream; the page reads the box again while a
+    sub-agent works), and Approve on it lets the parent's turn finish."""
+    import threading
+
+    from tests.fake_anthropic import text_message, tool_use_message
+    from tests.session.test_delegation import _last, spec, team
+
+    go = threading.Event()
+
+    def child(body):
+        if "tool_result" in _last(body):
+            return text_message("wrote it")
+        go.wait(30)  # the page is open before the child asks
+        return tool_use_message([("write_file", {"path": "x.md", "content": "x"})])
+
+    fake_anthropic.responder = team(child)
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(client, settings) as keel:
+        parent = await keel.start_session(f"ui-live-team-{uuid.uuid4().hex[:6]}",
+                                          agent=spec(60, child_asks=True))
+        accepted = await parent.send("write it")
+        async with ui_server(keel, settings, database_url, port=0) as url:
+            page = await browser.new_page(viewport={"width": 1400, "height": 900})
+            await page.goto(f"{url.removesuffix('/sessions')}/sessions/{parent.session_id}")
+            await page.locator("#live-state", has_text="live").wait_for()
+            assert await page.locator("#approvals .approval").count() == 0
+            go.set()
+            box = page.locator("#approvals .approval", has_text="write_file")
+            await box.wait_for(timeout=20_000)
+            assert "sub-agent" in await box.inner_text()
+            await shot(page, shots, "13-sub-agent-approval-on-the-parent", full_page=False)
+            await box.locator("button.approve").click()
+            outcome = await asyncio.wait_for(parent.wait_reply(accepted.seq), 30)
+            await page.close()
+        await parent.end()
+    assert "wrote it" in outcome.reply_text
+
+
 def _insert_session(conn, session_id: str, messages: int, markup: bool = False) -> None:
     conn.execute("INSERT INTO sessions (session_id) VALUES (%s)", (session_id,))
     conn.execute(

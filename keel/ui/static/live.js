@@ -46,6 +46,9 @@
     set("gauge-threshold", fmt(s.checkpoint_threshold)); set("gauge-window", fmt(s.context_window));
     var fill = document.getElementById("gauge-fill");
     if (fill) { fill.style.width = Math.min(100, 100 * s.context_tokens / Math.max(1, s.context_window)).toFixed(1) + "%"; }
+    // A sub-agent's wait on a person is on its own stream, not this one: while one works,
+    // the approvals box is read again with each status.
+    if ((s.children || []).some(function (c) { return c.done == null; })) { refreshApprovals(); }
   }
   function refreshApprovals() {
     fetch(base + "/approvals", {credentials: "same-origin"}).then(function (r) { return r.text(); })
@@ -54,7 +57,9 @@
         tpl.innerHTML = html;
         var fresh = tpl.content.getElementById("approvals");
         var old = document.getElementById("approvals");
-        if (fresh && old) { old.replaceWith(fresh); }
+        // Unchanged, or the person is typing in it (a denial's note): left as it is.
+        if (!fresh || !old || fresh.innerHTML === old.innerHTML || old.contains(document.activeElement)) { return; }
+        old.replaceWith(fresh);
       });
   }
   function onEvent(e) {
