@@ -28,10 +28,24 @@
   function onRecord(data) {
     var tpl = document.createElement("template");
     tpl.innerHTML = data.html;  // server-rendered, escaped by the template
+    var added = 0;
     Array.prototype.slice.call(tpl.content.children).forEach(function (el) {
-      if (!el.id || !document.getElementById(el.id)) { record.appendChild(el); }
+      if (!el.id || !document.getElementById(el.id)) {
+        record.appendChild(el);
+        if (el.classList.contains("msg")) { added += 1; }
+      }
     });
     afterSeq = Math.max(afterSeq, data.last_seq);
+    // The header's figures follow the rows shown live (they were the page load's).
+    var count = document.getElementById("record-count");
+    if (count && added) {
+      count.dataset.count = String(Number(count.dataset.count) + added);
+      count.textContent = fmt(Number(count.dataset.count));
+    }
+    ["record-shown-to", "record-last-seq"].forEach(function (id) {
+      var el = document.getElementById(id);
+      if (el && Number(el.textContent) < afterSeq) { el.textContent = String(afterSeq); }
+    });
     var empty = record.querySelector(".empty");
     if (empty) { empty.remove(); }
     if (data.html.indexOf("msg-assistant") >= 0) { streaming.hidden = true; }
