@@ -196,8 +196,8 @@ class LiveView:
                    f"{self._budget_hint(e)}")
 
     def _budget_hint(self, e: BudgetReached) -> str:
-        return (f": the turn waits; keel budget {escape(e.session_id)} --raise AMOUNT, or "
-                "--refuse")
+        return (f": the turn waits; keel budget {escape(e.session_id)} --again, --raise "
+                "AMOUNT or --refuse")
 
     def _on_BudgetAnswered(self, e: BudgetAnswered) -> None:
         self._line(f"[dim]budget {'raised' if e.raised else 'not raised'} by "

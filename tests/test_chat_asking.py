@@ -262,7 +262,7 @@ async def test_a_sub_agent_s_reached_budget_is_asked_in_its_parent_s_chat(
     assert child_status.budget_request is None and child_status.spent.usd > 0.3
     child_id = paused_one.session_id
     assert (f"sub-agent {child_id} paused: its session's budget is reached ($0.3003 of $"
-            in shown and f"keel budget {child_id} --raise AMOUNT, or --refuse" in shown)
+            in shown and f"keel budget {child_id} --again, --raise AMOUNT or --refuse" in shown)
 
 
 async def test_a_refused_answer_is_said_and_asked_again(client, settings, env,

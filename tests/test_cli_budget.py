@@ -53,3 +53,26 @@ async def test_budget_and_interrupt_commands(client, settings, cli_env,  # noqa:
         assert "the budget answer: usd: Input should be a finite number" in said
         stopped = await keel(cli_env, "interrupt", sid)
         assert "the session is idle" in stopped
+
+
+async def test_budget_again_allows_as_much_again_of_what_was_reached(
+        client, settings, cli_env, fake_anthropic):  # noqa: F811
+    """`keel budget --again`: the chat's y from the command line, bound to the request
+    pending; with none pending, or beside --refuse, one line."""
+    fake_anthropic.push(tool_use_message([WRITE], input_tokens=BIG_INPUT),
+                        text_message("Finished after as much again."))
+    spec = AgentSpec(budget=BudgetSpec(session=BudgetLimits(usd=0.2)))
+    async with keel_worker(client, settings) as workers:
+        session = await workers.start_session(f"cli-again-{uuid.uuid4().hex[:8]}",
+                                              agent=spec)
+        sid = session.session_id
+        accepted = await session.send("Write the notes.")
+        await paused(session)
+        both = await keel(cli_env, "budget", sid, "--again", "--refuse", code=2)
+        assert "one of --raise (an amount), --again or --refuse" in both
+        said = " ".join((await keel(cli_env, "budget", sid, "--again", "--by", "ops")).split())
+        assert "allowed $0.2000 more" in said  # $0.3003 spent of $0.20: another $0.20
+        outcome = await session.wait_reply(accepted.seq)
+        assert outcome.reply_text == "Finished after as much again."
+        none = await keel(cli_env, "budget", sid, "--again", code=1)
+        assert "no budget request is pending in this session" in none

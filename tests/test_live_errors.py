@@ -78,7 +78,7 @@ def test_a_wait_on_a_person_says_the_command_that_answers_it_with_the_session_s_
     view.show(1, reached)
     said = " ".join(out.getvalue().split())
     assert "the turn waits: keel approve s-9 toolu_1, or keel deny" in said
-    assert "the turn waits; keel budget s-9 --raise AMOUNT, or --refuse" in said
+    assert "the turn waits; keel budget s-9 --again, --raise AMOUNT or --refuse" in said
     chat_out = io.StringIO()
     chat = ChatView(Console(file=chat_out, width=200, color_system=None))
     chat.show(0, needed)

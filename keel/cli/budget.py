@@ -13,10 +13,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from keel.cli.shell import run, session_handle
+from keel.cli.shell import CliError, run, session_handle
 from keel.client import SessionHandle
 from keel.console import console, error
-from schemas.budget import Spend
+from schemas.budget import Spend, as_much_again
 from schemas.session import SessionStatus
 
 __all__ = ["budget", "interrupt", "spend_line"]
@@ -48,22 +48,28 @@ def budget(
         "--input-tokens", min=0, help="Raise its input-token limit by this many.")] = None,
     cached_tokens: Annotated[int | None, typer.Option(
         "--cached-tokens", min=0, help="Raise its cached-token limit by this many.")] = None,
+    again: Annotated[bool, typer.Option(
+        "--again", help="Allow as much again of each limit reached (what `keel chat`'s y "
+        "does).")] = False,
     refuse: Annotated[bool, typer.Option(
         "--refuse", help="Refuse a raise: the paused turn ends.")] = False,
     note: Annotated[str, typer.Option("--note", help="Said in the record.")] = "",
     by: Annotated[str, typer.Option("--by", help="Who answers.")] = "",
 ) -> None:
-    """A session's spend and pending budget request; --raise AMOUNT (or --refuse) answers it."""
+    """A session's spend and pending budget request; --raise AMOUNT, --again or --refuse
+    answers it."""
     async def main() -> None:
         handle = await session_handle(session)
         who = by or os.environ.get("USER", "") or "user"
         raising = any(v is not None for v in (raise_, output_tokens, input_tokens,
                                               cached_tokens))
-        if refuse and raising:
-            error("either --raise (an amount) or --refuse, not both")
+        if sum((refuse, raising, again)) > 1:
+            error("one of --raise (an amount), --again or --refuse")
             raise typer.Exit(2)
         if refuse:
             status = await handle.refuse_budget(by=who, note=note)
+        elif again:
+            status = await _as_much_again(handle, by=who, note=note)
         elif raising:
             status = await handle.raise_budget(
                 raise_, input_tokens=input_tokens, cached_tokens=cached_tokens,
@@ -71,9 +77,22 @@ def budget(
         else:
             status = await handle.status()
         _show(status)
-        if not (refuse or raising):
+        if not (refuse or raising or again):
             await _sub_agents_paused(handle)
     run(main())
+
+
+async def _as_much_again(handle: SessionHandle, *, by: str, note: str) -> SessionStatus:
+    """The pending request's limits raised by as much again (schemas.budget), bound to
+    that request: one made since is not answered by it."""
+    request = (await handle.status()).budget_request
+    if request is None:
+        raise CliError("no budget request is pending in this session")
+    raise_by, allowed = as_much_again(request)
+    status = await handle.raise_budget(**raise_by.model_dump(), request_id=request.request_id,
+                                       by=by, note=note)
+    console.print(f"allowed {allowed} more")
+    return status
 
 
 async def _sub_agents_paused(handle: SessionHandle) -> None:
@@ -85,7 +104,7 @@ async def _sub_agents_paused(handle: SessionHandle) -> None:
             sid = escape(child.session_id)
             console.print(f"[bold]sub-agent {sid} paused[/]: its {request.scope.value}'s "
                           f"budget is reached ({escape('; '.join(request.reached))}); "
-                          f"keel budget {sid} --raise AMOUNT, or --refuse")
+                          f"keel budget {sid} --again, --raise AMOUNT or --refuse")
 
 
 def interrupt(session: str) -> None:
