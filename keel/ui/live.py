@@ -65,7 +65,7 @@ async def _record_rows(ctx: UiContext, session_id: str, after_seq: int, out: Out
             last = rows[-1].seq
             html = ctx.env.get_template("_messages.html").render(
                 messages=conversation(rows), session_id=session_id, csrf=ctx.csrf)
-            await out.put(("record", {"html": html, "last_seq": last}))
+            await out.put(("record", {"html": html, "last_seq": last, "rows": len(rows)}))
             continue
         await asyncio.sleep(LIVE_RECORD_POLL_S)
 

@@ -28,18 +28,15 @@
   function onRecord(data) {
     var tpl = document.createElement("template");
     tpl.innerHTML = data.html;  // server-rendered, escaped by the template
-    var added = 0;
     Array.prototype.slice.call(tpl.content.children).forEach(function (el) {
-      if (!el.id || !document.getElementById(el.id)) {
-        record.appendChild(el);
-        if (el.classList.contains("msg")) { added += 1; }
-      }
+      if (!el.id || !document.getElementById(el.id)) { record.appendChild(el); }
     });
     afterSeq = Math.max(afterSeq, data.last_seq);
-    // The header's figures follow the rows shown live (they were the page load's).
+    // The header's figures follow the rows read live (they were the page load's); a
+    // message shown folds its tool rows, so the count is the relay's, not the page's.
     var count = document.getElementById("record-count");
-    if (count && added) {
-      count.dataset.count = String(Number(count.dataset.count) + added);
+    if (count && data.rows) {
+      count.dataset.count = String(Number(count.dataset.count) + data.rows);
       count.textContent = fmt(Number(count.dataset.count));
     }
     ["record-shown-to", "record-last-seq"].forEach(function (id) {
