@@ -6,7 +6,6 @@ and delete, but a person reading a session there could not answer it."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 import uuid
 
@@ -15,7 +14,8 @@ import psycopg
 
 from keel.client import session_config
 from keel.ui.server import ui_server
-from tests.harness import keel_worker, make_settings
+from schemas.session import SessionStatus
+from tests.harness import keel_worker, make_settings, until
 
 
 def _user_rows(database_url: str, sid: str) -> list[str]:
@@ -45,11 +45,10 @@ async def test_a_message_sent_from_the_page(client, database_url, tmp_path):
 
             sent = await send("Plan for Friday:\r\n- deploy at 10")
             assert sent.status_code == 303 and sent.headers["location"] == f"/sessions/{sid}"
-            for _ in range(100):
+            async def answered() -> SessionStatus | None:
                 status = await handle.status()
-                if status.turn >= 1 and status.phase.value == "idle":
-                    break
-                await asyncio.sleep(0.1)
+                return status if status.turn >= 1 and status.phase.value == "idle" else None
+            status = await until(answered)
             for text, said in (("", "empty"), ("   \n ", "empty"),
                                ("x" * 2_001, "2001 characters")):
                 refused = await send(text)
