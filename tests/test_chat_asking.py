@@ -19,7 +19,7 @@ from schemas.budget import BudgetLimits, BudgetSpec
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings, until
 from tests.session.test_budget import BIG_INPUT, WRITE, paused_child
-from tests.session.test_delegation import _last, spec, team
+from tests.session.test_delegation import _last, spec, team, writing_child
 from tests.test_cli import Pty, _chat, cli_env, keel  # noqa: F401 (a fixture)
 
 ASKS = AgentSpec(approvals=ApprovalRules(tools={"write_file": ApprovalPolicy.ASK}))
@@ -97,12 +97,7 @@ async def test_the_chat_asks_to_raise_a_reached_budget(client, settings, env,
 
 async def test_a_sub_agent_s_approval_is_asked_in_its_parent_s_chat(
         client, settings, env, fake_anthropic):
-    def child(body):
-        if "tool_result" in _last(body):
-            return text_message("wrote it")
-        return tool_use_message([("write_file", {"path": "x.md", "content": "x"})])
-
-    fake_anthropic.responder = team(child)
+    fake_anthropic.responder = team(writing_child())
     sid = f"team-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings) as k:
         await k.start_session(sid, agent=spec(60, child_asks=True))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -53,6 +54,18 @@ def team(child: Any, wait: bool = True) -> Any:
         return tool_use_message([("delegate", {"agent": "researcher", "task": last[-200:],
                                                "wait": wait})])
     return respond
+
+
+def writing_child(before_asking: Callable[[], object] | None = None) -> Any:
+    """A sub-agent that asks to write x.md (a call its parent's person approves, with
+    `spec(child_asks=True)`), then answers "wrote it"; `before_asking` runs first."""
+    def child(body: dict[str, Any]) -> Any:
+        if "tool_result" in _last(body):
+            return text_message("wrote it")
+        if before_asking is not None:
+            before_asking()
+        return tool_use_message([("write_file", {"path": "x.md", "content": "x"})])
+    return child
 
 
 def rows(database_url: str, session_id: str) -> list[tuple[str, str | None, str]]:
@@ -303,12 +316,7 @@ async def test_fan_out_limit_is_a_tool_error(temporal_env, database_url, fake_an
 
 async def test_a_childs_approval_is_answered_through_its_parent(
         temporal_env, database_url, fake_anthropic, tmp_path):
-    def child(body: dict[str, Any]) -> Any:
-        if "tool_result" in _last(body):
-            return text_message("wrote it")
-        return tool_use_message([("write_file", {"path": "x.md", "content": "x"})])
-
-    fake_anthropic.responder = team(child)
+    fake_anthropic.responder = team(writing_child())
     settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
     async with keel_worker(temporal_env.client, settings) as keel:
         parent = await keel.start_session("team-approve", agent=spec(60, child_asks=True))

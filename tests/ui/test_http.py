@@ -140,15 +140,9 @@ async def test_a_sub_agent_s_approval_is_decided_on_its_parent_s_page(
     """The parent's page lists its sub-agent's waiting call (it showed nothing: the
     person saw the parent waiting on its child, and the child's call nowhere), and a
     decision there reaches the child's call, as `keel approve PARENT` does."""
-    from tests.fake_anthropic import text_message, tool_use_message
-    from tests.session.test_delegation import _last, spec, team
+    from tests.session.test_delegation import spec, team, writing_child
 
-    def child(body):
-        if "tool_result" in _last(body):
-            return text_message("wrote it")
-        return tool_use_message([("write_file", {"path": "x.md", "content": "x"})])
-
-    fake_anthropic.responder = team(child)
+    fake_anthropic.responder = team(writing_child())
     settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
     async with keel_worker(client, settings) as keel:
         parent = await keel.start_session(f"ui-team-{uuid.uuid4().hex[:8]}",

@@ -224,18 +224,10 @@ async def test_a_sub_agent_s_approval_appears_on_its_parent_s_open_page(
     sub-agent works), and Approve on it lets the parent's turn finish."""
     import threading
 
-    from tests.fake_anthropic import text_message, tool_use_message
-    from tests.session.test_delegation import _last, spec, team
+    from tests.session.test_delegation import spec, team, writing_child
 
-    go = threading.Event()
-
-    def child(body):
-        if "tool_result" in _last(body):
-            return text_message("wrote it")
-        go.wait(30)  # the page is open before the child asks
-        return tool_use_message([("write_file", {"path": "x.md", "content": "x"})])
-
-    fake_anthropic.responder = team(child)
+    go = threading.Event()  # the page is open before the child asks
+    fake_anthropic.responder = team(writing_child(lambda: go.wait(30)))
     settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
     async with keel_worker(client, settings) as keel:
         parent = await keel.start_session(f"ui-live-team-{uuid.uuid4().hex[:6]}",
