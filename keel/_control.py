@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from temporalio.client import WorkflowHandle
 
 from keel._errors import MessageRejectedError, refusals
-from schemas.budget import BudgetAnswer, BudgetLimits
+from schemas.budget import BudgetAnswer, BudgetLimits, BudgetRequest, as_much_again
 from schemas.initiative import Wakeup
 from schemas.session import (
     MAX_INPUT_ID_CHARS,
@@ -47,6 +47,14 @@ class SessionControls:
             raise MessageRejectedError(f"the budget answer: {first_problem(err)}") from None
         return await self._answer(BudgetAnswer(request_id=request_id, raise_by=raise_by,
                                                by=by, note=note))
+
+    async def raise_as_much_again(self, request: BudgetRequest, *, by: str = "user",
+                                  note: str = "") -> SessionStatus:
+        """Raise each limit `request` reached by as much again (schemas.budget's
+        `as_much_again`), bound to it: a request made since is not answered by this."""
+        raise_by, _ = as_much_again(request)
+        return await self.raise_budget(**raise_by.model_dump(), request_id=request.request_id,
+                                       by=by, note=note)
 
     async def refuse_budget(self, *, request_id: str | None = None, by: str = "user",
                             note: str = "") -> SessionStatus:

@@ -95,16 +95,13 @@ def _approval(handle: SessionHandle, whose: str, p: PendingApproval, by: str) ->
 
 def _budget(handle: SessionHandle, whose: str, request: BudgetRequest, by: str
             ) -> Question:
-    raise_by, allowed = as_much_again(request)
+    allowed = as_much_again(request)[1]
 
     async def answer(line: str) -> str:
         if line.split(maxsplit=1)[0].lower() in NO:
             await handle.refuse_budget(request_id=request.request_id, by=by, note=_note(line))
             return f"the {request.scope.value}'s budget not raised: the turn ends"
-        await handle.raise_budget(raise_by.usd, input_tokens=raise_by.input_tokens,
-                                  cached_tokens=raise_by.cached_tokens,
-                                  output_tokens=raise_by.output_tokens,
-                                  request_id=request.request_id, by=by, note=_note(line))
+        await handle.raise_as_much_again(request, by=by, note=_note(line))
         return f"the {request.scope.value}'s budget raised: {allowed} more"
 
     return Question(f"{handle.session_id}/{request.request_id}", (

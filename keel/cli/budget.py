@@ -83,15 +83,12 @@ def budget(
 
 
 async def _as_much_again(handle: SessionHandle, *, by: str, note: str) -> SessionStatus:
-    """The pending request's limits raised by as much again (schemas.budget), bound to
-    that request: one made since is not answered by it."""
+    """The pending request's reached limits raised by as much again."""
     request = (await handle.status()).budget_request
     if request is None:
         raise CliError("no budget request is pending in this session")
-    raise_by, allowed = as_much_again(request)
-    status = await handle.raise_budget(**raise_by.model_dump(), request_id=request.request_id,
-                                       by=by, note=note)
-    console.print(f"allowed {allowed} more")
+    status = await handle.raise_as_much_again(request, by=by, note=note)
+    console.print(f"allowed {as_much_again(request)[1]} more")
     return status
 
 

@@ -42,7 +42,6 @@ from keel.ui.context import UiContext, render, ui
 from keel.ui.security import csrf_ok
 from keel.ui.vault import hit_link, vault_view
 from keel.ui.views import Gauge, SessionRow, conversation, mind_diff
-from schemas.budget import as_much_again
 from schemas.checkpoint.mind import MindDocument
 from schemas.session import SessionPhase, SessionStatus, SessionSummary
 
@@ -281,9 +280,7 @@ async def budget(request: Request) -> Response:
             pending = (await handle.status()).budget_request
             if pending is None or request_id not in (None, pending.request_id):
                 raise NoBudgetRequestError(f"budget request {request_id!r} is not pending")
-            return await handle.raise_budget(
-                **as_much_again(pending)[0].model_dump(), request_id=request_id,
-                by=DECIDED_BY)
+            return await handle.raise_as_much_again(pending, by=DECIDED_BY)
         usd = str(form.get("usd") or "").strip()
         if not usd:
             raise ValueError("give the dollars to raise the limit by, or allow as much again")
