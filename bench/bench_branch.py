@@ -51,8 +51,8 @@ from temporalio.client import Client  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 
 from activities.db import apply_migrations  # noqa: E402
-from bench.bench_runtime import bench_stack, cancel_on_sigterm, machine, say, write_json  # noqa: E402
-from bench.common import percentile, table  # noqa: E402
+from bench.common import cancel_on_sigterm, percentile, table  # noqa: E402
+from bench.stack import bench_stack, machine, say, write_json  # noqa: E402
 from keel.client import KeelClient  # noqa: E402
 from schemas.branch import unsealed  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings, WorkspaceStoreKind  # noqa: E402

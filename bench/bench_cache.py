@@ -45,12 +45,8 @@ from activities.db import close_pools  # noqa: E402
 from activities.offline import respond  # noqa: E402
 from activities.offline.accounting import message_blocks, system_blocks  # noqa: E402
 from bench.common import cancel_on_sigterm, source_commit  # noqa: E402
-from bench.memory_benchmark import (  # noqa: E402
-    Scenario,
-    drive,
-    say,
-    stop_embedded_postgres,
-)
+from bench.memory_benchmark import say  # noqa: E402
+from bench.memory_drive import Scenario, drive, stop_embedded_postgres  # noqa: E402
 from keel.client import KeelClient  # noqa: E402
 from keel.devstack import running_stack  # noqa: E402
 from schemas.checkpoint.request import REQUEST_MARKER  # noqa: E402

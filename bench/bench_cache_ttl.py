@@ -40,8 +40,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.db import apply_migrations, close_pools
-from bench.bench_runtime import machine
 from bench.common import ROOT, shown, source_commit, table
+from bench.stack import machine
 from keel.client import KeelClient, session_config
 from keel.devstack import temporal_test_server_path, temporary_postgres
 from schemas.agent import AgentSpec

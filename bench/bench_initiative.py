@@ -53,8 +53,8 @@ from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.api.history.v1 import HistoryEvent  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
-from bench.bench_runtime import bench_stack, finish, machine, ms  # noqa: E402
 from bench.common import cancel_on_sigterm, percentile, table  # noqa: E402
+from bench.stack import bench_stack, finish, machine, ms  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from schemas.agent import CHILD_NOTE, AgentSpec  # noqa: E402
 from schemas.config import ModelSettings  # noqa: E402

@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.bench_runtime import bench_stack, finish, machine, ms  # noqa: E402
 from bench.common import cancel_on_sigterm, percentile, table  # noqa: E402
+from bench.stack import bench_stack, finish, machine, ms  # noqa: E402
 from keel.client import KeelClient  # noqa: E402
 from schemas.config import ModelSettings  # noqa: E402
 from schemas.interrupt import INTERRUPTED_MARK, InterruptPolicy  # noqa: E402

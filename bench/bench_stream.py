@@ -38,12 +38,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.bench_runtime import bench_stack, finish, machine, ms  # noqa: E402
 from bench.common import (  # noqa: E402
     cancel_on_sigterm,
     percentile,
     table,
 )
+from bench.stack import bench_stack, finish, machine, ms  # noqa: E402
 from keel.client import KeelClient, SessionHandle  # noqa: E402
 from schemas.config import ModelSettings  # noqa: E402
 from schemas.events import TextDelta  # noqa: E402

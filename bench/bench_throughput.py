@@ -39,9 +39,9 @@ from temporalio.api.enums.v1 import TaskQueueType  # noqa: E402
 from temporalio.api.taskqueue.v1 import TaskQueue  # noqa: E402
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest  # noqa: E402
 
-from bench.bench_runtime import bench_stack, machine, write_json  # noqa: E402
 from bench.common import cancel_on_sigterm, percentile, table  # noqa: E402
 from bench.procs import cpu_seconds, stack_processes, tree_cpu  # noqa: E402
+from bench.stack import bench_stack, machine, write_json  # noqa: E402
 from keel.client import KeelClient  # noqa: E402
 from schemas.config import ModelSettings  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic, text_message  # noqa: E402

@@ -47,9 +47,9 @@ from activities.vault.embedder import embedder_for
 from activities.vault.outbox import QueuedTranscript, TranscriptDrainer, queue_transcript
 from activities.vault.turn import MemoryActivities
 from bench.bench_memory import filler_docs, fresh_database
-from bench.bench_runtime import machine
 from bench.common import ROOT, shown, source_commit, table
 from bench.procs import postmaster_pid, tree_cpu
+from bench.stack import machine
 from keel.devstack import temporary_postgres
 from schemas.vault.scope import DEFAULT_SCOPE
 from tests.vault.support import insert_messages, vault_ctx

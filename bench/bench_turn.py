@@ -49,11 +49,11 @@ if str(ROOT) not in sys.path:
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client, WorkflowHandle  # noqa: E402
 
-from bench.bench_runtime import bench_stack, machine, write_json  # noqa: E402
 from bench.bench_throughput import wait_for_pollers  # noqa: E402
 from bench.common import cancel_on_sigterm, percentile, shown, table  # noqa: E402
 from bench.floor_worker import MINIMAL  # noqa: E402
 from bench.procs import cpu_seconds, stack_processes, tree_cpu  # noqa: E402
+from bench.stack import bench_stack, machine, write_json  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic, text_message  # noqa: E402

@@ -38,10 +38,10 @@ import psycopg  # noqa: E402
 from psycopg.conninfo import make_conninfo  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
-from bench.bench_runtime import bench_stack, machine, write_json  # noqa: E402
 from bench.bench_throughput import wait_for_pollers  # noqa: E402
 from bench.common import cancel_on_sigterm, percentile, shown, source_commit  # noqa: E402
 from bench.procs import child_matching, cpu_seconds, postmaster_pid, tree_cpu  # noqa: E402
+from bench.stack import bench_stack, machine, write_json  # noqa: E402
 from keel.client import KeelClient, SessionHandle, session_config  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic, text_message  # noqa: E402

@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.bench_runtime import bench_stack, cancel_on_sigterm, machine, say, write_json  # noqa: E402
-from bench.common import percentile, table  # noqa: E402
+from bench.common import cancel_on_sigterm, percentile, table  # noqa: E402
+from bench.stack import bench_stack, machine, say, write_json  # noqa: E402
 from keel.client import KeelClient  # noqa: E402
 from keel.ui.server import ui_server  # noqa: E402
 from schemas.checkpoint.mind import MindDocument  # noqa: E402

@@ -18,8 +18,8 @@ from schemas.agent import AgentSpec, ApprovalPolicy, ApprovalRules
 from schemas.budget import BudgetLimits, BudgetSpec
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings, until
+from tests.session.teams import _last, spec, team, writing_child
 from tests.session.test_budget import BIG_INPUT, WRITE, paused_child
-from tests.session.test_delegation import _last, spec, team, writing_child
 from tests.test_cli import Pty, _chat, cli_env, keel  # noqa: F401 (a fixture)
 
 ASKS = AgentSpec(approvals=ApprovalRules(tools={"write_file": ApprovalPolicy.ASK}))

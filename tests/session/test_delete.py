@@ -317,7 +317,7 @@ async def test_a_retention_sweep_deletes_what_ended_before_a_time_and_nothing_el
 
 async def test_its_sub_agents_are_named_as_kept_or_deleted_first_when_asked(
         client, database_url, fake_anthropic, tmp_path):
-    from tests.session.test_delegation import spec, team
+    from tests.session.teams import spec, team
 
     fake_anthropic.responder = team(lambda body: text_message("the answer is 42"))
     settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)

@@ -140,7 +140,7 @@ async def test_a_sub_agent_s_approval_is_decided_on_its_parent_s_page(
     """The parent's page lists its sub-agent's waiting call (it showed nothing: the
     person saw the parent waiting on its child, and the child's call nowhere), and a
     decision there reaches the child's call, as `keel approve PARENT` does."""
-    from tests.session.test_delegation import spec, team, writing_child
+    from tests.session.teams import spec, team, writing_child
 
     fake_anthropic.responder = team(writing_child())
     settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
@@ -172,8 +172,8 @@ async def test_a_sub_agent_paused_on_its_budget_shows_on_its_parent_s_page(
     and links the child's page, where its form is (it said nothing was waiting)."""
     from schemas.budget import BudgetLimits, BudgetSpec
     from tests.fake_anthropic import tool_use_message
+    from tests.session.teams import spec, team
     from tests.session.test_budget import BIG_INPUT, WRITE, paused_child
-    from tests.session.test_delegation import spec, team
 
     fake_anthropic.responder = team(lambda body: tool_use_message([WRITE],
                                                                   input_tokens=BIG_INPUT))

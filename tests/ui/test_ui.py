@@ -224,7 +224,7 @@ async def test_a_sub_agent_s_approval_appears_on_its_parent_s_open_page(
     sub-agent works), and Approve on it lets the parent's turn finish."""
     import threading
 
-    from tests.session.test_delegation import spec, team, writing_child
+    from tests.session.teams import spec, team, writing_child
 
     go = threading.Event()  # the page is open before the child asks
     fake_anthropic.responder = team(writing_child(lambda: go.wait(30)))
