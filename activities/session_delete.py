@@ -23,7 +23,8 @@ from pydantic import BaseModel
 
 from activities.branch import LOCK_TIMEOUT
 
-__all__ = ["RowsDeleted", "delete_rows", "delete_session_rows", "memory_scope_of"]
+__all__ = ["RowsDeleted", "delete_rows", "delete_session_rows", "memory_scope_of",
+           "scope_sessions"]
 
 CONNECT_S = 10
 
@@ -95,3 +96,13 @@ async def memory_scope_of(database_url: str, session_id: str) -> str | None:
             "SELECT memory_scope FROM sessions WHERE session_id = %s",
             (session_id,))).fetchone()
     return found[0] if found else None
+
+
+async def scope_sessions(database_url: str, scope: str) -> list[str]:
+    """Every session whose row names `scope` as its memory scope, by id."""
+    async with await psycopg.AsyncConnection.connect(
+            database_url, connect_timeout=CONNECT_S) as conn:
+        found = await (await conn.execute(
+            "SELECT session_id FROM sessions WHERE memory_scope = %s ORDER BY session_id",
+            (scope,))).fetchall()
+    return [sid for (sid,) in found]

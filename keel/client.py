@@ -32,7 +32,7 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from keel import branching, deletion
+from keel import branching, deletion, scope_erase
 from keel._errors import (
     AgentSpecRefusedError,
     BranchRefusedError,
@@ -79,6 +79,7 @@ from schemas.session import (
     id_clause,
     session_id_problem,
 )
+from schemas.vault.erase import ScopeErased
 from workers.connect import connect
 
 __all__ = [
@@ -298,6 +299,16 @@ class KeelClient:
         return await deletion.delete_session(self, session_id, force=force,
                                              database_url=database_url,
                                              memory_scope=memory_scope, sub_agents=sub_agents)
+
+    async def erase_memory_scope(self, scope: str, *, with_sessions: bool = False,
+                                 force: bool = False,
+                                 database_url: str | None = None) -> ScopeErased:
+        """Erase a memory scope's long memory whole: its vault folder with its git history
+        and every row of its index and queues (keel.scope_erase). Refused while a session
+        of the scope runs, unless `with_sessions` (every session of the scope deleted
+        first) and `force` (running ones stopped)."""
+        return await scope_erase.erase_memory_scope(
+            self, scope, with_sessions=with_sessions, force=force, database_url=database_url)
 
     async def sessions_ended_before(self, when: datetime) -> list[str]:
         """The sessions whose newest run closed before `when`, oldest first (what a

@@ -144,7 +144,7 @@ async def _delete_one(keel: KeelClient, session_id: str, force: bool, url: str,
     runs, newest = await _runs(keel, session_id)
     scope = await memory_scope_of(url, session_id) or memory_scope
     if scope:  # before anything is stopped or deleted
-        await _vault_served(keel, scope)
+        await vault_served(keel, scope)
     terminated = await _stop(keel, session_id, newest, force)
     removed, forgotten = await _delete_record(keel, url, session_id, terminated, scope)
     if not runs and not removed.found and forgotten is None:
@@ -189,7 +189,7 @@ async def _delete_record(keel: KeelClient, url: str, session_id: str, terminated
                                      unreadable=sorted({*first.unreadable, *again.unreadable}))
 
 
-async def _vault_served(keel: KeelClient, scope: str) -> None:
+async def vault_served(keel: KeelClient, scope: str) -> None:
     """DeleteRefusedError when no vault worker serves the vault's queue: the session's
     entries could not leave its long memory, so nothing is stopped or deleted."""
     queue = vault_queue(keel.task_queue)

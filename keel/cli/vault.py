@@ -1,9 +1,10 @@
 """`keel vault`: long memory per scope; list the vaults, run the doctor or a rollup now,
-search one scope.
+search or erase one scope.
 
 Invariants: a scope id is checked before anything runs; the doctor and the rollups run as
 the same workflows the schedules start, on the vault's own task queue (a worker must serve
-it); a search reads PostgreSQL only through `keel.record`.
+it); a search reads PostgreSQL only through `keel.record`; an erasure, which cannot be
+undone, asks once more unless --yes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from schemas.config import KeelSettings
 __all__ = ["vault_app"]
 
 vault_app = Commands(name="vault", no_args_is_help=True,
-                        help="Long memory: list scopes; doctor, rollup and search one scope.")
+                        help="Long memory: list scopes; doctor, rollup, search or erase one scope.")
 
 ScopeOption = Annotated[str, typer.Option("--scope", help="Whose memory (a scope id).")]
 
@@ -150,5 +151,51 @@ def vault_search(query: str, scope: ScopeOption = "default",
         for hit in hits:
             console.print(f"[cyan]{escape(hit.path)}[/] [dim]{hit.score:.3f}[/]  "
                           f"{escape(one_line(hit.snippet, 160))}")
+
+    run(main())
+
+
+@vault_app.command("erase")
+def vault_erase(
+    scope: Annotated[str, typer.Option("--scope", help="Whose memory to erase (a scope id).",
+                                       show_default=False)],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask again.")] = False,
+    with_sessions: Annotated[bool, typer.Option(
+        "--with-sessions", help="Delete every session of the scope first (keel delete's "
+        "way).")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="With --with-sessions: running sessions too, stopped first.")] = False,
+) -> None:
+    """Erase one scope's long memory whole: its vault folder (cards, daily notes, rollups,
+    CORE.md and the git history holding every earlier version) and every row of its index
+    and queues. Refused while a session of the scope runs."""
+    import sys
+
+    from keel._errors import DeleteRefusedError
+    from schemas.vault.erase import erased_text
+
+    settings = load_settings()
+
+    async def main() -> None:
+        _check_scope(scope)
+        if not yes:
+            what = f"memory scope {scope!r}" + (" and every session of it" if with_sessions
+                                                else "")
+            if not sys.stdin.isatty():
+                raise CliError(f"erasing {what} cannot be undone: pass --yes to erase")
+            if not typer.confirm(f"Erase {what}? It cannot be undone"):
+                console.print("nothing erased")
+                return
+        keel = await connect(settings)
+        try:
+            with working(f"erasing memory scope {scope}…"):
+                done = await keel.erase_memory_scope(scope, with_sessions=with_sessions,
+                                                     force=force,
+                                                     database_url=database_url(settings))
+        except DeleteRefusedError as err:
+            raise CliError(str(err)) from None
+        console.print(escape(erased_text(done)))
+        if not done.found:
+            raise typer.Exit(1)
 
     run(main())

@@ -1,0 +1,159 @@
+"""Erasing a memory scope end to end, through a real worker, PostgreSQL and Temporal: its
+vault folder (with its git history) and every row of it in every table that has a memory
+scope are gone, another scope keeps everything, a running session of it refuses the
+erasure (nothing erased) unless its sessions go too, and the scope starts afresh after.
+`keel vault erase` asks once more and says what went."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from keel.cli import app
+from keel.client import DeleteRefusedError, KeelClient, SessionHandle, session_config
+from keel.record import search_memory
+from schemas.vault.erase import running_text
+from tests.harness import keel_worker, make_settings, until
+from tests.session.test_branch import db
+from tests.session.test_bundle_memory import CARD_FILE, rememberer, transcribed
+
+
+def scope_rows(database_url: str, scope: str) -> dict[str, int]:
+    """Every table with a `scope` column (whatever a later migration adds), and how many
+    of its rows name `scope`; only the nonzero ones. Not the workspace's tables, whose
+    `scope` is a session's id."""
+    tables = db(database_url, "SELECT table_name FROM information_schema.columns WHERE"
+                " table_schema = 'public' AND column_name = 'scope'"
+                " AND table_name NOT LIKE 'workspace\\_%%'")
+    counts = {t: db(database_url, f"SELECT count(*) FROM {t} WHERE scope = %s", scope)[0][0]
+              for (t,) in tables}
+    return {t: n for t, n in counts.items() if n}
+
+
+async def remembered(keel: KeelClient, scope: str, words: str) -> SessionHandle:
+    """A session of `scope` that wrote a card and whose words are found in its memory."""
+    session = await keel.start_session(
+        f"{scope}-s-{uuid.uuid4().hex[:6]}",
+        config=session_config(keel.settings, memory_scope=scope))
+    await session.ask("remember Dana")  # a card; #1 to #4
+    await session.ask(words)  # #5, #6
+    await transcribed(keel.settings.memory.vault_dir_for(scope), session.session_id, 6)
+    await until(lambda: found(keel, scope, words))
+    return session
+
+
+async def found(keel: KeelClient, scope: str, words: str) -> bool:
+    hits = await search_memory(str(keel.settings.database_url), words, scope=scope, k=5)
+    return any(words in h.snippet for h in hits)
+
+
+@pytest.fixture
+def settings(database_url, fake_anthropic, tmp_path):
+    fake_anthropic.responder = rememberer
+    return make_settings(database_url, tmp_path, fake_anthropic.base_url)
+
+
+async def test_a_scope_is_erased_whole_and_no_other_is_touched(client, settings,
+                                                              database_url, fake_anthropic):
+    gone, kept = f"erase-{uuid.uuid4().hex[:8]}", f"kept-{uuid.uuid4().hex[:8]}"
+    folder: Path = settings.memory.vault_dir_for(gone)
+    async with keel_worker(client, settings) as keel:
+        session = await remembered(keel, gone, "the harbour code is 4471")
+        other = await remembered(keel, kept, "the lighthouse code is 9902")
+        assert (folder / CARD_FILE).is_file() and (folder / ".git").is_dir()
+        before_kept = scope_rows(database_url, kept)
+        assert set(scope_rows(database_url, gone)) >= {"memory_docs", "memory_terms",
+                                                       "memory_stats", "vault_ops"}
+
+        # Running, it refuses, naming the session; nothing is erased.
+        with pytest.raises(DeleteRefusedError) as refused:
+            await keel.erase_memory_scope(gone)
+        assert str(refused.value) == running_text(gone, [session.session_id])
+        assert (folder / CARD_FILE).is_file() and scope_rows(database_url, gone)
+
+        await session.end()
+        done = await keel.erase_memory_scope(gone)
+        assert done.found and done.folder == str(folder) and done.files > 3
+        assert done.rows["memory_docs"] >= 3 and done.sessions_deleted == []
+        assert not folder.exists()
+        assert scope_rows(database_url, gone) == {}
+        assert not await found(keel, gone, "the harbour code is 4471")
+        # The other scope keeps its folder, its rows and its search.
+        kept_folder = settings.memory.vault_dir_for(kept)
+        assert (kept_folder / CARD_FILE).is_file()
+        assert scope_rows(database_url, kept) == before_kept
+        assert await found(keel, kept, "the lighthouse code is 9902")
+        # The ended session keeps its record (keel delete takes it).
+        assert db(database_url, "SELECT count(*) FROM messages WHERE session_id = %s",
+                  session.session_id)[0][0] >= 6
+
+        again = await keel.erase_memory_scope(gone)
+        assert not again.found and again.rows == {} and again.folder is None
+        assert not folder.exists()
+
+        # The scope starts afresh: a new session's words make a new vault, and nothing
+        # of the erased one is recalled.
+        fresh = await keel.start_session(f"{gone}-fresh",
+                                         config=session_config(settings, memory_scope=gone))
+        sent = len(fake_anthropic.requests)
+        await fresh.ask("what is the harbour code?")
+        assert "harbour" in json.dumps(fake_anthropic.requests[sent:])
+        assert "4471" not in json.dumps(fake_anthropic.requests[sent:])  # nothing recalled
+        await transcribed(folder, fresh.session_id, 2)
+        assert not (folder / CARD_FILE).exists()
+        await fresh.end()
+        await other.end()
+
+
+async def test_with_its_sessions_a_running_scope_is_erased_and_they_are_deleted(
+        client, settings, database_url):
+    scope = f"tenant-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as keel:
+        running = await remembered(keel, scope, "the tenant's own words")
+        ended = await remembered(keel, scope, "the tenant's older words")
+        await ended.end()
+        with pytest.raises(DeleteRefusedError, match="is in use by 1 running session"):
+            await keel.erase_memory_scope(scope, with_sessions=True)  # not forced
+        assert db(database_url, "SELECT count(*) FROM sessions WHERE memory_scope = %s",
+                  scope) == [(2,)]
+
+        done = await keel.erase_memory_scope(scope, with_sessions=True, force=True)
+        assert done.sessions_deleted == sorted([running.session_id, ended.session_id])
+        assert db(database_url, "SELECT count(*) FROM sessions WHERE memory_scope = %s",
+                  scope) == [(0,)]
+        assert scope_rows(database_url, scope) == {}
+        assert not settings.memory.vault_dir_for(scope).exists()
+
+
+async def test_keel_vault_erase_asks_once_more_and_says_what_went(client, settings,
+                                                                  database_url, tmp_path):
+    env = {"TEMPORAL_ADDRESS": client.service_client.config.target_host,
+           "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": settings.task_queue,
+           "KEEL_DATA_DIR": str(tmp_path), "COLUMNS": "200"}
+
+    def keel(*args: str, code: int = 0) -> str:
+        result = CliRunner().invoke(app, ["vault", "erase", *args], env=env)
+        assert result.exit_code == code, (args, result.output, result.exception)
+        return " ".join(result.output.split())
+
+    scope = f"cli-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as kc:
+        session = await remembered(kc, scope, "words for the command line")
+        out = await asyncio.to_thread(keel, "--scope", scope, code=1)
+        assert f"erasing memory scope '{scope}' cannot be undone: pass --yes" in out
+        out = await asyncio.to_thread(keel, "--scope", scope, "--yes", code=1)
+        assert f"memory scope '{scope}' is in use by 1 running session(s)" in out
+        assert "nothing was erased" in out
+        await session.end()
+        out = await asyncio.to_thread(keel, "--scope", scope, "--yes")
+        assert f"erased memory scope '{scope}': its vault folder" in out
+        assert "with its git history" in out and "memory_docs" in out
+        out = await asyncio.to_thread(keel, "--scope", scope, "--yes", code=1)
+        assert f"no long memory of scope '{scope}' here" in out
+        out = await asyncio.to_thread(keel, "--scope", "Not A Scope", "--yes", code=1)
+        assert "is not a valid scope id" in out
