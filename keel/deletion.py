@@ -154,7 +154,7 @@ async def _delete_one(keel: KeelClient, session_id: str, force: bool, url: str,
     # Visibility may still list a child deleted a moment ago.
     sub_agents = [c for c in await _children(keel, session_id) if c not in gone]
     for run_id in runs:
-        await _delete_run(keel, session_id, run_id)
+        await delete_run(keel, session_id, run_id)
     return SessionDeleted(
         session_id=session_id, terminated=terminated, runs=len(runs),
         rows=removed.counts.get("rows", 0), checkpoints=removed.counts.get("checkpoints", 0),
@@ -320,11 +320,11 @@ async def _delete_wakeups(keel: KeelClient, session_id: str) -> int:
             f"{id_clause('WorkflowId', prefix, starts_with=True)} AND "
             f"WorkflowType = '{WAKEUP_FIRE_WORKFLOW}'"):
         if mine.match(wf.id):
-            await _delete_run(keel, wf.id, wf.run_id)
+            await delete_run(keel, wf.id, wf.run_id)
     return deleted
 
 
-async def _delete_run(keel: KeelClient, workflow_id: str, run_id: str) -> None:
+async def delete_run(keel: KeelClient, workflow_id: str, run_id: str) -> None:
     """One run out of Temporal: its history and its visibility record. A running one is
     terminated by the server first (only a wakeup's fire can be, here)."""
     try:

@@ -14,6 +14,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from keel._errors import DeleteRefusedError
-from keel.deletion import MEMORY_WAIT_S, delete_session, vault_served
+from keel.deletion import MEMORY_WAIT_S, delete_run, delete_session, vault_served
 from schemas.session import SESSION_WORKFLOW
 from schemas.vault.erase import (
     ERASE_SCOPE_WORKFLOW,
@@ -29,12 +30,16 @@ from schemas.vault.erase import (
     ScopeErased,
     running_text,
 )
-from schemas.vault.scope import ScopeError, check_scope
+from schemas.vault.scope import DEFAULT_SCOPE, ScopeError, check_scope
 
 if TYPE_CHECKING:
     from keel.client import KeelClient
 
-__all__ = ["erase_memory_scope"]
+__all__ = ["MEMORY_RUN_TYPES", "erase_memory_scope"]
+
+# The workflows that run over one scope's vault and report what they found there.
+MEMORY_RUN_TYPES = ("DoctorWorkflow", "DailyRollupWorkflow", "WeeklyRollupWorkflow",
+                    "MonthlyRollupWorkflow", "YearlyRollupWorkflow")
 
 
 async def erase_memory_scope(keel: KeelClient, scope: str, *, with_sessions: bool = False,
@@ -69,6 +74,7 @@ async def erase_memory_scope(keel: KeelClient, scope: str, *, with_sessions: boo
             deleted.append(session_id)
     done = await _erase(keel, scope)
     done.sessions_deleted = deleted
+    done.runs = await _delete_memory_runs(keel, scope)
     return done
 
 
@@ -81,6 +87,31 @@ async def _running(keel: KeelClient, members: set[str]) -> list[str]:
         f"WorkflowType = '{SESSION_WORKFLOW}' AND ExecutionStatus = 'Running'")
         if wf.id in members}
     return sorted(found)
+
+
+async def _delete_memory_runs(keel: KeelClient, scope: str) -> int:
+    """The scope's closed doctor and rollup runs out of Temporal: their reports name its
+    card files (a person's name, often) and CORE.md lines. Found by id (a nightly run's
+    child is `<nightly id>-<scope>`, a run asked for now `...-<scope>-<8 hex>`), each
+    confirmed by the scope its input names."""
+    types = ", ".join(f"'{t}'" for t in MEMORY_RUN_TYPES)
+    ours = re.compile(rf"-{re.escape(scope)}(-[0-9a-f]{{8}})?$")
+    gone = 0
+    async for wf in keel.client.list_workflows(
+            f"WorkflowType IN ({types}) AND ExecutionStatus != 'Running'"):
+        if ours.search(wf.id) and await _input_scope(keel, wf.id, wf.run_id) == scope:
+            await delete_run(keel, wf.id, wf.run_id)
+            gone += 1
+    return gone
+
+
+async def _input_scope(keel: KeelClient, workflow_id: str, run_id: str) -> str | None:
+    """The memory scope a doctor or rollup run was started for (its input's `scope`)."""
+    history = await keel.client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    values = await keel.client.data_converter.decode(list(started.input.payloads))
+    first = values[0] if values else None
+    return first.get("scope", DEFAULT_SCOPE) if isinstance(first, dict) else None
 
 
 async def _erase(keel: KeelClient, scope: str) -> ScopeErased:

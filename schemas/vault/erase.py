@@ -7,7 +7,8 @@ Invariants:
   rollups, and the git history that holds every earlier version of them) and every row of
   the scope in long memory's tables (activities.vault.erase); no other scope's file or row
   is touched, and nothing of the sessions' own record (a session's workspace is keyed by
-  its id, not by a memory scope).
+  its id, not by a memory scope). The scope's doctor and rollup runs leave Temporal too
+  (their reports name its card files).
 - It is refused while a session of the scope runs: its next turn would write there again.
   Ended sessions keep their records unless the erasure deletes them first (`with_sessions`).
 - Run again, it finds nothing more and says so (`ScopeErased.found`).
@@ -39,10 +40,12 @@ class ScopeErased(BaseModel):
     files: int = 0
     rows: dict[str, int] = Field(default_factory=dict)
     sessions_deleted: list[str] = Field(default_factory=list)
+    runs: int = 0  # its doctor and rollup runs deleted from Temporal
 
     @property
     def found(self) -> bool:
-        return self.folder is not None or bool(self.rows) or bool(self.sessions_deleted)
+        return (self.folder is not None or bool(self.rows) or bool(self.sessions_deleted)
+                or self.runs > 0)
 
 
 def running_text(scope: str, running: list[str]) -> str:
@@ -68,4 +71,6 @@ def erased_text(done: ScopeErased) -> str:
     parts.append(f"{rows} row(s) of its index and queues" + (
         " (" + ", ".join(f"{t} {n}" for t, n in sorted(done.rows.items())) + ")" if rows
         else ""))
+    if done.runs:
+        parts.append(f"{done.runs} doctor and rollup run(s) out of Temporal")
     return f"erased memory scope {done.scope!r}: " + "; ".join(parts)

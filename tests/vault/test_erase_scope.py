@@ -17,10 +17,13 @@ from typer.testing import CliRunner
 from keel.cli import app
 from keel.client import DeleteRefusedError, KeelClient, SessionHandle, session_config
 from keel.record import search_memory
+from schemas.vault.doctor import DoctorInput
 from schemas.vault.erase import running_text
 from tests.harness import keel_worker, make_settings, until
 from tests.session.test_branch import db
 from tests.session.test_bundle_memory import CARD_FILE, rememberer, transcribed
+from tests.session.test_delete import temporal_forgot
+from workflows.doctor import DoctorWorkflow
 
 
 def scope_rows(database_url: str, scope: str) -> dict[str, int]:
@@ -52,6 +55,16 @@ async def found(keel: KeelClient, scope: str, words: str) -> bool:
     return any(words in h.snippet for h in hits)
 
 
+async def doctor_run(keel: KeelClient, scope: str) -> str:
+    """The doctor run now over `scope`, as `keel vault doctor` runs it; its workflow id."""
+    run_id = f"keel-doctor-now-{scope}-{uuid.uuid4().hex[:8]}"
+    report = await keel.client.execute_workflow(
+        DoctorWorkflow.run, DoctorInput(scope=scope), id=run_id,
+        task_queue=keel.settings.vault_task_queue)
+    assert report.scope == scope
+    return run_id
+
+
 @pytest.fixture
 def settings(database_url, fake_anthropic, tmp_path):
     fake_anthropic.responder = rememberer
@@ -66,9 +79,11 @@ async def test_a_scope_is_erased_whole_and_no_other_is_touched(client, settings,
         session = await remembered(keel, gone, "the harbour code is 4471")
         other = await remembered(keel, kept, "the lighthouse code is 9902")
         assert (folder / CARD_FILE).is_file() and (folder / ".git").is_dir()
-        before_kept = scope_rows(database_url, kept)
         assert set(scope_rows(database_url, gone)) >= {"memory_docs", "memory_terms",
                                                        "memory_stats", "vault_ops"}
+
+        doctor = {s: await doctor_run(keel, s) for s in (gone, kept)}
+        before_kept = scope_rows(database_url, kept)
 
         # Running, it refuses, naming the session; nothing is erased.
         with pytest.raises(DeleteRefusedError) as refused:
@@ -80,14 +95,19 @@ async def test_a_scope_is_erased_whole_and_no_other_is_touched(client, settings,
         done = await keel.erase_memory_scope(gone)
         assert done.found and done.folder == str(folder) and done.files > 3
         assert done.rows["memory_docs"] >= 3 and done.sessions_deleted == []
+        assert done.runs == 1  # its doctor's run: its report names its card files
+        await temporal_forgot(client, doctor[gone])
         assert not folder.exists()
         assert scope_rows(database_url, gone) == {}
         assert not await found(keel, gone, "the harbour code is 4471")
         # The other scope keeps its folder, its rows and its search.
         kept_folder = settings.memory.vault_dir_for(kept)
         assert (kept_folder / CARD_FILE).is_file()
-        assert scope_rows(database_url, kept) == before_kept
+        after_kept = scope_rows(database_url, kept)  # (its vectors are made on the beat)
+        assert set(after_kept) >= set(before_kept)
+        assert after_kept["memory_docs"] == before_kept["memory_docs"]
         assert await found(keel, kept, "the lighthouse code is 9902")
+        await client.get_workflow_handle(doctor[kept]).describe()  # still there
         # The ended session keeps its record (keel delete takes it).
         assert db(database_url, "SELECT count(*) FROM messages WHERE session_id = %s",
                   session.session_id)[0][0] >= 6
