@@ -28,6 +28,7 @@ import json
 import os
 import select
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -92,6 +93,16 @@ def _closed_within(sock: socket.socket, seconds: float) -> bool:
         return True
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that closed its keep-alive connection while the server waited for its
+        next request (a worker or an SDK client stopping) is no error: a real server says
+        nothing of it, where socketserver printed a traceback each time."""
+        if isinstance(sys.exc_info()[1], ConnectionResetError | BrokenPipeError):
+            return
+        super().handle_error(request, client_address)
+
+
 class FakeAnthropic:
     def __init__(self, responder: Responder | None = None, *, strict: bool = True,
                  context_window: int | None = None, max_output_tokens: int | None = None,
@@ -122,7 +133,7 @@ class FakeAnthropic:
         self.connections = 0  # TCP connections accepted (keep-alive: one per client)
         self.cache = PromptCache(clock)
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = _Server(("127.0.0.1", 0), self._handler())
         # stop() waits for the serving loop to look at its flag, once a poll interval:
         # socketserver's default (0.5 s) was half a second of every test's teardown.
         self._thread = threading.Thread(target=self._server.serve_forever,
