@@ -7,13 +7,15 @@ Invariants:
   nothing is erased either when no vault worker serves the vault's queue.
 - With `with_sessions`, every session of the scope is deleted first (keel.deletion, one
   by one: a refusal stops there, the scope's memory untouched), then the scope.
-- A session that starts in the scope after the check writes to a new vault of the scope;
-  erasing again takes it.
+- A running session is of the scope when its row says so (from its first model call on)
+  or, before that, when its workflow says so. One that starts in the scope after the
+  check writes to a new vault of the scope; erasing again takes it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import uuid
 from typing import TYPE_CHECKING
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MEMORY_RUN_TYPES", "erase_memory_scope"]
 
+ASK_S = 5.0  # a running session asked its scope
 # The workflows that run over one scope's vault and report what they found there.
 MEMORY_RUN_TYPES = ("DoctorWorkflow", "DailyRollupWorkflow", "WeeklyRollupWorkflow",
                     "MonthlyRollupWorkflow", "YearlyRollupWorkflow")
@@ -57,13 +60,12 @@ async def erase_memory_scope(keel: KeelClient, scope: str, *, with_sessions: boo
     if not url:
         raise DeleteRefusedError("erasing a memory scope deletes its index: set DATABASE_URL")
     await vault_served(keel, scope)
-    members = await scope_sessions(str(url), scope)
-    running = await _running(keel, set(members))
+    running = await _running(keel, str(url), scope)
     if running and not (with_sessions and force):
         raise DeleteRefusedError(running_text(scope, running))
     deleted: list[str] = []
     if with_sessions:
-        for session_id in members:
+        for session_id in sorted({*await scope_sessions(str(url), scope), *running}):
             try:
                 await delete_session(keel, session_id, force=force, database_url=str(url))
             except DeleteRefusedError as err:
@@ -78,15 +80,30 @@ async def erase_memory_scope(keel: KeelClient, scope: str, *, with_sessions: boo
     return done
 
 
-async def _running(keel: KeelClient, members: set[str]) -> list[str]:
-    """Those of `members` whose session workflow runs now, by id (visibility lists the
-    running sessions; a scope's ended sessions may be many more)."""
-    if not members:
+async def _running(keel: KeelClient, url: str, scope: str) -> list[str]:
+    """The running sessions of `scope`, by id: visibility lists the running sessions (a
+    scope's ended ones may be many more), each one's row says its scope, and one whose row
+    does not yet (no model call so far) is asked."""
+    from activities.session_delete import session_scopes
+
+    ids = [wf.id async for wf in keel.client.list_workflows(
+        f"WorkflowType = '{SESSION_WORKFLOW}' AND ExecutionStatus = 'Running'")]
+    if not ids:
         return []
-    found = {wf.id async for wf in keel.client.list_workflows(
-        f"WorkflowType = '{SESSION_WORKFLOW}' AND ExecutionStatus = 'Running'")
-        if wf.id in members}
-    return sorted(found)
+    rows = await session_scopes(url, ids)
+    return sorted({sid for sid in ids
+                   if (rows.get(sid) or await _asked_scope(keel, sid)) == scope})
+
+
+async def _asked_scope(keel: KeelClient, session_id: str) -> str | None:
+    """The memory scope the session's workflow holds (None: none, or it did not answer
+    within a few seconds: a session whose worker is away writes nothing meanwhile)."""
+    from keel.branching import session_state
+
+    with contextlib.suppress(Exception):
+        state = await asyncio.wait_for(session_state(keel.session(session_id)), ASK_S)
+        return state.config.memory_scope
+    return None
 
 
 async def _delete_memory_runs(keel: KeelClient, scope: str) -> int:

@@ -26,7 +26,14 @@ from rich.markup import escape
 from rich.prompt import Prompt
 
 from keel.cli.asking import Asker
-from keel.cli.sessions import compact_line, status_table
+from keel.cli.sessions import (
+    MemoryScopeOption,
+    NoMemoryOption,
+    compact_line,
+    memory_config,
+    scope_said,
+    status_table,
+)
 from keel.cli.shell import connect, load_settings, refusal_line, run
 from keel.cli.waiting import ChatView, chat_reader, needs_worker, say
 from keel.client import (
@@ -37,7 +44,7 @@ from keel.client import (
     SessionHandle,
 )
 from keel.console import console, error
-from schemas.session import TurnOutcome
+from schemas.session import SessionConfig, TurnOutcome
 
 __all__ = ["CHAT_HELP", "chat"]
 
@@ -55,11 +62,14 @@ PASTES_MARKED = "\x1b[?2004h"
 def chat(session: Annotated[str | None, typer.Argument(
              help="Session to join or start (default: a new one).")] = None,
          id: Annotated[str | None, typer.Option("--id", help="The same, as an option.")]
-         = None) -> None:
+         = None, memory_scope: MemoryScopeOption = None,
+         no_memory: NoMemoryOption = False) -> None:
     """Talk to a session interactively."""
     async def main() -> None:
         marks_pastes = _line_editing()
-        talk = _Chat(await connect(load_settings()), ChatView(console, whole_turns=True))
+        settings = load_settings()
+        config = memory_config(settings, memory_scope, no_memory)
+        talk = _Chat(await connect(settings), ChatView(console, whole_turns=True), config)
         await talk.open(session or id, help_after=True)
         try:
             while (text := await talk.prompt()) not in (None, "/quit", "/exit"):
@@ -123,20 +133,26 @@ class _Chat:
     handle: SessionHandle
     reader: asyncio.Task[None]
 
-    def __init__(self, keel: KeelClient, view: ChatView) -> None:
+    def __init__(self, keel: KeelClient, view: ChatView,
+                 config: SessionConfig | None = None) -> None:
         self.keel = keel
         self.view = view
+        self.config = config  # a new session's (its memory scope), /new's too
         self.asker: Asker | None = None  # the running turn's
 
     async def open(self, session_id: str | None, *, help_after: bool = False) -> None:
         """Start the session (or join it, when it exists) and subscribe to its events."""
+        config = self.config
         try:
-            self.handle = await self.keel.start_session(session_id)
-            console.print(f"[dim]started session[/] [bold]{escape(self.handle.session_id)}[/]")
+            self.handle = await self.keel.start_session(session_id, config=config)
+            console.print(f"[dim]started session[/] [bold]{escape(self.handle.session_id)}[/]"
+                          f"[dim]{scope_said(config)}[/]")
         except SessionExistsError:
             assert session_id is not None
             self.handle = self.keel.session(session_id)
-            console.print(f"[dim]joined session[/] [bold]{escape(session_id)}[/]")
+            console.print(f"[dim]joined session[/] [bold]{escape(session_id)}[/]" + (
+                "[dim] (its memory scope was fixed at its start: --memory-scope and "
+                "--no-memory are for a new session)[/]" if config is not None else ""))
         if help_after:
             console.print(f"[dim]{CHAT_HELP}[/]")
         self.reader = await chat_reader(self.handle, self.view)

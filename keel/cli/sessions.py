@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 from rich.markup import escape
@@ -23,18 +23,20 @@ from rich.table import Table
 from keel.cli.initiative import wakeup_when
 from keel.cli.shell import connect, given_text, load_settings, run, session_handle
 from keel.cli.waiting import needs_worker, say
-from keel.client import SessionHandle
+from keel.client import SessionHandle, session_config
 from keel.console import ago, console, error, key_values, one_line, working
 from keel.live import LiveView, model_label
 from schemas.agent import AgentSpec, spec_from_text
 from schemas.cache_ttl import CacheTtl
+from schemas.config import KeelSettings
 from schemas.interrupt import InterruptPolicy
 from schemas.model import OFFLINE_MODEL_NAME
-from schemas.session import SessionStatus, SessionSummary
+from schemas.session import SessionConfig, SessionStatus, SessionSummary
+from schemas.vault.scope import ScopeError, check_scope
 
-__all__ = ["QUERIES", "SignalKind", "compact", "compact_line", "end", "list_", "query_command",
-           "read_agent_spec", "send", "session_tree", "signal_", "start", "status",
-           "status_table"]
+__all__ = ["QUERIES", "MemoryScopeOption", "NoMemoryOption", "SignalKind", "compact",
+           "compact_line", "end", "list_", "memory_config", "query_command", "read_agent_spec",
+           "scope_said", "send", "session_tree", "signal_", "start", "status", "status_table"]
 
 
 def start(
@@ -53,6 +55,8 @@ def start(
     cache_ttl: Annotated[CacheTtl | None, typer.Option(
         "--cache-ttl", help="How long the prompt cache keeps the context (default: auto).")
                          ] = None,
+    memory_scope: MemoryScopeOption = None,
+    no_memory: NoMemoryOption = False,
 ) -> None:
     """Start a session, optionally with its first message (acknowledged in the same call)."""
     if text is not None and message is not None:
@@ -63,19 +67,56 @@ def start(
 
     async def main(message: str | None) -> None:
         message = None if message is None else given_text(message)
-        keel = await connect(load_settings())
+        settings = load_settings()
+        config = memory_config(settings, memory_scope, no_memory)
+        keel = await connect(settings)
         sid = session_id or id
         if message is None:
-            handle = await keel.start_session(sid, agent=spec)
-            console.print(f"started session [bold]{escape(handle.session_id)}[/]")
+            handle = await keel.start_session(sid, config=config, agent=spec)
+            console.print(f"started session [bold]{escape(handle.session_id)}[/]"
+                          f"{scope_said(config)}")
             return
         sid = sid or f"session-{uuid.uuid4().hex[:12]}"
         joined = await keel.session(sid).is_running()
-        handle, accepted = await keel.start_with_message(sid, message, agent=spec)
+        handle, accepted = await keel.start_with_message(sid, message, config=config,
+                                                         agent=spec)
         verb = "joined" if joined else "started"
-        console.print(f"{verb} session [bold]{escape(handle.session_id)}[/]; message recorded "
-                      f"as seq {accepted.seq}")
+        console.print(f"{verb} session [bold]{escape(handle.session_id)}[/]"
+                      f"{'' if joined else scope_said(config)}; message recorded as seq "
+                      f"{accepted.seq}")
     run(main(message))
+
+
+MemoryScopeOption = Annotated[str | None, typer.Option(
+    "--memory-scope", help="Whose long memory a new session reads and writes (a scope id; "
+    "default: default).", show_default=False)]
+NoMemoryOption = Annotated[bool, typer.Option(
+    "--no-memory", help="A new session without long memory.")]
+
+
+def memory_config(settings: KeelSettings, scope: str | None,
+                  no_memory: bool) -> SessionConfig | None:
+    """A new session's config with its memory scope (`--memory-scope`, `--no-memory`), or
+    None for the settings' default; a scope id that cannot be one is said and exits 2."""
+    if scope is None and not no_memory:
+        return None
+    if scope is not None and no_memory:
+        error("give --memory-scope or --no-memory, not both")
+        raise typer.Exit(2)
+    try:
+        return session_config(settings, memory_scope=None if no_memory else check_scope(
+            cast(str, scope)))
+    except ScopeError as err:
+        error(str(err))
+        raise typer.Exit(2) from None
+
+
+def scope_said(config: SessionConfig | None) -> str:
+    """How a start names a scope it was given: " (memory scope acme)", " (no long memory)"."""
+    if config is None:
+        return ""
+    scope = config.memory_scope
+    return f" (memory scope {escape(scope)})" if scope else " (no long memory)"
 
 
 def read_agent_spec(agent: Path | None, instructions: Path | None = None,

@@ -137,13 +137,19 @@ async def test_with_its_sessions_a_running_scope_is_erased_and_they_are_deleted(
         running = await remembered(keel, scope, "the tenant's own words")
         ended = await remembered(keel, scope, "the tenant's older words")
         await ended.end()
-        with pytest.raises(DeleteRefusedError, match="is in use by 1 running session"):
+        # Started, no message yet: its row does not name the scope; its workflow does.
+        idle = await keel.start_session(f"{scope}-idle",
+                                        config=session_config(settings, memory_scope=scope))
+        with pytest.raises(DeleteRefusedError) as refused:
             await keel.erase_memory_scope(scope, with_sessions=True)  # not forced
+        assert str(refused.value) == running_text(
+            scope, sorted([running.session_id, idle.session_id]))
         assert db(database_url, "SELECT count(*) FROM sessions WHERE memory_scope = %s",
                   scope) == [(2,)]
 
         done = await keel.erase_memory_scope(scope, with_sessions=True, force=True)
-        assert done.sessions_deleted == sorted([running.session_id, ended.session_id])
+        assert done.sessions_deleted == sorted([running.session_id, ended.session_id,
+                                                idle.session_id])
         assert db(database_url, "SELECT count(*) FROM sessions WHERE memory_scope = %s",
                   scope) == [(0,)]
         assert scope_rows(database_url, scope) == {}
