@@ -7,6 +7,8 @@ Invariants:
   (`vault-copies/<scope>/...`), so every worker on every host builds the same system
   prompt and tools, and none touches a vault.
 - Publishing writes only what changed, and never into the vault itself.
+- An erased scope's copies go with it (`unpublish_scope`): CORE.md is memory, and a new
+  session of the scope would otherwise start with the erased one's in its prompt.
 """
 
 from __future__ import annotations
@@ -39,10 +41,17 @@ async def publish_vault_files(settings: KeelSettings, store: WorkspaceStore) -> 
                 continue
             data = read_text(path).text.encode()
             shared = await store.read(SHARED_SCOPE, shared_path(scope, name))
-            if shared is None or shared.data != data:
+            # Looked at again after the read: an erasure meanwhile takes the copies once
+            # the folder is gone, so none is written back after it.
+            if (shared is None or shared.data != data) and path.is_file():
                 await store.write(SHARED_SCOPE, shared_path(scope, name), data)
                 changed.append(f"{scope}/{name}")
     return changed
+
+
+async def unpublish_scope(store: WorkspaceStore, scope: str) -> int:
+    """The scope's published copies, and their versions, out of the store; how many."""
+    return await store.remove(SHARED_SCOPE, f"{PREFIX}{check_scope(scope)}/")
 
 
 async def shared_vault_text(store: WorkspaceStore, scope: str, name: str) -> str | None:

@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import shutil
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,6 +148,11 @@ class WorkspaceStore(Protocol):
                     op_id: str | None = None) -> int: ...
 
     async def list(self, scope: str, prefix: str = "") -> list[FileInfo]: ...
+
+    async def remove(self, scope: str, folder: str) -> int:
+        """Every file under `folder` (a path ending in `/`) gone from the scope, with its
+        versions; returns how many files there were."""
+        ...
 
     async def agents_files(self, scope: str) -> dict[str, bytes]:
         """The AGENTS.md files of the scope (see the module docstring), by path: point
@@ -327,6 +333,20 @@ class LocalStore(_Limits):
         # A walk of the folder: in a thread, so a large one never stalls the worker's loop.
         return await asyncio.to_thread(self._walk, scope, prefix)
 
+    async def remove(self, scope: str, folder: str) -> int:
+        if not folder.endswith("/"):
+            raise StoreError(f"{folder!r} is not a folder (it ends in /)")
+        target, rel = self._file(scope, folder)
+        async with self._lock:
+            found = await self.list(scope, rel + "/")
+            if target.is_dir() and target != self.folder(scope).resolve():
+                await asyncio.to_thread(shutil.rmtree, target)
+            ops = self._ops(scope)
+            ops["versions"] = {p: v for p, v in ops["versions"].items()
+                               if not p.startswith(rel + "/")}
+            self._save_ops(scope, ops)
+        return len(found)
+
     async def snapshot(self, scope: str) -> StoredFiles:
         """Every file of the scope as it stands, with its version, by path (a bundle's
         workspace when the deployment keeps no file history: activities.bundle)."""
@@ -480,6 +500,23 @@ class PostgresStore(_Limits):
                 "SELECT path, size, version FROM workspace_files WHERE scope=%s"
                 " AND starts_with(path, %s) ORDER BY path", (scope, prefix))).fetchall()
         return [FileInfo(p, int(s), int(v)) for p, s, v in rows]
+
+    async def remove(self, scope: str, folder: str) -> int:
+        _check_scope(scope)
+        if not folder.endswith("/"):
+            raise StoreError(f"{folder!r} is not a folder (it ends in /)")
+        prefix = clean_path(folder) + "/"
+        async with self._connection() as conn, conn.transaction():
+            # The scope's one writer (see write); the deletes' history rows go too.
+            await conn.execute("INSERT INTO workspace_scopes AS s (scope) VALUES (%s)"
+                               " ON CONFLICT (scope) DO UPDATE SET total_bytes ="
+                               " s.total_bytes", (scope,))
+            gone = await conn.execute("DELETE FROM workspace_files WHERE scope=%s AND"
+                                      " starts_with(path, %s)", (scope, prefix))
+            for table in ("workspace_file_versions", "workspace_writes"):
+                await conn.execute(f"DELETE FROM {table} WHERE scope=%s AND"
+                                   " starts_with(path, %s)", (scope, prefix))
+        return max(gone.rowcount, 0)
 
 
 def open_store(settings: KeelSettings, database_url: str | None = None, *,

@@ -5,8 +5,9 @@ Invariants:
 - It runs on the vault's own queue under the scope's lock, so no transcript, card, rollup
   or doctor step of the scope runs beside it.
 - The rows go first, in one transaction (a crash leaves all of them or none), then the
-  folder: a step cut short between the two leaves files that no search finds, and the
-  retry takes them; never an index pointing at words whose files are gone.
+  folder, then the copies of its CORE.md and schema.json published for the session
+  workers (activities.vault_share): a step cut short leaves what no search finds, and
+  the retry takes it; never an index pointing at words whose files are gone.
 - `SCOPE_TABLES` is every table of long memory with a `scope` column (a test lists them
   from the database, so a later table cannot be missed); the workspace tables, whose
   `scope` is a session's id, are not among them.
@@ -23,6 +24,8 @@ from temporalio import activity
 
 from activities.heartbeat import with_heartbeat
 from activities.vault.store import MemoryContext
+from activities.vault_share import unpublish_scope
+from activities.workspace import open_store
 from schemas.vault.erase import EraseScopeInput, ScopeErased
 from schemas.vault.schema import LOCK_FILE
 
@@ -67,4 +70,8 @@ class ScopeEraseActivities:
                                                                              root)
             # The lock's file goes with the folder; the lock is held on it until the end.
             await asyncio.to_thread(shutil.rmtree, root)
+            # Then the copies the session workers read CORE.md from: with no folder left,
+            # the beat publishes none again.
+            done.copies = await unpublish_scope(
+                open_store(ctx.settings, ctx.database_url), ctx.scope)
         return done

@@ -41,11 +41,12 @@ class ScopeErased(BaseModel):
     rows: dict[str, int] = Field(default_factory=dict)
     sessions_deleted: list[str] = Field(default_factory=list)
     runs: int = 0  # its doctor and rollup runs deleted from Temporal
+    copies: int = 0  # its CORE.md and schema.json as published for the session workers
 
     @property
     def found(self) -> bool:
         return (self.folder is not None or bool(self.rows) or bool(self.sessions_deleted)
-                or self.runs > 0)
+                or self.runs > 0 or self.copies > 0)
 
 
 def running_text(scope: str, running: list[str]) -> str:
@@ -67,6 +68,9 @@ def erased_text(done: ScopeErased) -> str:
         parts.append(f"{len(done.sessions_deleted)} session(s) deleted first")
     parts.append(f"its vault folder {done.folder} ({done.files} file(s), with its git history)"
                  if done.folder else "no vault folder")
+    if done.copies:
+        parts.append(f"{done.copies} file(s) published from it for the session workers "
+                     "(CORE.md, schema.json)")
     rows = sum(done.rows.values())
     parts.append(f"{rows} row(s) of its index and queues" + (
         " (" + ", ".join(f"{t} {n}" for t, n in sorted(done.rows.items())) + ")" if rows

@@ -172,3 +172,31 @@ async def test_the_local_listing_shows_only_files_it_would_read(tmp_path):
                 and p.name != ".keel-k3x9_a2q.tmp"]  # a write leaves no file of its own
     with pytest.raises(StoreError, match="outside the session's workspace"):
         await store.read("s1", "notes/host.md")
+
+
+@pytest.mark.parametrize("kind", ["local", "postgres"])
+async def test_a_folder_is_removed_with_its_versions_and_nothing_beside_it(
+        kind, tmp_path, database_url):
+    """What an erased memory scope's published copies need (activities.vault_share): the
+    folder's files and their history go; a folder whose name only starts the same stays."""
+    store = (LocalStore(tmp_path / "w", tmp_path, 10_000, 100_000) if kind == "local"
+             else PostgresStore(database_url, 10_000, 100_000))
+    for path in ("copies/acme/CORE.md", "copies/acme/CORE.md", "copies/acme/schema.json",
+                 "copies/acme2/CORE.md", "notes.txt"):
+        await store.write("_shared", path, b"words of " + path.encode())
+    with pytest.raises(StoreError, match="is not a folder"):
+        await store.remove("_shared", "copies/acme")
+    assert await store.remove("_shared", "copies/acme/") == 2
+    assert [f.path for f in await store.list("_shared", "copies/")] == ["copies/acme2/CORE.md"]
+    assert await store.read("_shared", "copies/acme/CORE.md") is None
+    assert await store.read("_shared", "notes.txt") is not None
+    assert await store.remove("_shared", "copies/acme/") == 0
+    written = await store.write("_shared", "copies/acme/CORE.md", b"new")
+    assert written == 1  # a file of that path starts its history afresh
+    if kind == "postgres":
+        with psycopg.connect(database_url) as conn:
+            kept = conn.execute("SELECT path, version FROM workspace_file_versions WHERE"
+                                " scope = '_shared' AND starts_with(path, 'copies/acme/')"
+                                " ORDER BY id").fetchall()
+        assert kept == [("copies/acme/CORE.md", 1)]
+        assert_true_totals(database_url)

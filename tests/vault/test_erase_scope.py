@@ -14,11 +14,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from activities.vault_share import shared_vault_text
+from activities.workspace import open_store
 from keel.cli import app
 from keel.client import DeleteRefusedError, KeelClient, SessionHandle, session_config
 from keel.record import search_memory
 from schemas.vault.doctor import DoctorInput
 from schemas.vault.erase import running_text
+from schemas.vault.schema import CORE_FILE
 from tests.harness import keel_worker, make_settings, until
 from tests.session.test_branch import db
 from tests.session.test_bundle_memory import CARD_FILE, rememberer, transcribed
@@ -83,6 +86,9 @@ async def test_a_scope_is_erased_whole_and_no_other_is_touched(client, settings,
                                                        "memory_stats", "vault_ops"}
 
         doctor = {s: await doctor_run(keel, s) for s in (gone, kept)}
+        store = open_store(settings)
+        for s in (gone, kept):  # the beat publishes CORE.md for the session workers
+            await until(lambda s=s: shared_vault_text(store, s, CORE_FILE), within_s=20)
         before_kept = scope_rows(database_url, kept)
 
         # Running, it refuses, naming the session; nothing is erased.
@@ -96,6 +102,9 @@ async def test_a_scope_is_erased_whole_and_no_other_is_touched(client, settings,
         assert done.found and done.folder == str(folder) and done.files > 3
         assert done.rows["memory_docs"] >= 3 and done.sessions_deleted == []
         assert done.runs == 1  # its doctor's run: its report names its card files
+        assert done.copies == 2  # its CORE.md (memory) and schema.json, as published
+        assert await shared_vault_text(store, gone, CORE_FILE) is None
+        assert await shared_vault_text(store, kept, CORE_FILE) is not None
         await temporal_forgot(client, doctor[gone])
         assert not folder.exists()
         assert scope_rows(database_url, gone) == {}
