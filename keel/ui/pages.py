@@ -44,6 +44,7 @@ from keel.ui.vault import hit_link, vault_view
 from keel.ui.views import Gauge, SessionRow, conversation, mind_diff
 from schemas.checkpoint.mind import MindDocument
 from schemas.session import SessionPhase, SessionStatus, SessionSummary
+from schemas.vault.scope import DEFAULT_SCOPE, is_scope
 
 __all__ = ["approvals_fragment", "branch", "checkpoint_page", "decide", "home", "session_page",
            "session_status", "sessions", "timeline", "vault_page"]
@@ -347,7 +348,11 @@ async def checkpoint_page(request: Request) -> HTMLResponse:
 async def vault_page(request: Request) -> HTMLResponse:
     ctx = ui(request)
     query = (request.query_params.get("q") or "").strip()
-    view = await vault_view(ctx.settings, ctx.connection if query else None, query)
+    scope = request.query_params.get("scope") or DEFAULT_SCOPE
+    if not is_scope(scope):
+        return render(request, "error.html", status_code=400, title="No such scope",
+                      message=f"{scope!r} is not a memory scope's id.")
+    view = await vault_view(ctx.settings, ctx.connection, query, scope)
     return render(request, "vault.html", title="Vault", view=view, query=query,
                   hit_link=hit_link)
 

@@ -296,11 +296,13 @@ async def test_a_token_is_required_when_set(client, database_url, tmp_path):
     settings = make_settings(database_url, tmp_path)
     ctx = UiContext(keel=KeelClient(client, settings.task_queue, settings),
                     database_url=database_url, settings=settings, token="s3cret")
+    # A page that asks no database (TestClient runs the app on a loop of its own, which
+    # the process's pool must not outlive).
     with TestClient(create_app(ctx), follow_redirects=False) as http:
-        assert http.get("/vault").status_code == 401
-        first = http.get("/vault?token=s3cret")
-        assert first.status_code == 303 and first.headers["location"] == "/vault"
-        assert http.get("/vault").status_code == 200  # the cookie carries it now
+        assert http.get("/static/style.css").status_code == 401
+        first = http.get("/static/style.css?token=s3cret")
+        assert first.status_code == 303 and first.headers["location"] == "/static/style.css"
+        assert http.get("/static/style.css").status_code == 200  # the cookie carries it now
 
 
 async def test_postgresql_away_is_a_page_that_says_so(client, database_url, pg_admin_url,
@@ -324,3 +326,51 @@ async def test_postgresql_away_is_a_page_that_says_so(client, database_url, pg_a
                 assert "The record cannot be read now" in away.text
             assert "is not currently accepting connections" in away.text
         assert (await http.get(page)).status_code == 200
+
+
+async def test_the_vault_page_shows_a_scope_whose_folder_is_on_another_host(
+        client, database_url, fake_anthropic, tmp_path):
+    """A cluster's web UI runs where the vault's folder is not: the page shows the scope
+    from the index and the published CORE.md, and lists the scopes to choose from."""
+    from schemas.config import WorkspaceStoreKind
+    from tests.session.test_bundle_memory import rememberer
+    from tests.vault.test_erase_scope import remembered
+
+    fake_anthropic.responder = rememberer
+    shared = {"workspace_store": WorkspaceStoreKind.POSTGRES}  # what a cluster shares
+    worker = make_settings(database_url, tmp_path / "worker",
+                           fake_anthropic.base_url).model_copy(update=shared)
+    here = make_settings(database_url, tmp_path / "ui").model_copy(update=shared)
+    scope = f"acme-{uuid.uuid4().hex[:6]}"
+    async with keel_worker(client, worker) as keel:
+        await remembered(keel, scope, "the harbour code is 4471")
+        async with (ui_server(keel, here, database_url, port=0) as url,
+                    httpx.AsyncClient(timeout=20) as http):
+            base = url.removesuffix("/sessions")
+
+            async def page() -> str | None:  # once the beat has published its CORE.md
+                text = (await http.get(f"{base}/vault", params={"scope": scope})).text
+                return text if "cards, daily transcripts and summaries" in text else None
+
+            shown = await until(page, within_s=20)
+            assert "shown from the search index" in shown
+            assert "Dana Whitfield" in shown and "Dana works at Northwind Traders" in shown
+            assert "the harbour code is 4471" in shown  # today's transcript
+            listing = (await http.get(f"{base}/vault")).text
+            assert f'href="/vault?scope={scope}"' in listing
+            found = (await http.get(f"{base}/vault", params={"scope": scope,
+                                                             "q": "harbour"})).text
+            assert "Results for" in found and "4471" in found
+            bad = await http.get(f"{base}/vault", params={"scope": "Not A Scope"})
+            assert bad.status_code == 400 and "is not a memory scope" in bad.text
+
+
+def test_a_card_s_history_is_shown_apart_from_its_indexed_text() -> None:
+    from keel.ui.vault import _split_history
+
+    body = "## Facts\n- owner: mara.k\n\n## History\n- 2026-11-30: owner was j.okafor\n" \
+           "\n## Links\n- [[billing]]\n"
+    text, history = _split_history(body)
+    assert history == ["2026-11-30: owner was j.okafor"]
+    assert text == "## Facts\n- owner: mara.k\n\n## Links\n- [[billing]]"
+    assert _split_history("plain words\n") == ("plain words", [])
