@@ -102,12 +102,13 @@ class SessionDeleted(BaseModel):
 
 async def delete_session(keel: KeelClient, session_id: str, *, force: bool = False,
                          database_url: str | None = None, memory_scope: str | None = None,
-                         sub_agents: bool = False) -> SessionDeleted:
+                         sub_agents: bool = False, forget: bool = True) -> SessionDeleted:
     """Delete `session_id` and all it owns (see the module's invariants);
     `DeleteRefusedError` says why not. `memory_scope`: forget the session's daily-note
     entries there even when its record is gone already (a deletion whose vault did not
     answer the first time). `sub_agents`: its sub-agents' sessions first, and theirs (one
-    refused, the session itself is untouched)."""
+    refused, the session itself is untouched). `forget=False`: its long memory is left to
+    the caller, who erases its whole scope next (keel.scope_erase)."""
     if problem := session_id_problem(session_id):  # names no session (`_shared`: every
         raise DeleteRefusedError(problem)          # session's workspace) is never deleted
     url = database_url or keel.settings.database_url
@@ -117,7 +118,7 @@ async def delete_session(keel: KeelClient, session_id: str, *, force: bool = Fal
                                      sub_agents=True)
                 for child in await _children(keel, session_id)] if sub_agents else []
     done = await _delete_one(keel, session_id, force, str(url), memory_scope,
-                             {c.session_id for c in children})
+                             {c.session_id for c in children}, forget)
     done.sub_agents_deleted = children
     return done
 
@@ -137,12 +138,13 @@ async def _children(keel: KeelClient, session_id: str) -> list[str]:
 
 
 async def _delete_one(keel: KeelClient, session_id: str, force: bool, url: str,
-                      memory_scope: str | None, gone: set[str]) -> SessionDeleted:
+                      memory_scope: str | None, gone: set[str],
+                      forget: bool = True) -> SessionDeleted:
     """`delete_session` of the session itself (`gone`: its sub-agents deleted first)."""
     from activities.session_delete import memory_scope_of
 
     runs, newest = await _runs(keel, session_id)
-    scope = await memory_scope_of(url, session_id) or memory_scope
+    scope = (await memory_scope_of(url, session_id) or memory_scope) if forget else None
     if scope:  # before anything is stopped or deleted
         await vault_served(keel, scope)
     terminated = await _stop(keel, session_id, newest, force)

@@ -67,7 +67,8 @@ async def erase_memory_scope(keel: KeelClient, scope: str, *, with_sessions: boo
     if with_sessions:
         for session_id in sorted({*await scope_sessions(str(url), scope), *running}):
             try:
-                await delete_session(keel, session_id, force=force, database_url=str(url))
+                await delete_session(keel, session_id, force=force, database_url=str(url),
+                                     forget=False)  # its words go with the whole scope
             except DeleteRefusedError as err:
                 if f"no session {session_id} " not in str(err):
                     raise DeleteRefusedError(

@@ -89,6 +89,8 @@ def create_app(ctx: UiContext) -> ASGIApp:
         Route("/sessions/{session_id:segment}/checkpoints/{number:int}", pages.checkpoint_page),
         Route("/sessions/{session_id:segment}/live", live),
         Route("/vault", pages.vault_page),
+        Route("/vault/erase", pages.erase_page),
+        Route("/vault/erase", pages.erase, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={

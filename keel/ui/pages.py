@@ -44,10 +44,11 @@ from keel.ui.vault import hit_link, vault_view
 from keel.ui.views import Gauge, SessionRow, conversation, mind_diff
 from schemas.checkpoint.mind import MindDocument
 from schemas.session import SessionPhase, SessionStatus, SessionSummary
+from schemas.vault.erase import erased_text
 from schemas.vault.scope import DEFAULT_SCOPE, is_scope
 
-__all__ = ["approvals_fragment", "branch", "checkpoint_page", "decide", "home", "session_page",
-           "session_status", "sessions", "timeline", "vault_page"]
+__all__ = ["approvals_fragment", "branch", "checkpoint_page", "decide", "erase", "erase_page",
+           "home", "session_page", "session_status", "sessions", "timeline", "vault_page"]
 
 log = logging.getLogger(__name__)
 STATUS_TIMEOUT_S = 3.0
@@ -355,6 +356,42 @@ async def vault_page(request: Request) -> HTMLResponse:
     view = await vault_view(ctx.settings, ctx.connection, query, scope)
     return render(request, "vault.html", title="Vault", view=view, query=query,
                   hit_link=hit_link)
+
+
+def _scope_asked(request: Request, form: Any = None) -> str | None:
+    scope = str((form or request.query_params).get("scope") or DEFAULT_SCOPE)
+    return scope if is_scope(scope) else None
+
+
+async def erase_page(request: Request) -> Response:
+    """Erasing a memory scope, asked once more: what goes, and the form."""
+    scope = _scope_asked(request)
+    if scope is None:
+        return render(request, "error.html", status_code=400, title="No such scope",
+                      message="That is not a memory scope's id.")
+    return render(request, "erase.html", title=f"Erase {scope}?", scope=scope)
+
+
+async def erase(request: Request) -> Response:
+    """The erasure itself (keel.scope_erase): a page saying what went, or why not (a
+    session of it running, no vault worker, nothing there)."""
+    ctx = ui(request)
+    form = await _own_form(request)
+    if form is None:
+        return _refused()
+    scope = _scope_asked(request, form)
+    if scope is None:
+        return HTMLResponse("scope must be a memory scope's id", status_code=400)
+    try:
+        done = await ctx.keel.erase_memory_scope(
+            scope, with_sessions=form.get("with_sessions") == "on",
+            force=form.get("force") == "on", database_url=ctx.database_url)
+    except KeelError as err:
+        return render(request, "error.html", status_code=409, title="Not erased",
+                      message=str(err))
+    return render(request, "erased.html", title=f"Erased {scope}", scope=scope,
+                  said=erased_text(done), sessions=done.sessions_deleted, found=done.found,
+                  status_code=200 if done.found else 404)
 
 
 async def home(request: Request) -> Response:
