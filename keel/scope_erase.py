@@ -7,9 +7,10 @@ Invariants:
   nothing is erased either when no vault worker serves the vault's queue.
 - With `with_sessions`, every session of the scope is deleted first (keel.deletion, one
   by one: a refusal stops there, the scope's memory untouched), then the scope.
-- A running session is of the scope when its row says so (from its first model call on)
-  or, before that, when its workflow says so. One that starts in the scope after the
-  check writes to a new vault of the scope; erasing again takes it.
+- A running session (of this deployment's task queue) is of the scope when its row says
+  so (from its first model call on) or, with no row yet, when its workflow says so. One
+  that starts in the scope after the check writes to a new vault of the scope; erasing
+  again takes it.
 """
 
 from __future__ import annotations
@@ -20,29 +21,34 @@ import re
 import uuid
 from typing import TYPE_CHECKING
 
-from temporalio.client import WorkflowFailureError
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from keel._errors import DeleteRefusedError
 from keel.deletion import MEMORY_WAIT_S, delete_run, delete_session, vault_served
-from schemas.session import SESSION_WORKFLOW
+from schemas.config import vault_queue
+from schemas.session import SESSION_WORKFLOW, id_clause, visibility_quoted
 from schemas.vault.erase import (
     ERASE_SCOPE_WORKFLOW,
     EraseScopeInput,
     ScopeErased,
     running_text,
 )
-from schemas.vault.scope import DEFAULT_SCOPE, ScopeError, check_scope
+from schemas.vault.nightly import (
+    NIGHTLY_WORKFLOW,
+    NightlyJob,
+    nightly_child_id,
+    now_run_prefix,
+)
+from schemas.vault.scope import ScopeError, check_scope
 
 if TYPE_CHECKING:
     from keel.client import KeelClient
 
-__all__ = ["MEMORY_RUN_TYPES", "erase_memory_scope"]
+__all__ = ["erase_memory_scope"]
 
-ASK_S = 5.0  # a running session asked its scope
-# The workflows that run over one scope's vault and report what they found there.
-MEMORY_RUN_TYPES = ("DoctorWorkflow", "DailyRollupWorkflow", "WeeklyRollupWorkflow",
-                    "MonthlyRollupWorkflow", "YearlyRollupWorkflow")
+ASK_S = 3.0  # a running session asked its scope (all of them at once)
 
 
 async def erase_memory_scope(keel: KeelClient, scope: str, *, with_sessions: bool = False,
@@ -82,18 +88,21 @@ async def erase_memory_scope(keel: KeelClient, scope: str, *, with_sessions: boo
 
 
 async def _running(keel: KeelClient, url: str, scope: str) -> list[str]:
-    """The running sessions of `scope`, by id: visibility lists the running sessions (a
-    scope's ended ones may be many more), each one's row says its scope, and one whose row
-    does not yet (no model call so far) is asked."""
+    """The running sessions of `scope`, by id: visibility lists this deployment's running
+    sessions (its task queue's: a scope's ended ones may be many more), each one's row
+    says its scope, and one without a row yet (started, no message so far) is asked."""
     from activities.session_delete import session_scopes
 
     ids = [wf.id async for wf in keel.client.list_workflows(
-        f"WorkflowType = '{SESSION_WORKFLOW}' AND ExecutionStatus = 'Running'")]
+        f"WorkflowType = '{SESSION_WORKFLOW}' AND ExecutionStatus = 'Running' AND "
+        f"TaskQueue = '{visibility_quoted(keel.task_queue)}'")]
     if not ids:
         return []
     rows = await session_scopes(url, ids)
-    return sorted({sid for sid in ids
-                   if (rows.get(sid) or await _asked_scope(keel, sid)) == scope})
+    unknown = [sid for sid in ids if sid not in rows]
+    asked = dict(zip(unknown, await asyncio.gather(*(_asked_scope(keel, sid)
+                                                      for sid in unknown)), strict=True))
+    return sorted(sid for sid in ids if {**rows, **asked}.get(sid) == scope)
 
 
 async def _asked_scope(keel: KeelClient, session_id: str) -> str | None:
@@ -109,27 +118,30 @@ async def _asked_scope(keel: KeelClient, session_id: str) -> str | None:
 
 async def _delete_memory_runs(keel: KeelClient, scope: str) -> int:
     """The scope's closed doctor and rollup runs out of Temporal: their reports name its
-    card files (a person's name, often) and CORE.md lines. Found by id (a nightly run's
-    child is `<nightly id>-<scope>`, a run asked for now `...-<scope>-<8 hex>`), each
-    confirmed by the scope its input names."""
-    types = ", ".join(f"'{t}'" for t in MEMORY_RUN_TYPES)
-    ours = re.compile(rf"-{re.escape(scope)}(-[0-9a-f]{{8}})?$")
-    gone = 0
-    async for wf in keel.client.list_workflows(
-            f"WorkflowType IN ({types}) AND ExecutionStatus != 'Running'"):
-        if ours.search(wf.id) and await _input_scope(keel, wf.id, wf.run_id) == scope:
-            await delete_run(keel, wf.id, wf.run_id)
-            gone += 1
-    return gone
-
-
-async def _input_scope(keel: KeelClient, workflow_id: str, run_id: str) -> str | None:
-    """The memory scope a doctor or rollup run was started for (its input's `scope`)."""
-    history = await keel.client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-    started = history.events[0].workflow_execution_started_event_attributes
-    values = await keel.client.data_converter.decode(list(started.input.payloads))
-    first = values[0] if values else None
-    return first.get("scope", DEFAULT_SCOPE) if isinstance(first, dict) else None
+    card files (a person's name, often) and CORE.md lines. A run asked for now is found by
+    its id's prefix; a nightly run's, as the child of each nightly run of this deployment."""
+    found: list[tuple[str, str]] = []
+    for job in NightlyJob:
+        prefix = now_run_prefix(job, scope)
+        own = re.compile(re.escape(prefix) + "[0-9a-f]{8}")
+        found += [(wf.id, wf.run_id) async for wf in keel.client.list_workflows(
+            f"{id_clause('WorkflowId', prefix, starts_with=True)} AND "
+            "ExecutionStatus != 'Running'") if own.fullmatch(wf.id)]
+    async for nightly in keel.client.list_workflows(
+            f"WorkflowType = '{NIGHTLY_WORKFLOW}' AND "
+            f"TaskQueue = '{visibility_quoted(vault_queue(keel.task_queue))}'"):
+        child = keel.client.get_workflow_handle(nightly_child_id(nightly.id, scope))
+        try:
+            described = await child.describe()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                continue  # that night's job did not run the scope
+            raise
+        if described.status != WorkflowExecutionStatus.RUNNING:
+            found.append((described.id, described.run_id))
+    for workflow_id, run_id in dict.fromkeys(found):
+        await delete_run(keel, workflow_id, run_id)
+    return len(dict.fromkeys(found))
 
 
 async def _erase(keel: KeelClient, scope: str) -> ScopeErased:

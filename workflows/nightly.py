@@ -24,11 +24,13 @@ with workflow.unsafe.imports_passed_through():
     from activities.vault.rollup import NotifyInput, RollupActivities
     from schemas.vault.doctor import DoctorInput, DoctorReport
     from schemas.vault.nightly import (
+        NIGHTLY_WORKFLOW,
         NightlyInput,
         NightlyJob,
         NightlyReport,
         ScopeList,
         ScopeOutcome,
+        nightly_child_id,
     )
     from schemas.vault.rollup import RollupInput, RollupKind, RollupReport
 
@@ -47,7 +49,7 @@ def _why(err: BaseException) -> str:
     return str(getattr(cause, "message", None) or cause or err)
 
 
-@workflow.defn(name="MemoryNightlyWorkflow")
+@workflow.defn(name=NIGHTLY_WORKFLOW)
 class MemoryNightlyWorkflow:
     @workflow.run
     async def run(self, inp: NightlyInput) -> NightlyReport:
@@ -75,7 +77,7 @@ class MemoryNightlyWorkflow:
         return report
 
     async def _one(self, inp: NightlyInput, scope: str, as_of: datetime) -> ScopeOutcome:
-        child_id = f"{workflow.info().workflow_id}-{scope}"
+        child_id = nightly_child_id(workflow.info().workflow_id, scope)
         try:
             if inp.job == NightlyJob.DOCTOR:
                 doctor: DoctorReport = await workflow.execute_child_workflow(

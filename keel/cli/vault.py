@@ -22,6 +22,7 @@ from keel.cli.shell import CliError, Commands, connect, database_url, load_setti
 from keel.console import console, one_line, working
 from keel.record import TranscriptBacklog, search_memory, transcript_backlog
 from schemas.config import KeelSettings
+from schemas.vault.nightly import NightlyJob, now_run_prefix
 
 __all__ = ["vault_app"]
 
@@ -81,7 +82,7 @@ async def _run_memory_workflow(settings: KeelSettings, workflow_run: Any, arg: A
     keel = await connect(settings)
     with working(f"running {wid}…"):
         return await keel.client.execute_workflow(
-            workflow_run, arg, id=f"{wid}-{uuid.uuid4().hex[:8]}",
+            workflow_run, arg, id=f"{wid}{uuid.uuid4().hex[:8]}",
             task_queue=settings.vault_task_queue)
 
 
@@ -96,7 +97,7 @@ def vault_doctor(scope: ScopeOption = "default") -> None:
     async def main() -> None:
         report = await _run_memory_workflow(
             settings, DoctorWorkflow.run, DoctorInput(scope=_check_scope(scope)),
-            f"keel-doctor-now-{scope}")
+            now_run_prefix(NightlyJob.DOCTOR, scope))
         console.print(escape(report.text()))
 
     run(main())
@@ -124,7 +125,7 @@ def vault_rollup(kind: Annotated[_Kind, typer.Argument(help="Which rollup.")] = 
     async def main() -> None:
         report = await _run_memory_workflow(
             settings, workflow_run, RollupInput(kind=rk, scope=_check_scope(scope)),
-            f"keel-rollup-now-{rk.value}-{scope}")
+            now_run_prefix(NightlyJob(rk.value), scope))
         console.print(escape(report.text()))
 
     run(main())

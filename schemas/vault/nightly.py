@@ -13,6 +13,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
+NIGHTLY_WORKFLOW = "MemoryNightlyWorkflow"  # each job's run each night (workflows.nightly)
+
 
 class NightlyJob(StrEnum):
     DAILY = "daily"
@@ -20,6 +22,18 @@ class NightlyJob(StrEnum):
     MONTHLY = "monthly"
     YEARLY = "yearly"
     DOCTOR = "doctor"
+
+
+def now_run_prefix(job: NightlyJob, scope: str) -> str:
+    """How a job run now for one scope (`keel vault doctor`, `keel vault rollup`) is named,
+    before its own 8 hex digits: the scope in its id, so an erasure finds its runs."""
+    what = "doctor-now" if job == NightlyJob.DOCTOR else f"rollup-now-{job.value}"
+    return f"keel-{what}-{scope}-"
+
+
+def nightly_child_id(nightly_id: str, scope: str) -> str:
+    """A nightly run's child for one scope (workflows.nightly)."""
+    return f"{nightly_id}-{scope}"
 
 
 class NightlyInput(BaseModel):

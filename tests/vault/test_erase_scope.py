@@ -21,12 +21,14 @@ from keel.client import DeleteRefusedError, KeelClient, SessionHandle, session_c
 from keel.record import search_memory
 from schemas.vault.doctor import DoctorInput
 from schemas.vault.erase import running_text
+from schemas.vault.nightly import NightlyInput, NightlyJob, nightly_child_id, now_run_prefix
 from schemas.vault.schema import CORE_FILE
 from tests.harness import keel_worker, make_settings, until
 from tests.session.test_branch import db
 from tests.session.test_bundle_memory import CARD_FILE, rememberer, transcribed
 from tests.session.test_delete import temporal_forgot
 from workflows.doctor import DoctorWorkflow
+from workflows.nightly import MemoryNightlyWorkflow
 
 
 def scope_rows(database_url: str, scope: str) -> dict[str, int]:
@@ -60,7 +62,7 @@ async def found(keel: KeelClient, scope: str, words: str) -> bool:
 
 async def doctor_run(keel: KeelClient, scope: str) -> str:
     """The doctor run now over `scope`, as `keel vault doctor` runs it; its workflow id."""
-    run_id = f"keel-doctor-now-{scope}-{uuid.uuid4().hex[:8]}"
+    run_id = f"{now_run_prefix(NightlyJob.DOCTOR, scope)}{uuid.uuid4().hex[:8]}"
     report = await keel.client.execute_workflow(
         DoctorWorkflow.run, DoctorInput(scope=scope), id=run_id,
         task_queue=keel.settings.vault_task_queue)
@@ -86,6 +88,10 @@ async def test_a_scope_is_erased_whole_and_no_other_is_touched(client, settings,
                                                        "memory_stats", "vault_ops"}
 
         doctor = {s: await doctor_run(keel, s) for s in (gone, kept)}
+        nightly = f"keel-memory-doctor-{uuid.uuid4().hex[:8]}"  # as its schedule starts it
+        await keel.client.execute_workflow(
+            MemoryNightlyWorkflow.run, NightlyInput(job=NightlyJob.DOCTOR), id=nightly,
+            task_queue=settings.vault_task_queue)
         store = open_store(settings)
         for s in (gone, kept):  # the beat publishes CORE.md for the session workers
             await until(lambda s=s: shared_vault_text(store, s, CORE_FILE), within_s=20)
@@ -101,11 +107,12 @@ async def test_a_scope_is_erased_whole_and_no_other_is_touched(client, settings,
         done = await keel.erase_memory_scope(gone)
         assert done.found and done.folder == str(folder) and done.files > 3
         assert done.rows["memory_docs"] >= 3 and done.sessions_deleted == []
-        assert done.runs == 1  # its doctor's run: its report names its card files
+        assert done.runs == 2  # its doctor's runs (now, nightly): they name its card files
         assert done.copies == 2  # its CORE.md (memory) and schema.json, as published
         assert await shared_vault_text(store, gone, CORE_FILE) is None
         assert await shared_vault_text(store, kept, CORE_FILE) is not None
         await temporal_forgot(client, doctor[gone])
+        await temporal_forgot(client, nightly_child_id(nightly, gone))
         assert not folder.exists()
         assert scope_rows(database_url, gone) == {}
         assert not await found(keel, gone, "the harbour code is 4471")
@@ -116,7 +123,8 @@ async def test_a_scope_is_erased_whole_and_no_other_is_touched(client, settings,
         assert set(after_kept) >= set(before_kept)
         assert after_kept["memory_docs"] == before_kept["memory_docs"]
         assert await found(keel, kept, "the lighthouse code is 9902")
-        await client.get_workflow_handle(doctor[kept]).describe()  # still there
+        for kept_run in (doctor[kept], nightly_child_id(nightly, kept), nightly):
+            await client.get_workflow_handle(kept_run).describe()  # still there
         # The ended session keeps its record (keel delete takes it).
         assert db(database_url, "SELECT count(*) FROM messages WHERE session_id = %s",
                   session.session_id)[0][0] >= 6
