@@ -199,6 +199,13 @@ def folder_name(scope: str) -> str:
     return f"{start}~{hashlib.sha256(raw).hexdigest()[:32]}"
 
 
+def _folder_prefix(folder: str) -> str:
+    """A folder's path as the prefix of its files' (`remove`): it must say it is a folder."""
+    if not folder.endswith("/"):
+        raise StoreError(f"{folder!r} is not a folder (it ends in /)")
+    return clean_path(folder) + "/"
+
+
 class LocalStore(_Limits):
     """A folder per scope; the shared scope is `shared_root` (the data folder)."""
 
@@ -334,16 +341,15 @@ class LocalStore(_Limits):
         return await asyncio.to_thread(self._walk, scope, prefix)
 
     async def remove(self, scope: str, folder: str) -> int:
-        if not folder.endswith("/"):
-            raise StoreError(f"{folder!r} is not a folder (it ends in /)")
-        target, rel = self._file(scope, folder)
+        prefix = _folder_prefix(folder)
+        target, _ = self._file(scope, prefix)
         async with self._lock:
-            found = await self.list(scope, rel + "/")
-            if target.is_dir() and target != self.folder(scope).resolve():
+            found = await self.list(scope, prefix)
+            if target.is_dir():
                 await asyncio.to_thread(shutil.rmtree, target)
             ops = self._ops(scope)
             ops["versions"] = {p: v for p, v in ops["versions"].items()
-                               if not p.startswith(rel + "/")}
+                               if not p.startswith(prefix)}
             self._save_ops(scope, ops)
         return len(found)
 
@@ -503,9 +509,7 @@ class PostgresStore(_Limits):
 
     async def remove(self, scope: str, folder: str) -> int:
         _check_scope(scope)
-        if not folder.endswith("/"):
-            raise StoreError(f"{folder!r} is not a folder (it ends in /)")
-        prefix = clean_path(folder) + "/"
+        prefix = _folder_prefix(folder)
         async with self._connection() as conn, conn.transaction():
             # The scope's one writer (see write); the deletes' history rows go too.
             await conn.execute("INSERT INTO workspace_scopes AS s (scope) VALUES (%s)"

@@ -100,9 +100,9 @@ async def _running(keel: KeelClient, url: str, scope: str) -> list[str]:
         return []
     rows = await session_scopes(url, ids)
     unknown = [sid for sid in ids if sid not in rows]
-    asked = dict(zip(unknown, await asyncio.gather(*(_asked_scope(keel, sid)
-                                                      for sid in unknown)), strict=True))
-    return sorted(sid for sid in ids if {**rows, **asked}.get(sid) == scope)
+    asked = await asyncio.gather(*(_asked_scope(keel, sid) for sid in unknown))
+    scopes = {**rows, **dict(zip(unknown, asked, strict=True))}
+    return sorted(sid for sid in ids if scopes.get(sid) == scope)
 
 
 async def _asked_scope(keel: KeelClient, session_id: str) -> str | None:
@@ -139,15 +139,16 @@ async def _delete_memory_runs(keel: KeelClient, scope: str) -> int:
             raise
         if described.status != WorkflowExecutionStatus.RUNNING:
             found.append((described.id, described.run_id))
-    for workflow_id, run_id in dict.fromkeys(found):
+    unique = list(dict.fromkeys(found))
+    for workflow_id, run_id in unique:
         await delete_run(keel, workflow_id, run_id)
-    return len(dict.fromkeys(found))
+    return len(unique)
 
 
 async def _erase(keel: KeelClient, scope: str) -> ScopeErased:
     """The vault's side (workflows.erase_scope), through the vault's one writer."""
     handle = await keel.client.start_workflow(
-        ERASE_SCOPE_WORKFLOW, EraseScopeInput(scope=scope, request_id=uuid.uuid4().hex),
+        ERASE_SCOPE_WORKFLOW, EraseScopeInput(scope=scope),
         id=f"keel-erase-scope-{scope}-{uuid.uuid4().hex[:8]}", task_queue=keel.task_queue,
         result_type=ScopeErased)
     try:

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, cast
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -98,14 +98,15 @@ def memory_config(settings: KeelSettings, scope: str | None,
                   no_memory: bool) -> SessionConfig | None:
     """A new session's config with its memory scope (`--memory-scope`, `--no-memory`), or
     None for the settings' default; a scope id that cannot be one is said and exits 2."""
-    if scope is None and not no_memory:
+    if no_memory:
+        if scope is not None:
+            error("give --memory-scope or --no-memory, not both")
+            raise typer.Exit(2)
+        return session_config(settings, memory_scope=None)
+    if scope is None:
         return None
-    if scope is not None and no_memory:
-        error("give --memory-scope or --no-memory, not both")
-        raise typer.Exit(2)
     try:
-        return session_config(settings, memory_scope=None if no_memory else check_scope(
-            cast(str, scope)))
+        return session_config(settings, memory_scope=check_scope(scope))
     except ScopeError as err:
         error(str(err))
         raise typer.Exit(2) from None

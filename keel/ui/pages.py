@@ -349,26 +349,31 @@ async def checkpoint_page(request: Request) -> HTMLResponse:
 async def vault_page(request: Request) -> HTMLResponse:
     ctx = ui(request)
     query = (request.query_params.get("q") or "").strip()
-    scope = request.query_params.get("scope") or DEFAULT_SCOPE
-    if not is_scope(scope):
-        return render(request, "error.html", status_code=400, title="No such scope",
-                      message=f"{scope!r} is not a memory scope's id.")
+    scope = _scope_asked(request)
+    if scope is None:
+        return _no_scope(request)
     view = await vault_view(ctx.settings, ctx.connection, query, scope)
     return render(request, "vault.html", title="Vault", view=view, query=query,
                   hit_link=hit_link)
 
 
 def _scope_asked(request: Request, form: Any = None) -> str | None:
+    """The memory scope a page or form names (the default scope's when none), or None
+    when it names no scope."""
     scope = str((form or request.query_params).get("scope") or DEFAULT_SCOPE)
     return scope if is_scope(scope) else None
+
+
+def _no_scope(request: Request) -> HTMLResponse:
+    return render(request, "error.html", status_code=400, title="No such scope",
+                  message="That is not a memory scope's id.")
 
 
 async def erase_page(request: Request) -> Response:
     """Erasing a memory scope, asked once more: what goes, and the form."""
     scope = _scope_asked(request)
     if scope is None:
-        return render(request, "error.html", status_code=400, title="No such scope",
-                      message="That is not a memory scope's id.")
+        return _no_scope(request)
     return render(request, "erase.html", title=f"Erase {scope}?", scope=scope)
 
 

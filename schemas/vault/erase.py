@@ -25,10 +25,10 @@ ERASE_SCOPE_WORKFLOW = "EraseMemoryScope"
 
 
 class EraseScopeInput(BaseModel):
-    """The vault activity's work: erase `scope` (a checked scope id)."""
+    """The vault activity's work: erase `scope` (a checked scope id). Erasing is the same
+    however often it runs, so it needs no request id."""
 
     scope: str
-    request_id: str
 
 
 class ScopeErased(BaseModel):
