@@ -145,6 +145,14 @@ def transcript_backlog(database_url: str) -> list[TranscriptBacklog]:
                 for scope, queued, retrying, error in conn.execute(_BACKLOG_SQL)]
 
 
+def indexed_scopes(database_url: str) -> dict[str, int]:
+    """Every scope the search index holds, with its documents (`keel vault list`): what
+    every host sees, where a vault's folder is on the vault worker's host only."""
+    with psycopg.connect(database_url) as conn:
+        return {scope: int(docs) for scope, docs in conn.execute(
+            "SELECT scope, n_docs FROM memory_stats WHERE n_docs > 0 ORDER BY scope")}
+
+
 # ----- checkpoints ------------------------------------------------------------------------
 
 class CheckpointKindShown(StrEnum):

@@ -20,7 +20,12 @@ from rich.table import Table
 
 from keel.cli.shell import CliError, Commands, connect, database_url, load_settings, run
 from keel.console import console, one_line, working
-from keel.record import TranscriptBacklog, search_memory, transcript_backlog
+from keel.record import (
+    TranscriptBacklog,
+    indexed_scopes,
+    search_memory,
+    transcript_backlog,
+)
 from schemas.config import KeelSettings
 from schemas.vault.nightly import NightlyJob, now_run_prefix
 
@@ -43,29 +48,41 @@ def _check_scope(scope: str) -> str:
 
 @vault_app.command("list")
 def vault_list() -> None:
-    """Every memory scope that has a vault: its folder, CORE.md size, git state, and the
-    transcripts still queued for the vault worker."""
+    """Every memory scope: its vault's folder where it is on this host, CORE.md size, git
+    state, the documents its search index holds, and the transcripts still queued for the
+    vault worker."""
     from activities.vault.store import scope_vaults
 
     settings = load_settings()
     scopes = scope_vaults(settings.memory)
     backlog = {b.scope: b for b in _backlog(settings)}
-    if not scopes and not backlog:
+    indexed = _indexed(settings)
+    if not scopes and not backlog and not indexed:
         console.print("[dim]no vault yet: a session's first message creates its scope's[/]")
         return
-    table = Table("scope", "vault", "CORE.md chars", "git", "transcripts queued")
-    for scope in sorted({*scopes, *backlog}):
+    table = Table("scope", "vault", "CORE.md chars", "git", "documents", "transcripts queued")
+    for scope in sorted({*scopes, *backlog, *indexed}):
         path, waiting = scopes.get(scope), backlog.get(scope)
         core = path / "CORE.md" if path else None
         queued = "0" if waiting is None else (
             f"{waiting.queued}" + (f" ([red]{waiting.retrying} retrying: "
                                    f"{escape(one_line(waiting.last_error or '', 80))}[/])"
                                    if waiting.retrying else ""))
-        table.add_row(escape(scope), escape(str(path)) if path else "[red]no vault yet[/]",
-                      str(len(core.read_text()) if core and core.exists() else 0),
-                      "yes" if path and (path / ".git").exists() else "[red]not a repository[/]",
-                      queued)
+        where = escape(str(path)) if path else (
+            "[dim]on the vault worker's host[/]" if scope in indexed else "[red]no vault yet[/]")
+        git = ("yes" if (path / ".git").exists() else "[red]not a repository[/]") if path \
+            else ""
+        chars = str(len(core.read_text())) if core and core.exists() else "0" if path else ""
+        table.add_row(escape(scope), where, chars, git, str(indexed.get(scope, 0)), queued)
     console.print(table)
+
+
+def _indexed(settings: KeelSettings) -> dict[str, int]:
+    """The scopes the index holds; none when no database is configured or running."""
+    try:
+        return indexed_scopes(database_url(settings))
+    except (CliError, psycopg.Error):
+        return {}
 
 
 def _backlog(settings: KeelSettings) -> list[TranscriptBacklog]:

@@ -74,3 +74,22 @@ async def test_vault_list_shows_the_transcripts_still_queued(settings, env, data
             if line.split()[1:2] and line.split()[1] in ("alice", "carol")}
     assert "2 (1 retrying: OSError: disk full)" in rows["alice"]
     assert "no vault yet" in rows["carol"] and rows["carol"].rstrip(" │").endswith("1")
+
+
+async def test_vault_list_names_a_scope_whose_vault_is_on_another_host(settings, env,
+                                                                       database_url):
+    """A cluster's command line runs where no vault folder is: a scope the index holds is
+    listed, with its documents, where before only this host's folders were."""
+    await seed(settings, database_url, "alice")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO memory_stats (scope, n_docs, total_len) VALUES"
+                     " ('dave', 3, 120)")
+        docs = conn.execute("SELECT n_docs FROM memory_stats WHERE scope = 'alice'"
+                            ).fetchone()
+    listed = await keel(env, "vault", "list")
+    assert listed.exit_code == 0, listed.output
+    rows = {line.split()[1]: line for line in listed.output.splitlines()
+            if line.split()[1:2] and line.split()[1] in ("alice", "dave")}
+    assert "on the vault worker's host" in rows["dave"]
+    assert [c.strip() for c in rows["dave"].split("│")][-3:-1] == ["3", "0"]
+    assert docs is not None and f" {docs[0]} " in rows["alice"] and "yes" in rows["alice"]
