@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, Field
 
@@ -179,76 +179,97 @@ class KeelSettings(BaseModel):
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> KeelSettings:
-        e = dict(os.environ if env is None else env)
-
-        def number(name: str, parse: Callable[[str], N], what: str) -> N | None:
-            """The variable `name` parsed, None when unset; one given wrong is named."""
-            value = e.get(name)
-            try:
-                return parse(value) if value else None
-            except ValueError:
-                raise ValueError(f"{name} is {(value or '')[:40]!r}, not {what}") from None
-
-        def opt_int(name: str) -> int | None:
-            return number(name, int, "a whole number")
-
-        def opt_float(name: str, default: float) -> float:
-            found = number(name, float, "a number")
-            return default if found is None else found
-
-        model = ModelSettings(
-            name=e.get("KEEL_MODEL", DEFAULT_MODEL),
-            base_url=e.get("ANTHROPIC_BASE_URL") or None,
-            api_key=e.get("ANTHROPIC_API_KEY") or None,
-            context_window=opt_int("KEEL_CONTEXT_WINDOW") or 200_000,
-            max_output_tokens=opt_int("KEEL_MAX_OUTPUT_TOKENS") or 8_192,
-            price_step_tokens=opt_int("KEEL_PRICE_STEP_TOKENS"),
-            stream=e.get("KEEL_STREAM", "1") not in ("0", "false", "no"),
-            offline_token_skew=opt_float("KEEL_OFFLINE_TOKEN_SKEW", 1.0),
-        )
+        e = _Env(dict(os.environ if env is None else env))
         data_dir = Path(e.get("KEEL_DATA_DIR", ".keel")).resolve()
         database_url = e.get("DATABASE_URL") or None
-
-        def opt_path(name: str) -> Path | None:
-            value = e.get(name)
-            return Path(value).expanduser() if value else None
-
-        tls = TemporalTLS(
-            api_key=e.get("TEMPORAL_API_KEY") or None,
-            enabled=e.get("TEMPORAL_TLS", "").lower() in ("1", "true", "yes"),
-            client_cert_path=opt_path("TEMPORAL_TLS_CERT"),
-            client_key_path=opt_path("TEMPORAL_TLS_KEY"),
-            server_root_ca_path=opt_path("TEMPORAL_TLS_CA"),
-            server_name=e.get("TEMPORAL_TLS_SERVER_NAME") or None,
-        )
         # A database server is shared by every worker, so the workspace follows it there.
         store = e.get("KEEL_WORKSPACE_STORE") or (
             WorkspaceStoreKind.POSTGRES if database_url else WorkspaceStoreKind.LOCAL)
         return cls(
             temporal_address=e.get("TEMPORAL_ADDRESS") or None,
             temporal_namespace=e.get("TEMPORAL_NAMESPACE", "default"),
-            temporal_tls=tls,
+            temporal_tls=_tls_from_env(e),
             task_queue=e.get("KEEL_TASK_QUEUE", DEFAULT_TASK_QUEUE),
             database_url=database_url,
             workspace_store=WorkspaceStoreKind(store),
-            max_file_bytes=opt_int("KEEL_MAX_FILE_BYTES") or 10_000_000,
-            max_workspace_bytes=opt_int("KEEL_MAX_WORKSPACE_BYTES") or 200_000_000,
-            row_cache_chars=_or(opt_int("KEEL_ROW_CACHE_CHARS"), DEFAULT_ROW_CACHE_CHARS),
+            max_file_bytes=e.opt_int("KEEL_MAX_FILE_BYTES") or 10_000_000,
+            max_workspace_bytes=e.opt_int("KEEL_MAX_WORKSPACE_BYTES") or 200_000_000,
+            row_cache_chars=_or(e.opt_int("KEEL_ROW_CACHE_CHARS"), DEFAULT_ROW_CACHE_CHARS),
             data_dir=data_dir,
-            model=model,
-            max_message_chars=opt_int("KEEL_MAX_MESSAGE_CHARS") or 200_000,
+            model=_model_from_env(e),
+            max_message_chars=e.opt_int("KEEL_MAX_MESSAGE_CHARS") or 200_000,
             user_name=e.get("KEEL_USER_NAME", "user"),
             log_format=e.get("KEEL_LOG_FORMAT", "console"),
-            connect_wait_s=opt_float("KEEL_CONNECT_WAIT_S", 120.0),
-            shutdown_grace_s=opt_float("KEEL_SHUTDOWN_GRACE_S", 30.0),
+            connect_wait_s=e.opt_float("KEEL_CONNECT_WAIT_S", 120.0),
+            shutdown_grace_s=e.opt_float("KEEL_SHUTDOWN_GRACE_S", 30.0),
             mcp_stdio_commands=allowed_from_env(e.get("KEEL_MCP_STDIO_COMMANDS")),
             mcp_http_hosts=allowed_from_env(e.get("KEEL_MCP_HTTP_HOSTS")),
             otel_exporter=e.get("KEEL_OTEL_EXPORTER") or None,
-            memory=memory_from_env(data_dir, e),
-            providers=providers_from_env(e),
-            prices=prices_from_env(e),
+            memory=memory_from_env(data_dir, e.values),
+            providers=providers_from_env(e.values),
+            prices=prices_from_env(e.values),
             trusted_bundle_keys=trusted_keys_from_env(e.get("KEEL_TRUSTED_BUNDLE_KEYS")),
         )
+
+
+class _Env:
+    """The environment's variables as settings read them: a number or a path, None when
+    unset, and a variable given wrong named in the error."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+
+    @overload
+    def get(self, name: str) -> str | None: ...
+
+    @overload
+    def get(self, name: str, default: str) -> str: ...
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self.values.get(name, default)
+
+    def number(self, name: str, parse: Callable[[str], N], what: str) -> N | None:
+        """The variable `name` parsed, None when unset; one given wrong is named."""
+        value = self.values.get(name)
+        try:
+            return parse(value) if value else None
+        except ValueError:
+            raise ValueError(f"{name} is {(value or '')[:40]!r}, not {what}") from None
+
+    def opt_int(self, name: str) -> int | None:
+        return self.number(name, int, "a whole number")
+
+    def opt_float(self, name: str, default: float) -> float:
+        found = self.number(name, float, "a number")
+        return default if found is None else found
+
+    def opt_path(self, name: str) -> Path | None:
+        value = self.values.get(name)
+        return Path(value).expanduser() if value else None
+
+
+def _model_from_env(e: _Env) -> ModelSettings:
+    return ModelSettings(
+        name=e.get("KEEL_MODEL", DEFAULT_MODEL),
+        base_url=e.get("ANTHROPIC_BASE_URL") or None,
+        api_key=e.get("ANTHROPIC_API_KEY") or None,
+        context_window=e.opt_int("KEEL_CONTEXT_WINDOW") or 200_000,
+        max_output_tokens=e.opt_int("KEEL_MAX_OUTPUT_TOKENS") or 8_192,
+        price_step_tokens=e.opt_int("KEEL_PRICE_STEP_TOKENS"),
+        stream=e.get("KEEL_STREAM", "1") not in ("0", "false", "no"),
+        offline_token_skew=e.opt_float("KEEL_OFFLINE_TOKEN_SKEW", 1.0),
+    )
+
+
+def _tls_from_env(e: _Env) -> TemporalTLS:
+    return TemporalTLS(
+        api_key=e.get("TEMPORAL_API_KEY") or None,
+        enabled=(e.get("TEMPORAL_TLS") or "").lower() in ("1", "true", "yes"),
+        client_cert_path=e.opt_path("TEMPORAL_TLS_CERT"),
+        client_key_path=e.opt_path("TEMPORAL_TLS_KEY"),
+        server_root_ca_path=e.opt_path("TEMPORAL_TLS_CA"),
+        server_name=e.get("TEMPORAL_TLS_SERVER_NAME") or None,
+    )
 
 
 def trusted_keys_from_env(value: str | None) -> dict[str, str]:
