@@ -166,13 +166,8 @@ async def import_session(keel: KeelClient, bundle: bytes, new_id: str | None = N
     the one the bundle names."""
     from activities.bundle import import_bundle, undo_import
 
-    given = agent.model_dump_json().encode() if agent is not None else b""
-    request_id = request_id or (f"import-{hashlib.sha256(bundle).hexdigest()[:32]}-{new_id}"
-                                + ("-trusted" if trust else "")
-                                + ("" if with_memory else "-without-memory")
-                                + (f"-scope-{memory_scope}" if memory_scope else "")
-                                + (f"-agent-{hashlib.sha256(given).hexdigest()[:16]}"
-                                   if agent is not None else ""))
+    request_id = request_id or _import_request_id(bundle, new_id, trust, agent, with_memory,
+                                                  memory_scope)
     url = _url(keel, database_url)
 
     def check(state: SessionState) -> None:  # refused as a start with this config would be
@@ -215,6 +210,20 @@ async def import_session(keel: KeelClient, bundle: bytes, new_id: str | None = N
     except WorkflowAlreadyStartedError:
         pass  # a retried import whose session ran (and ended) already
     return done
+
+
+def _import_request_id(bundle: bytes, new_id: str | None, trust: bool,
+                       agent: AgentSpec | None, with_memory: bool,
+                       memory_scope: str | None) -> str:
+    """An import's default request id: the bundle's digest, the id and each option, so
+    the same import asked again finds the first and a different one is its own (the plain
+    case keeps the id older imports used)."""
+    given = agent.model_dump_json().encode() if agent is not None else b""
+    return (f"import-{hashlib.sha256(bundle).hexdigest()[:32]}-{new_id}"
+            + ("-trusted" if trust else "")
+            + ("" if with_memory else "-without-memory")
+            + (f"-scope-{memory_scope}" if memory_scope else "")
+            + (f"-agent-{hashlib.sha256(given).hexdigest()[:16]}" if agent is not None else ""))
 
 
 async def seal_public_key(keel: KeelClient, database_url: str | None = None) -> str:
