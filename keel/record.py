@@ -269,6 +269,15 @@ async def session_origin(conn: psycopg.AsyncConnection[Any], session_id: str
     return SessionOrigin(row[0], row[1], row[2] or "fork") if row else None
 
 
+async def session_scope(conn: psycopg.AsyncConnection[Any], session_id: str) -> str | None:
+    """The memory scope the session's row names (from its first model call on; None: not
+    yet, or no long memory)."""
+    cur = await conn.execute("SELECT memory_scope FROM sessions WHERE session_id = %s",
+                             (session_id,))
+    row = await cur.fetchone()
+    return row[0] if row else None
+
+
 async def session_exists(conn: psycopg.AsyncConnection[Any], session_id: str) -> bool:
     """Whether the record has a row for the session (a page is not a 404 when it does)."""
     cur = await conn.execute(_SESSION_SQL, (session_id,))

@@ -35,6 +35,7 @@ from keel.record import (
     record_extent,
     session_exists,
     session_origin,
+    session_scope,
 )
 from keel.ui import approvals
 from keel.ui.approvals import DECIDED_BY
@@ -154,9 +155,10 @@ async def session_page(request: Request) -> HTMLResponse:
     waiting = await approvals.pending(handle)
     async with ctx.connection() as conn:
         origin = await session_origin(conn, session_id)
+        scope = await session_scope(conn, session_id)
     return render(request, "session.html", title=session_id, session_id=session_id,
                   status=status, gauge=gauge, record=record, checkpoints=checkpoints,
-                  origin=origin,
+                  origin=origin, scope=scope,
                   recaps={c.record_seq: c.number for c in checkpoints},
                   pending=waiting, temporal=ctx.workflow_url(session_id))
 

@@ -78,6 +78,8 @@ async def test_a_scope_is_erased_from_the_vault_page_once_asked_again(
         async with (ui_server(keel, settings, database_url, port=0) as url,
                     httpx.AsyncClient(timeout=20) as http):
             base = url.removesuffix("/sessions")
+            page = (await http.get(f"{base}/sessions/{session.session_id}")).text
+            assert f'id="scope" href="/vault?scope={scope}">{scope}</a>' in page
             vault = (await http.get(f"{base}/vault", params={"scope": scope})).text
             assert f'href="/vault/erase?scope={scope}"' in vault
             asked = (await http.get(f"{base}/vault/erase", params={"scope": scope})).text
