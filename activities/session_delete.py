@@ -23,8 +23,7 @@ from pydantic import BaseModel
 
 from activities.branch import LOCK_TIMEOUT
 
-__all__ = ["RowsDeleted", "delete_rows", "delete_session_rows", "memory_scope_of",
-           "scope_sessions", "session_scopes"]
+__all__ = ["RowsDeleted", "delete_rows", "delete_session_rows", "memory_scope_of"]
 
 CONNECT_S = 10
 
@@ -97,24 +96,3 @@ async def memory_scope_of(database_url: str, session_id: str) -> str | None:
             (session_id,))).fetchone()
     return found[0] if found else None
 
-
-async def scope_sessions(database_url: str, scope: str) -> list[str]:
-    """Every session whose row names `scope` as its memory scope, by id (a row says its
-    scope from the session's first model call on: activities.model_call)."""
-    async with await psycopg.AsyncConnection.connect(
-            database_url, connect_timeout=CONNECT_S) as conn:
-        found = await (await conn.execute(
-            "SELECT session_id FROM sessions WHERE memory_scope = %s ORDER BY session_id",
-            (scope,))).fetchall()
-    return [sid for (sid,) in found]
-
-
-async def session_scopes(database_url: str, session_ids: list[str]) -> dict[str, str | None]:
-    """The memory scope each of `session_ids` has on its row (None: none yet, or no long
-    memory); an id without a row is left out."""
-    async with await psycopg.AsyncConnection.connect(
-            database_url, connect_timeout=CONNECT_S) as conn:
-        found = await (await conn.execute(
-            "SELECT session_id, memory_scope FROM sessions WHERE session_id = ANY(%s)",
-            (session_ids,))).fetchall()
-    return dict(found)

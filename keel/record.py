@@ -278,6 +278,31 @@ async def session_scope(conn: psycopg.AsyncConnection[Any], session_id: str) -> 
     return row[0] if row else None
 
 
+CONNECT_S = 10  # an erasure's reads of the sessions' scopes wait this long for the server
+
+
+async def scope_sessions(database_url: str, scope: str) -> list[str]:
+    """Every session whose row names `scope` as its memory scope, by id (a row says its
+    scope from the session's first model call on: activities.model_call)."""
+    async with await psycopg.AsyncConnection.connect(
+            database_url, connect_timeout=CONNECT_S) as conn:
+        found = await (await conn.execute(
+            "SELECT session_id FROM sessions WHERE memory_scope = %s ORDER BY session_id",
+            (scope,))).fetchall()
+    return [sid for (sid,) in found]
+
+
+async def session_scopes(database_url: str, session_ids: list[str]) -> dict[str, str | None]:
+    """The memory scope each of `session_ids` has on its row (None: none yet, or no long
+    memory); an id without a row is left out."""
+    async with await psycopg.AsyncConnection.connect(
+            database_url, connect_timeout=CONNECT_S) as conn:
+        found = await (await conn.execute(
+            "SELECT session_id, memory_scope FROM sessions WHERE session_id = ANY(%s)",
+            (session_ids,))).fetchall()
+    return dict(found)
+
+
 async def session_exists(conn: psycopg.AsyncConnection[Any], session_id: str) -> bool:
     """Whether the record has a row for the session (a page is not a 404 when it does)."""
     cur = await conn.execute(_SESSION_SQL, (session_id,))

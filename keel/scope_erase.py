@@ -27,6 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from keel._errors import DeleteRefusedError
 from keel.deletion import MEMORY_WAIT_S, delete_run, delete_session, vault_served
+from keel.record import scope_sessions, session_scopes
 from schemas.config import vault_queue
 from schemas.session import SESSION_WORKFLOW, id_clause, visibility_quoted
 from schemas.vault.erase import (
@@ -56,8 +57,6 @@ async def erase_memory_scope(keel: KeelClient, scope: str, *, with_sessions: boo
                              database_url: str | None = None) -> ScopeErased:
     """Erase `scope`'s long memory (see the module's invariants); `DeleteRefusedError`
     says why not. The result says what went, and whether anything was there."""
-    from activities.session_delete import scope_sessions
-
     try:
         check_scope(scope)
     except ScopeError as err:
@@ -91,8 +90,6 @@ async def _running(keel: KeelClient, url: str, scope: str) -> list[str]:
     """The running sessions of `scope`, by id: visibility lists this deployment's running
     sessions (its task queue's: a scope's ended ones may be many more), each one's row
     says its scope, and one without a row yet (started, no message so far) is asked."""
-    from activities.session_delete import session_scopes
-
     ids = [wf.id async for wf in keel.client.list_workflows(
         f"WorkflowType = '{SESSION_WORKFLOW}' AND ExecutionStatus = 'Running' AND "
         f"TaskQueue = '{visibility_quoted(keel.task_queue)}'")]
