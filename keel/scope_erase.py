@@ -7,8 +7,9 @@ Invariants:
   nothing is erased either when no vault worker serves the vault's queue.
 - With `with_sessions`, every session of the scope is deleted first (keel.deletion, one
   by one: a refusal stops there, the scope's memory untouched), then the scope.
-- A running session (of this deployment's task queue) is of the scope when its row says
-  so (from its first model call on) or, with no row yet, when its workflow says so. One
+- A running session (of this deployment's task queue, listed by visibility and confirmed by
+  Temporal, since a listing may lag an end) is of the scope when its row says so (from its
+  first model call on) or, with no row yet, when its workflow says so. One
   that starts in the scope after the check writes to a new vault of the scope; erasing
   again takes it.
 """
@@ -27,7 +28,6 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from keel._errors import DeleteRefusedError
 from keel.deletion import MEMORY_WAIT_S, delete_run, delete_session, vault_served
-from keel.record import scope_sessions, session_scopes
 from schemas.config import vault_queue
 from schemas.session import SESSION_WORKFLOW, id_clause, visibility_quoted
 from schemas.vault.erase import (
@@ -70,6 +70,8 @@ async def erase_memory_scope(keel: KeelClient, scope: str, *, with_sessions: boo
         raise DeleteRefusedError(running_text(scope, running))
     deleted: list[str] = []
     if with_sessions:
+        from keel.record import scope_sessions
+
         for session_id in sorted({*await scope_sessions(str(url), scope), *running}):
             try:
                 await delete_session(keel, session_id, force=force, database_url=str(url),
@@ -95,11 +97,27 @@ async def _running(keel: KeelClient, url: str, scope: str) -> list[str]:
         f"TaskQueue = '{visibility_quoted(keel.task_queue)}'")]
     if not ids:
         return []
+    from keel.record import session_scopes  # (the client's import loads no psycopg)
+
     rows = await session_scopes(url, ids)
     unknown = [sid for sid in ids if sid not in rows]
     asked = await asyncio.gather(*(_asked_scope(keel, sid) for sid in unknown))
     scopes = {**rows, **dict(zip(unknown, asked, strict=True))}
-    return sorted(sid for sid in ids if scopes.get(sid) == scope)
+    ours = sorted(sid for sid in ids if scopes.get(sid) == scope)
+    # Visibility may lag: a session ended a moment ago can still be listed as running.
+    still = await asyncio.gather(*(_runs_now(keel, sid) for sid in ours))
+    return [sid for sid, running in zip(ours, still, strict=True) if running]
+
+
+async def _runs_now(keel: KeelClient, session_id: str) -> bool:
+    """Whether the session's newest run runs, as Temporal says it now."""
+    try:
+        described = await keel.client.get_workflow_handle(session_id).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return described.status == WorkflowExecutionStatus.RUNNING
 
 
 async def _asked_scope(keel: KeelClient, session_id: str) -> str | None:
