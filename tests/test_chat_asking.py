@@ -16,11 +16,11 @@ import pytest
 from keel.client import session_config
 from schemas.agent import AgentSpec, ApprovalPolicy, ApprovalRules
 from schemas.budget import BudgetLimits, BudgetSpec
+from tests.command_line import Pty, cli_env, keel, keel_chat  # noqa: F401 (a fixture)
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings, until
+from tests.session.budgets import BIG_INPUT, WRITE, paused_child
 from tests.session.teams import _last, spec, team, writing_child
-from tests.session.test_budget import BIG_INPUT, WRITE, paused_child
-from tests.test_cli import Pty, _chat, cli_env, keel  # noqa: F401 (a fixture)
 
 ASKS = AgentSpec(approvals=ApprovalRules(tools={"write_file": ApprovalPolicy.ASK}))
 
@@ -130,7 +130,7 @@ async def test_a_question_answered_elsewhere_is_taken_back_and_ctrl_c_ends_the_w
     sid = f"pty-ask-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings) as k:
         await k.start_session(sid, agent=ASKS)
-        chat = _chat(env, sid)
+        chat = keel_chat(env, sid)
         try:
             await chat.expect("you")
             chat.send("Write two notes.\r")
@@ -185,7 +185,7 @@ async def test_a_background_turn_s_approval_at_the_prompt_is_answered_with_pendi
     sid = f"pty-bg-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings) as k:
         await k.start_session(sid, agent=ASKS)
-        chat = _chat(env, sid)
+        chat = keel_chat(env, sid)
         try:
             await chat.expect("you")
             chat.send("Hi.\r")

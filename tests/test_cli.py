@@ -21,42 +21,18 @@ from pathlib import Path
 import psycopg
 import pytest
 import typer
-from typer.testing import CliRunner, Result
+from typer.testing import CliRunner
 
 from keel.cli import app
 from keel.client import KeelClient
 from schemas.model import OFFLINE_MODEL_NAME
+from tests.command_line import Pty, cli_env, invoke, keel, keel_chat  # noqa: F401 (a fixture)
 from tests.harness import keel_worker, make_settings, output_until
 
 
 @pytest.fixture
 def settings(database_url, tmp_path):
     return make_settings(database_url, tmp_path)  # offline model
-
-
-@pytest.fixture
-def cli_env(client, settings, database_url, tmp_path):
-    """The environment a shell user would set to reach this stack."""
-    return {
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "DATABASE_URL": database_url,
-        "KEEL_TASK_QUEUE": settings.task_queue,
-        "KEEL_DATA_DIR": str(tmp_path),
-        "ANTHROPIC_API_KEY": "",
-        "ANTHROPIC_BASE_URL": "",
-        "COLUMNS": "200",  # no wrapping inside the lines the tests look for
-    }
-
-
-def invoke(env: dict[str, str], *args: str, input: str | None = None) -> Result:
-    return CliRunner().invoke(app, list(args), env=env, input=input)
-
-
-async def keel(env: dict[str, str], *args: str, input: str | None = None,
-               code: int = 0) -> str:
-    result = await asyncio.to_thread(invoke, env, *args, input=input)
-    assert result.exit_code == code, (args, result.exit_code, result.output, result.exception)
-    return result.output
 
 
 def harness_rows(database_url: str, session_id: str) -> int:
@@ -67,7 +43,7 @@ def harness_rows(database_url: str, session_id: str) -> int:
         return row[0]
 
 
-async def test_start_may_fix_the_prompt_caches_lifetime(client, settings, cli_env):
+async def test_start_may_fix_the_prompt_caches_lifetime(client, settings, cli_env):  # noqa: F811
     sid = f"ttl-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings):
         await keel(cli_env, "start", "--id", sid, "--cache-ttl", "1h")
@@ -78,7 +54,7 @@ async def test_start_may_fix_the_prompt_caches_lifetime(client, settings, cli_en
     assert "2h" in out  # refused by the command line, nothing started
 
 
-async def test_session_commands_end_to_end(client, settings, cli_env, database_url, tmp_path):
+async def test_session_commands_end_to_end(client, settings, cli_env, database_url, tmp_path):  # noqa: F811
     sid = f"cli-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings):
         out = await keel(cli_env, "start", sid, "Hello, who are you?")  # as `send` takes it
@@ -146,7 +122,7 @@ async def test_session_commands_end_to_end(client, settings, cli_env, database_u
         assert "record_inputs" in out
 
 
-async def test_text_from_standard_input(client, settings, cli_env, database_url):
+async def test_text_from_standard_input(client, settings, cli_env, database_url):  # noqa: F811
     """`-` as the text reads standard input: a message longer than one command-line argument
     may be (128 KiB on Linux) arrives whole; input that is not UTF-8 is refused, not sent."""
     sid = f"stdin-{uuid.uuid4().hex[:8]}"
@@ -173,7 +149,7 @@ async def test_text_from_standard_input(client, settings, cli_env, database_url)
     assert len(rows) == 3
 
 
-async def test_chat(client, settings, cli_env):
+async def test_chat(client, settings, cli_env):  # noqa: F811
     sid = f"chat-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings):
         out = await keel(cli_env, "chat", sid,  # as every command takes SESSION (or --id)
@@ -186,7 +162,7 @@ async def test_chat(client, settings, cli_env):
     assert f"left {sid}" in out
 
 
-async def test_chat_takes_a_message_of_several_lines(client, settings, cli_env,
+async def test_chat_takes_a_message_of_several_lines(client, settings, cli_env,  # noqa: F811
                                                     database_url):
     """A line ending in a backslash goes on on the next: one message, not one a line."""
     sid = f"lines-{uuid.uuid4().hex[:8]}"
@@ -197,7 +173,7 @@ async def test_chat_takes_a_message_of_several_lines(client, settings, cli_env,
 
 
 async def test_chat_compact_takes_a_checkpoint_and_says_before_and_after(client, settings,
-                                                                         cli_env):
+                                                                         cli_env):  # noqa: F811
     import re
 
     sid = f"compact-{uuid.uuid4().hex[:8]}"
@@ -218,7 +194,7 @@ async def test_chat_compact_takes_a_checkpoint_and_says_before_and_after(client,
                      out_again), out_again
 
 
-async def test_clear_errors(cli_env):
+async def test_clear_errors(cli_env):  # noqa: F811
     missing = dict(cli_env, TEMPORAL_ADDRESS="", DATABASE_URL="")
     result = await asyncio.to_thread(invoke, missing, "worker")
     assert result.exit_code == 2
@@ -247,7 +223,7 @@ def test_a_command_list_shows_each_summary_whole(group: tuple[str, ...]) -> None
         assert first and first in line, (name, line)
 
 
-async def test_commands_find_the_dev_stack_from_its_stack_file(cli_env, tmp_path):
+async def test_commands_find_the_dev_stack_from_its_stack_file(cli_env, tmp_path):  # noqa: F811
     """Without TEMPORAL_ADDRESS / DATABASE_URL the commands read what `keel dev` wrote."""
     (tmp_path / "stack.json").write_text(json.dumps({
         "temporal_address": cli_env["TEMPORAL_ADDRESS"],
@@ -265,7 +241,7 @@ async def _running(proc: subprocess.Popen) -> str:
     return seen
 
 
-async def test_worker_process_serves_and_stops_on_sigterm(cli_env):
+async def test_worker_process_serves_and_stops_on_sigterm(cli_env):  # noqa: F811
     # The cluster's shape: a session worker, and the vault worker beside it.
     env = {**os.environ, **cli_env}
     keel_bin = str(Path(sys.executable).parent / "keel")
@@ -292,7 +268,7 @@ async def test_worker_process_serves_and_stops_on_sigterm(cli_env):
     assert all("stopped" in rest for rest in rests)
 
 async def test_send_wait_streams_the_turn_and_says_when_no_worker_polls(client, settings,
-                                                                         cli_env):
+                                                                         cli_env):  # noqa: F811
     sid = f"sw-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings):
         await keel(cli_env, "start", "--id", sid)
@@ -314,7 +290,7 @@ async def test_send_wait_streams_the_turn_and_says_when_no_worker_polls(client, 
     assert "Traceback" not in out
 
 
-async def test_tail_json_from_an_offset(client, settings, cli_env):
+async def test_tail_json_from_an_offset(client, settings, cli_env):  # noqa: F811
     sid = f"tj-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings) as k:
         session = await k.start_session(sid)
@@ -356,7 +332,7 @@ async def _failed_worker(env: dict[str, str]) -> str:
 
 
 @pytest.mark.parametrize("wait_s", ["0", "2"])
-async def test_unreachable_postgres_is_one_line(cli_env, wait_s):
+async def test_unreachable_postgres_is_one_line(cli_env, wait_s):  # noqa: F811
     """A worker waits for its servers for KEEL_CONNECT_WAIT_S, saying so in its log; then
     (or at once, with 0) one line says what is wrong."""
     started = time.monotonic()
@@ -370,7 +346,7 @@ async def test_unreachable_postgres_is_one_line(cli_env, wait_s):
     assert bool(waits) == (wait_s != "0"), text
 
 
-async def test_a_namespace_the_server_lacks_is_one_line(cli_env):
+async def test_a_namespace_the_server_lacks_is_one_line(cli_env):  # noqa: F811
     """A worker on a namespace the server does not have waits for it (a stack's setup may
     be making it), then says so and exits; before, it ran on, serving nothing, its polls
     refused without a word. A command says which setting to check."""
@@ -402,59 +378,8 @@ def test_a_setting_given_wrong_is_one_line_naming_it(tmp_path, variable, value, 
         assert isinstance(result.exception, SystemExit), (args, result.exception)
 
 
-class Pty:
-    """A command on a pseudo-terminal, read as a person would see it."""
-
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        import pty
-
-        self.pid, self.fd = pty.fork()
-        if self.pid == 0:  # the child: the command
-            os.execve(argv[0], argv, env)
-        self.seen = ""
-
-    async def expect(self, text: str, timeout: float = 60, since: int = 0) -> str:
-        """The screen once `text` shows on it after position `since`."""
-        import re as _re
-
-        deadline = time.monotonic() + timeout
-        while True:
-            plain = _re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\r", "", self.seen)
-            if text in plain[since:]:
-                return plain
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{text!r} not seen; the screen:\n{plain}")
-            try:
-                chunk = await asyncio.to_thread(_read_some, self.fd)
-            except OSError:
-                chunk = b""
-            self.seen += chunk.decode(errors="replace")
-
-    def send(self, text: str) -> None:
-        os.write(self.fd, text.encode())
-
-    def close(self) -> None:
-        with __import__("contextlib").suppress(ProcessLookupError, ChildProcessError):
-            os.kill(self.pid, signal.SIGTERM)
-            os.waitpid(self.pid, 0)
-        os.close(self.fd)
-
-
-def _read_some(fd: int) -> bytes:
-    import select
-
-    ready, _, _ = select.select([fd], [], [], 0.5)
-    return os.read(fd, 4096) if ready else b""
-
-
 # How a turn's footer ends when the offline model answered (keel.live.footer).
 FOOTER_END = "(keel-offline-model)"
-
-
-def _chat(cli_env: dict[str, str], sid: str) -> Pty:
-    """`keel chat SID` on a pseudo-terminal."""
-    return Pty([str(Path(sys.executable).parent / "keel"), "chat", sid],
-               {**os.environ, **cli_env, "TERM": "xterm"})
 
 
 def _user_messages(database_url: str, sid: str) -> list[tuple[str]]:
@@ -464,7 +389,7 @@ def _user_messages(database_url: str, sid: str) -> list[tuple[str]]:
 
 
 async def test_chat_shows_a_watch_and_its_reply_while_the_person_is_idle(client, settings,
-                                                                         cli_env):
+                                                                         cli_env):  # noqa: F811
     sid = f"pty-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings) as k:
         chat = Pty([str(Path(sys.executable).parent / "keel"), "chat", "--id", sid],
@@ -493,13 +418,13 @@ async def test_chat_shows_a_watch_and_its_reply_while_the_person_is_idle(client,
 
 
 
-async def test_chat_reads_a_pasted_text_as_one_message(client, settings, cli_env,
+async def test_chat_reads_a_pasted_text_as_one_message(client, settings, cli_env,  # noqa: F811
                                                        database_url):
     """A terminal marks a paste (bracketed paste); its lines are one message, where each was
     sent as its own. A line typed after it is a message of its own."""
     sid = f"paste-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings):
-        chat = _chat(cli_env, sid)
+        chat = keel_chat(cli_env, sid)
         try:
             await chat.expect("you")
             chat.send("\x1b[200~Plan for Friday:\r- deploy at 10\r- tell ops\x1b[201~\r")
@@ -514,7 +439,7 @@ async def test_chat_reads_a_pasted_text_as_one_message(client, settings, cli_env
         ("Plan for Friday:\n- deploy at 10\n- tell ops",), ("Thanks.",)]
 
 
-async def test_tail_from_past_the_end_says_it_waits(client, settings, cli_env):
+async def test_tail_from_past_the_end_says_it_waits(client, settings, cli_env):  # noqa: F811
     sid = f"tp-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings) as k:
         session = await k.start_session(sid)
@@ -536,7 +461,7 @@ async def test_tail_from_past_the_end_says_it_waits(client, settings, cli_env):
 
 
 async def test_names_and_words_that_look_like_markup_are_shown_as_they_are(
-        client, settings, cli_env):
+        client, settings, cli_env):  # noqa: F811
     """A session id, a file, a query holding what the terminal library reads as markup
     ("[b]", "[/x]") is printed as typed: before, "[b]mark" was shown as "mark" and a query
     with a closing tag ended the command with a MarkupError."""
@@ -550,13 +475,13 @@ async def test_names_and_words_that_look_like_markup_are_shown_as_they_are(
 
 
 async def test_chat_reads_a_text_pasted_while_a_reply_comes_as_one_message(
-        client, settings, cli_env, database_url):
+        client, settings, cli_env, database_url):  # noqa: F811
     """Off the prompt (a reply streaming), the chat keeps the terminal marking pastes, so a
     text pasted then reaches the next prompt whole; before, readline had turned the marks
     off with the line it returned, and each pasted line was a message of its own."""
     sid = f"paste2-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings):
-        chat = _chat(cli_env, sid)
+        chat = keel_chat(cli_env, sid)
         try:
             await chat.expect("you")
             chat.send("Start the review.\r")

@@ -10,10 +10,10 @@ import pytest
 
 from schemas.agent import AgentSpec
 from schemas.budget import BudgetLimits, BudgetSpec
+from tests.command_line import cli_env, keel  # noqa: F401 (a fixture)
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
-from tests.session.test_budget import BIG_INPUT, WRITE, paused
-from tests.test_cli import cli_env, keel  # noqa: F401 (a fixture)
+from tests.session.budgets import BIG_INPUT, WRITE, paused
 
 
 @pytest.fixture

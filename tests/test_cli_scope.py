@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 
+from tests.command_line import cli_env, keel  # noqa: F401 (a fixture)
 from tests.harness import keel_worker, make_settings, until
-from tests.session.test_branch import db
-from tests.test_cli import cli_env, keel  # noqa: F401 (a fixture)
+from tests.session.branching import db
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from keel.demo import (
 )
 from schemas.tokens import count_tokens
 from tests.harness import keel_worker, make_settings
-from tests.test_observability import undo_configure_logging
+from tests.logs import undo_configure_logging
 
 
 def test_seeded_queue(tmp_path):

@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.client import KeelClient
     from tests.fake_anthropic import text_message, tool_use_message
     from tests.harness import make_settings
+    from tests.logs import undo_configure_logging
     from workers.observability import (
         ActivityContextInterceptor,
         KeelTracingInterceptor,
@@ -87,17 +88,6 @@ async def test_a_worker_tells_its_activities_when_their_attempt_started_by_its_c
                 task_queue=settings.task_queue))
     assert ages[0] is not None and 0 <= ages[0] < 5
     assert ages[1] is None  # without Keel's interceptor nobody tells it
-
-
-def undo_configure_logging(root_level: int) -> None:
-    """Leave logging as the other tests expect it."""
-    root = logging.getLogger()
-    for handler in [h for h in root.handlers if h.get_name() == "keel"]:
-        root.removeHandler(handler)
-    root.setLevel(root_level)
-    workflow.logger.workflow_info_on_message = True
-    activity.logger.activity_info_on_message = True
-    structlog.reset_defaults()
 
 
 @pytest.fixture

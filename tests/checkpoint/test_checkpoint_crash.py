@@ -14,7 +14,7 @@ import psycopg
 from keel.client import KeelClient, session_config
 from schemas.config import KeelSettings
 from tests.checkpoint_model import CheckpointModel, good_checkpoint
-from tests.session.test_worker_crash import start_worker
+from tests.session.worker_process import start_worker
 
 FILLER = " ".join(f"w{i % 97}" for i in range(1_000))
 

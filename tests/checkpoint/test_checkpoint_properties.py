@@ -22,7 +22,7 @@ from schemas.checkpoint.problems import MIND_STRUCTURE_KINDS
 from schemas.checkpoint.scale import MIND_SECTION_BASE
 from schemas.edits import EditError, apply_exact_edit
 from schemas.tokens import count_tokens
-from tests.checkpoint.test_now import NOW
+from tests.checkpoint.samples import NOW
 
 SETTINGS = settings(
     max_examples=120,

@@ -29,8 +29,7 @@ from schemas.checkpoint.now import NOW_GUIDE
 from schemas.checkpoint.problems import Problem, ProblemKind
 from schemas.messages import MessageType, RecordRow
 from schemas.tokens import count_tokens
-from tests.checkpoint.test_mind import FILLED
-from tests.checkpoint.test_now import NOW
+from tests.checkpoint.samples import FILLED, NOW
 
 BUDGETS = CheckpointBudgets()
 SMALL = CheckpointBudgets.for_window(20_000, 4_000)

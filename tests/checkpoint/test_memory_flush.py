@@ -17,7 +17,7 @@ from schemas.vault.rollup import RollupKind, request_kind
 from tests.checkpoint_model import CheckpointModel, good_checkpoint
 from tests.fake_anthropic import ErrorStep, tool_use_message
 from tests.harness import keel_worker, make_settings
-from tests.session.test_events import Reader
+from tests.session.streams import Reader
 
 WINDOW, OUTPUT = 12_000, 512
 FILLER = " ".join(f"w{i % 97}" for i in range(1_000))  # about 1,900 tokens

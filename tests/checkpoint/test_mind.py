@@ -17,43 +17,9 @@ from schemas.checkpoint.mind import (
 )
 from schemas.checkpoint.problems import ProblemKind
 from schemas.edits import EditError, apply_exact_edit
+from tests.checkpoint.samples import FILLED
 
 BUDGETS = CheckpointBudgets()
-
-
-def _guidance(name: str) -> str:
-    return next(h.guidance or "" for h in TEMPLATE_HEADINGS if h.text == name)
-
-
-FILLED = f"""\
-# Mind
-
-## Where I stand
-{_guidance("Where I stand")}
-I review Ana's pull requests for the billing service. I interrupt her only when one
-needs her decision.
-
-## Goals
-{_guidance("Goals")}
-
-### Mission
-{_guidance("Mission")}
-- Work through the PR queue oldest first
-- Keep the billing tests green
-  on every branch
-
-### Workstreams
-{_guidance("Workstreams")}
-- PR queue: 3 of 12 reviewed; next #482
-
-## Key decisions
-{_guidance("Key decisions")}
-- Use squash merges: Ana asked for a linear history.
-
-## Lessons
-{_guidance("Lessons")}
-- Run the migration check before approving schema changes.
-"""
 
 
 def filled() -> MindDocument:

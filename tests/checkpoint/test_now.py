@@ -5,14 +5,9 @@ from __future__ import annotations
 from schemas.checkpoint.budgets import CheckpointBudgets
 from schemas.checkpoint.now import NOW_GUIDE, extract_now, now_problems
 from schemas.checkpoint.problems import ProblemKind
+from tests.checkpoint.samples import NOW
 
 BUDGETS = CheckpointBudgets()
-NOW = (
-    "Current step: reviewing PR #482 (workstream: PR queue). Done: #479-#481. In progress: "
-    "#482, the migration check. Waiting on: background command bg-7 (pytest). Next: the user "
-    'said "oldest first", so #483 after this. Pitfall: `ERROR: relation "invoices" does not '
-    "exist` when the migration is skipped. References: services/billing/migrations/0042.py."
-)
 
 
 def test_one_block_is_extracted_and_stripped() -> None:

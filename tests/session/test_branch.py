@@ -12,44 +12,11 @@ import psycopg
 import pytest
 from temporalio.client import WorkflowFailureError
 
-from keel.client import BranchRefusedError, KeelClient, NotPendingError, SessionHandle
+from keel.client import BranchRefusedError, NotPendingError
 from schemas.branch import FORK_WORKFLOW, ForkCopy, ForkDone
-from schemas.config import WorkspaceStoreKind
-from tests.checkpoint_model import CheckpointModel, good_checkpoint, texts
-from tests.fake_anthropic import text_message, tool_use_message
-from tests.harness import keel_worker, make_settings, small_config
-
-
-def answer(body: dict[str, Any]) -> dict[str, Any]:
-    """An ordinary turn: "write X" writes notes.txt with X through the tool, then says so;
-    anything else is echoed, so the same request always gets the same reply."""
-    last = body["messages"][-1]
-    if any(b.get("type") == "tool_result" for b in last["content"]
-           if isinstance(b, dict)):
-        return text_message("written")
-    said = texts(last)[-1]
-    if said.startswith("write "):
-        return tool_use_message([("write_file", {"path": "notes.txt",
-                                                 "content": said[len("write "):]})])
-    return text_message(f"ok: {said}")
-
-
-@pytest.fixture
-def settings(database_url, fake_anthropic, tmp_path):
-    fake_anthropic.responder = CheckpointModel(good_checkpoint, ordinary=answer)
-    base = make_settings(database_url, tmp_path, fake_anthropic.base_url)
-    return base.model_copy(update={"workspace_store": WorkspaceStoreKind.POSTGRES})
-
-
-def db(url: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(url) as conn:
-        return conn.execute(sql, args).fetchall()
-
-
-def user_request(fake: Any, text: str) -> dict[str, Any]:
-    """The ordinary request that first carried `text` as the user's newest words."""
-    return next(r for r in fake.requests
-                if texts(r["messages"][-1])[-1:] == [text])
+from tests.checkpoint_model import texts
+from tests.harness import keel_worker, small_config
+from tests.session.branching import checkpointed, db, notes, settings, user_request  # noqa: F401
 
 
 def same_request(a: dict[str, Any], b: dict[str, Any]) -> None:
@@ -58,28 +25,7 @@ def same_request(a: dict[str, Any], b: dict[str, Any]) -> None:
     assert a.get("tools") == b.get("tools")
 
 
-async def notes(session: SessionHandle) -> str | None:
-    found = await session.read_file("notes.txt")
-    return found.data.decode() if found else None
-
-
-async def checkpointed(keel: KeelClient, fake: Any) -> tuple[SessionHandle, dict[str, int]]:
-    """A session: two turns, a checkpoint, two more turns, one more: seqs of note."""
-    session = await keel.start_session(
-        f"b-{uuid.uuid4().hex[:8]}", config=small_config(keel.settings, memory_scope=None))
-    await session.ask("write one")
-    await session.ask("second message")
-    await session.checkpoint_now()
-    after_checkpoint = (await session.status()).last_seq
-    await session.ask("third message")
-    await session.ask("write two")
-    inside = (await session.status()).last_seq
-    await session.ask("fifth message")
-    await session.put_file("notes.txt", "three")
-    return session, {"after_checkpoint": after_checkpoint, "inside": inside}
-
-
-async def test_fork_sends_what_the_origin_sent_there(client, settings, fake_anthropic,
+async def test_fork_sends_what_the_origin_sent_there(client, settings, fake_anthropic,  # noqa: F811
                                                      database_url):
     async with keel_worker(client, settings) as keel:
         origin, seqs = await checkpointed(keel, fake_anthropic)
@@ -117,7 +63,7 @@ async def test_fork_sends_what_the_origin_sent_there(client, settings, fake_anth
 
 
 async def test_fork_is_refused_inside_a_tool_round_and_past_the_record(
-        client, settings, fake_anthropic):
+        client, settings, fake_anthropic):  # noqa: F811
     async with keel_worker(client, settings) as keel:
         session = await keel.start_session(
             f"b-{uuid.uuid4().hex[:8]}", config=small_config(settings, memory_scope=None))
@@ -142,7 +88,7 @@ async def test_fork_is_refused_inside_a_tool_round_and_past_the_record(
 
 
 async def test_a_fork_that_fails_midway_leaves_nothing_and_a_retry_makes_one(
-        client, settings, fake_anthropic, database_url):
+        client, settings, fake_anthropic, database_url):  # noqa: F811
     async with keel_worker(client, settings) as keel:
         session = await keel.start_session(
             f"b-{uuid.uuid4().hex[:8]}", config=small_config(settings, memory_scope=None))
@@ -169,7 +115,7 @@ async def test_a_fork_that_fails_midway_leaves_nothing_and_a_retry_makes_one(
 
 
 async def test_rewind_abandons_the_rows_after_the_point_for_good(
-        client, settings, fake_anthropic, database_url):
+        client, settings, fake_anthropic, database_url):  # noqa: F811
     async with keel_worker(client, settings) as keel:
         session = await keel.start_session(
             f"b-{uuid.uuid4().hex[:8]}", config=small_config(settings, memory_scope=None))
@@ -201,7 +147,7 @@ async def test_rewind_abandons_the_rows_after_the_point_for_good(
     assert status.phase == "idle" and status.last_seq == 16
 
 
-async def test_rewind_before_a_checkpoint_leaves_it(client, settings, fake_anthropic):
+async def test_rewind_before_a_checkpoint_leaves_it(client, settings, fake_anthropic):  # noqa: F811
     async with keel_worker(client, settings) as keel:
         session, seqs = await checkpointed(keel, fake_anthropic)
         assert await session.mind()
@@ -215,7 +161,7 @@ async def test_rewind_before_a_checkpoint_leaves_it(client, settings, fake_anthr
     assert "third message" not in str(sent["messages"])
 
 
-async def test_rewind_cancels_a_call_waiting_on_a_person(client, settings, fake_anthropic,
+async def test_rewind_cancels_a_call_waiting_on_a_person(client, settings, fake_anthropic,  # noqa: F811
                                                          database_url):
     from schemas.agent import AgentSpec, ApprovalPolicy, ApprovalRules
 
@@ -264,7 +210,7 @@ async def test_rewind_cancels_a_call_waiting_on_a_person(client, settings, fake_
 
 
 async def test_a_worker_lost_in_the_middle_of_a_fork_leaves_no_half_session(
-        client, settings, fake_anthropic, database_url):
+        client, settings, fake_anthropic, database_url):  # noqa: F811
     async with keel_worker(client, settings) as keel:
         session = await keel.start_session(
             f"b-{uuid.uuid4().hex[:8]}", config=small_config(settings, memory_scope=None))

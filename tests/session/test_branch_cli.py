@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from keel.branching import seal_public_key
 from keel.cli import app
 from tests.harness import keel_worker, small_config
-from tests.session.test_branch import notes, settings  # noqa: F401
+from tests.session.branching import notes, settings  # noqa: F401
 
 
 async def test_the_branch_commands(client, settings, fake_anthropic, database_url,  # noqa: F811

@@ -19,18 +19,13 @@ import pytest
 from keel.client import (
     MessageRejectedError,
     NoBudgetRequestError,
-    SessionHandle,
     session_config,
 )
 from schemas.agent import AgentSpec
 from schemas.budget import BudgetLimits, BudgetSpec
-from schemas.session import SessionStatus
 from tests.fake_anthropic import text_message, tool_use_message
-from tests.harness import keel_worker, make_settings, until
-
-WRITE = ("write_file", {"path": "notes.md", "content": "step one"})
-# claude-sonnet-* at $3 / $15 per million: 100,000 input tokens are $0.30.
-BIG_INPUT = 100_000
+from tests.harness import keel_worker, make_settings
+from tests.session.budgets import BIG_INPUT, WRITE, paused
 
 
 @pytest.fixture
@@ -50,23 +45,6 @@ def tool_results(database_url: str, session_id: str) -> list[dict[str, Any]]:
         return [r[0] for r in conn.execute(
             "SELECT content FROM messages WHERE session_id=%s AND type='tool_result'"
             " ORDER BY seq", (session_id,)).fetchall()]
-
-
-async def paused_child(session: SessionHandle) -> tuple[SessionHandle, SessionStatus]:
-    """The first sub-agent under `session` paused on its budget, once there is one."""
-    async def probe() -> tuple[SessionHandle, SessionStatus] | None:
-        return next(((child, status) for child, status in (await session.tree_statuses())[1:]
-                     if status.budget_request is not None), None)
-    return await until(probe)
-
-
-async def paused(session: SessionHandle, within_s: float = 20) -> SessionStatus:
-    for _ in range(int(within_s / 0.05)):
-        status = await session.status()
-        if status.budget_request is not None:
-            return status
-        await asyncio.sleep(0.05)
-    raise AssertionError("the session never paused on its budget")
 
 
 def spec(**budget: BudgetLimits) -> AgentSpec:

@@ -6,58 +6,22 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
 import pytest
-from google.protobuf.duration_pb2 import Duration
-from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.db import apply_migrations
 from keel.client import BranchRefusedError, KeelClient
 from schemas.branch import unsealed
 from tests.checkpoint_model import texts
 from tests.harness import keel_worker, small_config
-from tests.session.test_branch import checkpointed, db, notes, settings  # noqa: F401
+from tests.session.branching import checkpointed, db, notes, settings  # noqa: F401
+from tests.session.other_stack import other_database, other_temporal  # noqa: F401
 
 
 def user_requests(fake: Any, text: str) -> list[dict[str, Any]]:
     return [r for r in fake.requests if texts(r["messages"][-1])[-1:] == [text]]
-
-
-@pytest.fixture
-def other_database(pg_admin_url: str) -> str:
-    name = f"keel_other_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = pg_admin_url.replace("/postgres?", f"/{name}?")
-    apply_migrations(url)
-    return url
-
-
-@pytest.fixture
-async def other_temporal(client: Client) -> AsyncIterator[Client]:
-    """Another Temporal namespace: none of the first stack's workflow ids are there."""
-    namespace = f"keel-other-{uuid.uuid4().hex[:6]}"
-    await client.workflow_service.register_namespace(RegisterNamespaceRequest(
-        namespace=namespace, workflow_execution_retention_period=Duration(seconds=24 * 3600)))
-    for _ in range(50):
-        try:
-            other = await Client.connect(client.service_client.config.target_host,
-                                         namespace=namespace,
-                                         data_converter=pydantic_data_converter)
-            await other.count_workflows()
-            break
-        except Exception:  # the namespace takes a moment to be served
-            import asyncio
-
-            await asyncio.sleep(0.2)
-    yield other
 
 
 async def test_export_then_import_into_a_fresh_stack(
@@ -183,10 +147,10 @@ async def test_a_bundle_of_another_version_is_refused_with_it_named(
 
 
 async def test_a_workspace_in_local_folders_goes_along(client, fake_anthropic, database_url,
-                                                      other_database, other_temporal,
+                                                      other_database, other_temporal,  # noqa: F811
                                                       tmp_path):
     from tests.harness import make_settings
-    from tests.session.test_branch import answer
+    from tests.session.branching import answer
 
     fake_anthropic.responder = answer
     here = make_settings(database_url, tmp_path / "a", fake_anthropic.base_url)

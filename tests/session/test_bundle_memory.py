@@ -6,7 +6,6 @@ without memory stays version 1."""
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import json
 import uuid
@@ -19,27 +18,10 @@ from temporalio.service import RPCError
 from keel.client import BranchRefusedError, KeelClient, SessionHandle
 from schemas.branch import unsealed
 from schemas.config import WorkspaceStoreKind
-from tests.checkpoint_model import texts
-from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
-from tests.session.test_branch import db
-from tests.session.test_bundle import other_database, other_temporal  # noqa: F401
-
-CARD = {"op": "ADD", "type": "contact", "title": "Dana Whitfield", "field": "employer",
-        "value": "Dana works at Northwind Traders", "confidence": "EXTRACTED",
-        "description": "A contact of the user"}
-CARD_FILE = Path("cards") / "contacts" / "Dana Whitfield.md"
-
-
-def rememberer(body: dict[str, Any]) -> dict[str, Any]:
-    """"remember Dana" writes her card; a tool result is acknowledged; else an echo."""
-    last = body["messages"][-1]
-    if any(isinstance(b, dict) and b.get("type") == "tool_result" for b in last["content"]):
-        return text_message("Noted.")
-    said = texts(last)[-1]
-    if said == "remember Dana":
-        return tool_use_message([("write_card", CARD)])
-    return text_message(f"ok: {said}")
+from tests.session.branching import db
+from tests.session.long_memory import CARD_FILE, entries, rememberer, transcribed
+from tests.session.other_stack import other_database, other_temporal  # noqa: F401
 
 
 def header(bundle: bytes) -> dict[str, Any]:
@@ -50,22 +32,6 @@ def header(bundle: bytes) -> dict[str, Any]:
 
 def kinds(bundle: bytes) -> list[str]:
     return [json.loads(line)["line"] for line in gzip.decompress(bundle).splitlines()]
-
-
-def entries(vault: Path, session_id: str) -> int:
-    """How many entries of the session the vault's daily files hold."""
-    return sum(f.read_text().count(f"<!-- keel:{session_id}:")
-               for f in (vault / "daily").glob("*.md"))
-
-
-async def transcribed(vault: Path, session_id: str, seq: int) -> None:
-    """Wait for the turn's transcript (appended after the reply) to reach the vault."""
-    marker = f"<!-- keel:{session_id}:{seq} -->"
-    for _ in range(150):
-        if any(marker in f.read_text() for f in (vault / "daily").glob("*.md")):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"seq {seq} was never transcribed")
 
 
 async def remembering(keel: KeelClient, vault: Path) -> SessionHandle:

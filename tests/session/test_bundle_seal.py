@@ -19,8 +19,8 @@ from schemas.agent import AgentSpec, ServiceTool
 from schemas.mcp import McpServerSpec, McpStdio
 from tests.checkpoint_model import texts
 from tests.harness import keel_worker, small_config
-from tests.session.test_branch import db, settings  # noqa: F401
-from tests.session.test_bundle import other_database, other_temporal  # noqa: F401
+from tests.session.branching import db, settings  # noqa: F401
+from tests.session.other_stack import other_database, other_temporal  # noqa: F401
 
 WATCH_LINE = '[Harness: Watch w1 "deploys"]'
 UNVERIFIED_LINE = '[Harness: imported, unverified: "Watch w1 \'deploys\'"]'

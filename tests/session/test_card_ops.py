@@ -11,7 +11,7 @@ from typing import Any
 from tests.checkpoint_model import texts
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
-from tests.session.test_branch import db
+from tests.session.branching import db
 
 
 def card(name: str) -> dict[str, Any]:
@@ -51,7 +51,7 @@ async def test_every_sessions_card_is_written_whatever_its_call_id(
         await keel.delete_session(first.session_id)
         assert db(database_url, "SELECT count(*) FROM vault_ops WHERE op_id LIKE %s",
                   f"tool:{first.session_id}:%") == [(0,)]
-        from tests.session.test_delete import temporal_forgot
+        from tests.session.deletion import temporal_forgot
 
         await temporal_forgot(client, first.session_id)
         again = await keel.start_session(first.session_id)

@@ -23,7 +23,7 @@ from keel.client import KeelClient, session_config
 from schemas.config import KeelSettings
 from tests.checkpoint_model import CheckpointModel, good_checkpoint
 from tests.fake_anthropic import text_message, tool_use_message
-from tests.session.test_worker_crash import start_worker
+from tests.session.worker_process import start_worker
 
 MATRIX = os.environ.get("KEEL_CRASH_MATRIX") == "1"
 FILLER = " ".join(f"w{i % 97}" for i in range(1_000))

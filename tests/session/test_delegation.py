@@ -162,7 +162,7 @@ async def test_worker_killed_mid_delegation_starts_one_child(
     from keel.client import KeelClient
     from schemas.config import KeelSettings
     from tests.harness import stop_process
-    from tests.session.test_worker_crash import start_worker
+    from tests.session.worker_process import start_worker
 
     def slow_child(body: dict[str, Any]) -> Any:
         time.sleep(1.5)  # long enough to kill the worker while the child's call is open

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 from typer.testing import CliRunner
 
 from activities.wakeups import wakeup_schedule_id
@@ -26,10 +25,11 @@ from schemas.vault.rollup import split_transcript
 from tests.checkpoint_model import CheckpointModel, good_checkpoint, texts
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
-from tests.session.test_branch import answer as branch_answer
-from tests.session.test_branch import db
-from tests.session.test_bundle import other_temporal  # noqa: F401
-from tests.session.test_bundle_memory import CARD_FILE, entries, rememberer, transcribed
+from tests.session.branching import answer as branch_answer
+from tests.session.branching import db
+from tests.session.deletion import left_behind, temporal_forgot
+from tests.session.long_memory import CARD_FILE, entries, rememberer, transcribed
+from tests.session.other_stack import other_temporal  # noqa: F401
 from workers.worker import Role
 
 AGENT = AgentSpec(instructions="You keep notes.",
@@ -62,34 +62,8 @@ async def lived(keel: KeelClient, session_id: str) -> SessionHandle:
     return session
 
 
-def left_behind(database_url: str, session_id: str) -> dict[str, int]:
-    """Every table with a session_id or a scope column (whatever a later migration adds),
-    and how many of its rows name `session_id`; only the nonzero ones. Not the vault's
-    index (`memory_*`): long memory is the scope's, and stays."""
-    columns = db(database_url, "SELECT table_name, column_name FROM information_schema.columns"
-                 " WHERE table_schema = 'public' AND column_name IN ('session_id', 'scope')"
-                 " AND table_name NOT LIKE 'memory\\_%%'")
-    counts = {f"{table}.{column}": db(database_url, f"SELECT count(*) FROM {table} WHERE "
-                                      f"{column} = %s", session_id)[0][0]
-              for table, column in columns}
-    return {name: n for name, n in counts.items() if n}
-
-
 def durable(counts: dict[str, int]) -> dict[str, int]:
     return {name: n for name, n in counts.items() if not name.startswith("transcript_outbox")}
-
-
-async def temporal_forgot(client: Client, session_id: str, within_s: float = 15) -> None:
-    """Temporal no longer has the workflow (deletion is carried out in the background)."""
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            await client.get_workflow_handle(session_id).describe()
-        except RPCError as err:
-            assert err.status == RPCStatusCode.NOT_FOUND
-            return
-        assert time.monotonic() < deadline, f"{session_id} still in Temporal"
-        await asyncio.sleep(0.2)
 
 
 async def schedules(client: Client, session_id: str) -> list[str]:

@@ -29,10 +29,10 @@ from schemas.events import (
 from tests.checkpoint_model import CheckpointModel, good_checkpoint, texts
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings, reader_seen
-from tests.session.test_worker_crash import polling, start_worker
+from tests.session.streams import TIMEOUT, Reader
+from tests.session.worker_process import polling, start_worker
 from workflows.events import STREAM_PUBLISH
 
-TIMEOUT = 90
 WINDOW, OUTPUT = 12_000, 512
 FILLER = " ".join(f"w{i % 97}" for i in range(1_000))  # about 1,900 tokens
 
@@ -55,29 +55,6 @@ def ordinary(body: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture
 def settings(database_url, fake_anthropic, tmp_path):
     return make_settings(database_url, tmp_path, fake_anthropic.base_url)
-
-
-class Reader:
-    """A subscriber in the background, keeping every (offset, event)."""
-
-    def __init__(self, keel: KeelClient, session_id: str, after: int = 0) -> None:
-        self.items: list[tuple[int, Any]] = []
-        self.task = asyncio.create_task(self._run(keel, session_id, after))
-
-    async def _run(self, keel: KeelClient, session_id: str, after: int) -> None:
-        async for pair in keel.session(session_id).events(after=after):
-            self.items.append(pair)
-
-    def of(self, *types: EventType) -> list[Any]:
-        return [e for _, e in self.items if getattr(e, "type", None) in types]
-
-    async def until(self, predicate: Any) -> None:
-        async with asyncio.timeout(TIMEOUT):
-            while not predicate(self):
-                await asyncio.sleep(0.05)
-
-    def stop(self) -> None:
-        self.task.cancel()
 
 
 def structure(items: list[tuple[int, Any]]) -> list[str]:

@@ -25,12 +25,10 @@ from keel.service import ServiceToolset
 from schemas.agent import AgentSpec
 from schemas.budget import BudgetLimits, BudgetSpec
 from schemas.interrupt import INTERRUPTED_MARK, NOT_RUN_TEXT, InterruptPolicy
-from tests.fake_anthropic import FakeAnthropic, text_message, tool_use_message
+from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
-from tests.session.test_budget import paused
-
-LONG = " ".join(f"word{n}" for n in range(300))  # 100 events: 5 s at 50 ms an event
-DELAY_S = 0.05
+from tests.session.budgets import paused
+from tests.session.streams import DELAY_S, LONG, streaming
 
 
 @pytest.fixture
@@ -43,15 +41,6 @@ def rows(database_url: str, session_id: str) -> list[tuple[int, str, str, Any]]:
         return conn.execute(
             "SELECT seq, type, content_text, content FROM messages WHERE session_id=%s"
             " ORDER BY seq", (session_id,)).fetchall()
-
-
-async def streaming(fake: FakeAnthropic, events: int = 5, nth: int = 0) -> None:
-    """Until the `nth` stream has sent `events` events."""
-    for _ in range(400):
-        if len(fake.streams) > nth and fake.streams[nth].events_sent >= events:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("the reply never streamed")
 
 
 async def started(keel: KeelClient, name: str, **kw: Any) -> SessionHandle:

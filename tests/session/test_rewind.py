@@ -18,7 +18,7 @@ from schemas.initiative import WakeupLimits
 from tests.checkpoint_model import texts
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, small_config
-from tests.session.test_branch import db, settings, user_request  # noqa: F401
+from tests.session.branching import db, settings, user_request  # noqa: F401
 
 WAKES = AgentSpec(wakeups=WakeupLimits(min_interval_s=1, max_active=5, expiry_s=3600))
 

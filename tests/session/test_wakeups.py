@@ -199,7 +199,7 @@ async def test_one_shot_across_continue_as_new_and_sigkill_fires_once(
     from keel.client import KeelClient, session_config
     from schemas.config import KeelSettings
     from tests.harness import stop_process
-    from tests.session.test_worker_crash import start_worker
+    from tests.session.worker_process import start_worker
 
     def respond(body: dict[str, Any]) -> dict[str, Any]:
         last = _last_user_text(body)

@@ -5,17 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 import psycopg
 
 from keel.client import KeelClient
 from tests.fake_anthropic import text_message, tool_use_message
+from tests.session.worker_process import start_worker
 
 
 def _slow_three_writes(body: dict) -> dict:
@@ -25,41 +22,6 @@ def _slow_three_writes(body: dict) -> dict:
     if done < 3:
         return tool_use_message([("write_file", {"path": f"f{done}.txt", "content": str(done)})])
     return text_message("all three written")
-
-
-def start_worker(env: dict[str, str]) -> subprocess.Popen:
-    """A worker process; its log goes to a file in its data folder (a pipe nobody reads
-    would fill and stop the worker mid-test)."""
-    folder = Path(env.get("KEEL_DATA_DIR") or tempfile.gettempdir())
-    folder.mkdir(parents=True, exist_ok=True)
-    log = folder / f"worker-{uuid.uuid4().hex[:8]}.log"
-    with log.open("wb") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "workers.main", "both"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=stderr)
-    proc.args = [*proc.args, f"log={log}"]  # type: ignore[misc]  # said when it never polls
-    return proc
-
-
-async def polling(client, queue: str, proc: subprocess.Popen, within_s: float = 150) -> None:
-    """Until worker `proc` polls `queue` for workflow tasks; else fail with its log's end
-    (a worker process starting on a loaded machine has taken over a minute)."""
-    from temporalio.api.enums.v1 import TaskQueueType
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-
-    request = DescribeTaskQueueRequest(
-        namespace=client.namespace, task_queue=TaskQueue(name=queue),
-        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW)
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline and proc.poll() is None:
-        found = await client.workflow_service.describe_task_queue(request)
-        if any(p.identity.startswith(f"{proc.pid}@") for p in found.pollers):
-            return
-        await asyncio.sleep(0.2)
-    log = Path(str(proc.args[-1]).removeprefix("log="))  # type: ignore[index]
-    tail = log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
-    raise AssertionError(f"worker {proc.pid} never polled {queue} (exit {proc.poll()}):\n"
-                         f"{tail}")
 
 
 async def test_sigkill_mid_turn_loses_and_duplicates_nothing(

@@ -10,7 +10,7 @@ import httpx2 as httpx
 
 from keel.ui.server import ui_server
 from tests.harness import keel_worker
-from tests.session.test_branch import checkpointed, settings  # noqa: F401
+from tests.session.branching import checkpointed, settings  # noqa: F401
 
 FORMS = re.compile(r'<form class="branch"[^>]*>.*?name="seq" value="(\d+)"', re.S)
 

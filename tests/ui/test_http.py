@@ -172,8 +172,8 @@ async def test_a_sub_agent_paused_on_its_budget_shows_on_its_parent_s_page(
     and links the child's page, where its form is (it said nothing was waiting)."""
     from schemas.budget import BudgetLimits, BudgetSpec
     from tests.fake_anthropic import tool_use_message
+    from tests.session.budgets import BIG_INPUT, WRITE, paused_child
     from tests.session.teams import spec, team
-    from tests.session.test_budget import BIG_INPUT, WRITE, paused_child
 
     fake_anthropic.responder = team(lambda body: tool_use_message([WRITE],
                                                                   input_tokens=BIG_INPUT))

@@ -16,8 +16,8 @@ from schemas.budget import BudgetLimits, BudgetSpec
 from schemas.interrupt import INTERRUPTED_MARK
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
-from tests.session.test_budget import BIG_INPUT, WRITE, paused
-from tests.session.test_interrupt import LONG, streaming
+from tests.session.budgets import BIG_INPUT, WRITE, paused
+from tests.session.streams import LONG, streaming
 
 
 async def test_budget_raised_and_a_turn_stopped_from_the_page(client, database_url,

@@ -13,7 +13,7 @@ import httpx2 as httpx
 from keel.ui.server import ui_server
 from tests.fake_anthropic import text_message
 from tests.harness import keel_worker, make_settings
-from tests.session.test_delete import left_behind, temporal_forgot
+from tests.session.deletion import left_behind, temporal_forgot
 
 
 async def test_a_session_deleted_from_its_page(client, database_url, fake_anthropic,

@@ -14,9 +14,9 @@ import pytest
 from keel.ui.server import ui_server
 from schemas.config import WorkspaceStoreKind
 from tests.harness import keel_worker, make_settings, until
-from tests.session.test_branch import db
-from tests.session.test_bundle_memory import rememberer
-from tests.vault.test_erase_scope import remembered, scope_rows
+from tests.session.branching import db
+from tests.session.long_memory import rememberer
+from tests.vault.erasing import remembered, scope_rows
 
 
 async def test_the_vault_page_shows_a_scope_whose_folder_is_on_another_host(

@@ -16,7 +16,7 @@ from schemas.vault.card import split_frontmatter
 from schemas.vault.doctor import DoctorInput, DoctorReport
 from schemas.vault.nightly import NightlyReport
 from tests.vault.support import make_ctx, run_activity
-from tests.vault.test_rollup_runs import Webhook
+from tests.vault.webhooks import Webhook
 from workers.schedules import ensure_memory_schedules, schedule_id
 from workers.worker import MEMORY_WORKFLOWS, memory_activities
 from workflows.doctor import DoctorWorkflow

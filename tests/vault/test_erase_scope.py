@@ -17,47 +17,18 @@ from typer.testing import CliRunner
 from activities.vault_share import shared_vault_text
 from activities.workspace import open_store
 from keel.cli import app
-from keel.client import DeleteRefusedError, KeelClient, SessionHandle, session_config
-from keel.record import search_memory
+from keel.client import DeleteRefusedError, KeelClient, session_config
 from schemas.vault.doctor import DoctorInput
 from schemas.vault.erase import running_text
 from schemas.vault.nightly import NightlyInput, NightlyJob, nightly_child_id, now_run_prefix
 from schemas.vault.schema import CORE_FILE
 from tests.harness import keel_worker, make_settings, until
-from tests.session.test_branch import db
-from tests.session.test_bundle_memory import CARD_FILE, rememberer, transcribed
-from tests.session.test_delete import temporal_forgot
+from tests.session.branching import db
+from tests.session.deletion import temporal_forgot
+from tests.session.long_memory import CARD_FILE, rememberer, transcribed
+from tests.vault.erasing import found, remembered, scope_rows
 from workflows.doctor import DoctorWorkflow
 from workflows.nightly import MemoryNightlyWorkflow
-
-
-def scope_rows(database_url: str, scope: str) -> dict[str, int]:
-    """Every table with a `scope` column (whatever a later migration adds), and how many
-    of its rows name `scope`; only the nonzero ones. Not the workspace's tables, whose
-    `scope` is a session's id."""
-    tables = db(database_url, "SELECT table_name FROM information_schema.columns WHERE"
-                " table_schema = 'public' AND column_name = 'scope'"
-                " AND table_name NOT LIKE 'workspace\\_%%'")
-    counts = {t: db(database_url, f"SELECT count(*) FROM {t} WHERE scope = %s", scope)[0][0]
-              for (t,) in tables}
-    return {t: n for t, n in counts.items() if n}
-
-
-async def remembered(keel: KeelClient, scope: str, words: str) -> SessionHandle:
-    """A session of `scope` that wrote a card and whose words are found in its memory."""
-    session = await keel.start_session(
-        f"{scope}-s-{uuid.uuid4().hex[:6]}",
-        config=session_config(keel.settings, memory_scope=scope))
-    await session.ask("remember Dana")  # a card; #1 to #4
-    await session.ask(words)  # #5, #6
-    await transcribed(keel.settings.memory.vault_dir_for(scope), session.session_id, 6)
-    await until(lambda: found(keel, scope, words))
-    return session
-
-
-async def found(keel: KeelClient, scope: str, words: str) -> bool:
-    hits = await search_memory(str(keel.settings.database_url), words, scope=scope, k=5)
-    return any(words in h.snippet for h in hits)
 
 
 async def doctor_run(keel: KeelClient, scope: str) -> str:

@@ -1,14 +1,10 @@
 """The rollup chain over simulated weeks on the time-skipping server, the model scripted by
 the fake Messages API (answering by the offline rollup rules); catch-up; the offline rules."""
 
-import json
 import shutil
-import threading
 import uuid
 from datetime import UTC, date, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import pytest
 from temporalio.worker import Worker
 
 from activities.offline import rollup as offline_rollup
@@ -24,8 +20,9 @@ from schemas.vault.rollup import (
     render_entries,
     transcript_entry,
 )
+from tests.vault.rollup_clock import ClockInput, MemoryClockWorkflow
 from tests.vault.support import make_ctx, run_activity
-from tests.vault.test_rollup_clock import ClockInput, MemoryClockWorkflow
+from tests.vault.webhooks import webhook  # noqa: F401  (the fixture)
 from workers.worker import MEMORY_WORKFLOWS, memory_activities, model_backends
 from workflows.rollup import YearlyRollupWorkflow
 
@@ -64,39 +61,8 @@ def write_month(vault) -> dict[date, int]:
     return sizes
 
 
-class Webhook:
-    def __init__(self):
-        self.posts = []
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers["content-length"]))
-                hook.posts.append(json.loads(body))
-                self.send_response(204)
-                self.end_headers()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def webhook():
-    hook = Webhook()
-    yield hook
-    hook.stop()
-
-
 async def test_a_month_of_nightly_rollups_in_seconds(time_skipping_env, tmp_path, database_url,
-                                                    fake_anthropic, webhook):
+                                                    fake_anthropic, webhook):  # noqa: F811
     fake_anthropic.responder = offline_rollup.respond
     ctx = make_ctx(tmp_path, database_url,
                    ModelSettings(base_url=fake_anthropic.base_url, api_key="test"),

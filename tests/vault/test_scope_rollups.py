@@ -18,7 +18,7 @@ from schemas.vault.nightly import NightlyJob
 from schemas.vault.rollup import transcript_entry
 from tests.vault.scope_clock import ScopeClockInput, ScopeClockWorkflow
 from tests.vault.support import make_ctx
-from tests.vault.test_rollup_runs import webhook  # noqa: F401  (the fixture)
+from tests.vault.webhooks import webhook  # noqa: F401  (the fixture)
 from workers.worker import MEMORY_WORKFLOWS, memory_activities
 
 START = date(2026, 5, 31)  # a Sunday: the week 05-31 .. 06-06 closes on 06-07

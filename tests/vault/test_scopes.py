@@ -21,36 +21,16 @@ from activities.vault.store import MemoryContext, scope_vaults
 from activities.vault_share import publish_vault_files
 from keel.client import session_config
 from schemas.session import SessionConfig, SessionInput, SessionState
-from schemas.vault.card import CardFact
-from schemas.vault.schema import CardOp
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
+from tests.vault.scope_seeds import seed
 from workers.worker import model_backends
 from workflows.session import SessionWorkflow
-
-# Facts that overlap in wording (kettle, order, ships), told apart by their markers.
-FACTS = {
-    "alice": ("A-1001", "blue kettle", "Order A-1001: the blue kettle ships on Tuesday"),
-    "bob": ("B-2002", "red kettle", "Order B-2002: the red kettle ships on Friday"),
-}
 
 
 @pytest.fixture
 def settings(database_url, fake_anthropic, tmp_path):
     return make_settings(database_url, tmp_path, fake_anthropic.base_url)
-
-
-async def seed(settings, database_url: str, scope: str) -> Path:
-    """A scope's vault with a CORE.md line and a card holding its own order."""
-    ctx = MemoryContext(settings=settings, database_url=database_url).scoped(scope)
-    ctx.vault.ensure()
-    marker, kettle, fact = FACTS[scope]
-    ctx.vault.write("CORE.md", f"# Core\n\n## Facts\n- Prefers the {kettle}; order {marker}\n")
-    await ctx.vault.apply_facts(await ctx.pool(), [("seed:0", CardFact(
-        op=CardOp.ADD, type="note", title="Kettle order", value=fact))], "2026-06-01")
-    async with (await ctx.pool()).connection() as conn:
-        await ctx.vault.reindex(conn)
-    return ctx.vault.root
 
 
 def vault_text(root: Path) -> str:

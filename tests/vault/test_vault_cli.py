@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from keel.cli import app
 from tests.harness import keel_worker, make_settings
-from tests.vault.test_scopes import seed
+from tests.vault.scope_seeds import seed
 
 
 @pytest.fixture
