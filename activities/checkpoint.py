@@ -47,6 +47,7 @@ from activities.context import SessionContext
 from activities.events import tell_retrying
 from activities.heartbeat import beating, with_heartbeat
 from activities.model_call import refusal
+from schemas.budget import Spend
 from schemas.model import CHECKPOINT_CALL_ATTEMPTS, PROMPT_TOO_LONG
 
 __all__ = [
@@ -76,7 +77,8 @@ class CheckpointActivities:
                 done_round = rounds[data.round_no]
                 return RoundResult(done=not done_round["results"],
                                    tool_calls=len(done_round["results"]),
-                                   final=bool(done_round.get("final")))
+                                   final=bool(done_round.get("final")),
+                                   spent=Spend.model_validate(done_round.get("spent") or {}))
             planned = await turn.round_request(self.ctx, conn, attempt, data)
             if planned.request is None:  # not even the now fits: the files stand as they are
                 return RoundResult(done=True, no_room=True, final=planned.final)

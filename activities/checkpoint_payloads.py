@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from schemas.agent import AgentSpec
+from schemas.budget import Spend
 from schemas.checkpoint.budgets import CheckpointBudgets
 from schemas.checkpoint.policy import ModelWindow
 from schemas.checkpoint.problems import Problem
@@ -81,6 +82,9 @@ class RoundResult(BaseModel):
     final: bool = False  # this round asked for the now alone (its rounds ran out of room)
     no_room: bool = False  # not sent: not even the now fits; the turn ends with its files
     refused: TooLong | None = None  # the API refused it as too long (its count, Keel's estimate)
+    # What the round's request cost, as the API counted it: the session's budget is
+    # charged with it (a retry reports the stored round's again; the workflow saw neither).
+    spent: Spend = Field(default_factory=Spend)
 
 
 class CheckResult(BaseModel):

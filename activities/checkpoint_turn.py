@@ -21,6 +21,7 @@ from psycopg import AsyncConnection
 from activities import checkpoint_attempts as attempts
 from activities.checkpoint_payloads import PrepareInput, RoundInput, RoundResult
 from activities.context import SessionContext
+from activities.model.usage import spend_of_reply
 from activities.record import taken_tool_ids
 from activities.tools import ToolContext, execute_tool
 from activities.window import LoadedWindow
@@ -267,8 +268,9 @@ async def run_round(ctx: SessionContext, conn: AsyncConnection, attempt: dict[st
                                        meta.window.context_window),
                  max(meta.usage_ratio, RATIO_MIN))
     text = "\n".join(b["text"] for b in blocks if b["type"] == "text")
+    spent = spend_of_reply(message, meta.model, ctx.settings.prices)
     entry = {"prompt": planned.prompt, "assistant": blocks, "results": results,
-             "usage": counted, "final": planned.final,
+             "usage": counted, "spent": spent.model_dump(), "final": planned.final,
              "files": {"mind": await attempts.read_file(ctx.store, session_id, MIND_FILE),
                        "memo": await attempts.read_file(ctx.store, session_id, MEMO_FILE)}}
     await conn.execute(
@@ -276,4 +278,5 @@ async def run_round(ctx: SessionContext, conn: AsyncConnection, attempt: dict[st
         " rounds_used = rounds_used + 1,"
         " final_text = CASE WHEN %s THEN %s ELSE final_text END WHERE attempt_id=%s",
         (json.dumps([entry]), not results, text, data.attempt_id))
-    return RoundResult(done=not results, tool_calls=len(results), final=planned.final)
+    return RoundResult(done=not results, tool_calls=len(results), final=planned.final,
+                       spent=spent)

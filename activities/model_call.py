@@ -37,6 +37,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.context import SessionContext
+from activities.model.usage import usage_of
 from activities.record import (
     Inserted,
     NewRow,
@@ -490,16 +491,6 @@ def _reply_blocks(message: Message) -> tuple[list[dict[str, Any]], list[str]]:
     return storable, replaced
 
 
-def _usage(message: Message) -> Usage:
-    usage = message.usage
-    by_ttl = getattr(usage, "cache_creation", None)  # absent from older API versions
-    return Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-                 cache_read_input_tokens=usage.cache_read_input_tokens or 0,
-                 cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
-                 cache_creation_1h_input_tokens=getattr(
-                     by_ttl, "ephemeral_1h_input_tokens", 0) or 0)
-
-
 async def insert_reply(conn: AsyncConnection, data: ModelCallInput,
                        message: Message) -> tuple[ModelReply, list[str]]:
     """The reply inserted at its seq (once), and what of it was replaced. Its tool calls
@@ -522,7 +513,7 @@ async def insert_reply(conn: AsyncConnection, data: ModelCallInput,
         tool_calls=[ToolCall(id=b["id"], name=b["name"], input_preview=_preview(b.get("input")),
                              input=b.get("input") or {})
                     for b in blocks if b["type"] == "tool_use"],
-        usage=_usage(message), text=inline_reply(text), text_chars=len(text),
+        usage=usage_of(message), text=inline_reply(text), text_chars=len(text),
         reply_tokens=inserted.token_count, model=message.model)
     return reply, replaced
 

@@ -1,12 +1,16 @@
-"""The session's budget in the workflow: spend charged after each model call, and the pause
-before a call when a budget is reached (the rules are pure, in `schemas.budget`).
+"""The session's budget in the workflow: spend charged after each model call (a turn's, and
+a checkpoint's rounds and memory flush), and the pause before a call when a budget is
+reached (the rules are pure, in `schemas.budget`).
 
 Invariants:
 - A budget is checked before a model call, never during one: a reply is recorded whole, a
   tool call already made gets its result, and a reached budget pauses the turn durably at
-  the next call, as an approval does. The pause is `BudgetState.request` in the state; a
-  pause that outlasts the run's history continues as new with the turn (workflows.turn
-  carries it), and the new run waits again at the same call.
+  the next call, as an approval does. Every model call the session makes is charged: a
+  checkpoint's rounds, repair and memory flush when it ends (stored or not), and a budget
+  they reached is checked before the call they made room for. The pause is
+  `BudgetState.request` in the state; a pause that outlasts the run's history continues as
+  new with the turn (workflows.turn carries it), and the new run waits again at the same
+  call.
 - The request is said in the record (a notice) and in `status` (`budget_request`, the
   phase `awaiting_budget`); a person answers it (`answer`): a raise and the turn goes on
   (checked again: a raise too small pauses again), a refusal and the turn ends saying so.
@@ -31,13 +35,12 @@ with workflow.unsafe.imports_passed_through():
         BudgetRequest,
         BudgetScope,
         BudgetSpec,
+        Spend,
         answered_notice,
         budget_notice,
         raise_problem,
-        spend_of,
     )
     from schemas.events import BudgetAnswered, BudgetReached
-    from schemas.messages import ModelReply
     from schemas.session import SessionPhase
     from workflows.run import SessionRun
 
@@ -45,6 +48,7 @@ __all__ = ["BUDGET_REFUSED", "ENDED_WHILE_PAUSED", "STOPPED_WHILE_PAUSED", "Budg
            "Gate"]
 
 BUDGET_PATCH = "budget-gate"
+CHECKPOINT_SPEND_PATCH = "checkpoint-spend-gate"  # a checkpoint's calls are charged too
 BUDGET_REFUSED = "The budget was reached and a raise was refused: the turn ended there."
 ENDED_WHILE_PAUSED = "The session was ended while the turn waited on its budget."
 STOPPED_WHILE_PAUSED = ("The turn was interrupted while it waited on its budget; the next "
@@ -61,7 +65,8 @@ class Gate(Enum):
 
 
 class BudgetGate:
-    """Charges the turn's model calls and pauses it at a reached budget."""
+    """Charges the session's model calls (its turns', its checkpoints') and pauses a turn
+    at a reached budget."""
 
     def __init__(self, run: SessionRun) -> None:
         self.run = run
@@ -77,9 +82,17 @@ class BudgetGate:
         state = self.run.state
         state.budget.start_turn(state.turn)
 
-    def charge(self, reply: ModelReply) -> None:
-        """A model call's usage and cost, on the session's and the turn's spend."""
-        self.run.state.budget.charge(spend_of(reply.usage, reply.cost_usd))
+    def charge(self, spend: Spend) -> None:
+        """A model call's usage and cost (a turn's call: `spend_of` its reply; a
+        checkpoint's rounds and flush: its outcome's), on the session's and the turn's."""
+        self.run.state.budget.charge(spend)
+
+    def reached_by_room(self) -> bool:
+        """Room was made for a call that passed the gate: its checkpoint's model calls were
+        charged, and a budget they reached pauses the turn before the call, as any call's
+        spend would. The patch marker is written only when one is reached."""
+        return self.run.state.budget.check(self.spec) is not None \
+            and workflow.patched(CHECKPOINT_SPEND_PATCH)
 
     async def gate(self, before_pause: Callable[[], Awaitable[None]] | None = None) -> Gate:
         """Before a model call: GO, or the pause until a person answers. `before_pause` runs

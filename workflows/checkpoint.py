@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         StoreResult,
     )
     from activities.vault.turn import FlushInput, MemoryActivities
+    from schemas.budget import Spend
     from schemas.checkpoint.budgets import MAX_TOOL_ROUNDS
     from schemas.checkpoint.policy import learned_ratio, portion_after_refusal
     from schemas.events import CheckpointKind
@@ -54,6 +55,9 @@ class CheckpointOutcome:
     rounds: int = 0  # the checkpoint turn's rounds of the last attempt
     repair: bool = False  # the last attempt sent its one repair request
     error: ActivityError | None = None  # the step that gave up, when one did
+    # What its model requests cost (the rounds, the repair, the memory flush), whether it
+    # stored or not: the session's budget is charged with it.
+    spent: Spend = field(default_factory=Spend)
     portion: float = field(default=1.0, repr=False)  # of the window the last attempt condensed
 
     def finish(self) -> CheckpointOutcome:
@@ -127,8 +131,8 @@ class CheckpointChain:
             return False
         if prepared.view == "earlier":  # the turn saw only the part it condenses
             out.portion = min(out.portion, 0.5)
-        await self._flush(state.window_start_seq, prepared.cut_seq - 1, attempt_id)
-        turn = await self._turn(attempt_id)
+        await self._flush(state.window_start_seq, prepared.cut_seq - 1, attempt_id, out)
+        turn = await self._turn(attempt_id, out)
         record_seq = state.allocate_seq()
         try:
             stored = await workflow.execute_activity_method(
@@ -146,7 +150,7 @@ class CheckpointChain:
         out.stored = stored
         return False
 
-    async def _turn(self, attempt_id: str) -> _RoundsOutcome:
+    async def _turn(self, attempt_id: str, outcome: CheckpointOutcome) -> _RoundsOutcome:
         """The checkpoint turn: at most five rounds of tool calls and one more request for
         the now alone; then the checks, and at most one repair turn like it. A round the
         window has no room for (or the API refused as too long) ends the turn with what
@@ -175,6 +179,7 @@ class CheckpointChain:
                     out.refused_as_too_large = isinstance(err.cause, ApplicationError) and (
                         err.cause.type in REFUSED_AS_TOO_LARGE)
                     return out
+                outcome.spent = outcome.spent.plus(rnd.spent)  # charged, stored or not
                 if rnd.refused is not None or rnd.no_room:
                     if rnd.refused is not None:
                         self._learn(rnd.refused)
@@ -206,7 +211,8 @@ class CheckpointChain:
             state.usage_ratio, refused.counted(state.config.window().hard_limit),
             refused.estimate)
 
-    async def _flush(self, from_seq: int, to_seq: int, attempt_id: str) -> None:
+    async def _flush(self, from_seq: int, to_seq: int, attempt_id: str,
+                     out: CheckpointOutcome) -> None:
         """Durable facts of the part moving out go to cards first, so condensing never
         loses them silently. Its request shares the attempt's prefix (read from the prompt
         cache). Best effort: a failed flush is recorded, and the checkpoint goes on."""
@@ -214,11 +220,12 @@ class CheckpointChain:
         if scope is None:  # a session without long memory flushes nothing
             return
         try:
-            await workflow.execute_activity_method(
+            flushed = await workflow.execute_activity_method(
                 MemoryActivities.flush_memory,
                 FlushInput(session_id=self.state.session_id, from_seq=from_seq, to_seq=to_seq,
                            scope=scope, attempt_id=attempt_id),
                 **on_vault_queue(MEMORY_FLUSH))
+            out.spent = out.spent.plus(flushed.spent)
         except ActivityError as err:
             workflow.logger.warning("memory flush failed: %s", err.cause or err)
             if self.on_flush_failed is not None:

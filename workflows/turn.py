@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         SessionActivities,
         WindowSpan,
     )
+    from schemas.budget import spend_of
     from schemas.checkpoint.policy import (
         RoomStep,
         RoomTried,
@@ -128,6 +129,8 @@ class CallEnd(NamedTuple):
     # The inputs whose transcript the call queued with its reply (activities.vault.outbox);
     # None: the session appends them itself after the turn.
     queued: list[int] | None = None
+    # Not sent, and a checkpoint made on its way reached a budget: the gate comes first.
+    regate: bool = False
 
 
 @dataclass
@@ -219,9 +222,11 @@ class Turns:
                 return None
             if gate is Gate.END:
                 return last, self.budget.ended_reason
-            reply, error, upto, queued = await self.call_model(state.recorded_upto,
-                                                               first=first)
+            end = await self.call_model(state.recorded_upto, first=first)
             first = False
+            if end.regate:  # a checkpoint's spend reached a budget: the gate first
+                continue
+            reply, error, upto, queued = end.reply, end.error, end.upto, end.queued
             taking = [p.seq for p in state.pending if p.seq <= upto]
             state.pending = [p for p in state.pending if p.seq not in taking]
             answered.extend(taking)
@@ -360,6 +365,8 @@ class Turns:
             ended = await self._answered(result, seq, upto, call)
             if ended is not None:
                 return ended
+            if self.budget.reached_by_room():  # the call waits for the gate
+                return CallEnd(None, None, upto, regate=True)
             upto = state.recorded_upto
 
     def _model_call_input(self, seq: int, upto: int, call: _Call,
@@ -440,7 +447,7 @@ class Turns:
                                      attempt=tail.attempt, index=index, start=start, text=text)
         if result.reply is not None:
             self._account(result, result.reply)
-            self.budget.charge(result.reply)
+            self.budget.charge(spend_of(result.reply.usage, result.reply.cost_usd))
             self.observer.model_called(result.reply)
             if result.replaced:
                 await self.run.record_notice("The model's output held characters the "
@@ -549,6 +556,7 @@ class Turns:
                         threshold=run.window.threshold)
         with self.observer.checkpoint_trace():
             outcome = await self.chain.checkpoint(upto, self.turn.first_seq)
+        self.budget.charge(outcome.spent)  # its rounds and flush, stored or not
         if outcome.error is not None:  # a step gave up: the session keeps its checkpoint
             run.last_error = f"checkpoint failed: {outcome.reason}"
             await run.record_notice(f"A checkpoint failed: {outcome.reason}")

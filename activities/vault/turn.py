@@ -48,6 +48,7 @@ from activities.context import SessionContext
 from activities.events import tell_retrying
 from activities.heartbeat import beating, with_heartbeat
 from activities.model import ModelBackend
+from activities.model.usage import spend_of_reply
 from activities.vault.embedder import embedder_for
 from activities.vault.files import atomic_write
 from activities.vault.rollup import apply_facts_of, ask_model, store_plan, stored_plan
@@ -60,6 +61,7 @@ from activities.vault.search import (
 )
 from activities.vault.store import MemoryContext, Vault, daily_doc, scope_vaults
 from activities.vault.terms_upgrade import TERMS_BATCH, upgrade_terms
+from schemas.budget import Spend
 from schemas.model import BEST_EFFORT_ATTEMPTS
 from schemas.tokens import count_tokens
 from schemas.vault.recall import RecallInput, RecallResult
@@ -93,6 +95,7 @@ class FlushResult(BaseModel):
     superseded: int = 0
     noop: int = 0
     rejected: int = 0
+    spent: Spend = Field(default_factory=Spend)  # this attempt's model request, for the budget
 
 
 class TranscriptInput(BaseModel):
@@ -195,8 +198,10 @@ class MemoryActivities:
                 made = await ask_model(self.model, ctx, RollupKind.FLUSH, period, chunks, "")
             plan = await store_plan(pool, plan_id, made, scope=vault.scope)
         result = await apply_facts_of(ctx, plan_id, plan.facts, plan.period)
+        asked = inp.attempt_id is not None and plan.made_by == inp.attempt_id
         return FlushResult(added=result.added, superseded=result.superseded,
-                           noop=result.noop, rejected=result.rejected + len(plan.rejected))
+                           noop=result.noop, rejected=result.rejected + len(plan.rejected),
+                           spent=plan.spent if asked else Spend())
 
     async def _flush_in_session(self, ctx: MemoryContext, session_id: str, attempt_id: str,
                                 period: str) -> RollupPlan:
@@ -218,7 +223,10 @@ class MemoryActivities:
                                [b.model_dump() for b in reply.content],
                                ctx.vault.require_schema())
         plan.model_calls = 1
+        plan.spent = spend_of_reply(reply, request["model"], ctx.settings.prices)
+        plan.made_by = attempt_id
         return plan
+
     @activity.defn(name="append_transcripts")
     @beating
     async def append_transcripts(self, inp: TranscriptsInput) -> TranscriptsResult:

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from schemas.budget import Spend
 from schemas.vault.card import CardFact
 from schemas.vault.schema import CORE_MAX_CHARS, CORE_MAX_GOALS, CardOp, Confidence, VaultSchema
 from schemas.vault.scope import DEFAULT_SCOPE
@@ -153,6 +154,10 @@ class RollupPlan(BaseModel):
     notes: list[str] = Field(default_factory=list)  # problems with the material itself
     input_tokens: int = 0  # the source material's size (for the cost report)
     model_calls: int = 0
+    # A flush's: what its request cost and the checkpoint attempt that asked it, which the
+    # session's budget is charged once (a later attempt reusing the plan asked nothing).
+    spent: Spend = Field(default_factory=Spend)
+    made_by: str | None = None
 
 
 class RollupInput(BaseModel):
