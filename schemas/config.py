@@ -84,6 +84,16 @@ class WorkspaceStoreKind(StrEnum):
     POSTGRES = "postgres"  # the workspace_files table: any worker on any host
 
 
+class MetricsExport(StrEnum):
+    """How a worker exports its metrics (workers.metrics)."""
+
+    PROMETHEUS = "prometheus"  # an endpoint scraped at `metrics_address`/metrics
+    OTLP = "otlp"  # pushed over OTLP/HTTP, to OpenTelemetry's standard endpoint variables
+
+
+DEFAULT_METRICS_ADDRESS = "127.0.0.1:9464"
+
+
 class ProviderProfile(BaseModel):
     """A named way to reach a Messages-API server. A session names the profile; only the
     worker holds the values (read from its own environment), so no secret is in a history."""
@@ -134,6 +144,9 @@ class KeelSettings(BaseModel):
     mcp_stdio_commands: tuple[str, ...] | None = None
     mcp_http_hosts: tuple[str, ...] | None = None
     otel_exporter: str | None = None  # None | console | otlp
+    # A worker's metrics, Temporal's and Keel's (workers.metrics): none by default.
+    metrics: MetricsExport | None = None
+    metrics_address: str = DEFAULT_METRICS_ADDRESS  # host:port, for prometheus
     # Long memory; by default the vault is data_dir/vault on the server's time zone.
     memory: MemorySettings = Field(default_factory=lambda data: default_memory(data["data_dir"]))
     # Provider profiles by name; "default" (this model's own) and "offline" always exist.
@@ -205,6 +218,8 @@ class KeelSettings(BaseModel):
             mcp_stdio_commands=allowed_from_env(e.get("KEEL_MCP_STDIO_COMMANDS")),
             mcp_http_hosts=allowed_from_env(e.get("KEEL_MCP_HTTP_HOSTS")),
             otel_exporter=e.get("KEEL_OTEL_EXPORTER") or None,
+            metrics=_metrics_from_env(e),
+            metrics_address=e.get("KEEL_METRICS_ADDRESS") or DEFAULT_METRICS_ADDRESS,
             memory=memory_from_env(data_dir, e.values),
             providers=providers_from_env(e.values),
             prices=prices_from_env(e.values),
@@ -259,6 +274,17 @@ def _model_from_env(e: _Env) -> ModelSettings:
         stream=e.get("KEEL_STREAM", "1") not in ("0", "false", "no"),
         offline_token_skew=e.opt_float("KEEL_OFFLINE_TOKEN_SKEW", 1.0),
     )
+
+
+def _metrics_from_env(e: _Env) -> MetricsExport | None:
+    value = e.get("KEEL_METRICS") or None
+    if value is None or value.lower() == "none":
+        return None
+    try:
+        return MetricsExport(value.strip().lower())
+    except ValueError:
+        raise ValueError(f"KEEL_METRICS is {value[:40]!r}, not prometheus, otlp or none"
+                         ) from None
 
 
 def _tls_from_env(e: _Env) -> TemporalTLS:

@@ -14,6 +14,7 @@ import sys
 from activities.db import apply_migrations, wait_for_database
 from schemas.config import KeelSettings
 from workers.connect import NoNamespaceError, connect_when_up
+from workers.metrics import MetricsSettingsError, install_metrics
 from workers.observability import configure_logging, shutdown_tracing, worker_interceptors
 from workers.schedules import keep_memory_schedules
 from workers.worker import Role, WorkerFailedError, build_worker, serve_until
@@ -22,6 +23,10 @@ from workers.worker import Role, WorkerFailedError, build_worker, serve_until
 async def main(role: Role = Role.SESSIONS) -> None:
     settings = KeelSettings.from_env()
     configure_logging(settings)
+    try:
+        install_metrics(settings)  # before the first client: its runtime exports them
+    except MetricsSettingsError as err:
+        raise SystemExit(str(err)) from None
     if not settings.temporal_address or not settings.database_url:
         raise SystemExit("a worker needs TEMPORAL_ADDRESS and DATABASE_URL")
     # Both servers may be starting beside this worker: it waits for them (connect_wait_s).

@@ -12,8 +12,9 @@ Invariants:
   the Replayer) every call here is a no-op. No span is opened while replaying; a turn a
   worker resumed mid-way gets its span at its end (`keel.resumed`), started at the turn's
   start time, and the activities it ran before the restart stay where they were exported.
-- Nothing here changes a command or the order of commands: tracing and logging can be
-  switched on and off under running sessions.
+- The same moments are counted on the worker's metrics (workflows.metrics).
+- Nothing here changes a command or the order of commands: tracing, logging and metrics can
+  be switched on and off under running sessions.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ with workflow.unsafe.imports_passed_through():
     import opentelemetry.context as otel_context
     from opentelemetry.propagate import extract
 
+    from schemas.budget import spend_of
     from schemas.events import CheckpointKind
     from schemas.messages import ModelReply
     from schemas.session import SessionState
+    from workflows.metrics import SessionMetrics
 
 if TYPE_CHECKING:
     from contextvars import Token
@@ -105,6 +108,7 @@ class TurnObserver:
         self.checkpoints = 0
         self.model = state.config.model
         self._pending: _Span | None = None  # the checkpoint span, until its outcome
+        self.metrics = SessionMetrics()
 
     def _ids(self) -> dict[str, Any]:
         info = workflow.info()
@@ -131,15 +135,19 @@ class TurnObserver:
         self.output_tokens += usage.output_tokens
         self.tool_calls += len(reply.tool_calls)
         self.model = reply.model or self.model
+        self.metrics.model_called(spend_of(usage, reply.cost_usd), len(reply.tool_calls))
 
     def refused_as_too_long(self, counted: int) -> None:
         """The API refused a request as too long: the ladder takes it (its next rung)."""
         fields = {**self._ids(), "counted": counted, "usage_ratio": self.state.usage_ratio}
         workflow.logger.warning("request refused as too long; making room",
                                 extra={"keel": fields})
+        self.metrics.refused_as_too_long()
 
     def turn_ended(self, *, error: str | None) -> None:
-        duration = (workflow.now() - self._started).total_seconds()
+        elapsed = workflow.now() - self._started
+        self.metrics.turn_ended(failed=error is not None, duration=elapsed)
+        duration = elapsed.total_seconds()
         fields = {**self._ids(), "model": self.model, "input_tokens": self.input_tokens,
                   "cached_tokens": self.cached_tokens, "output_tokens": self.output_tokens,
                   "cache_ttl": self.state.cache_ttl_now().value,
@@ -194,6 +202,7 @@ class TurnObserver:
                   "tokens_before": before, "tokens_after": stored.window_tokens_after,
                   "fallbacks": list(stored.fallbacks), "rounds": rounds, "repair": repair}
         workflow.logger.info("checkpoint stored", extra={"keel": fields})
+        self.metrics.checkpoint(kind.value, stored=True, spent=outcome.spent)
         attrs = {
             "keel.checkpoint_id": stored.checkpoint_id or "", "keel.checkpoint_kind": kind.value,
             "keel.tokens_before": before, "keel.tokens_after": stored.window_tokens_after,
@@ -212,6 +221,7 @@ class TurnObserver:
         fields = {**self._ids(), "reason": outcome.reason, "tokens_before": before,
                   "rounds": outcome.rounds, "repair": outcome.repair}
         workflow.logger.warning("checkpoint failed", extra={"keel": fields})
+        self.metrics.checkpoint(outcome.kind.value, stored=False, spent=outcome.spent)
         if self._pending is not None:
             _close(self._pending, {"keel.checkpoint_failed": outcome.reason,
                                    "keel.tokens_before": before})

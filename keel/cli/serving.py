@@ -46,6 +46,7 @@ def dev(ui: Annotated[bool, typer.Option(help="Start the Temporal Web UI too.")]
 
     settings = load_settings()
     configure_logging(settings)
+    _start_metrics(settings)
     run(_serve(settings, ui=ui, require_configured=False,
                keel_ui_port=ui_port if keel_ui else None))
 
@@ -66,8 +67,20 @@ def worker(vault: Annotated[bool, typer.Option(
               "cluster. For everything on this machine use `keel dev`.")
         raise typer.Exit(2)
     configure_logging(settings)
+    _start_metrics(settings)
     run(_serve(settings, ui=False, require_configured=True,
                role="vault" if vault else "sessions"))
+
+
+def _start_metrics(settings: KeelSettings) -> None:
+    """The process's metrics, set up before its first Temporal client (workers.metrics)."""
+    from workers.metrics import MetricsSettingsError, install_metrics
+
+    try:
+        install_metrics(settings)
+    except MetricsSettingsError as err:
+        error(str(err))
+        raise typer.Exit(2) from None
 
 
 async def _serve(settings: KeelSettings, *, ui: bool, require_configured: bool,
@@ -129,6 +142,8 @@ async def _refuse_second_dev(settings: KeelSettings) -> None:
 def _banner(stack: Stack, settings: KeelSettings, *, role: str, ui_address: str | None,
             keel_ui: str | None, require_configured: bool) -> Table:
     """What runs where: the lines `keel dev` and `keel worker` start with."""
+    from workers.metrics import metrics_where
+
     return key_values([
         ("Temporal", stack.temporal_address
          + (" (embedded dev server, SQLite file under the data dir)"
@@ -144,6 +159,7 @@ def _banner(stack: Stack, settings: KeelSettings, *, role: str, ui_address: str 
         ("model", "offline deterministic model (no API key)" if settings.model.offline
          else settings.model.name),
         ("data dir", settings.data_dir),
+        *([("metrics", metrics_where(settings))] if settings.metrics else []),
     ], title="keel " + ("worker" if require_configured else "dev")
                + (" (vault)" if role == "vault" else ""))
 

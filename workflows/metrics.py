@@ -1,0 +1,91 @@
+"""What a session's turns and checkpoints count on its worker's metrics (exported when the
+worker is set to: workers.metrics; otherwise every call here records nothing).
+
+Invariants:
+- Counted through `workflow.metric_meter()`, which records nothing while a workflow
+  replays: a turn a worker replays after a restart, or after its cache let it go, is never
+  counted twice. Every figure comes from workflow state (the API's usage as the model call
+  returned it, `workflow.now()`), never the wall clock.
+- Labels are bounded: Temporal's own (namespace, task queue, workflow type) and the fixed
+  values named here; never a session id, a model name a caller chose, or an error's text.
+- Tokens and dollars are the budget's (`schemas.budget.Spend`: input is uncached input and
+  cache writes; cached is cache reads), so a dashboard and `keel budget` agree.
+- Nothing here issues a command: metrics can be switched on and off under running sessions.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import MetricCounter, MetricHistogramTimedelta
+
+with workflow.unsafe.imports_passed_through():
+    from schemas.budget import Spend
+
+__all__ = ["SessionMetrics"]
+
+MICRO = 1_000_000  # dollars are counted in millionths: a counter holds whole numbers
+
+
+class SessionMetrics:
+    """One session run's instruments, made on first use (inside the workflow)."""
+
+    def __init__(self) -> None:
+        self._made = False
+
+    def _make(self) -> None:
+        if self._made:
+            return
+        meter = workflow.metric_meter()
+        self.turns: MetricCounter = meter.create_counter(
+            "keel_turns", "Turns ended, by outcome (answered, failed).")
+        self.turn_duration: MetricHistogramTimedelta = meter.create_histogram_timedelta(
+            "keel_turn_duration", "A turn from its start to its reply, checkpoints and "
+            "approvals included.", "duration")
+        self.model_calls = meter.create_counter(
+            "keel_model_calls", "A turn's model calls the API answered.")
+        self.tokens = meter.create_counter(
+            "keel_model_tokens", "Tokens as the API counted them, by kind (input: uncached "
+            "and cache writes; cached: cache reads; output) and purpose (turn, checkpoint).")
+        self.cost = meter.create_counter(
+            "keel_model_cost_microdollars", "What the model calls cost at the worker's "
+            "price table, in millionths of a dollar, by purpose.")
+        self.tool_calls = meter.create_counter(
+            "keel_tool_calls", "Tool calls the model made in turns.")
+        self.checkpoints = meter.create_counter(
+            "keel_checkpoints", "Checkpoints, by kind (full, earlier_part, moved) and "
+            "outcome (stored, failed).")
+        self.too_long = meter.create_counter(
+            "keel_requests_too_long", "Requests the API refused as too long (the ladder "
+            "made room and asked again).")
+        self._made = True
+
+    def model_called(self, spent: Spend, tool_calls: int) -> None:
+        self._make()
+        self.model_calls.add(1)
+        self._spent(spent, "turn")
+        if tool_calls:
+            self.tool_calls.add(tool_calls)
+
+    def turn_ended(self, *, failed: bool, duration: timedelta) -> None:
+        self._make()
+        self.turns.add(1, {"outcome": "failed" if failed else "answered"})
+        self.turn_duration.record(max(duration, timedelta(0)))
+
+    def checkpoint(self, kind: str, *, stored: bool, spent: Spend) -> None:
+        self._make()
+        self.checkpoints.add(1, {"kind": kind, "outcome": "stored" if stored else "failed"})
+        self._spent(spent, "checkpoint")
+
+    def refused_as_too_long(self) -> None:
+        self._make()
+        self.too_long.add(1)
+
+    def _spent(self, spent: Spend, purpose: str) -> None:
+        for kind, tokens in (("input", spent.input_tokens), ("cached", spent.cached_tokens),
+                             ("output", spent.output_tokens)):
+            if tokens:
+                self.tokens.add(tokens, {"kind": kind, "purpose": purpose})
+        if spent.usd > 0:
+            self.cost.add(round(spent.usd * MICRO), {"purpose": purpose})
