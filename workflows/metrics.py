@@ -1,5 +1,6 @@
-"""What a session's turns and checkpoints count on its worker's metrics (exported when the
-worker is set to: workers.metrics; otherwise every call here records nothing).
+"""What a session's turns and checkpoints, and the vault's rollups, count on their worker's
+metrics (exported when the worker is set to: workers.metrics; otherwise every call here
+records nothing).
 
 Invariants:
 - Counted through `workflow.metric_meter()`, which records nothing while a workflow
@@ -23,9 +24,28 @@ from temporalio.common import MetricCounter, MetricHistogramTimedelta
 with workflow.unsafe.imports_passed_through():
     from schemas.budget import Spend
 
-__all__ = ["SessionMetrics"]
+__all__ = ["SessionMetrics", "count_spend"]
 
 MICRO = 1_000_000  # dollars are counted in millionths: a counter holds whole numbers
+TOKENS = ("keel_model_tokens", "Tokens as the API counted them, by kind (input: uncached "
+          "and cache writes; cached: cache reads; output) and purpose (turn, checkpoint, "
+          "rollup).")
+COST = ("keel_model_cost_microdollars", "What the model calls cost at the worker's price "
+        "table, in millionths of a dollar, by purpose.")
+
+
+def count_spend(spent: Spend, purpose: str, tokens: MetricCounter | None = None,
+                cost: MetricCounter | None = None) -> None:
+    """Model spend on the metrics, by purpose (the instruments made here unless given)."""
+    meter = workflow.metric_meter()
+    tokens = tokens or meter.create_counter(*TOKENS)
+    for kind, n in (("input", spent.input_tokens), ("cached", spent.cached_tokens),
+                    ("output", spent.output_tokens)):
+        if n:
+            tokens.add(n, {"kind": kind, "purpose": purpose})
+    if spent.usd > 0:
+        (cost or meter.create_counter(*COST)).add(round(spent.usd * MICRO),
+                                                  {"purpose": purpose})
 
 
 class SessionMetrics:
@@ -45,12 +65,8 @@ class SessionMetrics:
             "approvals included.", "duration")
         self.model_calls = meter.create_counter(
             "keel_model_calls", "A turn's model calls the API answered.")
-        self.tokens = meter.create_counter(
-            "keel_model_tokens", "Tokens as the API counted them, by kind (input: uncached "
-            "and cache writes; cached: cache reads; output) and purpose (turn, checkpoint).")
-        self.cost = meter.create_counter(
-            "keel_model_cost_microdollars", "What the model calls cost at the worker's "
-            "price table, in millionths of a dollar, by purpose.")
+        self.tokens = meter.create_counter(*TOKENS)
+        self.cost = meter.create_counter(*COST)
         self.tool_calls = meter.create_counter(
             "keel_tool_calls", "Tool calls the model made in turns.")
         self.checkpoints = meter.create_counter(
@@ -83,9 +99,4 @@ class SessionMetrics:
         self.too_long.add(1)
 
     def _spent(self, spent: Spend, purpose: str) -> None:
-        for kind, tokens in (("input", spent.input_tokens), ("cached", spent.cached_tokens),
-                             ("output", spent.output_tokens)):
-            if tokens:
-                self.tokens.add(tokens, {"kind": kind, "purpose": purpose})
-        if spent.usd > 0:
-            self.cost.add(round(spent.usd * MICRO), {"purpose": purpose})
+        count_spend(spent, purpose, self.tokens, self.cost)

@@ -3,7 +3,8 @@
 Each run works out which periods are due (the one its schedule closes, plus any a stopped
 worker missed), then for each: plan (the model call, stored) and apply (ledgered card
 writes, the summary, CORE.md). A crash at any point resumes without a second model call
-or a second card write. Daily and weekly runs report through the notification hook.
+or a second card write. Daily and weekly runs report through the notification hook; what
+their model requests cost, as the API counted it, is in the report and on the metrics.
 
 One run is one memory scope's (`RollupInput.scope`): every activity it calls carries that
 scope, so it reads, summarises and writes that scope's vault only. The nightly schedules
@@ -29,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.vault.schema import GitResult
     from schemas.vault.scope import scope_note
 
+from workflows.metrics import count_spend
 from workflows.options import NOTIFY, ROLLUP_APPLY, ROLLUP_PERIODS, ROLLUP_PLAN, VAULT_COMMIT
 from workflows.scheduled import scheduled_time
 
@@ -47,8 +49,10 @@ async def run_rollup(kind: RollupKind, inp: RollupInput) -> RollupReport:
     for period in due.periods:
         step = RollupStepInput(kind=kind, period=period, scope=inp.scope)
         try:
-            await workflow.execute_activity_method(
+            planned = await workflow.execute_activity_method(
                 RollupActivities.plan_rollup, step, **ROLLUP_PLAN)
+            report.spent = report.spent.plus(planned.spent)
+            count_spend(planned.spent, "rollup")
             result = await workflow.execute_activity_method(
                 RollupActivities.apply_rollup, step, **ROLLUP_APPLY)
         except ActivityError as err:

@@ -22,8 +22,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.model import ModelBackend
+from activities.model.usage import spend_of_reply
 from activities.vault.files import read_text
 from activities.vault.store import MemoryContext, Vault
+from schemas.budget import Spend
 from schemas.tokens import count_tokens
 from schemas.vault.card import CardFact
 from schemas.vault.rollup import (
@@ -87,6 +89,9 @@ class PlanResult(BaseModel):
     facts: int
     reused: bool  # the plan was already stored: no model call this time
     input_tokens: int = 0
+    # What its model requests cost, once: reported by the activity that asked them (again
+    # on its retry, which the workflow never saw), never by a later run reusing the plan.
+    spent: Spend = Field(default_factory=Spend)
 
 
 class CommitInput(BaseModel):
@@ -161,6 +166,12 @@ async def store_plan(pool: AsyncConnectionPool, plan_id: str, plan: RollupPlan, 
     return stored
 
 
+def _this_attempt() -> str:
+    """The activity asking (its workflow run and activity id: the same on its retries)."""
+    info = activity.info()
+    return f"{info.workflow_run_id}/{info.activity_id}"
+
+
 def _heartbeat(detail: str) -> None:
     if activity.in_activity():
         activity.heartbeat(detail)
@@ -191,6 +202,8 @@ async def ask_model(model: ModelBackend, ctx: MemoryContext, kind: RollupKind, p
             request["tools"] = tools
             request["tool_choice"] = {"type": "any" if kind == RollupKind.DAILY else "auto"}
         reply = await model.create(ctx.settings.model, request)
+        plan.spent = plan.spent.plus(spend_of_reply(reply, request["model"],
+                                                    ctx.settings.prices))
         part = read_plan_reply(kind, period, [b.model_dump() for b in reply.content], schema)
         plan.facts.extend(part.facts)
         plan.rejected.extend(part.rejected)
@@ -347,9 +360,11 @@ class RollupActivities:
     @activity.defn(name="plan_rollup")
     async def plan_rollup(self, inp: RollupStepInput) -> PlanResult:
         ctx, plan_id, pool, existing = await self._stored(inp)
+        asker = _this_attempt()
         if existing is not None:
             return PlanResult(plan_id=plan_id, facts=len(existing.facts), reused=True,
-                              input_tokens=existing.input_tokens)
+                              input_tokens=existing.input_tokens,
+                              spent=existing.spent if existing.made_by == asker else Spend())
         vault = ctx.vault
         period = parse_period(inp.kind, inp.period)
         _, paths = _sources(vault, period)
@@ -383,9 +398,11 @@ class RollupActivities:
                       f"</{inp.kind.value}-period>"
         plan = await ask_model(self.model, ctx, inp.kind, inp.period, chunks, context)
         plan.notes.extend(notes)
+        plan.made_by = asker
         plan = await store_plan(pool, plan_id, plan, scope=ctx.scope)
         return PlanResult(plan_id=plan_id, facts=len(plan.facts), reused=False,
-                          input_tokens=plan.input_tokens)
+                          input_tokens=plan.input_tokens,
+                          spent=plan.spent if plan.made_by == asker else Spend())
 
     @activity.defn(name="apply_rollup")
     async def apply_rollup(self, inp: RollupStepInput) -> ApplyResult:

@@ -154,8 +154,8 @@ class RollupPlan(BaseModel):
     notes: list[str] = Field(default_factory=list)  # problems with the material itself
     input_tokens: int = 0  # the source material's size (for the cost report)
     model_calls: int = 0
-    # A flush's: what its request cost and the checkpoint attempt that asked it, which the
-    # session's budget is charged once (a later attempt reusing the plan asked nothing).
+    # What its requests cost, and who asked them (a flush: the checkpoint attempt; a
+    # rollup: its activity), charged once: a later attempt reusing the plan asked nothing.
     spent: Spend = Field(default_factory=Spend)
     made_by: str | None = None
 
@@ -193,6 +193,7 @@ class RollupReport(BaseModel):
     commit_problem: str | None = None
     notified: bool = False
     committed: bool = False
+    spent: Spend = Field(default_factory=Spend)  # its model requests, as the API counted them
 
     def text(self) -> str:
         if not self.periods and not self.failures:
@@ -210,6 +211,8 @@ class RollupReport(BaseModel):
             lines.append(line)
             lines.extend(f"  - {n}" for n in r.notes[:5])
         lines.extend(f"- {p}: FAILED: {why}" for p, why in self.failures.items())
+        if self.spent.usd or self.spent.input_tokens:
+            lines.append(f"- model: {self.spent.said()}")
         if self.commit_problem:
             lines.append(f"- vault not committed: {self.commit_problem}")
         return "\n".join(lines)

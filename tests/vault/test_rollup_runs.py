@@ -1,10 +1,13 @@
 """The rollup chain over simulated weeks on the time-skipping server, the model scripted by
 the fake Messages API (answering by the offline rollup rules); catch-up; the offline rules."""
 
+import dataclasses
+import json
 import shutil
 import uuid
 from datetime import UTC, date, datetime, timedelta
 
+from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
 from activities.offline import rollup as offline_rollup
@@ -118,6 +121,15 @@ async def test_a_month_of_nightly_rollups_in_seconds(time_skipping_env, tmp_path
     assert titles.count("Keel weekly rollup") == 4
     assert not any("monthly" in t or "yearly" in t for t in titles)
     assert result.doctor_runs == 4
+    # What the model was asked cost what the API counted: every request, once.
+    spent = [r.spent for r in [*result.reports, yearly]]
+    usages = fake_anthropic.usages
+    assert len(usages) == len(fake_anthropic.requests) > 31
+    assert sum(s.input_tokens for s in spent) == sum(u.input + u.cache_creation for u in usages)
+    assert sum(s.output_tokens for s in spent) == sum(u.output for u in usages)
+    assert all(s.usd > 0 for s in spent if s.input_tokens)
+    daily_post = next(p for p in webhook.posts if p["title"] == "Keel daily rollup")
+    assert "- model: $" in json.dumps(daily_post)
 
     # The cost of a week against its seven raw days.
     weekly_tokens = count_tokens((root / "summaries/weekly/2026-06-07.md").read_text())
@@ -156,9 +168,17 @@ async def test_catch_up_runs_every_missed_day_once(tmp_path, database_url, fake_
     assert bad.read_bytes() == raw  # reported, nothing rewritten or deleted
     assert results["2026-06-01"].added == 1 and results["2026-06-02"].noop == 1
     calls = len(fake_anthropic.requests)
-    again = await run_activity(acts.plan_rollup, RollupStepInput(kind=RollupKind.DAILY,
-                                                                  period="2026-06-01"))
-    assert again.reused and len(fake_anthropic.requests) == calls
+    # The same activity asked again (its retry) reports what its request cost; a later
+    # run that reuses the stored plan asked nothing and reports nothing.
+    retried = await run_activity(acts.plan_rollup, RollupStepInput(kind=RollupKind.DAILY,
+                                                                    period="2026-06-01"))
+    assert retried.reused and retried.spent.output_tokens == fake_anthropic.usages[0].output
+    later = ActivityEnvironment()
+    later.info = dataclasses.replace(later.info, workflow_run_id="a-later-run")
+    again = await later.run(acts.plan_rollup, RollupStepInput(kind=RollupKind.DAILY,
+                                                              period="2026-06-01"))
+    assert again.reused and again.spent.output_tokens == 0
+    assert len(fake_anthropic.requests) == calls
     due = await run_activity(acts.plan_rollup_periods, RollupPeriodsInput(
         kind=RollupKind.DAILY, as_of=datetime(2026, 6, 5, 9, tzinfo=UTC)))
     assert due.periods == []
