@@ -23,6 +23,7 @@ from schemas.events import (
     ApprovalDecided,
     ApprovalNeeded,
     BudgetAnswered,
+    BudgetNear,
     BudgetReached,
     CheckpointFailed,
     CheckpointStarted,
@@ -198,6 +199,10 @@ class LiveView:
     def _budget_hint(self, e: BudgetReached) -> str:
         return (f": the turn waits; keel budget {escape(e.session_id)} --again, --raise "
                 "AMOUNT or --refuse")
+
+    def _on_BudgetNear(self, e: BudgetNear) -> None:
+        self._line(f"[yellow]budget {e.share:.0%} spent[/] ({escape(e.scope)}: "
+                   f"{escape(e.said)}); at the limit the turn waits for a raise")
 
     def _on_BudgetAnswered(self, e: BudgetAnswered) -> None:
         self._line(f"[dim]budget {'raised' if e.raised else 'not raised'} by "

@@ -12,6 +12,8 @@ Invariants:
   person answers (`BudgetAnswer`: raise by an amount, or refuse).
 - A turn's limit counts this turn only; what a raise adds to it lasts for this turn. A
   raise of the session's limit lasts for the session.
+- A limit the spend comes near (`warn_at` of it, 80% unless the spec says) is said once,
+  before it is reached, and again only once a raise moved it (`near`, `warnings`).
 - A child's budget is a share of what its parent has left (`child_share`), given in the
   child's spec like any budget; the child's spend is added to the parent's
   (`BudgetState.add_child`) when it reports.
@@ -36,6 +38,7 @@ __all__ = [
     "BudgetScope",
     "BudgetSpec",
     "BudgetState",
+    "BudgetWarning",
     "ModelPrice",
     "PriceTable",
     "Spend",
@@ -45,13 +48,16 @@ __all__ = [
     "child_budget",
     "child_share",
     "cost_usd",
+    "near",
     "price_for",
     "raise_problem",
     "reached",
     "spend_of",
+    "warning_notice",
 ]
 
 MTOK = 1_000_000
+DEFAULT_WARN_AT = 0.8  # of a limit: where a session says its budget is near
 
 
 class ModelPrice(BaseModel):
@@ -167,11 +173,30 @@ class BudgetSpec(SpecModel):
 
     session: BudgetLimits | None = None
     turn: BudgetLimits | None = None
+    # The share of a limit at which the session says it is near, once per limit (and again
+    # once a raise moved the limit); None: never.
+    warn_at: float | None = Field(default=DEFAULT_WARN_AT, gt=0, lt=1)
 
 
 class BudgetScope(StrEnum):
     SESSION = "session"
     TURN = "turn"
+
+
+class BudgetWarning(BaseModel):
+    """A limit the spend has come near (at `warn_at` of it, not yet at it)."""
+
+    scope: BudgetScope
+    limit: str  # usd, input_tokens, cached_tokens or output_tokens
+    at: float  # the limit when it was said: a raise that moves it warns again
+    said: str  # "$4.0100 of $5.0000"
+    share: float  # of the limit spent
+
+
+def _said(name: str, spent: float, limit: float) -> str:
+    if name == "usd":
+        return f"${spent:.4f} of ${limit:.4f}"
+    return f"{int(spent)} of {int(limit)} {name.replace('_', ' ')}"
 
 
 def reached(spent: Spend, limits: BudgetLimits | None) -> list[str]:
@@ -184,8 +209,31 @@ def reached(spent: Spend, limits: BudgetLimits | None) -> list[str]:
     for name in ("input_tokens", "cached_tokens", "output_tokens"):
         limit = getattr(limits, name)
         if limit is not None and getattr(spent, name) >= limit:
-            said.append(f"{getattr(spent, name)} of {limit} {name.replace('_', ' ')}")
+            said.append(_said(name, getattr(spent, name), limit))
     return said
+
+
+def near(spent: Spend, limits: BudgetLimits | None, scope: BudgetScope, warn_at: float | None,
+         warned: dict[str, float]) -> list[BudgetWarning]:
+    """Each limit `spent` has come to `warn_at` of without reaching it, not yet said at that
+    limit (`warned`: "scope:limit" -> the limit it was said at)."""
+    if limits is None or warn_at is None:
+        return []
+    out = []
+    for name in ("usd", "input_tokens", "cached_tokens", "output_tokens"):
+        limit, used = getattr(limits, name), getattr(spent, name)
+        if not limit or warned.get(f"{scope.value}:{name}") == limit:
+            continue
+        if warn_at * limit <= used < limit:
+            out.append(BudgetWarning(scope=scope, limit=name, at=limit,
+                                     said=_said(name, used, limit), share=used / limit))
+    return out
+
+
+def warning_notice(warning: BudgetWarning) -> str:
+    """The record's line when a limit comes near."""
+    return (f"The {warning.scope.value}'s budget is {warning.share:.0%} spent "
+            f"({warning.said}); at the limit the turn pauses until a person raises it.")
 
 
 class BudgetRequest(BaseModel):
@@ -272,11 +320,27 @@ class BudgetState(BaseModel):
     request: BudgetRequest | None = None  # the pause waiting on a person
     refused: str | None = None  # the last request a person refused to raise
     requests_made: int = 0  # for request ids
+    # Limits said to be near: "scope:limit" -> the limit it was said at (a turn's: this one's).
+    warned: dict[str, float] = Field(default_factory=dict)
 
     def start_turn(self, turn: int) -> None:
         if turn != self.turn_of:
             self.turn_of, self.turn_spent = turn, Spend()
             self.turn_raised = BudgetLimits()
+            self.warned = {k: v for k, v in self.warned.items()
+                           if not k.startswith(f"{BudgetScope.TURN.value}:")}
+
+    def warnings(self, spec: BudgetSpec | None) -> list[BudgetWarning]:
+        """The limits the spend has come near since they were last said, now said."""
+        if spec is None:
+            return []
+        out = [*near(self.spent, self.limits(spec, BudgetScope.SESSION), BudgetScope.SESSION,
+                     spec.warn_at, self.warned),
+               *near(self.turn_spent, self.limits(spec, BudgetScope.TURN), BudgetScope.TURN,
+                     spec.warn_at, self.warned)]
+        for w in out:
+            self.warned[f"{w.scope.value}:{w.limit}"] = w.at
+        return out
 
     def charge(self, spend: Spend) -> None:
         self.spent = self.spent.plus(spend)

@@ -77,6 +77,7 @@ class EventType(StrEnum):
     SESSION_STOPPED = "session_stopped"
     SESSION_ENDED = "session_ended"
     BUDGET_REACHED = "budget_reached"
+    BUDGET_NEAR = "budget_near"
     BUDGET_ANSWERED = "budget_answered"
     TURN_INTERRUPTED = "turn_interrupted"
     CHILD_STARTED = "child_started"
@@ -287,6 +288,16 @@ class BudgetReached(_Event):
     spent_usd: float = 0.0
 
 
+class BudgetNear(_Event):
+    """A budget limit is near (its `warn_at` share spent): said once, before the pause."""
+
+    type: Literal[EventType.BUDGET_NEAR] = EventType.BUDGET_NEAR
+    scope: Name = ""  # "session" or "turn"
+    limit: Name = ""  # usd, input_tokens, cached_tokens or output_tokens
+    said: ShortInput = ""  # "$4.0100 of $5.0000"
+    share: float = 0.0
+
+
 class BudgetAnswered(_Event):
     type: Literal[EventType.BUDGET_ANSWERED] = EventType.BUDGET_ANSWERED
     request_id: Name = ""
@@ -338,7 +349,7 @@ KnownEvent = Annotated[
     InputRecorded | TurnStarted | TurnEnded | TextDelta | ToolCalled | ToolResult
     | ApprovalNeeded | ApprovalDecided | CheckpointStarted | CheckpointStored
     | CheckpointFailed | RecallFound | ErrorEvent | SessionStopped | SessionEnded
-    | BudgetReached | BudgetAnswered | TurnInterrupted | ChildStarted | ChildAnswered
+    | BudgetReached | BudgetNear | BudgetAnswered | TurnInterrupted | ChildStarted | ChildAnswered
     | WakeupFired,
     Field(discriminator="type"),
 ]

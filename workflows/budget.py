@@ -11,6 +11,9 @@ Invariants:
   `BudgetState.request` in the state; a pause that outlasts the run's history continues as
   new with the turn (workflows.turn carries it), and the new run waits again at the same
   call.
+- A limit the spend comes near (the spec's `warn_at` of it, 80% by default) is said once
+  after the call that came near it: a `budget_near` event and a notice in the record; a
+  raise that moves the limit arms it again.
 - The request is said in the record (a notice) and in `status` (`budget_request`, the
   phase `awaiting_budget`); a person answers it (`answer`): a raise and the turn goes on
   (checked again: a raise too small pauses again), a refusal and the turn ends saying so.
@@ -39,8 +42,9 @@ with workflow.unsafe.imports_passed_through():
         answered_notice,
         budget_notice,
         raise_problem,
+        warning_notice,
     )
-    from schemas.events import BudgetAnswered, BudgetReached
+    from schemas.events import BudgetAnswered, BudgetNear, BudgetReached
     from schemas.session import SessionPhase
     from workflows.run import SessionRun
 
@@ -49,6 +53,7 @@ __all__ = ["BUDGET_REFUSED", "ENDED_WHILE_PAUSED", "STOPPED_WHILE_PAUSED", "Budg
 
 BUDGET_PATCH = "budget-gate"
 CHECKPOINT_SPEND_PATCH = "checkpoint-spend-gate"  # a checkpoint's calls are charged too
+BUDGET_WARNING_PATCH = "budget-warning"  # a limit's warn_at share is said
 BUDGET_REFUSED = "The budget was reached and a raise was refused: the turn ended there."
 ENDED_WHILE_PAUSED = "The session was ended while the turn waited on its budget."
 STOPPED_WHILE_PAUSED = ("The turn was interrupted while it waited on its budget; the next "
@@ -82,10 +87,19 @@ class BudgetGate:
         state = self.run.state
         state.budget.start_turn(state.turn)
 
-    def charge(self, spend: Spend) -> None:
+    async def charge(self, spend: Spend) -> None:
         """A model call's usage and cost (a turn's call: `spend_of` its reply; a
-        checkpoint's rounds and flush: its outcome's), on the session's and the turn's."""
-        self.run.state.budget.charge(spend)
+        checkpoint's rounds and flush: its outcome's), on the session's and the turn's;
+        then each limit it came near is said, once, on the stream and in the record."""
+        budget = self.run.state.budget
+        budget.charge(spend)
+        warnings = budget.warnings(self.spec)
+        if not warnings or not workflow.patched(BUDGET_WARNING_PATCH):
+            return
+        for w in warnings:
+            self.run.events.emit(BudgetNear, turn=self.run.state.turn, scope=w.scope.value,
+                                 limit=w.limit, said=w.said, share=round(w.share, 4))
+            await self.run.record_notice(warning_notice(w))
 
     def reached_by_room(self) -> bool:
         """Room was made for a call that passed the gate: its checkpoint's model calls were

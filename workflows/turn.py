@@ -447,7 +447,7 @@ class Turns:
                                      attempt=tail.attempt, index=index, start=start, text=text)
         if result.reply is not None:
             self._account(result, result.reply)
-            self.budget.charge(spend_of(result.reply.usage, result.reply.cost_usd))
+            await self.budget.charge(spend_of(result.reply.usage, result.reply.cost_usd))
             self.observer.model_called(result.reply)
             if result.replaced:
                 await self.run.record_notice("The model's output held characters the "
@@ -556,7 +556,7 @@ class Turns:
                         threshold=run.window.threshold)
         with self.observer.checkpoint_trace():
             outcome = await self.chain.checkpoint(upto, self.turn.first_seq)
-        self.budget.charge(outcome.spent)  # its rounds and flush, stored or not
+        await self.budget.charge(outcome.spent)  # its rounds and flush, stored or not
         if outcome.error is not None:  # a step gave up: the session keeps its checkpoint
             run.last_error = f"checkpoint failed: {outcome.reason}"
             await run.record_notice(f"A checkpoint failed: {outcome.reason}")

@@ -29,6 +29,7 @@ from schemas.budget import (
     raise_problem,
     reached,
     spend_of,
+    warning_notice,
 )
 from schemas.config import KeelSettings
 from schemas.messages import Usage
@@ -198,3 +199,35 @@ def test_a_raise_must_raise_a_reached_limit_by_something():
     assert raise_problem(request, BudgetLimits(output_tokens=5)) is None  # too small: taken
     assert raise_problem(request, BudgetLimits(output_tokens=5, input_tokens=5)) is None
     assert raise_problem(request, as_much_again(request)[0]) is None
+
+
+def test_a_limit_is_said_near_once_at_its_share_and_again_once_a_raise_moved_it():
+    spec = BudgetSpec(session=BudgetLimits(usd=1.0, output_tokens=1_000),
+                      turn=BudgetLimits(input_tokens=100))
+    state = BudgetState()
+    state.start_turn(1)
+    state.charge(Spend(usd=0.79, output_tokens=100, input_tokens=10))
+    assert state.warnings(spec) == []  # under 80% of every limit
+    state.charge(Spend(usd=0.01, input_tokens=70))
+    said = state.warnings(spec)
+    assert [(w.scope, w.limit, w.said) for w in said] == [
+        (BudgetScope.SESSION, "usd", "$0.8000 of $1.0000"),
+        (BudgetScope.TURN, "input_tokens", "80 of 100 input tokens")]
+    assert state.warnings(spec) == []  # said once
+    state.charge(Spend(usd=0.19, output_tokens=850))
+    assert [(w.limit, w.said) for w in state.warnings(spec)] == [
+        ("output_tokens", "950 of 1000 output tokens")]
+    state.charge(Spend(usd=0.05))  # past the limit: the pause says it, not a warning
+    assert state.warnings(spec) == []
+    state.grant(BudgetScope.SESSION, BudgetLimits(usd=0.2))  # $1.20: $1.04 is near again
+    assert [w.said for w in state.warnings(spec)] == ["$1.0400 of $1.2000"]
+    state.start_turn(2)  # a new turn's limit is new: said again when it comes near
+    state.charge(Spend(input_tokens=90))
+    assert [(w.scope, w.limit) for w in state.warnings(spec)] == [
+        (BudgetScope.TURN, "input_tokens")]
+    assert BudgetState().warnings(BudgetSpec(session=BudgetLimits(usd=1.0), warn_at=None)) == []
+    with pytest.raises(ValidationError):
+        BudgetSpec(warn_at=1.5)
+    assert warning_notice(said[0]) == (
+        "The session's budget is 80% spent ($0.8000 of $1.0000); at the limit the turn "
+        "pauses until a person raises it.")

@@ -10,17 +10,20 @@ usage, cache reads and writes included, priced by the worker's price table).
 from __future__ import annotations
 
 import asyncio
+import io
 import uuid
 from typing import Any
 
 import psycopg
 import pytest
+from rich.console import Console
 
 from keel.client import (
     MessageRejectedError,
     NoBudgetRequestError,
     session_config,
 )
+from keel.live import LiveView
 from schemas.agent import AgentSpec
 from schemas.budget import BudgetLimits, BudgetSpec
 from tests.fake_anthropic import text_message, tool_use_message
@@ -47,8 +50,8 @@ def tool_results(database_url: str, session_id: str) -> list[dict[str, Any]]:
             " ORDER BY seq", (session_id,)).fetchall()]
 
 
-def spec(**budget: BudgetLimits) -> AgentSpec:
-    return AgentSpec(budget=BudgetSpec(**budget))
+def spec(session: BudgetLimits | None = None, turn: BudgetLimits | None = None) -> AgentSpec:
+    return AgentSpec(budget=BudgetSpec(session=session, turn=turn))
 
 
 async def test_budget_reached_mid_turn_pauses_then_a_raise_finishes_the_turn(
@@ -231,3 +234,33 @@ async def test_a_turn_paused_before_its_first_call_has_its_message_recorded(
         await session.raise_budget(1.0)
         outcome = await asking
     assert outcome.reply_text == "Second, after the raise."
+
+
+async def test_a_near_budget_is_said_once_on_the_stream_and_in_the_record(
+        client, settings, fake_anthropic, database_url):
+    """$0.30 of a $0.35 session budget spent by the first turn: the session says so once
+    (an event and a notice), before any pause; the turns after it do not say it again."""
+    fake_anthropic.push(text_message("First.", input_tokens=BIG_INPUT),
+                        text_message("Second.", input_tokens=1_000),
+                        text_message("Third.", input_tokens=1_000))
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"budget-near-{uuid.uuid4().hex[:8]}",
+                                           agent=spec(session=BudgetLimits(usd=0.35)))
+        for n in range(3):
+            outcome = await session.ask(f"Turn {n}.")
+            assert outcome.error is None and outcome.stopped_reason is None
+        status = await session.status()
+        near = []
+        async for _, event in session.events(after=0):
+            if event.type == "budget_near":
+                near.append(event)
+            if event.type == "turn_ended" and event.turn == 3:
+                break
+    assert status.budget_request is None and status.spent.usd < 0.35
+    assert [(e.scope, e.limit, e.turn) for e in near] == [("session", "usd", 1)]
+    said = [n for n in notices(database_url, session.session_id) if "budget is" in n]
+    assert len(said) == 1 and said[0].startswith("The session's budget is 8") and \
+        "of $0.3500" in said[0]
+    out = io.StringIO()  # as `keel chat` and `keel send --wait` show it
+    LiveView(Console(file=out, width=200, color_system=None)).show(0, near[0])
+    assert "budget 86% spent (session: $0.3001 of $0.3500)" in out.getvalue()

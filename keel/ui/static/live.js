@@ -106,6 +106,7 @@
       case "approval_needed": log(turn + "approval needed: " + e.tool + " " + e.summary); refreshApprovals(); return;
       case "approval_decided": log(turn + "approval " + (e.approved ? "granted" : "denied")); refreshApprovals(); return;
       case "budget_reached": log(turn + "budget reached (" + e.scope + ": " + e.reached + "): the turn waits"); return;
+      case "budget_near": log(turn + "budget " + Math.round(e.share * 100) + "% spent (" + e.scope + ": " + e.said + ")"); return;
       case "budget_answered": log(turn + "budget " + (e.raised ? "raised" : "not raised") + " by " + e.by); return;
       case "turn_interrupted": log(turn + "interrupting the turn"); return;
       default: log(turn + e.type + (e.message ? ": " + e.message : e.reason ? ": " + e.reason : ""));
