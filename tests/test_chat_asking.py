@@ -8,6 +8,7 @@ PostgreSQL, the fake API; the chat as a command (piped) and on a pseudo-terminal
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import psycopg
@@ -151,6 +152,47 @@ async def test_a_question_answered_elsewhere_is_taken_back_and_ctrl_c_ends_the_w
             chat.close()
         assert await k.session(sid).pending() == []
         assert not [f for f in await k.session(sid).list_files() if f.path == "b.md"]
+
+
+async def test_a_line_typed_before_a_question_is_kept_as_the_next_message_not_its_answer(
+        client, settings, env, fake_anthropic, database_url):
+    """On a terminal, a line typed while the model is still thinking was meant for the
+    session: the approval question that then shows does not take it as its answer (before,
+    it did, and the line was lost), and the chat sends it once the turn is over."""
+    def respond(body: dict) -> dict:
+        said = str(body["messages"])
+        if "Also check the spelling." in said:
+            return text_message("Checked.")
+        if "tool_result" in said:
+            return text_message("Written.")
+        time.sleep(2)  # thinking: the person types meanwhile
+        return tool_use_message([("write_file", {"path": "a.md", "content": "first"})])
+
+    fake_anthropic.responder = respond
+    sid = f"ahead-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as k:
+        await k.start_session(sid, agent=ASKS)
+        chat = keel_chat(env, sid)
+        try:
+            await chat.expect("you")
+            chat.send("Write a note.\r")
+
+            async def thinking() -> bool:
+                return len(fake_anthropic.requests) >= 1
+            await until(thinking)
+            chat.send("Also check the spelling.\r")
+            screen = await chat.expect("answer:")
+            assert "kept for after this turn (typed before the question): Also check the " \
+                   "spelling." in " ".join(screen.split())
+            chat.send("y\r")
+            await chat.expect("Checked.")
+            chat.send("/quit\r")
+            await chat.expect(f"left {sid}")
+        finally:
+            chat.close()
+        assert (await k.session(sid).read_file("a.md")).data == b"first"
+    assert [text for kind, text in _rows(database_url, sid) if kind == "user"] == [
+        "Write a note.", "Also check the spelling."]
 
 
 async def test_a_chat_joining_a_waiting_session_says_so_and_pending_asks(

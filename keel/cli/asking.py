@@ -5,9 +5,11 @@ and the turn goes on, where the chat used to sit silent until another terminal a
 Invariants: the session decides what waits and what an answer does (keel._approvals,
 keel._control); this only finds what waits (the session's events wake it at once, a status
 query every POLL_S finds the rest), asks once for each call or request, and sends the
-answer, an approval bound to the input the person was shown. A question whose wait ends
-otherwise (answered elsewhere, its timeout, Ctrl-C's interrupt) is withdrawn on a terminal
-and said to be over on a pipe, so the chat never waits on an answer nobody needs.
+answer, an approval bound to the input the person was shown. A line typed on a terminal
+before a question showed is no answer to it: it is kept, and sent when the turn is over.
+A question whose wait ends otherwise (answered elsewhere, its timeout, Ctrl-C's interrupt)
+is withdrawn on a terminal and said to be over on a pipe, so the chat never waits on an
+answer nobody needs.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import asyncio
 import json
 import os
 import re
+import select
 import sys
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
@@ -127,6 +130,9 @@ class Asker:
         self.asked: set[str] = set()
         self.up: str | None = None  # the key of the question the person sees now
         self.stdin_closed = False
+        # Lines typed on the terminal before a question showed: messages, not its answer;
+        # the chat sends them when the turn is over (`keel.cli.chat`).
+        self.typed_ahead: list[str] = []
 
     def seen(self, event: SessionEvent) -> None:
         """An event about a wait on the person, before the view prints it: a new wait is
@@ -136,6 +142,16 @@ class Asker:
         if answered is not None and f"{event.session_id}/{answered}" == self.up:
             self.withdraw()  # the event says who answered
         self.wake.set()
+
+    async def _keep_typed_ahead(self) -> None:
+        """Lines the person typed while the reply came were meant for the session, not for
+        a question they had not seen: kept, and said so, before it is asked."""
+        lines, ended = await lines_typed_ahead()
+        for line in lines:
+            console.print(f"[dim]kept for after this turn (typed before the question): "
+                          f"{escape(line)}[/]")
+        self.typed_ahead += lines
+        self.stdin_closed = self.stdin_closed or ended
 
     def withdraw(self) -> None:
         """Take back the question up, if any (its wait was answered, or is being ended)."""
@@ -226,6 +242,9 @@ class Asker:
 
     async def _answer_line(self, question: Question, turn: asyncio.Future[T]) -> str | None:
         """The person's line, or None when the wait ended before it (or input did)."""
+        await self._keep_typed_ahead()
+        if self.stdin_closed:
+            return None
         console.print(question.prompt, highlight=False)
         self.up = question.key
         self.set_prompt(ANSWER_PROMPT)
@@ -258,6 +277,20 @@ class Asker:
             console.print(f"[dim]no answer read; the turn waits (`keel pending {sid}`, "
                           f"`keel budget {sid}`)[/]")
         return line
+
+
+async def lines_typed_ahead() -> tuple[list[str], bool]:
+    """The whole lines a person typed on a terminal that nothing has read yet, and whether
+    input ended after them. Elsewhere ([], False): a pipe's lines are read in order, each
+    the answer its script meant."""
+    fd = _tty_fd()
+    lines: list[str] = []
+    while fd is not None and select.select([fd], [], [], 0)[0]:
+        line = await read_line()
+        if line is None:
+            return lines, True
+        lines.append(line)
+    return lines, False
 
 
 def can_withdraw() -> bool:

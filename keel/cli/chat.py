@@ -139,6 +139,7 @@ class _Chat:
         self.view = view
         self.config = config  # a new session's (its memory scope), /new's too
         self.asker: Asker | None = None  # the running turn's
+        self.typed_ahead: list[str] = []  # lines a question did not take: the next messages
 
     async def open(self, session_id: str | None, *, help_after: bool = False) -> None:
         """Start the session (or join it, when it exists) and subscribe to its events."""
@@ -167,15 +168,24 @@ class _Chat:
         lines: list[str] = []
         try:
             self.view.prompting = True
-            line = await asyncio.to_thread(Prompt.ask, "[bold]you[/]", console=console)
+            line = await self._line("[bold]you[/]")
             while line.endswith(CONTINUED):
                 lines.append(line[:-len(CONTINUED)])
-                line = await asyncio.to_thread(Prompt.ask, "[dim]...[/]", console=console)
+                line = await self._line("[dim]...[/]")
         except (EOFError, KeyboardInterrupt):
             return None
         finally:
             self.view.prompting = False
         return "\n".join([*lines, line]).strip()
+
+    async def _line(self, prompt: str) -> str:
+        """A line typed while a turn ran (kept by its questions), shown at the prompt as if
+        typed there, else the next one read."""
+        if self.typed_ahead:
+            line = self.typed_ahead.pop(0)
+            console.print(f"{prompt}: {escape(line)}")
+            return line
+        return await asyncio.to_thread(Prompt.ask, prompt, console=console)
 
     async def dispatch(self, text: str) -> None:
         """A slash command, or a message for the session (`//` starts a message)."""
@@ -216,6 +226,7 @@ class _Chat:
         except MessageRejectedError as err:
             error(refusal_line(err))
         finally:
+            self.typed_ahead += self.asker.typed_ahead
             self.asker, self.view.on_waiting = None, None
 
     @contextmanager
