@@ -33,7 +33,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from keel.client import KeelClient
 from schemas.config import KeelSettings, MetricsExport
 from tests.checkpoint_model import MARKER, CheckpointModel, good_checkpoint
-from tests.fake_anthropic import text_message, tool_use_message
+from tests.fake_anthropic import ErrorStep, text_message, tool_use_message
 from workers.metrics import (
     MetricsSettingsError,
     install_metrics,
@@ -105,6 +105,8 @@ def _model(body: dict[str, Any]) -> dict[str, Any]:
                and b.get("type") == "tool_result"] if isinstance(last["content"], list) else []
     if results:
         return text_message("Written.")
+    if "break" in json.dumps(last):
+        return ErrorStep.invalid("messages: this request is refused")  # not retried
     if "write the notes" in json.dumps(last):
         return tool_use_message([("write_file", {"path": "notes.md", "content": "one"})])
     return text_message("noted")
@@ -127,16 +129,20 @@ async def test_a_worker_exports_temporal_s_metrics_and_keel_s_as_the_api_counted
         session = await keel.start_session(sid)
         assert (await session.ask("Please write the notes.")).reply_text == "Written."
         assert (await session.ask("Thanks.")).reply_text == "noted"
+        assert (await session.ask("Now break.")).error is not None
         await session.checkpoint_now()
         text = await asyncio.to_thread(_scrape, port)
     finally:
         _stop(worker)
     mine = {"task_queue": queue, "workflow_type": "SessionWorkflow"}
-    turns = [u for u, body in zip(fake_anthropic.usages, fake_anthropic.requests, strict=True)
+    answered = [b for b in fake_anthropic.requests if MARKER in json.dumps(b)
+                or "break" not in json.dumps(b["messages"][-1])]  # the refused one has none
+    turns = [u for u, body in zip(fake_anthropic.usages, answered, strict=True)
              if MARKER not in json.dumps(body) and "<keel:rollup" not in json.dumps(body)]
     assert len(turns) == 3 and len(turns) < len(fake_anthropic.usages)
     assert _value(text, "keel_turns", outcome="answered", **mine) == 2
-    assert _value(text, "keel_turns", outcome="failed", **mine) == 0
+    assert _value(text, "keel_turns", outcome="failed", **mine) == 1
+    assert _value(text, "keel_errors", where="model", **mine) == 1
     assert _value(text, "keel_model_calls", **mine) == 3
     assert _value(text, "keel_tool_calls", **mine) == 1
     assert _value(text, "keel_model_tokens", kind="input", purpose="turn", **mine) == sum(
@@ -150,7 +156,11 @@ async def test_a_worker_exports_temporal_s_metrics_and_keel_s_as_the_api_counted
     assert _value(text, "keel_model_tokens", kind="output", purpose="checkpoint",
                   **mine) == sum(u.output for u in checkpoint)
     assert _value(text, "keel_model_cost_microdollars", purpose="turn", **mine) > 0
-    assert _value(text, "keel_turn_duration_count", **mine) == 2
+    assert _value(text, "keel_turn_duration_count", **mine) == 3
+    assert _value(text, "keel_session_events", type="turn_ended", **mine) == 3
+    assert _value(text, "keel_session_events", type="tool_called", **mine) == 1
+    assert _value(text, "keel_session_events", type="checkpoint_stored", **mine) == 1
+    assert _value(text, "keel_session_events", type="text_delta", **mine) == 0
     # Temporal's own, from the same endpoint.
     assert _value(text, "temporal_workflow_task_execution_latency_count", task_queue=queue) > 0
     assert _value(text, "temporal_activity_execution_latency_count", task_queue=queue) > 0

@@ -48,6 +48,8 @@ with workflow.unsafe.imports_passed_through():
     from schemas.events import TOPIC, SessionEvent, StreamWatchers, event_payload
     from schemas.session import Handler
 
+from workflows.metrics import count_event
+
 __all__ = ["SessionEvents"]
 RETAIN_EVENTS = 1_000
 RETAIN_BYTES = 256_000  # of stored payload bytes carried in the continue-as-new input
@@ -113,8 +115,10 @@ class SessionEvents:
     # ----- publishing -----------------------------------------------------------------------
 
     def publish(self, event: SessionEvent) -> int:
-        """Append `event`; returns its offset. Deterministic: no command, no history event."""
+        """Append `event`; returns its offset. Deterministic: no command, no history event.
+        Counted on the worker's metrics too (replay-safe: never twice)."""
         self.topic.publish(event_payload(event))
+        count_event(event)
         return self.offset() - 1
 
     def emit(self, cls: type[Any], **fields: Any) -> int:

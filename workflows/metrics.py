@@ -23,8 +23,9 @@ from temporalio.common import MetricCounter, MetricHistogramTimedelta
 
 with workflow.unsafe.imports_passed_through():
     from schemas.budget import Spend
+    from schemas.events import EventType, SessionEvent
 
-__all__ = ["SessionMetrics", "count_spend"]
+__all__ = ["SessionMetrics", "count_event", "count_spend"]
 
 MICRO = 1_000_000  # dollars are counted in millionths: a counter holds whole numbers
 TOKENS = ("keel_model_tokens", "Tokens as the API counted them, by kind (input: uncached "
@@ -32,6 +33,22 @@ TOKENS = ("keel_model_tokens", "Tokens as the API counted them, by kind (input: 
           "rollup).")
 COST = ("keel_model_cost_microdollars", "What the model calls cost at the worker's price "
         "table, in millionths of a dollar, by purpose.")
+
+
+def count_event(event: SessionEvent) -> None:
+    """A session event on the metrics by its type (a reply's text deltas aside: they are
+    its stream, not its moments), and an error by where it happened."""
+    kind = getattr(event, "type", None)
+    if kind is None or kind == EventType.TEXT_DELTA:
+        return
+    meter = workflow.metric_meter()
+    meter.create_counter("keel_session_events", "Session events by type: approvals asked "
+                         "and decided, budgets near and reached, interrupts, sub-agents, "
+                         "wakeups, checkpoints, errors.").add(1, {"type": str(kind)})
+    if kind == EventType.ERROR:
+        meter.create_counter("keel_errors", "Errors a session told its stream, by where "
+                             "(model, memory, ...).").add(
+            1, {"where": str(getattr(event, "where", "")) or "other"})
 
 
 def count_spend(spent: Spend, purpose: str, tokens: MetricCounter | None = None,
