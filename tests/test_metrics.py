@@ -157,6 +157,7 @@ async def test_a_worker_exports_temporal_s_metrics_and_keel_s_as_the_api_counted
                   **mine) == sum(u.output for u in checkpoint)
     assert _value(text, "keel_model_cost_microdollars", purpose="turn", **mine) > 0
     assert _value(text, "keel_turn_duration_count", **mine) == 3
+    assert _value(text, "keel_turn_duration_bucket", le="900000", **mine) == 3  # long turns
     assert _value(text, "keel_session_events", type="turn_ended", **mine) == 3
     assert _value(text, "keel_session_events", type="tool_called", **mine) == 1
     assert _value(text, "keel_session_events", type="checkpoint_stored", **mine) == 1

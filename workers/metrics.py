@@ -34,6 +34,10 @@ __all__ = ["MetricsSettingsError", "install_metrics", "metrics_where", "otlp_met
 
 OTLP_DEFAULT = "http://localhost:4318"
 PUSH_EVERY_MS = 10_000  # an OTLP push's period unless OTEL_METRIC_EXPORT_INTERVAL says
+# A turn lasts from a quarter second to many minutes (tool calls, approvals): the core's
+# default buckets end at 10 s.
+BUCKETS = {"keel_turn_duration": [250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000,
+                                  120_000, 300_000, 900_000, 3_600_000]}
 
 
 class MetricsSettingsError(ValueError):
@@ -78,9 +82,11 @@ def _bind_address(address: str) -> str:
 def _telemetry(settings: KeelSettings) -> TelemetryConfig:
     if settings.metrics is MetricsExport.PROMETHEUS:
         return TelemetryConfig(metrics=PrometheusConfig(
-            bind_address=_bind_address(settings.metrics_address)))
+            bind_address=_bind_address(settings.metrics_address),
+            histogram_bucket_overrides=BUCKETS))
     return TelemetryConfig(metrics=OpenTelemetryConfig(
-        url=otlp_metrics_url(), http=True, metric_periodicity=push_every()))
+        url=otlp_metrics_url(), http=True, metric_periodicity=push_every(),
+        histogram_bucket_overrides=BUCKETS))
 
 
 def install_metrics(settings: KeelSettings) -> Runtime | None:
