@@ -87,7 +87,7 @@ from activities.vault.search import search, touch_documents
 from activities.vault.store import VaultError
 from activities.workspace import PromptFiles, StoreError
 from schemas.agent import cut_result, result_text
-from schemas.budget import cost_usd, price_for
+from schemas.budget import cost_usd, reply_price
 from schemas.bundle_memory import card_op_id
 from schemas.cache_ttl import lifetime_refused, short_lived
 from schemas.checkpoint.policy import sendable
@@ -247,7 +247,6 @@ class SessionActivities:
             # Not a failure: the ladder's input. The API's count corrects the estimate
             # and the session makes room (workflows.turn).
             return first.not_sent(sized, loaded, data, refusal(err, sized.estimate))
-        price = price_for(data.ask.model, self.ctx.settings.prices)
         # The reply and its transcript's queue row: both recorded or neither (sent as a
         # pipeline: two round trips for the transaction's four statements).
         async with conn.pipeline(), conn.transaction():
@@ -257,7 +256,8 @@ class SessionActivities:
             else:
                 reply, replaced = await insert_reply(conn, data, message)
             transcribed = await queue_reply_transcript(conn, data, reply, first.recall)
-        reply.cost_usd = cost_usd(reply.usage, price)
+        reply.cost_usd = cost_usd(reply.usage, reply_price(reply.model, data.ask.model,
+                                                           self.ctx.settings.prices))
         if message is None:
             return first.result(reply=reply, size=sized.size,
                                 estimated_tokens=sized.estimate, stream_tail=tail,

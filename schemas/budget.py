@@ -27,6 +27,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from schemas.messages import Usage
+from schemas.model import OFFLINE_PREFIX
 from schemas.strict import SpecModel
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "price_for",
     "raise_problem",
     "reached",
+    "reply_price",
     "spend_of",
     "warning_notice",
 ]
@@ -102,6 +104,15 @@ def price_for(model: str, table: PriceTable) -> ModelPrice | None:
     """The price of `model`: the entry whose name is the longest prefix of it, or None."""
     best = max((name for name in table if model.startswith(name)), key=len, default=None)
     return table[best] if best is not None else None
+
+
+def reply_price(answered: str | None, asked: str, table: PriceTable) -> ModelPrice | None:
+    """The price of a reply: the model the API says answered (a dated name under the
+    alias asked for), else the one asked for; none for Keel's offline models, which bill
+    nothing."""
+    if answered and answered.startswith(OFFLINE_PREFIX):
+        return None
+    return (price_for(answered, table) if answered else None) or price_for(asked, table)
 
 
 def cost_usd(usage: Usage, price: ModelPrice | None) -> float:

@@ -13,6 +13,8 @@ from pydantic import BaseModel
 # The name the offline deterministic model answers with: what says, in a reply or a footer,
 # that no real model wrote it.
 OFFLINE_MODEL_NAME = "keel-offline-model"
+# Every offline model's name starts so (the rollups' is keel-offline-rollup): none bills.
+OFFLINE_PREFIX = "keel-offline"
 
 MODEL_TIMEOUT = "ModelTimeout"
 MODEL_CONNECTION = "ModelConnection"

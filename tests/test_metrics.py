@@ -98,7 +98,7 @@ def _stop(worker: subprocess.Popen[bytes]) -> None:
         worker.wait()
 
 
-def _model(body: dict[str, Any]) -> dict[str, Any]:
+def _model(body: dict[str, Any]) -> dict[str, Any] | ErrorStep:
     """A turn that writes a file (one tool call), then says it is done; other turns: noted."""
     last = body["messages"][-1]
     results = [b for b in last["content"] if isinstance(b, dict)

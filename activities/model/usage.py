@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from anthropic.types import Message
 
-from schemas.budget import PriceTable, Spend, cost_usd, price_for, spend_of
+from schemas.budget import PriceTable, Spend, cost_usd, reply_price, spend_of
 from schemas.messages import Usage
 
 __all__ = ["spend_of_reply", "usage_of"]
@@ -28,6 +28,7 @@ def usage_of(message: Message) -> Usage:
 
 
 def spend_of_reply(message: Message, model: str, prices: PriceTable) -> Spend:
-    """What the reply to a request for `model` cost, in tokens and dollars."""
+    """What the reply to a request for `model` cost, in tokens and dollars
+    (`schemas.budget.reply_price`: the offline model's cost nothing)."""
     usage = usage_of(message)
-    return spend_of(usage, cost_usd(usage, price_for(model, prices)))
+    return spend_of(usage, cost_usd(usage, reply_price(message.model, model, prices)))

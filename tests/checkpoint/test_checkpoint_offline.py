@@ -37,6 +37,8 @@ async def test_offline_session_takes_checkpoints_and_keeps_the_queue(
     reviewed = [int(re.search(r"Reviewed PR #(\d+)", r).group(1)) for r in replies]
     assert reviewed == list(range(101, 146))
     assert status.checkpoint_count >= 2, status
+    # Counted as the API counts, and nothing billed: the offline model has no price.
+    assert status.spent.input_tokens > 0 and status.spent.usd == 0
     assert FIRST_REQUEST in memo  # word for word, copied from the record
     assert "continue" not in memo.split("#1:", 1)[1].split("\n\n", 1)[1:]  # not kept
     assert "Please work through the pull-request queue" in mind

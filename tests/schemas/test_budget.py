@@ -28,11 +28,13 @@ from schemas.budget import (
     price_for,
     raise_problem,
     reached,
+    reply_price,
     spend_of,
     warning_notice,
 )
 from schemas.config import KeelSettings
 from schemas.messages import Usage
+from schemas.model import OFFLINE_MODEL_NAME
 
 
 def test_price_is_the_longest_matching_prefix():
@@ -231,3 +233,17 @@ def test_a_limit_is_said_near_once_at_its_share_and_again_once_a_raise_moved_it(
     assert warning_notice(said[0]) == (
         "The session's budget is 80% spent ($0.8000 of $1.0000); at the limit the turn "
         "pauses until a person raises it.")
+
+
+def test_a_reply_is_priced_as_the_model_that_answered_and_the_offline_one_costs_nothing():
+    table = {"claude-sonnet-4-5": ModelPrice(input=3, output=15, cache_read=0.3,
+                                             cache_write=3.75),
+             "my-alias": ModelPrice(input=1, output=2, cache_read=0.1, cache_write=1.25)}
+    # A dated name under the alias asked for; an alias the table knows, answered by a
+    # name it does not; Keel's offline model, whatever was asked for.
+    assert reply_price("claude-sonnet-4-5-20250929", "claude-sonnet-4-5", table) \
+        == table["claude-sonnet-4-5"]
+    assert reply_price("some-model-20260101", "my-alias", table) == table["my-alias"]
+    assert reply_price(None, "my-alias", table) == table["my-alias"]
+    assert reply_price(OFFLINE_MODEL_NAME, "claude-sonnet-4-5", table) is None
+    assert reply_price("keel-offline-rollup", "claude-sonnet-4-5", table) is None

@@ -64,9 +64,15 @@ def write_month(vault) -> dict[date, int]:
     return sizes
 
 
+def as_the_api(body: dict) -> dict | None:
+    """The offline rollup's answer as the API would send it: named for the model asked."""
+    reply = offline_rollup.respond(body)
+    return reply and {**reply, "model": body["model"]}
+
+
 async def test_a_month_of_nightly_rollups_in_seconds(time_skipping_env, tmp_path, database_url,
                                                     fake_anthropic, webhook):  # noqa: F811
-    fake_anthropic.responder = offline_rollup.respond
+    fake_anthropic.responder = as_the_api
     ctx = make_ctx(tmp_path, database_url,
                    ModelSettings(base_url=fake_anthropic.base_url, api_key="test"),
                    notify_webhook_url=webhook.url)
