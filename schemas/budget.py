@@ -353,9 +353,12 @@ class BudgetState(BaseModel):
             self.warned[f"{w.scope.value}:{w.limit}"] = w.at
         return out
 
-    def charge(self, spend: Spend) -> None:
+    def charge(self, spend: Spend, *, in_turn: bool = True) -> None:
+        """On the session's spend, and on the turn's unless spent between turns (a
+        checkpoint a person asked for)."""
         self.spent = self.spent.plus(spend)
-        self.turn_spent = self.turn_spent.plus(spend)
+        if in_turn:
+            self.turn_spent = self.turn_spent.plus(spend)
 
     def add_child(self, spend: Spend) -> None:
         """A child session's reported spend, counted against this session's budget."""

@@ -87,12 +87,13 @@ class BudgetGate:
         state = self.run.state
         state.budget.start_turn(state.turn)
 
-    async def charge(self, spend: Spend) -> None:
+    async def charge(self, spend: Spend, *, in_turn: bool = True) -> None:
         """A model call's usage and cost (a turn's call: `spend_of` its reply; a
-        checkpoint's rounds and flush: its outcome's), on the session's and the turn's;
-        then each limit it came near is said, once, on the stream and in the record."""
+        checkpoint's rounds and flush: its outcome's), on the session's and the turn's
+        (`in_turn`); then each limit it came near is said, once, on the stream and in the
+        record."""
         budget = self.run.state.budget
-        budget.charge(spend)
+        budget.charge(spend, in_turn=in_turn)
         warnings = budget.warnings(self.spec)
         if not warnings or not workflow.patched(BUDGET_WARNING_PATCH):
             return

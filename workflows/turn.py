@@ -556,7 +556,8 @@ class Turns:
                         threshold=run.window.threshold)
         with self.observer.checkpoint_trace():
             outcome = await self.chain.checkpoint(upto, self.turn.first_seq)
-        await self.budget.charge(outcome.spent)  # its rounds and flush, stored or not
+        await self.budget.charge(outcome.spent,  # its rounds and flush, stored or not
+                                 in_turn=self.turn.progress is not None)
         if outcome.error is not None:  # a step gave up: the session keeps its checkpoint
             run.last_error = f"checkpoint failed: {outcome.reason}"
             await run.record_notice(f"A checkpoint failed: {outcome.reason}")

@@ -1,6 +1,7 @@
 """A session's budget counts every model call it makes: the checkpoint's rounds, its repair
-and the memory flush before it, as the API counted them, and a budget they reach pauses the
-turn before the call they made room for.
+and the memory flush before it, as the API counted them (one asked for between turns on the
+session's spend only), and a budget they reach pauses the turn before the call they made
+room for.
 
 Real Temporal dev server, real PostgreSQL, the real SDK against the fake Messages API, whose
 own record of the usage it returned (`usages`) is the count the session is held to.
@@ -53,7 +54,12 @@ async def test_the_spend_is_every_call_the_api_answered_checkpoints_and_flushes_
         for n in range(5):
             outcome = await session.ask(f"Part {n}: {BLOCK}")
             assert outcome.error is None, outcome.error
+        last_turn = await session.status()
+        await session.checkpoint_now()  # between turns: the session's spend, no turn's
         status = await session.status()
+    assert status.checkpoint_count > last_turn.checkpoint_count
+    assert status.spent.input_tokens > last_turn.spent.input_tokens
+    assert status.turn_spent == last_turn.turn_spent
     kinds = _kinds(fake_anthropic.requests)
     assert status.checkpoint_count >= 2 and "checkpoint" in kinds and "flush" in kinds
     usages = fake_anthropic.usages
