@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.vault.turn import FlushInput, MemoryActivities
     from schemas.budget import Spend
     from schemas.checkpoint.budgets import MAX_TOOL_ROUNDS
-    from schemas.checkpoint.policy import learned_ratio, portion_after_refusal
+    from schemas.checkpoint.policy import learned_ratio, portion_after_refusal, remember_saving
     from schemas.events import CheckpointKind
     from schemas.model import REFUSED_AS_TOO_LARGE, TooLong
     from schemas.session import SessionState
@@ -79,7 +79,7 @@ class _RoundsOutcome:
 
 class CheckpointChain:
     """Takes checkpoints of one session. It reads the session's state and allocates seqs
-    from it; the session adopts what a checkpoint stored."""
+    from it; the turn has it adopt (`adopt`) what a checkpoint stored."""
 
     def __init__(self, state: SessionState,
                  on_flush_failed: Callable[[int, ActivityError], Awaitable[None]] | None = None,
@@ -87,6 +87,19 @@ class CheckpointChain:
         self.state = state
         # Told the number of the checkpoint whose flush failed, and why.
         self.on_flush_failed = on_flush_failed
+
+    def adopt(self, outcome: CheckpointOutcome) -> None:
+        """Point the session at the checkpoint `outcome` stored."""
+        state, stored = self.state, outcome.stored
+        assert stored is not None
+        state.checkpoint_id = stored.checkpoint_id
+        state.window_start_seq = stored.cut_seq
+        state.checkpoint_count += 1
+        state.mind_text, state.memo_text = stored.mind_text, stored.memo_text
+        state.now_text = stored.now_text
+        state.texts_in_store = False  # read or not, these are the session's texts now
+        state.context_tokens = stored.window_tokens_after
+        state.recent_savings = remember_saving(state.recent_savings, stored.tokens_saved)
 
     def _attempt_id(self) -> str:
         self.state.checkpoint_attempts += 1

@@ -51,7 +51,6 @@ with workflow.unsafe.imports_passed_through():
         learned_ratio,
         made_enough_room,
         next_step,
-        remember_saving,
     )
     from schemas.events import (
         CheckpointFailed,
@@ -537,7 +536,7 @@ class Turns:
             if moved.stored is None:
                 tried.move_failed = True
             else:
-                self._adopt(moved)
+                self.chain.adopt(moved)
                 self._checkpoint_stored(moved, before)
         elif step is RoomStep.CUT_NEWEST_OUTPUT:
             tried.output_cut = True
@@ -563,7 +562,7 @@ class Turns:
             await run.record_notice(f"A checkpoint failed: {outcome.reason}")
         run.phase = SessionPhase.RUNNING
         if outcome.stored is not None:
-            self._adopt(outcome)
+            self.chain.adopt(outcome)
             self._checkpoint_stored(outcome, before)
         else:
             run.events.emit(CheckpointFailed, turn=state.turn, reason=outcome.reason)
@@ -590,16 +589,3 @@ class Turns:
                              tokens_after=stored.window_tokens_after,
                              fallbacks=stored.fallbacks)
         self.observer.checkpoint_stored(outcome, before)
-
-    def _adopt(self, outcome: CheckpointOutcome) -> None:
-        """Point the session at the new checkpoint."""
-        state, stored = self.run.state, outcome.stored
-        assert stored is not None
-        state.checkpoint_id = stored.checkpoint_id
-        state.window_start_seq = stored.cut_seq
-        state.checkpoint_count += 1
-        state.mind_text, state.memo_text = stored.mind_text, stored.memo_text
-        state.now_text = stored.now_text
-        state.texts_in_store = False  # read or not, these are the session's texts now
-        state.context_tokens = stored.window_tokens_after
-        state.recent_savings = remember_saving(state.recent_savings, stored.tokens_saved)
