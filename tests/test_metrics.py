@@ -69,6 +69,14 @@ def _value(text: str, name: str, **labels: str) -> float:
     return total
 
 
+def _worker_env(temporal_env: Any, database_url: str, fake: Any, queue: str,
+                **metrics: str) -> dict[str, str]:
+    """A worker process's environment: the test's servers, the fake API, these metrics."""
+    return {**os.environ, "TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
+            "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": queue, "KEEL_VAULT_PUSH": "0",
+            "ANTHROPIC_BASE_URL": fake.base_url, "ANTHROPIC_API_KEY": "test", **metrics}
+
+
 def _start(env: dict[str, str], tmp: Path, name: str) -> subprocess.Popen[bytes]:
     data = tmp / name
     data.mkdir(parents=True, exist_ok=True)
@@ -116,10 +124,8 @@ async def test_a_worker_exports_temporal_s_metrics_and_keel_s_as_the_api_counted
         temporal_env, database_url, fake_anthropic, tmp_path):
     queue = f"keel-metrics-{uuid.uuid4().hex[:8]}"
     port = _free_port()
-    env = {**os.environ, "TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
-           "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": queue, "KEEL_VAULT_PUSH": "0",
-           "ANTHROPIC_BASE_URL": fake_anthropic.base_url, "ANTHROPIC_API_KEY": "test",
-           "KEEL_METRICS": "prometheus", "KEEL_METRICS_ADDRESS": f"127.0.0.1:{port}"}
+    env = _worker_env(temporal_env, database_url, fake_anthropic, queue,
+                      KEEL_METRICS="prometheus", KEEL_METRICS_ADDRESS=f"127.0.0.1:{port}")
     fake_anthropic.responder = CheckpointModel(good_checkpoint, ordinary=_model)
     keel = KeelClient(temporal_env.client, queue, KeelSettings.from_env(env))
     sid = f"metrics-{uuid.uuid4().hex[:8]}"
@@ -172,10 +178,8 @@ async def test_a_restarted_worker_replays_a_session_without_counting_its_turns_a
         temporal_env, database_url, fake_anthropic, tmp_path):
     queue = f"keel-metrics-{uuid.uuid4().hex[:8]}"
     port = _free_port()
-    env = {**os.environ, "TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
-           "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": queue, "KEEL_VAULT_PUSH": "0",
-           "ANTHROPIC_BASE_URL": fake_anthropic.base_url, "ANTHROPIC_API_KEY": "test",
-           "KEEL_METRICS": "prometheus", "KEEL_METRICS_ADDRESS": f"127.0.0.1:{port}"}
+    env = _worker_env(temporal_env, database_url, fake_anthropic, queue,
+                      KEEL_METRICS="prometheus", KEEL_METRICS_ADDRESS=f"127.0.0.1:{port}")
     fake_anthropic.responder = _model
     keel = KeelClient(temporal_env.client, queue, KeelSettings.from_env(env))
     session = await keel.start_session(f"metrics-{uuid.uuid4().hex[:8]}")
@@ -236,11 +240,9 @@ async def test_a_worker_pushes_its_metrics_over_otlp(
     collector = _Collector()
     threading.Thread(target=collector.serve_forever, daemon=True).start()
     queue = f"keel-metrics-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
-           "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": queue, "KEEL_VAULT_PUSH": "0",
-           "ANTHROPIC_BASE_URL": fake_anthropic.base_url, "ANTHROPIC_API_KEY": "test",
-           "KEEL_METRICS": "otlp", "OTEL_METRIC_EXPORT_INTERVAL": "300",
-           "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_port}"}
+    env = _worker_env(temporal_env, database_url, fake_anthropic, queue,
+                      KEEL_METRICS="otlp", OTEL_METRIC_EXPORT_INTERVAL="300",
+                      OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.server_port}")
     fake_anthropic.responder = _model
     keel = KeelClient(temporal_env.client, queue, KeelSettings.from_env(env))
     worker = _start(env, tmp_path, "otlp")
