@@ -91,7 +91,8 @@ async def erase_memory_scope(keel: KeelClient, scope: str, *, with_sessions: boo
 async def _running(keel: KeelClient, url: str, scope: str) -> list[str]:
     """The running sessions of `scope`, by id: visibility lists this deployment's running
     sessions (its task queue's: a scope's ended ones may be many more), each one's row
-    says its scope, and one without a row yet (started, no message so far) is asked."""
+    says its scope, and one whose row does not say it yet (no row: started, no message so
+    far; a row the record made before its first model call named the scope) is asked."""
     ids = [wf.id async for wf in keel.client.list_workflows(
         f"WorkflowType = '{SESSION_WORKFLOW}' AND ExecutionStatus = 'Running' AND "
         f"TaskQueue = '{visibility_quoted(keel.task_queue)}'")]
@@ -100,7 +101,7 @@ async def _running(keel: KeelClient, url: str, scope: str) -> list[str]:
     from keel.record import session_scopes  # (the client's import loads no psycopg)
 
     rows = await session_scopes(url, ids)
-    unknown = [sid for sid in ids if sid not in rows]
+    unknown = [sid for sid in ids if rows.get(sid) is None]  # no row, or none says it yet
     asked = await asyncio.gather(*(_asked_scope(keel, sid) for sid in unknown))
     scopes = {**rows, **dict(zip(unknown, asked, strict=True))}
     ours = sorted(sid for sid in ids if scopes.get(sid) == scope)

@@ -11,6 +11,7 @@ import json
 import uuid
 from pathlib import Path
 
+import psycopg
 import pytest
 from typer.testing import CliRunner
 
@@ -128,16 +129,23 @@ async def test_with_its_sessions_a_running_scope_is_erased_and_they_are_deleted(
         # Started, no message yet: its row does not name the scope; its workflow does.
         idle = await keel.start_session(f"{scope}-idle",
                                         config=session_config(settings, memory_scope=scope))
+        # A row the record wrote before the session's first model call named its scope (a
+        # background input recorded first, a first call that failed): asked too.
+        recorded = await keel.start_session(
+            f"{scope}-recorded", config=session_config(settings, memory_scope=scope))
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute("INSERT INTO sessions (session_id, user_name) VALUES (%s, 'user')",
+                         (recorded.session_id,))
         with pytest.raises(DeleteRefusedError) as refused:
             await keel.erase_memory_scope(scope, with_sessions=True)  # not forced
         assert str(refused.value) == running_text(
-            scope, sorted([running.session_id, idle.session_id]))
+            scope, sorted([running.session_id, idle.session_id, recorded.session_id]))
         assert db(database_url, "SELECT count(*) FROM sessions WHERE memory_scope = %s",
                   scope) == [(2,)]
 
         done = await keel.erase_memory_scope(scope, with_sessions=True, force=True)
         assert done.sessions_deleted == sorted([running.session_id, ended.session_id,
-                                                idle.session_id])
+                                                idle.session_id, recorded.session_id])
         assert db(database_url, "SELECT count(*) FROM sessions WHERE memory_scope = %s",
                   scope) == [(0,)]
         assert scope_rows(database_url, scope) == {}
