@@ -138,6 +138,16 @@ async def test_a_worker_exports_temporal_s_metrics_and_keel_s_as_the_api_counted
         assert (await session.ask("Now break.")).error is not None
         await session.checkpoint_now()
         text = await asyncio.to_thread(_scrape, port)
+        vault = {"vault_queue": f"{queue}-vault"}  # the vault's one writer, in this process
+        for _ in range(100):
+            drained = await asyncio.to_thread(_scrape, port)
+            if _value(drained, "keel_transcripts_written", **vault) >= 2 and \
+                    "keel_transcripts_waiting{" in drained:
+                break
+            await asyncio.sleep(0.1)
+        assert _value(drained, "keel_transcripts_written", **vault) >= 2
+        assert _value(drained, "keel_transcripts_dropped", **vault) == 0
+        assert "keel_transcripts_waiting{" in drained  # the backlog, read every sweep
     finally:
         _stop(worker)
     mine = {"task_queue": queue, "workflow_type": "SessionWorkflow"}

@@ -27,6 +27,9 @@ Invariants:
   drainer's CPU a row, `bench/bench_transcripts.py`). It sweeps every `SWEEP_S` besides
   (a notification sent while it was reconnecting, a row whose retry came due); a lost
   connection is opened again after a pause, never a crash of the worker.
+- Its work is on the process's metrics (workers.metrics): rows written and dropped, and the
+  rows waiting (`keel_transcripts_waiting`, read at most every `SWEEP_S`): the one writer
+  keeping up, or not, with every session worker.
 - Stopping has an end (`activities.tasks.stop_task`, `STOP_GRACE_S` a grace): a drain may
   wait on something of its own while it unwinds from a cancel (psycopg, for one, waits up
   to 10 s for the server to end a cancelled query).
@@ -42,6 +45,7 @@ from dataclasses import dataclass
 
 import psycopg
 from psycopg import AsyncConnection
+from temporalio.runtime import Runtime
 
 from activities.db import Outage, get_pool
 from activities.listen import Notifications
@@ -124,6 +128,17 @@ class TranscriptDrainer:
         self._wake = asyncio.Event()
         self.sweeps = 0  # drains done (a test waits for the first)
         self._task: asyncio.Task[None] | None = None
+        meter = Runtime.default().metric_meter.with_additional_attributes(
+            {"vault_queue": vault_queue})
+        self._written = meter.create_counter(
+            "keel_transcripts_written", "Outbox rows written to the vault (a turn's "
+            "transcript each).")
+        self._dropped = meter.create_counter(
+            "keel_transcripts_dropped", "Outbox rows that failed for good (said to their "
+            "session; the record keeps the words).")
+        self._waiting = meter.create_gauge(
+            "keel_transcripts_waiting", "Outbox rows not yet written to the vault.")
+        self._counted_at = float("-inf")
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[TranscriptDrainer]:
@@ -173,6 +188,9 @@ class TranscriptDrainer:
             while await self.drain_once() == BATCH:
                 pass  # a backlog: the next batch at once
             self.sweeps += 1
+            if loop.time() - self._counted_at >= self.sweep_s:
+                self._counted_at = loop.time()
+                await self._count_waiting()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.sweep_s)
             if self._wake.is_set():
@@ -208,6 +226,14 @@ class TranscriptDrainer:
                         failed.add(row.session_id)
         return len(rows)
 
+    async def _count_waiting(self) -> None:
+        pool = await get_pool(self.database_url)
+        async with pool.connection() as conn:
+            row = await (await conn.execute(
+                "SELECT count(*) FROM transcript_outbox WHERE vault_queue = %s",
+                (self.vault_queue,))).fetchone()
+        self._waiting.set(row[0] if row else 0)
+
     async def _write_together(self, conn: AsyncConnection, scope: str,
                               group: list[_Row]) -> bool:
         try:
@@ -218,6 +244,7 @@ class TranscriptDrainer:
             return False
         await conn.execute("DELETE FROM transcript_outbox WHERE id = ANY(%s)",
                            ([row.id for row in group],))
+        self._written.add(len(group))
         return True
 
     async def _write(self, conn: AsyncConnection, row: _Row) -> bool:
@@ -235,6 +262,9 @@ class TranscriptDrainer:
             what = f"#{row.seqs[0]}-#{row.seqs[-1]}" if row.seqs else "recalled notes"
             await self._report(row.session_id, f"the transcript of {what} could not be "
                                                f"written: {reason}")
+            self._dropped.add(1)
+        else:
+            self._written.add(1)
         await conn.execute("DELETE FROM transcript_outbox WHERE id = %s", (row.id,))
         return True
 
