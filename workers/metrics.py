@@ -28,6 +28,7 @@ from temporalio.runtime import (
 )
 
 from schemas.config import KeelSettings, MetricsExport
+from schemas.metrics import TURN_DURATION
 
 __all__ = ["MetricsSettingsError", "install_metrics", "metrics_where", "otlp_metrics_url",
            "push_every"]
@@ -36,7 +37,7 @@ OTLP_DEFAULT = "http://localhost:4318"
 PUSH_EVERY_MS = 10_000  # an OTLP push's period unless OTEL_METRIC_EXPORT_INTERVAL says
 # A turn lasts from a quarter second to many minutes (tool calls, approvals): the core's
 # default buckets end at 10 s.
-BUCKETS = {"keel_turn_duration": [250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000,
+BUCKETS = {TURN_DURATION.name: [250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000,
                                   120_000, 300_000, 900_000, 3_600_000]}
 
 

@@ -24,15 +24,22 @@ from temporalio.common import MetricCounter, MetricHistogramTimedelta
 with workflow.unsafe.imports_passed_through():
     from schemas.budget import Spend
     from schemas.events import EventType, SessionEvent
+    from schemas.metrics import (
+        CHECKPOINTS,
+        COST,
+        ERRORS,
+        MODEL_CALLS,
+        SESSION_EVENTS,
+        TOKENS,
+        TOO_LONG,
+        TOOL_CALLS,
+        TURN_DURATION,
+        TURNS,
+    )
 
 __all__ = ["SessionMetrics", "count_event", "count_spend"]
 
 MICRO = 1_000_000  # dollars are counted in millionths: a counter holds whole numbers
-TOKENS = ("keel_model_tokens", "Tokens as the API counted them, by kind (input: uncached "
-          "and cache writes; cached: cache reads; output) and purpose (turn, checkpoint, "
-          "rollup).")
-COST = ("keel_model_cost_microdollars", "What the model calls cost at the worker's price "
-        "table, in millionths of a dollar, by purpose.")
 
 
 def count_event(event: SessionEvent) -> None:
@@ -42,12 +49,9 @@ def count_event(event: SessionEvent) -> None:
     if kind is None or kind == EventType.TEXT_DELTA:
         return
     meter = workflow.metric_meter()
-    meter.create_counter("keel_session_events", "Session events by type: approvals asked "
-                         "and decided, budgets near and reached, interrupts, sub-agents, "
-                         "wakeups, checkpoints, errors.").add(1, {"type": str(kind)})
+    meter.create_counter(*SESSION_EVENTS).add(1, {"type": str(kind)})
     if kind == EventType.ERROR:
-        meter.create_counter("keel_errors", "Errors a session told its stream, by where "
-                             "(model, memory, ...).").add(
+        meter.create_counter(*ERRORS).add(
             1, {"where": str(getattr(event, "where", "")) or "other"})
 
 
@@ -75,23 +79,15 @@ class SessionMetrics:
         if self._made:
             return
         meter = workflow.metric_meter()
-        self.turns: MetricCounter = meter.create_counter(
-            "keel_turns", "Turns ended, by outcome (answered, failed).")
+        self.turns: MetricCounter = meter.create_counter(*TURNS)
         self.turn_duration: MetricHistogramTimedelta = meter.create_histogram_timedelta(
-            "keel_turn_duration", "A turn from its start to its reply, checkpoints and "
-            "approvals included.", "duration")
-        self.model_calls = meter.create_counter(
-            "keel_model_calls", "A turn's model calls the API answered.")
+            *TURN_DURATION, "duration")
+        self.model_calls = meter.create_counter(*MODEL_CALLS)
         self.tokens = meter.create_counter(*TOKENS)
         self.cost = meter.create_counter(*COST)
-        self.tool_calls = meter.create_counter(
-            "keel_tool_calls", "Tool calls the model made in turns.")
-        self.checkpoints = meter.create_counter(
-            "keel_checkpoints", "Checkpoints, by kind (full, earlier_part, moved) and "
-            "outcome (stored, failed).")
-        self.too_long = meter.create_counter(
-            "keel_requests_too_long", "Requests the API refused as too long (the ladder "
-            "made room and asked again).")
+        self.tool_calls = meter.create_counter(*TOOL_CALLS)
+        self.checkpoints = meter.create_counter(*CHECKPOINTS)
+        self.too_long = meter.create_counter(*TOO_LONG)
         self._made = True
 
     def model_called(self, spent: Spend, tool_calls: int) -> None:

@@ -51,6 +51,7 @@ from activities.db import Outage, get_pool
 from activities.listen import Notifications
 from activities.tasks import stop_task
 from activities.vault.turn import MemoryActivities, TranscriptsInput
+from schemas.metrics import TRANSCRIPTS_DROPPED, TRANSCRIPTS_WAITING, TRANSCRIPTS_WRITTEN
 
 __all__ = ["CHANNEL", "MAX_ATTEMPTS", "QueuedTranscript", "TranscriptDrainer",
            "queue_transcript"]
@@ -130,14 +131,9 @@ class TranscriptDrainer:
         self._task: asyncio.Task[None] | None = None
         meter = Runtime.default().metric_meter.with_additional_attributes(
             {"vault_queue": vault_queue})
-        self._written = meter.create_counter(
-            "keel_transcripts_written", "Outbox rows written to the vault (a turn's "
-            "transcript each).")
-        self._dropped = meter.create_counter(
-            "keel_transcripts_dropped", "Outbox rows that failed for good (said to their "
-            "session; the record keeps the words).")
-        self._waiting = meter.create_gauge(
-            "keel_transcripts_waiting", "Outbox rows not yet written to the vault.")
+        self._written = meter.create_counter(*TRANSCRIPTS_WRITTEN)
+        self._dropped = meter.create_counter(*TRANSCRIPTS_DROPPED)
+        self._waiting = meter.create_gauge(*TRANSCRIPTS_WAITING)
         self._counted_at = float("-inf")
 
     @contextlib.asynccontextmanager
