@@ -43,6 +43,7 @@ __all__ = [
     "ModelPrice",
     "PriceTable",
     "Spend",
+    "against",
     "answered_notice",
     "as_much_again",
     "budget_notice",
@@ -222,6 +223,19 @@ def reached(spent: Spend, limits: BudgetLimits | None) -> list[str]:
         if limit is not None and getattr(spent, name) >= limit:
             said.append(_said(name, getattr(spent, name), limit))
     return said
+
+
+def against(spent: Spend, limits: BudgetLimits | None) -> list[str]:
+    """What is spent of each limit in force ("$0.3001 of $0.3500, 86%"); [] when none."""
+    if limits is None:
+        return []
+    out = []
+    for name in ("usd", "input_tokens", "cached_tokens", "output_tokens"):
+        limit = getattr(limits, name)
+        if limit is not None:
+            used = getattr(spent, name)
+            out.append(_said(name, used, limit) + (f", {used / limit:.0%}" if limit else ""))
+    return out
 
 
 def near(spent: Spend, limits: BudgetLimits | None, scope: BudgetScope, warn_at: float | None,

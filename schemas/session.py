@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, field_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from schemas.agent import AgentSpec, ApprovalDecision, PendingApproval
-from schemas.budget import BudgetRequest, BudgetState, Spend
+from schemas.budget import BudgetLimits, BudgetRequest, BudgetState, Spend
 from schemas.cache_ttl import CacheTtl, cache_ttl, remember_gap, remember_written
 from schemas.initiative import ChildRun, DelegatedTask, Wakeup
 from schemas.interrupt import InterruptPolicy
@@ -515,6 +515,9 @@ class SessionStatus(BaseModel):
     spent: Spend = Field(default_factory=Spend)  # the session's, so far
     turn_spent: Spend = Field(default_factory=Spend)  # the current (or last) turn's
     budget_request: BudgetRequest | None = None  # a reached budget waiting on a person
+    # The limits in force (the spec's, with what was raised; a turn's: this turn's).
+    session_limits: BudgetLimits | None = None
+    turn_limits: BudgetLimits | None = None
     wakeups: list[Wakeup] = Field(default_factory=list)
     children: list[ChildRun] = Field(default_factory=list)
     parent_session: str | None = None

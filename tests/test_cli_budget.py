@@ -36,12 +36,14 @@ async def test_budget_and_interrupt_commands(client, settings, cli_env,  # noqa:
         shown = await keel(cli_env, "budget", sid)
         assert "paused: the session's budget is reached" in shown
         assert request.request_id in shown and "session spent: $0.3003" in shown
+        assert "(budget: $0.3003 of $0.2000, 150%)" in shown  # the limit in force
         status = await keel(cli_env, "status", sid)
         assert "awaiting_budget" in status and "$0.3003" in status
         raised = await keel(cli_env, "budget", sid, "--raise", "1", "--by", "ops")
         assert "no budget request is pending" in raised
         outcome = await session.wait_reply(accepted.seq)
         assert outcome.reply_text == "Finished after the raise."
+        assert "of $1.2000" in await keel(cli_env, "budget", sid)  # what was raised counts
         refused = await keel(cli_env, "budget", sid, "--refuse", code=1)
         assert "no budget request is pending in this session" in refused
         # Amounts no budget can be raised by: one line each (a pydantic traceback was

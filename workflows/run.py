@@ -22,6 +22,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.session import RecordInput, SessionActivities
     from schemas.agent import session_tools
+    from schemas.budget import BudgetScope
     from schemas.input_size import InputLimits, input_limits
     from schemas.messages import MessageType
     from schemas.session import SessionPhase, SessionState, SessionStatus
@@ -72,6 +73,7 @@ class SessionRun:
         """What the status query answers."""
         state = self.state
         agent, delegated = state.config.agent, state.config.delegated
+        budget = agent.budget if agent else None
         return SessionStatus(
             session_id=state.session_id, phase=self.phase, turn=state.turn,
             context_tokens=state.context_tokens, context_window=state.config.context_window,
@@ -85,6 +87,8 @@ class SessionRun:
             if agent else [],
             spent=state.budget.spent, turn_spent=state.budget.turn_spent,
             budget_request=state.budget.request,
+            session_limits=state.budget.limits(budget, BudgetScope.SESSION),
+            turn_limits=state.budget.limits(budget, BudgetScope.TURN),
             wakeups=list(state.wakeups), children=list(state.children),
             parent_session=delegated.parent_session if delegated else None,
             prompt_cache_ttl=state.cache_ttl_now(),

@@ -16,7 +16,7 @@ from rich.markup import escape
 from keel.cli.shell import CliError, run, session_handle
 from keel.client import SessionHandle
 from keel.console import console, error
-from schemas.budget import Spend, as_much_again
+from schemas.budget import Spend, against, as_much_again
 from schemas.session import SessionStatus
 
 __all__ = ["budget", "interrupt", "spend_line"]
@@ -27,8 +27,11 @@ def spend_line(spent: Spend) -> str:
 
 
 def _show(status: SessionStatus) -> None:
-    console.print(f"session spent: {spend_line(status.spent)}")
-    console.print(f"turn {status.turn} spent: {spend_line(status.turn_spent)}")
+    for what, spent, limits in (("session", status.spent, status.session_limits),
+                                (f"turn {status.turn}", status.turn_spent, status.turn_limits)):
+        of = against(spent, limits)
+        console.print(f"{what} spent: {spend_line(spent)}"
+                      + (f" (budget: {'; '.join(of)})" if of else ""))
     request = status.budget_request
     if request is None:
         console.print("[dim]no budget request is pending[/]")

@@ -22,6 +22,7 @@ from schemas.budget import (
     BudgetState,
     ModelPrice,
     Spend,
+    against,
     as_much_again,
     child_share,
     cost_usd,
@@ -247,3 +248,11 @@ def test_a_reply_is_priced_as_the_model_that_answered_and_the_offline_one_costs_
     assert reply_price(None, "my-alias", table) == table["my-alias"]
     assert reply_price(OFFLINE_MODEL_NAME, "claude-sonnet-4-5", table) is None
     assert reply_price("keel-offline-rollup", "claude-sonnet-4-5", table) is None
+
+
+def test_what_is_spent_of_each_limit_in_force_is_said():
+    spent = Spend(usd=0.3001, output_tokens=950)
+    assert against(spent, BudgetLimits(usd=0.35, output_tokens=1_000)) == [
+        "$0.3001 of $0.3500, 86%", "950 of 1000 output tokens, 95%"]
+    assert against(spent, BudgetLimits(usd=0.0)) == ["$0.3001 of $0.0000"]
+    assert against(spent, None) == []

@@ -38,6 +38,7 @@ async def test_budget_raised_and_a_turn_stopped_from_the_page(client, database_u
             assert 'id="budget-request"' in page.text and "Budget reached" in page.text
             # $0.3003 spent of $0.20: "as much again" is another $0.20.
             assert "Allow $0.2000 more" in page.text
+            assert 'of <b id="budget">$0.2000</b>' in page.text  # the limit in force
             (csrf, *_) = re.findall(r'name="csrf" value="([^"]+)"', page.text)
             (request_id,) = re.findall(r'name="request_id" value="([^"]+)"', page.text)
             # Raise with its field left empty: refused, saying why (it was a $0 raise).
