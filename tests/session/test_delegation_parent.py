@@ -10,6 +10,7 @@ the fake API."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from temporalio.client import WorkflowExecutionStatus
@@ -95,6 +96,9 @@ async def test_fan_out_limit_is_a_tool_error(temporal_env, database_url, fake_an
 
     def respond(body: dict[str, Any]) -> Any:
         if CHILD_NOTE in _system(body):
+            # Still working when the second call is weighed: a child started ahead that
+            # answered at once was once done by then, and the second was let through.
+            time.sleep(2)
             return text_message("child answer")
         if "tool_result" in _last(body) or "agent run" in _last(body):
             return text_message("parent done")
