@@ -255,7 +255,7 @@ async def test_one_log_line_per_turn_with_its_figures(client, database_url, tmp_
 async def test_a_checkpoint_logs_one_line_and_traces_its_steps(client, database_url, tmp_path,
                                                                fake_anthropic, log_stream):
     from keel.client import session_config
-    from tests.checkpoint_model import CheckpointModel, good_checkpoint
+    from tests.checkpoint_model import MARKER, CheckpointModel, good_checkpoint
 
     settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
     settings.log_format = "json"
@@ -289,6 +289,14 @@ async def test_a_checkpoint_logs_one_line_and_traces_its_steps(client, database_
     assert line["rounds"] >= 1 and line["repair"] is False and line["fallbacks"] == []
     turns = [t for t in lines if t["event"] == "turn ended"]
     assert len(turns) == 7 and any(t["checkpoint"] for t in turns)
+    # Each checkpoint's line says what its requests cost, as the API counted them.
+    said = [c for c in lines if c["event"] in ("checkpoint stored", "checkpoint failed")]
+    theirs = [u for u, body in zip(fake_anthropic.usages, fake_anthropic.requests,
+                                   strict=True)
+              if MARKER in json.dumps(body) or "<keel:rollup" in json.dumps(body)]
+    assert sum(c["output_tokens"] for c in said) == sum(u.output for u in theirs) > 0
+    assert sum(c["input_tokens"] for c in said) == sum(
+        u.input + u.cache_creation for u in theirs)
     checkpoint = next(s for s in spans if s.name == "Checkpoint"
                       and s.attributes["keel.session_id"] == session_id)
     assert checkpoint.attributes["keel.checkpoint_kind"] == line["kind"]

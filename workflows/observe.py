@@ -93,6 +93,14 @@ def _close(span: _Span, attributes: dict[str, Any]) -> None:
                                **({} if span.carrier else {"keel.resumed": True})}})
 
 
+def _spent_fields(outcome: CheckpointOutcome) -> dict[str, Any]:
+    """What a checkpoint's model requests cost (its rounds, repair and flush): its own log
+    line says it; the turn's `usd` includes it."""
+    spent = outcome.spent
+    return {"input_tokens": spent.input_tokens, "cached_tokens": spent.cached_tokens,
+            "output_tokens": spent.output_tokens, "usd": round(spent.usd, 6)}
+
+
 class TurnObserver:
     """Counts what a turn did and says it once, in a log line and a span."""
 
@@ -200,7 +208,8 @@ class TurnObserver:
             CheckpointKind.MOVED else (0, False)
         fields = {**self._ids(), "kind": kind.value, "checkpoint_id": stored.checkpoint_id,
                   "tokens_before": before, "tokens_after": stored.window_tokens_after,
-                  "fallbacks": list(stored.fallbacks), "rounds": rounds, "repair": repair}
+                  "fallbacks": list(stored.fallbacks), "rounds": rounds, "repair": repair,
+                  **_spent_fields(outcome)}
         workflow.logger.info("checkpoint stored", extra={"keel": fields})
         self.metrics.checkpoint(kind.value, stored=True, spent=outcome.spent)
         attrs = {
@@ -219,7 +228,7 @@ class TurnObserver:
 
     def checkpoint_failed(self, outcome: CheckpointOutcome, before: int) -> None:
         fields = {**self._ids(), "reason": outcome.reason, "tokens_before": before,
-                  "rounds": outcome.rounds, "repair": outcome.repair}
+                  "rounds": outcome.rounds, "repair": outcome.repair, **_spent_fields(outcome)}
         workflow.logger.warning("checkpoint failed", extra={"keel": fields})
         self.metrics.checkpoint(outcome.kind.value, stored=False, spent=outcome.spent)
         if self._pending is not None:
