@@ -205,6 +205,11 @@ class BudgetWarning(BaseModel):
     share: float  # of the limit spent
 
 
+# The limits a budget can set, each a field of `BudgetLimits` and of `Spend`, in the order
+# they are said.
+LIMITS = ("usd", "input_tokens", "cached_tokens", "output_tokens")
+
+
 def _said(name: str, spent: float, limit: float) -> str:
     if name == "usd":
         return f"${spent:.4f} of ${limit:.4f}"
@@ -215,14 +220,8 @@ def reached(spent: Spend, limits: BudgetLimits | None) -> list[str]:
     """Every limit `spent` is at or over, said ("$0.0100 of $0.0100"); [] when none."""
     if limits is None:
         return []
-    said: list[str] = []
-    if limits.usd is not None and spent.usd >= limits.usd:
-        said.append(f"${spent.usd:.4f} of ${limits.usd:.4f}")
-    for name in ("input_tokens", "cached_tokens", "output_tokens"):
-        limit = getattr(limits, name)
-        if limit is not None and getattr(spent, name) >= limit:
-            said.append(_said(name, getattr(spent, name), limit))
-    return said
+    return [_said(name, getattr(spent, name), limit) for name in LIMITS
+            if (limit := getattr(limits, name)) is not None and getattr(spent, name) >= limit]
 
 
 def against(spent: Spend, limits: BudgetLimits | None) -> list[str]:
@@ -230,7 +229,7 @@ def against(spent: Spend, limits: BudgetLimits | None) -> list[str]:
     if limits is None:
         return []
     out = []
-    for name in ("usd", "input_tokens", "cached_tokens", "output_tokens"):
+    for name in LIMITS:
         limit = getattr(limits, name)
         if limit is not None:
             used = getattr(spent, name)
@@ -245,7 +244,7 @@ def near(spent: Spend, limits: BudgetLimits | None, scope: BudgetScope, warn_at:
     if limits is None or warn_at is None:
         return []
     out = []
-    for name in ("usd", "input_tokens", "cached_tokens", "output_tokens"):
+    for name in LIMITS:
         limit, used = getattr(limits, name), getattr(spent, name)
         if not limit or warned.get(f"{scope.value}:{name}") == limit:
             continue
