@@ -48,7 +48,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.events import TOPIC, SessionEvent, StreamWatchers, event_payload
     from schemas.session import Handler
 
-from workflows.metrics import count_event
+from workflows.metrics import EventMetrics
 
 __all__ = ["SessionEvents"]
 RETAIN_EVENTS = 1_000
@@ -76,6 +76,7 @@ class SessionEvents:
         self.stream = WorkflowStream(prior)
         self.topic = self.stream.topic(TOPIC)
         self.watchers = StreamWatchers()
+        self.metrics = EventMetrics()
         self._watch_polls()
 
     # ----- who reads ------------------------------------------------------------------------
@@ -118,7 +119,7 @@ class SessionEvents:
         """Append `event`; returns its offset. Deterministic: no command, no history event.
         Counted on the worker's metrics too (replay-safe: never twice)."""
         self.topic.publish(event_payload(event))
-        count_event(event)
+        self.metrics.count(event)
         return self.offset() - 1
 
     def emit(self, cls: type[Any], **fields: Any) -> int:

@@ -37,22 +37,31 @@ with workflow.unsafe.imports_passed_through():
         TURNS,
     )
 
-__all__ = ["SessionMetrics", "count_event", "count_spend"]
+__all__ = ["EventMetrics", "SessionMetrics", "count_spend"]
 
 MICRO = 1_000_000  # dollars are counted in millionths: a counter holds whole numbers
 
 
-def count_event(event: SessionEvent) -> None:
-    """A session event on the metrics by its type (a reply's text deltas aside: they are
-    its stream, not its moments), and an error by where it happened."""
-    kind = getattr(event, "type", None)
-    if kind is None or kind == EventType.TEXT_DELTA:
-        return
-    meter = workflow.metric_meter()
-    meter.create_counter(*SESSION_EVENTS).add(1, {"type": str(kind)})
-    if kind == EventType.ERROR:
-        meter.create_counter(*ERRORS).add(
-            1, {"where": str(getattr(event, "where", "")) or "other"})
+class EventMetrics:
+    """A session's events on the metrics by type (a reply's text deltas aside: they are its
+    stream, not its moments), and its errors by where they happened; the instruments made
+    once, at the first event (inside the workflow), not at every publish."""
+
+    def __init__(self) -> None:
+        self._counters: tuple[MetricCounter, MetricCounter] | None = None
+
+    def count(self, event: SessionEvent) -> None:
+        kind = getattr(event, "type", None)
+        if kind is None or kind == EventType.TEXT_DELTA:
+            return
+        if self._counters is None:
+            meter = workflow.metric_meter()
+            self._counters = (meter.create_counter(*SESSION_EVENTS),
+                              meter.create_counter(*ERRORS))
+        events, errors = self._counters
+        events.add(1, {"type": str(kind)})
+        if kind == EventType.ERROR:
+            errors.add(1, {"where": str(getattr(event, "where", "")) or "other"})
 
 
 def count_spend(spent: Spend, purpose: str, tokens: MetricCounter | None = None,
