@@ -10,6 +10,9 @@ anthropics/anthropic-sdk-python#494: "Requests which include tool_use or tool_re
 must define tools."), and, stricter than anything the API documents, every `tool_use` must
 name one of the request's tools: whatever the API's exact rule, a history that passes this
 one passes it too.
+
+Image and document blocks (`media.py`): their fields with the other field checks, their
+files (type, size, pixels, pages) once the messages are whole.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 from activities.offline.accounting import context_problem, too_long_message
 from tests.fake_anthropic.cache import breakpoints
+from tests.fake_anthropic.media import check_media, check_media_fields
 from tests.fake_anthropic.models import ModelLimits
 from tests.fake_anthropic.prompt import Block, message_blocks, prompt_blocks, system_blocks
 
@@ -224,7 +228,8 @@ def check_request(body: Any, limits_of: Any, prompt_tokens_of: Any,
     problem = check_fields(body, count_tokens_endpoint=count_tokens_endpoint)
     if problem:
         return problem
-    for check in (check_tools, check_messages, check_tool_history):
+    for check in (check_tools, check_media_fields, check_messages, check_tool_history,
+                  check_media):
         problem = check(body)
         if problem:
             return problem
