@@ -44,6 +44,7 @@ from activities.session_delete import delete_session_rows
 from activities.wakeups import wakeup_schedule_id
 from activities.workspace import LocalStore, StoredFile
 from schemas.agent import AgentSpec
+from schemas.attachments import files_tokens, stored_files_problem
 from schemas.branch import (
     BUNDLE_VERSION,
     MAX_BUNDLE_BYTES,
@@ -229,6 +230,8 @@ def read_bundle(bundle: bytes) -> ReadBundle:
             raise BranchError(problem)
         if kind == "file" and (problem := _file_path_problem(item.get("path"))):
             raise BranchError(problem)
+        if kind == "row" and (problem := stored_files_problem(item.get("content"))):
+            raise BranchError(f"the bundle's row #{item.get('seq')}: {problem}")
         if kind == "daily" and (problem := entry_problem(item.get("seq"), item.get("text"))):
             raise BranchError(problem)
         parts[kind].append(item)
@@ -274,7 +277,8 @@ def _unforged(rows: list[dict[str, Any]], user_name: str) -> None:
         text = str(row.get("content_text") or "")
         if prefix := user_display_prefix(text, user_name):
             row["source_line"] = prefix
-            row["token_count"] = count_tokens(f"{prefix} {text}")
+            row["token_count"] = count_tokens(f"{prefix} {text}") + files_tokens(
+                row.get("content"))
 
 
 async def import_bundle(database_url: str, bundle: bytes, new_id: str | None,

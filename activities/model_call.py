@@ -36,6 +36,7 @@ from pydantic import BaseModel, Field, model_validator
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.attachments import with_attachments
 from activities.context import SessionContext
 from activities.model.usage import usage_of
 from activities.record import (
@@ -241,6 +242,8 @@ async def record_and_read(ctx: SessionContext, data: ModelCallInput, stack: Asyn
         return conn, [], await read_window(conn, data)
     if any(row.cut_over for row in inputs):  # a folded background input over the limits
         inputs = [await cut_input(ctx.store, row) for row in inputs]
+    if any(row.attachments for row in inputs):  # (a message with files is not folded)
+        inputs = [await with_attachments(ctx.store, row) for row in inputs]
     try:
         async with asyncio.timeout(min(data.first.within_s, RECORD_STEP_S)):
             conn = await stack.enter_async_context(await ctx.connection())

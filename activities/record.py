@@ -15,9 +15,10 @@ from typing import Any
 
 from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import dict_row
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from temporalio.exceptions import ApplicationError
 
+from schemas.attachments import Attachment
 from schemas.input_size import InputLimits
 from schemas.messages import REPLY_INLINE_CHARS, MessageType, RecordRow
 from schemas.session import ReplyPart
@@ -37,6 +38,7 @@ class NewRow(BaseModel):
     content: list[dict[str, Any]] | dict[str, Any] | None = None
     turn: int | None = None
     token_text: str | None = None  # what to count when it differs from `text`
+    extra_tokens: int = 0  # counted beside the text: a message's attachments
 
 
 class RecordInput(NewRow):
@@ -46,6 +48,9 @@ class RecordInput(NewRow):
     # A background input's limits: over them it is recorded cut and kept whole in the
     # workspace (schemas.input_size); None for a user's message (refused over them).
     cut_over: InputLimits | None = None
+    # A user's attached files, described (schemas.attachments): their bytes are read from
+    # the workspace into the row when it is recorded (activities.attachments).
+    attachments: list[Attachment] = Field(default_factory=list)
 
 
 class Inserted(BaseModel):
@@ -111,6 +116,7 @@ async def send_insert(conn: AsyncConnection, row: NewRow) -> SentInsert:
                                type="UnstorableData", non_retryable=True)
     prefix = f"{row.source_line} " if row.source_line else ""
     tokens = count_tokens(prefix + (row.token_text if row.token_text is not None else row.text))
+    tokens += row.extra_tokens
     cur = await conn.execute(
         "INSERT INTO messages (session_id, seq, input_id, type, source_line, content_text,"
         " content, token_count, turn) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)"

@@ -42,6 +42,12 @@ from temporalio import activity
 from temporalio.api.common.v1 import Payload
 from temporalio.exceptions import ApplicationError
 
+from activities.attachments import (
+    ResolveAttachments,
+    mark_refused,
+    resolve,
+    with_attachments,
+)
 from activities.context import SessionContext
 from activities.delegate_ahead import start_ahead, tell_parent
 from activities.events import DeltaPublisher, tell_retrying
@@ -50,12 +56,14 @@ from activities.interrupt import send_interrupt, stop_on_interrupt, watcher
 from activities.model_call import (
     INPUT_NOT_RECORDED,
     FirstSteps,
+    LoadedRequest,
     MemoryStep,
     ModelAsk,
     ModelCallInput,
     ModelCallResult,
     RecordStep,
     RoomSteps,
+    SizedRequest,
     WindowReads,
     WindowSpan,
     build_request,
@@ -87,6 +95,7 @@ from activities.vault.search import search, touch_documents
 from activities.vault.store import VaultError
 from activities.workspace import PromptFiles, StoreError
 from schemas.agent import cut_result, result_text
+from schemas.attachments import MAX_REQUEST_ATTACHMENTS, Attachment, refused_file
 from schemas.budget import cost_usd, reply_price
 from schemas.bundle_memory import card_op_id
 from schemas.cache_ttl import lifetime_refused, short_lived
@@ -167,10 +176,15 @@ class SessionActivities:
     @activity.defn
     @beating
     async def record_input(self, data: RecordInput) -> Inserted:
-        data = await cut_input(self.ctx.store, data)
+        data = await with_attachments(self.ctx.store, await cut_input(self.ctx.store, data))
         async with await self.ctx.connection() as conn:
             await ensure_session(conn, data.session_id, data.user_name)
             return await insert_row(conn, data)
+
+    @activity.defn
+    async def resolve_attachments(self, data: ResolveAttachments) -> list[Attachment]:
+        """A message's files described from the workspace, or ATTACHMENT_REFUSED."""
+        return await resolve(self.ctx.store, data)
 
     @activity.defn
     async def interrupt_model_call(self, data: InterruptInput) -> None:
@@ -232,14 +246,9 @@ class SessionActivities:
         sized = size_request(loaded, data)
         if not sendable(sized.size, room_asked=data.room.asked):
             return first.not_sent(sized, loaded, data)
-        request, notes = model_call_request(
-            model=data.ask.model, max_tokens=data.ask.window.max_output_tokens,
-            system=loaded.window.system, rows=sized.rows,
-            checkpoint_text=loaded.window.checkpoint_text, memory_block=block,
-            tools=loaded.tools, turn_first_seq=data.span.keep_recent_seq,
-            cache_ttl=data.ask.cache_ttl)
         try:
-            message, tail, partial = await self._ask_model_within(conn, data, request, first)
+            message, tail, partial, notes = await self._ask_past_refused_files(
+                conn, data, sized, loaded, first)
         except ApplicationError as err:
             if err.type != PROMPT_TOO_LONG:
                 await tell_retrying(data.session_id, data.turn, err, MODEL_CALL_ATTEMPTS)
@@ -266,6 +275,33 @@ class SessionActivities:
             reply=reply, size=sized.size, estimated_tokens=sized.estimate,
             output_cut=sized.output_cut, notes=sized.notes + notes, replaced=replaced,
             stream_tail=tail, transcribed=transcribed))
+
+    async def _ask_past_refused_files(
+        self, conn: AsyncConnection, data: ModelCallInput, sized: SizedRequest,
+        loaded: LoadedRequest, first: FirstSteps,
+    ) -> tuple[Message | None, DeltaTail | None, str, list[str]]:
+        """The request built and asked (`_ask_model_within`); when the API refuses a file a
+        user attached, the record marks it refused and the request is built again without
+        it (activities.attachments.mark_refused), at most once a file."""
+        for _ in range(MAX_REQUEST_ATTACHMENTS + 1):
+            request, notes = model_call_request(
+                model=data.ask.model, max_tokens=data.ask.window.max_output_tokens,
+                system=loaded.window.system, rows=sized.rows,
+                checkpoint_text=loaded.window.checkpoint_text,
+                memory_block=loaded.memory_block, tools=loaded.tools,
+                turn_first_seq=data.span.keep_recent_seq, cache_ttl=data.ask.cache_ttl)
+            try:
+                return (*await self._ask_model_within(conn, data, request, first), notes)
+            except ApplicationError as err:
+                file = refused_file(str(err), request, [(r.seq, r.content)
+                                                        for r in sized.rows])
+                if file is None:
+                    raise
+                activity.logger.warning("the model API refused file %d of #%d (%s): asking "
+                                        "without it", file[1], file[0], file[2])
+                sized.rows = await mark_refused(conn, data.session_id, sized.rows, *file)
+        raise ApplicationError("the model API refused every file of the request",
+                               non_retryable=True)
 
     async def _ask_model_within(self, conn: AsyncConnection, data: ModelCallInput,
                                 request: dict[str, Any], first: FirstSteps,

@@ -237,7 +237,8 @@ async def _execute(ctx: ToolContext, name: str, args: dict[str, Any]) -> ToolOut
         if not rows:
             return ToolOutput(f"no messages from #{from_seq}")
         return ToolOutput("\n\n".join(
-            f"#{r.seq} [{r.type.value}] {r.rendered_text()}" for r in rows))
+            f"#{r.seq} [{r.type.value}] {r.rendered_text()}"
+            + "".join(f"\n{line}" for line in r.attachment_lines()) for r in rows))
     if name == "search_record":
         query = _str_arg(args, "query").strip()
         if not query:

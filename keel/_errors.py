@@ -99,6 +99,11 @@ class SessionBusyError(MessageRejectedError):
     """A message sent with policy 'reject' while a turn runs: nothing was recorded."""
 
 
+class AttachmentRefusedError(MessageRejectedError):
+    """A file sent with the message is missing, of no kind the model takes, or past its
+    limits: nothing was recorded."""
+
+
 class NoBudgetRequestError(KeelError):
     """A budget answer when no budget request (or not that one) is pending."""
 
@@ -114,6 +119,7 @@ REJECTIONS: dict[str, type[KeelError]] = {
     BRANCH_REFUSED: BranchRefusedError,
     Rejection.BUSY: SessionBusyError,
     Rejection.NO_BUDGET_REQUEST: NoBudgetRequestError,
+    Rejection.ATTACHMENT_REFUSED: AttachmentRefusedError,
 }
 
 

@@ -9,11 +9,13 @@ every refusal is one of Keel's exceptions (keel._errors).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from temporalio.client import WorkflowHandle
 
-from keel._errors import FileRefusedError, refusals
+from keel._errors import AttachmentRefusedError, FileRefusedError, refusals
+from schemas.attachments import attachment_problem, describe, upload_path
 from schemas.files import (
     FileData,
     FileEntry,
@@ -25,7 +27,11 @@ from schemas.files import (
 )
 from schemas.session import Handler, SessionStatus
 
-__all__ = ["SessionFiles"]
+__all__ = ["Attachments", "SessionFiles"]
+
+# What a message may carry: a file of the session's workspace by its path, or a file's
+# name and bytes, put in the workspace first (schemas.attachments.upload_path).
+Attachments = Sequence[str | tuple[str, bytes]]
 
 
 class SessionFiles:
@@ -65,3 +71,21 @@ class SessionFiles:
             found: list[FileEntry] = await self.handle.execute_update(
                 Handler.LIST_FILES, ListFiles(prefix=prefix), result_type=list[FileEntry])
         return found
+
+    async def attachment_paths(self, attachments: Attachments) -> list[str]:
+        """The workspace path of each attachment, a file given by its bytes put there first
+        (`put_file`). Refused here, before anything is put or sent, as the session would
+        refuse it: too many, one twice, bytes of no kind the model takes or past its limits
+        (`AttachmentRefusedError`)."""
+        paths = [item if isinstance(item, str) else upload_path(*item) for item in attachments]
+        problem = attachment_problem(paths)
+        for item in attachments:
+            if problem is None and not isinstance(item, str):
+                described = describe(upload_path(*item), item[1])
+                problem = described if isinstance(described, str) else None
+        if problem:
+            raise AttachmentRefusedError(f"{problem}; nothing was sent")
+        for path, item in zip(paths, attachments, strict=True):
+            if not isinstance(item, str):
+                await self.put_file(path, item[1])
+        return paths

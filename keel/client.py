@@ -35,6 +35,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from keel import branching, deletion, scope_erase
 from keel._errors import (
     AgentSpecRefusedError,
+    AttachmentRefusedError,
     BranchRefusedError,
     DeleteRefusedError,
     FileRefusedError,
@@ -84,6 +85,7 @@ from workers.connect import connect
 
 __all__ = [
     "AgentSpecRefusedError",
+    "AttachmentRefusedError",
     "BranchRefusedError",
     "DeleteRefusedError",
     "EventsMissed",

@@ -32,7 +32,7 @@ from keel._errors import (
     raise_if_cancelled,
     refusals,
 )
-from keel._files import SessionFiles
+from keel._files import Attachments, SessionFiles
 from keel._queues import POLLER_FRESH_S, polled_recently
 from keel.events import EventsMissed, Transport, session_events, stream_offset
 from schemas.agent import (
@@ -90,17 +90,26 @@ class SessionHandle(SessionControls, SessionApprovals, SessionFiles):
         return self.handle.id
 
     async def send(self, text: str, input_id: str | None = None,
-                   on_busy: InterruptPolicy | None = None) -> MessageAccepted:
+                   on_busy: InterruptPolicy | None = None, *,
+                   attachments: Attachments = ()) -> MessageAccepted:
         """Record the user's message; raises `MessageRejectedError` (or a subclass) when
         the session refused it, in which case nothing was recorded. `on_busy`: what it
-        does while a turn runs (schemas.interrupt; None: the spec's, or enqueue)."""
-        refuse_before_sending(text, input_id=input_id)
+        does while a turn runs (schemas.interrupt; None: the spec's, or enqueue).
+        `attachments`: files sent with the words, images, PDFs or text (schemas.attachments):
+        a workspace path, or a (name, bytes) pair put in the workspace first."""
+        message = await self._message(text, input_id, on_busy, attachments)
         async with refusals(self.handle):
             accepted: MessageAccepted = await self.handle.execute_update(
-                Handler.SEND_MESSAGE, UserMessage(text=text, input_id=input_id,
-                                                  on_busy=on_busy),
-                result_type=MessageAccepted)
+                Handler.SEND_MESSAGE, message, result_type=MessageAccepted)
         return accepted
+
+    async def _message(self, text: str, input_id: str | None, on_busy: InterruptPolicy | None,
+                       attachments: Attachments) -> UserMessage:
+        """The message as sent, once what the session would refuse of it was refused here
+        and its files given by their bytes are in the workspace."""
+        refuse_before_sending(text, input_id=input_id)
+        paths = await self.attachment_paths(attachments) if attachments else []
+        return UserMessage(text=text, input_id=input_id, on_busy=on_busy, attachments=paths)
 
     async def wait_reply(self, seq: int) -> TurnOutcome:
         """Wait for the turn that answers input `seq`, across continue-as-new, and however
@@ -118,21 +127,20 @@ class SessionHandle(SessionControls, SessionApprovals, SessionFiles):
                 return await self._whole(outcome)
 
     async def ask(self, text: str, input_id: str | None = None,
-                  on_busy: InterruptPolicy | None = None) -> TurnOutcome:
+                  on_busy: InterruptPolicy | None = None, *,
+                  attachments: Attachments = ()) -> TurnOutcome:
         """A plain turn in one update (`Handler.ASK`): record the message and wait for the
         turn that answers it. The refusals of `send` apply (nothing recorded then). When the
         server cuts the call off, the same update (its id names the input) is asked again,
         which Temporal answers once; when the session continues as new meanwhile, the wait
         goes on with `wait_reply` for the input's seq."""
-        refuse_before_sending(text, input_id=input_id)
         input_id = input_id or f"ask-{uuid.uuid4().hex}"
+        message = await self._message(text, input_id, on_busy, attachments)
         while True:
             try:
                 async with refusals(self.handle):
                     outcome: TurnOutcome = await self.handle.execute_update(
-                        Handler.ASK, UserMessage(text=text, input_id=input_id,
-                                                 on_busy=on_busy),
-                        id=f"ask:{input_id}", result_type=TurnOutcome)
+                        Handler.ASK, message, id=f"ask:{input_id}", result_type=TurnOutcome)
             except WorkflowUpdateRPCTimeoutOrCancelledError as err:
                 raise_if_cancelled(err)
                 continue

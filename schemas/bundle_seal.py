@@ -38,6 +38,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from schemas.agent import AgentSpec
+from schemas.attachments import files_tokens
 from schemas.messages import HARNESS_PREFIX, MessageType
 from schemas.tokens import count_tokens
 
@@ -197,7 +198,8 @@ def unverified_rows(rows: list[dict[str, Any]]) -> int:
             harness += 1
         elif kind == MessageType.USER.value and row.get("source_line"):
             row["source_line"] = None
-            row["token_count"] = count_tokens(str(row.get("content_text") or ""))
+            row["token_count"] = count_tokens(str(row.get("content_text") or "")) + files_tokens(
+                row.get("content"))
         else:
             row["source_line"] = None
     return harness

@@ -2,7 +2,8 @@
 
 Order (seeds 000 and 003): the system prompt (never condensed), the checkpoint framed as
 the agent's own recollection, the live window verbatim, with retrieved long memory fenced
-beside the newest input.
+beside the newest input. A user's files ride before its words as image and document
+blocks, the newest only (schemas.attachments); an older one is its line.
 
 Prompt caching (`with_cache_breakpoints`): every request carries breakpoints on the system
 prompt (tools and system are one cached prefix), on the recollection, on the last block
@@ -19,6 +20,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from schemas.attachments import (
+    NOT_RESENT,
+    REFUSED_NOTE,
+    api_block,
+    attachment_line,
+    attachments_of,
+    sent_attachments,
+    without_data,
+)
 from schemas.messages import NOT_SENT, MessageType, RecordRow
 from schemas.tokens import count_tokens, truncate_to_tokens
 from schemas.tools import unique_tool_ids
@@ -254,7 +264,8 @@ def assemble_with_boundary(
     `boundary_seq` alone would assemble into (0 without a boundary): counted on the way,
     in the same pass, as that assembly would end there (its calls still waiting given
     their error results, the opening line when it would begin with the assistant)."""
-    built = _Assembly()
+    built = _Assembly(sent_attachments([(r.seq, r.content) for r in rows
+                                        if r.type == MessageType.USER]))
     if checkpoint_text:
         built.add("user", [_text_block(checkpoint_text)])
     before: int | None = None if boundary_seq is not None else 0
@@ -278,7 +289,8 @@ class _Assembly:
     """The messages being built from the record, and the tool calls still waiting for
     their results (inputs recorded meanwhile wait in `deferred`, after the results)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sent: set[tuple[int, int]]) -> None:
+        self.sent = sent  # the attachments (seq, index) whose bytes the request carries
         self.notes: list[str] = []
         self.messages: list[dict[str, Any]] = []
         self.awaiting: list[str] = []  # tool_use ids still without a result
@@ -338,11 +350,31 @@ class _Assembly:
                 self.notes.append(
                     f"dropped tool result #{row.seq}: its call is outside the window")
         else:
-            block = _text_block(row.rendered_text())
+            blocks = self.input_blocks(row)
             if self.awaiting:
-                self.deferred.append(block)
+                self.deferred.extend(blocks)
             else:
-                self.add("user", [block])
+                self.add("user", blocks)
+
+    def input_blocks(self, row: RecordRow) -> list[dict[str, Any]]:
+        """An input's blocks: its files first (the API's advice: images before the words
+        about them), then its text with a line naming each file; a file whose bytes this
+        request does not carry (`sent`) is named only, and said to be."""
+        items = attachments_of(row.content) if row.type == MessageType.USER else []
+        if not items:
+            return [_text_block(row.rendered_text())]
+        blocks, lines = [], []
+        for i, item in enumerate(items):
+            line = attachment_line(without_data(item))
+            if (row.seq, i) in self.sent:
+                blocks.append(api_block(item))
+            elif item.get("refused"):
+                line += REFUSED_NOTE.format(reason=item["refused"])
+            else:
+                line += NOT_RESENT
+            lines.append(line)
+        head = row.rendered_text()
+        return [*blocks, _text_block("\n".join([head, *lines] if head else lines))]
 
 
 def _place_memory(messages: list[dict[str, Any]], memory_block: str) -> None:

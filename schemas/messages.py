@@ -18,6 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.attachments import attachments_of, with_lines
+
 HARNESS_PREFIX = "[Harness:"
 
 
@@ -214,6 +216,15 @@ class RecordRow(BaseModel):
             sep = "\n" if self.type == MessageType.HARNESS else " "
             return f"{self.source_line}{sep}{self.text}"
         return self.text
+
+    def attachment_lines(self) -> list[str]:
+        """The line naming each file the message carried ([] for most rows)."""
+        return with_lines("", attachments_of(self.content)).splitlines()
+
+    def text_with_attachments(self) -> str:
+        """The words, and below them the line of each file sent with them: what the memo and
+        the record's tools show of a message (its files' bytes stay in the record)."""
+        return with_lines(self.text, attachments_of(self.content))
 
 
 class ToolCall(BaseModel):

@@ -105,6 +105,8 @@ class Rejection(StrEnum):
     TEXTS_LOADING = "TextsLoading"
     BUSY = "SessionBusy"  # a message with policy 'reject' while a turn runs: not recorded
     NO_BUDGET_REQUEST = "NoBudgetRequest"  # a budget answer with no (such) request pending
+    # A message's attached file missing, of no kind the model takes, or past its limits.
+    ATTACHMENT_REFUSED = "AttachmentRefused"
 
 
 # A run started with more than one argument gets one payload of this encoding instead,
@@ -442,6 +444,9 @@ class SessionInput(BaseModel):
 
 class UserMessage(BaseModel):
     text: str
+    # Files of the session's workspace sent with the words (schemas.attachments): the
+    # record keeps their bytes; the message carries their paths only.
+    attachments: list[str] = Field(default_factory=list)
     input_id: str | None = None  # the caller's idempotency key; Keel makes one if absent
     # While a turn runs: wait for it, stop it, or be refused (None: the spec's, or enqueue).
     on_busy: InterruptPolicy | None = None

@@ -36,8 +36,10 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.attachments import ResolveAttachments
     from activities.record import FenceInput, Inserted
     from activities.session import RecordInput, SessionActivities
+    from schemas.attachments import Attachment
     from schemas.events import InputRecorded
     from schemas.messages import (
         HarnessKind,
@@ -104,6 +106,7 @@ class Inbox:
     async def record_input(
         self, kind: str, type_: MessageType, text: str, source_line: str | None,
         input_id: str | None, *, patient: bool, lost: str,
+        attachments: Sequence[Attachment] = (),
     ) -> MessageAccepted:
         """Record one input at the next seq. When the record cannot take it in time, the
         seq is fenced with a notice saying `lost` and why, and RECORD_FAILED is raised.
@@ -119,7 +122,8 @@ class Inbox:
                              type=type_, text=text, source_line=source_line,
                              user_name=state.config.user_name, turn=state.turn + 1,
                              cut_over=self.run.input_limits()
-                             if type_ is MessageType.HARNESS else None)
+                             if type_ is MessageType.HARNESS else None,
+                             attachments=list(attachments))
         try:
             if patient:
                 # A background input has nobody waiting and is tried for longer (an hour):
@@ -207,9 +211,29 @@ class Inbox:
 
     async def record_user(self, message: UserMessage) -> MessageAccepted:
         prefix = user_display_prefix(message.text, self.run.state.config.user_name)
+        files = await self.describe_files(message) if message.attachments else []
         return await self.record_input(
             "user", MessageType.USER, message.text, prefix, message.input_id, patient=False,
-            lost=self.lost_user())
+            lost=self.lost_user(), attachments=files)
+
+    async def describe_files(self, message: UserMessage) -> list[Attachment]:
+        """The message's files read from the workspace and described, before it is
+        numbered: a refusal is its sender's answer, and nothing is recorded or fenced."""
+        state = self.run.state
+        try:
+            return await workflow.execute_activity_method(
+                SessionActivities.resolve_attachments,
+                ResolveAttachments(session_id=state.session_id, paths=message.attachments,
+                                   text=message.text, limits=self.run.input_limits()),
+                **record_user_input(state.config.record_timeout_s))
+        except ActivityError as err:
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.type == Rejection.ATTACHMENT_REFUSED:
+                raise ApplicationError(cause.message, type=Rejection.ATTACHMENT_REFUSED,
+                                       non_retryable=True) from None
+            raise ApplicationError(
+                f"the message's files could not be read ({reason(err)}); nothing was kept, "
+                "send it again", type=Rejection.RECORD_FAILED, non_retryable=True) from err
 
     def can_fold(self) -> bool:
         """A message may be recorded by its turn's first model call: the session is idle,

@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         check_spec,
         decision_problem,
     )
+    from schemas.attachments import attachment_problem
     from schemas.branch import RewindDone, RewindRequest
     from schemas.budget import BudgetAnswer
     from schemas.events import SessionEnded
@@ -172,7 +173,9 @@ class SessionWorkflow:
         await_reply; `retry` with the input's seq when the session continues as new).
         While the session is idle the turn's first model call records it (`fold_user`)."""
         message = arg(UserMessage, data, NO_PAYLOAD)
-        if self.inbox.can_fold():
+        # A message with files is not folded: they are read and described before it is
+        # numbered, so a refusal reaches its sender with nothing recorded.
+        if self.inbox.can_fold() and not message.attachments:
             return await self._outcome_of(self.inbox.fold_user(message))
         await self._stop_if_asked(message)
         accepted = await self.inbox.record_user(message)
@@ -206,7 +209,11 @@ class SessionWorkflow:
             if problem:
                 raise rejected(f"the {what} cannot be recorded as written: {problem}. "
                                 "Remove that character and send it again.")
-        if not message.text.strip():
+        files_problem = attachment_problem(message.attachments)
+        if files_problem:
+            raise ApplicationError(files_problem, type=Rejection.ATTACHMENT_REFUSED,
+                                   non_retryable=True)
+        if not message.text.strip() and not message.attachments:
             raise rejected("the message is empty")
         if self.turns.interrupts.action(message) is BusyAction.REFUSE:
             refusal, kind = self.turns.interrupts.refusal()

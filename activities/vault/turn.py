@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from psycopg import AsyncConnection
 from pydantic import BaseModel, Field
@@ -61,6 +62,7 @@ from activities.vault.search import (
 )
 from activities.vault.store import MemoryContext, Vault, daily_doc, scope_vaults
 from activities.vault.terms_upgrade import TERMS_BATCH, upgrade_terms
+from schemas.attachments import CONTENT_WITHOUT_BYTES_SQL, attachments_of, with_lines
 from schemas.budget import Spend
 from schemas.model import BEST_EFFORT_ATTEMPTS
 from schemas.tokens import count_tokens
@@ -177,13 +179,16 @@ class MemoryActivities:
         if plan is None:
             async with pool.connection() as conn:
                 cur = await conn.execute(
-                    "SELECT type, content_text, created_at FROM messages"
+                    "SELECT type, content_text, created_at,"
+                    f" {CONTENT_WITHOUT_BYTES_SQL} FROM messages"
                     " WHERE session_id = %s AND seq BETWEEN %s AND %s"
                     " AND type = ANY(%s) ORDER BY seq",
                     (inp.session_id, inp.from_seq, inp.to_seq, list(TRANSCRIBED)))
                 rows = await cur.fetchall()
+            shown = [(t, with_lines(text, attachments_of(content)), at)
+                     for t, text, at, content in rows]
             entries = [(TRANSCRIBED[t], at.astimezone(vault.tz()).strftime("%H:%M:%S"), text)
-                       for t, text, at in rows if text.strip()]
+                       for t, text, at in shown if text.strip()]
             if not entries:
                 return FlushResult()
             last_at = rows[-1][2]
@@ -245,8 +250,8 @@ class MemoryActivities:
         wanted = [(i.session_id, seq) for i in items for seq in i.seqs]
         async with self.ctx.connection() as conn:
             found = {(sid, seq): row for sid, seq, *row in await (await conn.execute(
-                "SELECT session_id, seq, type, source_line, content_text, created_at"
-                " FROM messages WHERE (session_id, seq) IN"
+                "SELECT session_id, seq, type, source_line, content_text, created_at,"
+                f" {CONTENT_WITHOUT_BYTES_SQL} FROM messages WHERE (session_id, seq) IN"
                 " (SELECT * FROM unnest(%s::text[], %s::bigint[]))",
                 ([sid for sid, _ in wanted], [seq for _, seq in wanted]))).fetchall()}
         missing = next((key for key in wanted if key not in found), None)
@@ -375,8 +380,10 @@ class _Entry:
 
 
 def _entry(vault: Vault, session_id: str, seq: int, kind: str, source_line: str | None,
-           text: str, created_at: datetime) -> _Entry | None:
-    """The entry of one record row (None: not transcribed, as tool output and notices)."""
+           text: str, created_at: datetime, content: Any) -> _Entry | None:
+    """The entry of one record row (None: not transcribed, as tool output and notices);
+    a message's files named by their lines."""
+    text = with_lines(text, attachments_of(content))
     role = TRANSCRIBED.get(kind)
     if role is None or not text.strip():
         return None

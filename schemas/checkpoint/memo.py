@@ -328,7 +328,12 @@ def memo_candidates(kept: list[RecordRow], moving: list[RecordRow], *,
         r for r in moving if r.type == MessageType.USER and r.seq not in kept_seqs
         and (in_turn_from is None or r.seq < in_turn_from)
     ]
-    return [
-        MemoCandidate(seq=r.seq, text=r.text, tokens=r.token_count, kept_before=r.seq in kept_seqs)
-        for r in sorted(rows, key=lambda r: r.seq)
-    ]
+    return [_candidate(r, r.seq in kept_seqs) for r in sorted(rows, key=lambda r: r.seq)]
+
+
+def _candidate(row: RecordRow, kept_before: bool) -> MemoCandidate:
+    """A message as the memo keeps it: its words, and the line of each file it carried
+    (their bytes are not the memo's; the row's count included them)."""
+    text = row.text_with_attachments()
+    tokens = row.token_count if text == row.text else count_tokens(text)
+    return MemoCandidate(seq=row.seq, text=text, tokens=tokens, kept_before=kept_before)

@@ -1,6 +1,7 @@
 """The cheap pre-pass before a checkpoint: room made without calling a model.
 
-Old tool results shrink to one line, identical ones collapse to a pointer, stale images go.
+Old tool results shrink to one line, identical ones collapse to a pointer, stale images and
+attached files go (named by their lines).
 The record is never touched: this works on the rows of the window being assembled, and
 the session decides whether the room it made is enough to skip the checkpoint turn.
 """
@@ -11,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from schemas.attachments import NOT_RESENT, attachment_line, attachments_of, without_data
 from schemas.messages import MessageType, RecordRow
 from schemas.tokens import count_tokens
 
@@ -61,6 +63,18 @@ def _drop_images(value: Any) -> tuple[Any, int]:
     return value, 0
 
 
+def _drop_files(content: Any) -> tuple[Any, int]:
+    """A message's attached files without their bytes (each then named by its line only),
+    and the tokens that frees; (content, 0) when it carried none."""
+    items = attachments_of(content)
+    if not any(item.get("data") for item in items):
+        return content, 0
+    freed = sum(max(found.tokens - count_tokens(attachment_line(found) + NOT_RESENT), 0)
+                for found in (without_data(item) for item in items if item.get("data")))
+    kept = [{k: v for k, v in item.items() if k != "data"} for item in items]
+    return {**content, "attachments": kept}, freed
+
+
 def prepass(rows: list[RecordRow], keep_recent_seq: int,
             image_tokens: int = IMAGE_TOKENS) -> PrepassResult:
     """Shrink, dedupe and drop images in rows with seq < keep_recent_seq; newer rows stay.
@@ -84,6 +98,12 @@ def prepass(rows: list[RecordRow], keep_recent_seq: int,
             new = new.model_copy(update={"content": content})
             images += dropped
             saved += dropped * image_tokens
+        files, freed = _drop_files(row.content)
+        if freed:
+            new = new.model_copy(update={"content": files,
+                                         "token_count": max(row.token_count - freed, 0)})
+            images += 1
+            saved += freed
         if row.type == MessageType.TOOL_RESULT:
             later = latest_by_text.get(row.text)
             text: str | None = None

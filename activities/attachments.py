@@ -1,0 +1,117 @@
+"""A message's attachments, read from the session's workspace.
+
+Invariants:
+- A message's files are described before it is numbered (`SessionActivities.
+  resolve_attachments`): a file missing, of no kind the API takes, past the API's limits,
+  or a message whose files with its words pass the input limits is refused to its sender
+  (ATTACHMENT_REFUSED, non-retryable), and nothing is recorded.
+- The row takes the very bytes that were described (`with_attachments`, when it is
+  recorded): a file changed in between fails the record (AttachmentChanged, non-retryable),
+  never a row whose description and bytes disagree.
+- The bytes travel from the store to the record inside an activity; a workflow carries
+  paths and descriptions only.
+- A file the API refuses all the same (a header Keel read, a body the API could not) is
+  marked refused in its row with the API's words (`mark_refused`), and the call asks again
+  without it: one file never fails a turn, or every turn after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from psycopg import AsyncConnection
+from pydantic import BaseModel, Field
+from temporalio.exceptions import ApplicationError
+
+from activities.record import RecordInput
+from activities.workspace import StoreError, WorkspaceStore
+from schemas.attachments import (
+    Attachment,
+    attachment_problem,
+    attachments_of,
+    describe,
+    stored,
+)
+from schemas.files import normal_path
+from schemas.input_size import InputLimits
+from schemas.messages import RecordRow
+from schemas.session import Rejection
+from schemas.tokens import count_tokens
+
+__all__ = ["ResolveAttachments", "mark_refused", "resolve", "with_attachments"]
+
+
+class ResolveAttachments(BaseModel):
+    session_id: str
+    paths: list[str] = Field(default_factory=list)
+    text: str = ""  # the message's words: the whole message must fit the input limits
+    limits: InputLimits | None = None
+
+
+def _refused(why: str) -> ApplicationError:
+    return ApplicationError(f"{why}; nothing was recorded", type=Rejection.ATTACHMENT_REFUSED,
+                            non_retryable=True)
+
+
+async def resolve(store: WorkspaceStore, data: ResolveAttachments) -> list[Attachment]:
+    """Each named file described, or the refusal its sender hears."""
+    problem = attachment_problem(data.paths)
+    if problem:
+        raise _refused(problem)
+    found: list[Attachment] = []
+    for path in data.paths:
+        try:
+            file = await store.read(data.session_id, normal_path(path))
+        except StoreError as err:
+            raise _refused(f"{path}: {err}") from err
+        if file is None:
+            raise _refused(f"there is no file at {path} in the session's workspace (put it "
+                           "there first: `keel put`, `put_file`)")
+        described = describe(file.path, file.data)
+        if isinstance(described, str):
+            raise _refused(described)
+        found.append(described)
+    if data.limits is not None:
+        tokens = count_tokens(data.text) + sum(a.tokens for a in found)
+        if tokens > data.limits.tokens:
+            raise _refused(f"the message with its files is about {tokens} tokens; on this "
+                           f"model one may have at most {data.limits.tokens}: send fewer "
+                           "or smaller files")
+    return found
+
+
+async def with_attachments(store: WorkspaceStore, data: RecordInput) -> RecordInput:
+    """`data` with its files' bytes in its row (`content`) and their estimate in its
+    count; `data` as it came when it names none."""
+    if not data.attachments:
+        return data
+    items = []
+    for item in data.attachments:
+        file = await store.read(data.session_id, item.path)
+        if file is None or hashlib.sha256(file.data).hexdigest() != item.sha256:
+            raise ApplicationError(
+                f"{item.path} changed in the session's workspace while the message was "
+                "sent; send it again", type="AttachmentChanged", non_retryable=True)
+        items.append(stored(item, file.data))
+    return data.model_copy(update={
+        "content": {"attachments": items},
+        "extra_tokens": sum(a.tokens for a in data.attachments)})
+
+
+async def mark_refused(conn: AsyncConnection, session_id: str, rows: list[RecordRow],
+                       seq: int, index: int, reason: str) -> list[RecordRow]:
+    """The API refused the attached file `index` of the message at `seq`: the record says
+    so (the row keeps the file; no request sends it again, and its line says why), and
+    `rows` come back with it so marked, to ask again without it."""
+    await conn.execute(
+        "UPDATE messages SET content = jsonb_set(content, ARRAY['attachments', %s, 'refused'],"
+        " to_jsonb(%s::text)) WHERE session_id = %s AND seq = %s",
+        (str(index), reason or "refused", session_id, seq))
+    marked = []
+    for row in rows:
+        if row.seq == seq and isinstance(row.content, dict):
+            items = [dict(item) for item in attachments_of(row.content)]
+            items[index]["refused"] = reason or "refused"
+            row = row.model_copy(update={"content": {**row.content, "attachments": items}})
+        marked.append(row)
+    return marked

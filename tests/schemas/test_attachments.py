@@ -1,0 +1,196 @@
+"""A message's attached files, pure: what is refused and how it is said, the estimate, and
+how a request, the pre-pass and the memo carry them (schemas.attachments)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+
+from PIL import Image
+
+from schemas.attachments import (
+    MAX_MESSAGE_ATTACHMENTS,
+    MAX_REQUEST_ATTACHMENTS,
+    NOT_RESENT,
+    Attachment,
+    attachment_problem,
+    describe,
+    files_tokens,
+    refused_file,
+    sent_attachments,
+    stored,
+    stored_files_problem,
+    upload_path,
+)
+from schemas.checkpoint.memo import memo_candidates
+from schemas.checkpoint.prepass import prepass
+from schemas.context import assemble_messages
+from schemas.messages import MessageType, RecordRow
+from schemas.tokens import count_tokens
+
+
+def image(width: int, height: int, fmt: str = "PNG") -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 30, 30)).save(buf, fmt)
+    return buf.getvalue()
+
+
+def pdf(pages: int) -> bytes:
+    buf = io.BytesIO()
+    first, *rest = [Image.new("RGB", (60, 80), (255, 255, 255)) for _ in range(pages)]
+    first.save(buf, "PDF", save_all=True, append_images=rest)
+    return buf.getvalue()
+
+
+def described(path: str, data: bytes) -> Attachment:
+    found = describe(path, data)
+    assert isinstance(found, Attachment), found
+    return found
+
+
+def user_row(seq: int, text: str, files: list[tuple[str, bytes]]) -> RecordRow:
+    items = [stored(described(path, data), data) for path, data in files]
+    return RecordRow(seq=seq, type=MessageType.USER, text=text,
+                     content={"attachments": items} if items else None,
+                     token_count=count_tokens(text) + sum(i["tokens"] for i in items))
+
+
+def test_each_kind_is_read_from_its_bytes_never_its_name():
+    shot = described("shots/screen.txt", image(1280, 720, "JPEG"))  # named wrong
+    assert (shot.name, shot.media_type, shot.width, shot.height) == (
+        "screen.txt", "image/jpeg", 1280, 720)
+    report = described("q3.png", pdf(3))
+    assert (report.media_type, report.pages) == ("application/pdf", 3)
+    notes = described("notes.bin", "déjà vu, twice\n".encode())
+    assert notes.media_type == "text/plain"
+    assert notes.tokens >= count_tokens("déjà vu, twice\n")
+
+
+def test_what_the_model_would_refuse_is_refused_naming_the_file_and_the_limit():
+    assert describe("a/empty.png", b"") == "empty.png is empty; nothing to attach"
+    said = describe("tool.exe", b"MZ\x90\x00\x03\x00\x00\x00\x04\x00")
+    assert isinstance(said, str) and said.startswith("tool.exe: Keel can attach images")
+    wide = describe("wide.png", image(8_001, 2))
+    assert wide == ("wide.png is 8001×2 pixels; the model takes at most 8000 a side: "
+                    "scale it down")
+    broken = describe("cut.png", image(100, 100)[:20])
+    assert isinstance(broken, str) and "header cannot be read" in broken
+    assert isinstance(describe("ok.png", image(8_000, 2)), Attachment)
+
+
+def test_an_image_is_estimated_at_least_as_the_api_counts_it():
+    # The vision guide's rule: w*h/750 once within 1,568 px a side and 1.15 megapixels.
+    small = described("s.png", image(1000, 500))
+    assert small.tokens >= math.ceil(1000 * 500 / 750)
+    big = described("b.png", image(3000, 2000))
+    assert big.tokens >= 1_590  # the guide's most for one image
+    assert big.tokens <= 4_784 + 40  # and no more than the newer models' most (and its line)
+
+
+def test_a_message_names_at_most_twenty_files_once_each_inside_the_workspace():
+    assert attachment_problem(["a.png", "b.png"]) is None
+    assert attachment_problem(["a.png", "./a.png"]) == "the same file is attached twice"
+    many = [f"f{i}.png" for i in range(MAX_MESSAGE_ATTACHMENTS + 1)]
+    assert attachment_problem(many) == "a message may carry at most 20 files; this one has 21"
+    outside = attachment_problem(["../etc/passwd"])
+    assert outside is not None and "outside the session's workspace" in outside
+
+
+def test_a_client_puts_a_file_under_its_digest_keeping_its_name():
+    data = image(10, 10)
+    path = upload_path("C:\\Users\\me\\shot.png", data)
+    assert path.startswith("attachments/") and path.endswith("/shot.png")
+    assert upload_path("other/shot.png", data) == path
+    assert upload_path("shot.png", image(11, 10)) != path
+
+
+def test_files_ride_before_their_words_and_each_is_named():
+    data = image(640, 480)
+    rows = [user_row(1, "what is wrong here?", [("shots/err.png", data)])]
+    messages, _ = assemble_messages(rows)
+    blocks = messages[0]["content"]
+    assert [b["type"] for b in blocks] == ["image", "text"]
+    assert blocks[0]["source"] == {"type": "base64", "media_type": "image/png",
+                                   "data": base64.b64encode(data).decode()}
+    assert blocks[1]["text"] == ("what is wrong here?\n"
+                                 "[attached: err.png (image/png, 640×480, "
+                                 f"{len(data) / 1024:.1f} KB)]")
+    text_doc = [user_row(1, "", [("notes.md", b"# Notes\nship it")])]
+    doc = assemble_messages(text_doc)[0][0]["content"][0]
+    assert doc == {"type": "document", "title": "notes.md",
+                   "source": {"type": "text", "media_type": "text/plain",
+                              "data": "# Notes\nship it"}}
+
+
+def test_a_request_carries_the_newest_files_only_and_names_the_rest():
+    rows = [user_row(seq, f"shot {seq}", [(f"s{seq}.png", image(20 + seq, 20))])
+            for seq in range(1, MAX_REQUEST_ATTACHMENTS + 4)]
+    messages, _ = assemble_messages(rows)
+    blocks = [b for m in messages for b in m["content"]]
+    assert sum(b["type"] == "image" for b in blocks) == MAX_REQUEST_ATTACHMENTS
+    texts = [b["text"] for b in blocks if b["type"] == "text"]
+    assert all(t.endswith(NOT_RESENT) for t in texts[:3])
+    assert not any(t.endswith(NOT_RESENT) for t in texts[3:])
+    chosen = sent_attachments([(r.seq, r.content) for r in rows])
+    assert min(seq for seq, _ in chosen) == 4
+
+
+def test_the_prepass_lets_old_files_go_and_keeps_their_lines():
+    rows = [user_row(1, "see this", [("a.png", image(900, 900))]),
+            user_row(2, "and this", [("b.png", image(900, 900))])]
+    out = prepass(rows, keep_recent_seq=2)
+    assert "data" not in out.rows[0].content["attachments"][0]
+    assert out.rows[1] == rows[1]
+    assert 0 < out.tokens_saved < files_tokens(rows[0].content)
+    assert out.rows[0].token_count == rows[0].token_count - out.tokens_saved
+    first = assemble_messages(out.rows)[0][0]["content"]
+    assert [b["type"] for b in first] == ["text", "image", "text"]
+    assert first[0]["text"].endswith(NOT_RESENT)
+
+
+def test_the_memo_keeps_the_words_and_the_line_of_each_file():
+    rows = [user_row(1, "review the attached contract", [("deal.pdf", pdf(2))])]
+    (candidate,) = memo_candidates([], rows)
+    assert candidate.text == ("review the attached contract\n"
+                              f"[attached: deal.pdf (application/pdf, 2 pages, "
+                              f"{len(pdf(2)) / 1024:.1f} KB)]")
+    assert candidate.tokens == count_tokens(candidate.text)
+
+
+def test_an_imported_row_whose_bytes_are_not_its_description_is_refused():
+    row = user_row(1, "x", [("a.png", image(50, 50))])
+    assert stored_files_problem(row.content) is None
+    item = row.content["attachments"][0]
+    swapped = {"attachments": [{**item, "data": base64.b64encode(image(60, 50)).decode()}]}
+    assert stored_files_problem(swapped) == (
+        "a message's attached file 'a.png' is not the file its bytes make")
+    exe = {"attachments": [{**item, "data": base64.b64encode(b"MZ\x00\x01").decode()}]}
+    problem = stored_files_problem(exe)
+    assert problem is not None and "Keel can attach images" in problem
+    bad = {"attachments": [{**item, "data": "%%% not base64"}]}
+    problem = stored_files_problem(bad)
+    assert problem is not None and problem.startswith("a message's attached file is malformed")
+
+
+def test_a_refusal_naming_an_attached_file_finds_it_and_the_apis_words():
+    rows = [user_row(3, "a", [("a.png", image(30, 30))]),
+            user_row(5, "b", [("b.png", image(40, 30)), ("c.txt", b"text")])]
+    messages, _ = assemble_messages(rows)
+    request = {"messages": messages}
+    contents = [(r.seq, r.content) for r in rows]
+    said = ("model API answered 400: Error code: 400 - {'type': 'error', 'error': {'type': "
+            "'invalid_request_error', 'message': 'messages.0.content.2.image.source.base64: "
+            "The image was specified using the image/png media type, but the image appears "
+            "to be a image/jpeg image'}, 'request_id': 'req_1'}")
+    assert refused_file(said, request, contents) == (
+        5, 0, "The image was specified using the image/png media type, but the image "
+              "appears to be a image/jpeg image")
+    document = "messages.0.content.3.document.source.text.data: bad (request_id: r, path: x)"
+    assert refused_file(document, request, contents) == (5, 1, "bad")
+    tool_image = ("messages.8.content.0.tool_result.content.1.image.source.base64: The image "
+                  "was specified using the image/png media type")
+    assert refused_file(tool_image, request, contents) is None
+    assert refused_file("prompt is too long: 300000 tokens > 200000 maximum", request,
+                        contents) is None
+    assert refused_file("messages.0.content.9.image.source: x", request, contents) is None

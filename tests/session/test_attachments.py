@@ -1,0 +1,187 @@
+"""Files sent with a user's message, end to end: put in the session's workspace, described
+before the message is numbered, their bytes kept in the record and sent to the model as the
+API's image and document blocks; what the model would refuse is refused to the sender with
+nothing recorded; a fork and a bundle carry them."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import io
+import json
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from PIL import Image
+
+from keel.client import AttachmentRefusedError, BranchRefusedError
+from schemas.branch import unsealed
+from tests.fake_anthropic import text_message
+from tests.harness import keel_worker, make_settings
+
+
+@pytest.fixture
+def settings(database_url, fake_anthropic, tmp_path):
+    return make_settings(database_url, tmp_path, fake_anthropic.base_url)
+
+
+def png(width: int, height: int) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (10, 120, 200)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def pdf(pages: int) -> bytes:
+    buf = io.BytesIO()
+    first, *rest = [Image.new("RGB", (50, 70), (255, 255, 255)) for _ in range(pages)]
+    first.save(buf, "PDF", save_all=True, append_images=rest)
+    return buf.getvalue()
+
+
+def rows(database_url: str, session_id: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute(
+            "SELECT seq, type, content_text, content FROM messages WHERE session_id=%s"
+            " ORDER BY seq", (session_id,)).fetchall()
+
+
+def last_user_blocks(request: dict[str, Any]) -> list[dict[str, Any]]:
+    return request["messages"][-1]["content"]
+
+
+def images_in(request: dict[str, Any]) -> list[str]:
+    return [b["source"]["data"] for m in request["messages"] for b in m["content"]
+            if b["type"] == "image"]
+
+
+async def test_a_message_with_files_reaches_the_model_as_image_and_document_blocks(
+        client, settings, fake_anthropic, database_url):
+    fake_anthropic.responder = lambda body: text_message("I see a blue square.")
+    shot, report = png(640, 480), pdf(3)
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"s-{uuid.uuid4().hex[:8]}")
+        await session.put_file("reports/q3.pdf", report)
+        outcome = await session.ask(
+            "what is in the screenshot, and how long is the report?",
+            attachments=[("C:\\tmp\\screen.png", shot), "reports/q3.pdf"])
+        assert outcome.reply_text == "I see a blue square.", outcome
+        listed = {f.path for f in await session.list_files("attachments/")}
+        await session.ask("and now?")
+    blocks = last_user_blocks(fake_anthropic.requests[0])
+    assert [b["type"] for b in blocks] == ["image", "document", "text"]
+    assert base64.b64decode(blocks[0]["source"]["data"]) == shot
+    assert blocks[1]["source"]["media_type"] == "application/pdf"
+    assert base64.b64decode(blocks[1]["source"]["data"]) == report
+    assert blocks[1]["title"] == "q3.pdf"
+    assert blocks[2]["text"].splitlines() == [
+        "what is in the screenshot, and how long is the report?",
+        f"[attached: screen.png (image/png, 640×480, {len(shot) / 1024:.1f} KB)]",
+        f"[attached: q3.pdf (application/pdf, 3 pages, {len(report) / 1024:.1f} KB)]"]
+    # The next turn's request is rebuilt from the record: the files are still there.
+    assert images_in(fake_anthropic.requests[-1]) == [blocks[0]["source"]["data"]]
+    (path,) = listed
+    assert path.startswith("attachments/") and path.endswith("/screen.png")
+    first = rows(database_url, session.session_id)[0]
+    assert first[1] == "user" and first[2].startswith("what is in the screenshot")
+    files = first[3]["attachments"]
+    assert [f["path"] for f in files] == [path, "reports/q3.pdf"]
+    assert [base64.b64decode(f["data"]) for f in files] == [shot, report]
+    # The record's count includes the files (at least as the API counts them: the image
+    # by its pixels, a PDF page at most 3,000), so the request's estimate sees them.
+    counted = fake_anthropic.usages[0].total_input
+    assert counted > 640 * 480 // 750 + 3 * 1_500
+    with psycopg.connect(database_url) as conn:
+        (estimated,) = conn.execute("SELECT token_count FROM messages WHERE session_id=%s"
+                                    " AND seq=%s", (session.session_id, first[0])).fetchone()
+    assert counted - 2_000 < estimated <= counted + 3 * 1_000
+
+
+async def test_a_file_the_model_would_refuse_is_refused_and_nothing_is_recorded(
+        client, settings, fake_anthropic, database_url):
+    fake_anthropic.responder = lambda body: text_message("ok")
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"s-{uuid.uuid4().hex[:8]}")
+        await session.ask("hello")
+        before = rows(database_url, session.session_id)
+        with pytest.raises(AttachmentRefusedError) as missing:
+            await session.send("look", attachments=["shots/none.png"])
+        assert str(missing.value) == (
+            "there is no file at shots/none.png in the session's workspace (put it there "
+            "first: `keel put`, `put_file`); nothing was recorded")
+        await session.put_file("tool.exe", b"MZ\x90\x00\x03\x00")
+        with pytest.raises(AttachmentRefusedError, match=r"tool\.exe: Keel can attach images"):
+            await session.ask("run this", attachments=["tool.exe"])
+        await session.put_file("wide.png", png(8_001, 1))
+        with pytest.raises(AttachmentRefusedError, match="8001×1 pixels"):
+            await session.send("wide", attachments=["wide.png"])
+        # Refused by the client before anything is put or sent: the same words.
+        with pytest.raises(AttachmentRefusedError, match="nothing was sent"):
+            await session.send("x", attachments=[("t.exe", b"MZ\x90\x00\x03\x00")])
+        assert not await session.list_files("attachments/")
+        assert rows(database_url, session.session_id) == before
+        status = await session.status()
+        assert status.phase == "idle" and status.pending_inputs == 0
+        # The session goes on: a message with only a file is a message.
+        await session.ask("", attachments=[("dot.png", png(4, 4))])
+    assert len(rows(database_url, session.session_id)) == len(before) + 2
+
+
+async def test_a_fork_and_a_bundle_carry_the_files(
+        client, settings, fake_anthropic, database_url):
+    fake_anthropic.responder = lambda body: text_message("ok")
+    shot = png(300, 200)
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"s-{uuid.uuid4().hex[:8]}")
+        await session.ask("keep this", attachments=[("shot.png", shot)])
+        fork = await keel.fork(session.session_id)
+        await keel.session(fork.session_id).ask("what did I send?")
+        bundle = await keel.export_session(session.session_id)
+        done = await keel.import_session(bundle, new_id=f"{session.session_id}-copy")
+        await keel.session(done.session_id).ask("and here?")
+        # A bundle whose image is not its description is refused whole.
+        lines = unsealed(bundle).splitlines()
+        tampered = []
+        for line in lines:
+            item = json.loads(line)
+            content = item["data"].get("content") if item["line"] == "row" else None
+            if isinstance(content, dict) and content.get("attachments"):
+                content["attachments"][0]["data"] = base64.b64encode(png(301, 200)).decode()
+                line = json.dumps(item).encode()
+            tampered.append(line)
+        assert tampered != lines
+        with pytest.raises(BranchRefusedError, match="not the file its bytes make"):
+            await keel.import_session(gzip.compress(b"\n".join(tampered) + b"\n"),
+                                      new_id=f"{session.session_id}-bad", trust=True)
+    wanted = base64.b64encode(shot).decode()
+    asked = {json.dumps(r["messages"][-1]["content"][-1]["text"]): r
+             for r in fake_anthropic.requests}
+    assert images_in(asked['"what did I send?"']) == [wanted]
+    assert images_in(asked['"and here?"']) == [wanted]
+
+
+async def test_a_file_the_api_refuses_all_the_same_is_marked_and_the_turn_goes_on(
+        client, settings, fake_anthropic, database_url):
+    """A PNG whose header reads but whose body is cut: Keel describes it, the API cannot
+    process it. The call asks again without it; the record says why, and no later request
+    sends it (before, every turn after it would have failed the same way)."""
+    fake_anthropic.responder = lambda body: text_message("ok")
+    whole = png(200, 120)
+    cut = whole[:len(whole) * 2 // 3]
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"s-{uuid.uuid4().hex[:8]}")
+        outcome = await session.ask("look", attachments=[("cut.png", cut), ("ok.png", whole)])
+        assert outcome.error is None and outcome.reply_text == "ok", outcome
+        await session.ask("again")
+    refused = [r for r in fake_anthropic.rejections if "Could not process image" in r.message]
+    assert len(refused) == 1, fake_anthropic.rejections
+    files = rows(database_url, session.session_id)[0][3]["attachments"]
+    assert files[0]["refused"].endswith("Could not process image")
+    assert "refused" not in files[1]
+    for request in fake_anthropic.requests[-2:]:  # the retry and the next turn's
+        assert images_in(request) == [base64.b64encode(whole).decode()]
+        said = last_user_blocks(request)[-1]["text"] if request is fake_anthropic.requests[-2] \
+            else request["messages"][0]["content"][-1]["text"]
+        assert "[attached: cut.png (image/png, 200×120, " in said
+        assert "(not sent: the model refused it: " in said
