@@ -7,8 +7,9 @@ for a session's bundle, which `keel export` reads and `keel import` writes whole
 place (activities.bundle): no command holds SQL.
 
 Invariants: every read is bounded (a page of at most `MAX_PAGE` rows, chosen by seq on the
-(session_id, seq) key, so its cost follows the page, not the record); nothing here writes.
-Texts are returned as stored; escaping is the renderer's job (rich markup, HTML).
+(session_id, seq) key, so its cost follows the page, not the record; a message's files come
+described, never their bytes); nothing here writes. Texts are returned as stored; escaping
+is the renderer's job (rich markup, HTML).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row
+
+from schemas.attachments import CONTENT_WITHOUT_BYTES_SQL, attachments_of, with_lines
 
 if TYPE_CHECKING:
     from schemas.vault.recall import SearchHits
@@ -45,9 +48,20 @@ class RecordEntry:
     origin_session: str | None = None
     origin_seq: int | None = None
 
+    @property
+    def files(self) -> list[dict[str, Any]]:
+        """The files a user's message carried, described (their bytes are not read)."""
+        return attachments_of(self.content)
+
+    @property
+    def shown_text(self) -> str:
+        """The text, a message's files named below it by their lines."""
+        return with_lines(self.text, self.files)
+
 
 _RECORD_SQL = (
-    "SELECT seq, type, source_line, content_text AS text, token_count, turn, content,"
+    "SELECT seq, type, source_line, content_text AS text, token_count, turn,"
+    f" {CONTENT_WITHOUT_BYTES_SQL} AS content,"
     " created_at, rewound_by, origin_session, origin_seq FROM messages"
     " WHERE session_id = %(session)s AND seq >= %(from_seq)s"
     " AND (NOT %(user)s OR type = 'user')"

@@ -8,17 +8,21 @@ the prompt is one message, whatever its lines (the terminal's bracketed paste, r
 readline), and so is one pasted while a reply streams (the terminal is kept marking pastes
 then, and the next prompt reads it); as is a message typed with each line but the last
 ending in a backslash. What a turn waits on a person for (a tool call's approval, the
-sub-agents' too, a reached budget) is asked at once, in place (keel.cli.asking).
+sub-agents' too, a reached budget) is asked at once, in place (keel.cli.asking). Files
+named by /attach go with the next message, put in the workspace only as it is sent; one
+the session would refuse is refused as it is named, and the message is not sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -26,6 +30,7 @@ from rich.markup import escape
 from rich.prompt import Prompt
 
 from keel.cli.asking import Asker
+from keel.cli.files import attachment_names, put_attachments
 from keel.cli.sessions import (
     MemoryScopeOption,
     NoMemoryOption,
@@ -34,7 +39,7 @@ from keel.cli.sessions import (
     scope_said,
     status_table,
 )
-from keel.cli.shell import connect, load_settings, refusal_line, run
+from keel.cli.shell import CliError, connect, load_settings, refusal_line, run
 from keel.cli.waiting import ChatView, chat_reader, needs_worker, say
 from keel.client import (
     KeelClient,
@@ -50,6 +55,7 @@ __all__ = ["CHAT_HELP", "chat"]
 
 CHAT_HELP = ("/new starts a fresh session · /status /mind /memo /now show its state · "
              "/compact takes a checkpoint now · /pending asks what waits on you · "
+             "/attach FILE sends a file (an image, a PDF, text) with your next message · "
              "a line ending in \\ goes on on the next · "
              "Ctrl-C while a reply comes interrupts the turn · /quit leaves (the session "
              "keeps running)")
@@ -140,6 +146,7 @@ class _Chat:
         self.config = config  # a new session's (its memory scope), /new's too
         self.asker: Asker | None = None  # the running turn's
         self.typed_ahead: list[str] = []  # lines a question did not take: the next messages
+        self.attached: list[Path] = []  # local files for the next message (/attach)
 
     async def open(self, session_id: str | None, *, help_after: bool = False) -> None:
         """Start the session (or join it, when it exists) and subscribe to its events."""
@@ -206,10 +213,46 @@ class _Chat:
             await self._asking(None)
         elif text in ("/help", "/?"):
             console.print(f"[dim]{CHAT_HELP}[/]")
+        elif text == "/attach" or text.startswith("/attach "):
+            self.attach(text.removeprefix("/attach").strip())
         elif text.startswith("/") and not text.startswith("//"):
             console.print(f"[dim]unknown command; {CHAT_HELP}[/]")
         else:
-            await self._asking(say(self.handle, text, self.view, self.reader))
+            await self.send(text)
+
+    def attach(self, named: str) -> None:
+        """Local files (quoted as a shell would) for the next message; none named: the ones
+        waiting are dropped."""
+        if not named:
+            console.print(f"[dim]{len(self.attached)} file(s) dropped[/]" if self.attached
+                          else "[dim]/attach FILE: a file for your next message[/]")
+            self.attached = []
+            return
+        try:
+            files = [Path(word).expanduser() for word in shlex.split(named)]
+            missing = next((f for f in files if not f.is_file()), None)
+            if missing is not None:
+                raise CliError(f"no file {missing}")
+            attachment_names(self.keel.settings, [*self.attached, *files])
+        except (CliError, ValueError) as err:  # a refusal, or unclosed quotes
+            error(f"{err}; not attached")
+            return
+        self.attached += files
+        console.print(f"[dim]with your next message: "
+                      f"{', '.join(escape(f.name) for f in self.attached)}[/]")
+
+    async def send(self, text: str) -> None:
+        """The message, with the files /attach named (put in the workspace now)."""
+        files: list[str] = []
+        if self.attached:
+            try:
+                files = await put_attachments(self.keel.settings, self.handle.session_id,
+                                              self.attached)
+            except CliError as err:
+                error(str(err))
+                return
+            self.attached = []
+        await self._asking(say(self.handle, text, self.view, self.reader, attachments=files))
 
     async def _asking(self, turn: Coroutine[Any, Any, TurnOutcome] | None) -> None:
         """Wait for `turn`, asking the person what it waits on meanwhile (keel.cli.asking);

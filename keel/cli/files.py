@@ -1,4 +1,6 @@
-"""The workspace commands: a session's files listed, printed, saved, and put.
+"""The workspace commands: a session's files listed, printed, saved, and put; and the
+local files a message carries put there first (`put_attachments`: `keel send --attach`, the
+chat's /attach).
 
 Invariants: these read and write the workspace store directly (PostgreSQL, or the local
 folder of the embedded default), as `keel record` reads the record: a session's files need
@@ -9,7 +11,7 @@ refusal or a database failure is one line.
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
@@ -19,13 +21,15 @@ from rich.markup import escape
 
 from keel.cli.shell import CliError, database_url, load_settings, run
 from keel.console import console
+from keel.uploads import Upload, UploadRefused, checked, read_within
+from keel.uploads import put as uploads_put
 from schemas.config import KeelSettings
 from schemas.files import limit_text
 
 if TYPE_CHECKING:  # the store's code loads only when a command opens one
     from activities.workspace import WorkspaceStore
 
-__all__ = ["files", "put"]
+__all__ = ["attachment_names", "files", "put", "put_attachments"]
 
 T = TypeVar("T")
 
@@ -111,3 +115,24 @@ def _read_within(file: Path, target: str, settings: KeelSettings) -> bytes:
     if len(data) > most:
         raise CliError(limit_text(repr(target), file.stat().st_size, settings.max_file_bytes))
     return data
+
+
+async def put_attachments(settings: KeelSettings, session: str, local: Sequence[Path]
+                          ) -> list[str]:
+    """Local files put in the session's workspace for its next message (keel.uploads); their
+    workspace paths. What the session would refuse is refused before any is put."""
+    uploads = attachment_names(settings, local)
+    return await _with_store(settings, lambda store: uploads_put(store, session, uploads))
+
+
+def attachment_names(settings: KeelSettings, local: Sequence[Path]) -> list[Upload]:
+    """Each local file's workspace path and bytes, or the session's refusal of them
+    (`CliError`) before any is put."""
+    try:
+        read = []
+        for file in local:
+            with file.open("rb") as f:
+                read.append((file.name, read_within(f, file.name, settings.max_file_bytes)))
+        return checked(read)
+    except UploadRefused as err:
+        raise CliError(str(err)) from None

@@ -62,6 +62,8 @@ def record(
                 line["rewound_by"] = row.rewound_by
             if row.origin_session:  # a fork copied it
                 line["origin"] = {"session": row.origin_session, "seq": row.origin_seq}
+            if row.files:  # sent with a user's message (described; the bytes stay)
+                line["attachments"] = row.files
             sys.stdout.write(json.dumps(line) + "\n")
         return
     if not rows:
@@ -75,7 +77,7 @@ def _print_rows(rows: list[RecordEntry], full: bool) -> None:
     # nothing on a narrow terminal or a pipe, and these rows are mostly text.
     console.print(f"[dim]{'seq':>5}  {'type':<11} {'tokens':>6}  source line / text[/]")
     for row in rows:
-        body = row.text if full else one_line(row.text, 160)
+        body = row.shown_text if full else one_line(row.shown_text, 160)
         source = f"[yellow]{escape(row.source_line)}[/] " if row.source_line else ""
         if row.rewound_by:  # kept, never sent again: the abandoned branch
             source = "[red](rewound)[/] " + source

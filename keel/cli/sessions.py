@@ -20,6 +20,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from keel.cli.files import put_attachments
 from keel.cli.initiative import wakeup_when
 from keel.cli.shell import connect, given_text, load_settings, run, session_handle
 from keel.cli.waiting import needs_worker, say
@@ -213,19 +214,30 @@ def send(
     on_busy: Annotated[InterruptPolicy | None, typer.Option(
         "--on-busy", help="While a turn runs: enqueue (wait), interrupt (stop it) or "
         "reject (refuse). Default: the agent's, or enqueue.")] = None,
+    attach: Annotated[list[Path] | None, typer.Option(
+        "--attach", "-a", exists=True, dir_okay=False,
+        help="A local file sent with the message: an image (PNG, JPEG, GIF, WebP), a PDF "
+        "or text. Again for more.")] = None,
+    attach_workspace: Annotated[list[str] | None, typer.Option(
+        "--attach-workspace", help="A file of the session's workspace sent with the "
+        "message. Again for more.")] = None,
 ) -> None:
     """Send the user's message; prints its seq (and, with --wait, the reply as it streams,
     its tool calls and results, checkpoints, and a footer of context use)."""
     async def main(text: str) -> None:
         text = given_text(text)
         handle = await session_handle(session)
+        files = [*(await put_attachments(load_settings(), session, attach) if attach else []),
+                 *(attach_workspace or [])]
         if not wait or on_busy is not None:
-            accepted = await needs_worker(handle, handle.send(text, on_busy=on_busy))
+            accepted = await needs_worker(handle, handle.send(text, on_busy=on_busy,
+                                                              attachments=files))
             console.print(f"seq {accepted.seq}")
             if wait:
                 console.print(escape((await handle.wait_reply(accepted.seq)).reply_text))
             return
-        await needs_worker(handle, say(handle, text, LiveView(console, whole_turns=True)))
+        await needs_worker(handle, say(handle, text, LiveView(console, whole_turns=True),
+                                       attachments=files))
     run(main(text))
 
 

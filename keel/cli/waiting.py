@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import suppress
 from typing import Any, TypeVar
 
@@ -83,12 +83,14 @@ async def follow(handle: SessionHandle, after: int, view: LiveView) -> None:
 
 
 async def say(handle: SessionHandle, text: str, view: LiveView,
-              reader: asyncio.Task[None] | None = None) -> TurnOutcome:
-    """Send `text` and show the turn that answers it as it happens, through `reader` (the
-    chat's one subscriber) or a reader of its own from the stream's current offset. A
-    refused message raises (`MessageRejectedError`), with nothing recorded."""
+              reader: asyncio.Task[None] | None = None, *,
+              attachments: Sequence[str] = ()) -> TurnOutcome:
+    """Send `text` (with the workspace files `attachments`) and show the turn that answers
+    it as it happens, through `reader` (the chat's one subscriber) or a reader of its own
+    from the stream's current offset. A refused message raises (`MessageRejectedError`),
+    with nothing recorded."""
     if reader is not None:  # the chat: one update records the message, returns the outcome
-        outcome = await handle.ask(text)
+        outcome = await handle.ask(text, attachments=attachments)
         await _show_outcome(view, outcome, reader)
         return outcome
     after = await handle.event_offset()
@@ -96,7 +98,7 @@ async def say(handle: SessionHandle, text: str, view: LiveView,
     try:  # `send --wait`: the seq first, then what the session does with it
         view.pause()
         try:
-            accepted = await handle.send(text)
+            accepted = await handle.send(text, attachments=attachments)
             console.print(f"seq {accepted.seq}")
         finally:
             view.resume()

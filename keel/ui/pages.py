@@ -21,7 +21,7 @@ import asyncio
 import logging
 from typing import Any
 
-from starlette.datastructures import FormData, QueryParams
+from starlette.datastructures import FormData, QueryParams, UploadFile
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
@@ -43,6 +43,9 @@ from keel.ui.context import UiContext, render, ui
 from keel.ui.security import csrf_ok
 from keel.ui.vault import hit_link, vault_view
 from keel.ui.views import Gauge, SessionRow, conversation, mind_diff
+from keel.uploads import UploadRefused, read_within
+from keel.uploads import checked as uploads_checked
+from keel.uploads import put as put_uploads
 from schemas.checkpoint.mind import MindDocument
 from schemas.session import SessionPhase, SessionStatus, SessionSummary
 from schemas.vault.erase import erased_text
@@ -257,14 +260,37 @@ async def delete(request: Request) -> Response:
 
 
 async def send(request: Request) -> Response:
-    """A message from the person at the page, recorded as the user's (the session's own
-    checks apply: an empty or oversized text is refused, saying why, and nothing is
-    recorded); the page follows the turn that answers it."""
+    """A message from the person at the page, recorded as the user's, with the files chosen
+    beside it (put in the workspace first: keel.uploads). The session's own checks apply:
+    an empty or oversized text, a file it would refuse, is refused, saying why, and nothing
+    is recorded; the page follows the turn that answers it."""
+    ctx = ui(request)
+
     async def say(handle: Any, form: Any) -> Any:
         text = str(form.get("text") or "")
         refuse_before_sending(text)
-        return await handle.send(text.replace("\r\n", "\n"))
+        files = await _uploaded(ctx, handle.session_id, form)
+        return await handle.send(text.replace("\r\n", "\n"), attachments=files)
     return await _session_post(request, say, refused_title="Not sent")
+
+
+async def _uploaded(ctx: UiContext, session_id: str, form: FormData) -> list[str]:
+    """The form's files (none chosen: none) in the session's workspace; their paths."""
+    # The store's code loads only for a file.
+    from activities.workspace import StoreError, open_store
+
+    chosen = [f for f in form.getlist("files") if isinstance(f, UploadFile) and f.filename]
+    if not chosen:
+        return []
+    most = ctx.settings.max_file_bytes
+    uploads = uploads_checked([(str(f.filename), read_within(f.file, str(f.filename), most))
+                               for f in chosen])
+    url = ctx.database_url if ctx.settings.workspace_store == "postgres" else None
+    try:
+        return await put_uploads(open_store(ctx.settings, database_url=url, pooled=False),
+                                 session_id, uploads)
+    except StoreError as err:  # the workspace is full, say
+        raise UploadRefused(f"{err}; nothing was sent") from None
 
 
 async def interrupt(request: Request) -> Response:

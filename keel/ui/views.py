@@ -152,7 +152,8 @@ def conversation(rows: list[RecordEntry]) -> list[Shown]:
     shown: list[Shown] = []
     calls: dict[str, ToolUse] = {}
     for row in rows:
-        item = Shown(seq=row.seq, type=row.type, text=row.text, source_line=row.source_line,
+        item = Shown(seq=row.seq, type=row.type, text=row.shown_text,
+                     source_line=row.source_line,
                      token_count=row.token_count, turn=row.turn,
                      rewound=row.rewound_by is not None,
                      origin=f"{row.origin_session} #{row.origin_seq}"

@@ -1,0 +1,95 @@
+"""Files sent with a message from the command line: `keel send --attach` (a local file, put
+in the session's workspace first) and `--attach-workspace`, and the chat's /attach; what the
+session would refuse is refused before anything is put or sent."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from PIL import Image
+
+from tests.command_line import cli_env, keel, keel_chat  # noqa: F401 (a fixture)
+from tests.harness import keel_worker, make_settings
+
+
+@pytest.fixture
+def settings(database_url, tmp_path):
+    return make_settings(database_url, tmp_path)  # offline model
+
+
+@pytest.fixture
+def env(cli_env):  # noqa: F811
+    """The shell's environment, with the worker's own workspace store (a folder)."""
+    return {**cli_env, "KEEL_WORKSPACE_STORE": "local"}
+
+
+def screenshot(path: Path, size: tuple[int, int] = (320, 200)) -> Path:
+    buf = io.BytesIO()
+    Image.new("RGB", size, (0, 90, 160)).save(buf, "PNG")
+    path.write_bytes(buf.getvalue())
+    return path
+
+
+def user_rows(database_url: str, session_id: str) -> list[tuple[str, list[Any]]]:
+    with psycopg.connect(database_url) as conn:
+        found = conn.execute(
+            "SELECT content_text, content FROM messages WHERE session_id=%s AND type='user'"
+            " ORDER BY seq", (session_id,)).fetchall()
+    return [(text, [a["name"] for a in (content or {}).get("attachments", [])])
+            for text, content in found]
+
+
+async def test_send_attaches_local_and_workspace_files(
+        client, settings, env, database_url, tmp_path):
+    sid = f"att-{uuid.uuid4().hex[:8]}"
+    shot = screenshot(tmp_path / "shot.png")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("deploy on Friday\n")
+    exe = tmp_path / "tool.exe"
+    exe.write_bytes(b"MZ\x90\x00\x03\x00")
+    async with keel_worker(client, settings):
+        await keel(env, "start", "--id", sid)
+        await keel(env, "put", sid, "docs/notes.txt", str(notes))
+        out = await keel(env, "send", sid, "what is in these?", "--attach", str(shot),
+                         "--attach-workspace", "docs/notes.txt", "--wait")
+        assert "offline model" in out
+        refused = await keel(env, "send", sid, "and this?", "-a", str(exe), code=1)
+        assert "tool.exe: Keel can attach images (PNG, JPEG, GIF, WebP), PDFs and UTF-8 " \
+               "text, and this file is none of them; nothing was sent" in refused
+        missing = await keel(env, "send", sid, "this?", "--attach-workspace", "no.png",
+                             code=1)
+        assert "there is no file at no.png in the session's workspace" in missing
+        listed = await keel(env, "files", sid)
+    assert user_rows(database_url, sid) == [("what is in these?", ["shot.png", "notes.txt"])]
+    assert "attachments/" in listed and "/shot.png" in listed and "tool.exe" not in listed
+
+
+async def test_the_chat_sends_attached_files_with_the_next_message(
+        client, settings, env, database_url, tmp_path):
+    sid = f"atc-{uuid.uuid4().hex[:8]}"
+    shot = screenshot(tmp_path / "my shot.png")
+    wide = screenshot(tmp_path / "wide.png", (8_001, 1))
+    async with keel_worker(client, settings):
+        chat = keel_chat(env, sid)
+        try:
+            await chat.expect("you")
+            chat.send(f"/attach '{wide}'\r")
+            screen = await chat.expect("not attached")
+            assert "wide.png is 8001×1 pixels" in screen
+            chat.send(f"/attach '{shot}'\r")
+            screen = await chat.expect("with your next message: my shot.png")
+            chat.send("What do you see?\r")
+            screen = await chat.expect("keel: [offline model]", since=len(screen))
+            chat.send("And now, without it?\r")
+            await chat.expect("keel: [offline model]", since=len(screen))
+            chat.send("/quit\r")
+            await chat.expect(f"left {sid}")
+        finally:
+            chat.close()
+    assert user_rows(database_url, sid) == [("What do you see?", ["my shot.png"]),
+                                            ("And now, without it?", [])]

@@ -1,0 +1,67 @@
+"""Files sent with a message from a session's page (a multipart form): put in the session's
+workspace, the message recorded with them and shown naming them; a file the session would
+refuse is refused with its reason, nothing put or recorded."""
+
+from __future__ import annotations
+
+import io
+import re
+import uuid
+
+import httpx2 as httpx
+import psycopg
+from PIL import Image
+
+from keel.ui.server import ui_server
+from schemas.session import SessionStatus
+from tests.harness import keel_worker, make_settings, until
+
+
+def _user_rows(database_url: str, sid: str) -> list[tuple[str, list[str]]]:
+    with psycopg.connect(database_url) as conn:
+        found = conn.execute(
+            "SELECT content_text, content FROM messages WHERE session_id = %s"
+            " AND type = 'user' ORDER BY seq", (sid,)).fetchall()
+    return [(text, [a["name"] for a in (content or {}).get("attachments", [])])
+            for text, content in found]
+
+
+def png() -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 48), (90, 10, 10)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+async def test_files_sent_from_the_page(client, database_url, tmp_path):
+    settings = make_settings(database_url, tmp_path)  # the offline model, a local store
+    sid = f"ui-files-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as keel:
+        handle = await keel.start_session(sid)
+        async with (ui_server(keel, settings, database_url, port=0) as url,
+                    httpx.AsyncClient(timeout=20) as http):
+            base = url.removesuffix("/sessions")
+            page = await http.get(f"{base}/sessions/{sid}")
+            assert 'enctype="multipart/form-data"' in page.text and 'name="files"' in page.text
+            (csrf,) = set(re.findall(r'name="csrf" value="([^"]+)"', page.text))
+
+            async def send(text: str, files: list[tuple[str, bytes]]) -> httpx.Response:
+                return await http.post(
+                    f"{base}/sessions/{sid}/send", data={"csrf": csrf, "text": text},
+                    files=[("files", (name, data)) for name, data in files],
+                    headers={"Origin": base})
+
+            refused = await send("run it", [("tool.exe", b"MZ\x90\x00\x03\x00")])
+            assert refused.status_code == 409 and "Not sent" in refused.text
+            assert "tool.exe: Keel can attach images" in refused.text
+            assert not await handle.list_files()
+            sent = await send("What is this?", [("red.png", png()), ("notes.md", b"# n\n")])
+            assert sent.status_code == 303, sent.text[-400:]
+
+            async def answered() -> SessionStatus | None:
+                status = await handle.status()
+                return status if status.turn >= 1 and status.phase.value == "idle" else None
+            await until(answered)
+            shown = await http.get(f"{base}/sessions/{sid}")
+            assert "[attached: red.png (image/png, 64×48, " in shown.text
+            assert "[attached: notes.md (text/plain, 4 bytes)]" in shown.text
+    assert _user_rows(database_url, sid) == [("What is this?", ["red.png", "notes.md"])]
