@@ -7,8 +7,10 @@ Invariants:
   held one would make every later request of the session fail the same way.
 - What the API would refuse is refused before the message is recorded, in words that name
   the file and the limit (`describe`): an image past 8,000 pixels a side or 5 MB as
-  base64, a PDF past 100 pages, a file of no kind the API takes, more than
-  `MAX_MESSAGE_ATTACHMENTS` files. Nothing of the message is kept then.
+  base64, a PDF past 100 pages or one pypdf cannot read (damaged, encrypted), a file of no
+  kind the API takes, more than `MAX_MESSAGE_ATTACHMENTS` files. Nothing of the message is
+  kept then. What the API refuses all the same (a body past a header Keel read) is named by
+  its refusal (`refused_file`), marked in the record, and never sent again.
 - An attachment is estimated at least as the API counts it (`Attachment.tokens`): an image
   by its pixels after the API's own downscale, by the larger of its two published rules;
   a PDF page at `PDF_PAGE_TOKENS`; text by its tokens. The row's token count includes it.
@@ -16,9 +18,9 @@ Invariants:
   and the context rebuilt every turn read them from the record like its words, whatever
   the workspace holds later.
 - A request carries the bytes of at most `MAX_REQUEST_ATTACHMENTS` attachments within
-  `REQUEST_ATTACHMENT_BYTES`, the newest first (`sent_attachments`); an older one is the
-  line naming it. Each attachment is named to the model, in the memo and in transcripts by
-  one line (`attachment_line`).
+  `REQUEST_ATTACHMENT_BYTES` and 100 PDF pages, the newest first (`sent_attachments`); an
+  older one is the line naming it. Each attachment is named to the model, in the memo and
+  in transcripts by one line (`attachment_line`).
 """
 
 from __future__ import annotations

@@ -209,17 +209,21 @@ class Inbox:
     def lost_user(self) -> str:
         return f"A message from {make_storable(self.run.state.config.user_name)[0]}"
 
-    async def record_user(self, message: UserMessage) -> MessageAccepted:
+    async def record_user(self, message: UserMessage,
+                          files: Sequence[Attachment] = ()) -> MessageAccepted:
+        """A user's message recorded, with its files as `describe_files` described them."""
         prefix = user_display_prefix(message.text, self.run.state.config.user_name)
-        files = await self.describe_files(message) if message.attachments else []
         return await self.record_input(
             "user", MessageType.USER, message.text, prefix, message.input_id, patient=False,
             lost=self.lost_user(), attachments=files)
 
     async def describe_files(self, message: UserMessage) -> list[Attachment]:
         """The message's files read from the workspace and described, before it is
-        numbered: a refusal is its sender's answer, and nothing is recorded or fenced."""
+        numbered or stops a turn: a refusal is its sender's answer, and nothing is
+        recorded, fenced or stopped."""
         state = self.run.state
+        if not message.attachments:
+            return []
         try:
             return await workflow.execute_activity_method(
                 SessionActivities.resolve_attachments,

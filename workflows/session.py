@@ -158,8 +158,9 @@ class SessionWorkflow:
     @workflow.update(name=Handler.SEND_MESSAGE)
     async def send_message(self, data: RawValue = NO_PAYLOAD) -> MessageAccepted:
         message = arg(UserMessage, data, NO_PAYLOAD)
+        files = await self.inbox.describe_files(message)
         await self._stop_if_asked(message)
-        return await self.inbox.record_user(message)
+        return await self.inbox.record_user(message, files)
 
     async def _stop_if_asked(self, message: UserMessage) -> None:
         """A message sent with policy `interrupt` stops the running turn (workflows.interrupt)."""
@@ -177,8 +178,9 @@ class SessionWorkflow:
         # numbered, so a refusal reaches its sender with nothing recorded.
         if self.inbox.can_fold() and not message.attachments:
             return await self._outcome_of(self.inbox.fold_user(message))
+        files = await self.inbox.describe_files(message)
         await self._stop_if_asked(message)
-        accepted = await self.inbox.record_user(message)
+        accepted = await self.inbox.record_user(message, files)
         return await self._outcome_of(accepted.seq)
 
     @ask.validator

@@ -7,6 +7,8 @@
 - `server.py`: scripting (push / reset / responder), records (`requests`, `usages`,
   `rejections`), HTTP and SSE; `FAKE_ANTHROPIC_REJECTIONS=path` logs every refusal.
 - `rules.py`: what the API refuses with a 400 (on while `strict`).
+- `media.py`: its image and document blocks: what the API refuses of a file (read with
+  Pillow and pypdf, readers Keel's own parsers are tested against).
 - `cache.py`: prompt caching (breakpoints, 20-block lookback, minimum length, TTLs).
 - `prompt.py`: the prompt's blocks in prefix order, counted with Keel's tokenizer.
 - `stream.py`: the event stream for `"stream": true`.

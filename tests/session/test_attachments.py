@@ -18,8 +18,10 @@ from PIL import Image
 
 from keel.client import AttachmentRefusedError, BranchRefusedError
 from schemas.branch import unsealed
+from schemas.interrupt import InterruptPolicy
 from tests.fake_anthropic import text_message
 from tests.harness import keel_worker, make_settings
+from tests.session.streams import DELAY_S, streaming
 
 
 @pytest.fixture
@@ -185,3 +187,23 @@ async def test_a_file_the_api_refuses_all_the_same_is_marked_and_the_turn_goes_o
             else request["messages"][0]["content"][-1]["text"]
         assert "[attached: cut.png (image/png, 200×120, " in said
         assert "(not sent: the model refused it: " in said
+
+
+async def test_a_refused_file_does_not_stop_the_turn_its_message_would_have_interrupted(
+        client, settings, fake_anthropic, database_url):
+    """The files are described before the message stops anything: a message sent with
+    policy `interrupt` whose file is refused leaves the running turn alone."""
+    fake_anthropic.stream_delay_s = DELAY_S
+    fake_anthropic.push(text_message(" ".join(f"w{i}" for i in range(120))),
+                        text_message("short"))
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"s-{uuid.uuid4().hex[:8]}")
+        first = await session.send("Write a long essay.")
+        await streaming(fake_anthropic)
+        with pytest.raises(AttachmentRefusedError, match=r"no file at gone\.png"):
+            await session.send("Stop; look at this.", on_busy=InterruptPolicy.INTERRUPT,
+                               attachments=["gone.png"])
+        finished = await session.wait_reply(first.seq)
+    assert not finished.interrupted and finished.reply_text.endswith("w119")
+    assert [r[2] for r in rows(database_url, session.session_id) if r[1] == "user"] == [
+        "Write a long essay."]
