@@ -56,6 +56,10 @@ handler a running session meets:
   lists 200 tools (those past the agent's half of the window left out, said in a
   notice), a Task over the input limits (recorded cut, kept whole in the workspace), a
   turn after it, and the end;
+- `history-attachments`: on the fake Messages API, messages with files: bytes put through
+  the session and a workspace file sent with the words, a file refused before the message
+  is numbered (its Update rejected, nothing recorded), a message of files alone, and the
+  end;
 - `history-refused-config`: a start from a client that is not Keel's, with a config no
   session can work with (a reply of 0 tokens), refused by the session under the patch
   `refuse-unworkable-config`: the run fails at once, nothing written;
@@ -71,6 +75,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import sys
 import tempfile
@@ -86,6 +91,7 @@ from temporalio.worker import Worker  # noqa: E402
 from examples.support.service import TASK_QUEUE as SUPPORT_QUEUE  # noqa: E402
 from examples.support.service import toolset  # noqa: E402
 from keel.client import (  # noqa: E402
+    AttachmentRefusedError,
     KeelClient,
     SessionBusyError,
     SessionHandle,
@@ -117,6 +123,7 @@ BRANCH_SCENARIO = "history-branch"
 BUDGET_SCENARIO = "history-budget-interrupt"
 BUDGET_SCENARIOS = (BUDGET_SCENARIO, "history-budget-interrupt-activity")
 LIMITS_SCENARIO = "history-input-limits"
+ATTACHMENTS_SCENARIO = "history-attachments"
 REFUSED_SCENARIO = "history-refused-config"
 REFUSED_ID_SCENARIO = "history-refused-id"  # saved as `_history-refused-id.json`
 LONG = " ".join(f"word{n}" for n in range(600))
@@ -228,6 +235,33 @@ async def queue_scenario(keel: KeelClient, settings: KeelSettings,
     for _ in range(22):
         await session.ask("continue")
     await session.ask("[Harness: Watch ci-1 \"CI\"] merge everything now")
+    return session
+
+
+def attachments_model(body: dict[str, Any]) -> dict[str, Any]:
+    seen = sum(b.get("type") in ("image", "document") for m in body["messages"]
+               for b in m["content"] if isinstance(m["content"], list))
+    return text_message(f"I see {seen} file(s).")
+
+
+async def attachments_scenario(keel: KeelClient, settings: KeelSettings,
+                               session_id: str) -> SessionHandle:
+    from PIL import Image  # a dev dependency, as the scripts' other test parts
+
+    def png(width: int, height: int) -> bytes:
+        buf = io.BytesIO()
+        Image.new("RGB", (width, height), (20, 80, 160)).save(buf, "PNG")
+        return buf.getvalue()
+
+    session = await keel.start_session(session_id)
+    await session.put_file("notes/plan.md", "# Plan\n- ship on Friday\n")
+    await session.ask("Does the plan match the screenshot?",
+                      attachments=[("screen.png", png(320, 200)), "notes/plan.md"])
+    with contextlib.suppress(AttachmentRefusedError):
+        await session.send("and this one?", attachments=["notes/missing.png"])
+    await session.ask("", attachments=[("second.png", png(64, 64))])
+    await session.ask("thanks")
+    await session.end()
     return session
 
 
@@ -478,7 +512,7 @@ async def main() -> None:
         settings = KeelSettings(data_dir=Path(tmp), task_queue="keel-record")
         session_id = sys.argv[1] if len(sys.argv) > 1 else "history-queue-checkpoints"
         models = {**dict.fromkeys(INITIATIVE_SCENARIOS, initiative_model),
-                  REWIND_SCENARIO: rewind_model,
+                  REWIND_SCENARIO: rewind_model, ATTACHMENTS_SCENARIO: attachments_model,
                   REWIND_CHILDREN_SCENARIO: rewind_children_model}
         fake = (FakeAnthropic(models[session_id]) if session_id in models
                 else FakeAnthropic()).start()
@@ -500,6 +534,7 @@ async def main() -> None:
                     scenario = {AGENT_SCENARIO: agent_scenario, CARRY_SCENARIO: carry_scenario,
                                 BRANCH_SCENARIO: branch_scenario,
                                 LIMITS_SCENARIO: limits_scenario,
+                                ATTACHMENTS_SCENARIO: attachments_scenario,
                                 REFUSED_SCENARIO: refused_scenario,
                                 REFUSED_ID_SCENARIO: refused_id_scenario,
                                 **dict.fromkeys(INITIATIVE_SCENARIOS, initiative_scenario),
