@@ -10,6 +10,9 @@ Invariants:
   never a row whose description and bytes disagree.
 - The bytes travel from the store to the record inside an activity; a workflow carries
   paths and descriptions only.
+- An image an MCP tool returns is kept the same way (`keep_images` puts it in the
+  workspace, `stored_files` puts it in the result's row), its kind read from its bytes, one
+  the model would refuse said in a line instead.
 - A file the API refuses all the same (a header Keel read, a body the API could not) is
   marked refused in its row with the API's words (`mark_refused`), and the call asks again
   without it: one file never fails a turn, or every turn after it.
@@ -17,7 +20,9 @@ Invariants:
 
 from __future__ import annotations
 
+import base64
 import hashlib
+from typing import Any
 
 from psycopg import AsyncConnection
 from pydantic import BaseModel, Field
@@ -26,11 +31,15 @@ from temporalio.exceptions import ApplicationError
 from activities.record import RecordInput
 from activities.workspace import StoreError, WorkspaceStore
 from schemas.attachments import (
+    IMAGE_TYPES,
+    MAX_MESSAGE_ATTACHMENTS,
     Attachment,
     attachment_problem,
     attachments_of,
     describe,
+    sniff,
     stored,
+    upload_path,
 )
 from schemas.files import normal_path
 from schemas.input_size import InputLimits
@@ -38,7 +47,8 @@ from schemas.messages import RecordRow
 from schemas.session import Rejection
 from schemas.tokens import count_tokens
 
-__all__ = ["ResolveAttachments", "mark_refused", "resolve", "with_attachments"]
+__all__ = ["ResolveAttachments", "keep_images", "mark_refused", "resolve", "stored_files",
+           "with_attachments"]
 
 
 class ResolveAttachments(BaseModel):
@@ -115,3 +125,61 @@ async def mark_refused(conn: AsyncConnection, session_id: str, rows: list[Record
             row = row.model_copy(update={"content": {**row.content, "attachments": items}})
         marked.append(row)
     return marked
+
+
+# What a tool's image is called in the workspace: the tool's name and its place.
+_EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif",
+               "image/webp": "webp"}
+
+
+async def keep_images(store: WorkspaceStore, session_id: str, call_id: str, tool: str,
+                      blocks: list[Any]) -> tuple[list[str], list[str]]:
+    """The images among an MCP result's `blocks`, put in the session's workspace (once per
+    call: the write's op id), for the record to send with the result; and a line for each
+    one that is not (undecodable, of no kind the model takes, past its limits, past
+    MAX_MESSAGE_ATTACHMENTS), saying why. Their kind is read from their bytes, never the
+    server's label."""
+    paths: list[str] = []
+    said: list[str] = []
+    images = [b for b in blocks if getattr(b, "type", "") == "image"]
+    for i, block in enumerate(images):
+        label = str(getattr(block, "mime_type", "") or "?")
+        try:
+            data = base64.b64decode(str(getattr(block, "data", "")), validate=True)
+        except ValueError:
+            said.append(f"[image {i + 1} ({label}) not shown: its data is not base64]")
+            continue
+        kind = sniff(data) or ""
+        name = f"{tool}-{call_id[-8:]}-{i + 1}.{_EXTENSIONS.get(kind, 'bin')}"
+        made = describe(name, data)
+        if isinstance(made, str) or kind not in IMAGE_TYPES:
+            why = made if isinstance(made, str) else f"{name} is {kind or 'no image'}"
+            said.append(f"[image {i + 1} ({label}) not shown: {why}]")
+        elif len(paths) >= MAX_MESSAGE_ATTACHMENTS:
+            said.append(f"[image {i + 1} not shown: a result shows at most "
+                        f"{MAX_MESSAGE_ATTACHMENTS} images]")
+        else:
+            path = upload_path(name, data)
+            try:
+                await store.write(session_id, path, data, op_id=f"image-{call_id}-{i}")
+            except StoreError as err:
+                said.append(f"[image {i + 1} ({label}) not shown: {err}]")
+                continue
+            paths.append(path)
+    return paths, said
+
+
+async def stored_files(store: WorkspaceStore, session_id: str, paths: list[str]
+                       ) -> tuple[list[dict[str, Any]], list[str]]:
+    """The files at `paths` as a row stores them (described, with their bytes), and a line
+    for each that is gone or refused (a tool's images, put by `keep_images`)."""
+    items: list[dict[str, Any]] = []
+    said: list[str] = []
+    for path in paths:
+        file = await store.read(session_id, normal_path(path))
+        made = describe(path, file.data) if file is not None else f"{path} is gone"
+        if isinstance(made, str):
+            said.append(f"[image not shown: {made}]")
+        else:
+            items.append(stored(made, file.data if file is not None else b""))
+    return items, said

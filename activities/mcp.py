@@ -38,6 +38,7 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.attachments import keep_images
 from activities.files import kept_result_path
 from activities.heartbeat import with_heartbeat
 from activities.mcp_pool import ConnectFailed, McpPool, PoolBusy, PoolClosed, WarmSession
@@ -103,6 +104,9 @@ class McpCallResult(BaseModel):
     truncated: bool = False
     # The workspace path of the whole text, when `text` is cut to the input's cap.
     whole_result: str | None = None
+    # The images the tool returned, put in the workspace (schemas.attachments.upload_path):
+    # the record reads them there and sends them with the result.
+    images: list[str] = Field(default_factory=list)
 
 
 # --- limits --------------------------------------------------------------------------------
@@ -287,12 +291,14 @@ def _scrubbed(fault: _Fault, secrets: dict[str, str]) -> _Fault:
     return _Fault(fault.kind, scrub(fault.text, secrets))
 
 
-def _content_text(blocks: list[Any]) -> str:
+def _content_text(blocks: list[Any], images_kept: bool = False) -> str:
     parts: list[str] = []
     for block in blocks:
         kind = getattr(block, "type", "")
         if kind == "text":
             parts.append(block.text)
+        elif kind == "image" and images_kept:
+            continue  # sent with the result, named by its line (`keep_images`)
         elif kind in ("image", "audio"):
             parts.append(f"[{kind} content ({block.mime_type}) not shown]")
         elif kind == "resource":
@@ -306,12 +312,13 @@ def _content_text(blocks: list[Any]) -> str:
     return "\n".join(parts)
 
 
-def result_parts(result: mcp_types.CallToolResult,
-                 secrets: dict[str, str]) -> tuple[str, str | None, str]:
+def result_parts(result: mcp_types.CallToolResult, secrets: dict[str, str],
+                 images_kept: bool = False) -> tuple[str, str | None, str]:
     """(whole text, structured content as JSON or None, a note to add after the text) of a
-    call's result, secrets blanked. The text is the structured JSON when the tool gave no
-    text; a structured part over MAX_RESULT_CHARS is dropped, and the note says so."""
-    text = scrub(_content_text(list(result.content)), secrets)
+    call's result, secrets blanked; its images left out of the text when `images_kept`.
+    The text is the structured JSON when the tool gave no text; a structured part over
+    MAX_RESULT_CHARS is dropped, and the note says so."""
+    text = scrub(_content_text(list(result.content), images_kept), secrets)
     structured: str | None = None
     note = ""
     if result.structured_content is not None:
@@ -419,10 +426,15 @@ class McpActivities:
             return McpCallResult(text=fault.text, is_error=True, failure=fault.kind)
         if self.store is None or not data.session_id or not data.call_id:
             return call_result(result, secrets)
-        whole, structured, note = result_parts(result, secrets)
+        images, said = await keep_images(self.store(), data.session_id, data.call_id,
+                                         data.tool, list(result.content))
+        whole, structured, note = result_parts(result, secrets, images_kept=True)
+        whole = "\n".join(part for part in (whole, *said) if part)
         cap = data.cap_chars
         if len(whole) + len(note) <= cap:
-            return _result(result.is_error, whole + note, structured, bool(note))
+            out = _result(result.is_error, whole + note, structured, bool(note))
+            out.images = images
+            return out
         try:
             path = await with_heartbeat(asyncio.wait_for(self._keep(data, whole),
                                                          KEEP_RESULT_S))
@@ -430,11 +442,15 @@ class McpActivities:
             why = "the workspace did not answer in time" if isinstance(err, TimeoutError) \
                 else str(err) or type(err).__name__
             activity.logger.warning("whole result of %s not kept: %s", data.call_id, why)
-            return _result(result.is_error, unkept_cut(whole, cap - len(note), why) + note,
-                           structured, True)
+            out = _result(result.is_error, unkept_cut(whole, cap - len(note), why) + note,
+                          structured, True)
+            out.images = images
+            return out
         text, _ = cut_result(whole, cap,
                              f"the whole result is in {path}; read it with read_file")
-        return _result(result.is_error, text + note, structured, True, whole_result=path)
+        out = _result(result.is_error, text + note, structured, True, whole_result=path)
+        out.images = images
+        return out
 
     async def _keep(self, data: CallMcpToolInput, whole: str) -> str:
         """The whole text at `.keel/results/<call id>.txt`, under the op id the workflow's

@@ -46,6 +46,7 @@ from activities.attachments import (
     ResolveAttachments,
     mark_refused,
     resolve,
+    stored_files,
     with_attachments,
 )
 from activities.context import SessionContext
@@ -425,11 +426,17 @@ class SessionActivities:
             text, replaced = make_storable(text)
             if replaced:
                 meta["notes"] = replaced
+            files, said = await stored_files(self.ctx.store, data.session_id,
+                                             [str(p) for p in meta.pop("images", [])])
+            text = "\n".join(part for part in (text, *said) if part)
+            if files:
+                meta["attachments"] = files
             inserted = await insert_row(conn, NewRow(
                 session_id=data.session_id, seq=data.result_seq, input_id=input_id,
                 type=MessageType.TOOL_RESULT, text=text, turn=data.turn,
                 content={"tool_use_id": data.tool_use_id, "is_error": is_error,
-                         "tool": data.tool, "cut": cut or bool(meta.get("cut")), **meta}))
+                         "tool": data.tool, "cut": cut or bool(meta.get("cut")), **meta},
+                extra_tokens=sum(item["tokens"] for item in files)))
         return ToolOutcome(seq=inserted.seq, token_count=inserted.token_count,
                            is_error=is_error, preview=cut_preview(text, SHORT_OUTPUT_CHARS))
 

@@ -397,10 +397,10 @@ def stored_files_problem(content: Any) -> str | None:
     return None
 
 
-# A refusal's path to a block of a user's message that is an attached file (a tool result's
-# image is inside a `tool_result`, and not the record's attachment), and its reason.
-_REFUSED_BLOCK = re.compile(r"messages\.(\d+)\.content\.(\d+)\.(?:image|pdf|document)\b"
-                            r"[\w.]*: (.+)", re.S)
+# A refusal's path to a block that is an attached file (a user's, or a tool's image inside
+# its `tool_result`), and its reason.
+_REFUSED_BLOCK = re.compile(r"messages\.(\d+)\.content\.(\d+)\.(?:tool_result\.content\."
+                            r"(\d+)\.)?(?:image|pdf|document)\b[\w.]*: (.+)", re.S)
 # Where the API's words end in what the backend said: the SDK's dict quoting, or the
 # request's id and path the backend adds after them.
 _REASON_END = re.compile(r"""['"](?:\}|,\s*['"])| \(request_id: """)
@@ -417,10 +417,12 @@ def refused_file(refusal: str, request: dict[str, Any], contents: list[tuple[int
         return None
     try:
         block = request["messages"][int(found[1])]["content"][int(found[2])]
+        if found[3] is not None:  # an image a tool returned, inside its result
+            block = block["content"][int(found[3])]
     except (IndexError, KeyError, TypeError):
         return None
     shown = {k: v for k, v in block.items() if k != "cache_control"}
-    reason = _REASON_END.split(found[3], 1)[0].strip()[:REASON_CHARS]
+    reason = _REASON_END.split(found[4], 1)[0].strip()[:REASON_CHARS]
     for seq, content in contents:
         for i, item in enumerate(attachments_of(content)):
             if item.get("data") and api_block(item) == shown:

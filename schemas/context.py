@@ -212,6 +212,10 @@ class AssembledContext(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+# The rows whose files a request carries: a user's attachments, a tool's images.
+CARRIES_FILES = frozenset({MessageType.USER, MessageType.TOOL_RESULT})
+
+
 def _text_block(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
 
@@ -265,7 +269,7 @@ def assemble_with_boundary(
     in the same pass, as that assembly would end there (its calls still waiting given
     their error results, the opening line when it would begin with the assistant)."""
     built = _Assembly(sent_attachments([(r.seq, r.content) for r in rows
-                                        if r.type == MessageType.USER]))
+                                        if r.type in CARRIES_FILES]))
     if checkpoint_text:
         built.add("user", [_text_block(checkpoint_text)])
     before: int | None = None if boundary_seq is not None else 0
@@ -341,6 +345,8 @@ class _Assembly:
             self.add("assistant", blocks)
         elif row.type == MessageType.TOOL_RESULT:
             block = _result_block(row)
+            if attachments_of(row.content):  # a tool's images: sent inside its result
+                block["content"] = self.file_blocks(row, row.text)
             block["tool_use_id"] = self.renamed.get(block["tool_use_id"], block["tool_use_id"])
             if block["tool_use_id"] in self.awaiting:
                 self.awaiting.remove(block["tool_use_id"])
@@ -357,12 +363,16 @@ class _Assembly:
                 self.add("user", blocks)
 
     def input_blocks(self, row: RecordRow) -> list[dict[str, Any]]:
-        """An input's blocks: its files first (the API's advice: images before the words
-        about them), then its text with a line naming each file; a file whose bytes this
-        request does not carry (`sent`) is named only, and said to be."""
-        items = attachments_of(row.content) if row.type == MessageType.USER else []
-        if not items:
+        """An input's blocks: a user's files and its text (`file_blocks`)."""
+        if row.type != MessageType.USER or not attachments_of(row.content):
             return [_text_block(row.rendered_text())]
+        return self.file_blocks(row, row.rendered_text())
+
+    def file_blocks(self, row: RecordRow, head: str) -> list[dict[str, Any]]:
+        """A row's files first (the API's advice: images before the words about them),
+        then `head` with a line naming each file; a file whose bytes this request does not
+        carry (`sent`) is named only, and said to be."""
+        items = attachments_of(row.content)
         blocks, lines = [], []
         for i, item in enumerate(items):
             line = attachment_line(without_data(item))
@@ -373,7 +383,6 @@ class _Assembly:
             else:
                 line += NOT_RESENT
             lines.append(line)
-        head = row.rendered_text()
         return [*blocks, _text_block("\n".join([head, *lines] if head else lines))]
 
 

@@ -455,6 +455,8 @@ class ToolRunner:
         meta: dict[str, Any] = {"mcp_failure": out.failure.value if out.failure else None}
         if out.whole_result:  # the worker kept the whole text and cut it to the cap
             meta |= {"cut": True, "whole_result": out.whole_result}
+        if out.images:  # kept in the workspace: the record sends them with the result
+            meta["images"] = out.images
         await self._result(call, text, is_error=out.is_error, meta=meta,
                            cap=len(text) if out.whole_result else DEFAULT_OUTPUT_CAP_CHARS)
 
