@@ -387,14 +387,20 @@ class SessionActivities:
             text, replaced = make_storable(output.text)
             if replaced:
                 text += f"\n[Keel: {'; '.join(replaced)}]"
+            shown, said = await stored_files(self.ctx.store, data.session_id,
+                                             output.meta.pop("images", []))
+            text = "\n".join(part for part in (text, *said) if part)
             content, meta_replaced = make_storable_json(
                 {"tool_use_id": data.tool_use_id, "is_error": output.is_error,
                  "tool": call["name"], **output.meta})
             if replaced or meta_replaced:
                 content["notes"] = replaced + meta_replaced
+            if shown:  # an image or a PDF read_file shows the model
+                content["attachments"] = shown
             inserted = await insert_row(conn, NewRow(
                 session_id=data.session_id, seq=data.result_seq, input_id=input_id,
-                type=MessageType.TOOL_RESULT, text=text, turn=data.turn, content=content))
+                type=MessageType.TOOL_RESULT, text=text, turn=data.turn, content=content,
+                extra_tokens=sum(item["tokens"] for item in shown)))
             return ToolOutcome(seq=inserted.seq, token_count=inserted.token_count,
                                is_error=output.is_error,
                                preview=cut(output.text, SHORT_OUTPUT_CHARS))

@@ -26,6 +26,7 @@ from activities.workspace import (
     clean_path,
     is_skill_file,
 )
+from schemas.attachments import attachment_line, describe
 from schemas.edits import EditError, apply_exact_edit
 from schemas.messages import MessageType
 from schemas.text import HEX_MAX_BYTES, describe_binary, hex_range, make_storable
@@ -94,6 +95,15 @@ def read_file(stored: bytes | None, rel: str, offset: int | None = None,
     if replaced:
         text += f"\n[Keel: {'; '.join(replaced)}]"
     return text
+
+
+def viewable(data: bytes, path: str) -> str | None:
+    """The line naming an image or a PDF the model can be shown (schemas.attachments), or
+    None for any other file (text is read as text, the rest described)."""
+    found = describe(path, data)
+    if isinstance(found, str) or found.media_type == "text/plain":
+        return None
+    return attachment_line(found)
 
 
 def _int_arg(args: dict[str, Any], key: str) -> int | None:
@@ -197,10 +207,16 @@ async def _execute(ctx: ToolContext, name: str, args: dict[str, Any]) -> ToolOut
     if name == "read_file":
         rel = _str_arg(args, "path")
         stored = await ctx.store.read(ctx.session_id, workspace_path(rel))
-        return ToolOutput(read_file(stored.data if stored else None, rel,
-                                    _int_arg(args, "offset"), _int_arg(args, "length")),
-                          meta={"read": make_storable(rel)[0],
-                                "version": stored.version if stored else None})
+        meta = {"read": make_storable(rel)[0], "version": stored.version if stored else None}
+        offset, length = _int_arg(args, "offset"), _int_arg(args, "length")
+        if (stored and ctx.editable is None and offset is None and length is None
+                and (seen := viewable(stored.data, stored.path)) is not None):
+            # An image or a PDF is shown to the model with the result (the record reads it
+            # from the workspace: activities.attachments.stored_files).
+            return ToolOutput(f"{seen}: shown with this result",
+                              meta={**meta, "images": [stored.path]})
+        return ToolOutput(read_file(stored.data if stored else None, rel, offset, length),
+                          meta=meta)
     if name in ("write_file", "edit_file"):
         rel = _str_arg(args, "path")
         editable = ctx.editable

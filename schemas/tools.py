@@ -13,9 +13,10 @@ from typing import Any
 AGENT_TOOLS: list[dict[str, Any]] = [
     {
         "name": "read_file",
-        "description": "Read a text file in the session's workspace. A binary file is "
-                       "described, not shown: give offset and length (bytes, at most 1024) "
-                       "to read a range of any file as hex.",
+        "description": "Read a text file in the session's workspace; an image or a PDF "
+                       "(a file sent with a message, under attachments/) is shown to you. "
+                       "Another binary file is described, not shown: give offset and "
+                       "length (bytes, at most 1024) to read a range of any file as hex.",
         "input_schema": {"type": "object", "properties": {
             "path": {"type": "string"},
             "offset": {"type": "integer", "minimum": 0},

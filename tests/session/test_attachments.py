@@ -17,9 +17,10 @@ import pytest
 from PIL import Image
 
 from keel.client import AttachmentRefusedError, BranchRefusedError
+from schemas.attachments import upload_path
 from schemas.branch import unsealed
 from schemas.interrupt import InterruptPolicy
-from tests.fake_anthropic import text_message
+from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
 from tests.session.streams import DELAY_S, streaming
 
@@ -207,3 +208,26 @@ async def test_a_refused_file_does_not_stop_the_turn_its_message_would_have_inte
     assert not finished.interrupted and finished.reply_text.endswith("w119")
     assert [r[2] for r in rows(database_url, session.session_id) if r[1] == "user"] == [
         "Write a long essay."]
+
+
+async def test_read_file_shows_the_model_an_image_in_the_workspace(
+        client, settings, fake_anthropic, database_url):
+    """After a checkpoint the memo names a file; the agent can look at it again: read_file
+    of an image (or a PDF) answers with the file itself, not a description of bytes."""
+    shot = png(90, 60)
+    path = upload_path("shot.png", shot)
+    look = tool_use_message([("read_file", {"path": path}),
+                             ("read_file", {"path": "notes.bin"})])
+    image_call, binary_call = (b["id"] for b in look["content"])
+    fake_anthropic.push(text_message("noted"), look, text_message("seen again"))
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"s-{uuid.uuid4().hex[:8]}")
+        await session.ask("keep this", attachments=[("shot.png", shot)])
+        await session.put_file("notes.bin", b"\x00\x01\x02 binary")
+        assert (await session.ask("look at it again")).reply_text == "seen again"
+    results = {b["tool_use_id"]: b["content"] for m in fake_anthropic.requests[-1]["messages"]
+               for b in m["content"] if b.get("type") == "tool_result"}
+    image, said = results[image_call]
+    assert image["type"] == "image" and base64.b64decode(image["source"]["data"]) == shot
+    assert said["text"].startswith("[attached: shot.png (image/png, 90×60, ")
+    assert "binary" in str(results[binary_call])  # any other binary file: described
