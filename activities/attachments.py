@@ -13,6 +13,9 @@ Invariants:
 - An image an MCP tool returns is kept the same way (`keep_images` puts it in the
   workspace, `stored_files` puts it in the result's row), its kind read from its bytes, one
   the model would refuse said in a line instead.
+- A row read from the record carries its files' descriptions; a request's bytes are
+  fetched for the files it sends, and held by digest (`with_bytes`, `FileBytes`): a
+  window of a hundred screenshots reads twenty, once.
 - A file the API refuses all the same (a header Keel read, a body the API could not) is
   marked refused in its row with the API's words (`mark_refused`), and the call asks again
   without it: one file never fails a turn, or every turn after it.
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -37,18 +42,24 @@ from schemas.attachments import (
     attachment_problem,
     attachments_of,
     describe,
+    sent_attachments,
     sniff,
     stored,
     upload_path,
 )
+from schemas.context import CARRIES_FILES
 from schemas.files import normal_path
 from schemas.input_size import InputLimits
 from schemas.messages import RecordRow
 from schemas.session import Rejection
 from schemas.tokens import count_tokens
 
-__all__ = ["ResolveAttachments", "keep_images", "mark_refused", "resolve", "stored_files",
-           "with_attachments"]
+__all__ = ["FILE_BYTES", "FileBytes", "ResolveAttachments", "keep_images", "mark_refused",
+           "resolve", "stored_files", "with_attachments", "with_bytes"]
+
+# What a worker holds of the files its requests send (base64 characters): a session's
+# newest files, of the sessions it serves, read from the record once.
+FILE_BYTES_CHARS = 128 * 1024 * 1024
 
 
 class ResolveAttachments(BaseModel):
@@ -183,3 +194,76 @@ async def stored_files(store: WorkspaceStore, session_id: str, paths: list[str]
         else:
             items.append(stored(made, file.data if file is not None else b""))
     return items, said
+
+
+class FileBytes:
+    """A worker's copy of the files its requests send, as base64 by digest: a session
+    sends its newest files in every call, so they are read from the record once. Bounded
+    (`max_chars`), the least recently sent dropped first; thread-safe."""
+
+    def __init__(self, max_chars: int = FILE_BYTES_CHARS) -> None:
+        self.max_chars = max_chars
+        self._held: OrderedDict[str, str] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def get(self, sha256: str) -> str | None:
+        with self._lock:
+            found = self._held.get(sha256)
+            if found is not None:
+                self._held.move_to_end(sha256)
+            return found
+
+    def keep(self, sha256: str, data: str) -> None:
+        with self._lock:
+            if sha256 in self._held or len(data) > self.max_chars:
+                return
+            self._held[sha256] = data
+            self._chars += len(data)
+            while self._chars > self.max_chars:
+                _, dropped = self._held.popitem(last=False)
+                self._chars -= len(dropped)
+
+
+FILE_BYTES = FileBytes()
+
+
+async def with_bytes(conn: AsyncConnection, session_id: str, rows: list[RecordRow],
+                     held: FileBytes = FILE_BYTES) -> list[RecordRow]:
+    """`rows` (descriptions: activities.record.ROW_COLUMNS) with the bytes of the files a
+    request of them sends (schemas.attachments.sent_attachments), from `held` or, for
+    those it does not hold, the record in one statement."""
+    wanted = sent_attachments([(r.seq, r.content) for r in rows if r.type in CARRIES_FILES],
+                              loaded_only=False)
+    if not wanted:
+        return rows
+    by_seq = {r.seq: r for r in rows}
+    found: dict[tuple[int, int], str] = {}
+    missing: list[tuple[int, int]] = []
+    for seq, i in wanted:
+        item = attachments_of(by_seq[seq].content)[i]
+        data = item.get("data") or held.get(str(item.get("sha256")))
+        if data:
+            found[seq, i] = data
+        else:
+            missing.append((seq, i))
+    if missing:
+        for seq, i, data in await (await conn.execute(
+                "SELECT w.seq, w.i, m.content->'attachments'->w.i->>'data' FROM messages m"
+                " JOIN unnest(%s::bigint[], %s::int[]) AS w(seq, i) ON m.seq = w.seq"
+                " WHERE m.session_id = %s", ([s for s, _ in missing], [i for _, i in missing],
+                                              session_id))).fetchall():
+            if data:
+                found[seq, i] = data
+                held.keep(str(attachments_of(by_seq[seq].content)[i].get("sha256")), data)
+    return [_filled(row, found) for row in rows]
+
+
+def _filled(row: RecordRow, found: dict[tuple[int, int], str]) -> RecordRow:
+    items = attachments_of(row.content)
+    if not isinstance(row.content, dict) or not any((row.seq, i) in found
+                                                    for i in range(len(items))):
+        return row
+    filled = [item | {"data": found[row.seq, i]} if (row.seq, i) in found else item
+              for i, item in enumerate(items)]
+    return row.model_copy(update={"content": {**row.content, "attachments": filled}})

@@ -19,6 +19,7 @@ from anthropic.types import Message
 from psycopg import AsyncConnection
 
 from activities import checkpoint_attempts as attempts
+from activities.attachments import with_bytes
 from activities.checkpoint_payloads import PrepareInput, RoundInput, RoundResult
 from activities.context import SessionContext
 from activities.model.usage import spend_of_reply
@@ -72,6 +73,8 @@ async def _conversation(ctx: SessionContext, conn: AsyncConnection, attempt: dic
         rows = [r for r in rows if r.seq < attempt["cut_seq"]]
     elif meta.omit_seq is not None:
         rows = leave_out_output(rows, meta.omit_seq)
+    # The files the pre-pass kept (the turn's own) are sent, as a turn's request sends them.
+    rows = await with_bytes(conn, meta.session_id, rows)
     messages, _ = assemble_messages(rows, checkpoint_text=window.checkpoint_text)
     return window, messages
 

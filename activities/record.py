@@ -18,7 +18,7 @@ from psycopg.rows import dict_row
 from pydantic import BaseModel, Field
 from temporalio.exceptions import ApplicationError
 
-from schemas.attachments import Attachment
+from schemas.attachments import CONTENT_WITHOUT_BYTES_SQL, Attachment
 from schemas.input_size import InputLimits
 from schemas.messages import REPLY_INLINE_CHARS, MessageType, RecordRow
 from schemas.session import ReplyPart
@@ -182,7 +182,10 @@ async def fence_seq(conn: AsyncConnection, fence: FenceInput) -> Inserted:
 # A row a rewind abandoned (activities.branch) stays in the record but is never loaded
 # into a window again.
 LIVE = "rewound_by IS NULL"
-ROW_COLUMNS = "seq, type, content_text AS text, source_line, content, token_count, turn"
+# A row as a session's activities read it: a file's description, never its bytes (a
+# request fetches those it sends: activities.attachments.with_bytes).
+ROW_COLUMNS = ("seq, type, content_text AS text, source_line,"
+               f" {CONTENT_WITHOUT_BYTES_SQL} AS content, token_count, turn")
 
 
 def to_row(r: dict[str, Any]) -> RecordRow:

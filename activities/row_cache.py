@@ -28,6 +28,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from schemas.attachments import attachments_of
 from schemas.config import DEFAULT_ROW_CACHE_CHARS
 from schemas.messages import RecordRow
 
@@ -41,8 +42,10 @@ Key = tuple[str, str]  # (the server run, activities.window.server_of; the sessi
 
 def row_chars(row: RecordRow) -> int:
     """About what holding the row costs, in characters (text, and content counted as its
-    tokens' worth: a tool call's input, a result's metadata)."""
-    return len(row.text) + 4 * row.token_count + ROW_OVERHEAD_CHARS
+    tokens' worth: a tool call's input, a result's metadata; a file's bytes, which a window
+    read leaves out (activities.window), as their base64)."""
+    data = sum(len(item.get("data") or "") for item in attachments_of(row.content))
+    return len(row.text) + 4 * row.token_count + ROW_OVERHEAD_CHARS + data
 
 
 @dataclass

@@ -48,6 +48,7 @@ from activities.attachments import (
     resolve,
     stored_files,
     with_attachments,
+    with_bytes,
 )
 from activities.context import SessionContext
 from activities.delegate_ahead import start_ahead, tell_parent
@@ -285,17 +286,17 @@ class SessionActivities:
         user attached, the record marks it refused and the request is built again without
         it (activities.attachments.mark_refused), at most once a file."""
         for _ in range(MAX_REQUEST_ATTACHMENTS + 1):
+            rows = await with_bytes(conn, data.session_id, sized.rows)
             request, notes = model_call_request(
                 model=data.ask.model, max_tokens=data.ask.window.max_output_tokens,
-                system=loaded.window.system, rows=sized.rows,
+                system=loaded.window.system, rows=rows,
                 checkpoint_text=loaded.window.checkpoint_text,
                 memory_block=loaded.memory_block, tools=loaded.tools,
                 turn_first_seq=data.span.keep_recent_seq, cache_ttl=data.ask.cache_ttl)
             try:
                 return (*await self._ask_model_within(conn, data, request, first), notes)
             except ApplicationError as err:
-                file = refused_file(str(err), request, [(r.seq, r.content)
-                                                        for r in sized.rows])
+                file = refused_file(str(err), request, [(r.seq, r.content) for r in rows])
                 if file is None:
                     raise
                 activity.logger.warning("the model API refused file %d of #%d (%s): asking "

@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 from activities.prompt import SessionPrompt
 from activities.record import LIVE, load_seqs_at, record_row
 from activities.row_cache import HeldRows, Key, row_cache
+from schemas.attachments import CONTENT_WITHOUT_BYTES_SQL
 from schemas.messages import RecordRow
 
 __all__ = ["LoadedWindow", "PendingRows", "WindowLoader", "server_of", "window_rows"]
@@ -29,9 +30,12 @@ __all__ = ["LoadedWindow", "PendingRows", "WindowLoader", "server_of", "window_r
 # with its revision; its columns only when the revision is above the newest this worker
 # holds of the session (activities.row_cache): the others it holds already, or reads next.
 _FRESH = "rev > %(known)s"
+# A file's bytes are not a window's: a request fetches those it sends
+# (activities.attachments.with_bytes), so a window of a hundred screenshots reads their
+# descriptions, and this worker holds them.
 _COLUMNS = ", ".join(f"CASE WHEN {_FRESH} THEN {column} END AS {name}" for column, name in (
     ("type", "type"), ("content_text", "text"), ("source_line", "source_line"),
-    ("content", "content"), ("token_count", "token_count"), ("turn", "turn")))
+    (CONTENT_WITHOUT_BYTES_SQL, "content"), ("token_count", "token_count"), ("turn", "turn")))
 _WINDOW_ROWS = (
     f"SELECT seq, rev, {_COLUMNS} FROM messages WHERE session_id = %(sid)s AND {LIVE}"
     " AND (seq BETWEEN %(start)s AND %(upto)s OR seq = %(also)s"

@@ -354,24 +354,33 @@ def api_block(item: dict[str, Any]) -> dict[str, Any]:
     return {"type": "document", "source": source, "title": item["name"]}
 
 
-def sent_attachments(contents: list[tuple[int, Any]]) -> set[tuple[int, int]]:
+def sent_attachments(contents: list[tuple[int, Any]], *, loaded_only: bool = True
+                     ) -> set[tuple[int, int]]:
     """Of rows' contents (seq, content) in one request, the attachments (seq, index) whose
     bytes it carries: the newest, at most MAX_REQUEST_ATTACHMENTS within
     REQUEST_ATTACHMENT_BYTES and PDF_MAX_PAGES pages in all (the API's limit is the
-    request's); never one the API refused (`refused`)."""
+    request's); never one the API refused (`refused`) or a pre-pass let go (`dropped`).
+    Chosen by their descriptions; `loaded_only`: of those, the ones whose bytes are here
+    (activities.attachments.with_bytes fetches the others' first)."""
     chosen: set[tuple[int, int]] = set()
     room, pages = REQUEST_ATTACHMENT_BYTES, PDF_MAX_PAGES
     for seq, content in sorted(contents, key=lambda sc: sc[0], reverse=True):
         items = attachments_of(content)
         for i in range(len(items) - 1, -1, -1):
-            size = len(items[i].get("data") or "")
-            its_pages = int(items[i].get("pages") or 0)
-            if (not size or items[i].get("refused") or len(chosen) >= MAX_REQUEST_ATTACHMENTS
-                    or size > room or its_pages > pages):
+            item = items[i]
+            size = 4 * math.ceil(int(item.get("size") or 0) / 3)  # as base64
+            its_pages = int(item.get("pages") or 0)
+            if (item.get("refused") or item.get("dropped") or size > room
+                    or its_pages > pages or len(chosen) >= MAX_REQUEST_ATTACHMENTS):
                 continue
             chosen.add((seq, i))
             room, pages = room - size, pages - its_pages
-    return chosen
+    return {c for c in chosen if not loaded_only or _loaded(contents, c)}
+
+
+def _loaded(contents: list[tuple[int, Any]], at: tuple[int, int]) -> bool:
+    content = next(c for seq, c in contents if seq == at[0])
+    return bool(attachments_of(content)[at[1]].get("data"))
 
 
 def files_tokens(content: Any) -> int:

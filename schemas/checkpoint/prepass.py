@@ -64,14 +64,16 @@ def _drop_images(value: Any) -> tuple[Any, int]:
 
 
 def _drop_files(content: Any) -> tuple[Any, int]:
-    """A message's attached files without their bytes (each then named by its line only),
-    and the tokens that frees; (content, 0) when it carried none."""
+    """A row's attached files let go (`dropped`: no request sends them, each is named by
+    its line only), and the tokens that frees; (content, 0) when it has none to let go."""
     items = attachments_of(content)
-    if not any(item.get("data") for item in items):
+    going = [item for item in items if not item.get("dropped")]
+    if not going:
         return content, 0
     freed = sum(max(found.tokens - count_tokens(attachment_line(found) + NOT_RESENT), 0)
-                for found in (without_data(item) for item in items if item.get("data")))
-    kept = [{k: v for k, v in item.items() if k != "data"} for item in items]
+                for found in (without_data(item) for item in going))
+    kept = [{k: v for k, v in item.items() if k != "data"} | {"dropped": True}
+            for item in items]
     return {**content, "attachments": kept}, freed
 
 
