@@ -207,6 +207,15 @@ class FileBytes:
         self._chars = 0
         self._lock = threading.Lock()
 
+    @property
+    def chars(self) -> int:
+        return self._chars
+
+    def clear(self) -> None:
+        with self._lock:
+            self._held.clear()
+            self._chars = 0
+
     def get(self, sha256: str) -> str | None:
         with self._lock:
             found = self._held.get(sha256)
