@@ -65,6 +65,7 @@ __all__ = [
     "sniff",
     "stored",
     "stored_files_problem",
+    "unsent_tokens",
     "upload_path",
     "with_lines",
     "without_data",
@@ -376,6 +377,24 @@ def sent_attachments(contents: list[tuple[int, Any]], *, loaded_only: bool = Tru
             chosen.add((seq, i))
             room, pages = room - size, pages - its_pages
     return {c for c in chosen if not loaded_only or _loaded(contents, c)}
+
+
+def unsent_tokens(contents: list[tuple[int, Any]]) -> int:
+    """What rows' counts hold for files no request of them sends (past the newest the
+    request carries, or refused), less the line each is still named by: taken off an
+    estimate, which otherwise counts every screenshot of a long window. (A file a pre-pass
+    let go is taken off its row's count already.)"""
+    from schemas.tokens import count_tokens  # as in `describe`: the client stays free of it
+
+    chosen = sent_attachments(contents, loaded_only=False)
+    total = 0
+    for seq, content in contents:
+        for i, item in enumerate(attachments_of(content)):
+            if (seq, i) not in chosen and not item.get("dropped"):
+                found = without_data(item)
+                total += max(found.tokens - count_tokens(attachment_line(found) + NOT_RESENT),
+                             0)
+    return total
 
 
 def _loaded(contents: list[tuple[int, Any]], at: tuple[int, int]) -> bool:

@@ -27,6 +27,7 @@ from schemas.attachments import (
     attachment_line,
     attachments_of,
     sent_attachments,
+    unsent_tokens,
     without_data,
 )
 from schemas.messages import NOT_SENT, MessageType, RecordRow
@@ -422,7 +423,9 @@ def estimate_tokens(system: str, rows: list[RecordRow], extra_texts: list[str],
     total += tools_tokens(tools)
     total += sum(r.token_count + MESSAGE_OVERHEAD_TOKENS for r in rows
                  if r.type not in NOT_SENT)
-    return total
+    with_files = [(r.seq, r.content) for r in rows
+                  if r.type in CARRIES_FILES and attachments_of(r.content)]
+    return total - unsent_tokens(with_files) if with_files else total
 
 
 CUT_OUTPUT_NOTE = (

@@ -9,6 +9,7 @@ import math
 
 from PIL import Image
 
+from activities.offline.accounting import Accounting
 from schemas.attachments import (
     MAX_MESSAGE_ATTACHMENTS,
     MAX_REQUEST_ATTACHMENTS,
@@ -25,7 +26,7 @@ from schemas.attachments import (
 )
 from schemas.checkpoint.memo import memo_candidates
 from schemas.checkpoint.prepass import prepass
-from schemas.context import assemble_messages
+from schemas.context import assemble_messages, estimate_tokens
 from schemas.messages import MessageType, RecordRow
 from schemas.tokens import count_tokens
 
@@ -194,3 +195,20 @@ def test_a_refusal_naming_an_attached_file_finds_it_and_the_apis_words():
     assert refused_file("prompt is too long: 300000 tokens > 200000 maximum", request,
                         contents) is None
     assert refused_file("messages.0.content.9.image.source: x", request, contents) is None
+
+
+def test_the_estimate_counts_the_files_a_request_sends_not_every_one_in_the_window():
+    """Thirty screenshots in a window, the newest twenty sent: the estimate stays at or
+    above the API's count of the request and near it (before, it counted all thirty)."""
+    rows = [user_row(seq, f"step {seq}: the page after the click",
+                     [(f"s{seq}.png", image(600 + seq, 400))]) for seq in range(1, 31)]
+    messages, _ = assemble_messages(rows)
+    counted = Accounting().request({"messages": messages})
+    estimated = estimate_tokens("", rows, [])
+    assert counted <= estimated <= counted * 1.1, (counted, estimated)
+    refused = [r.model_copy(update={"content": {"attachments": [
+        {**r.content["attachments"][0], "refused": "Could not process image"}]}})
+        if r.seq == 30 else r for r in rows]
+    messages, _ = assemble_messages(refused)
+    assert Accounting().request({"messages": messages}) <= estimate_tokens("", refused, []) \
+        <= Accounting().request({"messages": messages}) * 1.1
