@@ -27,7 +27,6 @@ import gc
 import io
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -44,7 +43,7 @@ from activities.db import apply_migrations  # noqa: E402
 from activities.model_call import read_window  # noqa: E402
 from activities.record import NewRow, ensure_session, insert_row, record_row  # noqa: E402
 from activities.row_cache import row_cache  # noqa: E402
-from bench.bench_window import TOOLS, call_input  # noqa: E402
+from bench.bench_window import TOOLS, call_input, medians  # noqa: E402
 from bench.common import shown, source_commit, table  # noqa: E402
 from keel.devstack import temporary_postgres  # noqa: E402
 from schemas.attachments import Attachment, describe, stored  # noqa: E402
@@ -126,10 +125,6 @@ async def window_files_mb(conn: psycopg.AsyncConnection, sid: str) -> float:
         " jsonb_array_elements(content->'attachments') a WHERE session_id = %s", (sid,))
     row = await cur.fetchone()
     return round(int(row[0] if row else 0) / 1e6, 1)
-
-
-def medians(samples: list[dict[str, float]]) -> dict[str, float]:
-    return {k: round(statistics.median(s[k] for s in samples), 1) for k in samples[0]}
 
 
 async def measure(url: str, sizes: list[int], reads: int) -> list[dict[str, Any]]:

@@ -56,6 +56,7 @@ __all__ = [
     "attachment_problem",
     "attachments_of",
     "describe",
+    "file_blocks",
     "files_tokens",
     "image_size",
     "image_tokens",
@@ -353,6 +354,24 @@ def api_block(item: dict[str, Any]) -> dict[str, Any]:
         source = {"type": "text", "media_type": TEXT,
                   "data": base64.b64decode(data).decode("utf-8")}
     return {"type": "document", "source": source, "title": item["name"]}
+
+
+def file_blocks(seq: int, items: list[dict[str, Any]], sent: set[tuple[int, int]],
+                head: str) -> list[dict[str, Any]]:
+    """The blocks of a row at `seq` with files `items`: the files whose bytes the request
+    carries (`sent`) first (the API's advice: images before the words about them), then
+    `head` with a line naming each file; one not carried is said to be, and why."""
+    blocks, lines = [], []
+    for i, item in enumerate(items):
+        line = attachment_line(without_data(item))
+        if (seq, i) in sent:
+            blocks.append(api_block(item))
+        elif item.get("refused"):
+            line += REFUSED_NOTE.format(reason=item["refused"])
+        else:
+            line += NOT_RESENT
+        lines.append(line)
+    return [*blocks, {"type": "text", "text": "\n".join([head, *lines] if head else lines)}]
 
 
 def sent_attachments(contents: list[tuple[int, Any]], *, loaded_only: bool = True

@@ -20,16 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from schemas.attachments import (
-    NOT_RESENT,
-    REFUSED_NOTE,
-    api_block,
-    attachment_line,
-    attachments_of,
-    sent_attachments,
-    unsent_tokens,
-    without_data,
-)
+from schemas.attachments import attachments_of, file_blocks, sent_attachments, unsent_tokens
 from schemas.messages import NOT_SENT, MessageType, RecordRow
 from schemas.tokens import count_tokens, truncate_to_tokens
 from schemas.tools import unique_tool_ids
@@ -370,21 +361,8 @@ class _Assembly:
         return self.file_blocks(row, row.rendered_text())
 
     def file_blocks(self, row: RecordRow, head: str) -> list[dict[str, Any]]:
-        """A row's files first (the API's advice: images before the words about them),
-        then `head` with a line naming each file; a file whose bytes this request does not
-        carry (`sent`) is named only, and said to be."""
-        items = attachments_of(row.content)
-        blocks, lines = [], []
-        for i, item in enumerate(items):
-            line = attachment_line(without_data(item))
-            if (row.seq, i) in self.sent:
-                blocks.append(api_block(item))
-            elif item.get("refused"):
-                line += REFUSED_NOTE.format(reason=item["refused"])
-            else:
-                line += NOT_RESENT
-            lines.append(line)
-        return [*blocks, _text_block("\n".join([head, *lines] if head else lines))]
+        """A row's files and `head` as blocks (schemas.attachments.file_blocks)."""
+        return file_blocks(row.seq, attachments_of(row.content), self.sent, head)
 
 
 def _place_memory(messages: list[dict[str, Any]], memory_block: str) -> None:

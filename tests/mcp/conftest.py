@@ -1,5 +1,6 @@
 """What the MCP tests share: the real servers' paths, specs for them, the docs server over
-streamable HTTP on loopback, and which of their processes this test process started."""
+streamable HTTP on loopback, which of their processes this test process started, and a
+session's tool results as the record holds them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
 from schemas.mcp import McpServerSpec
@@ -20,6 +23,7 @@ SERVERS = Path(__file__).parent / "servers"
 DOCS = str(Path(__file__).resolve().parents[2] / "examples" / "support" / "docs_server.py")
 BAD = str(SERVERS / "bad_server.py")
 POOL = str(SERVERS / "pool_server.py")
+IMAGES = str(SERVERS / "image_server.py")
 WIDE = str(SERVERS / "wide_server.py")
 HTTP_KEY = "docs-key-7f3a9c1e55"  # what the HTTP server demands in X-Docs-Key
 
@@ -111,3 +115,12 @@ def server_pids(script: str) -> list[int]:
 
 def bad_server_pids() -> list[int]:
     return server_pids(BAD)
+
+
+def results(database_url: str, session_id: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    """A session's tool results by call id: (text, content) as the record holds them."""
+    with psycopg.connect(database_url) as conn:
+        found = conn.execute(
+            "SELECT content_text, content FROM messages WHERE session_id=%s"
+            " AND type='tool_result' ORDER BY seq", (session_id,)).fetchall()
+    return {content["tool_use_id"]: (text, content) for text, content in found}

@@ -9,31 +9,19 @@ from __future__ import annotations
 
 import base64
 import uuid
-from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from schemas.agent import AgentSpec
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
-from tests.mcp.conftest import stdio_spec
-
-IMAGES = str(Path(__file__).parent / "servers" / "image_server.py")
+from tests.mcp.conftest import IMAGES, results, stdio_spec
 
 
 @pytest.fixture
 def settings(database_url, fake_anthropic, tmp_path):
     return make_settings(database_url, tmp_path, fake_anthropic.base_url)
-
-
-def results(database_url: str, session_id: str) -> dict[str, tuple[str, dict[str, Any]]]:
-    with psycopg.connect(database_url) as conn:
-        found = conn.execute(
-            "SELECT content_text, content FROM messages WHERE session_id=%s"
-            " AND type='tool_result' ORDER BY seq", (session_id,)).fetchall()
-    return {content["tool_use_id"]: (text, content) for text, content in found}
 
 
 def result_blocks(request: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
 
 import psycopg
 import pytest
@@ -18,20 +17,12 @@ from keel.client import session_config
 from schemas.agent import AgentSpec
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
-from tests.mcp.conftest import POOL, WIDE, server_pids, stdio_spec
+from tests.mcp.conftest import POOL, WIDE, results, server_pids, stdio_spec
 
 
 @pytest.fixture
 def settings(database_url, fake_anthropic, tmp_path):
     return make_settings(database_url, tmp_path, fake_anthropic.base_url)
-
-
-def results(database_url: str, session_id: str) -> dict[str, tuple[str, dict[str, Any]]]:
-    with psycopg.connect(database_url) as conn:
-        found = conn.execute(
-            "SELECT content_text, content FROM messages WHERE session_id=%s"
-            " AND type='tool_result' ORDER BY seq", (session_id,)).fetchall()
-    return {content["tool_use_id"]: (text, content) for text, content in found}
 
 
 async def test_a_warm_server_across_turns_and_a_5_mb_result_kept_whole(
