@@ -14,6 +14,7 @@ is the renderer's job (rich markup, HTML).
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -101,6 +102,23 @@ async def record_extent(conn: psycopg.AsyncConnection[Any], session_id: str
         (session_id,))
     row = await cur.fetchone()
     return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+_FILE_SQL = ("SELECT content->'attachments'->%s FROM messages"
+             " WHERE session_id = %s AND seq = %s AND jsonb_typeof(content->'attachments')"
+             " = 'array'")
+
+
+async def read_file_of(conn: psycopg.AsyncConnection[Any], session_id: str, seq: int,
+                       index: int) -> tuple[dict[str, Any], bytes] | None:
+    """File `index` of the message at `seq` (a user's attachment, a tool's image): its
+    description and its bytes, the only read of them here; None when there is none."""
+    row = await (await conn.execute(_FILE_SQL, (index, session_id, seq))).fetchone()
+    item = row[0] if row else None
+    if not isinstance(item, dict) or not isinstance(item.get("data"), str):
+        return None
+    data = base64.b64decode(item.pop("data"))
+    return item, data
 
 
 _SESSION_SQL = "SELECT 1 FROM sessions WHERE session_id = %s"

@@ -88,6 +88,7 @@ def create_app(ctx: UiContext) -> ASGIApp:
         Route("/sessions/{session_id:segment}/checkpoints", pages.timeline),
         Route("/sessions/{session_id:segment}/checkpoints/{number:int}", pages.checkpoint_page),
         Route("/sessions/{session_id:segment}/live", live),
+        Route("/sessions/{session_id:segment}/files/{seq:int}/{index:int}", pages.file_page),
         Route("/vault", pages.vault_page),
         Route("/vault/erase", pages.erase_page),
         Route("/vault/erase", pages.erase, methods=["POST"]),

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import Any
+from urllib.parse import quote
 
 from starlette.datastructures import FormData, QueryParams, UploadFile
 from starlette.requests import Request
@@ -31,6 +32,7 @@ from keel.record import (
     CheckpointEntry,
     known_sessions,
     read_checkpoints,
+    read_file_of,
     read_record_async,
     record_extent,
     session_exists,
@@ -370,6 +372,29 @@ async def checkpoint_page(request: Request) -> HTMLResponse:
     return render(request, "checkpoint.html", title=f"{session_id}: checkpoint {number}",
                   session_id=session_id, cp=current, previous=previous, diff=diff,
                   counts=counts, total=len(found), page_size=ctx.page_size)
+
+
+async def file_page(request: Request) -> Response:
+    """A file a message carried, as the record keeps it: an image shown, a PDF or a text
+    opened by the browser. Served sandboxed (no script of it runs as this UI) and by the
+    kind Keel read from its bytes, never guessed again by the browser."""
+    ctx = ui(request)
+    session_id = request.path_params["session_id"]
+    seq, index = request.path_params["seq"], request.path_params["index"]
+    async with ctx.connection() as conn:
+        found = await read_file_of(conn, session_id, seq, index)
+    if found is None:
+        return render(request, "error.html", status_code=404, title="No such file",
+                      message=f"#{seq} of {session_id} has no file {index}.")
+    item, data = found
+    media_type = str(item.get("media_type") or "application/octet-stream")
+    if media_type == "text/plain":
+        media_type += "; charset=utf-8"
+    name = str(item.get("name") or "file").replace('"', "'")
+    return Response(data, media_type=media_type, headers={
+        "Content-Security-Policy": "sandbox", "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "private, max-age=3600",
+        "Content-Disposition": f"inline; filename*=UTF-8''{quote(name)}"})
 
 
 # ----- the vault --------------------------------------------------------------------------

@@ -12,8 +12,10 @@ import difflib
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from keel.record import RecordEntry
+from schemas.attachments import attachments_of
 from schemas.checkpoint.mind import mission_entry_core
 from schemas.session import SessionStatus, SessionSummary
 
@@ -120,6 +122,26 @@ class Gauge:
         return min(100.0, 100 * self.threshold / max(1, self.window))
 
 
+@dataclass(frozen=True)
+class ShownFile:
+    """A file a message carried (a user's attachment, a tool's image), as the page links
+    it: `/sessions/{id}/files/{seq}/{index}`."""
+
+    seq: int
+    index: int
+    name: str
+    media_type: str
+
+    @property
+    def is_image(self) -> bool:
+        return self.media_type.startswith("image/")
+
+
+def files_of(seq: int, content: Any) -> list[ShownFile]:
+    return [ShownFile(seq, i, str(item.get("name", "")), str(item.get("media_type", "")))
+            for i, item in enumerate(attachments_of(content))]
+
+
 @dataclass
 class ToolUse:
     tool_use_id: str
@@ -128,6 +150,7 @@ class ToolUse:
     result: str | None = None
     is_error: bool = False
     result_seq: int | None = None
+    result_files: list[ShownFile] = field(default_factory=list)
 
 
 @dataclass
@@ -144,6 +167,7 @@ class Shown:
     folded_into: int | None = None  # a tool result shown under its call's message
     rewound: bool = False  # a rewind abandoned it: shown, struck through, never sent again
     origin: str | None = None  # "session #seq" a fork copied it from
+    files: list[ShownFile] = field(default_factory=list)
 
 
 def conversation(rows: list[RecordEntry]) -> list[Shown]:
@@ -157,7 +181,7 @@ def conversation(rows: list[RecordEntry]) -> list[Shown]:
                      token_count=row.token_count, turn=row.turn,
                      rewound=row.rewound_by is not None,
                      origin=f"{row.origin_session} #{row.origin_seq}"
-                     if row.origin_session else None)
+                     if row.origin_session else None, files=files_of(row.seq, row.content))
         if row.type == "assistant" and isinstance(row.content, list):
             for block in row.content:
                 if isinstance(block, dict) and block.get("type") == "tool_use":
@@ -172,7 +196,7 @@ def conversation(rows: list[RecordEntry]) -> list[Shown]:
             if use_id in calls:
                 call = calls[use_id]
                 call.result, call.is_error = row.text, bool(row.content.get("is_error"))
-                call.result_seq = row.seq
+                call.result_seq, call.result_files = row.seq, item.files
                 continue
         shown.append(item)
     return shown

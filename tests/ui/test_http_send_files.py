@@ -1,6 +1,7 @@
 """Files sent with a message from a session's page (a multipart form): put in the session's
-workspace, the message recorded with them and shown naming them; a file the session would
-refuse is refused with its reason, nothing put or recorded."""
+workspace, the message recorded with them and shown naming them, an image shown and each
+file served from the record (sandboxed, by the kind read from its bytes); a file the
+session would refuse is refused with its reason, nothing put or recorded."""
 
 from __future__ import annotations
 
@@ -64,4 +65,16 @@ async def test_files_sent_from_the_page(client, database_url, tmp_path):
             shown = await http.get(f"{base}/sessions/{sid}")
             assert "[attached: red.png (image/png, 64×48, " in shown.text
             assert "[attached: notes.md (text/plain, 4 bytes)]" in shown.text
+            # Each file is linked, an image shown, from the record's own bytes.
+            assert f'<img src="/sessions/{sid}/files/1/0" alt="red.png"' in shown.text
+            image = await http.get(f"{base}/sessions/{sid}/files/1/0")
+            assert image.status_code == 200 and image.content == png()
+            assert image.headers["content-type"] == "image/png"
+            assert image.headers["content-security-policy"] == "sandbox"
+            assert image.headers["x-content-type-options"] == "nosniff"
+            text = await http.get(f"{base}/sessions/{sid}/files/1/1")
+            assert text.headers["content-type"] == "text/plain; charset=utf-8"
+            assert text.text == "# n\n"
+            missing = await http.get(f"{base}/sessions/{sid}/files/1/2")
+            assert missing.status_code == 404 and "no file 2" in missing.text
     assert _user_rows(database_url, sid) == [("What is this?", ["red.png", "notes.md"])]
