@@ -30,8 +30,22 @@ from schemas.session import Handler, SessionStatus
 __all__ = ["Attachments", "SessionFiles"]
 
 # What a message may carry: a file of the session's workspace by its path, or a file's
-# name and bytes, put in the workspace first (schemas.attachments.upload_path).
-Attachments = Sequence[str | tuple[str, bytes]]
+# name and bytes (text is put as UTF-8), put in the workspace first
+# (schemas.attachments.upload_path).
+Attachments = Sequence[str | tuple[str, bytes | str]]
+
+
+def _given(item: object) -> str | tuple[str, bytes]:
+    """One attachment as given, checked: a path, or a name and its bytes."""
+    if isinstance(item, str):
+        return item
+    if (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
+            and isinstance(item[1], bytes | str)):
+        data = item[1].encode() if isinstance(item[1], str) else item[1]
+        return item[0], data
+    raise AttachmentRefusedError(
+        "an attachment is a workspace path or a (name, bytes) pair, not "
+        f"{type(item).__name__}; nothing was sent")
 
 
 class SessionFiles:
@@ -77,15 +91,16 @@ class SessionFiles:
         (`put_file`). Refused here, before anything is put or sent, as the session would
         refuse it: too many, one twice, bytes of no kind the model takes or past its limits
         (`AttachmentRefusedError`)."""
-        paths = [item if isinstance(item, str) else upload_path(*item) for item in attachments]
+        given = [_given(item) for item in attachments]
+        paths = [item if isinstance(item, str) else upload_path(*item) for item in given]
         problem = attachment_problem(paths)
-        for item in attachments:
+        for item in given:
             if problem is None and not isinstance(item, str):
                 described = describe(upload_path(*item), item[1])
                 problem = described if isinstance(described, str) else None
         if problem:
             raise AttachmentRefusedError(f"{problem}; nothing was sent")
-        for path, item in zip(paths, attachments, strict=True):
+        for path, item in zip(paths, given, strict=True):
             if not isinstance(item, str):
                 await self.put_file(path, item[1])
         return paths

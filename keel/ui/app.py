@@ -70,6 +70,11 @@ async def _database_away(request: Request, exc: Exception) -> Response:
                   title="The record cannot be read now", message=reason)
 
 
+async def _form_too_large(request: Request, exc: Exception) -> Response:
+    return render(request, "error.html", status_code=413, title="Not sent",
+                  message=str(exc))
+
+
 def create_app(ctx: UiContext) -> ASGIApp:
     """The UI over `ctx`, behind its guard."""
     routes = [
@@ -95,6 +100,7 @@ def create_app(ctx: UiContext) -> ASGIApp:
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={
-        ApplicationError: _database_away, psycopg.OperationalError: _database_away})
+        ApplicationError: _database_away, psycopg.OperationalError: _database_away,
+        pages.FormTooLarge: _form_too_large})
     app.state.ctx = ctx
     return Guard(app, ctx)

@@ -48,6 +48,7 @@ from keel.ui.views import Gauge, SessionRow, conversation, mind_diff
 from keel.uploads import UploadRefused, read_within
 from keel.uploads import checked as uploads_checked
 from keel.uploads import put as put_uploads
+from schemas.attachments import MAX_MESSAGE_ATTACHMENTS
 from schemas.checkpoint.mind import MindDocument
 from schemas.session import SessionPhase, SessionStatus, SessionSummary
 from schemas.vault.erase import erased_text
@@ -170,9 +171,25 @@ async def session_page(request: Request) -> HTMLResponse:
 
 async def _own_form(request: Request) -> FormData | None:
     """The posted form when one of the UI's own pages sent it (its CSRF token, its
-    origin: `csrf_ok`), else None and the caller answers `_refused()`."""
+    origin: `csrf_ok`), else None and the caller answers `_refused()`. A form larger than
+    a message's files could be is refused by its length before it is read (a file part
+    is spooled to disk as it comes)."""
+    most = MAX_MESSAGE_ATTACHMENTS * ui(request).settings.max_file_bytes + FORM_ROOM_BYTES
+    length = request.headers.get("content-length")
+    if length is None or not length.isdigit() or int(length) > most:
+        raise FormTooLarge(f"a form of at most {most} bytes, its length given, is taken; "
+                           f"this one is {length or 'of no given length'}")
     form = await request.form()
     return form if csrf_ok(request, ui(request).csrf, str(form.get("csrf", ""))) else None
+
+
+# Beside a message's files, what its form may hold: the text (a message's payload limit)
+# and the form's own parts.
+FORM_ROOM_BYTES = 2 * 1024 * 1024
+
+
+class FormTooLarge(ValueError):
+    """A posted form larger than any the pages send."""
 
 
 def _refused() -> HTMLResponse:

@@ -122,13 +122,19 @@ async def test_a_file_the_model_would_refuse_is_refused_and_nothing_is_recorded(
         # Refused by the client before anything is put or sent: the same words.
         with pytest.raises(AttachmentRefusedError, match="nothing was sent"):
             await session.send("x", attachments=[("t.exe", b"MZ\x90\x00\x03\x00")])
+        with pytest.raises(AttachmentRefusedError, match="not int; nothing was sent"):
+            await session.send("x", attachments=[5])
         assert not await session.list_files("attachments/")
         assert rows(database_url, session.session_id) == before
         status = await session.status()
         assert status.phase == "idle" and status.pending_inputs == 0
         # The session goes on: a message with only a file is a message.
         await session.ask("", attachments=[("dot.png", png(4, 4))])
-    assert len(rows(database_url, session.session_id)) == len(before) + 2
+        await session.ask("and a note", attachments=[("note.txt", "ship on Friday")])
+    assert len(rows(database_url, session.session_id)) == len(before) + 4
+    note = rows(database_url, session.session_id)[-2][3]["attachments"][0]
+    assert (note["media_type"], base64.b64decode(note["data"])) == (
+        "text/plain", b"ship on Friday")
 
 
 async def test_a_fork_and_a_bundle_carry_the_files(

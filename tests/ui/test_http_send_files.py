@@ -34,7 +34,9 @@ def png() -> bytes:
 
 
 async def test_files_sent_from_the_page(client, database_url, tmp_path):
-    settings = make_settings(database_url, tmp_path)  # the offline model, a local store
+    # The offline model, a local store; files of at most 100 KB.
+    settings = make_settings(database_url, tmp_path).model_copy(
+        update={"max_file_bytes": 100_000})
     sid = f"ui-files-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings) as keel:
         handle = await keel.start_session(sid)
@@ -77,4 +79,8 @@ async def test_files_sent_from_the_page(client, database_url, tmp_path):
             assert text.text == "# n\n"
             missing = await http.get(f"{base}/sessions/{sid}/files/1/2")
             assert missing.status_code == 404 and "no file 2" in missing.text
+            # A form larger than a message's files could be is refused by its length.
+            most = 20 * settings.max_file_bytes + 2 * 1024 * 1024
+            huge = await send("big", [("big.txt", b"x" * (most + 1))])
+            assert huge.status_code == 413 and "Not sent" in huge.text
     assert _user_rows(database_url, sid) == [("What is this?", ["red.png", "notes.md"])]
