@@ -7,6 +7,8 @@ import base64
 import io
 import math
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from activities.offline.accounting import Accounting
@@ -16,6 +18,7 @@ from schemas.attachments import (
     NOT_RESENT,
     Attachment,
     attachment_problem,
+    attachments_of,
     describe,
     files_tokens,
     refused_file,
@@ -212,3 +215,28 @@ def test_the_estimate_counts_the_files_a_request_sends_not_every_one_in_the_wind
     messages, _ = assemble_messages(refused)
     assert Accounting().request({"messages": messages}) <= estimate_tokens("", refused, []) \
         <= Accounting().request({"messages": messages}) * 1.1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    st.binary(max_size=400),
+    st.sampled_from([b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF89a", b"RIFF\x00\x00\x00\x00WEBP",
+                     b"%PDF-1.7\n", b"RIFF\x00\x00\x00\x00WEBPVP8X"]).flatmap(
+        lambda head: st.binary(max_size=200).map(lambda tail: head + tail))))
+def test_any_bytes_are_described_or_refused_in_words_never_an_exception(data):
+    found = describe("f.bin", data)
+    assert isinstance(found, (Attachment, str))
+    if isinstance(found, Attachment):
+        assert found.size == len(data) and found.tokens > 0
+        assert stored_files_problem({"attachments": [stored(found, data)]}) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300), st.recursive(
+    st.none() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=3), max_leaves=12))
+def test_any_refusal_or_content_is_read_without_an_exception(refusal, content):
+    assert refused_file(refusal, {"messages": []}, [(1, content)]) is None
+    assert isinstance(stored_files_problem(content), (str, type(None)))
+    assert attachments_of(content) == [] or isinstance(content, dict)
