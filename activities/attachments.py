@@ -42,6 +42,7 @@ from schemas.attachments import (
     attachment_problem,
     attachments_of,
     describe,
+    files_problem,
     sent_attachments,
     sniff,
     stored,
@@ -92,6 +93,8 @@ async def resolve(store: WorkspaceStore, data: ResolveAttachments) -> list[Attac
         if isinstance(described, str):
             raise _refused(described)
         found.append(described)
+    if problem := files_problem(found):
+        raise _refused(problem)
     if data.limits is not None:
         tokens = count_tokens(data.text) + sum(a.tokens for a in found)
         if tokens > data.limits.tokens:
@@ -152,6 +155,7 @@ async def keep_images(store: WorkspaceStore, session_id: str, call_id: str, tool
     server's label."""
     paths: list[str] = []
     said: list[str] = []
+    kept: list[Attachment] = []
     images = [b for b in blocks if getattr(b, "type", "") == "image"]
     for i, block in enumerate(images):
         label = str(getattr(block, "mime_type", "") or "?")
@@ -169,6 +173,8 @@ async def keep_images(store: WorkspaceStore, session_id: str, call_id: str, tool
         elif len(paths) >= MAX_MESSAGE_ATTACHMENTS:
             said.append(f"[image {i + 1} not shown: a result shows at most "
                         f"{MAX_MESSAGE_ATTACHMENTS} images]")
+        elif files_problem([*kept, made]):
+            said.append(f"[image {i + 1} not shown: {files_problem([*kept, made])}]")
         else:
             path = upload_path(name, data)
             try:
@@ -177,6 +183,7 @@ async def keep_images(store: WorkspaceStore, session_id: str, call_id: str, tool
                 said.append(f"[image {i + 1} ({label}) not shown: {err}]")
                 continue
             paths.append(path)
+            kept.append(made)
     return paths, said
 
 

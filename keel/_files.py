@@ -15,7 +15,13 @@ from typing import Any
 from temporalio.client import WorkflowHandle
 
 from keel._errors import AttachmentRefusedError, FileRefusedError, refusals
-from schemas.attachments import attachment_problem, describe, upload_path
+from schemas.attachments import (
+    Attachment,
+    attachment_problem,
+    describe,
+    files_problem,
+    upload_path,
+)
 from schemas.files import (
     FileData,
     FileEntry,
@@ -94,10 +100,13 @@ class SessionFiles:
         given = [_given(item) for item in attachments]
         paths = [item if isinstance(item, str) else upload_path(*item) for item in given]
         problem = attachment_problem(paths)
+        found = []
         for item in given:
             if problem is None and not isinstance(item, str):
                 described = describe(upload_path(*item), item[1])
                 problem = described if isinstance(described, str) else None
+                found += [described] if isinstance(described, Attachment) else []
+        problem = problem or files_problem(found)
         if problem:
             raise AttachmentRefusedError(f"{problem}; nothing was sent")
         for path, item in zip(paths, given, strict=True):

@@ -57,6 +57,7 @@ __all__ = [
     "attachments_of",
     "describe",
     "file_blocks",
+    "files_problem",
     "files_tokens",
     "image_size",
     "image_tokens",
@@ -238,6 +239,9 @@ def describe(path: str, data: bytes) -> Attachment | str:
     media_type = sniff(data)
     if media_type is None:
         return f"{name}: Keel can attach {_KINDS}, and this file is none of them"
+    if _as_sent(len(data)) > REQUEST_ATTACHMENT_BYTES:
+        return (f"{name} is {_kb(_as_sent(len(data)))} as sent; a request carries at most "
+                f"{_kb(REQUEST_ATTACHMENT_BYTES)} of files: split it or send a smaller one")
     found = Attachment(name=name, path=path, media_type=media_type, size=len(data),
                        sha256=hashlib.sha256(data).hexdigest())
     if media_type in IMAGE_TYPES:
@@ -292,6 +296,22 @@ def upload_path(name: str, data: bytes) -> str:
     same path."""
     base = posixpath.basename(name.replace("\\", "/")) or "file"
     return f"{UPLOADS_DIR}/{hashlib.sha256(data).hexdigest()[:12]}/{base}"
+
+
+def _as_sent(size: int) -> int:
+    """A file of `size` bytes as base64."""
+    return 4 * math.ceil(size / 3)
+
+
+def files_problem(found: list[Attachment]) -> str | None:
+    """Why one message's files, each taken, are too much together: more bytes as sent than a
+    request carries (none of them could then ride with the others, and a row that large is
+    past what the record takes); or None."""
+    sent = sum(_as_sent(f.size) for f in found)
+    if sent > REQUEST_ATTACHMENT_BYTES:
+        return (f"the message's files are {_kb(sent)} as sent; a request carries at most "
+                f"{_kb(REQUEST_ATTACHMENT_BYTES)} of files: send fewer or smaller ones")
+    return None
 
 
 def attachment_line(found: Attachment) -> str:
@@ -388,7 +408,7 @@ def sent_attachments(contents: list[tuple[int, Any]], *, loaded_only: bool = Tru
         items = attachments_of(content)
         for i in range(len(items) - 1, -1, -1):
             item = items[i]
-            size = 4 * math.ceil(int(item.get("size") or 0) / 3)  # as base64
+            size = _as_sent(int(item.get("size") or 0))
             its_pages = int(item.get("pages") or 0)
             if (item.get("refused") or item.get("dropped") or size > room
                     or its_pages > pages or len(chosen) >= MAX_REQUEST_ATTACHMENTS):

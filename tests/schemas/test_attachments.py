@@ -20,6 +20,7 @@ from schemas.attachments import (
     attachment_problem,
     attachments_of,
     describe,
+    files_problem,
     files_tokens,
     refused_file,
     sent_attachments,
@@ -240,3 +241,16 @@ def test_any_refusal_or_content_is_read_without_an_exception(refusal, content):
     assert refused_file(refusal, {"messages": []}, [(1, content)]) is None
     assert isinstance(stored_files_problem(content), (str, type(None)))
     assert attachments_of(content) == [] or isinstance(content, dict)
+
+
+def test_a_message_carries_no_more_than_a_request_takes():
+    """A file, or a message's files together, past 24 MB as sent could never ride in a
+    request (and a row that large is past what the record takes): refused in words."""
+    big = describe("dump.txt", b"a" * 19_000_000)
+    assert big == ("dump.txt is 24.2 MB as sent; a request carries at most 24.0 MB of files: "
+                   "split it or send a smaller one")
+    part = described("part.txt", b"a" * 7_000_000)
+    assert files_problem([part, part]) is None
+    assert files_problem([part, part, part, part]) == (
+        "the message's files are 35.6 MB as sent; a request carries at most 24.0 MB of "
+        "files: send fewer or smaller ones")
