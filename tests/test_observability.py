@@ -301,6 +301,11 @@ async def test_a_checkpoint_logs_one_line_and_traces_its_steps(client, database_
                       and s.attributes["keel.session_id"] == session_id)
     assert checkpoint.attributes["keel.checkpoint_kind"] == line["kind"]
     assert checkpoint.attributes["keel.checkpoint_id"] == line["checkpoint_id"]
+    # The span says what the checkpoint's requests cost, as its line does.
+    assert {k: checkpoint.attributes[f"keel.{k}"] for k in (
+        "input_tokens", "cached_tokens", "output_tokens", "usd")} == {
+        k: line[k] for k in ("input_tokens", "cached_tokens", "output_tokens", "usd")}
+    assert checkpoint.attributes["keel.output_tokens"] > 0
     steps = {s.name for s in spans if s.context.trace_id == checkpoint.context.trace_id}
     assert {"RunActivity:prepare_checkpoint", "RunActivity:checkpoint_round",
             "RunActivity:store_checkpoint"} <= steps, steps

@@ -101,6 +101,11 @@ def _spent_fields(outcome: CheckpointOutcome) -> dict[str, Any]:
             "output_tokens": spent.output_tokens, "usd": round(spent.usd, 6)}
 
 
+def _spent_attributes(outcome: CheckpointOutcome) -> dict[str, Any]:
+    """`_spent_fields` as a span's attributes, named as the turn's span names its own."""
+    return {f"keel.{name}": value for name, value in _spent_fields(outcome).items()}
+
+
 class TurnObserver:
     """Counts what a turn did and says it once, in a log line and a span."""
 
@@ -216,7 +221,7 @@ class TurnObserver:
             "keel.checkpoint_id": stored.checkpoint_id or "", "keel.checkpoint_kind": kind.value,
             "keel.tokens_before": before, "keel.tokens_after": stored.window_tokens_after,
             "keel.fallbacks": list(stored.fallbacks), "keel.rounds": rounds,
-            "keel.repair": repair}
+            "keel.repair": repair, **_spent_attributes(outcome)}
         if kind is CheckpointKind.MOVED:  # no chain trace: one span says it
             span = _open(f"{self.state.session_id}/move/{self.state.checkpoint_count}",
                          "Checkpoint", {"keel.session_id": self.state.session_id,
@@ -233,5 +238,6 @@ class TurnObserver:
         self.metrics.checkpoint(outcome.kind.value, stored=False, spent=outcome.spent)
         if self._pending is not None:
             _close(self._pending, {"keel.checkpoint_failed": outcome.reason,
-                                   "keel.tokens_before": before})
+                                   "keel.tokens_before": before,
+                                   **_spent_attributes(outcome)})
             self._pending = None
