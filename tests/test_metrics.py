@@ -184,15 +184,19 @@ async def test_a_worker_exports_temporal_s_metrics_and_keel_s_as_the_api_counted
     assert _value(text, "temporal_workflow_task_execution_latency_count", task_queue=queue) > 0
     assert _value(text, "temporal_activity_execution_latency_count", task_queue=queue) > 0
     assert sid not in text  # no session id in a label
-    # The alerting rules shipped name only metrics a worker serves: Keel's, by its one
-    # list, and Temporal's, as scraped here.
+    # The alerting rules and the dashboard shipped name only metrics a worker serves:
+    # Keel's, by its one list, and Temporal's, as scraped here.
     rules = (ROOT / "infra/prometheus/keel-alerts.yml").read_text()
-    named = set(re.findall(r"\b((?:keel|temporal)_[a-z_]+)", rules))
+    board = json.loads((ROOT / "infra/grafana/keel-dashboard.json").read_text())
+    exprs = " ".join(t["expr"] for p in board["panels"] for t in p["targets"])
     keel_names = {m.name for m in KEEL_METRICS}
-    assert {re.sub(r"_(bucket|count|sum)$", "", n) for n in named
-            if n.startswith("keel_")} <= keel_names
-    assert all(f"\n{n}{{" in text for n in named if n.startswith("temporal_")), named
-    assert {"keel_turns", "keel_errors", "keel_transcripts_waiting"} <= named
+    for shipped, must in ((rules, {"keel_turns", "keel_errors", "keel_transcripts_waiting"}),
+                          (exprs, keel_names)):
+        named = set(re.findall(r"\b((?:keel|temporal)_[a-z_]+)", shipped))
+        assert {re.sub(r"_(bucket|count|sum)$", "", n) for n in named
+                if n.startswith("keel_")} <= keel_names
+        assert all(f"\n{n}{{" in text for n in named if n.startswith("temporal_")), named
+        assert must <= {re.sub(r"_(bucket|count|sum)$", "", n) for n in named}
 
 
 async def test_a_restarted_worker_replays_a_session_without_counting_its_turns_again(
