@@ -44,7 +44,7 @@ from activities.model_call import read_window  # noqa: E402
 from activities.record import NewRow, ensure_session, insert_row, record_row  # noqa: E402
 from activities.row_cache import row_cache  # noqa: E402
 from bench.bench_window import TOOLS, call_input, medians  # noqa: E402
-from bench.common import shown, source_commit, table  # noqa: E402
+from bench.common import table, write_results  # noqa: E402
 from keel.devstack import temporary_postgres  # noqa: E402
 from schemas.attachments import Attachment, describe, stored  # noqa: E402
 from schemas.messages import MessageType, RecordRow  # noqa: E402
@@ -174,13 +174,8 @@ def main() -> None:
                   r["warm"]["cpu_ms"], r["warm"]["images"], r["held_mb_before"],
                   r["held_mb_after"]]
                  for r in results]))
-    path = RESULTS / ("attachments.json" if full else "attachments-custom.json")
-    path.write_text(json.dumps({
-        "benchmark": "attachments", "commit": source_commit(),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "cpus": os.cpu_count(), "reads": args.reads, "sizes": results,
-        "seconds": round(time.time() - started, 1)}, indent=1) + "\n")
-    print(f"written to {shown(path)}")
+    name = "attachments.json" if full else "attachments-custom.json"
+    write_results(RESULTS / name, "attachments", started, reads=args.reads, sizes=results)
 
 
 if __name__ == "__main__":

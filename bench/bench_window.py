@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import gc
 import json
-import os
 import statistics
 import sys
 import time
@@ -36,7 +35,7 @@ from activities.db import apply_migrations  # noqa: E402
 from activities.model_call import ModelCallInput, read_window  # noqa: E402
 from activities.record import NewRow, ensure_session, insert_row  # noqa: E402
 from activities.row_cache import row_cache  # noqa: E402
-from bench.common import shown, source_commit, table  # noqa: E402
+from bench.common import table, write_results  # noqa: E402
 from keel.devstack import temporary_postgres  # noqa: E402
 from schemas.messages import MessageType  # noqa: E402
 from schemas.request import model_call_request  # noqa: E402
@@ -162,13 +161,7 @@ def main() -> None:
                 [[r["rows"], r["off"]["read_cpu_ms"], r["cold"]["read_cpu_ms"],
                   r["warm"]["read_cpu_ms"], r["warm"]["read_wall_ms"],
                   r["warm"]["build_cpu_ms"]] for r in results]))
-    path = RESULTS / args.out
-    path.write_text(json.dumps({
-        "benchmark": "window", "commit": source_commit(),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "cpus": os.cpu_count(), "reads": args.reads, "sizes": results,
-        "seconds": round(time.time() - started, 1)}, indent=1) + "\n")
-    print(f"written to {shown(path)}")
+    write_results(RESULTS / args.out, "window", started, reads=args.reads, sizes=results)
 
 
 if __name__ == "__main__":

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,6 +45,16 @@ def source_commit(root: Path = ROOT) -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip() or "unknown"
+
+
+def write_results(path: Path, benchmark: str, started: float, **fields: Any) -> None:
+    """A run's figures at `path`, with what traces them: the commit measured, the date, the
+    machine's cores, and how long the run took (since `started`, `time.time()`)."""
+    path.write_text(json.dumps({
+        "benchmark": benchmark, "commit": source_commit(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
+        **fields, "seconds": round(time.time() - started, 1)}, indent=1) + "\n")
+    print(f"written to {shown(path)}")
 
 
 def shown(path: Path) -> Path:
