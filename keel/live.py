@@ -136,10 +136,11 @@ class LiveView:
                    "stream; `keel record` has what is durable)[/]")
 
     def _on_InputRecorded(self, e: InputRecorded) -> None:
+        files = f" with {', '.join(e.files)}" if e.files else ""
         if e.source_line and e.kind != "user":
             self._line(f"[yellow]{escape(e.source_line)}[/] [dim]#{e.seq}[/]")
         elif not self.whole_turns:  # a chat shows the person's words already; tail does not
-            self._line(f"[dim]{escape(e.kind)} input #{e.seq}[/]")
+            self._line(f"[dim]{escape(e.kind)} input #{e.seq}{escape(files)}[/]")
 
     def _on_TurnStarted(self, e: TurnStarted) -> None:
         if e.turn is not None:

@@ -107,6 +107,7 @@ class InputRecorded(_Event):
     kind: Name = ""  # "user" or a HarnessKind value
     seq: int = 0
     source_line: ShortInput | None = None  # written by Keel from the handler, never the text
+    files: list[Name] = Field(default_factory=list)  # the names of the files it carried
 
 
 class TurnStarted(_Event):

@@ -143,7 +143,7 @@ class Inbox:
                 await self.fence(seq, lost_notice(lost, err))
             raise self.not_recorded(seq, lost, err, fence=not patient) from err
         state.settle_seq(seq)
-        self._took(kind, text, source_line, seq, inserted)
+        self._took(kind, text, source_line, seq, inserted, [a.name for a in attachments])
         return MessageAccepted(session_id=state.session_id, seq=inserted.seq,
                                input_id=input_id)
 
@@ -160,14 +160,15 @@ class Inbox:
                 non_retryable=True) from None
 
     def _took(self, kind: str, text: str, source_line: str | None, seq: int,
-              inserted: Inserted) -> None:
+              inserted: Inserted, files: list[str] | None = None) -> None:
         """A recorded input joins the queue. A duplicate at this very seq is this
         activity's own retry (its first attempt wrote the row and its answer was lost): a
         new input. At another seq it is a caller's retry of an input recorded before."""
         state = self.run.state
         if not inserted.duplicate or inserted.seq == seq:
             self.run.events.emit(InputRecorded, turn=state.turn + 1, kind=kind,
-                                 seq=inserted.seq, source_line=source_line)
+                                 seq=inserted.seq, source_line=source_line,
+                                 files=files or [])
             state.pending.append(PendingInput(seq=inserted.seq, kind=kind,
                                               query=text[:RECALL_QUERY_CHARS]))
             state.context_tokens += inserted.token_count

@@ -72,6 +72,10 @@ async def test_a_message_with_files_reaches_the_model_as_image_and_document_bloc
         assert outcome.reply_text == "I see a blue square.", outcome
         listed = {f.path for f in await session.list_files("attachments/")}
         await session.ask("and now?")
+        async for _, event in session.events(after=0):  # the stream names the files
+            if event.type == "input_recorded":
+                assert event.files == ["screen.png", "q3.pdf"]
+                break
     blocks = last_user_blocks(fake_anthropic.requests[0])
     assert [b["type"] for b in blocks] == ["image", "document", "text"]
     assert base64.b64decode(blocks[0]["source"]["data"]) == shot
