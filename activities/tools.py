@@ -97,6 +97,11 @@ def read_file(stored: bytes | None, rel: str, offset: int | None = None,
     return text
 
 
+# A row's attached files, as a set to select from (none for a row without).
+_FILES = ("jsonb_array_elements(CASE WHEN jsonb_typeof(content->'attachments') = 'array'"
+          " THEN content->'attachments' END)")
+
+
 def viewable(data: bytes, path: str) -> str | None:
     """The line naming an image or a PDF the model can be shown (schemas.attachments), or
     None for any other file (text is read as text, the rest described)."""
@@ -260,13 +265,17 @@ async def _execute(ctx: ToolContext, name: str, args: dict[str, Any]) -> ToolOut
         if not query:
             raise ToolError("query is empty")
         limit = max(1, min(int(args.get("limit", 10)), 20))
+        # The words, or the name of a file a message carried ("the screenshot I sent").
         cur = await ctx.conn.execute(
-            "SELECT seq, type, left(content_text, 300) FROM messages WHERE session_id=%s"
+            f"SELECT seq, type, left(content_text, 300), (SELECT string_agg(f->>'name', ', ')"
+            f" FROM {_FILES} f) FROM messages WHERE session_id=%s"
             " AND seq <= %s AND type IN ('user','harness','assistant') AND rewound_by IS NULL"
-            " AND content_text ILIKE %s ORDER BY seq DESC LIMIT %s",
-            (ctx.session_id, ctx.upto_seq, f"%{query}%", limit))
+            f" AND (content_text ILIKE %s OR EXISTS (SELECT 1 FROM {_FILES} f"
+            " WHERE f->>'name' ILIKE %s)) ORDER BY seq DESC LIMIT %s",
+            (ctx.session_id, ctx.upto_seq, f"%{query}%", f"%{query}%", limit))
         hits = await cur.fetchall()
         if not hits:
             return ToolOutput(f"nothing in the record matches {query!r}")
-        return ToolOutput("\n".join(f"#{s} [{t}] {x}" for s, t, x in hits))
+        return ToolOutput("\n".join(f"#{s} [{t}] {x}" + (f" [files: {names}]" if names else "")
+                                     for s, t, x, names in hits))
     raise ToolError(f"unknown tool {name!r}")

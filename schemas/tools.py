@@ -54,7 +54,8 @@ AGENT_TOOLS: list[dict[str, Any]] = [
     },
     {
         "name": "search_record",
-        "description": "Find earlier messages of this session that contain the given words.",
+        "description": "Find earlier messages of this session that contain the given words "
+                       "or carried a file of that name.",
         "input_schema": {"type": "object", "properties": {
             "query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1,
                                                    "maximum": 20}}, "required": ["query"]},

@@ -241,3 +241,17 @@ async def test_read_file_shows_the_model_an_image_in_the_workspace(
     assert image["type"] == "image" and base64.b64decode(image["source"]["data"]) == shot
     assert said["text"].startswith("[attached: shot.png (image/png, 90×60, ")
     assert "binary" in str(results[binary_call])  # any other binary file: described
+
+
+async def test_search_record_finds_a_message_by_the_name_of_its_file(
+        client, settings, fake_anthropic, database_url):
+    look = tool_use_message([("search_record", {"query": "contract"})])
+    (call,) = (b["id"] for b in look["content"])
+    fake_anthropic.push(text_message("noted"), look, text_message("found it"))
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"s-{uuid.uuid4().hex[:8]}")
+        await session.ask("here it is", attachments=[("deal-contract.pdf", pdf(1))])
+        assert (await session.ask("where is the contract I sent?")).reply_text == "found it"
+    said = {b["tool_use_id"]: b["content"] for m in fake_anthropic.requests[-1]["messages"]
+            for b in m["content"] if b.get("type") == "tool_result"}[call]
+    assert "#1 [user] here it is [files: deal-contract.pdf]" in said
