@@ -102,6 +102,13 @@ _FILES = ("jsonb_array_elements(CASE WHEN jsonb_typeof(content->'attachments') =
           " THEN content->'attachments' END)")
 
 
+def _contains(words: str) -> str:
+    """An ILIKE pattern matching `words` as written: a % or _ in them is a character, not a
+    wildcard ("100%" finds "100%", not every line with "100")."""
+    escaped = words.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
 def viewable(data: bytes, path: str) -> str | None:
     """The line naming an image or a PDF the model can be shown (schemas.attachments), or
     None for any other file (text is read as text, the rest described)."""
@@ -270,9 +277,9 @@ async def _execute(ctx: ToolContext, name: str, args: dict[str, Any]) -> ToolOut
             f"SELECT seq, type, left(content_text, 300), (SELECT string_agg(f->>'name', ', ')"
             f" FROM {_FILES} f) FROM messages WHERE session_id=%s"
             " AND seq <= %s AND type IN ('user','harness','assistant') AND rewound_by IS NULL"
-            f" AND (content_text ILIKE %s OR EXISTS (SELECT 1 FROM {_FILES} f"
-            " WHERE f->>'name' ILIKE %s)) ORDER BY seq DESC LIMIT %s",
-            (ctx.session_id, ctx.upto_seq, f"%{query}%", f"%{query}%", limit))
+            f" AND (content_text ILIKE %s ESCAPE '\\' OR EXISTS (SELECT 1 FROM {_FILES} f"
+            " WHERE f->>'name' ILIKE %s ESCAPE '\\')) ORDER BY seq DESC LIMIT %s",
+            (ctx.session_id, ctx.upto_seq, _contains(query), _contains(query), limit))
         hits = await cur.fetchall()
         if not hits:
             return ToolOutput(f"nothing in the record matches {query!r}")
