@@ -1,12 +1,15 @@
 """`keel put` / `keel files` against the PostgreSQL workspace store: a user seeds a file,
 the agent (a worker with the same store) reads it and writes another, the user reads that
-back; no workflow call and no local folder involved."""
+back; no workflow call and no local folder involved. `keel send --attach` the same way."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import uuid
 
+from PIL import Image
 from typer.testing import CliRunner
 
 from keel.cli import app
@@ -68,3 +71,30 @@ async def test_put_then_the_agent_then_files(client, database_url, fake_anthropi
         f.truncate(70 * 1024 * 1024)  # sparse: 70 MiB that take no disk
     refused = await asyncio.to_thread(keel, "put", sid, "huge.bin", str(huge), code=1)
     assert "'huge.bin' would be 73,400,320 bytes; the limit is 10,000,000 bytes" in refused
+
+
+async def test_send_attach_through_the_postgres_store(client, database_url, fake_anthropic,
+                                                      tmp_path):
+    """`keel send --attach` on a cluster: the file goes into the PostgreSQL store, the worker
+    reads it there, and the model gets it as an image block."""
+    fake_anthropic.responder = lambda body: text_message("a grey square")
+    settings = make_settings(database_url, tmp_path / "worker", fake_anthropic.base_url)
+    settings = settings.model_copy(update={"workspace_store": WorkspaceStoreKind.POSTGRES})
+    env = {"TEMPORAL_ADDRESS": client.service_client.config.target_host,
+           "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": settings.task_queue,
+           "KEEL_DATA_DIR": str(tmp_path / "cli"), "COLUMNS": "200"}
+    sid = f"attach-{uuid.uuid4().hex[:8]}"
+    shot = tmp_path / "shot.png"
+    buf = io.BytesIO()
+    Image.new("RGB", (50, 40), (128, 128, 128)).save(buf, "PNG")
+    shot.write_bytes(buf.getvalue())
+    async with keel_worker(client, settings) as kc:
+        await kc.start_session(sid)
+        result = await asyncio.to_thread(CliRunner().invoke, app, [
+            "send", sid, "what is this?", "--attach", str(shot), "--wait"], env=env)
+        assert result.exit_code == 0, (result.output, result.exception)
+    assert "a grey square" in result.output
+    (image,) = [b for m in fake_anthropic.requests[0]["messages"] for b in m["content"]
+                if b["type"] == "image"]
+    assert base64.b64decode(image["source"]["data"]) == shot.read_bytes()
+    assert not (tmp_path / "cli" / "workspaces").exists()
