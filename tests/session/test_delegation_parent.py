@@ -10,11 +10,13 @@ the fake API."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
 from temporalio.client import WorkflowExecutionStatus
 
+from keel.client import SessionStoppedError
 from schemas.agent import CHILD_NOTE
 from schemas.budget import BudgetLimits, BudgetSpec
 from tests.fake_anthropic import text_message, tool_use_message
@@ -42,7 +44,10 @@ async def test_parent_ended_mid_wait_ends_its_child(
         status = await _awaiting_child(parent)
         [child] = status.children
         await parent.end()
-        await asyncio.wait_for(parent.wait_reply(accepted.seq), 30)
+        # The turn ends with the session; once the session has completed, a wait for the
+        # turn is answered that the session stopped (the race a loaded machine showed).
+        with contextlib.suppress(SessionStoppedError):
+            await asyncio.wait_for(parent.wait_reply(accepted.seq), 30)
         assert await _closed(temporal_env.client, "team-end") == \
             WorkflowExecutionStatus.COMPLETED
         assert await _closed(temporal_env.client, child.session_id) == \
