@@ -7,12 +7,11 @@ from __future__ import annotations
 import io
 import uuid
 from pathlib import Path
-from typing import Any
 
-import psycopg
 import pytest
 from PIL import Image
 
+from tests.attached import user_files
 from tests.command_line import cli_env, keel, keel_chat  # noqa: F401 (a fixture)
 from tests.harness import keel_worker, make_settings
 
@@ -33,15 +32,6 @@ def screenshot(path: Path, size: tuple[int, int] = (320, 200)) -> Path:
     Image.new("RGB", size, (0, 90, 160)).save(buf, "PNG")
     path.write_bytes(buf.getvalue())
     return path
-
-
-def user_rows(database_url: str, session_id: str) -> list[tuple[str, list[Any]]]:
-    with psycopg.connect(database_url) as conn:
-        found = conn.execute(
-            "SELECT content_text, content FROM messages WHERE session_id=%s AND type='user'"
-            " ORDER BY seq", (session_id,)).fetchall()
-    return [(text, [a["name"] for a in (content or {}).get("attachments", [])])
-            for text, content in found]
 
 
 async def test_send_attaches_local_and_workspace_files(
@@ -65,7 +55,7 @@ async def test_send_attaches_local_and_workspace_files(
                              code=1)
         assert "there is no file at no.png in the session's workspace" in missing
         listed = await keel(env, "files", sid)
-    assert user_rows(database_url, sid) == [("what is in these?", ["shot.png", "notes.txt"])]
+    assert user_files(database_url, sid) == [("what is in these?", ["shot.png", "notes.txt"])]
     assert "attachments/" in listed and "/shot.png" in listed and "tool.exe" not in listed
 
 
@@ -91,5 +81,5 @@ async def test_the_chat_sends_attached_files_with_the_next_message(
             await chat.expect(f"left {sid}")
         finally:
             chat.close()
-    assert user_rows(database_url, sid) == [("What do you see?", ["my shot.png"]),
+    assert user_files(database_url, sid) == [("What do you see?", ["my shot.png"]),
                                             ("And now, without it?", [])]

@@ -4,12 +4,10 @@ how a request, the pre-pass and the memo carry them (schemas.attachments)."""
 from __future__ import annotations
 
 import base64
-import io
 import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from PIL import Image
 
 from activities.offline.accounting import Accounting
 from schemas.attachments import (
@@ -33,19 +31,7 @@ from schemas.checkpoint.prepass import prepass
 from schemas.context import assemble_messages, estimate_tokens
 from schemas.messages import MessageType, RecordRow
 from schemas.tokens import count_tokens
-
-
-def image(width: int, height: int, fmt: str = "PNG") -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", (width, height), (200, 30, 30)).save(buf, fmt)
-    return buf.getvalue()
-
-
-def pdf(pages: int) -> bytes:
-    buf = io.BytesIO()
-    first, *rest = [Image.new("RGB", (60, 80), (255, 255, 255)) for _ in range(pages)]
-    first.save(buf, "PDF", save_all=True, append_images=rest)
-    return buf.getvalue()
+from tests.attached import image, pdf
 
 
 def described(path: str, data: bytes) -> Attachment:

@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import base64
 import gzip
-import io
 import json
 import uuid
 from typing import Any
 
 import psycopg
 import pytest
-from PIL import Image
 
 from keel.client import AttachmentRefusedError, BranchRefusedError
 from schemas.attachments import upload_path
 from schemas.branch import unsealed
 from schemas.interrupt import InterruptPolicy
+from tests.attached import image as png
+from tests.attached import pdf
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
 from tests.session.streams import DELAY_S, streaming
@@ -28,19 +28,6 @@ from tests.session.streams import DELAY_S, streaming
 @pytest.fixture
 def settings(database_url, fake_anthropic, tmp_path):
     return make_settings(database_url, tmp_path, fake_anthropic.base_url)
-
-
-def png(width: int, height: int) -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", (width, height), (10, 120, 200)).save(buf, "PNG")
-    return buf.getvalue()
-
-
-def pdf(pages: int) -> bytes:
-    buf = io.BytesIO()
-    first, *rest = [Image.new("RGB", (50, 70), (255, 255, 255)) for _ in range(pages)]
-    first.save(buf, "PDF", save_all=True, append_images=rest)
-    return buf.getvalue()
 
 
 def rows(database_url: str, session_id: str) -> list[tuple[Any, ...]]:

@@ -10,21 +10,12 @@ import re
 import uuid
 
 import httpx2 as httpx
-import psycopg
 from PIL import Image
 
 from keel.ui.server import ui_server
 from schemas.session import SessionStatus
+from tests.attached import user_files
 from tests.harness import keel_worker, make_settings, until
-
-
-def _user_rows(database_url: str, sid: str) -> list[tuple[str, list[str]]]:
-    with psycopg.connect(database_url) as conn:
-        found = conn.execute(
-            "SELECT content_text, content FROM messages WHERE session_id = %s"
-            " AND type = 'user' ORDER BY seq", (sid,)).fetchall()
-    return [(text, [a["name"] for a in (content or {}).get("attachments", [])])
-            for text, content in found]
 
 
 def png() -> bytes:
@@ -83,4 +74,4 @@ async def test_files_sent_from_the_page(client, database_url, tmp_path):
             most = 20 * settings.max_file_bytes + 2 * 1024 * 1024
             huge = await send("big", [("big.txt", b"x" * (most + 1))])
             assert huge.status_code == 413 and "Not sent" in huge.text
-    assert _user_rows(database_url, sid) == [("What is this?", ["red.png", "notes.md"])]
+    assert user_files(database_url, sid) == [("What is this?", ["red.png", "notes.md"])]
