@@ -10,10 +10,12 @@ import psycopg
 from PIL import Image
 
 
-def image(width: int, height: int, fmt: str = "PNG") -> bytes:
-    """An image of one colour in format `fmt` (PNG, JPEG, GIF, WEBP)."""
+def image(width: int, height: int, fmt: str = "PNG", mode: str = "RGB", **save: Any) -> bytes:
+    """An image of one colour in format `fmt` (PNG, JPEG, GIF, WEBP), of Pillow's `mode`
+    (RGBA: with an alpha channel), saved with Pillow's options `save` (progressive=True,
+    lossless=True, ...)."""
     buf = io.BytesIO()
-    Image.new("RGB", (width, height), (200, 30, 30)).save(buf, fmt)
+    Image.new(mode, (width, height), (200, 30, 30, 200)[:len(mode)]).save(buf, fmt, **save)
     return buf.getvalue()
 
 

@@ -27,6 +27,7 @@ from activities.offline.accounting import (
 )
 from schemas.attachments import describe, image_size, image_tokens, pdf_pages, sniff
 from schemas.tokens import count_tokens
+from tests.attached import image, pdf
 from tests.fake_anthropic import FakeAnthropic, text_message
 from tests.fake_anthropic.media import image_verdict
 
@@ -47,19 +48,6 @@ def fake() -> Iterator[FakeAnthropic]:
 @pytest.fixture
 def client(fake) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=fake.base_url, api_key="test", max_retries=0)
-
-
-def image(width: int, height: int, fmt: str = "PNG", mode: str = "RGB", **save: Any) -> bytes:
-    buf = io.BytesIO()
-    Image.new(mode, (width, height), (30, 140, 90, 200)[:len(mode)]).save(buf, fmt, **save)
-    return buf.getvalue()
-
-
-def pdf(pages: int) -> bytes:
-    buf = io.BytesIO()
-    first, *rest = [Image.new("RGB", (40, 60), (255, 255, 255)) for _ in range(pages)]
-    first.save(buf, "PDF", save_all=True, append_images=rest)
-    return buf.getvalue()
 
 
 def b64(data: bytes) -> str:

@@ -4,11 +4,8 @@ model call read every file of its window: a window of a hundred screenshots read
 
 from __future__ import annotations
 
-import io
-
 import psycopg
 import pytest
-from PIL import Image
 
 from activities.attachments import FileBytes, with_bytes
 from activities.record import NewRow, ensure_session, insert_row, load_rows
@@ -17,15 +14,10 @@ from activities.window import window_rows
 from schemas.attachments import MAX_REQUEST_ATTACHMENTS, Attachment, describe, stored
 from schemas.context import assemble_messages
 from schemas.messages import MessageType
+from tests.attached import image
 
 SID = "file-bytes-1"
 FILES = MAX_REQUEST_ATTACHMENTS + 5
-
-
-def png(i: int) -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", (40 + i, 30), (i, 0, 0)).save(buf, "PNG")
-    return buf.getvalue()
 
 
 @pytest.fixture(autouse=True)
@@ -38,11 +30,12 @@ def _empty_cache():
 async def _seed(conn: psycopg.AsyncConnection) -> None:
     await ensure_session(conn, SID, "u")
     for seq in range(1, FILES + 1):
-        found = describe(f"shot-{seq}.png", png(seq))
+        data = image(40 + seq, 30)
+        found = describe(f"shot-{seq}.png", data)
         assert isinstance(found, Attachment)
         await insert_row(conn, NewRow(
             session_id=SID, seq=seq, input_id=f"in-{seq}", type=MessageType.USER,
-            text=f"shot {seq}", turn=seq, content={"attachments": [stored(found, png(seq))]},
+            text=f"shot {seq}", turn=seq, content={"attachments": [stored(found, data)]},
             extra_tokens=found.tokens))
 
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import uuid
+from pathlib import Path
+from typing import Any
 
-from PIL import Image
 from typer.testing import CliRunner
 
 from keel.cli import app
-from schemas.config import WorkspaceStoreKind
+from schemas.config import KeelSettings, WorkspaceStoreKind
+from tests.attached import image
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
 
@@ -30,13 +31,21 @@ def _copy_upper(body: dict) -> dict:
     return text_message("copied")
 
 
-async def test_put_then_the_agent_then_files(client, database_url, fake_anthropic, tmp_path):
-    fake_anthropic.responder = _copy_upper
-    settings = make_settings(database_url, tmp_path / "worker", fake_anthropic.base_url)
+def _cluster(client: Any, database_url: str, fake: Any, tmp_path: Path
+             ) -> tuple[KeelSettings, dict[str, str]]:
+    """A worker's settings with the PostgreSQL workspace store, and the shell's environment
+    that reaches the same stack (its own data folder: nothing may go to a local one)."""
+    settings = make_settings(database_url, tmp_path / "worker", fake.base_url)
     settings = settings.model_copy(update={"workspace_store": WorkspaceStoreKind.POSTGRES})
     env = {"TEMPORAL_ADDRESS": client.service_client.config.target_host,
            "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": settings.task_queue,
            "KEEL_DATA_DIR": str(tmp_path / "cli"), "COLUMNS": "200"}
+    return settings, env
+
+
+async def test_put_then_the_agent_then_files(client, database_url, fake_anthropic, tmp_path):
+    fake_anthropic.responder = _copy_upper
+    settings, env = _cluster(client, database_url, fake_anthropic, tmp_path)
     sid = f"files-{uuid.uuid4().hex[:8]}"
     local = tmp_path / "notes.md"
     local.write_text("hello from the user\n")
@@ -78,23 +87,17 @@ async def test_send_attach_through_the_postgres_store(client, database_url, fake
     """`keel send --attach` on a cluster: the file goes into the PostgreSQL store, the worker
     reads it there, and the model gets it as an image block."""
     fake_anthropic.responder = lambda body: text_message("a grey square")
-    settings = make_settings(database_url, tmp_path / "worker", fake_anthropic.base_url)
-    settings = settings.model_copy(update={"workspace_store": WorkspaceStoreKind.POSTGRES})
-    env = {"TEMPORAL_ADDRESS": client.service_client.config.target_host,
-           "DATABASE_URL": database_url, "KEEL_TASK_QUEUE": settings.task_queue,
-           "KEEL_DATA_DIR": str(tmp_path / "cli"), "COLUMNS": "200"}
+    settings, env = _cluster(client, database_url, fake_anthropic, tmp_path)
     sid = f"attach-{uuid.uuid4().hex[:8]}"
     shot = tmp_path / "shot.png"
-    buf = io.BytesIO()
-    Image.new("RGB", (50, 40), (128, 128, 128)).save(buf, "PNG")
-    shot.write_bytes(buf.getvalue())
+    shot.write_bytes(image(50, 40))
     async with keel_worker(client, settings) as kc:
         await kc.start_session(sid)
         result = await asyncio.to_thread(CliRunner().invoke, app, [
             "send", sid, "what is this?", "--attach", str(shot), "--wait"], env=env)
         assert result.exit_code == 0, (result.output, result.exception)
     assert "a grey square" in result.output
-    (image,) = [b for m in fake_anthropic.requests[0]["messages"] for b in m["content"]
+    (block,) = [b for m in fake_anthropic.requests[0]["messages"] for b in m["content"]
                 if b["type"] == "image"]
-    assert base64.b64decode(image["source"]["data"]) == shot.read_bytes()
+    assert base64.b64decode(block["source"]["data"]) == shot.read_bytes()
     assert not (tmp_path / "cli" / "workspaces").exists()

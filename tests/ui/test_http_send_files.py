@@ -5,23 +5,15 @@ session would refuse is refused with its reason, nothing put or recorded."""
 
 from __future__ import annotations
 
-import io
 import re
 import uuid
 
 import httpx2 as httpx
-from PIL import Image
 
 from keel.ui.server import ui_server
 from schemas.session import SessionStatus
-from tests.attached import user_files
+from tests.attached import image, user_files
 from tests.harness import keel_worker, make_settings, until
-
-
-def png() -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", (64, 48), (90, 10, 10)).save(buf, "PNG")
-    return buf.getvalue()
 
 
 async def test_files_sent_from_the_page(client, database_url, tmp_path):
@@ -48,7 +40,8 @@ async def test_files_sent_from_the_page(client, database_url, tmp_path):
             assert refused.status_code == 409 and "Not sent" in refused.text
             assert "tool.exe: Keel can attach images" in refused.text
             assert not await handle.list_files()
-            sent = await send("What is this?", [("red.png", png()), ("notes.md", b"# n\n")])
+            sent = await send("What is this?", [("red.png", image(64, 48)),
+                                                ("notes.md", b"# n\n")])
             assert sent.status_code == 303, sent.text[-400:]
 
             async def answered() -> SessionStatus | None:
@@ -60,11 +53,11 @@ async def test_files_sent_from_the_page(client, database_url, tmp_path):
             assert "[attached: notes.md (text/plain, 4 bytes)]" in shown.text
             # Each file is linked, an image shown, from the record's own bytes.
             assert f'<img src="/sessions/{sid}/files/1/0" alt="red.png"' in shown.text
-            image = await http.get(f"{base}/sessions/{sid}/files/1/0")
-            assert image.status_code == 200 and image.content == png()
-            assert image.headers["content-type"] == "image/png"
-            assert image.headers["content-security-policy"] == "sandbox"
-            assert image.headers["x-content-type-options"] == "nosniff"
+            served = await http.get(f"{base}/sessions/{sid}/files/1/0")
+            assert served.status_code == 200 and served.content == image(64, 48)
+            assert served.headers["content-type"] == "image/png"
+            assert served.headers["content-security-policy"] == "sandbox"
+            assert served.headers["x-content-type-options"] == "nosniff"
             text = await http.get(f"{base}/sessions/{sid}/files/1/1")
             assert text.headers["content-type"] == "text/plain; charset=utf-8"
             assert text.text == "# n\n"
