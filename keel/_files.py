@@ -15,13 +15,7 @@ from typing import Any
 from temporalio.client import WorkflowHandle
 
 from keel._errors import AttachmentRefusedError, FileRefusedError, refusals
-from schemas.attachments import (
-    Attachment,
-    attachment_problem,
-    describe,
-    files_problem,
-    upload_path,
-)
+from schemas.attachments import sending_problem, upload_path
 from schemas.files import (
     FileData,
     FileEntry,
@@ -99,14 +93,9 @@ class SessionFiles:
         (`AttachmentRefusedError`)."""
         given = [_given(item) for item in attachments]
         paths = [item if isinstance(item, str) else upload_path(*item) for item in given]
-        problem = attachment_problem(paths)
-        found = []
-        for item in given:
-            if problem is None and not isinstance(item, str):
-                described = describe(upload_path(*item), item[1])
-                problem = described if isinstance(described, str) else None
-                found += [described] if isinstance(described, Attachment) else []
-        problem = problem or files_problem(found)
+        problem = sending_problem(paths, [(path, item[1]) for path, item
+                                          in zip(paths, given, strict=True)
+                                          if not isinstance(item, str)])
         if problem:
             raise AttachmentRefusedError(f"{problem}; nothing was sent")
         for path, item in zip(paths, given, strict=True):

@@ -14,13 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING
 
-from schemas.attachments import (
-    Attachment,
-    attachment_problem,
-    describe,
-    files_problem,
-    upload_path,
-)
+from schemas.attachments import sending_problem, upload_path
 from schemas.files import limit_text
 
 if TYPE_CHECKING:  # the store's code loads only when a file is put
@@ -47,13 +41,7 @@ def checked(files: Sequence[tuple[str, bytes]]) -> list[Upload]:
     """Each (name, bytes) with its workspace path, or `UploadRefused` saying why the
     session would not take them."""
     uploads = [(upload_path(name, data), data) for name, data in files]
-    problem = attachment_problem([path for path, _ in uploads])
-    found = []
-    for path, data in uploads:
-        made = describe(path, data) if problem is None else None
-        problem = made if isinstance(made, str) else problem
-        found += [made] if isinstance(made, Attachment) else []
-    problem = problem or files_problem(found)
+    problem = sending_problem([path for path, _ in uploads], uploads)
     if problem:
         raise UploadRefused(f"{problem}; nothing was sent")
     return uploads

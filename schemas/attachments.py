@@ -63,6 +63,7 @@ __all__ = [
     "image_tokens",
     "pdf_pages",
     "refused_file",
+    "sending_problem",
     "sent_attachments",
     "sniff",
     "stored",
@@ -312,6 +313,23 @@ def files_problem(found: list[Attachment]) -> str | None:
         return (f"the message's files are {_kb(sent)} as sent; a request carries at most "
                 f"{_kb(REQUEST_ATTACHMENT_BYTES)} of files: send fewer or smaller ones")
     return None
+
+
+def sending_problem(paths: list[str], given: list[tuple[str, bytes]]) -> str | None:
+    """Why a message naming files at `paths` may not carry them, those of them a client
+    holds the bytes of (`given`: path and bytes) described as the session will describe
+    them; None when nothing known yet refuses them (the session reads the others)."""
+    problem = attachment_problem(paths)
+    found: list[Attachment] = []
+    for path, data in given:
+        if problem is not None:
+            break
+        made = describe(path, data)
+        if isinstance(made, str):
+            problem = made
+        else:
+            found.append(made)
+    return problem or files_problem(found)
 
 
 def attachment_line(found: Attachment) -> str:
