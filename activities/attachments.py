@@ -173,8 +173,8 @@ async def keep_images(store: WorkspaceStore, session_id: str, call_id: str, tool
         elif len(paths) >= MAX_MESSAGE_ATTACHMENTS:
             said.append(f"[image {i + 1} not shown: a result shows at most "
                         f"{MAX_MESSAGE_ATTACHMENTS} images]")
-        elif files_problem([*kept, made]):
-            said.append(f"[image {i + 1} not shown: {files_problem([*kept, made])}]")
+        elif too_much := files_problem([*kept, made]):
+            said.append(f"[image {i + 1} not shown: {too_much}]")
         else:
             path = upload_path(name, data)
             try:
