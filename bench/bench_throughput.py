@@ -35,13 +35,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from temporalio.api.enums.v1 import TaskQueueType  # noqa: E402
-from temporalio.api.taskqueue.v1 import TaskQueue  # noqa: E402
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest  # noqa: E402
 
 from bench.common import cancel_on_sigterm, percentile, table  # noqa: E402
 from bench.procs import cpu_seconds, stack_processes, tree_cpu  # noqa: E402
 from bench.stack import bench_stack, machine, write_json  # noqa: E402
+from keel._queues import pollers  # noqa: E402
 from keel.client import KeelClient  # noqa: E402
 from schemas.config import ModelSettings  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic, text_message  # noqa: E402
@@ -66,10 +64,8 @@ def machine_busy() -> tuple[float, float]:
 
 
 async def wait_for_pollers(client: Any, queue: str, count: int) -> None:
-    request = DescribeTaskQueueRequest(namespace=client.namespace, task_queue=TaskQueue(
-        name=queue), task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY)
     for _ in range(1800):  # a loaded machine starts Python processes slowly
-        if len((await client.workflow_service.describe_task_queue(request)).pollers) >= count:
+        if len(await pollers(client, queue, activities=True)) >= count:
             return
         await asyncio.sleep(0.1)
     raise RuntimeError(f"{queue}: fewer than {count} pollers")

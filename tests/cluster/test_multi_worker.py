@@ -26,10 +26,9 @@ from collections import Counter
 from pathlib import Path
 
 import psycopg
-from temporalio.api.enums.v1 import EventType, TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.api.enums.v1 import EventType
 
+from keel._queues import pollers
 from keel.client import KeelClient
 from schemas.config import KeelSettings
 from tests.fake_anthropic import text_message, tool_use_message
@@ -78,14 +77,11 @@ def _vault_locks(database_url: str) -> int:
 
 async def _wait_for_pollers(client, queue: str, pids: set[str]) -> None:
     """Until every session worker polls the queue for activities (they start at once)."""
-    request = DescribeTaskQueueRequest(
-        namespace=client.namespace, task_queue=TaskQueue(name=queue),
-        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY)
     # Five Python processes importing Keel on two cores shared with the rest of the suite
     # (it runs in four processes): a CI run once saw them take over a minute.
     for _ in range(1800):
-        found = await client.workflow_service.describe_task_queue(request)
-        if pids <= {p.identity.split("@")[0] for p in found.pollers}:
+        found = await pollers(client, queue, activities=True)
+        if pids <= {p.identity.split("@")[0] for p in found}:
             return
         await asyncio.sleep(0.1)
     raise AssertionError("the session workers never polled")

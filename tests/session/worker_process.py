@@ -28,17 +28,11 @@ def start_worker(env: dict[str, str]) -> subprocess.Popen:
 async def polling(client, queue: str, proc: subprocess.Popen, within_s: float = 150) -> None:
     """Until worker `proc` polls `queue` for workflow tasks; else fail with its log's end
     (a worker process starting on a loaded machine has taken over a minute)."""
-    from temporalio.api.enums.v1 import TaskQueueType
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+    from keel._queues import pollers
 
-    request = DescribeTaskQueueRequest(
-        namespace=client.namespace, task_queue=TaskQueue(name=queue),
-        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW)
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline and proc.poll() is None:
-        found = await client.workflow_service.describe_task_queue(request)
-        if any(p.identity.startswith(f"{proc.pid}@") for p in found.pollers):
+        if any(p.identity.startswith(f"{proc.pid}@") for p in await pollers(client, queue)):
             return
         await asyncio.sleep(0.2)
     log = Path(str(proc.args[-1]).removeprefix("log="))  # type: ignore[index]
