@@ -21,7 +21,9 @@ Invariants:
   rows name, each file rewritten whole with the rest byte for byte, then its entries'
   index rows, its card ops and its flush plans (whose ids name it); run again, it finds
   nothing more. Its cards stay: they are the scope's knowledge, which other sessions'
-  turns read and edit.
+  turns read and edit. The originals of its messages' files go with its entries
+  (activities.vault.originals), and an import writes those its entries link from the
+  imported record before the entries.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from temporalio import activity
 from activities.heartbeat import with_heartbeat
 from activities.vault.bulk import index_bulk
 from activities.vault.files import atomic_write, read_text
+from activities.vault.originals import forget_originals, keep_originals
 from activities.vault.search import IndexDoc, delete_documents, index_documents
 from activities.vault.store import MemoryContext, Vault
 from schemas.branch import tool_call_ids
@@ -50,6 +53,7 @@ from schemas.bundle_memory import (
     is_session_op,
     owns_op,
 )
+from schemas.vault.originals import daily_day, linked_originals
 from schemas.vault.rollup import drop_session_entries, entry_marker, split_transcript
 
 __all__ = ["BundleMemoryActivities", "session_memory"]
@@ -178,6 +182,8 @@ class BundleMemoryActivities:
             by_file: dict[str, list[DailyLine]] = {}
             for entry in entries:
                 by_file.setdefault(entry.path, []).append(entry)
+            for path, in_file in sorted(by_file.items()):  # before the entries linking them
+                await keep_originals(conn, vault, data.session_id, _linking(path, in_file))
             docs = [d for path, in_file in sorted(by_file.items())
                     for d in _append_entries(vault, data, path, in_file)]
             # One bulk load for every file's entries: the vectors' index is built once at
@@ -215,6 +221,7 @@ class BundleMemoryActivities:
                     await asyncio.to_thread(atomic_write, target, text)
                     vault.note_own_write(rel, before)
                     removed += dropped
+                    forget_originals(vault, rel, found.text, text)
             await delete_documents(conn, [p for (p,) in docs], scope=vault.scope)
             await _forget_ops(conn, vault.scope, data.session_id)
         return BundleMemoryDone(entries=removed, unreadable=unreadable)
@@ -245,6 +252,12 @@ class BundleMemoryActivities:
             "UPDATE bundle_memory SET written = true WHERE request_id = %s AND"
             " direction = 'import' AND kind = %s AND path = %s AND seq = ANY(%s)",
             (data.request_id, kind, path, seqs))
+
+
+def _linking(path: str, entries: list[DailyLine]) -> list[tuple[int, str]]:
+    """(seq, day) of the entries of daily file `path` that link originals."""
+    day = daily_day(path)
+    return [(e.seq, day) for e in entries if day and linked_originals(e.text, day)]
 
 
 def _append_entries(vault: Vault, data: BundleMemoryRequest, path: str,

@@ -52,6 +52,7 @@ from activities.model import ModelBackend
 from activities.model.usage import spend_of_reply
 from activities.vault.embedder import embedder_for
 from activities.vault.files import atomic_write
+from activities.vault.originals import keep_originals
 from activities.vault.rollup import apply_facts_of, ask_model, store_plan, stored_plan
 from activities.vault.search import (
     IndexDoc,
@@ -66,6 +67,7 @@ from schemas.attachments import CONTENT_WITHOUT_BYTES_SQL, attachments_of, with_
 from schemas.budget import Spend
 from schemas.model import BEST_EFFORT_ATTEMPTS
 from schemas.tokens import count_tokens
+from schemas.vault.originals import entry_text
 from schemas.vault.recall import RecallInput, RecallResult
 from schemas.vault.rollup import (
     RollupKind,
@@ -303,6 +305,9 @@ class MemoryActivities:
                 e.text)
             taken.add(e.doc.path)
             results.append(TranscriptResult(path=e.rel, appended=True))
+        for e in entries:  # the originals first: an entry's link never points at nothing
+            if e is not None and e.files and e.doc.path in taken:
+                await keep_originals(conn, vault, e.session_id, [(e.seq, e.day)])
         for rel, texts in pending.items():
             _append(vault, rel, "".join(texts), create=tails[rel] is None)
         await index_documents(conn, [e.doc for e in entries
@@ -377,24 +382,26 @@ class _Entry:
     day: str
     text: str
     doc: IndexDoc
+    files: bool = False  # the message has files, whose originals the vault keeps
 
 
 def _entry(vault: Vault, session_id: str, seq: int, kind: str, source_line: str | None,
            text: str, created_at: datetime, content: Any) -> _Entry | None:
     """The entry of one record row (None: not transcribed, as tool output and notices);
-    a message's files named by their lines."""
-    text = with_lines(text, attachments_of(content))
+    a message's files named by their lines, their originals linked (schemas.vault.originals)."""
+    local = created_at.astimezone(vault.tz())
+    day = local.date().isoformat()
+    files = attachments_of(content)
+    text = entry_text(text, files, day)
     role = TRANSCRIBED.get(kind)
     if role is None or not text.strip():
         return None
     if source_line and not text.startswith(source_line):
         text = f"{source_line}\n{text}" if kind == "harness" else f"{source_line} {text}"
-    local = created_at.astimezone(vault.tz())
-    day = local.date().isoformat()
     rel = f"{DAILY_DIR}/{day}.md"
     entry = transcript_entry(session_id, seq, local, role, text)
     return _Entry(session_id=session_id, seq=seq, rel=rel, day=day, text=entry,
-                  doc=daily_doc(rel, session_id, seq, entry.strip()))
+                  doc=daily_doc(rel, session_id, seq, entry.strip()), files=bool(files))
 
 
 def _in_file(e: _Entry, tail: bytes | None, indexed: Mapping[str, str]) -> bool:
