@@ -10,9 +10,10 @@ Invariants:
   never a row whose description and bytes disagree.
 - The bytes travel from the store to the record inside an activity; a workflow carries
   paths and descriptions only.
-- An image an MCP tool returns is kept the same way (`keep_images` puts it in the
-  workspace, `stored_files` puts it in the result's row), its kind read from its bytes, one
-  the model would refuse said in a line instead.
+- An image an MCP tool returns, and a file a service tool returns, is kept the same way
+  (`keep_images`, `keep_files` put it in the workspace, `stored_files` puts it in the
+  result's row), its kind read from its bytes, one the model would refuse said in a line
+  instead.
 - A row read from the record carries its files' descriptions; a request's bytes are
   fetched for the files it sends, and held by digest (`with_bytes`, `FileBytes`): a
   window of a hundred screenshots reads twenty, once.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import posixpath
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -49,14 +51,14 @@ from schemas.attachments import (
     upload_path,
 )
 from schemas.context import CARRIES_FILES
-from schemas.files import normal_path
+from schemas.files import normal_path, workspace_path_problem
 from schemas.input_size import InputLimits
 from schemas.messages import RecordRow
 from schemas.session import Rejection
 from schemas.tokens import count_tokens
 
-__all__ = ["FILE_BYTES", "FileBytes", "ResolveAttachments", "keep_images", "mark_refused",
-           "resolve", "stored_files", "with_attachments", "with_bytes"]
+__all__ = ["FILE_BYTES", "FileBytes", "ResolveAttachments", "keep_files", "keep_images",
+           "mark_refused", "resolve", "stored_files", "with_attachments", "with_bytes"]
 
 # What a worker holds of the files its requests send (base64 characters): a session's
 # newest files, of the sessions it serves, read from the record once.
@@ -153,34 +155,70 @@ async def keep_images(store: WorkspaceStore, session_id: str, call_id: str, tool
     one that is not (undecodable, of no kind the model takes, past its limits, past
     MAX_MESSAGE_ATTACHMENTS), saying why. Their kind is read from their bytes, never the
     server's label."""
+    found: list[tuple[str, str, bytes | None]] = []
+    images = [b for b in blocks if getattr(b, "type", "") == "image"]
+    for i, block in enumerate(images):
+        what = f"image {i + 1} ({getattr(block, 'mime_type', '') or '?'})"
+        data = _base64(str(getattr(block, "data", "")), urlsafe=False)
+        kind = sniff(data or b"") or ""
+        found.append((what, f"{tool}-{call_id[-8:]}-{i + 1}.{_EXTENSIONS.get(kind, 'bin')}",
+                      data))
+    return await _keep(store, session_id, f"image-{call_id}", found, images_only=True)
+
+
+async def keep_files(store: WorkspaceStore, session_id: str, call_id: str,
+                     files: list[dict[str, str]]) -> tuple[list[str], list[str]]:
+    """A service tool's files (`schemas.agent.result_files`: names and base64) put in the
+    session's workspace, as `keep_images` puts an MCP tool's images: images, PDFs and
+    text, each under its own name; a line for each that is not, saying why."""
+    found: list[tuple[str, str, bytes | None]] = []
+    for i, file in enumerate(files):
+        name = posixpath.basename(file["name"].replace("\\", "/")) or f"file-{i + 1}"
+        found.append((f"file {i + 1} ({name})", name, _base64(file["data"], urlsafe=True)))
+    return await _keep(store, session_id, f"file-{call_id}", found, images_only=False)
+
+
+def _base64(text: str, *, urlsafe: bool) -> bytes | None:
+    """Bytes of base64 `text` (with `urlsafe`, of either alphabet, padding optional: what
+    pydantic writes), None when it is not base64."""
+    if urlsafe:
+        text = text.translate(str.maketrans("-_", "+/"))
+        text += "=" * (-len(text) % 4)
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        return None
+
+
+async def _keep(store: WorkspaceStore, session_id: str, op: str,
+                found: list[tuple[str, str, bytes | None]], *, images_only: bool
+                ) -> tuple[list[str], list[str]]:
+    """Each (what, name, bytes) a tool returned put in the workspace under `upload_path`,
+    its op id `op` and its place; or a line saying why not."""
     paths: list[str] = []
     said: list[str] = []
     kept: list[Attachment] = []
-    images = [b for b in blocks if getattr(b, "type", "") == "image"]
-    for i, block in enumerate(images):
-        label = str(getattr(block, "mime_type", "") or "?")
-        try:
-            data = base64.b64decode(str(getattr(block, "data", "")), validate=True)
-        except ValueError:
-            said.append(f"[image {i + 1} ({label}) not shown: its data is not base64]")
+    for i, (what, name, data) in enumerate(found):
+        if data is None:
+            said.append(f"[{what} not shown: its data is not base64]")
             continue
-        kind = sniff(data) or ""
-        name = f"{tool}-{call_id[-8:]}-{i + 1}.{_EXTENSIONS.get(kind, 'bin')}"
         made = describe(name, data)
-        if isinstance(made, str) or kind not in IMAGE_TYPES:
+        kind = sniff(data) or ""
+        if isinstance(made, str) or (images_only and kind not in IMAGE_TYPES):
             why = made if isinstance(made, str) else f"{name} is {kind or 'no image'}"
-            said.append(f"[image {i + 1} ({label}) not shown: {why}]")
+            said.append(f"[{what} not shown: {why}]")
         elif len(paths) >= MAX_MESSAGE_ATTACHMENTS:
-            said.append(f"[image {i + 1} not shown: a result shows at most "
-                        f"{MAX_MESSAGE_ATTACHMENTS} images]")
+            said.append(f"[{what} not shown: a result shows at most "
+                        f"{MAX_MESSAGE_ATTACHMENTS} files]")
         elif too_much := files_problem([*kept, made]):
-            said.append(f"[image {i + 1} not shown: {too_much}]")
+            said.append(f"[{what} not shown: {too_much}]")
+        elif problem := workspace_path_problem(path := upload_path(name, data)):
+            said.append(f"[{what} not shown: {problem}]")
         else:
-            path = upload_path(name, data)
             try:
-                await store.write(session_id, path, data, op_id=f"image-{call_id}-{i}")
+                await store.write(session_id, path, data, op_id=f"{op}-{i}")
             except StoreError as err:
-                said.append(f"[image {i + 1} ({label}) not shown: {err}]")
+                said.append(f"[{what} not shown: {err}]")
                 continue
             paths.append(path)
             kept.append(made)

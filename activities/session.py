@@ -44,6 +44,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.attachments import (
     ResolveAttachments,
+    keep_files,
     mark_refused,
     resolve,
     stored_files,
@@ -96,7 +97,7 @@ from activities.tools import ToolContext, ToolOutput, execute_tool
 from activities.vault.search import search, touch_documents
 from activities.vault.store import VaultError
 from activities.workspace import PromptFiles, StoreError
-from schemas.agent import cut_result, result_text
+from schemas.agent import cut_result, result_files, result_text
 from schemas.attachments import MAX_REQUEST_ATTACHMENTS, Attachment, refused_file
 from schemas.budget import cost_usd, reply_price
 from schemas.bundle_memory import card_op_id
@@ -156,6 +157,9 @@ class ToolResultInput(BaseModel):
     cap: int = 20_000
     meta: dict[str, Any] = Field(default_factory=dict)
     ref: dict[str, str] | None = None
+    # A service tool's files (schemas.agent.result_files: names, base64), put in the
+    # workspace here and sent with the result; one kept by reference brings its own.
+    files: list[dict[str, str]] = Field(default_factory=list)
 
 
 class ToolOutcome(BaseModel):
@@ -424,18 +428,20 @@ class SessionActivities:
                                                                  input_id)):
                 return done  # a retry: the reference was read and recorded
             text, is_error, meta = data.text, data.is_error, dict(data.meta)
-            cap = data.cap
+            cap, given = data.cap, data.files
             if data.ref is not None:  # read, and cut already (the line says where)
-                text, is_error, meta = await self._by_reference(data)
+                text, is_error, meta, given = await self._by_reference(data)
                 cap = max(cap, len(text))
             text, cut = cut_result(text, cap,
                                    "ask the tool for a smaller part if you need the rest")
             text, replaced = make_storable(text)
             if replaced:
                 meta["notes"] = replaced
+            kept, unkept = await keep_files(self.ctx.store, data.session_id,
+                                            data.tool_use_id, given)
             files, said = await stored_files(self.ctx.store, data.session_id,
-                                             [str(p) for p in meta.pop("images", [])])
-            text = "\n".join(part for part in (text, *said) if part)
+                                             [str(p) for p in meta.pop("images", [])] + kept)
+            text = "\n".join(part for part in (text, *unkept, *said) if part)
             if files:
                 meta["attachments"] = files
             inserted = await insert_row(conn, NewRow(
@@ -447,9 +453,10 @@ class SessionActivities:
         return ToolOutcome(seq=inserted.seq, token_count=inserted.token_count,
                            is_error=is_error, preview=cut_preview(text, SHORT_OUTPUT_CHARS))
 
-    async def _by_reference(self, data: ToolResultInput) -> tuple[str, bool, dict[str, Any]]:
+    async def _by_reference(self, data: ToolResultInput
+                            ) -> tuple[str, bool, dict[str, Any], list[dict[str, str]]]:
         """The text of a result kept by reference, cut to its cap with the whole kept in the
-        workspace (or an error result saying why it could not be read)."""
+        workspace (or an error result saying why it could not be read), and its files."""
         assert data.ref is not None
         store = self.ctx.store
         meta: dict[str, Any] = {**data.meta, "by_reference": data.ref.get("size")}
@@ -457,17 +464,18 @@ class SessionActivities:
             payload = await read_payload(store, data.ref)
             value = _payload_value(payload)
         except ValueError as err:
-            return f"{data.tool} failed: its result could not be read ({err})", True, meta
+            return f"{data.tool} failed: its result could not be read ({err})", True, meta, []
         text, is_error = result_text(value)
+        files = result_files(value)
         if len(text) <= data.cap:
-            return text, is_error, meta
+            return text, is_error, meta, files
         try:
             where = await keep_whole(store, data.session_id, data.tool_use_id, text)
         except StoreError as err:
             where = f"the rest could not be kept ({err})"
         else:
             meta["whole_result"] = where
-        return cut_result(text, data.cap, where)[0], is_error, {**meta, "cut": True}
+        return cut_result(text, data.cap, where)[0], is_error, {**meta, "cut": True}, files
 
     async def _memory_tool(self, conn: AsyncConnection, data: ToolInput, name: str,
                            args: dict[str, Any]) -> ToolOutput:

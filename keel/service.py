@@ -11,6 +11,10 @@ and the activity to register on your own worker.
     async def refund(order_id: str, amount_cents: int, call: ServiceToolCall) -> str:
         ...   # call.session_id, call.call_id: an idempotency key for the refund
 
+    @tools.tool(description="Chart an order's history.")
+    async def chart(order_id: str) -> ServiceToolResult:
+        return ServiceToolResult(text="...", files=[ToolFile(name="chart.png", data=png)])
+
     spec = AgentSpec(instructions=..., tools=tools.declarations())
     Worker(client, task_queue="support-tools", activities=tools.activities())
 
@@ -21,6 +25,8 @@ Invariants:
 - The activity validates its input against the same model: a mismatch is an error result
   naming the field, never an exception; what the function raises fails the activity (Keel
   turns it into an error result for the model).
+- A result's files (`ToolFile`: images, PDFs, UTF-8 text) reach the model with the result,
+  as a message's files do; one it would refuse is a line of the result saying why.
 - Imports only temporalio, pydantic and `schemas.agent`: no Keel worker code.
 """
 
@@ -33,10 +39,16 @@ from typing import Any, get_type_hints
 from pydantic import BaseModel, ValidationError, create_model
 from temporalio import activity
 
-from schemas.agent import ApprovalPolicy, ServiceTool, ServiceToolCall, ServiceToolResult
+from schemas.agent import (
+    ApprovalPolicy,
+    ServiceTool,
+    ServiceToolCall,
+    ServiceToolResult,
+    ToolFile,
+)
 from schemas.strict import first_problem
 
-__all__ = ["ServiceToolCall", "ServiceToolResult", "ServiceToolset"]
+__all__ = ["ServiceToolCall", "ServiceToolResult", "ServiceToolset", "ToolFile"]
 
 ACTIVITY_PREFIX = "keel-tool."
 

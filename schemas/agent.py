@@ -29,7 +29,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 import jsonschema
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.budget import BudgetSpec, Spend, child_budget
 from schemas.cache_ttl import CacheTtl
@@ -395,6 +395,17 @@ class ServiceToolCall(BaseModel):
     input: dict[str, Any] = Field(default_factory=dict)
 
 
+class ToolFile(BaseModel):
+    """A file a service tool returns for the model to see with its result: an image (PNG,
+    JPEG, GIF, WebP), a PDF or UTF-8 text, its kind read from its bytes. In JSON its
+    bytes are base64 (`{"name": "chart.png", "data": "iVBORw0..."}`, either alphabet)."""
+
+    model_config = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
+    name: str
+    data: bytes
+
+
 class ServiceToolResult(BaseModel):
     """What a service tool's activity may return. Plain text or any other JSON value is
     taken too: text as it is, other JSON as JSON text."""
@@ -402,6 +413,9 @@ class ServiceToolResult(BaseModel):
     text: str = ""
     is_error: bool = False
     data: Any = None  # JSON, shown to the model after the text
+    # Shown to the model inside the result, as a message's files are (schemas.attachments);
+    # one the model would refuse is a line of the result saying why.
+    files: list[ToolFile] = Field(default_factory=list)
 
 
 # A service tool's result too large to carry inline travels by reference: the service's
@@ -423,11 +437,31 @@ def result_ref(value: Any) -> dict[str, str] | None:
     return {str(k): str(v) for k, v in ref.items()}
 
 
+_RESULT_KEYS = frozenset({"text", "is_error", "data"})
+
+
+def result_files(value: Any) -> list[dict[str, str]]:
+    """The files of what a service tool's activity returned (a ServiceToolResult's, in its
+    JSON: names and base64), [] when it is no such result; the value is then plain JSON."""
+    if not (isinstance(value, dict) and "files" in value
+            and set(value) - {"files"} <= _RESULT_KEYS and isinstance(value["files"], list)):
+        return []
+    files = value["files"]
+    if not all(isinstance(f, dict) and set(f) == {"name", "data"}
+               and all(isinstance(v, str) for v in f.values()) for f in files):
+        return []
+    return [{"name": f["name"], "data": f["data"]} for f in files]
+
+
 def result_text(value: Any) -> tuple[str, bool]:
-    """(text, is_error) of what a service tool's activity returned."""
+    """(text, is_error) of what a service tool's activity returned (its files apart:
+    `result_files`)."""
     if isinstance(value, str):
         return value, False
-    if isinstance(value, dict) and set(value) <= {"text", "is_error", "data"} and (
+    if isinstance(value, dict) and "files" in value and (
+            result_files(value) or value["files"] == []):
+        value = {k: v for k, v in value.items() if k != "files"}
+    if isinstance(value, dict) and set(value) <= _RESULT_KEYS and (
             "text" in value or "data" in value):
         text = str(value.get("text") or "")
         if value.get("data") is not None:

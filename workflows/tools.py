@@ -72,6 +72,7 @@ with workflow.unsafe.imports_passed_through():
         denied_text,
         input_digest,
         input_problem,
+        result_files,
         result_ref,
         result_text,
         route,
@@ -108,6 +109,8 @@ __all__ = ["BUILTIN_NAMES", "CheckpointWhileWaiting", "ContinueAsNewWaiting", "T
 # MCP tools whose definitions would take more than the agent's share of the window are left
 # out (schemas.input_size), said in the listing's notice: from this patch on.
 MCP_FIT_PATCH = "mcp-tools-fit-the-window"
+# A service tool's files (schemas.agent.ToolFile) reach its result's row: from this patch on.
+SERVICE_FILES_PATCH = "service-tool-files"
 
 
 @dataclass(frozen=True)
@@ -432,7 +435,11 @@ class ToolRunner:
                                    ref=ref)
                 return
             text, is_error = result_text(value)
-            await self._result(call, text, is_error=is_error, cap=tool.output_cap_chars)
+            files = result_files(value)  # the patch only where there are some: its marker
+            if files and not workflow.patched(SERVICE_FILES_PATCH):
+                files = []
+            await self._result(call, text, is_error=is_error, cap=tool.output_cap_chars,
+                               files=files)
         else:
             await self._mcp(call, where)
 
@@ -550,9 +557,11 @@ class ToolRunner:
     async def _result(self, call: ToolCall, text: str, *, is_error: bool,
                       cap: int = DEFAULT_OUTPUT_CAP_CHARS,
                       meta: dict[str, Any] | None = None,
-                      ref: dict[str, str] | None = None) -> None:
+                      ref: dict[str, str] | None = None,
+                      files: list[dict[str, str]] | None = None) -> None:
         """Record the call's result; one kept by reference (`ref`) is read, kept whole and
-        cut by the record activity, and said on the stream by its preview."""
+        cut by the record activity, and said on the stream by its preview. `files`: a
+        service tool's (names, base64), put in the workspace and the row by the record."""
         state = self.run.state
         if ref is None and len(text) > cap:
             text, cap, meta = await self._keep_whole(call, text, cap, meta)
@@ -563,7 +572,7 @@ class ToolRunner:
                 ToolResultInput(session_id=state.session_id, turn=state.turn,
                                 tool_use_id=call.id, result_seq=seq, tool=call.name,
                                 text=text, is_error=is_error, cap=cap, meta=meta or {},
-                                ref=ref),
+                                ref=ref, files=files or []),
                 **RECORD_TOOL_RESULT)
             state.context_tokens += outcome.token_count
             if ref is not None:
