@@ -60,6 +60,9 @@ handler a running session meets:
   the session and a workspace file sent with the words, a file refused before the message
   is numbered (its Update rejected, nothing recorded), a message of files alone, and the
   end;
+- `history-tool-files`: on the fake Messages API, a service tool (on its own worker) whose
+  result carries files, under the patch `service-tool-files`: one kept and sent with the
+  result, one too wide for the model said in a line; and the end;
 - `history-refused-config`: a start from a client that is not Keel's, with a config no
   session can work with (a reply of 0 tokens), refused by the session under the patch
   `refuse-unworkable-config`: the run fails at once, nothing written;
@@ -98,6 +101,7 @@ from keel.client import (  # noqa: E402
     session_config,
 )
 from keel.devstack import running_stack  # noqa: E402
+from keel.service import ServiceToolResult, ServiceToolset, ToolFile  # noqa: E402
 from schemas.agent import (  # noqa: E402
     CHILD_NOTE,
     AgentSpec,
@@ -124,6 +128,7 @@ BUDGET_SCENARIO = "history-budget-interrupt"
 BUDGET_SCENARIOS = (BUDGET_SCENARIO, "history-budget-interrupt-activity")
 LIMITS_SCENARIO = "history-input-limits"
 ATTACHMENTS_SCENARIO = "history-attachments"
+TOOL_FILES_SCENARIO = "history-tool-files"
 REFUSED_SCENARIO = "history-refused-config"
 REFUSED_ID_SCENARIO = "history-refused-id"  # saved as `_history-refused-id.json`
 LONG = " ".join(f"word{n}" for n in range(600))
@@ -244,15 +249,16 @@ def attachments_model(body: dict[str, Any]) -> dict[str, Any]:
     return text_message(f"I see {seen} file(s).")
 
 
-async def attachments_scenario(keel: KeelClient, settings: KeelSettings,
-                               session_id: str) -> SessionHandle:
+def png(width: int, height: int) -> bytes:
     from PIL import Image  # a dev dependency, as the scripts' other test parts
 
-    def png(width: int, height: int) -> bytes:
-        buf = io.BytesIO()
-        Image.new("RGB", (width, height), (20, 80, 160)).save(buf, "PNG")
-        return buf.getvalue()
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (20, 80, 160)).save(buf, "PNG")
+    return buf.getvalue()
 
+
+async def attachments_scenario(keel: KeelClient, settings: KeelSettings,
+                               session_id: str) -> SessionHandle:
     session = await keel.start_session(session_id)
     await session.put_file("notes/plan.md", "# Plan\n- ship on Friday\n")
     await session.ask("Does the plan match the screenshot?",
@@ -262,6 +268,32 @@ async def attachments_scenario(keel: KeelClient, settings: KeelSettings,
     await session.ask("", attachments=[("second.png", png(64, 64))])
     await session.ask("thanks")
     await session.end()
+    return session
+
+
+def tool_files_model(body: dict[str, Any]) -> dict[str, Any]:
+    last = body["messages"][-1]["content"]
+    if isinstance(last, list) and any(b.get("type") == "tool_result" for b in last):
+        return text_message("I see the chart.")
+    return tool_use_message([("chart", {"width": 120, "height": 80})])
+
+
+async def tool_files_scenario(keel: KeelClient, settings: KeelSettings,
+                              session_id: str) -> SessionHandle:
+    tools = ServiceToolset(task_queue=f"{settings.task_queue}-charts")
+
+    @tools.tool(description="The day's orders as a chart.")
+    async def chart(width: int, height: int) -> ServiceToolResult:
+        return ServiceToolResult(text="orders", files=[
+            ToolFile(name="orders.png", data=png(width, height)),
+            ToolFile(name="wide.png", data=png(9000, 10))])  # refused: a line instead
+
+    async with Worker(keel.client, task_queue=tools.task_queue,
+                      activities=tools.activities()):
+        session = await keel.start_session(session_id,
+                                           agent=AgentSpec(tools=tools.declarations()))
+        await session.ask("Chart today's orders.")
+        await session.end()
     return session
 
 
@@ -513,6 +545,7 @@ async def main() -> None:
         session_id = sys.argv[1] if len(sys.argv) > 1 else "history-queue-checkpoints"
         models = {**dict.fromkeys(INITIATIVE_SCENARIOS, initiative_model),
                   REWIND_SCENARIO: rewind_model, ATTACHMENTS_SCENARIO: attachments_model,
+                  TOOL_FILES_SCENARIO: tool_files_model,
                   REWIND_CHILDREN_SCENARIO: rewind_children_model}
         fake = (FakeAnthropic(models[session_id]) if session_id in models
                 else FakeAnthropic()).start()
@@ -535,6 +568,7 @@ async def main() -> None:
                                 BRANCH_SCENARIO: branch_scenario,
                                 LIMITS_SCENARIO: limits_scenario,
                                 ATTACHMENTS_SCENARIO: attachments_scenario,
+                                TOOL_FILES_SCENARIO: tool_files_scenario,
                                 REFUSED_SCENARIO: refused_scenario,
                                 REFUSED_ID_SCENARIO: refused_id_scenario,
                                 **dict.fromkeys(INITIATIVE_SCENARIOS, initiative_scenario),
