@@ -27,7 +27,7 @@ from schemas.files import (
 )
 from schemas.session import Handler, SessionStatus
 
-__all__ = ["Attachments", "SessionFiles"]
+__all__ = ["Attachments", "SessionFiles", "checked_attachments"]
 
 # What a message may carry: a file of the session's workspace by its path, or a file's
 # name and bytes (text is put as UTF-8), put in the workspace first
@@ -88,17 +88,24 @@ class SessionFiles:
 
     async def attachment_paths(self, attachments: Attachments) -> list[str]:
         """The workspace path of each attachment, a file given by its bytes put there first
-        (`put_file`). Refused here, before anything is put or sent, as the session would
-        refuse it: too many, one twice, bytes of no kind the model takes or past its limits
-        (`AttachmentRefusedError`)."""
-        given = [_given(item) for item in attachments]
-        paths = [item if isinstance(item, str) else upload_path(*item) for item in given]
-        problem = sending_problem(paths, [(path, item[1]) for path, item
-                                          in zip(paths, given, strict=True)
-                                          if not isinstance(item, str)])
-        if problem:
-            raise AttachmentRefusedError(f"{problem}; nothing was sent")
-        for path, item in zip(paths, given, strict=True):
-            if not isinstance(item, str):
-                await self.put_file(path, item[1])
-        return paths
+        (`put_file`). Refused before anything is put or sent (`checked_attachments`)."""
+        found = checked_attachments(attachments)
+        for path, data in found:
+            if data is not None:
+                await self.put_file(path, data)
+        return [path for path, _ in found]
+
+
+def checked_attachments(attachments: Attachments) -> list[tuple[str, bytes | None]]:
+    """Each attachment's workspace path, with its bytes when it is given by them (None: a
+    workspace file). Refused as the session would refuse it: too many, one twice, bytes of
+    no kind the model takes or past its limits (`AttachmentRefusedError`)."""
+    given = [_given(item) for item in attachments]
+    paths = [item if isinstance(item, str) else upload_path(*item) for item in given]
+    problem = sending_problem(paths, [(path, item[1]) for path, item
+                                      in zip(paths, given, strict=True)
+                                      if not isinstance(item, str)])
+    if problem:
+        raise AttachmentRefusedError(f"{problem}; nothing was sent")
+    return [(path, None if isinstance(item, str) else item[1])
+            for path, item in zip(paths, given, strict=True)]

@@ -55,6 +55,7 @@ from keel._errors import (
     refusals,
     start_with_message_refused,
 )
+from keel._files import Attachments, checked_attachments
 from keel.deletion import SessionDeleted
 from keel.events import EventsMissed, Transport
 from keel.handle import SessionHandle, refuse_before_sending
@@ -238,13 +239,36 @@ class KeelClient:
             raise already_started(session_id) from err
         return SessionHandle(handle, self.client, self.settings)
 
+    async def start_or_join(self, session_id: str, config: SessionConfig | None = None,
+                            agent: AgentSpec | None = None) -> SessionHandle:
+        """The running session of `session_id`, or a new one started under that id; never a
+        new run under the id of one that has ended (`SessionStoppedError`)."""
+        try:
+            handle: WorkflowHandle[Any, SessionStatus] = await self.client.start_workflow(
+                SESSION_WORKFLOW, self.start_input(session_id, config, agent),
+                id=session_id, task_queue=self.task_queue, result_type=SessionStatus,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+        except WorkflowAlreadyStartedError as err:
+            raise await start_with_message_refused(self._handle(session_id)) from err
+        return SessionHandle(handle, self.client, self.settings)
+
     async def start_with_message(self, session_id: str, text: str,
                                  config: SessionConfig | None = None,
-                                 agent: AgentSpec | None = None,
+                                 agent: AgentSpec | None = None, *,
+                                 attachments: Attachments = (),
                                  ) -> tuple[SessionHandle, MessageAccepted]:
         """Update-with-start: the first message acknowledged in the same call. Reuses a
         running session of that id rather than starting a second, and never starts a new
-        run under the id of one that has ended (`SessionStoppedError`)."""
+        run under the id of one that has ended (`SessionStoppedError`). `attachments`: files
+        sent with the message, as `SessionHandle.send` takes them; what the session would
+        refuse of them is refused before anything starts, then the session is started (or
+        joined, `start_or_join`), its files put and the message sent: three calls."""
+        if attachments:
+            refuse_before_sending(text)
+            checked_attachments(attachments)
+            session = await self.start_or_join(session_id, config, agent)
+            return session, await session.send(text, attachments=attachments)
         start: WithStartWorkflowOperation[Any, SessionStatus] = WithStartWorkflowOperation(
             SESSION_WORKFLOW, self.start_input(session_id, config, agent),
             id=session_id, task_queue=self.task_queue, result_type=SessionStatus,

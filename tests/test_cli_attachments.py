@@ -83,3 +83,19 @@ async def test_the_chat_sends_attached_files_with_the_next_message(
             chat.close()
     assert user_files(database_url, sid) == [("What do you see?", ["my shot.png"]),
                                             ("And now, without it?", [])]
+
+
+async def test_start_sends_its_first_message_with_files(
+        client, settings, env, database_url, tmp_path):
+    sid = f"ats-{uuid.uuid4().hex[:8]}"
+    shot = screenshot(tmp_path / "shot.png")
+    exe = tmp_path / "tool.exe"
+    exe.write_bytes(b"MZ\x90\x00")
+    async with keel_worker(client, settings):
+        refused = await keel(env, "start", "--id", sid, "-m", "look", "-a", str(exe), code=1)
+        assert "tool.exe: Keel can attach images" in refused
+        assert "files with the first message" in await keel(
+            env, "start", "--id", sid, "-a", str(shot), code=2)
+        out = await keel(env, "start", sid, "what is on the screen?", "--attach", str(shot))
+        assert f"started session {sid}" in out and "message recorded as seq 1" in out
+    assert user_files(database_url, sid) == [("what is on the screen?", ["shot.png"])]

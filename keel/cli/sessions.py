@@ -20,7 +20,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from keel.cli.files import put_attachments
+from keel.cli.files import attachment_names, put_attachments
 from keel.cli.initiative import wakeup_when
 from keel.cli.shell import connect, given_text, load_settings, run, session_handle
 from keel.cli.waiting import needs_worker, say
@@ -58,12 +58,19 @@ def start(
                          ] = None,
     memory_scope: MemoryScopeOption = None,
     no_memory: NoMemoryOption = False,
+    attach: Annotated[list[Path] | None, typer.Option(
+        "--attach", "-a", exists=True, dir_okay=False,
+        help="A local file sent with the first message: an image (PNG, JPEG, GIF, WebP), a "
+        "PDF or text. Again for more.")] = None,
 ) -> None:
     """Start a session, optionally with its first message (acknowledged in the same call)."""
     if text is not None and message is not None:
         error("the first message is given twice (TEXT and --message): give it once")
         raise typer.Exit(2)
     message = message if text is None else text
+    if attach and message is None:
+        error("--attach sends files with the first message: give the message too")
+        raise typer.Exit(2)
     spec = read_agent_spec(agent, instructions, model, cache_ttl)
 
     async def main(message: str | None) -> None:
@@ -79,8 +86,14 @@ def start(
             return
         sid = sid or f"session-{uuid.uuid4().hex[:12]}"
         joined = await keel.session(sid).is_running()
-        handle, accepted = await keel.start_with_message(sid, message, config=config,
-                                                         agent=spec)
+        if attach:  # refused before anything starts; put in the store directly, as send's
+            attachment_names(settings, attach)
+            handle = await keel.start_or_join(sid, config=config, agent=spec)
+            files = await put_attachments(settings, sid, attach)
+            accepted = await needs_worker(handle, handle.send(message, attachments=files))
+        else:
+            handle, accepted = await keel.start_with_message(sid, message, config=config,
+                                                             agent=spec)
         verb = "joined" if joined else "started"
         console.print(f"{verb} session [bold]{escape(handle.session_id)}[/]"
                       f"{'' if joined else scope_said(config)}; message recorded as seq "

@@ -242,3 +242,32 @@ async def test_search_record_finds_a_message_by_the_name_of_its_file(
     said = {b["tool_use_id"]: b["content"] for m in fake_anthropic.requests[-1]["messages"]
             for b in m["content"] if b.get("type") == "tool_result"}[call]
     assert "#1 [user] here it is [files: deal-contract.pdf]" in said
+
+
+async def test_a_first_message_carries_files_and_what_is_refused_starts_nothing(
+        client, settings, fake_anthropic, database_url):
+    from keel.client import SessionStoppedError
+
+    fake_anthropic.responder = lambda body: text_message("a red square")
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as keel:
+        with pytest.raises(AttachmentRefusedError, match="tool.exe: Keel can attach"):
+            await keel.start_with_message(sid, "look", attachments=[("tool.exe", b"MZ\x90")])
+        assert not await keel.session(sid).is_running()  # nothing started
+        session, accepted = await keel.start_with_message(
+            sid, "what is this?", attachments=[("shot.png", png(64, 48))])
+        outcome = await session.wait_reply(accepted.seq)
+        # Joined while it runs, as a message without files joins it.
+        again, second = await keel.start_with_message(
+            sid, "and this?", attachments=[("shot2.png", png(32, 32))])
+        await again.wait_reply(second.seq)
+        await session.end()
+        await session.handle.result()
+        with pytest.raises(SessionStoppedError):  # an ended id is never started again
+            await keel.start_with_message(sid, "again?", attachments=[("s.png", png(8, 8))])
+    assert outcome.reply_text == "a red square" and accepted.seq == 1
+    sent = last_user_blocks(fake_anthropic.requests[0])
+    assert [b["type"] for b in sent] == ["image", "text"]
+    users = [(r[2], [a["name"] for a in r[3]["attachments"]]) for r in rows(database_url, sid)
+             if r[1] == "user"]
+    assert users == [("what is this?", ["shot.png"]), ("and this?", ["shot2.png"])]
