@@ -143,6 +143,8 @@ async def mark_refused(conn: AsyncConnection, session_id: str, rows: list[Record
     return marked
 
 
+NAME_SHOWN = 80  # of a tool's file's name, in the line that says it was not shown
+
 # What a tool's image is called in the workspace: the tool's name and its place.
 _EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif",
                "image/webp": "webp"}
@@ -173,8 +175,11 @@ async def keep_files(store: WorkspaceStore, session_id: str, call_id: str,
     text, each under its own name; a line for each that is not, saying why."""
     found: list[tuple[str, str, bytes | None]] = []
     for i, file in enumerate(files):
-        name = posixpath.basename(file["name"].replace("\\", "/")) or f"file-{i + 1}"
-        found.append((f"file {i + 1} ({name})", name, _base64(file["data"], urlsafe=True)))
+        name = posixpath.basename(file["name"].replace("\\", "/"))
+        name = f"file-{i + 1}" if name in ("", ".", "..") else name
+        shown = "".join(c if c.isprintable() else "?" for c in name[:NAME_SHOWN])
+        found.append((f"file {i + 1} ({shown})", name,
+                      _base64(file["data"], urlsafe=True)))
     return await _keep(store, session_id, f"file-{call_id}", found, images_only=False)
 
 

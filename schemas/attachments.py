@@ -295,7 +295,8 @@ def upload_path(name: str, data: bytes) -> str:
     """Where a file a client sends with a message is put in the session's workspace first:
     under its digest, so two files of one name never meet and a file sent again is the
     same path."""
-    base = posixpath.basename(name.replace("\\", "/")) or "file"
+    base = posixpath.basename(name.replace("\\", "/"))
+    base = "file" if base in ("", ".", "..") else base  # a name that is no file's
     return f"{UPLOADS_DIR}/{hashlib.sha256(data).hexdigest()[:12]}/{base}"
 
 

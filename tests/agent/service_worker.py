@@ -34,7 +34,7 @@ def misbehaving_toolset(task_queue: str) -> ServiceToolset:
         return ServiceToolResult(text=f"orders chart {width}x{height}", files=[
             ToolFile(name="orders.png", data=image(width, height)),
             ToolFile(name="sheet.pdf", data=pdf(2)),
-            ToolFile(name="../notes.txt", data="12 orders, 3 late\n".encode()),
+            ToolFile(name="../notes.txt", data=b"12 orders, 3 late\n"),
             ToolFile(name="panorama.png", data=image(9000, 10))])
 
     return tools

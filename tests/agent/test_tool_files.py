@@ -16,6 +16,8 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.attachments import keep_files
+from activities.workspace import LocalStore
 from keel.service import ServiceToolResult, ServiceToolset, ToolFile
 from schemas.agent import AgentSpec, result_files, result_text
 from tests.agent.test_big_results import tool_result
@@ -69,6 +71,7 @@ async def test_a_service_tools_files_reach_the_model_with_its_result(
     assert "[attached: orders.png (image/png, 64×48, " in said and "[attached: notes.txt" in said
     assert kept == ["notes.txt", "orders.png", "sheet.pdf"]
     text, content = tool_result(database_url, session.session_id)
+    assert said.startswith(text) and "[attached:" not in text  # the lines come with the files
     assert [a["name"] for a in content["attachments"]] == ["orders.png", "sheet.pdf",
                                                            "notes.txt"]
     # The next turn's request is rebuilt from the record: the same blocks.
@@ -97,9 +100,25 @@ async def test_the_files_of_a_result_kept_by_reference_reach_the_model(
         assert (await session.ask("Crawl it.")).reply_text == "crawled"
         history = await session.handle.fetch_history()
     text, content = tool_result(database_url, session.session_id)
-    assert content["by_reference"] and content["cut"]
+    assert content["by_reference"] and content["cut"] and text.startswith(log[:20_000])
     assert [a["name"] for a in content["attachments"]] == ["page.png"]
     sent: list[dict[str, Any]] = result_blocks(fake_anthropic.requests[1])[call_id]
     assert sent[0]["type"] == "image" and base64.b64decode(sent[0]["source"]["data"]) == shot
     # The screenshot's bytes never rode in the session's history.
     assert base64.b64encode(shot)[:4000].decode() not in history.to_json()
+
+
+async def test_a_files_name_or_data_the_workspace_cannot_take_is_a_line_never_a_path(tmp_path):
+    store = LocalStore(tmp_path / "w", tmp_path, max_file_bytes=1 << 20,
+                       max_workspace_bytes=1 << 24)
+    png = base64.b64encode(image(8, 8)).decode()
+    paths, said = await keep_files(store, "s1", "call-1", [
+        {"name": "..", "data": png}, {"name": "dir/a\nforged line.png", "data": png},
+        {"name": "x" * 300 + ".png", "data": png}, {"name": "b.png", "data": "not base64!"},
+        {"name": "c.png", "data": png.rstrip("=")}])  # pydantic's unpadded form
+    assert [p.rsplit("/", 1)[1] for p in paths] == ["file-1", "c.png"]
+    assert [(await store.read("s1", p)).data for p in paths] == [image(8, 8)] * 2
+    assert len(said) == 3 and all("\n" not in line for line in said)
+    assert said[0].startswith("[file 2 (a?forged line.png) not shown: ")
+    assert said[1].startswith(f"[file 3 ({'x' * 80}) not shown: ") and "200" in said[1]
+    assert said[2] == "[file 4 (b.png) not shown: its data is not base64]"

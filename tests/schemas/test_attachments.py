@@ -94,6 +94,10 @@ def test_a_client_puts_a_file_under_its_digest_keeping_its_name():
     assert path.startswith("attachments/") and path.endswith("/shot.png")
     assert upload_path("other/shot.png", data) == path
     assert upload_path("shot.png", image(11, 10)) != path
+    # A name that is no file's (the folder itself, its parent) is put as "file" in it:
+    # "attachments/<digest>/.." would be the uploads folder itself once normalised.
+    for name in ("..", ".", "", "dir/..", "C:\\"):
+        assert upload_path(name, data) == path.rsplit("/", 1)[0] + "/file", name
 
 
 def test_files_ride_before_their_words_and_each_is_named():

@@ -251,7 +251,7 @@ async def test_a_first_message_carries_files_and_what_is_refused_starts_nothing(
     fake_anthropic.responder = lambda body: text_message("a red square")
     sid = f"s-{uuid.uuid4().hex[:8]}"
     async with keel_worker(client, settings) as keel:
-        with pytest.raises(AttachmentRefusedError, match="tool.exe: Keel can attach"):
+        with pytest.raises(AttachmentRefusedError, match=r"tool\.exe: Keel can attach"):
             await keel.start_with_message(sid, "look", attachments=[("tool.exe", b"MZ\x90")])
         assert not await keel.session(sid).is_running()  # nothing started
         session, accepted = await keel.start_with_message(
