@@ -32,12 +32,11 @@ from __future__ import annotations
 import asyncio
 import json
 from contextlib import AsyncExitStack, suppress
-from datetime import datetime
 from typing import Any
 
 from anthropic.types import Message
 from psycopg import AsyncConnection
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.api.common.v1 import Payload
 from temporalio.exceptions import ApplicationError
@@ -56,6 +55,7 @@ from activities.delegate_ahead import start_ahead, tell_parent
 from activities.events import DeltaPublisher, tell_retrying
 from activities.heartbeat import beating, with_heartbeat
 from activities.interrupt import send_interrupt, stop_on_interrupt, watcher
+from activities.memory_tools import MemoryCall, memory_tool
 from activities.model_call import (
     INPUT_NOT_RECORDED,
     FirstSteps,
@@ -93,14 +93,11 @@ from activities.record import (
     reply_part,
 )
 from activities.results import cut_input, keep_whole, read_payload
-from activities.tools import ToolContext, ToolOutput, execute_tool
-from activities.vault.search import search, touch_documents
-from activities.vault.store import VaultError
+from activities.tools import ToolContext, execute_tool
 from activities.workspace import PromptFiles, StoreError
 from schemas.agent import cut_result, result_files, result_text
 from schemas.attachments import MAX_REQUEST_ATTACHMENTS, Attachment, refused_file
 from schemas.budget import cost_usd, reply_price
-from schemas.bundle_memory import card_op_id
 from schemas.cache_ttl import lifetime_refused, short_lived
 from schemas.checkpoint.policy import sendable
 from schemas.events import SHORT_OUTPUT_CHARS, DeltaTail, cut
@@ -111,9 +108,7 @@ from schemas.request import model_call_request
 from schemas.session import ReadReply, ReplyPart
 from schemas.text import make_storable, make_storable_json
 from schemas.tools import MEMORY_TOOLS
-from schemas.vault.card import CardFact
-from schemas.vault.recall import fence_memory
-from schemas.vault.scope import DEFAULT_SCOPE, tool_scope_problem
+from schemas.vault.scope import DEFAULT_SCOPE
 
 __all__ = [
     "INPUT_NOT_RECORDED", "InterruptInput", "MemoryStep", "ModelAsk", "ModelCallInput",
@@ -385,8 +380,10 @@ class SessionActivities:
                               skills=await self.ctx.prompt.skills(), conn=conn,
                               upto_seq=data.upto_seq, op_id=f"tool:{data.tool_use_id}")
             if call["name"] in MEMORY_TOOLS:
-                output = await self._memory_tool(conn, data, call["name"],
-                                                 call.get("input") or {})
+                output = await memory_tool(self.ctx, conn, MemoryCall(
+                    session_id=data.session_id, tool_use_id=data.tool_use_id,
+                    scope=data.memory_scope, live_from_seq=data.live_from_seq),
+                    call["name"], call.get("input") or {})
             else:
                 output = await execute_tool(ctx, call["name"], call.get("input") or {})
             text, replaced = make_storable(output.text)
@@ -476,45 +473,6 @@ class SessionActivities:
         else:
             meta["whole_result"] = where
         return cut_result(text, data.cap, where)[0], is_error, {**meta, "cut": True}, files
-
-    async def _memory_tool(self, conn: AsyncConnection, data: ToolInput, name: str,
-                           args: dict[str, Any]) -> ToolOutput:
-        if data.memory_scope is None:
-            return ToolOutput(f"{name} failed: this session has no long memory", is_error=True)
-        allowed = ({"query", "limit"} if name == "memory_search"
-                   else set(CardFact.model_fields))
-        problem = tool_scope_problem(name, args, allowed)
-        if problem:
-            return ToolOutput(problem, is_error=True)
-        memory = self.ctx.memory().scoped(data.memory_scope)
-        if name == "memory_search":
-            query = str(args.get("query", "")).strip()
-            if not query:
-                return ToolOutput("query is empty", is_error=True)
-            hits = await search(conn, query, scope=memory.scope,
-                                k=max(1, min(int(args.get("limit", 5)), 10)),
-                                exclude_session=data.session_id,
-                                live_from_seq=data.live_from_seq, embedder=self.ctx.embedder)
-            await touch_documents(conn, [h.path for h in hits], scope=memory.scope)
-            found = fence_memory(hits) or f"nothing in long memory for {query!r}"
-            return ToolOutput("\n".join(filter(None, (hits.spelling_note(), found))))
-        try:
-            fact = CardFact.model_validate(args)
-        except ValidationError as err:
-            return ToolOutput(f"write_card refused: {err}", is_error=True)
-        vault = memory.vault
-        try:
-            await asyncio.to_thread(vault.ensure)
-            today = vault.local_date(datetime.now(vault.tz()))
-            # The op id is the session's and the call's: a retried activity writes the
-            # card once, and another session's call of the same id writes its own.
-            (out,) = await vault.apply_facts(await memory.pool(),
-                                             [(card_op_id(data.session_id,
-                                                          data.tool_use_id), fact)], today)
-        except (VaultError, ValueError, OSError) as err:
-            return ToolOutput(f"write_card failed: {err}", is_error=True)
-        return ToolOutput(f"{out.op.value} {out.path or ''} {out.note}".strip(),
-                          meta={"card": out.path})
 
 
 async def _recorded(conn: AsyncConnection, session_id: str, input_id: str) -> ToolOutcome | None:
