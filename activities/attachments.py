@@ -58,7 +58,8 @@ from schemas.session import Rejection
 from schemas.tokens import count_tokens
 
 __all__ = ["FILE_BYTES", "FileBytes", "ResolveAttachments", "keep_files", "keep_images",
-           "mark_refused", "resolve", "stored_files", "with_attachments", "with_bytes"]
+           "keep_named", "mark_refused", "resolve", "stored_files", "with_attachments",
+           "with_bytes"]
 
 # What a worker holds of the files its requests send (base64 characters): a session's
 # newest files, of the sessions it serves, read from the record once.
@@ -165,7 +166,7 @@ async def keep_images(store: WorkspaceStore, session_id: str, call_id: str, tool
         kind = sniff(data or b"") or ""
         found.append((what, f"{tool}-{call_id[-8:]}-{i + 1}.{_EXTENSIONS.get(kind, 'bin')}",
                       data))
-    return await _keep(store, session_id, f"image-{call_id}", found, images_only=True)
+    return await keep_named(store, session_id, f"image-{call_id}", found, images_only=True)
 
 
 async def keep_files(store: WorkspaceStore, session_id: str, call_id: str,
@@ -180,7 +181,7 @@ async def keep_files(store: WorkspaceStore, session_id: str, call_id: str,
         shown = "".join(c if c.isprintable() else "?" for c in name[:NAME_SHOWN])
         found.append((f"file {i + 1} ({shown})", name,
                       _base64(file["data"], urlsafe=True)))
-    return await _keep(store, session_id, f"file-{call_id}", found, images_only=False)
+    return await keep_named(store, session_id, f"file-{call_id}", found, images_only=False)
 
 
 def _base64(text: str, *, urlsafe: bool) -> bytes | None:
@@ -195,11 +196,11 @@ def _base64(text: str, *, urlsafe: bool) -> bytes | None:
         return None
 
 
-async def _keep(store: WorkspaceStore, session_id: str, op: str,
-                found: list[tuple[str, str, bytes | None]], *, images_only: bool
-                ) -> tuple[list[str], list[str]]:
+async def keep_named(store: WorkspaceStore, session_id: str, op: str,
+                     found: list[tuple[str, str, bytes | None]], *, images_only: bool
+                     ) -> tuple[list[str], list[str]]:
     """Each (what, name, bytes) a tool returned put in the workspace under `upload_path`,
-    its op id `op` and its place; or a line saying why not."""
+    its op id `op` and its place; or a line saying why not (`what` names it there)."""
     paths: list[str] = []
     said: list[str] = []
     kept: list[Attachment] = []

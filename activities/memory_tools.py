@@ -1,5 +1,5 @@
 """The agent's long-memory tools, as a session's tool call runs them (activities.session's
-run_tool): `memory_search` and `write_card`.
+run_tool): `memory_search`, `memory_get` and `write_card`.
 
 Invariants:
 - A call works in the session's memory scope only (`MemoryCall.scope`, from its config,
@@ -9,27 +9,42 @@ Invariants:
 - `memory_search` reads PostgreSQL only (it runs on any worker); what it finds is fenced as
   reference, not instructions (schemas.vault.recall). `write_card` writes the card under
   the op id of the session and the call, so a retried activity writes it once.
+- `memory_get` reads one document of the scope's index whole (a card, a summary, a
+  transcript entry, or a day's entries together), fenced the same way and cut to
+  `GET_CHARS`; for one message of a transcript, the files it carried come from the record
+  (its row, while its session is kept) into this session's workspace and are shown to
+  the model with the result, as a tool's files are (activities.attachments): long memory
+  keeps what a person showed the agent, not only what they said. Reads PostgreSQL only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import re
 from datetime import datetime
 from typing import Any
 
 from psycopg import AsyncConnection
 from pydantic import BaseModel, ValidationError
 
+from activities.attachments import keep_named
 from activities.context import SessionContext
 from activities.tools import ToolOutput
 from activities.vault.search import search, touch_documents
 from activities.vault.store import VaultError
+from schemas.agent import DEFAULT_OUTPUT_CAP_CHARS, cut_result
+from schemas.attachments import attachments_of
 from schemas.bundle_memory import card_op_id
 from schemas.vault.card import CardFact
-from schemas.vault.recall import fence_memory
+from schemas.vault.recall import fence_document, fence_memory
+from schemas.vault.rollup import without_markers
 from schemas.vault.scope import tool_scope_problem
 
-__all__ = ["MemoryCall", "memory_tool"]
+__all__ = ["GET_CHARS", "MemoryCall", "memory_tool"]
+
+GET_CHARS = DEFAULT_OUTPUT_CAP_CHARS  # of a document memory_get reads
+_DAY = re.compile(r"daily/\d{4}-\d{2}-\d{2}\.md")
 
 
 class MemoryCall(BaseModel):
@@ -48,13 +63,15 @@ async def memory_tool(ctx: SessionContext, conn: AsyncConnection, call: MemoryCa
     """One call of a memory tool `name` with input `args`, as its result."""
     if call.scope is None:
         return ToolOutput(f"{name} failed: this session has no long memory", is_error=True)
-    allowed = ({"query", "limit"} if name == "memory_search"
-               else set(CardFact.model_fields))
+    allowed = {"memory_search": {"query", "limit"}, "memory_get": {"path"}}.get(
+        name, set(CardFact.model_fields))
     problem = tool_scope_problem(name, args, allowed)
     if problem:
         return ToolOutput(problem, is_error=True)
     if name == "memory_search":
         return await _search(ctx, conn, call, args)
+    if name == "memory_get":
+        return await _get(ctx, conn, call, str(args.get("path") or "").strip())
     return await _write_card(ctx, call, args)
 
 
@@ -72,6 +89,62 @@ async def _search(ctx: SessionContext, conn: AsyncConnection, call: MemoryCall,
     await touch_documents(conn, [h.path for h in hits], scope=scope)
     found = fence_memory(hits) or f"nothing in long memory for {query!r}"
     return ToolOutput("\n".join(filter(None, (hits.spelling_note(), found))))
+
+
+async def _get(ctx: SessionContext, conn: AsyncConnection, call: MemoryCall,
+               path: str) -> ToolOutput:
+    """One document of the scope's long memory whole, or a day's transcript; a message's
+    files shown with it."""
+    assert call.scope is not None
+    if not path:
+        return ToolOutput("memory_get refused: path is empty (take one memory_search gave)",
+                          is_error=True)
+    scope = ctx.memory().scoped(call.scope).scope
+    if _DAY.fullmatch(path):  # the day's entries, in the order they were written
+        rows = await (await conn.execute(
+            "SELECT 'daily', '', body, NULL, NULL FROM memory_docs WHERE scope = %s AND"
+            " kind = 'daily' AND starts_with(path, %s) ORDER BY indexed_at, session_id, seq",
+            (scope, f"{path}#"))).fetchall()
+        found = ("daily", "", "\n\n".join(r[2].strip() for r in rows), None, None) \
+            if rows else None
+    else:
+        found = await (await conn.execute(
+            "SELECT kind, title, body, session_id, seq FROM memory_docs WHERE scope = %s"
+            " AND path = %s", (scope, path))).fetchone()
+    if found is None:
+        return ToolOutput(f"memory_get: nothing at {path[:200]!r} in long memory (take a "
+                          "path memory_search gave)", is_error=True)
+    kind, title, body, session_id, seq = found
+    await touch_documents(conn, [path], scope=scope)
+    text = fence_document(path, title, kind, without_markers(body))
+    text = cut_result(text, GET_CHARS, "read a narrower part: a message's own path, or "
+                      "memory_search")[0]
+    if kind != "daily" or session_id is None or seq is None:
+        return ToolOutput(text)
+    paths, said = await _message_files(ctx, conn, call, session_id, seq)
+    return ToolOutput("\n".join([text, *said]), meta={"images": paths} if paths else {})
+
+
+async def _message_files(ctx: SessionContext, conn: AsyncConnection, call: MemoryCall,
+                         session_id: str, seq: int) -> tuple[list[str], list[str]]:
+    """The files of the message at (`session_id`, `seq`) put in the calling session's
+    workspace to be shown with the result; lines for those that are not."""
+    row = await (await conn.execute(
+        "SELECT content FROM messages WHERE session_id = %s AND seq = %s AND type = 'user'"
+        " AND jsonb_typeof(content->'attachments') = 'array'", (session_id, seq))).fetchone()
+    if row is None:
+        return [], []
+    named: list[tuple[str, str, bytes | None]] = []
+    said: list[str] = []
+    for i, item in enumerate(attachments_of(row[0])):
+        name = str(item.get("name") or f"file-{i + 1}")
+        if item.get("refused"):
+            said.append(f"[file {i + 1} ({name}) not shown: the model refused it before]")
+        elif isinstance(item.get("data"), str):
+            named.append((f"file {i + 1} ({name})", name, base64.b64decode(item["data"])))
+    paths, unkept = await keep_named(ctx.store, call.session_id,
+                                     f"memory-{call.tool_use_id}", named, images_only=False)
+    return paths, said + unkept
 
 
 async def _write_card(ctx: SessionContext, call: MemoryCall,

@@ -32,7 +32,7 @@ from schemas.context import (
     skills_budget,
 )
 from schemas.mcp import McpTool
-from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL
+from schemas.tools import AGENT_TOOLS, MEMORY_GET_TOOL, MEMORY_SEARCH_TOOL
 from schemas.vault.rollup import write_card_tool
 from schemas.vault.schema import CORE_FILE, SCHEMA_FILE, parse_schema
 from schemas.vault.scope import DEFAULT_SCOPE
@@ -80,7 +80,7 @@ class SessionPrompt:
         A session without long memory gets no memory tools. `files`: read already."""
         if scope is None:
             return list(AGENT_TOOLS)
-        tools = [*AGENT_TOOLS, MEMORY_SEARCH_TOOL]
+        tools = [*AGENT_TOOLS, MEMORY_SEARCH_TOOL, MEMORY_GET_TOOL]
         text = await self._vault_text(scope, SCHEMA_FILE, files)
         if text is None:  # not published yet: a new vault is made from the template's
             text = (TEMPLATE_DIR / SCHEMA_FILE).read_text()

@@ -50,7 +50,7 @@ from schemas.mcp import (
     server_secret_problems,
 )
 from schemas.strict import SpecModel, secret_problem
-from schemas.tools import AGENT_TOOLS, MEMORY_SEARCH_TOOL
+from schemas.tools import AGENT_TOOLS, MEMORY_GET_TOOL, MEMORY_SEARCH_TOOL
 
 DEFAULT_OUTPUT_CAP_CHARS = 20_000
 MAX_INSTRUCTIONS_CHARS = 50_000
@@ -58,7 +58,7 @@ DEFAULT_PROVIDER = "default"
 OFFLINE_PROVIDER = "offline"  # always known: the offline deterministic model
 # Keel's built-in tools by name (write_card's schema is the vault's, made by the worker).
 BUILTIN_TOOL_NAMES: list[str] = [t["name"] for t in AGENT_TOOLS] + [
-    MEMORY_SEARCH_TOOL["name"], "write_card"]
+    MEMORY_SEARCH_TOOL["name"], MEMORY_GET_TOOL["name"], "write_card"]
 
 
 class ApprovalPolicy(StrEnum):

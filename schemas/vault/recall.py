@@ -77,6 +77,13 @@ class SearchHits(list[MemoryHit]):
         return f"(searched {said}: no memory holds the word as written)"
 
 
+def fence_document(path: str, title: str, kind: str, text: str) -> str:
+    """One document of long memory read whole (memory_get), fenced as recalled hits are."""
+    label = f" — {title}" if title else ""
+    return "\n".join([FENCE_OPEN, FENCE_NOTE, f"{path}{label} ({kind})",
+                      _neutralise(text.strip()), FENCE_CLOSE])
+
+
 def _neutralise(text: str) -> str:
     # A recalled note must not be able to close the fence early or open a new one.
     return re.sub(r"</?\s*memory-context\s*>", "[memory-context]", text, flags=re.IGNORECASE)

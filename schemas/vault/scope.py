@@ -58,6 +58,11 @@ _PLACE = re.compile(
 _SCOPE_KEYS = {"scope", "memory_scope", "vault", "vault_dir", "path", "paths", "id",
                "card_id", "card_path", "tenant", "user", "owner"}
 _TEXT_FIELDS = {"memory_search": ("query",), "write_card": ("title", "links", "replaces")}
+# memory_get reads one document by the path memory_search gave it, within the session's own
+# scope: a vault-relative path, never a scope's id, an absolute path or a climb.
+_PATH_FIELDS = {"memory_get": "path"}
+_NOT_OWN_PATH = re.compile(r"^(?:/|~|\\|[a-z]:[\\/]|[a-z0-9][a-z0-9._-]{0,63}:)"
+                           r"|(?:^|[/\\])\.\.(?:[/\\]|$)", re.IGNORECASE)
 
 
 def tool_scope_problem(tool: str, args: dict[str, object], allowed: set[str]) -> str | None:
@@ -66,10 +71,15 @@ def tool_scope_problem(tool: str, args: dict[str, object], allowed: set[str]) ->
     The session's scope decides where a memory tool looks and writes; an input that tries
     to name a scope, a vault path or a document id gets an error result, so a model cannot
     even ask for another scope's memory."""
-    named = sorted(k for k in args if k in _SCOPE_KEYS or k not in allowed)
+    own = _PATH_FIELDS.get(tool)
+    named = sorted(k for k in args if (k in _SCOPE_KEYS and k != own) or k not in allowed)
     if named:
         return (f"{tool} refused: it takes no {', '.join(named)}; long memory is this "
                 "session's own and is chosen by the session, not by the tool input")
+    path = args.get(own) if own else None
+    if isinstance(path, str) and _NOT_OWN_PATH.search(path.strip()):
+        return (f"{tool} refused: {own} {path[:80]!r} is not a path of this session's long "
+                "memory (take one memory_search gave, as daily/DAY.md#SESSION:SEQ)")
     for key in _TEXT_FIELDS.get(tool, ()):
         value = args.get(key)
         values = value if isinstance(value, list) else [value]

@@ -81,3 +81,20 @@ def test_write_card_inputs():
                 {**ok, "links": ["bob:cards/contacts/Anna"]}, {**ok, "card_path": "x.md"},
                 {**ok, "title": "cards/notes/Kettle order"}):
         assert "refused" in (tool_scope_problem("write_card", bad, CARD_FIELDS) or ""), bad
+
+
+@pytest.mark.parametrize("path", [
+    "cards/contacts/Anna Petrova.md", "daily/2026-06-01.md#session-1:3", "daily/2026-06-01.md",
+    "summaries/weekly/2026-W22.md", "CORE.md", "cards/notes/a..b.md"])
+def test_memory_get_takes_a_path_of_the_sessions_own_memory(path):
+    assert tool_scope_problem("memory_get", {"path": path}, {"path"}) is None
+
+
+@pytest.mark.parametrize("args", [
+    {"path": "bob:cards/notes/Kettle order.md"}, {"path": "../bob/CORE.md"},
+    {"path": "cards/../../bob/CORE.md"}, {"path": "/srv/keel/vaults/bob/CORE.md"},
+    {"path": "~/vault/CORE.md"}, {"path": "C:\\vault\\CORE.md"}, {"path": "..\\CORE.md"},
+    {"path": "CORE.md", "scope": "bob"}, {"path": "CORE.md", "query": "x"}])
+def test_memory_get_refuses_a_path_of_another_place(args):
+    problem = tool_scope_problem("memory_get", args, {"path"})
+    assert problem and "refused" in problem

@@ -21,6 +21,7 @@ from activities.vault.store import MemoryContext, scope_vaults
 from activities.vault_share import publish_vault_files
 from keel.client import session_config
 from schemas.session import SessionConfig, SessionInput, SessionState
+from schemas.tools import MEMORY_TOOLS
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
 from tests.vault.scope_seeds import seed
@@ -112,7 +113,7 @@ async def test_two_scopes_never_see_each_other(client, settings, fake_anthropic,
         text = json.dumps(body, ensure_ascii=False)
         assert "A-1001" not in text and "B-2002" not in text and "kettle;" not in text
         assert "<memory-context" not in text
-        assert not {t["name"] for t in body["tools"]} & {"memory_search", "write_card"}
+        assert not {t["name"] for t in body["tools"]} & MEMORY_TOOLS
     # Each scope's own memory did arrive: core memory, recall and search.
     assert "order A-1001" in json.dumps(alice_reqs[0]["system"])  # core memory
     assert "order B-2002" in json.dumps(bob_reqs[0]["system"])
