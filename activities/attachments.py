@@ -200,11 +200,17 @@ async def keep_named(store: WorkspaceStore, session_id: str, op: str,
                      found: list[tuple[str, str, bytes | None]], *, images_only: bool
                      ) -> tuple[list[str], list[str]]:
     """Each (what, name, bytes) a tool returned put in the workspace under `upload_path`,
-    its op id `op` and its place; or a line saying why not (`what` names it there)."""
+    its op id `op` and its place; or a line saying why not (`what` names it there). At most
+    MAX_MESSAGE_ATTACHMENTS are kept and as many lines said; the rest are one line (a
+    result of ten thousand files is read no further than that, and its text stays short)."""
     paths: list[str] = []
     said: list[str] = []
     kept: list[Attachment] = []
     for i, (what, name, data) in enumerate(found):
+        if len(paths) >= MAX_MESSAGE_ATTACHMENTS or len(said) >= MAX_MESSAGE_ATTACHMENTS:
+            said.append(f"[{len(found) - i} more not shown: a result shows at most "
+                        f"{MAX_MESSAGE_ATTACHMENTS} files, and says why of as many]")
+            break
         if data is None:
             said.append(f"[{what} not shown: its data is not base64]")
             continue
@@ -213,9 +219,6 @@ async def keep_named(store: WorkspaceStore, session_id: str, op: str,
         if isinstance(made, str) or (images_only and kind not in IMAGE_TYPES):
             why = made if isinstance(made, str) else f"{name} is {kind or 'no image'}"
             said.append(f"[{what} not shown: {why}]")
-        elif len(paths) >= MAX_MESSAGE_ATTACHMENTS:
-            said.append(f"[{what} not shown: a result shows at most "
-                        f"{MAX_MESSAGE_ATTACHMENTS} files]")
         elif too_much := files_problem([*kept, made]):
             said.append(f"[{what} not shown: {too_much}]")
         elif problem := workspace_path_problem(path := upload_path(name, data)):

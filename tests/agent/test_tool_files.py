@@ -122,3 +122,16 @@ async def test_a_files_name_or_data_the_workspace_cannot_take_is_a_line_never_a_
     assert said[0].startswith("[file 2 (a?forged line.png) not shown: ")
     assert said[1].startswith(f"[file 3 ({'x' * 80}) not shown: ") and "200" in said[1]
     assert said[2] == "[file 4 (b.png) not shown: its data is not base64]"
+
+
+async def test_a_result_of_many_files_keeps_twenty_and_says_the_rest_in_one_line(tmp_path):
+    store = LocalStore(tmp_path / "w", tmp_path, max_file_bytes=1 << 20,
+                       max_workspace_bytes=1 << 24)
+    many = [{"name": f"p{i}.png", "data": base64.b64encode(image(8 + i, 8)).decode()}
+            for i in range(30)]
+    paths, said = await keep_files(store, "s1", "call-2", many)
+    assert len(paths) == 20 and said == [
+        "[10 more not shown: a result shows at most 20 files, and says why of as many]"]
+    junk = [{"name": f"j{i}.bin", "data": "%%"} for i in range(10_000)]
+    paths, said = await keep_files(store, "s1", "call-3", junk)
+    assert paths == [] and len(said) == 21 and said[-1].startswith("[9980 more not shown")
