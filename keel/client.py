@@ -32,7 +32,7 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from keel import branching, deletion, scope_erase
+from keel import branching, card_forget, deletion, scope_erase
 from keel._errors import (
     AgentSpecRefusedError,
     AttachmentRefusedError,
@@ -82,6 +82,7 @@ from schemas.session import (
     session_id_problem,
 )
 from schemas.vault.erase import ScopeErased
+from schemas.vault.forget import CardForgotten
 from workers.connect import connect
 
 __all__ = [
@@ -335,6 +336,12 @@ class KeelClient:
         first) and `force` (running ones stopped)."""
         return await scope_erase.erase_memory_scope(
             self, scope, with_sessions=with_sessions, force=force, database_url=database_url)
+
+    async def forget_card(self, scope: str, card: str) -> CardForgotten:
+        """Forget one card of a memory scope, by its title or vault path: its file and
+        index rows go, and the nightly rollup does not write it again from material of
+        that day or before (keel.card_forget; what still names it is said)."""
+        return await card_forget.forget_card(self, scope, card)
 
     async def sessions_ended_before(self, when: datetime) -> list[str]:
         """The sessions whose newest run closed before `when`, oldest first (what a

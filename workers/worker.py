@@ -68,6 +68,7 @@ from activities.tasks import stop_task
 from activities.vault.cards import VaultActivities
 from activities.vault.doctor import DoctorActivities
 from activities.vault.erase import ScopeEraseActivities
+from activities.vault.forget import ForgetCardActivities
 from activities.vault.outbox import TranscriptDrainer
 from activities.vault.rollup import RollupActivities
 from activities.vault.store import MemoryContext
@@ -87,6 +88,7 @@ from workflows.branch import ForkWorkflow
 from workflows.bundle_memory import BundleMemoryWorkflow
 from workflows.doctor import DoctorWorkflow
 from workflows.erase_scope import EraseScopeWorkflow
+from workflows.forget_card import ForgetCardWorkflow
 from workflows.nightly import MemoryNightlyWorkflow
 from workflows.rollup import ROLLUP_WORKFLOWS
 from workflows.session import SessionWorkflow
@@ -164,10 +166,11 @@ def memory_activities(settings: KeelSettings, *, database_url: str | None = None
     doctor = DoctorActivities(ctx)
     bundle = BundleMemoryActivities(ctx)
     erase = ScopeEraseActivities(ctx)
+    forget = ForgetCardActivities(ctx)
     return [
         vault.init_vault, vault.reindex_vault, vault.write_card, vault.list_memory_scopes,
         bundle.stage_bundle_memory, bundle.write_bundle_memory, bundle.forget_session_memory,
-        erase.erase_memory_scope,
+        erase.erase_memory_scope, forget.forget_memory_card,
         turn.recall_memory, turn.flush_memory, turn.append_transcript, turn.append_transcripts,
         rollup.plan_rollup_periods, rollup.plan_rollup, rollup.apply_rollup, rollup.notify,
         rollup.commit_vault,
@@ -221,7 +224,7 @@ class KeelWorkers:
             self.workers.append(Worker(
                 client, task_queue=settings.task_queue,
                 workflows=[SessionWorkflow, ForkWorkflow, WakeupFireWorkflow,
-                           BundleMemoryWorkflow, EraseScopeWorkflow],
+                           BundleMemoryWorkflow, EraseScopeWorkflow, ForgetCardWorkflow],
                 activities=session_activities(self.context, self.mcp_pool),
                 max_concurrent_activities=50, workflow_runner=EntryGuard(
                     context_free=ignores_context(client.data_converter)

@@ -35,7 +35,7 @@ __all__ = ["SCOPE_TABLES", "ScopeEraseActivities"]
 # their statement triggers update the term statistics, which then go too).
 SCOPE_TABLES = ("memory_docs", "memory_links", "memory_terms", "memory_stats",
                 "memory_languages", "vault_ops", "rollup_plans", "rollup_runs",
-                "transcript_outbox", "bundle_memory")
+                "transcript_outbox", "bundle_memory", "memory_forgotten")
 
 
 def _count_files(root: Path) -> int:

@@ -54,6 +54,7 @@ from schemas.vault.card import (
     parse_card,
     wikilinks,
 )
+from schemas.vault.forget import refused_by_forget
 from schemas.vault.rollup import split_transcript
 from schemas.vault.schema import (
     CARDS_DIR,
@@ -433,11 +434,16 @@ class Vault:
 
         The op is recorded `pending` before the card is touched and `applied` after; a
         retry skips applied ops, and re-applying a pending one is harmless because
-        `apply_fact` leaves a card that already holds the fact unchanged.
+        `apply_fact` leaves a card that already holds the fact unchanged. A fact for a card
+        a person had forgotten, out of material of that day or before (`today` is the
+        material's day), is refused (schemas.vault.forget).
         """
         schema = self.require_schema()
         outcomes: list[OpOutcome] = []
         async with self.lock(), pool.connection() as conn:
+            forgotten: dict[str, str] = dict(await (await conn.execute(
+                "SELECT card_key, forgotten_on::text FROM memory_forgotten WHERE scope = %s",
+                (self.scope,))).fetchall())
             for op_id, fact in facts:
                 cur = await conn.execute(
                     "SELECT state, outcome, path, note FROM vault_ops"
@@ -450,7 +456,13 @@ class Vault:
                 await conn.execute(
                     "INSERT INTO vault_ops (scope, op_id, state) VALUES (%s, %s, 'pending')"
                     " ON CONFLICT (scope, op_id) DO NOTHING", (self.scope, op_id))
-                outcome = self._apply_one(op_id, fact, schema, today)
+                on = forgotten.get(link_key(card_filename(fact.title)))
+                if refused_by_forget(op_id, today, on):
+                    outcome = OpOutcome(op_id=op_id, op=CardOp.NOOP, note=(
+                        f"rejected: {fact.title!r} was forgotten on {on}; material of that "
+                        "day or before does not write it again"))
+                else:
+                    outcome = self._apply_one(op_id, fact, schema, today)
                 if outcome.path and outcome.op != CardOp.NOOP:
                     await self.index_file(conn, outcome.path)
                 await conn.execute(

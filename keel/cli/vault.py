@@ -1,5 +1,5 @@
 """`keel vault`: long memory per scope; list the vaults, run the doctor or a rollup now,
-search or erase one scope.
+search one scope, forget one of its cards, or erase it.
 
 Invariants: a scope id is checked before anything runs; the doctor and the rollups run as
 the same workflows the schedules start, on the vault's own task queue (a worker must serve
@@ -32,7 +32,8 @@ from schemas.vault.nightly import NightlyJob, now_run_prefix
 __all__ = ["vault_app"]
 
 vault_app = Commands(name="vault", no_args_is_help=True,
-                        help="Long memory: list scopes; doctor, rollup, search or erase one scope.")
+                        help="Long memory: list scopes; doctor, rollup, search or erase one scope, "
+                     "or forget one card.")
 
 ScopeOption = Annotated[str, typer.Option("--scope", help="Whose memory (a scope id).")]
 
@@ -169,6 +170,36 @@ def vault_search(query: str, scope: ScopeOption = "default",
         for hit in hits:
             console.print(f"[cyan]{escape(hit.path)}[/] [dim]{hit.score:.3f}[/]  "
                           f"{escape(one_line(hit.snippet, 160))}")
+
+    run(main())
+
+
+@vault_app.command("forget")
+def vault_forget(
+    card: Annotated[str, typer.Argument(help="The card's title, or its vault path "
+                                             "(cards/.../NAME.md).")],
+    scope: ScopeOption = "default",
+) -> None:
+    """Forget one card: its file and index rows go, and the nightly rollup and memory
+    flushes do not write it again from material of today or before (the agent's own
+    write_card may). Says what still names it: transcripts, summaries, CORE.md."""
+    from keel._errors import DeleteRefusedError
+    from schemas.vault.forget import forgotten_text
+
+    settings = load_settings()
+
+    async def main() -> None:
+        _check_scope(scope)
+        keel = await connect(settings)
+        try:
+            with working(f"forgetting {one_line(card, 80)} in memory scope {scope}…"):
+                done = await keel.forget_card(scope, card)
+        except DeleteRefusedError as err:
+            raise CliError(str(err)) from None
+        for line in forgotten_text(done):
+            console.print(escape(line))
+        if done.path is None:
+            raise typer.Exit(1)
 
     run(main())
 

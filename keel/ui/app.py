@@ -97,6 +97,8 @@ def create_app(ctx: UiContext) -> ASGIApp:
         Route("/vault", pages.vault_page),
         Route("/vault/erase", pages.erase_page),
         Route("/vault/erase", pages.erase, methods=["POST"]),
+        Route("/vault/forget", pages.forget_page),
+        Route("/vault/forget", pages.forget, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={

@@ -52,6 +52,7 @@ from schemas.attachments import MAX_MESSAGE_ATTACHMENTS
 from schemas.checkpoint.mind import MindDocument
 from schemas.session import SessionPhase, SessionStatus, SessionSummary
 from schemas.vault.erase import erased_text
+from schemas.vault.forget import forgotten_text
 from schemas.vault.scope import DEFAULT_SCOPE, is_scope
 
 __all__ = ["approvals_fragment", "branch", "checkpoint_page", "decide", "erase", "erase_page",
@@ -467,6 +468,35 @@ async def erase(request: Request) -> Response:
     return render(request, "erased.html", title=f"Erased {scope}", scope=scope,
                   said=erased_text(done), sessions=done.sessions_deleted, found=done.found,
                   status_code=200 if done.found else 404)
+
+
+async def forget_page(request: Request) -> Response:
+    """Forgetting one card, asked once more: what goes, what stays, and the form."""
+    scope = _scope_asked(request)
+    if scope is None:
+        return _no_scope(request)
+    card = str(request.query_params.get("card") or "")
+    return render(request, "forget.html", title=f"Forget {card}?", scope=scope, card=card)
+
+
+async def forget(request: Request) -> Response:
+    """The forgetting itself (keel.card_forget): a page saying what went and what still
+    names the card, or why not."""
+    ctx = ui(request)
+    form = await _own_form(request)
+    if form is None:
+        return _refused()
+    scope = _scope_asked(request, form)
+    if scope is None:
+        return HTMLResponse("scope must be a memory scope's id", status_code=400)
+    try:
+        done = await ctx.keel.forget_card(scope, str(form.get("card") or ""))
+    except KeelError as err:
+        return render(request, "error.html", status_code=409, title="Not forgotten",
+                      message=str(err))
+    return render(request, "forgot.html", title=f"Forgot {done.title}", scope=scope,
+                  said=forgotten_text(done), found=done.path is not None,
+                  status_code=200 if done.path is not None else 404)
 
 
 async def home(request: Request) -> Response:

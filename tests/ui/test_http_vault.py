@@ -109,3 +109,36 @@ async def test_a_scope_is_erased_from_the_vault_page_once_asked_again(
             bad = await http.get(f"{base}/vault/erase", params={"scope": "No Scope"})
             assert bad.status_code == 400
 
+
+
+async def test_a_card_is_forgotten_from_the_vault_page_once_asked_again(
+        client, settings, database_url):
+    scope = f"ui-forget-{uuid.uuid4().hex[:6]}"
+    card = "cards/contacts/Dana Whitfield.md"
+    folder = settings.memory.vault_dir_for(scope)
+    async with keel_worker(client, settings) as keel:
+        await remembered(keel, scope, "Dana's words stay in the transcript")
+        async with (ui_server(keel, settings, database_url, port=0) as url,
+                    httpx.AsyncClient(timeout=20) as http):
+            base = url.removesuffix("/sessions")
+            vault = (await http.get(f"{base}/vault", params={"scope": scope})).text
+            link = (f'href="/vault/forget?scope={scope}&amp;card=cards/contacts/'
+                    'Dana%20Whitfield.md"')
+            assert link in vault
+            asked = (await http.get(f"{base}/vault/forget",
+                                    params={"scope": scope, "card": card})).text
+            assert f"Forget {card}?" in asked and 'id="forget-form"' in asked
+            (csrf, *_) = re.findall(r'name="csrf" value="([^"]+)"', asked)
+            foreign = await http.post(f"{base}/vault/forget", headers={"Origin": base},
+                                      data={"csrf": "guess", "scope": scope, "card": card})
+            assert foreign.status_code == 403 and (folder / card).is_file()
+            done = await http.post(f"{base}/vault/forget", headers={"Origin": base},
+                                   data={"csrf": csrf, "scope": scope, "card": card})
+            assert done.status_code == 200, done.text
+            assert f"forgot {card} in memory scope &#39;{scope}&#39;" in done.text
+            assert not (folder / card).exists()
+            again = await http.post(f"{base}/vault/forget", headers={"Origin": base},
+                                    data={"csrf": csrf, "scope": scope, "card": card})
+            assert again.status_code == 404 and "No such card" in again.text
+            vault = (await http.get(f"{base}/vault", params={"scope": scope})).text
+            assert "Dana Whitfield" not in vault.split("<h2>Cards</h2>")[1].split("<h2>")[0]
