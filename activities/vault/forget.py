@@ -33,7 +33,7 @@ __all__ = ["ForgetCardActivities"]
 def _card(vault: Vault, asked: str) -> tuple[str | None, str]:
     """The card's vault path (None: no such card) and its title, by a title or a path."""
     if asked.startswith(f"{CARDS_DIR}/") and asked.endswith(".md"):
-        rel = asked if vault.path(asked).is_file() else None
+        rel = asked if asked in vault.card_files() else None  # never a climb out of cards/
     else:
         rel = vault.find_card(asked)
     if rel is None:

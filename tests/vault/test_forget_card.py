@@ -97,6 +97,9 @@ async def test_a_forgotten_card_is_gone_and_old_material_does_not_write_it_again
     nothing = await run_activity(ForgetCardActivities(ctx).forget_memory_card,
                                  ForgetCardInput(scope="default", card="Nobody Atall"))
     assert nothing.path is None and nothing.documents == 0
+    climb = await run_activity(ForgetCardActivities(ctx).forget_memory_card,
+                               ForgetCardInput(scope="default", card="cards/../CORE.md"))
+    assert climb.path is None and vault.path("CORE.md").is_file()  # a card's path only
 
 
 async def test_keel_vault_forget_runs_through_the_vault_worker(
