@@ -130,7 +130,8 @@ async def _message_files(ctx: SessionContext, conn: AsyncConnection, call: Memor
     """The files of the message at (`session_id`, `seq`) put in the calling session's
     workspace to be shown with the result; lines for those that are not."""
     row = await (await conn.execute(
-        "SELECT content FROM messages WHERE session_id = %s AND seq = %s AND type = 'user'"
+        "SELECT content FROM messages WHERE session_id = %s AND seq = %s"
+        " AND type IN ('user', 'harness')"
         " AND jsonb_typeof(content->'attachments') = 'array'", (session_id, seq))).fetchone()
     if row is None:
         return [], []

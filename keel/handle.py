@@ -168,24 +168,45 @@ class SessionHandle(SessionControls, SessionApprovals, SessionFiles):
                       | CallbackInput) -> None:
         """A background input; what the session would only record as a notice (over the
         payload limit, an id or name over its bound) is refused here, before sending."""
-        ids = {k: v for k, v in arg.model_dump().items() if k != "text" and v is not None}
+        ids = {k: v for k, v in arg.model_dump().items()
+               if k not in ("text", "attachments") and v is not None}
         refuse_before_sending(arg.text, **ids)
         async with refusals(self.handle):
             await self.handle.signal(handler, arg)
 
-    async def watch(self, watch_id: str, name: str, text: str) -> None:
-        await self._signal(Handler.WATCH, WatchInput(watch_id=watch_id, name=name, text=text))
+    async def _signal_files(self, text: str, attachments: Attachments) -> list[str]:
+        """A background input's `attachments`: files sent with it, as `send` takes them (a
+        workspace path, or a (name, bytes) pair put in the workspace first); what the
+        session would refuse of them, or of its words, is refused before anything is put
+        or sent."""
+        if not attachments:
+            return []
+        refuse_before_sending(text)
+        return await self.attachment_paths(attachments)
 
-    async def task(self, task_id: str, name: str, text: str) -> None:
-        await self._signal(Handler.TASK, TaskInput(task_id=task_id, name=name, text=text))
+    async def watch(self, watch_id: str, name: str, text: str, *,
+                    attachments: Attachments = ()) -> None:
+        await self._signal(Handler.WATCH, WatchInput(
+            watch_id=watch_id, name=name, text=text,
+            attachments=await self._signal_files(text, attachments)))
 
-    async def agent_run(self, run_id: str, from_session: str, text: str) -> None:
+    async def task(self, task_id: str, name: str, text: str, *,
+                   attachments: Attachments = ()) -> None:
+        await self._signal(Handler.TASK, TaskInput(
+            task_id=task_id, name=name, text=text,
+            attachments=await self._signal_files(text, attachments)))
+
+    async def agent_run(self, run_id: str, from_session: str, text: str, *,
+                        attachments: Attachments = ()) -> None:
         await self._signal(Handler.AGENT_RUN, AgentRunInput(
-            run_id=run_id, from_session=from_session, text=text))
+            run_id=run_id, from_session=from_session, text=text,
+            attachments=await self._signal_files(text, attachments)))
 
-    async def callback(self, run_id: str, from_session: str, text: str) -> None:
+    async def callback(self, run_id: str, from_session: str, text: str, *,
+                       attachments: Attachments = ()) -> None:
         await self._signal(Handler.CALLBACK, CallbackInput(
-            run_id=run_id, from_session=from_session, text=text))
+            run_id=run_id, from_session=from_session, text=text,
+            attachments=await self._signal_files(text, attachments)))
 
     async def status(self) -> SessionStatus:
         async with refusals(self.handle):

@@ -204,8 +204,9 @@ class AssembledContext(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-# The rows whose files a request carries: a user's attachments, a tool's images.
-CARRIES_FILES = frozenset({MessageType.USER, MessageType.TOOL_RESULT})
+# The rows whose files a request carries: a user's attachments, a background input's,
+# a tool's images.
+CARRIES_FILES = frozenset({MessageType.USER, MessageType.HARNESS, MessageType.TOOL_RESULT})
 
 
 def _text_block(text: str) -> dict[str, Any]:
@@ -355,8 +356,8 @@ class _Assembly:
                 self.add("user", blocks)
 
     def input_blocks(self, row: RecordRow) -> list[dict[str, Any]]:
-        """An input's blocks: a user's files and its text (`file_blocks`)."""
-        if row.type != MessageType.USER or not attachments_of(row.content):
+        """An input's blocks: its files and its text (`file_blocks`)."""
+        if row.type not in CARRIES_FILES or not attachments_of(row.content):
             return [_text_block(row.rendered_text())]
         return self.file_blocks(row, row.rendered_text())
 

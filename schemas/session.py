@@ -457,6 +457,8 @@ class WatchInput(BaseModel):
     name: str
     text: str
     input_id: str | None = None
+    # Files of the session's workspace sent with it (schemas.attachments), by path.
+    attachments: list[str] = Field(default_factory=list)
 
 
 class TaskInput(BaseModel):
@@ -464,6 +466,8 @@ class TaskInput(BaseModel):
     name: str
     text: str
     input_id: str | None = None
+    # Files of the session's workspace sent with it (schemas.attachments), by path.
+    attachments: list[str] = Field(default_factory=list)
 
 
 class AgentRunInput(BaseModel):
@@ -471,6 +475,8 @@ class AgentRunInput(BaseModel):
     from_session: str
     text: str
     input_id: str | None = None
+    # Files of the session's workspace sent with it (schemas.attachments), by path.
+    attachments: list[str] = Field(default_factory=list)
     outcome: str | None = None  # a child's answer: "answered" or "failed" (delegation)
     spent: Spend | None = None  # a child's answer: what the child spent, for its parent
 
@@ -480,6 +486,8 @@ class CallbackInput(BaseModel):
     from_session: str
     text: str
     input_id: str | None = None
+    # Files of the session's workspace sent with it (schemas.attachments), by path.
+    attachments: list[str] = Field(default_factory=list)
 
 
 class MessageAccepted(BaseModel):

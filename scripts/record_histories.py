@@ -62,7 +62,8 @@ handler a running session meets:
   end;
 - `history-tool-files`: on the fake Messages API, a service tool (on its own worker) whose
   result carries files, under the patch `service-tool-files`: one kept and sent with the
-  result, one too wide for the model said in a line; and the end;
+  result, one too wide for the model said in a line; a Task with a file and a Watch whose
+  file is refused (its words kept), under `background-input-files`; and the end;
 - `history-refused-config`: a start from a client that is not Keel's, with a config no
   session can work with (a reply of 0 tokens), refused by the session under the patch
   `refuse-unworkable-config`: the run fails at once, nothing written;
@@ -79,6 +80,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import os
 import sys
 import tempfile
@@ -275,6 +277,8 @@ def tool_files_model(body: dict[str, Any]) -> dict[str, Any]:
     last = body["messages"][-1]["content"]
     if isinstance(last, list) and any(b.get("type") == "tool_result" for b in last):
         return text_message("I see the chart.")
+    if "Chart" not in json.dumps(last):
+        return text_message("noted")
     return tool_use_message([("chart", {"width": 120, "height": 80})])
 
 
@@ -293,6 +297,11 @@ async def tool_files_scenario(keel: KeelClient, settings: KeelSettings,
         session = await keel.start_session(session_id,
                                            agent=AgentSpec(tools=tools.declarations()))
         await session.ask("Chart today's orders.")
+        await session.put_file("shots/wide.png", png(9000, 10))
+        await session.task("t-1", "Ticket 1", "the customer's screenshot",
+                           attachments=[("ticket.png", png(64, 48))])
+        await session.watch("w-1", "CI", "a failing run", attachments=["shots/wide.png"])
+        await session.ask("and the tickets?")  # after the background inputs' turns
         await session.end()
     return session
 

@@ -68,14 +68,16 @@ with workflow.unsafe.imports_passed_through():
     from workflows.options import RECORD_BACKGROUND, RECORD_FENCE, record_user_input
     from workflows.run import SessionRun
 
-__all__ = ["BACKGROUND", "LONG_IDS_PATCH", "RECALL_QUERY_CHARS", "SIGNAL_LABELS",
-           "UNKNOWN_SIGNAL_PATCH", "Inbox"]
+__all__ = ["BACKGROUND", "BACKGROUND_FILES_PATCH", "LONG_IDS_PATCH", "RECALL_QUERY_CHARS",
+           "SIGNAL_LABELS", "UNKNOWN_SIGNAL_PATCH", "Inbox"]
 
 RECALL_QUERY_CHARS = 500
 # Behaviour new to sessions that may exist already, guarded (a replay takes the old path):
 # a background input whose id or name is too long is a notice; so is an unknown signal.
 LONG_IDS_PATCH = "background-ids-bounded"
 UNKNOWN_SIGNAL_PATCH = "unknown-signal-notice"
+# A background input's files (its `attachments`) are described and recorded with it.
+BACKGROUND_FILES_PATCH = "background-input-files"
 
 SIGNAL_LABELS = {HarnessKind.WATCH: "Watch", HarnessKind.TASK: "Task",
                   HarnessKind.AGENT_RUN: "agent run", HarnessKind.CALLBACK: "callback"}
@@ -364,13 +366,36 @@ class Inbox:
         text, replaced = make_storable(data.text)
         if replaced:
             text += f"\n[Keel: {'; '.join(replaced)}]"
+        files: list[Attachment] = []
+        if data.attachments and workflow.patched(BACKGROUND_FILES_PATCH):
+            files, unattached = await self._background_files(data.attachments, text)
+            if unattached:  # nobody to refuse it to: the words are kept, and why not these
+                text += f"\n[Keel: its files were not attached: {unattached}]"
         input_id = make_storable(data.input_id)[0] if data.input_id else None
         try:
             await self.record_input(kind.value, MessageType.HARNESS, text, source_line,
-                                    input_id, patient=True, lost=lost)
+                                    input_id, patient=True, lost=lost, attachments=files)
         except ApplicationError as err:
             # Recorded already: the fence notice says what was lost; last_error says it too.
             workflow.logger.error("background input not recorded: %s", err)
+
+    async def _background_files(self, paths: list[str], text: str
+                                ) -> tuple[list[Attachment], str]:
+        """A background input's files described as a message's are, or why they were not
+        (refused, as a message's would be; or the store not answering within the hour a
+        background input is tried for)."""
+        try:
+            found: list[Attachment] = await workflow.execute_activity_method(
+                SessionActivities.resolve_attachments,
+                ResolveAttachments(session_id=self.run.state.session_id, paths=paths,
+                                   text=text, limits=self.run.input_limits()),
+                **RECORD_BACKGROUND)
+        except ActivityError as err:
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.type == Rejection.ATTACHMENT_REFUSED:
+                return [], cause.message.removesuffix("; nothing was recorded")
+            return [], f"they could not be read ({reason(err)})"
+        return found, ""
 
     async def unknown_signal(self, name: str) -> None:
         """A signal the session has no handler for: said in a notice, then dropped (before,

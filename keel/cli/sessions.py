@@ -271,6 +271,13 @@ def signal_(
     from_: Annotated[str | None, typer.Option("--from",
                                               help="Sending session (agent-run, callback).")
                      ] = None,
+    attach: Annotated[list[Path] | None, typer.Option(
+        "--attach", "-a", exists=True, dir_okay=False,
+        help="A local file sent with the input: an image (PNG, JPEG, GIF, WebP), a PDF or "
+        "text. Again for more.")] = None,
+    attach_workspace: Annotated[list[str] | None, typer.Option(
+        "--attach-workspace", help="A file of the session's workspace sent with the input. "
+        "Again for more.")] = None,
 ) -> None:
     """Send a background input; Keel writes its source line from the kind, never the text."""
     needs = {SignalKind.watch: ("--name", name), SignalKind.task: ("--name", name),
@@ -283,11 +290,14 @@ def signal_(
     async def main(value: str) -> None:
         text_ = given_text(text)
         handle = await session_handle(session)
+        files = [*(await put_attachments(load_settings(), session, attach) if attach else []),
+                 *(attach_workspace or [])]
         signals: dict[SignalKind, Callable[[], Awaitable[None]]] = {
-            SignalKind.watch: lambda: handle.watch(id, value, text_),
-            SignalKind.task: lambda: handle.task(id, value, text_),
-            SignalKind.agent_run: lambda: handle.agent_run(id, value, text_),
-            SignalKind.callback: lambda: handle.callback(id, value, text_),
+            SignalKind.watch: lambda: handle.watch(id, value, text_, attachments=files),
+            SignalKind.task: lambda: handle.task(id, value, text_, attachments=files),
+            SignalKind.agent_run: lambda: handle.agent_run(id, value, text_,
+                                                           attachments=files),
+            SignalKind.callback: lambda: handle.callback(id, value, text_, attachments=files),
         }
         await signals[kind]()
         console.print(f"signalled {kind.value} {escape(id)} to {escape(session)}")

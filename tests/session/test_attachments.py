@@ -21,7 +21,7 @@ from schemas.interrupt import InterruptPolicy
 from tests.attached import image as png
 from tests.attached import pdf
 from tests.fake_anthropic import text_message, tool_use_message
-from tests.harness import keel_worker, make_settings
+from tests.harness import keel_worker, make_settings, until
 from tests.session.streams import DELAY_S, streaming
 
 
@@ -271,3 +271,43 @@ async def test_a_first_message_carries_files_and_what_is_refused_starts_nothing(
     users = [(r[2], [a["name"] for a in r[3]["attachments"]]) for r in rows(database_url, sid)
              if r[1] == "user"]
     assert users == [("what is this?", ["shot.png"]), ("and this?", ["shot2.png"])]
+
+
+async def test_a_background_input_carries_files_and_one_refused_keeps_its_words(
+        client, settings, fake_anthropic, database_url):
+    from tests.session.test_inputs import wait_idle
+
+    fake_anthropic.responder = lambda body: text_message("on it")
+    shot, spec = png(120, 80), pdf(2)
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"s-{uuid.uuid4().hex[:8]}")
+        await session.put_file("tickets/spec.pdf", spec)
+        await session.task("t-123", "Ticket 123", "the customer's screenshot and spec",
+                           attachments=[("ticket shot.png", shot), "tickets/spec.pdf"])
+        await wait_idle(session, 1)
+        await session.put_file("shots/wide.png", png(9000, 10))  # a path: the session reads it
+        await session.watch("w-1", "CI", "a failing run", attachments=["shots/wide.png"])
+        await session.callback("run-9", "other", "see this", attachments=["no/such.png"])
+        await wait_idle(session, 2)  # one turn answers both, or two do
+
+        async def three() -> bool:
+            return len([r for r in rows(database_url, session.session_id)
+                        if r[1] == "harness"]) == 3
+
+        await until(three)
+        with pytest.raises(AttachmentRefusedError, match=r"tool\.exe"):
+            await session.task("t-124", "Ticket 124", "x",
+                               attachments=[("tool.exe", b"MZ\x90\x00")])
+    harness = [r for r in rows(database_url, session.session_id) if r[1] == "harness"]
+    assert [(a["name"], a["media_type"]) for a in harness[0][3]["attachments"]] == [
+        ("ticket shot.png", "image/png"), ("spec.pdf", "application/pdf")]
+    first = fake_anthropic.requests[0]["messages"][-1]["content"]
+    assert [b["type"] for b in first] == ["image", "document", "text"]
+    assert base64.b64decode(first[0]["source"]["data"]) == shot
+    assert first[2]["text"].startswith('[Harness: Task t-123 "Ticket 123"]\n')
+    # Nobody to refuse them to: the words are kept, with why the files were not.
+    assert harness[1][2].startswith("a failing run\n[Keel: its files were not attached: "
+                                    "wide.png is 9000×10 pixels; the model takes at most 8000")
+    assert not (harness[1][3] or {}).get("attachments")
+    assert "there is no file at no/such.png" in harness[2][2]
+    assert len(harness) == 3  # the refused one was never sent
