@@ -27,7 +27,6 @@ from activities.vault.store import MemoryContext
 from activities.vault_share import unpublish_scope
 from activities.workspace import open_store
 from schemas.vault.erase import EraseScopeInput, ScopeErased
-from schemas.vault.schema import LOCK_FILE
 
 __all__ = ["SCOPE_TABLES", "ScopeEraseActivities"]
 
@@ -56,7 +55,7 @@ class ScopeEraseActivities:
         ctx = self.ctx.scoped(data.scope)
         root = ctx.vault.root
         # Looked at before the lock, which makes the folder to hold its lock file.
-        had_folder = root.is_dir() and any(p.name != LOCK_FILE for p in root.iterdir())
+        had_folder = not ctx.vault.holds_nothing()
         done = ScopeErased(scope=ctx.scope)
         async with ctx.vault.lock(), ctx.connection() as conn:
             async with conn.transaction():

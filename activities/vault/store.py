@@ -212,6 +212,22 @@ class Vault:
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
 
+    def holds_nothing(self) -> bool:
+        """Whether the vault's folder is missing or holds its lock file alone: a scope
+        erased (activities.vault.erase) since a loop over the scopes listed it, whose lock
+        made the folder again."""
+        return not self.root.is_dir() or all(p.name == LOCK_FILE for p in self.root.iterdir())
+
+    def drop_if_nothing(self) -> bool:
+        """The folder gone when it `holds_nothing` (under the lock, as the erasure takes
+        it); whether it was."""
+        if not self.holds_nothing():
+            return False
+        with contextlib.suppress(OSError):
+            (self.root / LOCK_FILE).unlink(missing_ok=True)
+            self.root.rmdir()
+        return True
+
     # --- files --------------------------------------------------------------------------
 
     def markdown_files(self, under: str = "") -> list[str]:

@@ -342,6 +342,8 @@ async def catch_up_hand_edits(ctx: MemoryContext) -> int:
     for scope in scope_vaults(ctx.memory):
         vault = ctx.scoped(scope).vault
         async with vault.lock(), ctx.connection() as conn:
+            if vault.drop_if_nothing():  # erased since it was listed: nothing to catch up
+                continue
             here = await vault.refresh(conn)
             changed += here
             key = (ctx.database_url, scope, embedder.name if embedder else "")

@@ -179,3 +179,23 @@ async def test_keel_vault_erase_asks_once_more_and_says_what_went(client, settin
         assert f"no long memory of scope '{scope}' here" in out
         out = await asyncio.to_thread(keel, "--scope", "Not A Scope", "--yes", code=1)
         assert "is not a valid scope id" in out
+
+
+async def test_the_beat_takes_no_erased_scope_back(settings, database_url):
+    """The vault worker's beat lists the scopes, then takes each one's lock, which makes the
+    folder for its lock file: a scope erased in between came back as a folder holding only
+    that file (listed again by `keel vault list`). The beat drops it instead."""
+    from activities.vault.store import MemoryContext, scope_vaults
+    from activities.vault.turn import catch_up_hand_edits
+    from schemas.vault.schema import LOCK_FILE
+
+    ctx = MemoryContext(settings=settings, database_url=database_url)
+    kept = ctx.scoped("kept").vault
+    kept.ensure()
+    erased = ctx.scoped("erased").vault
+    erased.root.mkdir(parents=True)
+    (erased.root / LOCK_FILE).touch()  # what the lock left of it
+    assert set(scope_vaults(settings.memory)) >= {"kept", "erased"}
+    await catch_up_hand_edits(ctx)
+    assert not erased.root.exists() and (kept.root / CORE_FILE).is_file()
+    assert "erased" not in scope_vaults(settings.memory)
