@@ -9,7 +9,8 @@ Invariants:
   recorded): a file changed in between fails the record (AttachmentChanged, non-retryable),
   never a row whose description and bytes disagree.
 - The bytes travel from the store to the record inside an activity; a workflow carries
-  paths and descriptions only.
+  paths and descriptions only. A `delegate` call's files are copied from the parent's
+  workspace to the child's (`share`), described as a message's are.
 - An image an MCP tool returns, and a file a service tool returns, is kept the same way
   (`keep_images`, `keep_files` put it in the workspace, `stored_files` puts it in the
   result's row), its kind read from its bytes, one the model would refuse said in a line
@@ -57,9 +58,10 @@ from schemas.messages import RecordRow
 from schemas.session import Rejection
 from schemas.tokens import count_tokens
 
-__all__ = ["FILE_BYTES", "FileBytes", "ResolveAttachments", "keep_files", "keep_images",
-           "keep_named", "mark_refused", "resolve", "stored_files", "with_attachments",
-           "with_bytes"]
+__all__ = ["FILES_REFUSED", "FILE_BYTES", "FileBytes", "ResolveAttachments", "ShareFiles",
+           "keep_files", "keep_images",
+           "keep_named", "mark_refused", "resolve", "share", "stored_files",
+           "with_attachments", "with_bytes"]
 
 # What a worker holds of the files its requests send (base64 characters): a session's
 # newest files, of the sessions it serves, read from the record once.
@@ -105,6 +107,45 @@ async def resolve(store: WorkspaceStore, data: ResolveAttachments) -> list[Attac
                            f"model one may have at most {data.limits.tokens}: send fewer "
                            "or smaller files")
     return found
+
+
+class ShareFiles(BaseModel):
+    """A parent's `delegate` call's files, to copy into its child's workspace."""
+
+    from_session: str
+    to_session: str
+    call_id: str
+    paths: list[str] = Field(default_factory=list)
+
+
+async def share(store: WorkspaceStore, data: ShareFiles) -> list[Attachment]:
+    """Each file described from the parent's workspace, then copied to the same path in
+    the child's (once per call: the write's op id), for the child's task to carry; or
+    FILES_REFUSED (non-retryable) naming the file and why, with nothing copied."""
+    found: list[tuple[Attachment, bytes]] = []
+    for path in data.paths:
+        try:
+            file = await store.read(data.from_session, normal_path(path))
+        except StoreError as err:
+            raise _refused_share(f"{path}: {err}") from err
+        if file is None:
+            raise _refused_share(f"there is no file at {path} in your workspace")
+        described = describe(file.path, file.data)
+        if isinstance(described, str):
+            raise _refused_share(described)
+        found.append((described, file.data))
+    if problem := files_problem([a for a, _ in found]):
+        raise _refused_share(problem)
+    for i, (item, raw) in enumerate(found):
+        await store.write(data.to_session, item.path, raw, op_id=f"share-{data.call_id}-{i}")
+    return [a for a, _ in found]
+
+
+FILES_REFUSED = "FilesRefused"
+
+
+def _refused_share(why: str) -> ApplicationError:
+    return ApplicationError(why, type=FILES_REFUSED, non_retryable=True)
 
 
 async def with_attachments(store: WorkspaceStore, data: RecordInput) -> RecordInput:

@@ -43,9 +43,11 @@ from temporalio.exceptions import ApplicationError
 
 from activities.attachments import (
     ResolveAttachments,
+    ShareFiles,
     keep_files,
     mark_refused,
     resolve,
+    share,
     stored_files,
     with_attachments,
     with_bytes,
@@ -186,6 +188,11 @@ class SessionActivities:
     async def resolve_attachments(self, data: ResolveAttachments) -> list[Attachment]:
         """A message's files described from the workspace, or ATTACHMENT_REFUSED."""
         return await resolve(self.ctx.store, data)
+
+    @activity.defn
+    async def share_files(self, data: ShareFiles) -> list[Attachment]:
+        """A delegate call's files copied to its child's workspace, or FILES_REFUSED."""
+        return await share(self.ctx.store, data)
 
     @activity.defn
     async def interrupt_model_call(self, data: InterruptInput) -> None:

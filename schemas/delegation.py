@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel
 
 from schemas.agent import AgentSpec, ApprovalPolicy, approval_for, child_spec
+from schemas.attachments import Attachment, attachment_problem
 from schemas.budget import Spend, spend_of
 from schemas.initiative import ChildRun, DelegatedTask, child_scope, child_session_id
 from schemas.messages import ModelReply, ToolCall
@@ -57,6 +58,11 @@ def refusal(config: SessionConfig, call: ToolCall, active: int,
                 f"{', '.join(a.name for a in spec.sub_agents)}).")
     if not isinstance(task, str) or not task.strip():
         return "task must be a non-empty string: what the sub-agent should do."
+    files = call.input.get("files", [])
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        return "files must be a list of paths of files in your workspace."
+    if files and (problem := attachment_problem(files)):
+        return problem
     if len(task) > config.max_message_chars:
         return (f"task has {len(task)} characters; the limit is "
                 f"{config.max_message_chars} (put it in a file and name it)")
@@ -80,9 +86,10 @@ def child_run(parent_session: str, config: SessionConfig, call: ToolCall,
 
 
 def child_input(parent_session: str, config: SessionConfig, call: ToolCall, spent: Spend,
-                *, answer_in_result: bool) -> SessionInput:
-    """The child's start; ValueError when its memory scope is not the parent's or
-    narrower."""
+                *, answer_in_result: bool, files: list[Attachment] | None = None
+                ) -> SessionInput:
+    """The child's start (`files`: the call's, copied to its workspace); ValueError when
+    its memory scope is not the parent's or narrower."""
     spec = config.agent
     assert spec is not None
     agent = next(a for a in spec.sub_agents if a.name == call.input["agent"])
@@ -93,7 +100,7 @@ def child_input(parent_session: str, config: SessionConfig, call: ToolCall, spen
                 "delegated": DelegatedTask(parent_session=parent_session, call_id=call.id,
                                            agent=agent.name, task=call.input["task"],
                                            depth=depth, answer_in_result=answer_in_result,
-                                           hears_call=True)})
+                                           hears_call=True, files=files or [])})
     return SessionInput(session_id=child_id, config=child_config)
 
 
@@ -103,8 +110,8 @@ def ahead_call(config: SessionConfig, active: int, calls: list[ToolCall]) -> Too
     if len(calls) != 1 or calls[0].name != "delegate":
         return None
     call = calls[0]
-    if call.input.get("wait", True) is False:
-        return None
+    if call.input.get("wait", True) is False or call.input.get("files"):
+        return None  # files are copied to the child's workspace first: the workflow's way
     if approval_for(config.agent, "delegate") is not ApprovalPolicy.ALLOW:
         return None
     if refusal(config, call, active, None) is not None:

@@ -37,6 +37,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from schemas.attachments import Attachment
 from schemas.strict import SpecModel
 
 __all__ = [
@@ -145,6 +146,9 @@ class DelegatedTask(BaseModel):
     # the answer. False from a parent on code before that signal (a rolling deploy): it
     # would take the signal for an unknown one, so the child answers at its end only.
     hears_call: bool = False
+    # Files of the parent's workspace given with the task (the call's `files`), copied to
+    # the child's workspace at the same paths: the child's task carries them.
+    files: list[Attachment] = Field(default_factory=list)
 
 
 class ChildRun(BaseModel):
@@ -193,7 +197,11 @@ DELEGATE_TOOL: dict[str, Any] = {
                    "run input.",
     "input_schema": {"type": "object", "properties": {
         "agent": {"type": "string"}, "task": {"type": "string"},
-        "wait": {"type": "boolean"}}, "required": ["agent", "task"]},
+        "wait": {"type": "boolean"},
+        "files": {"type": "array", "items": {"type": "string"}, "maxItems": 20,
+                  "description": "Paths of files in your workspace (images, PDFs, text) "
+                                 "the sub-agent gets with its task."}},
+        "required": ["agent", "task"]},
 }
 INITIATIVE_TOOL_NAMES = frozenset({t["name"] for t in WAKEUP_TOOLS} | {"delegate"})
 

@@ -60,10 +60,12 @@ handler a running session meets:
   the session and a workspace file sent with the words, a file refused before the message
   is numbered (its Update rejected, nothing recorded), a message of files alone, and the
   end;
-- `history-tool-files`: on the fake Messages API, a service tool (on its own worker) whose
-  result carries files, under the patch `service-tool-files`: one kept and sent with the
-  result, one too wide for the model said in a line; a Task with a file and a Watch whose
-  file is refused (its words kept), under `background-input-files`; and the end;
+- `history-tool-files` (and its child, named by its own id): on the fake Messages API, a
+  service tool (on its own worker) whose result carries files, under the patch
+  `service-tool-files`: one kept and sent with the result, one too wide for the model said
+  in a line; a Task with a file and a Watch whose file is refused (its words kept), under
+  `background-input-files`; a delegate call whose file goes to its child with the task,
+  under `delegate-files`; and the end;
 - `history-refused-config`: a start from a client that is not Keel's, with a config no
   session can work with (a reply of 0 tokens), refused by the session under the patch
   `refuse-unworkable-config`: the run fails at once, nothing written;
@@ -111,6 +113,7 @@ from schemas.agent import (  # noqa: E402
     ApprovalRules,
     spec_from_text,
 )
+from schemas.attachments import upload_path  # noqa: E402
 from schemas.budget import BudgetLimits, BudgetSpec  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
 from schemas.initiative import SubAgent, WakeupLimits  # noqa: E402
@@ -273,11 +276,19 @@ async def attachments_scenario(keel: KeelClient, settings: KeelSettings,
     return session
 
 
+TICKET = png(64, 48)
+
+
 def tool_files_model(body: dict[str, Any]) -> dict[str, Any]:
-    last = body["messages"][-1]["content"]
-    if isinstance(last, list) and any(b.get("type") == "tool_result" for b in last):
-        return text_message("I see the chart.")
-    if "Chart" not in json.dumps(last):
+    if CHILD_NOTE in json.dumps(body.get("system") or ""):  # the sub-agent sees its file
+        return text_message("a blue rectangle")
+    last = json.dumps(body["messages"][-1]["content"])
+    if "tool_result" in last or "agent run" in last:
+        return text_message("I see it.")
+    if "Delegate" in last:
+        return tool_use_message([("delegate", {"agent": "looker", "task": "describe it",
+                                               "files": [upload_path("ticket.png", TICKET)]})])
+    if "Chart" not in last:
         return text_message("noted")
     return tool_use_message([("chart", {"width": 120, "height": 80})])
 
@@ -294,15 +305,20 @@ async def tool_files_scenario(keel: KeelClient, settings: KeelSettings,
 
     async with Worker(keel.client, task_queue=tools.task_queue,
                       activities=tools.activities()):
-        session = await keel.start_session(session_id,
-                                           agent=AgentSpec(tools=tools.declarations()))
+        session = await keel.start_session(session_id, agent=AgentSpec(
+            tools=tools.declarations(),
+            sub_agents=[SubAgent(name="looker", instructions="You look at images.")]))
         await session.ask("Chart today's orders.")
         await session.put_file("shots/wide.png", png(9000, 10))
         await session.task("t-1", "Ticket 1", "the customer's screenshot",
-                           attachments=[("ticket.png", png(64, 48))])
+                           attachments=[("ticket.png", TICKET)])
         await session.watch("w-1", "CI", "a failing run", attachments=["shots/wide.png"])
         await session.ask("and the tickets?")  # after the background inputs' turns
+        await session.ask("Delegate the ticket's screenshot.")
+        [child] = (await session.status()).children
         await session.end()
+    history = await keel.session(child.session_id).handle.fetch_history()
+    (OUT / f"{child.session_id}.json").write_text(history.to_json())  # named by its id
     return session
 
 

@@ -59,8 +59,11 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.attachments import ShareFiles
     from activities.delegate_ahead import child_closed
     from activities.model_call import DelegationStep
+    from activities.session import SessionActivities
+    from schemas.attachments import Attachment
     from schemas.delegation import (
         ANSWER_CHARS,
         DelegateAhead,
@@ -83,11 +86,12 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.text import make_storable
     from workflows.inbox import Inbox
-    from workflows.options import CHILD_CHECK
+    from workflows.options import CHILD_CHECK, TOOL_CALL
     from workflows.run import SessionRun
     from workflows.wakeups import ToolFn
 
-__all__ = ["AHEAD_PATCH", "EARLY_ANSWER_PATCH", "ROUND_TRIP_PATCH", "Delegation"]
+__all__ = ["AHEAD_PATCH", "DELEGATE_FILES_PATCH", "EARLY_ANSWER_PATCH", "ROUND_TRIP_PATCH",
+           "Delegation"]
 
 # A shorter round trip (histories from before it replay as they were): the delegate call's
 # result is written by the turn's next model call with the answer (workflows.tools), and
@@ -100,6 +104,8 @@ AHEAD_PATCH = "delegate-ahead"
 # A child's answer at its end from a child this run does not know yet is kept for its call
 # (`early`), not recorded as an input of its own while the call then waits for nothing.
 EARLY_ANSWER_PATCH = "delegate-early-answer"
+# A delegate call's `files` are copied to the child's workspace and carried by its task.
+DELEGATE_FILES_PATCH = "delegate-files"
 CHECK_FIRST_S, CHECK_MAX_S = 2.0, 60.0  # asking whether a child started ahead closed
 
 
@@ -185,8 +191,9 @@ class Delegation:
             # A waiting call hears the answer from the child's completion (this run waits
             # for it: no continue-as-new comes between); one that goes on, by signal.
             by_result = child.wait and workflow.patched(ROUND_TRIP_PATCH)
+            files = await self._share(call, child.session_id)  # ValueError: refused
             start = child_input(state.session_id, state.config, call, state.budget.spent,
-                                answer_in_result=by_result)  # ValueError: refused
+                                answer_in_result=by_result, files=files)  # ValueError too
         state.children.append(child)
         self.changes += 1
         if not ahead:
@@ -205,6 +212,23 @@ class Delegation:
         if not child.wait or not workflow.patched(ROUND_TRIP_PATCH):
             self.run.publish_summary()  # a waiting call publishes its phase at once
         return child
+
+    async def _share(self, call: ToolCall, child_session: str) -> list[Attachment]:
+        """The call's files copied to the child's workspace, described; ValueError saying
+        why when one is refused (nothing started)."""
+        paths = call.input.get("files") or []
+        if not paths or not workflow.patched(DELEGATE_FILES_PATCH):
+            return []
+        try:
+            found: list[Attachment] = await workflow.execute_activity_method(
+                SessionActivities.share_files, ShareFiles(
+                    from_session=self.run.state.session_id, to_session=child_session,
+                    call_id=call.id, paths=paths), **TOOL_CALL)
+        except ActivityError as err:
+            cause = err.cause
+            raise ValueError(cause.message if isinstance(cause, ApplicationError)
+                             else f"its files could not be copied ({err})") from None
+        return found
 
     async def _result_of(self, child: ChildRun, handle: Any) -> None:
         """A child answering in its run's result: heard as its signal would be (`take`),
@@ -488,14 +512,17 @@ class Delegation:
         state.delegated_seq = 0  # taken: a retry of this run's start records nothing more
         text = make_storable(task.task)[0]
         source_line = agent_run_source_line(task.call_id, task.parent_session)
-        if self.inbox.can_fold():  # written by the first model call, as an asked message
+        # Written by the first model call, as an asked message; with files, by the record
+        # (it puts their bytes in the row, as a message's).
+        if self.inbox.can_fold() and not task.files:
             state.delegated_seq = self.inbox.fold_background(
                 HarnessKind.AGENT_RUN.value, text, source_line, f"delegated-{task.call_id}")
             return
         try:
             accepted = await self.inbox.record_input(
                 HarnessKind.AGENT_RUN.value, MessageType.HARNESS, text, source_line,
-                f"delegated-{task.call_id}", patient=True, lost="The delegated task")
+                f"delegated-{task.call_id}", patient=True, lost="The delegated task",
+                attachments=task.files)
         except ApplicationError as err:
             await self._answer("failed", f"the task could not be recorded: {err.message}")
             return

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import uuid
 from typing import Any
 
 import pytest
@@ -360,3 +361,52 @@ async def test_a_child_of_a_parent_on_older_code_answers_at_its_end(
     answers = [r for r in rows(database_url, "team-old")
                if (r[1] or "").startswith("[Harness: agent run ")]
     assert [a[2] for a in answers] == ["answer for an old parent"]
+
+
+async def test_a_delegate_calls_files_go_with_the_task_and_a_missing_one_refuses_it(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    import base64
+
+    from schemas.attachments import upload_path
+    from tests.attached import image
+
+    shot = image(96, 64)
+    shared = upload_path("shot.png", shot)
+    seen: list[list[str]] = []
+
+    def respond(body: dict[str, Any]) -> Any:
+        if CHILD_NOTE in _system(body):
+            first = body["messages"][0]["content"]
+            seen.append([b["type"] for b in first])
+            data = next(b["source"]["data"] for b in first if b["type"] == "image")
+            return text_message("a red rectangle" if base64.b64decode(data) == shot
+                                else "another image")
+        last = _last(body)
+        if "agent run" in last or "tool_result" in last:
+            return text_message("parent done: " + last[-400:])
+        files = [shared] if "this one" in last else ["no/such.png"]
+        return tool_use_message([("delegate", {"agent": "researcher", "task": "describe it",
+                                               "files": files})])
+
+    fake_anthropic.responder = respond
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session(f"team-files-{uuid.uuid4().hex[:6]}", agent=spec())
+        outcome = await asyncio.wait_for(
+            parent.ask("look at this one", attachments=[("shot.png", shot)]), 60)
+        [child] = (await parent.status()).children
+        refused = await asyncio.wait_for(parent.ask("and the other"), 60)
+        assert len((await parent.status()).children) == 1  # the refused call started none
+        await parent.end()
+    assert "a red rectangle" in outcome.reply_text
+    assert seen == [["image", "text"]]  # the child's task: the file, then its words
+    import psycopg
+
+    with psycopg.connect(database_url) as conn:
+        task = conn.execute("SELECT content FROM messages WHERE session_id = %s AND seq = 1",
+                            (child.session_id,)).fetchone()
+    assert task is not None
+    [kept] = task[0]["attachments"]
+    assert kept["path"] == shared and base64.b64decode(kept["data"]) == shot
+    assert "delegate refused: there is no file at no/such.png in your workspace" in \
+        refused.reply_text
