@@ -58,10 +58,23 @@ from schemas.messages import RecordRow
 from schemas.session import Rejection
 from schemas.tokens import count_tokens
 
-__all__ = ["FILES_REFUSED", "FILE_BYTES", "FileBytes", "ResolveAttachments", "ShareFiles",
-           "keep_files", "keep_images",
-           "keep_named", "mark_refused", "resolve", "share", "stored_files",
-           "with_attachments", "with_bytes"]
+__all__ = [
+    "FILES_REFUSED",
+    "FILE_BYTES",
+    "FileBytes",
+    "ResolveAttachments",
+    "ShareFiles",
+    "binary_resources",
+    "keep_files",
+    "keep_images",
+    "keep_named",
+    "mark_refused",
+    "resolve",
+    "share",
+    "stored_files",
+    "with_attachments",
+    "with_bytes",
+]
 
 # What a worker holds of the files its requests send (base64 characters): a session's
 # newest files, of the sessions it serves, read from the record once.
@@ -194,20 +207,33 @@ _EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif",
 
 async def keep_images(store: WorkspaceStore, session_id: str, call_id: str, tool: str,
                       blocks: list[Any]) -> tuple[list[str], list[str]]:
-    """The images among an MCP result's `blocks`, put in the session's workspace (once per
-    call: the write's op id), for the record to send with the result; and a line for each
-    one that is not (undecodable, of no kind the model takes, past its limits, past
+    """The images among an MCP result's `blocks`, and its embedded binary resources (a
+    PDF, an image, text), put in the session's workspace (once per call: the write's op
+    id), for the record to send with the result; and a line for each one that is not
+    (undecodable, of no kind the model takes, past its limits, past
     MAX_MESSAGE_ATTACHMENTS), saying why. Their kind is read from their bytes, never the
     server's label."""
-    found: list[tuple[str, str, bytes | None]] = []
+    found: list[tuple[str, str, bytes | None, bool]] = []
     images = [b for b in blocks if getattr(b, "type", "") == "image"]
     for i, block in enumerate(images):
         what = f"image {i + 1} ({getattr(block, 'mime_type', '') or '?'})"
         data = _base64(str(getattr(block, "data", "")), urlsafe=False)
         kind = sniff(data or b"") or ""
         found.append((what, f"{tool}-{call_id[-8:]}-{i + 1}.{_EXTENSIONS.get(kind, 'bin')}",
-                      data))
-    return await keep_named(store, session_id, f"image-{call_id}", found, images_only=True)
+                      data, True))
+    for i, resource in enumerate(binary_resources(blocks)):
+        uri = str(getattr(resource, "uri", ""))
+        name = posixpath.basename(uri.split("?", 1)[0].rstrip("/")) or f"resource-{i + 1}"
+        shown = "".join(c if c.isprintable() else "?" for c in uri[:NAME_SHOWN])
+        found.append((f"resource {shown}", name,
+                      _base64(str(getattr(resource, "blob", "")), urlsafe=False), False))
+    return await keep_named(store, session_id, f"image-{call_id}", found)
+
+
+def binary_resources(blocks: list[Any]) -> list[Any]:
+    """The binary contents of an MCP result's embedded resources (`blob`, base64)."""
+    return [b.resource for b in blocks if getattr(b, "type", "") == "resource"
+            and getattr(getattr(b, "resource", None), "blob", None) is not None]
 
 
 async def keep_files(store: WorkspaceStore, session_id: str, call_id: str,
@@ -215,14 +241,14 @@ async def keep_files(store: WorkspaceStore, session_id: str, call_id: str,
     """A service tool's files (`schemas.agent.result_files`: names and base64) put in the
     session's workspace, as `keep_images` puts an MCP tool's images: images, PDFs and
     text, each under its own name; a line for each that is not, saying why."""
-    found: list[tuple[str, str, bytes | None]] = []
+    found: list[tuple[str, str, bytes | None, bool]] = []
     for i, file in enumerate(files):
         name = posixpath.basename(file["name"].replace("\\", "/"))
         name = f"file-{i + 1}" if name in ("", ".", "..") else name
         shown = "".join(c if c.isprintable() else "?" for c in name[:NAME_SHOWN])
         found.append((f"file {i + 1} ({shown})", name,
-                      _base64(file["data"], urlsafe=True)))
-    return await keep_named(store, session_id, f"file-{call_id}", found, images_only=False)
+                      _base64(file["data"], urlsafe=True), False))
+    return await keep_named(store, session_id, f"file-{call_id}", found)
 
 
 def _base64(text: str, *, urlsafe: bool) -> bytes | None:
@@ -238,16 +264,17 @@ def _base64(text: str, *, urlsafe: bool) -> bytes | None:
 
 
 async def keep_named(store: WorkspaceStore, session_id: str, op: str,
-                     found: list[tuple[str, str, bytes | None]], *, images_only: bool
+                     found: list[tuple[str, str, bytes | None, bool]]
                      ) -> tuple[list[str], list[str]]:
-    """Each (what, name, bytes) a tool returned put in the workspace under `upload_path`,
-    its op id `op` and its place; or a line saying why not (`what` names it there). At most
+    """Each (what, name, bytes, images only) a tool returned put in the workspace under
+    `upload_path`, its op id `op` and its place; or a line saying why not (`what` names
+    it there; "images only": another kind is refused too). At most
     MAX_MESSAGE_ATTACHMENTS are kept and as many lines said; the rest are one line (a
     result of ten thousand files is read no further than that, and its text stays short)."""
     paths: list[str] = []
     said: list[str] = []
     kept: list[Attachment] = []
-    for i, (what, name, data) in enumerate(found):
+    for i, (what, name, data, images_only) in enumerate(found):
         if len(paths) >= MAX_MESSAGE_ATTACHMENTS or len(said) >= MAX_MESSAGE_ATTACHMENTS:
             said.append(f"[{len(found) - i} more not shown: a result shows at most "
                         f"{MAX_MESSAGE_ATTACHMENTS} files, and says why of as many]")

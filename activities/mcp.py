@@ -304,6 +304,8 @@ def _content_text(blocks: list[Any], images_kept: bool = False) -> str:
         elif kind == "resource":
             resource = block.resource
             text = getattr(resource, "text", None)
+            if text is None and images_kept:
+                continue  # sent with the result, named by its line (`keep_images`)
             parts.append(text if text is not None else f"[binary resource {resource.uri}]")
         elif kind == "resource_link":
             parts.append(f"[resource link: {block.uri}]")

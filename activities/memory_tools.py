@@ -135,16 +135,17 @@ async def _message_files(ctx: SessionContext, conn: AsyncConnection, call: Memor
         " AND jsonb_typeof(content->'attachments') = 'array'", (session_id, seq))).fetchone()
     if row is None:
         return [], []
-    named: list[tuple[str, str, bytes | None]] = []
+    named: list[tuple[str, str, bytes | None, bool]] = []
     said: list[str] = []
     for i, item in enumerate(attachments_of(row[0])):
         name = str(item.get("name") or f"file-{i + 1}")
         if item.get("refused"):
             said.append(f"[file {i + 1} ({name}) not shown: the model refused it before]")
         elif isinstance(item.get("data"), str):
-            named.append((f"file {i + 1} ({name})", name, base64.b64decode(item["data"])))
+            named.append((f"file {i + 1} ({name})", name, base64.b64decode(item["data"]),
+                          False))
     paths, unkept = await keep_named(ctx.store, call.session_id,
-                                     f"memory-{call.tool_use_id}", named, images_only=False)
+                                     f"memory-{call.tool_use_id}", named)
     return paths, said + unkept
 
 

@@ -76,3 +76,23 @@ async def test_an_image_the_api_cannot_process_is_marked_and_the_turn_goes_on(
     last = result_blocks(fake_anthropic.requests[-1])[cut]
     assert [b["type"] for b in last] == ["text"]
     assert "(not sent: the model refused it: " in last[0]["text"]
+
+
+async def test_a_tools_embedded_pdf_reaches_the_model_and_a_zip_is_a_line(
+        client, settings, fake_anthropic, database_url):
+    calls = tool_use_message([("mcp__images__report", {})])
+    (call_id,) = (b["id"] for b in calls["content"])
+    fake_anthropic.push(calls, text_message("I read the report."))
+    spec = AgentSpec(mcp_servers=[stdio_spec(IMAGES, name="images", call_s=30)])
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"res-{uuid.uuid4().hex[:8]}", agent=spec)
+        assert (await session.ask("Read May's report.")).reply_text == "I read the report."
+    document, said = result_blocks(fake_anthropic.requests[1])[call_id]
+    assert document["type"] == "document"
+    assert document["source"]["media_type"] == "application/pdf"
+    assert base64.b64decode(document["source"]["data"]).startswith(b"%PDF")
+    lines = said["text"].splitlines()
+    assert lines[0] == "the May report" and "[binary resource" not in said["text"]
+    assert lines[1].startswith("[resource file:///reports/may.zip not shown: may.zip: Keel "
+                               "can attach images")
+    assert "[attached: may.pdf (application/pdf, 1 page, " in said["text"]

@@ -4,7 +4,8 @@
 - `screenshot(width, height)`: a PNG of that size, with a line of text;
 - `mislabelled`: a JPEG the server calls image/png (a server's label is not the bytes');
 - `panorama`: a PNG 9,000 pixels wide, past what the model takes;
-- `cut`: a PNG whose body is cut short (its header reads, the model cannot decode it).
+- `cut`: a PNG whose body is cut short (its header reads, the model cannot decode it);
+- `report`: a PDF as an embedded resource, and a zip beside it (no kind the model takes).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import base64
 import io
 
 from mcp.server.mcpserver import MCPServer
-from mcp_types import ImageContent, TextContent
+from mcp_types import BlobResourceContents, EmbeddedResource, ImageContent, TextContent
 from PIL import Image
 
 server = MCPServer("images")
@@ -54,6 +55,21 @@ def cut() -> list[ImageContent]:
     """A PNG cut short."""
     whole = _image(200, 120)
     return [_content(whole[:len(whole) * 2 // 3], "image/png")]
+
+
+def _resource(uri: str, data: bytes, mime: str) -> EmbeddedResource:
+    return EmbeddedResource(type="resource", resource=BlobResourceContents(
+        uri=uri, mime_type=mime, blob=base64.b64encode(data).decode()))
+
+
+@server.tool(structured_output=False)
+def report() -> list[TextContent | EmbeddedResource]:
+    """The month's report as a PDF, and its data as a zip."""
+    pdf = io.BytesIO()
+    Image.new("RGB", (60, 80), (255, 255, 255)).save(pdf, "PDF")
+    return [TextContent(type="text", text="the May report"),
+            _resource("file:///reports/may.pdf", pdf.getvalue(), "application/pdf"),
+            _resource("file:///reports/may.zip", b"PK\x03\x04\x00\xff", "application/zip")]
 
 
 if __name__ == "__main__":
