@@ -30,6 +30,7 @@ import hashlib
 import posixpath
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -98,19 +99,9 @@ async def resolve(store: WorkspaceStore, data: ResolveAttachments) -> list[Attac
     problem = attachment_problem(data.paths)
     if problem:
         raise _refused(problem)
-    found: list[Attachment] = []
-    for path in data.paths:
-        try:
-            file = await store.read(data.session_id, normal_path(path))
-        except StoreError as err:
-            raise _refused(f"{path}: {err}") from err
-        if file is None:
-            raise _refused(f"there is no file at {path} in the session's workspace (put it "
-                           "there first: `keel put`, `put_file`)")
-        described = describe(file.path, file.data)
-        if isinstance(described, str):
-            raise _refused(described)
-        found.append(described)
+    found = [(await _described(store, data.session_id, path, _refused,
+                               "in the session's workspace (put it there first: `keel put`, "
+                               "`put_file`)"))[0] for path in data.paths]
     if problem := files_problem(found):
         raise _refused(problem)
     if data.limits is not None:
@@ -120,6 +111,24 @@ async def resolve(store: WorkspaceStore, data: ResolveAttachments) -> list[Attac
                            f"model one may have at most {data.limits.tokens}: send fewer "
                            "or smaller files")
     return found
+
+
+async def _described(store: WorkspaceStore, session_id: str, path: str,
+                     refused: Callable[[str], ApplicationError], where: str
+                     ) -> tuple[Attachment, bytes]:
+    """The file at `path` of `session_id`'s workspace described, with its bytes; else
+    `refused(why)` raised (the store's error, no such file `where`, what the API would
+    refuse of it)."""
+    try:
+        file = await store.read(session_id, normal_path(path))
+    except StoreError as err:
+        raise refused(f"{path}: {err}") from err
+    if file is None:
+        raise refused(f"there is no file at {path} {where}")
+    described = describe(file.path, file.data)
+    if isinstance(described, str):
+        raise refused(described)
+    return described, file.data
 
 
 class ShareFiles(BaseModel):
@@ -135,18 +144,8 @@ async def share(store: WorkspaceStore, data: ShareFiles) -> list[Attachment]:
     """Each file described from the parent's workspace, then copied to the same path in
     the child's (once per call: the write's op id), for the child's task to carry; or
     FILES_REFUSED (non-retryable) naming the file and why, with nothing copied."""
-    found: list[tuple[Attachment, bytes]] = []
-    for path in data.paths:
-        try:
-            file = await store.read(data.from_session, normal_path(path))
-        except StoreError as err:
-            raise _refused_share(f"{path}: {err}") from err
-        if file is None:
-            raise _refused_share(f"there is no file at {path} in your workspace")
-        described = describe(file.path, file.data)
-        if isinstance(described, str):
-            raise _refused_share(described)
-        found.append((described, file.data))
+    found = [await _described(store, data.from_session, path, _refused_share,
+                              "in your workspace") for path in data.paths]
     if problem := files_problem([a for a, _ in found]):
         raise _refused_share(problem)
     for i, (item, raw) in enumerate(found):

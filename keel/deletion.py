@@ -32,12 +32,17 @@ import shutil
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
-from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
+from temporalio.client import (
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+)
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from keel._errors import BranchRefusedError, DeleteRefusedError
@@ -55,7 +60,9 @@ if TYPE_CHECKING:
     from keel.client import KeelClient
     from schemas.bundle_memory import BundleMemoryDone
 
-__all__ = ["SessionDeleted", "delete_session", "ended_before"]
+__all__ = ["SessionDeleted", "delete_session", "ended_before", "on_the_vault"]
+
+T = TypeVar("T")
 
 MEMORY_WAIT_S = 120.0  # the vault's worker forgetting the session's entries
 ENDING_WAIT_S = 10.0  # an ended session finishing its handlers, before it is refused
@@ -199,6 +206,26 @@ async def vault_served(keel: KeelClient, scope: str) -> None:
         raise DeleteRefusedError(
             f"long memory (scope {scope}) has no vault worker: none polled {queue} lately "
             "(keel dev runs one; on a cluster, keel worker --vault). Nothing was deleted")
+
+
+async def on_the_vault(keel: KeelClient, workflow: str, arg: BaseModel, result_type: type[T],
+                       *, scope: str, kind: str, not_done: str, again: str) -> T:
+    """One of the vault's small workflows (its one writer, on its queue) started and
+    waited for, at most MEMORY_WAIT_S; DeleteRefusedError saying why not: `not_done` and
+    the failure, or that no vault worker answered; `again` says what to do then."""
+    handle = await keel.client.start_workflow(
+        workflow, arg, id=f"keel-{kind}-{scope}-{uuid.uuid4().hex[:8]}",
+        task_queue=keel.task_queue, result_type=result_type)
+    try:
+        done: T = await asyncio.wait_for(handle.result(), MEMORY_WAIT_S)
+    except TimeoutError:
+        raise DeleteRefusedError(
+            f"long memory (scope {scope}) did not answer in {MEMORY_WAIT_S:.0f} s: is a "
+            f"vault worker running? {again.capitalize()} once it answers") from None
+    except WorkflowFailureError as err:
+        said = err.cause.message if isinstance(err.cause, ApplicationError) else str(err)
+        raise DeleteRefusedError(f"{not_done}: {said}; {again}") from None
+    return done
 
 
 async def _forget(keel: KeelClient, session_id: str, scope: str) -> BundleMemoryDone:

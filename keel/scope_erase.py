@@ -19,15 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import uuid
 from typing import TYPE_CHECKING
 
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
-from temporalio.exceptions import ApplicationError
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from keel._errors import DeleteRefusedError
-from keel.deletion import MEMORY_WAIT_S, delete_run, delete_session, vault_served
+from keel.deletion import delete_run, delete_session, on_the_vault, vault_served
 from schemas.config import vault_queue
 from schemas.session import SESSION_WORKFLOW, id_clause, visibility_quoted
 from schemas.vault.erase import (
@@ -163,18 +161,7 @@ async def _delete_memory_runs(keel: KeelClient, scope: str) -> int:
 
 async def _erase(keel: KeelClient, scope: str) -> ScopeErased:
     """The vault's side (workflows.erase_scope), through the vault's one writer."""
-    handle = await keel.client.start_workflow(
-        ERASE_SCOPE_WORKFLOW, EraseScopeInput(scope=scope),
-        id=f"keel-erase-scope-{scope}-{uuid.uuid4().hex[:8]}", task_queue=keel.task_queue,
-        result_type=ScopeErased)
-    try:
-        done: ScopeErased = await asyncio.wait_for(handle.result(), MEMORY_WAIT_S)
-    except TimeoutError:
-        raise DeleteRefusedError(
-            f"long memory (scope {scope}) did not answer in {MEMORY_WAIT_S:.0f} s: is a "
-            "vault worker running? Erase again once it answers") from None
-    except WorkflowFailureError as err:
-        said = err.cause.message if isinstance(err.cause, ApplicationError) else str(err)
-        raise DeleteRefusedError(
-            f"long memory (scope {scope}) was not erased: {said}; erase again") from None
-    return done
+    return await on_the_vault(keel, ERASE_SCOPE_WORKFLOW, EraseScopeInput(scope=scope),
+                              ScopeErased, scope=scope, kind="erase-scope",
+                              not_done=f"long memory (scope {scope}) was not erased",
+                              again="erase again")

@@ -58,10 +58,7 @@ def start(
                          ] = None,
     memory_scope: MemoryScopeOption = None,
     no_memory: NoMemoryOption = False,
-    attach: Annotated[list[Path] | None, typer.Option(
-        "--attach", "-a", exists=True, dir_okay=False,
-        help="A local file sent with the first message: an image (PNG, JPEG, GIF, WebP), a "
-        "PDF or text. Again for more.")] = None,
+    attach: AttachOption = None,
 ) -> None:
     """Start a session, optionally with its first message (acknowledged in the same call)."""
     if text is not None and message is not None:
@@ -101,6 +98,13 @@ def start(
     run(main(message))
 
 
+AttachOption = Annotated[list[Path] | None, typer.Option(
+    "--attach", "-a", exists=True, dir_okay=False,
+    help="A local file sent with it: an image (PNG, JPEG, GIF, WebP), a PDF or text. "
+    "Again for more.")]
+AttachWorkspaceOption = Annotated[list[str] | None, typer.Option(
+    "--attach-workspace", help="A file of the session's workspace sent with it. Again for "
+    "more.")]
 MemoryScopeOption = Annotated[str | None, typer.Option(
     "--memory-scope", help="Whose long memory a new session reads and writes (a scope id; "
     "default: default).", show_default=False)]
@@ -227,13 +231,8 @@ def send(
     on_busy: Annotated[InterruptPolicy | None, typer.Option(
         "--on-busy", help="While a turn runs: enqueue (wait), interrupt (stop it) or "
         "reject (refuse). Default: the agent's, or enqueue.")] = None,
-    attach: Annotated[list[Path] | None, typer.Option(
-        "--attach", "-a", exists=True, dir_okay=False,
-        help="A local file sent with the message: an image (PNG, JPEG, GIF, WebP), a PDF "
-        "or text. Again for more.")] = None,
-    attach_workspace: Annotated[list[str] | None, typer.Option(
-        "--attach-workspace", help="A file of the session's workspace sent with the "
-        "message. Again for more.")] = None,
+    attach: AttachOption = None,
+    attach_workspace: AttachWorkspaceOption = None,
 ) -> None:
     """Send the user's message; prints its seq (and, with --wait, the reply as it streams,
     its tool calls and results, checkpoints, and a footer of context use)."""
@@ -271,13 +270,8 @@ def signal_(
     from_: Annotated[str | None, typer.Option("--from",
                                               help="Sending session (agent-run, callback).")
                      ] = None,
-    attach: Annotated[list[Path] | None, typer.Option(
-        "--attach", "-a", exists=True, dir_okay=False,
-        help="A local file sent with the input: an image (PNG, JPEG, GIF, WebP), a PDF or "
-        "text. Again for more.")] = None,
-    attach_workspace: Annotated[list[str] | None, typer.Option(
-        "--attach-workspace", help="A file of the session's workspace sent with the input. "
-        "Again for more.")] = None,
+    attach: AttachOption = None,
+    attach_workspace: AttachWorkspaceOption = None,
 ) -> None:
     """Send a background input; Keel writes its source line from the kind, never the text."""
     needs = {SignalKind.watch: ("--name", name), SignalKind.task: ("--name", name),
