@@ -435,6 +435,18 @@ def _scope_asked(request: Request, form: Any = None) -> str | None:
     return scope if is_scope(scope) else None
 
 
+async def _scope_form(request: Request) -> tuple[FormData, str] | Response:
+    """A form of this UI's own that names a memory scope, and the scope; else the response
+    refusing it."""
+    form = await _own_form(request)
+    if form is None:
+        return _refused()
+    scope = _scope_asked(request, form)
+    if scope is None:
+        return HTMLResponse("scope must be a memory scope's id", status_code=400)
+    return form, scope
+
+
 def _no_scope(request: Request) -> HTMLResponse:
     return render(request, "error.html", status_code=400, title="No such scope",
                   message="That is not a memory scope's id.")
@@ -452,12 +464,10 @@ async def erase(request: Request) -> Response:
     """The erasure itself (keel.scope_erase): a page saying what went, or why not (a
     session of it running, no vault worker, nothing there)."""
     ctx = ui(request)
-    form = await _own_form(request)
-    if form is None:
-        return _refused()
-    scope = _scope_asked(request, form)
-    if scope is None:
-        return HTMLResponse("scope must be a memory scope's id", status_code=400)
+    asked = await _scope_form(request)
+    if isinstance(asked, Response):
+        return asked
+    form, scope = asked
     try:
         done = await ctx.keel.erase_memory_scope(
             scope, with_sessions=form.get("with_sessions") == "on",
@@ -483,12 +493,10 @@ async def forget(request: Request) -> Response:
     """The forgetting itself (keel.card_forget): a page saying what went and what still
     names the card, or why not."""
     ctx = ui(request)
-    form = await _own_form(request)
-    if form is None:
-        return _refused()
-    scope = _scope_asked(request, form)
-    if scope is None:
-        return HTMLResponse("scope must be a memory scope's id", status_code=400)
+    asked = await _scope_form(request)
+    if isinstance(asked, Response):
+        return asked
+    form, scope = asked
     try:
         done = await ctx.keel.forget_card(scope, str(form.get("card") or ""))
     except KeelError as err:
