@@ -39,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.attachments import ResolveAttachments
     from activities.record import FenceInput, Inserted
     from activities.session import RecordInput, SessionActivities
-    from schemas.attachments import Attachment
+    from schemas.attachments import Attachment, attachment_problem
     from schemas.events import InputRecorded
     from schemas.messages import (
         HarnessKind,
@@ -383,7 +383,10 @@ class Inbox:
                                 ) -> tuple[list[Attachment], str]:
         """A background input's files described as a message's are, or why they were not
         (refused, as a message's would be; or the store not answering within the hour a
-        background input is tried for)."""
+        background input is tried for). Too many, or a path no workspace holds, is refused
+        here, before any activity (a signal may name thousands)."""
+        if problem := attachment_problem(paths):
+            return [], problem
         try:
             found: list[Attachment] = await workflow.execute_activity_method(
                 SessionActivities.resolve_attachments,

@@ -18,6 +18,7 @@ from keel.client import AttachmentRefusedError, BranchRefusedError
 from schemas.attachments import upload_path
 from schemas.branch import unsealed
 from schemas.interrupt import InterruptPolicy
+from schemas.session import CallbackInput, Handler
 from tests.attached import image as png
 from tests.attached import pdf
 from tests.fake_anthropic import text_message, tool_use_message
@@ -288,26 +289,36 @@ async def test_a_background_input_carries_files_and_one_refused_keeps_its_words(
         await session.put_file("shots/wide.png", png(9000, 10))  # a path: the session reads it
         await session.watch("w-1", "CI", "a failing run", attachments=["shots/wide.png"])
         await session.callback("run-9", "other", "see this", attachments=["no/such.png"])
-        await wait_idle(session, 2)  # one turn answers both, or two do
+        # Another client's signal naming more files than a message may carry: refused by
+        # the session before any activity (Keel's client refuses it before sending).
+        await session.handle.signal(Handler.CALLBACK, CallbackInput(
+            run_id="run-10", from_session="other", text="so many",
+            attachments=[f"p{i}.png" for i in range(25)]))
+        await wait_idle(session, 2)  # one turn answers them all, or more do
 
-        async def three() -> bool:
+        async def four() -> bool:
             return len([r for r in rows(database_url, session.session_id)
-                        if r[1] == "harness"]) == 3
+                        if r[1] == "harness"]) == 4
 
-        await until(three)
+        await until(four)
         with pytest.raises(AttachmentRefusedError, match=r"tool\.exe"):
             await session.task("t-124", "Ticket 124", "x",
                                attachments=[("tool.exe", b"MZ\x90\x00")])
     harness = [r for r in rows(database_url, session.session_id) if r[1] == "harness"]
-    assert [(a["name"], a["media_type"]) for a in harness[0][3]["attachments"]] == [
+    by_words = {r[2].split("\n", 1)[0]: r for r in harness}  # signals race each other
+    task = by_words["the customer's screenshot and spec"]
+    assert [(a["name"], a["media_type"]) for a in task[3]["attachments"]] == [
         ("ticket shot.png", "image/png"), ("spec.pdf", "application/pdf")]
     first = fake_anthropic.requests[0]["messages"][-1]["content"]
     assert [b["type"] for b in first] == ["image", "document", "text"]
     assert base64.b64decode(first[0]["source"]["data"]) == shot
     assert first[2]["text"].startswith('[Harness: Task t-123 "Ticket 123"]\n')
     # Nobody to refuse them to: the words are kept, with why the files were not.
-    assert harness[1][2].startswith("a failing run\n[Keel: its files were not attached: "
-                                    "wide.png is 9000×10 pixels; the model takes at most 8000")
-    assert not (harness[1][3] or {}).get("attachments")
-    assert "there is no file at no/such.png" in harness[2][2]
-    assert len(harness) == 3  # the refused one was never sent
+    watch = by_words["a failing run"]
+    assert watch[2].startswith("a failing run\n[Keel: its files were not attached: "
+                               "wide.png is 9000×10 pixels; the model takes at most 8000")
+    assert not (watch[3] or {}).get("attachments")
+    assert "there is no file at no/such.png" in by_words["see this"][2]
+    assert by_words["so many"][2] == ("so many\n[Keel: its files were not attached: a "
+                                      "message may carry at most 20 files; this one has 25]")
+    assert len(harness) == 4  # the one Keel's client refused was never sent
