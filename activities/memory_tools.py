@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import re
 from datetime import datetime
 from typing import Any
 
@@ -31,7 +30,7 @@ from pydantic import BaseModel, ValidationError
 from activities.attachments import keep_named
 from activities.context import SessionContext
 from activities.tools import ToolOutput
-from activities.vault.search import search, touch_documents
+from activities.vault.search import read_document, search, touch_documents
 from activities.vault.store import VaultError
 from schemas.agent import DEFAULT_OUTPUT_CAP_CHARS, cut_result
 from schemas.attachments import attachments_of
@@ -44,7 +43,6 @@ from schemas.vault.scope import tool_scope_problem
 __all__ = ["GET_CHARS", "MemoryCall", "memory_tool"]
 
 GET_CHARS = DEFAULT_OUTPUT_CAP_CHARS  # of a document memory_get reads
-_DAY = re.compile(r"daily/\d{4}-\d{2}-\d{2}\.md")
 
 
 class MemoryCall(BaseModel):
@@ -100,28 +98,17 @@ async def _get(ctx: SessionContext, conn: AsyncConnection, call: MemoryCall,
         return ToolOutput("memory_get refused: path is empty (take one memory_search gave)",
                           is_error=True)
     scope = ctx.memory().scoped(call.scope).scope
-    if _DAY.fullmatch(path):  # the day's entries, in the order they were written
-        rows = await (await conn.execute(
-            "SELECT 'daily', '', body, NULL, NULL FROM memory_docs WHERE scope = %s AND"
-            " kind = 'daily' AND starts_with(path, %s) ORDER BY indexed_at, session_id, seq",
-            (scope, f"{path}#"))).fetchall()
-        found = ("daily", "", "\n\n".join(r[2].strip() for r in rows), None, None) \
-            if rows else None
-    else:
-        found = await (await conn.execute(
-            "SELECT kind, title, body, session_id, seq FROM memory_docs WHERE scope = %s"
-            " AND path = %s", (scope, path))).fetchone()
+    found = await read_document(conn, path, scope=scope)
     if found is None:
         return ToolOutput(f"memory_get: nothing at {path[:200]!r} in long memory (take a "
                           "path memory_search gave)", is_error=True)
-    kind, title, body, session_id, seq = found
     await touch_documents(conn, [path], scope=scope)
-    text = fence_document(path, title, kind, without_markers(body))
+    text = fence_document(path, found.title, found.kind, without_markers(found.body))
     text = cut_result(text, GET_CHARS, "read a narrower part: a message's own path, or "
                       "memory_search")[0]
-    if kind != "daily" or session_id is None or seq is None:
+    if found.kind != "daily" or found.session_id is None or found.seq is None:
         return ToolOutput(text)
-    paths, said = await _message_files(ctx, conn, call, session_id, seq)
+    paths, said = await _message_files(ctx, conn, call, found.session_id, found.seq)
     return ToolOutput("\n".join([text, *said]), meta={"images": paths} if paths else {})
 
 

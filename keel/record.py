@@ -26,6 +26,7 @@ from psycopg.rows import dict_row
 from schemas.attachments import CONTENT_WITHOUT_BYTES_SQL, attachments_of, with_lines
 
 if TYPE_CHECKING:
+    from activities.vault.search import MemoryDoc
     from schemas.vault.recall import SearchHits
 
 MAX_PAGE = 1_000
@@ -149,6 +150,15 @@ async def search_memory(database_url: str, query: str, *, scope: str, k: int
 
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         return await search(conn, query, scope=scope, k=k)
+
+
+async def read_memory(database_url: str, path: str, *, scope: str) -> MemoryDoc | None:
+    """One document of a scope's long memory whole, as memory_get reads it (`keel vault
+    show`); None when there is none."""
+    from activities.vault.search import read_document  # the vault's reads load only here
+
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        return await read_document(conn, path, scope=scope)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,9 @@ nothing of one scope is read, ranked by or written into another.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -82,8 +84,9 @@ from schemas.vault.search import (
 )
 from schemas.vault.terms import TERMS_VERSION, extra_terms
 
-__all__ = ["Embedder", "HashingEmbedder", "IndexDoc", "embed_pending", "index_document",
-           "index_documents", "load_embedder", "recall", "search"]
+__all__ = ["Embedder", "HashingEmbedder", "IndexDoc", "MemoryDoc", "embed_pending",
+           "index_document", "index_documents", "load_embedder", "read_document", "recall",
+           "search"]
 
 # A tsvector holds at most 1 MB; bodies past this are indexed by their beginning only.
 MAX_INDEXED_CHARS = 100_000
@@ -479,3 +482,39 @@ async def touch_documents(conn: AsyncConnection, paths: list[str], *, scope: str
             "UPDATE memory_docs d SET access_count = d.access_count + c.n, last_access = now()"
             " FROM (SELECT p, count(*) AS n FROM unnest(%s::text[]) p GROUP BY p) c"
             " WHERE d.scope = %s AND d.path = c.p", (paths, scope))
+
+
+@dataclass(frozen=True)
+class MemoryDoc:
+    """One document of a scope's index read whole (a day: its entries together)."""
+
+    path: str
+    kind: str
+    title: str
+    body: str
+    session_id: str | None = None  # a transcript entry's message
+    seq: int | None = None
+
+
+_DAY_PATH = re.compile(r"daily/\d{4}-\d{2}-\d{2}\.md")
+
+
+async def read_document(conn: AsyncConnection, path: str, *, scope: str) -> MemoryDoc | None:
+    """The document at `path` of `scope`'s index (a card, a summary, a transcript entry
+    `daily/DAY.md#SESSION:SEQ`), or a day's transcript (`daily/DAY.md`: its entries in the
+    order they were written); None when there is none. What memory_get and `keel vault
+    show` read."""
+    if _DAY_PATH.fullmatch(path):
+        rows = await (await conn.execute(
+            "SELECT body FROM memory_docs WHERE scope = %s AND kind = 'daily' AND"
+            " starts_with(path, %s) ORDER BY indexed_at, session_id, seq",
+            (scope, f"{path}#"))).fetchall()
+        return MemoryDoc(path=path, kind="daily", title="",
+                         body="\n\n".join(r[0].strip() for r in rows)) if rows else None
+    row = await (await conn.execute(
+        "SELECT kind, title, body, session_id, seq FROM memory_docs WHERE scope = %s"
+        " AND path = %s", (scope, path))).fetchone()
+    if row is None:
+        return None
+    return MemoryDoc(path=path, kind=row[0], title=row[1], body=row[2], session_id=row[3],
+                     seq=row[4])

@@ -1,5 +1,5 @@
 """`keel vault`: long memory per scope; list the vaults, run the doctor or a rollup now,
-search one scope, forget one of its cards, or erase it.
+search one scope or show one of its documents, forget one of its cards, or erase it.
 
 Invariants: a scope id is checked before anything runs; the doctor and the rollups run as
 the same workflows the schedules start, on the vault's own task queue (a worker must serve
@@ -23,6 +23,7 @@ from keel.console import console, one_line, working
 from keel.record import (
     TranscriptBacklog,
     indexed_scopes,
+    read_memory,
     search_memory,
     transcript_backlog,
 )
@@ -170,6 +171,33 @@ def vault_search(query: str, scope: ScopeOption = "default",
         for hit in hits:
             console.print(f"[cyan]{escape(hit.path)}[/] [dim]{hit.score:.3f}[/]  "
                           f"{escape(one_line(hit.snippet, 160))}")
+
+    run(main())
+
+
+@vault_app.command("show")
+def vault_show(path: Annotated[str, typer.Argument(
+        help="A path `keel vault search` gave: a card, a summary, a day's transcript "
+        "(daily/DAY.md) or one message of it (daily/DAY.md#SESSION:SEQ).")],
+               scope: ScopeOption = "default") -> None:
+    """One document of a scope's long memory whole, read from PostgreSQL (what the agent's
+    memory_get reads)."""
+    from schemas.vault.rollup import without_markers
+
+    settings = load_settings()
+
+    async def main() -> None:
+        try:
+            found = await read_memory(database_url(settings), path,
+                                      scope=_check_scope(scope))
+        except psycopg.Error as err:
+            raise CliError(f"PostgreSQL: {err}") from None
+        if found is None:
+            raise CliError(f"nothing at {one_line(path, 200)!r} in {scope}'s memory (take a "
+                           "path keel vault search gave)")
+        console.print(f"[cyan]{escape(found.path)}[/] [dim]{escape(found.kind)}"
+                      f"{' · ' + escape(found.title) if found.title else ''}[/]")
+        console.print(escape(without_markers(found.body)), soft_wrap=True)
 
     run(main())
 

@@ -93,3 +93,16 @@ async def test_vault_list_names_a_scope_whose_vault_is_on_another_host(settings,
     assert "on the vault worker's host" in rows["dave"]
     assert [c.strip() for c in rows["dave"].split("│")][-3:-1] == ["3", "0"]
     assert docs is not None and f" {docs[0]} " in rows["alice"] and "yes" in rows["alice"]
+
+
+async def test_vault_show_reads_one_document_of_the_scope_named(settings, env, database_url):
+    await seed(settings, database_url, "alice")
+    await seed(settings, database_url, "bob")
+    card = "cards/notes/Kettle order.md"
+    bob = await keel(env, "vault", "show", card, "--scope", "bob")
+    assert bob.exit_code == 0, bob.output
+    assert "B-2002" in bob.output and "A-1001" not in bob.output
+    alice = await keel(env, "vault", "show", card, "--scope", "alice")
+    assert "A-1001" in alice.output and "B-2002" not in alice.output
+    missing = await keel(env, "vault", "show", "cards/notes/Nothing.md", "--scope", "bob")
+    assert missing.exit_code == 1 and "nothing at 'cards/notes/Nothing.md'" in missing.output
