@@ -37,10 +37,11 @@ from temporalio import activity
 
 from activities.heartbeat import with_heartbeat
 from activities.vault.bulk import index_bulk
+from activities.vault.context import MemoryContext
 from activities.vault.files import atomic_write, read_text
 from activities.vault.originals import forget_originals, keep_originals
 from activities.vault.search import IndexDoc, delete_documents, index_documents
-from activities.vault.store import MemoryContext, Vault
+from activities.vault.store import Vault
 from schemas.branch import tool_call_ids
 from schemas.bundle_memory import (
     BundleMemoryDone,

@@ -20,8 +20,8 @@ from activities.db import connection
 from activities.model import ModelBackend
 from activities.prompt import SessionPrompt
 from activities.row_cache import row_cache
+from activities.vault.context import MemoryContext
 from activities.vault.embedder import Embedder, embedder_for
-from activities.vault.store import MemoryContext
 from activities.window import WindowLoader
 from activities.workspace import WorkspaceStore, open_store
 from schemas.config import KeelSettings

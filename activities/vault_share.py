@@ -13,8 +13,8 @@ Invariants:
 
 from __future__ import annotations
 
+from activities.vault.context import scope_vaults
 from activities.vault.files import read_text
-from activities.vault.store import scope_vaults
 from activities.workspace import SHARED_SCOPE, WorkspaceStore
 from schemas.config import KeelSettings
 from schemas.vault.schema import CORE_FILE, SCHEMA_FILE

@@ -115,8 +115,8 @@ async def seed_memory(settings: KeelSettings, session_id: str, rows: int) -> int
 
     import psycopg
 
+    from activities.vault.context import MemoryContext
     from activities.vault.files import atomic_write
-    from activities.vault.store import MemoryContext
     from schemas.vault.card import CardFact
     from schemas.vault.rollup import transcript_entry
     from schemas.vault.schema import CardOp

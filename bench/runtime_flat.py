@@ -31,7 +31,7 @@ _TOPICS = ["billing", "auth", "search", "deploy", "runbook", "retry", "cache", "
 
 async def seed_day(settings: KeelSettings, scope: str, entries: int) -> float:
     """Today's transcript of `scope` with `entries` entries of other sessions, indexed."""
-    from activities.vault.store import MemoryContext
+    from activities.vault.context import MemoryContext
     from schemas.vault.rollup import transcript_entry
     from schemas.vault.schema import DAILY_DIR
 
@@ -99,7 +99,7 @@ async def bench_flat(client: Client, settings: KeelSettings, fake: FakeAnthropic
                      runs: int, progress: Callable[[str], None]) -> dict[str, Any]:
     """A plain turn (and the steps whose cost could grow) at a short and a long day's
     transcript, and at a small and a large workspace, measured alternately."""
-    from activities.vault.store import MemoryContext
+    from activities.vault.context import MemoryContext
     from activities.vault.turn import MemoryActivities, RecallInput, TranscriptsInput
     from activities.workspace import PostgresStore
 

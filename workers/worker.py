@@ -66,12 +66,12 @@ from activities.offline import OfflineBackend
 from activities.session import SessionActivities
 from activities.tasks import stop_task
 from activities.vault.cards import VaultActivities
+from activities.vault.context import MemoryContext
 from activities.vault.doctor import DoctorActivities
 from activities.vault.erase import ScopeEraseActivities
 from activities.vault.forget import ForgetCardActivities
 from activities.vault.outbox import TranscriptDrainer
 from activities.vault.rollup import RollupActivities
-from activities.vault.store import MemoryContext
 from activities.vault.turn import MemoryActivities, catch_up_hand_edits
 from activities.vault_share import publish_vault_files
 from activities.wakeups import create_wakeup_schedule, delete_wakeup_schedule

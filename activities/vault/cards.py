@@ -14,7 +14,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from activities.vault.store import MemoryContext, scope_vaults
+from activities.vault.context import MemoryContext, scope_vaults
 from schemas.vault.card import CardFact
 from schemas.vault.nightly import ScopeList
 from schemas.vault.schema import CardOp

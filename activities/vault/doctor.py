@@ -15,10 +15,11 @@ from typing import Any
 from pydantic import BaseModel
 from temporalio import activity
 
+from activities.vault.context import MemoryContext
 from activities.vault.dense import embed_pending
 from activities.vault.embedder import embedder_for
 from activities.vault.files import read_text
-from activities.vault.store import MemoryContext, Vault
+from activities.vault.store import Vault
 from schemas.vault.card import (
     FrontmatterError,
     canonical_meta,

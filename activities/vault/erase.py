@@ -23,7 +23,7 @@ from pathlib import Path
 from temporalio import activity
 
 from activities.heartbeat import with_heartbeat
-from activities.vault.store import MemoryContext
+from activities.vault.context import MemoryContext
 from activities.vault_share import unpublish_scope
 from activities.workspace import open_store
 from schemas.vault.erase import EraseScopeInput, ScopeErased

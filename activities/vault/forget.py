@@ -20,9 +20,10 @@ from datetime import UTC, datetime
 from temporalio import activity
 
 from activities.heartbeat import with_heartbeat
+from activities.vault.context import MemoryContext
 from activities.vault.files import read_text
 from activities.vault.search import delete_documents
-from activities.vault.store import MemoryContext, Vault
+from activities.vault.store import Vault
 from schemas.vault.card import card_filename, link_key, parse_card
 from schemas.vault.forget import CardForgotten, ForgetCardInput
 from schemas.vault.schema import CARDS_DIR, CORE_FILE

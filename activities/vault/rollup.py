@@ -23,8 +23,9 @@ from temporalio.exceptions import ApplicationError
 
 from activities.model import ModelBackend
 from activities.model.usage import spend_of_reply
+from activities.vault.context import MemoryContext
 from activities.vault.files import read_text
-from activities.vault.store import MemoryContext, Vault
+from activities.vault.store import Vault
 from schemas.budget import Spend
 from schemas.tokens import count_tokens
 from schemas.vault.card import CardFact

@@ -6,9 +6,8 @@ and every written file is re-indexed for search at once. Nothing here deletes a 
 person may have written; a file that cannot be read is reported and left as it is.
 
 Scopes: a `Vault` is one scope's (its own folder and git repository) and every statement it
-runs carries that scope. `MemoryContext.scoped(scope)` is the only way activities reach a
-vault; the scope comes from the activity's input, which the workflow takes from the
-session's config or the schedule, never from the model.
+runs carries that scope; activities reach one only through `MemoryContext.scoped(scope)`
+(activities.vault.context).
 """
 
 from __future__ import annotations
@@ -29,13 +28,11 @@ from zoneinfo import ZoneInfo
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel
-from temporalio.exceptions import ApplicationError
 
-from activities.db import connection, get_pool
 from activities.disk import PARTIAL_GLOB
 from activities.vault.bulk import index_bulk
 from activities.vault.clock import local_timezone_name
-from activities.vault.embedder import Embedder, embedder_for
+from activities.vault.embedder import Embedder
 from activities.vault.files import (
     atomic_write,
     read_text,
@@ -43,7 +40,6 @@ from activities.vault.files import (
     walk_notes,
 )
 from activities.vault.search import IndexDoc, delete_documents, index_documents, indexed_hashes
-from schemas.config import KeelSettings
 from schemas.vault.card import (
     Card,
     CardFact,
@@ -71,7 +67,7 @@ from schemas.vault.schema import (
     VaultSchema,
     parse_schema,
 )
-from schemas.vault.scope import DEFAULT_SCOPE, ScopeError, check_scope, is_scope
+from schemas.vault.scope import DEFAULT_SCOPE
 from schemas.vault.settings import MemorySettings
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "keel" / "vault_template"
@@ -529,78 +525,3 @@ def _strip_frontmatter(text: str) -> str:
         if end != -1:
             return text[end + 4:].lstrip("\n")
     return text
-
-
-# --- the activities' shared context --------------------------------------------------------
-
-
-@dataclass
-class MemoryContext:
-    """What every memory activity needs: settings, one scope's vault, and the database.
-
-    The worker builds one for the default scope; `scoped(scope)` gives (and keeps) the
-    context of any other, so each scope's vault object, with its change cache, is made once.
-    """
-
-    settings: KeelSettings
-    database_url: str
-    scope: str = DEFAULT_SCOPE
-    vault: Vault = field(init=False)
-    _scopes: dict[str, MemoryContext] = field(default_factory=dict, repr=False)
-
-    def __post_init__(self) -> None:
-        check_scope(self.scope)
-        self.vault = Vault(self.memory.vault_dir_for(self.scope), self.memory, self.scope,
-                           embedder_for(self.memory))
-        self._scopes.setdefault(self.scope, self)
-
-    def scoped(self, scope: str) -> MemoryContext:
-        """The context of `scope` (ScopeError, a ValueError, for an id that is not one)."""
-        if scope == self.scope:
-            return self
-        if scope in self._scopes:
-            return self._scopes[scope]
-        try:
-            check_scope(scope)
-        except ScopeError as err:
-            raise ApplicationError(str(err), type="InvalidScope", non_retryable=True) from err
-        found = MemoryContext(self.settings, self.database_url, scope)
-        found._scopes = self._scopes
-        self._scopes[scope] = found
-        return found
-
-    @property
-    def memory(self) -> MemorySettings:
-        return self.settings.memory
-
-    async def pool(self) -> AsyncConnectionPool:
-        return await get_pool(self.database_url)
-
-    @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[AsyncConnection]:
-        """A connection from the database's pool, given back when the block ends (waited
-        for within the activity's attempt: activities.db.connection)."""
-        async with connection(self.database_url) as conn:
-            yield conn
-
-
-def scope_vaults(memory: MemorySettings) -> dict[str, Path]:
-    """Every scope that has a vault folder, by id: the default scope's when its folder
-    exists, and each folder under the vaults root whose name is a scope id."""
-    out: dict[str, Path] = {}
-    if memory.vault_dir.is_dir():
-        out[DEFAULT_SCOPE] = memory.vault_dir
-    root = memory.vaults_root()
-    if root.is_dir():
-        for child in sorted(root.iterdir()):
-            if child.is_dir() and is_scope(child.name) and child.name != DEFAULT_SCOPE:
-                out[child.name] = child
-    return dict(sorted(out.items()))
-
-
-def read_core_text(settings: KeelSettings, scope: str = DEFAULT_SCOPE) -> str:
-    """One scope's CORE.md as it goes in the system prompt ("" when it has none yet)."""
-    path = settings.memory.vault_dir_for(scope) / CORE_FILE
-    if not path.exists():
-        return ""
-    return read_text(path).text.strip()

@@ -50,6 +50,7 @@ from activities.events import tell_retrying
 from activities.heartbeat import beating, with_heartbeat
 from activities.model import ModelBackend
 from activities.model.usage import spend_of_reply
+from activities.vault.context import MemoryContext, scope_vaults
 from activities.vault.embedder import embedder_for
 from activities.vault.files import atomic_write
 from activities.vault.originals import keep_originals
@@ -61,7 +62,7 @@ from activities.vault.search import (
     recall,
     touch_documents,
 )
-from activities.vault.store import MemoryContext, Vault, daily_doc, scope_vaults
+from activities.vault.store import Vault, daily_doc
 from activities.vault.terms_upgrade import TERMS_BATCH, upgrade_terms
 from schemas.attachments import CONTENT_WITHOUT_BYTES_SQL, attachments_of, with_lines
 from schemas.budget import Spend

@@ -53,7 +53,7 @@ def vault_list() -> None:
     """Every memory scope: its vault's folder where it is on this host, CORE.md size, git
     state, the documents its search index holds, and the transcripts still queued for the
     vault worker."""
-    from activities.vault.store import scope_vaults
+    from activities.vault.context import scope_vaults
 
     settings = load_settings()
     scopes = scope_vaults(settings.memory)

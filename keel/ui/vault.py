@@ -22,9 +22,10 @@ from urllib.parse import quote
 
 from psycopg import AsyncConnection
 
+from activities.vault.context import scope_vaults
 from activities.vault.files import read_text
 from activities.vault.search import search
-from activities.vault.store import Vault, scope_vaults
+from activities.vault.store import Vault
 from activities.vault_share import shared_vault_text
 from activities.workspace import open_store
 from schemas.config import KeelSettings

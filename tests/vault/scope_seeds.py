@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from activities.vault.store import MemoryContext
+from activities.vault.context import MemoryContext
 from schemas.vault.card import CardFact
 from schemas.vault.schema import CardOp
 

@@ -13,7 +13,7 @@ import psycopg
 from temporalio.testing import ActivityEnvironment
 
 from activities.vault.cards import VaultActivities
-from activities.vault.store import MemoryContext
+from activities.vault.context import MemoryContext
 from schemas.config import KeelSettings, ModelSettings
 from schemas.vault.settings import MemorySettings
 

@@ -185,7 +185,7 @@ async def test_the_beat_takes_no_erased_scope_back(settings, database_url):
     """The vault worker's beat lists the scopes, then takes each one's lock, which makes the
     folder for its lock file: a scope erased in between came back as a folder holding only
     that file (listed again by `keel vault list`). The beat drops it instead."""
-    from activities.vault.store import MemoryContext, scope_vaults
+    from activities.vault.context import MemoryContext, scope_vaults
     from activities.vault.turn import catch_up_hand_edits
     from schemas.vault.schema import LOCK_FILE
 

@@ -13,9 +13,9 @@ import psycopg
 import pytest
 from typer.testing import CliRunner
 
+from activities.vault.context import MemoryContext
 from activities.vault.forget import ForgetCardActivities
 from activities.vault.search import search
-from activities.vault.store import MemoryContext
 from keel.cli import app
 from schemas.vault.card import CardFact
 from schemas.vault.forget import CardForgotten, ForgetCardInput, forgotten_text, refused_by_forget

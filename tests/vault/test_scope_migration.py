@@ -9,8 +9,8 @@ import psycopg
 
 import activities.db as db
 from activities.db import apply_migrations
+from activities.vault.context import scope_vaults
 from activities.vault.search import search
-from activities.vault.store import scope_vaults
 from schemas.vault.settings import MemorySettings
 
 LEGACY = """

@@ -17,7 +17,7 @@ import pytest
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from activities.vault.store import MemoryContext, scope_vaults
+from activities.vault.context import MemoryContext, scope_vaults
 from activities.vault_share import publish_vault_files
 from keel.client import session_config
 from schemas.session import SessionConfig, SessionInput, SessionState

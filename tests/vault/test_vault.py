@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 import pytest
 
 from activities.vault.cards import VaultActivities, WriteCardInput
+from activities.vault.context import read_core_text
 from activities.vault.rollup import CommitInput, RollupActivities
 from activities.vault.search import search
-from activities.vault.store import read_core_text
 from activities.vault.turn import (
     FlushInput,
     MemoryActivities,
