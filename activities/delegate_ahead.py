@@ -11,9 +11,10 @@ Invariants:
   would make; its id is the call's, started once (an id running is used, a closed one is
   not reused), so a retried call, or the workflow's own start after it, finds that child.
 - The answer is what the child's workflow would send at its end (the reply's text, the
-  child's spend with this call's), sent only after the reply is in the record, so a retry
-  (which finds the reply recorded and does not ask the model again) sends the same; the
-  parent takes one answer per child.
+  child's spend with this call's, the line naming the files it wrote, copied home first:
+  activities.handback), sent only after the reply is in the record, so a retry (which
+  finds the reply recorded and does not ask the model again) sends the same; the parent
+  takes one answer per child.
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from activities.handback import HandBack, hand_back
+from activities.heartbeat import with_heartbeat
+from activities.workspace import WorkspaceStore
 from schemas.agent import AgentSpec
 from schemas.budget import spend_of
 from schemas.delegation import DelegateAhead, TellParent, ahead_call, answer_of, child_input
+from schemas.handback import with_line
 from schemas.messages import ModelReply
 from schemas.session import SESSION_WORKFLOW, Handler
 
@@ -66,11 +71,17 @@ async def start_ahead(ahead: DelegateAhead | None, agent: AgentSpec | None,
     return {call.id: start.session_id}
 
 
-async def tell_parent(session_id: str, tell: TellParent | None, reply: ModelReply) -> bool:
-    """Whether the parent was told the answer in `reply` (a final one)."""
+async def tell_parent(session_id: str, tell: TellParent | None, reply: ModelReply,
+                      store: WorkspaceStore) -> bool:
+    """Whether the parent was told the answer in `reply` (a final one), the child's files
+    copied home first and named at its end."""
     if tell is None or (answer := answer_of(session_id, tell, reply)) is None:
         return False
     try:
+        line = await with_heartbeat(hand_back(store, HandBack(
+            child_session=session_id, parent_session=tell.parent_session,
+            call_id=tell.call_id, shared=tell.files)))
+        answer.text = with_line(answer.text, line)
         await activity.client().get_workflow_handle(tell.parent_session).signal(
             Handler.CHILD_ANSWER, answer, rpc_timeout=RPC_TIMEOUT)
     except Exception as err:  # the child's workflow answers at its end

@@ -55,6 +55,7 @@ from activities.attachments import (
 from activities.context import SessionContext
 from activities.delegate_ahead import start_ahead, tell_parent
 from activities.events import DeltaPublisher, tell_retrying
+from activities.handback import HandBack, hand_back
 from activities.heartbeat import beating, with_heartbeat
 from activities.interrupt import send_interrupt, stop_on_interrupt, watcher
 from activities.memory_tools import MemoryCall, memory_tool
@@ -96,7 +97,7 @@ from activities.record import (
 )
 from activities.results import cut_input, keep_whole, read_payload
 from activities.tools import ToolContext, execute_tool
-from activities.workspace import PromptFiles, StoreError
+from activities.workspace import PromptFiles, StoreError, WorkspaceStore
 from schemas.agent import cut_result, result_files, result_text
 from schemas.attachments import MAX_REQUEST_ATTACHMENTS, Attachment, refused_file
 from schemas.budget import cost_usd, reply_price
@@ -195,6 +196,12 @@ class SessionActivities:
         return await share(self.ctx.store, data)
 
     @activity.defn
+    async def hand_back_files(self, data: HandBack) -> str:
+        """A child's files made or changed, copied to its parent's workspace; the line its
+        answer ends with."""
+        return await with_heartbeat(hand_back(self.ctx.store, data))
+
+    @activity.defn
     async def interrupt_model_call(self, data: InterruptInput) -> None:
         """Stop the model call answering at `data.reply_seq`, on whichever worker it runs."""
         async with await self.ctx.connection() as conn:
@@ -245,7 +252,7 @@ class SessionActivities:
         if reads.reply is not None:  # a retry after the reply was recorded: do not ask
             # the model again (its transcript was queued with it, in the same transaction)
             reply = reply_from_row(reads.reply, data.ask.model)
-            return await _delegation(data, reply, (await first_steps()).result(
+            return await _delegation(self.ctx.store, data, reply, (await first_steps()).result(
                 reply=reply, transcribed=transcribes(data)))
         loaded = await build_request(self.ctx, data, reads, await files)
         first = await first_steps()
@@ -279,7 +286,7 @@ class SessionActivities:
             return first.result(reply=reply, size=sized.size,
                                 estimated_tokens=sized.estimate, stream_tail=tail,
                                 transcribed=transcribed)
-        return await _delegation(data, reply, first.result(
+        return await _delegation(self.ctx.store, data, reply, first.result(
             reply=reply, size=sized.size, estimated_tokens=sized.estimate,
             output_cut=sized.output_cut, notes=sized.notes + notes, replaced=replaced,
             stream_tail=tail, transcribed=transcribed))
@@ -504,11 +511,12 @@ def _payload_value(payload: Payload) -> Any:
     return json.loads(payload.data)
 
 
-async def _delegation(data: ModelCallInput, reply: ModelReply,
+async def _delegation(store: WorkspaceStore, data: ModelCallInput, reply: ModelReply,
                       result: ModelCallResult) -> ModelCallResult:
-    """The call's part in delegation, once its reply is in the record."""
+    """The call's part in delegation, once its reply is in the record (a child's final
+    one: its files go home with its answer)."""
     step = data.delegation
     if step is not None:
         result.started_ahead = await start_ahead(step.ahead, data.ask.agent, reply)
-        result.told_parent = await tell_parent(data.session_id, step.tell, reply)
+        result.told_parent = await tell_parent(data.session_id, step.tell, reply, store)
     return result

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from schemas.agent import AgentSpec, ApprovalPolicy, approval_for, child_spec
 from schemas.attachments import Attachment, attachment_problem
@@ -128,6 +128,7 @@ class TellParent(BaseModel):
     parent_session: str
     call_id: str
     spent: Spend  # the child's spend before this call
+    files: list[Attachment] = Field(default_factory=list)  # its task's (what it was given)
 
 
 def answer_of(session_id: str, tell: TellParent, reply: ModelReply) -> AgentRunInput | None:

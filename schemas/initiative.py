@@ -194,7 +194,8 @@ DELEGATE_TOOL: dict[str, Any] = {
     "description": "Hand a task to a sub-agent: a child session that works on it alone and "
                    "answers once. wait=true (the default) pauses this call until it "
                    "answers; wait=false goes on, and the answer arrives later as an agent "
-                   "run input.",
+                   "run input. The files it writes are copied to your workspace with its "
+                   "answer, which names them.",
     "input_schema": {"type": "object", "properties": {
         "agent": {"type": "string"}, "task": {"type": "string"},
         "wait": {"type": "boolean"},

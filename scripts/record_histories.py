@@ -66,6 +66,9 @@ handler a running session meets:
   in a line; a Task with a file and a Watch whose file is refused (its words kept), under
   `background-input-files`; a delegate call whose file goes to its child with the task,
   under `delegate-files`; and the end;
+- `history-handback` (and its children): a sub-agent writes a file and answers (its final
+  model call copies the file home), another writes one and fails, answering at its end
+  under the patch `delegate-hand-back` (the file copied home first); and the end;
 - `history-refused-config`: a start from a client that is not Keel's, with a config no
   session can work with (a reply of 0 tokens), refused by the session under the patch
   `refuse-unworkable-config`: the run fails at once, nothing written;
@@ -120,7 +123,12 @@ from schemas.initiative import SubAgent, WakeupLimits  # noqa: E402
 from schemas.interrupt import InterruptPolicy  # noqa: E402
 from schemas.mcp import McpServerSpec  # noqa: E402
 from schemas.session import SESSION_WORKFLOW  # noqa: E402
-from tests.fake_anthropic import FakeAnthropic, text_message, tool_use_message  # noqa: E402
+from tests.fake_anthropic import (  # noqa: E402
+    ErrorStep,
+    FakeAnthropic,
+    text_message,
+    tool_use_message,
+)
 from tests.faults import DelegationFaults  # noqa: E402
 from tests.queue_fixture import FIRST_REQUEST, seed_queue  # noqa: E402
 from workers.worker import build_worker  # noqa: E402
@@ -134,6 +142,7 @@ BUDGET_SCENARIOS = (BUDGET_SCENARIO, "history-budget-interrupt-activity")
 LIMITS_SCENARIO = "history-input-limits"
 ATTACHMENTS_SCENARIO = "history-attachments"
 TOOL_FILES_SCENARIO = "history-tool-files"
+HANDBACK_SCENARIO = "history-handback"
 REFUSED_SCENARIO = "history-refused-config"
 REFUSED_ID_SCENARIO = "history-refused-id"  # saved as `_history-refused-id.json`
 LONG = " ".join(f"word{n}" for n in range(600))
@@ -319,6 +328,33 @@ async def tool_files_scenario(keel: KeelClient, settings: KeelSettings,
         await session.end()
     history = await keel.session(child.session_id).handle.fetch_history()
     (OUT / f"{child.session_id}.json").write_text(history.to_json())  # named by its id
+    return session
+
+
+def handback_model(body: dict[str, Any]) -> Any:
+    last = json.dumps(body["messages"][-1]["content"])
+    if CHILD_NOTE in json.dumps(body.get("system") or ""):  # a writer: a file, then its end
+        if "tool_result" not in last:
+            return tool_use_message([("write_file", {"path": "notes.md", "content": "3"})])
+        failing = "fail" in json.dumps(body["messages"][0]["content"])
+        return ErrorStep(400, message="bad request") if failing else text_message("wrote it")
+    if "tool_result" in last or "Write" not in last:
+        return text_message("noted")
+    task = "Write the notes, and fail." if "fail" in last else "Write the notes."
+    return tool_use_message([("delegate", {"agent": "writer", "task": task})])
+
+
+async def handback_scenario(keel: KeelClient, settings: KeelSettings,
+                            session_id: str) -> SessionHandle:
+    session = await keel.start_session(session_id, agent=AgentSpec(
+        sub_agents=[SubAgent(name="writer", instructions="You write notes.")]))
+    await session.ask("Write the notes.")
+    await session.ask("Write them again, and fail.")
+    children = (await session.status()).children
+    await session.end()
+    for child in children:
+        history = await keel.session(child.session_id).handle.fetch_history()
+        (OUT / f"{child.session_id}.json").write_text(history.to_json())  # named by its id
     return session
 
 
@@ -570,7 +606,7 @@ async def main() -> None:
         session_id = sys.argv[1] if len(sys.argv) > 1 else "history-queue-checkpoints"
         models = {**dict.fromkeys(INITIATIVE_SCENARIOS, initiative_model),
                   REWIND_SCENARIO: rewind_model, ATTACHMENTS_SCENARIO: attachments_model,
-                  TOOL_FILES_SCENARIO: tool_files_model,
+                  TOOL_FILES_SCENARIO: tool_files_model, HANDBACK_SCENARIO: handback_model,
                   REWIND_CHILDREN_SCENARIO: rewind_children_model}
         fake = (FakeAnthropic(models[session_id]) if session_id in models
                 else FakeAnthropic()).start()
@@ -594,6 +630,7 @@ async def main() -> None:
                                 LIMITS_SCENARIO: limits_scenario,
                                 ATTACHMENTS_SCENARIO: attachments_scenario,
                                 TOOL_FILES_SCENARIO: tool_files_scenario,
+                                HANDBACK_SCENARIO: handback_scenario,
                                 REFUSED_SCENARIO: refused_scenario,
                                 REFUSED_ID_SCENARIO: refused_id_scenario,
                                 **dict.fromkeys(INITIATIVE_SCENARIOS, initiative_scenario),

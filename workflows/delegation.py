@@ -29,6 +29,10 @@ Invariants:
 - A child started ahead is no Temporal child: its parent asks now and then
   (`CHECK_FIRST_S`, doubling up to `CHECK_MAX_S`) whether it closed without answering
   (terminated, failed), as a child workflow's completion would tell it.
+- The files a child wrote go home with its answer: copied to the parent's workspace before
+  the answer is sent, by whichever sends it (the final model call, in its activity; the
+  child's end, by `hand_back_files`, `HANDBACK_PATCH`), and named at the answer's end
+  (the rules: schemas.handback). A parent's file changed meanwhile is never overwritten.
 - The parent waits or goes on, as the call asked: a waiting call pauses the turn
   (`AWAITING_CHILD`) until the answer comes; the answer and the call's result are then
   folded into the turn's next model call, which records them before it reads the window
@@ -61,6 +65,7 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from activities.attachments import ShareFiles
     from activities.delegate_ahead import child_closed
+    from activities.handback import HandBack
     from activities.model_call import DelegationStep
     from activities.session import SessionActivities
     from schemas.attachments import Attachment
@@ -73,6 +78,7 @@ with workflow.unsafe.imports_passed_through():
         refusal,
     )
     from schemas.events import ChildAnswered, ChildStarted
+    from schemas.handback import with_line
     from schemas.initiative import ChildRun
     from schemas.messages import HarnessKind, MessageType, ToolCall, agent_run_source_line
     from schemas.session import (
@@ -90,8 +96,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run import SessionRun
     from workflows.wakeups import ToolFn
 
-__all__ = ["AHEAD_PATCH", "DELEGATE_FILES_PATCH", "EARLY_ANSWER_PATCH", "ROUND_TRIP_PATCH",
-           "Delegation"]
+__all__ = ["AHEAD_PATCH", "DELEGATE_FILES_PATCH", "EARLY_ANSWER_PATCH", "HANDBACK_PATCH",
+           "ROUND_TRIP_PATCH", "Delegation"]
 
 # A shorter round trip (histories from before it replay as they were): the delegate call's
 # result is written by the turn's next model call with the answer (workflows.tools), and
@@ -106,6 +112,9 @@ AHEAD_PATCH = "delegate-ahead"
 EARLY_ANSWER_PATCH = "delegate-early-answer"
 # A delegate call's `files` are copied to the child's workspace and carried by its task.
 DELEGATE_FILES_PATCH = "delegate-files"
+# A child answering at its end copies the files it wrote to its parent's workspace first
+# (its final model call, telling the parent, does so in its activity: no command).
+HANDBACK_PATCH = "delegate-hand-back"
 CHECK_FIRST_S, CHECK_MAX_S = 2.0, 60.0  # asking whether a child started ahead closed
 
 
@@ -327,7 +336,7 @@ class Delegation:
         if task is not None and task.hears_call and state.delegated_seq \
                 and state.delegated_seq not in answered and not state.ended and not self.told:
             tell = TellParent(parent_session=task.parent_session, call_id=task.call_id,
-                              spent=state.budget.spent)
+                              spent=state.budget.spent, files=task.files)
         return None if ahead is None and tell is None else DelegationStep(ahead=ahead,
                                                                            tell=tell)
 
@@ -538,10 +547,31 @@ class Delegation:
         if outcome is None and state.stopped_reason is None:
             return
         if outcome is not None and outcome.error is None and outcome.reply_text.strip():
-            await self._answer("answered", outcome.reply_text)
+            text, result = outcome.reply_text, "answered"
         else:
             why = (outcome.error if outcome else None) or state.stopped_reason or "no reply"
-            await self._answer("failed", f"Sub-agent {task.agent} failed: {why}")
+            text, result = f"Sub-agent {task.agent} failed: {why}", "failed"
+        if not (self.told and result == "answered"):  # its final model call sent them
+            text = await self._with_files(text)
+        await self._answer(result, text)
+
+    async def _with_files(self, text: str) -> str:
+        """`text` ending with the line that names the files this child wrote, copied to its
+        parent's workspace first (activities.handback)."""
+        state = self.run.state
+        task = state.config.delegated
+        assert task is not None
+        if not workflow.patched(HANDBACK_PATCH):
+            return text
+        try:
+            line: str = await workflow.execute_activity_method(
+                SessionActivities.hand_back_files, HandBack(
+                    child_session=state.session_id, parent_session=task.parent_session,
+                    call_id=task.call_id, shared=task.files), **TOOL_CALL)
+        except ActivityError as err:
+            line = (f"[Keel: the files it wrote were not copied to your workspace "
+                    f"({err.cause or err}); they are in session {state.session_id}'s]")
+        return with_line(text, line)
 
     async def _answer(self, outcome: str, text: str) -> None:
         state = self.run.state

@@ -143,10 +143,19 @@ async def test_a_child_that_outgrows_its_window_checkpoints_and_still_answers(
         child_status = await keel.session(child_run.session_id).status()
         assert child_status.checkpoint_count >= 1 and child_status.ended
         assert (await parent.status()).checkpoint_count == 0  # the work was the child's
+        from activities.workspace import LocalStore
+
+        written = [f.path for f in await LocalStore.of(settings).list(child_run.session_id)
+                   if not f.path.startswith(".keel/")]
         await parent.end()
     answer = [r for r in rows(database_url, "team-cp")
               if (r[1] or "").startswith("[Harness: agent run ")]
-    assert len(answer) == 1 and answer[0][2] == "the answer is 42, from the notes"
+    assert len(answer) == 1
+    words, line = answer[0][2].split("\n\n")
+    assert words == "the answer is 42, from the notes"
+    # The notes it wrote came home with it (activities.handback), every one it has.
+    assert line == ("[Keel: the files it wrote are in your workspace: "
+                    f"{', '.join(sorted(written))}]")
     # The task is the child's first input, in the parent's voice, kept past its checkpoint.
     first = rows(database_url, child_run.session_id)[0]
     assert first[0] == "harness" and first[1].endswith("from #team-cp]")

@@ -1,0 +1,113 @@
+"""A sub-agent's files come home: what a child writes in its workspace is copied to its
+parent's with its answer, which names them; a parent's file a person changed while the
+child worked is never overwritten (the child's goes beside it); a child that fails after
+writing hands back what it wrote. Real Temporal (dev server), real PostgreSQL, the fake
+API playing both sides (tests/session/teams.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from typing import Any
+
+from schemas.agent import CHILD_NOTE
+from tests.fake_anthropic import ErrorStep, text_message, tool_use_message
+from tests.harness import keel_worker, make_settings
+from tests.session.teams import _awaiting_child, _last, _system, rows, spec
+
+TIDIED = "# Report\n\ntidied by the researcher\n"
+
+
+def _results(body: dict[str, Any]) -> int:
+    return sum(1 for m in body["messages"] if isinstance(m["content"], list)
+               for b in m["content"] if b.get("type") == "tool_result")
+
+
+def team_writing(child_final: Any, before_writing: Any = None) -> Any:
+    """The parent delegates report.md with its task; the child rewrites it, writes
+    notes/summary.md, then answers `child_final` (a reply, or an error step)."""
+    def respond(body: dict[str, Any]) -> Any:
+        if CHILD_NOTE in _system(body):
+            if _results(body):
+                return child_final
+            if before_writing is not None:
+                before_writing()
+            return tool_use_message([
+                ("write_file", {"path": "report.md", "content": TIDIED}),
+                ("write_file", {"path": "notes/summary.md", "content": "three points"})])
+        last = _last(body)
+        if "agent run" in last or "tool_result" in last:
+            return text_message("parent done")
+        return tool_use_message([("delegate", {"agent": "researcher", "task": "tidy it",
+                                               "files": ["report.md"]})])
+    return respond
+
+
+def _answer(database_url: str, session_id: str) -> str:
+    [found] = [r[2] for r in rows(database_url, session_id)
+               if (r[1] or "").startswith("[Harness: agent run ")]
+    return found
+
+
+async def _read(session: Any, path: str) -> bytes | None:
+    found = await session.read_file(path)
+    return None if found is None else found.data
+
+
+async def test_the_files_a_child_writes_come_home_with_its_answer(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    fake_anthropic.responder = team_writing(text_message("tidied it"))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session(f"home-{uuid.uuid4().hex[:6]}", agent=spec())
+        await parent.put_file("report.md", "# Report\n\ndraft\n")
+        await asyncio.wait_for(parent.ask("tidy the report"), 60)
+        [child] = (await parent.status()).children
+        assert await _read(parent, "report.md") == TIDIED.encode()  # its edit came home
+        assert await _read(parent, "notes/summary.md") == b"three points"
+        await parent.end()
+    answer = _answer(database_url, parent.session_id)
+    assert answer == ("tidied it\n\n[Keel: the files it wrote are in your workspace: "
+                      "notes/summary.md, report.md (your file, as it edited it)]")
+    assert child.done == "answered"
+
+
+async def test_a_file_a_person_changed_meanwhile_is_not_overwritten(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    go = threading.Event()
+    fake_anthropic.responder = team_writing(text_message("tidied it"),
+                                            lambda: go.wait(30))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session(f"kept-{uuid.uuid4().hex[:6]}", agent=spec())
+        await parent.put_file("report.md", "# Report\n\ndraft\n")
+        asked = asyncio.create_task(parent.ask("tidy the report"))
+        [child] = (await _awaiting_child(parent)).children
+        await parent.put_file("report.md", "# Report\n\nthe person's own edit\n")
+        go.set()
+        await asyncio.wait_for(asked, 60)
+        beside = f"subagents/researcher-{child.call_id[-8:]}/report.md"
+        assert await _read(parent, "report.md") == b"# Report\n\nthe person's own edit\n"
+        assert await _read(parent, beside) == TIDIED.encode()
+        await parent.end()
+    assert _answer(database_url, parent.session_id).endswith(
+        f"notes/summary.md, report.md (at {beside}: your report.md is another file)]")
+
+
+async def test_a_child_that_fails_after_writing_hands_back_what_it_wrote(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    fake_anthropic.responder = team_writing(ErrorStep(400, message="bad request"))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session(f"failed-{uuid.uuid4().hex[:6]}", agent=spec())
+        await parent.put_file("report.md", "# Report\n\ndraft\n")
+        await asyncio.wait_for(parent.ask("tidy the report"), 60)
+        [child] = (await parent.status()).children
+        assert child.done == "failed"
+        assert await _read(parent, "notes/summary.md") == b"three points"
+        await parent.end()
+    answer = _answer(database_url, parent.session_id)
+    assert answer.startswith("Sub-agent researcher failed: ")
+    assert answer.endswith("[Keel: the files it wrote are in your workspace: "
+                           "notes/summary.md, report.md (your file, as it edited it)]")
