@@ -43,17 +43,21 @@ async def hand_back(store: WorkspaceStore, data: HandBack) -> str:
     where each went ("" when the child made none)."""
     shared = {a.path: a.sha256 for a in data.shared}
     done: list[HandedBack] = []
+    past = 0
     for info in sorted(await store.list(data.child_session), key=lambda f: f.path):
         if is_keels(info.path):
+            continue
+        if len(done) >= HANDBACK_FILES and info.path not in shared:  # not read: it stays
+            past += 1
             continue
         file = await store.read(data.child_session, info.path)
         if file is None or shared.get(file.path) == (sha := _sha(file.data)):
             continue  # gone since the listing, or given to it and left as it was
         if len(done) >= HANDBACK_FILES:
-            done.append(HandedBack(file.path, None, why=f"past {HANDBACK_FILES} files"))
+            past += 1
             continue
         done.append(await _copy(store, data, file.path, file.data, sha, shared))
-    return handback_line(done, data.child_session)
+    return handback_line(done, data.child_session, past)
 
 
 async def _copy(store: WorkspaceStore, data: HandBack, path: str, raw: bytes, sha: str,

@@ -71,8 +71,9 @@ def _named(items: list[str]) -> str:
     return shown + (f" and {len(items) - _NAMED} more" if len(items) > _NAMED else "")
 
 
-def handback_line(files: list[HandedBack], child_session: str) -> str:
-    """The answer's last line: what came back and where (empty when nothing did)."""
+def handback_line(files: list[HandedBack], child_session: str, past: int = 0) -> str:
+    """The answer's last line: what came back and where, and what stayed (`past`: files
+    past the `HANDBACK_FILES` copied; empty when nothing came back or stayed)."""
     home = [f.path + (" (your file, as it edited it)" if f.edited else "")
             for f in files if f.to == f.path]
     beside = [f"{f.path} (at {f.to}: your {f.path} is another file)"
@@ -81,6 +82,8 @@ def handback_line(files: list[HandedBack], child_session: str) -> str:
     parts = []
     if home or beside:
         parts.append("the files it wrote are in your workspace: " + _named(home + beside))
+    if past:
+        left.append(f"{past} more file{'s' * (past != 1)} (past the first {HANDBACK_FILES})")
     if left:
         parts.append(f"left in its workspace (session {child_session}): " + _named(left))
     return f"[Keel: {'; '.join(parts)}]" if parts else ""

@@ -45,6 +45,9 @@ def test_the_line_names_where_each_went_and_stays_bounded() -> None:
                            "file, as it edited it), n.md, s.md (at subagents/")
     assert f"left in its workspace (session {CHILD}): big.bin (the workspace holds" in line
     assert handback_line([], CHILD) == ""
+    assert handback_line([], CHILD, past=1) == (
+        f"[Keel: left in its workspace (session {CHILD}): 1 more file (past the first "
+        "100)]")
     many = [HandedBack(f"f{i:05}.md", f"f{i:05}.md") for i in range(10_000)]
     line = handback_line(many, CHILD)
     assert len(line) < 1_000 and line.endswith("and 9980 more]")

@@ -1,0 +1,52 @@
+"""A child's files copied home by `activities.handback.hand_back` on a real store (a
+folder per session): the cap, Keel's own files, the parent's limits, a retry. No server."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from activities.handback import HandBack, hand_back
+from activities.workspace import LocalStore
+from schemas.attachments import describe
+
+PARENT, CHILD = "team", "team.researcher.toolu_01ABCDEFGHIJKLMNOPQRSTUV"
+
+
+def _store(tmp_path: Path, workspace_bytes: int = 10_000_000) -> LocalStore:
+    return LocalStore(tmp_path / "ws", tmp_path, 1_000_000, workspace_bytes)
+
+
+async def test_past_the_cap_and_past_the_parents_limit_files_stay_named(tmp_path):
+    child = _store(tmp_path)
+    for i in range(130):
+        await child.write(CHILD, f"f{i:03}.md", b"x" * 10)
+    await child.write(CHILD, "big.md", b"y" * 60_000)  # past the parent's 50,000 bytes
+    await child.write(CHILD, ".keel/results/1.json", b"{}")  # Keel's own: never copied
+    store = _store(tmp_path, workspace_bytes=50_000)  # the same folders, smaller limits
+    line = await hand_back(store, HandBack(child_session=CHILD, parent_session=PARENT,
+                                           call_id="toolu_01ABCDEFGHIJKLMNOPQRSTUV"))
+    home = {f.path for f in await store.list(PARENT)}
+    assert "big.md" not in home and not any(p.startswith(".keel/") for p in home)
+    assert len(home) == 99  # big.md is first in order and took one of the hundred
+    assert "left in its workspace (session " + CHILD + "): big.md (" in line
+    assert line.endswith("): big.md (the workspace would be 60,000 bytes; the limit is "
+                         "50,000 bytes), 31 more files (past the first 100)]")
+    assert len(line) < 2_000
+
+
+async def test_a_given_file_left_alone_stays_and_a_retry_writes_nothing_twice(tmp_path):
+    store = _store(tmp_path)
+    given = b"# Report\n\ndraft\n"
+    await store.write(PARENT, "report.md", given)
+    await store.write(CHILD, "report.md", given)  # given with the task, left as it was
+    await store.write(CHILD, "chart.md", b"bars")
+    item = describe("report.md", given)
+    assert not isinstance(item, str) and item.sha256 == hashlib.sha256(given).hexdigest()
+    data = HandBack(child_session=CHILD, parent_session=PARENT, call_id="c1", shared=[item])
+    first = await hand_back(store, data)
+    versions = {f.path: f.version for f in await store.list(PARENT)}
+    assert await hand_back(store, data) == first  # the retry: the same line
+    assert {f.path: f.version for f in await store.list(PARENT)} == versions == {
+        "report.md": 1, "chart.md": 1}
+    assert first == "[Keel: the files it wrote are in your workspace: chart.md]"
