@@ -50,7 +50,11 @@ async def hand_back(store: WorkspaceStore, data: HandBack) -> str:
         if len(done) >= HANDBACK_FILES and info.path not in shared:  # not read: it stays
             past += 1
             continue
-        file = await store.read(data.child_session, info.path)
+        try:
+            file = await store.read(data.child_session, info.path)
+        except StoreError:  # a name put in its folder by hand (a newline) it refuses
+            done.append(HandedBack(repr(info.path), None, why="a name no workspace takes"))
+            continue
         if file is None or shared.get(file.path) == (sha := _sha(file.data)):
             continue  # gone since the listing, or given to it and left as it was
         if len(done) >= HANDBACK_FILES:

@@ -50,3 +50,15 @@ async def test_a_given_file_left_alone_stays_and_a_retry_writes_nothing_twice(tm
     assert {f.path: f.version for f in await store.list(PARENT)} == versions == {
         "report.md": 1, "chart.md": 1}
     assert first == "[Keel: the files it wrote are in your workspace: chart.md]"
+
+
+async def test_a_name_put_in_its_folder_by_hand_that_no_workspace_takes_stays(tmp_path):
+    store = _store(tmp_path)
+    await store.write(CHILD, "ok.md", b"fine")
+    (store.folder(CHILD) / "bad\nname.md").write_bytes(b"by hand")
+    line = await hand_back(store, HandBack(child_session=CHILD, parent_session=PARENT,
+                                           call_id="c1"))
+    assert line == (f"[Keel: the files it wrote are in your workspace: ok.md; left in its "
+                    f"workspace (session {CHILD}): 'bad\\nname.md' (a name no workspace "
+                    "takes)]")
+    assert "\n" not in line
