@@ -10,9 +10,15 @@ Invariants:
   activity or a resent update writes once and answers the version that write made.
 - What the store refuses (a path, a size over its limits) is a non-retryable
   `ApplicationError` of type `FILE_REFUSED` with the store's own sentence.
+- A file put in parts (schemas.uploads) is staged by its upload's workflow
+  (`stage_upload_part`, `drop_upload`) and taken by the put that names it: its parts read
+  in order and checked against the count, size and digest the client sent, the file
+  written once, the parts removed.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 from pydantic import BaseModel, ConfigDict
 from temporalio import activity
@@ -23,6 +29,7 @@ from activities.workspace import StoreError, WorkspaceStore, open_store
 from schemas.config import KeelSettings
 from schemas.files import FileData, FileEntry, FileVersion, read_problem
 from schemas.session import Rejection
+from schemas.uploads import StagedFile, part_path, staging_dir
 
 KEPT_RESULTS_DIR = ".keel/results"  # whole tool results, under Keel's read-only folder
 KEPT_INPUTS_DIR = ".keel/inputs"  # whole background inputs over the input limits
@@ -37,8 +44,23 @@ class PutFileInput(BaseModel):
 
     session_id: str
     path: str
-    data: bytes
+    data: bytes = b""
     op_id: str
+    staged: StagedFile | None = None  # put in parts: its bytes are those parts
+
+
+class StagePartInput(BaseModel):
+    model_config = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
+    session_id: str
+    upload_id: str
+    index: int
+    data: bytes
+
+
+class DropUploadInput(BaseModel):
+    session_id: str
+    upload_id: str
 
 
 class ReadFileInput(BaseModel):
@@ -76,11 +98,54 @@ class FileActivities:
     async def put_workspace_file(self, data: PutFileInput) -> FileVersion:
         try:
             path = workspace_path(data.path, for_write=True)
-            version = await self.store.write(data.session_id, path, data.data,
-                                             op_id=data.op_id)
+            if (applied := await self.store.applied(data.session_id, data.op_id)) is not None:
+                return FileVersion(path=path, version=applied, size=data.staged.size
+                                   if data.staged else len(data.data))  # a retry
+            raw = data.data if data.staged is None else await self._staged(
+                data.session_id, data.staged)
+            version = await self.store.write(data.session_id, path, raw, op_id=data.op_id)
         except (ToolError, StoreError) as err:
             raise _refused(err) from None
-        return FileVersion(path=path, version=version, size=len(data.data))
+        if data.staged is not None:
+            await self.store.remove(data.session_id, staging_dir(data.staged.upload_id))
+        return FileVersion(path=path, version=version, size=len(raw))
+
+    async def _staged(self, session_id: str, staged: StagedFile) -> bytes:
+        """The bytes of a file put in parts, checked against what the client sent."""
+        parts = []
+        for index in range(staged.parts):
+            part = await self.store.read(session_id, part_path(staged.upload_id, index))
+            if part is None:
+                raise _refused(ValueError(
+                    f"part {index + 1} of {staged.parts} of the upload is missing (it was "
+                    "dropped after 10 minutes without a part, or never sent); put the file "
+                    "again"))
+            parts.append(part.data)
+        raw = b"".join(parts)
+        if len(raw) != staged.size:
+            why = f"make {len(raw):,} bytes, not the {staged.size:,} sent"
+        elif hashlib.sha256(raw).hexdigest() != staged.sha256:
+            why = "are not the file sent (another SHA-256)"
+        else:
+            return raw
+        raise _refused(ValueError(f"the upload's parts {why}; put the file again"))
+
+    @activity.defn
+    async def stage_upload_part(self, data: StagePartInput) -> None:
+        """One part of a file put in parts, under the session's `.keel/uploads/<id>/`."""
+        try:
+            await self.store.write(data.session_id, part_path(data.upload_id, data.index),
+                                   data.data, op_id=f"upload-{data.upload_id}-{data.index}")
+        except (StoreError, ValueError) as err:
+            raise _refused(err) from None
+
+    @activity.defn
+    async def drop_upload(self, data: DropUploadInput) -> int:
+        """An upload's parts removed (none left once its put took them): how many."""
+        try:
+            return await self.store.remove(data.session_id, staging_dir(data.upload_id))
+        except (StoreError, ValueError) as err:
+            raise _refused(err) from None
 
     @activity.defn
     async def read_workspace_file(self, data: ReadFileInput) -> FileData | None:

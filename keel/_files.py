@@ -3,20 +3,30 @@
 Invariant: thin calls of the session's Updates by their names in `schemas.session`
 (`PUT_FILE`, `READ_FILE`, `LIST_FILES`); a put the session would refuse for its size is
 refused here before anything is sent (`schemas.files.put_problem`, the session's own rule);
-every refusal is one of Keel's exceptions (keel._errors).
+a file past one payload goes in parts through an upload workflow, so its bytes never enter
+the session's history (schemas.uploads); every refusal is one of Keel's exceptions
+(keel._errors).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from temporalio.client import WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
-from keel._errors import AttachmentRefusedError, FileRefusedError, refusals
+from keel._errors import (
+    AttachmentRefusedError,
+    FileRefusedError,
+    from_update_failure,
+    refusals,
+)
 from schemas.attachments import sending_problem, upload_path
 from schemas.files import (
+    FILE_CALL_MAX_BYTES,
     FileData,
     FileEntry,
     FileVersion,
@@ -26,6 +36,14 @@ from schemas.files import (
     put_problem,
 )
 from schemas.session import Handler, SessionStatus
+from schemas.uploads import (
+    UPLOAD_PART_BYTES,
+    UPLOAD_WORKFLOW,
+    StagedFile,
+    UploadPart,
+    UploadStart,
+    upload_workflow_id,
+)
 
 __all__ = ["Attachments", "SessionFiles", "checked_attachments"]
 
@@ -52,6 +70,7 @@ class SessionFiles:
     """Mixed into `SessionHandle`: the session's workspace files."""
 
     handle: WorkflowHandle[Any, SessionStatus]
+    client: Client
     max_file_bytes: int
 
     async def put_file(self, path: str, data: bytes | str) -> int:
@@ -62,12 +81,39 @@ class SessionFiles:
         problem = put_problem(path, len(raw), self.max_file_bytes)
         if problem:
             raise FileRefusedError(problem)
+        if len(raw) > FILE_CALL_MAX_BYTES:  # past one payload: in parts, outside its history
+            return await self._put_in_parts(path, raw)
+        return await self._put(PutFile(path=path, data=raw))
+
+    async def _put(self, put: PutFile) -> int:
         async with refusals(self.handle):
             # One update id per put: the session writes once for it, however often sent.
             done: FileVersion = await self.handle.execute_update(
-                Handler.PUT_FILE, PutFile(path=path, data=raw), id=f"put-{uuid.uuid4()}",
-                result_type=FileVersion)
+                Handler.PUT_FILE, put, id=f"put-{uuid.uuid4()}", result_type=FileVersion)
         return done.version
+
+    async def _put_in_parts(self, path: str, raw: bytes) -> int:
+        """A file staged by an upload workflow of its own, part by part, then taken by the
+        session's put naming it (schemas.uploads); the upload is finished either way."""
+        upload_id = uuid.uuid4().hex
+        async with refusals(self.handle):
+            queue = (await self.handle.describe()).task_queue
+        upload = await self.client.start_workflow(
+            UPLOAD_WORKFLOW, UploadStart(session_id=self.handle.id, upload_id=upload_id),
+            id=upload_workflow_id(self.handle.id, upload_id), task_queue=queue)
+        try:
+            for index, at in enumerate(range(0, len(raw), UPLOAD_PART_BYTES)):
+                part = UploadPart(index=index, data=raw[at:at + UPLOAD_PART_BYTES])
+                try:
+                    await upload.execute_update("part", part)
+                except WorkflowUpdateFailedError as err:
+                    raise from_update_failure(err) from err
+            return await self._put(PutFile(path=path, staged=StagedFile(
+                upload_id=upload_id, parts=index + 1, size=len(raw),
+                sha256=hashlib.sha256(raw).hexdigest())))
+        finally:
+            with contextlib.suppress(Exception):  # it drops its parts after a while anyway
+                await upload.signal("finish")
 
     async def read_file(self, path: str) -> FileData | None:
         """The file's bytes and the version they are (`.data`, `.version`); None when there

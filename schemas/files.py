@@ -25,6 +25,7 @@ import posixpath
 from pydantic import BaseModel, ConfigDict
 
 from schemas.text import PAYLOAD_LIMIT_BYTES, has_controls
+from schemas.uploads import StagedFile
 
 # base64 makes 4 bytes of 3: the encoded file fits the payload budget of one message.
 FILE_CALL_MAX_BYTES = PAYLOAD_LIMIT_BYTES * 3 // 4
@@ -71,13 +72,9 @@ def limit_text(what: str, size: int, limit: int) -> str:
 
 def put_problem(path: str, size: int, max_file_bytes: int) -> str | None:
     """Why a file of `size` bytes cannot be put at `path` through the session, or None:
-    the store's per-file limit, then what one Temporal payload can carry."""
+    the store's per-file limit (a file past one payload goes in parts: schemas.uploads)."""
     if size > max_file_bytes:
         return limit_text(repr(path), size, max_file_bytes)
-    if size > FILE_CALL_MAX_BYTES:
-        return (f"{limit_text(repr(path), size, FILE_CALL_MAX_BYTES)} for a file sent "
-                "through the session (Temporal's payload limit); copy it in with "
-                "`keel put`, which writes the store directly")
     return None
 
 
@@ -90,10 +87,15 @@ def read_problem(path: str, size: int) -> str | None:
 
 
 class PutFile(BaseModel):
+    """A put: the file's bytes, or (a file past one payload) the upload whose parts they
+    are (schemas.uploads). `data` is None then, so a worker from before uploads refuses
+    the put instead of writing an empty file."""
+
     model_config = _BYTES_AS_BASE64
 
     path: str
-    data: bytes
+    data: bytes | None = None
+    staged: StagedFile | None = None
 
 
 class ReadFile(BaseModel):

@@ -92,6 +92,7 @@ from workflows.forget_card import ForgetCardWorkflow
 from workflows.nightly import MemoryNightlyWorkflow
 from workflows.rollup import ROLLUP_WORKFLOWS
 from workflows.session import SessionWorkflow
+from workflows.upload import UploadWorkflow
 from workflows.wakeups import WakeupFireWorkflow
 
 log = logging.getLogger("keel.worker")
@@ -133,7 +134,7 @@ def session_activities(context: SessionContext,
     return [
         branch.fork_session, branch.rewind_session,
         files.put_workspace_file, files.read_workspace_file, files.list_workspace_files,
-        files.keep_tool_result,
+        files.keep_tool_result, files.stage_upload_part, files.drop_upload,
         session.record_input, session.resolve_attachments, session.share_files,
         session.hand_back_files,
         session.fence_seq,
@@ -222,10 +223,11 @@ class KeelWorkers:
                                       seconds=settings.shutdown_grace_s)}
         if role in (Role.SESSIONS, Role.BOTH):
             # Every new session (a child's too) imports these afresh: compile them once.
-            precompile_workflow_modules([SessionWorkflow, ForkWorkflow, WakeupFireWorkflow])
+            precompile_workflow_modules([SessionWorkflow, ForkWorkflow, WakeupFireWorkflow,
+                                         UploadWorkflow])
             self.workers.append(Worker(
                 client, task_queue=settings.task_queue,
-                workflows=[SessionWorkflow, ForkWorkflow, WakeupFireWorkflow,
+                workflows=[SessionWorkflow, ForkWorkflow, WakeupFireWorkflow, UploadWorkflow,
                            BundleMemoryWorkflow, EraseScopeWorkflow, ForgetCardWorkflow],
                 activities=session_activities(self.context, self.mcp_pool),
                 max_concurrent_activities=50, workflow_runner=EntryGuard(

@@ -28,6 +28,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
+from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
@@ -103,6 +104,11 @@ def malformed(what: str, err: Exception) -> ApplicationError:
     """The refusal of an input that does not decode, naming fields, never the value."""
     return ApplicationError(f"{what} is malformed: {decode_problem(err)}",
                             type=Rejection.MALFORMED_INPUT, non_retryable=True)
+
+
+# An Update or a run sent no argument gets this (the SDK passes a payload as is only to a
+# parameter typed exactly RawValue, so the default must be one).
+NO_PAYLOAD = RawValue(Payload())
 
 
 def valid_arg(model: type[M], raw: RawValue | None, no_payload: RawValue, what: str) -> M:

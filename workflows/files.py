@@ -2,7 +2,8 @@
 Update's validator before anything is written, done by one file activity each.
 
 Invariants: a path that is not a workspace path (for a write, one Keel keeps for itself
-too) and a put over `FILE_CALL_MAX_BYTES` are refused before the Update is accepted, as is
+too) and a put of bytes over `FILE_CALL_MAX_BYTES` (a larger file comes in parts, staged
+by an upload: schemas.uploads) are refused before the Update is accepted, as is
 every call to a session that refused its start; what the activity could not do fails the
 Update with its reason (`Rejection.FILE_REFUSED`), never the session.
 """
@@ -37,11 +38,16 @@ def file_path_problem(refused: str | None, path: str, *, for_write: bool) -> Non
 
 
 def put_problem(refused: str | None, data: PutFile) -> None:
-    """Raise the refusal of a put: its path, or its size."""
+    """Raise the refusal of a put: its path, its size, bytes and parts both or neither."""
     file_path_problem(refused, data.path, for_write=True)
-    if len(data.data) > FILE_CALL_MAX_BYTES:
+    if (data.data is None) == (data.staged is None):
+        raise ApplicationError("a put carries the file's bytes or names its upload, one of "
+                               "the two", type=Rejection.FILE_REFUSED, non_retryable=True)
+    if data.data is not None and len(data.data) > FILE_CALL_MAX_BYTES:
         raise ApplicationError(limit_text(repr(data.path), len(data.data),
-                                          FILE_CALL_MAX_BYTES),
+                                          FILE_CALL_MAX_BYTES) + " for a file sent in one "
+                               "call (Temporal's payload limit): put it in parts "
+                               "(SessionHandle.put_file does)",
                                type=Rejection.FILE_REFUSED, non_retryable=True)
 
 

@@ -33,7 +33,6 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 from temporalio import workflow
-from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
@@ -89,7 +88,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.branch import Rewinder
     from workflows.carry import continue_as_new, query_text, read_reply, restore_texts
     from workflows.delegation import Delegation
-    from workflows.entry import arg, payload_json, start_input, valid_arg
+    from workflows.entry import NO_PAYLOAD, arg, payload_json, start_input, valid_arg
     from workflows.events import SessionEvents
     from workflows.failures import decode_problem, rejected
     from workflows.files import file_call, file_path_problem, put_problem
@@ -102,9 +101,6 @@ with workflow.unsafe.imports_passed_through():
 
 __all__ = ["SessionWorkflow"]
 
-# An Update or a run sent no argument gets this (the SDK passes a payload as is only to a
-# parameter typed exactly RawValue, so the default must be one).
-NO_PAYLOAD = RawValue(Payload())
 
 
 
@@ -471,8 +467,8 @@ class SessionWorkflow:
         op_id = f"client-put-{update.id if update else workflow.uuid4()}"  # once per update
         done: FileVersion = await file_call(
             FileActivities.put_workspace_file,
-            PutFileInput(session_id=self.state.session_id, path=data.path, data=data.data,
-                         op_id=op_id))
+            PutFileInput(session_id=self.state.session_id, path=data.path,
+                         data=data.data or b"", staged=data.staged, op_id=op_id))
         return done
 
     @put_file.validator

@@ -1,0 +1,68 @@
+"""A file too large for one Temporal payload, put through a session in parts that never
+touch the session's history. Pure.
+
+Invariants:
+- The parts go to an upload workflow of their own (`UPLOAD_WORKFLOW`, id
+  `<session>.upload-<id>`), one Update each of at most `UPLOAD_PART_BYTES`, written by an
+  activity under the session's `.keel/uploads/<id>/` (Keel's folder: no tool writes it).
+  Its history holds the bytes and is gone after retention; the session's holds none.
+- The session takes the file by a `StagedFile` in its put Update (a few hundred bytes):
+  the same validator (its path, its size against the store's per-file limit, a session
+  that stopped), then one activity that reads the parts in order, checks their count,
+  size and SHA-256 against what the client sent, writes the file once (the Update's op
+  id), and removes the parts. A part missing or changed refuses the put, saying so.
+- An upload nobody finishes (a client that died) is dropped by its workflow after
+  `UPLOAD_IDLE_S` without a part; a finished one at once.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["UPLOAD_IDLE_S", "UPLOAD_PART_BYTES", "UPLOAD_WORKFLOW", "StagedFile", "UploadPart",
+           "UploadStart", "part_path", "staging_dir", "upload_workflow_id"]
+
+UPLOAD_WORKFLOW = "KeelUpload"
+# base64 makes 4 of 3: a part is 683 KiB encoded, under the 1 MiB a payload may carry here
+# (schemas.text.PAYLOAD_LIMIT_BYTES).
+UPLOAD_PART_BYTES = 512 * 1024
+UPLOAD_IDLE_S = 600
+_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+class StagedFile(BaseModel):
+    """A file put in parts: which upload, how many parts, its size and digest."""
+
+    upload_id: str = Field(pattern=_ID.pattern)
+    parts: int = Field(ge=1, le=100_000)
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class UploadStart(BaseModel):
+    session_id: str
+    upload_id: str = Field(pattern=_ID.pattern)
+
+
+class UploadPart(BaseModel):
+    model_config = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
+    index: int = Field(ge=0, le=100_000)
+    data: bytes = Field(max_length=UPLOAD_PART_BYTES)
+
+
+def staging_dir(upload_id: str) -> str:
+    """The folder of an upload's parts in its session's workspace (ends in /)."""
+    if not _ID.match(upload_id):
+        raise ValueError(f"{upload_id!r} is not an upload id")
+    return f".keel/uploads/{upload_id}/"
+
+
+def part_path(upload_id: str, index: int) -> str:
+    return f"{staging_dir(upload_id)}{index:06d}"
+
+
+def upload_workflow_id(session_id: str, upload_id: str) -> str:
+    return f"{session_id}.upload-{upload_id}"
