@@ -29,7 +29,7 @@ from activities.workspace import StoreError, WorkspaceStore, open_store
 from schemas.config import KeelSettings
 from schemas.files import FileData, FileEntry, FileVersion, read_problem
 from schemas.session import Rejection
-from schemas.uploads import StagedFile, part_path, staging_dir
+from schemas.uploads import UPLOAD_PART_BYTES, FilePart, StagedFile, part_path, staging_dir
 
 KEPT_RESULTS_DIR = ".keel/results"  # whole tool results, under Keel's read-only folder
 KEPT_INPUTS_DIR = ".keel/inputs"  # whole background inputs over the input limits
@@ -61,6 +61,12 @@ class StagePartInput(BaseModel):
 class DropUploadInput(BaseModel):
     session_id: str
     upload_id: str
+
+
+class ReadPartInput(BaseModel):
+    session_id: str
+    path: str
+    index: int
 
 
 class ReadFileInput(BaseModel):
@@ -140,6 +146,19 @@ class FileActivities:
             raise _refused(err) from None
 
     @activity.defn
+    async def read_workspace_part(self, data: ReadPartInput) -> FilePart:
+        """Part `index` of a file read in parts, with the file's version and size."""
+        try:
+            stored = await self.store.read(data.session_id, workspace_path(data.path))
+        except (ToolError, StoreError) as err:
+            raise _refused(err) from None
+        if stored is None:
+            raise _refused(ValueError(f"there is no file at {data.path!r}"))
+        at = data.index * UPLOAD_PART_BYTES
+        return FilePart(data=stored.data[at:at + UPLOAD_PART_BYTES], version=stored.version,
+                        size=len(stored.data))
+
+    @activity.defn
     async def drop_upload(self, data: DropUploadInput) -> int:
         """An upload's parts removed (none left once its put took them): how many."""
         try:
@@ -156,8 +175,8 @@ class FileActivities:
         if stored is None:
             return None
         problem = read_problem(stored.path, len(stored.data))
-        if problem:
-            raise _refused(ValueError(problem))
+        if problem:  # the client reads it in parts (schemas.uploads)
+            raise ApplicationError(problem, type=Rejection.FILE_TOO_LARGE, non_retryable=True)
         return FileData(path=stored.path, data=stored.data, version=stored.version)
 
     @activity.defn

@@ -81,6 +81,11 @@ class FileRefusedError(KeelError):
     over a limit (the store's sentence), or a store that did not answer."""
 
 
+class FileTooLargeError(FileRefusedError):
+    """A read past one payload, refused as such by the session; `SessionHandle.read_file`
+    then reads the file in parts (schemas.uploads), so a caller never sees it."""
+
+
 class BranchRefusedError(KeelError):
     """A fork, rewind, export or import refused: a point outside the record or inside a
     tool round, a session not idle, a bundle of a version this Keel does not read."""
@@ -116,6 +121,7 @@ REJECTIONS: dict[str, type[KeelError]] = {
     Rejection.NOT_PENDING: NotPendingError,
     Rejection.AGENT_SPEC_REFUSED: AgentSpecRefusedError,
     Rejection.FILE_REFUSED: FileRefusedError,
+    Rejection.FILE_TOO_LARGE: FileTooLargeError,
     BRANCH_REFUSED: BranchRefusedError,
     Rejection.BUSY: SessionBusyError,
     Rejection.NO_BUDGET_REQUEST: NoBudgetRequestError,

@@ -21,6 +21,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from keel._errors import (
     AttachmentRefusedError,
     FileRefusedError,
+    FileTooLargeError,
     from_update_failure,
     refusals,
 )
@@ -33,15 +34,21 @@ from schemas.files import (
     ListFiles,
     PutFile,
     ReadFile,
+    normal_path,
     put_problem,
 )
 from schemas.session import Handler, SessionStatus
 from schemas.uploads import (
+    DOWNLOAD_WORKFLOW,
     UPLOAD_PART_BYTES,
     UPLOAD_WORKFLOW,
+    DownloadPart,
+    DownloadStart,
+    FilePart,
     StagedFile,
     UploadPart,
     UploadStart,
+    download_workflow_id,
     upload_workflow_id,
 )
 
@@ -117,13 +124,44 @@ class SessionFiles:
 
     async def read_file(self, path: str) -> FileData | None:
         """The file's bytes and the version they are (`.data`, `.version`); None when there
-        is no file at `path`."""
-        async with refusals(self.handle):
-            # temporalio types result_type as `type`; its pydantic converter decodes a union.
-            found: FileData | None = await self.handle.execute_update(
-                Handler.READ_FILE, ReadFile(path=path),
-                result_type=FileData | None)  # type: ignore[arg-type]
+        is no file at `path`. A file past one payload is read in parts, outside the
+        session's history (schemas.uploads)."""
+        try:
+            async with refusals(self.handle):
+                # temporalio types result_type as `type`; its pydantic converter decodes a
+                # union.
+                found: FileData | None = await self.handle.execute_update(
+                    Handler.READ_FILE, ReadFile(path=path),
+                    result_type=FileData | None)  # type: ignore[arg-type]
+        except FileTooLargeError:
+            return await self._read_in_parts(path)
         return found
+
+    async def _read_in_parts(self, path: str) -> FileData:
+        """A file read part by part by a download workflow of its own; read again from the
+        start when the agent wrote it meanwhile (two parts of two versions)."""
+        async with refusals(self.handle):
+            queue = (await self.handle.describe()).task_queue
+        download = await self.client.start_workflow(
+            DOWNLOAD_WORKFLOW, DownloadStart(session_id=self.handle.id, path=path),
+            id=download_workflow_id(self.handle.id, uuid.uuid4().hex), task_queue=queue)
+        try:
+            for _ in range(READ_TRIES):
+                first = await _part(download, 0)
+                parts = [first]
+                while sum(len(p.data) for p in parts) < first.size:
+                    part = await _part(download, len(parts))
+                    if part.version != first.version or not part.data:
+                        break  # written meanwhile: from the start
+                    parts.append(part)
+                else:
+                    return FileData(path=normal_path(path), data=b"".join(
+                        p.data for p in parts), version=first.version)
+            raise FileRefusedError(f"{path!r} changed while it was read, {READ_TRIES} times "
+                                   "in a row; read it again")
+        finally:
+            with contextlib.suppress(Exception):  # it ends after a while anyway
+                await download.signal("finish")
 
     async def list_files(self, prefix: str = "") -> list[FileEntry]:
         """Every file of the session's workspace (path, size, version), by path."""
@@ -155,3 +193,15 @@ def checked_attachments(attachments: Attachments) -> list[tuple[str, bytes | Non
         raise AttachmentRefusedError(f"{problem}; nothing was sent")
     return [(path, None if isinstance(item, str) else item[1])
             for path, item in zip(paths, given, strict=True)]
+
+
+READ_TRIES = 3  # reads of a file in parts that the agent's writes may restart
+
+
+async def _part(download: WorkflowHandle[Any, Any], index: int) -> FilePart:
+    try:
+        found: FilePart = await download.execute_update(
+            "part", DownloadPart(index=index), result_type=FilePart)
+    except WorkflowUpdateFailedError as err:
+        raise from_update_failure(err) from err
+    return found

@@ -81,8 +81,9 @@ def put_problem(path: str, size: int, max_file_bytes: int) -> str | None:
 def read_problem(path: str, size: int) -> str | None:
     if size > FILE_CALL_MAX_BYTES:
         return (f"{path!r} has {size:,} bytes, more than the {FILE_CALL_MAX_BYTES:,} a read "
-                "through the session can carry (Temporal's payload limit); save it with "
-                "`keel files SESSION PATH --out FILE`, which reads the store directly")
+                "through the session can carry in one call (Temporal's payload limit): "
+                "SessionHandle.read_file reads it in parts; `keel files SESSION PATH --out "
+                "FILE` reads the store directly")
     return None
 
 

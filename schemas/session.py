@@ -97,6 +97,9 @@ class Rejection(StrEnum):
     NOT_PENDING = "NotPending"  # an approval decision for a call not (or no longer) pending
     AGENT_SPEC_REFUSED = "AgentSpecRefused"  # set_agent with a spec Keel refuses
     FILE_REFUSED = "FileRefused"  # a file call's path or size the workspace refuses
+    # A read of a file past one payload: read it in parts (schemas.uploads; a FileRefused
+    # to a caller that does not know this type).
+    FILE_TOO_LARGE = "FileTooLarge"
     # An input that does not decode or validate (a wrong type, a missing field, a bad
     # scope): an Update refused, a start failed with the reason (workflows.entry).
     MALFORMED_INPUT = "MalformedInput"

@@ -1,5 +1,5 @@
-"""A file too large for one Temporal payload, put through a session in parts that never
-touch the session's history. Pure.
+"""A file too large for one Temporal payload, put through a session (or read from it) in
+parts that never touch the session's history. Pure.
 
 Invariants:
 - The parts go to an upload workflow of their own (`UPLOAD_WORKFLOW`, id
@@ -13,6 +13,10 @@ Invariants:
   id), and removes the parts. A part missing or changed refuses the put, saying so.
 - An upload nobody finishes (a client that died) is dropped by its workflow after
   `UPLOAD_IDLE_S` without a part; a finished one at once.
+- The way back: a read the session refuses as past one payload (`FILE_TOO_LARGE`) is read
+  by a download workflow of its own (`DOWNLOAD_WORKFLOW`), part by part, each part with the
+  file's version and size; parts of two versions (the agent wrote it meanwhile) start the
+  read again. It writes nothing, so it ends when told or idle, with nothing to drop.
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["UPLOAD_IDLE_S", "UPLOAD_PART_BYTES", "UPLOAD_WORKFLOW", "StagedFile", "UploadPart",
-           "UploadStart", "part_path", "staging_dir", "upload_workflow_id"]
+__all__ = ["DOWNLOAD_WORKFLOW", "UPLOAD_IDLE_S", "UPLOAD_PART_BYTES", "UPLOAD_WORKFLOW",
+           "DownloadPart", "DownloadStart", "FilePart", "StagedFile", "UploadPart",
+           "UploadStart", "download_workflow_id", "part_path", "staging_dir",
+           "upload_workflow_id"]
 
 UPLOAD_WORKFLOW = "KeelUpload"
+DOWNLOAD_WORKFLOW = "KeelDownload"
 # base64 makes 4 of 3: a part is 683 KiB encoded, under the 1 MiB a payload may carry here
 # (schemas.text.PAYLOAD_LIMIT_BYTES).
 UPLOAD_PART_BYTES = 512 * 1024
@@ -66,3 +73,27 @@ def part_path(upload_id: str, index: int) -> str:
 
 def upload_workflow_id(session_id: str, upload_id: str) -> str:
     return f"{session_id}.upload-{upload_id}"
+
+
+def download_workflow_id(session_id: str, download_id: str) -> str:
+    return f"{session_id}.download-{download_id}"
+
+
+class DownloadStart(BaseModel):
+    session_id: str
+    path: str
+
+
+class DownloadPart(BaseModel):
+    index: int = Field(ge=0, le=100_000)
+
+
+class FilePart(BaseModel):
+    """One part of a file read in parts: its bytes, and the whole file's version and size
+    as that read saw them."""
+
+    model_config = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
+    data: bytes
+    version: int
+    size: int

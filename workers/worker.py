@@ -87,6 +87,7 @@ from workers.payload_refs import never_stores, worker_client
 from workflows.branch import ForkWorkflow
 from workflows.bundle_memory import BundleMemoryWorkflow
 from workflows.doctor import DoctorWorkflow
+from workflows.download import DownloadWorkflow
 from workflows.erase_scope import EraseScopeWorkflow
 from workflows.forget_card import ForgetCardWorkflow
 from workflows.nightly import MemoryNightlyWorkflow
@@ -135,6 +136,7 @@ def session_activities(context: SessionContext,
         branch.fork_session, branch.rewind_session,
         files.put_workspace_file, files.read_workspace_file, files.list_workspace_files,
         files.keep_tool_result, files.stage_upload_part, files.drop_upload,
+        files.read_workspace_part,
         session.record_input, session.resolve_attachments, session.share_files,
         session.hand_back_files,
         session.fence_seq,
@@ -224,10 +226,11 @@ class KeelWorkers:
         if role in (Role.SESSIONS, Role.BOTH):
             # Every new session (a child's too) imports these afresh: compile them once.
             precompile_workflow_modules([SessionWorkflow, ForkWorkflow, WakeupFireWorkflow,
-                                         UploadWorkflow])
+                                         UploadWorkflow, DownloadWorkflow])
             self.workers.append(Worker(
                 client, task_queue=settings.task_queue,
                 workflows=[SessionWorkflow, ForkWorkflow, WakeupFireWorkflow, UploadWorkflow,
+                           DownloadWorkflow,
                            BundleMemoryWorkflow, EraseScopeWorkflow, ForgetCardWorkflow],
                 activities=session_activities(self.context, self.mcp_pool),
                 max_concurrent_activities=50, workflow_runner=EntryGuard(

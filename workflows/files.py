@@ -56,5 +56,9 @@ async def file_call(method: Any, arg: BaseModel) -> Any:
     try:
         return await workflow.execute_activity_method(method, arg, **FILE_CALL)
     except ActivityError as err:
+        cause = err.cause
+        if isinstance(cause, ApplicationError) and cause.type == Rejection.FILE_TOO_LARGE:
+            raise ApplicationError(cause.message, type=Rejection.FILE_TOO_LARGE,
+                                   non_retryable=True) from None  # read it in parts
         raise ApplicationError(reason(err), type=Rejection.FILE_REFUSED,
                                non_retryable=True) from None

@@ -1,8 +1,8 @@
-"""A file past one Temporal payload put through the client: in parts, by an upload
-workflow of its own, so the bytes never enter the session's history; a put naming parts
-that are missing or not the file sent is refused; an upload its client abandoned is
-dropped after its idle time (time-skipping server). Real Temporal, real PostgreSQL, the
-fake API."""
+"""A file past one Temporal payload put through the client and read back: in parts, by an
+upload (a download) workflow of its own, so the bytes never enter the session's history; a
+put naming parts that are missing or not the file sent is refused; an upload its client
+abandoned is dropped after its idle time (time-skipping server); no malformed part or
+start fails a workflow task. Real Temporal, real PostgreSQL, the fake API."""
 
 from __future__ import annotations
 
@@ -23,8 +23,11 @@ from keel.client import FileRefusedError
 from schemas.config import WorkspaceStoreKind
 from schemas.files import FILE_CALL_MAX_BYTES, PutFile
 from schemas.uploads import (
+    DOWNLOAD_WORKFLOW,
     UPLOAD_PART_BYTES,
     UPLOAD_WORKFLOW,
+    DownloadPart,
+    DownloadStart,
     StagedFile,
     UploadPart,
     UploadStart,
@@ -63,14 +66,18 @@ async def test_a_screenshot_past_one_payload_is_sent_and_the_history_holds_none_
         session = await keel.start_session(f"upload-{uuid.uuid4().hex[:8]}")
         outcome = await session.ask("What is on it?", attachments=[("shot.png", shot)])
         assert outcome.reply_text == "a screenshot full of noise"
+        # And back: the file read whole, in parts, by a download of its own.
+        [put] = [f for f in await session.list_files() if f.path.endswith("shot.png")]
+        back = await session.read_file(put.path)
+        assert back is not None and (back.data, back.version, back.path) == (
+            shot, 1, put.path)
         history = await session.handle.fetch_history()
         uploads = [w async for w in client.list_workflows(
-            f"WorkflowType = '{UPLOAD_WORKFLOW}' AND WorkflowId STARTS_WITH "
-            f"'{session.session_id}.upload-'")]
+            f"WorkflowId STARTS_WITH '{session.session_id}.'")]
         await session.end()
     assert seen == [shot]  # the model got the very bytes
     assert len(history.to_json()) < 200_000  # none of the 2.7 MB (x 4/3) in the session's
-    [upload] = uploads
+    [upload] = [w for w in uploads if w.workflow_type == UPLOAD_WORKFLOW]
     done = await client.get_workflow_handle(upload.id).result()
     assert done == 0  # finished: the put took the parts, nothing left to drop
     kept = open_store(settings, database_url=database_url)
@@ -115,6 +122,18 @@ async def test_a_put_naming_missing_or_changed_parts_is_refused(
             odd = await client.start_workflow(UPLOAD_WORKFLOW, bad, id=f"odd-{upload_id}-{n}",
                                               task_queue=settings.task_queue)
             assert await odd.result() == -1  # ended at once, nothing written or dropped
+            odd = await client.start_workflow(DOWNLOAD_WORKFLOW, bad,
+                                              id=f"odd-down-{upload_id}-{n}",
+                                              task_queue=settings.task_queue)
+            assert await odd.result() == 0  # ended at once, nothing read
+        # A read of a file that is not there, in parts: refused, saying so.
+        down = await client.start_workflow(
+            DOWNLOAD_WORKFLOW, DownloadStart(session_id=session.session_id, path="no.bin"),
+            id=f"down-{upload_id}", task_queue=settings.task_queue)
+        with pytest.raises(WorkflowUpdateFailedError) as missing:
+            await down.execute_update("part", DownloadPart(index=0))
+        assert "there is no file at 'no.bin'" in str(missing.value.cause)
+        await down.signal("finish")
         await session.end()
 
 

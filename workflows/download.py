@@ -1,0 +1,82 @@
+"""A download: a file too large for one payload read from a session's workspace part by
+part, by a workflow of its own, so the bytes never enter the session's history (the rules:
+schemas.uploads).
+
+Invariants:
+- One Update per part, answered with the part and the file's version and size as its
+  activity read them; the client starts again when two parts disagree on the version.
+- It writes nothing: the run ends when its client says it is done, or after
+  `UPLOAD_IDLE_S` without a part. A part or a start that does not decode is refused (the
+  start: the run ends at once); no payload from any client fails a workflow task.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import ValidationError
+from temporalio import workflow
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.files import FileActivities, ReadPartInput
+    from schemas.session import Rejection
+    from schemas.uploads import (
+        DOWNLOAD_WORKFLOW,
+        UPLOAD_IDLE_S,
+        DownloadPart,
+        DownloadStart,
+        FilePart,
+    )
+    from workflows.entry import NO_PAYLOAD, arg, payload_json, valid_arg
+    from workflows.files import file_call
+
+__all__ = ["DownloadWorkflow"]
+
+
+@workflow.defn(name=DOWNLOAD_WORKFLOW)
+class DownloadWorkflow:
+    @workflow.init
+    def __init__(self, raw: RawValue = NO_PAYLOAD) -> None:
+        try:
+            self.start: DownloadStart | None = DownloadStart.model_validate_json(
+                payload_json(raw, NO_PAYLOAD))
+        except (ValidationError, ValueError):
+            self.start = None  # another client's malformed start: the run ends at once
+        self.parts = 0
+        self.finished = self.start is None
+
+    @workflow.run
+    async def run(self, raw: RawValue = NO_PAYLOAD) -> int:
+        while not self.finished:
+            seen = self.parts
+            try:
+                await workflow.wait_condition(
+                    lambda seen=seen: self.finished or self.parts != seen,  # type: ignore[misc]
+                    timeout=timedelta(seconds=UPLOAD_IDLE_S))
+            except TimeoutError:
+                break
+        self.finished = True
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self.parts
+
+    @workflow.update
+    async def part(self, raw: RawValue = NO_PAYLOAD) -> FilePart:
+        part, start = arg(DownloadPart, raw, NO_PAYLOAD), self.start
+        assert start is not None  # the validator refused it otherwise
+        found: FilePart = await file_call(FileActivities.read_workspace_part, ReadPartInput(
+            session_id=start.session_id, path=start.path, index=part.index))
+        self.parts += 1
+        return found
+
+    @part.validator
+    def validate_part(self, raw: RawValue = NO_PAYLOAD) -> None:
+        valid_arg(DownloadPart, raw, NO_PAYLOAD, "the part")
+        if self.finished:
+            raise ApplicationError("this download is finished; start another",
+                                   type=Rejection.FILE_REFUSED, non_retryable=True)
+
+    @workflow.signal
+    def finish(self) -> None:
+        self.finished = True
