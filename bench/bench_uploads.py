@@ -2,8 +2,9 @@
 the session's history.
 
 A service hands a session a file with `SessionHandle.put_file` and reads one back with
-`read_file`. A file up to one payload (768 KiB) goes in one Update of the session; a larger
-one in 512 KiB parts through an upload (a download) workflow of its own (schemas.uploads).
+`read_file`. A put of up to one part (360 KiB) goes in one Update of the session, a larger
+one in parts through an upload workflow of its own (schemas.uploads); a read of up to one
+payload (768 KiB) in one Update, a larger one in parts through a download workflow.
 On the embedded stack (Temporal dev server, embedded PostgreSQL, the local store), this
 puts and reads incompressible files of each size `--repeat` times and prints the median
 seconds of each, the throughput, and the bytes the session's history grew by per put and
@@ -34,6 +35,7 @@ from bench.memory_drive import stop_embedded_postgres  # noqa: E402
 from keel.client import KeelClient, SessionHandle  # noqa: E402
 from keel.devstack import running_stack  # noqa: E402
 from schemas.config import KeelSettings  # noqa: E402
+from schemas.uploads import UPLOAD_PART_BYTES  # noqa: E402
 from workers.worker import build_worker  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "uploads.json"
@@ -60,7 +62,7 @@ async def one_size(session: SessionHandle, size: int, repeat: int) -> dict[str, 
         grew_put.append(middle - before)
         grew_read.append(await history_bytes(session) - middle)
     put_s, read_s = statistics.median(puts), statistics.median(reads)
-    return {"bytes": size, "parts": -(-size // (512 * 1024)) if size > 786_432 else 1,
+    return {"bytes": size, "parts": -(-size // UPLOAD_PART_BYTES),
             "put_s": round(put_s, 3), "read_s": round(read_s, 3),
             "put_mb_s": round(size / put_s / 1e6, 1), "read_mb_s": round(size / read_s / 1e6, 1),
             "history_bytes_per_put": int(statistics.median(grew_put)),

@@ -10,6 +10,7 @@ the session's history (schemas.uploads); every refusal is one of Keel's exceptio
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import uuid
@@ -27,7 +28,6 @@ from keel._errors import (
 )
 from schemas.attachments import sending_problem, upload_path
 from schemas.files import (
-    FILE_CALL_MAX_BYTES,
     FileData,
     FileEntry,
     FileVersion,
@@ -40,6 +40,7 @@ from schemas.files import (
 from schemas.session import Handler, SessionStatus
 from schemas.uploads import (
     DOWNLOAD_WORKFLOW,
+    PARTS_IN_FLIGHT,
     UPLOAD_PART_BYTES,
     UPLOAD_WORKFLOW,
     DownloadPart,
@@ -88,7 +89,7 @@ class SessionFiles:
         problem = put_problem(path, len(raw), self.max_file_bytes)
         if problem:
             raise FileRefusedError(problem)
-        if len(raw) > FILE_CALL_MAX_BYTES:  # past one payload: in parts, outside its history
+        if len(raw) > UPLOAD_PART_BYTES:  # in parts, outside the session's history
             return await self._put_in_parts(path, raw)
         return await self._put(PutFile(path=path, data=raw))
 
@@ -108,15 +109,21 @@ class SessionFiles:
         upload = await self.client.start_workflow(
             UPLOAD_WORKFLOW, UploadStart(session_id=self.handle.id, upload_id=upload_id),
             id=upload_workflow_id(self.handle.id, upload_id), task_queue=queue)
-        try:
-            for index, at in enumerate(range(0, len(raw), UPLOAD_PART_BYTES)):
-                part = UploadPart(index=index, data=raw[at:at + UPLOAD_PART_BYTES])
+        starts = range(0, len(raw), UPLOAD_PART_BYTES)
+        gate = asyncio.Semaphore(PARTS_IN_FLIGHT)
+
+        async def send(index: int, at: int) -> None:
+            async with gate:
                 try:
-                    await upload.execute_update("part", part)
+                    await upload.execute_update("part", UploadPart(
+                        index=index, data=raw[at:at + UPLOAD_PART_BYTES]))
                 except WorkflowUpdateFailedError as err:
                     raise from_update_failure(err) from err
+
+        try:
+            await asyncio.gather(*(send(i, at) for i, at in enumerate(starts)))
             return await self._put(PutFile(path=path, staged=StagedFile(
-                upload_id=upload_id, parts=index + 1, size=len(raw),
+                upload_id=upload_id, parts=len(starts), size=len(raw),
                 sha256=hashlib.sha256(raw).hexdigest())))
         finally:
             with contextlib.suppress(Exception):  # it drops its parts after a while anyway
@@ -146,17 +153,22 @@ class SessionFiles:
             DOWNLOAD_WORKFLOW, DownloadStart(session_id=self.handle.id, path=path),
             id=download_workflow_id(self.handle.id, uuid.uuid4().hex), task_queue=queue)
         try:
+            gate = asyncio.Semaphore(PARTS_IN_FLIGHT)
+
+            async def fetch(index: int) -> FilePart:
+                async with gate:
+                    return await _part(download, index)
+
             for _ in range(READ_TRIES):
                 first = await _part(download, 0)
-                parts = [first]
-                while sum(len(p.data) for p in parts) < first.size:
-                    part = await _part(download, len(parts))
-                    if part.version != first.version or not part.data:
-                        break  # written meanwhile: from the start
-                    parts.append(part)
-                else:
-                    return FileData(path=normal_path(path), data=b"".join(
-                        p.data for p in parts), version=first.version)
+                parts = [first, *await asyncio.gather(*(
+                    fetch(i) for i in range(1, -(-first.size // UPLOAD_PART_BYTES))))]
+                data = b"".join(p.data for p in parts)
+                if len(data) == first.size and all(p.version == first.version
+                                                   for p in parts):
+                    return FileData(path=normal_path(path), data=data,
+                                    version=first.version)
+                # written meanwhile: from the start
             raise FileRefusedError(f"{path!r} changed while it was read, {READ_TRIES} times "
                                    "in a row; read it again")
         finally:

@@ -2,9 +2,10 @@
 parts that never touch the session's history. Pure.
 
 Invariants:
-- The parts go to an upload workflow of their own (`UPLOAD_WORKFLOW`, id
-  `<session>.upload-<id>`), one Update each of at most `UPLOAD_PART_BYTES`, written by an
-  activity under the session's `.keel/uploads/<id>/` (Keel's folder: no tool writes it).
+- A client puts a file past one part (`UPLOAD_PART_BYTES`) in parts: they go to an upload
+  workflow of their own (`UPLOAD_WORKFLOW`, id `<session>.upload-<id>`), one Update each,
+  a few at once (`PARTS_IN_FLIGHT`), written by an activity under the session's
+  `.keel/uploads/<id>/` (Keel's folder: no tool writes it).
   Its history holds the bytes and is gone after retention; the session's holds none.
 - The session takes the file by a `StagedFile` in its put Update (a few hundred bytes):
   the same validator (its path, its size against the store's per-file limit, a session
@@ -25,16 +26,18 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["DOWNLOAD_WORKFLOW", "UPLOAD_IDLE_S", "UPLOAD_PART_BYTES", "UPLOAD_WORKFLOW",
-           "DownloadPart", "DownloadStart", "FilePart", "StagedFile", "UploadPart",
-           "UploadStart", "download_workflow_id", "part_path", "staging_dir",
+__all__ = ["DOWNLOAD_WORKFLOW", "PARTS_IN_FLIGHT", "UPLOAD_IDLE_S", "UPLOAD_PART_BYTES",
+           "UPLOAD_WORKFLOW", "DownloadPart", "DownloadStart", "FilePart", "StagedFile",
+           "UploadPart", "UploadStart", "download_workflow_id", "part_path", "staging_dir",
            "upload_workflow_id"]
 
 UPLOAD_WORKFLOW = "KeelUpload"
 DOWNLOAD_WORKFLOW = "KeelDownload"
-# base64 makes 4 of 3: a part is 683 KiB encoded, under the 1 MiB a payload may carry here
-# (schemas.text.PAYLOAD_LIMIT_BYTES).
-UPLOAD_PART_BYTES = 512 * 1024
+# base64 makes 4 of 3: a part is 480 KiB encoded, under the 512 KiB past which the SDK
+# warns of a large payload (and the 1 MiB a payload may carry here:
+# schemas.text.PAYLOAD_LIMIT_BYTES). A client puts a file past one part in parts.
+UPLOAD_PART_BYTES = 360 * 1024
+PARTS_IN_FLIGHT = 4  # parts a client sends (or asks for) at once
 UPLOAD_IDLE_S = 600
 _ID = re.compile(r"^[0-9a-f]{32}$")
 

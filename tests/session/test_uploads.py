@@ -50,7 +50,7 @@ def noisy_png(width: int, height: int) -> bytes:
 async def test_a_screenshot_past_one_payload_is_sent_and_the_history_holds_none_of_it(
         client, database_url, fake_anthropic, tmp_path, store):
     shot = noisy_png(1000, 900)
-    assert len(shot) > 3 * FILE_CALL_MAX_BYTES  # 2.7 MB: six parts
+    assert len(shot) > 3 * FILE_CALL_MAX_BYTES  # 2.7 MB: eight parts, four at a time
     seen: list[bytes] = []
 
     def respond(body: dict) -> dict:
@@ -108,7 +108,8 @@ async def test_a_put_naming_missing_or_changed_parts_is_refused(
         with pytest.raises(FileRefusedError, match="are not the file sent"):
             await session._put(PutFile(path="big.bin", staged=staged))
         shorter = staged.model_copy(update={"size": staged.size + 1})
-        with pytest.raises(FileRefusedError, match="make 524,298 bytes, not the 524,299"):
+        with pytest.raises(FileRefusedError, match=f"make {staged.size:,} bytes, not the "
+                                                   f"{staged.size + 1:,}"):
             await session._put(PutFile(path="big.bin", staged=shorter))
         # Bytes and an upload both, or neither: refused by the validator.
         for neither in (PutFile(path="x.bin"), PutFile(path="x.bin", data=b"x",
