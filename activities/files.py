@@ -72,6 +72,7 @@ class ReadPartInput(BaseModel):
 class ReadFileInput(BaseModel):
     session_id: str
     path: str
+    at_most: int | None = None
 
 
 class ListFilesInput(BaseModel):
@@ -174,7 +175,7 @@ class FileActivities:
             raise _refused(err) from None
         if stored is None:
             return None
-        problem = read_problem(stored.path, len(stored.data))
+        problem = read_problem(stored.path, len(stored.data), data.at_most)
         if problem:  # the client reads it in parts (schemas.uploads)
             raise ApplicationError(problem, type=Rejection.FILE_TOO_LARGE, non_retryable=True)
         return FileData(path=stored.path, data=stored.data, version=stored.version)

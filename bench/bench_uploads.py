@@ -2,9 +2,8 @@
 the session's history.
 
 A service hands a session a file with `SessionHandle.put_file` and reads one back with
-`read_file`. A put of up to one part (360 KiB) goes in one Update of the session, a larger
-one in parts through an upload workflow of its own (schemas.uploads); a read of up to one
-payload (768 KiB) in one Update, a larger one in parts through a download workflow.
+`read_file`. A file of up to one part (360 KiB) goes in one Update of the session, a larger
+one in parts through an upload (a download) workflow of its own (schemas.uploads).
 On the embedded stack (Temporal dev server, embedded PostgreSQL, the local store), this
 puts and reads incompressible files of each size `--repeat` times and prints the median
 seconds of each, the throughput, and the bytes the session's history grew by per put and

@@ -138,7 +138,7 @@ class SessionFiles:
                 # temporalio types result_type as `type`; its pydantic converter decodes a
                 # union.
                 found: FileData | None = await self.handle.execute_update(
-                    Handler.READ_FILE, ReadFile(path=path),
+                    Handler.READ_FILE, ReadFile(path=path, at_most=UPLOAD_PART_BYTES),
                     result_type=FileData | None)  # type: ignore[arg-type]
         except FileTooLargeError:
             return await self._read_in_parts(path)

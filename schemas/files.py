@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import posixpath
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.text import PAYLOAD_LIMIT_BYTES, has_controls
 from schemas.uploads import StagedFile
@@ -78,10 +78,13 @@ def put_problem(path: str, size: int, max_file_bytes: int) -> str | None:
     return None
 
 
-def read_problem(path: str, size: int) -> str | None:
-    if size > FILE_CALL_MAX_BYTES:
-        return (f"{path!r} has {size:,} bytes, more than the {FILE_CALL_MAX_BYTES:,} a read "
-                "through the session can carry in one call (Temporal's payload limit): "
+def read_problem(path: str, size: int, at_most: int | None = None) -> str | None:
+    """Why a file of `size` bytes is not read in one call: past one payload, or past what
+    the caller asked for at most (keel.client reads a larger file in parts)."""
+    limit = min(FILE_CALL_MAX_BYTES, at_most or FILE_CALL_MAX_BYTES)
+    if size > limit:
+        return (f"{path!r} has {size:,} bytes, more than the {limit:,} a read through the "
+                "session carries in one call (Temporal's payload limit, or the caller's): "
                 "SessionHandle.read_file reads it in parts; `keel files SESSION PATH --out "
                 "FILE` reads the store directly")
     return None
@@ -101,6 +104,9 @@ class PutFile(BaseModel):
 
 class ReadFile(BaseModel):
     path: str
+    # Refuse as too large (FILE_TOO_LARGE) past this many bytes: the caller reads such a
+    # file in parts, outside the session's history (None: one payload's worth).
+    at_most: int | None = Field(default=None, ge=1)
 
 
 class ListFiles(BaseModel):

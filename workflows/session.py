@@ -477,10 +477,11 @@ class SessionWorkflow:
 
     @workflow.update(name=Handler.READ_FILE)
     async def read_file(self, raw: RawValue = NO_PAYLOAD) -> FileData | None:
+        asked = arg(ReadFile, raw, NO_PAYLOAD)
         found: FileData | None = await file_call(
             FileActivities.read_workspace_file,
-            ReadFileInput(session_id=self.state.session_id,
-                          path=arg(ReadFile, raw, NO_PAYLOAD).path))
+            ReadFileInput(session_id=self.state.session_id, path=asked.path,
+                          at_most=asked.at_most))
         return found
 
     @read_file.validator
