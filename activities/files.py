@@ -147,14 +147,15 @@ class FileActivities:
             raise _refused(err) from None
 
     @activity.defn
-    async def read_workspace_part(self, data: ReadPartInput) -> FilePart:
-        """Part `index` of a file read in parts, with the file's version and size."""
+    async def read_workspace_part(self, data: ReadPartInput) -> FilePart | None:
+        """Part `index` of a file read in parts, with the file's version and size; None when
+        there is no file at its path."""
         try:
             stored = await self.store.read(data.session_id, workspace_path(data.path))
         except (ToolError, StoreError) as err:
             raise _refused(err) from None
         if stored is None:
-            raise _refused(ValueError(f"there is no file at {data.path!r}"))
+            return None
         at = data.index * UPLOAD_PART_BYTES
         return FilePart(data=stored.data[at:at + UPLOAD_PART_BYTES], version=stored.version,
                         size=len(stored.data))

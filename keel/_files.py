@@ -23,6 +23,7 @@ from keel._errors import (
     AttachmentRefusedError,
     FileRefusedError,
     FileTooLargeError,
+    SessionStoppedError,
     from_update_failure,
     refusals,
 )
@@ -140,13 +141,14 @@ class SessionFiles:
                 found: FileData | None = await self.handle.execute_update(
                     Handler.READ_FILE, ReadFile(path=path, at_most=UPLOAD_PART_BYTES),
                     result_type=FileData | None)  # type: ignore[arg-type]
-        except FileTooLargeError:
+        except (FileTooLargeError, SessionStoppedError):  # its workspace outlives it
             return await self._read_in_parts(path)
         return found
 
-    async def _read_in_parts(self, path: str) -> FileData:
-        """A file read part by part by a download workflow of its own; read again from the
-        start when the agent wrote it meanwhile (two parts of two versions)."""
+    async def _read_in_parts(self, path: str) -> FileData | None:
+        """A file read part by part by a download workflow of its own (None: there is no
+        such file); read again from the start when the agent wrote it meanwhile (two parts
+        of two versions, or a part gone)."""
         async with refusals(self.handle):
             queue = (await self.handle.describe()).task_queue
         download = await self.client.start_workflow(
@@ -155,14 +157,16 @@ class SessionFiles:
         try:
             gate = asyncio.Semaphore(PARTS_IN_FLIGHT)
 
-            async def fetch(index: int) -> FilePart:
+            async def fetch(index: int) -> FilePart | None:
                 async with gate:
                     return await _part(download, index)
 
             for _ in range(READ_TRIES):
-                first = await _part(download, 0)
-                parts = [first, *await asyncio.gather(*(
-                    fetch(i) for i in range(1, -(-first.size // UPLOAD_PART_BYTES))))]
+                if (first := await _part(download, 0)) is None:
+                    return None
+                rest = await asyncio.gather(*(
+                    fetch(i) for i in range(1, -(-first.size // UPLOAD_PART_BYTES))))
+                parts = [first, *(p for p in rest if p is not None)]
                 data = b"".join(p.data for p in parts)
                 if len(data) == first.size and all(p.version == first.version
                                                    for p in parts):
@@ -210,10 +214,11 @@ def checked_attachments(attachments: Attachments) -> list[tuple[str, bytes | Non
 READ_TRIES = 3  # reads of a file in parts that the agent's writes may restart
 
 
-async def _part(download: WorkflowHandle[Any, Any], index: int) -> FilePart:
+async def _part(download: WorkflowHandle[Any, Any], index: int) -> FilePart | None:
     try:
-        found: FilePart = await download.execute_update(
-            "part", DownloadPart(index=index), result_type=FilePart)
+        found: FilePart | None = await download.execute_update(
+            "part", DownloadPart(index=index),
+            result_type=FilePart | None)  # type: ignore[arg-type]
     except WorkflowUpdateFailedError as err:
         raise from_update_failure(err) from err
     return found

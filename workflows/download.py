@@ -4,7 +4,10 @@ schemas.uploads).
 
 Invariants:
 - One Update per part, answered with the part and the file's version and size as its
-  activity read them; the client starts again when two parts disagree on the version.
+  activity read them (None: there is no such file); the client starts again when two parts
+  disagree on the version.
+- It reads the store, not the session: a session that ended still has its workspace
+  (until it is deleted), and a client reads its files this way.
 - It writes nothing: the run ends when its client says it is done, or after
   `UPLOAD_IDLE_S` without a part. A part or a start that does not decode is refused (the
   start: the run ends at once); no payload from any client fails a workflow task.
@@ -62,10 +65,10 @@ class DownloadWorkflow:
         return self.parts
 
     @workflow.update
-    async def part(self, raw: RawValue = NO_PAYLOAD) -> FilePart:
+    async def part(self, raw: RawValue = NO_PAYLOAD) -> FilePart | None:
         part, start = arg(DownloadPart, raw, NO_PAYLOAD), self.start
         assert start is not None  # the validator refused it otherwise
-        found: FilePart = await file_call(FileActivities.read_workspace_part, ReadPartInput(
+        found: FilePart | None = await file_call(FileActivities.read_workspace_part, ReadPartInput(
             session_id=start.session_id, path=start.path, index=part.index))
         self.parts += 1
         return found

@@ -2,7 +2,8 @@
 upload (a download) workflow of its own, so the bytes never enter the session's history; a
 put naming parts that are missing or not the file sent is refused; an upload its client
 abandoned is dropped after its idle time (time-skipping server); no malformed part or
-start fails a workflow task. Real Temporal, real PostgreSQL, the fake API."""
+start fails a workflow task; a session that ended still has its files read. Real
+Temporal, real PostgreSQL, the fake API."""
 
 from __future__ import annotations
 
@@ -74,7 +75,15 @@ async def test_a_screenshot_past_one_payload_is_sent_and_the_history_holds_none_
         history = await session.handle.fetch_history()
         uploads = [w async for w in client.list_workflows(
             f"WorkflowId STARTS_WITH '{session.session_id}.'")]
+        await session.put_file("notes.md", "kept")
         await session.end()
+        await session.handle.result()
+        # Its workspace outlives it: a service reads the files of a session that ended.
+        after = await session.read_file(put.path)
+        assert after is not None and after.data == shot
+        small = await session.read_file("notes.md")
+        assert small is not None and small.data == b"kept"
+        assert await session.read_file("nothing.md") is None
     assert seen == [shot]  # the model got the very bytes
     assert len(history.to_json()) < 200_000  # none of the 2.7 MB (x 4/3) in the session's
     [upload] = [w for w in uploads if w.workflow_type == UPLOAD_WORKFLOW]
@@ -131,9 +140,9 @@ async def test_a_put_naming_missing_or_changed_parts_is_refused(
         down = await client.start_workflow(
             DOWNLOAD_WORKFLOW, DownloadStart(session_id=session.session_id, path="no.bin"),
             id=f"down-{upload_id}", task_queue=settings.task_queue)
-        with pytest.raises(WorkflowUpdateFailedError) as missing:
-            await down.execute_update("part", DownloadPart(index=0))
-        assert "there is no file at 'no.bin'" in str(missing.value.cause)
+        assert await down.execute_update("part", DownloadPart(index=0)) is None
+        with pytest.raises(WorkflowUpdateFailedError, match="update failed"):
+            await down.execute_update("part", {"index": -1})
         await down.signal("finish")
         await session.end()
 
