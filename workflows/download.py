@@ -15,9 +15,6 @@ Invariants:
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
@@ -27,13 +24,12 @@ with workflow.unsafe.imports_passed_through():
     from schemas.session import Rejection
     from schemas.uploads import (
         DOWNLOAD_WORKFLOW,
-        UPLOAD_IDLE_S,
         DownloadPart,
         DownloadStart,
         FilePart,
     )
-    from workflows.entry import NO_PAYLOAD, arg, payload_json, valid_arg
-    from workflows.files import file_call
+    from workflows.entry import NO_PAYLOAD, arg, decoded_or_none, valid_arg
+    from workflows.files import file_call, until_done_or_idle
 
 __all__ = ["DownloadWorkflow"]
 
@@ -42,24 +38,14 @@ __all__ = ["DownloadWorkflow"]
 class DownloadWorkflow:
     @workflow.init
     def __init__(self, raw: RawValue = NO_PAYLOAD) -> None:
-        try:
-            self.start: DownloadStart | None = DownloadStart.model_validate_json(
-                payload_json(raw, NO_PAYLOAD))
-        except (ValidationError, ValueError):
-            self.start = None  # another client's malformed start: the run ends at once
-        self.parts = 0
+        # Before any Update: one may come in the first activation.
+        self.start = decoded_or_none(DownloadStart, raw)
+        self.parts = 0  # parts done: each one puts the idle timer back
         self.finished = self.start is None
 
     @workflow.run
     async def run(self, raw: RawValue = NO_PAYLOAD) -> int:
-        while not self.finished:
-            seen = self.parts
-            try:
-                await workflow.wait_condition(
-                    lambda seen=seen: self.finished or self.parts != seen,  # type: ignore[misc]
-                    timeout=timedelta(seconds=UPLOAD_IDLE_S))
-            except TimeoutError:
-                break
+        await until_done_or_idle(lambda: self.finished, lambda: self.parts)
         self.finished = True
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self.parts

@@ -119,6 +119,15 @@ def valid_arg(model: type[M], raw: RawValue | None, no_payload: RawValue, what: 
         raise malformed(what, err) from None
 
 
+def decoded_or_none(model: type[M], raw: RawValue | None) -> M | None:
+    """A small workflow's start (an upload's, a download's) as read, or None when it does
+    not decode (another client's): that run then ends at once, failing no task."""
+    try:
+        return model.model_validate_json(payload_json(raw, NO_PAYLOAD))
+    except (ValidationError, ValueError):
+        return None
+
+
 def arg(model: type[M], raw: RawValue | None, no_payload: RawValue) -> M:
     """An Update's argument for its handler, once its validator took it (or replayed from
     history, where validators do not run): read as it was accepted."""

@@ -10,6 +10,8 @@ Update with its reason (`Rejection.FILE_REFUSED`), never the session.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel
@@ -20,10 +22,11 @@ with workflow.unsafe.imports_passed_through():
     from activities.tools import ToolError, workspace_path
     from schemas.files import FILE_CALL_MAX_BYTES, PutFile, limit_text
     from schemas.session import Rejection
+    from schemas.uploads import UPLOAD_IDLE_S
     from workflows.failures import reason, rejected
     from workflows.options import FILE_CALL
 
-__all__ = ["file_call", "file_path_problem", "put_problem"]
+__all__ = ["file_call", "file_path_problem", "put_problem", "until_done_or_idle"]
 
 
 def file_path_problem(refused: str | None, path: str, *, for_write: bool) -> None:
@@ -62,3 +65,15 @@ async def file_call(method: Any, arg: BaseModel) -> Any:
                                    non_retryable=True) from None  # read it in parts
         raise ApplicationError(reason(err), type=Rejection.FILE_REFUSED,
                                non_retryable=True) from None
+
+
+async def until_done_or_idle(done: Callable[[], bool], parts: Callable[[], int]) -> None:
+    """An upload's or a download's life: until its client says it is done, or
+    `UPLOAD_IDLE_S` pass without a new part."""
+    while not done():
+        seen = parts()
+        try:
+            await workflow.wait_condition(lambda: done() or parts() != seen,  # noqa: B023
+                                          timeout=timedelta(seconds=UPLOAD_IDLE_S))
+        except TimeoutError:
+            return

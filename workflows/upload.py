@@ -14,9 +14,6 @@ Invariants:
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -24,9 +21,9 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from activities.files import DropUploadInput, FileActivities, StagePartInput
     from schemas.session import Rejection
-    from schemas.uploads import UPLOAD_IDLE_S, UPLOAD_WORKFLOW, UploadPart, UploadStart
-    from workflows.entry import NO_PAYLOAD, arg, payload_json, valid_arg
-    from workflows.files import file_call
+    from schemas.uploads import UPLOAD_WORKFLOW, UploadPart, UploadStart
+    from workflows.entry import NO_PAYLOAD, arg, decoded_or_none, valid_arg
+    from workflows.files import file_call, until_done_or_idle
     from workflows.options import FILE_CALL
 
 __all__ = ["UploadWorkflow"]
@@ -37,12 +34,8 @@ class UploadWorkflow:
     @workflow.init
     def __init__(self, raw: RawValue = NO_PAYLOAD) -> None:
         # Before any Update: one may come in the first activation.
-        try:
-            self.start: UploadStart | None = UploadStart.model_validate_json(
-                payload_json(raw, NO_PAYLOAD))
-        except (ValidationError, ValueError):
-            self.start = None  # another client's malformed start: the run ends at once
-        self.parts = 0  # parts written: each one puts the idle timer back
+        self.start = decoded_or_none(UploadStart, raw)
+        self.parts = 0  # parts done: each one puts the idle timer back
         self.finished = self.start is None
 
     @workflow.run
@@ -50,14 +43,7 @@ class UploadWorkflow:
         start = self.start
         if start is None:
             return -1
-        while not self.finished:
-            seen = self.parts
-            try:
-                await workflow.wait_condition(
-                    lambda seen=seen: self.finished or self.parts != seen,  # type: ignore[misc]
-                    timeout=timedelta(seconds=UPLOAD_IDLE_S))
-            except TimeoutError:
-                break
+        await until_done_or_idle(lambda: self.finished, lambda: self.parts)
         self.finished = True  # a part sent from now on is refused
         await workflow.wait_condition(workflow.all_handlers_finished)
         try:
