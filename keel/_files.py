@@ -17,13 +17,19 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 
 from keel._errors import (
     AttachmentRefusedError,
     FileRefusedError,
     FileTooLargeError,
     SessionStoppedError,
+    ended_or_unknown,
     from_update_failure,
     refusals,
 )
@@ -106,7 +112,11 @@ class SessionFiles:
         session's put naming it (schemas.uploads); the upload is finished either way."""
         upload_id = uuid.uuid4().hex
         async with refusals(self.handle):
-            queue = (await self.handle.describe()).task_queue
+            found = await self.handle.describe()
+        if found.status != WorkflowExecutionStatus.RUNNING:  # refused before any part goes
+            raise await ended_or_unknown(self.handle) or SessionStoppedError(
+                f"session {self.handle.id!r} has stopped")
+        queue = found.task_queue
         upload = await self.client.start_workflow(
             UPLOAD_WORKFLOW, UploadStart(session_id=self.handle.id, upload_id=upload_id),
             id=upload_workflow_id(self.handle.id, upload_id), task_queue=queue)

@@ -20,7 +20,7 @@ from temporalio.worker import Worker
 
 from activities.files import FileActivities
 from activities.workspace import open_store
-from keel.client import FileRefusedError
+from keel.client import FileRefusedError, SessionStoppedError
 from schemas.config import WorkspaceStoreKind
 from schemas.files import FILE_CALL_MAX_BYTES, PutFile
 from schemas.uploads import (
@@ -84,6 +84,8 @@ async def test_a_screenshot_past_one_payload_is_sent_and_the_history_holds_none_
         small = await session.read_file("notes.md")
         assert small is not None and small.data == b"kept"
         assert await session.read_file("nothing.md") is None
+        with pytest.raises(SessionStoppedError):  # before any part is sent
+            await session.put_file("late.png", shot)
     assert seen == [shot]  # the model got the very bytes
     assert len(history.to_json()) < 200_000  # none of the 2.7 MB (x 4/3) in the session's
     [upload] = [w for w in uploads if w.workflow_type == UPLOAD_WORKFLOW]
