@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import hashlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from temporalio.client import (
@@ -159,12 +159,7 @@ class SessionFiles:
         """A file read part by part by a download workflow of its own (None: there is no
         such file); read again from the start when the agent wrote it meanwhile (two parts
         of two versions, or a part gone)."""
-        async with refusals(self.handle):
-            queue = (await self.handle.describe()).task_queue
-        download = await self.client.start_workflow(
-            DOWNLOAD_WORKFLOW, DownloadStart(session_id=self.handle.id, path=path),
-            id=download_workflow_id(self.handle.id, uuid.uuid4().hex), task_queue=queue)
-        try:
+        async with self._reading(path) as download:
             gate = asyncio.Semaphore(PARTS_IN_FLIGHT)
 
             async def fetch(index: int) -> FilePart | None:
@@ -185,16 +180,37 @@ class SessionFiles:
                 # written meanwhile: from the start
             raise FileRefusedError(f"{path!r} changed while it was read, {READ_TRIES} times "
                                    "in a row; read it again")
+
+    async def list_files(self, prefix: str = "") -> list[FileEntry]:
+        """Every file of the session's workspace (path, size, version), by path; a session
+        that ended too (its workspace outlives it)."""
+        try:
+            async with refusals(self.handle):
+                found: list[FileEntry] = await self.handle.execute_update(
+                    Handler.LIST_FILES, ListFiles(prefix=prefix),
+                    result_type=list[FileEntry])
+        except SessionStoppedError:
+            async with self._reading("") as download:
+                try:
+                    found = await download.execute_update(
+                        "list", ListFiles(prefix=prefix), result_type=list[FileEntry])
+                except WorkflowUpdateFailedError as err:
+                    raise from_update_failure(err) from err
+        return found
+
+    @contextlib.asynccontextmanager
+    async def _reading(self, path: str) -> AsyncIterator[WorkflowHandle[Any, Any]]:
+        """A download workflow of this session's (reading `path`), finished when done."""
+        async with refusals(self.handle):
+            queue = (await self.handle.describe()).task_queue
+        download = await self.client.start_workflow(
+            DOWNLOAD_WORKFLOW, DownloadStart(session_id=self.handle.id, path=path),
+            id=download_workflow_id(self.handle.id, uuid.uuid4().hex), task_queue=queue)
+        try:
+            yield download
         finally:
             with contextlib.suppress(Exception):  # it ends after a while anyway
                 await download.signal("finish")
-
-    async def list_files(self, prefix: str = "") -> list[FileEntry]:
-        """Every file of the session's workspace (path, size, version), by path."""
-        async with refusals(self.handle):
-            found: list[FileEntry] = await self.handle.execute_update(
-                Handler.LIST_FILES, ListFiles(prefix=prefix), result_type=list[FileEntry])
-        return found
 
     async def attachment_paths(self, attachments: Attachments) -> list[str]:
         """The workspace path of each attachment, a file given by its bytes put there first

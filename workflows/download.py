@@ -7,7 +7,7 @@ Invariants:
   activity read them (None: there is no such file); the client starts again when two parts
   disagree on the version.
 - It reads the store, not the session: a session that ended still has its workspace
-  (until it is deleted), and a client reads its files this way.
+  (until it is deleted), and a client reads and lists its files this way (`list`).
 - It writes nothing: the run ends when its client says it is done, or after
   `UPLOAD_IDLE_S` without a part. A part or a start that does not decode is refused (the
   start: the run ends at once); no payload from any client fails a workflow task.
@@ -20,7 +20,8 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.files import FileActivities, ReadPartInput
+    from activities.files import FileActivities, ListFilesInput, ReadPartInput
+    from schemas.files import FileEntry, ListFiles
     from schemas.session import Rejection
     from schemas.uploads import (
         DOWNLOAD_WORKFLOW,
@@ -62,6 +63,23 @@ class DownloadWorkflow:
     @part.validator
     def validate_part(self, raw: RawValue = NO_PAYLOAD) -> None:
         valid_arg(DownloadPart, raw, NO_PAYLOAD, "the part")
+        if self.finished:
+            raise ApplicationError("this download is finished; start another",
+                                   type=Rejection.FILE_REFUSED, non_retryable=True)
+
+    @workflow.update(name="list")
+    async def list_files(self, raw: RawValue = NO_PAYLOAD) -> list[FileEntry]:
+        asked, start = arg(ListFiles, raw, NO_PAYLOAD), self.start
+        assert start is not None  # the validator refused it otherwise
+        found: list[FileEntry] = await file_call(
+            FileActivities.list_workspace_files,
+            ListFilesInput(session_id=start.session_id, prefix=asked.prefix))
+        self.parts += 1
+        return found
+
+    @list_files.validator
+    def validate_list(self, raw: RawValue = NO_PAYLOAD) -> None:
+        valid_arg(ListFiles, raw, NO_PAYLOAD, "the list request")
         if self.finished:
             raise ApplicationError("this download is finished; start another",
                                    type=Rejection.FILE_REFUSED, non_retryable=True)

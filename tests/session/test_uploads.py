@@ -84,6 +84,9 @@ async def test_a_screenshot_past_one_payload_is_sent_and_the_history_holds_none_
         small = await session.read_file("notes.md")
         assert small is not None and small.data == b"kept"
         assert await session.read_file("nothing.md") is None
+        assert [f.path for f in await session.list_files()
+                if not f.path.startswith(".keel/")] == [put.path, "notes.md"]
+        assert [f.path for f in await session.list_files("notes")] == ["notes.md"]
         with pytest.raises(SessionStoppedError):  # before any part is sent
             await session.put_file("late.png", shot)
     assert seen == [shot]  # the model got the very bytes
