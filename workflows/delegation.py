@@ -15,10 +15,11 @@ Invariants:
   call starts it, as a Temporal child workflow.
 - The child gets the task as its first input, an agent-run input whose source line Keel
   writes from the parent's call (`begin`); after the turn that answers it (or a failure),
-  it answers its parent and ends itself. A final reply of that turn is told to the parent
-  by the model call that made it (`Handler.CHILD_ANSWER`), and the child then sends
-  nothing more, when the parent hears that signal (`DelegatedTask.hears_call`: a parent
-  on older code, mid rolling deploy, does not and is answered at the child's end); else
+  it answers its parent and ends itself (the child's side: workflows.delegated). A final
+  reply of that turn is told to the parent by the model call that made it
+  (`Handler.CHILD_ANSWER`), and the child then sends nothing more, when the parent hears
+  that signal (`DelegatedTask.hears_call`: a parent on older code, mid rolling deploy,
+  does not and is answered at the child's end); else
   a Temporal child whose parent waits answers in its run's result
   (`DelegatedTask.answer_in_result`; one that ends without an answer is a failure, heard
   from its completion), any other by a signal (`Handler.AGENT_RUN`). The parent takes one
@@ -31,7 +32,7 @@ Invariants:
   (terminated, failed), as a child workflow's completion would tell it.
 - The files a child wrote go home with its answer: copied to the parent's workspace before
   the answer is sent, by whichever sends it (the final model call, in its activity; the
-  child's end, by `hand_back_files`, `HANDBACK_PATCH`), and named at the answer's end
+  child's end, by `hand_back_files`, workflows.delegated), and named at the answer's end
   (the rules: schemas.handback). A parent's file changed meanwhile is never overwritten.
 - The parent waits or goes on, as the call asked: a waiting call pauses the turn
   (`AWAITING_CHILD`) until the answer comes; the answer and the call's result are then
@@ -65,12 +66,10 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from activities.attachments import ShareFiles
     from activities.delegate_ahead import child_closed
-    from activities.handback import HandBack
     from activities.model_call import DelegationStep
     from activities.session import SessionActivities
     from schemas.attachments import Attachment
     from schemas.delegation import (
-        ANSWER_CHARS,
         DelegateAhead,
         TellParent,
         child_input,
@@ -78,7 +77,6 @@ with workflow.unsafe.imports_passed_through():
         refusal,
     )
     from schemas.events import ChildAnswered, ChildStarted
-    from schemas.handback import with_line
     from schemas.initiative import ChildRun
     from schemas.messages import HarnessKind, MessageType, ToolCall, agent_run_source_line
     from schemas.session import (
@@ -91,6 +89,7 @@ with workflow.unsafe.imports_passed_through():
         TurnOutcome,
     )
     from schemas.text import make_storable
+    from workflows.delegated import HANDBACK_PATCH, ChildSide
     from workflows.inbox import Inbox
     from workflows.options import CHILD_CHECK, TOOL_CALL
     from workflows.run import SessionRun
@@ -112,13 +111,10 @@ AHEAD_PATCH = "delegate-ahead"
 EARLY_ANSWER_PATCH = "delegate-early-answer"
 # A delegate call's `files` are copied to the child's workspace and carried by its task.
 DELEGATE_FILES_PATCH = "delegate-files"
-# A child answering at its end copies the files it wrote to its parent's workspace first
-# (its final model call, telling the parent, does so in its activity: no command).
-HANDBACK_PATCH = "delegate-hand-back"
 CHECK_FIRST_S, CHECK_MAX_S = 2.0, 60.0  # asking whether a child started ahead closed
 
 
-class Delegation:
+class Delegation(ChildSide):
     """The parent's and the child's side of delegation in one session run."""
 
     def __init__(self, run: SessionRun, inbox: Inbox, outcomes: dict[int, TurnOutcome],
@@ -509,110 +505,6 @@ class Delegation:
                 f"The rewind to #{seq} ended the sub-agents its abandoned rows started: "
                 + "; ".join(f"{c.agent} (session {c.session_id})" for c in gone))
         return gone
-
-    # ----- the child ---------------------------------------------------------------------
-
-    async def begin(self) -> None:
-        """A child's first input: its task, recorded once, in the parent's voice."""
-        state = self.run.state
-        task = state.config.delegated
-        if task is None or state.delegated_seq is not None or state.stopped_reason:
-            return
-        state.delegated_seq = 0  # taken: a retry of this run's start records nothing more
-        text = make_storable(task.task)[0]
-        source_line = agent_run_source_line(task.call_id, task.parent_session)
-        # Written by the first model call, as an asked message; with files, by the record
-        # (it puts their bytes in the row, as a message's).
-        if self.inbox.can_fold() and not task.files:
-            state.delegated_seq = self.inbox.fold_background(
-                HarnessKind.AGENT_RUN.value, text, source_line, f"delegated-{task.call_id}")
-            return
-        try:
-            accepted = await self.inbox.record_input(
-                HarnessKind.AGENT_RUN.value, MessageType.HARNESS, text, source_line,
-                f"delegated-{task.call_id}", patient=True, lost="The delegated task",
-                attachments=task.files)
-        except ApplicationError as err:
-            await self._answer("failed", f"the task could not be recorded: {err.message}")
-            return
-        state.delegated_seq = accepted.seq
-
-    async def after_turn(self) -> None:
-        """A child whose task's turn has ended answers its parent and ends."""
-        state = self.run.state
-        task, seq = state.config.delegated, state.delegated_seq
-        if task is None or not seq or state.ended:
-            return
-        outcome = self.outcomes.get(seq)
-        if outcome is None and state.stopped_reason is None:
-            return
-        if outcome is not None and outcome.error is None and outcome.reply_text.strip():
-            text, result = outcome.reply_text, "answered"
-        else:
-            why = (outcome.error if outcome else None) or state.stopped_reason or "no reply"
-            text, result = f"Sub-agent {task.agent} failed: {why}", "failed"
-        if not (self.told and result == "answered"):  # its final model call sent them
-            text = await self._with_files(text)
-        await self._answer(result, text)
-
-    async def _with_files(self, text: str) -> str:
-        """`text` ending with the line that names the files this child wrote, copied to its
-        parent's workspace first (activities.handback)."""
-        state = self.run.state
-        task = state.config.delegated
-        assert task is not None
-        if not workflow.patched(HANDBACK_PATCH):
-            return text
-        try:
-            line: str = await workflow.execute_activity_method(
-                SessionActivities.hand_back_files, HandBack(
-                    child_session=state.session_id, parent_session=task.parent_session,
-                    call_id=task.call_id, shared=task.files), **TOOL_CALL)
-        except ActivityError as err:
-            line = (f"[Keel: the files it wrote were not copied to your workspace "
-                    f"({err.cause or err}); they are in session {state.session_id}'s]")
-        return with_line(text, line)
-
-    async def _answer(self, outcome: str, text: str) -> None:
-        state = self.run.state
-        task = state.config.delegated
-        assert task is not None
-        answer = AgentRunInput(run_id=task.call_id, from_session=state.session_id,
-                               text=text[:ANSWER_CHARS], outcome=outcome,
-                               input_id=f"delegate-answer-{state.session_id}",
-                               spent=state.budget.spent)
-        if task.answer_in_result:  # the run's result: its parent hears the completion
-            self.answer = answer
-            self.end(f"its task is done ({outcome}); the answer is its result")
-            return
-        if self.told and outcome == "answered":  # its final model call told the parent
-            self.end(f"its task is done ({outcome}); the answer went to "
-                     f"#{task.parent_session}")
-            return
-        try:
-            await workflow.get_external_workflow_handle(task.parent_session).signal(
-                Handler.AGENT_RUN, answer)
-        except Exception as err:  # the parent ended: nobody to hear it
-            workflow.logger.warning("answer to %s not sent: %s", task.parent_session, err)
-        self.end(f"its task is done ({outcome}); the answer went to #{task.parent_session}")
-
-    def end(self, reason: str) -> None:
-        state = self.run.state
-        if not state.ended:
-            state.ended = True
-            state.stopped_reason = state.stopped_reason or f"the session was {reason}"
-        if self.run.phase in (SessionPhase.IDLE, SessionPhase.STOPPED):
-            self.run.phase = SessionPhase.ENDED
-
-    async def parent_ended(self, args: Sequence[RawValue]) -> None:
-        """`Handler.PARENT_ENDED`: the parent ended (or gave up on this child)."""
-        try:
-            reason = EndSession.model_validate(json.loads(args[0].payload.data)).reason
-        except Exception:
-            reason = "ended: its parent session ended"
-        await self.run.record_notice(f"The session was {reason[:300]}.")
-        self.end(reason[:300])
-        self.run.publish_summary()
 
 
 def _answer_in(args: Sequence[RawValue]) -> AgentRunInput | None:
