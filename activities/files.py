@@ -25,7 +25,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.tools import ToolError, workspace_path
-from activities.workspace import StoreError, WorkspaceStore, open_store
+from activities.workspace import StoredFile, StoreError, WorkspaceStore, open_store
 from schemas.config import KeelSettings
 from schemas.files import FileData, FileEntry, FileVersion, read_problem
 from schemas.session import Rejection
@@ -146,15 +146,18 @@ class FileActivities:
         except (StoreError, ValueError) as err:
             raise _refused(err) from None
 
+    async def _read(self, session_id: str, path: str) -> StoredFile | None:
+        """A file of the session's workspace by a client's path (the file tools' rules)."""
+        try:
+            return await self.store.read(session_id, workspace_path(path))
+        except (ToolError, StoreError) as err:
+            raise _refused(err) from None
+
     @activity.defn
     async def read_workspace_part(self, data: ReadPartInput) -> FilePart | None:
         """Part `index` of a file read in parts, with the file's version and size; None when
         there is no file at its path."""
-        try:
-            stored = await self.store.read(data.session_id, workspace_path(data.path))
-        except (ToolError, StoreError) as err:
-            raise _refused(err) from None
-        if stored is None:
+        if (stored := await self._read(data.session_id, data.path)) is None:
             return None
         at = data.index * UPLOAD_PART_BYTES
         return FilePart(data=stored.data[at:at + UPLOAD_PART_BYTES], version=stored.version,
@@ -170,11 +173,7 @@ class FileActivities:
 
     @activity.defn
     async def read_workspace_file(self, data: ReadFileInput) -> FileData | None:
-        try:
-            stored = await self.store.read(data.session_id, workspace_path(data.path))
-        except (ToolError, StoreError) as err:
-            raise _refused(err) from None
-        if stored is None:
+        if (stored := await self._read(data.session_id, data.path)) is None:
             return None
         problem = read_problem(stored.path, len(stored.data), data.at_most)
         if problem:  # the client reads it in parts (schemas.uploads)
