@@ -14,8 +14,8 @@ import asyncio
 import contextlib
 import hashlib
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from temporalio.client import (
     Client,
@@ -61,6 +61,8 @@ from schemas.uploads import (
 )
 
 __all__ = ["Attachments", "SessionFiles", "checked_attachments"]
+
+T = TypeVar("T")
 
 # What a message may carry: a file of the session's workspace by its path, or a file's
 # name and bytes (text is put as UTF-8), put in the workspace first
@@ -132,7 +134,7 @@ class SessionFiles:
                     raise from_update_failure(err) from err
 
         try:
-            await asyncio.gather(*(send(i, at) for i, at in enumerate(starts)))
+            await _all_or_first_error(send(i, at) for i, at in enumerate(starts))
             return await self._put(PutFile(path=path, staged=StagedFile(
                 upload_id=upload_id, parts=len(starts), size=len(raw),
                 sha256=hashlib.sha256(raw).hexdigest())))
@@ -169,8 +171,8 @@ class SessionFiles:
             for _ in range(READ_TRIES):
                 if (first := await _part(download, 0)) is None:
                     return None
-                rest = await asyncio.gather(*(
-                    fetch(i) for i in range(1, -(-first.size // UPLOAD_PART_BYTES))))
+                rest = await _all_or_first_error(
+                    fetch(i) for i in range(1, -(-first.size // UPLOAD_PART_BYTES)))
                 parts = [first, *(p for p in rest if p is not None)]
                 data = b"".join(p.data for p in parts)
                 if len(data) == first.size and all(p.version == first.version
@@ -248,3 +250,18 @@ async def _part(download: WorkflowHandle[Any, Any], index: int) -> FilePart | No
     except WorkflowUpdateFailedError as err:
         raise from_update_failure(err) from err
     return found
+
+
+async def _all_or_first_error(calls: Iterable[Awaitable[T]]) -> list[T]:
+    """Every call's result in order; at the first failure the others are cancelled (no part
+    goes on being sent after a refusal) and that failure is raised as itself."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(_awaited(c)) for c in calls]
+    except BaseExceptionGroup as errors:
+        raise errors.exceptions[0] from None
+    return [t.result() for t in tasks]
+
+
+async def _awaited(call: Awaitable[T]) -> T:
+    return await call

@@ -171,3 +171,20 @@ async def test_an_upload_its_client_abandoned_is_dropped_after_its_idle_time(
         desc = await upload.describe()
     assert desc.status == WorkflowExecutionStatus.COMPLETED
     assert await files.store.list("left") == []
+
+
+async def test_a_part_the_workspace_refuses_stops_the_upload_and_leaves_no_part(
+        client, database_url, fake_anthropic, tmp_path):
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url).model_copy(
+        update={"max_workspace_bytes": 1_000_000})
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(f"upload-full-{uuid.uuid4().hex[:8]}")
+        with pytest.raises(FileRefusedError, match=r"the workspace would be [\d,]+ bytes; "
+                                                   r"the limit is 1,000,000 bytes"):
+            await session.put_file("big.bin", os.urandom(1_500_000))
+        uploads = [w async for w in client.list_workflows(
+            f"WorkflowId STARTS_WITH '{session.session_id}.upload-'")]
+        [done] = [await client.get_workflow_handle(w.id).result() for w in uploads]
+        assert done >= 1  # its staged parts dropped on the way out
+        assert [f.path for f in await session.list_files()] == []
+        await session.end()
