@@ -17,12 +17,10 @@ from __future__ import annotations
 
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.files import FileActivities, ListFilesInput, ReadPartInput
     from schemas.files import FileEntry, ListFiles
-    from schemas.session import Rejection
     from schemas.uploads import (
         DOWNLOAD_WORKFLOW,
         DownloadPart,
@@ -30,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
         FilePart,
     )
     from workflows.entry import NO_PAYLOAD, arg, decoded_or_none, valid_arg
-    from workflows.files import file_call, until_done_or_idle
+    from workflows.files import file_call, refuse_if_finished, until_done_or_idle
 
 __all__ = ["DownloadWorkflow"]
 
@@ -63,9 +61,7 @@ class DownloadWorkflow:
     @part.validator
     def validate_part(self, raw: RawValue = NO_PAYLOAD) -> None:
         valid_arg(DownloadPart, raw, NO_PAYLOAD, "the part")
-        if self.finished:
-            raise ApplicationError("this download is finished; start another",
-                                   type=Rejection.FILE_REFUSED, non_retryable=True)
+        refuse_if_finished(self.finished, "download")
 
     @workflow.update(name="list")
     async def list_files(self, raw: RawValue = NO_PAYLOAD) -> list[FileEntry]:
@@ -80,9 +76,7 @@ class DownloadWorkflow:
     @list_files.validator
     def validate_list(self, raw: RawValue = NO_PAYLOAD) -> None:
         valid_arg(ListFiles, raw, NO_PAYLOAD, "the list request")
-        if self.finished:
-            raise ApplicationError("this download is finished; start another",
-                                   type=Rejection.FILE_REFUSED, non_retryable=True)
+        refuse_if_finished(self.finished, "download")
 
     @workflow.signal
     def finish(self) -> None:

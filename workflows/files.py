@@ -26,7 +26,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.failures import reason, rejected
     from workflows.options import FILE_CALL
 
-__all__ = ["file_call", "file_path_problem", "put_problem", "until_done_or_idle"]
+__all__ = ["file_call", "file_path_problem", "put_problem", "refuse_if_finished",
+           "until_done_or_idle"]
 
 
 def file_path_problem(refused: str | None, path: str, *, for_write: bool) -> None:
@@ -77,3 +78,10 @@ async def until_done_or_idle(done: Callable[[], bool], parts: Callable[[], int])
                                           timeout=timedelta(seconds=UPLOAD_IDLE_S))
         except TimeoutError:
             return
+
+
+def refuse_if_finished(finished: bool, what: str) -> None:
+    """An upload's or a download's validator: nothing more once it is finished."""
+    if finished:
+        raise ApplicationError(f"this {what} is finished; start another",
+                               type=Rejection.FILE_REFUSED, non_retryable=True)

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.files import DropUploadInput, FileActivities, StagePartInput
-    from schemas.session import Rejection
     from schemas.uploads import UPLOAD_WORKFLOW, UploadPart, UploadStart
     from workflows.entry import NO_PAYLOAD, arg, decoded_or_none, valid_arg
-    from workflows.files import file_call, until_done_or_idle
+    from workflows.files import file_call, refuse_if_finished, until_done_or_idle
     from workflows.options import FILE_CALL
 
 __all__ = ["UploadWorkflow"]
@@ -67,9 +66,7 @@ class UploadWorkflow:
     @part.validator
     def validate_part(self, raw: RawValue = NO_PAYLOAD) -> None:
         valid_arg(UploadPart, raw, NO_PAYLOAD, "the part")
-        if self.finished:
-            raise ApplicationError("this upload is finished; start another",
-                                   type=Rejection.FILE_REFUSED, non_retryable=True)
+        refuse_if_finished(self.finished, "upload")
 
     @workflow.signal
     def finish(self) -> None:
