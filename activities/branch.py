@@ -48,6 +48,7 @@ from schemas.branch import (
 from schemas.checkpoint.memo import MemoAssembly
 from schemas.config import WorkspaceStoreKind
 from schemas.session import session_id_problem
+from schemas.uploads import STAGING
 
 __all__ = ["BranchActivities", "check_point", "fork_copy", "live_checkpoints",
            "rewind_marks"]
@@ -244,10 +245,13 @@ async def _point(data: ForkCopy, checkpoints: list[BranchCheckpoint]) -> int:
 
 
 async def _restore_workspace(conn: AsyncConnection, scope: str, at: datetime) -> int:
-    """The scope's files back to their versions at `at`, as new versions."""
-    args: dict[str, Any] = {"scope": scope, "at": at}
+    """The scope's files back to their versions at `at`, as new versions. An upload's
+    staged parts are not files of the session (no history keeps them): left as they are,
+    for the put still to come."""
+    args: dict[str, Any] = {"scope": scope, "at": at, "staging": STAGING}
     gone = await conn.execute(
-        f"DELETE FROM workspace_files f WHERE f.scope = %(scope)s AND NOT EXISTS"
+        "DELETE FROM workspace_files f WHERE f.scope = %(scope)s"
+        " AND NOT starts_with(f.path, %(staging)s) AND NOT EXISTS"
         f" (SELECT 1 FROM ({_FILES_AT}) t WHERE t.path = f.path AND t.data IS NOT NULL)",
         args)
     back = await conn.execute(

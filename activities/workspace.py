@@ -53,6 +53,7 @@ from typing import Any, Protocol
 from activities.disk import atomic_write_bytes, is_partial
 from schemas.config import KeelSettings, WorkspaceStoreKind
 from schemas.files import limit_text, normal_path, workspace_path_problem
+from schemas.uploads import STAGING
 
 SHARED_SCOPE = "_shared"
 SHARED_SKILLS = "skills/"  # a shared skill is skills/<name>/SKILL.md of the shared scope
@@ -355,9 +356,12 @@ class LocalStore(_Limits):
 
     async def snapshot(self, scope: str) -> StoredFiles:
         """Every file of the scope as it stands, with its version, by path (a bundle's
-        workspace when the deployment keeps no file history: activities.bundle)."""
+        workspace when the deployment keeps no file history: activities.bundle), but an
+        upload's staged parts (schemas.uploads.STAGING: not the session's files)."""
         found = []
         for info in await self.list(scope):
+            if info.path.startswith(STAGING):
+                continue
             stored = await self.read(scope, info.path)
             if stored is not None:
                 found.append(stored)

@@ -5,8 +5,9 @@ Invariants:
 - A client puts a file past one part (`UPLOAD_PART_BYTES`) in parts: they go to an upload
   workflow of their own (`UPLOAD_WORKFLOW`, id `<session>.upload-<id>`), one Update each,
   a few at once (`PARTS_IN_FLIGHT`), written by an activity under the session's
-  `.keel/uploads/<id>/` (Keel's folder: no tool writes it).
-  Its history holds the bytes and is gone after retention; the session's holds none.
+  `.keel/uploads/<id>/` (Keel's folder: no tool writes it). Parts are not the session's
+  files: no file history keeps them, no fork or export copies them, no rewind removes
+  them. Its history holds the bytes and is gone after retention; the session's holds none.
 - The session takes the file by a `StagedFile` in its put Update (a few hundred bytes):
   the same validator (its path, its size against the store's per-file limit, a session
   that stopped), then one activity that reads the parts in order, checks their count,
@@ -26,10 +27,10 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["DOWNLOAD_WORKFLOW", "PARTS_IN_FLIGHT", "UPLOAD_IDLE_S", "UPLOAD_PART_BYTES",
-           "UPLOAD_WORKFLOW", "DownloadPart", "DownloadStart", "FilePart", "StagedFile",
-           "UploadPart", "UploadStart", "download_workflow_id", "part_path", "staging_dir",
-           "upload_workflow_id"]
+__all__ = ["DOWNLOAD_WORKFLOW", "PARTS_IN_FLIGHT", "STAGING", "UPLOAD_IDLE_S",
+           "UPLOAD_PART_BYTES", "UPLOAD_WORKFLOW", "DownloadPart", "DownloadStart",
+           "FilePart", "StagedFile", "UploadPart", "UploadStart", "download_workflow_id",
+           "part_path", "staging_dir", "upload_workflow_id"]
 
 UPLOAD_WORKFLOW = "KeelUpload"
 DOWNLOAD_WORKFLOW = "KeelDownload"
@@ -63,11 +64,18 @@ class UploadPart(BaseModel):
     data: bytes = Field(max_length=UPLOAD_PART_BYTES)
 
 
+# Where every upload stages its parts. Parts are not the session's files: they have no
+# history (the workspace's history trigger skips them, infra/migrations/016), a fork or an
+# export does not copy them, and a rewind leaves them as they are (an upload still running
+# finishes its put).
+STAGING = ".keel/uploads/"
+
+
 def staging_dir(upload_id: str) -> str:
     """The folder of an upload's parts in its session's workspace (ends in /)."""
     if not _ID.match(upload_id):
         raise ValueError(f"{upload_id!r} is not an upload id")
-    return f".keel/uploads/{upload_id}/"
+    return f"{STAGING}{upload_id}/"
 
 
 def part_path(upload_id: str, index: int) -> str:
