@@ -121,19 +121,41 @@ def _index_name(model: str) -> str:
     return "memory_chunks_hnsw_" + re.sub(r"[^a-z0-9]+", "_", model.lower())[:40]
 
 
+# The advisory lock class of the HNSW indexes' creation (the key: the index name's hash).
+_ANN_LOCK_CLASS = 7_246_003
+
+
 async def ensure_ann_index(conn: AsyncConnection, model: str, dims: int) -> None:
     """pgvector's HNSW index (cosine) over one model's vectors, made on first use: an
-    expression index at the model's dimensions, partial on its name."""
+    expression index at the model's dimensions, partial on its name.
+
+    Looked up first (a catalog read): `CREATE INDEX IF NOT EXISTS` takes a SHARE lock on
+    the table before it looks, so each new connection's first recall would wait behind
+    every write of chunks. Made by one connection at a time: concurrent creations of one
+    name collide in the catalog (a unique violation, or a deadlock "while inserting index
+    tuple"), which failed the first recalls of sessions starting together on a fresh
+    database."""
     state = await _conn_state(conn)
     if model in state.ann or state.vector_type != "vector":
         return
-    await conn.execute(sql.SQL(
-        "CREATE INDEX IF NOT EXISTS {} ON memory_chunks USING hnsw"
-        " ((embedding::halfvec({})) halfvec_cosine_ops) WITH (m = {}, ef_construction = {})"
-        " WHERE model = {}").format(
-            sql.Identifier(_index_name(model)), sql.Literal(dims), sql.Literal(HNSW_M),
-            sql.Literal(HNSW_EF_CONSTRUCTION), sql.Literal(model)))
+    name = _index_name(model)
+    if not await _relation_exists(conn, name):
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                               (_ANN_LOCK_CLASS, name))
+            await conn.execute(sql.SQL(
+                "CREATE INDEX IF NOT EXISTS {} ON memory_chunks USING hnsw"
+                " ((embedding::halfvec({})) halfvec_cosine_ops)"
+                " WITH (m = {}, ef_construction = {}) WHERE model = {}").format(
+                    sql.Identifier(name), sql.Literal(dims), sql.Literal(HNSW_M),
+                    sql.Literal(HNSW_EF_CONSTRUCTION), sql.Literal(model)))
     state.ann.add(model)
+
+
+async def _relation_exists(conn: AsyncConnection, name: str) -> bool:
+    # (`_index_name` gives lower-case letters, digits and underscores: no quoting needed)
+    row = await (await conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,))).fetchone()
+    return bool(row and row[0])
 
 
 def _literal(vec: Sequence[float]) -> str:
