@@ -11,6 +11,7 @@ except the NULs and lone surrogates PostgreSQL cannot hold, which are replaced a
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -216,73 +217,94 @@ def _str_arg(args: dict[str, Any], key: str) -> str:
 
 
 async def _execute(ctx: ToolContext, name: str, args: dict[str, Any]) -> ToolOutput:
-    if name == "read_file":
-        rel = _str_arg(args, "path")
-        stored = await ctx.store.read(ctx.session_id, workspace_path(rel))
-        meta = {"read": make_storable(rel)[0], "version": stored.version if stored else None}
-        offset, length = _int_arg(args, "offset"), _int_arg(args, "length")
-        if (stored and ctx.editable is None and offset is None and length is None
-                and (seen := viewable(stored.data, stored.path)) is not None):
-            # An image or a PDF is shown to the model with the result (the record reads it
-            # from the workspace: activities.attachments.stored_files).
-            return ToolOutput(f"{seen}: shown with this result",
-                              meta={**meta, "images": [stored.path]})
-        return ToolOutput(read_file(stored.data if stored else None, rel, offset, length),
-                          meta=meta)
-    if name in ("write_file", "edit_file"):
-        rel = _str_arg(args, "path")
-        editable = ctx.editable
-        path = workspace_path(rel, for_write=editable is None)
-        if editable is not None and path not in editable:
-            raise ToolError(f"only the mind and memo files may change now, not {rel!r}")
-        verb = "wrote" if name == "write_file" else "edited"
-        if name == "write_file" and editable is not None:
-            raise ToolError("these files can be edited, never overwritten")
-        done = await ctx.store.applied(ctx.session_id, ctx.op_id) if ctx.op_id else None
-        if done is not None:  # a retried call: its write is in, do not edit again
-            return ToolOutput(f"{verb} {rel}", meta={"modified": rel, "version": done})
-        if name == "write_file":
-            data = _str_arg(args, "content").encode()
-        else:
-            stored = await ctx.store.read(ctx.session_id, path)
-            data = apply_exact_edit(_read_text(stored.data if stored else None, rel),
-                                    _str_arg(args, "old_text"),
-                                    _str_arg(args, "new_text")).encode()
-        version = await ctx.store.write(ctx.session_id, path, data, op_id=ctx.op_id)
-        return ToolOutput(f"{verb} {rel}", meta={"modified": rel, "version": version})
-    if name == "load_skill":
-        skill = _str_arg(args, "name")
-        text = read_skill(ctx.skills, skill)
-        if text is None:
-            known = ", ".join(s.name for s in ctx.skills) or "none"
-            raise ToolError(f"no skill named {skill!r} (known: {known})")
-        return ToolOutput(text, meta={"skill": skill})
-    if name == "read_record":
-        from_seq = int(args.get("from_seq", 1))
-        limit = max(1, min(int(args.get("limit", 20)), 50))
-        types = [MessageType.USER] if args.get("only_user") else None
-        rows = await load_rows(ctx.conn, ctx.session_id, from_seq, ctx.upto_seq, types, limit)
-        if not rows:
-            return ToolOutput(f"no messages from #{from_seq}")
-        return ToolOutput("\n\n".join(
-            f"#{r.seq} [{r.type.value}] {r.rendered_text()}"
-            + "".join(f"\n{line}" for line in r.attachment_lines()) for r in rows))
-    if name == "search_record":
-        query = _str_arg(args, "query").strip()
-        if not query:
-            raise ToolError("query is empty")
-        limit = max(1, min(int(args.get("limit", 10)), 20))
-        # The words, or the name of a file a message carried ("the screenshot I sent").
-        cur = await ctx.conn.execute(
-            f"SELECT seq, type, left(content_text, 300), (SELECT string_agg(f->>'name', ', ')"
-            f" FROM {_FILES} f) FROM messages WHERE session_id=%s"
-            " AND seq <= %s AND type IN ('user','harness','assistant') AND rewound_by IS NULL"
-            f" AND (content_text ILIKE %s ESCAPE '\\' OR EXISTS (SELECT 1 FROM {_FILES} f"
-            " WHERE f->>'name' ILIKE %s ESCAPE '\\')) ORDER BY seq DESC LIMIT %s",
-            (ctx.session_id, ctx.upto_seq, _contains(query), _contains(query), limit))
-        hits = await cur.fetchall()
-        if not hits:
-            return ToolOutput(f"nothing in the record matches {query!r}")
-        return ToolOutput("\n".join(f"#{s} [{t}] {x}" + (f" [files: {names}]" if names else "")
-                                     for s, t, x, names in hits))
-    raise ToolError(f"unknown tool {name!r}")
+    run = _TOOLS.get(name)
+    if run is None:
+        raise ToolError(f"unknown tool {name!r}")
+    return await run(ctx, name, args)
+
+
+async def _read_file(ctx: ToolContext, name: str, args: dict[str, Any]) -> ToolOutput:
+    rel = _str_arg(args, "path")
+    stored = await ctx.store.read(ctx.session_id, workspace_path(rel))
+    meta = {"read": make_storable(rel)[0], "version": stored.version if stored else None}
+    offset, length = _int_arg(args, "offset"), _int_arg(args, "length")
+    if (stored and ctx.editable is None and offset is None and length is None
+            and (seen := viewable(stored.data, stored.path)) is not None):
+        # An image or a PDF is shown to the model with the result (the record reads it
+        # from the workspace: activities.attachments.stored_files).
+        return ToolOutput(f"{seen}: shown with this result",
+                          meta={**meta, "images": [stored.path]})
+    return ToolOutput(read_file(stored.data if stored else None, rel, offset, length),
+                      meta=meta)
+
+
+async def _write_file(ctx: ToolContext, name: str, args: dict[str, Any]) -> ToolOutput:
+    """write_file and edit_file; in a checkpoint's turn (`ctx.editable`), edits of its
+    files only."""
+    rel = _str_arg(args, "path")
+    editable = ctx.editable
+    path = workspace_path(rel, for_write=editable is None)
+    if editable is not None and path not in editable:
+        raise ToolError(f"only the mind and memo files may change now, not {rel!r}")
+    verb = "wrote" if name == "write_file" else "edited"
+    if name == "write_file" and editable is not None:
+        raise ToolError("these files can be edited, never overwritten")
+    done = await ctx.store.applied(ctx.session_id, ctx.op_id) if ctx.op_id else None
+    if done is not None:  # a retried call: its write is in, do not edit again
+        return ToolOutput(f"{verb} {rel}", meta={"modified": rel, "version": done})
+    if name == "write_file":
+        data = _str_arg(args, "content").encode()
+    else:
+        stored = await ctx.store.read(ctx.session_id, path)
+        data = apply_exact_edit(_read_text(stored.data if stored else None, rel),
+                                _str_arg(args, "old_text"),
+                                _str_arg(args, "new_text")).encode()
+    version = await ctx.store.write(ctx.session_id, path, data, op_id=ctx.op_id)
+    return ToolOutput(f"{verb} {rel}", meta={"modified": rel, "version": version})
+
+
+async def _load_skill(ctx: ToolContext, name: str, args: dict[str, Any]) -> ToolOutput:
+    skill = _str_arg(args, "name")
+    text = read_skill(ctx.skills, skill)
+    if text is None:
+        known = ", ".join(s.name for s in ctx.skills) or "none"
+        raise ToolError(f"no skill named {skill!r} (known: {known})")
+    return ToolOutput(text, meta={"skill": skill})
+
+
+async def _read_record(ctx: ToolContext, name: str, args: dict[str, Any]) -> ToolOutput:
+    from_seq = int(args.get("from_seq", 1))
+    limit = max(1, min(int(args.get("limit", 20)), 50))
+    types = [MessageType.USER] if args.get("only_user") else None
+    rows = await load_rows(ctx.conn, ctx.session_id, from_seq, ctx.upto_seq, types, limit)
+    if not rows:
+        return ToolOutput(f"no messages from #{from_seq}")
+    return ToolOutput("\n\n".join(
+        f"#{r.seq} [{r.type.value}] {r.rendered_text()}"
+        + "".join(f"\n{line}" for line in r.attachment_lines()) for r in rows))
+
+
+async def _search_record(ctx: ToolContext, name: str, args: dict[str, Any]) -> ToolOutput:
+    query = _str_arg(args, "query").strip()
+    if not query:
+        raise ToolError("query is empty")
+    limit = max(1, min(int(args.get("limit", 10)), 20))
+    # The words, or the name of a file a message carried ("the screenshot I sent").
+    cur = await ctx.conn.execute(
+        f"SELECT seq, type, left(content_text, 300), (SELECT string_agg(f->>'name', ', ')"
+        f" FROM {_FILES} f) FROM messages WHERE session_id=%s"
+        " AND seq <= %s AND type IN ('user','harness','assistant') AND rewound_by IS NULL"
+        f" AND (content_text ILIKE %s ESCAPE '\\' OR EXISTS (SELECT 1 FROM {_FILES} f"
+        " WHERE f->>'name' ILIKE %s ESCAPE '\\')) ORDER BY seq DESC LIMIT %s",
+        (ctx.session_id, ctx.upto_seq, _contains(query), _contains(query), limit))
+    hits = await cur.fetchall()
+    if not hits:
+        return ToolOutput(f"nothing in the record matches {query!r}")
+    return ToolOutput("\n".join(f"#{s} [{t}] {x}" + (f" [files: {names}]" if names else "")
+                                 for s, t, x, names in hits))
+
+
+_TOOLS: dict[str, Callable[[ToolContext, str, dict[str, Any]], Awaitable[ToolOutput]]] = {
+    "read_file": _read_file, "write_file": _write_file, "edit_file": _write_file,
+    "load_skill": _load_skill, "read_record": _read_record, "search_record": _search_record,
+}
