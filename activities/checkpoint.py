@@ -47,6 +47,7 @@ from activities.context import SessionContext
 from activities.events import tell_retrying
 from activities.heartbeat import beating, with_heartbeat
 from activities.model_call import refusal
+from schemas.agent import fallback_model
 from schemas.budget import Spend
 from schemas.model import CHECKPOINT_CALL_ATTEMPTS, PROMPT_TOO_LONG
 
@@ -86,8 +87,10 @@ class CheckpointActivities:
                 message = await self._ask_model(attempts.meta(attempt), planned.request)
             except ApplicationError as err:
                 if err.type != PROMPT_TOO_LONG:
+                    meta = attempts.meta(attempt)
                     await tell_retrying(attempt["session_id"], None, err,
-                                        CHECKPOINT_CALL_ATTEMPTS)
+                                        CHECKPOINT_CALL_ATTEMPTS, meta.model, fallback_model(
+                                            meta.agent, self.ctx.settings.model.fallback_model))
                     raise
                 # The API's count: the session corrects its estimate, the turn keeps what
                 # its rounds wrote (workflows.checkpoint).
@@ -98,8 +101,10 @@ class CheckpointActivities:
     async def _ask_model(self, meta: PrepareInput, request: dict[str, Any]) -> Message:
         """One round's reply from the worker's own model (the offline one takes the
         session's window as its own)."""
-        model = self.ctx.settings.model.model_copy(
-            update={"context_window": meta.window.context_window})
+        worker = self.ctx.settings.model
+        model = worker.model_copy(update={
+            "context_window": meta.window.context_window,
+            "fallback_model": fallback_model(meta.agent, worker.fallback_model)})
         return await with_heartbeat(self.ctx.model.create(model, request))
 
     @activity.defn

@@ -57,7 +57,7 @@ from schemas.events import (
     TextDelta,
     event_payload,
 )
-from schemas.model import retry_note
+from schemas.model import model_for_attempt, retry_note
 from schemas.session import Handler
 
 log = logging.getLogger(__name__)
@@ -313,13 +313,20 @@ async def publish_event(event: SessionEvent) -> None:
 
 
 async def tell_retrying(session_id: str, turn: int | None, err: ApplicationError,
-                        attempts: int) -> None:
+                        attempts: int, asked: str | None = None,
+                        fallback: str | None = None) -> None:
     """A model call's failed attempt another will follow (of `attempts`), told on the
     session's stream at once: a person waiting would otherwise see nothing for the
-    retries' minutes (an API away is tried for about seven)."""
+    retries' minutes (an API away is tried for about seven). The attempt that turns to
+    the fallback model (of a call that asked `asked`) says so."""
     if err.non_retryable:
         return
-    note = retry_note(activity.info().attempt, err.message, attempts)
+    attempt = activity.info().attempt
+    switch = None
+    if asked is not None:
+        then = model_for_attempt(asked, fallback, attempt + 1)
+        switch = then if then != model_for_attempt(asked, fallback, attempt) else None
+    note = retry_note(attempt, err.message, attempts, switch)
     if note is not None:
         await publish_event(ErrorEvent(session_id=session_id, at=datetime.now(UTC), turn=turn,
                                        message=note, where=MODEL_RETRYING))

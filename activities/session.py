@@ -98,7 +98,7 @@ from activities.record import (
 from activities.results import cut_input, keep_whole, read_payload
 from activities.tools import ToolContext, execute_tool
 from activities.workspace import PromptFiles, StoreError, WorkspaceStore
-from schemas.agent import cut_result, result_files, result_text
+from schemas.agent import cut_result, fallback_model, result_files, result_text
 from schemas.attachments import MAX_REQUEST_ATTACHMENTS, Attachment, refused_file
 from schemas.budget import cost_usd, reply_price
 from schemas.cache_ttl import lifetime_refused, short_lived
@@ -266,7 +266,9 @@ class SessionActivities:
                 conn, data, sized, loaded, first)
         except ApplicationError as err:
             if err.type != PROMPT_TOO_LONG:
-                await tell_retrying(data.session_id, data.turn, err, MODEL_CALL_ATTEMPTS)
+                await tell_retrying(data.session_id, data.turn, err, MODEL_CALL_ATTEMPTS,
+                                    data.ask.model, fallback_model(
+                                        data.ask.agent, self.ctx.settings.model.fallback_model))
                 raise
             # Not a failure: the ladder's input. The API's count corrects the estimate
             # and the session makes room (workflows.turn).
@@ -347,7 +349,9 @@ class SessionActivities:
             raise ApplicationError(f"provider profile {provider!r} is unknown to this "
                                    "worker", non_retryable=True) from None
         # The session's window: the offline model takes it as its own (the API knows it).
-        model = model.model_copy(update={"context_window": data.ask.window.context_window})
+        model = model.model_copy(update={"context_window": data.ask.window.context_window,
+                                         "fallback_model": fallback_model(data.ask.agent,
+                                                                          model.fallback_model)})
         assert self.ctx.settings.database_url  # the connection came from it
         streamed: list[str] = []
         async with watcher(self.ctx.settings.database_url).watch(

@@ -101,6 +101,11 @@ class AgentSpec(SpecModel):
 
     instructions: str = ""  # after Keel's identity and rules; never condensed
     model: str | None = None
+    # Asked instead of `model` from a model call's third attempt on, when the first two
+    # failed in a way a retry could help: overloaded, rate-limited, a server error, no
+    # answer (schemas.model.model_for_attempt). Through the same provider; it should take
+    # the session's window. None: the worker's KEEL_FALLBACK_MODEL, if any.
+    fallback_model: str | None = Field(default=None, min_length=1, max_length=256)
     provider: str | None = None  # a profile name the worker maps to base URL and key
     context_window: int | None = Field(default=None, ge=4_096)
     max_output_tokens: int | None = Field(default=None, ge=256)
@@ -116,6 +121,12 @@ class AgentSpec(SpecModel):
     # How long the prompt cache keeps the context (schemas.cache_ttl); None: the session's
     # setting (`auto` unless its service chose).
     prompt_cache_ttl: CacheTtl | None = None
+
+
+def fallback_model(spec: AgentSpec | None, worker: str | None) -> str | None:
+    """The model a session's calls turn to when theirs keeps failing: its agent's, else the
+    worker's (KEEL_FALLBACK_MODEL)."""
+    return (spec.fallback_model if spec is not None else None) or worker
 
 
 class AgentSpecError(ValueError):
@@ -183,7 +194,8 @@ def spec_problems(spec: AgentSpec, builtin_names: list[str],
 def _secret_problems(spec: AgentSpec) -> list[str]:
     """Every secret written into the spec's values, by field (schemas.strict)."""
     problems = [f"{field}: {why}; name a provider profile or an environment variable instead"
-                for field, value in (("provider", spec.provider), ("model", spec.model))
+                for field, value in (("provider", spec.provider), ("model", spec.model),
+                                     ("fallback_model", spec.fallback_model))
                 if value and (why := secret_problem(value))]
     for i, tool in enumerate(spec.tools):
         for field in ("activity", "task_queue", "description"):

@@ -53,6 +53,10 @@ class ModelSettings(BaseModel):
     # The offline model's tokenizer against Keel's (KEEL_OFFLINE_TOKEN_SKEW): it counts
     # that many times more, as a real model's tokenizer differs from the estimate's.
     offline_token_skew: float = 1.0
+    # Asked instead of a session's model from a call's third attempt on, when the first two
+    # failed in a way a retry could help (KEEL_FALLBACK_MODEL; a session's agent may name
+    # its own: `AgentSpec.fallback_model`). None: every attempt asks the same model.
+    fallback_model: str | None = None
 
     @property
     def offline(self) -> bool:
@@ -273,6 +277,7 @@ def _model_from_env(e: _Env) -> ModelSettings:
         price_step_tokens=e.opt_int("KEEL_PRICE_STEP_TOKENS"),
         stream=e.get("KEEL_STREAM", "1") not in ("0", "false", "no"),
         offline_token_skew=e.opt_float("KEEL_OFFLINE_TOKEN_SKEW", 1.0),
+        fallback_model=e.get("KEEL_FALLBACK_MODEL") or None,
     )
 
 

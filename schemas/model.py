@@ -36,15 +36,29 @@ CHECKPOINT_CALL_ATTEMPTS = 8
 BEST_EFFORT_ATTEMPTS = 3
 
 
-def retry_note(attempt: int, message: str, attempts: int = MODEL_CALL_ATTEMPTS) -> str | None:
+# A model call's attempt from which its fallback model (`AgentSpec.fallback_model`, else the
+# worker's KEEL_FALLBACK_MODEL) is asked instead: after two failures a retry could help
+# (overloaded, rate-limited, a server error, no answer in time). A refusal no retry helps
+# is never retried, so never asked of the fallback either.
+FALLBACK_FROM_ATTEMPT = 3
+
+
+def model_for_attempt(model: str, fallback: str | None, attempt: int) -> str:
+    """The model an attempt of a call asks: the session's, then its fallback."""
+    return fallback if fallback and attempt >= FALLBACK_FROM_ATTEMPT else model
+
+
+def retry_note(attempt: int, message: str, attempts: int = MODEL_CALL_ATTEMPTS,
+               next_model: str | None = None) -> str | None:
     """What a reader of the session is told when attempt `attempt` of `attempts` of a
-    model call failed and another follows; None after the last (the failure says it
-    then)."""
+    model call failed and another follows (of `next_model` when it is another model);
+    None after the last (the failure says it then)."""
     if attempt >= attempts:
         return None
     why = " ".join(message.split())
     why = why if len(why) <= 200 else why[:199] + "…"
-    return f"the model API failed (attempt {attempt} of {attempts}: {why}); asking again"
+    again = f"asking {next_model} instead" if next_model else "asking again"
+    return f"the model API failed (attempt {attempt} of {attempts}: {why}); {again}"
 
 
 

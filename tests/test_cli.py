@@ -52,6 +52,10 @@ async def test_start_may_fix_the_prompt_caches_lifetime(client, settings, cli_en
     assert (status["prompt_cache_ttl"], status["prompt_cache_setting"]) == ("1h", "1h")
     out = await keel(cli_env, "start", "--id", sid + "-x", "--cache-ttl", "2h", code=2)
     assert "2h" in out  # refused by the command line, nothing started
+    async with keel_worker(client, settings) as keel_client:  # and a fallback model
+        await keel(cli_env, "start", "--id", sid + "-f", "--fallback-model", "claude-b")
+        spec = await keel_client.session(sid + "-f").agent()
+    assert spec is not None and spec.fallback_model == "claude-b"
 
 
 async def test_session_commands_end_to_end(client, settings, cli_env, database_url, tmp_path):  # noqa: F811

@@ -8,7 +8,9 @@ only, called with each fragment in order, its failures swallowed (`safe_on_text`
 Which backend answers a request is decided by its model settings alone, exactly as
 `ModelSettings.offline` says (no API key and no base URL: the offline model). The chooser,
 `ModelBackends`, is built once by the worker, which is the only place that imports the
-offline model; the real adapter never does.
+offline model; the real adapter never does. Which model a request names is decided here
+too, on an activity's retries: from `FALLBACK_FROM_ATTEMPT` on, the settings' fallback
+model, when they name one (schemas.model.model_for_attempt).
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from anthropic.types import Message
+from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from schemas.config import ModelSettings
-from schemas.model import PROMPT_TOO_LONG, http_error_type, too_long
+from schemas.model import PROMPT_TOO_LONG, http_error_type, model_for_attempt, too_long
 
-__all__ = ["RETRYABLE_STATUS", "ModelBackend", "ModelBackends", "api_refusal", "safe_on_text"]
+__all__ = ["RETRYABLE_STATUS", "ModelBackend", "ModelBackends", "api_refusal", "attempt_now",
+           "for_attempt", "safe_on_text"]
 
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
 
@@ -88,12 +92,28 @@ class ModelBackends:
         return self.offline if settings.offline else self.real
 
     async def create(self, settings: ModelSettings, request: dict[str, Any]) -> Message:
-        return await self.for_settings(settings).create(settings, request)
+        return await self.for_settings(settings).create(settings,
+                                                        for_attempt(settings, request))
 
     async def stream(self, settings: ModelSettings, request: dict[str, Any],
                      on_text: Callable[[str], None]) -> Message:
-        return await self.for_settings(settings).stream(settings, request, on_text)
+        return await self.for_settings(settings).stream(
+            settings, for_attempt(settings, request), on_text)
 
     async def aclose(self) -> None:
         await self.real.aclose()
         await self.offline.aclose()
+
+
+def attempt_now() -> int:
+    """This activity's attempt (1 outside an activity: a benchmark's direct call)."""
+    return activity.info().attempt if activity.in_activity() else 1
+
+
+def for_attempt(settings: ModelSettings, request: dict[str, Any]) -> dict[str, Any]:
+    """`request` naming the model this attempt asks: its own, or the fallback."""
+    asked = request.get("model")
+    if not settings.fallback_model or not isinstance(asked, str):
+        return request
+    model = model_for_attempt(asked, settings.fallback_model, attempt_now())
+    return request if model == asked else {**request, "model": model}

@@ -53,6 +53,9 @@ def start(
     instructions: Annotated[Path | None, typer.Option(
         "--instructions", help="A text file with the agent's instructions.")] = None,
     model: Annotated[str | None, typer.Option("--model", help="The model's name.")] = None,
+    fallback_model: Annotated[str | None, typer.Option(
+        "--fallback-model", help="Asked instead of the model from a call's third attempt on "
+        "(overloaded, rate-limited, a server error).")] = None,
     cache_ttl: Annotated[CacheTtl | None, typer.Option(
         "--cache-ttl", help="How long the prompt cache keeps the context (default: auto).")
                          ] = None,
@@ -68,7 +71,7 @@ def start(
     if attach and message is None:
         error("--attach sends files with the first message: give the message too")
         raise typer.Exit(2)
-    spec = read_agent_spec(agent, instructions, model, cache_ttl)
+    spec = read_agent_spec(agent, instructions, model, cache_ttl, fallback_model)
 
     async def main(message: str | None) -> None:
         message = None if message is None else given_text(message)
@@ -139,10 +142,12 @@ def scope_said(config: SessionConfig | None) -> str:
 
 
 def read_agent_spec(agent: Path | None, instructions: Path | None = None,
-                    model: str | None = None,
-                    cache_ttl: CacheTtl | None = None) -> AgentSpec | None:
-    """The spec from `--agent`, with `--instructions`, `--model` and `--cache-ttl` on top."""
-    if agent is None and instructions is None and model is None and cache_ttl is None:
+                    model: str | None = None, cache_ttl: CacheTtl | None = None,
+                    fallback_model: str | None = None) -> AgentSpec | None:
+    """The spec from `--agent`, with `--instructions`, `--model`, `--cache-ttl` and
+    `--fallback-model` on top."""
+    if agent is None and instructions is None and model is None and cache_ttl is None \
+            and fallback_model is None:
         return None
     try:
         spec = spec_from_text(agent.read_text(), agent.suffix) if agent else AgentSpec()
@@ -155,6 +160,8 @@ def read_agent_spec(agent: Path | None, instructions: Path | None = None,
         spec = spec.model_copy(update={"model": model})
     if cache_ttl:
         spec = spec.model_copy(update={"prompt_cache_ttl": cache_ttl})
+    if fallback_model:
+        spec = spec.model_copy(update={"fallback_model": fallback_model})
     return spec
 
 
