@@ -57,6 +57,9 @@ class ModelSettings(BaseModel):
     # failed in a way a retry could help (KEEL_FALLBACK_MODEL; a session's agent may name
     # its own: `AgentSpec.fallback_model`). None: every attempt asks the same model.
     fallback_model: str | None = None
+    # How long a worker keeps asking the fallback first once it turned to it for a model
+    # (KEEL_FALLBACK_HOLD_S): then a call tries the model itself again.
+    fallback_hold_s: float = 60.0
 
     @property
     def offline(self) -> bool:
@@ -278,6 +281,7 @@ def _model_from_env(e: _Env) -> ModelSettings:
         stream=e.get("KEEL_STREAM", "1") not in ("0", "false", "no"),
         offline_token_skew=e.opt_float("KEEL_OFFLINE_TOKEN_SKEW", 1.0),
         fallback_model=e.get("KEEL_FALLBACK_MODEL") or None,
+        fallback_hold_s=e.opt_float("KEEL_FALLBACK_HOLD_S", 60.0),
     )
 
 

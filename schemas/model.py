@@ -43,9 +43,13 @@ BEST_EFFORT_ATTEMPTS = 3
 FALLBACK_FROM_ATTEMPT = 3
 
 
-def model_for_attempt(model: str, fallback: str | None, attempt: int) -> str:
-    """The model an attempt of a call asks: the session's, then its fallback."""
-    return fallback if fallback and attempt >= FALLBACK_FROM_ATTEMPT else model
+def model_for_attempt(model: str, fallback: str | None, attempt: int,
+                      held: bool = False) -> str:
+    """The model an attempt of a call asks: the session's, then its fallback; the fallback
+    from the first attempt while `held` (the worker turned to it for `model` within its
+    hold: `ModelSettings.fallback_hold_s`), so a turn's every round does not wait out two
+    failures of a model that is down."""
+    return fallback if fallback and (held or attempt >= FALLBACK_FROM_ATTEMPT) else model
 
 
 def retry_note(attempt: int, message: str, attempts: int = MODEL_CALL_ATTEMPTS,

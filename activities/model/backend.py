@@ -16,8 +16,9 @@ model, when they name one (schemas.model.model_for_attempt).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -26,7 +27,13 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from schemas.config import ModelSettings
-from schemas.model import PROMPT_TOO_LONG, http_error_type, model_for_attempt, too_long
+from schemas.model import (
+    FALLBACK_FROM_ATTEMPT,
+    PROMPT_TOO_LONG,
+    http_error_type,
+    model_for_attempt,
+    too_long,
+)
 
 __all__ = ["RETRYABLE_STATUS", "ModelBackend", "ModelBackends", "api_refusal", "attempt_now",
            "for_attempt", "safe_on_text"]
@@ -87,18 +94,20 @@ class ModelBackends:
 
     real: ModelBackend
     offline: ModelBackend
+    # model -> until when (monotonic) this worker asks its fallback first (`for_attempt`)
+    held: dict[str, float] = field(default_factory=dict)
 
     def for_settings(self, settings: ModelSettings) -> ModelBackend:
         return self.offline if settings.offline else self.real
 
     async def create(self, settings: ModelSettings, request: dict[str, Any]) -> Message:
-        return await self.for_settings(settings).create(settings,
-                                                        for_attempt(settings, request))
+        return await self.for_settings(settings).create(
+            settings, for_attempt(settings, request, self.held))
 
     async def stream(self, settings: ModelSettings, request: dict[str, Any],
                      on_text: Callable[[str], None]) -> Message:
         return await self.for_settings(settings).stream(
-            settings, for_attempt(settings, request), on_text)
+            settings, for_attempt(settings, request, self.held), on_text)
 
     async def aclose(self) -> None:
         await self.real.aclose()
@@ -110,10 +119,17 @@ def attempt_now() -> int:
     return activity.info().attempt if activity.in_activity() else 1
 
 
-def for_attempt(settings: ModelSettings, request: dict[str, Any]) -> dict[str, Any]:
-    """`request` naming the model this attempt asks: its own, or the fallback."""
+def for_attempt(settings: ModelSettings, request: dict[str, Any],
+                held: dict[str, float]) -> dict[str, Any]:
+    """`request` naming the model this attempt asks: its own, or the fallback. An attempt
+    that turns to the fallback holds it for the model (`held`, the worker's) for
+    `settings.fallback_hold_s`."""
     asked = request.get("model")
     if not settings.fallback_model or not isinstance(asked, str):
         return request
-    model = model_for_attempt(asked, settings.fallback_model, attempt_now())
+    now, attempt = time.monotonic(), attempt_now()
+    if attempt >= FALLBACK_FROM_ATTEMPT:
+        held[asked] = now + settings.fallback_hold_s
+    model = model_for_attempt(asked, settings.fallback_model, attempt,
+                              held=held.get(asked, 0.0) > now)
     return request if model == asked else {**request, "model": model}

@@ -17,6 +17,8 @@ def test_the_third_attempt_on_asks_the_fallback() -> None:
     asked = [model_for_attempt("m", "f", n) for n in range(1, 6)]
     assert asked == ["m", "m", "f", "f", "f"]
     assert [model_for_attempt("m", None, n) for n in (1, 3, 12)] == ["m"] * 3
+    assert model_for_attempt("m", "f", 1, held=True) == "f"
+    assert model_for_attempt("m", None, 1, held=True) == "m"
 
 
 def test_the_agent_s_fallback_wins_over_the_worker_s() -> None:
@@ -26,6 +28,8 @@ def test_the_agent_s_fallback_wins_over_the_worker_s() -> None:
     assert KeelSettings.from_env({"KEEL_FALLBACK_MODEL": "claude-x"}).model.fallback_model \
         == "claude-x"
     assert KeelSettings.from_env({}).model.fallback_model is None
+    assert KeelSettings.from_env({}).model.fallback_hold_s == 60.0
+    assert KeelSettings.from_env({"KEEL_FALLBACK_HOLD_S": "5"}).model.fallback_hold_s == 5.0
 
 
 def test_the_reader_is_told_when_the_next_attempt_turns_to_the_fallback() -> None:
