@@ -84,6 +84,7 @@ from schemas.files import normal_path, workspace_path_problem
 from schemas.messages import user_display_prefix
 from schemas.session import TOO_LONG_MESSAGE, SessionState, session_id_problem
 from schemas.tokens import count_tokens
+from schemas.vault.card import link_key
 from schemas.vault.scope import ScopeError, check_scope
 
 __all__ = ["drop_staged", "export_bundle", "import_bundle", "read_bundle", "seal_key",
@@ -433,7 +434,8 @@ async def _stage_memory(conn: AsyncConnection, header: BundleHeader,
                         parts: dict[str, list[dict[str, Any]]], session_id: str,
                         request_id: str, result: ImportDone) -> None:
     """The bundle's memory lines staged for the vault's activity (in the import's
-    transaction: staged with the session, or not at all)."""
+    transaction: staged with the session, or not at all), but the cards a person had the
+    scope forget (left out, named in the result: an import never brings one back)."""
     lines = [(kind, item) for kind in MEMORY_KINDS for item in parts.get(kind, [])]
     if not lines:
         return
@@ -441,14 +443,20 @@ async def _stage_memory(conn: AsyncConnection, header: BundleHeader,
     if scope is None:
         raise BranchError("the bundle carries long memory but its session has no memory "
                           "scope to write it in")
+    cards = {link_key(item["path"]): item["path"] for kind, item in lines if kind == "card"}
+    forgotten = sorted(cards[key] for (key,) in await (await conn.execute(
+        "SELECT card_key FROM memory_forgotten WHERE scope = %s AND card_key = ANY(%s)",
+        (scope, sorted(cards)))).fetchall()) if cards else []
+    lines = [(k, item) for k, item in lines if k != "card" or item["path"] not in forgotten]
     async with conn.cursor() as cur:
         await cur.executemany(
             "INSERT INTO bundle_memory (request_id, direction, scope, session_id, kind, path,"
             " seq, body) VALUES (%s, 'import', %s, %s, %s, %s, %s, %s)",
             [(request_id, scope, session_id, kind, item["path"], int(item.get("seq", 0)),
               json.dumps(item)) for kind, item in lines])
-    result.cards = len(parts.get("card", []))
+    result.cards = sum(1 for kind, _ in lines if kind == "card")
     result.entries = len(parts.get("daily", []))
+    result.forgotten_cards = forgotten
 
 
 async def undo_import(database_url: str, session_id: str, request_id: str) -> None:

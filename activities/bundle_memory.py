@@ -11,11 +11,12 @@ Invariants:
   so a retry stages the same rows once.
 - The import's write checks every card first: one in the way (a file at its path with
   other text) and nothing at all is written; the staged rows stay for the caller, who
-  undoes the import. Otherwise the cards are written, indexed and marked `written`, then
-  every daily file's entries are appended, indexed in one bulk load and marked, so a retry
-  after a crash writes only what is missing (a card with the same text is no conflict, an
-  entry already there by its marker is not appended again), and the staged rows are
-  deleted once all are written. The session's ops are
+  undoes the import. A card a person had the scope forget (`memory_forgotten`) is never
+  written back: left out, and named in the result. Otherwise the cards are written,
+  indexed and marked `written`, then every daily file's entries are appended, indexed in
+  one bulk load and marked, so a retry after a crash writes only what is missing (a card
+  with the same text is no conflict, an entry already there by its marker is not appended
+  again), and the staged rows are deleted once all are written. The session's ops are
   recorded in `vault_ops` as applied, so an export from this vault finds its cards.
 - Forgetting a session (its deletion) takes its entries out of the daily files its index
   rows name, each file rewritten whole with the rest byte for byte, then its entries'
@@ -54,6 +55,7 @@ from schemas.bundle_memory import (
     is_session_op,
     owns_op,
 )
+from schemas.vault.card import link_key
 from schemas.vault.originals import daily_day, linked_originals
 from schemas.vault.rollup import drop_session_entries, entry_marker, split_transcript
 
@@ -171,8 +173,11 @@ class BundleMemoryActivities:
                 "SELECT kind, body, written FROM bundle_memory WHERE request_id = %s"
                 " AND direction = 'import' ORDER BY kind, path, seq",
                 (data.request_id,))).fetchall()
-            cards = [CardLine.model_validate(_body(b)) for k, b, w in rows
-                     if k == "card" and not w]
+            staged = [(CardLine.model_validate(_body(b)), w) for k, b, w in rows
+                      if k == "card"]
+            # (over every staged card: a retry names the forgotten ones again)
+            forgotten = await _forgotten(conn, vault.scope, [c for c, _ in staged])
+            cards = [c for c, w in staged if not w and c.path not in forgotten]
             entries = [DailyLine.model_validate(_body(b)) for k, b, w in rows
                        if k == "daily" and not w]
             conflicts = [c.path for c in cards if (t := vault.path(c.path)).exists()
@@ -180,6 +185,7 @@ class BundleMemoryActivities:
             if conflicts:
                 return BundleMemoryDone(conflicts=sorted(conflicts))
             await self._write_cards(conn, vault, data, cards)
+            await self._written(conn, data, "card", None, forgotten)
             by_file: dict[str, list[DailyLine]] = {}
             for entry in entries:
                 by_file.setdefault(entry.path, []).append(entry)
@@ -194,7 +200,8 @@ class BundleMemoryActivities:
                 await self._written(conn, data, "daily", path, [e.seq for e in in_file])
             await conn.execute("DELETE FROM bundle_memory WHERE request_id = %s"
                                " AND direction = 'import'", (data.request_id,))
-        return BundleMemoryDone(cards=len(cards), entries=len(entries))
+        return BundleMemoryDone(cards=len(cards), entries=len(entries),
+                                forgotten=sorted(forgotten))
 
     @activity.defn(name="forget_session_memory")
     async def forget_session_memory(self, data: BundleMemoryRequest) -> BundleMemoryDone:
@@ -247,12 +254,31 @@ class BundleMemoryActivities:
             (data.request_id, [c.path for c in cards]))
 
     async def _written(self, conn: AsyncConnection, data: BundleMemoryRequest, kind: str,
-                       path: str, seqs: list[int]) -> None:
-        """Staged rows written (each statement commits: a retry skips them)."""
+                       path: str | None, seqs: list[int] | list[str]) -> None:
+        """Staged rows written (each statement commits: a retry skips them): a daily
+        file's entries by seq; cards (`path` None) by their paths."""
+        if path is None:
+            await conn.execute(
+                "UPDATE bundle_memory SET written = true WHERE request_id = %s AND"
+                " direction = 'import' AND kind = %s AND path = ANY(%s)",
+                (data.request_id, kind, seqs))
+            return
         await conn.execute(
             "UPDATE bundle_memory SET written = true WHERE request_id = %s AND"
             " direction = 'import' AND kind = %s AND path = %s AND seq = ANY(%s)",
             (data.request_id, kind, path, seqs))
+
+
+async def _forgotten(conn: AsyncConnection, scope: str, cards: list[CardLine]) -> list[str]:
+    """The paths of the cards a person had `scope` forget (activities.vault.forget keys
+    them by their file name): an import never brings one back."""
+    if not cards:
+        return []
+    keys = {link_key(c.path): c.path for c in cards}
+    rows = await (await conn.execute(
+        "SELECT card_key FROM memory_forgotten WHERE scope = %s AND card_key = ANY(%s)",
+        (scope, sorted(keys)))).fetchall()
+    return sorted(keys[key] for (key,) in rows)
 
 
 def _linking(path: str, entries: list[DailyLine]) -> list[tuple[int, str]]:

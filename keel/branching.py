@@ -190,6 +190,9 @@ async def import_session(keel: KeelClient, bundle: bytes, new_id: str | None = N
         if written.conflicts:
             await undo_import(url, done.session_id, request_id)
             raise BranchRefusedError(conflict_text(scope, written.conflicts))
+        # (one forgotten since the import staged it: the vault left it out too)
+        late = [p for p in written.forgotten if p not in done.forgotten_cards]
+        done.forgotten_cards, done.cards = done.forgotten_cards + late, done.cards - len(late)
 
     try:
         done = await import_bundle(url, bundle, new_id, request_id, _local(keel), memory,

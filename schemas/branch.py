@@ -149,6 +149,8 @@ class ImportDone(BaseModel):
     # Its long memory (a version 2 bundle), staged for the vault to write.
     cards: int = 0
     entries: int = 0
+    # Its cards a person had the scope forget: left out of the vault (their paths).
+    forgotten_cards: list[str] = Field(default_factory=list)
     # What its seal said here (schemas.bundle_seal.Seal), whether the importer's word took
     # a bundle not sealed here (nor by a deployment trusted here) as this deployment's
     # own, and how many harness inputs were labelled as imported unverified.

@@ -81,6 +81,9 @@ class BundleMemoryDone(BaseModel):
     cards: int = 0
     entries: int = 0
     conflicts: list[str] = Field(default_factory=list)  # card files in the way (import)
+    # An import's cards a person had this scope forget (`keel vault forget`): not written,
+    # by their paths; the rest of the import goes on.
+    forgotten: list[str] = Field(default_factory=list)
     # Daily files holding the session's entries that are not UTF-8 throughout (a hand
     # edit): rewriting them would change other bytes, so they are left as they are.
     unreadable: list[str] = Field(default_factory=list)

@@ -116,6 +116,9 @@ def import_(bundle: Path,
         console.print(f"imported [bold]{escape(done.session_id)}[/]: {done.rows} row(s), "
                       f"{done.checkpoints} checkpoint(s), {done.file_versions} file "
                       f"version(s){memory}")
+        if done.forgotten_cards:
+            console.print(f"{len(done.forgotten_cards)} card(s) left out, forgotten in "
+                          f"this memory scope: {escape(', '.join(done.forgotten_cards))}")
         from schemas.bundle_seal import Seal, seal_said  # with the import (its crypto)
 
         said = f"the bundle was {seal_said(Seal(done.seal), done.sealed_by)}"

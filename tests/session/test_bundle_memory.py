@@ -1,8 +1,8 @@
 """A bundle with the session's long memory: its cards and daily-note entries go along
 (format version 2), are written into the importing deployment's vault by the vault's own
 worker, and the bundle round-trips line for line (each deployment seals with its own
-key); a card in the way refuses the import, naming it, with nothing written; a bundle
-without memory stays version 1."""
+key); a card in the way refuses the import, naming it, with nothing written; a card the
+scope forgot is left out; a bundle without memory stays version 1."""
 
 from __future__ import annotations
 
@@ -131,6 +131,29 @@ async def test_a_card_in_the_way_refuses_the_import_naming_it(
     text = "".join(f.read_text() for f in (vault / "daily").glob("*.md"))
     assert f"<!-- keel:{copy_id}:6 -->" in text  # the entries under the new id
     assert text.count(f"<!-- keel:{session.session_id}:6 -->") == 1
+
+
+async def test_a_card_the_scope_forgot_stays_forgotten_through_an_import(
+        client, fake_anthropic, database_url, tmp_path):
+    """A person had memory forget a card; a bundle exported before carries it: the import
+    leaves it out and says so, and brings the rest (the session, its daily entries)."""
+    fake_anthropic.responder = rememberer
+    here = make_settings(database_url, tmp_path / "a", fake_anthropic.base_url)
+    vault = tmp_path / "a" / "vault"
+    async with keel_worker(client, here) as keel:
+        session = await remembering(keel, vault)
+        bundle = await keel.export_session(session.session_id, with_memory=True)
+        await keel.forget_card("default", "Dana Whitfield")
+        assert not (vault / CARD_FILE).exists()
+        done = await keel.import_session(bundle, f"{session.session_id}-copy")
+        assert (done.cards, done.forgotten_cards) == (0, [CARD_FILE.as_posix()])
+        assert done.entries == entries(vault, session.session_id) >= 4
+        assert entries(vault, done.session_id) == done.entries
+        assert not (vault / CARD_FILE).exists()
+        assert db(database_url, "SELECT count(*) FROM memory_docs WHERE path = %s",
+                  CARD_FILE.as_posix()) == [(0,)]
+        assert await keel.import_session(bundle, f"{session.session_id}-copy") == done
+    assert db(database_url, "SELECT count(*) FROM bundle_memory") == [(0,)]
 
 
 def bundle_card(bundle: bytes) -> str:
