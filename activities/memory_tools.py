@@ -32,11 +32,11 @@ from activities.context import SessionContext
 from activities.tools import ToolOutput
 from activities.vault.search import read_document, search, touch_documents
 from activities.vault.store import VaultError
-from schemas.agent import DEFAULT_OUTPUT_CAP_CHARS, cut_result
+from schemas.agent import DEFAULT_OUTPUT_CAP_CHARS
 from schemas.attachments import attachments_of
 from schemas.bundle_memory import card_op_id
 from schemas.vault.card import CardFact
-from schemas.vault.recall import fence_document, fence_memory
+from schemas.vault.recall import document_part, fence_memory
 from schemas.vault.rollup import without_markers
 from schemas.vault.scope import tool_scope_problem
 
@@ -61,7 +61,7 @@ async def memory_tool(ctx: SessionContext, conn: AsyncConnection, call: MemoryCa
     """One call of a memory tool `name` with input `args`, as its result."""
     if call.scope is None:
         return ToolOutput(f"{name} failed: this session has no long memory", is_error=True)
-    allowed = {"memory_search": {"query", "limit"}, "memory_get": {"path"}}.get(
+    allowed = {"memory_search": {"query", "limit"}, "memory_get": {"path", "offset"}}.get(
         name, set(CardFact.model_fields))
     problem = tool_scope_problem(name, args, allowed)
     if problem:
@@ -69,7 +69,11 @@ async def memory_tool(ctx: SessionContext, conn: AsyncConnection, call: MemoryCa
     if name == "memory_search":
         return await _search(ctx, conn, call, args)
     if name == "memory_get":
-        return await _get(ctx, conn, call, str(args.get("path") or "").strip())
+        offset = args.get("offset", 0)
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            return ToolOutput(f"memory_get refused: offset {str(offset)[:40]!r} is not a "
+                              "count of characters (0 or more)", is_error=True)
+        return await _get(ctx, conn, call, str(args.get("path") or "").strip(), offset)
     return await _write_card(ctx, call, args)
 
 
@@ -90,9 +94,9 @@ async def _search(ctx: SessionContext, conn: AsyncConnection, call: MemoryCall,
 
 
 async def _get(ctx: SessionContext, conn: AsyncConnection, call: MemoryCall,
-               path: str) -> ToolOutput:
-    """One document of the scope's long memory whole, or a day's transcript; a message's
-    files shown with it."""
+               path: str, offset: int = 0) -> ToolOutput:
+    """One document of the scope's long memory whole, or a day's transcript, from
+    `offset`, in parts of GET_CHARS; a message's files shown with it."""
     assert call.scope is not None
     if not path:
         return ToolOutput("memory_get refused: path is empty (take one memory_search gave)",
@@ -102,10 +106,12 @@ async def _get(ctx: SessionContext, conn: AsyncConnection, call: MemoryCall,
     if found is None:
         return ToolOutput(f"memory_get: nothing at {path[:200]!r} in long memory (take a "
                           "path memory_search gave)", is_error=True)
+    body = without_markers(found.body)
+    if offset and offset >= len(body):
+        return ToolOutput(f"memory_get: {path[:200]!r} has {len(body):,} characters; offset "
+                          f"{offset:,} is past its end", is_error=True)
     await touch_documents(conn, [path], scope=scope)
-    text = fence_document(path, found.title, found.kind, without_markers(found.body))
-    text = cut_result(text, GET_CHARS, "read a narrower part: a message's own path, or "
-                      "memory_search")[0]
+    text = document_part(path, found.title, found.kind, body, offset, GET_CHARS)
     if found.kind != "daily" or found.session_id is None or found.seq is None:
         return ToolOutput(text)
     paths, said = await _message_files(ctx, conn, call, found.session_id, found.seq)

@@ -77,11 +77,27 @@ class SearchHits(list[MemoryHit]):
         return f"(searched {said}: no memory holds the word as written)"
 
 
-def fence_document(path: str, title: str, kind: str, text: str) -> str:
-    """One document of long memory read whole (memory_get), fenced as recalled hits are."""
+def fence_document(path: str, title: str, kind: str, text: str, whole: bool = True) -> str:
+    """One document of long memory read whole (memory_get), fenced as recalled hits are;
+    a part of one (`whole` False) with its edges as they are."""
     label = f" — {title}" if title else ""
     return "\n".join([FENCE_OPEN, FENCE_NOTE, f"{path}{label} ({kind})",
-                      _neutralise(text.strip()), FENCE_CLOSE])
+                      _neutralise(text.strip() if whole else text), FENCE_CLOSE])
+
+
+def document_part(path: str, title: str, kind: str, body: str, offset: int,
+                  cap: int) -> str:
+    """memory_get's answer: `body`'s characters from `offset`, at most `cap`, fenced whole
+    (a cut never takes the fence's end with it), then a line saying which part this is and
+    the offset that reads on. The caller checks `offset` is within the body."""
+    part = body[offset:offset + cap]
+    end = offset + len(part)
+    if offset == 0 and end == len(body):
+        return fence_document(path, title, kind, part)
+    text = fence_document(path, title, kind, part, whole=False)
+    more = (f"; memory_get with offset={end} reads on" if end < len(body)
+            else "; the document's end")
+    return f"{text}\n[characters {offset:,} to {end:,} of {len(body):,}{more}]"
 
 
 def _neutralise(text: str) -> str:

@@ -86,3 +86,57 @@ async def test_a_message_read_back_from_memory_brings_its_files(
     assert "noted" in result_text(plain[day])  # the day whole: the reply too
     assert "nothing at 'cards/notes/Nothing.md'" in result_text(plain[missing])
     assert "refused" in result_text(plain[other])
+
+
+PAGE = re.compile(r"\[characters ([\d,]+) to ([\d,]+) of ([\d,]+)(?:; memory_get with "
+                  r"offset=(\d+) reads on|; the document's end)\]")
+
+
+def reader_of(day: str) -> Any:
+    """"read the day": the day whole, part after part as each part's last line says, then
+    an offset past its end and one that is no number; anything else is acknowledged."""
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        last = body["messages"][-1]
+        results = [b for b in last["content"] if isinstance(b, dict)
+                   and b.get("type") == "tool_result"]
+        if not results:
+            if texts(last)[-1] == "read the day":
+                return tool_use_message([("memory_get", {"path": day})])
+            return text_message("noted")
+        said = result_text(results[-1]["content"])
+        found = PAGE.search(said)
+        if found and found[4]:
+            return tool_use_message([("memory_get", {"path": day, "offset": int(found[4])})])
+        if found:
+            return tool_use_message([("memory_get", {"path": day, "offset": 10**9}),
+                                     ("memory_get", {"path": day, "offset": "x"})])
+        return text_message("read it all")
+    return respond
+
+
+async def test_a_long_day_is_read_in_parts_and_none_of_it_is_lost(
+        client, settings, fake_anthropic, tmp_path):
+    fake_anthropic.responder = lambda body: text_message("noted")
+    words = [f"{n:03d}-" + "abcdefghij " * 900 for n in range(3)]  # three 9,904-char notes
+    async with keel_worker(client, settings) as keel:
+        busy = await keel.start_session(f"busy-{uuid.uuid4().hex[:8]}")
+        for said in words:
+            await busy.ask(said)
+        await transcribed(tmp_path / "vault", busy.session_id, 6)
+        [day] = [f"daily/{f.name}" for f in (tmp_path / "vault" / "daily").glob("*.md")]
+        fake_anthropic.responder = reader_of(day)
+        later = await keel.start_session(f"later-{uuid.uuid4().hex[:8]}")
+        outcome = await later.ask("read the day")
+    assert outcome.reply_text == "read it all", outcome
+    request = fake_anthropic.requests[-1]
+    parts = [result_text(b["content"]) for m in request["messages"]
+             for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]
+    *pages, past, bad = parts
+    assert len(pages) >= 2 and all(p.count("</memory-context>") == 1 for p in pages)
+    spans = [PAGE.search(p) for p in pages]
+    assert all(s is not None for s in spans)
+    assert [int(s[1].replace(",", "")) for s in spans if s] == [
+        0, *(int(s[4]) for s in spans[:-1] if s)]  # each part from where the last ended
+    whole = "".join(p.split("\n", 3)[3].rsplit("\n</memory-context>", 1)[0] for p in pages)
+    assert all(w.strip() in whole for w in words)  # every note, whole, across the parts
+    assert "past its end" in past and "is not a count of characters" in bad
