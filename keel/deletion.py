@@ -10,9 +10,10 @@ Invariants:
   activities.session_delete, one transaction), its entries again (a transcript drained
   meanwhile), its local workspace folder, its wakeups' schedules and the runs they started,
   and every run of its workflow from Temporal (histories: the user's words are in them
-  too). Cut short anywhere, deleting again finishes it; a session deleted whole is
-  "unknown", and its id may name a new session, whose daily-note entries then never meet
-  the old one's.
+  too), with those of its files' uploads and downloads (their bytes are in them; one
+  running is stopped before the record goes). Cut short anywhere, deleting again finishes
+  it; a session deleted whole is "unknown", and its id may name a new session, whose
+  daily-note entries then never meet the old one's.
 - A step that was running when `force` stopped the session may still write; its record
   refuses a row once the session's row is gone, and a second sweep a moment later takes
   what else a quick step wrote. A long one (a model call learns the session is gone at its
@@ -155,6 +156,7 @@ async def _delete_one(keel: KeelClient, session_id: str, force: bool, url: str,
     if scope:  # before anything is stopped or deleted
         await vault_served(keel, scope)
     terminated = await _stop(keel, session_id, newest, force)
+    transfers = await _delete_transfers(keel, session_id)  # before its record: no part after
     removed, forgotten = await _delete_record(keel, url, session_id, terminated, scope)
     if not runs and not removed.found and forgotten is None:
         raise DeleteRefusedError(f"no session {session_id} in this deployment")
@@ -165,7 +167,7 @@ async def _delete_one(keel: KeelClient, session_id: str, force: bool, url: str,
     for run_id in runs:
         await delete_run(keel, session_id, run_id)
     return SessionDeleted(
-        session_id=session_id, terminated=terminated, runs=len(runs),
+        session_id=session_id, terminated=terminated, runs=len(runs) + transfers,
         rows=removed.counts.get("rows", 0), checkpoints=removed.counts.get("checkpoints", 0),
         files=files, schedules=schedules, memory_scope=removed.memory_scope or memory_scope,
         entries=forgotten.entries if forgotten else 0,
@@ -350,6 +352,23 @@ async def _delete_wakeups(keel: KeelClient, session_id: str) -> int:
             f"WorkflowType = '{WAKEUP_FIRE_WORKFLOW}'"):
         if mine.match(wf.id):
             await delete_run(keel, wf.id, wf.run_id)
+    return deleted
+
+
+async def _delete_transfers(keel: KeelClient, session_id: str) -> int:
+    """The runs of the uploads and downloads of its files (`<session>.upload-<id>`,
+    `.download-<id>`: schemas.uploads), whose histories hold the files' bytes; one still
+    running is terminated first, so it stages no part after the workspace is gone."""
+    from schemas.uploads import DOWNLOAD_WORKFLOW, UPLOAD_WORKFLOW
+
+    mine = re.compile(re.escape(session_id) + r"\.(upload|download)-[0-9a-f]{32}")
+    deleted = 0
+    async for wf in keel.client.list_workflows(
+            f"{id_clause('WorkflowId', session_id + '.', starts_with=True)} AND "
+            f"(WorkflowType = '{UPLOAD_WORKFLOW}' OR WorkflowType = '{DOWNLOAD_WORKFLOW}')"):
+        if mine.fullmatch(wf.id):
+            await delete_run(keel, wf.id, wf.run_id)
+            deleted += 1
     return deleted
 
 

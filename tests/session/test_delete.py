@@ -350,3 +350,45 @@ async def test_a_session_id_holding_a_quote_is_replayed_and_deleted(
         assert [h.workflow_id for h in await keel.histories(neighbour)] == [neighbour]
         assert left_behind(database_url, neighbour)
         await keel.delete_session(neighbour)
+
+
+async def test_its_files_uploads_and_downloads_go_with_it(client, settings):
+    """A file put and read in parts leaves the bytes in its upload's and download's
+    histories: they go with the session, a running upload stopped first; a session whose
+    id starts with its id keeps its own."""
+    from schemas.uploads import (
+        UPLOAD_PART_BYTES,
+        UPLOAD_WORKFLOW,
+        UploadPart,
+        UploadStart,
+        upload_workflow_id,
+    )
+
+    big = bytes(range(256)) * (UPLOAD_PART_BYTES // 128)  # two parts
+    sid = f"del-up-{uuid.uuid4().hex[:8]}"
+
+    async def transfers(session_id: str) -> list[str]:
+        return sorted([w.id async for w in client.list_workflows(
+            f"WorkflowId STARTS_WITH '{session_id}.'")])
+
+    async with keel_worker(client, settings) as keel:
+        sessions = [await keel.start_session(s) for s in (sid, f"{sid}-b")]
+        for session in sessions:
+            await session.put_file("big.bin", big)
+            assert (await session.read_file("big.bin")).data == big
+        left = uuid.uuid4().hex  # an upload its client left running
+        running = await client.start_workflow(
+            UPLOAD_WORKFLOW, UploadStart(session_id=sid, upload_id=left),
+            id=upload_workflow_id(sid, left), task_queue=settings.task_queue)
+        await running.execute_update("part", UploadPart(index=0, data=b"half"))
+        assert len(await transfers(sid)) == 3 and len(await transfers(f"{sid}-b")) == 2
+        done = await keel.delete_session(sid, force=True)
+        assert done.runs >= 4  # its own run and the three transfers
+        for _ in range(100):  # visibility lists a deleted run a moment longer
+            if not await transfers(sid):
+                break
+            await asyncio.sleep(0.1)
+        assert await transfers(sid) == []
+        assert len(await transfers(f"{sid}-b")) == 2
+        assert (await keel.session(f"{sid}-b").read_file("big.bin")).data == big
+        await keel.delete_session(f"{sid}-b", force=True)
