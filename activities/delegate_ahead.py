@@ -80,7 +80,7 @@ async def tell_parent(session_id: str, tell: TellParent | None, reply: ModelRepl
     try:
         line = await with_heartbeat(hand_back(store, HandBack(
             child_session=session_id, parent_session=tell.parent_session,
-            call_id=tell.call_id, shared=tell.files)))
+            call_id=tell.call_id, shared=tell.files, only=tell.bring_back)))
         answer.text = with_line(answer.text, line)
         await activity.client().get_workflow_handle(tell.parent_session).signal(
             Handler.CHILD_ANSWER, answer, rpc_timeout=RPC_TIMEOUT)

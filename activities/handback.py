@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from activities.workspace import StoreError, WorkspaceStore
 from schemas.attachments import Attachment
+from schemas.delegation import brought
 from schemas.handback import HANDBACK_FILES, HandedBack, destination, handback_line, is_keels
 
 __all__ = ["HandBack", "hand_back"]
@@ -32,6 +33,7 @@ class HandBack(BaseModel):
     parent_session: str
     call_id: str  # the parent's delegate call
     shared: list[Attachment] = Field(default_factory=list)  # the files its task carried
+    only: list[str] | None = None  # the call's `bring_back` patterns; None: every file
 
 
 def _sha(data: bytes) -> str:
@@ -43,9 +45,12 @@ async def hand_back(store: WorkspaceStore, data: HandBack) -> str:
     where each went ("" when the child made none)."""
     shared = {a.path: a.sha256 for a in data.shared}
     done: list[HandedBack] = []
-    past = 0
+    past = kept = 0
     for info in sorted(await store.list(data.child_session), key=lambda f: f.path):
         if is_keels(info.path):
+            continue
+        if not brought(info.path, data.only):  # not asked back (if it wrote it): it stays
+            kept += await _written(store, data.child_session, info.path, shared)
             continue
         if len(done) >= HANDBACK_FILES and info.path not in shared:  # not read: it stays
             past += 1
@@ -61,7 +66,19 @@ async def hand_back(store: WorkspaceStore, data: HandBack) -> str:
             past += 1
             continue
         done.append(await _copy(store, data, file.path, file.data, sha, shared))
-    return handback_line(done, data.child_session, past)
+    return handback_line(done, data.child_session, past, kept)
+
+
+async def _written(store: WorkspaceStore, child: str, path: str,
+                   shared: dict[str, str]) -> int:
+    """1 when the child made or changed `path` (0: given to it and left as it was)."""
+    if path not in shared:
+        return 1
+    try:
+        file = await store.read(child, path)
+    except StoreError:
+        return 1
+    return int(file is not None and _sha(file.data) != shared[path])
 
 
 async def _copy(store: WorkspaceStore, data: HandBack, path: str, raw: bytes, sha: str,

@@ -13,6 +13,7 @@ Invariants:
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from fnmatch import fnmatchcase
 
 from pydantic import BaseModel, Field
 
@@ -23,8 +24,29 @@ from schemas.initiative import ChildRun, DelegatedTask, child_scope, child_sessi
 from schemas.messages import ModelReply, ToolCall
 from schemas.session import AgentRunInput, SessionConfig, SessionInput
 
-__all__ = ["ANSWER_CHARS", "DelegateAhead", "TellParent", "ahead_call", "answer_of",
-           "child_input", "child_run", "refusal"]
+__all__ = ["ANSWER_CHARS", "BRING_BACK_PATTERNS", "DelegateAhead", "TellParent", "ahead_call",
+           "answer_of", "brought", "child_input", "child_run", "refusal"]
+
+# A delegate call's `bring_back`: at most this many patterns, each this long at most.
+BRING_BACK_PATTERNS, BRING_BACK_CHARS = 20, 200
+
+
+def brought(path: str, patterns: list[str] | None) -> bool:
+    """Whether a file the child wrote comes home: every one when the call named no
+    patterns; else one whose path a pattern matches (`*` spans folders: `*.png` is every
+    PNG)."""
+    return patterns is None or any(fnmatchcase(path, p) for p in patterns)
+
+
+def _bring_back_problem(value: object) -> str | None:
+    if value is None:
+        return None
+    fits = isinstance(value, list) and len(value) <= BRING_BACK_PATTERNS and all(
+        isinstance(p, str) and 0 < len(p) <= BRING_BACK_CHARS for p in value)
+    if not fits:
+        return (f"bring_back must be a list of at most {BRING_BACK_PATTERNS} path patterns "
+                f"(like \"report.md\" or \"*.png\"), each 1 to {BRING_BACK_CHARS} characters.")
+    return None
 
 
 class DelegateAhead(BaseModel):
@@ -63,6 +85,8 @@ def refusal(config: SessionConfig, call: ToolCall, active: int,
         return "files must be a list of paths of files in your workspace."
     if files and (problem := attachment_problem(files)):
         return problem
+    if problem := _bring_back_problem(call.input.get("bring_back")):
+        return problem
     if len(task) > config.max_message_chars:
         return (f"task has {len(task)} characters; the limit is "
                 f"{config.max_message_chars} (put it in a file and name it)")
@@ -100,7 +124,8 @@ def child_input(parent_session: str, config: SessionConfig, call: ToolCall, spen
                 "delegated": DelegatedTask(parent_session=parent_session, call_id=call.id,
                                            agent=agent.name, task=call.input["task"],
                                            depth=depth, answer_in_result=answer_in_result,
-                                           hears_call=True, files=files or [])})
+                                           hears_call=True, files=files or [],
+                                           bring_back=call.input.get("bring_back"))})
     return SessionInput(session_id=child_id, config=child_config)
 
 
@@ -129,6 +154,7 @@ class TellParent(BaseModel):
     call_id: str
     spent: Spend  # the child's spend before this call
     files: list[Attachment] = Field(default_factory=list)  # its task's (what it was given)
+    bring_back: list[str] | None = None  # the call's patterns of the files to send home
 
 
 def answer_of(session_id: str, tell: TellParent, reply: ModelReply) -> AgentRunInput | None:

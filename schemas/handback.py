@@ -4,8 +4,9 @@ its parent's with its answer, and the answer says where. Pure.
 Invariants:
 - What comes back: every file of the child's workspace it made or changed; a file its task
   carried and it left as it was does not, and Keel's own files (`.keel/`: kept results,
-  checkpoint scratch) never do. At most `HANDBACK_FILES`, in path order; the rest stay in
-  the child's workspace, named.
+  checkpoint scratch) never do; when the delegate call named `bring_back` patterns, only
+  the files they match (schemas.delegation.brought). At most `HANDBACK_FILES`, in path
+  order; the rest stay in the child's workspace, named or counted.
 - Where (`destination`): the same path when the parent has no file there, has those very
   bytes, or still has the version it gave the child (the child's edit of it comes home).
   A parent's file that changed meanwhile (a person put a new version while the child
@@ -71,9 +72,11 @@ def _named(items: list[str]) -> str:
     return shown + (f" and {len(items) - _NAMED} more" if len(items) > _NAMED else "")
 
 
-def handback_line(files: list[HandedBack], child_session: str, past: int = 0) -> str:
+def handback_line(files: list[HandedBack], child_session: str, past: int = 0,
+                  kept: int = 0) -> str:
     """The answer's last line: what came back and where, and what stayed (`past`: files
-    past the `HANDBACK_FILES` copied; empty when nothing came back or stayed)."""
+    past the `HANDBACK_FILES` copied; `kept`: files it wrote the call did not ask back;
+    empty when nothing came back or stayed)."""
     home = [f.path + (" (your file, as it edited it)" if f.edited else "")
             for f in files if f.to == f.path]
     beside = [f"{f.path} (at {f.to}: your {f.path} is another file)"
@@ -84,6 +87,8 @@ def handback_line(files: list[HandedBack], child_session: str, past: int = 0) ->
         parts.append("the files it wrote are in your workspace: " + _named(home + beside))
     if past:
         left.append(f"{past} more file{'s' * (past != 1)} (past the first {HANDBACK_FILES})")
+    if kept:
+        left.append(f"{kept} other file{'s' * (kept != 1)} (not asked back)")
     if left:
         parts.append(f"left in its workspace (session {child_session}): " + _named(left))
     return f"[Keel: {'; '.join(parts)}]" if parts else ""

@@ -149,6 +149,9 @@ class DelegatedTask(BaseModel):
     # Files of the parent's workspace given with the task (the call's `files`), copied to
     # the child's workspace at the same paths: the child's task carries them.
     files: list[Attachment] = Field(default_factory=list)
+    # The call's `bring_back`: patterns of the files it wrote that go home with its answer
+    # (schemas.delegation.brought); None: every one.
+    bring_back: list[str] | None = None
 
 
 class ChildRun(BaseModel):
@@ -195,13 +198,17 @@ DELEGATE_TOOL: dict[str, Any] = {
                    "answers once. wait=true (the default) pauses this call until it "
                    "answers; wait=false goes on, and the answer arrives later as an agent "
                    "run input. The files it writes are copied to your workspace with its "
-                   "answer, which names them.",
+                   "answer, which names them (bring_back: only those matching these "
+                   "patterns; the rest stay in its workspace).",
     "input_schema": {"type": "object", "properties": {
         "agent": {"type": "string"}, "task": {"type": "string"},
         "wait": {"type": "boolean"},
         "files": {"type": "array", "items": {"type": "string"}, "maxItems": 20,
                   "description": "Paths of files in your workspace (images, PDFs, text) "
-                                 "the sub-agent gets with its task."}},
+                                 "the sub-agent gets with its task."},
+        "bring_back": {"type": "array", "items": {"type": "string"}, "maxItems": 20,
+                       "description": "Patterns of the paths it writes to copy back, like "
+                                      "\"report.md\" or \"*.png\" (default: all)."}},
         "required": ["agent", "task"]},
 }
 INITIATIVE_TOOL_NAMES = frozenset({t["name"] for t in WAKEUP_TOOLS} | {"delegate"})

@@ -114,7 +114,8 @@ class ChildSide:
             line: str = await workflow.execute_activity_method(
                 SessionActivities.hand_back_files, HandBack(
                     child_session=state.session_id, parent_session=task.parent_session,
-                    call_id=task.call_id, shared=task.files), **TOOL_CALL)
+                    call_id=task.call_id, shared=task.files, only=task.bring_back),
+                **TOOL_CALL)
         except ActivityError as err:
             line = (f"[Keel: the files it wrote were not copied to your workspace "
                     f"({err.cause or err}); they are in session {state.session_id}'s]")

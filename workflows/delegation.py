@@ -332,7 +332,8 @@ class Delegation(ChildSide):
         if task is not None and task.hears_call and state.delegated_seq \
                 and state.delegated_seq not in answered and not state.ended and not self.told:
             tell = TellParent(parent_session=task.parent_session, call_id=task.call_id,
-                              spent=state.budget.spent, files=task.files)
+                              spent=state.budget.spent, files=task.files,
+                              bring_back=task.bring_back)
         return None if ahead is None and tell is None else DelegationStep(ahead=ahead,
                                                                            tell=tell)
 

@@ -62,3 +62,24 @@ async def test_a_name_put_in_its_folder_by_hand_that_no_workspace_takes_stays(tm
                     f"workspace (session {CHILD}): 'bad\\nname.md' (a name no workspace "
                     "takes)]")
     assert "\n" not in line
+
+
+async def test_only_the_files_the_call_asked_back_come_home_the_rest_counted(tmp_path):
+    store = _store(tmp_path)
+    given, edited = b"# Report\n", b"# Report\n\nfinal\n"
+    await store.write(PARENT, "report.md", given)
+    await store.write(PARENT, "data.csv", b"a,b\n")
+    await store.write(CHILD, "data.csv", b"a,b\n")  # given and left as it was: not counted
+    await store.write(CHILD, "report.md", edited)  # given and edited: not asked back
+    await store.write(CHILD, "charts/q3.png", b"\x89PNG")
+    await store.write(CHILD, "scratch.txt", b"tmp")
+    shared = [describe("report.md", given), describe("data.csv", b"a,b\n")]
+    assert all(not isinstance(s, str) for s in shared)
+    line = await hand_back(store, HandBack(
+        child_session=CHILD, parent_session=PARENT, call_id="c1",
+        shared=[s for s in shared if not isinstance(s, str)], only=["*.png"]))
+    home = {f.path for f in await store.list(PARENT)}
+    assert home == {"report.md", "data.csv", "charts/q3.png"}
+    assert (await store.read(PARENT, "report.md")).data == given
+    assert line == ("[Keel: the files it wrote are in your workspace: charts/q3.png; left in "
+                    f"its workspace (session {CHILD}): 2 other files (not asked back)]")

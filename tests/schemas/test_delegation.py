@@ -75,3 +75,21 @@ def test_only_a_final_reply_is_told_with_the_childs_spend_and_this_call():
     assert answer_of("c", tell, calls) is None
     assert answer_of("c", tell, reply.model_copy(update={"interrupted": True})) is None
     assert answer_of("c", tell, reply.model_copy(update={"text": "  "})) is None
+
+
+def test_a_call_may_name_the_files_to_bring_back_and_a_malformed_list_is_refused():
+    from schemas.delegation import BRING_BACK_PATTERNS, brought
+
+    assert refusal(config(), call(bring_back=["report.md", "*.png"]), 0, None) is None
+    for bad in ("*.png", [1], [""], ["x" * 201], ["*"] * (BRING_BACK_PATTERNS + 1)):
+        problem = refusal(config(), call(bring_back=bad), 0, None)
+        assert problem and problem.startswith("bring_back must be a list"), bad
+    start = child_input("lead", config(), call(bring_back=["*.png"]), Spend(),
+                        answer_in_result=False)
+    assert start.config.delegated is not None
+    assert start.config.delegated.bring_back == ["*.png"]
+    assert child_input("lead", config(), call(), Spend(), answer_in_result=False
+                       ).config.delegated.bring_back is None
+    assert brought("charts/q3.png", ["*.png"]) and brought("report.md", ["report.md"])
+    assert not brought("notes.txt", ["*.png", "report.md"]) and brought("notes.txt", None)
+    assert not brought("x.png", [])  # an empty list: nothing comes back

@@ -24,9 +24,10 @@ def _results(body: dict[str, Any]) -> int:
                for b in m["content"] if b.get("type") == "tool_result")
 
 
-def team_writing(child_final: Any, before_writing: Any = None) -> Any:
-    """The parent delegates report.md with its task; the child rewrites it, writes
-    notes/summary.md, then answers `child_final` (a reply, or an error step)."""
+def team_writing(child_final: Any, before_writing: Any = None, **call: Any) -> Any:
+    """The parent delegates report.md with its task (and `call`'s other inputs); the child
+    rewrites it, writes notes/summary.md, then answers `child_final` (a reply, or an error
+    step)."""
     def respond(body: dict[str, Any]) -> Any:
         if CHILD_NOTE in _system(body):
             if _results(body):
@@ -40,7 +41,7 @@ def team_writing(child_final: Any, before_writing: Any = None) -> Any:
         if "agent run" in last or "tool_result" in last:
             return text_message("parent done")
         return tool_use_message([("delegate", {"agent": "researcher", "task": "tidy it",
-                                               "files": ["report.md"]})])
+                                               "files": ["report.md"], **call})])
     return respond
 
 
@@ -71,6 +72,24 @@ async def test_the_files_a_child_writes_come_home_with_its_answer(
     assert answer == ("tidied it\n\n[Keel: the files it wrote are in your workspace: "
                       "notes/summary.md, report.md (your file, as it edited it)]")
     assert child.done == "answered"
+
+
+async def test_a_call_that_names_what_to_bring_back_gets_only_that(
+        temporal_env, database_url, fake_anthropic, tmp_path):
+    fake_anthropic.responder = team_writing(text_message("tidied it"),
+                                            bring_back=["notes/*"])
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session(f"only-{uuid.uuid4().hex[:6]}", agent=spec())
+        await parent.put_file("report.md", "# Report\n\ndraft\n")
+        await asyncio.wait_for(parent.ask("tidy the report"), 60)
+        [child] = (await parent.status()).children
+        assert await _read(parent, "report.md") == b"# Report\n\ndraft\n"  # not asked back
+        assert await _read(parent, "notes/summary.md") == b"three points"
+        await parent.end()
+    assert _answer(database_url, parent.session_id) == (
+        "tidied it\n\n[Keel: the files it wrote are in your workspace: notes/summary.md; "
+        f"left in its workspace (session {child.session_id}): 1 other file (not asked back)]")
 
 
 async def test_a_file_a_person_changed_meanwhile_is_not_overwritten(
