@@ -41,6 +41,7 @@ from psycopg import AsyncConnection
 
 from activities.branch import LOCK_TIMEOUT
 from activities.session_delete import delete_session_rows
+from activities.vault.forgotten import forgotten_paths
 from activities.wakeups import wakeup_schedule_id
 from activities.workspace import LocalStore, StoredFile
 from schemas.agent import AgentSpec
@@ -84,7 +85,6 @@ from schemas.files import normal_path, workspace_path_problem
 from schemas.messages import user_display_prefix
 from schemas.session import TOO_LONG_MESSAGE, SessionState, session_id_problem
 from schemas.tokens import count_tokens
-from schemas.vault.card import link_key
 from schemas.vault.scope import ScopeError, check_scope
 
 __all__ = ["drop_staged", "export_bundle", "import_bundle", "read_bundle", "seal_key",
@@ -443,10 +443,8 @@ async def _stage_memory(conn: AsyncConnection, header: BundleHeader,
     if scope is None:
         raise BranchError("the bundle carries long memory but its session has no memory "
                           "scope to write it in")
-    cards = {link_key(item["path"]): item["path"] for kind, item in lines if kind == "card"}
-    forgotten = sorted(cards[key] for (key,) in await (await conn.execute(
-        "SELECT card_key FROM memory_forgotten WHERE scope = %s AND card_key = ANY(%s)",
-        (scope, sorted(cards)))).fetchall()) if cards else []
+    forgotten = await forgotten_paths(conn, scope, [item["path"] for kind, item in lines
+                                                    if kind == "card"])
     lines = [(k, item) for k, item in lines if k != "card" or item["path"] not in forgotten]
     async with conn.cursor() as cur:
         await cur.executemany(

@@ -40,6 +40,7 @@ from activities.heartbeat import with_heartbeat
 from activities.vault.bulk import index_bulk
 from activities.vault.context import MemoryContext
 from activities.vault.files import atomic_write, read_text
+from activities.vault.forgotten import forgotten_paths
 from activities.vault.originals import forget_originals, keep_originals
 from activities.vault.search import IndexDoc, delete_documents, index_documents
 from activities.vault.store import Vault
@@ -55,7 +56,6 @@ from schemas.bundle_memory import (
     is_session_op,
     owns_op,
 )
-from schemas.vault.card import link_key
 from schemas.vault.originals import daily_day, linked_originals
 from schemas.vault.rollup import drop_session_entries, entry_marker, split_transcript
 
@@ -176,7 +176,7 @@ class BundleMemoryActivities:
             staged = [(CardLine.model_validate(_body(b)), w) for k, b, w in rows
                       if k == "card"]
             # (over every staged card: a retry names the forgotten ones again)
-            forgotten = await _forgotten(conn, vault.scope, [c for c, _ in staged])
+            forgotten = await forgotten_paths(conn, vault.scope, [c.path for c, _ in staged])
             cards = [c for c, w in staged if not w and c.path not in forgotten]
             entries = [DailyLine.model_validate(_body(b)) for k, b, w in rows
                        if k == "daily" and not w]
@@ -267,18 +267,6 @@ class BundleMemoryActivities:
             "UPDATE bundle_memory SET written = true WHERE request_id = %s AND"
             " direction = 'import' AND kind = %s AND path = %s AND seq = ANY(%s)",
             (data.request_id, kind, path, seqs))
-
-
-async def _forgotten(conn: AsyncConnection, scope: str, cards: list[CardLine]) -> list[str]:
-    """The paths of the cards a person had `scope` forget (activities.vault.forget keys
-    them by their file name): an import never brings one back."""
-    if not cards:
-        return []
-    keys = {link_key(c.path): c.path for c in cards}
-    rows = await (await conn.execute(
-        "SELECT card_key FROM memory_forgotten WHERE scope = %s AND card_key = ANY(%s)",
-        (scope, sorted(keys)))).fetchall()
-    return sorted(keys[key] for (key,) in rows)
 
 
 def _linking(path: str, entries: list[DailyLine]) -> list[tuple[int, str]]:
