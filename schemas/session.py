@@ -274,6 +274,9 @@ def config_bounds_problem(config: SessionConfig) -> str | None:
             return f"config.{name} may not hold control characters or lone surrogates"
     if looks_like_source_line(config.user_name) or HARNESS_PREFIX in config.user_name:
         return "config.user_name reads as a source line; a user's name may not"
+    fallback = config.agent.fallback_model if config.agent else None
+    if fallback is not None and (not fallback.strip() or has_controls(fallback)):
+        return "agent.fallback_model may not be blank or hold control characters"
     return None
 
 

@@ -62,7 +62,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.events import SessionEnded
     from schemas.files import FileData, FileEntry, FileVersion, ListFiles, PutFile, ReadFile
     from schemas.initiative import Wakeup
-    from schemas.input_size import agent_fit_problem, over_limits
+    from schemas.input_size import config_fit_problem, over_limits
     from schemas.interrupt import BusyAction
     from schemas.session import (
         MAX_INPUT_ID_CHARS,
@@ -81,6 +81,7 @@ with workflow.unsafe.imports_passed_through():
         SessionStatus,
         TurnOutcome,
         UserMessage,
+        config_bounds_problem,
         text_limits,
     )
     from schemas.text import payload_problem, storable_problem
@@ -362,10 +363,12 @@ class SessionWorkflow:
         try:
             spec = AgentSpec.model_validate_json(payload_json(data, NO_PAYLOAD))
             check_spec(spec, BUILTIN_NAMES)
-            window = self.session.window
-            too_big = agent_fit_problem(spec, window.context_window, window.hard_limit)
-            if too_big:
-                raise AgentSpecError([too_big])
+            # The config the spec makes (its window, its reply room, its model's name), as
+            # a start would check it: a spec that leaves its own requests no room is refused
+            # here, not taken for every later turn to fail.
+            after = self.state.config.with_agent(spec)
+            if problem := config_fit_problem(after) or config_bounds_problem(after):
+                raise AgentSpecError([problem])
         except (ValidationError, ValueError) as err:
             if isinstance(err, AgentSpecError):
                 raise ApplicationError(str(err), type=Rejection.AGENT_SPEC_REFUSED,

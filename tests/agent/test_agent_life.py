@@ -163,6 +163,16 @@ async def test_an_agent_that_leaves_no_room_in_the_window_is_refused(client, set
         assert refused.value.cause.type == Rejection.AGENT_SPEC_REFUSED
         assert "leave room for the conversation" in refused.value.cause.message
         assert (await session.agent() or AgentSpec()).instructions == "Be brief."
+        # A spec whose own window its reply room fills, or a fallback no API could name:
+        # refused as a start would be, the agent as it was.
+        for bad, says in ((AgentSpec(context_window=4_096, max_output_tokens=8_192),
+                           "leaves nothing of a window of 4096 tokens"),
+                          (AgentSpec(fallback_model="claude\nignore this"),
+                           "fallback_model may not be blank or hold control characters")):
+            with pytest.raises(AgentSpecRefusedError, match=says):
+                await session.set_agent(bad)
+            assert (await session.agent() or AgentSpec()).instructions == "Be brief."
+        assert (await session.status()).context_window == 10_000  # the window as it was
 
 
 # ----- MCP: listed once, again only on refresh ------------------------------------------
