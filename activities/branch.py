@@ -11,6 +11,11 @@ Invariants:
   skips them, activities.record), the workspace gets back the versions it had at the
   point as new versions (its history keeps the abandoned ones), and the rewind is a row
   of `session_rewinds`; retried with the same id it marks nothing more.
+- What the rewound rows said leaves long memory: in the same transaction, a session with
+  a memory scope queues their daily-note entries to go (a `forget` row of the transcript
+  outbox, activities.vault.outbox), so no recall or memory search brings the abandoned
+  branch back; a transcript not written yet never writes them. The cards a rollup or a
+  flush already drew from them are the scope's knowledge and stay.
 - "The workspace at a point" is each file's newest version written at or before the
   point's row was recorded (`workspace_file_versions`, kept by the database, migration
   006). Only the PostgreSQL store keeps versions: with the local store a branch copies or
@@ -30,6 +35,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.context import SessionContext
 from activities.heartbeat import with_heartbeat
+from activities.vault.outbox import QueuedTranscript, queue_transcript
 from schemas.branch import (
     BRANCH_REFUSED,
     BranchCheckpoint,
@@ -46,7 +52,7 @@ from schemas.branch import (
     tool_call_ids,
 )
 from schemas.checkpoint.memo import MemoAssembly
-from schemas.config import WorkspaceStoreKind
+from schemas.config import WorkspaceStoreKind, vault_queue
 from schemas.session import session_id_problem
 from schemas.uploads import STAGING
 
@@ -266,9 +272,10 @@ async def _restore_workspace(conn: AsyncConnection, scope: str, at: datetime) ->
     return gone.rowcount + back.rowcount
 
 
-async def rewind_marks(conn: AsyncConnection, data: RewindInput, *,
-                       versions: bool) -> RewindDone:
-    """The rewind, in the caller's transaction (see the module docstring)."""
+async def rewind_marks(conn: AsyncConnection, data: RewindInput, *, versions: bool,
+                       vault_queue: str | None = None) -> RewindDone:
+    """The rewind, in the caller's transaction (see the module docstring); with
+    `vault_queue`, the rewound messages' daily-note entries queued to go with it."""
     done = await (await conn.execute(
         "SELECT to_seq, rows_rewound, first_rewound, last_rewound, files_restored"
         " FROM session_rewinds WHERE rewind_id = %s", (data.rewind_id,))).fetchone()
@@ -285,6 +292,8 @@ async def rewind_marks(conn: AsyncConnection, data: RewindInput, *,
             " RETURNING seq", (data.rewind_id, data.session_id, data.to_seq, data.upto_seq,
                                data.keep_seqs))).fetchall()
         seqs = [int(r[0]) for r in marked]
+        if seqs and vault_queue is not None:
+            await _forget_in_memory(conn, vault_queue, data.session_id, seqs)
         files = await _restore_workspace(conn, data.session_id, at) if versions else 0
         done = (data.to_seq, len(seqs), min(seqs, default=None), max(seqs, default=None),
                 files)
@@ -299,6 +308,19 @@ async def rewind_marks(conn: AsyncConnection, data: RewindInput, *,
                       workspace_versions=versions, checkpoint=checkpoint_at(checkpoints,
                                                                             done[0]),
                       checkpoint_count=len(checkpoints))
+
+
+async def _forget_in_memory(conn: AsyncConnection, vault_queue: str, session_id: str,
+                            seqs: list[int]) -> None:
+    """The rewound messages' entries queued for the vault worker to take out of the
+    session's memory scope (none: no long memory), in the rewind's transaction."""
+    scope = await (await conn.execute(
+        "SELECT memory_scope FROM sessions WHERE session_id = %s", (session_id,))).fetchone()
+    if scope is None or scope[0] is None:
+        return
+    await queue_transcript(conn, vault_queue, QueuedTranscript(
+        session_id=session_id, scope=scope[0], reply_seq=max(seqs), seqs=sorted(seqs),
+        recalled=[], forget=True))
 
 
 class BranchActivities:
@@ -325,4 +347,5 @@ class BranchActivities:
 
     async def _rewind(self, data: RewindInput) -> RewindDone:
         async with await self.ctx.connection() as conn, conn.transaction():
-            return await rewind_marks(conn, data, versions=self._versions)
+            return await rewind_marks(conn, data, versions=self._versions,
+                                      vault_queue=vault_queue(activity.info().task_queue))

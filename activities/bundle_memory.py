@@ -40,9 +40,9 @@ from activities.heartbeat import with_heartbeat
 from activities.vault.bulk import index_bulk
 from activities.vault.context import MemoryContext
 from activities.vault.files import atomic_write, read_text
-from activities.vault.forgotten import forgotten_paths
-from activities.vault.originals import forget_originals, keep_originals
-from activities.vault.search import IndexDoc, delete_documents, index_documents
+from activities.vault.forgotten import forget_entries, forgotten_paths
+from activities.vault.originals import keep_originals
+from activities.vault.search import IndexDoc, index_documents
 from activities.vault.store import Vault
 from schemas.branch import tool_call_ids
 from schemas.bundle_memory import (
@@ -57,7 +57,7 @@ from schemas.bundle_memory import (
     owns_op,
 )
 from schemas.vault.originals import daily_day, linked_originals
-from schemas.vault.rollup import drop_session_entries, entry_marker, split_transcript
+from schemas.vault.rollup import entry_marker, split_transcript
 
 __all__ = ["BundleMemoryActivities", "session_memory"]
 
@@ -211,26 +211,7 @@ class BundleMemoryActivities:
         ctx = self.ctx.scoped(data.scope)
         vault = ctx.vault
         async with vault.lock(), ctx.connection() as conn:
-            docs = await (await conn.execute(
-                "SELECT path FROM memory_docs WHERE scope = %s AND kind = 'daily'"
-                " AND session_id = %s", (vault.scope, data.session_id))).fetchall()
-            removed, unreadable = 0, []
-            for rel in sorted({path.split("#", 1)[0] for (path,) in docs}):
-                target = vault.path(rel)
-                if not target.is_file():
-                    continue
-                found = read_text(target)
-                if found.bad_sequences:
-                    unreadable.append(rel)
-                    continue
-                text, dropped = drop_session_entries(found.text, data.session_id)
-                if dropped:
-                    before = vault.file_stamp(rel)
-                    await asyncio.to_thread(atomic_write, target, text)
-                    vault.note_own_write(rel, before)
-                    removed += dropped
-                    forget_originals(vault, rel, found.text, text)
-            await delete_documents(conn, [p for (p,) in docs], scope=vault.scope)
+            removed, unreadable = await forget_entries(conn, vault, data.session_id)
             await _forget_ops(conn, vault.scope, data.session_id)
         return BundleMemoryDone(entries=removed, unreadable=unreadable)
 

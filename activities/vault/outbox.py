@@ -14,6 +14,11 @@ Invariants:
   The rows waiting together are written together, a scope at a time (one vault lock, one
   index batch, each day file written once): the one writer's cost a row falls as a busy
   deployment's backlog grows, so the vault keeps up with many session workers.
+- A rewind queues a `forget` row in its own transaction (activities.branch): the drainer
+  takes the rewound messages' entries out of the daily files and the index
+  (`MemoryActivities.forget_rewound`) after the appends it took with it, and an append
+  never writes a message rewound before it ran; so the abandoned branch leaves long
+  memory whichever came first.
 - A write that fails is done again row by row, so only the row at fault waits; a row that
   fails is tried again with backoff; past `MAX_ATTEMPTS` it is said to the
   session (the `transcript_failed` signal: `last_error` and an ErrorEvent where "memory")
@@ -72,13 +77,16 @@ STOP_GRACE_S = 5.0
 
 @dataclass(frozen=True)
 class QueuedTranscript:
-    """One model call's share of the daily transcript (a row of `transcript_outbox`)."""
+    """One model call's share of the daily transcript (a row of `transcript_outbox`); or,
+    `forget`, a rewind's: the rewound messages (`seqs`) whose entries go, keyed by the last
+    (`reply_seq`)."""
 
     session_id: str
     scope: str
     reply_seq: int
     seqs: list[int]
     recalled: list[str]
+    forget: bool = False
 
 
 async def queue_transcript(conn: AsyncConnection, vault_queue: str,
@@ -90,10 +98,10 @@ async def queue_transcript(conn: AsyncConnection, vault_queue: str,
     # One statement: the row, then the notification (sent when the transaction commits).
     await conn.execute(
         "WITH queued AS (INSERT INTO transcript_outbox (vault_queue, session_id, scope,"
-        " reply_seq, seqs, recalled) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING)"
-        " SELECT pg_notify(%s, %s)",
+        " reply_seq, seqs, recalled, forget) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+        " ON CONFLICT DO NOTHING) SELECT pg_notify(%s, %s)",
         (vault_queue, item.session_id, item.scope, item.reply_seq, item.seqs, item.recalled,
-         CHANNEL, vault_queue))
+         item.forget, CHANNEL, vault_queue))
     return True
 
 
@@ -107,6 +115,7 @@ class _Row:
     seqs: list[int]
     recalled: list[str]
     attempts: int
+    forget: bool
 
     def transcripts(self) -> TranscriptsInput:
         return TranscriptsInput(session_id=self.session_id, seqs=list(self.seqs),
@@ -205,21 +214,28 @@ class TranscriptDrainer:
         async with pool.connection() as conn:
             # A session's rows in order: none is taken while an earlier one waits its retry.
             rows = [_Row(*row) for row in await (await conn.execute(
-                "SELECT id, session_id, scope, seqs, recalled, attempts FROM transcript_outbox t"
+                "SELECT id, session_id, scope, seqs, recalled, attempts, forget"
+                " FROM transcript_outbox t"
                 " WHERE vault_queue = %s AND next_try_at <= now() AND NOT EXISTS ("
                 "  SELECT 1 FROM transcript_outbox e WHERE e.session_id = t.session_id"
                 "  AND e.id < t.id AND e.next_try_at > now())"
                 " ORDER BY id LIMIT %s", (self.vault_queue, BATCH))).fetchall()]
             scopes: dict[str, list[_Row]] = {}
             for row in rows:  # a session keeps its scope: its rows stay in order
-                scopes.setdefault(row.scope, []).append(row)
+                if not row.forget:
+                    scopes.setdefault(row.scope, []).append(row)
+            failed: set[str] = set()  # a session whose row failed: its later rows wait
             for scope, group in scopes.items():
                 if len(group) > 1 and await self._write_together(conn, scope, group):
                     continue
-                failed: set[str] = set()  # a session whose row failed: its later rows wait
                 for row in group:
                     if row.session_id not in failed and not await self._write(conn, row):
                         failed.add(row.session_id)
+            # A rewind's after the appends taken with it: an append never writes a
+            # rewound message, so what they wrote before the rewind is all there is to take.
+            for row in rows:
+                if row.forget and row.session_id not in failed:
+                    await self._write(conn, row)
         return len(rows)
 
     async def _count_waiting(self) -> None:
@@ -243,9 +259,19 @@ class TranscriptDrainer:
         self._written.add(len(group))
         return True
 
+    async def _apply(self, row: _Row) -> None:
+        if not row.forget:
+            await self.memory.append_transcripts(row.transcripts())
+            return
+        _, unreadable = await self.memory.forget_rewound(row.scope, row.session_id, row.seqs)
+        if unreadable:  # no retry reads them better: said once
+            await self._report(row.session_id, "the rewound messages' entries stay in "
+                               f"{', '.join(unreadable)}: it holds bytes that are not UTF-8, "
+                               "so Keel does not rewrite it (edit it by hand)")
+
     async def _write(self, conn: AsyncConnection, row: _Row) -> bool:
         try:
-            await self.memory.append_transcripts(row.transcripts())
+            await self._apply(row)
         except Exception as err:  # the vault, the index, a message gone: retried, then said
             attempts = row.attempts + 1
             reason = f"{type(err).__name__}: {err}"[:500]
@@ -256,8 +282,9 @@ class TranscriptDrainer:
                     (attempts, reason, BACKOFF_S[min(attempts, len(BACKOFF_S)) - 1], row.id))
                 return False
             what = f"#{row.seqs[0]}-#{row.seqs[-1]}" if row.seqs else "recalled notes"
+            done = "taken out of long memory after the rewind" if row.forget else "written"
             await self._report(row.session_id, f"the transcript of {what} could not be "
-                                               f"written: {reason}")
+                                               f"{done}: {reason}")
             self._dropped.add(1)
         else:
             self._written.add(1)

@@ -53,6 +53,7 @@ from activities.model.usage import spend_of_reply
 from activities.vault.context import MemoryContext, scope_vaults
 from activities.vault.embedder import embedder_for
 from activities.vault.files import atomic_write
+from activities.vault.forgotten import forget_entries
 from activities.vault.originals import keep_originals
 from activities.vault.rollup import apply_facts_of, ask_model, store_plan, stored_plan
 from activities.vault.search import (
@@ -185,7 +186,7 @@ class MemoryActivities:
                     "SELECT type, content_text, created_at,"
                     f" {CONTENT_WITHOUT_BYTES_SQL} FROM messages"
                     " WHERE session_id = %s AND seq BETWEEN %s AND %s"
-                    " AND type = ANY(%s) ORDER BY seq",
+                    " AND type = ANY(%s) AND rewound_by IS NULL ORDER BY seq",
                     (inp.session_id, inp.from_seq, inp.to_seq, list(TRANSCRIBED)))
                 rows = await cur.fetchall()
             shown = [(t, with_lines(text, attachments_of(content)), at)
@@ -253,9 +254,9 @@ class MemoryActivities:
         wanted = [(i.session_id, seq) for i in items for seq in i.seqs]
         async with self.ctx.connection() as conn:
             found = {(sid, seq): row for sid, seq, *row in await (await conn.execute(
-                "SELECT session_id, seq, type, source_line, content_text, created_at,"
-                f" {CONTENT_WITHOUT_BYTES_SQL} FROM messages WHERE (session_id, seq) IN"
-                " (SELECT * FROM unnest(%s::text[], %s::bigint[]))",
+                "SELECT session_id, seq, rewound_by IS NOT NULL, type, source_line,"
+                f" content_text, created_at, {CONTENT_WITHOUT_BYTES_SQL} FROM messages"
+                " WHERE (session_id, seq) IN (SELECT * FROM unnest(%s::text[], %s::bigint[]))",
                 ([sid for sid, _ in wanted], [seq for _, seq in wanted]))).fetchall()}
         missing = next((key for key in wanted if key not in found), None)
         if missing is not None:
@@ -263,7 +264,10 @@ class MemoryActivities:
         vault = self.ctx.scoped(scope).vault
         if not vault.ensured():
             await asyncio.to_thread(vault.ensure)
-        entries = [_entry(vault, sid, seq, *found[sid, seq]) for sid, seq in wanted]
+        # A message rewound before its turn's transcript was written is not written: the
+        # rewind took it back (its forget, queued after, finds nothing of it).
+        entries = [None if found[sid, seq][0] else _entry(vault, sid, seq, *found[sid, seq][1:])
+                   for sid, seq in wanted]
         results = [TranscriptResult(path="", appended=False) for _ in wanted]
         if any(entries):
             async with vault.lock(), self.ctx.connection() as conn:
@@ -315,6 +319,22 @@ class MemoryActivities:
                                      if e is not None and e.doc.path not in indexed],
                               scope=vault.scope, embedder=self._embedder, known=indexed)
         return results
+
+    async def forget_rewound(self, scope: str, session_id: str,
+                             seqs: Sequence[int]) -> tuple[int, list[str]]:
+        """The daily-note entries of a session's rewound messages out of the scope's vault
+        and index (activities.vault.forgotten): a rewind takes back from long memory what
+        the abandoned rows said. How many went, and the files left unreadable."""
+        vault = self.ctx.scoped(scope).vault
+        async with self.ctx.connection() as conn:
+            made = await (await conn.execute(
+                "SELECT DISTINCT created_at FROM messages WHERE session_id = %s"
+                " AND seq = ANY(%s)", (session_id, list(seqs)))).fetchall()
+        days = {at.astimezone(vault.tz()).date().isoformat() for (at,) in made}
+        if not vault.ensured():
+            await asyncio.to_thread(vault.ensure)
+        async with vault.lock(), self.ctx.connection() as conn:
+            return await forget_entries(conn, vault, session_id, seqs, days)
 
     @activity.defn(name="append_transcript")
     async def append_transcript(self, inp: TranscriptInput) -> TranscriptResult:

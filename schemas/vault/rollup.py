@@ -9,6 +9,7 @@ writes a card twice.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from datetime import date, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -459,15 +460,17 @@ def split_transcript(text: str) -> list[tuple[str, int, str]]:
     return out
 
 
-def drop_session_entries(text: str, session_id: str) -> tuple[str, int]:
+def drop_session_entries(text: str, session_id: str,
+                         seqs: Collection[int] | None = None) -> tuple[str, int]:
     """A daily file's text without `session_id`'s marked entries (each from its heading up
-    to the next entry's heading, or the end), and how many went; the rest byte for byte,
-    so a file of other sessions' entries reads as if the session had never written there."""
+    to the next entry's heading, or the end; only those of `seqs` when given), and how many
+    went; the rest byte for byte, so a file of other sessions' entries reads as if the
+    session had never written there."""
     marks = [m for m in ENTRY_MARK_RE.finditer(text) if _at_heading(text, m.start())]
     kept: list[str] = []
     at = dropped = 0
     for i, m in enumerate(marks):
-        if m.group(1) != session_id:
+        if m.group(1) != session_id or (seqs is not None and int(m.group(2)) not in seqs):
             continue
         start = text.rfind("\n", 0, m.start()) + 1
         end = (text.rfind("\n", 0, marks[i + 1].start()) + 1) if i + 1 < len(marks) else len(

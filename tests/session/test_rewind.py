@@ -13,12 +13,14 @@ import psycopg
 import pytest
 from temporalio.service import RPCError
 
+from keel.record import search_memory
 from schemas.agent import AgentSpec
 from schemas.initiative import WakeupLimits
 from tests.checkpoint_model import texts
 from tests.fake_anthropic import text_message, tool_use_message
 from tests.harness import keel_worker, small_config
 from tests.session.branching import db, settings, user_request  # noqa: F401
+from tests.session.long_memory import CARD_FILE, entries, rememberer, transcribed
 
 WAKES = AgentSpec(wakeups=WakeupLimits(min_interval_s=1, max_active=5, expiry_s=3600))
 
@@ -111,3 +113,34 @@ async def test_an_input_id_of_a_rewound_row_is_a_new_input(
               " WHERE session_id = %s AND input_id = 'msg-2' ORDER BY seq",
               session.session_id)
     assert rows == [(first.seq, True), (again.seq, False)]
+
+
+async def test_what_the_rewound_rows_said_leaves_long_memory(
+        client, database_url, fake_anthropic, settings, tmp_path):  # noqa: F811
+    """After a rewind no recall or memory search finds what the abandoned branch said:
+    its daily-note entries and their index rows go (the card it wrote stays: the scope's
+    knowledge); what was said before the point stays, and the turns after are written on."""
+    fake_anthropic.responder = rememberer
+    vault, sid = tmp_path / "vault", f"r-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(sid)
+        await session.ask("the words we keep")  # #1, #2
+        await session.ask("remember Dana")  # #3 to #6
+        await session.ask("the alarm code is 4417")  # #7, #8
+        await transcribed(vault, sid, 8)
+        card = (vault / CARD_FILE).read_bytes()
+        assert await search_memory(database_url, "alarm code 4417", scope="default", k=5)
+        await session.rewind(2)
+        for _ in range(100):
+            if entries(vault, sid) == 2:
+                break
+            await asyncio.sleep(0.1)
+        days = "".join(f.read_text() for f in (vault / "daily").glob("*.md"))
+        assert "the words we keep" in days and "4417" not in days and "Dana" not in days
+        assert db(database_url, "SELECT seq FROM memory_docs WHERE session_id = %s"
+                  " AND kind = 'daily' ORDER BY seq", sid) == [(1,), (2,)]
+        assert not await search_memory(database_url, "alarm code 4417", scope="default", k=5)
+        assert (vault / CARD_FILE).read_bytes() == card
+        await session.ask("after the rewind")  # #9, #10
+        await transcribed(vault, sid, 10)
+        assert entries(vault, sid) == 4

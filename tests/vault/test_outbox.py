@@ -20,6 +20,7 @@ from activities.vault.outbox import (
 )
 from activities.vault.search import IndexDoc
 from activities.vault.turn import MemoryActivities
+from schemas.vault.rollup import split_transcript
 from schemas.vault.scope import DEFAULT_SCOPE
 from tests.vault.support import insert_messages, vault_ctx
 from workers.worker import model_backends
@@ -78,6 +79,48 @@ async def test_queued_transcripts_are_written_in_order_and_a_second_drain_adds_n
     assert await drainer.drain_once() == 1
     again = ctx.vault.path(DAY).read_text()
     assert again == text and again.count("The deploy key lives") == 1
+
+
+async def test_a_rewind_takes_its_entries_out_whichever_came_first(
+        tmp_path, database_url) -> None:
+    """A rewind's forget row takes the rewound messages' entries out of the day's file and
+    the index, the rest byte for byte; a transcript drained after the rewind never writes
+    a rewound message, though it was queued before it."""
+    ctx = vault_ctx(tmp_path, database_url)
+    insert_messages(database_url, "s1", [
+        (1, "user", "Keep the words of the morning.", T0),
+        (2, "assistant", "Kept.", T0),
+        (3, "user", "The vault code is 4417.", T0),
+        (4, "assistant", "Noted the code.", T0),
+        (5, "user", "Also the locker is 12.", T0),
+        (6, "assistant", "Noted the locker.", T0)])
+    insert_messages(database_url, "s2", [(1, "user", "Another session's words.", T0)])
+    await _queue(database_url, "s1", 2, [1, 2])
+    await _queue(database_url, "s2", 1, [1])
+    await _queue(database_url, "s1", 4, [3, 4])
+    told: list[tuple[str, str]] = []
+    drainer = _drainer(ctx, database_url, told)
+    assert await drainer.drain_once() == 3
+    before = ctx.vault.path(DAY).read_text()
+    await _queue(database_url, "s1", 6, [5, 6])  # queued, not drained yet: then the rewind
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("UPDATE messages SET rewound_by = 'r1' WHERE session_id = 's1'"
+                     " AND seq > 2")
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as aconn:
+        async with aconn.transaction():
+            await queue_transcript(aconn, QUEUE, QueuedTranscript(
+                session_id="s1", scope=DEFAULT_SCOPE, reply_seq=6, seqs=[3, 4, 5, 6],
+                recalled=[], forget=True))
+    assert await drainer.drain_once() == 2
+    assert _outbox(database_url) == [] and told == []
+    after = ctx.vault.path(DAY).read_text()
+    assert "4417" not in after and "locker" not in after
+    assert split_transcript(after) == [e for e in split_transcript(before)
+                                       if e[:2] not in (("s1", 3), ("s1", 4))]
+    with psycopg.connect(database_url) as conn:
+        docs = conn.execute("SELECT session_id, seq FROM memory_docs WHERE kind = 'daily'"
+                            " ORDER BY session_id, seq").fetchall()
+    assert docs == [("s1", 1), ("s1", 2), ("s2", 1)]
 
 
 async def test_a_backlog_is_written_a_scope_at_a_time_in_one_index_batch(

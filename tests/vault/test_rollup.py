@@ -127,6 +127,11 @@ def test_a_sessions_entries_leave_a_daily_file_and_the_rest_stays_byte_for_byte(
     assert dropped == sum(1 for _, sid, _ in numbered if sid == gone)
     assert [(sid, seq) for sid, seq, _ in split_transcript(text)] == \
         [(sid, seq) for seq, sid, _ in numbered if sid != gone]
+    # A rewind's: only the session's entries of the seqs it rewound (the odd ones here).
+    odd = {seq for seq, _, _ in numbered if seq % 2}
+    text, dropped = drop_session_entries(daily(numbered), gone, odd)
+    assert text == daily([e for e in numbered if e[1] != gone or e[0] not in odd])
+    assert dropped == sum(1 for seq, sid, _ in numbered if sid == gone and seq in odd)
 
 
 def test_due_periods_and_request_marker():
