@@ -198,6 +198,18 @@ async def test_chat_compact_takes_a_checkpoint_and_says_before_and_after(client,
                      out_again), out_again
 
 
+async def test_an_empty_memo_says_whether_a_checkpoint_was_taken(client, settings,
+                                                                cli_env):  # noqa: F811
+    sid = f"memo-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings):
+        await keel(cli_env, "start", sid, "Hello there")
+        before = await keel(cli_env, "memo", sid)
+        await keel(cli_env, "compact", sid)  # nothing of "Hello there" is the user's to keep
+        after = await keel(cli_env, "memo", sid)
+    assert "no memo yet: it is written by the first checkpoint" in before
+    assert "the memo is empty: 1 checkpoint kept nothing in it" in after
+
+
 async def test_clear_errors(cli_env):  # noqa: F811
     missing = dict(cli_env, TEMPORAL_ADDRESS="", DATABASE_URL="")
     result = await asyncio.to_thread(invoke, missing, "worker")

@@ -37,6 +37,7 @@ from keel.cli.sessions import (
     compact_line,
     memory_config,
     scope_said,
+    state_text,
     status_table,
 )
 from keel.cli.shell import CliError, connect, load_settings, refusal_line, run
@@ -207,8 +208,7 @@ class _Chat:
             except MessageRejectedError as err:  # an ended session, say
                 error(refusal_line(err))
         elif text in ("/mind", "/memo", "/now"):
-            shown: str = await getattr(self.handle, text[1:])()
-            console.print(escape(shown) if shown else f"[dim](no {text[1:]} yet)[/]")
+            console.print(await state_text(self.handle, text[1:]))
         elif text == "/pending":
             await self._asking(None)
         elif text in ("/help", "/?"):

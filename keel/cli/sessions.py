@@ -37,7 +37,8 @@ from schemas.vault.scope import ScopeError, check_scope
 
 __all__ = ["QUERIES", "MemoryScopeOption", "NoMemoryOption", "SignalKind", "compact",
            "compact_line", "end", "list_", "memory_config", "query_command", "read_agent_spec",
-           "scope_said", "send", "session_tree", "signal_", "start", "status", "status_table"]
+           "scope_said", "send", "session_tree", "signal_", "start", "state_text", "status",
+           "status_table"]
 
 
 def start(
@@ -376,14 +377,24 @@ QUERIES = {
 }
 
 
+async def state_text(handle: SessionHandle, name: str) -> str:
+    """One of the session's texts (`QUERIES`) as printed: escaped, or why there is none
+    (no checkpoint yet, or the checkpoints kept nothing in it)."""
+    text: str = await getattr(handle, name)()
+    if text:
+        return escape(text)
+    taken = (await handle.status()).checkpoint_count
+    if taken:
+        return f"[dim](the {name} is empty: {taken} checkpoint{'s' * (taken != 1)} kept " \
+               "nothing in it)[/]"
+    return f"[dim](no {name} yet: it is written by the first checkpoint)[/]"
+
+
 def query_command(name: str) -> Callable[[str], None]:
     """The command that prints one of the session's texts (`QUERIES`)."""
     def command(session: str) -> None:
         async def main() -> None:
-            handle = await session_handle(session)
-            text: str = await getattr(handle, name)()
-            console.print(escape(text) if text else f"[dim](no {name} yet: it is written by "
-                                                    "the first checkpoint)[/]")
+            console.print(await state_text(await session_handle(session), name))
         run(main())
     command.__doc__ = QUERIES[name]
     return command
