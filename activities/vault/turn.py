@@ -330,9 +330,7 @@ class MemoryActivities:
             made = await (await conn.execute(
                 "SELECT DISTINCT created_at FROM messages WHERE session_id = %s"
                 " AND seq = ANY(%s)", (session_id, list(seqs)))).fetchall()
-        days = {at.astimezone(vault.tz()).date().isoformat() for (at,) in made}
-        if not vault.ensured():
-            await asyncio.to_thread(vault.ensure)
+        days = {vault.local_date(at) for (at,) in made}
         async with vault.lock(), self.ctx.connection() as conn:
             return await forget_entries(conn, vault, session_id, seqs, days)
 
