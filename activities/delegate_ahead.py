@@ -78,10 +78,10 @@ async def tell_parent(session_id: str, tell: TellParent | None, reply: ModelRepl
     if tell is None or (answer := answer_of(session_id, tell, reply)) is None:
         return False
     try:
-        line = await with_heartbeat(hand_back(store, HandBack(
+        home = await with_heartbeat(hand_back(store, HandBack(
             child_session=session_id, parent_session=tell.parent_session,
             call_id=tell.call_id, shared=tell.files, only=tell.bring_back)))
-        answer.text = with_line(answer.text, line)
+        answer.text, answer.attachments = with_line(answer.text, home.line), home.shown
         await activity.client().get_workflow_handle(tell.parent_session).signal(
             Handler.CHILD_ANSWER, answer, rpc_timeout=RPC_TIMEOUT)
     except Exception as err:  # the child's workflow answers at its end

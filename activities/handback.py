@@ -10,6 +10,10 @@ Invariants:
   child's bytes, and goes to the same path again).
 - Never fails the answer: a file the parent's workspace refuses (its size limits, a path it
   cannot take) stays in the child's, named in the line with the store's words.
+- The images that came home are shown with the answer (`HandedHome.shown`: their paths in
+  the parent's workspace, which the parent records with the answer as a message's files):
+  the first `HANDBACK_SHOWN` by path that the model would take (schemas.attachments.describe)
+  and that ride in one request together; the others are named in the line only.
 """
 
 from __future__ import annotations
@@ -19,11 +23,18 @@ import hashlib
 from pydantic import BaseModel, Field
 
 from activities.workspace import StoreError, WorkspaceStore
-from schemas.attachments import Attachment
+from schemas.attachments import IMAGE_TYPES, Attachment, describe, files_problem
 from schemas.delegation import brought
-from schemas.handback import HANDBACK_FILES, HandedBack, destination, handback_line, is_keels
+from schemas.handback import (
+    HANDBACK_FILES,
+    HANDBACK_SHOWN,
+    HandedBack,
+    destination,
+    handback_line,
+    is_keels,
+)
 
-__all__ = ["HandBack", "hand_back"]
+__all__ = ["HandBack", "HandedHome", "hand_back"]
 
 
 class HandBack(BaseModel):
@@ -36,15 +47,25 @@ class HandBack(BaseModel):
     only: list[str] | None = None  # the call's `bring_back` patterns; None: every file
 
 
+class HandedHome(BaseModel):
+    """What a hand-back did: the line the answer ends with ("" when the child wrote
+    nothing), and the images that came home to show with it (paths in the parent's
+    workspace)."""
+
+    line: str = ""
+    shown: list[str] = Field(default_factory=list)
+
+
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-async def hand_back(store: WorkspaceStore, data: HandBack) -> str:
+async def hand_back(store: WorkspaceStore, data: HandBack) -> HandedHome:
     """The child's files made or changed, copied to the parent's workspace; the line saying
-    where each went ("" when the child made none)."""
+    where each went, and the images to show with the answer."""
     shared = {a.path: a.sha256 for a in data.shared}
     done: list[HandedBack] = []
+    shown: list[Attachment] = []
     past = kept = 0
     for info in sorted(await store.list(data.child_session), key=lambda f: f.path):
         if is_keels(info.path):
@@ -66,7 +87,21 @@ async def hand_back(store: WorkspaceStore, data: HandBack) -> str:
             past += 1
             continue
         done.append(await _copy(store, data, file.path, file.data, sha, shared))
-    return handback_line(done, data.child_session, past, kept)
+        if done[-1].to is not None:
+            _show(shown, done[-1].to, file.data)
+    return HandedHome(line=handback_line(done, data.child_session, past, kept),
+                      shown=[a.path for a in shown])
+
+
+def _show(shown: list[Attachment], path: str, data: bytes) -> None:
+    """`path` added to the images shown with the answer when it is one the model takes
+    and there is room for it (`HANDBACK_SHOWN`, one request's bytes)."""
+    if len(shown) >= HANDBACK_SHOWN:
+        return
+    found = describe(path, data)
+    if isinstance(found, Attachment) and found.media_type in IMAGE_TYPES \
+            and files_problem([*shown, found]) is None:
+        shown.append(found)
 
 
 async def _written(store: WorkspaceStore, child: str, path: str,

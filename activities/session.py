@@ -55,7 +55,7 @@ from activities.attachments import (
 from activities.context import SessionContext
 from activities.delegate_ahead import start_ahead, tell_parent
 from activities.events import DeltaPublisher, tell_retrying
-from activities.handback import HandBack, hand_back
+from activities.handback import HandBack, HandedHome, hand_back
 from activities.heartbeat import beating, with_heartbeat
 from activities.interrupt import send_interrupt, stop_on_interrupt, watcher
 from activities.memory_tools import MemoryCall, memory_tool
@@ -198,7 +198,13 @@ class SessionActivities:
     @activity.defn
     async def hand_back_files(self, data: HandBack) -> str:
         """A child's files made or changed, copied to its parent's workspace; the line its
-        answer ends with."""
+        answer ends with (histories from before `hand_back_home`)."""
+        return (await with_heartbeat(hand_back(self.ctx.store, data))).line
+
+    @activity.defn
+    async def hand_back_home(self, data: HandBack) -> HandedHome:
+        """A child's files made or changed, copied to its parent's workspace; the line its
+        answer ends with and the images shown with it."""
         return await with_heartbeat(hand_back(self.ctx.store, data))
 
     @activity.defn

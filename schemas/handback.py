@@ -15,6 +15,7 @@ Invariants:
 - The parent's model learns it from one line Keel writes at the end of the answer
   (`handback_line`), bounded whatever the count: the files and where each went, the ones
   left in the child's workspace and why. A file's name is shown as the store took it.
+  The first `HANDBACK_SHOWN` images that came home it also sees, with the answer.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from dataclasses import dataclass
 
 from schemas.delegation import ANSWER_CHARS
 
-__all__ = ["HANDBACK_FILES", "HandedBack", "conflict_path", "destination", "handback_line",
-           "is_keels", "with_line"]
+__all__ = ["HANDBACK_FILES", "HANDBACK_SHOWN", "HandedBack", "conflict_path", "destination",
+           "handback_line", "is_keels", "with_line"]
 
 HANDBACK_FILES = 100  # files of one child copied back at most
+HANDBACK_SHOWN = 5  # images of them shown to the parent's model with the answer
 _NAMED = 20  # files the line names by name, of each kind; the rest are counted
 _KEELS = ".keel/"
 

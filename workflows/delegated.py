@@ -7,9 +7,11 @@ Invariants:
   the row), else folded into the first model call as an asked message's words are.
 - The answer (`after_turn`) is the task turn's final reply, or a failure saying why; the
   files the child wrote go home first (activities.handback; `HANDBACK_PATCH`) unless its
-  final model call told the parent and copied them itself. It goes in the run's result
-  when the parent waits on the child workflow (`answer_in_result`), not at all when the
-  model call told it, else by the agent-run signal; then the child ends.
+  final model call told the parent and copied them itself; the images among them ride
+  with the answer, by path (`AgentRunInput.attachments`, `HANDBACK_SHOWN_PATCH`). It goes
+  in the run's result when the parent waits on the child workflow (`answer_in_result`),
+  not at all when the model call told it, else by the agent-run signal; then the child
+  ends.
 - A parent that ends (or gives up on the child) ends it (`parent_ended`), with a notice.
 
 Mixed into `workflows.delegation.Delegation`, whose state it reads (the run, the inbox,
@@ -26,7 +28,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.handback import HandBack
+    from activities.handback import HandBack, HandedHome
     from activities.session import SessionActivities
     from schemas.delegation import ANSWER_CHARS
     from schemas.handback import with_line
@@ -43,11 +45,15 @@ with workflow.unsafe.imports_passed_through():
     from workflows.options import TOOL_CALL
     from workflows.run import SessionRun
 
-__all__ = ["HANDBACK_PATCH", "ChildSide"]
+__all__ = ["HANDBACK_PATCH", "HANDBACK_SHOWN_PATCH", "ChildSide"]
 
 # A child answering at its end copies the files it wrote to its parent's workspace first
 # (its final model call, telling the parent, does so in its activity: no command).
 HANDBACK_PATCH = "delegate-hand-back"
+# The answer names the images that came home, for its parent to show its model with it
+# (the child: `hand_back_home` instead of `hand_back_files`; the parent records such an
+# answer with them instead of folding it).
+HANDBACK_SHOWN_PATCH = "delegate-hand-back-shown"
 
 
 class ChildSide:
@@ -98,37 +104,43 @@ class ChildSide:
         else:
             why = (outcome.error if outcome else None) or state.stopped_reason or "no reply"
             text, result = f"Sub-agent {task.agent} failed: {why}", "failed"
+        shown: list[str] = []
         if not (self.told and result == "answered"):  # its final model call sent them
-            text = await self._with_files(text)
-        await self._answer(result, text)
+            text, shown = await self._with_files(text)
+        await self._answer(result, text, shown)
 
-    async def _with_files(self, text: str) -> str:
+    async def _with_files(self, text: str) -> tuple[str, list[str]]:
         """`text` ending with the line that names the files this child wrote, copied to its
-        parent's workspace first (activities.handback)."""
+        parent's workspace first (activities.handback), and the images of them to show
+        with it (`HANDBACK_SHOWN_PATCH`: before, none)."""
         state = self.run.state
         task = state.config.delegated
         assert task is not None
         if not workflow.patched(HANDBACK_PATCH):
-            return text
+            return text, []
+        back = HandBack(child_session=state.session_id, parent_session=task.parent_session,
+                        call_id=task.call_id, shared=task.files, only=task.bring_back)
+        home = HandedHome()
         try:
-            line: str = await workflow.execute_activity_method(
-                SessionActivities.hand_back_files, HandBack(
-                    child_session=state.session_id, parent_session=task.parent_session,
-                    call_id=task.call_id, shared=task.files, only=task.bring_back),
-                **TOOL_CALL)
+            if workflow.patched(HANDBACK_SHOWN_PATCH):
+                home = await workflow.execute_activity_method(
+                    SessionActivities.hand_back_home, back, **TOOL_CALL)
+            else:
+                home.line = await workflow.execute_activity_method(
+                    SessionActivities.hand_back_files, back, **TOOL_CALL)
         except ActivityError as err:
-            line = (f"[Keel: the files it wrote were not copied to your workspace "
-                    f"({err.cause or err}); they are in session {state.session_id}'s]")
-        return with_line(text, line)
+            home.line = (f"[Keel: the files it wrote were not copied to your workspace "
+                         f"({err.cause or err}); they are in session {state.session_id}'s]")
+        return with_line(text, home.line), home.shown
 
-    async def _answer(self, outcome: str, text: str) -> None:
+    async def _answer(self, outcome: str, text: str, shown: Sequence[str] = ()) -> None:
         state = self.run.state
         task = state.config.delegated
         assert task is not None
         answer = AgentRunInput(run_id=task.call_id, from_session=state.session_id,
                                text=text[:ANSWER_CHARS], outcome=outcome,
                                input_id=f"delegate-answer-{state.session_id}",
-                               spent=state.budget.spent)
+                               spent=state.budget.spent, attachments=list(shown))
         if task.answer_in_result:  # the run's result: its parent hears the completion
             self.answer = answer
             self.end(f"its task is done ({outcome}); the answer is its result")

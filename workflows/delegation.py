@@ -32,8 +32,12 @@ Invariants:
   (terminated, failed), as a child workflow's completion would tell it.
 - The files a child wrote go home with its answer: copied to the parent's workspace before
   the answer is sent, by whichever sends it (the final model call, in its activity; the
-  child's end, by `hand_back_files`, workflows.delegated), and named at the answer's end
+  child's end, by `hand_back_home`, workflows.delegated), and named at the answer's end
   (the rules: schemas.handback). A parent's file changed meanwhile is never overwritten.
+  The images among them ride with the answer by path: the parent records such an answer
+  with them, as a message's files (described from its own workspace), never folded, and a
+  call waiting on it goes on once it is recorded (`HANDBACK_SHOWN_PATCH`), so its model
+  sees the chart it asked for.
 - The parent waits or goes on, as the call asked: a waiting call pauses the turn
   (`AWAITING_CHILD`) until the answer comes; the answer and the call's result are then
   folded into the turn's next model call, which records them before it reads the window
@@ -89,7 +93,7 @@ with workflow.unsafe.imports_passed_through():
         TurnOutcome,
     )
     from schemas.text import make_storable
-    from workflows.delegated import HANDBACK_PATCH, ChildSide
+    from workflows.delegated import HANDBACK_PATCH, HANDBACK_SHOWN_PATCH, ChildSide
     from workflows.inbox import Inbox
     from workflows.options import CHILD_CHECK, TOOL_CALL
     from workflows.run import SessionRun
@@ -125,6 +129,9 @@ class Delegation(ChildSide):
         self.outcomes = outcomes  # the turns' outcomes, by input seq (workflows.turn)
         self.changes = 0
         self.busy = False  # a timeout is being recorded: continue-as-new waits for it
+        # Children whose answer is being recorded with its images (heard already): the
+        # call waiting on one goes on once its row is in the record.
+        self.recording: set[str] = set()
         self.waiting: str | None = None  # the child a delegate call waits for now
         self.answer: AgentRunInput | None = None  # a child's, for its run's result
         self._task: asyncio.Task[None] | None = None
@@ -168,13 +175,15 @@ class Delegation(ChildSide):
         self.run.publish_summary()
         self.waiting = child.session_id
         if (early := self.early.pop(child.session_id, None)) is not None \
-                and child.done is None:  # told before this run knew its child
-            self._take(child, early)
+                and child.done is None and not self._take(child, early):
+            await self._record_answer(child, early)  # told before this run knew its child
         await workflow.wait_condition(lambda: child.done is not None or state.ended)
         if child.done == "timed out" and workflow.patched(ROUND_TRIP_PATCH):
             # The timeout's input first: the result below says it is above, and the next
             # model call (which writes the result) is to read it.
             await workflow.wait_condition(lambda: not self.busy)
+        if child.session_id in self.recording:
+            await workflow.wait_condition(lambda: child.session_id not in self.recording)
         self.waiting = None
         self.run.phase = SessionPhase.RUNNING
         if child.done is None:
@@ -256,19 +265,32 @@ class Delegation(ChildSide):
             await self._record_answer(child, data)
 
     async def _record_answer(self, child: ChildRun, data: AgentRunInput) -> None:
-        """An answer no call waits for: recorded the ordinary way."""
-        self._answered(child, data)
+        """An answer no call folds: recorded the ordinary way. One with the images the
+        child's files brought home is recorded with them (`HANDBACK_SHOWN_PATCH`),
+        described from this session's workspace, where they are now, as a background
+        input's files are; a call waiting on it goes on once its row is in the record
+        (`recording`)."""
+        shown = bool(data.attachments) and workflow.patched(HANDBACK_SHOWN_PATCH)
+        self._answered(child, data)  # heard at once: no other path takes it again
+        if shown:
+            self.recording.add(child.session_id)
         self.busy = True
         try:
+            text, files = make_storable(data.text)[0], list[Attachment]()
+            if shown:
+                files, unattached = await self.inbox.background_files(data.attachments, text)
+                if unattached:  # the words are kept, and why not these
+                    text += f"\n[Keel: its images were not attached: {unattached}]"
             await self.inbox.record_input(
-                HarnessKind.AGENT_RUN.value, MessageType.HARNESS, make_storable(data.text)[0],
+                HarnessKind.AGENT_RUN.value, MessageType.HARNESS, text,
                 agent_run_source_line(data.run_id, data.from_session),
                 make_storable(data.input_id or f"agent-run-{child.session_id}")[0],
-                patient=True, lost=f"The answer of sub-agent {child.agent}")
+                patient=True, lost=f"The answer of sub-agent {child.agent}", attachments=files)
         except ApplicationError as err:
             workflow.logger.error("child answer not recorded: %s", err)
         finally:
             self.busy = False
+            self.recording.discard(child.session_id)
 
     def _child_of(self, args: Sequence[RawValue]) -> tuple[ChildRun, AgentRunInput] | None:
         """The working child an agent-run signal comes from, and what it says."""
@@ -309,6 +331,8 @@ class Delegation(ChildSide):
     def _take(self, child: ChildRun, data: AgentRunInput) -> bool:
         if child.session_id != self.waiting:
             return False
+        if data.attachments and workflow.patched(HANDBACK_SHOWN_PATCH):
+            return False  # its images ride with it: recorded with them, not folded
         self.inbox.fold_background(
             HarnessKind.AGENT_RUN.value, make_storable(data.text)[0],
             agent_run_source_line(data.run_id, data.from_session),

@@ -368,7 +368,7 @@ class Inbox:
             text += f"\n[Keel: {'; '.join(replaced)}]"
         files: list[Attachment] = []
         if data.attachments and workflow.patched(BACKGROUND_FILES_PATCH):
-            files, unattached = await self._background_files(data.attachments, text)
+            files, unattached = await self.background_files(data.attachments, text)
             if unattached:  # nobody to refuse it to: the words are kept, and why not these
                 text += f"\n[Keel: its files were not attached: {unattached}]"
         input_id = make_storable(data.input_id)[0] if data.input_id else None
@@ -379,7 +379,7 @@ class Inbox:
             # Recorded already: the fence notice says what was lost; last_error says it too.
             workflow.logger.error("background input not recorded: %s", err)
 
-    async def _background_files(self, paths: list[str], text: str
+    async def background_files(self, paths: list[str], text: str
                                 ) -> tuple[list[Attachment], str]:
         """A background input's files described as a message's are, or why they were not
         (refused, as a message's would be; or the store not answering within the hour a

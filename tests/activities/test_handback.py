@@ -9,6 +9,7 @@ from pathlib import Path
 from activities.handback import HandBack, hand_back
 from activities.workspace import LocalStore
 from schemas.attachments import describe
+from schemas.handback import HANDBACK_SHOWN
 
 PARENT, CHILD = "team", "team.researcher.toolu_01ABCDEFGHIJKLMNOPQRSTUV"
 
@@ -24,8 +25,8 @@ async def test_past_the_cap_and_past_the_parents_limit_files_stay_named(tmp_path
     await child.write(CHILD, "big.md", b"y" * 60_000)  # past the parent's 50,000 bytes
     await child.write(CHILD, ".keel/results/1.json", b"{}")  # Keel's own: never copied
     store = _store(tmp_path, workspace_bytes=50_000)  # the same folders, smaller limits
-    line = await hand_back(store, HandBack(child_session=CHILD, parent_session=PARENT,
-                                           call_id="toolu_01ABCDEFGHIJKLMNOPQRSTUV"))
+    line = (await hand_back(store, HandBack(child_session=CHILD, parent_session=PARENT,
+                                            call_id="toolu_01ABCDEFGHIJKLMNOPQRSTUV"))).line
     home = {f.path for f in await store.list(PARENT)}
     assert "big.md" not in home and not any(p.startswith(".keel/") for p in home)
     assert len(home) == 99  # big.md is first in order and took one of the hundred
@@ -44,9 +45,9 @@ async def test_a_given_file_left_alone_stays_and_a_retry_writes_nothing_twice(tm
     item = describe("report.md", given)
     assert not isinstance(item, str) and item.sha256 == hashlib.sha256(given).hexdigest()
     data = HandBack(child_session=CHILD, parent_session=PARENT, call_id="c1", shared=[item])
-    first = await hand_back(store, data)
+    first = (await hand_back(store, data)).line
     versions = {f.path: f.version for f in await store.list(PARENT)}
-    assert await hand_back(store, data) == first  # the retry: the same line
+    assert (await hand_back(store, data)).line == first  # the retry: the same line
     assert {f.path: f.version for f in await store.list(PARENT)} == versions == {
         "report.md": 1, "chart.md": 1}
     assert first == "[Keel: the files it wrote are in your workspace: chart.md]"
@@ -56,8 +57,8 @@ async def test_a_name_put_in_its_folder_by_hand_that_no_workspace_takes_stays(tm
     store = _store(tmp_path)
     await store.write(CHILD, "ok.md", b"fine")
     (store.folder(CHILD) / "bad\nname.md").write_bytes(b"by hand")
-    line = await hand_back(store, HandBack(child_session=CHILD, parent_session=PARENT,
-                                           call_id="c1"))
+    line = (await hand_back(store, HandBack(child_session=CHILD, parent_session=PARENT,
+                                            call_id="c1"))).line
     assert line == (f"[Keel: the files it wrote are in your workspace: ok.md; left in its "
                     f"workspace (session {CHILD}): 'bad\\nname.md' (a name no workspace "
                     "takes)]")
@@ -75,11 +76,37 @@ async def test_only_the_files_the_call_asked_back_come_home_the_rest_counted(tmp
     await store.write(CHILD, "scratch.txt", b"tmp")
     shared = [describe("report.md", given), describe("data.csv", b"a,b\n")]
     assert all(not isinstance(s, str) for s in shared)
-    line = await hand_back(store, HandBack(
+    line = (await hand_back(store, HandBack(
         child_session=CHILD, parent_session=PARENT, call_id="c1",
-        shared=[s for s in shared if not isinstance(s, str)], only=["*.png"]))
+        shared=[s for s in shared if not isinstance(s, str)], only=["*.png"]))).line
     home = {f.path for f in await store.list(PARENT)}
     assert home == {"report.md", "data.csv", "charts/q3.png"}
     assert (await store.read(PARENT, "report.md")).data == given
     assert line == ("[Keel: the files it wrote are in your workspace: charts/q3.png; left in "
                     f"its workspace (session {CHILD}): 2 other files (not asked back)]")
+
+
+def _png(width: int, height: int) -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 60, 60)).save(out, format="PNG")
+    return out.getvalue()
+
+
+async def test_the_first_images_the_model_takes_are_shown_the_rest_named(tmp_path):
+    store = _store(tmp_path)
+    await store.write(CHILD, "a_notes.md", b"# notes")  # text: named, never shown
+    await store.write(CHILD, "b_huge.png", _png(9_000, 10))  # past the model's sides
+    await store.write(CHILD, "c_broken.png", b"\x89PNG\r\n\x1a\n not whole")
+    for i in range(HANDBACK_SHOWN + 2):
+        await store.write(CHILD, f"d{i}.png", _png(40 + i, 20))
+    await store.write(PARENT, "d0.png", b"the parent's own")  # it goes beside: shown there
+    home = await hand_back(store, HandBack(child_session=CHILD, parent_session=PARENT,
+                                           call_id="toolu_01ABCDEFGHIJKLMNOPQRSTUV"))
+    beside = "subagents/researcher-OPQRSTUV/d0.png"
+    assert home.shown == [beside] + [f"d{i}.png" for i in range(1, HANDBACK_SHOWN)]
+    assert (await store.read(PARENT, beside)).data == _png(40, 20)
+    assert "b_huge.png" in home.line and f"d{HANDBACK_SHOWN + 1}.png" in home.line

@@ -11,6 +11,8 @@ import threading
 import uuid
 from typing import Any
 
+import pytest
+
 from schemas.agent import CHILD_NOTE
 from tests.fake_anthropic import ErrorStep, text_message, tool_use_message
 from tests.harness import keel_worker, make_settings
@@ -130,3 +132,55 @@ async def test_a_child_that_fails_after_writing_hands_back_what_it_wrote(
     assert answer.startswith("Sub-agent researcher failed: ")
     assert answer.endswith("[Keel: the files it wrote are in your workspace: "
                            "notes/summary.md, report.md (your file, as it edited it)]")
+
+
+def _chart(width: int = 64) -> bytes:
+    """A real PNG, as a chart a child drew (the fake API opens every image it is sent)."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (width, width // 2), (30, 120, 200)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def _drawing(settings: Any) -> Any:
+    """Before the child writes its text files, a chart appears in its workspace (as a
+    plotting tool of the child's would draw it)."""
+    def draw() -> None:
+        for folder in settings.workspaces_dir.glob("*.researcher.*"):
+            (folder / "charts").mkdir(parents=True, exist_ok=True)
+            (folder / "charts" / "sales.png").write_bytes(_chart())
+    return draw
+
+
+def _images_in_answer(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The image blocks of the parent's request message that holds the child's answer."""
+    for message in body["messages"]:
+        content = message["content"]
+        if isinstance(content, list) and any(
+                "[Harness: agent run " in (b.get("text") or "") for b in content):
+            return [b for b in content if b.get("type") == "image"]
+    return []
+
+
+@pytest.mark.parametrize("child_final", [text_message("drew it"),
+                                         ErrorStep(400, message="bad request")],
+                         ids=["answered", "failed"])
+async def test_the_images_that_come_home_are_shown_with_the_answer(
+        temporal_env, database_url, fake_anthropic, tmp_path, child_final):
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    fake_anthropic.responder = team_writing(child_final, before_writing=_drawing(settings))
+    async with keel_worker(temporal_env.client, settings) as keel:
+        parent = await keel.start_session(f"draw-{uuid.uuid4().hex[:6]}", agent=spec())
+        await parent.put_file("report.md", "# Report\n\ndraft\n")
+        await asyncio.wait_for(parent.ask("chart the sales"), 60)
+        assert await _read(parent, "charts/sales.png") == _chart()
+        await parent.end()
+    answer = _answer(database_url, parent.session_id)
+    assert "charts/sales.png" in answer and "not attached" not in answer
+    [after] = [b for b in fake_anthropic.requests if CHILD_NOTE not in _system(b)
+               and _images_in_answer(b)][-1:]
+    [image] = _images_in_answer(after)
+    assert image["source"]["media_type"] == "image/png"
