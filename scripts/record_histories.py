@@ -46,6 +46,7 @@ from scripts.histories.common import (
     CARRY_SCENARIO,
     EARLY_SCENARIO,
     HANDBACK_SCENARIO,
+    HANDBACK_SHOWN_SCENARIO,
     INITIATIVE_SCENARIOS,
     LIMITS_SCENARIO,
     OUT,
@@ -60,6 +61,7 @@ from scripts.histories.files import (
     attachments_scenario,
     handback_model,
     handback_scenario,
+    handback_shown_model,
     tool_files_model,
     tool_files_scenario,
 )
@@ -86,6 +88,7 @@ async def main() -> None:
         models = {**dict.fromkeys(INITIATIVE_SCENARIOS, initiative_model),
                   REWIND_SCENARIO: rewind_model, ATTACHMENTS_SCENARIO: attachments_model,
                   TOOL_FILES_SCENARIO: tool_files_model, HANDBACK_SCENARIO: handback_model,
+                  HANDBACK_SHOWN_SCENARIO: handback_shown_model(settings.workspaces_dir),
                   REWIND_CHILDREN_SCENARIO: rewind_children_model}
         fake = (FakeAnthropic(models[session_id]) if session_id in models
                 else FakeAnthropic()).start()
@@ -110,6 +113,7 @@ async def main() -> None:
                                 ATTACHMENTS_SCENARIO: attachments_scenario,
                                 TOOL_FILES_SCENARIO: tool_files_scenario,
                                 HANDBACK_SCENARIO: handback_scenario,
+                                HANDBACK_SHOWN_SCENARIO: handback_scenario,
                                 REFUSED_SCENARIO: refused_scenario,
                                 REFUSED_ID_SCENARIO: refused_id_scenario,
                                 **dict.fromkeys(INITIATIVE_SCENARIOS, initiative_scenario),

@@ -13,7 +13,8 @@ session meets. Each module's docstring lists the scenarios it records and what t
 - `budget`: `history-budget-interrupt` and `history-budget-interrupt-activity`;
 - `initiative`: `history-initiative`, `history-initiative-fast`, `history-initiative-ahead`
   and `history-initiative-early` (and their children);
-- `files`: `history-attachments`, `history-tool-files` and `history-handback`;
+- `files`: `history-attachments`, `history-tool-files`, `history-handback` and
+  `history-handback-shown`;
 - `limits`: `history-input-limits`, `history-refused-config` and `history-refused-id`.
 
 Re-record only on purpose: a change that breaks replay of the committed histories would

@@ -20,6 +20,7 @@ LIMITS_SCENARIO = "history-input-limits"
 ATTACHMENTS_SCENARIO = "history-attachments"
 TOOL_FILES_SCENARIO = "history-tool-files"
 HANDBACK_SCENARIO = "history-handback"
+HANDBACK_SHOWN_SCENARIO = "history-handback-shown"
 REFUSED_SCENARIO = "history-refused-config"
 REFUSED_ID_SCENARIO = "history-refused-id"  # saved as `_history-refused-id.json`
 INITIATIVE_SCENARIO = "history-initiative"

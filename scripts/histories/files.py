@@ -12,7 +12,11 @@
   under `delegate-files`; and the end;
 - `history-handback` (and its children): a sub-agent writes a file and answers (its final
   model call copies the file home), another writes one and fails, answering at its end
-  under the patch `delegate-hand-back` (the file copied home first); and the end.
+  under the patch `delegate-hand-back` (the file copied home first); and the end;
+- `history-handback-shown` (and its children): the same with a chart the sub-agents draw
+  beside their notes, under the patch `delegate-hand-back-shown`: the answer told by the
+  final model call and the one sent at the failed child's end each recorded with the chart
+  shown, the waiting call going on once it is recorded.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from temporalio.worker import Worker
@@ -119,6 +126,26 @@ def handback_model(body: dict[str, Any]) -> Any:
         return text_message("noted")
     task = "Write the notes, and fail." if "fail" in last else "Write the notes."
     return tool_use_message([("delegate", {"agent": "writer", "task": task})])
+
+
+def handback_shown_model(workspaces: Path) -> Callable[[dict[str, Any]], Any]:
+    """`handback_model`, with a chart drawn in each writer's workspace before it writes
+    its notes (as a plotting tool of its own would draw it)."""
+    from PIL import Image
+
+    def respond(body: dict[str, Any]) -> Any:
+        task = json.dumps(body["messages"][0]["content"])
+        # The task's own source line: the last (recalled notes before it may name others).
+        child = [None, *re.finditer(r"agent run (\S+) from #([^\]\\]+)\]", task)][-1]
+        if CHILD_NOTE in json.dumps(body.get("system") or "") and child is not None \
+                and "tool_result" not in json.dumps(body["messages"][-1]["content"]):
+            folder = workspaces / f"{child[2]}.writer.{child[1]}"
+            folder.mkdir(parents=True, exist_ok=True)
+            out = io.BytesIO()
+            Image.new("RGB", (48, 24), (30, 120, 200)).save(out, format="PNG")
+            (folder / "chart.png").write_bytes(out.getvalue())
+        return handback_model(body)
+    return respond
 
 
 async def handback_scenario(keel: KeelClient, settings: KeelSettings,
