@@ -23,7 +23,7 @@ import hashlib
 from pydantic import BaseModel, Field
 
 from activities.workspace import StoreError, WorkspaceStore
-from schemas.attachments import IMAGE_TYPES, Attachment, describe, files_problem
+from schemas.attachments import IMAGE_TYPES, Attachment, describe, files_problem, sniff
 from schemas.delegation import brought
 from schemas.handback import (
     HANDBACK_FILES,
@@ -96,8 +96,8 @@ async def hand_back(store: WorkspaceStore, data: HandBack) -> HandedHome:
 def _show(shown: list[Attachment], path: str, data: bytes) -> None:
     """`path` added to the images shown with the answer when it is one the model takes
     and there is room for it (`HANDBACK_SHOWN`, one request's bytes)."""
-    if len(shown) >= HANDBACK_SHOWN:
-        return
+    if len(shown) >= HANDBACK_SHOWN or sniff(data) not in IMAGE_TYPES:
+        return  # a text file is not tokenized for nothing
     found = describe(path, data)
     if isinstance(found, Attachment) and found.media_type in IMAGE_TYPES \
             and files_problem([*shown, found]) is None:

@@ -265,9 +265,11 @@ class TranscriptDrainer:
             return
         _, unreadable = await self.memory.forget_rewound(row.scope, row.session_id, row.seqs)
         if unreadable:  # no retry reads them better: said once
+            one = len(unreadable) == 1
             await self._report(row.session_id, "the rewound messages' entries stay in "
-                               f"{', '.join(unreadable)}: it holds bytes that are not UTF-8, "
-                               "so Keel does not rewrite it (edit it by hand)")
+                               f"{', '.join(unreadable)}: {'it holds' if one else 'they hold'}"
+                               " bytes that are not UTF-8, so Keel does not rewrite "
+                               f"{'it' if one else 'them'} (edit by hand)")
 
     async def _write(self, conn: AsyncConnection, row: _Row) -> bool:
         try:

@@ -123,6 +123,30 @@ async def test_a_rewind_takes_its_entries_out_whichever_came_first(
     assert docs == [("s1", 1), ("s1", 2), ("s2", 1)]
 
 
+async def test_a_day_file_with_bytes_not_utf8_is_left_and_said(tmp_path, database_url):
+    """A person's edit put bytes that are not UTF-8 in the day's file: the rewind's forget
+    never rewrites it from a lossy reading; the session is told where its entries stay."""
+    ctx = vault_ctx(tmp_path, database_url)
+    insert_messages(database_url, "s1", [(1, "user", "Keep this.", T0),
+                                         (2, "user", "The code is 4417.", T0)])
+    await _queue(database_url, "s1", 2, [1, 2])
+    told: list[tuple[str, str]] = []
+    drainer = _drainer(ctx, database_url, told)
+    assert await drainer.drain_once() == 1
+    path = ctx.vault.path(DAY)
+    path.write_bytes(path.read_bytes() + b"\n\xff a person's stray byte\n")
+    before = path.read_bytes()
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as aconn:
+        async with aconn.transaction():
+            await queue_transcript(aconn, QUEUE, QueuedTranscript(
+                session_id="s1", scope=DEFAULT_SCOPE, reply_seq=2, seqs=[2], recalled=[],
+                forget=True))
+    assert await drainer.drain_once() == 1
+    assert path.read_bytes() == before and _outbox(database_url) == []
+    assert told == [("s1", f"the rewound messages' entries stay in {DAY}: it holds bytes "
+                           "that are not UTF-8, so Keel does not rewrite it (edit by hand)")]
+
+
 async def test_a_backlog_is_written_a_scope_at_a_time_in_one_index_batch(
         tmp_path, database_url, monkeypatch) -> None:
     """Rows of several sessions waiting together (a busy deployment) are written in one go
