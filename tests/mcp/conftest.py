@@ -30,18 +30,20 @@ HTTP_KEY = "docs-key-7f3a9c1e55"  # what the HTTP server demands in X-Docs-Key
 
 def stdio_spec(script: str = DOCS, *, name: str = "docs", args: tuple[str, ...] = (),
                env_names: tuple[str, ...] = (), **fields: object) -> McpServerSpec:
-    """`fields` override these timeouts or set any other field of the spec."""
+    """`fields` override these timeouts or set any other field of the spec. A listing
+    that answers gets the product's bound (`list_s` 15 s: a 200-tool listing took over 5 s
+    on a loaded 2-core machine); a test of a hang sets its own."""
     return McpServerSpec.model_validate({
         "name": name, "stdio": {"command": sys.executable, "args": [script, *args],
                                 "env_names": list(env_names)},
-        "connect_s": 10, "list_s": 5, "call_s": 5, **fields})
+        "connect_s": 10, "list_s": 15, "call_s": 5, **fields})
 
 
 def http_spec(url: str, header_env: dict[str, str] | None = None,
               **fields: object) -> McpServerSpec:
     return McpServerSpec.model_validate({
         "name": "web", "http": {"url": url, "header_env": header_env or {}},
-        "connect_s": 5, "list_s": 5, "call_s": 5, **fields})
+        "connect_s": 5, "list_s": 15, "call_s": 5, **fields})
 
 
 def free_port() -> int:
