@@ -99,8 +99,7 @@ def _show(shown: list[Attachment], path: str, data: bytes) -> None:
     if len(shown) >= HANDBACK_SHOWN or sniff(data) not in IMAGE_TYPES:
         return  # a text file is not tokenized for nothing
     found = describe(path, data)
-    if isinstance(found, Attachment) and found.media_type in IMAGE_TYPES \
-            and files_problem([*shown, found]) is None:
+    if isinstance(found, Attachment) and files_problem([*shown, found]) is None:
         shown.append(found)
 
 
