@@ -29,11 +29,9 @@ import json
 import os
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx2
-import mcp_types
-from mcp import MCPError
 from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -54,6 +52,9 @@ from schemas.mcp import (
     pool_owner,
     worker_problem,
 )
+
+if TYPE_CHECKING:  # the SDK loads with the first server reached (activities.mcp_pool)
+    import mcp_types
 
 # --- contracts -----------------------------------------------------------------------------
 
@@ -175,13 +176,16 @@ def _describe(spec: McpServerSpec, step: str, err: BaseException,
     tail = "; the session goes on without it"
     if isinstance(err, _Fault):
         return err
+    from mcp import MCPError
+    from mcp_types import CONNECTION_CLOSED
+
     if isinstance(err, MCPError) and http_status is not None:
         return _Fault(McpFailure.UNREACHABLE if http_status in (401, 403, 404)
                       else McpFailure.PROTOCOL,
                       f"{where} refused {step} with HTTP {http_status} "
                       f"({_HTTP_HINT.get(http_status, err.message)}){tail}")
     if isinstance(err, MCPError):
-        if err.code == mcp_types.CONNECTION_CLOSED:
+        if err.code == CONNECTION_CLOSED:
             return _Fault(McpFailure.CRASHED,
                           f"{where} closed the connection during {step} (the server may have "
                           f"crashed or exited){tail}")
@@ -234,8 +238,11 @@ def _healthy_after(err: BaseException) -> bool:
     """Whether a session that raised `err` may serve again: only when the server answered
     with an ordinary MCP error (an unknown tool, bad arguments), never after a broken
     connection, a timeout or a reply that could not be read."""
+    from mcp import MCPError
+    from mcp_types import CONNECTION_CLOSED
+
     leaf = _leaf(err)
-    return isinstance(leaf, MCPError) and leaf.code != mcp_types.CONNECTION_CLOSED
+    return isinstance(leaf, MCPError) and leaf.code != CONNECTION_CLOSED
 
 
 async def _in_session(pool: McpPool, spec: McpServerSpec, secrets: dict[str, str],

@@ -24,6 +24,9 @@ Invariants:
 - Listings are cached per session by server name (`WarmSession.listings`) and dropped when
   the server says its tool list changed (`notifications/tools/list_changed` on a handshake
   connection, a `subscriptions/listen` event on a 2026-07-28 one).
+- The mcp SDK is imported when this worker first reaches a server, not when it starts:
+  loading it costs about half a second of a core, and most workers' sessions declare no
+  server (tests/activities/test_mcp_lazy.py).
 """
 
 from __future__ import annotations
@@ -37,22 +40,18 @@ import time
 from collections.abc import Awaitable
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import httpx2
-import mcp_types
-from mcp import Client, StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+import httpx2  # the anthropic SDK's own HTTP client: loaded with it anyway
 
-from activities.mcp_stdio import StdioTransport
 from schemas.mcp import CLOSE_TIMEOUT_S, McpServerSpec, transport_identity
+
+if TYPE_CHECKING:
+    from activities.mcp_stdio import StdioTransport
 
 __all__ = ["ConnectFailed", "McpPool", "PoolBusy", "PoolClosed", "WarmSession"]
 
 log = logging.getLogger("keel.mcp")
-
-CLIENT_INFO = mcp_types.Implementation(name="keel", version="0.1")
 
 
 class ConnectFailed(Exception):
@@ -80,6 +79,8 @@ class HttpTransport:
     timeouts from the spec, and the last HTTP error status kept (the SDK turns a 401 or 500
     into a bare JSON-RPC error), which it closes on exit."""
 
+    alive = True  # a connection has no process to die; a dead server fails the request
+
     def __init__(self, spec: McpServerSpec, env: dict[str, str]) -> None:
         assert spec.http is not None
         self.url = spec.http.url
@@ -95,7 +96,12 @@ class HttpTransport:
         if response.status_code >= 400:
             self.error_status = response.status_code
 
+    def terminate(self) -> None:
+        """Nothing to kill: stopping the session closes the connection."""
+
     async def __aenter__(self) -> Any:
+        from mcp.client.streamable_http import streamable_http_client
+
         await self._stack.enter_async_context(self._http)
         try:
             return await self._stack.enter_async_context(
@@ -111,6 +117,10 @@ class HttpTransport:
 
 def _transport(spec: McpServerSpec, env: dict[str, str]) -> StdioTransport | HttpTransport:
     if spec.stdio is not None:
+        from mcp import StdioServerParameters
+
+        from activities.mcp_stdio import StdioTransport
+
         # The process gets the SDK's safe default environment (PATH, HOME, …) plus exactly
         # the variables the spec names.
         return StdioTransport(StdioServerParameters(
@@ -136,7 +146,11 @@ class WarmSession:
         self.name, self.key, self.owner = spec.name, key, owner
         self.idle_s = spec.keep_warm_s
         self.transport = _transport(spec, secrets)
-        self.client = Client(cast(Any, self.transport), cache=None, client_info=CLIENT_INFO,
+        from mcp import Client
+        from mcp_types import Implementation
+
+        self.client = Client(cast(Any, self.transport), cache=None,
+                             client_info=Implementation(name="keel", version="0.1"),
                              message_handler=self._on_message)
         self.listings: dict[str, Any] = {}  # by server name: what the activity made of it
         self.list_changes = 0  # how many times the server said its list changed
@@ -155,16 +169,14 @@ class WarmSession:
     def alive(self) -> bool:
         if self.task is None or self.task.done() or self.retired:
             return False
-        return self.transport.alive if isinstance(self.transport, StdioTransport) else True
+        return self.transport.alive
 
     @property
     def http_status(self) -> int | None:
-        return self.transport.error_status if isinstance(self.transport, HttpTransport) \
-            else None
+        return self.transport.error_status
 
     def reset_status(self) -> None:
-        if isinstance(self.transport, HttpTransport):
-            self.transport.error_status = None
+        self.transport.error_status = None
 
     def changed(self) -> None:
         """The server's tool list changed: no cached listing is served again."""
@@ -172,12 +184,16 @@ class WarmSession:
         self.listings.clear()
 
     async def _on_message(self, message: Any) -> None:
+        import mcp_types
+
         if isinstance(getattr(message, "root", message), mcp_types.ToolListChangedNotification):
             self.changed()
 
     async def listen(self) -> None:
         """Follow the server's tool-list changes on a 2026-07-28 connection (nothing to do
         on a handshake one: those come as notifications, `_on_message`)."""
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
         caps = self.client.server_capabilities.tools
         if self.client.protocol_version not in MODERN_PROTOCOL_VERSIONS \
                 or caps is None or not caps.list_changed:
@@ -336,7 +352,7 @@ class McpPool:
             session.wake.set()
             self._signal()
             return
-        if not healthy and isinstance(session.transport, StdioTransport):
+        if not healthy:
             session.transport.terminate()  # broken: no polite wait for it to exit
         await _shielded(self._stop(session))
 

@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 class StdioTransport:
     """`Client(StdioTransport(params))`: one server process for one client session."""
 
+    error_status: int | None = None  # an HTTP transport's last error; a pipe has none
+
     def __init__(self, params: StdioServerParameters, errlog: TextIO = sys.stderr) -> None:
         self.params, self.errlog = params, errlog
         self.process: object | None = None
