@@ -405,7 +405,9 @@ async def _write(conn: AsyncConnection, header: BundleHeader,
     await conn.execute("SELECT set_config('keel.branch_copy', 'off', true)")
     state = _own_state(header.state, header.session_id, session_id)
     return ImportDone(session_id=session_id, bundle_session=header.session_id,
-                      rows=len(parts["row"]), checkpoints=len(parts["checkpoint"]),
+                      # The checkpoints in force, as `keel list` counts them: a bundle
+                      # carries a rewound checkpoint's rows too.
+                      rows=len(parts["row"]), checkpoints=state.checkpoint_count,
                       file_versions=len(parts["file"]), state=state)
 
 

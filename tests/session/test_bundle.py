@@ -85,6 +85,12 @@ async def test_import_under_a_new_id_beside_its_origin(
         assert await notes(copy) == "three"
         await session.ask("same words")
         await copy.ask("same words")
+        # A bundle of a session rewound to before its checkpoint carries the checkpoint's
+        # rows (rows go rewound or not) and says what `keel list` says: none in force.
+        await copy.rewind(1)
+        again = await keel.import_session(await keel.export_session(copy_id), f"{copy_id}-2")
+        assert again.checkpoints == 0
+        assert (await keel.session(again.session_id).status()).checkpoint_count == 0
     first, second = user_requests(fake_anthropic, "same words")
     assert first["messages"] == second["messages"]
     ids = db(database_url, "SELECT checkpoint_id FROM checkpoints WHERE session_id = %s",
