@@ -54,8 +54,13 @@ async def test_send_attaches_local_and_workspace_files(
         missing = await keel(env, "send", sid, "this?", "--attach-workspace", "no.png",
                              code=1)
         assert "there is no file at no.png in the session's workspace" in missing
+        # Files alone are a message; nothing at all is refused, saying so.
+        await keel(env, "send", sid, "--attach-workspace", "docs/notes.txt", "--wait")
+        nothing = await keel(env, "send", sid, code=1)
+        assert "the message is empty" in nothing
         listed = await keel(env, "files", sid)
-    assert user_files(database_url, sid) == [("what is in these?", ["shot.png", "notes.txt"])]
+    assert user_files(database_url, sid) == [("what is in these?", ["shot.png", "notes.txt"]),
+                                             ("", ["notes.txt"])]
     assert "attachments/" in listed and "/shot.png" in listed and "tool.exe" not in listed
 
 

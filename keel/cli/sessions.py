@@ -234,7 +234,9 @@ def compact(session: str) -> None:
 
 def send(
     session: str,
-    text: Annotated[str, typer.Argument(help="The message; - reads it from standard input.")],
+    text: Annotated[str, typer.Argument(
+        help="The message (left out: only the files go); - reads it from standard input.")
+    ] = "",
     wait: Annotated[bool, typer.Option("--wait", "-w", help="Wait for the reply.")] = False,
     on_busy: Annotated[InterruptPolicy | None, typer.Option(
         "--on-busy", help="While a turn runs: enqueue (wait), interrupt (stop it) or "
