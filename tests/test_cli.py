@@ -27,7 +27,7 @@ from keel.cli import app
 from keel.client import KeelClient
 from schemas.model import OFFLINE_MODEL_NAME
 from tests.command_line import Pty, cli_env, invoke, keel, keel_chat  # noqa: F401 (a fixture)
-from tests.harness import keel_worker, make_settings, output_until
+from tests.harness import keel_worker, make_settings, output_until, until
 
 
 @pytest.fixture
@@ -208,6 +208,27 @@ async def test_an_empty_memo_says_whether_a_checkpoint_was_taken(client, setting
         after = await keel(cli_env, "memo", sid)
     assert "no memo yet: it is written by the first checkpoint" in before
     assert "the memo is empty: 1 checkpoint kept nothing in it" in after
+
+
+async def test_a_session_s_text_reaches_the_terminal_without_its_control_codes(
+        client, settings, cli_env):  # noqa: F811
+    # A clipboard write (OSC 52), a cleared screen and a colour, from the person's own
+    # message (the offline model says back what it received) and from a Watch's text.
+    sid = f"esc-{uuid.uuid4().hex[:8]}"
+    attack = "ok \x1b]52;c;cm0gLXJmIH4=\x1b\\ \x1b[2J\x1b[31mred"
+    async with keel_worker(client, settings):
+        await keel(cli_env, "start", sid)
+        replied = await keel(cli_env, "send", sid, attack, "--wait")
+        await keel(cli_env, "signal", sid, "watch", attack, "--id", "ci", "--name", "CI")
+        record = await until(lambda: _with_harness_row(cli_env, sid), within_s=60)
+    for out in (replied, record):
+        assert "\x1b" not in out
+        assert "␛]52;c;cm0gLXJmIH4=␛\\ ␛[2J␛[31mred" in out
+
+
+async def _with_harness_row(env: dict[str, str], sid: str) -> str | None:
+    out = await keel(env, "record", sid)
+    return out if "[Harness: Watch ci" in out else None
 
 
 async def test_clear_errors(cli_env):  # noqa: F811

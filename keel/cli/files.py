@@ -20,7 +20,7 @@ import typer
 from rich.markup import escape
 
 from keel.cli.shell import CliError, database_url, load_settings, run
-from keel.console import console
+from keel.console import console, visible
 from keel.uploads import Upload, UploadRefused, checked, read_within
 from keel.uploads import put as uploads_put
 from schemas.config import KeelSettings
@@ -84,7 +84,9 @@ async def _show(store: WorkspaceStore, session: str, path: str, out: Path | None
     except UnicodeDecodeError:
         raise CliError(f"{path} is a binary file, {len(stored.data):,} bytes: "
                        "save it with --out") from None
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    # A terminal is shown the file's control characters, a pipe gets its bytes.
+    shown = visible(text) if sys.stdout.isatty() else text
+    sys.stdout.write(shown if shown.endswith("\n") else shown + "\n")
 
 
 def put(
