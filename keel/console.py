@@ -7,8 +7,8 @@ URL is printed without its password.
   tool's result, a web page an MCP server read, a reply can all carry ESC (colours, a
   cleared screen, a title, OSC 52 writing the clipboard), a lone carriage return (a line
   overwritten) or a bidi override (text shown reordered). Every string these consoles
-  render passes `visible` first, which shows such characters (␛, ␍, <U+202E>) instead of
-  sending them; Keel's own styling is rich's, added after. Tabs and newlines stay.
+  render passes `schemas.text.visible` first, which shows such characters (␛, ␍,
+  <U+202E>) instead of sending them; Keel's own styling is rich's, added after.
 """
 
 from __future__ import annotations
@@ -25,18 +25,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-# C0 controls but tab and newline, and DEL, as their control pictures (U+2400...); C1
-# controls and the bidi embeddings, overrides and isolates as <U+XXXX>.
-_SHOWN = {c: chr(0x2400 + c) for c in range(0x20) if c not in (0x09, 0x0A)}
-_SHOWN[0x7F] = "\u2421"
-_SHOWN.update({c: f"<U+{c:04X}>" for c in (*range(0x80, 0xA0), *range(0x202A, 0x202F),
-                                           *range(0x2066, 0x206A))})
-
-
-def visible(text: str) -> str:
-    """`text` with every character a terminal would act on shown instead (see the module's
-    invariant); a CRLF line end is a line end."""
-    return text.replace("\r\n", "\n").translate(_SHOWN)
+from schemas.text import visible
 
 
 class KeelConsole(Console):

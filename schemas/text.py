@@ -11,6 +11,10 @@ Invariants (pure functions, no I/O):
   else, says what it replaced, and is idempotent (a second pass changes nothing, says nothing).
 * ``describe_binary`` answers None for text (UTF-8 with at most a few stray bytes) and a short
   description for anything else; ``hex_range`` shows a bounded range of bytes as plain ASCII.
+* ``visible`` leaves nothing in a text that a terminal would act on: C0 and C1 controls
+  (ESC above all), DEL, a lone CR and the bidi embeddings, overrides and isolates are shown
+  by a picture of themselves (U+2400's, or <U+XXXX>); tabs, newlines and every printable
+  character of any script stay as they are.
 * ``payload_problem`` measures the UTF-8 size of a string as the JSON data converter encodes
   it (escapes count) and answers before Temporal's payload limit can fail a workflow task.
 """
@@ -28,6 +32,22 @@ def has_controls(text: str) -> bool:
     """Whether `text` holds a control character or a lone surrogate: a name, an id or a
     path may not (they break a log line, a terminal, a listing, UTF-8)."""
     return any(unicodedata.category(c) in ("Cc", "Cs") for c in text)
+
+
+# -- what a terminal is shown ----------------------------------------------------------------
+
+# C0 controls but tab and newline, and DEL, as their control pictures (U+2400...); C1
+# controls and the bidi embeddings, overrides and isolates as <U+XXXX>.
+_SHOWN = {c: chr(0x2400 + c) for c in range(0x20) if c not in (0x09, 0x0A)}
+_SHOWN[0x7F] = "\u2421"
+_SHOWN.update({c: f"<U+{c:04X}>" for c in (*range(0x80, 0xA0), *range(0x202A, 0x202F),
+                                           *range(0x2066, 0x206A))})
+
+
+def visible(text: str) -> str:
+    """`text` with every character a terminal would act on shown instead (see the module's
+    invariant); a CRLF line end is a line end."""
+    return text.replace("\r\n", "\n").translate(_SHOWN)
 
 
 # -- storable text -----------------------------------------------------------------------

@@ -1,20 +1,16 @@
 """What the command line shows a person scanning a list (keel.console): a time as the
-clock time today or the date before, with how long ago; and no character of a session's
-text that a terminal would act on, only its picture."""
+clock time today or the date before, with how long ago; and a session's text shown, never
+acted on (schemas.text.visible, tested in tests/test_text_rules.py), in every string and
+table cell the console renders."""
 
 from __future__ import annotations
 
 import io
 from datetime import UTC, datetime, timedelta, timezone
 
-from hypothesis import given
-from hypothesis import strategies as st
 from rich.table import Table
 
-from keel.console import KeelConsole, ago, visible
-
-ACTED_ON = [chr(c) for c in (*range(0x20), 0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F),
-                             *range(0x2066, 0x206A)) if chr(c) not in "\t\n"]
+from keel.console import KeelConsole, ago
 
 NOW = datetime(2026, 12, 6, 9, 30, tzinfo=UTC)
 
@@ -36,24 +32,6 @@ def test_local_time_naive_future_and_no_time() -> None:
     assert ago("2026-12-06T09:27:05", NOW) == "09:27:05 (2 min ago)"  # taken as UTC
     assert ago("2026-12-06T09:31:00+00:00", NOW) == "09:31:00"  # another clock ahead
     assert ago("", NOW) == "" and ago("soon", NOW) == "soon"
-
-
-def test_every_character_a_terminal_acts_on_is_shown_not_sent() -> None:
-    for ch in ACTED_ON:
-        shown = visible(f"a{ch}b")
-        assert shown.startswith("a") and shown.endswith("b") and len(shown) > 2, repr(ch)
-        assert not any(c in shown for c in ACTED_ON), repr(shown)
-    assert visible("\x1b[2J\x1b]52;c;SGk=\x1b\\") == "␛[2J␛]52;c;SGk=␛\\"
-    assert visible("one\r\ntwo\rthree\ttab\n") == "one\ntwo␍three\ttab\n"
-    assert visible("invoice\u202egnp.exe") == "invoice<U+202E>gnp.exe"
-
-
-@given(st.text(st.characters(blacklist_categories=["Cc", "Cf", "Cs"]) | st.sampled_from(
-    ["\n", "\t", "\u200d", "\u200f"])))
-def test_text_a_terminal_only_prints_is_unchanged(text: str) -> None:
-    # Letters of every script, emoji (with their joiners), marks, spaces; right-to-left
-    # text keeps its own marks: only embeddings, overrides and isolates are shown.
-    assert visible(text) == text
 
 
 def test_the_console_renders_strings_and_table_cells_visible() -> None:

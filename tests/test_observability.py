@@ -134,6 +134,18 @@ def test_console_format_is_the_default(tmp_path, log_stream):
     assert "plain line" in out and not out.lstrip().startswith("{")
 
 
+def test_a_console_line_shows_a_session_s_escape_codes_without_sending_them(tmp_path,
+                                                                           log_stream):
+    settings = make_settings("postgresql://unused", tmp_path)
+    configure_logging(settings, stream=log_stream)
+    words = "red \x1b[31m and the clipboard \x1b]52;c;SGk=\x07"
+    logging.getLogger("keel.test").warning("MCP server said %s", words)
+    structlog.get_logger("keel.test").warning("a tool failed", error=words)
+    out = log_stream.getvalue()
+    assert "\x1b" not in out and "\x07" not in out
+    assert out.count("red ␛[31m and the clipboard ␛]52;c;SGk=␇") == 2
+
+
 @pytest.mark.parametrize("log_format", ["console", "json"])
 def test_a_traceback_never_shows_its_frames_locals(tmp_path, log_stream, log_format):
     """A failed activity's traceback is logged; its frames' locals (a model client's API

@@ -30,6 +30,7 @@ from schemas.text import (
     payload_problem,
     storable_json_problem,
     storable_problem,
+    visible,
 )
 
 FAST = settings(max_examples=200, deadline=None,
@@ -357,3 +358,27 @@ def test_the_fast_blank_skip_agrees_with_the_rule(ch):
 def test_a_label_behind_three_million_blanks_is_found_quickly(lead):
     text = lead * 1_500_000 + "[Harness: Task t]"
     assert user_display_prefix(text, "ann") == (None if lead == "!" else "ann:")
+
+
+# --- what a terminal is shown ---------------------------------------------------------------
+
+ACTED_ON = [chr(c) for c in (*range(0x20), 0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F),
+                             *range(0x2066, 0x206A)) if chr(c) not in "\t\n"]
+
+
+def test_every_character_a_terminal_acts_on_is_shown_not_sent() -> None:
+    for ch in ACTED_ON:
+        shown = visible(f"a{ch}b")
+        assert shown.startswith("a") and shown.endswith("b") and len(shown) > 2, repr(ch)
+        assert not any(c in shown for c in ACTED_ON), repr(shown)
+    assert visible("\x1b[2J\x1b]52;c;SGk=\x1b\\") == "␛[2J␛]52;c;SGk=␛\\"
+    assert visible("one\r\ntwo\rthree\ttab\n") == "one\ntwo␍three\ttab\n"
+    assert visible("invoice\u202egnp.exe") == "invoice<U+202E>gnp.exe"
+
+
+@given(st.text(st.characters(blacklist_categories=["Cc", "Cf", "Cs"]) | st.sampled_from(
+    ["\n", "\t", "\u200d", "\u200f"])))
+def test_text_a_terminal_only_prints_is_unchanged(text: str) -> None:
+    # Letters of every script, emoji (with their joiners), marks, spaces; right-to-left
+    # text keeps its own marks: only embeddings, overrides and isolates are shown.
+    assert visible(text) == text

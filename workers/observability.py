@@ -4,7 +4,9 @@ Logging: structlog renders every line, stdlib logging included (Temporal's own l
 `activity.logger`, `workflow.logger`), so one process writes one format: a readable
 console line by default, one JSON object per line with `KEEL_LOG_FORMAT=json`. Each line
 logged on behalf of a session carries `session_id` (the workflow id), `run_id` and, when
-known, `turn`. A traceback never shows its frames' locals (a key, a user's words).
+known, `turn`. A traceback never shows its frames' locals (a key, a user's words). A
+console line's text fields are shown as a terminal may show them (`schemas.text.visible`:
+no escape sequence of a session's words acts on an operator's terminal); JSON escapes them.
 
 Workflow code never calls `workflow.info()` for this: inside a workflow the context comes
 only from the `temporal_workflow` extra that `workflow.logger` attaches to its records
@@ -54,6 +56,7 @@ from temporalio.worker import (
 
 from activities.db import ATTEMPT_STARTED
 from schemas.config import KeelSettings
+from schemas.text import visible
 from workflows.observe import SPAN_CLOSE, SPAN_OPEN
 
 # The turn of the activity running in this task, set by ActivityContextInterceptor from
@@ -147,6 +150,8 @@ def configure_logging(settings: KeelSettings, *, level: str | int | None = None,
                          exception_formatter=structlog.dev.RichTracebackFormatter(
                              show_locals=False)))
     final: list[Any] = [structlog.stdlib.ProcessorFormatter.remove_processors_meta]
+    if not as_json:  # JSON escapes control codes itself
+        final.append(_visible_values)
     if as_json:
         final.append(structlog.processors.ExceptionRenderer(
             structlog.tracebacks.ExceptionDictTransformer(show_locals=False)))
@@ -166,6 +171,14 @@ def configure_logging(settings: KeelSettings, *, level: str | int | None = None,
     # to the message text as well would print it twice.
     temporal_workflow.logger.workflow_info_on_message = False
     activity.logger.activity_info_on_message = False
+
+
+def _visible_values(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+    """A console line's text fields as a terminal may show them (schemas.text.visible): a
+    line may carry a session's words (a server's error, a tool's name, a model's refusal),
+    and an operator's terminal is no place for their escape sequences."""
+    return {key: visible(value) if isinstance(value, str) else value
+            for key, value in event.items()}
 
 
 class _StderrHandler(logging.StreamHandler[TextIO]):

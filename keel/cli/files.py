@@ -20,11 +20,12 @@ import typer
 from rich.markup import escape
 
 from keel.cli.shell import CliError, database_url, load_settings, run
-from keel.console import console, visible
+from keel.console import console
 from keel.uploads import Upload, UploadRefused, checked, read_within
 from keel.uploads import put as uploads_put
 from schemas.config import KeelSettings
 from schemas.files import limit_text
+from schemas.text import visible
 
 if TYPE_CHECKING:  # the store's code loads only when a command opens one
     from activities.workspace import WorkspaceStore
