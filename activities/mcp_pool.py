@@ -26,7 +26,7 @@ Invariants:
   connection, a `subscriptions/listen` event on a 2026-07-28 one).
 - The mcp SDK is imported when this worker first reaches a server, not when it starts:
   loading it costs about half a second of a core, and most workers' sessions declare no
-  server (tests/activities/test_mcp_lazy.py).
+  server (tests/mcp/test_lazy.py).
 """
 
 from __future__ import annotations
