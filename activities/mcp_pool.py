@@ -26,7 +26,8 @@ Invariants:
   connection, a `subscriptions/listen` event on a 2026-07-28 one).
 - The mcp SDK is imported when this worker first reaches a server, not when it starts:
   loading it costs about half a second of a core, and most workers' sessions declare no
-  server (tests/mcp/test_lazy.py).
+  server (tests/mcp/test_lazy.py). It is loaded on a thread (`_load_sdk`), so the event
+  loop's other activities and workflow tasks go on meanwhile.
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ import asyncio
 import contextlib
 import contextvars
 import hashlib
+import importlib
 import logging
+import sys
 import time
 from collections.abc import Awaitable
 from contextlib import AsyncExitStack
@@ -52,6 +55,15 @@ if TYPE_CHECKING:
 __all__ = ["ConnectFailed", "McpPool", "PoolBusy", "PoolClosed", "WarmSession"]
 
 log = logging.getLogger("keel.mcp")
+
+
+_SDK = ("mcp", "mcp.client.streamable_http", "activities.mcp_stdio")
+
+
+async def _load_sdk() -> None:
+    """Import the SDK's modules this pool uses, off the event loop, the first time only."""
+    if _SDK[-1] not in sys.modules:
+        await asyncio.to_thread(lambda: [importlib.import_module(m) for m in _SDK])
 
 
 class ConnectFailed(Exception):
@@ -245,6 +257,7 @@ class McpPool:
         if self.closed:
             raise PoolClosed()
         deadline = time.monotonic() + wait_s
+        await _load_sdk()
         if not self.keep or owner is None:
             return await self._ready(self._start(spec, secrets, "", None), deadline)
         key = spec_key(spec, secrets)
