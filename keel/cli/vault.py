@@ -158,6 +158,8 @@ def vault_search(query: str, scope: ScopeOption = "default",
     settings = load_settings()
 
     async def main() -> None:
+        if not query.strip():
+            raise CliError("give words to search for: an empty query finds nothing")
         url = database_url(settings)
         try:
             hits = await search_memory(url, query, scope=_check_scope(scope), k=limit)

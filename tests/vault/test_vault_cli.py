@@ -47,6 +47,9 @@ async def test_vault_commands_take_the_scope(client, settings, env, database_url
     assert '"kettle" for "ketle"' in misspelt.output and "B-2002" in misspelt.output
     bad = await keel(env, "vault", "search", "kettle", "--scope", "../alice")
     assert bad.exit_code == 1 and "not a valid scope id" in bad.output
+    for blank in ("", "  \t"):
+        empty = await keel(env, "vault", "search", blank, "--scope", "bob")
+        assert empty.exit_code == 1 and "give words to search for" in empty.output
 
     async with keel_worker(client, settings):
         doctor = await keel(env, "vault", "doctor", "--scope", "bob")
