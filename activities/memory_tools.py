@@ -83,9 +83,12 @@ async def _search(ctx: SessionContext, conn: AsyncConnection, call: MemoryCall,
     query = str(args.get("query", "")).strip()
     if not query:
         return ToolOutput("query is empty", is_error=True)
+    limit = args.get("limit", 5)
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        return ToolOutput(f"memory_search refused: limit {str(limit)[:40]!r} is not a whole "
+                          "number of hits (1 to 10)", is_error=True)
     scope = ctx.memory().scoped(call.scope).scope
-    hits = await search(conn, query, scope=scope,
-                        k=max(1, min(int(args.get("limit", 5)), 10)),
+    hits = await search(conn, query, scope=scope, k=max(1, min(limit, 10)),
                         exclude_session=call.session_id, live_from_seq=call.live_from_seq,
                         embedder=ctx.embedder)
     await touch_documents(conn, [h.path for h in hits], scope=scope)

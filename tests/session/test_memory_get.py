@@ -94,7 +94,8 @@ PAGE = re.compile(r"\[characters ([\d,]+) to ([\d,]+) of ([\d,]+)(?:; memory_get
 
 def reader_of(day: str) -> Any:
     """"read the day": the day whole, part after part as each part's last line says, then
-    an offset past its end and one that is no number; anything else is acknowledged."""
+    an offset past its end and one that is no number, and a search whose limit is no
+    number; anything else is acknowledged."""
     def respond(body: dict[str, Any]) -> dict[str, Any]:
         last = body["messages"][-1]
         results = [b for b in last["content"] if isinstance(b, dict)
@@ -109,7 +110,9 @@ def reader_of(day: str) -> Any:
             return tool_use_message([("memory_get", {"path": day, "offset": int(found[4])})])
         if found:
             return tool_use_message([("memory_get", {"path": day, "offset": 10**9}),
-                                     ("memory_get", {"path": day, "offset": "x"})])
+                                     ("memory_get", {"path": day, "offset": "x"}),
+                                     ("memory_search", {"query": "abcdefghij",
+                                                        "limit": "ten"})])
         return text_message("read it all")
     return respond
 
@@ -131,7 +134,7 @@ async def test_a_long_day_is_read_in_parts_and_none_of_it_is_lost(
     request = fake_anthropic.requests[-1]
     parts = [result_text(b["content"]) for m in request["messages"]
              for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]
-    *pages, past, bad = parts
+    *pages, past, bad, bad_limit = parts
     assert len(pages) >= 2 and all(p.count("</memory-context>") == 1 for p in pages)
     spans = [PAGE.search(p) for p in pages]
     assert all(s is not None for s in spans)
@@ -140,3 +143,4 @@ async def test_a_long_day_is_read_in_parts_and_none_of_it_is_lost(
     whole = "".join(p.split("\n", 3)[3].rsplit("\n</memory-context>", 1)[0] for p in pages)
     assert all(w.strip() in whole for w in words)  # every note, whole, across the parts
     assert "past its end" in past and "is not a count of characters" in bad
+    assert "limit 'ten' is not a whole number of hits" in bad_limit
