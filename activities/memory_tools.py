@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from psycopg import AsyncConnection
 from pydantic import BaseModel, ValidationError
@@ -70,11 +70,16 @@ async def memory_tool(ctx: SessionContext, conn: AsyncConnection, call: MemoryCa
         return await _search(ctx, conn, call, args)
     if name == "memory_get":
         offset = args.get("offset", 0)
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        if not _whole(offset) or offset < 0:
             return ToolOutput(f"memory_get refused: offset {str(offset)[:40]!r} is not a "
                               "count of characters (0 or more)", is_error=True)
         return await _get(ctx, conn, call, str(args.get("path") or "").strip(), offset)
     return await _write_card(ctx, call, args)
+
+
+def _whole(value: object) -> TypeGuard[int]:
+    """Whether a tool input's number is a whole number (JSON's true is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 async def _search(ctx: SessionContext, conn: AsyncConnection, call: MemoryCall,
@@ -84,7 +89,7 @@ async def _search(ctx: SessionContext, conn: AsyncConnection, call: MemoryCall,
     if not query:
         return ToolOutput("query is empty", is_error=True)
     limit = args.get("limit", 5)
-    if not isinstance(limit, int) or isinstance(limit, bool):
+    if not _whole(limit):
         return ToolOutput(f"memory_search refused: limit {str(limit)[:40]!r} is not a whole "
                           "number of hits (1 to 10)", is_error=True)
     scope = ctx.memory().scoped(call.scope).scope
