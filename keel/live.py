@@ -19,6 +19,7 @@ from rich.markup import escape
 from keel.console import one_line
 from keel.events import EventsMissed
 from schemas.events import (
+    CUT_MARK,
     MODEL_RETRYING,
     ApprovalDecided,
     ApprovalNeeded,
@@ -249,17 +250,22 @@ class LiveView:
             self.console.print(f"[dim]{escape(line)}[/]", highlight=False)
 
     def _mend(self, reply_seq: int, text: str, total: int) -> None:
-        """Make what was shown of a reply equal to the reply (as far as `text` goes)."""
+        """Make what was shown of a reply equal to the reply (as far as `text` goes: the
+        turn's end carries its first PREVIEW_CHARS, cut with a mark when it goes on, and a
+        stream that brought more than that agrees with it)."""
         seen = self.streamed.get(reply_seq, "")
-        if text.startswith(seen) and (len(text) > len(seen)):
-            self._text(reply_seq, text[len(seen):])
-        elif not text.startswith(seen) and text:
+        cut_off = total > len(text) and text.endswith(CUT_MARK)
+        known = text[:-len(CUT_MARK)] if cut_off else text
+        if known.startswith(seen):
+            if len(known) > len(seen):
+                self._text(reply_seq, known[len(seen):])
+        elif known and not (cut_off and seen.startswith(known)):
             self._line("[dim](the streamed text differs from the reply; the reply:)[/]")
             self.streamed[reply_seq] = ""
-            self._text(reply_seq, text)
+            self._text(reply_seq, known)
         if total > len(self.streamed.get(reply_seq, "")) and not self.streamed.get(
-                reply_seq, "").endswith("…"):
-            self._text(reply_seq, "…")
+                reply_seq, "").endswith(CUT_MARK):
+            self._text(reply_seq, CUT_MARK)
 
     # ----- the caller's outcome -------------------------------------------------------------
 
@@ -270,8 +276,9 @@ class LiveView:
         """What the events did not show of a turn the caller waited for."""
         if outcome.reply_seq is not None and outcome.reply_text:
             seen = self.streamed.get(outcome.reply_seq, "")
-            if not seen:
-                self._text(outcome.reply_seq, outcome.reply_text)
+            if outcome.reply_text.startswith(seen):  # what the stream did not bring
+                if len(outcome.reply_text) > len(seen):
+                    self._text(outcome.reply_seq, outcome.reply_text[len(seen):])
             elif seen != outcome.reply_text:  # deltas lost and the preview cut: all of it
                 self._line("[dim](the whole reply:)[/]")
                 self.streamed[outcome.reply_seq] = ""
