@@ -9,8 +9,10 @@ A tool the instructions do not name is never called. An argument is filled by ru
 the topic words of the message, an amount from a number in an earlier tool result with the
 same field name (else the first number in the message), booleans false, a choice (`enum`,
 a delegate call's sub-agent) its first value; a `schedule_wakeup` (offered when the spec
-opts in, schemas.initiative) comes after the first number in the message, in seconds, with
-a note of its own.
+opts in, schemas.initiative) comes after the delay the message names (a number with a unit
+of time, else its first number, in seconds), with a note of its own. A tool is named by its
+name as a word of its own: a sub-agent told its task was "delegated" is not told to call
+`delegate`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from schemas.agent import BUILTIN_TOOL_NAMES
 
 _ID = re.compile(r"\b[A-Z]{1,5}-\d+\b")
 _NUMBER = re.compile(r"\b\d+\b")
+_DELAY = re.compile(r"(?<![\d.])(\d+)\s*(s|secs?|seconds?|m|mins?|minutes?|h|hours?)\b", re.I)
+_UNIT_S = {"s": 1, "m": 60, "h": 3600}
 _TOPICS = ("refund", "shipping", "password", "support", "account")
 
 
@@ -38,7 +42,10 @@ def _mentions(system: str, name: str) -> int | None:
         return None
     text = system[at:]
     names = [name] + ([name.split("__", 2)[2]] if name.startswith("mcp__") else [])
-    found = [i for i in (text.find(n) for n in names) if i >= 0]
+    # A name as a word of its own: a sub-agent's note that work was "delegated" to it
+    # names no `delegate` call.
+    found = [m.start() for n in names
+             if (m := re.search(rf"(?<!\w){re.escape(n)}(?!\w)", text))]
     return min(found) if found else None
 
 
@@ -77,6 +84,16 @@ def _value(name: str, prop: dict[str, Any], user: str, results: list[str]) -> An
     return None
 
 
+def delay_s(user: str) -> int:
+    """The delay the person asked for, in seconds: the first number with a unit of time
+    ("in 3 seconds", "in 2 min"; a version number is none), else the first number, else a
+    minute."""
+    if found := _DELAY.search(user):
+        return int(found.group(1)) * _UNIT_S[found.group(2)[0].lower()]
+    nums = [int(n) for n in _NUMBER.findall(_ID.sub("", user))]
+    return nums[0] if nums else 60
+
+
 def arguments(tool: dict[str, Any], user: str, results: list[str]) -> dict[str, Any]:
     schema = tool.get("input_schema") or {}
     props: dict[str, Any] = schema.get("properties") or {}
@@ -85,9 +102,8 @@ def arguments(tool: dict[str, Any], user: str, results: list[str]) -> dict[str, 
         value = _value(name, props.get(name) or {}, user, results)
         if value is not None:
             out[name] = value
-    if tool.get("name") == "schedule_wakeup":  # after the first number the person gave
-        nums = [int(n) for n in _NUMBER.findall(_ID.sub("", user))]
-        out["after_s"] = nums[0] if nums else 60
+    if tool.get("name") == "schedule_wakeup":  # after the delay the person gave
+        out["after_s"] = delay_s(user)
         # Its own words, not the person's: a wakeup's Task is not the person asking again.
         out["note"] = "[offline model] look again, as the person asked"
     return out
