@@ -44,6 +44,8 @@ if str(ROOT) not in sys.path:
 from activities.db import close_pools  # noqa: E402
 from activities.offline import respond  # noqa: E402
 from activities.offline.accounting import message_blocks, system_blocks  # noqa: E402
+from activities.offline.blocks import _content_key, prompt_blocks  # noqa: E402
+from activities.offline.cache import CacheUsage  # noqa: E402
 from bench.common import cancel_on_sigterm, source_commit  # noqa: E402
 from bench.memory_benchmark import say  # noqa: E402
 from bench.memory_drive import Scenario, drive, stop_embedded_postgres  # noqa: E402
@@ -53,8 +55,6 @@ from schemas.checkpoint.request import REQUEST_MARKER  # noqa: E402
 from schemas.config import KeelSettings, ModelSettings  # noqa: E402
 from schemas.vault.rollup import RollupKind, request_kind  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic  # noqa: E402
-from tests.fake_anthropic.cache import CacheUsage  # noqa: E402
-from tests.fake_anthropic.prompt import _content_key, prompt_blocks  # noqa: E402
 from workers.worker import build_worker  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "cache.json"

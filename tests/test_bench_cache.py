@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from activities.offline.blocks import prompt_blocks
+from activities.offline.cache import PromptCache
 from bench.bench_cache import rewrites
-from tests.fake_anthropic.cache import PromptCache
-from tests.fake_anthropic.prompt import prompt_blocks
 
 LONG = " ".join(f"word{i}" for i in range(1_500))  # past the minimum cacheable prefix
 

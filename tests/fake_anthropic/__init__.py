@@ -9,16 +9,19 @@
 - `rules.py`: what the API refuses with a 400 (on while `strict`).
 - `media.py`: its image and document blocks: what the API refuses of a file (read with
   Pillow and pypdf, readers Keel's own parsers are tested against).
-- `cache.py`: prompt caching (breakpoints, 20-block lookback, minimum length, TTLs).
-- `prompt.py`: the prompt's blocks in prefix order, counted with Keel's tokenizer.
 - `stream.py`: the event stream for `"stream": true`.
-- `models.py`: per-model context window, output limit, minimum cacheable length.
 - `replies.py`: `text_message`, `tool_use_message`, `ErrorStep`.
+
+Shared with Keel's offline model, so the two count and cache alike (activities.offline):
+`accounting.py` (the API's count and its refusals), `blocks.py` (the prompt's blocks in
+prefix order, counted), `cache.py` (prompt caching: breakpoints, 20-block lookback, minimum
+length, TTLs), `models.py` (per-model context window, output limit, minimum cacheable
+length).
 """
 
-from tests.fake_anthropic.cache import CacheUsage
-from tests.fake_anthropic.models import ModelLimits, limits_for
-from tests.fake_anthropic.prompt import request_tokens
+from activities.offline.blocks import request_tokens
+from activities.offline.cache import CacheUsage
+from activities.offline.models import ModelLimits, limits_for
 from tests.fake_anthropic.replies import ErrorStep, text_message, tool_use_message
 from tests.fake_anthropic.server import FakeAnthropic, ManualClock, Rejection, Responder, Step
 

@@ -32,7 +32,7 @@ from typing import Any
 from PIL import Image
 from pypdf import PdfReader
 
-from tests.fake_anthropic.prompt import message_blocks
+from activities.offline.blocks import message_blocks
 
 IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 IMAGE_MAX_BASE64 = 5 * 1024 * 1024  # the base64 string's length, not the decoded bytes

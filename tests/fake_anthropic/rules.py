@@ -22,10 +22,10 @@ from collections.abc import Callable
 from typing import Any
 
 from activities.offline.accounting import context_problem, too_long_message
-from tests.fake_anthropic.cache import breakpoints
+from activities.offline.blocks import Block, message_blocks, prompt_blocks, system_blocks
+from activities.offline.cache import breakpoints
+from activities.offline.models import ModelLimits
 from tests.fake_anthropic.media import check_media, check_media_fields
-from tests.fake_anthropic.models import ModelLimits
-from tests.fake_anthropic.prompt import Block, message_blocks, prompt_blocks, system_blocks
 
 MAX_CACHE_BREAKPOINTS = 4
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")

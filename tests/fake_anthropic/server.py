@@ -7,7 +7,7 @@ wording); then it pops the next scripted step; when the script is empty, the `re
 (if any) answers. Every request body is kept in `requests`; every answered request's
 usage in `usages`; every refusal's message in `rejections`.
 
-Usage is computed as the API does, prompt caching included (see `cache.py`): a step
+Usage is computed as the API does, prompt caching included (see `activities.offline.cache`): a step
 whose `usage.input_tokens` is None gets input, cache-read and cache-write tokens from the
 request; a step that sets `input_tokens` keeps the usage it gives.
 
@@ -37,9 +37,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from activities.offline.accounting import Accounting
-from tests.fake_anthropic.cache import CacheUsage, PromptCache
-from tests.fake_anthropic.models import ModelLimits, limits_for
-from tests.fake_anthropic.prompt import PromptView, prompt_blocks, request_tokens
+from activities.offline.blocks import PromptView, prompt_blocks, request_tokens
+from activities.offline.cache import CacheUsage, PromptCache
+from activities.offline.models import ModelLimits, limits_for
 from tests.fake_anthropic.replies import DEFAULT_MODEL, ErrorStep
 from tests.fake_anthropic.rules import check_request, check_size
 from tests.fake_anthropic.stream import error_event, message_start, sse, stream_events
@@ -110,7 +110,7 @@ class FakeAnthropic:
                  count_tool_definitions: bool = True, skew: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """`strict`: refuse, as the API does, requests that break its rules. The three
-        limits default to the requested model's (see `models.py`); `context_window` may
+        limits default to the requested model's (see `activities.offline.models`); `context_window` may
         also be set later as an attribute. `count_tool_definitions`: the tools' JSON (and
         the hidden tool-use prompt) count toward the prompt, as the API counts them. `skew`:
         this model's tokenizer counts that many times Keel's (a real model's differs by up

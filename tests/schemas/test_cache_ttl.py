@@ -7,6 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from activities.offline.blocks import prompt_blocks
 from schemas.agent import spec_from_text
 from schemas.budget import DEFAULT_PRICES, cost_usd
 from schemas.cache_ttl import (
@@ -21,7 +22,6 @@ from schemas.cache_ttl import (
 from schemas.context import with_cache_breakpoints
 from schemas.messages import Usage
 from schemas.session import SessionConfig
-from tests.fake_anthropic.prompt import prompt_blocks
 from tests.fake_anthropic.rules import check_cache_control
 
 MIN = 60.0

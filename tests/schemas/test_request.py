@@ -8,6 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from activities.offline.blocks import prompt_blocks
+from activities.offline.cache import PromptCache
 from schemas.context import assemble_messages, assemble_with_boundary, with_cache_breakpoints
 from schemas.messages import MessageType, RecordRow
 from schemas.request import (
@@ -18,8 +20,6 @@ from schemas.request import (
     offered_calls_only,
     turn_request,
 )
-from tests.fake_anthropic.cache import PromptCache
-from tests.fake_anthropic.prompt import prompt_blocks
 
 TOOLS = [{"name": "read_file", "description": "read", "input_schema": {"type": "object"}}]
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tests.fake_anthropic.prompt import Block
+from activities.offline.blocks import Block
 
 LOOKBACK_BLOCKS = 20
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
