@@ -66,7 +66,7 @@ def footer(ended: TurnEnded) -> str | None:
           if ended.checkpoint_threshold else "")
     billed = (ended.cached_tokens or 0) + (ended.uncached_tokens or 0)
     cache = ""
-    if billed and ended.model != OFFLINE_MODEL_NAME:  # the offline model caches nothing
+    if billed:  # the offline model caches as the API does (activities.offline.cache)
         kept = f", kept {ended.cache_ttl}" if ended.cache_ttl else ""
         cache = f" · cache {100 * (ended.cached_tokens or 0) / billed:.0f}% read{kept}"
     return (f"context {pct:.0f}% ({ended.context_tokens:,} / {ended.context_window:,})"

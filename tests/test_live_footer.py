@@ -22,9 +22,13 @@ def test_the_footer_says_what_the_cache_held_and_for_how_long() -> None:
                     " kept 1h · claude-sonnet-5")
 
 
-def test_no_cache_part_when_nothing_was_billed_or_the_offline_model_answered() -> None:
+def test_no_cache_part_when_nothing_was_billed() -> None:
     assert "cache" not in (footer(_ended()) or "")
-    offline = _ended(model=OFFLINE_MODEL_NAME, cached_tokens=0, uncached_tokens=900,
-                     cache_ttl="5m")
-    assert "cache" not in (footer(offline) or "")
     assert footer(_ended(context_window=None)) is None
+
+
+def test_the_offline_model_s_cache_is_said_as_the_api_s() -> None:
+    """It caches as the API does (activities.offline.backend): its reads are shown too."""
+    offline = _ended(model=OFFLINE_MODEL_NAME, cached_tokens=4_500, uncached_tokens=500,
+                     cache_ttl="5m")
+    assert "· cache 90% read, kept 5m · offline deterministic model" in (footer(offline) or "")

@@ -2,7 +2,7 @@
 
 The prefix order is tools, then system, then messages (as the API renders a prompt). Each
 block is counted by the API's rule (`activities.offline.accounting.Accounting`: every
-block, the tool definitions and the hidden tool-use prompt, at the fake's tokenizer skew),
+block, the tool definitions and the hidden tool-use prompt, at the caller's tokenizer skew),
 block by block, so a prefix always measures the same whatever follows it; the tool-use
 prompt weighs on the first tool's block, where the API puts it, ahead of everything. Each
 block carries the hash of the whole prefix up to and including it: two requests share a

@@ -1,4 +1,6 @@
-"""Prompt caching as the Anthropic docs describe it.
+"""Prompt caching as the Anthropic docs describe it: the offline model's (a cache per worker
+process, activities.offline.backend) and the test fake's (one per server) one copy of the
+rule.
 
 - A breakpoint is a block with `cache_control: {"type": "ephemeral"}` (optional `"ttl"`:
   "5m", the default, or "1h"); a top-level `cache_control` on the request puts one on the

@@ -1,4 +1,5 @@
-"""What the fake knows of each model: context window, output limit, minimum cacheable prefix.
+"""What the offline model and the test fake know of each model: context window, output limit,
+minimum cacheable prefix.
 
 Values as the Anthropic docs give them (prompt-caching "minimum cacheable prompt length",
 the models overview's max output). A model name the table does not know falls back to its

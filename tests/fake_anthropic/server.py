@@ -110,11 +110,11 @@ class FakeAnthropic:
                  count_tool_definitions: bool = True, skew: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """`strict`: refuse, as the API does, requests that break its rules. The three
-        limits default to the requested model's (see `activities.offline.models`); `context_window` may
-        also be set later as an attribute. `count_tool_definitions`: the tools' JSON (and
-        the hidden tool-use prompt) count toward the prompt, as the API counts them. `skew`:
-        this model's tokenizer counts that many times Keel's (a real model's differs by up
-        to a fifth either way). `clock` drives cache TTLs (seconds)."""
+        limits default to the requested model's (see `activities.offline.models`);
+        `context_window` may also be set later as an attribute. `count_tool_definitions`:
+        the tools' JSON (and the hidden tool-use prompt) count toward the prompt, as the API
+        counts them. `skew`: this model's tokenizer counts that many times Keel's (a real
+        model's differs by up to a fifth either way). `clock` drives cache TTLs (seconds)."""
         self.strict = strict
         self.context_window = context_window
         self.max_output_tokens = max_output_tokens
