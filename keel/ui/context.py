@@ -3,7 +3,10 @@
 
 Invariants: the context is built once and only read afterwards (the handlers hold no state
 of their own between requests); its Jinja environment autoescapes, so text with markup in it
-is shown as text, never rendered; every rendered page sets the process's CSRF token in an
+is shown as text, never rendered, and shows every plain string a page prints as the
+terminal does (`schemas.text.visible`: a control code or a bidi override a session's text
+holds is shown by its picture, so no record row, tool input an approval asks about, file or
+card reorders what a person reads); every rendered page sets the process's CSRF token in an
 HttpOnly SameSite=Strict cookie, the same token its forms carry.
 """
 
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader
+from markupsafe import Markup
 from psycopg import AsyncConnection
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
@@ -27,6 +31,7 @@ from keel.client import KeelClient
 from keel.ui.security import CSRF_COOKIE
 from schemas.budget import as_much_again
 from schemas.config import KeelSettings
+from schemas.text import visible
 
 __all__ = ["HERE", "UiContext", "make_env", "render", "ui"]
 
@@ -35,10 +40,17 @@ HERE = Path(__file__).parent
 DB_WAIT_S = 5.0
 
 
+def _shown(value: Any) -> Any:
+    """What a page prints of `value`: a plain string as `visible` shows it; markup a
+    template or filter made (`Markup`: a form, `tojson`) as it is."""
+    return visible(value) if isinstance(value, str) and not isinstance(value, Markup) \
+        else value
+
+
 def make_env() -> Environment:
     """The templates' environment: autoescape on, and the few filters the pages use."""
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True,
-                      trim_blocks=True, lstrip_blocks=True)
+                      trim_blocks=True, lstrip_blocks=True, finalize=_shown)
     env.filters["n"] = lambda v: f"{int(v or 0):,}"
     env.filters["allowance"] = lambda request: as_much_again(request)[1]
     env.filters["when"] = lambda v: (v.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -10,7 +10,10 @@ Three feeds put into one bounded queue, and one loop writes the queue out as eve
 Invariants: the feeds only read; they live exactly as long as the response (cancelled when
 the page goes away); a session without the event stream still gets its record and status
 (one `stream` event says the stream is not there); text deltas older than `CATCH_UP_S`
-when the page connects are not relayed (the record has those replies whole).
+when the page connects are not relayed (the record has those replies whole). An event's
+text goes out as the pages show text (`schemas.text.visible`: its control codes and bidi
+overrides by their pictures), a delta's offset moved to match (`ShownDeltas`), so the
+page's reply so far is the reply as shown.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -31,6 +35,7 @@ from keel.ui.context import UiContext, ui
 from keel.ui.pages import session_status
 from keel.ui.views import conversation
 from schemas.events import TextDelta
+from schemas.text import visible
 
 __all__ = ["live"]
 
@@ -79,8 +84,39 @@ async def _status_updates(ctx: UiContext, session_id: str, out: Outbox) -> None:
         await asyncio.sleep(LIVE_STATUS_EVERY_S)
 
 
+class ShownDeltas:
+    """An event as the page gets it: its strings shown (`visible`); a text delta's `start`
+    where its text begins in the reply as shown so far, for the deltas of one reply's
+    attempt that come in order (the relay's), its own otherwise."""
+
+    def __init__(self) -> None:
+        # (reply seq, attempt) -> where the last delta ended: in the reply, as shown
+        self._ends: dict[tuple[int, int], tuple[int, int]] = {}
+
+    def shown(self, offset: int, event: BaseModel) -> dict[str, Any]:
+        data = {k: _visible_values(v) for k, v in event.model_dump(mode="json").items()}
+        if isinstance(event, TextDelta):
+            key = (event.reply_seq, event.attempt)
+            end, shown_end = self._ends.get(key, (0, 0))
+            start = shown_end if event.start == end else event.start
+            self._ends[key] = (event.start + len(event.text), start + len(data["text"]))
+            data["start"] = start
+        return {"offset": offset, **data}
+
+
+def _visible_values(value: Any) -> Any:
+    if isinstance(value, str):
+        return visible(value)
+    if isinstance(value, list):
+        return [_visible_values(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _visible_values(v) for k, v in value.items()}
+    return value
+
+
 async def _events(ctx: UiContext, session_id: str, after_event: int, out: Outbox) -> None:
     connected = datetime.now(UTC)
+    deltas = ShownDeltas()
     try:
         async for offset, event in session_events(
                 ctx.keel.client, session_id, after_event, stop_at_end=False,
@@ -88,7 +124,7 @@ async def _events(ctx: UiContext, session_id: str, after_event: int, out: Outbox
             if (isinstance(event, TextDelta)
                     and (connected - event.at).total_seconds() > CATCH_UP_S):
                 continue
-            await out.put(("event", {"offset": offset, **event.model_dump(mode="json")}))
+            await out.put(("event", deltas.shown(offset, event)))
     except Exception as err:  # a session without the stream: the record still flows
         await out.put(("stream", {"available": False, "reason": str(err)[:300]}))
 

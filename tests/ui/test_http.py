@@ -201,6 +201,8 @@ async def test_bad_input_over_http(client, database_url, tmp_path):
         _insert_session(conn, "fresh", 3)
         conn.execute("UPDATE messages SET content_text = %s WHERE session_id = 'fresh'"
                      " AND seq = 1", ("<script>window.__pwned = 1</script><b>not bold</b>",))
+        conn.execute("UPDATE messages SET content_text = %s WHERE session_id = 'fresh'"
+                     " AND seq = 3", ("run \u202etxt.exe\u202c \x1b[2J\x1b]52;c;aGk=\x07",))
         _insert_session(conn, "huge", 30_000)
     keel = KeelClient(client, settings.task_queue, settings)
     async with (ui_server(keel, settings, database_url, port=0) as url,
@@ -220,6 +222,10 @@ async def test_bad_input_over_http(client, database_url, tmp_path):
         assert fresh.status_code == 200 and "No checkpoint yet" in fresh.text
         assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;&lt;b&gt;not bold" in fresh.text
         assert "<script>window" not in fresh.text
+        # A bidi override or an escape code is shown by its picture, never acted on.
+        assert "run &lt;U+202E&gt;txt.exe&lt;U+202C&gt; \u241b[2J\u241b]52;c;aGk=\u2407" in (
+            fresh.text)
+        assert not any(c in fresh.text for c in "\u202e\u202c\x1b\x07")
         assert (await http.get(f"{base}/sessions/fresh/checkpoints/1")).status_code == 404
 
         started = time.monotonic()
