@@ -97,6 +97,8 @@ class ShownDeltas:
         data = {k: _visible_values(v) for k, v in event.model_dump(mode="json").items()}
         if isinstance(event, TextDelta):
             key = (event.reply_seq, event.attempt)
+            if key not in self._ends:  # one reply's attempt streams at a time: forget the last
+                self._ends.clear()
             end, shown_end = self._ends.get(key, (0, 0))
             start = shown_end if event.start == end else event.start
             self._ends[key] = (event.start + len(event.text), start + len(data["text"]))
