@@ -187,6 +187,15 @@ def transcript_backlog(database_url: str) -> list[TranscriptBacklog]:
                 for scope, queued, retrying, error in conn.execute(_BACKLOG_SQL)]
 
 
+def known_scopes(database_url: str) -> set[str]:
+    """Every scope PostgreSQL knows of: the index holds it, a session reads it, or
+    transcripts are queued for it (a scope comes to be with its first session)."""
+    with psycopg.connect(database_url) as conn:
+        return {scope for (scope,) in conn.execute(
+            "SELECT scope FROM memory_stats UNION SELECT memory_scope FROM sessions"
+            " WHERE memory_scope IS NOT NULL UNION SELECT scope FROM transcript_outbox")}
+
+
 def indexed_scopes(database_url: str) -> dict[str, int]:
     """Every scope the search index holds, with its documents (`keel vault list`): what
     every host sees, where a vault's folder is on the vault worker's host only."""

@@ -23,6 +23,7 @@ from keel.console import console, one_line, working
 from keel.record import (
     TranscriptBacklog,
     indexed_scopes,
+    known_scopes,
     read_memory,
     search_memory,
     transcript_backlog,
@@ -46,6 +47,24 @@ def _check_scope(scope: str) -> str:
         return check_scope(scope)
     except ScopeError as err:
         raise CliError(str(err)) from None
+
+
+def _existing_scope(settings: KeelSettings, scope: str) -> str:
+    """`scope`, checked, when it is a scope of this deployment (its vault folder here, or
+    PostgreSQL knows it); a CliError naming the scopes there are otherwise: a doctor or a
+    rollup run on a mistyped scope would make it one (a vault, a repository, CORE.md)."""
+    from activities.vault.context import scope_vaults
+
+    scope = _check_scope(scope)
+    try:
+        known = set(scope_vaults(settings.memory)) | known_scopes(database_url(settings))
+    except psycopg.Error as err:
+        raise CliError(f"PostgreSQL: {err}") from None
+    if scope not in known:
+        there = ", ".join(sorted(known)[:20]) or "none yet"
+        raise CliError(f"no memory scope {scope!r} (the scopes: {there}); a session's first "
+                       "message creates its scope")
+    return scope
 
 
 @vault_app.command("list")
@@ -115,7 +134,7 @@ def vault_doctor(scope: ScopeOption = "default") -> None:
 
     async def main() -> None:
         report = await _run_memory_workflow(
-            settings, DoctorWorkflow.run, DoctorInput(scope=_check_scope(scope)),
+            settings, DoctorWorkflow.run, DoctorInput(scope=_existing_scope(settings, scope)),
             now_run_prefix(NightlyJob.DOCTOR, scope))
         console.print(escape(report.text()))
 
@@ -143,7 +162,8 @@ def vault_rollup(kind: Annotated[_Kind, typer.Argument(help="Which rollup.")] = 
 
     async def main() -> None:
         report = await _run_memory_workflow(
-            settings, workflow_run, RollupInput(kind=rk, scope=_check_scope(scope)),
+            settings, workflow_run, RollupInput(kind=rk, scope=_existing_scope(settings,
+                                                                              scope)),
             now_run_prefix(NightlyJob(rk.value), scope))
         console.print(escape(report.text()))
 
@@ -162,7 +182,8 @@ def vault_search(query: str, scope: ScopeOption = "default",
             raise CliError("give words to search for: an empty query finds nothing")
         url = database_url(settings)
         try:
-            hits = await search_memory(url, query, scope=_check_scope(scope), k=limit)
+            hits = await search_memory(url, query, scope=_existing_scope(settings, scope),
+                                       k=limit)
         except psycopg.Error as err:
             raise CliError(f"PostgreSQL: {err}") from None
         if note := hits.spelling_note():
@@ -191,7 +212,7 @@ def vault_show(path: Annotated[str, typer.Argument(
     async def main() -> None:
         try:
             found = await read_memory(database_url(settings), path,
-                                      scope=_check_scope(scope))
+                                      scope=_existing_scope(settings, scope))
         except psycopg.Error as err:
             raise CliError(f"PostgreSQL: {err}") from None
         if found is None:

@@ -53,6 +53,15 @@ async def test_vault_commands_take_the_scope(client, settings, env, database_url
 
     async with keel_worker(client, settings):
         doctor = await keel(env, "vault", "doctor", "--scope", "bob")
+        # A mistyped scope is no scope: the doctor and a rollup would have made it one (a
+        # vault folder, a repository, CORE.md and an index row), a search found "nothing".
+        for args in (("doctor",), ("rollup", "daily"), ("search", "kettle"),
+                     ("show", "MOC.md")):
+            typo = await keel(env, "vault", *args, "--scope", "bobb")
+            assert typo.exit_code == 1, (args, typo.output)
+            assert "no memory scope 'bobb' (the scopes: alice, bob" in typo.output
+    assert not (tmp_path / "vaults" / "bobb").exists()
+    assert "bobb" not in (await keel(env, "vault", "list")).output
     assert doctor.exit_code == 0, doctor.output
     assert "Keel doctor" in doctor.output
     # The doctor ran on bob's vault only: its health history, its MOC.
