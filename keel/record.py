@@ -113,7 +113,11 @@ _FILE_SQL = ("SELECT content->'attachments'->%s FROM messages"
 async def read_file_of(conn: psycopg.AsyncConnection[Any], session_id: str, seq: int,
                        index: int) -> tuple[dict[str, Any], bytes] | None:
     """File `index` of the message at `seq` (a user's attachment, a tool's image): its
-    description and its bytes, the only read of them here; None when there is none."""
+    description and its bytes, the only read of them here; None when there is none (a
+    seq or an index past what PostgreSQL's bigint and int hold is none: a URL's number
+    may be any length, and a negative index would count from the end)."""
+    if not (0 <= index < 2**31 and 0 <= seq < 2**63):
+        return None
     row = await (await conn.execute(_FILE_SQL, (index, session_id, seq))).fetchone()
     item = row[0] if row else None
     if not isinstance(item, dict) or not isinstance(item.get("data"), str):

@@ -63,6 +63,12 @@ async def test_files_sent_from_the_page(client, database_url, tmp_path):
             assert text.text == "# n\n"
             missing = await http.get(f"{base}/sessions/{sid}/files/1/2")
             assert missing.status_code == 404 and "no file 2" in missing.text
+            # A number past PostgreSQL's int or bigint is no file either (it was a 500:
+            # "operator does not exist: jsonb -> numeric").
+            for path in ("1/99999999999999999999", "99999999999999999999/0",
+                         f"1/{2**31}", f"{2**63}/0"):
+                far = await http.get(f"{base}/sessions/{sid}/files/{path}")
+                assert far.status_code == 404 and "has no file" in far.text, path
             # A form larger than a message's files could be is refused by its length.
             most = 20 * settings.max_file_bytes + 2 * 1024 * 1024
             huge = await send("big", [("big.txt", b"x" * (most + 1))])
