@@ -27,7 +27,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.prompt import Prompt
 
 from keel.cli.asking import Asker
 from keel.cli.files import attachment_names, put_attachments
@@ -188,12 +187,17 @@ class _Chat:
 
     async def _line(self, prompt: str) -> str:
         """A line typed while a turn ran (kept by its questions), shown at the prompt as if
-        typed there, else the next one read."""
+        typed there, else the next one read. The prompt is printed here, on the event
+        loop's thread, before the read begins on another: an event the view prints at the
+        prompt (a checkpoint's line just after /compact) comes after it and shows it again,
+        where the prompt printed by the reading thread came after the view's copy of it
+        ("you: you: ")."""
         if self.typed_ahead:
             line = self.typed_ahead.pop(0)
             console.print(f"{prompt}: {escape(line)}")
             return line
-        return await asyncio.to_thread(Prompt.ask, prompt, console=console)
+        console.print(f"{prompt}: ", end="")
+        return (await asyncio.to_thread(console.input)).strip()
 
     async def dispatch(self, text: str) -> None:
         """A slash command, or a message for the session (`//` starts a message)."""
