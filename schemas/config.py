@@ -12,9 +12,9 @@ import os
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import Annotated, Any, TypeVar, overload
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter
 
 from schemas.budget import DEFAULT_PRICES, ModelPrice, PriceTable
 from schemas.vault.schema import SearchMode
@@ -27,6 +27,19 @@ DEFAULT_MODEL = "claude-sonnet-5"
 DEFAULT_ROW_CACHE_CHARS = 64_000_000
 VAULT_QUEUE_SUFFIX = "-vault"
 N = TypeVar("N", int, float)
+
+# What a setting's number may be, one rule each: a Python caller's wrong value is pydantic's
+# error, an environment variable's names the variable (`_Env`). A window, a limit or a size
+# of zero or less, or a wait that is negative, infinite or NaN, would fail every session's
+# turn or the worker's start later, far from the setting that caused it.
+Count = Annotated[int, Field(gt=0)]  # tokens, bytes, characters: one or more
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # a wait: 0 or more, finite
+Factor = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # a ratio: above 0, finite
+_RULES: dict[str, tuple[Any, str]] = {
+    "count": (Count, "a whole number above 0"),
+    "seconds": (Seconds, "a number of seconds, 0 or more"),
+    "factor": (Factor, "a number above 0"),
+}
 
 
 def vault_queue(task_queue: str) -> str:
@@ -41,25 +54,25 @@ class ModelSettings(BaseModel):
     name: str = DEFAULT_MODEL
     base_url: str | None = None
     api_key: str | None = None
-    context_window: int = 200_000
-    max_output_tokens: int = 8_192
+    context_window: Count = 200_000
+    max_output_tokens: Count = 8_192
     # Where the price per token rises (for example 200,000 on long-context pricing); a
     # checkpoint starts before the context would cross it. None: no price step.
-    price_step_tokens: int | None = None
+    price_step_tokens: Count | None = None
     request_timeout_s: float = 600.0
     # Stream the reply's text onto the session's event stream as it is generated
     # (KEEL_STREAM=0 turns it off: one reply at the end, as the benchmark compares).
     stream: bool = True
     # The offline model's tokenizer against Keel's (KEEL_OFFLINE_TOKEN_SKEW): it counts
     # that many times more, as a real model's tokenizer differs from the estimate's.
-    offline_token_skew: float = 1.0
+    offline_token_skew: Factor = 1.0
     # Asked instead of a session's model from a call's third attempt on, when the first two
     # failed in a way a retry could help (KEEL_FALLBACK_MODEL; a session's agent may name
     # its own: `AgentSpec.fallback_model`). None: every attempt asks the same model.
     fallback_model: str | None = None
     # How long a worker keeps asking the fallback first once it turned to it for a model
     # (KEEL_FALLBACK_HOLD_S): then a call tries the model itself again.
-    fallback_hold_s: float = 60.0
+    fallback_hold_s: Seconds = 60.0
 
     @property
     def offline(self) -> bool:
@@ -128,23 +141,23 @@ class KeelSettings(BaseModel):
     task_queue: str = DEFAULT_TASK_QUEUE
     database_url: str | None = None
     workspace_store: WorkspaceStoreKind = WorkspaceStoreKind.LOCAL
-    max_file_bytes: int = 10_000_000  # one workspace file
-    max_workspace_bytes: int = 200_000_000  # all of one session's files together
+    max_file_bytes: Count = 10_000_000  # one workspace file
+    max_workspace_bytes: Count = 200_000_000  # all of one session's files together
     # About how much of the window rows it read a worker keeps between model calls
     # (activities.row_cache; 0: none).
     row_cache_chars: int = Field(default=DEFAULT_ROW_CACHE_CHARS, ge=0)
     data_dir: Path = Path(".keel")
     model: ModelSettings = Field(default_factory=ModelSettings)
-    max_message_chars: int = 200_000
+    max_message_chars: Count = 200_000
     user_name: str = "user"
     log_format: str = "console"  # console | json
     # How long a worker waits at start for Temporal and PostgreSQL to answer (a server
     # starting beside it); 0: it fails at once. Commands a person runs never wait.
-    connect_wait_s: float = 120.0
+    connect_wait_s: Seconds = 120.0
     # How long a stopping worker lets the activities it runs finish (a model call, a tool
     # call) before cancelling them: a rolling deploy's SIGTERM no longer cancels a reply
     # half streamed, to be asked for again on another worker.
-    shutdown_grace_s: float = 30.0
+    shutdown_grace_s: Seconds = 30.0
     # The stdio MCP commands this worker starts, as written in a spec, and the HTTP hosts it
     # reaches (`*` patterns) (None: any; empty: none); KEEL_MCP_STDIO_COMMANDS and
     # KEEL_MCP_HTTP_HOSTS, comma-separated, or `none`.
@@ -212,16 +225,16 @@ class KeelSettings(BaseModel):
             task_queue=e.get("KEEL_TASK_QUEUE", DEFAULT_TASK_QUEUE),
             database_url=database_url,
             workspace_store=WorkspaceStoreKind(store),
-            max_file_bytes=e.opt_int("KEEL_MAX_FILE_BYTES") or 10_000_000,
-            max_workspace_bytes=e.opt_int("KEEL_MAX_WORKSPACE_BYTES") or 200_000_000,
+            max_file_bytes=e.count("KEEL_MAX_FILE_BYTES") or 10_000_000,
+            max_workspace_bytes=e.count("KEEL_MAX_WORKSPACE_BYTES") or 200_000_000,
             row_cache_chars=_or(e.opt_int("KEEL_ROW_CACHE_CHARS"), DEFAULT_ROW_CACHE_CHARS),
             data_dir=data_dir,
             model=_model_from_env(e),
-            max_message_chars=e.opt_int("KEEL_MAX_MESSAGE_CHARS") or 200_000,
+            max_message_chars=e.count("KEEL_MAX_MESSAGE_CHARS") or 200_000,
             user_name=e.get("KEEL_USER_NAME", "user"),
             log_format=e.get("KEEL_LOG_FORMAT", "console"),
-            connect_wait_s=e.opt_float("KEEL_CONNECT_WAIT_S", 120.0),
-            shutdown_grace_s=e.opt_float("KEEL_SHUTDOWN_GRACE_S", 30.0),
+            connect_wait_s=e.seconds("KEEL_CONNECT_WAIT_S", 120.0),
+            shutdown_grace_s=e.seconds("KEEL_SHUTDOWN_GRACE_S", 30.0),
             mcp_stdio_commands=allowed_from_env(e.get("KEEL_MCP_STDIO_COMMANDS")),
             mcp_http_hosts=allowed_from_env(e.get("KEEL_MCP_HTTP_HOSTS")),
             otel_exporter=e.get("KEEL_OTEL_EXPORTER") or None,
@@ -250,19 +263,32 @@ class _Env:
     def get(self, name: str, default: str | None = None) -> str | None:
         return self.values.get(name, default)
 
-    def number(self, name: str, parse: Callable[[str], N], what: str) -> N | None:
-        """The variable `name` parsed, None when unset; one given wrong is named."""
+    def number(self, name: str, parse: Callable[[str], N], what: str,
+               rule: str | None = None) -> N | None:
+        """The variable `name` parsed (and held to `_RULES[rule]`), None when unset; one
+        given wrong is named."""
         value = self.values.get(name)
         try:
-            return parse(value) if value else None
-        except ValueError:
-            raise ValueError(f"{name} is {(value or '')[:40]!r}, not {what}") from None
+            found = parse(value) if value else None
+            if found is not None and rule is not None:
+                TypeAdapter(_RULES[rule][0]).validate_python(found)
+            return found
+        except ValueError:  # pydantic's ValidationError is one
+            raise ValueError(f"{name} is {(value or '')[:40]!r}, not "
+                             f"{_RULES[rule][1] if rule else what}") from None
 
     def opt_int(self, name: str) -> int | None:
         return self.number(name, int, "a whole number")
 
-    def opt_float(self, name: str, default: float) -> float:
-        found = self.number(name, float, "a number")
+    def count(self, name: str) -> int | None:
+        return self.number(name, int, "a whole number", "count")
+
+    def seconds(self, name: str, default: float) -> float:
+        found = self.number(name, float, "a number", "seconds")
+        return default if found is None else found
+
+    def factor(self, name: str, default: float) -> float:
+        found = self.number(name, float, "a number", "factor")
         return default if found is None else found
 
     def opt_path(self, name: str) -> Path | None:
@@ -275,13 +301,13 @@ def _model_from_env(e: _Env) -> ModelSettings:
         name=e.get("KEEL_MODEL", DEFAULT_MODEL),
         base_url=e.get("ANTHROPIC_BASE_URL") or None,
         api_key=e.get("ANTHROPIC_API_KEY") or None,
-        context_window=e.opt_int("KEEL_CONTEXT_WINDOW") or 200_000,
-        max_output_tokens=e.opt_int("KEEL_MAX_OUTPUT_TOKENS") or 8_192,
-        price_step_tokens=e.opt_int("KEEL_PRICE_STEP_TOKENS"),
+        context_window=e.count("KEEL_CONTEXT_WINDOW") or 200_000,
+        max_output_tokens=e.count("KEEL_MAX_OUTPUT_TOKENS") or 8_192,
+        price_step_tokens=e.count("KEEL_PRICE_STEP_TOKENS"),
         stream=e.get("KEEL_STREAM", "1") not in ("0", "false", "no"),
-        offline_token_skew=e.opt_float("KEEL_OFFLINE_TOKEN_SKEW", 1.0),
+        offline_token_skew=e.factor("KEEL_OFFLINE_TOKEN_SKEW", 1.0),
         fallback_model=e.get("KEEL_FALLBACK_MODEL") or None,
-        fallback_hold_s=e.opt_float("KEEL_FALLBACK_HOLD_S", 60.0),
+        fallback_hold_s=e.seconds("KEEL_FALLBACK_HOLD_S", 60.0),
     )
 
 

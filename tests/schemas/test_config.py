@@ -45,8 +45,37 @@ def test_trusted_bundle_keys_are_read_and_a_wrong_one_is_named() -> None:
     ("KEEL_CONTEXT_WINDOW", "200k", "KEEL_CONTEXT_WINDOW is '200k', not a whole number"),
     ("KEEL_CONNECT_WAIT_S", "two minutes", "KEEL_CONNECT_WAIT_S is 'two minutes', not a "
                                            "number"),
+    # Numbers that read but would fail every turn, or the worker's start, later.
+    ("KEEL_CONTEXT_WINDOW", "-5", "KEEL_CONTEXT_WINDOW is '-5', not a whole number above 0"),
+    ("KEEL_MAX_OUTPUT_TOKENS", "-1", "KEEL_MAX_OUTPUT_TOKENS is '-1', not a whole number "
+                                     "above 0"),
+    ("KEEL_PRICE_STEP_TOKENS", "0", "KEEL_PRICE_STEP_TOKENS is '0', not a whole number "
+                                    "above 0"),
+    ("KEEL_MAX_FILE_BYTES", "-1", "KEEL_MAX_FILE_BYTES is '-1', not a whole number above 0"),
+    ("KEEL_MAX_MESSAGE_CHARS", "0", "KEEL_MAX_MESSAGE_CHARS is '0', not a whole number above"),
+    ("KEEL_SHUTDOWN_GRACE_S", "inf", "KEEL_SHUTDOWN_GRACE_S is 'inf', not a number of "
+                                     "seconds, 0 or more"),
+    ("KEEL_CONNECT_WAIT_S", "-3", "KEEL_CONNECT_WAIT_S is '-3', not a number of seconds"),
+    ("KEEL_FALLBACK_HOLD_S", "nan", "KEEL_FALLBACK_HOLD_S is 'nan', not a number of seconds"),
+    ("KEEL_OFFLINE_TOKEN_SKEW", "-1", "KEEL_OFFLINE_TOKEN_SKEW is '-1', not a number above 0"),
+    ("KEEL_OFFLINE_TOKEN_SKEW", "0", "KEEL_OFFLINE_TOKEN_SKEW is '0', not a number above 0"),
 ])
 def test_a_number_the_environment_gives_wrong_is_named(name: str, value: str,
                                                        said: str) -> None:
     with pytest.raises(ValueError, match=said):
         KeelSettings.from_env({name: value})
+
+
+def test_a_python_caller_s_wrong_number_is_refused_too() -> None:
+    """The same rules hold for settings made in Python (`session_config`'s source)."""
+    from pydantic import ValidationError
+
+    from schemas.config import ModelSettings
+
+    for wrong in ({"context_window": 0}, {"max_output_tokens": -1},
+                  {"offline_token_skew": float("nan")}, {"fallback_hold_s": -1.0}):
+        with pytest.raises(ValidationError):
+            ModelSettings.model_validate(wrong)
+    with pytest.raises(ValidationError):
+        KeelSettings(shutdown_grace_s=float("inf"))
+    assert KeelSettings(shutdown_grace_s=0).shutdown_grace_s == 0  # a test's worker
