@@ -35,11 +35,6 @@ N = TypeVar("N", int, float)
 Count = Annotated[int, Field(gt=0)]  # tokens, bytes, characters: one or more
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # a wait: 0 or more, finite
 Factor = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # a ratio: above 0, finite
-_RULES: dict[str, tuple[Any, str]] = {
-    "count": (Count, "a whole number above 0"),
-    "seconds": (Seconds, "a number of seconds, 0 or more"),
-    "factor": (Factor, "a number above 0"),
-}
 
 
 def vault_queue(task_queue: str) -> str:
@@ -264,31 +259,30 @@ class _Env:
         return self.values.get(name, default)
 
     def number(self, name: str, parse: Callable[[str], N], what: str,
-               rule: str | None = None) -> N | None:
-        """The variable `name` parsed (and held to `_RULES[rule]`), None when unset; one
-        given wrong is named."""
+               rule: Any = None) -> N | None:
+        """The variable `name` parsed (and held to `rule`, a type above), None when unset;
+        one given wrong is named, with `what` it should be."""
         value = self.values.get(name)
         try:
             found = parse(value) if value else None
             if found is not None and rule is not None:
-                TypeAdapter(_RULES[rule][0]).validate_python(found)
+                TypeAdapter(rule).validate_python(found)
             return found
         except ValueError:  # pydantic's ValidationError is one
-            raise ValueError(f"{name} is {(value or '')[:40]!r}, not "
-                             f"{_RULES[rule][1] if rule else what}") from None
+            raise ValueError(f"{name} is {(value or '')[:40]!r}, not {what}") from None
 
     def opt_int(self, name: str) -> int | None:
         return self.number(name, int, "a whole number")
 
     def count(self, name: str) -> int | None:
-        return self.number(name, int, "a whole number", "count")
+        return self.number(name, int, "a whole number above 0", Count)
 
     def seconds(self, name: str, default: float) -> float:
-        found = self.number(name, float, "a number", "seconds")
+        found = self.number(name, float, "a number of seconds, 0 or more", Seconds)
         return default if found is None else found
 
     def factor(self, name: str, default: float) -> float:
-        found = self.number(name, float, "a number", "factor")
+        found = self.number(name, float, "a number above 0", Factor)
         return default if found is None else found
 
     def opt_path(self, name: str) -> Path | None:

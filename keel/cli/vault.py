@@ -180,10 +180,9 @@ def vault_search(query: str, scope: ScopeOption = "default",
     async def main() -> None:
         if not query.strip():
             raise CliError("give words to search for: an empty query finds nothing")
-        url = database_url(settings)
+        known = _existing_scope(settings, scope)
         try:
-            hits = await search_memory(url, query, scope=_existing_scope(settings, scope),
-                                       k=limit)
+            hits = await search_memory(database_url(settings), query, scope=known, k=limit)
         except psycopg.Error as err:
             raise CliError(f"PostgreSQL: {err}") from None
         if note := hits.spelling_note():
