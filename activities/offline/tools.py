@@ -77,8 +77,8 @@ def _value(name: str, prop: dict[str, Any], user: str, results: list[str]) -> An
             match = re.search(rf'"{re.escape(name)}"\s*:\s*(\d+)', text)
             if match:
                 return int(match.group(1))
-        nums = [int(n) for n in _NUMBER.findall(_ID.sub("", user))]
-        return nums[0] if nums else 0
+        first = _first_number(user)
+        return 0 if first is None else first
     if kind == "boolean":
         return False
     return None
@@ -90,8 +90,14 @@ def delay_s(user: str) -> int:
     minute."""
     if found := _DELAY.search(user):
         return int(found.group(1)) * _UNIT_S[found.group(2)[0].lower()]
-    nums = [int(n) for n in _NUMBER.findall(_ID.sub("", user))]
-    return nums[0] if nums else 60
+    first = _first_number(user)
+    return 60 if first is None else first
+
+
+def _first_number(user: str) -> int | None:
+    """The first number of the person's words that is not part of an id (`A-1001`)."""
+    found = _NUMBER.search(_ID.sub("", user))
+    return int(found.group(0)) if found else None
 
 
 def arguments(tool: dict[str, Any], user: str, results: list[str]) -> dict[str, Any]:
