@@ -4,6 +4,9 @@ Invariant: a queue counts as served when a worker polled it within `fresh_s` sec
 DescribeTaskQueue reports its pollers (a poll is held up to a minute, so a live worker has
 polled within about that); a poller without a time counts as fresh. A describe the server
 cancels (seen just after a worker polling the queue was killed mid-poll) is asked again.
+With `grace_s`, a queue with no poller is asked again until then: a worker started a moment
+ago (`keel dev` in a script, a deploy) has its first poll on the way, and the server lists
+it only once that poll arrives.
 """
 
 from __future__ import annotations
@@ -21,16 +24,23 @@ from temporalio.service import RPCError, RPCStatusCode
 __all__ = ["POLLER_FRESH_S", "polled_recently", "pollers"]
 
 POLLER_FRESH_S = 90  # a worker's long poll lasts up to 70 s; a live one polled within this
+GRACE_STEP_S = 0.25  # how often a queue with no poller is asked again within a grace
 
 
 async def polled_recently(client: Client, queue: str, *, activities: bool = False,
-                          fresh_s: float = POLLER_FRESH_S) -> bool:
+                          fresh_s: float = POLLER_FRESH_S, grace_s: float = 0.0) -> bool:
     """Whether a worker polled `queue` (its workflow tasks, or with `activities` its
-    activity tasks) in the last `fresh_s` seconds."""
-    now = time.time()
-    return any(not p.HasField("last_access_time")
+    activity tasks) in the last `fresh_s` seconds (or, with `grace_s`, does within it)."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        now = time.time()
+        if any(not p.HasField("last_access_time")
                or now - p.last_access_time.ToSeconds() < fresh_s
-               for p in await pollers(client, queue, activities=activities))
+               for p in await pollers(client, queue, activities=activities)):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(GRACE_STEP_S)
 
 
 async def pollers(client: Client, queue: str, *, activities: bool = False,

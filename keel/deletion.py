@@ -68,6 +68,7 @@ T = TypeVar("T")
 MEMORY_WAIT_S = 120.0  # the vault's worker forgetting the session's entries
 ENDING_WAIT_S = 10.0  # an ended session finishing its handlers, before it is refused
 SWEEP_AFTER_S = 2.0  # after stopping a session, before looking again for what it wrote
+VAULT_GRACE_S = 3.0  # a vault worker started a moment ago: its first poll on the way
 TERMINATED = "deleted on request"
 
 
@@ -204,7 +205,8 @@ async def vault_served(keel: KeelClient, scope: str) -> None:
     """DeleteRefusedError when no vault worker serves the vault's queue: the session's
     entries could not leave its long memory, so nothing is stopped or deleted."""
     queue = vault_queue(keel.task_queue)
-    if not await polled_recently(keel.client, queue, activities=True):
+    if not await polled_recently(keel.client, queue, activities=True,
+                                 grace_s=VAULT_GRACE_S):
         raise DeleteRefusedError(
             f"long memory (scope {scope}) has no vault worker: none polled {queue} lately "
             "(keel dev runs one; on a cluster, keel worker --vault). Nothing was deleted")
