@@ -27,6 +27,7 @@ DEFAULT_MODEL = "claude-sonnet-5"
 DEFAULT_ROW_CACHE_CHARS = 64_000_000
 VAULT_QUEUE_SUFFIX = "-vault"
 N = TypeVar("N", int, float)
+E = TypeVar("E", bound=StrEnum)
 
 # What a setting's number may be, one rule each: a Python caller's wrong value is pydantic's
 # error, an environment variable's names the variable (`_Env`). A window, a limit or a size
@@ -99,6 +100,11 @@ class WorkspaceStoreKind(StrEnum):
     POSTGRES = "postgres"  # the workspace_files table: any worker on any host
 
 
+class LogFormat(StrEnum):
+    CONSOLE = "console"  # for a person at a terminal
+    JSON = "json"  # one object a line, for a collector
+
+
 class MetricsExport(StrEnum):
     """How a worker exports its metrics (workers.metrics)."""
 
@@ -145,7 +151,7 @@ class KeelSettings(BaseModel):
     model: ModelSettings = Field(default_factory=ModelSettings)
     max_message_chars: Count = 200_000
     user_name: str = "user"
-    log_format: str = "console"  # console | json
+    log_format: LogFormat = LogFormat.CONSOLE
     # How long a worker waits at start for Temporal and PostgreSQL to answer (a server
     # starting beside it); 0: it fails at once. Commands a person runs never wait.
     connect_wait_s: Seconds = 120.0
@@ -211,15 +217,16 @@ class KeelSettings(BaseModel):
         data_dir = Path(e.get("KEEL_DATA_DIR", ".keel")).resolve()
         database_url = e.get("DATABASE_URL") or None
         # A database server is shared by every worker, so the workspace follows it there.
-        store = e.get("KEEL_WORKSPACE_STORE") or (
-            WorkspaceStoreKind.POSTGRES if database_url else WorkspaceStoreKind.LOCAL)
+        store = e.choice("KEEL_WORKSPACE_STORE", WorkspaceStoreKind,
+                         WorkspaceStoreKind.POSTGRES if database_url
+                         else WorkspaceStoreKind.LOCAL)
         return cls(
             temporal_address=e.get("TEMPORAL_ADDRESS") or None,
             temporal_namespace=e.get("TEMPORAL_NAMESPACE", "default"),
             temporal_tls=_tls_from_env(e),
             task_queue=e.get("KEEL_TASK_QUEUE", DEFAULT_TASK_QUEUE),
             database_url=database_url,
-            workspace_store=WorkspaceStoreKind(store),
+            workspace_store=store,
             max_file_bytes=e.count("KEEL_MAX_FILE_BYTES") or 10_000_000,
             max_workspace_bytes=e.count("KEEL_MAX_WORKSPACE_BYTES") or 200_000_000,
             row_cache_chars=_or(e.opt_int("KEEL_ROW_CACHE_CHARS"), DEFAULT_ROW_CACHE_CHARS),
@@ -227,7 +234,7 @@ class KeelSettings(BaseModel):
             model=_model_from_env(e),
             max_message_chars=e.count("KEEL_MAX_MESSAGE_CHARS") or 200_000,
             user_name=e.get("KEEL_USER_NAME", "user"),
-            log_format=e.get("KEEL_LOG_FORMAT", "console"),
+            log_format=e.choice("KEEL_LOG_FORMAT", LogFormat, LogFormat.CONSOLE),
             connect_wait_s=e.seconds("KEEL_CONNECT_WAIT_S", 120.0),
             shutdown_grace_s=e.seconds("KEEL_SHUTDOWN_GRACE_S", 30.0),
             mcp_stdio_commands=allowed_from_env(e.get("KEEL_MCP_STDIO_COMMANDS")),
@@ -235,7 +242,7 @@ class KeelSettings(BaseModel):
             otel_exporter=e.get("KEEL_OTEL_EXPORTER") or None,
             metrics=_metrics_from_env(e),
             metrics_address=e.get("KEEL_METRICS_ADDRESS") or DEFAULT_METRICS_ADDRESS,
-            memory=memory_from_env(data_dir, e.values),
+            memory=memory_from_env(data_dir, e),
             providers=providers_from_env(e.values),
             prices=prices_from_env(e.values),
             trusted_bundle_keys=trusted_keys_from_env(e.get("KEEL_TRUSTED_BUNDLE_KEYS")),
@@ -284,6 +291,19 @@ class _Env:
     def factor(self, name: str, default: float) -> float:
         found = self.number(name, float, "a number above 0", Factor)
         return default if found is None else found
+
+    def choice(self, name: str, kind: type[E], default: E) -> E:
+        """The variable `name` as one of `kind`'s values (any case), `default` when unset;
+        one given wrong is named, with the values it may take."""
+        value = self.values.get(name) or ""
+        if not value.strip():
+            return default
+        try:
+            return kind(value.strip().lower())
+        except ValueError:
+            *first, last = [str(v.value) for v in kind]
+            raise ValueError(f"{name} is {value[:40]!r}, not "
+                             f"{', '.join(first)} or {last}") from None
 
     def opt_path(self, name: str) -> Path | None:
         value = self.values.get(name)
@@ -377,15 +397,16 @@ def default_memory(data_dir: Path) -> MemorySettings:
     return MemorySettings(vault_dir=data_dir / "vault", timezone=None)
 
 
-def memory_from_env(data_dir: Path, e: dict[str, str]) -> MemorySettings:
+def memory_from_env(data_dir: Path, env: _Env) -> MemorySettings:
     """Long memory's settings from the environment; the vault defaults to data_dir/vault."""
+    e = env.values
     vault = e.get("KEEL_VAULT_DIR")
     values: dict[str, Any] = {
         "vault_dir": Path(vault).resolve() if vault else (data_dir / "vault"),
         "vaults_dir": Path(e["KEEL_VAULTS_DIR"]).resolve() if e.get("KEEL_VAULTS_DIR") else None,
         "timezone": e.get("KEEL_MEMORY_TZ") or None,  # None: the server's zone
         "notify_webhook_url": e.get("KEEL_NOTIFY_WEBHOOK") or None,
-        "search_mode": e.get("KEEL_MEMORY_SEARCH_MODE") or SearchMode.AUTO.value,
+        "search_mode": env.choice("KEEL_MEMORY_SEARCH_MODE", SearchMode, SearchMode.AUTO),
         "embedder": e.get("KEEL_EMBEDDER") or None,
         "git_push": e.get("KEEL_VAULT_PUSH", "1") not in ("0", "false", "no"),
     }

@@ -59,6 +59,11 @@ def test_trusted_bundle_keys_are_read_and_a_wrong_one_is_named() -> None:
     ("KEEL_FALLBACK_HOLD_S", "nan", "KEEL_FALLBACK_HOLD_S is 'nan', not a number of seconds"),
     ("KEEL_OFFLINE_TOKEN_SKEW", "-1", "KEEL_OFFLINE_TOKEN_SKEW is '-1', not a number above 0"),
     ("KEEL_OFFLINE_TOKEN_SKEW", "0", "KEEL_OFFLINE_TOKEN_SKEW is '0', not a number above 0"),
+    # A word that is none of the setting's: named, with those it may be.
+    ("KEEL_LOG_FORMAT", "xml", "KEEL_LOG_FORMAT is 'xml', not console or json"),
+    ("KEEL_WORKSPACE_STORE", "s3", "KEEL_WORKSPACE_STORE is 's3', not local or postgres"),
+    ("KEEL_MEMORY_SEARCH_MODE", "fast", "KEEL_MEMORY_SEARCH_MODE is 'fast', not auto, bm25 "
+                                        "or hybrid"),
 ])
 def test_a_number_the_environment_gives_wrong_is_named(name: str, value: str,
                                                        said: str) -> None:
@@ -79,3 +84,18 @@ def test_a_python_caller_s_wrong_number_is_refused_too() -> None:
     with pytest.raises(ValidationError):
         KeelSettings(shutdown_grace_s=float("inf"))
     assert KeelSettings(shutdown_grace_s=0).shutdown_grace_s == 0  # a test's worker
+
+
+def test_a_word_setting_is_read_in_any_case_and_defaults_when_unset() -> None:
+    from schemas.config import LogFormat, WorkspaceStoreKind
+    from schemas.vault.schema import SearchMode
+
+    read = KeelSettings.from_env({"KEEL_LOG_FORMAT": "JSON", "KEEL_WORKSPACE_STORE": " Local",
+                                  "KEEL_MEMORY_SEARCH_MODE": "bm25"})
+    assert read.log_format is LogFormat.JSON
+    assert read.workspace_store is WorkspaceStoreKind.LOCAL
+    assert read.memory.search_mode is SearchMode.BM25
+    unset = KeelSettings.from_env({"DATABASE_URL": "postgresql://db/keel"})
+    assert unset.log_format is LogFormat.CONSOLE
+    assert unset.workspace_store is WorkspaceStoreKind.POSTGRES  # the database's
+    assert unset.memory.search_mode is SearchMode.AUTO
