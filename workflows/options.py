@@ -57,9 +57,15 @@ NEVER_RETRY = [
     "UndefinedColumn", "UndefinedTable", "SyntaxError", "UnstorableData", "SeqAbandoned",
 ]
 
+# A step of the record's (PostgreSQL, the workspace, a built-in tool): a ValueError there is
+# bad data or a bug, which the step's ten minutes to an hour of retries never mend (a tool's
+# input the code took wrong stood a turn still for all of them). Not for the model's calls:
+# the SDK raises one for tool JSON the model wrote malformed, and says to ask again.
+DB_NEVER_RETRY = [*NEVER_RETRY, "ValueError", "JSONDecodeError", "OverflowError",
+                  "ZeroDivisionError"]
 DB_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1),
                        maximum_interval=timedelta(seconds=30),
-                       non_retryable_error_types=NEVER_RETRY)
+                       non_retryable_error_types=DB_NEVER_RETRY)
 MODEL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), backoff_coefficient=2.0,
                           maximum_interval=timedelta(seconds=60),
                           maximum_attempts=MODEL_CALL_ATTEMPTS,

@@ -3,6 +3,7 @@ model reply."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import psycopg
@@ -60,3 +61,34 @@ async def test_malformed_model_reply_is_reported_not_retried(
         outcome = await session.ask("hello")
     assert outcome.error and "malformed model reply" in outcome.error
     assert len(fake_anthropic.requests) == 1
+
+
+async def test_a_step_that_cannot_take_its_data_ends_at_its_first_attempt(
+        client, database_url, fake_anthropic, tmp_path, monkeypatch):
+    """A ValueError in a step of the record's (here a built-in tool's code, made to raise
+    one) is bad data or a bug: the step ends at its first attempt, the model reads that the
+    call failed, and the turn goes on. It was retried like a database outage, for the tool
+    call's ten minutes, and the turn stood still all that time."""
+    import time
+
+    import activities.session
+    from tests.fake_anthropic import tool_use_message
+
+    async def cannot_take(ctx: object, name: str, args: object) -> object:
+        raise ValueError("a value no retry mends")
+
+    monkeypatch.setattr(activities.session, "execute_tool", cannot_take)
+    fake_anthropic.push(tool_use_message([("read_file", {"path": "notes.md"})]),
+                        text_message("The read failed; going on."))
+    settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    sid = f"ve-{uuid.uuid4().hex[:8]}"
+    async with keel_worker(client, settings) as keel:
+        session = await keel.start_session(sid)
+        started = time.monotonic()
+        outcome = await asyncio.wait_for(session.ask("Read notes.md"), 60)
+        took = time.monotonic() - started
+    assert outcome.reply_text == "The read failed; going on." and took < 20, took
+    with psycopg.connect(database_url) as conn:
+        said = [r[0] for r in conn.execute(
+            "SELECT content_text FROM messages WHERE session_id = %s ORDER BY seq", (sid,))]
+    assert any("read_file failed" in s and "a value no retry mends" in s for s in said), said
