@@ -24,7 +24,7 @@ from keel.console import console
 from keel.uploads import Upload, UploadRefused, checked, read_within
 from keel.uploads import put as uploads_put
 from schemas.config import KeelSettings
-from schemas.files import limit_text
+from schemas.files import limit_text, normal_path
 from schemas.text import visible
 
 if TYPE_CHECKING:  # the store's code loads only when a command opens one
@@ -103,7 +103,8 @@ def put(
 
     async def main(store: WorkspaceStore) -> None:
         version = await store.write(session, target, _read_within(file, target, settings))
-        console.print(f"put {escape(target)} into {session} (v{version})")
+        # Where the store keeps it (`a\b`, `a//b` and `a/./b` are all `a/b`).
+        console.print(f"put {escape(normal_path(target))} into {session} (v{version})")
     run(_with_store(settings, main))
 
 

@@ -74,6 +74,11 @@ async def test_put_then_the_agent_then_files(client, database_url, fake_anthropi
         keel, "put", sid, "docs/", str(local))
     assert await asyncio.to_thread(keel, "files", sid, "docs/notes.md") == (
         "hello from the user\n")
+    # Said where the store keeps it: a Windows separator and a doubled one are one slash.
+    assert f"put docs/notes.md into {sid} (v2)" in await asyncio.to_thread(
+        keel, "put", sid, "docs\\.\\notes.md", str(local))
+    assert f"put docs/notes.md into {sid} (v3)" in await asyncio.to_thread(
+        keel, "put", sid, "docs//notes.md", str(local))
     # A file past anything the store takes is refused by its size, not read whole first.
     huge = tmp_path / "huge.bin"
     with huge.open("wb") as f:
