@@ -34,6 +34,7 @@ E = TypeVar("E", bound=StrEnum)
 # of zero or less, or a wait that is negative, infinite or NaN, would fail every session's
 # turn or the worker's start later, far from the setting that caused it.
 Count = Annotated[int, Field(gt=0)]  # tokens, bytes, characters: one or more
+Amount = Annotated[int, Field(ge=0)]  # a size where 0 means none
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # a wait: 0 or more, finite
 Factor = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # a ratio: above 0, finite
 
@@ -146,7 +147,7 @@ class KeelSettings(BaseModel):
     max_workspace_bytes: Count = 200_000_000  # all of one session's files together
     # About how much of the window rows it read a worker keeps between model calls
     # (activities.row_cache; 0: none).
-    row_cache_chars: int = Field(default=DEFAULT_ROW_CACHE_CHARS, ge=0)
+    row_cache_chars: Amount = DEFAULT_ROW_CACHE_CHARS
     data_dir: Path = Path(".keel")
     model: ModelSettings = Field(default_factory=ModelSettings)
     max_message_chars: Count = 200_000
@@ -229,7 +230,7 @@ class KeelSettings(BaseModel):
             workspace_store=store,
             max_file_bytes=e.count("KEEL_MAX_FILE_BYTES") or 10_000_000,
             max_workspace_bytes=e.count("KEEL_MAX_WORKSPACE_BYTES") or 200_000_000,
-            row_cache_chars=_or(e.opt_int("KEEL_ROW_CACHE_CHARS"), DEFAULT_ROW_CACHE_CHARS),
+            row_cache_chars=_or(e.amount("KEEL_ROW_CACHE_CHARS"), DEFAULT_ROW_CACHE_CHARS),
             data_dir=data_dir,
             model=_model_from_env(e),
             max_message_chars=e.count("KEEL_MAX_MESSAGE_CHARS") or 200_000,
@@ -266,23 +267,23 @@ class _Env:
         return self.values.get(name, default)
 
     def number(self, name: str, parse: Callable[[str], N], what: str,
-               rule: Any = None) -> N | None:
-        """The variable `name` parsed (and held to `rule`, a type above), None when unset;
+               rule: Any) -> N | None:
+        """The variable `name` parsed and held to `rule` (a type above), None when unset;
         one given wrong is named, with `what` it should be."""
         value = self.values.get(name)
         try:
             found = parse(value) if value else None
-            if found is not None and rule is not None:
+            if found is not None:
                 TypeAdapter(rule).validate_python(found)
             return found
         except ValueError:  # pydantic's ValidationError is one
             raise ValueError(f"{name} is {(value or '')[:40]!r}, not {what}") from None
 
-    def opt_int(self, name: str) -> int | None:
-        return self.number(name, int, "a whole number")
-
     def count(self, name: str) -> int | None:
         return self.number(name, int, "a whole number above 0", Count)
+
+    def amount(self, name: str) -> int | None:
+        return self.number(name, int, "a whole number, 0 or more", Amount)
 
     def seconds(self, name: str, default: float) -> float:
         found = self.number(name, float, "a number of seconds, 0 or more", Seconds)

@@ -59,6 +59,8 @@ def test_trusted_bundle_keys_are_read_and_a_wrong_one_is_named() -> None:
     ("KEEL_FALLBACK_HOLD_S", "nan", "KEEL_FALLBACK_HOLD_S is 'nan', not a number of seconds"),
     ("KEEL_OFFLINE_TOKEN_SKEW", "-1", "KEEL_OFFLINE_TOKEN_SKEW is '-1', not a number above 0"),
     ("KEEL_OFFLINE_TOKEN_SKEW", "0", "KEEL_OFFLINE_TOKEN_SKEW is '0', not a number above 0"),
+    ("KEEL_ROW_CACHE_CHARS", "-5", "KEEL_ROW_CACHE_CHARS is '-5', not a whole number, 0 or "
+                                   "more"),
     # A word that is none of the setting's: named, with those it may be.
     ("KEEL_LOG_FORMAT", "xml", "KEEL_LOG_FORMAT is 'xml', not console or json"),
     ("KEEL_WORKSPACE_STORE", "s3", "KEEL_WORKSPACE_STORE is 's3', not local or postgres"),
@@ -84,6 +86,7 @@ def test_a_python_caller_s_wrong_number_is_refused_too() -> None:
     with pytest.raises(ValidationError):
         KeelSettings(shutdown_grace_s=float("inf"))
     assert KeelSettings(shutdown_grace_s=0).shutdown_grace_s == 0  # a test's worker
+    assert KeelSettings.from_env({"KEEL_ROW_CACHE_CHARS": "0"}).row_cache_chars == 0  # none
 
 
 def test_a_word_setting_is_read_in_any_case_and_defaults_when_unset() -> None:
