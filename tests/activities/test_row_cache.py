@@ -173,8 +173,11 @@ def test_the_bound_comes_from_the_settings_and_zero_turns_the_cache_off():
     assert KeelSettings.from_env({}).row_cache_chars == DEFAULT_ROW_CACHE_CHARS
     assert KeelSettings.from_env({"KEEL_ROW_CACHE_CHARS": "0"}).row_cache_chars == 0
     assert KeelSettings.from_env({"KEEL_ROW_CACHE_CHARS": "1000"}).row_cache_chars == 1000
-    with pytest.raises(ValidationError, match="row_cache_chars"):
+    with pytest.raises(ValueError, match="KEEL_ROW_CACHE_CHARS is '-1', not a whole number, "
+                                         "0 or more"):
         KeelSettings.from_env({"KEEL_ROW_CACHE_CHARS": "-1"})
+    with pytest.raises(ValidationError, match="row_cache_chars"):  # a Python caller's
+        KeelSettings(row_cache_chars=-1)
 
 
 async def test_a_record_from_before_the_revisions_gets_them_and_reads_the_same(database_url):
