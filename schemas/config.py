@@ -28,6 +28,7 @@ DEFAULT_ROW_CACHE_CHARS = 64_000_000
 VAULT_QUEUE_SUFFIX = "-vault"
 N = TypeVar("N", int, float)
 E = TypeVar("E", bound=StrEnum)
+D = TypeVar("D")
 
 # What a setting's number may be, one rule each: a Python caller's wrong value is pydantic's
 # error, an environment variable's names the variable (`_Env`). A window, a limit or a size
@@ -241,7 +242,7 @@ class KeelSettings(BaseModel):
             mcp_stdio_commands=allowed_from_env(e.get("KEEL_MCP_STDIO_COMMANDS")),
             mcp_http_hosts=allowed_from_env(e.get("KEEL_MCP_HTTP_HOSTS")),
             otel_exporter=e.get("KEEL_OTEL_EXPORTER") or None,
-            metrics=_metrics_from_env(e),
+            metrics=e.choice("KEEL_METRICS", MetricsExport, None, off="none"),
             metrics_address=e.get("KEEL_METRICS_ADDRESS") or DEFAULT_METRICS_ADDRESS,
             memory=memory_from_env(data_dir, e),
             providers=providers_from_env(e.values),
@@ -293,17 +294,17 @@ class _Env:
         found = self.number(name, float, "a number above 0", Factor)
         return default if found is None else found
 
-    def choice(self, name: str, kind: type[E], default: E) -> E:
-        """The variable `name` as one of `kind`'s values (any case), `default` when unset;
-        one given wrong is named, with the values it may take."""
-        value = self.values.get(name) or ""
-        if not value.strip():
+    def choice(self, name: str, kind: type[E], default: D, off: str = "") -> E | D:
+        """The variable `name` as one of `kind`'s values (any case), `default` when unset or
+        the word `off`; one given wrong is named, with the words it may be."""
+        value = (self.values.get(name) or "").strip().lower()
+        if not value or (off and value == off):
             return default
         try:
-            return kind(value.strip().lower())
+            return kind(value)
         except ValueError:
-            *first, last = [str(v.value) for v in kind]
-            raise ValueError(f"{name} is {value[:40]!r}, not "
+            *first, last = [str(v.value) for v in kind] + ([off] if off else [])
+            raise ValueError(f"{name} is {self.values[name][:40]!r}, not "
                              f"{', '.join(first)} or {last}") from None
 
     def opt_path(self, name: str) -> Path | None:
@@ -324,17 +325,6 @@ def _model_from_env(e: _Env) -> ModelSettings:
         fallback_model=e.get("KEEL_FALLBACK_MODEL") or None,
         fallback_hold_s=e.seconds("KEEL_FALLBACK_HOLD_S", 60.0),
     )
-
-
-def _metrics_from_env(e: _Env) -> MetricsExport | None:
-    value = e.get("KEEL_METRICS") or None
-    if value is None or value.lower() == "none":
-        return None
-    try:
-        return MetricsExport(value.strip().lower())
-    except ValueError:
-        raise ValueError(f"KEEL_METRICS is {value[:40]!r}, not prometheus, otlp or none"
-                         ) from None
 
 
 def _tls_from_env(e: _Env) -> TemporalTLS:

@@ -50,6 +50,18 @@ def visible(text: str) -> str:
     return text.replace("\r\n", "\n").translate(_SHOWN)
 
 
+def visible_in(value: Any) -> Any:
+    """`value` (JSON-like: strings, lists, tuples, dicts) with every string in it `visible`;
+    the keys of a dict too, as a caller may show them."""
+    if isinstance(value, str):
+        return visible(value)
+    if type(value) in (list, tuple):  # not a named tuple: its fields are no text
+        return type(value)(visible_in(v) for v in value)
+    if isinstance(value, dict):
+        return {visible_in(k): visible_in(v) for k, v in value.items()}
+    return value
+
+
 # -- storable text -----------------------------------------------------------------------
 
 # NUL: PostgreSQL text cannot hold it, and jsonb rejects the \u0000 escape.

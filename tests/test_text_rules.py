@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
+from collections import namedtuple
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -31,6 +32,7 @@ from schemas.text import (
     storable_json_problem,
     storable_problem,
     visible,
+    visible_in,
 )
 
 FAST = settings(max_examples=200, deadline=None,
@@ -382,3 +384,13 @@ def test_text_a_terminal_only_prints_is_unchanged(text: str) -> None:
     # Letters of every script, emoji (with their joiners), marks, spaces; right-to-left
     # text keeps its own marks: only embeddings, overrides and isolates are shown.
     assert visible(text) == text
+
+
+def test_every_string_in_a_value_is_shown_keys_too_and_nothing_else_changes() -> None:
+    point = namedtuple("point", "x y")(1, "\x1b")
+    value = {"tool": "rm\x1b[2J", "input": {"pa\u202eth": ["a\x07", ("b\x1b", 2)]},
+             "n": 3, "ok": True, "none": None, "point": point}
+    assert visible_in(value) == {
+        "tool": "rm␛[2J", "input": {"pa<U+202E>th": ["a␇", ("b␛", 2)]},
+        "n": 3, "ok": True, "none": None, "point": point}
+    assert visible_in("\x1b") == "␛" and visible_in(7) == 7

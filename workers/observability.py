@@ -56,7 +56,7 @@ from temporalio.worker import (
 
 from activities.db import ATTEMPT_STARTED
 from schemas.config import KeelSettings
-from schemas.text import visible
+from schemas.text import visible_in
 from workflows.observe import SPAN_CLOSE, SPAN_OPEN
 
 # The turn of the activity running in this task, set by ActivityContextInterceptor from
@@ -177,8 +177,8 @@ def _visible_values(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str
     """A console line's text fields as a terminal may show them (schemas.text.visible): a
     line may carry a session's words (a server's error, a tool's name, a model's refusal),
     and an operator's terminal is no place for their escape sequences."""
-    return {key: visible(value) if isinstance(value, str) else value
-            for key, value in event.items()}
+    shown: dict[str, Any] = visible_in(event)
+    return shown
 
 
 class _StderrHandler(logging.StreamHandler[TextIO]):

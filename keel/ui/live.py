@@ -35,7 +35,7 @@ from keel.ui.context import UiContext, ui
 from keel.ui.pages import session_status
 from keel.ui.views import conversation
 from schemas.events import TextDelta
-from schemas.text import visible
+from schemas.text import visible_in
 
 __all__ = ["live"]
 
@@ -94,7 +94,7 @@ class ShownDeltas:
         self._ends: dict[tuple[int, int], tuple[int, int]] = {}
 
     def shown(self, offset: int, event: BaseModel) -> dict[str, Any]:
-        data = {k: _visible_values(v) for k, v in event.model_dump(mode="json").items()}
+        data = visible_in(event.model_dump(mode="json"))
         if isinstance(event, TextDelta):
             key = (event.reply_seq, event.attempt)
             if key not in self._ends:  # one reply's attempt streams at a time: forget the last
@@ -104,16 +104,6 @@ class ShownDeltas:
             self._ends[key] = (event.start + len(event.text), start + len(data["text"]))
             data["start"] = start
         return {"offset": offset, **data}
-
-
-def _visible_values(value: Any) -> Any:
-    if isinstance(value, str):
-        return visible(value)
-    if isinstance(value, list):
-        return [_visible_values(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _visible_values(v) for k, v in value.items()}
-    return value
 
 
 async def _events(ctx: UiContext, session_id: str, after_event: int, out: Outbox) -> None:
