@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
-from collections import namedtuple
+from typing import NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -386,8 +386,13 @@ def test_text_a_terminal_only_prints_is_unchanged(text: str) -> None:
     assert visible(text) == text
 
 
+class _Point(NamedTuple):
+    x: int
+    y: str
+
+
 def test_every_string_in_a_value_is_shown_keys_too_and_nothing_else_changes() -> None:
-    point = namedtuple("point", "x y")(1, "\x1b")
+    point = _Point(1, "\x1b")
     value = {"tool": "rm\x1b[2J", "input": {"pa\u202eth": ["a\x07", ("b\x1b", 2)]},
              "n": 3, "ok": True, "none": None, "point": point}
     assert visible_in(value) == {
