@@ -18,7 +18,12 @@ from pydantic import BaseModel, Field, TypeAdapter
 
 from schemas.budget import DEFAULT_PRICES, ModelPrice, PriceTable
 from schemas.vault.schema import SearchMode
-from schemas.vault.settings import MemorySettings
+from schemas.vault.settings import (
+    CRON_VARIABLES,
+    ZONE_WANTED,
+    MemorySettings,
+    known_timezone,
+)
 
 DEFAULT_TASK_QUEUE = "keel-sessions"
 DEFAULT_MODEL = "claude-sonnet-5"
@@ -395,22 +400,22 @@ def memory_from_env(data_dir: Path, env: _Env) -> MemorySettings:
     values: dict[str, Any] = {
         "vault_dir": Path(vault).resolve() if vault else (data_dir / "vault"),
         "vaults_dir": Path(e["KEEL_VAULTS_DIR"]).resolve() if e.get("KEEL_VAULTS_DIR") else None,
-        "timezone": e.get("KEEL_MEMORY_TZ") or None,  # None: the server's zone
+        "timezone": _zone(e.get("KEEL_MEMORY_TZ") or None),  # None: the server's zone
         "notify_webhook_url": e.get("KEEL_NOTIFY_WEBHOOK") or None,
         "search_mode": env.choice("KEEL_MEMORY_SEARCH_MODE", SearchMode, SearchMode.AUTO),
         "embedder": e.get("KEEL_EMBEDDER") or None,
         "git_push": e.get("KEEL_VAULT_PUSH", "1") not in ("0", "false", "no"),
     }
-    for key, name in (
-        ("daily_cron", "KEEL_ROLLUP_DAILY_CRON"),
-        ("weekly_cron", "KEEL_ROLLUP_WEEKLY_CRON"),
-        ("monthly_cron", "KEEL_ROLLUP_MONTHLY_CRON"),
-        ("yearly_cron", "KEEL_ROLLUP_YEARLY_CRON"),
-        ("doctor_cron", "KEEL_DOCTOR_CRON"),
-    ):
+    for job, name in CRON_VARIABLES.items():
         if e.get(name):
-            values[key] = e[name]
+            values[f"{job}_cron"] = e[name]
     return MemorySettings(**values)
+
+
+def _zone(value: str | None) -> str | None:
+    if value is not None and not known_timezone(value):
+        raise ValueError(f"KEEL_MEMORY_TZ is {value[:60]!r}, not {ZONE_WANTED}")
+    return value
 
 
 def _or(value: int | None, default: int) -> int:

@@ -37,7 +37,7 @@ from activities.vault.clock import local_timezone_name
 from schemas.config import KeelSettings
 from schemas.vault.nightly import NightlyInput, NightlyJob
 from schemas.vault.rollup import RollupKind
-from schemas.vault.settings import MemorySettings
+from schemas.vault.settings import CRON_VARIABLES, MemorySettings
 from workflows.nightly import MemoryNightlyWorkflow
 
 SCHEDULE_PREFIX = "keel-memory-"
@@ -83,41 +83,51 @@ class EnsuredSchedule(BaseModel):
     created: bool  # False: it existed and was updated to the current settings
 
 
+async def _ensure(client: Client, sid: str, schedule: Schedule) -> EnsuredSchedule:
+    try:
+        await client.create_schedule(sid, schedule)
+        return EnsuredSchedule(schedule_id=sid, created=True)
+    except ScheduleAlreadyRunningError:
+        def replace(_: ScheduleUpdateInput) -> ScheduleUpdate:
+            return ScheduleUpdate(schedule=schedule)
+
+        await client.get_schedule_handle(sid).update(replace)
+        return EnsuredSchedule(schedule_id=sid, created=False)
+
+
 async def ensure_memory_schedules(client: Client, settings: KeelSettings
                                   ) -> list[EnsuredSchedule]:
     """Create the five schedules, or bring existing ones in line with the settings."""
-    out: list[EnsuredSchedule] = []
-    for sid, schedule in memory_schedules(settings).items():
-        try:
-            await client.create_schedule(sid, schedule)
-            out.append(EnsuredSchedule(schedule_id=sid, created=True))
-        except ScheduleAlreadyRunningError:
-            def replace(_: ScheduleUpdateInput, new: Schedule = schedule) -> ScheduleUpdate:
-                return ScheduleUpdate(schedule=new)
-
-            await client.get_schedule_handle(sid).update(replace)
-            out.append(EnsuredSchedule(schedule_id=sid, created=False))
-    return out
+    return [await _ensure(client, sid, schedule)
+            for sid, schedule in memory_schedules(settings).items()]
 
 
 async def keep_memory_schedules(client: Client, settings: KeelSettings,
                                 first_s: float = RETRY_FIRST_S) -> list[EnsuredSchedule]:
-    """`ensure_memory_schedules`, tried again while Temporal is away; [] (logged) when it
-    refuses them for good (a namespace that allows no schedules): the worker serves
-    sessions either way, and the rollups wait for a start that can make them."""
-    wait = first_s
-    while True:
-        try:
-            return await ensure_memory_schedules(client, settings)
-        except RPCError as err:
-            if err.status not in TRANSIENT:
-                log.error("the memory schedules were refused (%s): the nightly rollups and "
-                          "the doctor will not run until a worker can create them", err)
-                return []
-            log.warning("the memory schedules wait for Temporal (%s); trying again in "
-                        "%.0f s", err, wait)
-        await asyncio.sleep(wait)
-        wait = min(wait * 2, RETRY_MAX_S)
+    """`ensure_memory_schedules`, each schedule tried again while Temporal is away; one it
+    refuses for good (a cron spec it cannot read, a namespace that allows no schedules) is
+    logged by its job and variable and left out, the others made: the worker serves
+    sessions either way, and that job waits for a start that can make it."""
+    schedules, out = memory_schedules(settings), []
+    for job in NightlyJob:
+        sid = schedule_id(settings, job.value)
+        wait = first_s
+        while True:
+            try:
+                out.append(await _ensure(client, sid, schedules[sid]))
+                break
+            except RPCError as err:
+                if err.status not in TRANSIENT:
+                    log.error("the memory schedule %s was refused (%s; its cron spec, %s, is "
+                              "%r): that job will not run until a worker can create it",
+                              job.value, err, CRON_VARIABLES[job.value],
+                              _cron(settings.memory, job.value))
+                    break
+                log.warning("the memory schedules wait for Temporal (%s); trying again in "
+                            "%.0f s", err, wait)
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, RETRY_MAX_S)
+    return out
 
 
 __all__ = ["RollupKind", "ensure_memory_schedules", "keep_memory_schedules",

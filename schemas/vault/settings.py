@@ -11,11 +11,32 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from schemas.vault.schema import CORE_MAX_CHARS, SearchMode
 from schemas.vault.scope import DEFAULT_SCOPE, check_scope
+
+# Each nightly job's cron spec (MemorySettings.<job>_cron) and the variable that sets it.
+CRON_VARIABLES = {
+    "daily": "KEEL_ROLLUP_DAILY_CRON",
+    "weekly": "KEEL_ROLLUP_WEEKLY_CRON",
+    "monthly": "KEEL_ROLLUP_MONTHLY_CRON",
+    "yearly": "KEEL_ROLLUP_YEARLY_CRON",
+    "doctor": "KEEL_DOCTOR_CRON",
+}
+ZONE_WANTED = "a time zone this server knows (an IANA name: Europe/Paris, America/New_York, UTC)"
+
+
+def known_timezone(name: str) -> bool:
+    """Whether this host can load `name` as a time zone (the vault's days and the nightly
+    schedules are kept in it)."""
+    try:
+        ZoneInfo(name)
+        return True
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return False
 
 
 class MemorySettings(BaseModel):
@@ -47,6 +68,15 @@ class MemorySettings(BaseModel):
     git_push: bool = True
     # A health score this many points under the previous one asks for a person.
     health_drop_alert: float = 5.0
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str | None) -> str | None:
+        # Every vault write asks the zone for the local day: one it cannot load would fail
+        # them all (transcripts never written) while sessions ran on.
+        if value is not None and not known_timezone(value):
+            raise ValueError(f"{value[:60]!r} is not {ZONE_WANTED}")
+        return value
 
     def vaults_root(self) -> Path:
         return self.vaults_dir or (self.vault_dir.parent / "vaults")

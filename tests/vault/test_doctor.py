@@ -17,7 +17,7 @@ from schemas.vault.doctor import DoctorInput, DoctorReport
 from schemas.vault.nightly import NightlyReport
 from tests.vault.support import make_ctx, run_activity
 from tests.vault.webhooks import Webhook
-from workers.schedules import ensure_memory_schedules, schedule_id
+from workers.schedules import ensure_memory_schedules, keep_memory_schedules, schedule_id
 from workers.worker import MEMORY_WORKFLOWS, memory_activities
 from workflows.doctor import DoctorWorkflow
 
@@ -253,4 +253,25 @@ async def test_schedules_are_created_updated_and_run(client, tmp_path, database_
         assert report.steps and all(s.ok for s in report.steps)
     finally:
         for s in created:
+            await client.get_schedule_handle(s.schedule_id).delete()
+
+
+async def test_a_cron_spec_temporal_refuses_leaves_out_its_job_alone(client, tmp_path,
+                                                                     database_url, caplog):
+    # One refused spec stopped the loop: the jobs after it were never scheduled, and the
+    # log named no variable.
+    ctx = make_ctx(tmp_path, database_url)
+    memory = ctx.settings.memory.model_copy(update={"weekly_cron": "every sunday"})
+    settings = ctx.settings.model_copy(update={"task_queue": f"sched-{uuid.uuid4()}",
+                                               "memory": memory})
+    made = await keep_memory_schedules(client, settings, first_s=0.1)
+    try:
+        assert [s.schedule_id for s in made] == [
+            schedule_id(settings, job) for job in ("daily", "monthly", "yearly", "doctor")]
+        refused = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert len(refused) == 1
+        assert "schedule weekly was refused" in refused[0]
+        assert "KEEL_ROLLUP_WEEKLY_CRON, is 'every sunday'" in refused[0]
+    finally:
+        for s in made:
             await client.get_schedule_handle(s.schedule_id).delete()

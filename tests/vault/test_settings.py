@@ -2,11 +2,15 @@
 data dir when not given."""
 
 from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
 
 from activities.vault.clock import local_timezone_name
 from activities.vault.store import Vault
 from schemas.config import KeelSettings
 from schemas.vault.schema import SearchMode
+from schemas.vault.settings import MemorySettings
 
 
 def test_from_env_fills_memory_once_with_the_data_dir_defaults(tmp_path):
@@ -40,3 +44,20 @@ def test_settings_built_directly_put_the_vault_under_their_data_dir():
 
 def test_local_timezone_name_prefers_tz():
     assert local_timezone_name({"TZ": ":Asia/Tokyo"}) == "Asia/Tokyo"
+
+
+def test_a_time_zone_the_server_cannot_load_is_refused_by_name(tmp_path):
+    # Every vault write asks the zone for its local day: KEEL_MEMORY_TZ=Mars/Base let
+    # sessions run while no transcript reached the vault, the worker logging each failure.
+    for wrong in ("Mars/Base", "utc", "/etc/localtime", "../../etc/passwd", "x" * 300):
+        with pytest.raises(ValueError, match=r"KEEL_MEMORY_TZ is '.*', not a time zone this"):
+            KeelSettings.from_env({"KEEL_DATA_DIR": str(tmp_path), "KEEL_MEMORY_TZ": wrong})
+        with pytest.raises(ValueError, match="not a time zone this server knows"):
+            MemorySettings(vault_dir=tmp_path, timezone=wrong)
+    assert MemorySettings(vault_dir=tmp_path, timezone="Asia/Tokyo").timezone == "Asia/Tokyo"
+
+
+def test_a_host_zone_that_cannot_load_is_passed_over():
+    for tz in ("Mars/Base", "/etc/localtime", "CET-1CEST"):
+        name = local_timezone_name({"TZ": tz})
+        assert name != tz and ZoneInfo(name)
