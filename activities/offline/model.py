@@ -149,7 +149,10 @@ def _agent_turn(request: dict[str, Any]) -> dict[str, Any]:
         return declared
     if last_results:
         return _after_tools(messages, everything, request)
-    if "queue" not in everything.lower():
+    # Asked for by the person, a tool's output or the recollection: its own replies (which
+    # offer the queue to anyone who says hello) do not start it.
+    theirs = _all_text([m for m in messages if m.get("role") != "assistant"])
+    if "queue" not in theirs.lower():
         preview = " ".join(latest.split())[:160]
         return _text(
             f"I am Keel's offline deterministic model (no network, no API key). I received: "
