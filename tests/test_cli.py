@@ -535,3 +535,29 @@ async def test_chat_reads_a_text_pasted_while_a_reply_comes_as_one_message(
         finally:
             chat.close()
     assert _user_messages(database_url, sid) == [("Start the review.",), ("Notes:\n- one\n- two",)]
+
+
+CTRL_C_WHILE_LOADING = """
+import os, signal, sys
+
+class CtrlC:  # Ctrl-C arrives as the command line's modules load
+    def find_spec(self, name, path=None, target=None):
+        if name == "keel.cli.shell":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["keel", "--help"]
+from keel._entry import main
+main()
+"""
+
+
+def test_ctrl_c_while_the_command_line_loads_is_one_line_and_exit_130() -> None:
+    # The console script imported the whole command line before any of Keel's code ran:
+    # a Ctrl-C in that first second printed a traceback from inside Temporal's protobufs.
+    done = subprocess.run([sys.executable, "-c", CTRL_C_WHILE_LOADING], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 130
+    assert done.stderr == "interrupted (Ctrl-C) while the command line loaded\n"
+    assert done.stdout == ""

@@ -76,7 +76,7 @@ class Commands(typer.Typer):
 
 
 class KeelApp(Commands):
-    """The console-script entry point (`keel = "keel.cli:app"`), ending the process itself.
+    """What the console script runs (`keel._entry.main`), ending the process itself.
 
     Temporal's Rust core keeps threads that may call back into Python while the
     interpreter finalizes, which aborts the process ("PyGILState_Release: thread state
