@@ -1,6 +1,9 @@
 """Long memory's settings as part of KeelSettings: read once by from_env, derived from the
 data dir when not given."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -11,6 +14,8 @@ from activities.vault.store import Vault
 from schemas.config import KeelSettings
 from schemas.vault.schema import SearchMode
 from schemas.vault.settings import MemorySettings
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_from_env_fills_memory_once_with_the_data_dir_defaults(tmp_path):
@@ -61,3 +66,15 @@ def test_a_host_zone_that_cannot_load_is_passed_over():
     for tz in ("Mars/Base", "/etc/localtime", "CET-1CEST"):
         name = local_timezone_name({"TZ": tz})
         assert name != tz and ZoneInfo(name)
+
+
+def test_a_host_without_zone_files_still_knows_every_zone(tmp_path):
+    # A slim container has no /usr/share/zoneinfo: the tzdata package is a dependency, so
+    # the check that KEEL_MEMORY_TZ loads refuses no real zone there.
+    probe = ("import zoneinfo; assert zoneinfo.TZPATH == (), zoneinfo.TZPATH; "
+             "from schemas.config import KeelSettings; "
+             "print(KeelSettings.from_env({'KEEL_MEMORY_TZ': 'Europe/Paris'}).memory.timezone)")
+    env = {**os.environ, "PYTHONTZPATH": ""}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "Europe/Paris\n"), done.stderr
