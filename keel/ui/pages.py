@@ -334,7 +334,12 @@ async def budget(request: Request) -> Response:
         usd = str(form.get("usd") or "").strip()
         if not usd:
             raise ValueError("give the dollars to raise the limit by, or allow as much again")
-        return await handle.raise_budget(float(usd), request_id=request_id, by=DECIDED_BY)
+        try:
+            amount = float(usd)
+        except ValueError:  # the page's field takes numbers only: another client sent this
+            raise ValueError(f"the dollars to raise the limit by are a number such as 5 or "
+                             f"2.50, not {usd[:40]!r}") from None
+        return await handle.raise_budget(amount, request_id=request_id, by=DECIDED_BY)
     return await _session_post(request, answer)
 
 

@@ -47,6 +47,14 @@ async def test_budget_raised_and_a_turn_stopped_from_the_page(client, database_u
                                           "request_id": request_id},
                                     headers={"Origin": base})
             assert empty.status_code == 409 and "give the dollars" in empty.text
+            # A client other than the page may send anything: said in the UI's words, not
+            # Python's ("could not convert string to float").
+            words = await http.post(f"{base}/sessions/{sid}/budget",
+                                    data={"csrf": csrf, "decision": "raise", "usd": "1,000",
+                                          "request_id": request_id},
+                                    headers={"Origin": base})
+            assert words.status_code == 409, words.text
+            assert "are a number such as 5 or 2.50, not &#39;1,000&#39;" in words.text
             assert (await handle.status()).budget_request is not None
             raised = await http.post(f"{base}/sessions/{sid}/budget",
                                      data={"csrf": csrf, "decision": "again",
