@@ -24,6 +24,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from schemas.attachments import CONTENT_WITHOUT_BYTES_SQL, attachments_of, with_lines
+from schemas.vault.scope import KNOWN_SCOPES_SQL
 
 if TYPE_CHECKING:
     from activities.vault.search import MemoryDoc
@@ -192,12 +193,9 @@ def transcript_backlog(database_url: str) -> list[TranscriptBacklog]:
 
 
 def known_scopes(database_url: str) -> set[str]:
-    """Every scope PostgreSQL knows of: the index holds it, a session reads it, or
-    transcripts are queued for it (a scope comes to be with its first session)."""
+    """Every scope PostgreSQL knows of (schemas.vault.scope.KNOWN_SCOPES_SQL)."""
     with psycopg.connect(database_url) as conn:
-        return {scope for (scope,) in conn.execute(
-            "SELECT scope FROM memory_stats UNION SELECT memory_scope FROM sessions"
-            " WHERE memory_scope IS NOT NULL UNION SELECT scope FROM transcript_outbox")}
+        return {scope for (scope,) in conn.execute(KNOWN_SCOPES_SQL)}
 
 
 def indexed_scopes(database_url: str) -> dict[str, int]:

@@ -20,13 +20,14 @@ from datetime import UTC, datetime
 from temporalio import activity
 
 from activities.heartbeat import with_heartbeat
-from activities.vault.context import MemoryContext
+from activities.vault.context import MemoryContext, scope_vaults
 from activities.vault.files import read_text
 from activities.vault.search import delete_documents
 from activities.vault.store import Vault
 from schemas.vault.card import card_filename, link_key, parse_card
 from schemas.vault.forget import CardForgotten, ForgetCardInput
 from schemas.vault.schema import CARDS_DIR, CORE_FILE
+from schemas.vault.scope import KNOWN_SCOPES_SQL
 
 __all__ = ["ForgetCardActivities"]
 
@@ -56,6 +57,18 @@ class ForgetCardActivities:
     def __init__(self, ctx: MemoryContext) -> None:
         self.ctx = ctx
 
+    async def _unknown_scope(self, ctx: MemoryContext, card: str) -> CardForgotten | None:
+        """The answer for a scope the deployment does not know (no vault folder here, and
+        PostgreSQL names it nowhere), else None: a scope with sessions and no vault yet
+        keeps its tombstone, for the rollup that will write its first cards."""
+        async with ctx.connection() as conn:
+            known = {s for (s,) in await (await conn.execute(KNOWN_SCOPES_SQL)).fetchall()}
+        if ctx.scope in known:
+            return None
+        known |= set(scope_vaults(self.ctx.settings.memory))
+        return CardForgotten(scope=ctx.scope, title=card, scope_known=False,
+                             scopes=sorted(known))
+
     @activity.defn(name="forget_memory_card")
     async def forget_memory_card(self, data: ForgetCardInput) -> CardForgotten:
         return await with_heartbeat(self._forget(data))
@@ -63,6 +76,10 @@ class ForgetCardActivities:
     async def _forget(self, data: ForgetCardInput) -> CardForgotten:
         ctx = self.ctx.scoped(data.scope)
         vault = ctx.vault
+        if not vault.root.is_dir():  # asked before the lock, which makes the folder
+            unknown = await self._unknown_scope(ctx, data.card.strip())
+            if unknown is not None:
+                return unknown
         async with vault.lock(), ctx.connection() as conn:
             rel, title = await asyncio.to_thread(_card, vault, data.card.strip())
             day = vault.local_date(datetime.now(UTC))

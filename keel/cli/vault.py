@@ -30,6 +30,7 @@ from keel.record import (
 )
 from schemas.config import KeelSettings
 from schemas.vault.nightly import NightlyJob, now_run_prefix
+from schemas.vault.scope import unknown_scope_text
 
 __all__ = ["vault_app"]
 
@@ -61,9 +62,7 @@ def _existing_scope(settings: KeelSettings, scope: str) -> str:
     except psycopg.Error as err:
         raise CliError(f"PostgreSQL: {err}") from None
     if scope not in known:
-        there = ", ".join(sorted(known)[:20]) or "none yet"
-        raise CliError(f"no memory scope {scope!r} (the scopes: {there}); a session's first "
-                       "message creates its scope")
+        raise CliError(unknown_scope_text(scope, list(known)))
     return scope
 
 

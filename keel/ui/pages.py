@@ -53,7 +53,7 @@ from schemas.checkpoint.mind import MindDocument
 from schemas.session import SessionPhase, SessionStatus, SessionSummary
 from schemas.vault.erase import erased_text
 from schemas.vault.forget import forgotten_text
-from schemas.vault.scope import DEFAULT_SCOPE, is_scope
+from schemas.vault.scope import DEFAULT_SCOPE, is_scope, unknown_scope_text
 
 __all__ = ["approvals_fragment", "branch", "checkpoint_page", "decide", "erase", "erase_page",
            "home", "session_page", "session_status", "sessions", "timeline", "vault_page"]
@@ -429,6 +429,9 @@ async def vault_page(request: Request) -> HTMLResponse:
     if scope is None:
         return _no_scope(request)
     view = await vault_view(ctx.settings, ctx.connection, query, scope)
+    if scope not in (*view.scopes, DEFAULT_SCOPE):  # a mistyped scope: not an empty one
+        return render(request, "error.html", status_code=404, title="No such scope",
+                      message=unknown_scope_text(scope, view.scopes))
     return render(request, "vault.html", title="Vault", view=view, query=query,
                   hit_link=hit_link)
 

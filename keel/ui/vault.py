@@ -31,7 +31,7 @@ from activities.workspace import open_store
 from schemas.config import KeelSettings
 from schemas.vault.card import HISTORY_HEADING, parse_card
 from schemas.vault.schema import CORE_FILE, DAILY_DIR
-from schemas.vault.scope import DEFAULT_SCOPE
+from schemas.vault.scope import DEFAULT_SCOPE, KNOWN_SCOPES_SQL
 
 SEARCH_K = 20
 
@@ -105,16 +105,15 @@ async def vault_view(settings: KeelSettings,
         if not view.exists:  # not on this host
             view = await _indexed(conn, vault, settings)
         view.scope = scope
-        view.scopes = sorted({*scope_vaults(settings.memory), *await _indexed_scopes(conn),
-                              scope})
+        view.scopes = sorted({*scope_vaults(settings.memory), *await _known_scopes(conn)})
         if query:
             hits = await search(conn, query, scope=scope, k=SEARCH_K)
             view.hits, view.spelling = list(hits), hits.spelling_note()
     return view
 
 
-async def _indexed_scopes(conn: AsyncConnection) -> list[str]:
-    rows = await (await conn.execute("SELECT scope FROM memory_stats")).fetchall()
+async def _known_scopes(conn: AsyncConnection) -> list[str]:
+    rows = await (await conn.execute(KNOWN_SCOPES_SQL)).fetchall()
     return [scope for (scope,) in rows]
 
 

@@ -20,7 +20,9 @@ Invariants:
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+
+from schemas.vault.scope import unknown_scope_text
 
 __all__ = ["FORGET_CARD_WORKFLOW", "CardForgotten", "ForgetCardInput", "forgotten_text",
            "refused_by_forget"]
@@ -46,6 +48,10 @@ class CardForgotten(BaseModel):
     summary_mentions: int = 0  # summaries that still name it
     card_mentions: int = 0  # other cards that still name it (a link, a fact)
     in_core: bool = False  # CORE.md names it
+    # False: the deployment knows no such scope (no vault folder, PostgreSQL names it
+    # nowhere) and nothing was done: a tombstone there would make a mistyped scope one.
+    scope_known: bool = True
+    scopes: list[str] = Field(default_factory=list)  # the scopes there are, when not known
 
 
 def refused_by_forget(op_id: str, material_day: str, forgotten_on: str | None) -> bool:
@@ -58,6 +64,8 @@ def refused_by_forget(op_id: str, material_day: str, forgotten_on: str | None) -
 
 def forgotten_text(done: CardForgotten) -> list[str]:
     """What a person is told: what went, and what still holds the card's words."""
+    if not done.scope_known:
+        return [f"{unknown_scope_text(done.scope, done.scopes)}; nothing was forgotten"]
     if done.path is None:
         lines = [f"no card {done.title!r} in memory scope {done.scope!r}; it will not be "
                  "written again from material of today or before"]

@@ -15,6 +15,11 @@ import re
 
 DEFAULT_SCOPE = "default"
 SCOPE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+# Every scope PostgreSQL knows of (one column, `scope`): the index holds it, a session reads
+# it, or transcripts are queued for it. With the vault folders on the vault worker's host,
+# these are a deployment's scopes: a scope comes to be with its first session.
+KNOWN_SCOPES_SQL = ("SELECT scope FROM memory_stats UNION SELECT memory_scope FROM sessions"
+                    " WHERE memory_scope IS NOT NULL UNION SELECT scope FROM transcript_outbox")
 
 
 class ScopeError(ValueError):
@@ -32,6 +37,14 @@ def check_scope(scope: str) -> str:
 
 def is_scope(name: str) -> bool:
     return bool(SCOPE_ID.fullmatch(name))
+
+
+def unknown_scope_text(scope: str, scopes: list[str]) -> str:
+    """What a person is told of a scope the deployment does not know (a mistyped one,
+    never made empty): the scopes there are."""
+    there = ", ".join(sorted(scopes)[:20]) or "none yet"
+    return (f"no memory scope {scope!r} (the scopes: {there}); a session's first message "
+            "creates its scope")
 
 
 def scope_note(scope: str) -> str:

@@ -50,6 +50,12 @@ async def test_the_vault_page_shows_a_scope_whose_folder_is_on_another_host(
             assert "Results for" in found and "4471" in found
             bad = await http.get(f"{base}/vault", params={"scope": "Not A Scope"})
             assert bad.status_code == 400 and "is not a memory scope" in bad.text
+            # A mistyped scope was shown as an empty one, and listed among the scopes.
+            typo = await http.get(f"{base}/vault", params={"scope": f"x{scope}"})
+            assert typo.status_code == 404, typo.text
+            assert f"no memory scope &#39;x{scope}&#39; (the scopes: " in typo.text
+            assert scope in typo.text
+            assert (await http.get(f"{base}/vault")).status_code == 200  # always there
 
 
 def test_a_card_s_history_is_shown_apart_from_its_indexed_text() -> None:

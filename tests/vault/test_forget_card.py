@@ -118,6 +118,9 @@ async def test_keel_vault_forget_runs_through_the_vault_worker(
     async with keel_worker(client, settings):
         done = await keel("vault", "forget", "Dana Whitfield", "--scope", "team")
         again = await keel("vault", "forget", "Dana Whitfield", "--scope", "team")
+        # A mistyped scope: it wrote a tombstone there, which made the typo a scope (an
+        # erasure of it then said "erased").
+        typo = await keel("vault", "forget", "Dana Whitfield", "--scope", "taem")
     assert done.exit_code == 0, done.output
     assert "forgot cards/contacts/Dana Whitfield.md in memory scope 'team'" in done.output
     assert not (ctx.vault.root / "cards" / "contacts" / "Dana Whitfield.md").exists()
@@ -125,5 +128,9 @@ async def test_keel_vault_forget_runs_through_the_vault_worker(
     with psycopg.connect(database_url) as conn:
         rows = conn.execute("SELECT scope, title FROM memory_forgotten").fetchall()
     assert rows == [("team", "Dana Whitfield")]
+    assert typo.exit_code == 1
+    assert ("no memory scope 'taem' (the scopes: default, team); a session's first message "
+            "creates its scope; nothing was forgotten") in " ".join(typo.output.split())
+    assert not (tmp_path / "vaults" / "taem").exists()
     bad = await keel("vault", "forget", "x\ny", "--scope", "team")
     assert bad.exit_code == 1 and "printable" in bad.output
