@@ -483,7 +483,8 @@ async def erase(request: Request) -> Response:
     except KeelError as err:
         return render(request, "error.html", status_code=409, title="Not erased",
                       message=str(err))
-    return render(request, "erased.html", title=f"Erased {scope}", scope=scope,
+    return render(request, "erased.html", scope=scope,
+                  title=f"Erased {scope}" if done.found else "Nothing to erase",
                   said=erased_text(done), sessions=done.sessions_deleted, found=done.found,
                   status_code=200 if done.found else 404)
 
@@ -510,7 +511,8 @@ async def forget(request: Request) -> Response:
     except KeelError as err:
         return render(request, "error.html", status_code=409, title="Not forgotten",
                       message=str(err))
-    return render(request, "forgot.html", title=f"Forgot {done.title}", scope=scope,
+    return render(request, "forgot.html", scope=scope,
+                  title=f"Forgot {done.title}" if done.path is not None else "Nothing forgotten",
                   said=forgotten_text(done), found=done.path is not None,
                   status_code=200 if done.path is not None else 404)
 

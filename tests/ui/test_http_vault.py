@@ -112,6 +112,7 @@ async def test_a_scope_is_erased_from_the_vault_page_once_asked_again(
                       session.session_id) == [(0,)]
             again = await erase()
             assert again.status_code == 404 and "Nothing to erase" in again.text
+            assert "<title>Nothing to erase" in again.text  # not "Erased ..."
             bad = await http.get(f"{base}/vault/erase", params={"scope": "No Scope"})
             assert bad.status_code == 400
 
@@ -145,6 +146,8 @@ async def test_a_card_is_forgotten_from_the_vault_page_once_asked_again(
             assert not (folder / card).exists()
             again = await http.post(f"{base}/vault/forget", headers={"Origin": base},
                                     data={"csrf": csrf, "scope": scope, "card": card})
-            assert again.status_code == 404 and "No such card" in again.text
+            assert again.status_code == 404 and "<h1>Nothing forgotten</h1>" in again.text
+            assert f"no card &#39;{card}&#39; in memory scope" in again.text
+            assert "<title>Nothing forgotten" in again.text  # not "Forgot ..."
             vault = (await http.get(f"{base}/vault", params={"scope": scope})).text
             assert "Dana Whitfield" not in vault.split("<h2>Cards</h2>")[1].split("<h2>")[0]
