@@ -27,12 +27,12 @@ from typing import Any
 
 from pydantic import BaseModel
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
 from keel.events import Transport, session_events
 from keel.record import read_record_async
 from keel.ui.context import UiContext, ui
-from keel.ui.pages import session_status
+from keel.ui.pages import no_such_session, session_known, session_status
 from keel.ui.views import conversation
 from schemas.events import TextDelta
 from schemas.text import visible_in
@@ -49,15 +49,33 @@ Feed = Callable[[], Coroutine[Any, Any, None]]
 
 
 async def live(request: Request) -> Response:
+    """A session's page kept live (server-sent events); 404 for a session the record does
+    not hold, as its page is, not a stream that never says anything."""
     session_id = request.path_params["session_id"]
     q = request.query_params
-    after_seq = int(q.get("after_seq") or 0)
-    after_event = int(q.get("after_event") or 0)
+    after_seq, after_event = _count(q.get("after_seq")), _count(q.get("after_event"))
+    if after_seq is None or after_event is None:
+        return PlainTextResponse("after_seq and after_event are whole numbers, 0 or more",
+                                 status_code=400)
+    ctx = ui(request)
+    if not await session_known(ctx, session_id) and await session_status(
+            ctx.keel.session(session_id)) is None:  # as its page: in the record, or running
+        return no_such_session(request, session_id)
     follow_record = q.get("record", "1") == "1"
     return StreamingResponse(
         _live_stream(request, session_id, after_seq, after_event, follow_record),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+def _count(value: str | None) -> int | None:
+    """A query's whole number, 0 when absent; None when it is none (a page's own script
+    sends only what the stream gave it)."""
+    try:
+        found = int(value or 0)
+    except ValueError:
+        return None
+    return found if found >= 0 else None
 
 
 async def _record_rows(ctx: UiContext, session_id: str, after_seq: int, out: Outbox

@@ -71,12 +71,12 @@ async def session_status(handle: SessionHandle) -> SessionStatus | None:
         return None
 
 
-async def _known(ctx: UiContext, session_id: str) -> bool:
+async def session_known(ctx: UiContext, session_id: str) -> bool:
     async with ctx.connection() as conn:
         return await session_exists(conn, session_id)
 
 
-def _not_found(request: Request, session_id: str) -> HTMLResponse:
+def no_such_session(request: Request, session_id: str) -> HTMLResponse:
     return render(request, "error.html", status_code=404, title="No such session",
                   message=f"There is no session {session_id!r} in the record.")
 
@@ -151,9 +151,9 @@ async def session_page(request: Request) -> HTMLResponse:
     ctx = ui(request)
     session_id = request.path_params["session_id"]
     handle = ctx.keel.session(session_id)
-    status, known = await asyncio.gather(session_status(handle), _known(ctx, session_id))
+    status, known = await asyncio.gather(session_status(handle), session_known(ctx, session_id))
     if status is None and not known:
-        return _not_found(request, session_id)
+        return no_such_session(request, session_id)
     q = request.query_params
     record = await _record_page(ctx, session_id, _from_seq(q), q.get("user") == "1")
     checkpoints = await _checkpoints(ctx, session_id, texts=False)
@@ -258,8 +258,8 @@ async def delete_page(request: Request) -> Response:
     """Deleting a session, asked once more: what goes and what stays, and the form."""
     ctx = ui(request)
     session_id = request.path_params["session_id"]
-    if not await _known(ctx, session_id):
-        return _not_found(request, session_id)
+    if not await session_known(ctx, session_id):
+        return no_such_session(request, session_id)
     return render(request, "delete.html", title=f"Delete {session_id}?",
                   session_id=session_id)
 
@@ -369,8 +369,8 @@ async def timeline(request: Request) -> HTMLResponse:
     ctx = ui(request)
     session_id = request.path_params["session_id"]
     found = await _checkpoints(ctx, session_id)
-    if not found and not await _known(ctx, session_id):
-        return _not_found(request, session_id)
+    if not found and not await session_known(ctx, session_id):
+        return no_such_session(request, session_id)
     return render(request, "checkpoints.html", title=f"{session_id}: checkpoints",
                   session_id=session_id, checkpoints=found)
 
@@ -381,8 +381,8 @@ async def checkpoint_page(request: Request) -> HTMLResponse:
     number = request.path_params["number"]
     found = await _checkpoints(ctx, session_id)
     if not 1 <= number <= len(found):
-        if not found and not await _known(ctx, session_id):
-            return _not_found(request, session_id)
+        if not found and not await session_known(ctx, session_id):
+            return no_such_session(request, session_id)
         return render(request, "error.html", status_code=404, title="No such checkpoint",
                       message=f"{session_id} has {len(found)} checkpoint(s); there is no "
                               f"checkpoint {number}.")

@@ -211,9 +211,15 @@ async def test_bad_input_over_http(client, database_url, tmp_path):
         unknown = await http.get(f"{base}/sessions/no-such-session")
         assert unknown.status_code == 404 and "no session &#39;no-such-session&#39;" in (
             unknown.text)
-        for path in ("checkpoints", "checkpoints/1"):
+        # The live stream too (it said ": connected" and nothing more, for ever).
+        for path in ("checkpoints", "checkpoints/1", "live"):
             assert (await http.get(f"{base}/sessions/no-such-session/{path}")
                     ).status_code == 404
+        # A count that is no whole number was a 500 and a traceback in the log.
+        for query in ("after_seq=abc", "after_event=1e99", "after_seq=-1"):
+            bad_count = await http.get(f"{base}/sessions/fresh/live?{query}")
+            assert bad_count.status_code == 400, query
+            assert "whole numbers, 0 or more" in bad_count.text
         # A control character in the id (a NUL was PostgreSQL's error: a 500): no route.
         for bad in ("%00", "a%00b", "a%0Ab", "fresh%00/checkpoints"):
             assert (await http.get(f"{base}/sessions/{bad}")).status_code == 404, bad
