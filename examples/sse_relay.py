@@ -14,7 +14,7 @@ One relay process can serve many browsers; each open page is one stream reader. 
 the session's in-flight Updates (10 a run, shared with its input), so past a couple of pages
 per session this relay reads by Query instead (KEEL_RELAY_TRANSPORT=query), which costs the
 session nothing but may, after a worker crash, show an event the session then redoes.
-Needs `starlette` and `uvicorn` (pip install starlette uvicorn); not a Keel dependency.
+Uses `starlette` and `uvicorn`, which Keel's web UI installs too.
 """
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ async def events(request: Request) -> StreamingResponse:
     assert keel is not None
     session = keel.session(request.path_params["session_id"])
     last = request.headers.get("last-event-id")
-    if last is not None and last.isdigit():
+    if last is not None and last.isascii() and last.isdecimal():  # "²" is a digit to isdigit
         after = int(last) + 1  # a reconnecting browser: right after what it saw
-    elif request.query_params.get("from", "").isdigit():
-        after = int(request.query_params["from"])
+    elif (start := request.query_params.get("from", "")).isascii() and start.isdecimal():
+        after = int(start)
     else:
         after = await session.event_offset()
 

@@ -251,14 +251,16 @@ def _field(text: str, name: str, low: int, high: int) -> list[int]:
     values: set[int] = set()
     for part in text.split(","):
         base, _, step_text = part.partition("/")
-        if (step_text and not step_text.isdigit()) or step_text == "0":
+        # isdecimal, not isdigit: "²" is a digit that int() refuses (a ValueError, not a
+        # refusal, took the session's workflow task down).
+        if (step_text and not step_text.isdecimal()) or step_text == "0":
             raise WakeupRefused(f"cron {name}: step {step_text!r} is not a positive number")
         step = int(step_text) if step_text else 1
         if base == "*":
             start, end = low, high
         elif re.fullmatch(r"\d+-\d+", base):
             start, end = (int(x) for x in base.split("-"))
-        elif base.isdigit():
+        elif base.isdecimal():
             start = int(base)
             end = high if step_text else start
         else:
@@ -323,12 +325,18 @@ def cron_min_gap_s(spec: CronSpec, start: datetime, fires: int = 60) -> float | 
 
 # ----- planning a wakeup ---------------------------------------------------------------
 
+# A delay or period past this is no wakeup (and a datetime past year 9999 cannot be made).
+MAX_WAKEUP_SECONDS = 100 * 366 * 86_400
+
+
 def _number(args: dict[str, Any], key: str) -> float | None:
     value = args.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-        raise WakeupRefused(f"{key} must be a number of seconds")
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not abs(value) <= MAX_WAKEUP_SECONDS):  # nan and inf too
+        raise WakeupRefused(f"{key} must be a number of seconds, at most "
+                            f"{MAX_WAKEUP_SECONDS:g}")
     return float(value)
 
 

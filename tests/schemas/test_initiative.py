@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from schemas.agent import (
     AgentSpec,
@@ -181,3 +183,34 @@ def test_a_secret_in_a_sub_agents_model_is_refused_unquoted():
     with pytest.raises(AgentSpecError) as err:
         check_spec(bad, [t["name"] for t in AGENT_TOOLS])
     assert "sub_agents ('x').model" in str(err.value) and token not in str(err.value)
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=5)
+_CRON = st.lists(st.text(alphabet="0123456789*/,-²٣ x", max_size=6), min_size=5,
+                 max_size=5).map(" ".join)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.fixed_dictionaries({}, optional={
+    "note": st.text(max_size=20) | _JSON, "after_s": _JSON, "every_s": _JSON,
+    "cron": _CRON | _JSON, "at": st.text(max_size=30) | _JSON, "expires_in_s": _JSON}))
+def test_whatever_the_model_asks_a_wakeup_is_planned_or_refused(args) -> None:
+    # The plan runs in the session's workflow: anything but a refusal took its task down
+    # ("*/²": a digit to isdigit that int() refuses; after_s 2.5e11: past year 9999).
+    try:
+        plan_wakeup(args, NOW, LIMITS, [], "w1")
+    except WakeupRefused:
+        pass
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    ({"note": "x", "cron": "*/² * * * *"}, "step '²' is not a positive number"),
+    ({"note": "x", "cron": "² * * * *"}, "is not a number, range or"),
+    ({"note": "x", "after_s": 251_629_853_400.0}, "at most"),
+    ({"note": "x", "every_s": float("inf")}, "at most"),
+])
+def test_the_inputs_that_took_a_session_down_are_refused(args, says) -> None:
+    with pytest.raises(WakeupRefused, match=says):
+        plan_wakeup(args, NOW, LIMITS, [], "w1")

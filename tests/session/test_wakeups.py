@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+import pytest
 from temporalio.api.enums.v1 import EventType
 
 from schemas.agent import AgentSpec
@@ -111,17 +112,24 @@ async def test_one_shot_fires_as_task_never_as_user(temporal_env, database_url,
     assert len(users) == 1 and users[0][2] == "check CI again shortly"
 
 
+@pytest.mark.parametrize(("asked", "says"), [
+    ({"note": "too soon", "every_s": 0.2}, "shortest interval"),
+    # A ValueError, not a refusal, in the workflow: its task failed on every attempt and
+    # the turn never answered.
+    ({"note": "odd digit", "cron": "*/² * * * *"}, "is not a positive number"),
+])
 async def test_refused_schedule_is_a_tool_error(temporal_env, database_url,
-                                                fake_anthropic, tmp_path):
-    fake_anthropic.responder = scheduler({"note": "too soon", "every_s": 0.2})
+                                                fake_anthropic, tmp_path, asked, says):
+    fake_anthropic.responder = scheduler(asked)
     settings = make_settings(database_url, tmp_path, fake_anthropic.base_url)
+    sid = f"wake-refused-{len(says)}"
     async with keel_worker(temporal_env.client, settings) as keel:
-        session = await keel.start_session("wake-refused", agent=FAST)
-        outcome = await session.ask("poll CI all the time")
-        assert "shortest interval" in outcome.reply_text
+        session = await keel.start_session(sid, agent=FAST)
+        outcome = await asyncio.wait_for(session.ask("poll CI all the time"), 60)
+        assert says in outcome.reply_text
         assert await session.wakeups() == []
         await session.end()
-    results = [r for r in rows(database_url, "wake-refused") if r[0] == "tool_result"]
+    results = [r for r in rows(database_url, sid) if r[0] == "tool_result"]
     assert len(results) == 1 and "refused" in results[0][2]
 
 
