@@ -216,13 +216,13 @@ def queue_position(*texts: str) -> int | None:
 
 
 def reviews_written(workspace: Path) -> list[int]:
-    return sorted(int(p.stem) for p in (workspace / "reviews").glob("*.md") if p.stem.isdigit())
+    return sorted(int(p.stem) for p in (workspace / "reviews").glob("*.md") if p.stem.isdecimal())
 
 
 async def reviews_in_workspace(session: SessionHandle) -> list[int]:
     """The PRs with a review file, as the session's own workspace lists them."""
     names = [f.path.rsplit("/", 1)[-1] for f in await session.list_files("reviews/")]
-    return sorted(int(n[:-3]) for n in names if n.endswith(".md") and n[:-3].isdigit())
+    return sorted(int(n[:-3]) for n in names if n.endswith(".md") and n[:-3].isdecimal())
 
 
 async def seed_through_session(session: SessionHandle, files: dict[str, str]) -> None:

@@ -301,6 +301,9 @@ def test_metrics_settings_are_read_and_a_wrong_one_named():
     assert push_every({"OTEL_METRIC_EXPORT_INTERVAL": "500"}).total_seconds() == 0.5
     with pytest.raises(MetricsSettingsError, match="OTEL_METRIC_EXPORT_INTERVAL is '1s'"):
         push_every({"OTEL_METRIC_EXPORT_INTERVAL": "1s"})
+    # A digit to str.isdigit that int() refuses: int's own ValueError, a traceback, before.
+    with pytest.raises(MetricsSettingsError, match="OTEL_METRIC_EXPORT_INTERVAL is '²'"):
+        push_every({"OTEL_METRIC_EXPORT_INTERVAL": "²"})
     assert otlp_metrics_url({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/"}) == \
         "http://c:4318/v1/metrics"
     assert otlp_metrics_url({"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://m/x",
@@ -308,6 +311,8 @@ def test_metrics_settings_are_read_and_a_wrong_one_named():
     bad = on.model_copy(update={"metrics_address": "9100"})
     with pytest.raises(MetricsSettingsError, match="KEEL_METRICS_ADDRESS is '9100', not host"):
         install_metrics(bad)
+    with pytest.raises(MetricsSettingsError, match="KEEL_METRICS_ADDRESS is 'h:²', not host"):
+        install_metrics(on.model_copy(update={"metrics_address": "h:²"}))
 
 
 def test_a_worker_whose_metrics_port_is_taken_stops_at_start_saying_so(tmp_path):

@@ -50,7 +50,7 @@ def push_every(env: dict[str, str] | None = None) -> timedelta:
     value = (os.environ if env is None else env).get("OTEL_METRIC_EXPORT_INTERVAL")
     if not value:
         return timedelta(milliseconds=PUSH_EVERY_MS)
-    if not value.isdigit() or int(value) <= 0:
+    if not value.isdecimal() or int(value) <= 0:
         raise MetricsSettingsError(f"OTEL_METRIC_EXPORT_INTERVAL is {value[:40]!r}, not a "
                                    "number of milliseconds")
     return timedelta(milliseconds=int(value))
@@ -74,7 +74,7 @@ def metrics_where(settings: KeelSettings) -> str:
 
 def _bind_address(address: str) -> str:
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not host or not port.isdecimal() or not 0 <= int(port) <= 65535:
         raise MetricsSettingsError(f"KEEL_METRICS_ADDRESS is {address[:80]!r}, not host:port "
                                    f"(for instance 0.0.0.0:9464)")
     return address

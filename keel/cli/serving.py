@@ -206,7 +206,7 @@ def _dev_ui_address(stack: Stack, ui: bool) -> str | None:
     if not (ui and stack.embedded):
         return None
     host, _, port = str(stack.temporal_address).rpartition(":")
-    return f"http://{host}:{int(port) + 1000}" if port.isdigit() else None
+    return f"http://{host}:{int(port) + 1000}" if port.isdecimal() else None
 
 
 def demo(

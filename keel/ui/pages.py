@@ -177,7 +177,7 @@ async def _own_form(request: Request) -> FormData | None:
     is spooled to disk as it comes)."""
     most = MAX_MESSAGE_ATTACHMENTS * ui(request).settings.max_file_bytes + FORM_ROOM_BYTES
     length = request.headers.get("content-length")
-    if length is None or not length.isdigit() or int(length) > most:
+    if length is None or not length.isdecimal() or int(length) > most:
         raise FormTooLarge(f"a form of at most {most} bytes, its length given, is taken; "
                            f"this one is {length or 'of no given length'}")
     form = await request.form()

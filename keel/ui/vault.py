@@ -89,7 +89,7 @@ def hit_link(path: str) -> str | None:
     """A daily-transcript hit (`daily/<day>.md#<session>:<seq>`) links to its message."""
     _, sep, anchor = path.partition("#")
     session_id, colon, seq = anchor.rpartition(":")
-    if not (sep and colon and session_id and seq.isdigit()):
+    if not (sep and colon and session_id and seq.isdecimal()):
         return None
     return f"/sessions/{quote(session_id, safe='')}?from={seq}#m{seq}"
 

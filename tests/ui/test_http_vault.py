@@ -151,3 +151,11 @@ async def test_a_card_is_forgotten_from_the_vault_page_once_asked_again(
             assert "<title>Nothing forgotten" in again.text  # not "Forgot ..."
             vault = (await http.get(f"{base}/vault", params={"scope": scope})).text
             assert "Dana Whitfield" not in vault.split("<h2>Cards</h2>")[1].split("<h2>")[0]
+
+
+def test_a_transcript_hit_links_its_message_by_its_seq_alone() -> None:
+    from keel.ui.vault import hit_link
+
+    assert hit_link("daily/2026-06-01.md#s 1:12") == "/sessions/s%201?from=12#m12"
+    for path in ("daily/2026-06-01.md#s1:²", "daily/2026-06-01.md#s1:", "cards/x.md"):
+        assert hit_link(path) is None, path
