@@ -406,9 +406,12 @@ def interval_offset(created: datetime, every_s: float) -> timedelta:
 
 def plan_wakeup(args: dict[str, Any], now: datetime, limits: WakeupLimits,
                 active: list[Wakeup], wakeup_id: str,
-                recurring_floor_s: float = RECURRING_FLOOR_S) -> Wakeup:
+                recurring_floor_s: float = RECURRING_FLOOR_S,
+                refuse_unfired: bool = True) -> Wakeup:
     """The wakeup a `schedule_wakeup` call asks for, or WakeupRefused saying why not.
-    `recurring_floor_s` is 0 only for sessions that scheduled before the floor existed."""
+    `recurring_floor_s` is 0 only for sessions that scheduled before the floor existed;
+    `refuse_unfired` False only for those that scheduled before a recurring wakeup whose
+    first fire is past its expiry was refused (it was scheduled, and never fired)."""
     note = args.get("note")
     if not isinstance(note, str) or not note.strip():
         raise WakeupRefused("note must be a non-empty string: what your future self should do")
@@ -425,6 +428,13 @@ def plan_wakeup(args: dict[str, Any], now: datetime, limits: WakeupLimits,
     expires = now + timedelta(seconds=expiry)
     if due is not None and due > expires:
         raise WakeupRefused(f"at is past this agent's wakeup expiry ({expiry:g} s from now)")
+    first = (now + timedelta(seconds=every) if every is not None else
+             next_cron_fire(parse_cron(cron), now) if cron is not None else None)
+    if refuse_unfired and first is not None and first > expires:
+        raise WakeupRefused(f"its first fire ({first:%Y-%m-%d %H:%M} UTC) is past its expiry "
+                            f"({expiry:g} s from now): it would never fire; use a shorter "
+                            f"interval, a longer expires_in_s (at most {limits.expiry_s:g}), "
+                            "or at")
     return Wakeup(id=wakeup_id, note=note.strip(), created=now, expires=expires, due=due,
                   cron=cron, every_s=every)
 

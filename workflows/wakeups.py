@@ -58,7 +58,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run import SessionRun
     from workflows.scheduled import scheduled_time
 
-__all__ = ["FOLD_PATCH", "RECURRING_FLOOR_PATCH", "ToolFn", "WakeupFireWorkflow", "Wakeups"]
+__all__ = ["FOLD_PATCH", "RECURRING_FLOOR_PATCH", "UNFIRED_PATCH", "ToolFn",
+           "WakeupFireWorkflow", "Wakeups"]
 
 # A fire while the session is idle is folded into its turn's first model call (histories
 # from before it replay as they were: recorded by an activity of its own).
@@ -66,6 +67,9 @@ FOLD_PATCH = "wakeup-fold"
 # Recurring wakeups at least RECURRING_FLOOR_S apart (histories from before it scheduled
 # 1 s intervals and replay so).
 RECURRING_FLOOR_PATCH = "wakeup-recurring-floor"
+# A recurring wakeup whose first fire is past its expiry is refused (it was scheduled, and
+# never fired).
+UNFIRED_PATCH = "wakeup-unfired-refused"
 
 ToolFn = Callable[[ToolCall], Awaitable[tuple[str, bool]]]
 
@@ -101,7 +105,8 @@ class Wakeups:
                                       workflow.patched(RECURRING_FLOOR_PATCH)) else 0.0
         try:
             wakeup = plan_wakeup(call.input, workflow.now(), spec.wakeups, state.wakeups,
-                                 f"w{state.wakeups_made + 1}", floor)
+                                 f"w{state.wakeups_made + 1}", floor,
+                                 refuse_unfired=workflow.patched(UNFIRED_PATCH))
         except WakeupRefused as err:
             return f"schedule_wakeup refused: {err}", True
         state.wakeups_made += 1

@@ -214,3 +214,13 @@ def test_whatever_the_model_asks_a_wakeup_is_planned_or_refused(args) -> None:
 def test_the_inputs_that_took_a_session_down_are_refused(args, says) -> None:
     with pytest.raises(WakeupRefused, match=says):
         plan_wakeup(args, NOW, LIMITS, [], "w1")
+
+
+@pytest.mark.parametrize("when", [{"every_s": 30 * 86_400}, {"cron": "0 0 1 1 *"}])
+def test_a_recurring_wakeup_that_would_never_fire_is_refused(when) -> None:
+    # Its first fire past its expiry: "Scheduled wakeup w1", and it never came.
+    with pytest.raises(WakeupRefused, match=r"is past its expiry .* it would never fire"):
+        plan_wakeup({"note": "x", **when}, NOW, LIMITS, [], "w1")
+    kept = plan_wakeup({"note": "x", **when}, NOW, LIMITS, [], "w1", refuse_unfired=False)
+    assert kept.recurring  # what a session that scheduled before the rule replays
+    assert plan_wakeup({"note": "x", "cron": "0 12 * * *"}, NOW, LIMITS, [], "w1").recurring
