@@ -113,6 +113,10 @@ class NoBudgetRequestError(KeelError):
     """A budget answer when no budget request (or not that one) is pending."""
 
 
+class DataDirError(KeelError, ValueError):
+    """A data folder the embedded stack cannot use (keel.devstack): nothing was started."""
+
+
 REJECTIONS: dict[str, type[KeelError]] = {
     Rejection.MESSAGE_REJECTED: MessageRejectedError,
     Rejection.SESSION_STOPPED: SessionStoppedError,

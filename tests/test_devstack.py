@@ -17,8 +17,10 @@ from pathlib import Path
 
 import psutil
 import psycopg
+import pytest
 
 from keel import devstack
+from keel._errors import DataDirError
 from keel.devstack import STACK_FILE, stop_orphaned_stack
 from tests.fake_anthropic import text_message
 from tests.harness import DevServer, keel_worker, make_settings
@@ -168,3 +170,18 @@ def test_a_temporary_postgres_left_by_a_killed_process_is_stopped_and_removed() 
                 pass
         with psycopg.connect(live_url, autocommit=True) as conn:  # this process's: runs
             conn.execute("SELECT 1")
+
+
+def test_a_data_folder_with_a_space_or_a_quote_in_its_path_runs_postgres() -> None:
+    # pg_ctl hands the socket's folder (the data folder, when short) to /bin/sh unquoted: a
+    # project folder such as "My Projects", holding the default .keel, stopped PostgreSQL
+    # from starting ("Syntax error: Unterminated quoted string" for a quote).
+    with devstack.temporary_postgres("keel-pg-my dir's-") as url:
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_data_folder_pg_ctl_cannot_take_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(DataDirError, match="holds '\"', which PostgreSQL's pg_ctl cannot"):
+        devstack.start_embedded_postgres(tmp_path / 'a"b')
+    assert not (tmp_path / 'a"b').exists()  # nothing made
