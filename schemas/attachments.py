@@ -35,7 +35,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from schemas.files import normal_path, workspace_path_problem
+from schemas.files import MAX_PATH_PART_BYTES, normal_path, workspace_path_problem
+from schemas.text import has_controls
 
 __all__ = [
     "CONTENT_WITHOUT_BYTES_SQL",
@@ -294,10 +295,25 @@ UPLOADS_DIR = "attachments"
 def upload_path(name: str, data: bytes) -> str:
     """Where a file a client sends with a message is put in the session's workspace first:
     under its digest, so two files of one name never meet and a file sent again is the
-    same path."""
+    same path. Its name is a label, not a reason to refuse the file: a control character
+    becomes "_", and a name past what one path part holds (200 bytes: 67 characters of
+    Chinese) is cut short, its extension kept."""
     base = posixpath.basename(name.replace("\\", "/"))
-    base = "file" if base in ("", ".", "..") else base  # a name that is no file's
+    base = "".join("_" if has_controls(c) else c for c in base)
+    base = "file" if base in ("", ".", "..") else _fitted(base)  # a name that is no file's
     return f"{UPLOADS_DIR}/{hashlib.sha256(data).hexdigest()[:12]}/{base}"
+
+
+def _fitted(name: str) -> str:
+    """`name` within one path part's bytes: its stem cut at a character, "…" marking the
+    cut, before an extension of up to 16 bytes (a longer one is part of what is cut)."""
+    if len(name.encode()) <= MAX_PATH_PART_BYTES:
+        return name
+    stem, dot, ext = name.rpartition(".")
+    if not dot or not stem or len(ext.encode()) > 16:
+        stem, dot, ext = name, "", ""
+    room = MAX_PATH_PART_BYTES - len(f"…{dot}{ext}".encode())
+    return stem.encode()[:room].decode("utf-8", "ignore") + f"…{dot}{ext}"
 
 
 def _as_sent(size: int) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -98,6 +99,20 @@ def test_a_client_puts_a_file_under_its_digest_keeping_its_name():
     # "attachments/<digest>/.." would be the uploads folder itself once normalised.
     for name in ("..", ".", "", "dir/..", "C:\\"):
         assert upload_path(name, data) == path.rsplit("/", 1)[0] + "/file", name
+
+
+@pytest.mark.parametrize(("name", "kept"), [
+    ("n" * 300 + ".txt", "n" * 193 + "….txt"),  # 200 bytes, the extension kept
+    ("报告" * 80 + ".pdf", "报告" * 32 + "….pdf"),  # 3 bytes a character, cut whole
+    ("x" * 250 + ".a-very-long-suffix-here", "x" * 197 + "…"),
+    ("line\nbreak\x1b.png", "line_break_.png"),
+])
+def test_a_file_s_name_is_a_label_never_a_reason_to_refuse_it(name, kept):
+    # A name past one path part's 200 bytes (67 Chinese characters) or with a control
+    # character was refused with the whole message ("each name in it 200").
+    path = upload_path(name, b"report")
+    assert path.rsplit("/", 1)[1] == kept
+    assert attachment_problem([path]) is None
 
 
 def test_files_ride_before_their_words_and_each_is_named():
