@@ -32,12 +32,14 @@ import zlib
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from schemas.bundle_memory import MEMORY_KINDS, MEMORY_VERSION
 from schemas.initiative import Wakeup
-from schemas.session import SessionConfig, SessionState
+from schemas.session import SessionConfig, SessionState, session_id_problem
 from schemas.strict import first_problem
+from schemas.text import has_controls
+from schemas.vault.scope import check_scope
 
 BUNDLE_FORMAT = "keel-session-bundle"
 BUNDLE_VERSION = 1  # a bundle without memory lines (with them: MEMORY_VERSION, 2)
@@ -273,6 +275,27 @@ class BundleHeader(BaseModel):
     # The session's small state as it stood (no turn running, no input waiting).
     state: SessionState
 
+    # A bundle comes from anywhere: its ids are held to the rules of the ids they are (a
+    # NUL in one reached PostgreSQL, whose error the import then said).
+    @field_validator("session_id", "origin_session")
+    @classmethod
+    def _session_ids(cls, value: str | None) -> str | None:
+        if value is not None and (problem := session_id_problem(value)):
+            raise ValueError(problem)
+        return value
+
+    @field_validator("memory_scope")
+    @classmethod
+    def _scope(cls, value: str | None) -> str | None:
+        return None if value is None else check_scope(value)
+
+    @field_validator("user_name", "origin_kind")
+    @classmethod
+    def _no_controls(cls, value: str | None) -> str | None:
+        if value is not None and has_controls(value):
+            raise ValueError("may not hold a control character")
+        return value
+
 
 class BundleEnd(BaseModel):
     """A bundle's last line: how many lines of each kind came before it, and the seal of
@@ -326,7 +349,7 @@ def line_of(raw: bytes) -> tuple[str, dict[str, Any]]:
     """A line's kind and its object; `BranchError` for a line that is none."""
     try:
         item = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past what json reads
         raise BranchError("the bundle has a line that is not JSON") from None
     if not isinstance(item, dict) or not isinstance(item.get("data"), dict):
         raise BranchError("the bundle has a line that is not a bundle line")

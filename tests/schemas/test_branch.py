@@ -19,6 +19,7 @@ from schemas.branch import (
     check_header,
     checkpoint_at,
     copy_plan,
+    line_of,
     point_problem,
     renamed_checkpoint,
     round_problem,
@@ -226,6 +227,25 @@ def test_a_header_without_its_fields_is_refused_naming_them() -> None:
                                                   "version": 1}}).encode()
     with pytest.raises(BranchError, match="header is malformed: session_id: Field required"):
         check_header(line)
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("session_id", "x\x00y", "session_id: .*control characters"),  # PostgreSQL's error, once
+    ("origin_session", "../up", "origin_session: "),
+    ("memory_scope", "../../etc", "memory_scope: .*not a valid scope id"),
+    ("user_name", "ann\x1b[2J", "user_name: .*control character"),
+])
+def test_a_header_s_ids_are_held_to_their_rules(field, value, says) -> None:
+    body = json.loads(header())
+    body["data"][field] = value
+    with pytest.raises(BranchError, match=f"header is malformed: {says}"):
+        check_header(json.dumps(body).encode())
+
+
+def test_a_line_nested_past_what_json_reads_is_no_bundle_line() -> None:
+    # json's RecursionError went through as a traceback from `keel import`.
+    with pytest.raises(BranchError, match="a line that is not JSON"):
+        line_of(b'{"a":' * 100_000 + b"1" + b"}" * 100_000)
 
 
 def test_an_import_goes_on_with_the_wakeups_not_expired():
