@@ -13,8 +13,9 @@ from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar, overload
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter, field_validator
 
 from schemas.budget import DEFAULT_PRICES, ModelPrice, PriceTable
 from schemas.vault.schema import SearchMode
@@ -142,6 +143,25 @@ def providers_from_env(e: dict[str, str]) -> dict[str, ProviderProfile]:
     return out
 
 
+def temporal_address_problem(address: str) -> str | None:
+    """Why `address` names no Temporal frontend (host:port, or a URL with its scheme), or
+    None. The SDK reads a bare host as port 80 and a bad port as a traceback; Temporal's
+    frontend listens on 7233 by default."""
+    try:
+        parts = urlsplit(address if "://" in address else f"//{address}")
+        port = parts.port
+    except ValueError as err:  # a port that is no number or past 65535, a broken [IPv6]
+        return f"not host:port ({str(err).lower()})"
+    if not parts.hostname or " " in address:
+        return "not host:port"
+    if port is None and not parts.scheme:
+        return (f"a host without its port (Temporal's frontend listens on 7233 by default: "
+                f"{parts.hostname}:7233)")
+    if port == 0:
+        return "not host:port (port 0)"
+    return None
+
+
 class KeelSettings(BaseModel):
     temporal_address: str | None = None
     temporal_namespace: str = "default"
@@ -218,6 +238,13 @@ class KeelSettings(BaseModel):
         """Where the vault's activities and workflows run: one worker serves it."""
         return vault_queue(self.task_queue)
 
+    @field_validator("temporal_address")
+    @classmethod
+    def _frontend(cls, value: str | None) -> str | None:
+        if value is not None and (problem := temporal_address_problem(value)):
+            raise ValueError(f"{value[:80]!r} is {problem}")
+        return value
+
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> KeelSettings:
         e = _Env(dict(os.environ if env is None else env))
@@ -228,7 +255,7 @@ class KeelSettings(BaseModel):
                          WorkspaceStoreKind.POSTGRES if database_url
                          else WorkspaceStoreKind.LOCAL)
         return cls(
-            temporal_address=e.get("TEMPORAL_ADDRESS") or None,
+            temporal_address=_address(e.get("TEMPORAL_ADDRESS") or None),
             temporal_namespace=e.get("TEMPORAL_NAMESPACE", "default"),
             temporal_tls=_tls_from_env(e),
             task_queue=e.get("KEEL_TASK_QUEUE", DEFAULT_TASK_QUEUE),
@@ -410,6 +437,12 @@ def memory_from_env(data_dir: Path, env: _Env) -> MemorySettings:
         if e.get(name):
             values[f"{job}_cron"] = e[name]
     return MemorySettings(**values)
+
+
+def _address(value: str | None) -> str | None:
+    if value is not None and (problem := temporal_address_problem(value.strip())):
+        raise ValueError(f"TEMPORAL_ADDRESS is {value[:80]!r}, {problem}")
+    return None if value is None else value.strip()
 
 
 def _zone(value: str | None) -> str | None:

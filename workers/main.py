@@ -21,7 +21,10 @@ from workers.worker import Role, WorkerFailedError, build_worker, serve_until
 
 
 async def main(role: Role = Role.SESSIONS) -> None:
-    settings = KeelSettings.from_env()
+    try:
+        settings = KeelSettings.from_env()
+    except ValueError as err:  # a setting to fix, named: one line, as `keel worker` says it
+        raise SystemExit(f"a setting is wrong: {err}") from None
     configure_logging(settings)
     try:
         install_metrics(settings)  # before the first client: its runtime exports them

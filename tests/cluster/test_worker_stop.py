@@ -71,3 +71,15 @@ async def test_a_stopping_worker_lets_its_model_call_finish(client, database_url
         replies = conn.execute("SELECT content_text FROM messages WHERE session_id = %s AND"
                                " type = 'assistant'", (sid,)).fetchall()
     assert replies == [("the whole answer",)]
+
+
+def test_a_worker_with_a_wrong_setting_stops_at_once_saying_which(tmp_path: Path) -> None:
+    # `python -m workers.main` let a setting's ValueError out as a traceback.
+    env = {**os.environ, "TEMPORAL_ADDRESS": "myhost", "DATABASE_URL": "postgresql://db/k",
+           "KEEL_DATA_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "workers.main"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr == ("a setting is wrong: TEMPORAL_ADDRESS is 'myhost', a host without "
+                           "its port (Temporal's frontend listens on 7233 by default: "
+                           "myhost:7233)\n")

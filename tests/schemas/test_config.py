@@ -102,3 +102,26 @@ def test_a_word_setting_is_read_in_any_case_and_defaults_when_unset() -> None:
     assert unset.log_format is LogFormat.CONSOLE
     assert unset.workspace_store is WorkspaceStoreKind.POSTGRES  # the database's
     assert unset.memory.search_mode is SearchMode.AUTO
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("localhost:notaport", "not host:port (port could not be cast"),  # a traceback, before
+    ("[::1", "not host:port (invalid ipv6 url)"),
+    ("127.0.0.1:99999", "not host:port (port out of range"),
+    ("myhost", "a host without its port (Temporal's frontend listens on 7233 by default: "
+               "myhost:7233)"),  # it was port 80, tried for two minutes
+    ("a b:7233", "not host:port"),
+])
+def test_a_temporal_address_that_names_no_frontend_is_named(value: str, says: str) -> None:
+    with pytest.raises(ValueError) as read:
+        KeelSettings.from_env({"TEMPORAL_ADDRESS": value})
+    assert str(read.value).startswith(f"TEMPORAL_ADDRESS is {value!r}, {says}")
+    with pytest.raises(ValueError) as given:
+        KeelSettings(temporal_address=value)
+    assert says in str(given.value)
+
+
+@pytest.mark.parametrize("value", ["127.0.0.1:7233", "[::1]:7233", "ns.acct.tmprl.cloud:7233",
+                                   "http://127.0.0.1:7233", "https://temporal.example"])
+def test_a_temporal_address_is_host_port_or_a_url(value: str) -> None:
+    assert KeelSettings.from_env({"TEMPORAL_ADDRESS": f" {value} "}).temporal_address == value
