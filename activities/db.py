@@ -26,6 +26,7 @@ from weakref import WeakKeyDictionary
 
 import psycopg
 from psycopg import AsyncConnection
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -48,9 +49,25 @@ log = logging.getLogger("keel.worker")
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 5.0
 
 
+def database_url_problem(database_url: str) -> str | None:
+    """What makes `database_url` no connection string, found without a server: libpq says
+    a bad port only as it connects, which waiting would try again for minutes."""
+    try:
+        info = conninfo_to_dict(database_url)
+    except psycopg.ProgrammingError as err:
+        return str(err)
+    for port in str(info.get("port") or "").split(","):
+        if port and not (port.isdecimal() and 0 < int(port) < 65_536):
+            return f"port {port[:20]!r} is no port number (1 to 65535)"
+    return None
+
+
 def wait_for_database(database_url: str, wait_s: float) -> None:
     """Return once PostgreSQL at `database_url` takes a connection, trying again for up to
-    `wait_s` seconds (a server starting beside a worker); then its last error."""
+    `wait_s` seconds (a server starting beside a worker); then its last error. A string
+    that is no connection string is `psycopg.ProgrammingError` at once."""
+    if problem := database_url_problem(database_url):
+        raise psycopg.ProgrammingError(f"DATABASE_URL: {problem}")
     deadline, pause = time.monotonic() + wait_s, RETRY_FIRST_S
     while True:
         try:

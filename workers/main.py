@@ -11,6 +11,8 @@ import asyncio
 import signal
 import sys
 
+import psycopg
+
 from activities.db import apply_migrations, wait_for_database
 from schemas.config import KeelSettings
 from workers.connect import NoNamespaceError, connect_when_up
@@ -33,7 +35,10 @@ async def main(role: Role = Role.SESSIONS) -> None:
     if not settings.temporal_address or not settings.database_url:
         raise SystemExit("a worker needs TEMPORAL_ADDRESS and DATABASE_URL")
     # Both servers may be starting beside this worker: it waits for them (connect_wait_s).
-    wait_for_database(settings.database_url, settings.connect_wait_s)
+    try:
+        wait_for_database(settings.database_url, settings.connect_wait_s)
+    except psycopg.ProgrammingError as err:  # no connection string: a setting to fix
+        raise SystemExit(f"a setting is wrong: {err}") from None
     apply_migrations(settings.database_url)
     try:
         client = await connect_when_up(settings)

@@ -28,6 +28,7 @@ from activities.db import (
     Outage,
     connection,
     get_pool,
+    wait_for_database,
     wait_left,
 )
 from tests.harness import database_closed
@@ -174,3 +175,17 @@ def test_a_listener_says_once_that_postgresql_is_away_and_once_that_it_is_back(c
     assert [r.getMessage() for r in caplog.records] == [
         "the interrupt listener lost PostgreSQL (connection refused); trying again every 1 s",
         "the interrupt listener has PostgreSQL again, after 0 s"]
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("postgresql://k@127.0.0.1:99999/db", "port '99999' is no port number"),
+    ("postgresql://k@h1:5432,h2:abc/db", "port 'abc' is no port number"),
+    ("host=a port=0", "port '0' is no port number"),
+    ("notaurl", 'missing "=" after "notaurl"'),
+])
+def test_a_string_that_is_no_connection_string_is_refused_at_once(url: str, says: str) -> None:
+    # libpq says a bad port only as it connects: a worker waited two minutes on it.
+    started = time.monotonic()
+    with pytest.raises(psycopg.ProgrammingError, match=f"DATABASE_URL: {says}"):
+        wait_for_database(url, 60)
+    assert time.monotonic() - started < 5
