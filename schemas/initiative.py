@@ -428,7 +428,7 @@ def plan_wakeup(args: dict[str, Any], now: datetime, limits: WakeupLimits,
     expires = now + timedelta(seconds=expiry)
     if due is not None and due > expires:
         raise WakeupRefused(f"at is past this agent's wakeup expiry ({expiry:g} s from now)")
-    first = (now + timedelta(seconds=every) if every is not None else
+    first = (interval_start(now) + timedelta(seconds=every) if every is not None else
              next_cron_fire(parse_cron(cron), now) if cron is not None else None)
     if refuse_unfired and first is not None and first > expires:
         raise WakeupRefused(f"its first fire ({first:%Y-%m-%d %H:%M} UTC) is past its expiry "
