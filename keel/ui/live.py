@@ -49,8 +49,8 @@ Feed = Callable[[], Coroutine[Any, Any, None]]
 
 
 async def live(request: Request) -> Response:
-    """A session's page kept live (server-sent events); 404 for a session the record does
-    not hold, as its page is, not a stream that never says anything."""
+    """A session's page kept live (server-sent events); 404, as its page, for a session
+    neither in the record nor running, not a stream that never says anything."""
     session_id = request.path_params["session_id"]
     q = request.query_params
     after_seq, after_event = _count(q.get("after_seq")), _count(q.get("after_event"))
