@@ -108,7 +108,7 @@ async def test_the_files_of_a_result_kept_by_reference_reach_the_model(
     assert base64.b64encode(shot)[:4000].decode() not in history.to_json()
 
 
-async def test_a_files_name_or_data_the_workspace_cannot_take_is_a_line_never_a_path(tmp_path):
+async def test_a_files_name_is_a_label_and_data_the_workspace_cannot_take_is_a_line(tmp_path):
     store = LocalStore(tmp_path / "w", tmp_path, max_file_bytes=1 << 20,
                        max_workspace_bytes=1 << 24)
     png = base64.b64encode(image(8, 8)).decode()
@@ -116,12 +116,13 @@ async def test_a_files_name_or_data_the_workspace_cannot_take_is_a_line_never_a_
         {"name": "..", "data": png}, {"name": "dir/a\nforged line.png", "data": png},
         {"name": "x" * 300 + ".png", "data": png}, {"name": "b.png", "data": "not base64!"},
         {"name": "c.png", "data": png.rstrip("=")}])  # pydantic's unpadded form
-    assert [p.rsplit("/", 1)[1] for p in paths] == ["file-1", "c.png"]
-    assert [(await store.read("s1", p)).data for p in paths] == [image(8, 8)] * 2
-    assert len(said) == 3 and all("\n" not in line for line in said)
-    assert said[0].startswith("[file 2 (a?forged line.png) not shown: ")
-    assert said[1].startswith(f"[file 3 ({'x' * 80}) not shown: ") and "200" in said[1]
-    assert said[2] == "[file 4 (b.png) not shown: its data is not base64]"
+    # A name is a label (schemas.attachments.upload_path): one that no path could hold is
+    # made one, never a forged line, never the reason an image is lost.
+    assert [p.rsplit("/", 1)[1] for p in paths] == [
+        "file-1", "a_forged line.png", "x" * 193 + "….png", "c.png"]
+    assert all("\n" not in p for p in paths)
+    assert [(await store.read("s1", p)).data for p in paths] == [image(8, 8)] * 4
+    assert said == ["[file 4 (b.png) not shown: its data is not base64]"]
 
 
 async def test_a_result_of_many_files_keeps_twenty_and_says_the_rest_in_one_line(tmp_path):
