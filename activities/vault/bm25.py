@@ -32,7 +32,7 @@ from schemas.vault.search import (
     term_patterns,
     term_range,
 )
-from schemas.vault.terms import extra_terms, folded_from
+from schemas.vault.terms import extra_terms, folded_from, without_possessive_s
 
 __all__ = ["LEXEMES", "MAX_QUERY_TERMS", "MAX_QUERY_WORDS", "bm25", "bm25_candidates",
            "clean_text", "lexeme_params", "query_lexemes", "query_words", "words_of"]
@@ -182,7 +182,7 @@ GROUP BY lexeme ORDER BY min(at), bool_or(own) DESC, lexeme
 def lexeme_params(query: str, scope: str) -> dict[str, str | None]:
     # The extra words of the query's beginning only: past MAX_QUERY_WORDS words none of a
     # query's words is looked up anyway (a tool's query of a megabyte costs no more).
-    text = clean_text(query)
+    text = without_possessive_s(clean_text(query))
     return {"q": text, "x": extra_terms(text[:QUERY_EXTRA_CHARS]), "scope": scope,
             "told": told_language(text)}
 

@@ -28,7 +28,8 @@ import re
 import unicodedata
 from collections.abc import Collection, Iterator, Sequence
 
-__all__ = ["MAX_EXTRA_CHARS", "TERMS_VERSION", "extra_terms", "folded_from"]
+__all__ = ["MAX_EXTRA_CHARS", "TERMS_VERSION", "extra_terms", "folded_from",
+           "without_possessive_s"]
 
 # Bumped when what a document is indexed by changes (what `extra_terms` writes, or the
 # database's `memory_doc_tsv`: 2 added the English stems, migration 012; 3 the stems of a
@@ -194,6 +195,18 @@ def _token_terms(token: str) -> list[str]:
         if len(camel) > 1:
             out.extend(camel)
     return out
+
+
+# A word's possessive (or contracted) "'s": the parser makes it a word "s" of its own.
+_POSSESSIVE_S = re.compile(r"(?<=\w)['\u2019]s\b")
+
+
+def without_possessive_s(query: str) -> str:
+    """A query without its words' possessive 's ("Northwind's" searches as "Northwind"): to
+    the parser it is a word "s", rarer than most names and held by any text with another
+    possessive, so it ranked an entry that said "Keel's" above the one that named
+    Northwind. Queries only: a document's "s" then matches nothing a query asks."""
+    return _POSSESSIVE_S.sub("", query)
 
 
 def extra_terms(text: str, limit: int = MAX_EXTRA_CHARS) -> str:

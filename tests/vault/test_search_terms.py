@@ -7,7 +7,7 @@ import psycopg
 import pytest
 
 from activities.db import apply_migrations
-from activities.vault.bm25 import MAX_QUERY_WORDS
+from activities.vault.bm25 import MAX_QUERY_WORDS, query_lexemes
 from activities.vault.search import (
     IndexDoc,
     index_documents,
@@ -229,3 +229,19 @@ async def test_a_folded_form_is_searched_only_for_a_word_memory_does_not_hold_as
                                               body="Le café ferme à midi.")], scope="folds")
         assert await found("café") == ["notes/accent.md"]
         assert await found("cafe") == ["notes/accent.md", "notes/plain.md"]
+
+
+async def test_a_possessive_in_a_query_finds_the_name_not_other_possessives(ctx):
+    # To the parser "Northwind's" is "northwind" and "s", and "s" is rarer than the name:
+    # an entry saying "Keel's" (the offline model's echo) ranked above the person's own.
+    said = {"daily/said.md#s:1": "remember that Dana works at Northwind",
+            "daily/said.md#s:2": "Keel's model heard you: Dana works at Northwind",
+            "daily/said.md#s:3": "it's Keel's turn to check the queue"}
+    pool = await ctx.pool()
+    async with pool.connection() as conn:
+        await index_documents(conn, [IndexDoc(path=p, kind="daily", body=b)
+                                     for p, b in said.items()], scope="default")
+        assert await query_lexemes(conn, "Northwind's employer", "default") == [
+            "northwind", "employer", "employ"]
+        found = [h.path for h in await search(conn, "Northwind's", scope="default", k=3)]
+    assert found[0] == "daily/said.md#s:1" and "daily/said.md#s:3" not in found

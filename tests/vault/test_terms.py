@@ -106,3 +106,12 @@ def test_a_query_lexeme_names_the_written_word_it_is_the_fold_of():
     assert folded_from(["plain"], ["plain"]) == [None]
     # Two written words with one fold: the first written names it, whatever the set order.
     assert folded_from(["café", "cafè", "cafe"], ["cafè", "café"]) == [None, None, 1]
+
+
+def test_a_query_s_possessive_s_goes_and_nothing_else_does() -> None:
+    from schemas.vault.terms import without_possessive_s
+
+    assert without_possessive_s("Northwind's employer") == "Northwind employer"
+    assert without_possessive_s("Dana’s car's colour") == "Dana car colour"
+    for kept in ("O'Brien", "s'il vous plaît", "the 's'", "'s", "rock 'n' roll"):
+        assert without_possessive_s(kept) == kept
